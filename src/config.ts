@@ -1,0 +1,128 @@
+import { z } from "zod";
+import { parseSchedule } from "./duration.js";
+
+const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+
+const bool = z
+  .enum(["true", "false", "1", "0", "yes", "no"], { error: "must be true or false" })
+  .transform((v) => v === "true" || v === "1" || v === "yes");
+
+const int = (min: number, max: number) =>
+  z
+    .string()
+    .regex(/^\d+$/, { error: "must be a whole number" })
+    .transform(Number)
+    .pipe(z.number().int().min(min, { error: `must be at least ${min}` }).max(max, { error: `must be at most ${max}` }));
+
+const url = z
+  .string()
+  .refine((v) => {
+    try {
+      const u = new URL(v);
+      return u.protocol === "http:" || u.protocol === "https:";
+    } catch {
+      return false;
+    }
+  }, { error: "must be an absolute http(s) URL" })
+  .transform((v) => v.replace(/\/+$/, ""));
+
+const encryptionKey = z
+  .string()
+  .refine((v) => Buffer.from(v, "base64").length === 32 && /^[A-Za-z0-9+/]+={0,2}$/.test(v), {
+    error: "must be 32 bytes, base64-encoded (try: openssl rand -base64 32)",
+  })
+  .transform((v) => Buffer.from(v, "base64"));
+
+const schedule = z.string().transform((v, ctx) => {
+  const parsed = parseSchedule(v);
+  if (!parsed) {
+    ctx.addIssue({ code: "custom", message: "must be a comma-separated list of durations such as 0s,5s,5m,2h" });
+    return z.NEVER;
+  }
+  return parsed;
+});
+
+const EnvSchema = z
+  .object({
+    PORT: int(0, 65535).default(8080),
+    HOST: z.string().min(1).default("127.0.0.1"),
+    DATABASE_PATH: z.string().min(1).default("./data/genrelay.db"),
+    UPSTREAM_BASE_URL: url.optional(),
+    UPSTREAM_API_KEY: z.string().min(1).optional(),
+    UPSTREAM_READS_PER_MINUTE: int(1, 100_000).default(100),
+    WEBHOOK_ALLOW_PRIVATE_NETWORKS: bool.default(false),
+    WEBHOOK_TIMEOUT_MS: int(100, 300_000).default(15_000),
+    WEBHOOK_RETRY_SCHEDULE: schedule.default([0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]),
+    UPSTREAM_MAX_CONCURRENT: int(1, 10_000).optional(),
+    RELAY_ENCRYPTION_KEY: encryptionKey.optional(),
+    TASK_RETENTION_DAYS: int(1, 36_500).default(30),
+    LOG_LEVEL: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(", ")}` }).default("info"),
+  })
+  .superRefine((env, ctx) => {
+    if (env.UPSTREAM_BASE_URL && !env.UPSTREAM_API_KEY) {
+      ctx.addIssue({ code: "custom", path: ["UPSTREAM_API_KEY"], message: "is required when UPSTREAM_BASE_URL is set" });
+    }
+  });
+
+type Env = z.output<typeof EnvSchema>;
+
+export interface Config {
+  port: number;
+  host: string;
+  databasePath: string;
+  /** null: sandbox mode, the built-in simulator plays the upstream. */
+  upstreamBaseUrl: string | null;
+  upstreamApiKey: string | null;
+  upstreamReadsPerMinute: number;
+  upstreamMaxConcurrent: number | null;
+  webhookAllowPrivateNetworks: boolean;
+  webhookTimeoutMs: number;
+  webhookRetryScheduleMs: number[];
+  encryptionKey: Buffer | null;
+  taskRetentionDays: number;
+  logLevel: (typeof LOG_LEVELS)[number];
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(problems.join("\n"));
+    this.name = "ConfigError";
+  }
+}
+
+/** Parses the environment once. Throws ConfigError with one line per bad variable. */
+export function loadConfig(env: Record<string, string | undefined>): Config {
+  // An empty variable means "unset", as in most twelve-factor tooling.
+  const cleaned = Object.fromEntries(
+    Object.keys(EnvSchema.shape).map((k) => [k, env[k] === "" ? undefined : env[k]]),
+  );
+  const result = EnvSchema.safeParse(cleaned);
+  if (!result.success) {
+    const problems = result.error.issues.map((issue) => {
+      const name = String(issue.path[0] ?? "environment");
+      const value = cleaned[name];
+      const shown = value === undefined || /KEY|SECRET/.test(name) ? "" : ` (got "${value}")`;
+      return `invalid environment variable ${name}: ${issue.message}${shown}`;
+    });
+    throw new ConfigError(problems);
+  }
+  return toConfig(result.data);
+}
+
+function toConfig(env: Env): Config {
+  return {
+    port: env.PORT,
+    host: env.HOST,
+    databasePath: env.DATABASE_PATH,
+    upstreamBaseUrl: env.UPSTREAM_BASE_URL ?? null,
+    upstreamApiKey: env.UPSTREAM_API_KEY ?? null,
+    upstreamReadsPerMinute: env.UPSTREAM_READS_PER_MINUTE,
+    upstreamMaxConcurrent: env.UPSTREAM_MAX_CONCURRENT ?? null,
+    webhookAllowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
+    webhookTimeoutMs: env.WEBHOOK_TIMEOUT_MS,
+    webhookRetryScheduleMs: env.WEBHOOK_RETRY_SCHEDULE,
+    encryptionKey: env.RELAY_ENCRYPTION_KEY ?? null,
+    taskRetentionDays: env.TASK_RETENTION_DAYS,
+    logLevel: env.LOG_LEVEL,
+  };
+}

@@ -1,0 +1,198 @@
+
+import { index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+
+/**
+ * Every timestamp is integer milliseconds since the epoch, taken from the injected clock.
+ * Leases: `claimed_until` + `claim_token`; a worker completes a row only WHERE its token still holds.
+ */
+
+export const clients = sqliteTable(
+  "clients",
+  {
+    id: text("id").primaryKey(),
+    name: text("name").notNull(),
+    /** SHA-256 (hex) of the API key; the key itself is never stored. */
+    apiKeyHash: text("api_key_hash").notNull(),
+    /** First characters of the key, to recognise it in `clients list`. */
+    apiKeyPrefix: text("api_key_prefix").notNull(),
+    webhookSecret: text("webhook_secret").notNull(),
+    /** The secret replaced by the last rotation; it keeps signing until previous_secret_expires_at. */
+    previousWebhookSecret: text("previous_webhook_secret"),
+    previousSecretExpiresAt: integer("previous_secret_expires_at"),
+    /** AES-256-GCM ciphertext of a client-owned upstream key (base64 iv.tag.data), or null for the default account. */
+    upstreamKeyEncrypted: text("upstream_key_encrypted"),
+    /** Identifies the upstream account this client's tasks run on: "default" or "cli_…". */
+    upstreamAccount: text("upstream_account").notNull().default("default"),
+    maxWaiting: integer("max_waiting"),
+    maxRunning: integer("max_running"),
+    creditLimit: integer("credit_limit"),
+    /** Round-robin admission: when a task of this client was last submitted upstream. */
+    lastAdmittedAt: integer("last_admitted_at").notNull().default(0),
+    createdAt: integer("created_at").notNull(),
+    revokedAt: integer("revoked_at"),
+  },
+  (t) => [uniqueIndex("clients_api_key_hash_uq").on(t.apiKeyHash)],
+);
+
+export const TASK_STATUSES = ["queued", "processing", "succeeded", "failed", "canceled"] as const;
+export type TaskStatus = (typeof TASK_STATUSES)[number];
+/** Where a task is in the relay's own pipeline, independent of the public status. */
+export const TASK_PHASES = ["waiting", "submitted", "done"] as const;
+export type TaskPhase = (typeof TASK_PHASES)[number];
+
+export const tasks = sqliteTable(
+  "tasks",
+  {
+    id: text("id").primaryKey(),
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id),
+    type: text("type", { enum: ["image", "video"] }).notNull(),
+    model: text("model").notNull(),
+    status: text("status", { enum: TASK_STATUSES }).notNull(),
+    phase: text("phase", { enum: TASK_PHASES }).notNull(),
+    /** The body sent upstream: the caller's body without the relay's own fields. */
+    requestJson: text("request_json").notNull(),
+    callbackUrl: text("callback_url"),
+    callbackEvents: text("callback_events").notNull(),
+    metadataJson: text("metadata_json"),
+    idempotencyKey: text("idempotency_key").notNull(),
+    requestHash: text("request_hash").notNull(),
+    upstreamAccount: text("upstream_account").notNull(),
+    /** Derived from the task id at insert and never changed: every submission retry reuses it. */
+    upstreamIdempotencyKey: text("upstream_idempotency_key").notNull(),
+    upstreamTaskId: text("upstream_task_id"),
+    outputJson: text("output_json"),
+    pointsCharged: integer("points_charged"),
+    pointsRefunded: integer("points_refunded"),
+    errorJson: text("error_json"),
+    /** Number of events written for this task; the next event's sequence is this + 1. */
+    eventSequence: integer("event_sequence").notNull().default(0),
+    submitAttempts: integer("submit_attempts").notNull().default(0),
+    pollCount: integer("poll_count").notNull().default(0),
+    /** When the submitter or poller should next look at this task. */
+    nextRunAt: integer("next_run_at"),
+    claimedUntil: integer("claimed_until"),
+    claimToken: text("claim_token"),
+    expiresAt: integer("expires_at"),
+    createdAt: integer("created_at").notNull(),
+    updatedAt: integer("updated_at").notNull(),
+    submittedAt: integer("submitted_at"),
+    completedAt: integer("completed_at"),
+  },
+  (t) => [
+    uniqueIndex("tasks_client_idempotency_uq").on(t.clientId, t.idempotencyKey),
+    index("tasks_client_id_idx").on(t.clientId, t.id),
+    index("tasks_phase_due_idx").on(t.phase, t.upstreamAccount, t.nextRunAt),
+    index("tasks_upstream_task_idx").on(t.upstreamAccount, t.upstreamTaskId),
+    index("tasks_done_completed_idx").on(t.phase, t.completedAt),
+  ],
+);
+
+export const DELIVERY_STATUSES = ["none", "pending", "succeeded", "failed"] as const;
+export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
+
+/**
+ * The outbox. An event row is written in the same transaction as the task change that causes it;
+ * `seq` (rowid) orders the pull feed, `sequence` orders the events of one task.
+ */
+export const events = sqliteTable(
+  "events",
+  {
+    seq: integer("seq").primaryKey({ autoIncrement: true }),
+    id: text("id").notNull(),
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id),
+    taskId: text("task_id")
+      .notNull()
+      .references(() => tasks.id, { onDelete: "cascade" }),
+    type: text("type").notNull(),
+    sequence: integer("sequence").notNull(),
+    /** The exact JSON body sent on every attempt. */
+    payload: text("payload").notNull(),
+    callbackUrl: text("callback_url"),
+    deliveryStatus: text("delivery_status", { enum: DELIVERY_STATUSES }).notNull(),
+    /** Attempts made so far in total (all rounds). */
+    attempts: integer("attempts").notNull().default(0),
+    /** Position in the retry schedule of the current round; redelivery and recovery start a new round. */
+    roundAttempts: integer("round_attempts").notNull().default(0),
+    nextAttemptAt: integer("next_attempt_at"),
+    claimedUntil: integer("claimed_until"),
+    claimToken: text("claim_token"),
+    lastAttemptAt: integer("last_attempt_at"),
+    lastStatusCode: integer("last_status_code"),
+    lastError: text("last_error"),
+    deliveredAt: integer("delivered_at"),
+    failedAt: integer("failed_at"),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [
+    uniqueIndex("events_id_uq").on(t.id),
+    index("events_task_seq_idx").on(t.taskId, t.sequence),
+    index("events_client_seq_idx").on(t.clientId, t.seq),
+    index("events_due_idx").on(t.deliveryStatus, t.nextAttemptAt),
+  ],
+);
+
+export const deliveryAttempts = sqliteTable(
+  "delivery_attempts",
+  {
+    id: text("id").primaryKey(),
+    eventId: text("event_id")
+      .notNull()
+      .references(() => events.id, { onDelete: "cascade" }),
+    taskId: text("task_id").notNull(),
+    clientId: text("client_id").notNull(),
+    eventType: text("event_type").notNull(),
+    url: text("url").notNull(),
+    attemptedAt: integer("attempted_at").notNull(),
+    statusCode: integer("status_code"),
+    latencyMs: integer("latency_ms"),
+    /** 'succeeded' | 'failed' | 'blocked' */
+    outcome: text("outcome").notNull(),
+    error: text("error"),
+    /** First 4 KiB of the receiver's answer, for debugging. */
+    responseBody: text("response_body"),
+  },
+  (t) => [index("delivery_attempts_task_idx").on(t.taskId, t.attemptedAt), index("delivery_attempts_event_idx").on(t.eventId)],
+);
+
+/** Per upstream account state the workers learn: concurrency and read pauses. */
+export const upstreamAccounts = sqliteTable("upstream_accounts", {
+  id: text("id").primaryKey(),
+  /** Concurrency learned from 429 concurrent_limit; null until learned. */
+  learnedMaxConcurrent: integer("learned_max_concurrent"),
+  learnedAt: integer("learned_at"),
+  readsPausedUntil: integer("reads_paused_until"),
+  submitPausedUntil: integer("submit_paused_until"),
+  updatedAt: integer("updated_at").notNull(),
+});
+
+/**
+ * Every task read made against an upstream account (single or list), kept for a minute or two,
+ * so the sliding-window read budget survives a restart.
+ */
+export const upstreamReads = sqliteTable(
+  "upstream_reads",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    account: text("account").notNull(),
+    at: integer("at").notNull(),
+  },
+  (t) => [index("upstream_reads_account_at_idx").on(t.account, t.at)],
+);
+
+/** Learned durations (ms from submission to terminal) per type and model, for adaptive polling. */
+export const durationStats = sqliteTable(
+  "duration_stats",
+  {
+    type: text("type").notNull(),
+    model: text("model").notNull(),
+    /** JSON array of the most recent durations (bounded). */
+    samplesJson: text("samples_json").notNull(),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [uniqueIndex("duration_stats_type_model_uq").on(t.type, t.model)],
+);
+

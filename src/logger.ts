@@ -1,0 +1,41 @@
+import { pino, type Logger, type LevelWithSilent } from "pino";
+
+export type { Logger };
+
+/**
+ * Paths that may carry a credential anywhere in a log object. pino replaces them
+ * before serialisation, so a careless `log.info({ headers })` cannot leak a key.
+ */
+const REDACT = [
+  "authorization",
+  "*.authorization",
+  "headers.authorization",
+  "*.headers.authorization",
+  "api_key",
+  "*.api_key",
+  "apiKey",
+  "*.apiKey",
+  "secret",
+  "*.secret",
+  "webhook_secret",
+  "*.webhook_secret",
+  "upstreamApiKey",
+  "*.upstreamApiKey",
+  "key",
+  "*.key",
+];
+
+export function createLogger(level: LevelWithSilent = "info", destination?: pino.DestinationStream): Logger {
+  return pino(
+    {
+      level,
+      base: { service: "genrelay" },
+      timestamp: pino.stdTimeFunctions.isoTime,
+      redact: { paths: REDACT, censor: "[redacted]" },
+      formatters: { level: (label) => ({ level: label }) },
+    },
+    destination,
+  );
+}
+
+export const silentLogger: Logger = pino({ level: "silent" });
