@@ -1,0 +1,53 @@
+import { createCipheriv, createDecipheriv, createHash, randomBytes, timingSafeEqual } from "node:crypto";
+
+export const API_KEY_PREFIX = "grk_";
+
+/** A relay API key: `grk_` + 32 random bytes, base64url. Shown once, stored only as a hash. */
+export function generateApiKey(): string {
+  return API_KEY_PREFIX + randomBytes(32).toString("base64url");
+}
+
+/** SHA-256 is enough for a 256-bit random key: no dictionary to guess from, so no slow hash needed. */
+export function hashApiKey(key: string): string {
+  return createHash("sha256").update(key, "utf8").digest("hex");
+}
+
+/** Constant-time equality of two hex digests of equal length. */
+export function digestsEqual(a: string, b: string): boolean {
+  const x = Buffer.from(a, "hex");
+  const y = Buffer.from(b, "hex");
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+/** AES-256-GCM; the result is `iv.tag.ciphertext`, each base64. */
+export function encryptSecret(plaintext: string, key: Buffer): string {
+  const iv = randomBytes(12);
+  const cipher = createCipheriv("aes-256-gcm", key, iv);
+  const data = Buffer.concat([cipher.update(plaintext, "utf8"), cipher.final()]);
+  return [iv, cipher.getAuthTag(), data].map((b) => b.toString("base64")).join(".");
+}
+
+export function decryptSecret(sealed: string, key: Buffer): string {
+  const [iv, tag, data] = sealed.split(".").map((p) => Buffer.from(p, "base64"));
+  if (!iv || !tag || !data) throw new Error("malformed encrypted value");
+  const decipher = createDecipheriv("aes-256-gcm", key, iv);
+  decipher.setAuthTag(tag);
+  return Buffer.concat([decipher.update(data), decipher.final()]).toString("utf8");
+}
+
+/** Stable JSON: object keys sorted, so two bodies that differ only in key order hash the same. */
+export function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const entries = Object.keys(value as Record<string, unknown>)
+      .sort()
+      .filter((k) => (value as Record<string, unknown>)[k] !== undefined)
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`);
+    return `{${entries.join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+export function sha256Hex(text: string): string {
+  return createHash("sha256").update(text, "utf8").digest("hex");
+}

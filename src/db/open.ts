@@ -1,0 +1,41 @@
+import Database from "better-sqlite3";
+import { drizzle, type BetterSQLite3Database } from "drizzle-orm/better-sqlite3";
+import { migrate } from "drizzle-orm/better-sqlite3/migrator";
+import { mkdirSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import * as schema from "./schema.js";
+
+export type Db = BetterSQLite3Database<typeof schema>;
+
+export interface Database_ {
+  db: Db;
+  sqlite: Database.Database;
+  close(): void;
+}
+
+/** `migrations/` sits two levels above both src/db/ and dist/db/. */
+export const MIGRATIONS_FOLDER = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "migrations");
+
+/**
+ * Opens (creating folder and file when needed) and migrates the database.
+ * WAL lets the CLI and readers work beside the server; busy_timeout makes a concurrent
+ * writer (the CLI while the server runs) wait instead of failing.
+ */
+export function openDatabase(path: string, options: { migrate?: boolean } = {}): Database_ {
+  if (path !== ":memory:" && !path.startsWith("file:")) mkdirSync(dirname(path), { recursive: true });
+  const sqlite = new Database(path);
+  sqlite.pragma("journal_mode = WAL");
+  sqlite.pragma("synchronous = NORMAL");
+  sqlite.pragma("busy_timeout = 5000");
+  sqlite.pragma("foreign_keys = ON");
+  const db = drizzle({ client: sqlite, schema });
+  if (options.migrate !== false) migrate(db, { migrationsFolder: MIGRATIONS_FOLDER });
+  return {
+    db,
+    sqlite,
+    close: () => {
+      if (sqlite.open) sqlite.close();
+    },
+  };
+}

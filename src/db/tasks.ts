@@ -1,0 +1,154 @@
+import { and, asc, desc, eq, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
+import type { Db } from "./open.js";
+import type { DbOrTx } from "./tx.js";
+import { tasks, type TaskPhase, type TaskStatus } from "./schema.js";
+
+export type TaskRow = typeof tasks.$inferSelect;
+export type NewTaskRow = typeof tasks.$inferInsert;
+
+export function insertTask(db: DbOrTx, row: NewTaskRow): TaskRow {
+  return db.insert(tasks).values(row).returning().get();
+}
+
+export function findTaskByIdempotencyKey(db: DbOrTx, clientId: string, key: string): TaskRow | undefined {
+  return db
+    .select()
+    .from(tasks)
+    .where(and(eq(tasks.clientId, clientId), eq(tasks.idempotencyKey, key)))
+    .get();
+}
+
+export function findTask(db: DbOrTx, id: string): TaskRow | undefined {
+  return db.select().from(tasks).where(eq(tasks.id, id)).get();
+}
+
+/** A client's task, or undefined for an unknown id or another client's task (the two must look the same). */
+export function findClientTask(db: DbOrTx, clientId: string, id: string): TaskRow | undefined {
+  return db
+    .select()
+    .from(tasks)
+    .where(and(eq(tasks.id, id), eq(tasks.clientId, clientId)))
+    .get();
+}
+
+export interface TaskListQuery {
+  clientId: string;
+  limit: number;
+  /** Exclusive upper bound: ids are time-ordered, so "older than this id" pages newest first. */
+  beforeId?: string | undefined;
+  type?: "image" | "video" | undefined;
+  status?: TaskStatus | undefined;
+}
+
+export function listClientTasks(db: DbOrTx, q: TaskListQuery): TaskRow[] {
+  const conditions: SQL[] = [eq(tasks.clientId, q.clientId)];
+  if (q.beforeId) conditions.push(lt(tasks.id, q.beforeId));
+  if (q.type) conditions.push(eq(tasks.type, q.type));
+  if (q.status) conditions.push(eq(tasks.status, q.status));
+  return db
+    .select()
+    .from(tasks)
+    .where(and(...conditions))
+    .orderBy(desc(tasks.id))
+    .limit(q.limit)
+    .all();
+}
+
+/**
+ * Updates a task only while the caller's lease holds (token matches), so a worker whose
+ * lease expired and was taken over cannot overwrite the newer owner's result.
+ */
+export function updateLeasedTask(db: DbOrTx, id: string, token: string, patch: Partial<NewTaskRow>): TaskRow | undefined {
+  return db
+    .update(tasks)
+    .set(patch)
+    .where(and(eq(tasks.id, id), eq(tasks.claimToken, token)))
+    .returning()
+    .get();
+}
+
+export function updateTask(db: DbOrTx, id: string, patch: Partial<NewTaskRow>): TaskRow | undefined {
+  return db.update(tasks).set(patch).where(eq(tasks.id, id)).returning().get();
+}
+
+function unclaimed(now: number): SQL {
+  return or(isNull(tasks.claimedUntil), lt(tasks.claimedUntil, now))!;
+}
+
+/** Claims due tasks of one phase and account with a lease; one UPDATE … RETURNING. */
+export function claimDueTasks(
+  db: Db,
+  opts: { phase: TaskPhase; account: string; now: number; leaseMs: number; token: string; limit: number; ids?: string[] },
+): TaskRow[] {
+  if (opts.limit <= 0) return [];
+  const conditions: SQL[] = [
+    eq(tasks.phase, opts.phase),
+    eq(tasks.upstreamAccount, opts.account),
+    lte(tasks.nextRunAt, opts.now),
+    unclaimed(opts.now),
+  ];
+  if (opts.ids) {
+    if (opts.ids.length === 0) return [];
+    conditions.push(inArray(tasks.id, opts.ids));
+  }
+  const due = db
+    .select({ id: tasks.id })
+    .from(tasks)
+    .where(and(...conditions))
+    .orderBy(asc(tasks.nextRunAt), asc(tasks.id))
+    .limit(opts.limit);
+  return db
+    .update(tasks)
+    .set({ claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token })
+    .where(inArray(tasks.id, due))
+    .returning()
+    .all();
+}
+
+/** Earliest next_run_at among unclaimed tasks of a phase (any account), for the loop to sleep until. */
+export function nextDueAt(db: Db, phase: TaskPhase): number | null {
+  const row = db
+    .select({ at: sql<number | null>`min(max(coalesce(${tasks.claimedUntil}, 0), ${tasks.nextRunAt}))` })
+    .from(tasks)
+    .where(and(eq(tasks.phase, phase), sql`${tasks.nextRunAt} IS NOT NULL`))
+    .get();
+  return row?.at ?? null;
+}
+
+/** Accounts that have tasks in a phase due now. */
+export function accountsWithDueTasks(db: Db, phase: TaskPhase, now: number): string[] {
+  return db
+    .selectDistinct({ account: tasks.upstreamAccount })
+    .from(tasks)
+    .where(and(eq(tasks.phase, phase), lte(tasks.nextRunAt, now), unclaimed(now)))
+    .all()
+    .map((r) => r.account);
+}
+
+/** Tasks submitted upstream and not yet terminal: they occupy the account's concurrency. */
+export function countRunning(db: Db, account: string): number {
+  const row = db
+    .select({ n: sql<number>`count(*)` })
+    .from(tasks)
+    .where(and(eq(tasks.phase, "submitted"), eq(tasks.upstreamAccount, account)))
+    .get();
+  return row?.n ?? 0;
+}
+
+export function countByPhaseForClient(db: Db, clientId: string, phase: TaskPhase): number {
+  const row = db
+    .select({ n: sql<number>`count(*)` })
+    .from(tasks)
+    .where(and(eq(tasks.clientId, clientId), eq(tasks.phase, phase)))
+    .get();
+  return row?.n ?? 0;
+}
+
+/** Releases every lease this process holds (graceful shutdown), so a restart need not wait for expiry. */
+export function releaseTaskLeases(db: Db, ownerPrefix: string): number {
+  return db
+    .update(tasks)
+    .set({ claimedUntil: null, claimToken: null })
+    .where(sql`${tasks.claimToken} LIKE ${ownerPrefix + ":%"}`)
+    .run().changes;
+}

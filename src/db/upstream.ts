@@ -1,0 +1,34 @@
+import { and, eq, gt, lt } from "drizzle-orm";
+import type { Db } from "./open.js";
+import { upstreamAccounts, upstreamReads } from "./schema.js";
+
+export type UpstreamAccountRow = typeof upstreamAccounts.$inferSelect;
+
+export function getAccountState(db: Db, id: string): UpstreamAccountRow | undefined {
+  return db.select().from(upstreamAccounts).where(eq(upstreamAccounts.id, id)).get();
+}
+
+export function upsertAccountState(db: Db, id: string, patch: Partial<typeof upstreamAccounts.$inferInsert>, now: number): void {
+  db.insert(upstreamAccounts)
+    .values({ id, updatedAt: now, ...patch })
+    .onConflictDoUpdate({ target: upstreamAccounts.id, set: { ...patch, updatedAt: now } })
+    .run();
+}
+
+export function recordRead(db: Db, account: string, at: number): void {
+  db.insert(upstreamReads).values({ account, at }).run();
+}
+
+export function readsSince(db: Db, account: string, since: number): number[] {
+  return db
+    .select({ at: upstreamReads.at })
+    .from(upstreamReads)
+    .where(and(eq(upstreamReads.account, account), gt(upstreamReads.at, since)))
+    .orderBy(upstreamReads.at)
+    .all()
+    .map((r) => r.at);
+}
+
+export function pruneReads(db: Db, before: number): void {
+  db.delete(upstreamReads).where(lt(upstreamReads.at, before)).run();
+}

@@ -1,0 +1,76 @@
+import { OpenAPIHono } from "@hono/zod-openapi";
+import { swaggerUI } from "@hono/swagger-ui";
+import { requestId } from "hono/request-id";
+import type { CatalogCache } from "../services/catalog.js";
+import type { ServiceDeps } from "../services/deps.js";
+import type { DeliveryService } from "../services/deliveries.js";
+import type { AppEnv } from "./context.js";
+import { errorResponse, onError, validationFailure } from "./errors.js";
+import { bearerAuth, jsonBody, newRequestId, requestLog } from "./middleware.js";
+import { registerDeliveryRoutes } from "./routes/deliveries.js";
+import { registerGenerationRoutes } from "./routes/generations.js";
+import { registerHealthRoutes, type Readiness } from "./routes/health.js";
+import { registerModelRoutes } from "./routes/meta.js";
+import { registerTaskRoutes } from "./routes/tasks.js";
+import type { ZodError } from "zod";
+
+export interface AppDeps extends ServiceDeps {
+  catalog: CatalogCache;
+  readiness: Readiness;
+  deliveries: DeliveryService;
+  /** Prometheus exposition, when metrics are wired. */
+  metrics?: () => Promise<{ contentType: string; body: string }>;
+}
+
+/** Builds the HTTP app; opening the database, listening and workers belong to main.ts. */
+export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
+  const app = new OpenAPIHono<AppEnv>({
+    defaultHook: (result, c) => {
+      if (!result.success) return validationFailure(c, result.target, result.error as unknown as ZodError);
+      return undefined;
+    },
+  });
+
+  app.use(requestId({ generator: newRequestId }));
+  app.use(requestLog(deps.logger));
+  app.onError(onError(deps.logger));
+  app.notFound((c) => errorResponse(c, "not_found", `No route ${c.req.method} ${c.req.path}.`));
+
+  app.use("/openapi/v1/*", bearerAuth(deps.db));
+  app.on(
+    "POST",
+    ["/openapi/v1/images/generations", "/openapi/v1/videos/generations", "/openapi/v1/webhooks/test", "/openapi/v1/deliveries/recover"],
+    ...jsonBody(),
+  );
+
+  registerGenerationRoutes(app, deps);
+  registerTaskRoutes(app, deps);
+  registerDeliveryRoutes(app, deps, deps.deliveries);
+  registerModelRoutes(app, deps.catalog);
+  registerHealthRoutes(app, deps.readiness);
+
+  if (deps.metrics) {
+    const metrics = deps.metrics;
+    app.get("/metrics", async (c) => {
+      const { contentType, body } = await metrics();
+      return c.body(body, 200, { "Content-Type": contentType });
+    });
+  }
+
+  app.openAPIRegistry.registerComponent("securitySchemes", "bearerAuth", {
+    type: "http",
+    scheme: "bearer",
+    description: "A relay API key (grk_…) issued by `npm run cli -- clients create`.",
+  });
+  app.doc31("/openapi.json", {
+    openapi: "3.1.0",
+    info: {
+      title: "genrelay",
+      version: "1.0.0",
+      description:
+        "Webhooks for an asynchronous image and video generation API. Mirrors the upstream's /openapi/v1 paths, adds callback_url, and sends Standard Webhooks-signed callbacks.",
+    },
+  });
+  app.get("/docs", swaggerUI({ url: "/openapi.json", title: "genrelay API" }));
+  return app;
+}

@@ -1,0 +1,67 @@
+import type { MiddlewareHandler } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import { randomBytes } from "node:crypto";
+import type { Logger } from "../logger.js";
+import { authenticate } from "../services/clients.js";
+import type { Db } from "../db/open.js";
+import type { AppEnv } from "./context.js";
+import { errorResponse } from "./errors.js";
+
+export const MAX_BODY_BYTES = 1024 * 1024;
+
+export const newRequestId = () => `req_${randomBytes(12).toString("base64url")}`;
+
+/** One JSON log line per request, with its id; never headers or bodies (they carry keys). */
+export function requestLog(logger: Logger): MiddlewareHandler<AppEnv> {
+  return async (c, next) => {
+    const started = performance.now();
+    await next();
+    const status = c.res.status;
+    const line = {
+      request_id: c.get("requestId"),
+      method: c.req.method,
+      path: c.req.path,
+      status,
+      ms: Math.round((performance.now() - started) * 10) / 10,
+      client_id: c.get("client")?.id,
+    };
+    if (status >= 500) logger.error(line, "request");
+    else logger.info(line, "request");
+  };
+}
+
+export function bearerAuth(db: Db): MiddlewareHandler<AppEnv> {
+  return async (c, next) => {
+    const header = c.req.header("authorization") ?? "";
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    const client = match ? authenticate(db, match[1]!) : null;
+    if (!client) return errorResponse(c, "invalid_api_key", "Missing, unknown or revoked API key. Send Authorization: Bearer <key>.");
+    c.set("client", client);
+    await next();
+  };
+}
+
+/** Bodies are JSON of at most 1 MiB; anything else is refused before a validator sees it. */
+export function jsonBody(): MiddlewareHandler<AppEnv>[] {
+  const contentType: MiddlewareHandler<AppEnv> = async (c, next) => {
+    const type = (c.req.header("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
+    if (!/^application\/([\w.-]+\+)?json$/.test(type)) {
+      return errorResponse(c, "unsupported_media_type", "Send the body as JSON with Content-Type: application/json.");
+    }
+    await next();
+  };
+  const limit = bodyLimit({
+    maxSize: MAX_BODY_BYTES,
+    onError: (c) => errorResponse(c, "payload_too_large", "The request body is larger than 1 MiB."),
+  }) as MiddlewareHandler<AppEnv>;
+  // Parsing here (hono caches the result for the validator) turns malformed JSON into our 400.
+  const parse: MiddlewareHandler<AppEnv> = async (c, next) => {
+    try {
+      await c.req.json();
+    } catch {
+      return errorResponse(c, "invalid_request", "The request body is not valid JSON.");
+    }
+    await next();
+  };
+  return [contentType, limit, parse];
+}

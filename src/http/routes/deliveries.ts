@@ -1,0 +1,177 @@
+import { createRoute, z, type OpenAPIHono } from "@hono/zod-openapi";
+import type { DeliveryService } from "../../services/deliveries.js";
+import type { ServiceDeps } from "../../services/deps.js";
+import type { AppEnv } from "../context.js";
+import { errorResponses, TaskIdParam } from "../schemas.js";
+
+const security = [{ bearerAuth: [] }];
+const json = <T extends z.ZodType>(schema: T) => ({ "application/json": { schema } });
+
+const AttemptSchema = z
+  .object({
+    id: z.string(),
+    event_id: z.string(),
+    event_type: z.string(),
+    url: z.string(),
+    attempted_at: z.string(),
+    outcome: z.enum(["succeeded", "failed", "blocked"]),
+    status_code: z.number().int().nullable(),
+    latency_ms: z.number().int().nullable(),
+    error: z.string().nullable(),
+    response_body: z.string().nullable(),
+  })
+  .openapi("DeliveryAttempt");
+
+const PingResultSchema = z
+  .object({
+    webhook_id: z.string(),
+    url: z.string(),
+    succeeded: z.boolean(),
+    status_code: z.number().int().nullable(),
+    latency_ms: z.number().int(),
+    error: z.string().nullable(),
+    response_body: z.string().nullable(),
+  })
+  .openapi("PingResult");
+
+const EventItemSchema = z
+  .object({
+    id: z.string(),
+    type: z.string(),
+    timestamp: z.string(),
+    data: z.record(z.string(), z.unknown()),
+    delivery: z.object({ status: z.string(), attempts: z.number().int(), last_status_code: z.number().int().nullable() }),
+  })
+  .openapi("EventItem");
+
+export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceDeps, deliveries: DeliveryService): void {
+  app.openapi(
+    createRoute({
+      method: "get",
+      path: "/openapi/v1/tasks/{id}/deliveries",
+      tags: ["Webhooks"],
+      summary: "Every delivery attempt of a task's events",
+      security,
+      request: { params: TaskIdParam },
+      responses: { 200: { description: "Attempts, oldest first", content: json(z.object({ data: z.array(AttemptSchema) })) }, ...errorResponses(401, 404) },
+    }),
+    (c) => c.json({ data: deliveries.listAttempts(c.get("client").id, c.req.valid("param").id) }, 200),
+  );
+
+  app.openapi(
+    createRoute({
+      method: "post",
+      path: "/openapi/v1/tasks/{id}/redeliver",
+      tags: ["Webhooks"],
+      summary: "Send the task's last event again (same webhook-id)",
+      security,
+      request: { params: TaskIdParam },
+      responses: {
+        202: {
+          description: "Queued for delivery",
+          content: json(z.object({ data: z.object({ event_id: z.string(), event_type: z.string(), status: z.string() }) })),
+        },
+        ...errorResponses(400, 401, 404),
+      },
+    }),
+    (c) => c.json({ data: deliveries.redeliver(c.get("client").id, c.req.valid("param").id) }, 202),
+  );
+
+  app.openapi(
+    createRoute({
+      method: "post",
+      path: "/openapi/v1/webhooks/test",
+      tags: ["Webhooks"],
+      summary: "Send a signed ping event to a URL and report the attempt",
+      security,
+      request: { body: { required: true, content: json(z.object({ url: z.string().openapi({ example: "https://example.com/hooks" }) })) } },
+      responses: { 200: { description: "The attempt's result", content: json(z.object({ data: PingResultSchema })) }, ...errorResponses(400, 401, 415, 422) },
+    }),
+    async (c) => c.json({ data: await deliveries.testWebhook(c.get("client").id, c.req.valid("json").url) }, 200),
+  );
+
+  app.openapi(
+    createRoute({
+      method: "post",
+      path: "/openapi/v1/webhooks/secret/rotate",
+      tags: ["Webhooks"],
+      summary: "Rotate your webhook signing secret",
+      description: "Returns the new whsec_ secret once. The old secret keeps signing beside it (two v1 signatures) for 24 hours.",
+      security,
+      responses: {
+        200: {
+          description: "The new secret",
+          content: json(z.object({ data: z.object({ webhook_secret: z.string(), previous_secret_expires_at: z.string() }) })),
+        },
+        ...errorResponses(401),
+      },
+    }),
+    (c) => c.json({ data: deliveries.rotateSecret(c.get("client").id) }, 200),
+  );
+
+  app.openapi(
+    createRoute({
+      method: "get",
+      path: "/openapi/v1/events",
+      tags: ["Webhooks"],
+      summary: "Your webhook events in order (pull feed)",
+      description: "For receivers that were down, or development without a public URL. Keep next_cursor and pass it as after.",
+      security,
+      request: {
+        query: z.object({
+          after: z.string().max(100).optional().openapi({ param: { name: "after", in: "query" } }),
+          limit: z.coerce.number().int().min(1).max(100).default(50).openapi({ param: { name: "limit", in: "query" } }),
+        }),
+      },
+      responses: {
+        200: { description: "Events after the cursor", content: json(z.object({ data: z.array(EventItemSchema), next_cursor: z.string() })) },
+        ...errorResponses(400, 401),
+      },
+    }),
+    (c) => {
+      const q = c.req.valid("query");
+      return c.json(deliveries.listEvents(c.get("client").id, q.after, q.limit), 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: "post",
+      path: "/openapi/v1/deliveries/recover",
+      tags: ["Webhooks"],
+      summary: "Re-queue your failed deliveries since a time",
+      security,
+      request: { body: { required: true, content: json(z.object({ since: z.iso.datetime({ offset: true, error: "must be an ISO-8601 date-time" }) })) } },
+      responses: { 202: { description: "How many were re-queued", content: json(z.object({ data: z.object({ requeued: z.number().int() }) })) }, ...errorResponses(400, 401, 415, 422) },
+    }),
+    (c) => c.json({ data: deliveries.recover(c.get("client").id, Date.parse(c.req.valid("json").since)) }, 202),
+  );
+
+  app.openapi(
+    createRoute({
+      method: "get",
+      path: "/openapi/v1/usage",
+      tags: ["Usage"],
+      summary: "Your task counts and credits",
+      security,
+      responses: {
+        200: {
+          description: "Usage",
+          content: json(
+            z.object({
+              data: z.object({
+                tasks: z.record(z.string(), z.number().int()),
+                points_charged: z.number(),
+                points_refunded: z.number(),
+                points_spent: z.number(),
+                credit_limit: z.number().nullable(),
+              }),
+            }),
+          ),
+        },
+        ...errorResponses(401),
+      },
+    }),
+    (c) => c.json({ data: deliveries.usage(c.get("client").id) }, 200),
+  );
+}

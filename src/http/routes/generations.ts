@@ -1,0 +1,46 @@
+import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
+import type { ServiceDeps } from "../../services/deps.js";
+import { createTask } from "../../services/intake.js";
+import { viewOf } from "../../services/tasks.js";
+import type { AppEnv } from "../context.js";
+import { errorResponses, IdempotencyHeaders, ImageGenerationBody, TaskViewSchema, VideoGenerationBody } from "../schemas.js";
+
+const security = [{ bearerAuth: [] }];
+
+function generationRoute(type: "image" | "video") {
+  return createRoute({
+    method: "post",
+    path: `/openapi/v1/${type}s/generations`,
+    tags: ["Generations"],
+    summary: `Create ${type === "image" ? "an image" : "a video"} task`,
+    description:
+      "Stores the task durably and answers at once; the relay submits it upstream, polls it, and sends a signed webhook to callback_url when it ends.",
+    security,
+    request: {
+      headers: IdempotencyHeaders,
+      body: { required: true, content: { "application/json": { schema: type === "image" ? ImageGenerationBody : VideoGenerationBody } } },
+    },
+    responses: {
+      201: { description: "Task accepted (status queued)", content: { "application/json": { schema: TaskViewSchema } } },
+      200: { description: "Replay of the same Idempotency-Key and body: the original task", content: { "application/json": { schema: TaskViewSchema } } },
+      ...errorResponses(400, 401, 402, 409, 413, 415, 422, 429),
+    },
+  });
+}
+
+export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
+  for (const type of ["image", "video"] as const) {
+    app.openapi(generationRoute(type), (c) => {
+      const body = c.req.valid("json") as Record<string, unknown>;
+      const { task, replayed } = createTask(deps, {
+        client: c.get("client"),
+        type,
+        body,
+        idempotencyKey: c.req.valid("header")["idempotency-key"],
+      });
+      c.header("Location", new URL(`/openapi/v1/tasks/${task.id}`, c.req.url).toString());
+      c.header("Idempotent-Replayed", String(replayed));
+      return c.json(viewOf(deps.db, task), replayed ? 200 : 201);
+    });
+  }
+}

@@ -1,0 +1,27 @@
+import { createRoute, z, type OpenAPIHono } from "@hono/zod-openapi";
+import type { CatalogCache } from "../../services/catalog.js";
+import type { AppEnv } from "../context.js";
+import { errorResponses } from "../schemas.js";
+
+export function registerModelRoutes(app: OpenAPIHono<AppEnv>, catalog: CatalogCache): void {
+  app.openapi(
+    createRoute({
+      method: "get",
+      path: "/openapi/v1/models",
+      tags: ["Models"],
+      summary: "The upstream model catalog (cached)",
+      description: "Verbatim from the upstream, refreshed in the background; served stale when the upstream fails, with an Age header.",
+      security: [{ bearerAuth: [] }],
+      responses: {
+        200: { description: "The catalog", content: { "application/json": { schema: z.unknown() } } },
+        ...errorResponses(401, 503),
+      },
+    }),
+    async (c) => {
+      const { body, ageSeconds } = await catalog.get(c.get("client").upstreamAccount);
+      c.header("Age", String(ageSeconds));
+      c.header("Cache-Control", "private, max-age=60");
+      return c.json(body as object, 200);
+    },
+  );
+}

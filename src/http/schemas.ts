@@ -1,0 +1,166 @@
+import { z } from "@hono/zod-openapi";
+import { TASK_STATUSES } from "../db/schema.js";
+import { TASK_EVENT_TYPES } from "../services/transitions.js";
+
+const nonBlank3 = (s: string) => s.replace(/\s/g, "").length >= 3;
+
+export const IdempotencyHeaders = z.object({
+  "idempotency-key": z
+    .string({ error: "Idempotency-Key header is required" })
+    .regex(/^[A-Za-z0-9._:-]{8,128}$/, { error: "must be 8 to 128 characters of A-Za-z0-9 . _ : -" })
+    .openapi({ param: { name: "Idempotency-Key", in: "header" }, example: "order-1234-image" }),
+});
+
+const MetadataSchema = z
+  .record(z.string().max(256, { error: "keys are at most 256 characters" }), z.string({ error: "values must be strings" }))
+  .refine((m) => Object.keys(m).length <= 16, { error: "at most 16 keys" })
+  .refine((m) => Buffer.byteLength(JSON.stringify(m)) <= 4096, { error: "at most 4 KiB serialized" })
+  .openapi({ example: { order_id: "1234" }, description: "String values, at most 16 keys and 4 KiB; echoed in every webhook and read." });
+
+/** The relay's own fields, added to either upstream body. */
+const relayFields = {
+  callback_url: z
+    .string({ error: "must be a string" })
+    .max(2048, { error: "at most 2048 characters" })
+    .optional()
+    .openapi({ example: "https://example.com/hooks/genrelay", description: "Absolute https URL that receives the signed webhooks." }),
+  callback_events: z
+    .array(z.enum(TASK_EVENT_TYPES), { error: `must be an array of ${TASK_EVENT_TYPES.join(", ")}` })
+    .min(1, { error: "must not be empty" })
+    .refine((a) => new Set(a).size === a.length, { error: "must not repeat an event type" })
+    .optional()
+    .openapi({ description: "Event types to send; default: the three terminal ones." }),
+  metadata: MetadataSchema.optional(),
+  expires_after_seconds: z
+    .number()
+    .int()
+    .min(1)
+    .max(7 * 24 * 3600)
+    .optional()
+    .openapi({ description: "A task still waiting in the relay this long after creation ends canceled (error.code expired), never sent upstream." }),
+};
+
+const prompt = z
+  .string({ error: "must be a string" })
+  .refine(nonBlank3, { error: "must contain at least 3 non-whitespace characters" })
+  .openapi({ example: "a lighthouse at dawn, watercolor" });
+const model = z.string({ error: "is required" }).min(1, { error: "is required" });
+const mediaUrls = z.array(z.string({ error: "must be a string" }), { error: "must be an array of URLs" }).min(1, { error: "must not be empty" });
+
+export const ImageGenerationBody = z
+  .looseObject({
+    model: model.openapi({ example: "p-image" }),
+    mode: z.enum(["generate", "edit"], { error: "must be generate or edit" }),
+    prompt,
+    count: z.literal(1, { error: "must be exactly 1" }),
+    image_urls: mediaUrls.optional(),
+    aspect_ratio: z.string().optional(),
+    size: z.string().optional(),
+    resolution: z.string().optional(),
+    ...relayFields,
+  })
+  .superRefine((body, ctx) => {
+    if (body.mode === "edit" && !body.image_urls) {
+      ctx.addIssue({ code: "custom", path: ["image_urls"], message: "is required when mode is edit" });
+    }
+  })
+  .openapi("ImageGenerationRequest");
+
+export const VideoGenerationBody = z
+  .looseObject({
+    model: model.openapi({ example: "v-video" }),
+    video_mode: z.string({ error: "is required" }).min(1, { error: "is required" }).openapi({ example: "t2v" }),
+    prompt,
+    image_urls: mediaUrls.optional(),
+    source_video_url: z.string({ error: "must be a string" }).optional(),
+    duration: z.number({ error: "must be a number of seconds" }).positive().optional(),
+    resolution: z.string().optional(),
+    ratio: z.string().optional(),
+    aspect_ratio: z.string().optional(),
+    ...relayFields,
+  })
+  .openapi("VideoGenerationRequest");
+
+export const ErrorSchema = z
+  .object({
+    error: z.object({
+      code: z.string().openapi({ example: "validation_error" }),
+      message: z.string(),
+      request_id: z.string(),
+      details: z.unknown().optional(),
+    }),
+  })
+  .openapi("Error");
+
+const DeliverySummarySchema = z.object({
+  status: z.enum(["none", "pending", "succeeded", "failed"]),
+  attempts: z.number().int(),
+  last_attempt_at: z.string().nullable(),
+  last_status_code: z.number().int().nullable(),
+});
+
+export const TaskDataSchema = z
+  .object({
+    id: z.string().openapi({ example: "task_01jf3y8k2m9q7r5t3v1w0x6z4a" }),
+    type: z.enum(["image", "video"]),
+    status: z.enum(TASK_STATUSES),
+    model: z.string(),
+    created_at: z.string(),
+    updated_at: z.string(),
+    completed_at: z.string().nullable(),
+    upstream_task_id: z.string().nullable(),
+    error: z.object({ code: z.string(), message: z.string(), request_id: z.string().nullable() }).nullable(),
+    metadata: z.record(z.string(), z.string()).nullable(),
+    callback: z.object({ url: z.string().nullable(), events: z.array(z.string()), delivery: DeliverySummarySchema.optional() }),
+    queue_position: z.number().int().optional(),
+  })
+  .openapi("TaskData");
+
+const UsageSchema = z.object({ points_charged: z.number().nullable(), points_refunded: z.number().nullable() }).openapi("Usage");
+
+export const TaskViewSchema = z
+  .object({ data: TaskDataSchema, output: z.unknown().openapi({ description: "The upstream output, verbatim." }), usage: UsageSchema })
+  .openapi("Task");
+
+export const FlatTaskSchema = TaskDataSchema.extend({ output: z.unknown(), usage: UsageSchema }).openapi("TaskItem");
+
+export const TaskListSchema = z
+  .object({ data: z.array(FlatTaskSchema), next_cursor: z.string().nullable() })
+  .openapi("TaskList");
+
+export const TaskListQuery = z.object({
+  limit: z.coerce
+    .number({ error: "must be a number" })
+    .int({ error: "must be a whole number" })
+    .min(1, { error: "must be at least 1" })
+    .max(100, { error: "must be at most 100" })
+    .default(20)
+    .openapi({ param: { name: "limit", in: "query" }, example: 20 }),
+  cursor: z.string().max(200).optional().openapi({ param: { name: "cursor", in: "query" } }),
+  type: z.enum(["image", "video"], { error: "must be image or video" }).optional().openapi({ param: { name: "type", in: "query" } }),
+  status: z.enum(TASK_STATUSES, { error: `must be one of ${TASK_STATUSES.join(", ")}` }).optional().openapi({ param: { name: "status", in: "query" } }),
+});
+
+export const TaskIdParam = z.object({
+  id: z.string().min(1).max(200).openapi({ param: { name: "id", in: "path" }, example: "task_01jf3y8k2m9q7r5t3v1w0x6z4a" }),
+});
+
+/** Standard error responses for a route, by status. */
+export function errorResponses(...statuses: number[]) {
+  const descriptions: Record<number, string> = {
+    400: "Malformed request (invalid_request, invalid_media_url, invalid_callback_url)",
+    401: "Missing, unknown or revoked API key (invalid_api_key)",
+    402: "Credit limit reached (insufficient_points)",
+    404: "Unknown task or another client's task (task_not_found)",
+    409: "Conflict (idempotency_key_reused, cannot_cancel)",
+    413: "Body over 1 MiB (payload_too_large)",
+    415: "Body is not application/json (unsupported_media_type)",
+    422: "Invalid fields (validation_error), details name each",
+    429: "Too many waiting tasks (concurrent_limit)",
+    500: "Unexpected failure (internal_error)",
+    503: "Upstream unavailable (service_unavailable)",
+  };
+  return Object.fromEntries(
+    statuses.map((s) => [s, { description: descriptions[s] ?? "Error", content: { "application/json": { schema: ErrorSchema } } }]),
+  );
+}

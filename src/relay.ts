@@ -1,0 +1,108 @@
+import type { Clock } from "./clock.js";
+import type { Config } from "./config.js";
+import type { Database_ } from "./db/open.js";
+import { releaseEventLeases } from "./db/events.js";
+import { releaseTaskLeases } from "./db/tasks.js";
+import { createApp } from "./http/app.js";
+import type { Logger } from "./logger.js";
+import { CatalogCache } from "./services/catalog.js";
+import { DeliveryService } from "./services/deliveries.js";
+import type { Nudges, ServiceDeps } from "./services/deps.js";
+import { UpstreamAccounts } from "./services/upstream-accounts.js";
+import type { Resolver } from "./webhooks/ssrf.js";
+import { WebhookSender } from "./webhooks/sender.js";
+import { Dispatcher } from "./workers/dispatcher.js";
+import { WorkerLoop } from "./workers/loop.js";
+import { LeaseOwner } from "./workers/owner.js";
+import { Poller } from "./workers/poller.js";
+import { ReadBudget } from "./workers/read-budget.js";
+import { Submitter } from "./workers/submitter.js";
+
+export interface RelayOptions {
+  config: Config;
+  database: Database_;
+  clock: Clock;
+  logger: Logger;
+  /** Where the upstream lives and the default account's key (the sandbox simulator's in sandbox mode). */
+  upstream: { baseUrl: string; apiKey: string };
+  fetch?: typeof fetch;
+  resolve?: Resolver;
+}
+
+/**
+ * Wires the relay's parts together: the HTTP app, the three worker loops and what they share.
+ * main.ts owns the process (listening, signals); tests build a Relay and drive its workers directly.
+ */
+export class Relay {
+  readonly app: ReturnType<typeof createApp>;
+  readonly submitter: Submitter;
+  readonly poller: Poller;
+  readonly dispatcher: Dispatcher;
+  readonly budget: ReadBudget;
+  readonly sender: WebhookSender;
+  readonly owner = new LeaseOwner();
+  readonly loops: WorkerLoop[];
+  readonly deps: ServiceDeps;
+
+  constructor(private readonly opts: RelayOptions) {
+    const { config, database, clock, logger } = opts;
+    const db = database.db;
+    const nudges: Nudges = {
+      submitter: () => this.loops[0]?.nudge(),
+      poller: () => this.loops[1]?.nudge(),
+      dispatcher: () => this.loops[2]?.nudge(),
+    };
+    this.deps = { db, clock, config, logger, nudges };
+    const accounts = new UpstreamAccounts(db, config, opts.upstream.baseUrl, opts.upstream.apiKey, opts.fetch);
+    this.budget = new ReadBudget(db, clock, config.upstreamReadsPerMinute);
+    this.sender = new WebhookSender({ allowPrivateNetworks: config.webhookAllowPrivateNetworks, ...(opts.resolve ? { resolve: opts.resolve } : {}) });
+    this.submitter = new Submitter({ db, clock, config, logger, accounts, owner: this.owner, nudges });
+    this.poller = new Poller({ db, clock, config, logger, accounts, budget: this.budget, owner: this.owner, nudges });
+    this.dispatcher = new Dispatcher({ db, clock, config, logger, sender: this.sender, owner: this.owner });
+    this.loops = [
+      new WorkerLoop({ name: "submitter", clock, logger, tick: () => this.submitter.runOnce() }),
+      new WorkerLoop({ name: "poller", clock, logger, tick: () => this.poller.runOnce() }),
+      new WorkerLoop({ name: "dispatcher", clock, logger, tick: () => this.dispatcher.tick() }),
+    ];
+    this.dispatcher.onSettled = () => nudges.dispatcher();
+    const deliveries = new DeliveryService(this.deps, this.sender);
+    this.app = createApp({
+      ...this.deps,
+      catalog: new CatalogCache(accounts, clock, logger),
+      readiness: { check: () => this.problems() },
+      deliveries,
+    });
+  }
+
+  start(): void {
+    for (const loop of this.loops) loop.start();
+  }
+
+  /** Why the relay is not ready: database not writable, or a worker loop stopped or stalled. */
+  problems(): string[] {
+    const problems: string[] = [];
+    try {
+      const sqlite = this.opts.database.sqlite;
+      sqlite.prepare("BEGIN IMMEDIATE").run();
+      sqlite.prepare("ROLLBACK").run();
+    } catch (err) {
+      problems.push(`database not writable: ${(err as Error).message}`);
+    }
+    const now = this.opts.clock.now();
+    for (const loop of this.loops) {
+      if (!loop.isRunning) problems.push(`worker ${loop.name} not running`);
+      else if (now - loop.lastBeatAt > 120_000) problems.push(`worker ${loop.name} stalled for ${Math.round((now - loop.lastBeatAt) / 1000)} s`);
+    }
+    return problems;
+  }
+
+  /** Stops claiming, waits for in-flight work up to the deadline, then releases every lease this process holds. */
+  async stop(deadlineMs = 10_000): Promise<void> {
+    const stopped = Promise.all(this.loops.map((l) => l.stop())).then(() => this.dispatcher.drain());
+    await Promise.race([stopped, new Promise((r) => setTimeout(r, deadlineMs).unref())]);
+    const db = this.opts.database.db;
+    releaseTaskLeases(db, this.owner.id);
+    releaseEventLeases(db, this.owner.id);
+    await this.sender.close();
+  }
+}

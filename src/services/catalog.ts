@@ -1,0 +1,50 @@
+import type { Clock } from "../clock.js";
+import type { Logger } from "../logger.js";
+import { ApiError } from "./errors.js";
+import type { UpstreamAccounts } from "./upstream-accounts.js";
+
+interface Entry {
+  body: unknown;
+  fetchedAt: number;
+  refreshing: Promise<void> | null;
+}
+
+/**
+ * The upstream model catalog, cached per account. A fresh copy is served from memory; a stale one
+ * is served at once while a refresh runs in the background; on upstream failure the last good copy
+ * keeps being served (its Age header tells how old). Only with no copy at all does a read fail.
+ */
+export class CatalogCache {
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(
+    private readonly accounts: UpstreamAccounts,
+    private readonly clock: Clock,
+    private readonly logger: Logger,
+    private readonly ttlMs = 5 * 60_000,
+  ) {}
+
+  async get(account: string): Promise<{ body: unknown; ageSeconds: number }> {
+    let entry = this.entries.get(account);
+    if (!entry) {
+      await this.refresh(account, true);
+      entry = this.entries.get(account)!;
+    } else if (this.clock.now() - entry.fetchedAt > this.ttlMs && !entry.refreshing) {
+      entry.refreshing = this.refresh(account, false).finally(() => {
+        const e = this.entries.get(account);
+        if (e) e.refreshing = null;
+      });
+    }
+    return { body: entry.body, ageSeconds: Math.max(0, Math.floor((this.clock.now() - entry.fetchedAt) / 1000)) };
+  }
+
+  private async refresh(account: string, mustSucceed: boolean): Promise<void> {
+    try {
+      const body = await this.accounts.get(account).getModels();
+      this.entries.set(account, { body, fetchedAt: this.clock.now(), refreshing: null });
+    } catch (err) {
+      this.logger.warn({ err: String(err), account }, "catalog refresh failed; serving the cached copy");
+      if (mustSucceed) throw new ApiError("service_unavailable", "The model catalog is not available from the upstream right now. Retry shortly.");
+    }
+  }
+}

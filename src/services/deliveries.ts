@@ -1,0 +1,115 @@
+import { newId } from "../ids.js";
+import { findClient } from "../db/clients.js";
+import { lastEventOfTask, listClientEvents, listTaskAttempts, requeueFailedEvents, updateEvent } from "../db/events.js";
+import { clientSpend, clientUsage } from "../db/usage.js";
+import { validateCallbackUrl } from "../webhooks/ssrf.js";
+import { webhookHeaders } from "../webhooks/sign.js";
+import type { WebhookSender } from "../webhooks/sender.js";
+import type { ServiceDeps } from "./deps.js";
+import { ApiError } from "./errors.js";
+import { activeSecrets, rotateSecret } from "./clients.js";
+import { requireClientTask } from "./tasks.js";
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+/** Delivery operations a client can run on its own tasks and events. */
+export class DeliveryService {
+  constructor(
+    private readonly deps: ServiceDeps,
+    private readonly sender: WebhookSender,
+  ) {}
+
+  listAttempts(clientId: string, taskId: string) {
+    const task = requireClientTask(this.deps.db, clientId, taskId);
+    return listTaskAttempts(this.deps.db, task.id).map((a) => ({
+      id: a.id,
+      event_id: a.eventId,
+      event_type: a.eventType,
+      url: a.url,
+      attempted_at: iso(a.attemptedAt)!,
+      outcome: a.outcome as "succeeded" | "failed" | "blocked",
+      status_code: a.statusCode,
+      latency_ms: a.latencyMs,
+      error: a.error,
+      response_body: a.responseBody,
+    }));
+  }
+
+  /** Queues the task's last event again: a new attempt with the same webhook-id and body. */
+  redeliver(clientId: string, taskId: string) {
+    const { db, clock } = this.deps;
+    const task = requireClientTask(db, clientId, taskId);
+    if (!task.callbackUrl) throw new ApiError("invalid_request", "This task has no callback_url to deliver to.");
+    const event = lastEventOfTask(db, task.id);
+    if (!event) throw new ApiError("invalid_request", "This task has no event yet; it is sent when the task changes state.");
+    const now = clock.now();
+    const updated = updateEvent(db, event.id, { deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: now, failedAt: null })!;
+    this.deps.nudges.dispatcher();
+    return { event_id: updated.id, event_type: updated.type, status: updated.deliveryStatus };
+  }
+
+  /** Sends a signed `ping` through the same guard and signer as real deliveries, and reports the attempt. */
+  async testWebhook(clientId: string, url: unknown) {
+    const { db, clock, config } = this.deps;
+    const verdict = validateCallbackUrl(url, { allowPrivateNetworks: config.webhookAllowPrivateNetworks });
+    if (!verdict.ok) throw new ApiError("invalid_callback_url", `url is not acceptable: ${verdict.reason}.`, [{ field: "url", message: verdict.reason }]);
+    const client = findClient(db, clientId)!;
+    const now = clock.now();
+    const id = newId("evt", now);
+    const body = JSON.stringify({ type: "ping", timestamp: new Date(now).toISOString(), data: { client_id: client.id, message: "genrelay test webhook" } });
+    const result = await this.sender.send({
+      url: verdict.url,
+      headers: webhookHeaders(activeSecrets(client, now), id, Math.floor(now / 1000), body),
+      body,
+      timeoutMs: config.webhookTimeoutMs,
+    });
+    return {
+      webhook_id: id,
+      url: verdict.url,
+      succeeded: result.ok,
+      status_code: result.statusCode,
+      latency_ms: Math.round(result.latencyMs),
+      error: result.error,
+      response_body: result.responseBody,
+    };
+  }
+
+  rotateSecret(clientId: string) {
+    const rotated = rotateSecret(this.deps.db, this.deps.clock, clientId)!;
+    return { webhook_secret: rotated.secret, previous_secret_expires_at: iso(rotated.previousExpiresAt)! };
+  }
+
+  /** The pull feed: events after a cursor, oldest first. The cursor is opaque (an encoded feed position). */
+  listEvents(clientId: string, after: string | undefined, limit: number) {
+    let afterSeq = 0;
+    if (after) {
+      const decoded = /^e(\d{1,15})$/.exec(Buffer.from(after, "base64url").toString("utf8"));
+      if (!decoded) throw new ApiError("invalid_request", "after is not a cursor this API returned.", [{ field: "after", message: "unrecognised cursor" }]);
+      afterSeq = Number(decoded[1]);
+    }
+    const rows = listClientEvents(this.deps.db, clientId, afterSeq, limit);
+    const lastSeq = rows.length > 0 ? rows[rows.length - 1]!.seq : afterSeq;
+    return {
+      data: rows.map((e) => ({
+        id: e.id,
+        ...(JSON.parse(e.payload) as { type: string; timestamp: string; data: Record<string, never> }),
+        delivery: { status: e.deliveryStatus, attempts: e.attempts, last_status_code: e.lastStatusCode },
+      })),
+      // Always a cursor, even on an empty page: the caller keeps it and asks again later.
+      next_cursor: Buffer.from(`e${lastSeq}`).toString("base64url"),
+    };
+  }
+
+  recover(clientId: string, since: number) {
+    const requeued = requeueFailedEvents(this.deps.db, clientId, since, this.deps.clock.now());
+    if (requeued > 0) this.deps.nudges.dispatcher();
+    return { requeued };
+  }
+
+  usage(clientId: string) {
+    const { db } = this.deps;
+    const client = findClient(db, clientId)!;
+    const usage = clientUsage(db, clientId);
+    return { ...usage, points_spent: clientSpend(db, clientId), credit_limit: client.creditLimit };
+  }
+}

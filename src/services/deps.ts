@@ -1,0 +1,22 @@
+import type { Clock } from "../clock.js";
+import type { Config } from "../config.js";
+import type { Db } from "../db/open.js";
+import type { Logger } from "../logger.js";
+
+/** Wakes a worker loop early: a new row exists that it may act on now. */
+export interface Nudges {
+  submitter(): void;
+  poller(): void;
+  dispatcher(): void;
+}
+
+export const noNudges: Nudges = { submitter() {}, poller() {}, dispatcher() {} };
+
+/** What every service verb needs; passed in, never read from globals. */
+export interface ServiceDeps {
+  db: Db;
+  clock: Clock;
+  config: Config;
+  logger: Logger;
+  nudges: Nudges;
+}

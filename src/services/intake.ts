@@ -1,0 +1,120 @@
+import { canonicalJson, sha256Hex } from "../crypto.js";
+import { newId } from "../ids.js";
+import type { ClientRow } from "../db/clients.js";
+import { countByPhaseForClient, findTaskByIdempotencyKey, insertTask, type TaskRow } from "../db/tasks.js";
+import { clientSpend } from "../db/usage.js";
+import { validateCallbackUrl } from "../webhooks/ssrf.js";
+import type { ServiceDeps } from "./deps.js";
+import { ApiError } from "./errors.js";
+import { DEFAULT_CALLBACK_EVENTS } from "./transitions.js";
+
+/** Fields the relay adds to the upstream body; they are never sent upstream. */
+export const RELAY_FIELDS = ["callback_url", "callback_events", "metadata", "expires_after_seconds"] as const;
+
+export interface CreateTaskInput {
+  client: ClientRow;
+  type: "image" | "video";
+  /** The validated body as the caller sent it (upstream fields, unknown ones included, plus relay fields). */
+  body: Record<string, unknown>;
+  idempotencyKey: string;
+}
+
+export interface CreateTaskResult {
+  task: TaskRow;
+  replayed: boolean;
+}
+
+/** Every media URL must be absolute https, as the upstream requires; checked here to fail fast. */
+function checkMediaUrls(body: Record<string, unknown>): void {
+  const problems: { field: string; message: string }[] = [];
+  const check = (field: string, value: unknown) => {
+    let ok = false;
+    if (typeof value === "string") {
+      try {
+        ok = new URL(value).protocol === "https:";
+      } catch {
+        ok = false;
+      }
+    }
+    if (!ok) problems.push({ field, message: "must be an absolute https URL" });
+  };
+  if (Array.isArray(body.image_urls)) body.image_urls.forEach((u, i) => check(`image_urls.${i}`, u));
+  if (body.source_video_url !== undefined) check("source_video_url", body.source_video_url);
+  if (problems.length > 0) throw new ApiError("invalid_media_url", "A media URL is not a public https URL.", problems);
+}
+
+/**
+ * Accepts a generation request: validates what the schema cannot, applies the caller's
+ * idempotency, and stores the task in one transaction. A 201 is only ever sent for a
+ * committed row, so an accepted task cannot be lost.
+ */
+export function createTask(deps: ServiceDeps, input: CreateTaskInput): CreateTaskResult {
+  const { db, clock, config } = deps;
+  const { client, type, body, idempotencyKey } = input;
+
+  let callbackUrl: string | null = null;
+  if (body.callback_url !== undefined && body.callback_url !== null) {
+    const verdict = validateCallbackUrl(body.callback_url, { allowPrivateNetworks: config.webhookAllowPrivateNetworks });
+    if (!verdict.ok) {
+      throw new ApiError("invalid_callback_url", `callback_url is not acceptable: ${verdict.reason}.`, [
+        { field: "callback_url", message: verdict.reason },
+      ]);
+    }
+    callbackUrl = verdict.url;
+  }
+  checkMediaUrls(body);
+
+  const requestHash = sha256Hex(`${type}\n${canonicalJson(body)}`);
+  const upstreamBody: Record<string, unknown> = { ...body };
+  for (const field of RELAY_FIELDS) delete upstreamBody[field];
+  const events = (body.callback_events as string[] | undefined) ?? DEFAULT_CALLBACK_EVENTS;
+  const metadata = body.metadata as Record<string, string> | undefined;
+  const expiresAfter = body.expires_after_seconds as number | undefined;
+
+  const result = db.transaction((tx): CreateTaskResult => {
+    const existing = findTaskByIdempotencyKey(tx, client.id, idempotencyKey);
+    if (existing) {
+      if (existing.requestHash !== requestHash) {
+        throw new ApiError(
+          "idempotency_key_reused",
+          "This Idempotency-Key was already used with a different request. Use a new key for a new request.",
+        );
+      }
+      return { task: existing, replayed: true };
+    }
+    if (client.maxWaiting !== null && countByPhaseForClient(tx, client.id, "waiting") >= client.maxWaiting) {
+      throw new ApiError("concurrent_limit", "Too many of your tasks are waiting. Retry when some have started.", undefined, {
+        "Retry-After": "5",
+      });
+    }
+    if (client.creditLimit !== null && clientSpend(tx, client.id) >= client.creditLimit) {
+      throw new ApiError("insufficient_points", "Your credit limit on this relay is used up.");
+    }
+    const now = clock.now();
+    const id = newId("task", now);
+    const task = insertTask(tx, {
+      id,
+      clientId: client.id,
+      type,
+      model: String(body.model),
+      status: "queued",
+      phase: "waiting",
+      requestJson: JSON.stringify(upstreamBody),
+      callbackUrl,
+      callbackEvents: JSON.stringify(events),
+      metadataJson: metadata ? JSON.stringify(metadata) : null,
+      idempotencyKey,
+      requestHash,
+      upstreamAccount: client.upstreamAccount,
+      // Derived from the task id and fixed here, before any submission: every retry reuses it.
+      upstreamIdempotencyKey: `genrelay-${id}`,
+      nextRunAt: now,
+      expiresAt: expiresAfter ? now + expiresAfter * 1000 : null,
+      createdAt: now,
+      updatedAt: now,
+    });
+    return { task, replayed: false };
+  });
+  if (!result.replayed) deps.nudges.submitter();
+  return result;
+}

@@ -1,0 +1,96 @@
+import type { EventRow } from "../db/events.js";
+import type { TaskRow } from "../db/tasks.js";
+import type { TaskStatus } from "../db/schema.js";
+
+export interface DeliverySummary {
+  status: "none" | "pending" | "succeeded" | "failed";
+  attempts: number;
+  last_attempt_at: string | null;
+  last_status_code: number | null;
+}
+
+export interface TaskData {
+  id: string;
+  type: "image" | "video";
+  status: TaskStatus;
+  model: string;
+  created_at: string;
+  updated_at: string;
+  completed_at: string | null;
+  upstream_task_id: string | null;
+  error: { code: string; message: string; request_id: string | null } | null;
+  metadata: Record<string, string> | null;
+  callback: { url: string | null; events: string[]; delivery?: DeliverySummary };
+  queue_position?: number;
+}
+
+export interface TaskUsage {
+  points_charged: number | null;
+  points_refunded: number | null;
+}
+
+/** `GET /tasks/{id}`: `{data, output, usage}`. */
+export interface TaskView {
+  data: TaskData;
+  output: unknown;
+  usage: TaskUsage;
+}
+
+/** List items and webhook `data`: the view flattened. */
+export type FlatTask = TaskData & { output: unknown; usage: TaskUsage };
+
+const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
+
+function parseJson<T>(text: string | null): T | null {
+  if (text === null) return null;
+  try {
+    return JSON.parse(text) as T;
+  } catch {
+    return null;
+  }
+}
+
+export function deliverySummary(task: TaskRow, lastEvent: EventRow | undefined): DeliverySummary {
+  if (!lastEvent || !task.callbackUrl) return { status: "none", attempts: 0, last_attempt_at: null, last_status_code: null };
+  return {
+    status: lastEvent.deliveryStatus,
+    attempts: lastEvent.attempts,
+    last_attempt_at: iso(lastEvent.lastAttemptAt),
+    last_status_code: lastEvent.lastStatusCode,
+  };
+}
+
+export function taskData(task: TaskRow, delivery?: DeliverySummary, queuePosition?: number | null): TaskData {
+  const data: TaskData = {
+    id: task.id,
+    type: task.type,
+    status: task.status,
+    model: task.model,
+    created_at: iso(task.createdAt)!,
+    updated_at: iso(task.updatedAt)!,
+    completed_at: iso(task.completedAt),
+    upstream_task_id: task.upstreamTaskId,
+    error: parseJson(task.errorJson),
+    metadata: parseJson(task.metadataJson),
+    callback: { url: task.callbackUrl, events: parseJson<string[]>(task.callbackEvents) ?? [] },
+  };
+  if (delivery) data.callback.delivery = delivery;
+  if (queuePosition !== undefined && queuePosition !== null) data.queue_position = queuePosition;
+  return data;
+}
+
+export function taskUsage(task: TaskRow): TaskUsage {
+  return { points_charged: task.pointsCharged, points_refunded: task.pointsRefunded };
+}
+
+export function taskOutput(task: TaskRow): unknown {
+  return parseJson(task.outputJson);
+}
+
+export function taskView(task: TaskRow, delivery?: DeliverySummary, queuePosition?: number | null): TaskView {
+  return { data: taskData(task, delivery, queuePosition), output: taskOutput(task), usage: taskUsage(task) };
+}
+
+export function flatTask(task: TaskRow, delivery?: DeliverySummary): FlatTask {
+  return { ...taskData(task, delivery), output: taskOutput(task), usage: taskUsage(task) };
+}

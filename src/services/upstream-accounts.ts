@@ -1,0 +1,40 @@
+import type { Config } from "../config.js";
+import { decryptSecret } from "../crypto.js";
+import { findClient } from "../db/clients.js";
+import type { Db } from "../db/open.js";
+import { UpstreamClient } from "../upstream/client.js";
+
+export const DEFAULT_ACCOUNT = "default";
+
+/**
+ * Resolves an upstream account id ("default" or a client id that carries its own key) to a client
+ * for it. Per-client keys are decrypted only here, in memory, and never logged.
+ */
+export class UpstreamAccounts {
+  private readonly clients = new Map<string, UpstreamClient>();
+
+  constructor(
+    private readonly db: Db,
+    private readonly config: Config,
+    private readonly baseUrl: string,
+    private readonly defaultKey: string,
+    private readonly fetchImpl: typeof fetch = globalThis.fetch,
+  ) {}
+
+  get(account: string): UpstreamClient {
+    let client = this.clients.get(account);
+    if (!client) {
+      client = new UpstreamClient({ baseUrl: this.baseUrl, apiKey: this.keyOf(account), fetch: this.fetchImpl });
+      this.clients.set(account, client);
+    }
+    return client;
+  }
+
+  private keyOf(account: string): string {
+    if (account === DEFAULT_ACCOUNT) return this.defaultKey;
+    const row = findClient(this.db, account);
+    if (!row?.upstreamKeyEncrypted) throw new Error(`upstream account ${account} has no key`);
+    if (!this.config.encryptionKey) throw new Error("RELAY_ENCRYPTION_KEY is required to use a client's own upstream key");
+    return decryptSecret(row.upstreamKeyEncrypted, this.config.encryptionKey);
+  }
+}

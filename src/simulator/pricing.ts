@@ -1,0 +1,31 @@
+import type { PImageQuality } from "./catalog.js";
+
+/** Flat rate for image models without a published table. */
+export const DEFAULT_IMAGE_PRICE = 20;
+
+// UPSTREAM-API.md §8, "discounted" column: the rates the account is actually charged.
+const P_IMAGE_TABLE: Record<PImageQuality, Record<string, number>> = {
+  low: { "1K": 20, "2K": 30, "4K": 50 },
+  medium: { "1K": 40, "2K": 70, "4K": 120 },
+  high: { "1K": 140, "2K": 270, "4K": 450 },
+  xhigh: { "1K": 240, "2K": 480, "4K": 800 },
+  max: { "1K": 530, "2K": 1080, "4K": 1780 },
+  auto: { "1K": 530, "2K": 1080, "4K": 1780 },
+};
+
+/** Price of a default 5-second video by resolution; model V of §8 plus a 1080p tier. */
+const VIDEO_BASE_5S: Record<string, number> = { "480p": 500, "720p": 750, "1080p": 1000 };
+
+export function imagePrice(model: string, quality: PImageQuality, size: string, count = 1): number {
+  const perImage = model === "p-image" ? (P_IMAGE_TABLE[quality][size] ?? DEFAULT_IMAGE_PRICE) : DEFAULT_IMAGE_PRICE;
+  return perImage * count;
+}
+
+/** Linear in duration, rounded up to a multiple of 50 credits as §8 states for video. */
+export function videoPrice(resolution: string, durationSeconds: number): number {
+  const base = VIDEO_BASE_5S[resolution] ?? VIDEO_BASE_5S["720p"]!;
+  const raw = (base * durationSeconds) / 5;
+  // Rounded to micro-credits first so float noise (e.g. 3150.0000000000005) cannot add 50.
+  const steps = Math.ceil(Math.round((raw / 50) * 1e6) / 1e6);
+  return steps * 50;
+}

@@ -1,0 +1,319 @@
+/**
+ * Everything the simulator remembers: accounts, their tasks, idempotency records,
+ * read windows and counters. Plain memory, no timers: time comes from the clock,
+ * and a task's terminal state (with its refund) is applied the first time anyone
+ * looks after it is due, which is indistinguishable from outside.
+ */
+import type { Clock } from "../clock.js";
+import { systemClock } from "../clock.js";
+import { newId } from "../ids.js";
+import { SimError } from "./errors.js";
+import {
+  DEFAULT_ACCOUNT,
+  DEFAULT_PUBLIC_BASE_URL,
+  DEFAULT_TIMINGS,
+  type SimulatorAccountOptions,
+  type SimulatorOptions,
+  type SimulatorTimings,
+} from "./options.js";
+import { imagePrice, videoPrice } from "./pricing.js";
+import { buildOutput, FAIL_MARKER, schedule, statusAt, type SimTask, type TaskStatus, type TaskType } from "./task.js";
+import type { GenerationRequest } from "./validation.js";
+
+const READ_WINDOW_MS = 60_000;
+
+export interface Counters {
+  tasks_created: number;
+  create_requests: number;
+  replays: number;
+  task_reads: number;
+  rate_limited: number;
+  concurrent_limited: number;
+}
+
+export interface AccountStats extends Counters {
+  running: number;
+  balance: number;
+}
+
+export interface SimulatorStats extends Counters {
+  per_account: Record<string, AccountStats>;
+}
+
+interface IdempotencyRecord {
+  fingerprint: string;
+  task: SimTask;
+}
+
+export interface Account {
+  readonly apiKey: string;
+  balance: number;
+  maxConcurrent: number;
+  readsPerMinute: number;
+  readonly tasks: SimTask[];
+  readonly running: Set<SimTask>;
+  readonly idempotency: Map<string, IdempotencyRecord>;
+  readonly creationsPerKey: Map<string, number>;
+  /** Times of accepted reads inside the current window, oldest first. */
+  readonly reads: number[];
+  readonly counters: Counters;
+}
+
+export type IdempotencyLookup = { kind: "new" } | { kind: "replay"; task: SimTask } | { kind: "conflict" };
+
+export interface ListQuery {
+  limit: number;
+  afterId?: string;
+  type?: TaskType;
+  status?: TaskStatus;
+}
+
+const zeroCounters = (): Counters => ({
+  tasks_created: 0,
+  create_requests: 0,
+  replays: 0,
+  task_reads: 0,
+  rate_limited: 0,
+  concurrent_limited: 0,
+});
+
+export class SimulatorState {
+  readonly clock: Clock;
+  private readonly accounts = new Map<string, Account>();
+  private readonly tasksById = new Map<string, SimTask>();
+  private currentTimings: SimulatorTimings;
+  private baseUrl: string;
+
+  constructor(options: SimulatorOptions = {}) {
+    this.clock = options.clock ?? systemClock;
+    this.currentTimings = { ...DEFAULT_TIMINGS, ...options.timings };
+    this.baseUrl = stripSlash(options.publicBaseUrl ?? DEFAULT_PUBLIC_BASE_URL);
+    for (const acc of options.accounts ?? [{ apiKey: "sandbox" }]) this.addAccount(acc);
+  }
+
+  get publicBaseUrl(): string {
+    return this.baseUrl;
+  }
+
+  /** For startSimulator, which learns its own address only after listening. */
+  setPublicBaseUrl(url: string): void {
+    this.baseUrl = stripSlash(url);
+  }
+
+  get timings(): SimulatorTimings {
+    return { ...this.currentTimings };
+  }
+
+  /** Applies to tasks created from now on; existing tasks keep the schedule they were created with. */
+  setTimings(partial: Partial<SimulatorTimings>): void {
+    this.currentTimings = { ...this.currentTimings, ...partial };
+  }
+
+  addAccount(opts: SimulatorAccountOptions): void {
+    if (this.accounts.has(opts.apiKey)) throw new Error("simulator account already exists");
+    this.accounts.set(opts.apiKey, {
+      apiKey: opts.apiKey,
+      balance: opts.balance ?? DEFAULT_ACCOUNT.balance,
+      maxConcurrent: opts.maxConcurrent ?? DEFAULT_ACCOUNT.maxConcurrent,
+      readsPerMinute: opts.readsPerMinute ?? DEFAULT_ACCOUNT.readsPerMinute,
+      tasks: [],
+      running: new Set(),
+      idempotency: new Map(),
+      creationsPerKey: new Map(),
+      reads: [],
+      counters: zeroCounters(),
+    });
+  }
+
+  findAccount(apiKey: string): Account | undefined {
+    return this.accounts.get(apiKey);
+  }
+
+  setBalance(apiKey: string, balance: number): void {
+    const account = this.requireAccount(apiKey);
+    // Refunds already due are applied first, so the new balance is not topped up by them later.
+    this.settle(account);
+    account.balance = balance;
+  }
+
+  balance(apiKey: string): number {
+    const account = this.requireAccount(apiKey);
+    this.settle(account);
+    return account.balance;
+  }
+
+  stats(): SimulatorStats {
+    const total = zeroCounters();
+    const perAccount: Record<string, AccountStats> = {};
+    for (const account of this.accounts.values()) {
+      this.settle(account);
+      for (const k of Object.keys(total) as (keyof Counters)[]) total[k] += account.counters[k];
+      perAccount[account.apiKey] = { ...account.counters, running: account.running.size, balance: account.balance };
+    }
+    return { ...total, per_account: perAccount };
+  }
+
+  /** Tasks created per Idempotency-Key for one account; every value must be 1 (no double charge). */
+  creationsByIdempotencyKey(apiKey: string): Map<string, number> {
+    return new Map(this.requireAccount(apiKey).creationsPerKey);
+  }
+
+  /** The largest number of tasks created for any single Idempotency-Key, over all accounts (0 when none). */
+  maxCreationsPerKey(): number {
+    let max = 0;
+    for (const account of this.accounts.values()) {
+      for (const n of account.creationsPerKey.values()) max = Math.max(max, n);
+    }
+    return max;
+  }
+
+  /** Applies terminal states that are due: frees the concurrency slot, refunds a failure. */
+  settle(account: Account): void {
+    const now = this.clock.now();
+    for (const task of account.running) {
+      if (now < task.completedAt) continue;
+      task.settled = true;
+      account.running.delete(task);
+      if (task.outcome === "failed") {
+        task.refunded = task.price;
+        account.balance += task.price;
+      }
+    }
+  }
+
+  noteCreateRequest(account: Account): void {
+    account.counters.create_requests++;
+  }
+
+  lookupIdempotency(account: Account, key: string, fingerprint: string): IdempotencyLookup {
+    const record = account.idempotency.get(key);
+    if (!record) return { kind: "new" };
+    if (record.fingerprint !== fingerprint) return { kind: "conflict" };
+    account.counters.replays++;
+    this.settle(account);
+    return { kind: "replay", task: record.task };
+  }
+
+  /** Creates and charges a task, or throws 429 concurrent_limit / 402 insufficient_points. */
+  create(account: Account, key: string, fingerprint: string, req: GenerationRequest): SimTask {
+    const now = this.clock.now();
+    this.settle(account);
+    // Concurrency first: a full account may get credits back from a failing task before a retry.
+    if (account.running.size >= account.maxConcurrent) {
+      account.counters.concurrent_limited++;
+      const nextFree = Math.min(...[...account.running].map((t) => t.completedAt));
+      throw new SimError(
+        429,
+        "concurrent_limit",
+        `Too many running tasks (limit ${account.maxConcurrent}); wait for one to finish`,
+        undefined,
+        { "Retry-After": String(secondsUntil(nextFree, now)) },
+      );
+    }
+    const price = req.type === "image" ? imagePrice(req.model, req.quality, req.size) : videoPrice(req.resolution, req.duration);
+    if (account.balance < price) {
+      throw new SimError(402, "insufficient_points", `Insufficient credits: the task costs ${price}, the balance is ${account.balance}`);
+    }
+    const t = this.currentTimings;
+    const timing =
+      req.type === "image"
+        ? { queuedMs: t.imageQueuedMs, processingMs: t.imageProcessingMs }
+        : { queuedMs: t.videoQueuedMs, processingMs: t.videoProcessingMs };
+    const id = newId("up", now);
+    const task: SimTask = {
+      id,
+      seq: account.tasks.length,
+      apiKey: account.apiKey,
+      type: req.type,
+      model: req.model,
+      idempotencyKey: key,
+      price,
+      refunded: 0,
+      createdAt: now,
+      ...schedule(now, timing),
+      outcome: req.prompt.includes(FAIL_MARKER) ? "failed" : "succeeded",
+      settled: false,
+      output: buildOutput(id, req, this.baseUrl),
+    };
+    account.balance -= price;
+    account.tasks.push(task);
+    account.running.add(task);
+    account.idempotency.set(key, { fingerprint, task });
+    account.creationsPerKey.set(key, (account.creationsPerKey.get(key) ?? 0) + 1);
+    account.counters.tasks_created++;
+    this.tasksById.set(id, task);
+    return task;
+  }
+
+  /** Counts one task read against the sliding window, or throws 429 rate_limit (which is not counted). */
+  recordRead(account: Account): void {
+    const now = this.clock.now();
+    if (account.readsPerMinute > 0) {
+      const reads = account.reads;
+      while (reads.length > 0 && reads[0]! <= now - READ_WINDOW_MS) reads.shift();
+      if (reads.length >= account.readsPerMinute) {
+        account.counters.rate_limited++;
+        const retryAfter = secondsUntil(reads[0]! + READ_WINDOW_MS, now);
+        throw new SimError(
+          429,
+          "rate_limit",
+          `Task read rate exceeded (${account.readsPerMinute} per minute); retry after ${retryAfter} s`,
+          undefined,
+          { "Retry-After": String(retryAfter) },
+        );
+      }
+      reads.push(now);
+    }
+    account.counters.task_reads++;
+  }
+
+  getTask(account: Account, id: string): SimTask {
+    const task = this.tasksById.get(id);
+    // Another account's task is reported exactly like an unknown one (§5.5).
+    if (!task || task.apiKey !== account.apiKey) throw new SimError(404, "task_not_found", `Task ${id} was not found`);
+    this.settle(account);
+    return task;
+  }
+
+  /** A task by id regardless of account, for the public output file URLs. */
+  taskById(id: string): SimTask | undefined {
+    const task = this.tasksById.get(id);
+    if (task) this.settle(this.requireAccount(task.apiKey));
+    return task;
+  }
+
+  /** Newest first; `afterId` continues after that task. Filters see the current lazy status. */
+  listTasks(account: Account, query: ListQuery): { items: SimTask[]; hasMore: boolean } {
+    this.settle(account);
+    const now = this.clock.now();
+    let start = account.tasks.length - 1;
+    if (query.afterId !== undefined) {
+      const after = this.tasksById.get(query.afterId);
+      if (!after || after.apiKey !== account.apiKey) throw new SimError(400, "invalid_request", "cursor is not valid");
+      start = after.seq - 1;
+    }
+    const items: SimTask[] = [];
+    for (let i = start; i >= 0; i--) {
+      const task = account.tasks[i]!;
+      if (query.type && task.type !== query.type) continue;
+      if (query.status && statusAt(task, now) !== query.status) continue;
+      if (items.length === query.limit) return { items, hasMore: true };
+      items.push(task);
+    }
+    return { items, hasMore: false };
+  }
+
+  private requireAccount(apiKey: string): Account {
+    const account = this.accounts.get(apiKey);
+    if (!account) throw new Error("unknown simulator account");
+    return account;
+  }
+}
+
+function secondsUntil(atMs: number, nowMs: number): number {
+  return Math.max(1, Math.ceil((atMs - nowMs) / 1000));
+}
+
+function stripSlash(url: string): string {
+  return url.replace(/\/+$/u, "");
+}

@@ -1,0 +1,271 @@
+import type { Clock } from "../clock.js";
+import { systemClock } from "../clock.js";
+import type { TaskStatus } from "../db/schema.js";
+import { UpstreamError } from "./errors.js";
+import { parseBooleanHeader, parseErrorBody, parseJson, parseRetryAfter, parseTask, parseTaskList } from "./parse.js";
+import type { CreateResult, TaskPage, TaskType, UpstreamTask } from "./types.js";
+
+export type { CreateResult, TaskPage, TaskType, UpstreamErrorInfo, UpstreamTask, UpstreamUsage } from "./types.js";
+
+export interface UpstreamClientOptions {
+  /** No trailing slash; paths /openapi/v1/... are appended. */
+  baseUrl: string;
+  apiKey: string;
+  /** Defaults to the global fetch (which msw intercepts in tests). */
+  fetch?: typeof fetch;
+  /** Per request, covering the response body too. Default 30 000. */
+  timeoutMs?: number;
+  userAgent?: string;
+  /** Turns an HTTP-date Retry-After into a delay. Defaults to the system clock. */
+  clock?: Clock;
+}
+
+export const DEFAULT_TIMEOUT_MS = 30_000;
+const DEFAULT_USER_AGENT = "genrelay";
+
+/** The reference's rule for Idempotency-Key (§4.1): 8–128 of letters, digits, `.`, `_`, `:`, `-`. */
+export const IDEMPOTENCY_KEY_PATTERN = /^[A-Za-z0-9._:-]{8,128}$/;
+
+export function isValidIdempotencyKey(key: string): boolean {
+  return IDEMPOTENCY_KEY_PATTERN.test(key);
+}
+
+const CREATE_PATHS: Readonly<Record<TaskType, string>> = {
+  image: "/openapi/v1/images/generations",
+  video: "/openapi/v1/videos/generations",
+};
+
+interface RequestSpec {
+  method: "GET" | "POST";
+  path: string;
+  query?: URLSearchParams;
+  body?: Record<string, unknown>;
+  idempotencyKey?: string;
+}
+
+interface RawResponse {
+  status: number;
+  headers: Headers;
+  text: string;
+}
+
+/**
+ * Client for the upstream generation API (UPSTREAM-API.md). It makes exactly one
+ * HTTP request per call and never retries: retry, backoff and the read budget are
+ * the callers' business, and every failure arrives as an UpstreamError that says
+ * whether it is retryable.
+ */
+export class UpstreamClient {
+  private readonly baseUrl: string;
+  private readonly apiKey: string;
+  private readonly fetchImpl: typeof fetch;
+  private readonly timeoutMs: number;
+  private readonly userAgent: string;
+  private readonly clock: Clock;
+
+  constructor(options: UpstreamClientOptions) {
+    if (options.baseUrl.trim() === "") throw new TypeError("UpstreamClient: baseUrl is required");
+    if (options.apiKey === "") throw new TypeError("UpstreamClient: apiKey is required");
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+      throw new RangeError("UpstreamClient: timeoutMs must be a positive number");
+    }
+    this.baseUrl = options.baseUrl.replace(/\/+$/, "");
+    this.apiKey = options.apiKey;
+    // Resolved per call so a fetch stubbed or intercepted after construction is still used.
+    this.fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this.timeoutMs = timeoutMs;
+    this.userAgent = options.userAgent ?? DEFAULT_USER_AGENT;
+    this.clock = options.clock ?? systemClock;
+  }
+
+  /**
+   * POST /openapi/v1/{images|videos}/generations. The same idempotencyKey must be
+   * reused on every retry of one relay task: that is what prevents a double charge.
+   */
+  async createTask(type: TaskType, body: Record<string, unknown>, idempotencyKey: string): Promise<CreateResult> {
+    const res = await this.request({ method: "POST", path: CREATE_PATHS[type], body, idempotencyKey });
+    const json = this.json(res);
+    const task = parseTask(json);
+    if (task === null) throw this.malformed(res, "creation response carries no task id");
+    const header = parseBooleanHeader(res.headers.get("idempotent-replayed"));
+    return {
+      task,
+      // The header is authoritative when readable; otherwise a 200 (not 201) is the replay.
+      replayed: header ?? res.status === 200,
+      httpStatus: res.status,
+      requestId: requestIdOf(res.headers, json),
+    };
+  }
+
+  /** GET /openapi/v1/tasks/{id}. */
+  async getTask(id: string): Promise<UpstreamTask> {
+    // An empty id would turn this into a request for the task list.
+    if (id === "") throw new TypeError("UpstreamClient.getTask: id must be a non-empty string");
+    const res = await this.request({ method: "GET", path: `/openapi/v1/tasks/${encodeURIComponent(id)}` });
+    const task = parseTask(this.json(res), id);
+    if (task === null) throw this.malformed(res, "task response is not a JSON object");
+    return task;
+  }
+
+  /**
+   * GET /openapi/v1/tasks. Resolves null when the body holds no recognisable item
+   * array, so the caller can fall back to single reads.
+   */
+  async listTasks(params: {
+    limit?: number;
+    cursor?: string;
+    type?: TaskType;
+    status?: TaskStatus;
+  }): Promise<TaskPage | null> {
+    const query = new URLSearchParams();
+    if (params.limit !== undefined) query.set("limit", String(params.limit));
+    if (params.cursor !== undefined) query.set("cursor", params.cursor);
+    if (params.type !== undefined) query.set("type", params.type);
+    if (params.status !== undefined) query.set("status", params.status);
+    const res = await this.request({ method: "GET", path: "/openapi/v1/tasks", query });
+    return parseTaskList(this.json(res));
+  }
+
+  /** GET /openapi/v1/models: the catalog, verbatim (its shape is not shown in the reference). */
+  async getModels(): Promise<unknown> {
+    const res = await this.request({ method: "GET", path: "/openapi/v1/models" });
+    return this.json(res);
+  }
+
+  /** One HTTP exchange. Resolves only for 2xx; everything else throws an UpstreamError. */
+  private async request(spec: RequestSpec): Promise<RawResponse> {
+    const qs = spec.query?.toString() ?? "";
+    const url = `${this.baseUrl}${spec.path}${qs === "" ? "" : `?${qs}`}`;
+    const headers: Record<string, string> = {
+      Authorization: `Bearer ${this.apiKey}`,
+      Accept: "application/json",
+      "User-Agent": this.userAgent,
+    };
+    if (spec.body !== undefined) headers["Content-Type"] = "application/json";
+    if (spec.idempotencyKey !== undefined) headers["Idempotency-Key"] = spec.idempotencyKey;
+
+    // One signal for the whole exchange, so a body that trickles in is cut off too.
+    // Both steps are also raced against it: an injected fetch (or a mocked body)
+    // that ignores the signal must not hang a worker forever.
+    const signal = AbortSignal.timeout(this.timeoutMs);
+    let res: RawResponse;
+    try {
+      const response = await untilAborted(
+        this.fetchImpl(url, {
+          method: spec.method,
+          headers,
+          body: spec.body === undefined ? undefined : JSON.stringify(spec.body),
+          signal,
+        }),
+        signal,
+      );
+      const text = await untilAborted(response.text(), signal, () => {
+        response.body?.cancel().catch(() => undefined);
+      });
+      res = { status: response.status, headers: response.headers, text };
+    } catch (err) {
+      throw this.transportError(err, signal, spec);
+    }
+    if (res.status >= 200 && res.status < 300) return res;
+    throw this.httpError(res);
+  }
+
+  private json(res: RawResponse): unknown {
+    const parsed = parseJson(res.text);
+    if (!parsed.ok) throw this.malformed(res, "response body is not JSON");
+    return parsed.value;
+  }
+
+  private httpError(res: RawResponse): UpstreamError {
+    const body = parseErrorBody(res.text);
+    return new UpstreamError({
+      kind: "http",
+      status: res.status,
+      code: body.code ?? `http_${res.status}`,
+      message: this.redact(body.message ?? `upstream responded with HTTP ${res.status}`),
+      requestId: body.requestId ?? res.headers.get("x-request-id"),
+      retryAfterMs: parseRetryAfter(res.headers.get("retry-after"), this.clock.now()),
+      details: body.details,
+    });
+  }
+
+  private malformed(res: RawResponse, why: string): UpstreamError {
+    return new UpstreamError({
+      kind: "malformed",
+      code: "malformed_response",
+      message: `malformed upstream response (HTTP ${res.status}): ${why}`,
+      requestId: res.headers.get("x-request-id"),
+      details: { httpStatus: res.status },
+    });
+  }
+
+  private transportError(err: unknown, signal: AbortSignal, spec: RequestSpec): UpstreamError {
+    const timedOut = signal.aborted || (err instanceof Error && err.name === "TimeoutError");
+    if (timedOut) {
+      return new UpstreamError({
+        kind: "timeout",
+        code: "timeout",
+        message: `${spec.method} ${spec.path} timed out after ${this.timeoutMs} ms`,
+        cause: err,
+      });
+    }
+    const reason = err instanceof Error ? describeCause(err) : String(err);
+    return new UpstreamError({
+      kind: "network",
+      code: "network_error",
+      message: this.redact(`${spec.method} ${spec.path} failed: ${reason}`),
+      cause: err,
+    });
+  }
+
+  /** Upstream text is echoed into errors that get stored and logged; the key must never travel with it. */
+  private redact(text: string): string {
+    return text.split(this.apiKey).join("[redacted]");
+  }
+}
+
+/** Settles like `work`, or rejects with the signal's reason as soon as it aborts. */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal, onAbort?: () => void): Promise<T> {
+  if (signal.aborted) {
+    onAbort?.();
+    work.catch(() => undefined);
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const abort = (): void => {
+      onAbort?.();
+      reject(signal.reason);
+    };
+    signal.addEventListener("abort", abort, { once: true });
+    work.then(
+      (value) => {
+        signal.removeEventListener("abort", abort);
+        resolve(value);
+      },
+      (err: unknown) => {
+        signal.removeEventListener("abort", abort);
+        reject(err);
+      },
+    );
+  });
+}
+
+/** undici hides the useful part (ECONNREFUSED, ENOTFOUND…) in err.cause. */
+function describeCause(err: Error): string {
+  const cause = err.cause;
+  if (cause instanceof Error && cause.message !== "" && cause.message !== err.message) {
+    return `${err.message} (${cause.message})`;
+  }
+  return err.message;
+}
+
+function requestIdOf(headers: Headers, body: unknown): string | null {
+  const header = headers.get("x-request-id");
+  if (header !== null && header !== "") return header;
+  if (typeof body === "object" && body !== null && !Array.isArray(body)) {
+    const id = (body as Record<string, unknown>).request_id;
+    if (typeof id === "string" && id !== "") return id;
+  }
+  return null;
+}

@@ -1,0 +1,248 @@
+import { StringDecoder } from "node:string_decoder";
+import { Agent } from "undici";
+import { parseRetryAfter } from "./schedule.js";
+import { createGuardedLookup, validateCallbackUrl, type Resolver } from "./ssrf.js";
+
+export interface SendRequest {
+  url: string;
+  headers: Record<string, string>;
+  body: string;
+  timeoutMs: number;
+}
+
+export interface SendResult {
+  ok: boolean;
+  statusCode: number | null;
+  latencyMs: number;
+  /** Human readable, never contains header values. */
+  error: string | null;
+  /** The SSRF guard refused: nothing was sent. */
+  blocked: boolean;
+  responseBody: string | null;
+  retryAfterMs: number | null;
+  gone: boolean;
+}
+
+export const RESPONSE_BODY_LIMIT = 4096;
+
+class AttemptTimeout extends Error {
+  constructor(timeoutMs: number) {
+    super(`timeout after ${timeoutMs} ms`);
+  }
+}
+
+/** What the attempt learned before it ended (a timeout may strike after the headers). */
+interface Progress {
+  statusCode: number | null;
+  retryAfter: string | null;
+  responseBody: string | null;
+}
+
+/**
+ * One HTTP POST per call, through a pooled undici Agent whose DNS lookup is the
+ * SSRF guard. Redirects are never followed (no redirect interceptor). Never throws.
+ */
+export class WebhookSender {
+  private readonly agent: Agent;
+  private readonly allowPrivateNetworks: boolean;
+  private readonly now: () => number;
+  private readonly inFlight = new Set<Promise<SendResult>>();
+  private closing: Promise<void> | null = null;
+
+  constructor(opts: { allowPrivateNetworks: boolean; resolve?: Resolver; connections?: number; now?: () => number }) {
+    this.allowPrivateNetworks = opts.allowPrivateNetworks;
+    this.now = opts.now ?? Date.now;
+    const lookup = createGuardedLookup({
+      allowPrivateNetworks: opts.allowPrivateNetworks,
+      ...(opts.resolve ? { resolve: opts.resolve } : {}),
+    });
+    this.agent = new Agent({ connections: opts.connections ?? 16, connect: { lookup } });
+  }
+
+  send(req: SendRequest): Promise<SendResult> {
+    const started = this.now();
+    const attempt = this.attempt(req).catch(
+      (err: unknown): SendResult => ({
+        ok: false,
+        statusCode: null,
+        latencyMs: Math.max(0, Math.round(this.now() - started)),
+        error: `internal error: ${err instanceof Error ? err.message.slice(0, 200) : "unknown"}`,
+        blocked: false,
+        responseBody: null,
+        retryAfterMs: null,
+        gone: false,
+      }),
+    );
+    this.inFlight.add(attempt);
+    void attempt.finally(() => this.inFlight.delete(attempt));
+    return attempt;
+  }
+
+  private async attempt(req: SendRequest): Promise<SendResult> {
+    const started = this.now();
+    const result = (fields: Partial<SendResult>): SendResult => ({
+      ok: false,
+      statusCode: null,
+      latencyMs: Math.max(0, Math.round(this.now() - started)),
+      error: null,
+      blocked: false,
+      responseBody: null,
+      retryAfterMs: null,
+      gone: false,
+      ...fields,
+    });
+
+    if (this.closing) return result({ error: "sender closed" });
+
+    // Re-validated on every send: the URL was stored under an earlier configuration,
+    // and literal IPs are only caught here (net.connect skips lookup for them).
+    const checked = validateCallbackUrl(req.url, { allowPrivateNetworks: this.allowPrivateNetworks });
+    if (!checked.ok) return result({ blocked: true, error: `blocked: ${checked.reason}` });
+
+    const progress: Progress = { statusCode: null, retryAfter: null, responseBody: null };
+    const controller = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const err = new AttemptTimeout(req.timeoutMs);
+        controller.abort(err);
+        reject(err);
+      }, Math.max(0, req.timeoutMs));
+    });
+    const exchange = this.exchange(new URL(checked.url), req, controller.signal, progress);
+    exchange.catch(() => {}); // when the timeout wins, the aborted exchange rejects later; nobody awaits it
+    try {
+      await Promise.race([exchange, timeout]);
+    } catch (err) {
+      const { message, blocked } = describeError(err, req.timeoutMs);
+      return result({
+        blocked,
+        error: message,
+        statusCode: progress.statusCode,
+        responseBody: progress.responseBody,
+        retryAfterMs: parseRetryAfter(progress.retryAfter, this.now()),
+        gone: progress.statusCode === 410,
+      });
+    } finally {
+      clearTimeout(timer);
+    }
+
+    const status = progress.statusCode ?? 0;
+    return result({
+      ok: status >= 200 && status < 300,
+      statusCode: status,
+      error: statusError(status),
+      responseBody: progress.responseBody,
+      retryAfterMs: parseRetryAfter(progress.retryAfter, this.now()),
+      gone: status === 410,
+    });
+  }
+
+  private async exchange(url: URL, req: SendRequest, signal: AbortSignal, progress: Progress): Promise<void> {
+    const response = await this.agent.request({
+      origin: url.origin,
+      path: `${url.pathname}${url.search}`,
+      method: "POST",
+      headers: req.headers,
+      body: req.body,
+      signal,
+      // Backstops only: the race with the attempt timer is what bounds the attempt.
+      headersTimeout: Math.max(1, req.timeoutMs),
+      bodyTimeout: Math.max(1, req.timeoutMs),
+    });
+    progress.statusCode = response.statusCode;
+    const retryAfter = response.headers["retry-after"];
+    progress.retryAfter = (Array.isArray(retryAfter) ? retryAfter[0] : retryAfter) ?? null;
+
+    // Read at most RESPONSE_BODY_LIMIT bytes, then drop the rest (and with it the socket)
+    // rather than download whatever the receiver chooses to send.
+    const decoder = new StringDecoder("utf8");
+    let text = "";
+    let received = 0;
+    try {
+      for await (const chunk of response.body) {
+        const buf = chunk as Buffer;
+        const take = buf.subarray(0, RESPONSE_BODY_LIMIT - received);
+        text += decoder.write(take);
+        received += take.length;
+        progress.responseBody = text;
+        if (received >= RESPONSE_BODY_LIMIT) break;
+      }
+    } finally {
+      // Only an unfinished body is destroyed: destroying a fully read one would also drop the
+      // keep-alive socket. for-await already destroys on break or error; this makes it explicit.
+      if (!response.body.readableEnded && !response.body.destroyed) response.body.destroy();
+    }
+    progress.responseBody = text;
+  }
+
+  /**
+   * Refuses new sends, waits for the ones in flight (each bounded by its own
+   * timeout), then tears the pool down. destroy, not close: undici does not
+   * cancel a connect attempt when its request is aborted, so after a timeout
+   * during connect Agent.close() would wait for undici's own connect timeout.
+   * Idempotent.
+   */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      await Promise.allSettled([...this.inFlight]);
+      await this.agent.destroy();
+    })();
+    return this.closing;
+  }
+}
+
+function statusError(status: number): string | null {
+  if (status >= 200 && status < 300) return null;
+  if (status >= 300 && status < 400) return `redirect (${status}) not followed`;
+  if (status === 410) return "gone (410): the receiver asked for no more deliveries";
+  return `HTTP ${status}`;
+}
+
+const NETWORK_ERRORS: Record<string, string> = {
+  ECONNREFUSED: "connection refused",
+  ECONNRESET: "connection reset",
+  EPIPE: "connection reset",
+  UND_ERR_SOCKET: "connection closed by the receiver",
+  UND_ERR_CONNECT_TIMEOUT: "connect timeout",
+  ETIMEDOUT: "connect timeout",
+  EHOSTUNREACH: "host unreachable",
+  ENETUNREACH: "network unreachable",
+  ENOTFOUND: "host not found",
+  EAI_AGAIN: "dns lookup failed (temporary)",
+  UND_ERR_CLOSED: "sender closed",
+  UND_ERR_DESTROYED: "sender closed",
+};
+
+function errorChain(err: unknown): Array<Error & { code?: unknown }> {
+  const chain: Array<Error & { code?: unknown }> = [];
+  const queue: unknown[] = [err];
+  while (queue.length > 0 && chain.length < 10) {
+    const next = queue.shift();
+    if (!(next instanceof Error)) continue;
+    chain.push(next);
+    if (next.cause !== undefined) queue.push(next.cause);
+    // autoSelectFamily reports one error per address it tried.
+    if (next instanceof AggregateError) queue.push(...next.errors);
+  }
+  return chain;
+}
+
+function describeError(err: unknown, timeoutMs: number): { message: string; blocked: boolean } {
+  const chain = errorChain(err);
+  const blocked = chain.find((e) => e.code === "EBLOCKED");
+  if (blocked) return { message: `blocked: ${blocked.message}`, blocked: true };
+  if (chain.some((e) => e instanceof AttemptTimeout || e.code === "UND_ERR_HEADERS_TIMEOUT" || e.code === "UND_ERR_BODY_TIMEOUT")) {
+    return { message: `timeout after ${timeoutMs} ms`, blocked: false };
+  }
+  for (const e of chain) {
+    const code = typeof e.code === "string" ? e.code : "";
+    const known = NETWORK_ERRORS[code];
+    if (known) return { message: known, blocked: false };
+    if (/^(ERR_SSL_|ERR_TLS_|CERT_|UNABLE_TO_|DEPTH_ZERO_|SELF_SIGNED_)/.test(code)) {
+      return { message: `tls error: ${code}`, blocked: false };
+    }
+  }
+  const first = chain[0];
+  return { message: first ? first.message.slice(0, 200) || first.name : "unknown error", blocked: false };
+}

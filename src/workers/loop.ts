@@ -1,0 +1,94 @@
+import type { Clock } from "../clock.js";
+import type { Logger } from "../logger.js";
+
+export interface TickResult {
+  /** Whether this tick claimed anything; an idle tick never loops again at once. */
+  didWork: boolean;
+  /** When the next row is due (clock ms), or null when nothing is scheduled. */
+  nextDueAt: number | null;
+}
+
+export interface LoopOptions {
+  name: string;
+  clock: Clock;
+  logger: Logger;
+  tick: () => Promise<TickResult>;
+  /** Longest sleep with nothing due; also the heartbeat period /readyz relies on. */
+  idleMs?: number;
+}
+
+/**
+ * Runs a worker's tick, then sleeps until its next due row or a nudge, whichever is first.
+ * No fixed-interval polling: an idle loop wakes only when nudged or every idleMs as a safety net
+ * (a row written by another process, e.g. the CLI). A thrown error never ends the loop; it backs off.
+ */
+export class WorkerLoop {
+  private running = false;
+  private wake: (() => void) | null = null;
+  private nudged = false;
+  private done: Promise<void> = Promise.resolve();
+  private failures = 0;
+  /** Clock time of the last completed tick (successful or not), for stall detection. */
+  lastBeatAt: number;
+
+  constructor(private readonly opts: LoopOptions) {
+    this.lastBeatAt = opts.clock.now();
+  }
+
+  get name(): string {
+    return this.opts.name;
+  }
+
+  get isRunning(): boolean {
+    return this.running;
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.lastBeatAt = this.opts.clock.now();
+    this.done = this.run();
+  }
+
+  /** Something new may be due now: run a tick soon instead of sleeping. */
+  nudge(): void {
+    this.nudged = true;
+    this.wake?.();
+  }
+
+  /** Stops after the current tick; resolves when it has finished. */
+  async stop(): Promise<void> {
+    this.running = false;
+    this.wake?.();
+    await this.done;
+  }
+
+  private async run(): Promise<void> {
+    const idleMs = this.opts.idleMs ?? 30_000;
+    while (this.running) {
+      this.nudged = false;
+      let delay: number;
+      try {
+        const result = await this.opts.tick();
+        this.failures = 0;
+        const untilDue = result.nextDueAt === null ? idleMs : result.nextDueAt - this.opts.clock.now();
+        delay = Math.min(idleMs, Math.max(result.didWork ? 0 : 25, untilDue));
+      } catch (err) {
+        this.failures += 1;
+        delay = Math.min(30_000, 500 * 2 ** Math.min(this.failures, 6));
+        this.opts.logger.error({ err, worker: this.opts.name, retry_in_ms: delay }, "worker tick failed");
+      }
+      this.lastBeatAt = this.opts.clock.now();
+      if (!this.running) break;
+      if (this.nudged) continue;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, delay);
+        this.wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wake = null;
+    }
+  }
+}

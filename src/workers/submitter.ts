@@ -1,0 +1,176 @@
+import type { Clock } from "../clock.js";
+import type { Config } from "../config.js";
+import type { Logger } from "../logger.js";
+import type { Db } from "../db/open.js";
+import { updateClient } from "../db/clients.js";
+import { getAccountState, upsertAccountState } from "../db/upstream.js";
+import { accountsWithDueTasks, countRunning, nextDueAt, updateLeasedTask, type TaskRow } from "../db/tasks.js";
+import type { Nudges } from "../services/deps.js";
+import { TERMINAL_STATUSES, transitionTask } from "../services/transitions.js";
+import type { UpstreamAccounts } from "../services/upstream-accounts.js";
+import { UpstreamError, isConcurrentLimit } from "../upstream/errors.js";
+import { claimFairly } from "./admission.js";
+import type { TickResult } from "./loop.js";
+import type { LeaseOwner } from "./owner.js";
+import { firstPollDelay } from "./poll-schedule.js";
+
+export interface SubmitterOptions {
+  db: Db;
+  clock: Clock;
+  config: Config;
+  logger: Logger;
+  accounts: UpstreamAccounts;
+  owner: LeaseOwner;
+  nudges: Nudges;
+  /** Submissions in flight at once per tick. */
+  batchSize?: number;
+}
+
+/** After this long failing to reach the upstream, a task ends failed instead of retrying forever. */
+const GIVE_UP_AFTER_MS = 24 * 60 * 60 * 1000;
+/** A learned concurrency limit is re-probed after this long (other apps on the account may have finished). */
+const LEARNED_LIMIT_TTL_MS = 10 * 60 * 1000;
+/** A task blocked by concurrency is looked at again at least this often, even without a nudge. */
+const BLOCKED_RECHECK_MS = 30_000;
+const LEASE_MS = 120_000;
+
+export function submitBackoffMs(attempt: number): number {
+  return Math.min(5 * 60_000, 1_000 * 2 ** Math.max(0, attempt - 1));
+}
+
+/**
+ * Sends waiting tasks upstream with their fixed Idempotency-Key, within each account's concurrency,
+ * taking clients in turn. Every outcome is recorded under the claim's lease.
+ */
+export class Submitter {
+  constructor(private readonly opts: SubmitterOptions) {}
+
+  /** Concurrency cap of an account now: configured, else learned from 429 concurrent_limit, else none. */
+  capacity(account: string): number {
+    if (this.opts.config.upstreamMaxConcurrent !== null) return this.opts.config.upstreamMaxConcurrent;
+    const state = getAccountState(this.opts.db, account);
+    if (state?.learnedMaxConcurrent && state.learnedAt && this.opts.clock.now() - state.learnedAt < LEARNED_LIMIT_TTL_MS) {
+      return state.learnedMaxConcurrent;
+    }
+    return Number.POSITIVE_INFINITY;
+  }
+
+  async runOnce(): Promise<TickResult> {
+    const { db, clock } = this.opts;
+    const now = clock.now();
+    let didWork = false;
+    let blocked = false;
+    for (const account of accountsWithDueTasks(db, "waiting", now)) {
+      const state = getAccountState(db, account);
+      if (state?.submitPausedUntil && state.submitPausedUntil > now) continue;
+      const free = this.capacity(account) - countRunning(db, account);
+      const limit = Math.min(this.opts.batchSize ?? 16, Math.max(0, free));
+      if (limit <= 0) {
+        blocked = true;
+        continue;
+      }
+      const claimed = claimFairly(db, { account, now, leaseMs: LEASE_MS, owner: this.opts.owner, limit });
+      if (claimed.length === 0) continue;
+      didWork = true;
+      await Promise.all(claimed.map((task) => this.submit(task)));
+    }
+    const due = nextDueAt(db, "waiting");
+    const next = blocked && due !== null && due <= clock.now() ? clock.now() + BLOCKED_RECHECK_MS : due;
+    return { didWork, nextDueAt: next };
+  }
+
+  private async submit(task: TaskRow): Promise<void> {
+    const { db, clock, logger, config } = this.opts;
+    const token = task.claimToken!;
+    const now = clock.now();
+    if (task.expiresAt !== null && task.expiresAt <= now) {
+      transitionTask(db, task, {
+        status: "canceled",
+        phase: "done",
+        pointsCharged: 0,
+        pointsRefunded: 0,
+        errorJson: JSON.stringify({ code: "expired", message: "The task expired while waiting in the relay; it was never sent upstream.", request_id: null }),
+        completedAt: now,
+        updatedAt: now,
+        nextRunAt: null,
+        claimToken: null,
+        claimedUntil: null,
+      }, { now, token, firstAttemptDelayMs: config.webhookRetryScheduleMs[0] });
+      this.opts.nudges.dispatcher();
+      return;
+    }
+    // Counted before the call: once a request may have reached the upstream, the task can no longer be canceled.
+    const marked = updateLeasedTask(db, task.id, token, { submitAttempts: task.submitAttempts + 1 });
+    if (!marked) return;
+    const log = { task_id: task.id, client_id: task.clientId, account: task.upstreamAccount, attempt: marked.submitAttempts };
+    try {
+      const result = await this.opts.accounts.get(task.upstreamAccount).createTask(task.type, JSON.parse(task.requestJson) as Record<string, unknown>, task.upstreamIdempotencyKey);
+      const at = clock.now();
+      const status = result.task.status ?? "queued";
+      const terminal = TERMINAL_STATUSES.has(status);
+      transitionTask(db, marked, {
+        upstreamTaskId: result.task.id,
+        status,
+        phase: terminal ? "done" : "submitted",
+        submittedAt: marked.submittedAt ?? at,
+        updatedAt: at,
+        pointsCharged: result.task.usage.pointsCharged ?? marked.pointsCharged,
+        pointsRefunded: result.task.usage.pointsRefunded ?? marked.pointsRefunded,
+        ...(terminal ? { completedAt: at, outputJson: result.task.output === null ? null : JSON.stringify(result.task.output) } : {}),
+        nextRunAt: terminal ? null : at + firstPollDelay(task.type),
+        claimToken: null,
+        claimedUntil: null,
+      }, { now: at, token, firstAttemptDelayMs: config.webhookRetryScheduleMs[0] });
+      updateClient(db, task.clientId, { lastAdmittedAt: at });
+      this.opts.nudges.poller();
+      if (terminal) this.opts.nudges.dispatcher();
+      logger.info({ ...log, upstream_task_id: result.task.id, replayed: result.replayed, outcome: "submitted" }, "submission");
+    } catch (err) {
+      this.onFailure(marked, token, err, log);
+    }
+  }
+
+  private onFailure(task: TaskRow, token: string, err: unknown, log: Record<string, unknown>): void {
+    const { db, clock, logger, config } = this.opts;
+    const now = clock.now();
+    const e = err instanceof UpstreamError ? err : null;
+    if (e !== null && isConcurrentLimit(e as unknown)) {
+      // Not a failure: the account is full. Remember its size and wait for a running task to end.
+      const running = countRunning(db, task.upstreamAccount);
+      upsertAccountState(db, task.upstreamAccount, { learnedMaxConcurrent: Math.max(1, running), learnedAt: now }, now);
+      updateLeasedTask(db, task.id, token, { submitAttempts: task.submitAttempts - 1, nextRunAt: now + BLOCKED_RECHECK_MS, claimToken: null, claimedUntil: null });
+      logger.info({ ...log, outcome: "concurrent_limit", running }, "submission");
+      return;
+    }
+    if (e && e.status === 429) {
+      const until = now + (e.retryAfterMs ?? 5_000);
+      upsertAccountState(db, task.upstreamAccount, { submitPausedUntil: until }, now);
+      updateLeasedTask(db, task.id, token, { nextRunAt: until, claimToken: null, claimedUntil: null });
+      logger.warn({ ...log, outcome: "rate_limit", retry_in_ms: until - now }, "submission");
+      return;
+    }
+    // 401 means our own key is wrong, not the caller's request: keep retrying, loudly.
+    const final = e !== null && !e.retryable && e.status !== 401;
+    const givingUp = !final && now - task.createdAt > GIVE_UP_AFTER_MS;
+    if (final || givingUp) {
+      const info = e ? e.toInfo() : { code: "internal_error", message: String(err), request_id: null };
+      transitionTask(db, task, {
+        status: "failed",
+        phase: "done",
+        errorJson: JSON.stringify(info),
+        completedAt: now,
+        updatedAt: now,
+        nextRunAt: null,
+        claimToken: null,
+        claimedUntil: null,
+      }, { now, token, firstAttemptDelayMs: config.webhookRetryScheduleMs[0] });
+      this.opts.nudges.dispatcher();
+      logger.warn({ ...log, outcome: "failed", code: info.code, upstream_status: e?.status }, "submission");
+      return;
+    }
+    const delay = Math.max(submitBackoffMs(task.submitAttempts), e?.retryAfterMs ?? 0);
+    updateLeasedTask(db, task.id, token, { nextRunAt: now + delay, claimToken: null, claimedUntil: null });
+    const level = e?.status === 401 ? "error" : "warn";
+    logger[level]({ ...log, outcome: "retry", code: e?.code ?? "error", retry_in_ms: delay }, "submission");
+  }
+}

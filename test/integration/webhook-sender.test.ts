@@ -1,0 +1,332 @@
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { promisify } from "node:util";
+import { Webhook } from "standardwebhooks";
+import { afterEach, describe, expect, it } from "vitest";
+import { WebhookSender, type SendResult } from "../../src/webhooks/sender.js";
+import { generateWebhookSecret, webhookHeaders } from "../../src/webhooks/sign.js";
+import { createGuardedLookup } from "../../src/webhooks/ssrf.js";
+
+interface Received {
+  method: string;
+  url: string;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+interface Receiver {
+  port: number;
+  url: (path?: string) => string;
+  connections: number;
+  requests: Received[];
+  close: () => Promise<void>;
+}
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  while (cleanups.length > 0) await cleanups.pop()?.();
+});
+
+/** A real loopback HTTP server; counts TCP connections so "nothing was sent" can be asserted. */
+async function startReceiver(handler: (req: Received, res: http.ServerResponse) => void): Promise<Receiver> {
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const received: Received = { method: req.method ?? "", url: req.url ?? "", headers: req.headers, body: Buffer.concat(chunks).toString("utf8") };
+      receiver.requests.push(received);
+      handler(received, res);
+    });
+  });
+  server.on("connection", () => {
+    receiver.connections += 1;
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as AddressInfo).port;
+  const receiver: Receiver = {
+    port,
+    url: (path = "/hook") => `http://127.0.0.1:${port}${path}`,
+    connections: 0,
+    requests: [],
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+  cleanups.push(receiver.close);
+  return receiver;
+}
+
+function newSender(opts: ConstructorParameters<typeof WebhookSender>[0]): WebhookSender {
+  const sender = new WebhookSender(opts);
+  cleanups.push(() => sender.close());
+  return sender;
+}
+
+const secret = generateWebhookSecret();
+const body = JSON.stringify({ type: "ping", timestamp: "2026-01-01T12:00:00.000Z", data: { id: "task_1" } });
+const headersFor = (payload = body) => webhookHeaders([secret], "evt_01", Math.floor(Date.now() / 1000), payload);
+const toLoopback = async () => [{ address: "127.0.0.1", family: 4 as const }];
+
+function expectNothingSent(result: SendResult, error: string): void {
+  expect(result).toMatchObject({ ok: false, blocked: true, statusCode: null, error, responseBody: null, gone: false });
+}
+
+describe("WebhookSender against real loopback receivers", () => {
+  it("delivers a signed POST and reports status, latency and the answer", async () => {
+    const receiver = await startReceiver((_req, res) => setTimeout(() => res.end("thanks"), 60));
+    const sender = newSender({ allowPrivateNetworks: true });
+    const headers = headersFor();
+    const result = await sender.send({ url: receiver.url("/hook?x=1"), headers, body, timeoutMs: 5_000 });
+
+    expect(result).toEqual({
+      ok: true,
+      statusCode: 200,
+      latencyMs: expect.any(Number),
+      error: null,
+      blocked: false,
+      responseBody: "thanks",
+      retryAfterMs: null,
+      gone: false,
+    });
+    expect(result.latencyMs).toBeGreaterThanOrEqual(50);
+    expect(result.latencyMs).toBeLessThan(5_000);
+    const [got] = receiver.requests;
+    expect(got).toMatchObject({ method: "POST", url: "/hook?x=1", body });
+    expect(got?.headers["user-agent"]).toBe("genrelay/0.1");
+    expect(got?.headers["content-type"]).toBe("application/json");
+    expect(new Webhook(secret).verify(got?.body ?? "", got?.headers as Record<string, string>)).toEqual(JSON.parse(body));
+    // Results carry no header values.
+    expect(JSON.stringify(result)).not.toContain(headers["webhook-signature"]);
+  });
+
+  it("keeps at most 4 KiB of a 100 KiB answer", async () => {
+    const big = Array.from({ length: 100 * 1024 }, (_, i) => String.fromCharCode(97 + (i % 26))).join("");
+    const receiver = await startReceiver((_req, res) => res.end(big));
+    const sender = newSender({ allowPrivateNetworks: true });
+    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 5_000 });
+    expect(result.ok).toBe(true);
+    expect(result.responseBody).toBe(big.slice(0, 4096));
+  });
+
+  it("never splits a multi-byte character at the 4 KiB cut", async () => {
+    const receiver = await startReceiver((_req, res) => res.end("x" + "é".repeat(5000)));
+    const sender = newSender({ allowPrivateNetworks: true });
+    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 5_000 });
+    expect(result.responseBody).toBe("x" + "é".repeat(2047));
+    expect(Buffer.byteLength(result.responseBody ?? "")).toBeLessThanOrEqual(4096);
+  });
+
+  it("reports a 500 as a failure with its body", async () => {
+    const receiver = await startReceiver((_req, res) => {
+      res.statusCode = 500;
+      res.end('{"error":"boom"}');
+    });
+    const sender = newSender({ allowPrivateNetworks: true });
+    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 5_000 });
+    expect(result).toMatchObject({ ok: false, statusCode: 500, error: "HTTP 500", blocked: false, responseBody: '{"error":"boom"}', gone: false, retryAfterMs: null });
+  });
+
+  it("reports 410 as gone", async () => {
+    const receiver = await startReceiver((_req, res) => {
+      res.statusCode = 410;
+      res.end();
+    });
+    const sender = newSender({ allowPrivateNetworks: true });
+    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 5_000 });
+    expect(result).toMatchObject({ ok: false, statusCode: 410, gone: true, blocked: false, responseBody: "" });
+    expect(result.error).toContain("410");
+  });
+
+  it("parses Retry-After as delta-seconds and as an HTTP-date", async () => {
+    const now = Date.UTC(2026, 0, 1, 12, 0, 0);
+    const receiver = await startReceiver((req, res) => {
+      if (req.url === "/seconds") {
+        res.writeHead(429, { "retry-after": "120" });
+      } else {
+        res.writeHead(503, { "retry-after": "Thu, 01 Jan 2026 12:05:00 GMT" });
+      }
+      res.end();
+    });
+    const sender = newSender({ allowPrivateNetworks: true, now: () => now });
+    const seconds = await sender.send({ url: receiver.url("/seconds"), headers: headersFor(), body, timeoutMs: 5_000 });
+    expect(seconds).toMatchObject({ ok: false, statusCode: 429, retryAfterMs: 120_000, latencyMs: 0 });
+    const date = await sender.send({ url: receiver.url("/date"), headers: headersFor(), body, timeoutMs: 5_000 });
+    expect(date).toMatchObject({ ok: false, statusCode: 503, retryAfterMs: 300_000 });
+  });
+
+  it("does not follow a redirect, and its target receives nothing", async () => {
+    const target = await startReceiver((_req, res) => res.end("should not be here"));
+    const redirector = await startReceiver((_req, res) => {
+      res.writeHead(302, { location: target.url() });
+      res.end();
+    });
+    const sender = newSender({ allowPrivateNetworks: true });
+    const result = await sender.send({ url: redirector.url(), headers: headersFor(), body, timeoutMs: 5_000 });
+    expect(result).toMatchObject({ ok: false, statusCode: 302, error: "redirect (302) not followed", blocked: false });
+    expect(redirector.requests).toHaveLength(1);
+    expect(target.connections).toBe(0);
+    expect(target.requests).toHaveLength(0);
+  });
+
+  it("times out against a receiver that never answers", async () => {
+    const receiver = await startReceiver(() => {});
+    const sender = newSender({ allowPrivateNetworks: true });
+    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 300 });
+    expect(result).toMatchObject({ ok: false, statusCode: null, error: "timeout after 300 ms", blocked: false, responseBody: null });
+    expect(result.latencyMs).toBeGreaterThanOrEqual(250);
+    expect(result.latencyMs).toBeLessThan(3_000);
+    expect(receiver.requests).toHaveLength(1);
+  });
+
+  it("times out when the body trickles past the limit, keeping the status seen", async () => {
+    const receiver = await startReceiver((_req, res) => {
+      res.writeHead(200, { "content-type": "text/plain" });
+      res.write("partial");
+    });
+    const sender = newSender({ allowPrivateNetworks: true });
+    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 300 });
+    expect(result).toMatchObject({ ok: false, statusCode: 200, error: "timeout after 300 ms", responseBody: "partial" });
+    expect(result.latencyMs).toBeLessThan(3_000);
+  });
+
+  it("times out while the name is still resolving", async () => {
+    const sender = newSender({ allowPrivateNetworks: true, resolve: () => new Promise(() => {}) });
+    const result = await sender.send({ url: "http://slow-dns.test/hook", headers: headersFor(), body, timeoutMs: 200 });
+    expect(result).toMatchObject({ ok: false, statusCode: null, error: "timeout after 200 ms", blocked: false });
+  });
+
+  it("reports a refused connection", async () => {
+    const receiver = await startReceiver(() => {});
+    const port = receiver.port;
+    await receiver.close();
+    const sender = newSender({ allowPrivateNetworks: true });
+    const result = await sender.send({ url: `http://127.0.0.1:${port}/hook`, headers: headersFor(), body, timeoutMs: 5_000 });
+    expect(result).toMatchObject({ ok: false, statusCode: null, error: "connection refused", blocked: false, responseBody: null });
+  });
+
+  it("reaches a hostname through the injected resolver and reuses the pooled connection", async () => {
+    const receiver = await startReceiver((_req, res) => res.end("ok"));
+    const resolved: string[] = [];
+    const sender = newSender({
+      allowPrivateNetworks: true,
+      resolve: async (hostname) => {
+        resolved.push(hostname);
+        return hostname === "receiver.test" ? toLoopback() : [];
+      },
+    });
+    const url = `http://receiver.test:${receiver.port}/hook`;
+    const first = await sender.send({ url, headers: headersFor(), body, timeoutMs: 5_000 });
+    // The socket returns to the pool a moment after the response ends; sent at once, the
+    // second request would open a second (equally vetted) connection.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const second = await sender.send({ url, headers: headersFor(), body, timeoutMs: 5_000 });
+    expect(first).toMatchObject({ ok: true, statusCode: 200, responseBody: "ok" });
+    expect(second).toMatchObject({ ok: true, statusCode: 200 });
+    expect(receiver.requests.map((r) => r.headers.host)).toEqual([`receiver.test:${receiver.port}`, `receiver.test:${receiver.port}`]);
+    expect(resolved).toEqual(["receiver.test"]);
+    expect(receiver.connections).toBe(1);
+  });
+
+  it("never calls lookup for an IP literal (net.connect skips it), which is why literals are checked first", async () => {
+    const receiver = await startReceiver((_req, res) => res.end("ok"));
+    const resolved: string[] = [];
+    const sender = newSender({
+      allowPrivateNetworks: true,
+      resolve: async (hostname) => {
+        resolved.push(hostname);
+        return toLoopback();
+      },
+    });
+    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 5_000 });
+    expect(result.ok).toBe(true);
+    expect(resolved).toEqual([]);
+  });
+
+  it("close waits for sends in flight, then answers new sends with an error instead of throwing", async () => {
+    const receiver = await startReceiver((_req, res) => setTimeout(() => res.end("late"), 100));
+    const sender = new WebhookSender({ allowPrivateNetworks: true });
+    const inFlight = sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 5_000 });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await Promise.all([sender.close(), sender.close()]);
+    expect(await inFlight).toMatchObject({ ok: true, responseBody: "late" });
+    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 1_000 });
+    expect(result).toMatchObject({ ok: false, statusCode: null, blocked: false, error: "sender closed" });
+    expect(receiver.requests).toHaveLength(1);
+  });
+
+  it("closes promptly after a send timed out while connecting", async () => {
+    const sender = new WebhookSender({ allowPrivateNetworks: true, resolve: () => new Promise(() => {}) });
+    const result = await sender.send({ url: "http://slow-dns.test/hook", headers: headersFor(), body, timeoutMs: 100 });
+    expect(result.error).toBe("timeout after 100 ms");
+    const started = Date.now();
+    await sender.close();
+    expect(Date.now() - started).toBeLessThan(1_000);
+  });
+});
+
+describe("WebhookSender SSRF guard (private networks not allowed)", () => {
+  it.each([
+    ["https://127.0.0.1:PORT/hook", "blocked: 127.0.0.1 is loopback"],
+    ["https://2130706433:PORT/hook", "blocked: 127.0.0.1 is loopback"],
+    ["https://127.1:PORT/hook", "blocked: 127.0.0.1 is loopback"],
+    ["https://[::ffff:127.0.0.1]:PORT/hook", "blocked: ::ffff:127.0.0.1 is ipv4-mapped loopback"],
+    ["https://localhost:PORT/hook", "blocked: host localhost is a private name (.localhost)"],
+    ["http://127.0.0.1:PORT/hook", "blocked: scheme http: is not allowed (https only unless private networks are allowed)"],
+  ])("blocks %s before any connection", async (template, error) => {
+    const receiver = await startReceiver((_req, res) => res.end("ok"));
+    const resolved: string[] = [];
+    const sender = newSender({
+      allowPrivateNetworks: false,
+      resolve: async (hostname) => {
+        resolved.push(hostname);
+        return toLoopback();
+      },
+    });
+    const result = await sender.send({ url: template.replace("PORT", String(receiver.port)), headers: headersFor(), body, timeoutMs: 2_000 });
+    expectNothingSent(result, error);
+    expect(receiver.connections).toBe(0);
+    expect(resolved).toEqual([]);
+  });
+
+  it.each<[string, Array<{ address: string; family: 4 | 6 }>, string]>([
+    ["loopback", [{ address: "127.0.0.1", family: 4 }], "127.0.0.1, which is loopback"],
+    ["private", [{ address: "10.0.0.7", family: 4 }], "10.0.0.7, which is private (RFC 1918)"],
+    ["metadata", [{ address: "169.254.169.254", family: 4 }], "169.254.169.254, which is link-local"],
+    ["ipv4-mapped loopback", [{ address: "::ffff:127.0.0.1", family: 6 }], "::ffff:127.0.0.1, which is ipv4-mapped loopback"],
+    ["public and private", [{ address: "93.184.216.34", family: 4 }, { address: "127.0.0.1", family: 4 }], "127.0.0.1, which is loopback"],
+  ])("blocks a hostname that resolves to %s, with no connection", async (_label, answers, detail) => {
+    const receiver = await startReceiver((_req, res) => res.end("ok"));
+    let lookups = 0;
+    const sender = newSender({
+      allowPrivateNetworks: false,
+      resolve: async () => {
+        lookups += 1;
+        return answers;
+      },
+    });
+    const result = await sender.send({ url: `https://hooks.example.com:${receiver.port}/hook`, headers: headersFor(), body, timeoutMs: 2_000 });
+    expectNothingSent(result, `blocked: hooks.example.com resolves to ${detail}`);
+    expect(lookups).toBe(1);
+    expect(receiver.connections).toBe(0);
+  });
+
+  it("defeats DNS rebinding: public when validated, loopback at delivery, blocked at delivery", async () => {
+    const receiver = await startReceiver((_req, res) => res.end("ok"));
+    const answers = [[{ address: "93.184.216.34", family: 4 as const }], [{ address: "127.0.0.1", family: 4 as const }]];
+    let calls = 0;
+    const rebinding = async () => answers[Math.min(calls++, answers.length - 1)] ?? [];
+
+    // Validation time: the guard sees a public address and lets it through.
+    const lookup = createGuardedLookup({ allowPrivateNetworks: false, resolve: rebinding });
+    const vetted = await promisify(lookup)("rebind.example.com", { all: true });
+    expect(vetted).toEqual([{ address: "93.184.216.34", family: 4 }]);
+
+    // Delivery time: the name now points at loopback; the socket's own lookup refuses it.
+    const sender = newSender({ allowPrivateNetworks: false, resolve: rebinding });
+    const result = await sender.send({ url: `https://rebind.example.com:${receiver.port}/hook`, headers: headersFor(), body, timeoutMs: 2_000 });
+    expectNothingSent(result, "blocked: rebind.example.com resolves to 127.0.0.1, which is loopback");
+    expect(calls).toBe(2);
+    expect(receiver.connections).toBe(0);
+  });
+});
