@@ -161,16 +161,16 @@ export function validateCallbackUrl(
   opts: { allowPrivateNetworks: boolean },
 ): { ok: true; url: string } | { ok: false; reason: string } {
   const fail = (reason: string) => ({ ok: false, reason }) as const;
-  if (typeof raw !== "string") return fail("callback_url must be a string");
-  if (raw === "") return fail("callback_url must not be empty");
-  if (raw.length > MAX_CALLBACK_URL_LENGTH) return fail(`callback_url is longer than ${MAX_CALLBACK_URL_LENGTH} characters`);
+  if (typeof raw !== "string") return fail("not a string");
+  if (raw === "") return fail("empty");
+  if (raw.length > MAX_CALLBACK_URL_LENGTH) return fail(`longer than ${MAX_CALLBACK_URL_LENGTH} characters`);
   // The URL parser silently trims or deletes these; a URL that only works after such repair is refused.
-  if (/[\s\u0000-\u001f\u007f]/.test(raw)) return fail("callback_url contains whitespace or control characters");
+  if (/[\s\u0000-\u001f\u007f]/.test(raw)) return fail("contains whitespace or control characters");
   let url: URL;
   try {
     url = new URL(raw);
   } catch {
-    return fail("callback_url is not an absolute URL");
+    return fail("not an absolute URL");
   }
   if (url.protocol !== "https:" && !(url.protocol === "http:" && opts.allowPrivateNetworks)) {
     return fail(
@@ -179,15 +179,15 @@ export function validateCallbackUrl(
         : `scheme ${url.protocol} is not allowed`,
     );
   }
-  if (url.username !== "" || url.password !== "") return fail("callback_url must not contain credentials");
-  if (url.hostname === "") return fail("callback_url has no host");
+  if (url.username !== "" || url.password !== "") return fail("contains credentials (user or password)");
+  if (url.hostname === "") return fail("has no host");
   url.hash = "";
   if (!opts.allowPrivateNetworks) {
     const refusal = hostnameRefusal(url.hostname);
     if (refusal !== null) return fail(refusal);
   }
   const normalised = url.href;
-  if (normalised.length > MAX_CALLBACK_URL_LENGTH) return fail(`callback_url is longer than ${MAX_CALLBACK_URL_LENGTH} characters once normalised`);
+  if (normalised.length > MAX_CALLBACK_URL_LENGTH) return fail(`longer than ${MAX_CALLBACK_URL_LENGTH} characters once normalised`);
   return { ok: true, url: normalised };
 }
 
