@@ -54,6 +54,7 @@ const EnvSchema = z
     WEBHOOK_TIMEOUT_MS: int(100, 300_000).default(15_000),
     WEBHOOK_RETRY_SCHEDULE: schedule.default([0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]),
     UPSTREAM_MAX_CONCURRENT: int(1, 10_000).optional(),
+    UPSTREAM_TIMEOUT_MS: int(100, 300_000).default(30_000),
     RELAY_ENCRYPTION_KEY: encryptionKey.optional(),
     TASK_RETENTION_DAYS: int(1, 36_500).default(30),
     LOG_LEVEL: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(", ")}` }).default("info"),
@@ -75,6 +76,8 @@ export interface Config {
   upstreamApiKey: string | null;
   upstreamReadsPerMinute: number;
   upstreamMaxConcurrent: number | null;
+  /** One upstream request's whole time limit; worker leases outlast it. */
+  upstreamTimeoutMs: number;
   webhookAllowPrivateNetworks: boolean;
   webhookTimeoutMs: number;
   webhookRetryScheduleMs: number[];
@@ -118,6 +121,7 @@ function toConfig(env: Env): Config {
     upstreamApiKey: env.UPSTREAM_API_KEY ?? null,
     upstreamReadsPerMinute: env.UPSTREAM_READS_PER_MINUTE,
     upstreamMaxConcurrent: env.UPSTREAM_MAX_CONCURRENT ?? null,
+    upstreamTimeoutMs: env.UPSTREAM_TIMEOUT_MS,
     webhookAllowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
     webhookTimeoutMs: env.WEBHOOK_TIMEOUT_MS,
     webhookRetryScheduleMs: env.WEBHOOK_RETRY_SCHEDULE,

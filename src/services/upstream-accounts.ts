@@ -18,13 +18,14 @@ export class UpstreamAccounts {
     private readonly config: Config,
     private readonly baseUrl: string,
     private readonly defaultKey: string,
-    private readonly fetchImpl: typeof fetch = globalThis.fetch,
+    // Resolved at call time, so a fetch patched later (msw in tests) is the one used.
+    private readonly fetchImpl: typeof fetch = (input, init) => globalThis.fetch(input, init),
   ) {}
 
   get(account: string): UpstreamClient {
     let client = this.clients.get(account);
     if (!client) {
-      client = new UpstreamClient({ baseUrl: this.baseUrl, apiKey: this.keyOf(account), fetch: this.fetchImpl });
+      client = new UpstreamClient({ baseUrl: this.baseUrl, apiKey: this.keyOf(account), fetch: this.fetchImpl, timeoutMs: this.config.upstreamTimeoutMs });
       this.clients.set(account, client);
     }
     return client;

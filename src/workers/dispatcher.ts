@@ -72,7 +72,7 @@ export class Dispatcher {
     const room = this.maxInFlight - this.inFlight.size;
     if (room <= 0) return [];
     const now = clock.now();
-    const claimed = claimDueEvents(db, { now, leaseMs: config.webhookTimeoutMs + 30_000, token: owner.token(), limit: room });
+    const claimed = claimDueEvents(db, { now, leaseMs: config.webhookTimeoutMs + 5_000, token: owner.token(), limit: room });
     const clients = new Map<string, ClientRow | undefined>();
     return claimed.map((event) => {
       if (!clients.has(event.clientId)) clients.set(event.clientId, findClient(db, event.clientId));

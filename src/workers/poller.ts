@@ -27,7 +27,8 @@ export interface PollerOptions {
   nudges: Nudges;
 }
 
-const LEASE_MS = 60_000;
+/** A claim outlasts the upstream read it covers. */
+const LEASE_MARGIN_MS = 5_000;
 /** Consecutive 404s before a submitted task is declared lost upstream. */
 const NOT_FOUND_LIMIT = 3;
 
@@ -62,7 +63,7 @@ export class Poller {
         budgetWait = budgetWait === null ? at : Math.min(budgetWait, at);
         continue;
       }
-      const claimed = claimDueTasks(db, { phase: "submitted", account, now, leaseMs: LEASE_MS, token: this.opts.owner.token(), limit: Math.min(room, 25) });
+      const claimed = claimDueTasks(db, { phase: "submitted", account, now, leaseMs: this.opts.config.upstreamTimeoutMs + LEASE_MARGIN_MS, token: this.opts.owner.token(), limit: Math.min(room, 25) });
       if (claimed.length > 0) didWork = true;
       await Promise.all(claimed.map((task) => this.readOne(task)));
     }

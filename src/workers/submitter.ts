@@ -32,7 +32,8 @@ const GIVE_UP_AFTER_MS = 24 * 60 * 60 * 1000;
 const LEARNED_LIMIT_TTL_MS = 10 * 60 * 1000;
 /** A task blocked by concurrency is looked at again at least this often, even without a nudge. */
 const BLOCKED_RECHECK_MS = 30_000;
-const LEASE_MS = 120_000;
+/** A claim outlasts the upstream request it covers, so a live worker never loses its lease mid-call. */
+const LEASE_MARGIN_MS = 5_000;
 
 export function submitBackoffMs(attempt: number): number {
   return Math.min(5 * 60_000, 1_000 * 2 ** Math.max(0, attempt - 1));
@@ -69,7 +70,7 @@ export class Submitter {
         blocked = true;
         continue;
       }
-      const claimed = claimFairly(db, { account, now, leaseMs: LEASE_MS, owner: this.opts.owner, limit });
+      const claimed = claimFairly(db, { account, now, leaseMs: this.opts.config.upstreamTimeoutMs + LEASE_MARGIN_MS, owner: this.opts.owner, limit });
       if (claimed.length === 0) continue;
       didWork = true;
       await Promise.all(claimed.map((task) => this.submit(task)));
