@@ -15,6 +15,7 @@ import { Dispatcher } from "./workers/dispatcher.js";
 import { WorkerLoop } from "./workers/loop.js";
 import { LeaseOwner } from "./workers/owner.js";
 import { Poller } from "./workers/poller.js";
+import { Pruner } from "./workers/pruner.js";
 import { ReadBudget } from "./workers/read-budget.js";
 import { Submitter } from "./workers/submitter.js";
 
@@ -38,6 +39,7 @@ export class Relay {
   readonly submitter: Submitter;
   readonly poller: Poller;
   readonly dispatcher: Dispatcher;
+  readonly pruner: Pruner;
   readonly budget: ReadBudget;
   readonly sender: WebhookSender;
   readonly owner = new LeaseOwner();
@@ -59,10 +61,12 @@ export class Relay {
     this.submitter = new Submitter({ db, clock, config, logger, accounts, owner: this.owner, nudges });
     this.poller = new Poller({ db, clock, config, logger, accounts, budget: this.budget, owner: this.owner, nudges });
     this.dispatcher = new Dispatcher({ db, clock, config, logger, sender: this.sender, owner: this.owner });
+    this.pruner = new Pruner({ db, clock, logger, retentionDays: config.taskRetentionDays });
     this.loops = [
       new WorkerLoop({ name: "submitter", clock, logger, tick: () => this.submitter.runOnce() }),
       new WorkerLoop({ name: "poller", clock, logger, tick: () => this.poller.runOnce() }),
       new WorkerLoop({ name: "dispatcher", clock, logger, tick: () => this.dispatcher.tick() }),
+      new WorkerLoop({ name: "pruner", clock, logger, tick: () => this.pruner.tick(), idleMs: 60 * 60 * 1000 }),
     ];
     this.dispatcher.onSettled = () => nudges.dispatcher();
     const deliveries = new DeliveryService(this.deps, this.sender);
@@ -91,7 +95,7 @@ export class Relay {
     const now = this.opts.clock.now();
     for (const loop of this.loops) {
       if (!loop.isRunning) problems.push(`worker ${loop.name} not running`);
-      else if (now - loop.lastBeatAt > 120_000) problems.push(`worker ${loop.name} stalled for ${Math.round((now - loop.lastBeatAt) / 1000)} s`);
+      else if (loop.name !== "pruner" && now - loop.lastBeatAt > 120_000) problems.push(`worker ${loop.name} stalled for ${Math.round((now - loop.lastBeatAt) / 1000)} s`);
     }
     return problems;
   }

@@ -1,0 +1,144 @@
+import { http, HttpResponse } from "msw";
+import type { FakeClock } from "./fake-clock.js";
+import { UPSTREAM_URL } from "./relay.js";
+
+/** One POST …/generations the fake upstream received. */
+export interface CreateCall {
+  type: "image" | "video";
+  key: string | null;
+  auth: string | null;
+  body: Record<string, unknown>;
+  /** Fake-clock time of the request. */
+  at: number;
+}
+
+/** One GET /tasks/{id} the fake upstream received. */
+export interface ReadCall {
+  id: string;
+  at: number;
+}
+
+export interface FakeTask {
+  id: string;
+  key: string;
+  type: "image" | "video";
+  status: "queued" | "processing" | "succeeded" | "failed" | "canceled";
+  output?: unknown;
+  usage?: { points_charged?: number; points_refunded?: number };
+  error?: { code: string; message: string; request_id?: string };
+}
+
+/** What a responder returns: a Response to send, or undefined for the default behaviour. */
+type Responder<C> = (call: C) => Response | undefined;
+
+export const upstreamError = (status: number, code: string, message: string, requestId: string, headers: Record<string, string> = {}) =>
+  HttpResponse.json({ error: { code, message, request_id: requestId } }, { status, headers });
+
+/**
+ * A small stateful model of the upstream (UPSTREAM-API.md) behind msw: creation with Idempotency-Key
+ * replay, task reads, and an optional concurrency limit. Tests script exceptions with responders:
+ * `nextCreate`/`nextRead` answer the next calls in order, `onCreate`/`onRead` every call.
+ * Every call is recorded with the fake clock's time.
+ */
+export class FakeUpstream {
+  readonly creates: CreateCall[] = [];
+  readonly reads: ReadCall[] = [];
+  readonly tasks = new Map<string, FakeTask>();
+  private readonly byKey = new Map<string, string>();
+  private counter = 0;
+  /** Queued one-shot answers for the next creations / reads. */
+  readonly nextCreate: Responder<CreateCall>[] = [];
+  readonly nextRead: Responder<ReadCall>[] = [];
+  onCreate: Responder<CreateCall> | null = null;
+  onRead: Responder<ReadCall> | null = null;
+  /** Answer 429 concurrent_limit when this many tasks are queued or processing. */
+  maxConcurrent: number | null = null;
+
+  constructor(private readonly clock: FakeClock) {}
+
+  handlers() {
+    return [
+      http.post(`${UPSTREAM_URL}/openapi/v1/:kind/generations`, async ({ request, params }) => {
+        const call: CreateCall = {
+          type: params.kind === "videos" ? "video" : "image",
+          key: request.headers.get("idempotency-key"),
+          auth: request.headers.get("authorization"),
+          body: (await request.json()) as Record<string, unknown>,
+          at: this.clock.now(),
+        };
+        this.creates.push(call);
+        const scripted = this.nextCreate.shift()?.(call) ?? this.onCreate?.(call);
+        return scripted ?? this.defaultCreate(call);
+      }),
+      http.get(`${UPSTREAM_URL}/openapi/v1/tasks/:id`, ({ params }) => {
+        const call: ReadCall = { id: String(params.id), at: this.clock.now() };
+        this.reads.push(call);
+        const scripted = this.nextRead.shift()?.(call) ?? this.onRead?.(call);
+        return scripted ?? this.defaultRead(call);
+      }),
+    ];
+  }
+
+  running(): number {
+    return [...this.tasks.values()].filter((t) => t.status === "queued" || t.status === "processing").length;
+  }
+
+  /** A task the upstream holds under an Idempotency-Key, as if an earlier request had created it. */
+  seed(task: FakeTask): void {
+    this.tasks.set(task.id, task);
+    this.byKey.set(task.key, task.id);
+  }
+
+  set(id: string, patch: Partial<FakeTask>): void {
+    const task = this.tasks.get(id);
+    if (!task) throw new Error(`fake upstream has no task ${id}`);
+    Object.assign(task, patch);
+  }
+
+  /** The upstream task created for a relay task (by its derived Idempotency-Key). */
+  taskOf(relayTaskId: string): FakeTask | undefined {
+    const id = this.byKey.get(`genrelay-${relayTaskId}`);
+    return id ? this.tasks.get(id) : undefined;
+  }
+
+  /** Finishes every running task with the given status. */
+  finishAll(status: FakeTask["status"] = "succeeded"): void {
+    for (const t of this.tasks.values()) if (t.status === "queued" || t.status === "processing") t.status = status;
+  }
+
+  body(task: FakeTask) {
+    return {
+      data: { id: task.id, status: task.status },
+      ...(task.output !== undefined ? { output: task.output } : {}),
+      ...(task.usage !== undefined ? { usage: task.usage } : {}),
+      ...(task.error !== undefined ? { error: task.error } : {}),
+    };
+  }
+
+  private defaultCreate(call: CreateCall): Response {
+    const existing = call.key ? this.byKey.get(call.key) : undefined;
+    if (existing) {
+      return HttpResponse.json(this.body(this.tasks.get(existing)!), {
+        status: 200,
+        headers: { Location: `${UPSTREAM_URL}/openapi/v1/tasks/${existing}`, "Idempotent-Replayed": "true" },
+      });
+    }
+    if (this.maxConcurrent !== null && this.running() >= this.maxConcurrent) {
+      return upstreamError(429, "concurrent_limit", "Too many running tasks.", `req_cc_${this.creates.length}`);
+    }
+    this.counter += 1;
+    const task: FakeTask = { id: `up_${this.counter}`, key: call.key ?? "", type: call.type, status: "queued", usage: { points_charged: 20 } };
+    this.tasks.set(task.id, task);
+    if (call.key) this.byKey.set(call.key, task.id);
+    return HttpResponse.json(
+      { data: { id: task.id, status: "queued" } },
+      { status: 201, headers: { Location: `${UPSTREAM_URL}/openapi/v1/tasks/${task.id}`, "Idempotent-Replayed": "false" } },
+    );
+  }
+
+  private defaultRead(call: ReadCall): Response {
+    const task = this.tasks.get(call.id);
+    if (!task) return upstreamError(404, "task_not_found", "No such task.", `req_nf_${this.reads.length}`);
+    return HttpResponse.json(this.body(task));
+  }
+}

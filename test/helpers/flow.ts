@@ -1,0 +1,41 @@
+import { randomUUID } from "node:crypto";
+import { expect } from "vitest";
+import { findTask, type TaskRow } from "../../src/db/tasks.js";
+import { imageBody, videoBody, type TestRelay } from "./relay.js";
+
+/** Creates a task through the API (expects 201) and returns its id. */
+export async function createTask(
+  t: TestRelay,
+  apiKey: string,
+  extra: Record<string, unknown> = {},
+  opts: { type?: "image" | "video"; idempotencyKey?: string } = {},
+): Promise<string> {
+  const type = opts.type ?? "image";
+  const res = await t.request(apiKey, `/openapi/v1/${type}s/generations`, {
+    method: "POST",
+    json: type === "image" ? imageBody(extra) : videoBody(extra),
+    idempotencyKey: opts.idempotencyKey ?? `key-${randomUUID()}`,
+  });
+  const body = (await res.json()) as { data: { id: string } };
+  expect(res.status, JSON.stringify(body)).toBe(201);
+  return body.data.id;
+}
+
+/** GET /openapi/v1/tasks/{id} (expects 200). */
+export async function readTask(t: TestRelay, apiKey: string, id: string): Promise<any> {
+  const res = await t.request(apiKey, `/openapi/v1/tasks/${id}`);
+  const body = await res.json();
+  expect(res.status, JSON.stringify(body)).toBe(200);
+  return body;
+}
+
+/** The stored row, for what the API does not show (phase, next_run_at). */
+export function taskRow(t: TestRelay, id: string): TaskRow {
+  const row = findTask(t.database.db, id);
+  if (!row) throw new Error(`no task ${id}`);
+  return row;
+}
+
+export async function json(res: Response): Promise<any> {
+  return res.json();
+}

@@ -1,0 +1,318 @@
+import { HttpResponse } from "msw";
+import { setupServer } from "msw/node";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { createTask, readTask, taskRow } from "../helpers/flow.js";
+import { FakeUpstream, upstreamError } from "../helpers/fake-upstream.js";
+import { startReceiver, verifyAt, type Receiver } from "../helpers/receiver.js";
+import { createTestRelay, imageBody, UPSTREAM_KEY, type TestRelay } from "../helpers/relay.js";
+
+const server = setupServer();
+beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
+afterEach(() => server.resetHandlers());
+afterAll(() => server.close());
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  while (cleanups.length > 0) await cleanups.pop()!();
+});
+
+const BASE_ENV = { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", WEBHOOK_RETRY_SCHEDULE: "0s,5s,1m", WEBHOOK_TIMEOUT_MS: "500" };
+
+function setup(env: Record<string, string> = {}): { t: TestRelay; up: FakeUpstream } {
+  const t = createTestRelay({ ...BASE_ENV, ...env });
+  cleanups.push(() => t.close());
+  const up = new FakeUpstream(t.clock);
+  server.use(...up.handlers());
+  return { t, up };
+}
+
+async function receiver(): Promise<Receiver> {
+  const r = await startReceiver();
+  cleanups.push(() => r.close());
+  return r;
+}
+
+const keysOf = (up: FakeUpstream) => up.creates.map((c) => c.key);
+
+describe("submitter: accepted upstream", () => {
+  it("201: stores upstream_task_id, sends the upstream body with Idempotency-Key genrelay-<task id>", async () => {
+    const { t, up } = setup();
+    const client = t.client();
+    const id = await createTask(t, client.apiKey, { callback_url: "http://127.0.0.1:9/hook", metadata: { order: "42" }, style: "noir" });
+
+    await t.relay.submitter.runOnce();
+
+    expect(up.creates).toEqual([
+      // Relay fields stay in the relay; unknown upstream fields pass through.
+      { type: "image", key: `genrelay-${id}`, auth: `Bearer ${UPSTREAM_KEY}`, body: { ...imageBody(), style: "noir" }, at: t.clock.now() },
+    ]);
+    const view = await readTask(t, client.apiKey, id);
+    expect(view.data).toMatchObject({ id, status: "queued", upstream_task_id: "up_1", error: null });
+    expect(taskRow(t, id)).toMatchObject({ phase: "submitted", submitAttempts: 1, upstreamIdempotencyKey: `genrelay-${id}` });
+
+    // Nothing more to submit.
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(1);
+  });
+
+  it("200 replay (first answer lost): keeps the original upstream task, one task created upstream", async () => {
+    const { t, up } = setup();
+    const client = t.client();
+    const id = await createTask(t, client.apiKey);
+    // The upstream creates the task, but the answer never arrives.
+    up.nextCreate.push((call) => {
+      up.seed({ id: "up_orig", key: call.key!, type: "image", status: "processing" });
+      return HttpResponse.error();
+    });
+
+    await t.relay.submitter.runOnce();
+    expect((await readTask(t, client.apiKey, id)).data).toMatchObject({ status: "queued", upstream_task_id: null });
+
+    t.clock.advance(1_000);
+    await t.relay.submitter.runOnce();
+
+    expect(keysOf(up)).toEqual([`genrelay-${id}`, `genrelay-${id}`]);
+    expect(up.tasks.size).toBe(1);
+    const view = await readTask(t, client.apiKey, id);
+    // The replayed task is already processing: the relay takes its status from the replay.
+    expect(view.data).toMatchObject({ status: "processing", upstream_task_id: "up_orig" });
+  });
+});
+
+describe("submitter: retryable failures keep the task queued and reuse the key", () => {
+  const cases: Array<[string, () => Response]> = [
+    ["503 service_unavailable", () => upstreamError(503, "service_unavailable", "Try later.", "req_503")],
+    ["500 without a body", () => new HttpResponse(null, { status: 500 })],
+    ["network error", () => HttpResponse.error()],
+    ["malformed 201 body (not JSON)", () => new HttpResponse("<html>oops</html>", { status: 201, headers: { "Content-Type": "text/html" } })],
+    ["malformed 201 body (no task id)", () => HttpResponse.json({ ok: true }, { status: 201 })],
+  ];
+
+  it.each(cases)("%s: queued, retried after backoff with the same Idempotency-Key", async (_name, answer) => {
+    const { t, up } = setup();
+    const client = t.client();
+    const id = await createTask(t, client.apiKey);
+    up.nextCreate.push(answer, answer);
+
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(1);
+    let view = await readTask(t, client.apiKey, id);
+    expect(view.data).toMatchObject({ status: "queued", upstream_task_id: null, error: null });
+    expect(taskRow(t, id).phase).toBe("waiting");
+
+    // Not before the backoff (1 s after the first failure, 2 s after the second).
+    await t.relay.submitter.runOnce();
+    t.clock.advance(999);
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(1);
+
+    t.clock.advance(1);
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(2);
+
+    t.clock.advance(1_999);
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(2);
+    t.clock.advance(1);
+    await t.relay.submitter.runOnce();
+
+    expect(keysOf(up)).toEqual([`genrelay-${id}`, `genrelay-${id}`, `genrelay-${id}`]);
+    view = await readTask(t, client.apiKey, id);
+    expect(view.data).toMatchObject({ status: "queued", upstream_task_id: "up_1", error: null });
+    expect(taskRow(t, id).phase).toBe("submitted");
+  });
+
+  it("gives up after 24 hours of failures: failed with the last upstream error", async () => {
+    const { t, up } = setup();
+    const client = t.client();
+    const id = await createTask(t, client.apiKey);
+    up.onCreate = () => upstreamError(503, "service_unavailable", "Down for maintenance.", "req_down");
+    for (let i = 0; i < 400 && taskRow(t, id).phase === "waiting"; i++) {
+      await t.relay.submitter.runOnce();
+      t.clock.advance(5 * 60_000);
+    }
+    const view = await readTask(t, client.apiKey, id);
+    expect(view.data.status).toBe("failed");
+    expect(view.data.error).toEqual({ code: "service_unavailable", message: "Down for maintenance.", request_id: "req_down" });
+    expect(new Set(keysOf(up))).toEqual(new Set([`genrelay-${id}`]));
+    // Backoff caps at 5 minutes: about a day's worth of attempts, not thousands.
+    expect(up.creates.length).toBeGreaterThan(250);
+    expect(up.creates.length).toBeLessThan(320);
+  });
+});
+
+describe("submitter: final upstream errors end the task failed", () => {
+  const cases: Array<[number, string, string]> = [
+    [400, "invalid_request", "prompt: unsupported characters."],
+    [402, "insufficient_points", "Credit balance too low."],
+    [409, "idempotency_key_reused", "The key was used for a different request."],
+    [422, "validation_error", "size is not supported by this model."],
+  ];
+
+  it.each(cases)("%i %s: failed with the upstream error kept, and task.failed delivered", async (status, code, message) => {
+    const { t, up } = setup();
+    const r = await receiver();
+    const client = t.client();
+    const id = await createTask(t, client.apiKey, { callback_url: r.url(), metadata: { order: "7" } });
+    up.nextCreate.push(() => upstreamError(status, code, message, `req_${status}`));
+
+    await t.relay.submitter.runOnce();
+
+    const view = await readTask(t, client.apiKey, id);
+    expect(view.data).toMatchObject({ status: "failed", upstream_task_id: null, error: { code, message, request_id: `req_${status}` } });
+    expect(view.data.completed_at).toBe(new Date(t.clock.now()).toISOString());
+    expect(taskRow(t, id).phase).toBe("done");
+
+    // Never retried.
+    t.clock.advance(10 * 60_000);
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(1);
+
+    await t.relay.dispatcher.runOnce();
+    expect(r.requests).toHaveLength(1);
+    const got = r.requests[0]!;
+    expect(verifyAt(client.secret, got, t.clock.now())).toMatchObject({
+      type: "task.failed",
+      data: { id, status: "failed", error: { code, message, request_id: `req_${status}` }, metadata: { order: "7" }, previous_status: "queued", sequence: 1 },
+    });
+    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({ status: "succeeded", attempts: 1, last_status_code: 200 });
+  });
+});
+
+describe("submitter: upstream limits", () => {
+  it("429 concurrent_limit: stays queued; learned capacity holds further tasks until a running one ends", async () => {
+    const { t, up } = setup();
+    up.maxConcurrent = 1;
+    const client = t.client();
+    const first = await createTask(t, client.apiKey);
+    await t.relay.submitter.runOnce();
+    expect(taskRow(t, first).phase).toBe("submitted");
+
+    t.clock.advance(100);
+    const second = await createTask(t, client.apiKey);
+    await t.relay.submitter.runOnce();
+    expect(up.creates.map((c) => c.key)).toEqual([`genrelay-${first}`, `genrelay-${second}`]);
+    let view = await readTask(t, client.apiKey, second);
+    expect(view.data).toMatchObject({ status: "queued", error: null, upstream_task_id: null });
+    expect(taskRow(t, second)).toMatchObject({ phase: "waiting", submitAttempts: 0 });
+
+    // A newer task is not sent either: the relay learned the account holds one running task.
+    t.clock.advance(100);
+    const third = await createTask(t, client.apiKey);
+    await t.relay.submitter.runOnce();
+    t.clock.advance(1_000);
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(2);
+
+    // The running task ends; the poller sees it, and the waiting task goes out at once, in order.
+    up.set(up.taskOf(first)!.id, { status: "succeeded", output: { images: ["https://cdn.test/1.png"] } });
+    t.clock.advance(1_000);
+    await t.relay.poller.runOnce();
+    expect((await readTask(t, client.apiKey, first)).data.status).toBe("succeeded");
+    await t.relay.submitter.runOnce();
+    expect(up.creates.map((c) => c.key)).toEqual([`genrelay-${first}`, `genrelay-${second}`, `genrelay-${second}`]);
+    view = await readTask(t, client.apiKey, second);
+    expect(view.data).toMatchObject({ status: "queued", upstream_task_id: up.taskOf(second)!.id });
+    expect(taskRow(t, third).phase).toBe("waiting");
+    expect(up.creates).toHaveLength(3);
+  });
+
+  it("429 rate_limit with Retry-After: the account submits nothing before then", async () => {
+    const { t, up } = setup();
+    const client = t.client();
+    const id = await createTask(t, client.apiKey);
+    up.nextCreate.push(() => upstreamError(429, "rate_limit", "Slow down.", "req_rl", { "Retry-After": "30" }));
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(1);
+    expect((await readTask(t, client.apiKey, id)).data).toMatchObject({ status: "queued", error: null });
+
+    t.clock.advance(10_000);
+    const other = await createTask(t, client.apiKey);
+    await t.relay.submitter.runOnce();
+    t.clock.advance(19_999);
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(1);
+
+    t.clock.advance(1);
+    await t.relay.submitter.runOnce();
+    expect(up.creates.slice(1).map((c) => c.key).sort()).toEqual([`genrelay-${id}`, `genrelay-${other}`].sort());
+    expect(up.creates.every((c, i) => i === 0 || c.at >= up.creates[0]!.at + 30_000)).toBe(true);
+  });
+
+  it("fairness: a client with 30 waiting tasks does not starve one with 3 (round-robin)", async () => {
+    const { t, up } = setup({ UPSTREAM_MAX_CONCURRENT: "2" });
+    const a = t.client("a");
+    t.clock.advance(1);
+    const b = t.client("b");
+    const owner = new Map<string, string>();
+    for (let i = 0; i < 30; i++) owner.set(await createTask(t, a.apiKey), "A");
+    t.clock.advance(1);
+    for (let i = 0; i < 3; i++) owner.set(await createTask(t, b.apiKey), "B");
+
+    const batches: string[][] = [];
+    for (let round = 0; round < 40 && up.creates.length < 33; round++) {
+      const before = up.creates.length;
+      await t.relay.submitter.runOnce();
+      const batch = up.creates.slice(before).map((c) => owner.get(c.key!.replace("genrelay-", ""))!);
+      expect(batch.length).toBeLessThanOrEqual(2);
+      expect(up.running()).toBeLessThanOrEqual(2);
+      batches.push(batch.sort());
+      up.finishAll("succeeded");
+      t.clock.advance(2_000);
+      await t.relay.poller.runOnce();
+    }
+
+    expect(up.creates).toHaveLength(33);
+    expect(new Set(up.creates.map((c) => c.key)).size).toBe(33);
+    expect(batches.slice(0, 4)).toEqual([["A", "B"], ["A", "B"], ["A", "B"], ["A", "A"]]);
+    // And each client's own tasks go in the order they were created.
+    const aOrder = up.creates.map((c) => c.key!.replace("genrelay-", "")).filter((id) => owner.get(id) === "A");
+    expect(aOrder).toEqual([...aOrder].sort());
+  });
+});
+
+describe("submitter: expiry", () => {
+  it("an expired task never reaches the upstream; it ends canceled with error.code expired", async () => {
+    const { t, up } = setup();
+    const r = await receiver();
+    const client = t.client();
+    const id = await createTask(t, client.apiKey, { expires_after_seconds: 5, callback_url: r.url() });
+    t.clock.advance(5_000);
+
+    await t.relay.submitter.runOnce();
+
+    expect(up.creates).toHaveLength(0);
+    const view = await readTask(t, client.apiKey, id);
+    expect(view.data).toMatchObject({ status: "canceled", upstream_task_id: null, error: { code: "expired", request_id: null } });
+    expect(view.data.error.message).toMatch(/expired/);
+    expect(view.usage).toEqual({ points_charged: 0, points_refunded: 0 });
+
+    await t.relay.dispatcher.runOnce();
+    expect(verifyAt(client.secret, r.requests[0]!, t.clock.now())).toMatchObject({ type: "task.canceled", data: { id, status: "canceled", error: { code: "expired" } } });
+  });
+
+  it("a task not yet expired is submitted normally", async () => {
+    const { t, up } = setup();
+    const client = t.client();
+    const id = await createTask(t, client.apiKey, { expires_after_seconds: 5 });
+    t.clock.advance(4_999);
+    await t.relay.submitter.runOnce();
+    expect(keysOf(up)).toEqual([`genrelay-${id}`]);
+  });
+
+  it("a task that expires while the account is full ends at its expiry, not when capacity frees", async () => {
+    const { t, up } = setup({ UPSTREAM_MAX_CONCURRENT: "1" });
+    const client = t.client();
+    const running = await createTask(t, client.apiKey);
+    await t.relay.submitter.runOnce();
+    const waiting = await createTask(t, client.apiKey, { expires_after_seconds: 5 });
+    await t.relay.submitter.runOnce();
+    expect((await readTask(t, client.apiKey, waiting)).data.status).toBe("queued");
+
+    t.clock.advance(5_000);
+    await t.relay.submitter.runOnce();
+
+    expect(keysOf(up)).toEqual([`genrelay-${running}`]);
+    expect((await readTask(t, client.apiKey, waiting)).data).toMatchObject({ status: "canceled", error: { code: "expired" } });
+  });
+});
