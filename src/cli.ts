@@ -48,15 +48,22 @@ function readUpstreamKey(values: { "upstream-key-env"?: string | undefined; "ups
   return null;
 }
 
+const HELP_WORDS = new Set(["--help", "-h", "help"]);
+
 function clientsCommand(args: string[], database: Database_, config: Config): number {
   const [sub, ...rest] = args;
+  // `clients --help` asks for help; it is not a subcommand called "--help".
+  if (sub !== undefined && HELP_WORDS.has(sub)) {
+    out(HELP);
+    return 0;
+  }
   const { values, positionals } = parseArgs({
     args: rest,
     allowPositionals: true,
     options: {
       name: { type: "string" },
       json: { type: "boolean" },
-      help: { type: "boolean" },
+      help: { type: "boolean", short: "h" },
       "max-waiting": { type: "string" },
       "max-running": { type: "string" },
       "credit-limit": { type: "string" },
@@ -151,7 +158,7 @@ function clientsCommand(args: string[], database: Database_, config: Config): nu
 
 export function runCli(argv: string[]): number {
   const [group, ...rest] = argv;
-  if (!group || group === "--help" || group === "-h" || group === "help") {
+  if (!group || HELP_WORDS.has(group)) {
     out(HELP);
     return group ? 0 : 1;
   }
@@ -174,7 +181,8 @@ export function runCli(argv: string[]): number {
         throw new UsageError(`unknown command: ${group}`);
     }
   } catch (err) {
-    if (err instanceof UsageError || (err as { code?: string }).code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") {
+    // Every parseArgs complaint (unknown option, missing value, stray argument) is a usage error too.
+    if (err instanceof UsageError || String((err as { code?: unknown }).code).startsWith("ERR_PARSE_ARGS_")) {
       process.stderr.write(`genrelay: ${(err as Error).message}\nRun with --help for usage.\n`);
       return 1;
     }

@@ -3,8 +3,11 @@ import { parseSchedule } from "./duration.js";
 
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 
+// Case-insensitive: env files written by other tools often say True or FALSE.
 const bool = z
-  .enum(["true", "false", "1", "0", "yes", "no"], { error: "must be true or false" })
+  .string()
+  .transform((v) => v.toLowerCase())
+  .pipe(z.enum(["true", "false", "1", "0", "yes", "no"], { error: "must be true or false" }))
   .transform((v) => v === "true" || v === "1" || v === "yes");
 
 const int = (min: number, max: number) =>

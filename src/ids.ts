@@ -3,22 +3,33 @@ import { randomBytes } from "node:crypto";
 // Crockford base32: sortable, case-insensitive, no ambiguous letters.
 const ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz";
 
+let lastTime = -1;
+let lastRandom: number[] = [];
+
 /**
- * Prefixed, time-ordered identifier: `<prefix>_` + 10 chars of millisecond time
- * + 16 chars of randomness (ULID layout). Lexical order follows creation time,
- * which the list endpoints and the event feed rely on for their cursors.
+ * Prefixed, time-ordered identifier: `<prefix>_` + 10 chars of millisecond time + 16 chars of
+ * randomness (ULID layout). Within one millisecond the random part is incremented (monotonic ULID),
+ * so ids made by this process sort in creation order, which the list cursors and feeds rely on.
  */
 export function newId(prefix: string, nowMs: number = Date.now()): string {
+  const ms = Math.floor(nowMs);
+  if (ms === lastTime) {
+    let i = 15;
+    while (i >= 0 && lastRandom[i] === 31) lastRandom[i--] = 0;
+    if (i >= 0) lastRandom[i]! += 1;
+  } else {
+    const bytes = randomBytes(16);
+    // Top digit kept below 16 so 2^80 increments can never overflow the 16 digits.
+    lastRandom = Array.from(bytes, (b, i) => (i === 0 ? b % 16 : b % 32));
+    lastTime = ms;
+  }
   let time = "";
-  let t = Math.floor(nowMs);
+  let t = ms;
   for (let i = 0; i < 10; i++) {
     time = ALPHABET[t % 32] + time;
     t = Math.floor(t / 32);
   }
-  const bytes = randomBytes(16);
-  let rand = "";
-  for (let i = 0; i < 16; i++) rand += ALPHABET[bytes[i]! % 32];
-  return `${prefix}_${time}${rand}`;
+  return `${prefix}_${time}${lastRandom.map((d) => ALPHABET[d]).join("")}`;
 }
 
 export const ID_PATTERN = /^[a-z]{2,5}_[0-9a-hjkmnp-tv-z]{26}$/;

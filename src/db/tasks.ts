@@ -105,6 +105,35 @@ export function claimDueTasks(
     .all();
 }
 
+/**
+ * Claims waiting tasks past their expiry that were never offered upstream, due or not (one held back
+ * by concurrency, a pause or backoff still expires on time).
+ */
+export function claimExpiredWaiting(db: Db, opts: { now: number; leaseMs: number; token: string; limit: number }): TaskRow[] {
+  const expired = db
+    .select({ id: tasks.id })
+    .from(tasks)
+    .where(and(eq(tasks.phase, "waiting"), eq(tasks.submitAttempts, 0), lte(tasks.expiresAt, opts.now), unclaimed(opts.now)))
+    .orderBy(asc(tasks.expiresAt))
+    .limit(opts.limit);
+  return db
+    .update(tasks)
+    .set({ claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token })
+    .where(inArray(tasks.id, expired))
+    .returning()
+    .all();
+}
+
+/** Earliest expiry among waiting tasks that can still expire, for the submitter to wake at. */
+export function nextExpiryAt(db: Db): number | null {
+  const row = db
+    .select({ at: sql<number | null>`min(${tasks.expiresAt})` })
+    .from(tasks)
+    .where(and(eq(tasks.phase, "waiting"), eq(tasks.submitAttempts, 0), sql`${tasks.expiresAt} IS NOT NULL`))
+    .get();
+  return row?.at ?? null;
+}
+
 /** Earliest next_run_at among unclaimed tasks of a phase (any account), for the loop to sleep until. */
 export function nextDueAt(db: Db, phase: TaskPhase): number | null {
   const row = db

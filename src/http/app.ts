@@ -31,7 +31,9 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
     },
   });
 
-  app.use(requestId({ generator: newRequestId }));
+  // Always our own id (limitLength 0 ignores a caller's X-Request-Id): it is what support looks up,
+  // so a caller must not be able to choose it, reuse another request's, or inject text into logs.
+  app.use(requestId({ generator: newRequestId, limitLength: 0 }));
   app.use(requestLog(deps.logger));
   app.onError(onError(deps.logger));
   app.notFound((c) => errorResponse(c, "not_found", `No route ${c.req.method} ${c.req.path}.`));

@@ -8,6 +8,22 @@ import type { AppEnv } from "./context.js";
 import { errorResponse } from "./errors.js";
 
 export const MAX_BODY_BYTES = 1024 * 1024;
+export const MAX_JSON_DEPTH = 64;
+
+/** Depth of nested arrays and objects (a scalar is 0), walked without recursion; stops counting past `limit`. */
+export function nestingDepth(value: unknown, limit: number): number {
+  let deepest = 0;
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v !== "object") continue;
+    const d = depth + 1;
+    if (d > deepest) deepest = d;
+    if (deepest > limit) return deepest;
+    for (const child of Object.values(v as Record<string, unknown>)) stack.push([child, d]);
+  }
+  return deepest;
+}
 
 export const newRequestId = () => `req_${randomBytes(12).toString("base64url")}`;
 
@@ -56,10 +72,16 @@ export function jsonBody(): MiddlewareHandler<AppEnv>[] {
   }) as MiddlewareHandler<AppEnv>;
   // Parsing here (hono caches the result for the validator) turns malformed JSON into our 400.
   const parse: MiddlewareHandler<AppEnv> = async (c, next) => {
+    let body: unknown;
     try {
-      await c.req.json();
+      body = await c.req.json();
     } catch {
       return errorResponse(c, "invalid_request", "The request body is not valid JSON.");
+    }
+    // 1 MiB of brackets nests far deeper than the recursive code downstream (hashing, storing,
+    // serialising) can walk: refused here rather than ending in a stack overflow and a 500.
+    if (nestingDepth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
+      return errorResponse(c, "invalid_request", `The request body nests deeper than ${MAX_JSON_DEPTH} levels.`);
     }
     await next();
   };

@@ -4,8 +4,10 @@ import { TASK_EVENT_TYPES } from "../services/transitions.js";
 
 const nonBlank3 = (s: string) => s.replace(/\s/g, "").length >= 3;
 
+// Keyed as documented: the validator matches header names case-insensitively, and the OpenAPI
+// generator refuses a parameter whose key and documented name differ.
 export const IdempotencyHeaders = z.object({
-  "idempotency-key": z
+  "Idempotency-Key": z
     .string({ error: "Idempotency-Key header is required" })
     .regex(/^[A-Za-z0-9._:-]{8,128}$/, { error: "must be 8 to 128 characters of A-Za-z0-9 . _ : -" })
     .openapi({ param: { name: "Idempotency-Key", in: "header" }, example: "order-1234-image" }),

@@ -7,7 +7,11 @@ interface Entry {
   body: unknown;
   fetchedAt: number;
   refreshing: Promise<void> | null;
+  /** After a failed refresh, no new attempt before this time. */
+  retryAt: number;
 }
+
+const RETRY_AFTER_FAILURE_MS = 30_000;
 
 /**
  * The upstream model catalog, cached per account. A fresh copy is served from memory; a stale one
@@ -29,7 +33,7 @@ export class CatalogCache {
     if (!entry) {
       await this.refresh(account, true);
       entry = this.entries.get(account)!;
-    } else if (this.clock.now() - entry.fetchedAt > this.ttlMs && !entry.refreshing) {
+    } else if (this.clock.now() - entry.fetchedAt > this.ttlMs && !entry.refreshing && this.clock.now() >= entry.retryAt) {
       entry.refreshing = this.refresh(account, false).finally(() => {
         const e = this.entries.get(account);
         if (e) e.refreshing = null;
@@ -41,9 +45,11 @@ export class CatalogCache {
   private async refresh(account: string, mustSucceed: boolean): Promise<void> {
     try {
       const body = await this.accounts.get(account).getModels();
-      this.entries.set(account, { body, fetchedAt: this.clock.now(), refreshing: null });
+      this.entries.set(account, { body, fetchedAt: this.clock.now(), refreshing: null, retryAt: 0 });
     } catch (err) {
       this.logger.warn({ err: String(err), account }, "catalog refresh failed; serving the cached copy");
+      const entry = this.entries.get(account);
+      if (entry) entry.retryAt = this.clock.now() + RETRY_AFTER_FAILURE_MS;
       if (mustSucceed) throw new ApiError("service_unavailable", "The model catalog is not available from the upstream right now. Retry shortly.");
     }
   }

@@ -64,6 +64,8 @@ export class ReadBudget {
 
   /** The upstream said 429: no reads for this account until then. */
   pause(account: string, untilMs: number): void {
+    // Loads the stored state first: after a restart, a longer pause already stored must not be shortened.
+    this.window(account, this.clock.now());
     const current = this.pausedUntil.get(account) ?? 0;
     if (untilMs <= current) return;
     this.pausedUntil.set(account, untilMs);

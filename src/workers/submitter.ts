@@ -4,7 +4,7 @@ import type { Logger } from "../logger.js";
 import type { Db } from "../db/open.js";
 import { updateClient } from "../db/clients.js";
 import { getAccountState, upsertAccountState } from "../db/upstream.js";
-import { accountsWithDueTasks, countRunning, nextDueAt, updateLeasedTask, type TaskRow } from "../db/tasks.js";
+import { accountsWithDueTasks, claimExpiredWaiting, countRunning, nextDueAt, nextExpiryAt, updateLeasedTask, type TaskRow } from "../db/tasks.js";
 import type { Nudges } from "../services/deps.js";
 import { TERMINAL_STATUSES, transitionTask } from "../services/transitions.js";
 import type { UpstreamAccounts } from "../services/upstream-accounts.js";
@@ -46,28 +46,42 @@ export function submitBackoffMs(attempt: number): number {
 export class Submitter {
   constructor(private readonly opts: SubmitterOptions) {}
 
-  /** Concurrency cap of an account now: configured, else learned from 429 concurrent_limit, else none. */
+  /**
+   * Concurrency cap of an account now: the configured cap, lowered by what a recent 429
+   * concurrent_limit taught (other apps may share the account), else none.
+   */
   capacity(account: string): number {
-    if (this.opts.config.upstreamMaxConcurrent !== null) return this.opts.config.upstreamMaxConcurrent;
+    const configured = this.opts.config.upstreamMaxConcurrent ?? Number.POSITIVE_INFINITY;
     const state = getAccountState(this.opts.db, account);
     if (state?.learnedMaxConcurrent && state.learnedAt && this.opts.clock.now() - state.learnedAt < LEARNED_LIMIT_TTL_MS) {
-      return state.learnedMaxConcurrent;
+      return Math.min(configured, state.learnedMaxConcurrent);
     }
-    return Number.POSITIVE_INFINITY;
+    return configured;
   }
 
   async runOnce(): Promise<TickResult> {
     const { db, clock } = this.opts;
     const now = clock.now();
     let didWork = false;
-    let blocked = false;
+    // Earliest time an account skipped below (paused or full) may go again.
+    let wake: number | null = null;
+    const later = (at: number) => {
+      wake = wake === null ? at : Math.min(wake, at);
+    };
+    // Expiry first, whatever the account's capacity or pause: a held-back task must not outlive its deadline.
+    const expired = claimExpiredWaiting(db, { now, leaseMs: this.opts.config.upstreamTimeoutMs + LEASE_MARGIN_MS, token: this.opts.owner.token(), limit: 100 });
+    for (const task of expired) this.expire(task);
+    if (expired.length > 0) didWork = true;
     for (const account of accountsWithDueTasks(db, "waiting", now)) {
       const state = getAccountState(db, account);
-      if (state?.submitPausedUntil && state.submitPausedUntil > now) continue;
+      if (state?.submitPausedUntil && state.submitPausedUntil > now) {
+        later(state.submitPausedUntil);
+        continue;
+      }
       const free = this.capacity(account) - countRunning(db, account);
       const limit = Math.min(this.opts.batchSize ?? 16, Math.max(0, free));
       if (limit <= 0) {
-        blocked = true;
+        later(now + BLOCKED_RECHECK_MS);
         continue;
       }
       const claimed = claimFairly(db, { account, now, leaseMs: this.opts.config.upstreamTimeoutMs + LEASE_MARGIN_MS, owner: this.opts.owner, limit });
@@ -76,28 +90,38 @@ export class Submitter {
       await Promise.all(claimed.map((task) => this.submit(task)));
     }
     const due = nextDueAt(db, "waiting");
-    const next = blocked && due !== null && due <= clock.now() ? clock.now() + BLOCKED_RECHECK_MS : due;
+    // Rows still due now belong to a paused or full account: sleep until it may go again instead of spinning.
+    let next = !didWork && wake !== null && due !== null && due <= clock.now() ? wake : due;
+    const expiry = nextExpiryAt(db);
+    if (expiry !== null && expiry > clock.now() && (next === null || expiry < next)) next = expiry;
     return { didWork, nextDueAt: next };
+  }
+
+  private expire(task: TaskRow): void {
+    const { db, clock, config } = this.opts;
+    const now = clock.now();
+    transitionTask(db, task, {
+      status: "canceled",
+      phase: "done",
+      pointsCharged: 0,
+      pointsRefunded: 0,
+      errorJson: JSON.stringify({ code: "expired", message: "The task expired while waiting in the relay; it was never sent upstream.", request_id: null }),
+      completedAt: now,
+      updatedAt: now,
+      nextRunAt: null,
+      claimToken: null,
+      claimedUntil: null,
+    }, { now, token: task.claimToken!, firstAttemptDelayMs: config.webhookRetryScheduleMs[0] });
+    this.opts.nudges.dispatcher();
   }
 
   private async submit(task: TaskRow): Promise<void> {
     const { db, clock, logger, config } = this.opts;
     const token = task.claimToken!;
     const now = clock.now();
-    if (task.expiresAt !== null && task.expiresAt <= now) {
-      transitionTask(db, task, {
-        status: "canceled",
-        phase: "done",
-        pointsCharged: 0,
-        pointsRefunded: 0,
-        errorJson: JSON.stringify({ code: "expired", message: "The task expired while waiting in the relay; it was never sent upstream.", request_id: null }),
-        completedAt: now,
-        updatedAt: now,
-        nextRunAt: null,
-        claimToken: null,
-        claimedUntil: null,
-      }, { now, token, firstAttemptDelayMs: config.webhookRetryScheduleMs[0] });
-      this.opts.nudges.dispatcher();
+    // Only a task never offered upstream can expire: after an attempt, the upstream may hold (and charge) it.
+    if (task.expiresAt !== null && task.expiresAt <= now && task.submitAttempts === 0) {
+      this.expire(task);
       return;
     }
     // Counted before the call: once a request may have reached the upstream, the task can no longer be canceled.
@@ -117,7 +141,14 @@ export class Submitter {
         updatedAt: at,
         pointsCharged: result.task.usage.pointsCharged ?? marked.pointsCharged,
         pointsRefunded: result.task.usage.pointsRefunded ?? marked.pointsRefunded,
-        ...(terminal ? { completedAt: at, outputJson: result.task.output === null ? null : JSON.stringify(result.task.output) } : {}),
+        ...(terminal
+          ? {
+              completedAt: at,
+              outputJson: result.task.output === null ? null : JSON.stringify(result.task.output),
+              // A replay can show a task that already ended: keep why it failed.
+              errorJson: result.task.error ? JSON.stringify(result.task.error) : null,
+            }
+          : {}),
         nextRunAt: terminal ? null : at + firstPollDelay(task.type),
         claimToken: null,
         claimedUntil: null,
@@ -139,14 +170,19 @@ export class Submitter {
       // Not a failure: the account is full. Remember its size and wait for a running task to end.
       const running = countRunning(db, task.upstreamAccount);
       upsertAccountState(db, task.upstreamAccount, { learnedMaxConcurrent: Math.max(1, running), learnedAt: now }, now);
-      updateLeasedTask(db, task.id, token, { submitAttempts: task.submitAttempts - 1, nextRunAt: now + BLOCKED_RECHECK_MS, claimToken: null, claimedUntil: null });
+      // When our own tasks fill the account, the learned capacity holds this one back and the end of one
+      // of them nudges us: it keeps its place in line. When none of ours runs (other apps fill the
+      // account), nothing will nudge: look again later rather than at once.
+      const retry = running > 0 ? {} : { nextRunAt: now + BLOCKED_RECHECK_MS };
+      updateLeasedTask(db, task.id, token, { submitAttempts: task.submitAttempts - 1, ...retry, claimToken: null, claimedUntil: null });
       logger.info({ ...log, outcome: "concurrent_limit", running }, "submission");
       return;
     }
     if (e && e.status === 429) {
       const until = now + (e.retryAfterMs ?? 5_000);
       upsertAccountState(db, task.upstreamAccount, { submitPausedUntil: until }, now);
-      updateLeasedTask(db, task.id, token, { nextRunAt: until, claimToken: null, claimedUntil: null });
+      // Refused outright, so nothing was created upstream: the attempt does not count (the task may still expire or be canceled).
+      updateLeasedTask(db, task.id, token, { submitAttempts: task.submitAttempts - 1, nextRunAt: until, claimToken: null, claimedUntil: null });
       logger.warn({ ...log, outcome: "rate_limit", retry_in_ms: until - now }, "submission");
       return;
     }

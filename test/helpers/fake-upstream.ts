@@ -26,6 +26,8 @@ export interface FakeTask {
   output?: unknown;
   usage?: { points_charged?: number; points_refunded?: number };
   error?: { code: string; message: string; request_id?: string };
+  /** Fake-clock time of creation. */
+  createdAt?: number;
 }
 
 /** What a responder returns: a Response to send, or undefined for the default behaviour. */
@@ -127,7 +129,7 @@ export class FakeUpstream {
       return upstreamError(429, "concurrent_limit", "Too many running tasks.", `req_cc_${this.creates.length}`);
     }
     this.counter += 1;
-    const task: FakeTask = { id: `up_${this.counter}`, key: call.key ?? "", type: call.type, status: "queued", usage: { points_charged: 20 } };
+    const task: FakeTask = { id: `up_${this.counter}`, key: call.key ?? "", type: call.type, status: "queued", usage: { points_charged: 20 }, createdAt: call.at };
     this.tasks.set(task.id, task);
     if (call.key) this.byKey.set(call.key, task.id);
     return HttpResponse.json(

@@ -49,16 +49,22 @@ interface BadCase {
 }
 
 const JSON_HEADERS = { "Content-Type": "application/json", "Idempotency-Key": KEY };
+/** An array nested `levels` deep, counting the body object that holds it as one more. */
+const nest = (levels: number): unknown => {
+  let v: unknown = "leaf";
+  for (let i = 1; i < levels; i++) v = [v];
+  return v;
+};
 const metadataOf = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "v"]));
 
 const BAD: BadCase[] = [
   // Idempotency-Key
-  { name: "missing Idempotency-Key", headers: { "Idempotency-Key": undefined }, status: 400, code: "invalid_request", fields: ["idempotency-key"] },
-  { name: "Idempotency-Key of 7 characters", headers: { "Idempotency-Key": "abcdefg" }, status: 400, code: "invalid_request", fields: ["idempotency-key"] },
-  { name: "Idempotency-Key of 129 characters", headers: { "Idempotency-Key": "k".repeat(129) }, status: 400, code: "invalid_request", fields: ["idempotency-key"] },
-  { name: "Idempotency-Key with a slash", headers: { "Idempotency-Key": "order/1234/x" }, status: 400, code: "invalid_request", fields: ["idempotency-key"] },
-  { name: "Idempotency-Key with a space", headers: { "Idempotency-Key": "order 1234 x" }, status: 400, code: "invalid_request", fields: ["idempotency-key"] },
-  { name: "Idempotency-Key with non-ASCII", headers: { "Idempotency-Key": "ordre-é-12345" }, status: 400, code: "invalid_request", fields: ["idempotency-key"] },
+  { name: "missing Idempotency-Key", headers: { "Idempotency-Key": undefined }, status: 400, code: "invalid_request", fields: ["Idempotency-Key"] },
+  { name: "Idempotency-Key of 7 characters", headers: { "Idempotency-Key": "abcdefg" }, status: 400, code: "invalid_request", fields: ["Idempotency-Key"] },
+  { name: "Idempotency-Key of 129 characters", headers: { "Idempotency-Key": "k".repeat(129) }, status: 400, code: "invalid_request", fields: ["Idempotency-Key"] },
+  { name: "Idempotency-Key with a slash", headers: { "Idempotency-Key": "order/1234/x" }, status: 400, code: "invalid_request", fields: ["Idempotency-Key"] },
+  { name: "Idempotency-Key with a space", headers: { "Idempotency-Key": "order 1234 x" }, status: 400, code: "invalid_request", fields: ["Idempotency-Key"] },
+  { name: "Idempotency-Key with non-ASCII", headers: { "Idempotency-Key": "ordre-é-12345" }, status: 400, code: "invalid_request", fields: ["Idempotency-Key"] },
   // Content-Type
   { name: "no Content-Type", headers: { "Content-Type": undefined }, status: 415, code: "unsupported_media_type" },
   { name: "Content-Type text/plain", headers: { "Content-Type": "text/plain" }, status: 415, code: "unsupported_media_type" },
@@ -110,6 +116,9 @@ const BAD: BadCase[] = [
   { name: "image_urls http", body: (b) => ({ ...b, mode: "edit", image_urls: ["http://cdn.example.com/a.png"] }), status: 400, code: "invalid_media_url", fields: ["image_urls.0"] },
   { name: "image_urls second not a URL", body: (b) => ({ ...b, mode: "edit", image_urls: ["https://cdn.example.com/a.png", "a.png"] }), status: 400, code: "invalid_media_url", fields: ["image_urls.1"] },
   { name: "source_video_url ftp", only: "video", body: (b) => ({ ...b, source_video_url: "ftp://cdn.example.com/a.mp4" }), status: 400, code: "invalid_media_url", fields: ["source_video_url"] },
+  // shape
+  { name: "an unknown field nested 65 levels deep", body: (b) => ({ ...b, extra: nest(65) }), status: 400, code: "invalid_request" },
+  { name: "an unknown field nested 100 000 levels deep", body: { raw: JSON.stringify(imageBody()).replace(/}$/, `,"x":${"[".repeat(100_000)}${"]".repeat(100_000)}}`) }, status: 400, code: "invalid_request" },
   // size
   { name: "body over 1 MiB", body: (b) => ({ ...b, padding: "x".repeat(1024 * 1024) }), status: 413, code: "payload_too_large" },
 ];
@@ -139,6 +148,19 @@ describe("creation: bad requests", () => {
     const res = await t.request(null, PATHS.image, { method: "POST", body: "x", headers: { "Content-Type": "text/plain" } });
     expect(res.status).toBe(401);
     expect(await res.json()).toEqual({ error: { code: "invalid_api_key", message: expect.any(String), request_id: requestId } });
+  });
+
+  it("accepts unknown fields nested up to the depth limit", async () => {
+    const res = await t.request(apiKey, PATHS.image, { method: "POST", idempotencyKey: KEY, json: imageBody({ extra: nest(64) }) });
+    expect(res.status).toBe(201);
+  });
+
+  it("never takes the request id from the caller's X-Request-Id", async () => {
+    const res = await post("image", JSON.stringify({ ...imageBody(), prompt: "x" }), { ...JSON_HEADERS, "X-Request-Id": "chosen-by-caller" });
+    expect(res.status).toBe(422);
+    const id = res.headers.get("x-request-id");
+    expect(id).toMatch(/^req_/);
+    expect(((await res.json()) as { error: { request_id: string } }).error.request_id).toBe(id);
   });
 
   it("accepts Content-Type with a charset parameter", async () => {
@@ -309,6 +331,16 @@ describe("creation: idempotency", () => {
     // And a different body under the same key is fine for the other client too.
     const theirsAgain = await create("another-key-1", imageBody({ prompt: "something else" }), "image", other);
     expect(theirsAgain.res.status).toBe(201);
+  });
+
+  it("a client's waiting-task limit answers 429 concurrent_limit with Retry-After, and a replay still works", async () => {
+    const limited = t.client("limited", { maxWaiting: 1 }).apiKey;
+    expect((await create(KEY, imageBody(), "image", limited)).res.status).toBe(201);
+    const res = await t.request(limited, PATHS.image, { method: "POST", idempotencyKey: "second-key-1", json: imageBody() });
+    expect(res.status).toBe(429);
+    expect(res.headers.get("retry-after")).toBe("5");
+    expect(await res.json()).toEqual({ error: { code: "concurrent_limit", message: expect.any(String), request_id: requestId } });
+    expect((await create(KEY, imageBody(), "image", limited)).res.status).toBe(200);
   });
 
   it("a rejected request does not consume the key", async () => {

@@ -36,7 +36,7 @@ export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: Service
         client: c.get("client"),
         type,
         body,
-        idempotencyKey: c.req.valid("header")["idempotency-key"],
+        idempotencyKey: c.req.valid("header")["Idempotency-Key"],
       });
       c.header("Location", new URL(`/openapi/v1/tasks/${task.id}`, c.req.url).toString());
       c.header("Idempotent-Replayed", String(replayed));
