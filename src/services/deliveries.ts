@@ -43,7 +43,15 @@ export class DeliveryService {
     const event = lastEventOfTask(db, task.id);
     if (!event) throw new ApiError("invalid_request", "This task has no event yet; it is sent when the task changes state.");
     const now = clock.now();
-    const updated = updateEvent(db, event.id, { deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: now, failedAt: null })!;
+    // Clearing the lease makes an attempt still in flight unable to record over this re-queue.
+    const updated = updateEvent(db, event.id, {
+      deliveryStatus: "pending",
+      roundAttempts: 0,
+      nextAttemptAt: now,
+      failedAt: null,
+      claimToken: null,
+      claimedUntil: null,
+    })!;
     this.deps.nudges.dispatcher();
     return { event_id: updated.id, event_type: updated.type, status: updated.deliveryStatus };
   }
