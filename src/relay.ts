@@ -14,7 +14,7 @@ import { WebhookSender } from "./webhooks/sender.js";
 import { Dispatcher } from "./workers/dispatcher.js";
 import { WorkerLoop } from "./workers/loop.js";
 import { LeaseOwner } from "./workers/owner.js";
-import { Poller } from "./workers/poller.js";
+import { Poller, type PollStrategy } from "./workers/poller.js";
 import { Pruner } from "./workers/pruner.js";
 import { ReadBudget } from "./workers/read-budget.js";
 import { Submitter } from "./workers/submitter.js";
@@ -28,6 +28,8 @@ export interface RelayOptions {
   upstream: { baseUrl: string; apiKey: string };
   fetch?: typeof fetch;
   resolve?: Resolver;
+  /** Poll scheduling; "round-robin" is the naive baseline the benchmarks compare against. */
+  pollStrategy?: PollStrategy;
 }
 
 /**
@@ -59,7 +61,17 @@ export class Relay {
     this.budget = new ReadBudget(db, clock, config.upstreamReadsPerMinute);
     this.sender = new WebhookSender({ allowPrivateNetworks: config.webhookAllowPrivateNetworks, ...(opts.resolve ? { resolve: opts.resolve } : {}) });
     this.submitter = new Submitter({ db, clock, config, logger, accounts, owner: this.owner, nudges });
-    this.poller = new Poller({ db, clock, config, logger, accounts, budget: this.budget, owner: this.owner, nudges });
+    this.poller = new Poller({
+      db,
+      clock,
+      config,
+      logger,
+      accounts,
+      budget: this.budget,
+      owner: this.owner,
+      nudges,
+      ...(opts.pollStrategy ? { strategy: opts.pollStrategy } : {}),
+    });
     this.dispatcher = new Dispatcher({ db, clock, config, logger, sender: this.sender, owner: this.owner });
     this.pruner = new Pruner({ db, clock, logger, retentionDays: config.taskRetentionDays });
     this.loops = [

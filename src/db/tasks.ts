@@ -1,4 +1,4 @@
-import { and, asc, desc, eq, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
+import { and, asc, desc, eq, gt, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
 import type { Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
 import { tasks, type TaskPhase, type TaskStatus } from "./schema.js";
@@ -78,7 +78,17 @@ function unclaimed(now: number): SQL {
 /** Claims due tasks of one phase and account with a lease; one UPDATE … RETURNING. */
 export function claimDueTasks(
   db: Db,
-  opts: { phase: TaskPhase; account: string; now: number; leaseMs: number; token: string; limit: number; ids?: string[] },
+  opts: {
+    phase: TaskPhase;
+    account: string;
+    now: number;
+    leaseMs: number;
+    token: string;
+    limit: number;
+    ids?: string[];
+    /** Only tasks read at least once before (poll_count > 0). */
+    observedOnly?: boolean;
+  },
 ): TaskRow[] {
   if (opts.limit <= 0) return [];
   const conditions: SQL[] = [
@@ -91,6 +101,7 @@ export function claimDueTasks(
     if (opts.ids.length === 0) return [];
     conditions.push(inArray(tasks.id, opts.ids));
   }
+  if (opts.observedOnly) conditions.push(gt(tasks.pollCount, 0));
   const due = db
     .select({ id: tasks.id })
     .from(tasks)
@@ -180,4 +191,24 @@ export function releaseTaskLeases(db: Db, ownerPrefix: string): number {
     .set({ claimedUntil: null, claimToken: null })
     .where(sql`${tasks.claimToken} LIKE ${ownerPrefix + ":%"}`)
     .run().changes;
+}
+
+/** Claims every unclaimed in-flight task of an account (a list sweep covers them all at once). */
+export function claimInFlight(db: Db, opts: { account: string; now: number; leaseMs: number; token: string }): TaskRow[] {
+  return db
+    .update(tasks)
+    .set({ claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token })
+    .where(and(eq(tasks.phase, "submitted"), eq(tasks.upstreamAccount, opts.account), unclaimed(opts.now)))
+    .returning()
+    .all();
+}
+
+/** Accounts with tasks in flight upstream. */
+export function accountsInFlight(db: Db): string[] {
+  return db
+    .selectDistinct({ account: tasks.upstreamAccount })
+    .from(tasks)
+    .where(eq(tasks.phase, "submitted"))
+    .all()
+    .map((r) => r.account);
 }

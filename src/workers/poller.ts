@@ -1,20 +1,22 @@
-import { and, eq, lte } from "drizzle-orm";
 import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
+import type { Metrics } from "../metrics.js";
 import type { Db } from "../db/open.js";
-import { tasks } from "../db/schema.js";
-import { claimDueTasks, nextDueAt, updateLeasedTask, type TaskRow } from "../db/tasks.js";
+import { accountsInFlight, claimDueTasks, claimInFlight, countRunning, nextDueAt, updateLeasedTask, type TaskRow } from "../db/tasks.js";
 import type { Nudges } from "../services/deps.js";
 import { TERMINAL_STATUSES, transitionTask } from "../services/transitions.js";
 import type { UpstreamAccounts } from "../services/upstream-accounts.js";
 import { UpstreamError } from "../upstream/errors.js";
 import type { UpstreamTask } from "../upstream/types.js";
 import { DurationStats } from "./duration-stats.js";
+import { finishedCandidates, harvestTerminal, sweepActive } from "./list-sweep.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
 import { nextPollDelay } from "./poll-schedule.js";
 import type { ReadBudget } from "./read-budget.js";
+
+export type PollStrategy = "adaptive" | "round-robin";
 
 export interface PollerOptions {
   db: Db;
@@ -25,56 +27,199 @@ export interface PollerOptions {
   budget: ReadBudget;
   owner: LeaseOwner;
   nudges: Nudges;
+  metrics?: Metrics | undefined;
+  /**
+   * adaptive (default): list sweeps for many in-flight tasks, single reads timed by learned durations.
+   * round-robin: one single read per task in turn — the naive baseline the benchmarks compare against.
+   */
+  strategy?: PollStrategy;
 }
 
 /** A claim outlasts the upstream read it covers. */
 const LEASE_MARGIN_MS = 5_000;
 /** Consecutive 404s before a submitted task is declared lost upstream. */
 const NOT_FOUND_LIMIT = 3;
+/** Below this many tasks in flight, single reads cost no more than a sweep. */
+const SWEEP_MIN_TASKS = 3;
+/** Share of the read budget sweeps may use; the rest serves single reads. */
+const SWEEP_SHARE = 0.75;
+const MIN_SWEEP_INTERVAL_MS = 1_000;
+const MAX_SWEEP_INTERVAL_MS = 60_000;
+/** Finished candidates worth reading the terminal lists for (fewer: single reads). */
+const HARVEST_MIN = 3;
+/** After an unreadable list body, single reads only for this long, then the list is tried again. */
+const LIST_RETRY_MS = 30 * 60_000;
+const SINGLE_BATCH = 25;
+
+interface ListState {
+  nextSweepAt: number;
+  unsupportedUntil: number;
+  /** null until a terminal list was read; false when its items came without output (harvest pointless). */
+  harvestUseful: boolean | null;
+  warned: boolean;
+}
 
 /**
- * Watches submitted tasks within each account's read budget. A read is spent only when the budget
- * has room (ReadBudget.take), so the budget holds whatever the number of tasks in flight; tasks that
- * could not be read stay due and are read first when room returns.
+ * Watches submitted tasks within each account's read budget. With several tasks in flight it
+ * sweeps the list endpoint (a hundred tasks a read) and spends single reads only where they pay:
+ * tasks that just ended without their output, or accounts whose list body cannot be understood.
+ * Every read passes ReadBudget.take(), so the budget holds however many tasks are in flight.
  */
 export class Poller {
   readonly durations: DurationStats;
   private readonly notFound = new Map<string, number>();
+  private readonly lists = new Map<string, ListState>();
+  /** Per account: relay task ids a sweep found ended, whose result a single read must fetch. */
+  private readonly needsRead = new Map<string, Set<string>>();
+  private readonly strategy: PollStrategy;
 
   constructor(private readonly opts: PollerOptions) {
     this.durations = new DurationStats(opts.db, opts.clock);
+    this.strategy = opts.strategy ?? "adaptive";
+  }
+
+  private leaseMs(): number {
+    return this.opts.config.upstreamTimeoutMs + LEASE_MARGIN_MS;
+  }
+
+  private listState(account: string): ListState {
+    let state = this.lists.get(account);
+    if (!state) {
+      state = { nextSweepAt: 0, unsupportedUntil: 0, harvestUseful: null, warned: false };
+      this.lists.set(account, state);
+    }
+    return state;
   }
 
   async runOnce(): Promise<TickResult> {
     const { db, clock, budget } = this.opts;
-    const now = clock.now();
     let didWork = false;
-    let budgetWait: number | null = null;
-    const accounts = db
-      .selectDistinct({ account: tasks.upstreamAccount })
-      .from(tasks)
-      .where(and(eq(tasks.phase, "submitted"), lte(tasks.nextRunAt, now)))
-      .all()
-      .map((r) => r.account);
-    for (const account of accounts) {
-      const room = budget.available(account);
-      if (room <= 0) {
-        const at = budget.nextAvailableAt(account);
-        budgetWait = budgetWait === null ? at : Math.min(budgetWait, at);
+    let wake: number | null = null;
+    const later = (at: number) => {
+      wake = wake === null ? at : Math.min(wake, at);
+    };
+    for (const account of accountsInFlight(db)) {
+      if (budget.available(account) <= 0) {
+        later(budget.nextAvailableAt(account));
         continue;
       }
-      const claimed = claimDueTasks(db, { phase: "submitted", account, now, leaseMs: this.opts.config.upstreamTimeoutMs + LEASE_MARGIN_MS, token: this.opts.owner.token(), limit: Math.min(room, 25) });
+      if (this.strategy === "adaptive" && countRunning(db, account) >= SWEEP_MIN_TASKS) {
+        const state = this.listState(account);
+        const now = clock.now();
+        if (now >= state.unsupportedUntil) {
+          if (now >= state.nextSweepAt && budget.available(account) >= 2) {
+            await this.sweep(account, state);
+            didWork = true;
+          }
+          later(state.nextSweepAt);
+        }
+      }
+      const room = budget.available(account);
+      if (room <= 0) {
+        later(budget.nextAvailableAt(account));
+        continue;
+      }
+      const claimed = this.claimSingles(account, Math.min(room, SINGLE_BATCH));
       if (claimed.length > 0) didWork = true;
       await Promise.all(claimed.map((task) => this.readOne(task)));
     }
     const due = nextDueAt(db, "submitted");
-    let next = due;
-    if (budgetWait !== null && (next === null || next <= clock.now())) next = budgetWait;
+    let next: number | null = due;
+    if (wake !== null && (next === null || next <= clock.now() || wake < next)) next = wake;
     return { didWork, nextDueAt: next };
   }
 
+  /**
+   * Tasks to read one by one now. While sweeps cover an account, only the tasks a sweep found ended
+   * (their output still to fetch) and tasks a sweep could not see; a task never read yet waits for
+   * the next sweep instead of costing a read of its own.
+   */
+  private claimSingles(account: string, limit: number): TaskRow[] {
+    const { db, clock } = this.opts;
+    const base = { phase: "submitted" as const, account, now: clock.now(), leaseMs: this.leaseMs(), token: this.opts.owner.token() };
+    const flagged = this.needsRead.get(account);
+    if (!this.sweeping(account)) return claimDueTasks(db, { ...base, limit });
+    const claimed = flagged && flagged.size > 0 ? claimDueTasks(db, { ...base, limit, ids: [...flagged] }) : [];
+    for (const task of claimed) flagged!.delete(task.id);
+    if (claimed.length >= limit) return claimed;
+    return [...claimed, ...claimDueTasks(db, { ...base, token: this.opts.owner.token(), limit: limit - claimed.length, observedOnly: true })];
+  }
+
+  private sweeping(account: string): boolean {
+    if (this.strategy !== "adaptive") return false;
+    const state = this.lists.get(account);
+    return state !== undefined && state.nextSweepAt > 0 && this.opts.clock.now() >= state.unsupportedUntil && countRunning(this.opts.db, account) >= SWEEP_MIN_TASKS;
+  }
+
+  /** One sweep of an account: active lists, then terminal lists for what ended, then the results applied. */
+  private async sweep(account: string, state: ListState): Promise<void> {
+    const { db, clock, budget, logger, metrics } = this.opts;
+    const startedAt = clock.now();
+    const token = this.opts.owner.token();
+    const inFlight = claimInFlight(db, { account, now: startedAt, leaseMs: this.leaseMs(), token });
+    if (inFlight.length === 0) return;
+    const client = this.opts.accounts.get(account);
+    const take = () => budget.take(account);
+    const maxReads = Math.max(2, Math.floor(budget.available(account) * SWEEP_SHARE));
+    let result;
+    try {
+      result = await sweepActive(client, { includeQueued: inFlight.some((t) => t.status === "queued"), maxReads }, take);
+      let candidates = result.complete ? finishedCandidates(inFlight, result.seen, startedAt) : new Set<string>();
+      if (!result.unsupported && candidates.size >= HARVEST_MIN && state.harvestUseful !== false) {
+        await harvestTerminal(client, candidates, maxReads - result.reads, take, result);
+        const found = [...candidates].map((id) => result!.seen.get(id)).filter((t) => t?.status === "succeeded");
+        if (found.length > 0) state.harvestUseful = found.some((t) => t!.output !== null && t!.output !== undefined);
+        candidates = new Set([...candidates].filter((id) => !result!.seen.has(id)));
+      }
+      metrics?.upstreamCalls.inc({ endpoint: "list", outcome: result.unsupported ? "unrecognised" : "ok" }, result.reads);
+      if (result.unsupported) {
+        state.unsupportedUntil = clock.now() + LIST_RETRY_MS;
+        if (!state.warned) logger.warn({ account }, "upstream task list body not understood; falling back to single reads");
+        state.warned = true;
+        for (const task of inFlight) updateLeasedTask(db, task.id, token, { claimToken: null, claimedUntil: null });
+        return;
+      }
+      const now = clock.now();
+      const interval = Math.min(MAX_SWEEP_INTERVAL_MS, Math.max(MIN_SWEEP_INTERVAL_MS, (result.reads * 60_000) / (SWEEP_SHARE * budget.perMinute)));
+      state.nextSweepAt = now + interval;
+      // Covered by sweeps: no single read until well after the next sweep (a fallback if sweeping stops).
+      const coveredUntil = now + 2 * interval + 5_000;
+      let covered = 0;
+      for (const task of inFlight) {
+        const remote = task.upstreamTaskId ? result.seen.get(task.upstreamTaskId) : undefined;
+        if (remote && remote.status && TERMINAL_STATUSES.has(remote.status) && !(remote.status === "succeeded" && (remote.output === null || remote.output === undefined))) {
+          covered += 1;
+          this.apply(task, token, remote);
+        } else if (remote && remote.status && !TERMINAL_STATUSES.has(remote.status)) {
+          covered += 1;
+          this.apply(task, token, remote, coveredUntil);
+        } else if (task.upstreamTaskId && (candidates.has(task.upstreamTaskId) || remote)) {
+          // Ended (or ended without its output in the list): one single read fetches the result.
+          updateLeasedTask(db, task.id, token, { nextRunAt: now, claimToken: null, claimedUntil: null });
+          let flagged = this.needsRead.get(account);
+          if (!flagged) this.needsRead.set(account, (flagged = new Set()));
+          flagged.add(task.id);
+        } else if (result.complete) {
+          // Submitted after the sweep began: the next sweep covers it.
+          updateLeasedTask(db, task.id, token, { nextRunAt: Math.max(task.nextRunAt ?? 0, coveredUntil), claimToken: null, claimedUntil: null });
+        } else {
+          updateLeasedTask(db, task.id, token, { claimToken: null, claimedUntil: null });
+        }
+      }
+      if (covered > result.reads) metrics?.readsSaved.inc(covered - result.reads);
+    } catch (err) {
+      const now = clock.now();
+      const e = err instanceof UpstreamError ? err : null;
+      metrics?.upstreamCalls.inc({ endpoint: "list", outcome: e?.code ?? "error" });
+      if (e?.status === 429) budget.pause(account, now + (e.retryAfterMs ?? 10_000));
+      state.nextSweepAt = now + (e?.retryAfterMs ?? 5_000);
+      logger.warn({ account, code: e?.code ?? String(err) }, "upstream list sweep failed");
+      for (const task of inFlight) updateLeasedTask(db, task.id, token, { claimToken: null, claimedUntil: null });
+    }
+  }
+
   private async readOne(task: TaskRow): Promise<void> {
-    const { db, clock, budget, logger } = this.opts;
+    const { db, clock, budget, logger, metrics } = this.opts;
     const token = task.claimToken!;
     if (!budget.take(task.upstreamAccount)) {
       updateLeasedTask(db, task.id, token, { claimToken: null, claimedUntil: null });
@@ -82,11 +227,13 @@ export class Poller {
     }
     try {
       const remote = await this.opts.accounts.get(task.upstreamAccount).getTask(task.upstreamTaskId!);
+      metrics?.upstreamCalls.inc({ endpoint: "read", outcome: "ok" });
       this.notFound.delete(task.id);
-      this.apply(task, token, remote);
+      this.apply(task, token, remote, this.strategy === "round-robin" ? clock.now() : undefined);
     } catch (err) {
       const now = clock.now();
       const e = err instanceof UpstreamError ? err : null;
+      metrics?.upstreamCalls.inc({ endpoint: "read", outcome: e?.code ?? "error" });
       const log = { task_id: task.id, upstream_task_id: task.upstreamTaskId, account: task.upstreamAccount, code: e?.code ?? String(err) };
       if (e?.status === 429) {
         const until = now + (e.retryAfterMs ?? 10_000);
@@ -111,8 +258,11 @@ export class Poller {
     }
   }
 
-  /** Applies what a read showed: a state change (with its event) and the next read's time. */
-  apply(task: TaskRow, token: string, remote: UpstreamTask): void {
+  /**
+   * Applies what a read showed: a state change (with its event) and the next read's time
+   * (`nextRunAt` when the caller knows better, e.g. a sweep will cover the task).
+   */
+  apply(task: TaskRow, token: string, remote: UpstreamTask, nextRunAt?: number): void {
     const now = this.opts.clock.now();
     const status = remote.status ?? task.status;
     const usage = {
@@ -129,11 +279,11 @@ export class Poller {
       return;
     }
     const age = now - (task.submittedAt ?? task.createdAt);
-    const delay = nextPollDelay(task.type, age, this.durations.expected(task.type, task.model));
+    const next = nextRunAt ?? now + nextPollDelay(task.type, age, this.durations.expected(task.type, task.model));
     transitionTask(
       this.opts.db,
       task,
-      { status, ...usage, updatedAt: status !== task.status ? now : task.updatedAt, pollCount: task.pollCount + 1, nextRunAt: now + delay, claimToken: null, claimedUntil: null },
+      { status, ...usage, updatedAt: status !== task.status ? now : task.updatedAt, pollCount: task.pollCount + 1, nextRunAt: next, claimToken: null, claimedUntil: null },
       { now, token, firstAttemptDelayMs: this.opts.config.webhookRetryScheduleMs[0] },
     );
     if (status !== task.status) this.opts.nudges.dispatcher();
@@ -153,4 +303,3 @@ export class Poller {
     this.opts.nudges.submitter();
   }
 }
-

@@ -12,10 +12,12 @@ export interface CreateCall {
   at: number;
 }
 
-/** One GET /tasks/{id} the fake upstream received. */
+/** One task read the fake upstream received: GET /tasks/{id}, or a list page (id "(list)"). */
 export interface ReadCall {
   id: string;
   at: number;
+  /** The list's status filter, for list reads. */
+  status?: string | null;
 }
 
 export interface FakeTask {
@@ -55,6 +57,8 @@ export class FakeUpstream {
   onRead: Responder<ReadCall> | null = null;
   /** Answer 429 concurrent_limit when this many tasks are queued or processing. */
   maxConcurrent: number | null = null;
+  /** false: the list endpoint answers a body the relay cannot understand (it must fall back to single reads). */
+  listSupported = true;
 
   constructor(private readonly clock: FakeClock) {}
 
@@ -71,6 +75,13 @@ export class FakeUpstream {
         this.creates.push(call);
         const scripted = this.nextCreate.shift()?.(call) ?? this.onCreate?.(call);
         return scripted ?? this.defaultCreate(call);
+      }),
+      http.get(`${UPSTREAM_URL}/openapi/v1/tasks`, ({ request }) => {
+        const url = new URL(request.url);
+        const call: ReadCall = { id: "(list)", at: this.clock.now(), status: url.searchParams.get("status") };
+        this.reads.push(call);
+        const scripted = this.nextRead.shift()?.(call) ?? this.onRead?.(call);
+        return scripted ?? this.defaultList(url);
       }),
       http.get(`${UPSTREAM_URL}/openapi/v1/tasks/:id`, ({ params }) => {
         const call: ReadCall = { id: String(params.id), at: this.clock.now() };
@@ -136,6 +147,23 @@ export class FakeUpstream {
       { data: { id: task.id, status: "queued" } },
       { status: 201, headers: { Location: `${UPSTREAM_URL}/openapi/v1/tasks/${task.id}`, "Idempotent-Replayed": "false" } },
     );
+  }
+
+  /** Newest first, filtered by status, cursor = the number of items already returned. */
+  private defaultList(url: URL): Response {
+    if (!this.listSupported) return HttpResponse.json({ unexpected: "shape" });
+    const status = url.searchParams.get("status");
+    const limit = Number(url.searchParams.get("limit") ?? 20);
+    const offset = Number(url.searchParams.get("cursor") ?? 0);
+    const all = [...this.tasks.values()].reverse().filter((t) => !status || t.status === status);
+    const page = all.slice(offset, offset + limit);
+    return HttpResponse.json({
+      data: page.map((t) => {
+        const b = this.body(t);
+        return { ...b.data, ...b, data: undefined };
+      }),
+      next_cursor: offset + limit < all.length ? String(offset + limit) : null,
+    });
   }
 
   private defaultRead(call: ReadCall): Response {

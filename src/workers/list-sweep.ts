@@ -1,0 +1,97 @@
+import type { TaskStatus } from "../db/schema.js";
+import type { TaskRow } from "../db/tasks.js";
+import type { UpstreamClient } from "../upstream/client.js";
+import type { UpstreamTask } from "../upstream/types.js";
+
+export const LIST_PAGE_LIMIT = 100;
+
+export interface SweepResult {
+  /** Upstream tasks seen, by upstream id. */
+  seen: Map<string, UpstreamTask>;
+  /** Reads spent. */
+  reads: number;
+  /** Whether the active lists (queued, processing) were read to their end: only then does absence mean "finished". */
+  complete: boolean;
+  /** The list body was not understood: the account must fall back to single reads. */
+  unsupported: boolean;
+}
+
+export interface SweepPlan {
+  /** Read the queued list too (only needed while some task is still known queued). */
+  includeQueued: boolean;
+  maxReads: number;
+}
+
+/**
+ * Learns the state of many tasks from the list endpoint, a page of up to 100 tasks per read.
+ * The active lists come first (queued before processing, so a task moving between them is seen in
+ * one of the two); a task of ours absent from both has ended. The terminal lists are then read
+ * for those, so their output arrives without a single read each.
+ */
+export async function sweepActive(
+  client: UpstreamClient,
+  plan: SweepPlan,
+  take: () => boolean,
+): Promise<SweepResult> {
+  const result: SweepResult = { seen: new Map(), reads: 0, complete: true, unsupported: false };
+  const statuses: TaskStatus[] = plan.includeQueued ? ["queued", "processing"] : ["processing"];
+  for (const status of statuses) {
+    const done = await readPages(client, status, plan.maxReads, take, result, () => false);
+    if (!done) result.complete = false;
+    if (result.unsupported) return result;
+  }
+  return result;
+}
+
+export async function harvestTerminal(
+  client: UpstreamClient,
+  candidates: Set<string>,
+  maxReads: number,
+  take: () => boolean,
+  result: SweepResult,
+): Promise<void> {
+  const allFound = () => [...candidates].every((id) => result.seen.has(id));
+  const cap = result.reads + maxReads;
+  for (const status of ["succeeded", "failed"] as const) {
+    if (allFound()) return;
+    await readPages(client, status, cap, take, result, allFound);
+    if (result.unsupported) return;
+  }
+}
+
+/** Reads pages of one status until the end, the read cap, or `enough()`. Returns whether the end was reached. */
+async function readPages(
+  client: UpstreamClient,
+  status: TaskStatus,
+  maxReads: number,
+  take: () => boolean,
+  result: SweepResult,
+  enough: () => boolean,
+): Promise<boolean> {
+  let cursor: string | undefined;
+  for (;;) {
+    if (result.reads >= maxReads || !take()) return false;
+    result.reads += 1;
+    const page = await client.listTasks({ status, limit: LIST_PAGE_LIMIT, ...(cursor ? { cursor } : {}) });
+    if (page === null) {
+      result.unsupported = true;
+      return false;
+    }
+    for (const task of page.tasks) {
+      // An item without a status is read as having the filter's status.
+      result.seen.set(task.id, task.status === null ? { ...task, status } : task);
+    }
+    if (!page.nextCursor || page.tasks.length === 0) return true;
+    if (enough()) return false;
+    cursor = page.nextCursor;
+  }
+}
+
+/** Upstream ids of in-flight tasks the active lists did not show, submitted before the sweep began. */
+export function finishedCandidates(inFlight: TaskRow[], seen: Map<string, UpstreamTask>, sweepStartedAt: number): Set<string> {
+  const candidates = new Set<string>();
+  for (const task of inFlight) {
+    if (task.upstreamTaskId && !seen.has(task.upstreamTaskId) && (task.submittedAt ?? 0) < sweepStartedAt) candidates.add(task.upstreamTaskId);
+  }
+  return candidates;
+}

@@ -1,0 +1,179 @@
+import { setupServer } from "msw/node";
+import { randomBytes } from "node:crypto";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { createClient } from "../../src/services/clients.js";
+import { createTask as createTaskService } from "../../src/services/intake.js";
+import { maxInWindow, runSchedulingSimulation } from "../../src/simulator/scheduling-sim.js";
+import { FakeUpstream } from "../helpers/fake-upstream.js";
+import { createTask, readTask, taskRow } from "../helpers/flow.js";
+import { createTestRelay, imageBody, UPSTREAM_KEY, type TestRelay } from "../helpers/relay.js";
+
+const server = setupServer();
+beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
+afterEach(() => server.resetHandlers());
+afterAll(() => server.close());
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  while (cleanups.length > 0) await cleanups.pop()!();
+});
+
+function setup(env: Record<string, string> = {}): { t: TestRelay; up: FakeUpstream } {
+  const t = createTestRelay(env);
+  cleanups.push(() => t.close());
+  const up = new FakeUpstream(t.clock);
+  server.use(...up.handlers());
+  return { t, up };
+}
+
+describe("read-budget-aware polling (fake-time simulation against the simulator)", () => {
+  const timings = { imageQueuedMs: 2_000, imageProcessingMs: 8_000, videoQueuedMs: 5_000, videoProcessingMs: 60_000 };
+
+  it("500 in flight, 100 reads/min: budget never exceeded, completion→event in seconds, far below round-robin", async () => {
+    const scenario = { tasks: 500, readsPerMinute: 100, arrivalSpreadMs: 60_000, videoShare: 0.5, timings };
+    const adaptive = await runSchedulingSimulation({ ...scenario, strategy: "adaptive" });
+    const naive = await runSchedulingSimulation({ ...scenario, strategy: "round-robin" });
+    for (const run of [adaptive, naive]) {
+      expect(run.finished).toBe(500);
+      expect(run.maxReadsInAnyMinute).toBeLessThanOrEqual(100);
+      expect(run.rateLimited).toBe(0);
+    }
+    expect(adaptive.p50Ms).toBeLessThanOrEqual(5_000);
+    expect(naive.p50Ms / adaptive.p50Ms).toBeGreaterThanOrEqual(10);
+    expect(adaptive.readsPerFinishedTask).toBeLessThan(naive.readsPerFinishedTask);
+  }, 120_000);
+
+  it("maxInWindow counts the most events in any window", () => {
+    expect(maxInWindow([0, 10, 59_999, 60_000, 120_000], 60_000)).toBe(3);
+    expect(maxInWindow([0, 10, 59_999, 60_000, 60_001], 60_000)).toBe(4);
+    expect(maxInWindow([], 60_000)).toBe(0);
+  });
+});
+
+describe("list sweeps", () => {
+  it("learns many tasks' states from list pages instead of one read each", async () => {
+    const { t, up } = setup();
+    const client = t.client();
+    const ids: string[] = [];
+    for (let i = 0; i < 20; i++) ids.push(await createTask(t, client.apiKey));
+    await t.relay.submitter.runOnce();
+    await t.relay.submitter.runOnce();
+    up.finishAll("succeeded");
+    for (const task of up.tasks.values()) task.output = { images: [{ url: `https://cdn.test/${task.id}.png` }] };
+    t.clock.advance(3_000);
+    await t.relay.poller.runOnce();
+    for (const id of ids) expect(taskRow(t, id).status).toBe("succeeded");
+    const single = up.reads.filter((r) => r.id !== "(list)");
+    expect(single).toHaveLength(0);
+    expect(up.reads.length).toBeLessThanOrEqual(4);
+    const view = await readTask(t, client.apiKey, ids[0]!);
+    expect(view.output).toEqual({ images: [{ url: `https://cdn.test/${up.taskOf(ids[0]!)!.id}.png` }] });
+  });
+
+  it("an unrecognised list body falls back to single reads", async () => {
+    const { t, up } = setup();
+    up.listSupported = false;
+    const client = t.client();
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) ids.push(await createTask(t, client.apiKey));
+    await t.relay.submitter.runOnce();
+    up.finishAll("succeeded");
+    t.clock.advance(3_000);
+    await t.relay.poller.runOnce();
+    t.clock.advance(3_000);
+    await t.relay.poller.runOnce();
+    for (const id of ids) expect(taskRow(t, id).status).toBe("succeeded");
+    expect(up.reads.filter((r) => r.id === "(list)")).toHaveLength(1);
+    expect(up.reads.filter((r) => r.id !== "(list)")).toHaveLength(5);
+  });
+});
+
+describe("fair admission", () => {
+  it("client A floods 1,000 tasks, client B then submits 10: B goes upstream within the first free slots", async () => {
+    const { t, up } = setup({ UPSTREAM_MAX_CONCURRENT: "4" });
+    const a = createClient(t.database.db, t.clock, { name: "flood" }).client;
+    const b = createClient(t.database.db, t.clock, { name: "small" }).client;
+    const deps = t.relay.deps;
+    for (let i = 0; i < 1_000; i++) createTaskService(deps, { client: a, type: "image", body: imageBody(), idempotencyKey: `flood-${i}-key` });
+    const bIds = Array.from({ length: 10 }, (_, i) => createTaskService(deps, { client: b, type: "image", body: imageBody(), idempotencyKey: `small-${i}-key` }).task.id);
+
+    // Run slots: submit, then finish what runs, until B's ten are all upstream.
+    const submittedOrder: string[] = [];
+    for (let round = 0; round < 50 && bIds.some((id) => taskRow(t, id).phase === "waiting"); round++) {
+      const before = up.creates.length;
+      await t.relay.submitter.runOnce();
+      for (const call of up.creates.slice(before)) submittedOrder.push(call.key!.slice("genrelay-".length));
+      up.finishAll("succeeded");
+      t.clock.advance(3_000);
+      await t.relay.poller.runOnce();
+    }
+    const positions = bIds.map((id) => submittedOrder.indexOf(id));
+    expect(positions.every((p) => p >= 0)).toBe(true);
+    // Alternating with A: B's tenth task is among the first ~20 submissions, not after 1,000.
+    expect(Math.max(...positions)).toBeLessThan(24);
+  }, 60_000);
+});
+
+describe("per-client limits and accounts", () => {
+  it("a credit limit refuses new tasks with 402 insufficient_points once spent; nothing reaches the upstream", async () => {
+    const { t, up } = setup();
+    const { apiKey } = t.client("capped", { creditLimit: 40 });
+    await createTask(t, apiKey);
+    await createTask(t, apiKey);
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(2);
+    // The charge is known once a read shows usage (20 credits each here): 40 spent.
+    t.clock.advance(3_000);
+    await t.relay.poller.runOnce();
+    const res = await t.request(apiKey, "/openapi/v1/images/generations", { method: "POST", json: imageBody(), idempotencyKey: "over-the-limit" });
+    expect(res.status).toBe(402);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe("insufficient_points");
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(2);
+    const usage = (await (await t.request(apiKey, "/openapi/v1/usage")).json()) as { data: { points_spent: number; credit_limit: number } };
+    expect(usage.data).toMatchObject({ points_spent: 40, credit_limit: 40 });
+  });
+
+  it("a waiting-queue cap answers 429 concurrent_limit at intake; the refused task never exists", async () => {
+    const { t, up } = setup();
+    const { apiKey } = t.client("queue-capped", { maxWaiting: 2 });
+    await createTask(t, apiKey);
+    await createTask(t, apiKey);
+    const res = await t.request(apiKey, "/openapi/v1/images/generations", { method: "POST", json: imageBody(), idempotencyKey: "third-task-key" });
+    expect(res.status).toBe(429);
+    expect(res.headers.get("retry-after")).toBe("5");
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe("concurrent_limit");
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(2);
+    const list = (await (await t.request(apiKey, "/openapi/v1/tasks")).json()) as { data: unknown[] };
+    expect(list.data).toHaveLength(2);
+  });
+
+  it("a client's own upstream key is stored encrypted and used for its tasks, with a budget of its own", async () => {
+    const encryptionKey = randomBytes(32).toString("base64");
+    const { t, up } = setup({ RELAY_ENCRYPTION_KEY: encryptionKey });
+    const own = createClient(t.database.db, t.clock, { name: "own-key", upstreamKey: "client-own-upstream-key", encryptionKey: t.config.encryptionKey });
+    expect(own.client.upstreamKeyEncrypted).not.toContain("client-own-upstream-key");
+    expect(own.client.upstreamAccount).toBe(own.client.id);
+    const shared = t.client("shared");
+    await createTask(t, own.apiKey);
+    await createTask(t, shared.apiKey);
+    await t.relay.submitter.runOnce();
+    expect(up.creates.map((c) => c.auth).sort()).toEqual([`Bearer ${UPSTREAM_KEY}`, "Bearer client-own-upstream-key"].sort());
+    expect(t.relay.budget.used(own.client.id)).toBe(0);
+    t.clock.advance(3_000);
+    await t.relay.poller.runOnce();
+    expect(t.relay.budget.used(own.client.id)).toBe(1);
+    expect(t.relay.budget.used("default")).toBe(1);
+  });
+
+  it("a waiting task shows its queue position", async () => {
+    const { t } = setup({ UPSTREAM_MAX_CONCURRENT: "1" });
+    const { apiKey } = t.client();
+    const ids = [await createTask(t, apiKey), await createTask(t, apiKey), await createTask(t, apiKey)];
+    await t.relay.submitter.runOnce();
+    expect((await readTask(t, apiKey, ids[0]!)).data.queue_position).toBeUndefined();
+    expect((await readTask(t, apiKey, ids[1]!)).data.queue_position).toBe(1);
+    expect((await readTask(t, apiKey, ids[2]!)).data.queue_position).toBe(2);
+  });
+});
