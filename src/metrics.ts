@@ -57,12 +57,6 @@ export class Metrics {
     buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 7200],
     registers: [this.registry],
   });
-  readonly completionToEvent = new Histogram({
-    name: "genrelay_completion_to_event_seconds",
-    help: "From the upstream reporting a task finished (as far as the relay can tell) to its event being written",
-    buckets: [0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300],
-    registers: [this.registry],
-  });
   readonly workerLag = new Histogram({
     name: "genrelay_worker_lag_seconds",
     help: "How late due rows are claimed, by worker",
@@ -136,7 +130,7 @@ export class Metrics {
         for (const r of sources.reads()) this.set({ account: r.account }, r.budget);
       },
     });
-    collectDefaultMetrics({ register: registry, prefix: "genrelay_process_" });
+    collectDefaultMetrics({ register: registry, prefix: "genrelay_" });
   }
 
   async exposition(): Promise<{ contentType: string; body: string }> {

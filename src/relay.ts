@@ -5,6 +5,7 @@ import { releaseEventLeases } from "./db/events.js";
 import { releaseTaskLeases } from "./db/tasks.js";
 import { createApp } from "./http/app.js";
 import type { Logger } from "./logger.js";
+import { Metrics } from "./metrics.js";
 import { CatalogCache } from "./services/catalog.js";
 import { DeliveryService } from "./services/deliveries.js";
 import type { Nudges, ServiceDeps } from "./services/deps.js";
@@ -47,6 +48,7 @@ export class Relay {
   readonly owner = new LeaseOwner();
   readonly loops: WorkerLoop[];
   readonly deps: ServiceDeps;
+  readonly metrics: Metrics;
 
   constructor(private readonly opts: RelayOptions) {
     const { config, database, clock, logger } = opts;
@@ -59,8 +61,10 @@ export class Relay {
     this.deps = { db, clock, config, logger, nudges };
     const accounts = new UpstreamAccounts(db, config, opts.upstream.baseUrl, opts.upstream.apiKey, opts.fetch);
     this.budget = new ReadBudget(db, clock, config.upstreamReadsPerMinute);
+    const metrics = new Metrics({ db, reads: () => this.budget.snapshot() });
+    this.metrics = metrics;
     this.sender = new WebhookSender({ allowPrivateNetworks: config.webhookAllowPrivateNetworks, ...(opts.resolve ? { resolve: opts.resolve } : {}) });
-    this.submitter = new Submitter({ db, clock, config, logger, accounts, owner: this.owner, nudges });
+    this.submitter = new Submitter({ db, clock, config, logger, accounts, owner: this.owner, nudges, metrics });
     this.poller = new Poller({
       db,
       clock,
@@ -70,9 +74,21 @@ export class Relay {
       budget: this.budget,
       owner: this.owner,
       nudges,
+      metrics,
       ...(opts.pollStrategy ? { strategy: opts.pollStrategy } : {}),
     });
-    this.dispatcher = new Dispatcher({ db, clock, config, logger, sender: this.sender, owner: this.owner });
+    this.dispatcher = new Dispatcher({
+      db,
+      clock,
+      config,
+      logger,
+      sender: this.sender,
+      owner: this.owner,
+      onAttempt: (event, result) => {
+        metrics.webhookAttempts.inc({ outcome: result.ok ? "succeeded" : result.blocked ? "blocked" : "failed" });
+        if (result.ok) metrics.deliveryLatency.observe(Math.max(0, clock.now() - event.createdAt) / 1000);
+      },
+    });
     this.pruner = new Pruner({ db, clock, logger, retentionDays: config.taskRetentionDays });
     this.loops = [
       new WorkerLoop({ name: "submitter", clock, logger, tick: () => this.submitter.runOnce() }),
@@ -87,6 +103,7 @@ export class Relay {
       catalog: new CatalogCache(accounts, clock, logger),
       readiness: { check: () => this.problems() },
       deliveries,
+      metrics,
     });
   }
 

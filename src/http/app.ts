@@ -4,6 +4,7 @@ import { requestId } from "hono/request-id";
 import type { CatalogCache } from "../services/catalog.js";
 import type { ServiceDeps } from "../services/deps.js";
 import type { DeliveryService } from "../services/deliveries.js";
+import type { Metrics } from "../metrics.js";
 import type { AppEnv } from "./context.js";
 import { errorResponse, onError, validationFailure } from "./errors.js";
 import { bearerAuth, jsonBody, newRequestId, requestLog } from "./middleware.js";
@@ -18,8 +19,7 @@ export interface AppDeps extends ServiceDeps {
   catalog: CatalogCache;
   readiness: Readiness;
   deliveries: DeliveryService;
-  /** Prometheus exposition, when metrics are wired. */
-  metrics?: () => Promise<{ contentType: string; body: string }>;
+  metrics?: Metrics;
 }
 
 /** Builds the HTTP app; opening the database, listening and workers belong to main.ts. */
@@ -34,7 +34,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   // Always our own id (limitLength 0 ignores a caller's X-Request-Id): it is what support looks up,
   // so a caller must not be able to choose it, reuse another request's, or inject text into logs.
   app.use(requestId({ generator: newRequestId, limitLength: 0 }));
-  app.use(requestLog(deps.logger));
+  app.use(requestLog(deps.logger, deps.metrics));
   app.onError(onError(deps.logger));
   app.notFound((c) => errorResponse(c, "not_found", `No route ${c.req.method} ${c.req.path}.`));
 
@@ -54,7 +54,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   if (deps.metrics) {
     const metrics = deps.metrics;
     app.get("/metrics", async (c) => {
-      const { contentType, body } = await metrics();
+      const { contentType, body } = await metrics.exposition();
       return c.body(body, 200, { "Content-Type": contentType });
     });
   }

@@ -1,7 +1,9 @@
 import type { MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
+import { routePath } from "hono/route";
 import { randomBytes } from "node:crypto";
 import type { Logger } from "../logger.js";
+import type { Metrics } from "../metrics.js";
 import { authenticate } from "../services/clients.js";
 import type { Db } from "../db/open.js";
 import type { AppEnv } from "./context.js";
@@ -28,7 +30,7 @@ export function nestingDepth(value: unknown, limit: number): number {
 export const newRequestId = () => `req_${randomBytes(12).toString("base64url")}`;
 
 /** One JSON log line per request, with its id; never headers or bodies (they carry keys). */
-export function requestLog(logger: Logger): MiddlewareHandler<AppEnv> {
+export function requestLog(logger: Logger, metrics?: Metrics): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const started = performance.now();
     await next();
@@ -41,6 +43,12 @@ export function requestLog(logger: Logger): MiddlewareHandler<AppEnv> {
       ms: Math.round((performance.now() - started) * 10) / 10,
       client_id: c.get("client")?.id,
     };
+    if (metrics) {
+      // The matched route pattern, not the path: ids in paths would explode the label set.
+      const route = routePath(c, -1) || "unmatched";
+      metrics.httpRequests.inc({ route, method: c.req.method, status: String(status) });
+      metrics.httpDuration.observe({ route, method: c.req.method }, (performance.now() - started) / 1000);
+    }
     if (status >= 500) logger.error(line, "request");
     else logger.info(line, "request");
   };

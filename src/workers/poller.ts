@@ -121,6 +121,7 @@ export class Poller {
       }
       const claimed = this.claimSingles(account, Math.min(room, SINGLE_BATCH));
       if (claimed.length > 0) didWork = true;
+      for (const task of claimed) this.opts.metrics?.workerLag.observe({ worker: "poller" }, Math.max(0, clock.now() - (task.nextRunAt ?? clock.now())) / 1000);
       await Promise.all(claimed.map((task) => this.readOne(task)));
     }
     const due = nextDueAt(db, "submitted");

@@ -81,6 +81,11 @@ export class ReadBudget {
     return Math.max(paused, windowFree);
   }
 
+  /** Reads spent and allowed per account, for the accounts seen so far (metrics). */
+  snapshot(): { account: string; used: number; budget: number }[] {
+    return [...this.windows.keys()].map((account) => ({ account, used: this.used(account), budget: this.perMinute }));
+  }
+
   /** Reads spent in the last minute (for metrics). */
   used(account: string): number {
     return this.window(account, this.clock.now()).length;

@@ -1,6 +1,7 @@
 import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
+import type { Metrics } from "../metrics.js";
 import type { Db } from "../db/open.js";
 import { updateClient } from "../db/clients.js";
 import { getAccountState, upsertAccountState } from "../db/upstream.js";
@@ -24,6 +25,7 @@ export interface SubmitterOptions {
   nudges: Nudges;
   /** Submissions in flight at once per tick. */
   batchSize?: number;
+  metrics?: Metrics | undefined;
 }
 
 /** After this long failing to reach the upstream, a task ends failed instead of retrying forever. */
@@ -87,6 +89,7 @@ export class Submitter {
       const claimed = claimFairly(db, { account, now, leaseMs: this.opts.config.upstreamTimeoutMs + LEASE_MARGIN_MS, owner: this.opts.owner, limit });
       if (claimed.length === 0) continue;
       didWork = true;
+      for (const task of claimed) this.opts.metrics?.workerLag.observe({ worker: "submitter" }, Math.max(0, now - (task.nextRunAt ?? now)) / 1000);
       await Promise.all(claimed.map((task) => this.submit(task)));
     }
     const due = nextDueAt(db, "waiting");
@@ -130,6 +133,7 @@ export class Submitter {
     const log = { task_id: task.id, client_id: task.clientId, account: task.upstreamAccount, attempt: marked.submitAttempts };
     try {
       const result = await this.opts.accounts.get(task.upstreamAccount).createTask(task.type, JSON.parse(task.requestJson) as Record<string, unknown>, task.upstreamIdempotencyKey);
+      this.opts.metrics?.upstreamCalls.inc({ endpoint: "create", outcome: "ok" });
       const at = clock.now();
       const status = result.task.status ?? "queued";
       const terminal = TERMINAL_STATUSES.has(status);
@@ -166,7 +170,9 @@ export class Submitter {
     const { db, clock, logger, config } = this.opts;
     const now = clock.now();
     const e = err instanceof UpstreamError ? err : null;
+    this.opts.metrics?.upstreamCalls.inc({ endpoint: "create", outcome: e?.code ?? "error" });
     if (e !== null && isConcurrentLimit(e as unknown)) {
+      this.opts.metrics?.concurrentLimitWaits.inc();
       // Not a failure: the account is full. Remember its size and wait for a running task to end.
       const running = countRunning(db, task.upstreamAccount);
       upsertAccountState(db, task.upstreamAccount, { learnedMaxConcurrent: Math.max(1, running), learnedAt: now }, now);
