@@ -30,7 +30,7 @@ describe("read-budget-aware polling (fake-time simulation against the simulator)
   const timings = { imageQueuedMs: 2_000, imageProcessingMs: 8_000, videoQueuedMs: 5_000, videoProcessingMs: 60_000 };
 
   it("500 in flight, 100 reads/min: budget never exceeded, completion→event in seconds, far below round-robin", async () => {
-    const scenario = { tasks: 500, readsPerMinute: 100, arrivalSpreadMs: 60_000, videoShare: 0.5, timings };
+    const scenario = { tasks: 500, readsPerMinute: 100, arrivalSpreadMs: 5_000, videoShare: 0.5, timings };
     const adaptive = await runSchedulingSimulation({ ...scenario, strategy: "adaptive" });
     const naive = await runSchedulingSimulation({ ...scenario, strategy: "round-robin" });
     for (const run of [adaptive, naive]) {
