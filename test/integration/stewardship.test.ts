@@ -1,30 +1,13 @@
-import { setupServer } from "msw/node";
+import { upstreamSuite } from "../helpers/upstream-suite.js";
 import { randomBytes } from "node:crypto";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createClient } from "../../src/services/clients.js";
 import { createTask as createTaskService } from "../../src/services/intake.js";
 import { maxInWindow, runSchedulingSimulation } from "../../src/simulator/scheduling-sim.js";
-import { FakeUpstream } from "../helpers/fake-upstream.js";
 import { createTask, readTask, taskRow } from "../helpers/flow.js";
-import { createTestRelay, imageBody, UPSTREAM_KEY, type TestRelay } from "../helpers/relay.js";
+import { imageBody, UPSTREAM_KEY } from "../helpers/relay.js";
 
-const server = setupServer();
-beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
-afterEach(() => server.resetHandlers());
-afterAll(() => server.close());
-
-const cleanups: Array<() => Promise<void>> = [];
-afterEach(async () => {
-  while (cleanups.length > 0) await cleanups.pop()!();
-});
-
-function setup(env: Record<string, string> = {}): { t: TestRelay; up: FakeUpstream } {
-  const t = createTestRelay(env);
-  cleanups.push(() => t.close());
-  const up = new FakeUpstream(t.clock);
-  server.use(...up.handlers());
-  return { t, up };
-}
+const { setup } = upstreamSuite({});
 
 describe("read-budget-aware polling (fake-time simulation against the simulator)", () => {
   const timings = { imageQueuedMs: 2_000, imageProcessingMs: 8_000, videoQueuedMs: 5_000, videoProcessingMs: 60_000 };

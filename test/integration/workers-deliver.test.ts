@@ -1,39 +1,16 @@
-import { setupServer } from "msw/node";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { upstreamSuite } from "../helpers/upstream-suite.js";
+import { describe, expect, it } from "vitest";
 import { claimDueEvents, updateLeasedEvent } from "../../src/db/events.js";
 import { FakeUpstream } from "../helpers/fake-upstream.js";
 import { createTask, readTask } from "../helpers/flow.js";
-import { hang, ok, startReceiver, status, verifyAt, type Answer, type Receiver } from "../helpers/receiver.js";
-import { createTestRelay, type TestRelay } from "../helpers/relay.js";
+import { hang, ok, status, verifyAt } from "../helpers/receiver.js";
+import { type TestRelay } from "../helpers/relay.js";
 
-const server = setupServer();
-beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
-afterEach(() => server.resetHandlers());
-afterAll(() => server.close());
+const { setup, receiver } = upstreamSuite();
 
-const cleanups: Array<() => Promise<void>> = [];
-afterEach(async () => {
-  while (cleanups.length > 0) await cleanups.pop()!();
-});
-
-const BASE_ENV = { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", WEBHOOK_RETRY_SCHEDULE: "0s,5s,1m", WEBHOOK_TIMEOUT_MS: "500" };
 /** Upper end of the ±20% jitter on the schedule's steps. */
 const AFTER_5S = 6_001;
 const AFTER_1M = 72_001;
-
-function setup(env: Record<string, string> = {}): { t: TestRelay; up: FakeUpstream } {
-  const t = createTestRelay({ ...BASE_ENV, ...env });
-  cleanups.push(() => t.close());
-  const up = new FakeUpstream(t.clock);
-  server.use(...up.handlers());
-  return { t, up };
-}
-
-async function receiver(fallback: Answer = ok): Promise<Receiver> {
-  const r = await startReceiver(fallback);
-  cleanups.push(() => r.close());
-  return r;
-}
 
 /**
  * A task that went through the whole pipeline: created, submitted, read as processing (when

@@ -1,39 +1,16 @@
+import { upstreamSuite } from "../helpers/upstream-suite.js";
 import { HttpResponse } from "msw";
-import { setupServer } from "msw/node";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createTask, readTask, taskRow } from "../helpers/flow.js";
 import { FakeUpstream, upstreamError } from "../helpers/fake-upstream.js";
-import { startReceiver, verifyAt, type Receiver } from "../helpers/receiver.js";
+import { verifyAt } from "../helpers/receiver.js";
 import { updateLeasedTask } from "../../src/db/tasks.js";
 import { claimFairly } from "../../src/workers/admission.js";
 import { LeaseOwner } from "../../src/workers/owner.js";
-import { createTestRelay, imageBody, UPSTREAM_KEY, type TestRelay } from "../helpers/relay.js";
+import { imageBody, UPSTREAM_KEY } from "../helpers/relay.js";
 
-const server = setupServer();
-beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
-afterEach(() => server.resetHandlers());
-afterAll(() => server.close());
+const { setup, receiver } = upstreamSuite();
 
-const cleanups: Array<() => Promise<void>> = [];
-afterEach(async () => {
-  while (cleanups.length > 0) await cleanups.pop()!();
-});
-
-const BASE_ENV = { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", WEBHOOK_RETRY_SCHEDULE: "0s,5s,1m", WEBHOOK_TIMEOUT_MS: "500" };
-
-function setup(env: Record<string, string> = {}): { t: TestRelay; up: FakeUpstream } {
-  const t = createTestRelay({ ...BASE_ENV, ...env });
-  cleanups.push(() => t.close());
-  const up = new FakeUpstream(t.clock);
-  server.use(...up.handlers());
-  return { t, up };
-}
-
-async function receiver(): Promise<Receiver> {
-  const r = await startReceiver();
-  cleanups.push(() => r.close());
-  return r;
-}
 
 const keysOf = (up: FakeUpstream) => up.creates.map((c) => c.key);
 
