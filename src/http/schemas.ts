@@ -147,7 +147,10 @@ export const TaskIdParam = z.object({
   id: z.string().min(1).max(200).openapi({ param: { name: "id", in: "path" }, example: "task_01jf3y8k2m9q7r5t3v1w0x6z4a" }),
 });
 
-/** Standard error responses for a route, by status. */
+/**
+ * Standard error responses for a route, by status. 500 is always added: any route can end in
+ * internal_error (src/http/errors.ts onError), and callers should know its envelope too.
+ */
 export function errorResponses(...statuses: number[]) {
   const descriptions: Record<number, string> = {
     400: "Malformed request (invalid_request, invalid_media_url, invalid_callback_url)",
@@ -163,6 +166,6 @@ export function errorResponses(...statuses: number[]) {
     503: "Upstream unavailable (service_unavailable)",
   };
   return Object.fromEntries(
-    statuses.map((s) => [s, { description: descriptions[s] ?? "Error", content: { "application/json": { schema: ErrorSchema } } }]),
+    [...new Set([...statuses, 500])].map((s) => [s, { description: descriptions[s] ?? "Error", content: { "application/json": { schema: ErrorSchema } } }]),
   );
 }

@@ -53,7 +53,7 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       summary: "Every delivery attempt of a task's events",
       security,
       request: { params: TaskIdParam },
-      responses: { 200: { description: "Attempts, oldest first", content: json(z.object({ data: z.array(AttemptSchema) })) }, ...errorResponses(401, 404) },
+      responses: { 200: { description: "Attempts, oldest first", content: json(z.object({ data: z.array(AttemptSchema) })) }, ...errorResponses(400, 401, 404) },
     }),
     (c) => c.json({ data: deliveries.listAttempts(c.get("client").id, c.req.valid("param").id) }, 200),
   );
@@ -85,7 +85,7 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       summary: "Send a signed ping event to a URL and report the attempt",
       security,
       request: { body: { required: true, content: json(z.object({ url: z.string().openapi({ example: "https://example.com/hooks" }) })) } },
-      responses: { 200: { description: "The attempt's result", content: json(z.object({ data: PingResultSchema })) }, ...errorResponses(400, 401, 415, 422) },
+      responses: { 200: { description: "The attempt's result", content: json(z.object({ data: PingResultSchema })) }, ...errorResponses(400, 401, 413, 415, 422) },
     }),
     async (c) => c.json({ data: await deliveries.testWebhook(c.get("client").id, c.req.valid("json").url) }, 200),
   );
@@ -142,7 +142,7 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       summary: "Re-queue your failed deliveries since a time",
       security,
       request: { body: { required: true, content: json(z.object({ since: z.iso.datetime({ offset: true, error: "must be an ISO-8601 date-time" }) })) } },
-      responses: { 202: { description: "How many were re-queued", content: json(z.object({ data: z.object({ requeued: z.number().int() }) })) }, ...errorResponses(400, 401, 415, 422) },
+      responses: { 202: { description: "How many were re-queued", content: json(z.object({ data: z.object({ requeued: z.number().int() }) })) }, ...errorResponses(400, 401, 413, 415, 422) },
     }),
     (c) => c.json({ data: deliveries.recover(c.get("client").id, Date.parse(c.req.valid("json").since)) }, 202),
   );

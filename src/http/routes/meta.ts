@@ -13,7 +13,16 @@ export function registerModelRoutes(app: OpenAPIHono<AppEnv>, catalog: CatalogCa
       description: "Verbatim from the upstream, refreshed in the background; served stale when the upstream fails, with an Age header.",
       security: [{ bearerAuth: [] }],
       responses: {
-        200: { description: "The catalog", content: { "application/json": { schema: z.unknown() } } },
+        200: {
+          description: "The catalog",
+          content: {
+            "application/json": {
+              schema: z
+                .record(z.string(), z.unknown())
+                .openapi({ description: "The upstream's catalog body, verbatim: its models and their capabilities, in the upstream's own shape." }),
+            },
+          },
+        },
         ...errorResponses(401, 503),
       },
     }),

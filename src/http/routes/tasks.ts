@@ -16,7 +16,7 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       summary: "Read a task",
       security,
       request: { params: TaskIdParam },
-      responses: { 200: { description: "The task", content: taskJson }, ...errorResponses(401, 404) },
+      responses: { 200: { description: "The task", content: taskJson }, ...errorResponses(400, 401, 404) },
     }),
     (c) => c.json(getTaskView(deps.db, c.get("client").id, c.req.valid("param").id), 200),
   );
@@ -43,7 +43,7 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       description: "A task still waiting in the relay becomes canceled and is never charged. Once submitted, the upstream has no cancel: 409 cannot_cancel.",
       security,
       request: { params: TaskIdParam },
-      responses: { 200: { description: "The canceled task", content: taskJson }, ...errorResponses(401, 404, 409) },
+      responses: { 200: { description: "The canceled task", content: taskJson }, ...errorResponses(400, 401, 404, 409) },
     }),
     (c) => c.json(cancelTask(deps, c.get("client").id, c.req.valid("param").id), 200),
   );

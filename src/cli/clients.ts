@@ -1,0 +1,128 @@
+import { readFileSync } from "node:fs";
+import { systemClock } from "../clock.js";
+import { clientSpend } from "../db/usage.js";
+import { createClient, listClients, revokeClient, rotateSecret, updateClientLimits } from "../services/clients.js";
+import { out, parse, positionalsAtMost, UsageError } from "./common.js";
+import type { CliContext } from "./context.js";
+
+function limitArg(value: string | undefined, name: string): number | null | undefined {
+  if (value === undefined) return undefined;
+  if (value === "none") return null;
+  if (!/^\d+$/.test(value)) throw new UsageError(`--${name} must be a whole number or "none"`);
+  return Number(value);
+}
+
+function readUpstreamKey(values: { "upstream-key-env"?: string | undefined; "upstream-key-stdin"?: boolean | undefined }, env: NodeJS.ProcessEnv): string | null {
+  if (values["upstream-key-env"]) {
+    const key = env[values["upstream-key-env"]];
+    if (!key) throw new UsageError(`environment variable ${values["upstream-key-env"]} is empty or unset`);
+    return key.trim();
+  }
+  if (values["upstream-key-stdin"]) {
+    const key = readFileSync(0, "utf8").trim();
+    if (!key) throw new UsageError("no upstream key on standard input");
+    return key;
+  }
+  return null;
+}
+
+function requireId(positionals: string[], command: string): string {
+  const id = positionals[0];
+  if (!id) throw new UsageError(`${command} needs a client id`);
+  positionalsAtMost(positionals, 1, command);
+  return id;
+}
+
+/** `clients <sub>`: create, list, update, revoke, rotate-secret. */
+export function runClients(sub: string, args: string[], ctx: CliContext): number {
+  const { values, positionals } = parse(args, {
+    name: { type: "string" },
+    json: { type: "boolean" },
+    "max-waiting": { type: "string" },
+    "max-running": { type: "string" },
+    "credit-limit": { type: "string" },
+    "upstream-key-env": { type: "string" },
+    "upstream-key-stdin": { type: "boolean" },
+  });
+  switch (sub) {
+    case "create": {
+      positionalsAtMost(positionals, 0, "clients create");
+      if (!values.name?.trim()) throw new UsageError("clients create needs --name NAME");
+      const upstreamKey = readUpstreamKey(values, ctx.env);
+      if (upstreamKey && !ctx.config.encryptionKey) throw new UsageError("set RELAY_ENCRYPTION_KEY (32 bytes, base64) to store a client's own upstream key");
+      const maxWaiting = limitArg(values["max-waiting"], "max-waiting") ?? null;
+      const maxRunning = limitArg(values["max-running"], "max-running") ?? null;
+      const creditLimit = limitArg(values["credit-limit"], "credit-limit") ?? null;
+      const { client, apiKey } = createClient(ctx.open().db, systemClock, {
+        name: values.name.trim(),
+        upstreamKey,
+        encryptionKey: ctx.config.encryptionKey,
+        maxWaiting,
+        maxRunning,
+        creditLimit,
+      });
+      if (values.json) {
+        out(JSON.stringify({ id: client.id, name: client.name, api_key: apiKey, webhook_secret: client.webhookSecret }));
+      } else {
+        out(`created client ${client.id} (${client.name})`);
+        out(`api key:        ${apiKey}`);
+        out(`webhook secret: ${client.webhookSecret}`);
+        out("The API key is shown only now: store it safely.");
+      }
+      return 0;
+    }
+    case "list": {
+      positionalsAtMost(positionals, 0, "clients list");
+      const db = ctx.open().db;
+      const rows = listClients(db).map((c) => ({
+        id: c.id,
+        name: c.name,
+        key_prefix: `${c.apiKeyPrefix}…`,
+        status: c.revokedAt === null ? "active" : "revoked",
+        upstream_account: c.upstreamAccount,
+        max_waiting: c.maxWaiting,
+        max_running: c.maxRunning,
+        credit_limit: c.creditLimit,
+        points_spent: clientSpend(db, c.id),
+        created_at: new Date(c.createdAt).toISOString(),
+      }));
+      if (values.json) out(JSON.stringify(rows));
+      else if (rows.length === 0) out("no clients yet: npm run cli -- clients create --name NAME");
+      else for (const r of rows) out(`${r.id}  ${r.status.padEnd(7)}  ${r.key_prefix}  spent=${r.points_spent}${r.credit_limit !== null ? `/${r.credit_limit}` : ""}  ${r.name}`);
+      return 0;
+    }
+    case "update": {
+      const id = requireId(positionals, "clients update");
+      const limits = {
+        maxWaiting: limitArg(values["max-waiting"], "max-waiting"),
+        maxRunning: limitArg(values["max-running"], "max-running"),
+        creditLimit: limitArg(values["credit-limit"], "credit-limit"),
+      };
+      const updated = updateClientLimits(ctx.open().db, id, { ...(values.name?.trim() ? { name: values.name.trim() } : {}), ...limits });
+      if (!updated) throw new UsageError(`no client ${id}`);
+      out(`updated ${updated.id}: max_waiting=${updated.maxWaiting ?? "none"} max_running=${updated.maxRunning ?? "none"} credit_limit=${updated.creditLimit ?? "none"}`);
+      return 0;
+    }
+    case "revoke": {
+      const id = requireId(positionals, "clients revoke");
+      const revoked = revokeClient(ctx.open().db, systemClock, id);
+      if (!revoked) throw new UsageError(`no client ${id}`);
+      out(`revoked ${revoked.id}: its API key is refused from now on`);
+      return 0;
+    }
+    case "rotate-secret": {
+      const id = requireId(positionals, "clients rotate-secret");
+      const rotated = rotateSecret(ctx.open().db, systemClock, id);
+      if (!rotated) throw new UsageError(`no client ${id}`);
+      const expires = new Date(rotated.previousExpiresAt).toISOString();
+      if (values.json) out(JSON.stringify({ id, webhook_secret: rotated.secret, previous_secret_expires_at: expires }));
+      else {
+        out(`new webhook secret: ${rotated.secret}`);
+        out(`the previous secret keeps signing beside it until ${expires}`);
+      }
+      return 0;
+    }
+    default:
+      throw new UsageError(`unknown command: clients ${sub}`);
+  }
+}

@@ -1,0 +1,74 @@
+import { BackupError, backupDatabase } from "../db/backup.js";
+import { databaseFileSizes, databaseStats } from "../db/stats.js";
+import { iso, out, parse, positionalsAtMost, UsageError } from "./common.js";
+import type { CliContext } from "./context.js";
+
+export function formatBytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  const units = ["KiB", "MiB", "GiB", "TiB"];
+  let v = n;
+  let i = -1;
+  do {
+    v /= 1024;
+    i++;
+  } while (v >= 1024 && i < units.length - 1);
+  return `${v.toFixed(1)} ${units[i]}`;
+}
+
+async function backup(args: string[], ctx: CliContext): Promise<number> {
+  const { values, positionals } = parse(args, { force: { type: "boolean" }, json: { type: "boolean" } });
+  const file = positionals[0];
+  if (!file) throw new UsageError("db backup needs a FILE to write the copy to");
+  positionalsAtMost(positionals, 1, "db backup");
+  const database = ctx.open({ mustExist: true, migrate: false });
+  const started = performance.now();
+  let result;
+  try {
+    result = await backupDatabase(database.sqlite, ctx.config.databasePath, file, { overwrite: values.force === true });
+  } catch (err) {
+    if (err instanceof BackupError) throw new UsageError(err.message);
+    throw err;
+  }
+  const ms = Math.round(performance.now() - started);
+  if (values.json) out(JSON.stringify({ path: result.path, bytes: result.bytes, pages: result.pages, check: result.check, ms }));
+  else out(`backed up ${ctx.config.databasePath} to ${result.path} (${formatBytes(result.bytes)}, ${result.pages} pages, integrity ${result.check}, ${ms} ms)`);
+  return 0;
+}
+
+function stats(args: string[], ctx: CliContext): number {
+  const { values, positionals } = parse(args, { json: { type: "boolean" } });
+  positionalsAtMost(positionals, 0, "db stats");
+  const path = ctx.config.databasePath;
+  // Observation only: the schema is counted as found, never migrated.
+  const s = databaseStats(ctx.open({ mustExist: true, migrate: false }).db);
+  const files = databaseFileSizes(path);
+  const oldestPending = iso(s.deliveries.oldest_pending_at);
+  if (values.json) {
+    out(JSON.stringify({ path, files, ...s, deliveries: { ...s.deliveries, oldest_pending_at: oldestPending } }));
+    return 0;
+  }
+  const pad = Math.max(...Object.keys(s.tables).map((t) => t.length), 10);
+  out(`database  ${path}`);
+  out(`size      ${formatBytes(files.total)} (file ${formatBytes(files.database)}, WAL ${formatBytes(files.wal)}, shm ${formatBytes(files.shm)}; ${s.pages.freelist_count} of ${s.pages.page_count} pages free)`);
+  out("");
+  out("rows");
+  for (const [table, n] of Object.entries(s.tables)) out(`  ${table.padEnd(pad)}  ${n}`);
+  out("");
+  out(`tasks by status  ${Object.entries(s.tasks_by_status).map(([k, n]) => `${k}=${n}`).join("  ")}`);
+  out(`tasks by phase   ${Object.entries(s.tasks_by_phase).map(([k, n]) => `${k}=${n}`).join("  ")}`);
+  out(`deliveries       pending=${s.deliveries.pending}  failed=${s.deliveries.failed}  succeeded=${s.deliveries.succeeded}  no_callback=${s.deliveries.none}`);
+  if (oldestPending) out(`oldest pending   ${oldestPending}`);
+  return 0;
+}
+
+/** `db <sub>`: backup, stats. */
+export async function runDb(sub: string, args: string[], ctx: CliContext): Promise<number> {
+  switch (sub) {
+    case "backup":
+      return backup(args, ctx);
+    case "stats":
+      return stats(args, ctx);
+    default:
+      throw new UsageError(`unknown command: db ${sub}`);
+  }
+}
