@@ -1,4 +1,5 @@
-import { and, asc, desc, eq, gt, gte, inArray, isNull, lt, lte, or, sql } from "drizzle-orm";
+import { and, asc, desc, eq, gt, gte, inArray, isNull, lt, lte, notInArray, or, sql, type SQL } from "drizzle-orm";
+import { destinationHost, hostUrlPrefixes } from "../webhooks/destination.js";
 import type { Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
 import { deliveryAttempts, events } from "./schema.js";
@@ -39,39 +40,118 @@ export function lastEventsOfTasks(db: DbOrTx, taskIds: string[]): Map<string, Ev
 }
 
 /**
- * Claims pending events that are due, one UPDATE … RETURNING under a lease. An event waits while an
- * earlier event of the same task is still pending, which keeps each task's events in order.
+ * `scheme://authority/` of the stored callback URL, in SQL, to compare with hostUrlPrefixes(): the
+ * text up to the first `/` after `//`. Intake stores URLs normalised (`URL.href`), so this is exact.
  */
-export function claimDueEvents(db: Db, opts: { now: number; leaseMs: number; token: string; limit: number; excludeHosts?: string[] }): EventRow[] {
-  if (opts.limit <= 0) return [];
-  const due = db
-    .select({ seq: events.seq })
-    .from(events)
-    .where(
-      and(
-        eq(events.deliveryStatus, "pending"),
-        lte(events.nextAttemptAt, opts.now),
-        or(isNull(events.claimedUntil), lt(events.claimedUntil, opts.now)),
-        sql`NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = ${events.taskId} AND e2.sequence < ${events.sequence} AND e2.delivery_status = 'pending')`,
-      ),
-    )
-    .orderBy(asc(events.nextAttemptAt), asc(events.seq))
-    .limit(opts.limit);
-  return db
-    .update(events)
-    .set({ claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token })
-    .where(inArray(events.seq, due))
-    .returning()
-    .all();
+const callbackOrigin = sql`substr(coalesce(${events.callbackUrl}, ''), 1, instr(coalesce(${events.callbackUrl}, ''), '//') + 1 + instr(substr(coalesce(${events.callbackUrl}, ''), instr(coalesce(${events.callbackUrl}, ''), '//') + 2), '/'))`;
+
+function atHosts(hosts: string[]): SQL | undefined {
+  const prefixes = hosts.flatMap(hostUrlPrefixes);
+  return prefixes.length === 0 ? undefined : inArray(callbackOrigin, prefixes);
 }
 
-export function nextEventDueAt(db: Db): number | null {
+function notAtHosts(hosts: string[] | undefined): SQL | undefined {
+  const prefixes = (hosts ?? []).flatMap(hostUrlPrefixes);
+  return prefixes.length === 0 ? undefined : notInArray(callbackOrigin, prefixes);
+}
+
+/** Pending, due, not leased, and no earlier event of its task still pending (which keeps each task's events in order). */
+function claimable(now: number): SQL {
+  return and(
+    eq(events.deliveryStatus, "pending"),
+    lte(events.nextAttemptAt, now),
+    or(isNull(events.claimedUntil), lt(events.claimedUntil, now)),
+    sql`NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = ${events.taskId} AND e2.sequence < ${events.sequence} AND e2.delivery_status = 'pending')`,
+  )!;
+}
+
+export interface ClaimOptions {
+  now: number;
+  leaseMs: number;
+  token: string;
+  limit: number;
+  /** Destination hosts (`hostname:port`, see destinationHost) whose events are left alone: saturated or circuit open. */
+  excludeHosts?: string[];
+  /**
+   * At most this many events per destination host in this claim (the rest of the host's cap).
+   * Without it one host's backlog could fill the whole claim, only to be released again.
+   */
+  hostRoom?: (host: string) => number;
+}
+
+/** How far past `limit` to look for events of other hosts when the first ones are over their host's room. */
+const SCAN_FACTOR = 4;
+
+/**
+ * Claims pending events that are due under a lease, oldest due first. An event waits while an
+ * earlier event of the same task is still pending, which keeps each task's events in order.
+ */
+export function claimDueEvents(db: Db, opts: ClaimOptions): EventRow[] {
+  if (opts.limit <= 0) return [];
+  const where = and(claimable(opts.now), notAtHosts(opts.excludeHosts));
+  const lease = { claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token };
+  if (!opts.hostRoom) {
+    const due = db.select({ seq: events.seq }).from(events).where(where).orderBy(asc(events.nextAttemptAt), asc(events.seq)).limit(opts.limit);
+    return db.update(events).set(lease).where(inArray(events.seq, due)).returning().all();
+  }
+  // Pick per host in code, then claim with the conditions checked again in the UPDATE: another
+  // process may have claimed a candidate in between, and it then simply is not returned.
+  const candidates = db
+    .select({ seq: events.seq, callbackUrl: events.callbackUrl })
+    .from(events)
+    .where(where)
+    .orderBy(asc(events.nextAttemptAt), asc(events.seq))
+    .limit(opts.limit * SCAN_FACTOR)
+    .all();
+  const taken = new Map<string, number>();
+  const picked: number[] = [];
+  for (const c of candidates) {
+    const host = destinationHost(c.callbackUrl ?? "");
+    const count = taken.get(host) ?? 0;
+    if (count >= opts.hostRoom(host)) continue;
+    taken.set(host, count + 1);
+    picked.push(c.seq);
+    if (picked.length >= opts.limit) break;
+  }
+  if (picked.length === 0) return [];
+  return db
+    .update(events)
+    .set(lease)
+    .where(and(inArray(events.seq, picked), claimable(opts.now)))
+    .returning()
+    .all()
+    .sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
+}
+
+/** When the next pending event is due (or its lease ends), leaving out the given destination hosts. */
+export function nextEventDueAt(db: Db, opts: { excludeHosts?: string[] } = {}): number | null {
   const row = db
     .select({ at: sql<number | null>`min(max(coalesce(${events.claimedUntil}, 0), ${events.nextAttemptAt}))` })
     .from(events)
-    .where(eq(events.deliveryStatus, "pending"))
+    .where(and(eq(events.deliveryStatus, "pending"), notAtHosts(opts.excludeHosts)))
     .get();
   return row?.at ?? null;
+}
+
+/**
+ * Moves a host's due, unleased pending events to `until` (the end of its circuit's cool-down):
+ * no attempt is recorded and the retry schedule is not advanced. Returns how many moved.
+ */
+export function postponeHostEvents(db: Db, host: string, until: number, now: number): number {
+  const at = atHosts([host]);
+  if (!at) return 0;
+  return db
+    .update(events)
+    .set({ nextAttemptAt: until })
+    .where(
+      and(
+        eq(events.deliveryStatus, "pending"),
+        lt(events.nextAttemptAt, until),
+        or(isNull(events.claimedUntil), lt(events.claimedUntil, now)),
+        at,
+      ),
+    )
+    .run().changes;
 }
 
 export function updateLeasedEvent(db: DbOrTx, id: string, token: string, patch: Partial<NewEventRow>): EventRow | undefined {

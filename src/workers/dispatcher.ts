@@ -3,9 +3,11 @@ import type { Config } from "../config.js";
 import { newId } from "../ids.js";
 import type { Logger } from "../logger.js";
 import { findClient, type ClientRow } from "../db/clients.js";
-import { claimDueEvents, insertAttempt, nextEventDueAt, updateLeasedEvent, type EventRow, type NewEventRow } from "../db/events.js";
+import { claimDueEvents, insertAttempt, nextEventDueAt, postponeHostEvents, updateLeasedEvent, type EventRow, type NewEventRow } from "../db/events.js";
 import type { Db } from "../db/open.js";
 import { activeSecrets } from "../services/clients.js";
+import { breakerOutcome, CircuitBreakers, type BreakerOptions, type BreakerTransition, type Permit } from "../webhooks/circuit-breaker.js";
+import { destinationHost } from "../webhooks/destination.js";
 import { retryDelayMs } from "../webhooks/schedule.js";
 import type { SendResult, WebhookSender } from "../webhooks/sender.js";
 import { webhookHeaders } from "../webhooks/sign.js";
@@ -21,23 +23,42 @@ export interface DispatcherOptions {
   owner: LeaseOwner;
   /** Deliveries in flight at once, across all receivers. */
   maxInFlight?: number;
+  /** Deliveries in flight at once to one destination host (`hostname:port`); default 4. */
+  maxPerHost?: number;
+  /** The per-host circuit breaker's thresholds (defaults: 5 failures, 30 s doubling to 10 min). */
+  breaker?: BreakerOptions;
   random?: () => number;
   onAttempt?: (event: EventRow, result: SendResult) => void;
 }
 
+/** Largest body the dispatcher sends (bodies carry output URLs, never media): a defensive bound. */
+export const MAX_PAYLOAD_BYTES = 256 * 1024;
+
 /**
  * Delivers outbox events: claims due ones under a lease, signs and POSTs each, records the attempt,
  * and schedules the next one on WEBHOOK_RETRY_SCHEDULE. Deliveries run concurrently and the loop does
- * not wait for a slow receiver before claiming more, so one dead endpoint cannot hold up the rest.
+ * not wait for a slow receiver before claiming more.
+ *
+ * Receiver protection, so one slow or dead receiver cannot delay other clients' deliveries:
+ * at most `maxPerHost` attempts are in flight to one destination host, and a host whose circuit
+ * breaker is open gets no attempts at all. Both are enforced at claim time (a saturated or refused
+ * host's events are not claimed, so no lease or retry is spent on them and the global in-flight
+ * slots stay free for other hosts). The counts live in this process's memory: each relay process
+ * protects receivers on its own, which is enough for the single-process deployment.
  */
 export class Dispatcher {
   private readonly inFlight = new Set<Promise<void>>();
   private readonly maxInFlight: number;
+  private readonly maxPerHost: number;
+  private readonly hostInFlight = new Map<string, number>();
+  readonly breakers: CircuitBreakers;
   /** Called when a delivery finishes, so the loop can claim more (set by main). */
   onSettled: () => void = () => {};
 
   constructor(private readonly opts: DispatcherOptions) {
     this.maxInFlight = opts.maxInFlight ?? 64;
+    this.maxPerHost = Math.max(1, opts.maxPerHost ?? 4);
+    this.breakers = new CircuitBreakers(opts.clock, opts.breaker);
   }
 
   get activeCount(): number {
@@ -62,58 +83,135 @@ export class Dispatcher {
     await Promise.all([...this.inFlight]);
   }
 
+  /** Attempts in flight to one destination host now. */
+  inFlightTo(host: string): number {
+    return this.hostInFlight.get(host) ?? 0;
+  }
+
   private nextDueAt(): number | null {
     if (this.inFlight.size >= this.maxInFlight) return null;
-    return nextEventDueAt(this.opts.db);
+    // Saturated hosts wake the loop when an attempt settles (onSettled); open circuits at their trial time.
+    const due = nextEventDueAt(this.opts.db, { excludeHosts: this.refusedHosts() });
+    const trial = this.breakers.nextTrialAt();
+    if (due === null) return trial;
+    return trial === null ? due : Math.min(due, trial);
+  }
+
+  /** How many more attempts may start to this host now: the rest of its cap, or the breaker's allowance. */
+  private hostRoom(host: string): number {
+    return Math.min(this.maxPerHost - this.inFlightTo(host), this.breakers.allowance(host));
+  }
+
+  /** Hosts none of whose events may be claimed now: at the cap, or refused by their breaker. */
+  private refusedHosts(): string[] {
+    const refused = new Set(this.breakers.refusedHosts());
+    for (const [host, count] of this.hostInFlight) if (count >= this.maxPerHost) refused.add(host);
+    return [...refused];
   }
 
   private claimAndStart(): Promise<void>[] {
-    const { db, clock, config, owner } = this.opts;
+    const { db, clock, config, owner, logger } = this.opts;
     const room = this.maxInFlight - this.inFlight.size;
     if (room <= 0) return [];
     const now = clock.now();
-    const claimed = claimDueEvents(db, { now, leaseMs: config.webhookTimeoutMs + 5_000, token: owner.token(), limit: room });
+    const claimed = claimDueEvents(db, {
+      now,
+      leaseMs: config.webhookTimeoutMs + 5_000,
+      token: owner.token(),
+      limit: room,
+      excludeHosts: this.refusedHosts(),
+      hostRoom: (host) => this.hostRoom(host),
+    });
     const clients = new Map<string, ClientRow | undefined>();
-    return claimed.map((event) => {
+    const started: Promise<void>[] = [];
+    for (const event of claimed) {
       if (!clients.has(event.clientId)) clients.set(event.clientId, findClient(db, event.clientId));
-      const promise = this.deliver(event, clients.get(event.clientId)).catch((err: unknown) => {
-        this.opts.logger.error({ err, event_id: event.id }, "delivery bookkeeping failed");
+      const work = this.start(event, clients.get(event.clientId));
+      if (!work) continue;
+      const promise = work.catch((err: unknown) => {
+        logger.error({ err, event_id: event.id }, "delivery bookkeeping failed");
       });
       this.inFlight.add(promise);
       void promise.finally(() => {
         this.inFlight.delete(promise);
         this.onSettled();
       });
-      return promise;
+      started.push(promise);
+    }
+    return started;
+  }
+
+  /**
+   * Starts one claimed event: an attempt under the host's cap and breaker, or an immediate failure
+   * that needs no attempt on the wire. Null when the host has no room after all (a URL stored in a
+   * spelling the claim's SQL filter did not recognise): the lease is handed back untouched.
+   */
+  private start(event: EventRow, client: ClientRow | undefined): Promise<void> | null {
+    const { db, clock } = this.opts;
+    const token = event.claimToken!;
+    // async so that a failing write lands in the caller's catch, like a delivery's bookkeeping would.
+    if (!client || !event.callbackUrl) {
+      return (async () => {
+        updateLeasedEvent(db, event.id, token, { deliveryStatus: "failed", failedAt: clock.now(), lastError: "no callback_url", claimToken: null, claimedUntil: null });
+      })();
+    }
+    const size = Buffer.byteLength(event.payload, "utf8");
+    if (size > MAX_PAYLOAD_BYTES) return (async () => this.refuseOversized(event, size))();
+
+    const host = destinationHost(event.callbackUrl);
+    const permit = this.hostRoom(host) > 0 ? this.breakers.acquire(host) : null;
+    if (!permit) {
+      try {
+        updateLeasedEvent(db, event.id, token, { claimToken: null, claimedUntil: null });
+      } catch (err) {
+        this.opts.logger.error({ err, event_id: event.id }, "releasing an event lease failed; it expires on its own");
+      }
+      return null;
+    }
+    this.hostInFlight.set(host, this.inFlightTo(host) + 1);
+    return this.deliver(event, client, permit).finally(() => {
+      const left = this.inFlightTo(host) - 1;
+      if (left > 0) this.hostInFlight.set(host, left);
+      else this.hostInFlight.delete(host);
     });
   }
 
-  private async deliver(event: EventRow, client: ClientRow | undefined): Promise<void> {
-    const { db, clock, config, logger, sender } = this.opts;
-    const token = event.claimToken!;
-    if (!client || !event.callbackUrl) {
-      updateLeasedEvent(db, event.id, token, { deliveryStatus: "failed", failedAt: clock.now(), lastError: "no callback_url", claimToken: null, claimedUntil: null });
-      return;
-    }
-    const startedAt = clock.now();
-    const result = await sender.send({
-      url: event.callbackUrl,
-      headers: webhookHeaders(activeSecrets(client, startedAt), event.id, Math.floor(startedAt / 1000), event.payload),
-      body: event.payload,
-      timeoutMs: config.webhookTimeoutMs,
-    });
-    const now = clock.now();
-    const attempts = event.attempts + 1;
-    const roundAttempts = event.roundAttempts + 1;
-    const patch: Partial<NewEventRow> = {
-      attempts,
-      roundAttempts,
-      lastAttemptAt: startedAt,
-      lastStatusCode: result.statusCode,
-      lastError: result.error,
-      claimToken: null,
-      claimedUntil: null,
+  /** Records a failed attempt without sending: the body is over MAX_PAYLOAD_BYTES and would be every time. */
+  private refuseOversized(event: EventRow, size: number): void {
+    const now = this.opts.clock.now();
+    const result: SendResult = {
+      ok: false,
+      statusCode: null,
+      latencyMs: 0,
+      error: `payload too large: ${size} bytes, the limit is ${MAX_PAYLOAD_BYTES}; not sent`,
+      blocked: false,
+      responseBody: null,
+      retryAfterMs: null,
+      gone: false,
     };
+    this.record(event, now, result, "too_large", { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null });
+  }
+
+  private async deliver(event: EventRow, client: ClientRow, permit: Permit): Promise<void> {
+    const { clock, config, sender } = this.opts;
+    const startedAt = clock.now();
+    let result: SendResult;
+    try {
+      result = await sender.send({
+        url: event.callbackUrl!,
+        headers: webhookHeaders(activeSecrets(client, startedAt), event.id, Math.floor(startedAt / 1000), event.payload),
+        body: event.payload,
+        timeoutMs: config.webhookTimeoutMs,
+      });
+    } catch (err) {
+      // send() never throws; if signing did, the permit must still go back (a lost trial would keep the circuit shut).
+      this.breakers.record(permit, "neutral");
+      throw err;
+    }
+    const transition = this.breakers.record(permit, breakerOutcome(result));
+    const now = clock.now();
+    const roundAttempts = event.roundAttempts + 1;
+    const patch: Partial<NewEventRow> = {};
     let outcome: string;
     if (result.ok) {
       Object.assign(patch, { deliveryStatus: "succeeded", deliveredAt: now, nextAttemptAt: null });
@@ -133,6 +231,24 @@ export class Dispatcher {
         outcome = "retry";
       }
     }
+    this.record(event, startedAt, result, outcome, patch);
+    if (transition) this.onTransition(transition);
+  }
+
+  /** Writes the attempt and the event's new state together, guarded by the lease; one log line per attempt. */
+  private record(event: EventRow, startedAt: number, result: SendResult, outcome: string, patch: Partial<NewEventRow>): void {
+    const { db, logger } = this.opts;
+    const attempts = event.attempts + 1;
+    const full: Partial<NewEventRow> = {
+      attempts,
+      roundAttempts: event.roundAttempts + 1,
+      lastAttemptAt: startedAt,
+      lastStatusCode: result.statusCode,
+      lastError: result.error,
+      claimToken: null,
+      claimedUntil: null,
+      ...patch,
+    };
     db.transaction((tx) => {
       insertAttempt(tx, {
         id: newId("att", startedAt),
@@ -148,7 +264,7 @@ export class Dispatcher {
         error: result.error,
         responseBody: result.responseBody,
       });
-      updateLeasedEvent(tx, event.id, token, patch);
+      updateLeasedEvent(tx, event.id, event.claimToken!, full);
     });
     this.opts.onAttempt?.(event, result);
     logger.info(
@@ -164,6 +280,30 @@ export class Dispatcher {
         error: result.error ?? undefined,
       },
       "webhook attempt",
+    );
+  }
+
+  /**
+   * The circuit opened: the host's due events move to the end of the cool-down (no attempt, no
+   * retry step spent), and that is said once per opening, not once per postponed event.
+   */
+  private onTransition(t: BreakerTransition): void {
+    const { db, clock, logger } = this.opts;
+    if (t.kind === "closed") {
+      logger.info({ host: t.host }, "circuit closed: deliveries to host resumed");
+      return;
+    }
+    const postponed = postponeHostEvents(db, t.host, t.until, clock.now());
+    logger.warn(
+      {
+        host: t.host,
+        consecutive_failures: t.failures,
+        after_trial: t.afterTrial,
+        cool_down_ms: t.coolDownMs,
+        retry_at: new Date(t.until).toISOString(),
+        postponed,
+      },
+      "circuit open: deliveries to host paused",
     );
   }
 }
