@@ -55,6 +55,7 @@ const EnvSchema = z
     UPSTREAM_READS_PER_MINUTE: int(1, 100_000).default(100),
     WEBHOOK_ALLOW_PRIVATE_NETWORKS: bool.default(false),
     WEBHOOK_TIMEOUT_MS: int(100, 300_000).default(15_000),
+    WEBHOOK_MAX_IN_FLIGHT_PER_HOST: int(1, 1_000).default(8),
     WEBHOOK_RETRY_SCHEDULE: schedule.default([0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]),
     UPSTREAM_MAX_CONCURRENT: int(1, 10_000).optional(),
     UPSTREAM_TIMEOUT_MS: int(100, 300_000).default(30_000),
@@ -83,6 +84,8 @@ export interface Config {
   upstreamTimeoutMs: number;
   webhookAllowPrivateNetworks: boolean;
   webhookTimeoutMs: number;
+  /** Delivery attempts in flight to one destination host at once. */
+  webhookMaxInFlightPerHost: number;
   webhookRetryScheduleMs: number[];
   encryptionKey: Buffer | null;
   taskRetentionDays: number;
@@ -127,6 +130,7 @@ function toConfig(env: Env): Config {
     upstreamTimeoutMs: env.UPSTREAM_TIMEOUT_MS,
     webhookAllowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
     webhookTimeoutMs: env.WEBHOOK_TIMEOUT_MS,
+    webhookMaxInFlightPerHost: env.WEBHOOK_MAX_IN_FLIGHT_PER_HOST,
     webhookRetryScheduleMs: env.WEBHOOK_RETRY_SCHEDULE,
     encryptionKey: env.RELAY_ENCRYPTION_KEY ?? null,
     taskRetentionDays: env.TASK_RETENTION_DAYS,

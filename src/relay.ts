@@ -84,6 +84,7 @@ export class Relay {
       logger,
       sender: this.sender,
       owner: this.owner,
+      maxPerHost: config.webhookMaxInFlightPerHost,
       onAttempt: (event, result) => {
         metrics.webhookAttempts.inc({ outcome: result.ok ? "succeeded" : result.blocked ? "blocked" : "failed" });
         if (result.ok) metrics.deliveryLatency.observe(Math.max(0, clock.now() - event.createdAt) / 1000);

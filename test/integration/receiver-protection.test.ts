@@ -47,7 +47,10 @@ class SystemClock extends FakeClock {
 }
 
 function setup(env: Record<string, string> = {}, opts: { clock?: FakeClock } = {}): TestRelay {
-  const t = createTestRelay({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", WEBHOOK_RETRY_SCHEDULE: "0s,5s,1m", WEBHOOK_TIMEOUT_MS: "500", ...env }, opts);
+  const t = createTestRelay(
+    { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", WEBHOOK_RETRY_SCHEDULE: "0s,5s,1m", WEBHOOK_TIMEOUT_MS: "500", WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "4", ...env },
+    opts,
+  );
   cleanups.push(() => t.close());
   server.use(...new FakeUpstream(t.clock).handlers());
   return t;

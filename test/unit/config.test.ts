@@ -30,6 +30,7 @@ describe("loadConfig defaults", () => {
       upstreamTimeoutMs: 30_000,
       webhookAllowPrivateNetworks: false,
       webhookTimeoutMs: 15_000,
+      webhookMaxInFlightPerHost: 8,
       webhookRetryScheduleMs: [0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000],
       encryptionKey: null,
       taskRetentionDays: 30,
@@ -43,7 +44,7 @@ describe("loadConfig defaults", () => {
 
   it("treats an empty variable as unset", () => {
     const env = Object.fromEntries(
-      ["PORT", "HOST", "DATABASE_PATH", "UPSTREAM_BASE_URL", "UPSTREAM_API_KEY", "UPSTREAM_READS_PER_MINUTE", "WEBHOOK_ALLOW_PRIVATE_NETWORKS", "WEBHOOK_TIMEOUT_MS", "WEBHOOK_RETRY_SCHEDULE", "UPSTREAM_MAX_CONCURRENT", "UPSTREAM_TIMEOUT_MS", "RELAY_ENCRYPTION_KEY", "TASK_RETENTION_DAYS", "LOG_LEVEL"].map((k) => [k, ""]),
+      ["PORT", "HOST", "DATABASE_PATH", "UPSTREAM_BASE_URL", "UPSTREAM_API_KEY", "UPSTREAM_READS_PER_MINUTE", "WEBHOOK_ALLOW_PRIVATE_NETWORKS", "WEBHOOK_TIMEOUT_MS", "WEBHOOK_MAX_IN_FLIGHT_PER_HOST", "WEBHOOK_RETRY_SCHEDULE", "UPSTREAM_MAX_CONCURRENT", "UPSTREAM_TIMEOUT_MS", "RELAY_ENCRYPTION_KEY", "TASK_RETENTION_DAYS", "LOG_LEVEL"].map((k) => [k, ""]),
     );
     expect(loadConfig(env)).toEqual(loadConfig({}));
   });
@@ -63,6 +64,7 @@ describe("loadConfig defaults", () => {
         UPSTREAM_READS_PER_MINUTE: "60",
         WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
         WEBHOOK_TIMEOUT_MS: "5000",
+        WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "3",
         WEBHOOK_RETRY_SCHEDULE: "1s, 10s ,1m",
         UPSTREAM_MAX_CONCURRENT: "4",
         UPSTREAM_TIMEOUT_MS: "20000",
@@ -82,6 +84,7 @@ describe("loadConfig defaults", () => {
       upstreamTimeoutMs: 20_000,
       webhookAllowPrivateNetworks: true,
       webhookTimeoutMs: 5000,
+      webhookMaxInFlightPerHost: 3,
       webhookRetryScheduleMs: [1_000, 10_000, 60_000],
       encryptionKey: Buffer.alloc(32, 7),
       taskRetentionDays: 7,
