@@ -163,4 +163,28 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
     expect(await child.kill("SIGTERM")).toBe(0);
     expect(child.lines.join("\n")).toMatch(/"msg":"stopped"/);
   }, 30_000);
+
+  it("starts in sandbox mode with nothing configured: a warning, and a task runs to its end", async () => {
+    const env = { PORT: "0", DATABASE_PATH: setup.relayEnv.DATABASE_PATH, WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" };
+    const { child, url } = await startRelay(env);
+    children.push(child);
+    expect(child.lines.join("\n")).toMatch(/SANDBOX MODE/);
+    const res = await fetch(`${url}/openapi/v1/images/generations`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${setup.apiKey}`, "Content-Type": "application/json", "Idempotency-Key": "sandbox-e2e-1" },
+      body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "sandbox check", count: 1 }),
+    });
+    expect(res.status).toBe(201);
+    const id = ((await res.json()) as { data: { id: string } }).data.id;
+    // The simulator's default image takes ~4 s: poll the relay's own read endpoint until it ends.
+    let status = "queued";
+    for (let i = 0; i < 60 && status !== "succeeded"; i++) {
+      await new Promise((r) => setTimeout(r, 250));
+      const read = (await (await fetch(`${url}/openapi/v1/tasks/${id}`, { headers: { Authorization: `Bearer ${setup.apiKey}` } })).json()) as {
+        data: { status: string };
+      };
+      status = read.data.status;
+    }
+    expect(status).toBe("succeeded");
+  }, 30_000);
 });
