@@ -109,6 +109,9 @@ CREATE TABLE `tasks` (
 CREATE UNIQUE INDEX `tasks_client_idempotency_uq` ON `tasks` (`client_id`,`idempotency_key`);--> statement-breakpoint
 CREATE INDEX `tasks_client_id_idx` ON `tasks` (`client_id`,`id`);--> statement-breakpoint
 CREATE INDEX `tasks_phase_due_idx` ON `tasks` (`phase`,`upstream_account`,`next_run_at`);--> statement-breakpoint
+CREATE INDEX `tasks_phase_next_idx` ON `tasks` (`phase`,`next_run_at`);--> statement-breakpoint
+CREATE INDEX `tasks_admission_idx` ON `tasks` (`phase`,`upstream_account`,`client_id`,`next_run_at`);--> statement-breakpoint
+CREATE INDEX `tasks_phase_expires_idx` ON `tasks` (`phase`,`expires_at`);--> statement-breakpoint
 CREATE INDEX `tasks_upstream_task_idx` ON `tasks` (`upstream_account`,`upstream_task_id`);--> statement-breakpoint
 CREATE INDEX `tasks_done_completed_idx` ON `tasks` (`phase`,`completed_at`);--> statement-breakpoint
 CREATE TABLE `upstream_accounts` (

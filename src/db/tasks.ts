@@ -1,7 +1,7 @@
 import { and, asc, desc, eq, gt, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
 import type { Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
-import { tasks, type TaskPhase, type TaskStatus } from "./schema.js";
+import { clients, tasks, type TaskPhase, type TaskStatus } from "./schema.js";
 
 export type TaskRow = typeof tasks.$inferSelect;
 export type NewTaskRow = typeof tasks.$inferInsert;
@@ -138,31 +138,46 @@ export function claimExpiredWaiting(db: Db, opts: { now: number; leaseMs: number
 /** Earliest expiry among waiting tasks that can still expire, for the submitter to wake at. */
 export function nextExpiryAt(db: Db): number | null {
   const row = db
-    .select({ at: sql<number | null>`min(${tasks.expiresAt})` })
+    .select({ at: tasks.expiresAt })
     .from(tasks)
-    .where(and(eq(tasks.phase, "waiting"), eq(tasks.submitAttempts, 0), sql`${tasks.expiresAt} IS NOT NULL`))
+    .where(and(eq(tasks.phase, "waiting"), sql`${tasks.expiresAt} IS NOT NULL`, eq(tasks.submitAttempts, 0)))
+    .orderBy(asc(tasks.expiresAt))
+    .limit(1)
     .get();
   return row?.at ?? null;
 }
 
 /** Earliest next_run_at among unclaimed tasks of a phase (any account), for the loop to sleep until. */
-export function nextDueAt(db: Db, phase: TaskPhase): number | null {
+/**
+ * Earliest next_run_at among unclaimed tasks of a phase (any account), for the loop to sleep until.
+ * Rows under a lease are skipped: their holder reschedules them, and an abandoned lease is found by
+ * the loop's idle wake-up. Walks the (phase, next_run_at) index, so it costs the same at any backlog.
+ */
+export function nextDueAt(db: Db, phase: TaskPhase, now: number): number | null {
   const row = db
-    .select({ at: sql<number | null>`min(max(coalesce(${tasks.claimedUntil}, 0), ${tasks.nextRunAt}))` })
+    .select({ at: tasks.nextRunAt })
     .from(tasks)
-    .where(and(eq(tasks.phase, phase), sql`${tasks.nextRunAt} IS NOT NULL`))
+    .where(and(eq(tasks.phase, phase), sql`${tasks.nextRunAt} IS NOT NULL`, unclaimed(now)))
+    .orderBy(asc(tasks.nextRunAt))
+    .limit(1)
     .get();
   return row?.at ?? null;
 }
 
 /** Accounts that have tasks in a phase due now. */
+/** Accounts that have tasks in a phase due now: one index probe per account (accounts are few). */
 export function accountsWithDueTasks(db: Db, phase: TaskPhase, now: number): string[] {
-  return db
-    .selectDistinct({ account: tasks.upstreamAccount })
-    .from(tasks)
-    .where(and(eq(tasks.phase, phase), lte(tasks.nextRunAt, now), unclaimed(now)))
-    .all()
-    .map((r) => r.account);
+  const accounts = db.selectDistinct({ account: clients.upstreamAccount }).from(clients).all();
+  return accounts
+    .map((r) => r.account)
+    .filter((account) =>
+      db
+        .select({ one: sql<number>`1` })
+        .from(tasks)
+        .where(and(eq(tasks.phase, phase), eq(tasks.upstreamAccount, account), lte(tasks.nextRunAt, now), unclaimed(now)))
+        .limit(1)
+        .get(),
+    );
 }
 
 /** Tasks submitted upstream and not yet terminal: they occupy the account's concurrency. */
@@ -193,14 +208,38 @@ export function releaseTaskLeases(db: Db, ownerPrefix: string): number {
     .run().changes;
 }
 
-/** Claims every unclaimed in-flight task of an account (a list sweep covers them all at once). */
-export function claimInFlight(db: Db, opts: { account: string; now: number; leaseMs: number; token: string }): TaskRow[] {
+export interface InFlightTask {
+  id: string;
+  upstreamTaskId: string | null;
+  status: TaskStatus;
+  submittedAt: number | null;
+}
+
+/** The in-flight tasks of an account, narrow rows (a list sweep compares them with what it read). */
+export function listInFlight(db: Db, account: string): InFlightTask[] {
   return db
-    .update(tasks)
-    .set({ claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token })
-    .where(and(eq(tasks.phase, "submitted"), eq(tasks.upstreamAccount, opts.account), unclaimed(opts.now)))
-    .returning()
+    .select({ id: tasks.id, upstreamTaskId: tasks.upstreamTaskId, status: tasks.status, submittedAt: tasks.submittedAt })
+    .from(tasks)
+    .where(and(eq(tasks.phase, "submitted"), eq(tasks.upstreamAccount, account)))
     .all();
+}
+
+/** Claims the given tasks of a phase, due or not, that no one else holds. */
+export function claimTasks(db: Db, opts: { ids: string[]; phase: TaskPhase; now: number; leaseMs: number; token: string }): TaskRow[] {
+  if (opts.ids.length === 0) return [];
+  const claimed: TaskRow[] = [];
+  // Chunks keep each statement under SQLite's bound-parameter limit.
+  for (let i = 0; i < opts.ids.length; i += 500) {
+    claimed.push(
+      ...db
+        .update(tasks)
+        .set({ claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token })
+        .where(and(inArray(tasks.id, opts.ids.slice(i, i + 500)), eq(tasks.phase, opts.phase), unclaimed(opts.now)))
+        .returning()
+        .all(),
+    );
+  }
+  return claimed;
 }
 
 /** Accounts with tasks in flight upstream. */

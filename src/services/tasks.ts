@@ -36,9 +36,10 @@ export function getTaskView(db: Db, clientId: string, id: string): TaskView {
   return taskView(task, deliverySummary(task, last), queuePosition(db, task));
 }
 
-export function viewOf(db: Db, task: TaskRow): TaskView {
+/** A task's view; `withQueuePosition: false` skips the position count (a new task is simply last). */
+export function viewOf(db: Db, task: TaskRow, opts: { withQueuePosition?: boolean } = {}): TaskView {
   const last = lastEventsOfTasks(db, [task.id]).get(task.id);
-  return taskView(task, deliverySummary(task, last), queuePosition(db, task));
+  return taskView(task, deliverySummary(task, last), opts.withQueuePosition === false ? null : queuePosition(db, task));
 }
 
 const encodeCursor = (id: string) => Buffer.from(JSON.stringify({ b: id })).toString("base64url");

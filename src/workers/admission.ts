@@ -3,46 +3,65 @@ import type { Db } from "../db/open.js";
 import { claimDueTasks, type TaskRow } from "../db/tasks.js";
 import type { LeaseOwner } from "./owner.js";
 
+interface Candidate {
+  id: string;
+  max_running: number | null;
+  running: number;
+}
+
 /**
  * Picks the waiting tasks to submit next on one account, round-robin across clients: every client's
  * oldest due task comes before any client's second, and among clients the one admitted longest ago
  * goes first. A flood from one client therefore cannot starve another. Clients at their own running
- * cap are skipped. Then the picked rows are claimed under a lease.
+ * cap are skipped. Each client's queue is read through the (phase, account, client, next_run_at)
+ * index, at most `limit` rows deep, so the cost does not grow with the backlog. Then the picked
+ * rows are claimed under a lease.
  */
 export function claimFairly(
   db: Db,
   opts: { account: string; now: number; leaseMs: number; owner: LeaseOwner; limit: number },
 ): TaskRow[] {
   if (opts.limit <= 0) return [];
-  const rows = db.all<{ id: string }>(sql`
-    WITH running AS (
-      SELECT client_id, count(*) AS n FROM tasks
-      WHERE phase = 'submitted' AND upstream_account = ${opts.account}
-      GROUP BY client_id
-    ),
-    ranked AS (
-      SELECT t.id, t.client_id,
-             row_number() OVER (PARTITION BY t.client_id ORDER BY t.next_run_at, t.id) AS rn
-      FROM tasks t
-      WHERE t.phase = 'waiting' AND t.upstream_account = ${opts.account}
-        AND t.next_run_at <= ${opts.now}
-        AND (t.claimed_until IS NULL OR t.claimed_until < ${opts.now})
-    )
-    SELECT r.id FROM ranked r
-    JOIN clients c ON c.id = r.client_id
-    LEFT JOIN running ru ON ru.client_id = r.client_id
-    WHERE c.max_running IS NULL OR r.rn <= c.max_running - coalesce(ru.n, 0)
-    ORDER BY r.rn, c.last_admitted_at, r.client_id
-    LIMIT ${opts.limit}
-  `);
-  if (rows.length === 0) return [];
-  return claimDueTasks(db, {
+  const { account, now } = opts;
+  const candidates = db.all<Candidate>(sql`
+    SELECT c.id, c.max_running,
+           (SELECT count(*) FROM tasks r WHERE r.phase = 'submitted' AND r.upstream_account = ${account} AND r.client_id = c.id) AS running
+    FROM clients c
+    WHERE c.upstream_account = ${account}
+      AND EXISTS (SELECT 1 FROM tasks t
+                  WHERE t.phase = 'waiting' AND t.upstream_account = ${account} AND t.client_id = c.id
+                    AND t.next_run_at <= ${now} AND (t.claimed_until IS NULL OR t.claimed_until < ${now}))
+    ORDER BY c.last_admitted_at, c.id`);
+  const queues: string[][] = [];
+  for (const c of candidates) {
+    const room = c.max_running === null ? opts.limit : Math.min(opts.limit, c.max_running - c.running);
+    if (room <= 0) continue;
+    const ids = db.all<{ id: string }>(sql`
+      SELECT id FROM tasks
+      WHERE phase = 'waiting' AND upstream_account = ${account} AND client_id = ${c.id}
+        AND next_run_at <= ${now} AND (claimed_until IS NULL OR claimed_until < ${now})
+      ORDER BY next_run_at, id
+      LIMIT ${room}`);
+    queues.push(ids.map((r) => r.id));
+  }
+  const picked: string[] = [];
+  for (let depth = 0; picked.length < opts.limit && queues.some((q) => q.length > depth); depth++) {
+    for (const q of queues) {
+      if (picked.length >= opts.limit) break;
+      if (q.length > depth) picked.push(q[depth]!);
+    }
+  }
+  if (picked.length === 0) return [];
+  const claimed = claimDueTasks(db, {
     phase: "waiting",
-    account: opts.account,
-    now: opts.now,
+    account,
+    now,
     leaseMs: opts.leaseMs,
     token: opts.owner.token(),
-    limit: opts.limit,
-    ids: rows.map((r) => r.id),
+    limit: picked.length,
+    ids: picked,
   });
+  // Submit in the order picked (claimDueTasks returns rows in storage order).
+  const order = new Map(picked.map((id, i) => [id, i]));
+  return claimed.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
 }

@@ -1,5 +1,5 @@
 import type { TaskStatus } from "../db/schema.js";
-import type { TaskRow } from "../db/tasks.js";
+import type { InFlightTask } from "../db/tasks.js";
 import type { UpstreamClient } from "../upstream/client.js";
 import type { UpstreamTask } from "../upstream/types.js";
 
@@ -88,7 +88,7 @@ async function readPages(
 }
 
 /** Upstream ids of in-flight tasks the active lists did not show, submitted before the sweep began. */
-export function finishedCandidates(inFlight: TaskRow[], seen: Map<string, UpstreamTask>, sweepStartedAt: number): Set<string> {
+export function finishedCandidates(inFlight: InFlightTask[], seen: Map<string, UpstreamTask>, sweepStartedAt: number): Set<string> {
   const candidates = new Set<string>();
   for (const task of inFlight) {
     if (task.upstreamTaskId && !seen.has(task.upstreamTaskId) && (task.submittedAt ?? 0) < sweepStartedAt) candidates.add(task.upstreamTaskId);

@@ -3,7 +3,7 @@ import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import type { Metrics } from "../metrics.js";
 import type { Db } from "../db/open.js";
-import { accountsInFlight, claimDueTasks, claimInFlight, countRunning, nextDueAt, updateLeasedTask, type TaskRow } from "../db/tasks.js";
+import { accountsInFlight, claimDueTasks, claimTasks, countRunning, listInFlight, nextDueAt, updateLeasedTask, type TaskRow } from "../db/tasks.js";
 import type { Nudges } from "../services/deps.js";
 import { TERMINAL_STATUSES, transitionTask } from "../services/transitions.js";
 import type { UpstreamAccounts } from "../services/upstream-accounts.js";
@@ -124,7 +124,7 @@ export class Poller {
       for (const task of claimed) this.opts.metrics?.workerLag.observe({ worker: "poller" }, Math.max(0, clock.now() - (task.nextRunAt ?? clock.now())) / 1000);
       await Promise.all(claimed.map((task) => this.readOne(task)));
     }
-    const due = nextDueAt(db, "submitted");
+    const due = nextDueAt(db, "submitted", clock.now());
     let next: number | null = due;
     if (wake !== null && (next === null || next <= clock.now() || wake < next)) next = wake;
     return { didWork, nextDueAt: next };
@@ -132,18 +132,17 @@ export class Poller {
 
   /**
    * Tasks to read one by one now. While sweeps cover an account, only the tasks a sweep found ended
-   * (their output still to fetch) and tasks a sweep could not see; a task never read yet waits for
-   * the next sweep instead of costing a read of its own.
+   * (their output still to fetch); the others are left to the next sweep.
    */
   private claimSingles(account: string, limit: number): TaskRow[] {
     const { db, clock } = this.opts;
     const base = { phase: "submitted" as const, account, now: clock.now(), leaseMs: this.leaseMs(), token: this.opts.owner.token() };
-    const flagged = this.needsRead.get(account);
     if (!this.sweeping(account)) return claimDueTasks(db, { ...base, limit });
-    const claimed = flagged && flagged.size > 0 ? claimDueTasks(db, { ...base, limit, ids: [...flagged] }) : [];
-    for (const task of claimed) flagged!.delete(task.id);
-    if (claimed.length >= limit) return claimed;
-    return [...claimed, ...claimDueTasks(db, { ...base, token: this.opts.owner.token(), limit: limit - claimed.length, observedOnly: true })];
+    const flagged = this.needsRead.get(account);
+    if (!flagged || flagged.size === 0) return [];
+    const ids = [...flagged].slice(0, limit);
+    for (const id of ids) flagged.delete(id);
+    return claimTasks(db, { ids, phase: "submitted", now: base.now, leaseMs: base.leaseMs, token: base.token });
   }
 
   private sweeping(account: string): boolean {
@@ -152,60 +151,58 @@ export class Poller {
     return state !== undefined && state.nextSweepAt > 0 && this.opts.clock.now() >= state.unsupportedUntil && countRunning(this.opts.db, account) >= SWEEP_MIN_TASKS;
   }
 
-  /** One sweep of an account: active lists, then terminal lists for what ended, then the results applied. */
+  /**
+   * One sweep of an account: active lists, then terminal lists for what ended, then the changes
+   * applied. Only tasks whose state changed are claimed and written; unchanged ones cost nothing.
+   */
   private async sweep(account: string, state: ListState): Promise<void> {
     const { db, clock, budget, logger, metrics } = this.opts;
     const startedAt = clock.now();
-    const token = this.opts.owner.token();
-    const inFlight = claimInFlight(db, { account, now: startedAt, leaseMs: this.leaseMs(), token });
+    const inFlight = listInFlight(db, account);
     if (inFlight.length === 0) return;
     const client = this.opts.accounts.get(account);
     const take = () => budget.take(account);
     const maxReads = Math.max(2, Math.floor(budget.available(account) * SWEEP_SHARE));
-    let result;
     try {
-      result = await sweepActive(client, { includeQueued: inFlight.some((t) => t.status === "queued"), maxReads }, take);
+      const result = await sweepActive(client, { includeQueued: inFlight.some((t) => t.status === "queued"), maxReads }, take);
       let candidates = result.complete ? finishedCandidates(inFlight, result.seen, startedAt) : new Set<string>();
       if (!result.unsupported && candidates.size >= HARVEST_MIN && state.harvestUseful !== false) {
         await harvestTerminal(client, candidates, maxReads - result.reads, take, result);
-        const found = [...candidates].map((id) => result!.seen.get(id)).filter((t) => t?.status === "succeeded");
+        const found = [...candidates].map((id) => result.seen.get(id)).filter((t) => t?.status === "succeeded");
         if (found.length > 0) state.harvestUseful = found.some((t) => t!.output !== null && t!.output !== undefined);
-        candidates = new Set([...candidates].filter((id) => !result!.seen.has(id)));
+        candidates = new Set([...candidates].filter((id) => !result.seen.has(id)));
       }
       metrics?.upstreamCalls.inc({ endpoint: "list", outcome: result.unsupported ? "unrecognised" : "ok" }, result.reads);
       if (result.unsupported) {
         state.unsupportedUntil = clock.now() + LIST_RETRY_MS;
         if (!state.warned) logger.warn({ account }, "upstream task list body not understood; falling back to single reads");
         state.warned = true;
-        for (const task of inFlight) updateLeasedTask(db, task.id, token, { claimToken: null, claimedUntil: null });
         return;
       }
       const now = clock.now();
       const interval = Math.min(MAX_SWEEP_INTERVAL_MS, Math.max(MIN_SWEEP_INTERVAL_MS, (result.reads * 60_000) / (SWEEP_SHARE * budget.perMinute)));
       state.nextSweepAt = now + interval;
-      // Covered by sweeps: no single read until well after the next sweep (a fallback if sweeping stops).
+      // Fallback read times if sweeping stops (fewer tasks in flight): well after the next sweep.
       const coveredUntil = now + 2 * interval + 5_000;
       let covered = 0;
+      const changed: string[] = [];
+      let flagged = this.needsRead.get(account);
+      if (!flagged) this.needsRead.set(account, (flagged = new Set()));
       for (const task of inFlight) {
         const remote = task.upstreamTaskId ? result.seen.get(task.upstreamTaskId) : undefined;
-        if (remote && remote.status && TERMINAL_STATUSES.has(remote.status) && !(remote.status === "succeeded" && (remote.output === null || remote.output === undefined))) {
+        const status = remote?.status ?? null;
+        const settled = status !== null && TERMINAL_STATUSES.has(status) && !(status === "succeeded" && (remote!.output === null || remote!.output === undefined));
+        if (settled || (status !== null && !TERMINAL_STATUSES.has(status))) {
           covered += 1;
-          this.apply(task, token, remote);
-        } else if (remote && remote.status && !TERMINAL_STATUSES.has(remote.status)) {
-          covered += 1;
-          this.apply(task, token, remote, coveredUntil);
+          if (settled || status !== task.status) changed.push(task.id);
         } else if (task.upstreamTaskId && (candidates.has(task.upstreamTaskId) || remote)) {
           // Ended (or ended without its output in the list): one single read fetches the result.
-          updateLeasedTask(db, task.id, token, { nextRunAt: now, claimToken: null, claimedUntil: null });
-          let flagged = this.needsRead.get(account);
-          if (!flagged) this.needsRead.set(account, (flagged = new Set()));
           flagged.add(task.id);
-        } else if (result.complete) {
-          // Submitted after the sweep began: the next sweep covers it.
-          updateLeasedTask(db, task.id, token, { nextRunAt: Math.max(task.nextRunAt ?? 0, coveredUntil), claimToken: null, claimedUntil: null });
-        } else {
-          updateLeasedTask(db, task.id, token, { claimToken: null, claimedUntil: null });
         }
+      }
+      const token = this.opts.owner.token();
+      for (const row of claimTasks(db, { ids: changed, phase: "submitted", now, leaseMs: this.leaseMs(), token })) {
+        this.apply(row, token, result.seen.get(row.upstreamTaskId!)!, coveredUntil);
       }
       if (covered > result.reads) metrics?.readsSaved.inc(covered - result.reads);
     } catch (err) {
@@ -215,7 +212,6 @@ export class Poller {
       if (e?.status === 429) budget.pause(account, now + (e.retryAfterMs ?? 10_000));
       state.nextSweepAt = now + (e?.retryAfterMs ?? 5_000);
       logger.warn({ account, code: e?.code ?? String(err) }, "upstream list sweep failed");
-      for (const task of inFlight) updateLeasedTask(db, task.id, token, { claimToken: null, claimedUntil: null });
     }
   }
 

@@ -92,7 +92,7 @@ export class Submitter {
       for (const task of claimed) this.opts.metrics?.workerLag.observe({ worker: "submitter" }, Math.max(0, now - (task.nextRunAt ?? now)) / 1000);
       await Promise.all(claimed.map((task) => this.submit(task)));
     }
-    const due = nextDueAt(db, "waiting");
+    const due = nextDueAt(db, "waiting", clock.now());
     // Rows still due now belong to a paused or full account: sleep until it may go again instead of spinning.
     let next = !didWork && wake !== null && due !== null && due <= clock.now() ? wake : due;
     const expiry = nextExpiryAt(db);

@@ -165,7 +165,7 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
   }, 30_000);
 
   it("starts in sandbox mode with nothing configured: a warning, and a task runs to its end", async () => {
-    const env = { PORT: "0", DATABASE_PATH: setup.relayEnv.DATABASE_PATH, WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" };
+    const env = { PORT: "0", DATABASE_PATH: setup.relayEnv.DATABASE_PATH!, WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" };
     const { child, url } = await startRelay(env);
     children.push(child);
     expect(child.lines.join("\n")).toMatch(/SANDBOX MODE/);

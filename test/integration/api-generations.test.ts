@@ -216,15 +216,14 @@ describe("creation: accepted", () => {
           events: ["task.succeeded", "task.failed", "task.canceled"],
           delivery: { status: "none", attempts: 0, last_attempt_at: null, last_status_code: null },
         },
-        queue_position: 1,
       },
       output: null,
       usage: { points_charged: null, points_refunded: null },
     });
-    // The Location is the task read, and it answers with the same task.
+    // The Location is the task read, and it answers with the same task, plus its place in the queue.
     const read = await t.request(apiKey, new URL(res.headers.get("location")!).pathname);
     expect(read.status).toBe(200);
-    expect(await read.json()).toEqual(json);
+    expect(await read.json()).toEqual({ ...json, data: { ...json.data, queue_position: 1 } });
   });
 
   it("keeps the caller's callback_events", async () => {

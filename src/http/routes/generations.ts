@@ -40,7 +40,7 @@ export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: Service
       });
       c.header("Location", new URL(`/openapi/v1/tasks/${task.id}`, c.req.url).toString());
       c.header("Idempotent-Replayed", String(replayed));
-      return c.json(viewOf(deps.db, task), replayed ? 200 : 201);
+      return c.json(viewOf(deps.db, task, { withQueuePosition: false }), replayed ? 200 : 201);
     });
   }
 }
