@@ -14,6 +14,28 @@ export interface Database_ {
   close(): void;
 }
 
+/**
+ * drizzle prepares every query anew; preparing costs more than running most of ours. Statements are
+ * reusable, so keep the recent ones by SQL text (an LRU: `IN (…)` lists of varying length make
+ * some texts one-off). drizzle switches a statement to raw mode for queries that map columns
+ * itself and never back, and one SQL text always takes the same path, so reuse is safe.
+ */
+function cacheStatements(sqlite: Database.Database, size = 500): void {
+  const prepare = sqlite.prepare.bind(sqlite);
+  const cache = new Map<string, Database.Statement>();
+  sqlite.prepare = ((source: string) => {
+    let stmt = cache.get(source);
+    if (stmt) {
+      cache.delete(source);
+    } else {
+      stmt = prepare(source);
+      if (cache.size >= size) cache.delete(cache.keys().next().value!);
+    }
+    cache.set(source, stmt);
+    return stmt;
+  }) as typeof sqlite.prepare;
+}
+
 /** `migrations/` sits two levels above both src/db/ and dist/db/. */
 export const MIGRATIONS_FOLDER = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "migrations");
 
@@ -30,6 +52,7 @@ export function openDatabase(path: string, options: { migrate?: boolean } = {}):
   sqlite.pragma("synchronous = FULL");
   sqlite.pragma("busy_timeout = 5000");
   sqlite.pragma("foreign_keys = ON");
+  cacheStatements(sqlite);
   const db = drizzle({ client: sqlite, schema });
   if (options.migrate !== false) migrate(db, { migrationsFolder: MIGRATIONS_FOLDER });
   return {

@@ -1,6 +1,7 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
 import { swaggerUI } from "@hono/swagger-ui";
 import { requestId } from "hono/request-id";
+import { GroupCommit } from "../db/group-commit.js";
 import type { CatalogCache } from "../services/catalog.js";
 import type { ServiceDeps } from "../services/deps.js";
 import type { DeliveryService } from "../services/deliveries.js";
@@ -45,7 +46,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
     ...jsonBody(),
   );
 
-  registerGenerationRoutes(app, deps);
+  registerGenerationRoutes(app, deps, new GroupCommit(deps.db));
   registerTaskRoutes(app, deps);
   registerDeliveryRoutes(app, deps, deps.deliveries);
   registerModelRoutes(app, deps.catalog);

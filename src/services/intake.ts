@@ -1,7 +1,9 @@
 import { canonicalJson, sha256Hex } from "../crypto.js";
 import { newId } from "../ids.js";
 import type { ClientRow } from "../db/clients.js";
+import type { GroupCommit } from "../db/group-commit.js";
 import { countByPhaseForClient, findTaskByIdempotencyKey, insertTask, type TaskRow } from "../db/tasks.js";
+import type { DbOrTx } from "../db/tx.js";
 import { clientSpend } from "../db/usage.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import type { ServiceDeps } from "./deps.js";
@@ -48,13 +50,22 @@ function checkMediaUrls(body: Record<string, unknown>): void {
  * idempotency, and stores the task in one transaction. A 201 is only ever sent for a
  * committed row, so an accepted task cannot be lost.
  */
-export function createTask(deps: ServiceDeps, input: CreateTaskInput): CreateTaskResult {
-  const { db, clock, config } = deps;
-  const { client, type, body, idempotencyKey } = input;
+/** What intake stores, worked out before any database access. */
+interface PreparedTask {
+  input: CreateTaskInput;
+  callbackUrl: string | null;
+  requestHash: string;
+  upstreamBody: Record<string, unknown>;
+  events: string[];
+  metadata: Record<string, string> | undefined;
+  expiresAfter: number | undefined;
+}
 
+function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
+  const { body, type } = input;
   let callbackUrl: string | null = null;
   if (body.callback_url !== undefined && body.callback_url !== null) {
-    const verdict = validateCallbackUrl(body.callback_url, { allowPrivateNetworks: config.webhookAllowPrivateNetworks });
+    const verdict = validateCallbackUrl(body.callback_url, { allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks });
     if (!verdict.ok) {
       throw new ApiError("invalid_callback_url", `callback_url is not acceptable: ${verdict.reason}.`, [
         { field: "callback_url", message: verdict.reason },
@@ -63,58 +74,81 @@ export function createTask(deps: ServiceDeps, input: CreateTaskInput): CreateTas
     callbackUrl = verdict.url;
   }
   checkMediaUrls(body);
-
-  const requestHash = sha256Hex(`${type}\n${canonicalJson(body)}`);
   const upstreamBody: Record<string, unknown> = { ...body };
   for (const field of RELAY_FIELDS) delete upstreamBody[field];
-  const events = (body.callback_events as string[] | undefined) ?? DEFAULT_CALLBACK_EVENTS;
-  const metadata = body.metadata as Record<string, string> | undefined;
-  const expiresAfter = body.expires_after_seconds as number | undefined;
+  return {
+    input,
+    callbackUrl,
+    requestHash: sha256Hex(`${type}\n${canonicalJson(body)}`),
+    upstreamBody,
+    events: (body.callback_events as string[] | undefined) ?? DEFAULT_CALLBACK_EVENTS,
+    metadata: body.metadata as Record<string, string> | undefined,
+    expiresAfter: body.expires_after_seconds as number | undefined,
+  };
+}
 
-  const result = db.transaction((tx): CreateTaskResult => {
-    const existing = findTaskByIdempotencyKey(tx, client.id, idempotencyKey);
-    if (existing) {
-      if (existing.requestHash !== requestHash) {
-        throw new ApiError(
-          "idempotency_key_reused",
-          "This Idempotency-Key was already used with a different request. Use a new key for a new request.",
-        );
-      }
-      return { task: existing, replayed: true };
+/** The idempotency check, the client's caps and the insert; runs inside a transaction. */
+function storeTask(tx: DbOrTx, now: number, p: PreparedTask): CreateTaskResult {
+  const { client, type, body, idempotencyKey } = p.input;
+  const existing = findTaskByIdempotencyKey(tx, client.id, idempotencyKey);
+  if (existing) {
+    if (existing.requestHash !== p.requestHash) {
+      throw new ApiError(
+        "idempotency_key_reused",
+        "This Idempotency-Key was already used with a different request. Use a new key for a new request.",
+      );
     }
-    if (client.maxWaiting !== null && countByPhaseForClient(tx, client.id, "waiting") >= client.maxWaiting) {
-      throw new ApiError("concurrent_limit", "Too many of your tasks are waiting. Retry when some have started.", undefined, {
-        "Retry-After": "5",
-      });
-    }
-    if (client.creditLimit !== null && clientSpend(tx, client.id) >= client.creditLimit) {
-      throw new ApiError("insufficient_points", "Your credit limit on this relay is used up.");
-    }
-    const now = clock.now();
-    const id = newId("task", now);
-    const task = insertTask(tx, {
-      id,
-      clientId: client.id,
-      type,
-      model: String(body.model),
-      status: "queued",
-      phase: "waiting",
-      requestJson: JSON.stringify(upstreamBody),
-      callbackUrl,
-      callbackEvents: JSON.stringify(events),
-      metadataJson: metadata ? JSON.stringify(metadata) : null,
-      idempotencyKey,
-      requestHash,
-      upstreamAccount: client.upstreamAccount,
-      // Derived from the task id and fixed here, before any submission: every retry reuses it.
-      upstreamIdempotencyKey: `genrelay-${id}`,
-      nextRunAt: now,
-      expiresAt: expiresAfter ? now + expiresAfter * 1000 : null,
-      createdAt: now,
-      updatedAt: now,
+    return { task: existing, replayed: true };
+  }
+  if (client.maxWaiting !== null && countByPhaseForClient(tx, client.id, "waiting") >= client.maxWaiting) {
+    throw new ApiError("concurrent_limit", "Too many of your tasks are waiting. Retry when some have started.", undefined, {
+      "Retry-After": "5",
     });
-    return { task, replayed: false };
+  }
+  if (client.creditLimit !== null && clientSpend(tx, client.id) >= client.creditLimit) {
+    throw new ApiError("insufficient_points", "Your credit limit on this relay is used up.");
+  }
+  const id = newId("task", now);
+  const task = insertTask(tx, {
+    id,
+    clientId: client.id,
+    type,
+    model: String(body.model),
+    status: "queued",
+    phase: "waiting",
+    requestJson: JSON.stringify(p.upstreamBody),
+    callbackUrl: p.callbackUrl,
+    callbackEvents: JSON.stringify(p.events),
+    metadataJson: p.metadata ? JSON.stringify(p.metadata) : null,
+    idempotencyKey,
+    requestHash: p.requestHash,
+    upstreamAccount: client.upstreamAccount,
+    // Derived from the task id and fixed here, before any submission: every retry reuses it.
+    upstreamIdempotencyKey: `genrelay-${id}`,
+    nextRunAt: now,
+    expiresAt: p.expiresAfter ? now + p.expiresAfter * 1000 : null,
+    createdAt: now,
+    updatedAt: now,
   });
+  return { task, replayed: false };
+}
+
+/**
+ * Accepts a generation request: validates what the schema cannot, applies the caller's
+ * idempotency, and stores the task. A 201 is only ever sent for a committed row, so an accepted
+ * task cannot be lost.
+ */
+export function createTask(deps: ServiceDeps, input: CreateTaskInput): CreateTaskResult {
+  const prepared = prepareTask(deps, input);
+  const result = deps.db.transaction((tx) => storeTask(tx, deps.clock.now(), prepared));
+  if (!result.replayed) deps.nudges.submitter();
+  return result;
+}
+
+/** createTask through group commit: concurrent requests share one transaction and one fsync. */
+export async function acceptTask(deps: ServiceDeps, commits: GroupCommit, input: CreateTaskInput): Promise<CreateTaskResult> {
+  const prepared = prepareTask(deps, input);
+  const result = await commits.run((tx) => storeTask(tx, deps.clock.now(), prepared));
   if (!result.replayed) deps.nudges.submitter();
   return result;
 }

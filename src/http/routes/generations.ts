@@ -1,6 +1,7 @@
 import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
 import type { ServiceDeps } from "../../services/deps.js";
-import { createTask } from "../../services/intake.js";
+import type { GroupCommit } from "../../db/group-commit.js";
+import { acceptTask } from "../../services/intake.js";
 import { viewOf } from "../../services/tasks.js";
 import type { AppEnv } from "../context.js";
 import { errorResponses, IdempotencyHeaders, ImageGenerationBody, TaskViewSchema, VideoGenerationBody } from "../schemas.js";
@@ -28,11 +29,11 @@ function generationRoute(type: "image" | "video") {
   });
 }
 
-export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
+export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps, commits: GroupCommit): void {
   for (const type of ["image", "video"] as const) {
-    app.openapi(generationRoute(type), (c) => {
+    app.openapi(generationRoute(type), async (c) => {
       const body = c.req.valid("json") as Record<string, unknown>;
-      const { task, replayed } = createTask(deps, {
+      const { task, replayed } = await acceptTask(deps, commits, {
         client: c.get("client"),
         type,
         body,

@@ -1,0 +1,63 @@
+import type { Db } from "./open.js";
+import type { Tx } from "./tx.js";
+
+interface Pending<T> {
+  work: (tx: Tx) => T;
+  resolve: (value: T) => void;
+  reject: (err: unknown) => void;
+}
+
+/**
+ * Group commit: writes queued in the same turn of the event loop share one transaction, so one
+ * fsync makes a whole batch durable instead of one per request. Each unit of work runs in its own
+ * savepoint: one that throws (a 409, say) is rolled back alone and rejects alone. Every promise
+ * settles only after the outer COMMIT, so a caller never answers before its row is on disk.
+ */
+export class GroupCommit {
+  private queue: Pending<unknown>[] = [];
+  private scheduled = false;
+
+  constructor(
+    private readonly db: Db,
+    private readonly maxBatch = 256,
+  ) {}
+
+  run<T>(work: (tx: Tx) => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.queue.push({ work, resolve, reject } as Pending<unknown>);
+      if (this.queue.length >= this.maxBatch) this.flush();
+      else if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => this.flush());
+      }
+    });
+  }
+
+  private flush(): void {
+    this.scheduled = false;
+    const batch = this.queue;
+    this.queue = [];
+    if (batch.length === 0) return;
+    const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = [];
+    try {
+      this.db.transaction((tx) => {
+        for (const item of batch) {
+          try {
+            outcomes.push({ ok: true, value: tx.transaction((sp) => item.work(sp)) });
+          } catch (error) {
+            outcomes.push({ ok: false, error });
+          }
+        }
+      });
+    } catch (error) {
+      // The commit itself failed (disk full, I/O error): nothing in the batch is durable.
+      for (const item of batch) item.reject(error);
+      return;
+    }
+    batch.forEach((item, i) => {
+      const outcome = outcomes[i]!;
+      if (outcome.ok) item.resolve(outcome.value);
+      else item.reject(outcome.error);
+    });
+  }
+}
