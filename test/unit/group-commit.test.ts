@@ -1,0 +1,63 @@
+import { sql } from "drizzle-orm";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { GroupCommit } from "../../src/db/group-commit.js";
+import { openDatabase, type Database_ } from "../../src/db/open.js";
+
+describe("GroupCommit", () => {
+  let dir: string;
+  let database: Database_;
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), "genrelay-gc-"));
+    database = openDatabase(join(dir, "db.sqlite"));
+    database.sqlite.exec("CREATE TABLE items (v TEXT NOT NULL UNIQUE)");
+  });
+  afterEach(() => {
+    database.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const count = () => (database.sqlite.prepare("SELECT count(*) AS n FROM items").get() as { n: number }).n;
+
+  it("runs work queued in one turn in a single transaction, and settles only after the commit", async () => {
+    const commits = new GroupCommit(database.db);
+    const seenInside: number[] = [];
+    const promises = ["a", "b", "c"].map((v) =>
+      commits.run((tx) => {
+        tx.run(sql`INSERT INTO items (v) VALUES (${v})`);
+        seenInside.push(count());
+        return v.toUpperCase();
+      }),
+    );
+    // Nothing has run yet: the batch waits for the end of this turn.
+    expect(count()).toBe(0);
+    expect(await Promise.all(promises)).toEqual(["A", "B", "C"]);
+    expect(seenInside).toEqual([1, 2, 3]);
+    expect(count()).toBe(3);
+  });
+
+  it("a unit that throws is rolled back and rejected alone; the others commit", async () => {
+    const commits = new GroupCommit(database.db);
+    const ok1 = commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('x')`));
+    const dup = commits.run((tx) => {
+      tx.run(sql`INSERT INTO items (v) VALUES ('y')`);
+      tx.run(sql`INSERT INTO items (v) VALUES ('x')`); // UNIQUE violation: this unit's 'y' must go too
+    });
+    const ok2 = commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('z')`));
+    await expect(dup).rejects.toThrow(/INSERT INTO items/);
+    await ok1;
+    await ok2;
+    expect(database.sqlite.prepare("SELECT v FROM items ORDER BY v").all()).toEqual([{ v: "x" }, { v: "z" }]);
+  });
+
+  it("rejects the whole batch when the commit itself fails", async () => {
+    const commits = new GroupCommit(database.db);
+    database.sqlite.pragma("query_only = ON");
+    const a = commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('a')`));
+    await expect(a).rejects.toThrow();
+    database.sqlite.pragma("query_only = OFF");
+    expect(count()).toBe(0);
+  });
+});
