@@ -23,7 +23,13 @@ interface Setup {
 
 async function startRelay(env: Record<string, string>): Promise<{ child: Child; url: string }> {
   const child = startNode("main.js", env);
-  const m = await child.waitForLine(/^.*"msg":"genrelay listening".*$/);
+  let m: RegExpExecArray;
+  try {
+    m = await child.waitForLine(/^.*"msg":"genrelay listening".*$/);
+  } catch (err) {
+    await child.kill("SIGKILL"); // never leave a relay running behind a failed start
+    throw err;
+  }
   const port = /"port":(\d+)/.exec(m[0])?.[1];
   if (!port) throw new Error(`no port in ${m[0]}`);
   return { child, url: `http://127.0.0.1:${port}` };
