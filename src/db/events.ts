@@ -123,14 +123,24 @@ export function claimDueEvents(db: Db, opts: ClaimOptions): EventRow[] {
     .sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
 }
 
-/** When the next pending event is due (or its lease ends), leaving out the given destination hosts. */
-export function nextEventDueAt(db: Db, opts: { excludeHosts?: string[] } = {}): number | null {
-  const row = db
-    .select({ at: sql<number | null>`min(max(coalesce(${events.claimedUntil}, 0), ${events.nextAttemptAt}))` })
+/**
+ * When the next unleased pending event is due, leaving out the given destination hosts. Walks the
+ * (delivery_status, next_attempt_at) index and looks at most `scan` rows deep, so a backlog queued
+ * behind a saturated host costs the same as none: past the scan it answers "recheck in a second"
+ * (leased events and saturated hosts wake the loop themselves when an attempt settles).
+ */
+export function nextEventDueAt(db: Db, opts: { now: number; excludeHosts?: string[]; scan?: number }): number | null {
+  const rows = db
+    .select({ at: events.nextAttemptAt, url: events.callbackUrl })
     .from(events)
-    .where(and(eq(events.deliveryStatus, "pending"), notAtHosts(opts.excludeHosts)))
-    .get();
-  return row?.at ?? null;
+    .where(and(eq(events.deliveryStatus, "pending"), or(isNull(events.claimedUntil), lt(events.claimedUntil, opts.now))))
+    .orderBy(asc(events.nextAttemptAt))
+    .limit(opts.scan ?? 200)
+    .all();
+  if (rows.length === 0) return null;
+  const excluded = new Set(opts.excludeHosts ?? []);
+  for (const row of rows) if (!excluded.has(destinationHost(row.url ?? ""))) return row.at;
+  return rows.length < (opts.scan ?? 200) ? null : opts.now + 1_000;
 }
 
 /**

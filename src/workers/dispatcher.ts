@@ -4,6 +4,7 @@ import { newId } from "../ids.js";
 import type { Logger } from "../logger.js";
 import { findClient, type ClientRow } from "../db/clients.js";
 import { claimDueEvents, insertAttempt, nextEventDueAt, postponeHostEvents, updateLeasedEvent, type EventRow, type NewEventRow } from "../db/events.js";
+import { GroupCommit } from "../db/group-commit.js";
 import type { Db } from "../db/open.js";
 import { activeSecrets } from "../services/clients.js";
 import { breakerOutcome, CircuitBreakers, type BreakerOptions, type BreakerTransition, type Permit } from "../webhooks/circuit-breaker.js";
@@ -55,10 +56,13 @@ export class Dispatcher {
   /** Called when a delivery finishes, so the loop can claim more (set by main). */
   onSettled: () => void = () => {};
 
+  private readonly commits: GroupCommit;
+
   constructor(private readonly opts: DispatcherOptions) {
     this.maxInFlight = opts.maxInFlight ?? 64;
     this.maxPerHost = Math.max(1, opts.maxPerHost ?? 4);
     this.breakers = new CircuitBreakers(opts.clock, opts.breaker);
+    this.commits = new GroupCommit(opts.db);
   }
 
   get activeCount(): number {
@@ -91,7 +95,7 @@ export class Dispatcher {
   private nextDueAt(): number | null {
     if (this.inFlight.size >= this.maxInFlight) return null;
     // Saturated hosts wake the loop when an attempt settles (onSettled); open circuits at their trial time.
-    const due = nextEventDueAt(this.opts.db, { excludeHosts: this.refusedHosts() });
+    const due = nextEventDueAt(this.opts.db, { now: this.opts.clock.now(), excludeHosts: this.refusedHosts() });
     const trial = this.breakers.nextTrialAt();
     if (due === null) return trial;
     return trial === null ? due : Math.min(due, trial);
@@ -156,7 +160,7 @@ export class Dispatcher {
       })();
     }
     const size = Buffer.byteLength(event.payload, "utf8");
-    if (size > MAX_PAYLOAD_BYTES) return (async () => this.refuseOversized(event, size))();
+    if (size > MAX_PAYLOAD_BYTES) return this.refuseOversized(event, size);
 
     const host = destinationHost(event.callbackUrl);
     const permit = this.hostRoom(host) > 0 ? this.breakers.acquire(host) : null;
@@ -177,7 +181,7 @@ export class Dispatcher {
   }
 
   /** Records a failed attempt without sending: the body is over MAX_PAYLOAD_BYTES and would be every time. */
-  private refuseOversized(event: EventRow, size: number): void {
+  private async refuseOversized(event: EventRow, size: number): Promise<void> {
     const now = this.opts.clock.now();
     const result: SendResult = {
       ok: false,
@@ -189,7 +193,7 @@ export class Dispatcher {
       retryAfterMs: null,
       gone: false,
     };
-    this.record(event, now, result, "too_large", { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null });
+    await this.record(event, now, result, "too_large", { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null });
   }
 
   private async deliver(event: EventRow, client: ClientRow, permit: Permit): Promise<void> {
@@ -231,13 +235,13 @@ export class Dispatcher {
         outcome = "retry";
       }
     }
-    this.record(event, startedAt, result, outcome, patch);
+    await this.record(event, startedAt, result, outcome, patch);
     if (transition) this.onTransition(transition);
   }
 
   /** Writes the attempt and the event's new state together, guarded by the lease; one log line per attempt. */
-  private record(event: EventRow, startedAt: number, result: SendResult, outcome: string, patch: Partial<NewEventRow>): void {
-    const { db, logger } = this.opts;
+  private async record(event: EventRow, startedAt: number, result: SendResult, outcome: string, patch: Partial<NewEventRow>): Promise<void> {
+    const { logger } = this.opts;
     const attempts = event.attempts + 1;
     const full: Partial<NewEventRow> = {
       attempts,
@@ -249,7 +253,8 @@ export class Dispatcher {
       claimedUntil: null,
       ...patch,
     };
-    db.transaction((tx) => {
+    // Group commit: attempts settling together share one transaction and one fsync.
+    await this.commits.run((tx) => {
       insertAttempt(tx, {
         id: newId("att", startedAt),
         eventId: event.id,
