@@ -1,0 +1,195 @@
+// Child processes of the benchmark: the built relay, the simulator, the bare baseline server, the
+// webhook receiver and the raw sender. Each child's output goes to a log file (not a pipe), so the
+// benchmark process never spends CPU reading the relay's per-request log lines.
+import { execFile, fork, spawn } from "node:child_process";
+import { closeSync, openSync, readFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { join } from "node:path";
+import { DIST, ROOT } from "./dist.mjs";
+
+export { ROOT };
+export const BENCH = join(ROOT, "bench");
+
+/** A clean environment: nothing from the caller's shell (PORT, DATABASE_PATH, ...) leaks into a child. */
+export function baseEnv(extra = {}) {
+  const env = { PATH: process.env.PATH ?? "/usr/bin:/bin" };
+  if (process.env.BENCH_DIST) env.BENCH_DIST = process.env.BENCH_DIST;
+  if (process.env.HOME) env.HOME = process.env.HOME;
+  if (process.env.TMPDIR) env.TMPDIR = process.env.TMPDIR;
+  for (const [k, v] of Object.entries(extra)) if (v !== undefined && v !== null) env[k] = String(v);
+  return env;
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Starts `node <script>` with stdout and stderr appended to logFile.
+ * @returns {{ proc: import('node:child_process').ChildProcess, pid: number, logFile: string, waitFor(re: RegExp, timeoutMs?: number): Promise<RegExpExecArray>, stop(timeoutMs?: number): Promise<number|null>, exited: boolean }}
+ */
+export function startNode(name, script, { env = {}, logFile, execArgv = [], ipc = false } = {}) {
+  const fd = openSync(logFile, "a");
+  const stdio = ipc ? ["ignore", fd, fd, "ipc"] : ["ignore", fd, fd];
+  const proc = ipc
+    ? fork(script, [], { env: baseEnv(env), stdio, execArgv })
+    : spawn(process.execPath, [...execArgv, script], { env: baseEnv(env), stdio });
+  closeSync(fd);
+  let exitCode;
+  const exited = new Promise((resolve) => proc.once("exit", (code, signal) => {
+    exitCode = code ?? signal;
+    resolve(code);
+  }));
+  const child = {
+    name,
+    proc,
+    pid: proc.pid,
+    logFile,
+    get exited() {
+      return exitCode !== undefined;
+    },
+    log() {
+      try {
+        return readFileSync(logFile, "utf8");
+      } catch {
+        return "";
+      }
+    },
+    /** Polls the log file until a line matches; fails when the process exits first or on timeout. */
+    async waitFor(re, timeoutMs = 20_000) {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const m = re.exec(child.log());
+        if (m) return m;
+        if (exitCode !== undefined) throw new Error(`${name} exited (${exitCode}) before printing ${re}:\n${tail(child.log())}`);
+        if (Date.now() > deadline) throw new Error(`timed out waiting for ${re} from ${name}:\n${tail(child.log())}`);
+        await sleep(25);
+      }
+    },
+    /** SIGTERM, then SIGKILL if it has not exited in time. Resolves with the exit code. */
+    async stop(timeoutMs = 15_000) {
+      if (exitCode !== undefined) return exitCode;
+      proc.kill("SIGTERM");
+      const timer = setTimeout(() => {
+        if (exitCode === undefined) proc.kill("SIGKILL");
+      }, timeoutMs);
+      await exited;
+      clearTimeout(timer);
+      return exitCode;
+    },
+    exitedPromise: exited,
+  };
+  return child;
+}
+
+function tail(text, lines = 15) {
+  return text.split("\n").slice(-lines).join("\n");
+}
+
+/** The standalone simulator on a free port; resolves with its base URL. */
+export async function startSimulator(env, logFile) {
+  const child = startNode("simulator", join(DIST, "simulator", "main.js"), {
+    env: { SIM_PORT: 0, SIM_HOST: "127.0.0.1", SIM_BALANCE: 1_000_000_000_000, ...env },
+    logFile,
+  });
+  const m = await child.waitFor(/listening on (http:\/\/[\d.]+:\d+)/);
+  return { ...child, url: m[1] };
+}
+
+/**
+ * The built relay (`node dist/main.js`) on a free port. PORT=0 and the port is read from the
+ * "genrelay listening" JSON line, so LOG_LEVEL must keep info lines (the default).
+ */
+export async function startRelay(env, logFile, { execArgv = [] } = {}) {
+  const child = startNode("relay", join(DIST, "main.js"), {
+    env: { PORT: 0, HOST: "127.0.0.1", LOG_LEVEL: "info", ...env },
+    logFile,
+    execArgv,
+  });
+  const m = await child.waitFor(/^.*"msg":"genrelay listening".*$/m);
+  const port = /"port":(\d+)/.exec(m[0])?.[1];
+  if (!port) throw new Error(`relay listening line without a port: ${m[0]}`);
+  return { ...child, url: `http://127.0.0.1:${port}`, port: Number(port) };
+}
+
+/** `node dist/cli.js clients create --name NAME --json` against a database (migrating it). */
+export function createClient(databasePath, name = "bench") {
+  return new Promise((resolve, reject) => {
+    execFile(
+      process.execPath,
+      [join(DIST, "cli.js"), "clients", "create", "--name", name, "--json"],
+      { env: baseEnv({ DATABASE_PATH: databasePath, LOG_LEVEL: "warn" }) },
+      (err, stdout, stderr) => {
+        if (err) return reject(new Error(`clients create failed: ${err.message}\n${stderr}`));
+        try {
+          resolve(JSON.parse(stdout.trim().split("\n").pop()));
+        } catch (e) {
+          reject(new Error(`clients create printed no JSON: ${stdout}\n${stderr}`));
+        }
+      },
+    );
+  });
+}
+
+/** Resident set size and its peak (MB) from /proc/<pid>/status. */
+export function memoryOf(pid) {
+  const status = readFileSync(`/proc/${pid}/status`, "utf8");
+  const kb = (key) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? NaN);
+  return { rssMb: kb("VmRSS") / 1024, peakMb: kb("VmHWM") / 1024 };
+}
+
+/** A port the OS considers free right now (for servers that cannot report a PORT=0 choice). */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * A forked helper speaking { id, cmd, ... } -> { id, ok, result | error } over IPC.
+ */
+export function ipcChild(name, script, logFile, env = {}) {
+  const child = startNode(name, script, { env, logFile, ipc: true });
+  let next = 1;
+  const pending = new Map();
+  child.proc.on("message", (msg) => {
+    const p = pending.get(msg.id);
+    if (!p) return;
+    pending.delete(msg.id);
+    if (msg.ok) p.resolve(msg.result);
+    else p.reject(new Error(`${name}: ${msg.error}`));
+  });
+  void child.exitedPromise.then(() => {
+    for (const p of pending.values()) p.reject(new Error(`${name} exited:\n${tail(child.log())}`));
+    pending.clear();
+  });
+  return Object.assign(child, {
+    call(cmd, args = {}) {
+      const id = next++;
+      return new Promise((resolve, reject) => {
+        pending.set(id, { resolve, reject });
+        child.proc.send({ id, cmd, ...args });
+      });
+    },
+  });
+}
+
+/** Serves { id, cmd } requests in a forked helper. */
+export function serveIpc(handlers) {
+  process.on("message", async (msg) => {
+    try {
+      const handler = handlers[msg.cmd];
+      if (!handler) throw new Error(`unknown command ${msg.cmd}`);
+      const result = await handler(msg);
+      process.send({ id: msg.id, ok: true, result });
+    } catch (err) {
+      process.send({ id: msg.id, ok: false, error: err instanceof Error ? err.stack ?? err.message : String(err) });
+    }
+  });
+  process.on("disconnect", () => process.exit(0));
+}
+
+export { sleep };

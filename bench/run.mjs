@@ -1,0 +1,846 @@
+// genrelay benchmarks: `npm run bench` (builds dist/ first) or `node bench/run.mjs`.
+//
+// Every benchmark runs on loopback against the BUILT relay (`node dist/main.js`) as its own process,
+// next to the upstream simulator (`node dist/simulator/main.js`) on its own port. Each ratio is
+// measured in the same run as its baseline, over several rounds, and the median is quoted.
+//
+//   1. intake       accepted creations/s and latency (autocannon) vs a bare hono endpoint
+//   2. delivery     signed webhooks/s to a loopback receiver vs plain undici POSTs of the same body
+//   3. end to end   tasks/s through intake -> simulator (zero processing time) -> webhook, and latency
+//   4. memory/scale RSS with tasks waiting and in flight; intake with 1,000,000 finished tasks vs empty;
+//                   EXPLAIN QUERY PLAN of the hot queries
+//
+// Environment:
+//   BENCH_QUICK=1          a tiny run (a handful of requests, one round): checks the scripts still work
+//   BENCH_OUT=path.json    where to write the results (default bench/results.json; results.md beside it)
+//   BENCH_ROUNDS, BENCH_DURATION (s per intake measurement), BENCH_SCALE_ROWS, BENCH_PROFILE=0|1,
+//   BENCH_RELAY_LOG_LEVEL (default info, the relay's default), BENCH_KEEP=1 (keep the temp folder)
+import autocannon from "autocannon";
+import { execFileSync } from "node:child_process";
+import { copyFileSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import { dirname, join } from "node:path";
+import { Webhook } from "standardwebhooks";
+import { BENCH, ROOT, createClient, ipcChild, memoryOf, sleep, startNode, startRelay, startSimulator } from "./lib/proc.mjs";
+import { distImport, removeSnapshot, snapshotDist } from "./lib/dist.mjs";
+import { findProfile, summariseProfile } from "./lib/profile.mjs";
+import { countBenchTasks, deleteBenchTasks, phaseCounts, prepareSeeding, seedFinishedTasks, seedPendingEvents, seedWaitingTasks } from "./lib/seed.mjs";
+import { distribution, median, ratio, round } from "./lib/stats.mjs";
+
+const QUICK = ["1", "true", "yes"].includes((process.env.BENCH_QUICK ?? "").toLowerCase());
+const OUT = process.env.BENCH_OUT || join(BENCH, "results.json");
+const MD_OUT = OUT.replace(/\.json$/i, "") + ".md";
+const envInt = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
+
+const CFG = QUICK
+  ? {
+      rounds: envInt("BENCH_ROUNDS", 1),
+      intake: { connections: 4, amount: 40 },
+      delivery: { events: 60, windowS: 30 },
+      e2e: { amount: 30, connections: 8, drainS: 60 },
+      memory: { waiting: 20, inFlight: 20 },
+      scale: { rows: envInt("BENCH_SCALE_ROWS", 2_000) },
+      profile: process.env.BENCH_PROFILE === "1",
+    }
+  : {
+      rounds: envInt("BENCH_ROUNDS", 3),
+      intake: { connections: 32, duration: envInt("BENCH_DURATION", 10) },
+      // Outbox of `events` due events; the relay and the in-process Dispatcher are measured until they
+      // have delivered them all or for windowS seconds, whichever comes first.
+      delivery: { events: 5_000, windowS: 10 },
+      // Creations for durationS seconds, then up to drainS seconds for their webhooks.
+      e2e: { duration: 5, connections: 32, drainS: 25 },
+      memory: { waiting: 10_000, inFlight: 10_000 },
+      scale: { rows: envInt("BENCH_SCALE_ROWS", 1_000_000) },
+      profile: process.env.BENCH_PROFILE !== "0",
+    };
+const RELAY_LOG_LEVEL = process.env.BENCH_RELAY_LOG_LEVEL || "info";
+const GOALS = { intake: 0.5, delivery: 0.6, memoryMb: 200, scale: 0.8 };
+const PATH = "/openapi/v1/images/generations";
+const PUBLIC_CALLBACK = "https://hooks.example.com/genrelay";
+const creationBody = (callbackUrl) => ({
+  model: "p-image",
+  mode: "generate",
+  prompt: "a lighthouse at dawn, volumetric fog",
+  count: 1,
+  callback_url: callbackUrl,
+  metadata: { order_id: "1234" },
+});
+
+const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-bench-"));
+const children = new Set();
+const log = (...args) => process.stdout.write(`${args.join(" ")}\n`);
+const started = Date.now();
+const elapsed = () => `${((Date.now() - started) / 1000).toFixed(0)}s`;
+
+function track(child) {
+  children.add(child);
+  void child.exitedPromise.then(() => children.delete(child));
+  return child;
+}
+
+let snapshot = null;
+
+async function cleanup() {
+  await Promise.all([...children].map((c) => c.stop(5_000).catch(() => {})));
+  removeSnapshot(snapshot);
+  if (process.env.BENCH_KEEP !== "1") rmSync(tmp, { recursive: true, force: true });
+  else log(`kept ${tmp}`);
+}
+for (const signal of ["SIGINT", "SIGTERM"]) {
+  process.once(signal, () => {
+    void cleanup().finally(() => process.exit(130));
+  });
+}
+
+function machine() {
+  const cpus = os.cpus();
+  return {
+    cpus: cpus.length,
+    model: cpus[0]?.model ?? "unknown",
+    memory_gb: round(os.totalmem() / 1024 ** 3, 1),
+    platform: `${os.platform()} ${os.release()} ${os.arch()}`,
+    load_average_at_start: os.loadavg().map((x) => round(x, 2)),
+  };
+}
+
+function git() {
+  const run = (...args) => {
+    try {
+      return execFileSync("git", args, { cwd: ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
+    } catch {
+      return null;
+    }
+  };
+  const status = run("status", "--porcelain", "--untracked-files=no");
+  return { commit: run("rev-parse", "HEAD"), dirty: status === null ? null : status.length > 0 };
+}
+
+/** autocannon POSTs of a creation body, each with a fresh Idempotency-Key; only 201s count as accepted. */
+async function load({ url, apiKey, keyPrefix, body, connections, duration, amount }) {
+  let n = 0;
+  const headers = { "content-type": "application/json" };
+  if (apiKey) headers.authorization = `Bearer ${apiKey}`;
+  const instance = autocannon({
+    url,
+    connections,
+    ...(amount ? { amount } : { duration }),
+    timeout: 30,
+    requests: [
+      {
+        method: "POST",
+        path: PATH,
+        headers,
+        body: JSON.stringify(body),
+        setupRequest: (req) => ({ ...req, headers: { ...req.headers, "idempotency-key": `${keyPrefix}${String(n++).padStart(8, "0")}` } }),
+      },
+    ],
+  });
+  // 201s per second of the run: shows whether the rate holds as the relay's backlog grows.
+  const t0 = Date.now();
+  const perSecond = [];
+  instance.on("response", (_client, statusCode) => {
+    if (statusCode !== 201) return;
+    const s = Math.floor((Date.now() - t0) / 1000);
+    perSecond[s] = (perSecond[s] ?? 0) + 1;
+  });
+  const result = await instance;
+  const statusCodes = Object.fromEntries(Object.entries(result.statusCodeStats ?? {}).map(([k, v]) => [k, v.count]));
+  const accepted = statusCodes["201"] ?? 0;
+  return {
+    accepted,
+    sent: result.requests.sent,
+    seconds: result.duration,
+    rate: round(accepted / result.duration, 1),
+    p50_ms: result.latency.p50,
+    p99_ms: result.latency.p99,
+    per_second: Array.from({ length: Math.floor(result.duration) }, (_, i) => perSecond[i] ?? 0),
+    status_codes: statusCodes,
+    errors: result.errors,
+    timeouts: result.timeouts,
+  };
+}
+
+const loadOpts = (extra) => ({ connections: CFG.intake.connections, ...(QUICK ? { amount: CFG.intake.amount } : { duration: CFG.intake.duration }), ...extra });
+
+function relayEnv(databasePath, upstreamUrl, extra = {}) {
+  return {
+    DATABASE_PATH: databasePath,
+    UPSTREAM_BASE_URL: upstreamUrl,
+    UPSTREAM_API_KEY: "sandbox",
+    LOG_LEVEL: RELAY_LOG_LEVEL,
+    ...extra,
+  };
+}
+
+async function newDatabase(name) {
+  const path = join(tmp, `${name}.db`);
+  const client = await createClient(path);
+  return { path, client };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1 + 4b. Intake (bare vs relay on an empty database vs relay with N finished tasks), per round.
+// ---------------------------------------------------------------------------------------------
+async function intakeAndScale(sims) {
+  log(`\n[${elapsed()}] intake: bare hono vs relay (empty database) vs relay (${CFG.scale.rows.toLocaleString("en-US")} finished tasks), ${CFG.rounds} round(s)`);
+  const empty = await newDatabase("intake-empty");
+  const big = await newDatabase("intake-scale");
+  const seedSeconds = seedFinishedTasks(big.path, big.client.id, CFG.scale.rows);
+  log(`  seeded ${CFG.scale.rows.toLocaleString("en-US")} finished tasks in ${seedSeconds.toFixed(1)} s`);
+
+  const bare = track(startNode("bare", join(BENCH, "bare-server.mjs"), { env: { PORT: 0 }, logFile: join(tmp, "bare.log") }));
+  const bareUrl = (await bare.waitFor(/listening on (http:\/\/[\d.]+:\d+)/))[1];
+
+  // The upstream holds one running task (UPSTREAM_MAX_CONCURRENT=1, day-long simulator timings),
+  // so accepted tasks wait in the relay: the figures are intake alone, not intake plus submission.
+  const runRelay = async (db, keyPrefix) => {
+    deleteBenchTasks(db.path, db.client.id, "bench-");
+    const relay = track(await startRelay(relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-${keyPrefix}log`)));
+    const result = await load(loadOpts({ url: relay.url, apiKey: db.client.api_key, keyPrefix, body: creationBody(PUBLIC_CALLBACK) }));
+    await relay.stop();
+    const rows = countBenchTasks(db.path, db.client.id, keyPrefix);
+    result.rows_committed = rows;
+    result.durable = rows >= result.accepted;
+    return result;
+  };
+
+  const rounds = [];
+  for (let r = 1; r <= CFG.rounds; r++) {
+    const bareResult = await load(loadOpts({ url: bareUrl, keyPrefix: `bare-r${r}-`, body: creationBody(PUBLIC_CALLBACK) }));
+    // Alternating which database goes first cancels slow drifts (other load on the machine).
+    let relayResult;
+    let scaleResult;
+    if (r % 2 === 1) {
+      relayResult = await runRelay(empty, `bench-r${r}-empty-`);
+      scaleResult = await runRelay(big, `bench-r${r}-scale-`);
+    } else {
+      scaleResult = await runRelay(big, `bench-r${r}-scale-`);
+      relayResult = await runRelay(empty, `bench-r${r}-empty-`);
+    }
+    rounds.push({ round: r, bare: bareResult, relay: relayResult, relay_scale: scaleResult });
+    log(
+      `  round ${r}: bare ${bareResult.rate}/s (p50 ${bareResult.p50_ms} ms, p99 ${bareResult.p99_ms} ms) | relay ${relayResult.rate}/s (p50 ${relayResult.p50_ms}, p99 ${relayResult.p99_ms}) | relay+${shortCount(CFG.scale.rows)} ${scaleResult.rate}/s (p50 ${scaleResult.p50_ms}, p99 ${scaleResult.p99_ms})`,
+    );
+    for (const [name, res] of [["relay", relayResult], ["relay+rows", scaleResult]]) {
+      if (!res.durable) log(`  !! ${name}: ${res.accepted} 201s but only ${res.rows_committed} rows committed`);
+      const other = Object.entries(res.status_codes).filter(([k]) => k !== "201");
+      if (other.length > 0 || res.errors > 0) log(`  !! ${name}: non-201 answers ${JSON.stringify(Object.fromEntries(other))}, errors ${res.errors}`);
+    }
+  }
+  await bare.stop();
+
+  const med = (pick) => median(rounds.map(pick));
+  const summary = (key) => ({
+    rate: med((r) => r[key].rate),
+    p50_ms: med((r) => r[key].p50_ms),
+    p99_ms: med((r) => r[key].p99_ms),
+    // 201s in the first and in the last full second of a measurement (the relay's backlog grows in between).
+    first_second: med((r) => r[key].per_second[0] ?? null),
+    last_second: med((r) => r[key].per_second.at(-1) ?? null),
+  });
+  const bareS = summary("bare");
+  const relayS = summary("relay");
+  const scaleS = summary("relay_scale");
+  const intakeRatio = median(rounds.map((r) => r.relay.rate / r.bare.rate));
+  const scaleRatio = median(rounds.map((r) => r.relay_scale.rate / r.relay.rate));
+  const durable = rounds.every((r) => r.relay.durable && r.relay_scale.durable);
+  return {
+    intake: {
+      method: `autocannon, ${CFG.intake.connections} connections, ${QUICK ? `${CFG.intake.amount} requests` : `${CFG.intake.duration} s`} per measurement, fresh Idempotency-Key per request, body with a public https callback_url and metadata; only 201s count. Relay: LOG_LEVEL=${RELAY_LOG_LEVEL}, upstream held at one running task (UPSTREAM_MAX_CONCURRENT=1) so accepted tasks wait and the figure is intake alone; the waiting backlog grows during each measurement as in a burst. Baseline: bench/bare-server.mjs (hono on @hono/node-server: parse JSON, answer 201).`,
+      bare: bareS,
+      relay: relayS,
+      ratio: round(intakeRatio, 3),
+      goal: GOALS.intake,
+      met: intakeRatio >= GOALS.intake,
+      durable,
+      rounds: rounds.map((r) => ({ round: r.round, bare: r.bare, relay: r.relay })),
+    },
+    scale: {
+      method: `the same intake measurement against a database already holding ${CFG.scale.rows.toLocaleString("en-US")} finished tasks of the same client (seeded with better-sqlite3), in the same rounds as the empty-database figure; tasks created by earlier rounds are deleted before each measurement.`,
+      rows: CFG.scale.rows,
+      seed_seconds: round(seedSeconds, 1),
+      empty: relayS,
+      seeded: scaleS,
+      ratio: round(scaleRatio, 3),
+      goal: GOALS.scale,
+      met: scaleRatio >= GOALS.scale,
+      rounds: rounds.map((r) => ({ round: r.round, empty: r.relay, seeded: r.relay_scale })),
+    },
+    db: big,
+  };
+}
+
+const shortCount = (n) => (n >= 1_000_000 ? `${n / 1_000_000}M` : n >= 1_000 ? `${n / 1_000}k` : String(n));
+
+// ---------------------------------------------------------------------------------------------
+// 4c. Query plans of the hot queries (on the seeded database, with the last round's backlog).
+// ---------------------------------------------------------------------------------------------
+async function queryPlans(db, sims) {
+  log(`\n[${elapsed()}] query plans (EXPLAIN QUERY PLAN of the statements the relay executes)`);
+  const helper = track(ipcChild("explain", join(BENCH, "explain.mjs"), join(tmp, "explain.log")));
+  try {
+    const result = await helper.call("explain", { databasePath: db.path, apiKey: db.client.api_key, upstreamUrl: sims.hold.url, repeat: QUICK ? 1 : 5 });
+    const scans = result.queries.filter((q) => q.full_scan);
+    for (const q of result.queries) {
+      const flag = q.full_scan ? "FULL SCAN" : q.index_scans.length ? "index scan" : "";
+      log(`  ${q.phase.padEnd(16)} ${q.name.slice(0, 58).padEnd(58)} ${q.shape.slice(0, 50).padEnd(50)} ${String(q.ms ?? "-").padStart(8)} ms  ${flag}`);
+      if (q.full_scan || q.index_scans.length) for (const line of q.plan) log(`      ${line}`);
+    }
+    log(`  ${result.queries.length} statements on ${result.task_rows.toLocaleString("en-US")} task rows; ${scans.length} with a full table scan; an accepted creation runs ${result.per_creation.statements} statements (${result.per_creation.prepares} prepares)`);
+    return { ...result, full_scans: scans.map((q) => ({ phase: q.phase, name: q.name, plan: q.full_scans, rows: q.scan_rows })) };
+  } finally {
+    await helper.stop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Delivery: raw undici vs the relay process draining a pre-written outbox vs the Dispatcher
+// in-process, all to the same receiver.
+// ---------------------------------------------------------------------------------------------
+/**
+ * How many deliveries the built Dispatcher keeps in flight to one receiver: min(maxInFlight, maxPerHost),
+ * read from a Dispatcher instance so the raw baseline follows the relay's own settings.
+ */
+async function dispatcherConcurrency() {
+  try {
+    const { Dispatcher } = await distImport("workers/dispatcher.js");
+    const { loadConfig } = await distImport("config.js");
+    // As src/relay.ts builds it: maxPerHost from WEBHOOK_MAX_IN_FLIGHT_PER_HOST when the config has it.
+    const config = loadConfig({});
+    const probe = new Dispatcher({
+      db: null,
+      clock: { now: () => Date.now() },
+      config,
+      logger: null,
+      sender: null,
+      owner: null,
+      ...(config.webhookMaxInFlightPerHost !== undefined ? { maxPerHost: config.webhookMaxInFlightPerHost } : {}),
+    });
+    const total = Number.isFinite(probe.maxInFlight) ? probe.maxInFlight : 64;
+    const perHost = Number.isFinite(probe.maxPerHost) ? probe.maxPerHost : null;
+    return { total, perHost, perReceiver: Math.min(total, perHost ?? total) };
+  } catch {
+    return { total: 64, perHost: null, perReceiver: 64 };
+  }
+}
+
+async function delivery(receiver, sims) {
+  const { events: n, windowS } = CFG.delivery;
+  const conc = await dispatcherConcurrency();
+  const concurrency = conc.perReceiver;
+  // The sender's undici pool has 16 connections per origin (src/webhooks/sender.ts).
+  const connections = Math.min(concurrency, 16);
+  log(
+    `\n[${elapsed()}] delivery: ${n} webhooks per measurement; raw undici at the relay's per-receiver concurrency (${concurrency} in flight: Dispatcher maxInFlight ${conc.total}, maxPerHost ${conc.perHost ?? "none"}) and at 64 in flight; relay; Dispatcher in-process; ${CFG.rounds} round(s)`,
+  );
+  const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
+  const raw = track(ipcChild("raw-sender", join(BENCH, "raw-sender.mjs"), join(tmp, "raw-sender.log")));
+  const micro = track(ipcChild("dispatcher-micro", join(BENCH, "dispatcher-micro.mjs"), join(tmp, "dispatcher-micro.log")));
+  const rounds = [];
+  let bodyBytes = null;
+  let signatureOk = null;
+  try {
+    for (let r = 1; r <= CFG.rounds; r++) {
+      // The relay process, started on a database whose outbox already holds n due events.
+      const db = await newDatabase(`delivery-r${r}`);
+      const seeded = seedPendingEvents(db.path, db.client.id, n, hookUrl);
+      bodyBytes = seeded.bytes;
+
+      await receiver.call("reset");
+      const rawRun = await raw.call("send", { url: hookUrl, body: seeded.sample, total: n, concurrency, connections });
+      const rawStats = await receiver.call("stats");
+      await receiver.call("reset");
+      await raw.call("send", { url: hookUrl, body: seeded.sample, total: n, concurrency: 64, connections: 16 });
+      const raw64Stats = await receiver.call("stats");
+
+      await receiver.call("reset");
+      const relay = track(await startRelay(relayEnv(db.path, sims.hold.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }), join(tmp, `relay-delivery-r${r}.log`)));
+      const relayDone = await receiver.call("waitFor", { count: n, timeoutMs: CFG.delivery.windowS * 1000 });
+      const relayStats = await receiver.call("stats");
+      const sample = await receiver.call("sample");
+      await relay.stop();
+      try {
+        new Webhook(db.client.webhook_secret).verify(sample.body, sample.headers);
+        signatureOk = signatureOk !== false;
+      } catch {
+        signatureOk = false;
+      }
+
+      const microDb = await newDatabase(`delivery-micro-r${r}`);
+      seedPendingEvents(microDb.path, microDb.client.id, n, hookUrl);
+      await receiver.call("reset");
+      const microRun = await micro.call("drain", { databasePath: microDb.path, total: n, timeoutMs: CFG.delivery.windowS * 1000 });
+      const microStats = await receiver.call("stats");
+
+      const entry = {
+        round: r,
+        raw: { rate: round(rawStats.rate, 1), received: rawStats.count, sender_rate: round(rawRun.rate, 1), failed: rawRun.failed },
+        raw_64: { rate: round(raw64Stats.rate, 1), received: raw64Stats.count },
+        relay: { rate: round(relayStats.rate, 1), received: relayStats.count, unique: relayStats.unique, complete: relayDone },
+        micro: { rate: round(microStats.rate, 1), received: microStats.count, complete: microRun.complete, failed: microRun.failed },
+      };
+      rounds.push(entry);
+      log(`  round ${r}: raw ${entry.raw.rate}/s (64 in flight: ${entry.raw_64.rate}/s) | relay ${entry.relay.rate}/s (${entry.relay.received}/${n}) | Dispatcher in-process ${entry.micro.rate}/s (${entry.micro.received}/${n})`);
+    }
+  } finally {
+    await raw.stop();
+    await micro.stop();
+  }
+  const rawRate = median(rounds.map((r) => r.raw.rate));
+  const raw64Rate = median(rounds.map((r) => r.raw_64.rate));
+  const relayRate = median(rounds.map((r) => r.relay.rate));
+  const microRate = median(rounds.map((r) => r.micro.rate));
+  const deliveryRatio = median(rounds.map((r) => r.relay.rate / r.raw.rate));
+  const microRatio = median(rounds.map((r) => r.micro.rate / r.raw.rate));
+  return {
+    method: `Rates are arrivals per second at one node:http receiver answering 200 (first to last arrival), over all ${n} events or the first ${windowS} s, whichever ends first. Relay: ${n} task.succeeded events (real webhook bodies, ${bodyBytes} bytes) written to the outbox before the built relay starts (WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, LOG_LEVEL=${RELAY_LOG_LEVEL}); its dispatcher signs and delivers them, so polling does not confound the figure. Dispatcher in-process: bench/dispatcher-micro.mjs runs dist's Dispatcher + WebhookSender + WorkerLoop alone (silent logger) on the same outbox. Raw: undici.request through a keep-alive Agent (${connections} connections), ${concurrency} in flight (the relay's own limit towards one receiver: Dispatcher maxInFlight ${conc.total}, maxPerHost ${conc.perHost ?? "none"}), same body, no signing or database; raw_64 is the same at 64 in flight over 16 connections (the machine's loopback limit, for reference). The pipeline's own arrival rate (with polling) is under end_to_end.`,
+    body_bytes: bodyBytes,
+    signature_verified: signatureOk,
+    concurrency: { per_receiver: concurrency, dispatcher_max_in_flight: conc.total, dispatcher_max_per_host: conc.perHost, connections },
+    raw: { rate: rawRate },
+    raw_64: { rate: raw64Rate },
+    relay: { rate: relayRate },
+    dispatcher_in_process: { rate: microRate, ratio: round(microRatio, 3) },
+    ratio: round(deliveryRatio, 3),
+    goal: GOALS.delivery,
+    met: deliveryRatio >= GOALS.delivery,
+    rounds,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. End to end: intake -> simulator (zero times, no read limit) -> webhook.
+// ---------------------------------------------------------------------------------------------
+async function endToEnd(receiver, sims) {
+  const { connections, drainS } = CFG.e2e;
+  const size = QUICK ? `${CFG.e2e.amount} creations` : `${CFG.e2e.duration} s of creations`;
+  log(`\n[${elapsed()}] end to end: ${size} per round through intake -> simulator (0 ms, no read limit) -> webhook, ${CFG.rounds} round(s)`);
+  const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
+  const rounds = [];
+  for (let r = 1; r <= CFG.rounds; r++) {
+    const db = await newDatabase(`e2e-r${r}`);
+    const relay = track(
+      await startRelay(
+        relayEnv(db.path, sims.fast.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", UPSTREAM_READS_PER_MINUTE: 100_000 }),
+        join(tmp, `relay-e2e-r${r}.log`),
+      ),
+    );
+    await receiver.call("reset", { parse: true });
+    const t0 = Date.now();
+    const intake = await load({
+      url: relay.url,
+      apiKey: db.client.api_key,
+      keyPrefix: `bench-e2e-r${r}-`,
+      body: creationBody(hookUrl),
+      connections,
+      ...(QUICK ? { amount: CFG.e2e.amount } : { duration: CFG.e2e.duration }),
+    });
+    const intakeEnd = Date.now();
+    // Every committed task is expected to call back, including creations autocannon left in flight
+    // when it stopped counting (they still commit): give those a moment, then count the rows.
+    await sleep(1_000);
+    const committed = countBenchTasks(db.path, db.client.id, `bench-e2e-r${r}-`);
+    let complete = await receiver.call("waitFor", { count: committed, timeoutMs: drainS * 1000 });
+    const stats = await receiver.call("stats");
+    complete = complete && stats.unique >= countBenchTasks(db.path, db.client.id, `bench-e2e-r${r}-`);
+    const lat = await receiver.call("latencies");
+    await relay.stop();
+    const lastAt = stats.last ?? Date.now();
+    const entry = {
+      round: r,
+      accepted: intake.accepted,
+      committed,
+      delivered: stats.count,
+      unique_webhook_ids: stats.unique,
+      complete,
+      intake_rate: intake.rate,
+      intake_seconds: round((intakeEnd - t0) / 1000, 2),
+      total_seconds: round((lastAt - t0) / 1000, 2),
+      tasks_per_s: round(stats.count / Math.max(0.001, (lastAt - t0) / 1000), 1),
+      webhook_arrival_rate: round(stats.rate, 1),
+      completion_to_webhook_ms: distribution(lat.map(([at, , done]) => at - done).filter(Number.isFinite)),
+      creation_to_webhook_ms: distribution(lat.map(([at, created]) => at - created).filter(Number.isFinite)),
+    };
+    rounds.push(entry);
+    log(
+      `  round ${r}: ${entry.delivered}/${entry.committed} webhooks, last ${entry.total_seconds} s after the first creation = ${entry.tasks_per_s} tasks/s (intake ${entry.intake_rate}/s for ${entry.intake_seconds} s)${complete ? "" : ` — INCOMPLETE after ${drainS} s`}; completion->webhook p50/p95/p99 ${fmtDist(entry.completion_to_webhook_ms)} ms; creation->webhook ${fmtDist(entry.creation_to_webhook_ms)} ms`,
+    );
+  }
+  const med = (pick) => round(median(rounds.map(pick)), 1);
+  const medDist = (key) => ({
+    p50: med((r) => r[key].p50),
+    p95: med((r) => r[key].p95),
+    p99: med((r) => r[key].p99),
+  });
+  return {
+    method: `Per round: ${size} (autocannon, ${connections} connections, callback_url to the loopback receiver) against the built relay, then up to ${drainS} s for their webhooks; simulator with 0 ms queued/processing times and no read limit, UPSTREAM_READS_PER_MINUTE=100000. tasks_per_s = webhooks received / (last webhook - first request). completion->webhook = arrival - data.completed_at, the time the relay recorded the terminal status (the simulator's own completion time is not in the webhook; with 0 ms timings it is ~1 ms after submission). creation->webhook = arrival - data.created_at: it includes the poller's first-read delay (2 s for images, src/workers/poll-schedule.ts), so the pipeline's latency is bounded by polling, not delivery; the dispatcher's own rate is measured under delivery.`,
+    tasks_per_s: med((r) => r.tasks_per_s),
+    webhook_arrival_rate: med((r) => r.webhook_arrival_rate),
+    completion_to_webhook_ms: medDist("completion_to_webhook_ms"),
+    creation_to_webhook_ms: medDist("creation_to_webhook_ms"),
+    complete: rounds.every((r) => r.complete),
+    rounds,
+  };
+}
+
+const fmtDist = (d) => `${d.p50}/${d.p95}/${d.p99}`;
+
+// ---------------------------------------------------------------------------------------------
+// 4a. Memory: RSS with tasks waiting in the relay and tasks in flight upstream.
+// ---------------------------------------------------------------------------------------------
+async function memory(sims) {
+  const { waiting, inFlight } = CFG.memory;
+  log(`\n[${elapsed()}] memory: ${waiting.toLocaleString("en-US")} tasks waiting + ${inFlight.toLocaleString("en-US")} in flight`);
+  const db = await newDatabase("memory");
+  // The tasks are written as intake leaves them (HTTP intake of 20,000 would take most of the time
+  // budget); the relay then submits up to its cap, and day-long simulator timings keep those in flight.
+  seedWaitingTasks(db.path, db.client.id, waiting + inFlight);
+  const relay = track(await startRelay(relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: inFlight }), join(tmp, "relay-memory.log")));
+  const t0 = Date.now();
+  const idle = memoryOf(relay.pid);
+  const samples = [];
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      try {
+        samples.push({ at: Date.now(), ...memoryOf(relay.pid) });
+      } catch {
+        break;
+      }
+      await sleep(250);
+    }
+  })();
+  const deadline = Date.now() + (QUICK ? 60_000 : 120_000);
+  let counts = phaseCounts(db.path);
+  while ((counts.submitted ?? 0) < inFlight) {
+    if (Date.now() > deadline) break;
+    await sleep(500);
+    counts = phaseCounts(db.path);
+  }
+  const reachedAt = Date.now();
+  await sleep(QUICK ? 1_000 : 5_000);
+  counts = phaseCounts(db.path);
+  sampling = false;
+  await sampler;
+  const steady = samples.filter((s) => s.at >= reachedAt);
+  const rssMb = Math.max(...steady.map((s) => s.rssMb));
+  const final = memoryOf(relay.pid);
+  await relay.stop();
+  const reached = (counts.submitted ?? 0) >= inFlight && (counts.waiting ?? 0) >= waiting;
+  log(
+    `  at start ${idle.rssMb.toFixed(0)} MB; ${counts.submitted ?? 0} submitted in ${((reachedAt - t0) / 1000).toFixed(1)} s; with ${counts.waiting ?? 0} waiting + ${counts.submitted ?? 0} in flight: RSS ${rssMb.toFixed(0)} MB (peak ${final.peakMb.toFixed(0)} MB)`,
+  );
+  return {
+    method: `${waiting + inFlight} tasks written to the database as accepted and waiting, then the built relay started with UPSTREAM_MAX_CONCURRENT=${inFlight} against a simulator whose tasks take a day: it submits ${inFlight} (which stay in flight, polled within the default 100 reads/min budget) and the rest keep waiting. RSS = max of VmRSS (/proc/<pid>/status) sampled every 250 ms over ${QUICK ? 1 : 5} s once the submissions are done; peak = VmHWM over the whole run.`,
+    waiting: counts.waiting ?? 0,
+    in_flight: counts.submitted ?? 0,
+    reached,
+    submit_seconds: round((reachedAt - t0) / 1000, 1),
+    start_rss_mb: round(idle.rssMb, 1),
+    rss_mb: round(rssMb, 1),
+    peak_rss_mb: round(final.peakMb, 1),
+    goal_mb: GOALS.memoryMb,
+    met: reached && rssMb <= GOALS.memoryMb,
+    db,
+  };
+}
+
+/** The hot statements again, timed on the memory benchmark's database (a large backlog of waiting and in-flight tasks). */
+async function retimeWithBacklog(plans, scaleClientId, memoryDb) {
+  const helper = track(ipcChild("explain-retime", join(BENCH, "explain.mjs"), join(tmp, "explain-retime.log")));
+  try {
+    const { phases, timings } = await helper.call("retime", {
+      databasePath: memoryDb.path,
+      queries: plans.queries,
+      replace: { [scaleClientId]: memoryDb.client.id },
+      repeat: QUICK ? 1 : 5,
+    });
+    plans.backlog = { phases };
+    plans.queries.forEach((q, i) => {
+      q.ms_with_backlog = timings[i].ms;
+    });
+    const slow = [...plans.queries].filter((q) => q.ms_with_backlog !== null).sort((a, b) => b.ms_with_backlog - a.ms_with_backlog).slice(0, 8);
+    log(`\n[${elapsed()}] the same statements timed with ${phases.waiting ?? 0} waiting + ${phases.submitted ?? 0} submitted tasks (slowest first):`);
+    for (const q of slow) log(`  ${q.phase.padEnd(16)} ${q.name.slice(0, 58).padEnd(58)} ${String(q.ms_with_backlog).padStart(8)} ms (${q.ms} ms on the finished-tasks database)`);
+    plans.slowest_with_backlog = slow.map((q) => ({ phase: q.phase, name: q.name, ms: q.ms_with_backlog, plan: q.plan }));
+  } finally {
+    await helper.stop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Profiles (node --cpu-prof) of the relay during intake and during delivery: not part of the
+// figures above, for finding what bounds them.
+// ---------------------------------------------------------------------------------------------
+async function profiles(receiver, sims) {
+  log(`\n[${elapsed()}] profiles (node --cpu-prof of the relay; not counted in the figures)`);
+  const keep = join(BENCH, "profiles");
+  mkdirSync(keep, { recursive: true });
+  const out = {};
+
+  const intakeDir = join(tmp, "prof-intake");
+  const db = await newDatabase("profile-intake");
+  const relay = track(
+    await startRelay(relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, "relay-profile-intake.log"), {
+      execArgv: ["--cpu-prof", `--cpu-prof-dir=${intakeDir}`],
+    }),
+  );
+  await load(loadOpts({ url: relay.url, apiKey: db.client.api_key, keyPrefix: "bench-prof-", body: creationBody(PUBLIC_CALLBACK), ...(QUICK ? {} : { duration: 8 }) }));
+  await relay.stop();
+  const intakeProfile = findProfile(intakeDir);
+  if (intakeProfile) {
+    copyFileSync(intakeProfile, join(keep, "intake.cpuprofile"));
+    out.intake = summariseProfile(intakeProfile);
+    out.intake.file = "bench/profiles/intake.cpuprofile";
+  }
+
+  const deliveryDir = join(tmp, "prof-delivery");
+  const ddb = await newDatabase("profile-delivery");
+  const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
+  seedPendingEvents(ddb.path, ddb.client.id, CFG.delivery.events, hookUrl);
+  await receiver.call("reset");
+  const drelay = track(
+    await startRelay(relayEnv(ddb.path, sims.hold.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }), join(tmp, "relay-profile-delivery.log"), {
+      execArgv: ["--cpu-prof", `--cpu-prof-dir=${deliveryDir}`],
+    }),
+  );
+  await receiver.call("waitFor", { count: CFG.delivery.events, timeoutMs: CFG.delivery.windowS * 1000 });
+  await drelay.stop();
+  const deliveryProfile = findProfile(deliveryDir);
+  if (deliveryProfile) {
+    copyFileSync(deliveryProfile, join(keep, "delivery.cpuprofile"));
+    out.delivery = summariseProfile(deliveryProfile);
+    out.delivery.file = "bench/profiles/delivery.cpuprofile";
+  }
+  for (const [name, p] of Object.entries(out)) {
+    log(`  ${name}: busy ${p.busy_ms} ms of ${p.sampled_ms} ms sampled; by package: ${p.by_package.slice(0, 8).map((c) => `${c.name} ${c.self_pct}%`).join(", ")}`);
+    for (const f of p.top_functions.slice(0, 10)) log(`    ${String(f.self_pct).padStart(5)}%  ${f.name}`);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Poll scheduling in fake time (bench/scheduling.mjs): adaptive vs round-robin under the read budget.
+// ---------------------------------------------------------------------------------------------
+async function pollScheduling() {
+  log(`\n[${elapsed()}] poll scheduling (bench/scheduling.mjs, fake time against the simulator)`);
+  try {
+    const { benchScheduling } = await import("./scheduling.mjs");
+    const result = await benchScheduling({ quick: QUICK });
+    for (const r of result.rows) {
+      log(`  ${String(r.in_flight).padStart(4)} in flight, ${r.strategy.padEnd(11)} ${r.reads_per_finished_task} reads/task, completion->event p50 ${r.p50_completion_to_event_ms} ms, p95 ${r.p95_completion_to_event_ms} ms, max ${r.max_reads_in_any_minute} reads in a minute`);
+    }
+    return result;
+  } catch (err) {
+    log(`  skipped: ${err instanceof Error ? err.message : String(err)}`);
+    return { error: err instanceof Error ? err.message : String(err) };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+// ---------------------------------------------------------------------------------------------
+const pct = (x) => (x === null || x === undefined ? "—" : `${Math.round(x * 100)}%`);
+const num = (x) => (x === null || x === undefined ? "—" : Math.round(x).toLocaleString("en-US"));
+const mark = (met) => (met ? "✅ met" : "❌ not met");
+
+function tableRows(b) {
+  const rows = [];
+  const i = b.intake;
+  rows.push([
+    "Intake (accepted creations/s)",
+    `${num(i.relay.rate)}/s, p50 ${i.relay.p50_ms} ms, p99 ${i.relay.p99_ms} ms (1st s ${num(i.relay.first_second)}/s, last s ${num(i.relay.last_second)}/s)`,
+    `bare hono ${num(i.bare.rate)}/s, p50 ${i.bare.p50_ms} ms, p99 ${i.bare.p99_ms} ms`,
+    pct(i.ratio),
+    `≥ ${pct(i.goal)}`,
+    mark(i.met && i.durable),
+  ]);
+  const d = b.delivery;
+  rows.push([
+    "Delivery (signed webhooks/s)",
+    `${num(d.relay.rate)}/s`,
+    `raw undici ${num(d.raw.rate)}/s at ${d.concurrency.per_receiver} in flight (${num(d.raw_64.rate)}/s at 64)`,
+    pct(d.ratio),
+    `≥ ${pct(d.goal)}`,
+    mark(d.met),
+  ]);
+  rows.push(["Delivery, Dispatcher in-process", `${num(d.dispatcher_in_process.rate)}/s`, `raw undici ${num(d.raw.rate)}/s`, pct(d.dispatcher_in_process.ratio), "(diagnostic)", ""]);
+  const e = b.end_to_end;
+  rows.push([
+    "End to end (tasks/s, 0 ms upstream)",
+    `${num(e.tasks_per_s)}/s; completion→webhook p50 ${e.completion_to_webhook_ms.p50} / p95 ${e.completion_to_webhook_ms.p95} / p99 ${e.completion_to_webhook_ms.p99} ms`,
+    `creation→webhook p50 ${e.creation_to_webhook_ms.p50} / p95 ${e.creation_to_webhook_ms.p95} / p99 ${e.creation_to_webhook_ms.p99} ms`,
+    "—",
+    "(measured)",
+    e.complete ? "" : "❌ incomplete",
+  ]);
+  const m = b.memory;
+  rows.push([
+    `Memory (RSS, ${num(m.waiting)} waiting + ${num(m.in_flight)} in flight)`,
+    `${num(m.rss_mb)} MB (peak ${num(m.peak_rss_mb)} MB)`,
+    `at start ${num(m.start_rss_mb)} MB`,
+    "—",
+    `≤ ${m.goal_mb} MB`,
+    mark(m.met),
+  ]);
+  const s = b.scale;
+  rows.push([`Intake with ${num(s.rows)} finished tasks`, `${num(s.seeded.rate)}/s, p99 ${s.seeded.p99_ms} ms`, `empty database ${num(s.empty.rate)}/s`, pct(s.ratio), `≥ ${pct(s.goal)}`, mark(s.met)]);
+  const ps = b.poll_scheduling;
+  if (ps?.rows?.length) {
+    const most = Math.max(...ps.rows.map((r) => r.in_flight));
+    const a = ps.rows.find((r) => r.in_flight === most && r.strategy === "adaptive");
+    const rr = ps.rows.find((r) => r.in_flight === most && r.strategy === "round-robin");
+    if (a && rr) {
+      rows.push([
+        `Poll scheduling, ${most} in flight (fake time)`,
+        `adaptive: ${a.reads_per_finished_task} reads/task, completion→event p50 ${round(a.p50_completion_to_event_ms / 1000, 2)} s`,
+        `round-robin: ${rr.reads_per_finished_task} reads/task, p50 ${round(rr.p50_completion_to_event_ms / 1000, 1)} s`,
+        "—",
+        "(measured)",
+        "",
+      ]);
+    }
+  }
+  const q = b.query_plans;
+  if (q) {
+    rows.push([
+      "Hot query plans",
+      `${q.queries.length} statements, ${q.full_scans.length} full table scan(s)${q.full_scans.length ? ` (${q.full_scans.flatMap((f) => Object.entries(f.rows ?? {}).map(([t, n]) => `${t}: ${num(n)} row${n === 1 ? "" : "s"}`)).join(", ")})` : ""}${q.slowest_with_backlog?.[0] ? `; slowest with backlog: ${q.slowest_with_backlog[0].name.split(" ")[0]} ${q.slowest_with_backlog[0].ms} ms` : ""}`,
+      `${num(q.task_rows)} task rows`,
+      "—",
+      "no full scans",
+      q.full_scans.length === 0 ? "✅ met" : "❌ not met",
+    ]);
+  }
+  return rows;
+}
+
+function markdown(results, rows) {
+  const head = ["benchmark", "genrelay", "baseline (same run)", "ratio", "goal", ""];
+  const lines = [
+    `| ${head.join(" | ")} |`,
+    `|${head.map(() => "---").join("|")}|`,
+    ...rows.map((r) => `| ${r.map((c) => String(c).replace(/\|/g, "\\|")).join(" | ")} |`),
+  ];
+  const m = results.machine;
+  lines.push(
+    "",
+    `${results.quick ? "QUICK run (smoke test sizes, not figures). " : ""}Medians of ${results.config.rounds} round(s); ${m.cpus} × ${m.model}, ${m.memory_gb} GB, Node ${results.node}, ${results.date.slice(0, 10)}, commit ${results.git.commit?.slice(0, 10) ?? "?"}${results.git.dirty ? " (uncommitted changes)" : ""}; load average at start ${m.load_average_at_start.join(", ")}, at end ${results.load_average_at_end.join(", ")}. \`npm run bench\` took ${Math.round(results.duration_s)} s.`,
+  );
+  const b = results.benchmarks;
+  const c = results.config;
+  lines.push(
+    "",
+    "How each figure is measured (details in `bench/results.json`):",
+    "",
+    `- **Intake**: autocannon, ${c.intake.connections} connections, ${c.intake.duration ? `${c.intake.duration} s` : `${c.intake.amount} requests`} per measurement, a fresh \`Idempotency-Key\` per request; only 201s count, and every 201 is checked to be a committed row${b.intake.durable ? " (all were)" : " (SOME WERE NOT)"}. The upstream is held at one running task, so accepted tasks wait in the relay (a burst). Baseline: a bare hono endpoint on @hono/node-server that parses the body and answers 201.`,
+    `- **Delivery**: ${c.delivery.events} \`task.succeeded\` events (${b.delivery.body_bytes} bytes) already in the outbox when the relay starts; signed webhooks per second arriving at a loopback node:http receiver (all events or the first ${c.delivery.windowS} s). Baseline: undici.request through a keep-alive Agent at the relay's own concurrency towards one receiver (${b.delivery.concurrency.per_receiver} in flight), same body, no signing or database. "Dispatcher in-process" is dist's Dispatcher alone on the same outbox.`,
+    `- **End to end**: ${c.e2e.duration ? `${c.e2e.duration} s` : `${c.e2e.amount} requests`} of creations with a loopback \`callback_url\`, simulator at 0 ms and no read limit; tasks/s = webhooks / (last webhook − first request). completion→webhook uses the relay's \`data.completed_at\`; creation→webhook includes the poller's first read (2 s after submission for images).`,
+    `- **Memory**: VmRSS of the relay process with ${num(b.memory.waiting)} tasks waiting and ${num(b.memory.in_flight)} submitted to a simulator whose tasks take a day.`,
+    `- **Scale**: the intake measurement on a database pre-loaded with ${num(b.scale.rows)} finished tasks, in the same rounds as the empty one.`,
+  );
+  const q = results.benchmarks.query_plans;
+  if (q?.full_scans.length) {
+    lines.push("", "Full table scans in hot queries (EXPLAIN QUERY PLAN):", "");
+    for (const s of q.full_scans) {
+      const size = Object.entries(s.rows ?? {}).map(([t, n]) => `${t} had ${num(n)} row${n === 1 ? "" : "s"}`).join(", ");
+      lines.push(`- ${s.phase}: \`${s.name}\` — ${s.plan.join("; ")}${size ? ` (${size})` : ""}`);
+    }
+  }
+  if (q?.slowest_with_backlog?.length) {
+    const ph = q.backlog?.phases ?? {};
+    lines.push("", `Slowest hot statements with ${num(ph.waiting ?? 0)} tasks waiting and ${num(ph.submitted ?? 0)} in flight (median ms per execution):`, "");
+    for (const s of q.slowest_with_backlog.slice(0, 6)) lines.push(`- ${s.phase}: \`${s.name}\` ${s.ms} ms — ${s.plan.join("; ")}`);
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+function printTable(rows) {
+  const head = ["benchmark", "genrelay", "baseline (same run)", "ratio", "goal", ""];
+  const all = [head, ...rows].map((r) => r.map(String));
+  const widths = head.map((_, c) => Math.min(70, Math.max(...all.map((r) => r[c].length))));
+  const fmt = (r) => r.map((cell, c) => cell.padEnd(widths[c])).join("  ");
+  log("");
+  log(fmt(head));
+  log(widths.map((w) => "-".repeat(w)).join("  "));
+  for (const r of rows) log(fmt(r));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async function main() {
+  log(`genrelay benchmarks${QUICK ? " (QUICK)" : ""}: results -> ${OUT}`);
+  const info = { machine: machine(), node: process.version, date: new Date().toISOString(), git: git() };
+  // Every process of the run uses one copy of the build, whatever happens to dist/ meanwhile.
+  snapshot = snapshotDist();
+  await prepareSeeding();
+  log(`  ${info.machine.cpus} × ${info.machine.model}, ${info.machine.memory_gb} GB, Node ${info.node}, load ${info.machine.load_average_at_start.join(" ")}`);
+
+  const receiver = track(ipcChild("receiver", join(BENCH, "receiver.mjs"), join(tmp, "receiver.log")));
+  await receiver.waitFor(/listening/);
+  const sims = {
+    // Tasks take a day and nothing limits concurrency or reads: upstream for intake, memory and delivery runs.
+    hold: track(
+      await startSimulator(
+        { SIM_IMAGE_QUEUED_MS: 86_400_000, SIM_VIDEO_QUEUED_MS: 86_400_000, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 },
+        join(tmp, "sim-hold.log"),
+      ),
+    ),
+    // Zero processing time and no read limit: the end-to-end upstream.
+    fast: track(
+      await startSimulator(
+        { SIM_IMAGE_QUEUED_MS: 0, SIM_IMAGE_PROCESSING_MS: 0, SIM_VIDEO_QUEUED_MS: 0, SIM_VIDEO_PROCESSING_MS: 0, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 },
+        join(tmp, "sim-fast.log"),
+      ),
+    ),
+  };
+
+  const benchmarks = {};
+  const { intake, scale, db } = await intakeAndScale(sims);
+  benchmarks.intake = intake;
+  benchmarks.scale = scale;
+  benchmarks.query_plans = await queryPlans(db, sims);
+  rmSync(db.path, { force: true });
+  rmSync(`${db.path}-wal`, { force: true });
+  rmSync(`${db.path}-shm`, { force: true });
+  benchmarks.delivery = await delivery(receiver, sims);
+  benchmarks.end_to_end = await endToEnd(receiver, sims);
+  const { db: memoryDb, ...memoryResult } = await memory(sims);
+  benchmarks.memory = memoryResult;
+  await retimeWithBacklog(benchmarks.query_plans, db.client.id, memoryDb);
+  benchmarks.poll_scheduling = await pollScheduling();
+  if (CFG.profile) benchmarks.profiles = await profiles(receiver, sims);
+
+  const results = {
+    schema: 1,
+    quick: QUICK,
+    ...info,
+    duration_s: round((Date.now() - started) / 1000, 1),
+    load_average_at_end: os.loadavg().map((x) => round(x, 2)),
+    config: { ...CFG, relay_log_level: RELAY_LOG_LEVEL },
+    goals: GOALS,
+    benchmarks,
+  };
+  const rows = tableRows(benchmarks);
+  results.table = rows.map(([benchmark, genrelay, baseline, ratioCell, goal, met]) => ({ benchmark, genrelay, baseline, ratio: ratioCell, goal, met }));
+  printTable(rows);
+  mkdirSync(dirname(OUT), { recursive: true });
+  // Written whole, then renamed: a reader never sees half a file.
+  writeFileSync(`${OUT}.tmp`, `${JSON.stringify(results, null, 2)}\n`);
+  renameSync(`${OUT}.tmp`, OUT);
+  writeFileSync(`${MD_OUT}.tmp`, markdown(results, rows));
+  renameSync(`${MD_OUT}.tmp`, MD_OUT);
+  log(`\nwrote ${OUT} and ${MD_OUT} in ${results.duration_s} s`);
+}
+
+let code = 0;
+try {
+  await main();
+} catch (err) {
+  process.stderr.write(`bench failed: ${err instanceof Error ? err.stack : String(err)}\n`);
+  code = 1;
+} finally {
+  await cleanup();
+}
+process.exit(code);

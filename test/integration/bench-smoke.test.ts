@@ -1,0 +1,64 @@
+import { execFile } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+
+// The benchmarks run against the build; `npm test` builds before running vitest. This only checks
+// that every benchmark script still starts and reports (BENCH_QUICK: a handful of requests, one
+// round); no figures are checked and no real benchmark runs in the test suite.
+const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+const RUN = join(ROOT, "bench", "run.mjs");
+const MAIN = join(ROOT, "dist", "main.js");
+
+describe.skipIf(!existsSync(MAIN))("npm run bench (BENCH_QUICK smoke run)", () => {
+  const dir = mkdtempSync(join(tmpdir(), "genrelay-bench-smoke-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("runs every benchmark on a tiny scale, exits 0 and writes results with the expected keys", async () => {
+    const out = join(dir, "results.json");
+    const committed = join(ROOT, "bench", "results.json");
+    const committedBefore = existsSync(committed) ? statSync(committed).mtimeMs : null;
+    const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+      execFile(
+        process.execPath,
+        [RUN],
+        { cwd: ROOT, env: { PATH: process.env.PATH ?? "", BENCH_QUICK: "1", BENCH_OUT: out }, timeout: 170_000, maxBuffer: 16 * 1024 * 1024 },
+        (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      );
+    });
+    expect(code, `bench/run.mjs failed:\n${stdout.slice(-3000)}\n${stderr.slice(-3000)}`).toBe(0);
+    // A quick run never overwrites the real figures.
+    expect(existsSync(committed) ? statSync(committed).mtimeMs : null).toBe(committedBefore);
+
+    const results = JSON.parse(readFileSync(out, "utf8"));
+    expect(results.quick).toBe(true);
+    expect(results).toMatchObject({
+      node: process.version,
+      machine: { cpus: expect.any(Number), model: expect.any(String), memory_gb: expect.any(Number) },
+      git: { commit: expect.anything() },
+    });
+    expect(Number.isNaN(Date.parse(results.date))).toBe(false);
+
+    const b = results.benchmarks;
+    expect(Object.keys(b)).toEqual(expect.arrayContaining(["intake", "delivery", "end_to_end", "memory", "scale", "query_plans"]));
+    expect(b.intake).toMatchObject({ bare: { rate: expect.any(Number) }, relay: { rate: expect.any(Number) }, ratio: expect.any(Number), goal: 0.5 });
+    expect(b.intake.durable).toBe(true);
+    expect(b.intake.relay.rate).toBeGreaterThan(0);
+    expect(b.delivery).toMatchObject({ raw: { rate: expect.any(Number) }, relay: { rate: expect.any(Number) }, ratio: expect.any(Number), goal: 0.6 });
+    expect(b.delivery.signature_verified).toBe(true);
+    expect(b.delivery.dispatcher_in_process.rate).toBeGreaterThan(0);
+    expect(b.end_to_end).toMatchObject({ tasks_per_s: expect.any(Number), complete: true });
+    expect(b.end_to_end.completion_to_webhook_ms).toMatchObject({ p50: expect.any(Number), p95: expect.any(Number), p99: expect.any(Number) });
+    expect(b.memory).toMatchObject({ rss_mb: expect.any(Number), goal_mb: 200, reached: true });
+    expect(b.scale).toMatchObject({ empty: { rate: expect.any(Number) }, seeded: { rate: expect.any(Number) }, ratio: expect.any(Number), goal: 0.8 });
+    expect(b.query_plans.queries.length).toBeGreaterThan(5);
+    expect(b.query_plans.queries.map((q: { phase: string }) => q.phase)).toEqual(expect.arrayContaining(["intake", "list", "submitter", "dispatcher"]));
+    expect(b.poll_scheduling.rows.length).toBeGreaterThan(0);
+    expect(results.table.length).toBeGreaterThanOrEqual(6);
+
+    const md = readFileSync(join(dir, "results.md"), "utf8");
+    expect(md).toContain("| benchmark |");
+  }, 180_000);
+});
