@@ -17,13 +17,14 @@
 //   BENCH_RELAY_LOG_LEVEL (default info, the relay's default), BENCH_KEEP=1 (keep the temp folder)
 import autocannon from "autocannon";
 import { execFileSync } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { dirname, join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { BENCH, ROOT, createClient, ipcChild, memoryOf, sleep, startNode, startRelay, startSimulator } from "./lib/proc.mjs";
 import { distImport, removeSnapshot, snapshotDist } from "./lib/dist.mjs";
 import { findProfile, summariseProfile } from "./lib/profile.mjs";
+import { markdown, num, printTable, tableRows } from "./lib/report.mjs";
 import { countBenchTasks, deleteBenchTasks, phaseCounts, prepareSeeding, seedFinishedTasks, seedPendingEvents, seedWaitingTasks } from "./lib/seed.mjs";
 import { distribution, median, ratio, round } from "./lib/stats.mjs";
 
@@ -35,7 +36,7 @@ const envInt = (name, fallback) => (process.env[name] ? Number(process.env[name]
 const CFG = QUICK
   ? {
       rounds: envInt("BENCH_ROUNDS", 1),
-      intake: { connections: 4, amount: 40 },
+      intake: { connections: 4, amount: 40, warmup: 0 },
       delivery: { events: 60, windowS: 30 },
       e2e: { amount: 30, connections: 8, drainS: 60 },
       memory: { waiting: 20, inFlight: 20 },
@@ -44,7 +45,8 @@ const CFG = QUICK
     }
   : {
       rounds: envInt("BENCH_ROUNDS", 3),
-      intake: { connections: 32, duration: envInt("BENCH_DURATION", 10) },
+      // warmup: seconds of unmeasured load before each measurement (a fresh process starts cold).
+      intake: { connections: 32, duration: envInt("BENCH_DURATION", 10), warmup: envInt("BENCH_WARMUP", 2) },
       // Outbox of `events` due events; the relay and the in-process Dispatcher are measured until they
       // have delivered them all or for windowS seconds, whichever comes first.
       delivery: { events: 5_000, windowS: 10 },
@@ -66,6 +68,18 @@ const creationBody = (callbackUrl) => ({
   callback_url: callbackUrl,
   metadata: { order_id: "1234" },
 });
+
+// `--report [file]`: only print the table of an existing results file and rewrite the .md beside it.
+if (process.argv.includes("--report")) {
+  const file = process.argv[process.argv.indexOf("--report") + 1] ?? OUT;
+  const results = JSON.parse(readFileSync(file, "utf8"));
+  const rows = tableRows(results.benchmarks);
+  printTable(rows);
+  const md = file.replace(/\.json$/i, "") + ".md";
+  writeFileSync(md, markdown(results, rows));
+  process.stdout.write(`\nwrote ${md}\n`);
+  process.exit(0);
+}
 
 const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-bench-"));
 const children = new Set();
@@ -161,6 +175,12 @@ async function load({ url, apiKey, keyPrefix, body, connections, duration, amoun
   };
 }
 
+/** Unmeasured load before a measurement, so the JIT has warmed up (keys under their own prefix). */
+async function warmUp(opts) {
+  if (!CFG.intake.warmup) return;
+  await load({ ...opts, keyPrefix: `warm-${opts.keyPrefix}`, duration: CFG.intake.warmup, amount: undefined });
+}
+
 const loadOpts = (extra) => ({ connections: CFG.intake.connections, ...(QUICK ? { amount: CFG.intake.amount } : { duration: CFG.intake.duration }), ...extra });
 
 function relayEnv(databasePath, upstreamUrl, extra = {}) {
@@ -196,8 +216,11 @@ async function intakeAndScale(sims) {
   // so accepted tasks wait in the relay: the figures are intake alone, not intake plus submission.
   const runRelay = async (db, keyPrefix) => {
     deleteBenchTasks(db.path, db.client.id, "bench-");
+    deleteBenchTasks(db.path, db.client.id, "warm-");
     const relay = track(await startRelay(relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-${keyPrefix}log`)));
-    const result = await load(loadOpts({ url: relay.url, apiKey: db.client.api_key, keyPrefix, body: creationBody(PUBLIC_CALLBACK) }));
+    const opts = loadOpts({ url: relay.url, apiKey: db.client.api_key, keyPrefix, body: creationBody(PUBLIC_CALLBACK) });
+    await warmUp(opts);
+    const result = await load(opts);
     await relay.stop();
     const rows = countBenchTasks(db.path, db.client.id, keyPrefix);
     result.rows_committed = rows;
@@ -207,7 +230,9 @@ async function intakeAndScale(sims) {
 
   const rounds = [];
   for (let r = 1; r <= CFG.rounds; r++) {
-    const bareResult = await load(loadOpts({ url: bareUrl, keyPrefix: `bare-r${r}-`, body: creationBody(PUBLIC_CALLBACK) }));
+    const bareOpts = loadOpts({ url: bareUrl, keyPrefix: `bare-r${r}-`, body: creationBody(PUBLIC_CALLBACK) });
+    await warmUp(bareOpts);
+    const bareResult = await load(bareOpts);
     // Alternating which database goes first cancels slow drifts (other load on the machine).
     let relayResult;
     let scaleResult;
@@ -247,7 +272,7 @@ async function intakeAndScale(sims) {
   const durable = rounds.every((r) => r.relay.durable && r.relay_scale.durable);
   return {
     intake: {
-      method: `autocannon, ${CFG.intake.connections} connections, ${QUICK ? `${CFG.intake.amount} requests` : `${CFG.intake.duration} s`} per measurement, fresh Idempotency-Key per request, body with a public https callback_url and metadata; only 201s count. Relay: LOG_LEVEL=${RELAY_LOG_LEVEL}, upstream held at one running task (UPSTREAM_MAX_CONCURRENT=1) so accepted tasks wait and the figure is intake alone; the waiting backlog grows during each measurement as in a burst. Baseline: bench/bare-server.mjs (hono on @hono/node-server: parse JSON, answer 201).`,
+      method: `autocannon, ${CFG.intake.connections} connections, ${QUICK ? `${CFG.intake.amount} requests` : `${CFG.intake.duration} s`} per measurement after ${CFG.intake.warmup} s of unmeasured warm-up load on the same process, fresh Idempotency-Key per request, body with a public https callback_url and metadata; only 201s count. Relay: LOG_LEVEL=${RELAY_LOG_LEVEL}, upstream held at one running task (UPSTREAM_MAX_CONCURRENT=1) so accepted tasks wait and the figure is intake alone; the waiting backlog grows during each measurement as in a burst. Baseline: bench/bare-server.mjs (hono on @hono/node-server: parse JSON, answer 201).`,
       bare: bareS,
       relay: relayS,
       ratio: round(intakeRatio, 3),
@@ -639,135 +664,6 @@ async function pollScheduling() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Report
-// ---------------------------------------------------------------------------------------------
-const pct = (x) => (x === null || x === undefined ? "—" : `${Math.round(x * 100)}%`);
-const num = (x) => (x === null || x === undefined ? "—" : Math.round(x).toLocaleString("en-US"));
-const mark = (met) => (met ? "✅ met" : "❌ not met");
-
-function tableRows(b) {
-  const rows = [];
-  const i = b.intake;
-  rows.push([
-    "Intake (accepted creations/s)",
-    `${num(i.relay.rate)}/s, p50 ${i.relay.p50_ms} ms, p99 ${i.relay.p99_ms} ms (1st s ${num(i.relay.first_second)}/s, last s ${num(i.relay.last_second)}/s)`,
-    `bare hono ${num(i.bare.rate)}/s, p50 ${i.bare.p50_ms} ms, p99 ${i.bare.p99_ms} ms`,
-    pct(i.ratio),
-    `≥ ${pct(i.goal)}`,
-    mark(i.met && i.durable),
-  ]);
-  const d = b.delivery;
-  rows.push([
-    "Delivery (signed webhooks/s)",
-    `${num(d.relay.rate)}/s`,
-    `raw undici ${num(d.raw.rate)}/s at ${d.concurrency.per_receiver} in flight (${num(d.raw_64.rate)}/s at 64)`,
-    pct(d.ratio),
-    `≥ ${pct(d.goal)}`,
-    mark(d.met),
-  ]);
-  rows.push(["Delivery, Dispatcher in-process", `${num(d.dispatcher_in_process.rate)}/s`, `raw undici ${num(d.raw.rate)}/s`, pct(d.dispatcher_in_process.ratio), "(diagnostic)", ""]);
-  const e = b.end_to_end;
-  rows.push([
-    "End to end (tasks/s, 0 ms upstream)",
-    `${num(e.tasks_per_s)}/s; completion→webhook p50 ${e.completion_to_webhook_ms.p50} / p95 ${e.completion_to_webhook_ms.p95} / p99 ${e.completion_to_webhook_ms.p99} ms`,
-    `creation→webhook p50 ${e.creation_to_webhook_ms.p50} / p95 ${e.creation_to_webhook_ms.p95} / p99 ${e.creation_to_webhook_ms.p99} ms`,
-    "—",
-    "(measured)",
-    e.complete ? "" : "❌ incomplete",
-  ]);
-  const m = b.memory;
-  rows.push([
-    `Memory (RSS, ${num(m.waiting)} waiting + ${num(m.in_flight)} in flight)`,
-    `${num(m.rss_mb)} MB (peak ${num(m.peak_rss_mb)} MB)`,
-    `at start ${num(m.start_rss_mb)} MB`,
-    "—",
-    `≤ ${m.goal_mb} MB`,
-    mark(m.met),
-  ]);
-  const s = b.scale;
-  rows.push([`Intake with ${num(s.rows)} finished tasks`, `${num(s.seeded.rate)}/s, p99 ${s.seeded.p99_ms} ms`, `empty database ${num(s.empty.rate)}/s`, pct(s.ratio), `≥ ${pct(s.goal)}`, mark(s.met)]);
-  const ps = b.poll_scheduling;
-  if (ps?.rows?.length) {
-    const most = Math.max(...ps.rows.map((r) => r.in_flight));
-    const a = ps.rows.find((r) => r.in_flight === most && r.strategy === "adaptive");
-    const rr = ps.rows.find((r) => r.in_flight === most && r.strategy === "round-robin");
-    if (a && rr) {
-      rows.push([
-        `Poll scheduling, ${most} in flight (fake time)`,
-        `adaptive: ${a.reads_per_finished_task} reads/task, completion→event p50 ${round(a.p50_completion_to_event_ms / 1000, 2)} s`,
-        `round-robin: ${rr.reads_per_finished_task} reads/task, p50 ${round(rr.p50_completion_to_event_ms / 1000, 1)} s`,
-        "—",
-        "(measured)",
-        "",
-      ]);
-    }
-  }
-  const q = b.query_plans;
-  if (q) {
-    rows.push([
-      "Hot query plans",
-      `${q.queries.length} statements, ${q.full_scans.length} full table scan(s)${q.full_scans.length ? ` (${q.full_scans.flatMap((f) => Object.entries(f.rows ?? {}).map(([t, n]) => `${t}: ${num(n)} row${n === 1 ? "" : "s"}`)).join(", ")})` : ""}${q.slowest_with_backlog?.[0] ? `; slowest with backlog: ${q.slowest_with_backlog[0].name.split(" ")[0]} ${q.slowest_with_backlog[0].ms} ms` : ""}`,
-      `${num(q.task_rows)} task rows`,
-      "—",
-      "no full scans",
-      q.full_scans.length === 0 ? "✅ met" : "❌ not met",
-    ]);
-  }
-  return rows;
-}
-
-function markdown(results, rows) {
-  const head = ["benchmark", "genrelay", "baseline (same run)", "ratio", "goal", ""];
-  const lines = [
-    `| ${head.join(" | ")} |`,
-    `|${head.map(() => "---").join("|")}|`,
-    ...rows.map((r) => `| ${r.map((c) => String(c).replace(/\|/g, "\\|")).join(" | ")} |`),
-  ];
-  const m = results.machine;
-  lines.push(
-    "",
-    `${results.quick ? "QUICK run (smoke test sizes, not figures). " : ""}Medians of ${results.config.rounds} round(s); ${m.cpus} × ${m.model}, ${m.memory_gb} GB, Node ${results.node}, ${results.date.slice(0, 10)}, commit ${results.git.commit?.slice(0, 10) ?? "?"}${results.git.dirty ? " (uncommitted changes)" : ""}; load average at start ${m.load_average_at_start.join(", ")}, at end ${results.load_average_at_end.join(", ")}. \`npm run bench\` took ${Math.round(results.duration_s)} s.`,
-  );
-  const b = results.benchmarks;
-  const c = results.config;
-  lines.push(
-    "",
-    "How each figure is measured (details in `bench/results.json`):",
-    "",
-    `- **Intake**: autocannon, ${c.intake.connections} connections, ${c.intake.duration ? `${c.intake.duration} s` : `${c.intake.amount} requests`} per measurement, a fresh \`Idempotency-Key\` per request; only 201s count, and every 201 is checked to be a committed row${b.intake.durable ? " (all were)" : " (SOME WERE NOT)"}. The upstream is held at one running task, so accepted tasks wait in the relay (a burst). Baseline: a bare hono endpoint on @hono/node-server that parses the body and answers 201.`,
-    `- **Delivery**: ${c.delivery.events} \`task.succeeded\` events (${b.delivery.body_bytes} bytes) already in the outbox when the relay starts; signed webhooks per second arriving at a loopback node:http receiver (all events or the first ${c.delivery.windowS} s). Baseline: undici.request through a keep-alive Agent at the relay's own concurrency towards one receiver (${b.delivery.concurrency.per_receiver} in flight), same body, no signing or database. "Dispatcher in-process" is dist's Dispatcher alone on the same outbox.`,
-    `- **End to end**: ${c.e2e.duration ? `${c.e2e.duration} s` : `${c.e2e.amount} requests`} of creations with a loopback \`callback_url\`, simulator at 0 ms and no read limit; tasks/s = webhooks / (last webhook − first request). completion→webhook uses the relay's \`data.completed_at\`; creation→webhook includes the poller's first read (2 s after submission for images).`,
-    `- **Memory**: VmRSS of the relay process with ${num(b.memory.waiting)} tasks waiting and ${num(b.memory.in_flight)} submitted to a simulator whose tasks take a day.`,
-    `- **Scale**: the intake measurement on a database pre-loaded with ${num(b.scale.rows)} finished tasks, in the same rounds as the empty one.`,
-  );
-  const q = results.benchmarks.query_plans;
-  if (q?.full_scans.length) {
-    lines.push("", "Full table scans in hot queries (EXPLAIN QUERY PLAN):", "");
-    for (const s of q.full_scans) {
-      const size = Object.entries(s.rows ?? {}).map(([t, n]) => `${t} had ${num(n)} row${n === 1 ? "" : "s"}`).join(", ");
-      lines.push(`- ${s.phase}: \`${s.name}\` — ${s.plan.join("; ")}${size ? ` (${size})` : ""}`);
-    }
-  }
-  if (q?.slowest_with_backlog?.length) {
-    const ph = q.backlog?.phases ?? {};
-    lines.push("", `Slowest hot statements with ${num(ph.waiting ?? 0)} tasks waiting and ${num(ph.submitted ?? 0)} in flight (median ms per execution):`, "");
-    for (const s of q.slowest_with_backlog.slice(0, 6)) lines.push(`- ${s.phase}: \`${s.name}\` ${s.ms} ms — ${s.plan.join("; ")}`);
-  }
-  return `${lines.join("\n")}\n`;
-}
-
-function printTable(rows) {
-  const head = ["benchmark", "genrelay", "baseline (same run)", "ratio", "goal", ""];
-  const all = [head, ...rows].map((r) => r.map(String));
-  const widths = head.map((_, c) => Math.min(70, Math.max(...all.map((r) => r[c].length))));
-  const fmt = (r) => r.map((cell, c) => cell.padEnd(widths[c])).join("  ");
-  log("");
-  log(fmt(head));
-  log(widths.map((w) => "-".repeat(w)).join("  "));
-  for (const r of rows) log(fmt(r));
-}
-
-// ---------------------------------------------------------------------------------------------
 
 async function main() {
   log(`genrelay benchmarks${QUICK ? " (QUICK)" : ""}: results -> ${OUT}`);
@@ -824,7 +720,7 @@ async function main() {
   };
   const rows = tableRows(benchmarks);
   results.table = rows.map(([benchmark, genrelay, baseline, ratioCell, goal, met]) => ({ benchmark, genrelay, baseline, ratio: ratioCell, goal, met }));
-  printTable(rows);
+  printTable(rows, log);
   mkdirSync(dirname(OUT), { recursive: true });
   // Written whole, then renamed: a reader never sees half a file.
   writeFileSync(`${OUT}.tmp`, `${JSON.stringify(results, null, 2)}\n`);

@@ -108,6 +108,7 @@ CREATE TABLE `tasks` (
 --> statement-breakpoint
 CREATE UNIQUE INDEX `tasks_client_idempotency_uq` ON `tasks` (`client_id`,`idempotency_key`);--> statement-breakpoint
 CREATE INDEX `tasks_client_id_idx` ON `tasks` (`client_id`,`id`);--> statement-breakpoint
+CREATE INDEX `tasks_client_status_idx` ON `tasks` (`client_id`,`status`,`id`);--> statement-breakpoint
 CREATE INDEX `tasks_phase_due_idx` ON `tasks` (`phase`,`upstream_account`,`next_run_at`);--> statement-breakpoint
 CREATE INDEX `tasks_phase_next_idx` ON `tasks` (`phase`,`next_run_at`);--> statement-breakpoint
 CREATE INDEX `tasks_admission_idx` ON `tasks` (`phase`,`upstream_account`,`client_id`,`next_run_at`);--> statement-breakpoint

@@ -1,4 +1,4 @@
-import { asc, eq } from "drizzle-orm";
+import { asc, eq, sql } from "drizzle-orm";
 import type { Db } from "./open.js";
 import { clients } from "./schema.js";
 
@@ -9,8 +9,16 @@ export function insertClient(db: Db, row: NewClientRow): ClientRow {
   return db.insert(clients).values(row).returning().get();
 }
 
+/** Every authenticated request runs this, so it is prepared once per database. */
+const byKeyHash = new WeakMap<Db, { get(p: Record<string, unknown>): ClientRow | undefined }>();
+
 export function findClientByKeyHash(db: Db, apiKeyHash: string): ClientRow | undefined {
-  return db.select().from(clients).where(eq(clients.apiKeyHash, apiKeyHash)).get();
+  let statement = byKeyHash.get(db);
+  if (!statement) {
+    statement = db.select().from(clients).where(eq(clients.apiKeyHash, sql.placeholder("hash"))).prepare();
+    byKeyHash.set(db, statement);
+  }
+  return statement.get({ hash: apiKeyHash });
 }
 
 export function findClient(db: Db, id: string): ClientRow | undefined {

@@ -83,6 +83,7 @@ export const tasks = sqliteTable(
   (t) => [
     uniqueIndex("tasks_client_idempotency_uq").on(t.clientId, t.idempotencyKey),
     index("tasks_client_id_idx").on(t.clientId, t.id),
+    index("tasks_client_status_idx").on(t.clientId, t.status, t.id),
     index("tasks_phase_due_idx").on(t.phase, t.upstreamAccount, t.nextRunAt),
     index("tasks_phase_next_idx").on(t.phase, t.nextRunAt),
     index("tasks_admission_idx").on(t.phase, t.upstreamAccount, t.clientId, t.nextRunAt),

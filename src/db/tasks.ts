@@ -1,4 +1,4 @@
-import { and, asc, desc, eq, gt, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
+import { and, asc, desc, eq, getTableColumns, gt, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
 import type { Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
 import { clients, tasks, type TaskPhase, type TaskStatus } from "./schema.js";
@@ -8,6 +8,52 @@ export type NewTaskRow = typeof tasks.$inferInsert;
 
 export function insertTask(db: DbOrTx, row: NewTaskRow): TaskRow {
   return db.insert(tasks).values(row).returning().get();
+}
+
+/**
+ * The intake's two statements, built once per database: building a drizzle query costs more than
+ * running it. They run on the single connection, so also inside a transaction opened through a
+ * drizzle `tx` on the same database.
+ */
+function intakeStatements(db: Db) {
+  let statements = intakeCache.get(db);
+  if (!statements) {
+    const byKey = db
+      .select()
+      .from(tasks)
+      .where(and(eq(tasks.clientId, sql.placeholder("clientId")), eq(tasks.idempotencyKey, sql.placeholder("key"))))
+      .prepare();
+    const columns = Object.keys(getTableColumns(tasks));
+    const insert = db
+      .insert(tasks)
+      .values(Object.fromEntries(columns.map((c) => [c, sql.placeholder(c)])) as unknown as NewTaskRow)
+      .returning()
+      .prepare();
+    statements = { byKey, insert, columns };
+    intakeCache.set(db, statements);
+  }
+  return statements;
+}
+const intakeCache = new WeakMap<
+  Db,
+  { byKey: { get(p: Record<string, unknown>): TaskRow | undefined }; insert: { get(p: Record<string, unknown>): TaskRow }; columns: string[] }
+>();
+
+/** findTaskByIdempotencyKey on a prepared statement (the intake's hot path). */
+export function findTaskByIdempotencyKeyPrepared(db: Db, clientId: string, key: string): TaskRow | undefined {
+  return intakeStatements(db).byKey.get({ clientId, key });
+}
+
+/** insertTask on a prepared statement: every column is bound (defaults filled in here). */
+export function insertTaskPrepared(db: Db, row: NewTaskRow): TaskRow {
+  const full: Record<string, unknown> = {
+    eventSequence: 0,
+    submitAttempts: 0,
+    pollCount: 0,
+  };
+  const { columns, insert } = intakeStatements(db);
+  for (const c of columns) full[c] = (row as Record<string, unknown>)[c] ?? full[c] ?? null;
+  return insert.get(full);
 }
 
 export function findTaskByIdempotencyKey(db: DbOrTx, clientId: string, key: string): TaskRow | undefined {

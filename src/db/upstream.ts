@@ -29,6 +29,8 @@ export function readsSince(db: Db, account: string, since: number): number[] {
     .map((r) => r.at);
 }
 
-export function pruneReads(db: Db, before: number): void {
-  db.delete(upstreamReads).where(lt(upstreamReads.at, before)).run();
+export function pruneReads(db: Db, account: string, before: number): void {
+  db.delete(upstreamReads)
+    .where(and(eq(upstreamReads.account, account), lt(upstreamReads.at, before)))
+    .run();
 }

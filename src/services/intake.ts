@@ -2,7 +2,8 @@ import { canonicalJson, sha256Hex } from "../crypto.js";
 import { newId } from "../ids.js";
 import type { ClientRow } from "../db/clients.js";
 import type { GroupCommit } from "../db/group-commit.js";
-import { countByPhaseForClient, findTaskByIdempotencyKey, insertTask, type TaskRow } from "../db/tasks.js";
+import type { Db } from "../db/open.js";
+import { countByPhaseForClient, findTaskByIdempotencyKeyPrepared, insertTaskPrepared, type TaskRow } from "../db/tasks.js";
 import type { DbOrTx } from "../db/tx.js";
 import { clientSpend } from "../db/usage.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
@@ -88,9 +89,10 @@ function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
 }
 
 /** The idempotency check, the client's caps and the insert; runs inside a transaction. */
-function storeTask(tx: DbOrTx, now: number, p: PreparedTask): CreateTaskResult {
+function storeTask(db: Db, tx: DbOrTx, now: number, p: PreparedTask): CreateTaskResult {
   const { client, type, body, idempotencyKey } = p.input;
-  const existing = findTaskByIdempotencyKey(tx, client.id, idempotencyKey);
+  // Prepared statements run on the one connection, inside the transaction `tx` has open.
+  const existing = findTaskByIdempotencyKeyPrepared(db, client.id, idempotencyKey);
   if (existing) {
     if (existing.requestHash !== p.requestHash) {
       throw new ApiError(
@@ -109,7 +111,7 @@ function storeTask(tx: DbOrTx, now: number, p: PreparedTask): CreateTaskResult {
     throw new ApiError("insufficient_points", "Your credit limit on this relay is used up.");
   }
   const id = newId("task", now);
-  const task = insertTask(tx, {
+  const task = insertTaskPrepared(db, {
     id,
     clientId: client.id,
     type,
@@ -140,7 +142,7 @@ function storeTask(tx: DbOrTx, now: number, p: PreparedTask): CreateTaskResult {
  */
 export function createTask(deps: ServiceDeps, input: CreateTaskInput): CreateTaskResult {
   const prepared = prepareTask(deps, input);
-  const result = deps.db.transaction((tx) => storeTask(tx, deps.clock.now(), prepared));
+  const result = deps.db.transaction((tx) => storeTask(deps.db, tx, deps.clock.now(), prepared));
   if (!result.replayed) deps.nudges.submitter();
   return result;
 }
@@ -148,7 +150,7 @@ export function createTask(deps: ServiceDeps, input: CreateTaskInput): CreateTas
 /** createTask through group commit: concurrent requests share one transaction and one fsync. */
 export async function acceptTask(deps: ServiceDeps, commits: GroupCommit, input: CreateTaskInput): Promise<CreateTaskResult> {
   const prepared = prepareTask(deps, input);
-  const result = await commits.run((tx) => storeTask(tx, deps.clock.now(), prepared));
+  const result = await commits.run((tx) => storeTask(deps.db, tx, deps.clock.now(), prepared));
   if (!result.replayed) deps.nudges.submitter();
   return result;
 }

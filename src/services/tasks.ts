@@ -38,7 +38,8 @@ export function getTaskView(db: Db, clientId: string, id: string): TaskView {
 
 /** A task's view; `withQueuePosition: false` skips the position count (a new task is simply last). */
 export function viewOf(db: Db, task: TaskRow, opts: { withQueuePosition?: boolean } = {}): TaskView {
-  const last = lastEventsOfTasks(db, [task.id]).get(task.id);
+  // A task without events (eventSequence 0), e.g. one just created, needs no event lookup.
+  const last = task.eventSequence === 0 ? undefined : lastEventsOfTasks(db, [task.id]).get(task.id);
   return taskView(task, deliverySummary(task, last), opts.withQueuePosition === false ? null : queuePosition(db, task));
 }
 

@@ -57,7 +57,7 @@ export class ReadBudget {
     recordRead(this.db, account, now);
     if (now - this.lastPrune > WINDOW_MS) {
       this.lastPrune = now;
-      pruneReads(this.db, now - 2 * WINDOW_MS);
+      for (const known of this.windows.keys()) pruneReads(this.db, known, now - 2 * WINDOW_MS);
     }
     return true;
   }
