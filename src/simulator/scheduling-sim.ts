@@ -55,11 +55,13 @@ class StepClock implements Clock {
 
 const quantile = (sorted: number[], q: number) => (sorted.length === 0 ? Number.NaN : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!);
 
+/** Most timestamps that fall in any half-open window [t, t + windowMs). */
 export function maxInWindow(times: number[], windowMs: number): number {
+  const sorted = [...times].sort((a, b) => a - b);
   let max = 0;
   let start = 0;
-  for (let end = 0; end < times.length; end++) {
-    while (times[end]! - times[start]! >= windowMs) start++;
+  for (let end = 0; end < sorted.length; end++) {
+    while (sorted[end]! - sorted[start]! >= windowMs) start++;
     max = Math.max(max, end - start + 1);
   }
   return max;

@@ -5,6 +5,7 @@ import { FakeUpstream, upstreamError } from "../helpers/fake-upstream.js";
 import { createTask, readTask, taskRow } from "../helpers/flow.js";
 import { verifyAt } from "../helpers/receiver.js";
 import { type TestRelay } from "../helpers/relay.js";
+import { maxInWindow } from "../../src/simulator/scheduling-sim.js";
 
 const { setup, receiver } = upstreamSuite();
 
@@ -206,16 +207,6 @@ describe("poller: the read budget", () => {
     };
   }
 
-  function maxInAnyWindow(times: number[], windowMs: number): number {
-    const sorted = [...times].sort((a, b) => a - b);
-    let max = 0;
-    let lo = 0;
-    for (let hi = 0; hi < sorted.length; hi++) {
-      while (sorted[hi]! - sorted[lo]! >= windowMs) lo++;
-      max = Math.max(max, hi - lo + 1);
-    }
-    return max;
-  }
 
   it.each([
     { lists: true, name: "list sweeps" },
@@ -248,7 +239,7 @@ describe("poller: the read budget", () => {
     }
 
     const times = up.reads.map((x) => x.at);
-    expect(maxInAnyWindow(times, 60_000)).toBeLessThanOrEqual(10);
+    expect(maxInWindow(times, 60_000)).toBeLessThanOrEqual(10);
     for (const task of tasks) expect(taskRow(t, task.id).status).toBe("succeeded");
     if (lists) {
       // List pages cover many tasks a read: far fewer reads than tasks.
@@ -257,7 +248,7 @@ describe("poller: the read budget", () => {
     } else {
       // One read per task at least, and the budget used, not wasted, while work remains.
       expect(times.length).toBeGreaterThanOrEqual(50);
-      expect(maxInAnyWindow(times, 60_000)).toBe(10);
+      expect(maxInWindow(times, 60_000)).toBe(10);
     }
   });
 });

@@ -6,6 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { openDatabase, type Database_ } from "../../src/db/open.js";
 import { ReadBudget } from "../../src/workers/read-budget.js";
 import { FakeClock } from "../helpers/fake-clock.js";
+import { maxInWindow } from "../../src/simulator/scheduling-sim.js";
 
 const MINUTE = 60_000;
 
@@ -20,17 +21,6 @@ afterEach(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** Most reads that fall in any half-open window [t, t + windowMs). */
-function maxInAnyWindow(times: number[], windowMs = MINUTE): number {
-  const sorted = [...times].sort((a, b) => a - b);
-  let max = 0;
-  let lo = 0;
-  for (let hi = 0; hi < sorted.length; hi++) {
-    while (sorted[hi]! - sorted[lo]! >= windowMs) lo++;
-    max = Math.max(max, hi - lo + 1);
-  }
-  return max;
-}
 
 describe("ReadBudget", () => {
   it("property: over random take() timings, no 60 s window holds more than perMinute reads, and a refusal is always justified", () => {
@@ -61,7 +51,7 @@ describe("ReadBudget", () => {
               }
             }
           });
-          expect(maxInAnyWindow(taken)).toBeLessThanOrEqual(perMinute);
+          expect(maxInWindow(taken, MINUTE)).toBeLessThanOrEqual(perMinute);
           expect(budget.used(account)).toBeLessThanOrEqual(perMinute);
         },
       ),
