@@ -7,16 +7,24 @@
 
 const DEFAULT_PORTS: Record<string, string> = { "http:": "80", "https:": "443" };
 
+/** Callback URLs repeat (one per client, mostly), and the dispatcher asks for their host on every claim. */
+const hostCache = new Map<string, string>();
+const HOST_CACHE_SIZE = 1_000;
+
 /** `hostname:port` of a callback URL; the whole string when it does not parse (it never reaches a socket then). */
 export function destinationHost(url: string): string {
-  let parsed: URL;
+  const cached = hostCache.get(url);
+  if (cached !== undefined) return cached;
+  let host: string;
   try {
-    parsed = new URL(url);
+    const parsed = new URL(url);
+    host = `${parsed.hostname}:${parsed.port || DEFAULT_PORTS[parsed.protocol] || ""}`;
   } catch {
-    return url;
+    host = url;
   }
-  const port = parsed.port || DEFAULT_PORTS[parsed.protocol] || "";
-  return `${parsed.hostname}:${port}`;
+  if (hostCache.size >= HOST_CACHE_SIZE) hostCache.delete(hostCache.keys().next().value!);
+  hostCache.set(url, host);
+  return host;
 }
 
 /**

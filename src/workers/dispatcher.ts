@@ -72,7 +72,8 @@ export class Dispatcher {
   /** Claims what is due and starts delivering it; does not wait for the deliveries (production loop). */
   async tick(): Promise<TickResult> {
     const started = this.claimAndStart();
-    return { didWork: started.length > 0, nextDueAt: this.nextDueAt() };
+    // A productive tick loops again at once; the next-due lookup is only worth it when idle.
+    return { didWork: started.length > 0, nextDueAt: started.length > 0 ? this.opts.clock.now() : this.nextDueAt() };
   }
 
   /** Claims what is due, delivers it and waits for every attempt to be recorded (tests). */
