@@ -115,12 +115,16 @@ export class Relay {
   /** Why the relay is not ready: database not writable, or a worker loop stopped or stalled. */
   problems(): string[] {
     const problems: string[] = [];
+    const sqlite = this.opts.database.sqlite;
+    // No waiting here: a lock held by another writer (the CLI) means busy, not unwritable.
+    sqlite.pragma("busy_timeout = 0");
     try {
-      const sqlite = this.opts.database.sqlite;
       sqlite.prepare("BEGIN IMMEDIATE").run();
       sqlite.prepare("ROLLBACK").run();
     } catch (err) {
-      problems.push(`database not writable: ${(err as Error).message}`);
+      if ((err as { code?: string }).code !== "SQLITE_BUSY") problems.push(`database not writable: ${(err as Error).message}`);
+    } finally {
+      sqlite.pragma("busy_timeout = 5000");
     }
     const now = this.opts.clock.now();
     for (const loop of this.loops) {

@@ -39,16 +39,26 @@ export class GroupCommit {
     this.queue = [];
     if (batch.length === 0) return;
     const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = [];
+    const sqlite = (this.db as unknown as { $client: { inTransaction: boolean } }).$client;
     try {
-      this.db.transaction((tx) => {
-        for (const item of batch) {
-          try {
-            outcomes.push({ ok: true, value: tx.transaction((sp) => item.work(sp)) });
-          } catch (error) {
-            outcomes.push({ ok: false, error });
+      // IMMEDIATE: take the write lock up front (waiting out busy_timeout), rather than failing
+      // when a read-first transaction must upgrade while another process writes.
+      this.db.transaction(
+        (tx) => {
+          for (const item of batch) {
+            try {
+              outcomes.push({ ok: true, value: tx.transaction((sp) => item.work(sp)) });
+            } catch (error) {
+              // Some errors (disk full, I/O) roll back the whole transaction, not just the savepoint:
+              // then nothing before is durable either, and the batch must fail as one.
+              if (!sqlite.inTransaction) throw error;
+              outcomes.push({ ok: false, error });
+            }
           }
-        }
-      });
+          if (!sqlite.inTransaction) throw new Error("transaction ended early");
+        },
+        { behavior: "immediate" },
+      );
     } catch (error) {
       // The commit itself failed (disk full, I/O error): nothing in the batch is durable.
       for (const item of batch) item.reject(error);

@@ -18,7 +18,7 @@ export interface Database_ {
  * drizzle prepares every query anew; preparing costs more than running most of ours. Statements are
  * reusable, so keep the recent ones by SQL text (an LRU: `IN (…)` lists of varying length make
  * some texts one-off). drizzle switches a statement to raw mode for queries that map columns
- * itself and never back, and one SQL text always takes the same path, so reuse is safe.
+ * itself and never back, so a reused statement is handed out with raw mode off.
  */
 function cacheStatements(sqlite: Database.Database, size = 500): void {
   const prepare = sqlite.prepare.bind(sqlite);
@@ -27,6 +27,8 @@ function cacheStatements(sqlite: Database.Database, size = 500): void {
     let stmt = cache.get(source);
     if (stmt) {
       cache.delete(source);
+      // drizzle turns raw mode on where it maps columns itself and never off: reset it for reuse.
+      if (stmt.reader) stmt.raw(false);
     } else {
       stmt = prepare(source);
       if (cache.size >= size) cache.delete(cache.keys().next().value!);

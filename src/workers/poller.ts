@@ -160,10 +160,10 @@ export class Poller {
     const startedAt = clock.now();
     const inFlight = listInFlight(db, account);
     if (inFlight.length === 0) return;
-    const client = this.opts.accounts.get(account);
     const take = () => budget.take(account);
     const maxReads = Math.max(2, Math.floor(budget.available(account) * SWEEP_SHARE));
     try {
+      const client = this.opts.accounts.get(account);
       const result = await sweepActive(client, { includeQueued: inFlight.some((t) => t.status === "queued"), maxReads }, take);
       let candidates = result.complete ? finishedCandidates(inFlight, result.seen, startedAt) : new Set<string>();
       if (!result.unsupported && candidates.size >= HARVEST_MIN && state.harvestUseful !== false) {
@@ -261,7 +261,8 @@ export class Poller {
    */
   apply(task: TaskRow, token: string, remote: UpstreamTask, nextRunAt?: number): void {
     const now = this.opts.clock.now();
-    const status = remote.status ?? task.status;
+    // Never backwards: a stale page or read saying "queued" for a task already processing changes nothing.
+    const status = remote.status === null || (remote.status === "queued" && task.status === "processing") ? task.status : remote.status;
     const usage = {
       pointsCharged: remote.usage.pointsCharged ?? task.pointsCharged,
       pointsRefunded: remote.usage.pointsRefunded ?? task.pointsRefunded,

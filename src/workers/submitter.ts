@@ -34,6 +34,8 @@ const GIVE_UP_AFTER_MS = 24 * 60 * 60 * 1000;
 const LEARNED_LIMIT_TTL_MS = 10 * 60 * 1000;
 /** A task blocked by concurrency is looked at again at least this often, even without a nudge. */
 const BLOCKED_RECHECK_MS = 30_000;
+/** Retries of a 409 idempotency_key_reused at submission before it is taken as final. */
+const CONFLICT_RETRIES = 3;
 /** A claim outlasts the upstream request it covers, so a live worker never loses its lease mid-call. */
 const LEASE_MARGIN_MS = 5_000;
 
@@ -193,7 +195,11 @@ export class Submitter {
       return;
     }
     // 401 means our own key is wrong, not the caller's request: keep retrying, loudly.
-    const final = e !== null && !e.retryable && e.status !== 401;
+    // A 409 on our own task-derived key means the upstream is still creating the original from an
+    // earlier attempt ("retry later", UPSTREAM-API §7): retry a few times with the same key, so a
+    // replay can return that task, before ending the task failed as the design asks.
+    const conflictRetry = e !== null && e.status === 409 && task.submitAttempts <= CONFLICT_RETRIES;
+    const final = e !== null && !e.retryable && e.status !== 401 && !conflictRetry;
     const givingUp = !final && now - task.createdAt > GIVE_UP_AFTER_MS;
     if (final || givingUp) {
       const info = e ? e.toInfo() : { code: "internal_error", message: String(err), request_id: null };

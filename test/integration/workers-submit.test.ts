@@ -171,9 +171,35 @@ describe("submitter: final upstream errors end the task failed", () => {
   const cases: Array<[number, string, string]> = [
     [400, "invalid_request", "prompt: unsupported characters."],
     [402, "insufficient_points", "Credit balance too low."],
-    [409, "idempotency_key_reused", "The key was used for a different request."],
     [422, "validation_error", "size is not supported by this model."],
   ];
+
+  it("409 idempotency_key_reused: retried with the same key (the original may still be in creation), then failed", async () => {
+    const { t, up } = setup();
+    const client = t.client();
+    const id = await createTask(t, client.apiKey);
+    const conflict = () => upstreamError(409, "idempotency_key_reused", "The original is still processing.", "req_409");
+    up.nextCreate.push(conflict, conflict, conflict, conflict);
+    for (let i = 0; i < 4; i++) {
+      await t.relay.submitter.runOnce();
+      t.clock.advance(10_000);
+    }
+    expect(up.creates.map((c) => c.key)).toEqual(Array(4).fill(`genrelay-${id}`));
+    const view = await readTask(t, client.apiKey, id);
+    expect(view.data).toMatchObject({ status: "failed", error: { code: "idempotency_key_reused", request_id: "req_409" } });
+  });
+
+  it("409 then a replay: the original upstream task is adopted, not failed", async () => {
+    const { t, up } = setup();
+    const client = t.client();
+    const id = await createTask(t, client.apiKey);
+    up.nextCreate.push(() => upstreamError(409, "idempotency_key_reused", "The original is still processing.", "req_409"));
+    await t.relay.submitter.runOnce();
+    expect(taskRow(t, id).phase).toBe("waiting");
+    t.clock.advance(10_000);
+    await t.relay.submitter.runOnce();
+    expect(taskRow(t, id)).toMatchObject({ phase: "submitted", upstreamTaskId: "up_1" });
+  });
 
   it.each(cases)("%i %s: failed with the upstream error kept, and task.failed delivered", async (status, code, message) => {
     const { t, up } = setup();

@@ -60,4 +60,19 @@ describe("GroupCommit", () => {
     database.sqlite.pragma("query_only = OFF");
     expect(count()).toBe(0);
   });
+
+  it("when one unit's error rolls back the whole transaction, every unit of the batch is rejected", async () => {
+    const commits = new GroupCommit(database.db);
+    const first = commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('kept?')`));
+    const fatal = commits.run(() => {
+      // What SQLite does on disk full or an I/O error: the whole transaction is gone.
+      database.sqlite.exec("ROLLBACK");
+      throw new Error("disk I/O error");
+    });
+    const later = commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('later')`));
+    await expect(first).rejects.toThrow();
+    await expect(fatal).rejects.toThrow();
+    await expect(later).rejects.toThrow();
+    expect(count()).toBe(0);
+  });
 });
