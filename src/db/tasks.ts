@@ -56,14 +56,6 @@ export function insertTaskPrepared(db: Db, row: NewTaskRow): TaskRow {
   return insert.get(full);
 }
 
-export function findTaskByIdempotencyKey(db: DbOrTx, clientId: string, key: string): TaskRow | undefined {
-  return db
-    .select()
-    .from(tasks)
-    .where(and(eq(tasks.clientId, clientId), eq(tasks.idempotencyKey, key)))
-    .get();
-}
-
 export function findTask(db: DbOrTx, id: string): TaskRow | undefined {
   return db.select().from(tasks).where(eq(tasks.id, id)).get();
 }

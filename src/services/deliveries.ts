@@ -9,8 +9,8 @@ import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { activeSecrets, rotateSecret } from "./clients.js";
 import { requireClientTask } from "./tasks.js";
+import { iso } from "./task-view.js";
 
-const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
 
 /** Delivery operations a client can run on its own tasks and events. */
 export class DeliveryService {

@@ -39,7 +39,7 @@ export interface TaskView {
 /** List items and webhook `data`: the view flattened. */
 export type FlatTask = TaskData & { output: unknown; usage: TaskUsage };
 
-const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
+export const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
 function parseJson<T>(text: string | null): T | null {
   if (text === null) return null;

@@ -31,9 +31,7 @@ export function requireClientTask(db: Db, clientId: string, id: string): TaskRow
 }
 
 export function getTaskView(db: Db, clientId: string, id: string): TaskView {
-  const task = requireClientTask(db, clientId, id);
-  const last = lastEventsOfTasks(db, [task.id]).get(task.id);
-  return taskView(task, deliverySummary(task, last), queuePosition(db, task));
+  return viewOf(db, requireClientTask(db, clientId, id));
 }
 
 /** A task's view; `withQueuePosition: false` skips the position count (a new task is simply last). */

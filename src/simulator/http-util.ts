@@ -29,19 +29,10 @@ export async function readJsonObject(c: Context): Promise<Record<string, unknown
 }
 
 /**
- * Key order and whitespace must not make "the same request" look different,
- * so idempotency compares this form instead of the raw bytes.
+ * Key order and whitespace must not make "the same request" look different, so idempotency
+ * compares the canonical form (the relay's own, sorted keys) instead of the raw bytes.
  */
-export function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
-  if (value !== null && typeof value === "object") {
-    const entries = Object.keys(value)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`);
-    return `{${entries.join(",")}}`;
-  }
-  return JSON.stringify(value);
-}
+export { canonicalJson } from "../crypto.js";
 
 export function encodeCursor(taskId: string): string {
   return Buffer.from(taskId, "utf8").toString("base64url");
