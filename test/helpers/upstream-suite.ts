@@ -2,6 +2,7 @@ import { setupServer } from "msw/node";
 import { afterAll, afterEach, beforeAll } from "vitest";
 import { FakeUpstream } from "./fake-upstream.js";
 import { startReceiver, type Answer, type Receiver } from "./receiver.js";
+import type { FakeClock } from "./fake-clock.js";
 import { createTestRelay, type TestRelay } from "./relay.js";
 
 /** Short webhook timings so delivery tests run in milliseconds; loopback receivers allowed. */
@@ -25,12 +26,16 @@ export function upstreamSuite(defaultEnv: Record<string, string> = WORKER_TEST_E
 
   return {
     server,
-    setup(env: Record<string, string> = {}): { t: TestRelay; up: FakeUpstream } {
-      const t = createTestRelay({ ...defaultEnv, ...env });
+    setup(env: Record<string, string> = {}, opts: { clock?: FakeClock } = {}): { t: TestRelay; up: FakeUpstream } {
+      const t = createTestRelay({ ...defaultEnv, ...env }, opts);
       cleanups.push(() => t.close());
       const up = new FakeUpstream(t.clock);
       server.use(...up.handlers());
       return { t, up };
+    },
+    /** Runs `fn` after the current test (last registered, first run). */
+    cleanup(fn: () => Promise<void>): void {
+      cleanups.push(fn);
     },
     async receiver(fallback?: Answer): Promise<Receiver> {
       const r = await startReceiver(fallback);

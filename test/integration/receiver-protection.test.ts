@@ -1,6 +1,5 @@
 import type http from "node:http";
-import { setupServer } from "msw/node";
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { claimDueEvents, findEvent, lastEventOfTask, listTaskAttempts, nextEventDueAt, updateEvent, type EventRow } from "../../src/db/events.js";
 import { silentLogger } from "../../src/logger.js";
 import { transitionTask } from "../../src/services/transitions.js";
@@ -8,10 +7,10 @@ import { destinationHost } from "../../src/webhooks/destination.js";
 import { Dispatcher, MAX_PAYLOAD_BYTES } from "../../src/workers/dispatcher.js";
 import { WorkerLoop } from "../../src/workers/loop.js";
 import { FakeClock } from "../helpers/fake-clock.js";
-import { FakeUpstream } from "../helpers/fake-upstream.js";
+import { upstreamSuite, WORKER_TEST_ENV } from "../helpers/upstream-suite.js";
 import { createTask, readTask, taskRow } from "../helpers/flow.js";
 import { hang, ok, startReceiver, status, type Answer, type Received, type Receiver } from "../helpers/receiver.js";
-import { createTestRelay, type TestRelay } from "../helpers/relay.js";
+import type { TestRelay } from "../helpers/relay.js";
 
 /**
  * Receiver protection (issue 4): a per-host concurrency cap and a per-host circuit breaker, so one
@@ -23,14 +22,8 @@ import { createTestRelay, type TestRelay } from "../helpers/relay.js";
  * dispatcher alone, not on poll timing.
  */
 
-const server = setupServer();
-beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
-afterEach(() => server.resetHandlers());
-afterAll(() => server.close());
-
-const cleanups: Array<() => Promise<void>> = [];
-afterEach(async () => {
-  while (cleanups.length > 0) await cleanups.pop()!();
+const suite = upstreamSuite({ ...WORKER_TEST_ENV, WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "4" });
+afterEach(() => {
   vi.restoreAllMocks();
 });
 
@@ -47,13 +40,7 @@ class SystemClock extends FakeClock {
 }
 
 function setup(env: Record<string, string> = {}, opts: { clock?: FakeClock } = {}): TestRelay {
-  const t = createTestRelay(
-    { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", WEBHOOK_RETRY_SCHEDULE: "0s,5s,1m", WEBHOOK_TIMEOUT_MS: "500", WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "4", ...env },
-    opts,
-  );
-  cleanups.push(() => t.close());
-  server.use(...new FakeUpstream(t.clock).handlers());
-  return t;
+  return suite.setup(env, opts).t;
 }
 
 type CountingReceiver = Receiver & {
@@ -78,7 +65,7 @@ async function receiver(answer: Answer = ok): Promise<CountingReceiver> {
     res.on("close", () => (open -= 1));
     current(req, res);
   });
-  cleanups.push(() => r.close());
+  suite.cleanup(() => r.close());
   return Object.assign(r, {
     open: () => open,
     maxOpen: () => maxOpen,
@@ -188,7 +175,7 @@ describe("receiver protection: a slow receiver does not delay other clients", ()
     const loop = new WorkerLoop({ name: "uncapped", clock: t.clock, logger: silentLogger, tick: () => uncapped.tick() });
     uncapped.onSettled = () => loop.nudge();
     loop.start();
-    cleanups.push(async () => {
+    suite.cleanup(async () => {
       await loop.stop();
       await uncapped.drain();
     });
