@@ -42,6 +42,21 @@ interface Progress {
  * One HTTP POST per call, through a pooled undici Agent whose DNS lookup is the
  * SSRF guard. Redirects are never followed (no redirect interceptor). Never throws.
  */
+/** A SendResult: a failure with nothing learned, unless `fields` say otherwise. */
+export function sendResult(fields: Partial<SendResult>): SendResult {
+  return {
+    ok: false,
+    statusCode: null,
+    latencyMs: 0,
+    error: null,
+    blocked: false,
+    responseBody: null,
+    retryAfterMs: null,
+    gone: false,
+    ...fields,
+  };
+}
+
 export class WebhookSender {
   private readonly agent: Agent;
   private readonly allowPrivateNetworks: boolean;
@@ -80,17 +95,8 @@ export class WebhookSender {
 
   private async attempt(req: SendRequest): Promise<SendResult> {
     const started = this.now();
-    const result = (fields: Partial<SendResult>): SendResult => ({
-      ok: false,
-      statusCode: null,
-      latencyMs: Math.max(0, Math.round(this.now() - started)),
-      error: null,
-      blocked: false,
-      responseBody: null,
-      retryAfterMs: null,
-      gone: false,
-      ...fields,
-    });
+    const result = (fields: Partial<SendResult>): SendResult =>
+      sendResult({ latencyMs: Math.max(0, Math.round(this.now() - started)), ...fields });
 
     if (this.closing) return result({ error: "sender closed" });
 

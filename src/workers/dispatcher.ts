@@ -10,7 +10,7 @@ import { activeSecrets } from "../services/clients.js";
 import { breakerOutcome, CircuitBreakers, type BreakerOptions, type BreakerTransition, type Permit } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
 import { retryDelayMs } from "../webhooks/schedule.js";
-import type { SendResult, WebhookSender } from "../webhooks/sender.js";
+import { sendResult, type SendResult, type WebhookSender } from "../webhooks/sender.js";
 import { webhookHeaders } from "../webhooks/sign.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
@@ -184,16 +184,7 @@ export class Dispatcher {
   /** Records a failed attempt without sending: the body is over MAX_PAYLOAD_BYTES and would be every time. */
   private async refuseOversized(event: EventRow, size: number): Promise<void> {
     const now = this.opts.clock.now();
-    const result: SendResult = {
-      ok: false,
-      statusCode: null,
-      latencyMs: 0,
-      error: `payload too large: ${size} bytes, the limit is ${MAX_PAYLOAD_BYTES}; not sent`,
-      blocked: false,
-      responseBody: null,
-      retryAfterMs: null,
-      gone: false,
-    };
+    const result = sendResult({ error: `payload too large: ${size} bytes, the limit is ${MAX_PAYLOAD_BYTES}; not sent` });
     await this.record(event, now, result, "too_large", { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null });
   }
 

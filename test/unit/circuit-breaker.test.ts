@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { breakerOutcome, CircuitBreakers, type BreakerOutcome, type Permit } from "../../src/webhooks/circuit-breaker.js";
 import { destinationHost, hostUrlPrefixes } from "../../src/webhooks/destination.js";
-import type { SendResult } from "../../src/webhooks/sender.js";
+import { sendResult, type SendResult } from "../../src/webhooks/sender.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 
 const HOST = "hooks.example.com:443";
@@ -146,17 +146,7 @@ describe("CircuitBreakers", () => {
 });
 
 describe("breakerOutcome", () => {
-  const result = (fields: Partial<SendResult>): SendResult => ({
-    ok: false,
-    statusCode: null,
-    latencyMs: 1,
-    error: null,
-    blocked: false,
-    responseBody: null,
-    retryAfterMs: null,
-    gone: false,
-    ...fields,
-  });
+  const result = (fields: Partial<SendResult>): SendResult => sendResult({ latencyMs: 1, ...fields });
 
   it.each([
     ["2xx", result({ ok: true, statusCode: 204 }), "success"],
