@@ -200,3 +200,26 @@ export const durationStats = sqliteTable(
   (t) => [uniqueIndex("duration_stats_type_model_uq").on(t.type, t.model)],
 );
 
+
+/**
+ * Dashboard sign-ins (GET /dashboard). The cookie carries a random token; only its SHA-256 is
+ * stored, so a copy of the database does not let anyone sign in. A session ends at `expires_at`,
+ * at sign-out (`revoked_at`), or when its client is revoked (checked on every request).
+ */
+export const dashboardSessions = sqliteTable(
+  "dashboard_sessions",
+  {
+    /** SHA-256 (hex) of the session token in the cookie. */
+    tokenHash: text("token_hash").primaryKey(),
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id, { onDelete: "cascade" }),
+    /** Random per session; every dashboard POST must carry it (CSRF). */
+    csrfToken: text("csrf_token").notNull(),
+    createdAt: integer("created_at").notNull(),
+    lastSeenAt: integer("last_seen_at").notNull(),
+    expiresAt: integer("expires_at").notNull(),
+    revokedAt: integer("revoked_at"),
+  },
+  (t) => [index("dashboard_sessions_client_idx").on(t.clientId), index("dashboard_sessions_expires_idx").on(t.expiresAt)],
+);
