@@ -46,8 +46,8 @@ async function main(): Promise<number> {
   await new Promise<void>((resolve) => server.once("listening", () => resolve()));
   const relayUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 
-  const { client, apiKey } = createClient(database.db, systemClock, { name: "demo" });
-  const verifier = new Webhook(client.webhookSecret);
+  const { apiKey, webhookSecret } = createClient(database.db, systemClock, { name: "demo", encryptionKey: config.encryptionKey });
+  const verifier = new Webhook(webhookSecret);
   const pending = new Set<string>();
   let resolveAll: () => void = () => {};
   const allDelivered = new Promise<void>((resolve) => (resolveAll = resolve));

@@ -19,6 +19,8 @@ import { Poller, type PollStrategy } from "./workers/poller.js";
 import { Pruner } from "./workers/pruner.js";
 import { ReadBudget } from "./workers/read-budget.js";
 import { Submitter } from "./workers/submitter.js";
+import { DurationStats } from "./workers/duration-stats.js";
+import { Lifecycle } from "./core/lifecycle.js";
 
 export interface RelayOptions {
   config: Config;
@@ -49,6 +51,8 @@ export class Relay {
   readonly loops: WorkerLoop[];
   readonly deps: ServiceDeps;
   readonly metrics: Metrics;
+  readonly lifecycle: Lifecycle;
+  readonly catalog: CatalogCache;
 
   constructor(private readonly opts: RelayOptions) {
     const { config, database, clock, logger } = opts;
@@ -58,13 +62,22 @@ export class Relay {
       poller: () => this.loops[1]?.nudge(),
       dispatcher: () => this.loops[2]?.nudge(),
     };
-    this.deps = { db, clock, config, logger, nudges };
     const accounts = new UpstreamAccounts(db, config, opts.upstream.baseUrl, opts.upstream.apiKey, opts.fetch);
     this.budget = new ReadBudget(db, clock, config.upstreamReadsPerMinute);
     const metrics = new Metrics({ db, reads: () => this.budget.snapshot() });
     this.metrics = metrics;
     this.sender = new WebhookSender({ allowPrivateNetworks: config.webhookAllowPrivateNetworks, ...(opts.resolve ? { resolve: opts.resolve } : {}) });
-    this.submitter = new Submitter({ db, clock, config, logger, accounts, owner: this.owner, nudges, metrics });
+    const durations = new DurationStats(db, clock);
+    this.lifecycle = new Lifecycle({
+      db,
+      clock,
+      nudges,
+      firstAttemptDelayMs: config.webhookRetryScheduleMs[0] ?? 0,
+      onSucceeded: (task, ms) => durations.record(task.type, task.model, ms),
+    });
+    this.catalog = new CatalogCache(accounts, clock, logger);
+    this.deps = { db, clock, config, logger, nudges, lifecycle: this.lifecycle, catalog: this.catalog };
+    this.submitter = new Submitter({ db, clock, config, logger, accounts, owner: this.owner, nudges, metrics, lifecycle: this.lifecycle });
     this.poller = new Poller({
       db,
       clock,
@@ -74,6 +87,8 @@ export class Relay {
       budget: this.budget,
       owner: this.owner,
       nudges,
+      lifecycle: this.lifecycle,
+      durations,
       metrics,
       ...(opts.pollStrategy ? { strategy: opts.pollStrategy } : {}),
     });
@@ -96,12 +111,14 @@ export class Relay {
       new WorkerLoop({ name: "poller", clock, logger, tick: () => this.poller.runOnce() }),
       new WorkerLoop({ name: "dispatcher", clock, logger, tick: () => this.dispatcher.tick() }),
       new WorkerLoop({ name: "pruner", clock, logger, tick: () => this.pruner.tick(), idleMs: 60 * 60 * 1000 }),
+      // Keeps the model catalog warm, so intake checks requests against it without waiting on the upstream.
+      new WorkerLoop({ name: "catalog", clock, logger, tick: async () => ({ didWork: false, nextDueAt: await this.catalog.refreshDue() }), idleMs: 10 * 60 * 1000 }),
     ];
     this.dispatcher.onSettled = () => nudges.dispatcher();
     const deliveries = new DeliveryService(this.deps, this.sender);
     this.app = createApp({
       ...this.deps,
-      catalog: new CatalogCache(accounts, clock, logger),
+      catalog: this.catalog,
       readiness: { check: () => this.problems() },
       deliveries,
       metrics,
@@ -129,7 +146,7 @@ export class Relay {
     const now = this.opts.clock.now();
     for (const loop of this.loops) {
       if (!loop.isRunning) problems.push(`worker ${loop.name} not running`);
-      else if (loop.name !== "pruner" && now - loop.lastBeatAt > 120_000) problems.push(`worker ${loop.name} stalled for ${Math.round((now - loop.lastBeatAt) / 1000)} s`);
+      else if (loop.name !== "pruner" && loop.name !== "catalog" && now - loop.lastBeatAt > 120_000) problems.push(`worker ${loop.name} stalled for ${Math.round((now - loop.lastBeatAt) / 1000)} s`);
     }
     return problems;
   }

@@ -1,9 +1,9 @@
 import { readFileSync } from "node:fs";
 import { systemClock } from "../clock.js";
-import { clientSpend } from "../db/usage.js";
+import { creditPosition } from "../db/credits.js";
 import { createClient, listClients, revokeClient, rotateSecret, updateClientLimits } from "../services/clients.js";
 import { out, parse, positionalsAtMost, UsageError } from "./common.js";
-import type { CliContext } from "./context.js";
+import { cliLifecycle, type CliContext } from "./context.js";
 
 function limitArg(value: string | undefined, name: string): number | null | undefined {
   if (value === undefined) return undefined;
@@ -53,7 +53,7 @@ export function runClients(sub: string, args: string[], ctx: CliContext): number
       const maxWaiting = limitArg(values["max-waiting"], "max-waiting") ?? null;
       const maxRunning = limitArg(values["max-running"], "max-running") ?? null;
       const creditLimit = limitArg(values["credit-limit"], "credit-limit") ?? null;
-      const { client, apiKey } = createClient(ctx.open().db, systemClock, {
+      const { client, apiKey, webhookSecret } = createClient(ctx.open().db, systemClock, {
         name: values.name.trim(),
         upstreamKey,
         encryptionKey: ctx.config.encryptionKey,
@@ -62,11 +62,11 @@ export function runClients(sub: string, args: string[], ctx: CliContext): number
         creditLimit,
       });
       if (values.json) {
-        out(JSON.stringify({ id: client.id, name: client.name, api_key: apiKey, webhook_secret: client.webhookSecret }));
+        out(JSON.stringify({ id: client.id, name: client.name, api_key: apiKey, webhook_secret: webhookSecret }));
       } else {
         out(`created client ${client.id} (${client.name})`);
         out(`api key:        ${apiKey}`);
-        out(`webhook secret: ${client.webhookSecret}`);
+        out(`webhook secret: ${webhookSecret}`);
         out("The API key is shown only now: store it safely.");
       }
       return 0;
@@ -74,7 +74,9 @@ export function runClients(sub: string, args: string[], ctx: CliContext): number
     case "list": {
       positionalsAtMost(positionals, 0, "clients list");
       const db = ctx.open().db;
-      const rows = listClients(db).map((c) => ({
+      const rows = listClients(db).map((c) => {
+        const credits = creditPosition(db, c.id)!;
+        return {
         id: c.id,
         name: c.name,
         key_prefix: `${c.apiKeyPrefix}…`,
@@ -83,12 +85,16 @@ export function runClients(sub: string, args: string[], ctx: CliContext): number
         max_waiting: c.maxWaiting,
         max_running: c.maxRunning,
         credit_limit: c.creditLimit,
-        points_spent: clientSpend(db, c.id),
+        points_charged: credits.charged,
+        points_refunded: credits.refunded,
+        points_reserved: credits.reserved,
+        points_spent: credits.charged - credits.refunded,
         created_at: new Date(c.createdAt).toISOString(),
-      }));
+      };
+      });
       if (values.json) out(JSON.stringify(rows));
       else if (rows.length === 0) out("no clients yet: npm run cli -- clients create --name NAME");
-      else for (const r of rows) out(`${r.id}  ${r.status.padEnd(7)}  ${r.key_prefix}  spent=${r.points_spent}${r.credit_limit !== null ? `/${r.credit_limit}` : ""}  ${r.name}`);
+      else for (const r of rows) out(`${r.id}  ${r.status.padEnd(7)}  ${r.key_prefix}  spent=${r.points_spent}${r.credit_limit !== null ? `/${r.credit_limit}` : ""} reserved=${r.points_reserved}  ${r.name}`);
       return 0;
     }
     case "update": {
@@ -105,14 +111,15 @@ export function runClients(sub: string, args: string[], ctx: CliContext): number
     }
     case "revoke": {
       const id = requireId(positionals, "clients revoke");
-      const revoked = revokeClient(ctx.open().db, systemClock, id);
+      const db = ctx.open().db;
+      const revoked = revokeClient({ db, clock: systemClock, lifecycle: cliLifecycle(db, ctx) }, id);
       if (!revoked) throw new UsageError(`no client ${id}`);
-      out(`revoked ${revoked.id}: its API key is refused from now on`);
+      out(`revoked ${revoked.client.id}: its API key is refused from now on; ${revoked.canceled} task(s) not yet submitted were canceled`);
       return 0;
     }
     case "rotate-secret": {
       const id = requireId(positionals, "clients rotate-secret");
-      const rotated = rotateSecret(ctx.open().db, systemClock, id);
+      const rotated = rotateSecret(ctx.open().db, systemClock, id, ctx.config.encryptionKey);
       if (!rotated) throw new UsageError(`no client ${id}`);
       const expires = new Date(rotated.previousExpiresAt).toISOString();
       if (values.json) out(JSON.stringify({ id, webhook_secret: rotated.secret, previous_secret_expires_at: expires }));

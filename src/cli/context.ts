@@ -1,5 +1,8 @@
 import type { Config } from "../config.js";
-import type { Database_ } from "../db/open.js";
+import type { Database_, Db } from "../db/open.js";
+import { systemClock } from "../clock.js";
+import { Lifecycle } from "../core/lifecycle.js";
+import { noNudges } from "../services/deps.js";
 
 export interface CliContext {
   config: Config;
@@ -10,4 +13,9 @@ export interface CliContext {
    * the schema as found (a backup copies exactly what is there).
    */
   open(opts?: { mustExist?: boolean; migrate?: boolean }): Database_;
+}
+
+/** The lifecycle for the CLI's state changes (cancel, revoke): the server's workers pick its events up. */
+export function cliLifecycle(db: Db, ctx: CliContext): Lifecycle {
+  return new Lifecycle({ db, clock: systemClock, nudges: noNudges, firstAttemptDelayMs: ctx.config.webhookRetryScheduleMs[0] ?? 0 });
 }

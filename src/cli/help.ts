@@ -47,7 +47,7 @@ DATABASE_PATH-shm if present), start the server.`,
     },
   },
   tasks: {
-    summary: "Support: look at tasks across every client.",
+    summary: "Support: look at tasks across every client, and cancel unsubmitted ones.",
     commands: {
       list: {
         usage: "tasks list [--client ID] [--status S] [--limit N] [--json]",
@@ -58,6 +58,11 @@ DATABASE_PATH-shm if present), start the server.`,
         usage: "tasks show ID [--json]",
         summary: "Shows one task (by relay task id or upstream task id) with its events and delivery attempts.",
         details: "Never shows the client's API key or webhook secret.",
+      },
+      cancel: {
+        usage: "tasks cancel ID",
+        summary: "Cancels any client's task not yet submitted upstream (never charged); its task.canceled webhook follows.",
+        details: "A task already offered upstream cannot be canceled (the upstream has no cancel): exit 1.",
       },
     },
   },

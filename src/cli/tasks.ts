@@ -5,7 +5,10 @@ import { TASK_STATUSES, type TaskStatus } from "../db/schema.js";
 import { findTasksByAnyId, listTaskEvents, listTasksForSupport } from "../db/support.js";
 import type { TaskRow } from "../db/tasks.js";
 import { iso, out, parse, positionalsAtMost, UsageError, wholeNumber } from "./common.js";
-import type { CliContext } from "./context.js";
+import { cliLifecycle, type CliContext } from "./context.js";
+import { systemClock } from "../clock.js";
+import { ApiError } from "../services/errors.js";
+import { cancelWaitingTask } from "../services/tasks.js";
 
 function json(text: string | null): unknown {
   if (text === null) return null;
@@ -198,9 +201,27 @@ function show(args: string[], ctx: CliContext): number {
   return 0;
 }
 
-/** `tasks <sub>`: list, show. */
+function cancel(args: string[], ctx: CliContext): number {
+  const { positionals } = parse(args, {});
+  const id = positionals[0];
+  if (!id) throw new UsageError("tasks cancel needs a relay task id");
+  positionalsAtMost(positionals, 1, "tasks cancel");
+  const db = ctx.open({ mustExist: true }).db;
+  try {
+    const task = cancelWaitingTask({ db, clock: systemClock, lifecycle: cliLifecycle(db, ctx) }, null, id);
+    out(`canceled ${task.id} (client ${task.clientId}): it was never submitted upstream and is not charged`);
+    return 0;
+  } catch (err) {
+    if (err instanceof ApiError) throw new UsageError(err.code === "task_not_found" ? `no task ${id}` : `cannot cancel ${id}: ${err.message}`);
+    throw err;
+  }
+}
+
+/** `tasks <sub>`: list, show, cancel. */
 export function runTasks(sub: string, args: string[], ctx: CliContext): number {
   switch (sub) {
+    case "cancel":
+      return cancel(args, ctx);
     case "list":
       return list(args, ctx);
     case "show":

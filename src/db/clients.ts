@@ -1,12 +1,13 @@
 import { asc, eq, sql } from "drizzle-orm";
 import type { Db } from "./open.js";
+import type { DbOrTx } from "./tx.js";
 import { clients } from "./schema.js";
 
 export type ClientRow = typeof clients.$inferSelect;
 export type NewClientRow = typeof clients.$inferInsert;
 
 export function insertClient(db: Db, row: NewClientRow): ClientRow {
-  return db.insert(clients).values(row).returning().get();
+  return db.insert(clients).values(row).returning().all()[0]!;
 }
 
 /** Every authenticated request runs this, so it is prepared once per database. */
@@ -21,7 +22,7 @@ export function findClientByKeyHash(db: Db, apiKeyHash: string): ClientRow | und
   return statement.get({ hash: apiKeyHash });
 }
 
-export function findClient(db: Db, id: string): ClientRow | undefined {
+export function findClient(db: DbOrTx, id: string): ClientRow | undefined {
   return db.select().from(clients).where(eq(clients.id, id)).get();
 }
 
@@ -29,6 +30,11 @@ export function listClients(db: Db): ClientRow[] {
   return db.select().from(clients).orderBy(asc(clients.id)).all();
 }
 
-export function updateClient(db: Db, id: string, patch: Partial<NewClientRow>): ClientRow | undefined {
-  return db.update(clients).set(patch).where(eq(clients.id, id)).returning().get();
+export function updateClient(db: DbOrTx, id: string, patch: Partial<NewClientRow>): ClientRow | undefined {
+  return db.update(clients).set(patch).where(eq(clients.id, id)).returning().all()[0];
+}
+
+/** Round-robin admission: the client's task was just submitted. */
+export function markAdmitted(db: Db, id: string, at: number): void {
+  db.update(clients).set({ lastAdmittedAt: at }).where(eq(clients.id, id)).run();
 }

@@ -2,7 +2,7 @@ import { and, asc, desc, eq, gt, gte, inArray, isNull, lt, lte, notInArray, or, 
 import { destinationHost, hostUrlPrefixes } from "../webhooks/destination.js";
 import type { Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
-import { deliveryAttempts, events } from "./schema.js";
+import { clients, deliveryAttempts, events } from "./schema.js";
 
 export type EventRow = typeof events.$inferSelect;
 export type NewEventRow = typeof events.$inferInsert;
@@ -10,7 +10,19 @@ export type AttemptRow = typeof deliveryAttempts.$inferSelect;
 export type NewAttemptRow = typeof deliveryAttempts.$inferInsert;
 
 export function insertEvent(db: DbOrTx, row: NewEventRow): EventRow {
-  return db.insert(events).values(row).returning().get();
+  return db.insert(events).values(row).returning().all()[0]!;
+}
+
+/** Takes the client's next pull-feed position (inside the transaction that writes the event). */
+export function nextClientEventSeq(db: DbOrTx, clientId: string): number {
+  const row = db
+    .update(clients)
+    .set({ eventSeq: sql`${clients.eventSeq} + 1` })
+    .where(eq(clients.id, clientId))
+    .returning({ seq: clients.eventSeq })
+    .all()[0];
+  if (!row) throw new Error(`no client ${clientId}`);
+  return row.seq;
 }
 
 export function findEvent(db: DbOrTx, id: string): EventRow | undefined {
@@ -170,15 +182,15 @@ export function updateLeasedEvent(db: DbOrTx, id: string, token: string, patch: 
     .set(patch)
     .where(and(eq(events.id, id), eq(events.claimToken, token)))
     .returning()
-    .get();
+    .all()[0];
 }
 
 export function updateEvent(db: DbOrTx, id: string, patch: Partial<NewEventRow>): EventRow | undefined {
-  return db.update(events).set(patch).where(eq(events.id, id)).returning().get();
+  return db.update(events).set(patch).where(eq(events.id, id)).returning().all()[0];
 }
 
 export function insertAttempt(db: DbOrTx, row: NewAttemptRow): AttemptRow {
-  return db.insert(deliveryAttempts).values(row).returning().get();
+  return db.insert(deliveryAttempts).values(row).returning().all()[0]!;
 }
 
 export function listTaskAttempts(db: DbOrTx, taskId: string): AttemptRow[] {

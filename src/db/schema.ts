@@ -1,5 +1,5 @@
 
-import { index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { blob, index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 
 /**
  * Every timestamp is integer milliseconds since the epoch, taken from the injected clock.
@@ -26,6 +26,15 @@ export const clients = sqliteTable(
     maxWaiting: integer("max_waiting"),
     maxRunning: integer("max_running"),
     creditLimit: integer("credit_limit"),
+    /**
+     * The credit ledger's running totals (see credit_ledger): they survive retention pruning of
+     * task rows. `points_reserved` is held by the client's waiting and in-flight tasks.
+     */
+    pointsCharged: integer("points_charged").notNull().default(0),
+    pointsRefunded: integer("points_refunded").notNull().default(0),
+    pointsReserved: integer("points_reserved").notNull().default(0),
+    /** Events written for this client; the next event's client_seq is this + 1 (the pull feed's order). */
+    eventSeq: integer("event_seq").notNull().default(0),
     /** Round-robin admission: when a task of this client was last submitted upstream. */
     lastAdmittedAt: integer("last_admitted_at").notNull().default(0),
     createdAt: integer("created_at").notNull(),
@@ -66,6 +75,12 @@ export const tasks = sqliteTable(
     pointsCharged: integer("points_charged"),
     pointsRefunded: integer("points_refunded"),
     errorJson: text("error_json"),
+    /** Credits held for this task while it waits or runs and its charge is not known yet (see core/credits). */
+    pointsReserved: integer("points_reserved").notNull().default(0),
+    /** Model and price-relevant parameters: tasks with the same key cost the same (learned prices). */
+    priceKey: text("price_key").notNull().default(""),
+    /** First 409 "still being created" answer to this task's own key in the current run of them. */
+    conflictSince: integer("conflict_since"),
     /** Number of events written for this task; the next event's sequence is this + 1. */
     eventSequence: integer("event_sequence").notNull().default(0),
     submitAttempts: integer("submit_attempts").notNull().default(0),
@@ -90,6 +105,8 @@ export const tasks = sqliteTable(
     index("tasks_phase_expires_idx").on(t.phase, t.expiresAt),
     index("tasks_upstream_task_idx").on(t.upstreamAccount, t.upstreamTaskId),
     index("tasks_done_completed_idx").on(t.phase, t.completedAt),
+    index("tasks_phase_lease_idx").on(t.phase, t.claimedUntil),
+    index("tasks_client_phase_idx").on(t.clientId, t.phase),
   ],
 );
 
@@ -108,6 +125,8 @@ export const events = sqliteTable(
     clientId: text("client_id")
       .notNull()
       .references(() => clients.id),
+    /** Position in the client's own pull feed (the opaque cursor encodes it, never the relay-wide seq). */
+    clientSeq: integer("client_seq").notNull().default(0),
     taskId: text("task_id")
       .notNull()
       .references(() => tasks.id, { onDelete: "cascade" }),
@@ -116,6 +135,8 @@ export const events = sqliteTable(
     /** The exact JSON body sent on every attempt. */
     payload: text("payload").notNull(),
     callbackUrl: text("callback_url"),
+    /** `hostname:port` of callback_url (webhooks/destination), stored so SQL never parses URLs. */
+    destinationHost: text("destination_host").notNull().default(""),
     deliveryStatus: text("delivery_status", { enum: DELIVERY_STATUSES }).notNull(),
     /** Attempts made so far in total (all rounds). */
     attempts: integer("attempts").notNull().default(0),
@@ -136,6 +157,8 @@ export const events = sqliteTable(
     index("events_task_seq_idx").on(t.taskId, t.sequence),
     index("events_client_seq_idx").on(t.clientId, t.seq),
     index("events_due_idx").on(t.deliveryStatus, t.nextAttemptAt),
+    index("events_client_feed_idx").on(t.clientId, t.clientSeq),
+    index("events_destination_idx").on(t.clientId, t.destinationHost, t.deliveryStatus),
   ],
 );
 
@@ -223,3 +246,38 @@ export const dashboardSessions = sqliteTable(
   },
   (t) => [index("dashboard_sessions_client_idx").on(t.clientId), index("dashboard_sessions_expires_idx").on(t.expiresAt)],
 );
+
+/**
+ * Every change to what a client was charged or refunded, appended in the same transaction as the
+ * task change that causes it. Task rows are pruned after TASK_RETENTION_DAYS; this is not, so a
+ * credit limit never resets (clients.points_* hold the running totals).
+ */
+export const creditLedger = sqliteTable(
+  "credit_ledger",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id, { onDelete: "cascade" }),
+    taskId: text("task_id").notNull(),
+    /** Change of points charged and refunded (either may be 0). */
+    charged: integer("charged").notNull(),
+    refunded: integer("refunded").notNull(),
+    at: integer("at").notNull(),
+  },
+  (t) => [index("credit_ledger_client_idx").on(t.clientId, t.id)],
+);
+
+/** What a model with given price-relevant parameters costs, learned from usage.points_charged. */
+export const learnedPrices = sqliteTable("learned_prices", {
+  priceKey: text("price_key").primaryKey(),
+  points: integer("points").notNull(),
+  updatedAt: integer("updated_at").notNull(),
+});
+
+/** Written and emptied by the /readyz probe: a write that needs fresh pages, so a full disk shows. */
+export const healthProbe = sqliteTable("health_probe", {
+  id: integer("id").primaryKey({ autoIncrement: true }),
+  at: integer("at").notNull(),
+  pad: blob("pad"),
+});

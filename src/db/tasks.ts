@@ -7,7 +7,7 @@ export type TaskRow = typeof tasks.$inferSelect;
 export type NewTaskRow = typeof tasks.$inferInsert;
 
 export function insertTask(db: DbOrTx, row: NewTaskRow): TaskRow {
-  return db.insert(tasks).values(row).returning().get();
+  return db.insert(tasks).values(row).returning().all()[0]!;
 }
 
 /**
@@ -36,7 +36,7 @@ function intakeStatements(db: Db) {
 }
 const intakeCache = new WeakMap<
   Db,
-  { byKey: { get(p: Record<string, unknown>): TaskRow | undefined }; insert: { get(p: Record<string, unknown>): TaskRow }; columns: string[] }
+  { byKey: { get(p: Record<string, unknown>): TaskRow | undefined }; insert: { all(p: Record<string, unknown>): TaskRow[] }; columns: string[] }
 >();
 
 /** findTaskByIdempotencyKey on a prepared statement (the intake's hot path). */
@@ -48,12 +48,14 @@ export function findTaskByIdempotencyKeyPrepared(db: Db, clientId: string, key: 
 export function insertTaskPrepared(db: Db, row: NewTaskRow): TaskRow {
   const full: Record<string, unknown> = {
     eventSequence: 0,
+    pointsReserved: 0,
+    priceKey: "",
     submitAttempts: 0,
     pollCount: 0,
   };
   const { columns, insert } = intakeStatements(db);
   for (const c of columns) full[c] = (row as Record<string, unknown>)[c] ?? full[c] ?? null;
-  return insert.get(full);
+  return insert.all(full)[0]!;
 }
 
 export function findTask(db: DbOrTx, id: string): TaskRow | undefined {
@@ -102,11 +104,11 @@ export function updateLeasedTask(db: DbOrTx, id: string, token: string, patch: P
     .set(patch)
     .where(and(eq(tasks.id, id), eq(tasks.claimToken, token)))
     .returning()
-    .get();
+    .all()[0];
 }
 
 export function updateTask(db: DbOrTx, id: string, patch: Partial<NewTaskRow>): TaskRow | undefined {
-  return db.update(tasks).set(patch).where(eq(tasks.id, id)).returning().get();
+  return db.update(tasks).set(patch).where(eq(tasks.id, id)).returning().all()[0];
 }
 
 function unclaimed(now: number): SQL {
@@ -235,6 +237,36 @@ export function countByPhaseForClient(db: Db, clientId: string, phase: TaskPhase
     .where(and(eq(tasks.clientId, clientId), eq(tasks.phase, phase)))
     .get();
   return row?.n ?? 0;
+}
+
+/** Waiting tasks of an account created before this one (ids are time-ordered): its queue position - 1. */
+export function waitingAhead(db: DbOrTx, account: string, id: string): number {
+  const row = db
+    .select({ n: sql<number>`count(*)` })
+    .from(tasks)
+    .where(and(eq(tasks.phase, "waiting"), eq(tasks.upstreamAccount, account), lt(tasks.id, id)))
+    .get();
+  return row?.n ?? 0;
+}
+
+/** A client's waiting tasks never offered upstream and not leased: revocation cancels them. */
+export function unsubmittedOfClient(db: DbOrTx, clientId: string, now: number): TaskRow[] {
+  return db
+    .select()
+    .from(tasks)
+    .where(and(eq(tasks.clientId, clientId), eq(tasks.phase, "waiting"), eq(tasks.submitAttempts, 0), unclaimed(now)))
+    .all();
+}
+
+/**
+ * Credits of a client came back (a reservation ended): its waiting tasks held back until later are
+ * due again now, so one that waited for room is looked at at once (account pauses and caps still apply).
+ */
+export function wakeWaitingOfClient(db: DbOrTx, clientId: string, now: number): void {
+  db.update(tasks)
+    .set({ nextRunAt: now })
+    .where(and(eq(tasks.clientId, clientId), eq(tasks.phase, "waiting"), eq(tasks.submitAttempts, 0), gt(tasks.nextRunAt, now), unclaimed(now)))
+    .run();
 }
 
 /** Releases every lease this process holds (graceful shutdown), so a restart need not wait for expiry. */

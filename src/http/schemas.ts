@@ -1,6 +1,6 @@
 import { z } from "@hono/zod-openapi";
 import { TASK_STATUSES } from "../db/schema.js";
-import { TASK_EVENT_TYPES } from "../services/transitions.js";
+import { TASK_EVENT_TYPES } from "../core/transition.js";
 
 const nonBlank3 = (s: string) => s.replace(/\s/g, "").length >= 3;
 

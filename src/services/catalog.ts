@@ -20,6 +20,8 @@ const RETRY_AFTER_FAILURE_MS = 30_000;
  */
 export class CatalogCache {
   private readonly entries = new Map<string, Entry>();
+  /** Accounts intake asked about: the background refresh keeps their copies warm. */
+  private readonly wanted = new Set<string>(["default"]);
 
   constructor(
     private readonly accounts: UpstreamAccounts,
@@ -40,6 +42,31 @@ export class CatalogCache {
       });
     }
     return { body: entry.body, ageSeconds: Math.max(0, Math.floor((this.clock.now() - entry.fetchedAt) / 1000)) };
+  }
+
+  /** The cached copy for intake's checks, without waiting on the upstream; null when none was fetched yet. */
+  peek(account: string): unknown | null {
+    this.wanted.add(account);
+    return this.entries.get(account)?.body ?? null;
+  }
+
+  /**
+   * Refreshes every wanted account whose copy is missing or stale (the catalog worker's tick), so
+   * intake can check requests without ever waiting on the upstream. Returns when to run again.
+   */
+  async refreshDue(): Promise<number> {
+    const now = this.clock.now();
+    let next = now + this.ttlMs;
+    for (const account of this.wanted) {
+      const entry = this.entries.get(account);
+      const due = entry ? Math.max(entry.fetchedAt + this.ttlMs, entry.retryAt) : now;
+      if (due <= now) {
+        await this.refresh(account, false);
+        const after = this.entries.get(account);
+        next = Math.min(next, after && after.fetchedAt >= now ? after.fetchedAt + this.ttlMs : this.clock.now() + RETRY_AFTER_FAILURE_MS);
+      } else next = Math.min(next, due);
+    }
+    return next;
   }
 
   private async refresh(account: string, mustSucceed: boolean): Promise<void> {

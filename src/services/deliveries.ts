@@ -1,7 +1,8 @@
 import { newId } from "../ids.js";
 import { findClient } from "../db/clients.js";
 import { lastEventOfTask, listClientEvents, listTaskAttempts, requeueFailedEvents, updateEvent } from "../db/events.js";
-import { clientSpend, clientUsage } from "../db/usage.js";
+import { taskCounts } from "../db/usage.js";
+import { creditPosition } from "../db/credits.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import { webhookHeaders } from "../webhooks/sign.js";
 import type { WebhookSender } from "../webhooks/sender.js";
@@ -67,7 +68,7 @@ export class DeliveryService {
     const body = JSON.stringify({ type: "ping", timestamp: new Date(now).toISOString(), data: { client_id: client.id, message: "genrelay test webhook" } });
     const result = await this.sender.send({
       url: verdict.url,
-      headers: webhookHeaders(activeSecrets(client, now), id, Math.floor(now / 1000), body),
+      headers: webhookHeaders(activeSecrets(client, now, config.encryptionKey), id, Math.floor(now / 1000), body),
       body,
       timeoutMs: config.webhookTimeoutMs,
     });
@@ -83,7 +84,7 @@ export class DeliveryService {
   }
 
   rotateSecret(clientId: string) {
-    const rotated = rotateSecret(this.deps.db, this.deps.clock, clientId)!;
+    const rotated = rotateSecret(this.deps.db, this.deps.clock, clientId, this.deps.config.encryptionKey)!;
     return { webhook_secret: rotated.secret, previous_secret_expires_at: iso(rotated.previousExpiresAt)! };
   }
 
@@ -114,10 +115,17 @@ export class DeliveryService {
     return { requeued };
   }
 
+  /** Task counts (of retained tasks) and the credit ledger's totals, which survive pruning. */
   usage(clientId: string) {
     const { db } = this.deps;
-    const client = findClient(db, clientId)!;
-    const usage = clientUsage(db, clientId);
-    return { ...usage, points_spent: clientSpend(db, clientId), credit_limit: client.creditLimit };
+    const p = creditPosition(db, clientId)!;
+    return {
+      tasks: taskCounts(db, clientId),
+      points_charged: p.charged,
+      points_refunded: p.refunded,
+      points_reserved: p.reserved,
+      points_spent: p.charged - p.refunded,
+      credit_limit: p.limit,
+    };
   }
 }

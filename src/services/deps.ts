@@ -2,6 +2,7 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Db } from "../db/open.js";
 import type { Logger } from "../logger.js";
+import type { Lifecycle } from "../core/lifecycle.js";
 
 /** Wakes a worker loop early: a new row exists that it may act on now. */
 export interface Nudges {
@@ -19,4 +20,7 @@ export interface ServiceDeps {
   config: Config;
   logger: Logger;
   nudges: Nudges;
+  lifecycle: Lifecycle;
+  /** The cached upstream catalog per account, when one was fetched (intake checks requests against it). */
+  catalog?: { peek(account: string): unknown | null };
 }

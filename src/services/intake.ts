@@ -5,11 +5,14 @@ import type { GroupCommit } from "../db/group-commit.js";
 import type { Db } from "../db/open.js";
 import { countByPhaseForClient, findTaskByIdempotencyKeyPrepared, insertTaskPrepared, type TaskRow } from "../db/tasks.js";
 import type { DbOrTx } from "../db/tx.js";
-import { clientSpend } from "../db/usage.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
-import { DEFAULT_CALLBACK_EVENTS } from "./transitions.js";
+import { DEFAULT_CALLBACK_EVENTS } from "../core/transition.js";
+import { applyCreditChange } from "../db/credits.js";
+import { checkAgainstCatalog } from "./catalog-check.js";
+import { priceOf, reserveAtIntake } from "./credits.js";
+import { priceKey } from "./pricing.js";
 
 /** Fields the relay adds to the upstream body; they are never sent upstream. */
 export const RELAY_FIELDS = ["callback_url", "callback_events", "metadata", "expires_after_seconds"] as const;
@@ -60,6 +63,7 @@ interface PreparedTask {
   events: string[];
   metadata: Record<string, string> | undefined;
   expiresAfter: number | undefined;
+  priceKey: string;
 }
 
 function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
@@ -77,6 +81,11 @@ function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
   checkMediaUrls(body);
   const upstreamBody: Record<string, unknown> = { ...body };
   for (const field of RELAY_FIELDS) delete upstreamBody[field];
+  // What the upstream would refuse (unknown model, a parameter the model does not support) is
+  // refused here, before anything is stored, when the catalog is cached; without one the upstream decides.
+  const catalog = deps.catalog?.peek(input.client.upstreamAccount) ?? null;
+  const problems = catalog === null ? [] : checkAgainstCatalog(catalog, type, upstreamBody);
+  if (problems.length > 0) throw new ApiError("validation_error", "The upstream's model catalog does not allow this request.", problems);
   return {
     input,
     callbackUrl,
@@ -85,6 +94,7 @@ function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
     events: (body.callback_events as string[] | undefined) ?? DEFAULT_CALLBACK_EVENTS,
     metadata: body.metadata as Record<string, string> | undefined,
     expiresAfter: body.expires_after_seconds as number | undefined,
+    priceKey: priceKey(type, upstreamBody),
   };
 }
 
@@ -107,9 +117,9 @@ function storeTask(db: Db, tx: DbOrTx, now: number, p: PreparedTask): CreateTask
       "Retry-After": "5",
     });
   }
-  if (client.creditLimit !== null && clientSpend(tx, client.id) >= client.creditLimit) {
-    throw new ApiError("insufficient_points", "Your credit limit on this relay is used up.");
-  }
+  // The budget is decided in this transaction: concurrent creations cannot all see the same room.
+  const reserved =
+    client.creditLimit === null ? 0 : reserveAtIntake(tx, client.id, priceOf(tx, type, p.priceKey, () => p.upstreamBody));
   const id = newId("task", now);
   const task = insertTaskPrepared(db, {
     id,
@@ -127,11 +137,14 @@ function storeTask(db: Db, tx: DbOrTx, now: number, p: PreparedTask): CreateTask
     upstreamAccount: client.upstreamAccount,
     // Derived from the task id and fixed here, before any submission: every retry reuses it.
     upstreamIdempotencyKey: `genrelay-${id}`,
+    pointsReserved: reserved,
+    priceKey: p.priceKey,
     nextRunAt: now,
     expiresAt: p.expiresAfter ? now + p.expiresAfter * 1000 : null,
     createdAt: now,
     updatedAt: now,
   });
+  applyCreditChange(tx, client.id, id, { charged: 0, refunded: 0, reserved }, now);
   return { task, replayed: false };
 }
 

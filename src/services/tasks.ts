@@ -1,13 +1,11 @@
-import { and, eq, lt, sql } from "drizzle-orm";
 import { lastEventsOfTasks } from "../db/events.js";
-import { tasks } from "../db/schema.js";
-import { findClientTask, listClientTasks, type TaskRow } from "../db/tasks.js";
+import { findClientTask, findTask, listClientTasks, waitingAhead, type TaskRow } from "../db/tasks.js";
 import type { TaskStatus } from "../db/schema.js";
 import type { Db } from "../db/open.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { deliverySummary, flatTask, taskView, type FlatTask, type TaskView } from "./task-view.js";
-import { transitionTask } from "./transitions.js";
+import type { Lifecycle } from "../core/lifecycle.js";
 
 function notFound(): ApiError {
   return new ApiError("task_not_found", "No task with this id belongs to your API key.");
@@ -16,12 +14,7 @@ function notFound(): ApiError {
 /** 1-based place among the account's waiting tasks, for a task still waiting in the relay. */
 function queuePosition(db: Db, task: TaskRow): number | null {
   if (task.phase !== "waiting") return null;
-  const row = db
-    .select({ n: sql<number>`count(*)` })
-    .from(tasks)
-    .where(and(eq(tasks.phase, "waiting"), eq(tasks.upstreamAccount, task.upstreamAccount), lt(tasks.id, task.id)))
-    .get();
-  return (row?.n ?? 0) + 1;
+  return waitingAhead(db, task.upstreamAccount, task.id) + 1;
 }
 
 export function requireClientTask(db: Db, clientId: string, id: string): TaskRow {
@@ -74,12 +67,13 @@ export function listTaskViews(
 /**
  * Cancels a task that has never been offered to the upstream. Once a submission was attempted,
  * the upstream may have created (and charged) it, and it has no cancel: 409 cannot_cancel.
+ * `clientId` null: an operator's cancel (the CLI), any client's task.
  */
-export function cancelTask(deps: ServiceDeps, clientId: string, id: string): TaskView {
-  const { db, clock } = deps;
+export function cancelWaitingTask(deps: { db: Db; clock: { now(): number }; lifecycle: Lifecycle }, clientId: string | null, id: string): TaskRow {
+  const { db, clock, lifecycle } = deps;
   const now = clock.now();
-  const result = db.transaction((tx) => {
-    const task = findClientTask(tx, clientId, id);
+  return db.transaction((tx) => {
+    const task = clientId === null ? findTask(tx, id) : findClientTask(tx, clientId, id);
     if (!task) throw notFound();
     if (task.status === "canceled") return task;
     const leased = task.claimedUntil !== null && task.claimedUntil >= now;
@@ -91,21 +85,10 @@ export function cancelTask(deps: ServiceDeps, clientId: string, id: string): Tas
           : "The task was already submitted upstream, which offers no cancel; it will run to its end.",
       );
     }
-    return transitionTask(
-      tx,
-      task,
-      {
-        status: "canceled",
-        phase: "done",
-        pointsCharged: 0,
-        pointsRefunded: 0,
-        completedAt: now,
-        updatedAt: now,
-        nextRunAt: null,
-      },
-      { now },
-    )!;
+    return lifecycle.cancel(task, null, null, tx)!;
   });
-  deps.nudges.dispatcher();
-  return viewOf(db, result);
+}
+
+export function cancelTask(deps: ServiceDeps, clientId: string, id: string): TaskView {
+  return viewOf(deps.db, cancelWaitingTask(deps, clientId, id));
 }

@@ -1,23 +1,14 @@
 import type { PImageQuality } from "./catalog.js";
+import { P_IMAGE_PRICES, V_VIDEO_5S_PRICES } from "../upstream/price-tables.js";
 
 /** Flat rate for image models without a published table. */
 export const DEFAULT_IMAGE_PRICE = 20;
 
-// UPSTREAM-API.md §8, "discounted" column: the rates the account is actually charged.
-const P_IMAGE_TABLE: Record<PImageQuality, Record<string, number>> = {
-  low: { "1K": 20, "2K": 30, "4K": 50 },
-  medium: { "1K": 40, "2K": 70, "4K": 120 },
-  high: { "1K": 140, "2K": 270, "4K": 450 },
-  xhigh: { "1K": 240, "2K": 480, "4K": 800 },
-  max: { "1K": 530, "2K": 1080, "4K": 1780 },
-  auto: { "1K": 530, "2K": 1080, "4K": 1780 },
-};
-
 /** Price of a default 5-second video by resolution; model V of §8 plus a 1080p tier. */
-const VIDEO_BASE_5S: Record<string, number> = { "480p": 500, "720p": 750, "1080p": 1000 };
+const VIDEO_BASE_5S: Record<string, number> = { ...V_VIDEO_5S_PRICES, "1080p": 1000 };
 
 export function imagePrice(model: string, quality: PImageQuality, size: string, count = 1): number {
-  const perImage = model === "p-image" ? (P_IMAGE_TABLE[quality][size] ?? DEFAULT_IMAGE_PRICE) : DEFAULT_IMAGE_PRICE;
+  const perImage = model === "p-image" ? (P_IMAGE_PRICES[quality]?.[size] ?? DEFAULT_IMAGE_PRICE) : DEFAULT_IMAGE_PRICE;
   return perImage * count;
 }
 

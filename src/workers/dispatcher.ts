@@ -195,7 +195,7 @@ export class Dispatcher {
     try {
       result = await sender.send({
         url: event.callbackUrl!,
-        headers: webhookHeaders(activeSecrets(client, startedAt), event.id, Math.floor(startedAt / 1000), event.payload),
+        headers: webhookHeaders(activeSecrets(client, startedAt, config.encryptionKey), event.id, Math.floor(startedAt / 1000), event.payload),
         body: event.payload,
         timeoutMs: config.webhookTimeoutMs,
       });

@@ -3,12 +3,12 @@ import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import type { Metrics } from "../metrics.js";
 import type { Db } from "../db/open.js";
-import { accountsInFlight, claimDueTasks, claimTasks, countRunning, listInFlight, nextDueAt, updateLeasedTask, type TaskRow } from "../db/tasks.js";
+import { accountsInFlight, claimDueTasks, claimTasks, countRunning, listInFlight, nextDueAt, type TaskRow } from "../db/tasks.js";
+import type { Lifecycle } from "../core/lifecycle.js";
+import { TERMINAL_STATUSES } from "../core/transition.js";
 import type { Nudges } from "../services/deps.js";
-import { TERMINAL_STATUSES, transitionTask } from "../services/transitions.js";
 import type { UpstreamAccounts } from "../services/upstream-accounts.js";
 import { UpstreamError } from "../upstream/errors.js";
-import type { UpstreamTask } from "../upstream/types.js";
 import { DurationStats } from "./duration-stats.js";
 import { finishedCandidates, harvestTerminal, sweepActive } from "./list-sweep.js";
 import type { TickResult } from "./loop.js";
@@ -27,6 +27,9 @@ export interface PollerOptions {
   budget: ReadBudget;
   owner: LeaseOwner;
   nudges: Nudges;
+  lifecycle: Lifecycle;
+  /** Learned durations (shared with the lifecycle, which records them); one is made when absent. */
+  durations?: DurationStats;
   metrics?: Metrics | undefined;
   /**
    * adaptive (default): list sweeps for many in-flight tasks, single reads timed by learned durations.
@@ -37,8 +40,12 @@ export interface PollerOptions {
 
 /** A claim outlasts the upstream read it covers. */
 const LEASE_MARGIN_MS = 5_000;
-/** Consecutive 404s before a submitted task is declared lost upstream. */
-const NOT_FOUND_LIMIT = 3;
+/**
+ * A submitted task is declared lost only after JSON `404 task_not_found` answers spanning this long
+ * with no good read between: the upstream may have charged it, so a glitch (an HTML 404 from a
+ * proxy, a deploy) must never write it off.
+ */
+export const LOST_AFTER_MS = 10 * 60_000;
 /** Below this many tasks in flight, single reads cost no more than a sweep. */
 const SWEEP_MIN_TASKS = 3;
 /** Share of the read budget sweeps may use; the rest serves single reads. */
@@ -67,6 +74,7 @@ interface ListState {
  */
 export class Poller {
   readonly durations: DurationStats;
+  /** Per task: when the current run of JSON 404 task_not_found answers began. */
   private readonly notFound = new Map<string, number>();
   private readonly lists = new Map<string, ListState>();
   /** Per account: relay task ids a sweep found ended, whose result a single read must fetch. */
@@ -74,7 +82,7 @@ export class Poller {
   private readonly strategy: PollStrategy;
 
   constructor(private readonly opts: PollerOptions) {
-    this.durations = new DurationStats(opts.db, opts.clock);
+    this.durations = opts.durations ?? new DurationStats(opts.db, opts.clock);
     this.strategy = opts.strategy ?? "adaptive";
   }
 
@@ -202,7 +210,7 @@ export class Poller {
       }
       const token = this.opts.owner.token();
       for (const row of claimTasks(db, { ids: changed, phase: "submitted", now, leaseMs: this.leaseMs(), token })) {
-        this.apply(row, token, result.seen.get(row.upstreamTaskId!)!, coveredUntil);
+        this.opts.lifecycle.recordObservation(row, token, result.seen.get(row.upstreamTaskId!)!, coveredUntil);
       }
       if (covered > result.reads) metrics?.readsSaved.inc(covered - result.reads);
     } catch (err) {
@@ -216,17 +224,19 @@ export class Poller {
   }
 
   private async readOne(task: TaskRow): Promise<void> {
-    const { db, clock, budget, logger, metrics } = this.opts;
+    const { clock, budget, logger, metrics, lifecycle } = this.opts;
     const token = task.claimToken!;
     if (!budget.take(task.upstreamAccount)) {
-      updateLeasedTask(db, task.id, token, { claimToken: null, claimedUntil: null });
+      lifecycle.release(task, token);
       return;
     }
     try {
       const remote = await this.opts.accounts.get(task.upstreamAccount).getTask(task.upstreamTaskId!);
       metrics?.upstreamCalls.inc({ endpoint: "read", outcome: "ok" });
       this.notFound.delete(task.id);
-      this.apply(task, token, remote, this.strategy === "round-robin" ? clock.now() : undefined);
+      const now = clock.now();
+      const next = this.strategy === "round-robin" ? now : now + nextPollDelay(task.type, now - (task.submittedAt ?? task.createdAt), this.durations.expected(task.type, task.model));
+      lifecycle.recordObservation(task, token, remote, next);
     } catch (err) {
       const now = clock.now();
       const e = err instanceof UpstreamError ? err : null;
@@ -235,69 +245,28 @@ export class Poller {
       if (e?.status === 429) {
         const until = now + (e.retryAfterMs ?? 10_000);
         budget.pause(task.upstreamAccount, until);
-        updateLeasedTask(db, task.id, token, { nextRunAt: until, claimToken: null, claimedUntil: null });
+        lifecycle.retryLater(task, token, until);
         logger.warn({ ...log, retry_in_ms: until - now }, "upstream read limited; pausing reads for this account");
         return;
       }
-      if (e?.status === 404) {
-        const count = (this.notFound.get(task.id) ?? 0) + 1;
-        this.notFound.set(task.id, count);
-        if (count >= NOT_FOUND_LIMIT) {
+      // Only the upstream's own JSON answer counts (an HTML or empty 404 from a proxy has no code).
+      if (e?.status === 404 && e.code === "task_not_found") {
+        const since = this.notFound.get(task.id) ?? now;
+        this.notFound.set(task.id, since);
+        if (now - since >= LOST_AFTER_MS) {
           this.notFound.delete(task.id);
-          this.finish(task, token, { status: "failed", errorJson: JSON.stringify(e.toInfo()) });
+          lifecycle.fail(task, token, {
+            code: "task_not_found",
+            message: `The upstream answered 404 task_not_found for this task for ${Math.round((now - since) / 60_000)} minutes; it is taken as lost. It may have been charged: check the upstream account.`,
+            request_id: e.requestId,
+          });
           logger.warn(log, "upstream no longer knows the task; ending it failed");
           return;
         }
       }
       const delay = Math.min(60_000, 2_000 * 2 ** Math.min(task.pollCount, 5));
-      updateLeasedTask(db, task.id, token, { pollCount: task.pollCount + 1, nextRunAt: now + delay, claimToken: null, claimedUntil: null });
+      lifecycle.retryLater(task, token, now + delay, { pollCount: task.pollCount + 1 });
       logger.warn({ ...log, retry_in_ms: delay }, "upstream read failed");
     }
-  }
-
-  /**
-   * Applies what a read showed: a state change (with its event) and the next read's time
-   * (`nextRunAt` when the caller knows better, e.g. a sweep will cover the task).
-   */
-  apply(task: TaskRow, token: string, remote: UpstreamTask, nextRunAt?: number): void {
-    const now = this.opts.clock.now();
-    // Never backwards: a stale page or read saying "queued" for a task already processing changes nothing.
-    const status = remote.status === null || (remote.status === "queued" && task.status === "processing") ? task.status : remote.status;
-    const usage = {
-      pointsCharged: remote.usage.pointsCharged ?? task.pointsCharged,
-      pointsRefunded: remote.usage.pointsRefunded ?? task.pointsRefunded,
-    };
-    if (TERMINAL_STATUSES.has(status)) {
-      this.finish(task, token, {
-        status,
-        ...usage,
-        outputJson: remote.output === null || remote.output === undefined ? null : JSON.stringify(remote.output),
-        errorJson: remote.error ? JSON.stringify(remote.error) : null,
-      });
-      return;
-    }
-    const age = now - (task.submittedAt ?? task.createdAt);
-    const next = nextRunAt ?? now + nextPollDelay(task.type, age, this.durations.expected(task.type, task.model));
-    transitionTask(
-      this.opts.db,
-      task,
-      { status, ...usage, updatedAt: status !== task.status ? now : task.updatedAt, pollCount: task.pollCount + 1, nextRunAt: next, claimToken: null, claimedUntil: null },
-      { now, token, firstAttemptDelayMs: this.opts.config.webhookRetryScheduleMs[0] },
-    );
-    if (status !== task.status) this.opts.nudges.dispatcher();
-  }
-
-  private finish(task: TaskRow, token: string, patch: Parameters<typeof transitionTask>[2]): void {
-    const now = this.opts.clock.now();
-    const done = transitionTask(
-      this.opts.db,
-      task,
-      { ...patch, phase: "done", completedAt: now, updatedAt: now, pollCount: task.pollCount + 1, nextRunAt: null, claimToken: null, claimedUntil: null },
-      { now, token, firstAttemptDelayMs: this.opts.config.webhookRetryScheduleMs[0] },
-    );
-    if (!done) return;
-    if (done.status === "succeeded" && done.submittedAt !== null) this.durations.record(done.type, done.model, now - done.submittedAt);
-    this.opts.nudges.dispatcher();
-    this.opts.nudges.submitter();
   }
 }

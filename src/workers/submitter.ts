@@ -3,11 +3,12 @@ import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import type { Metrics } from "../metrics.js";
 import type { Db } from "../db/open.js";
-import { updateClient } from "../db/clients.js";
+import { markAdmitted } from "../db/clients.js";
+import type { Lifecycle } from "../core/lifecycle.js";
+import { decideSubmission } from "../services/credits.js";
 import { getAccountState, upsertAccountState } from "../db/upstream.js";
-import { accountsWithDueTasks, claimExpiredWaiting, countRunning, nextDueAt, nextExpiryAt, updateLeasedTask, type TaskRow } from "../db/tasks.js";
+import { accountsWithDueTasks, claimExpiredWaiting, countRunning, nextDueAt, nextExpiryAt, type TaskRow } from "../db/tasks.js";
 import type { Nudges } from "../services/deps.js";
-import { TERMINAL_STATUSES, transitionTask } from "../services/transitions.js";
 import type { UpstreamAccounts } from "../services/upstream-accounts.js";
 import { UpstreamError, isConcurrentLimit } from "../upstream/errors.js";
 import { claimFairly } from "./admission.js";
@@ -23,6 +24,7 @@ export interface SubmitterOptions {
   accounts: UpstreamAccounts;
   owner: LeaseOwner;
   nudges: Nudges;
+  lifecycle: Lifecycle;
   /** Submissions in flight at once per tick. */
   batchSize?: number;
   metrics?: Metrics | undefined;
@@ -34,8 +36,10 @@ const GIVE_UP_AFTER_MS = 24 * 60 * 60 * 1000;
 const LEARNED_LIMIT_TTL_MS = 10 * 60 * 1000;
 /** A task blocked by concurrency is looked at again at least this often, even without a nudge. */
 const BLOCKED_RECHECK_MS = 30_000;
-/** Retries of a 409 idempotency_key_reused at submission before it is taken as final. */
-const CONFLICT_RETRIES = 3;
+/** How long 409 "still being created" answers to a task's own key are retried before its fate is called unknown. */
+export const CONFLICT_WINDOW_MS = 30 * 60_000;
+const CONFLICT_MIN_DELAY_MS = 5_000;
+const CONFLICT_MAX_DELAY_MS = 2 * 60_000;
 /** A claim outlasts the upstream request it covers, so a live worker never loses its lease mid-call. */
 const LEASE_MARGIN_MS = 5_000;
 
@@ -103,25 +107,15 @@ export class Submitter {
   }
 
   private expire(task: TaskRow): void {
-    const { db, clock, config } = this.opts;
-    const now = clock.now();
-    transitionTask(db, task, {
-      status: "canceled",
-      phase: "done",
-      pointsCharged: 0,
-      pointsRefunded: 0,
-      errorJson: JSON.stringify({ code: "expired", message: "The task expired while waiting in the relay; it was never sent upstream.", request_id: null }),
-      completedAt: now,
-      updatedAt: now,
-      nextRunAt: null,
-      claimToken: null,
-      claimedUntil: null,
-    }, { now, token: task.claimToken!, firstAttemptDelayMs: config.webhookRetryScheduleMs[0] });
-    this.opts.nudges.dispatcher();
+    this.opts.lifecycle.cancel(task, task.claimToken!, {
+      code: "expired",
+      message: "The task expired while waiting in the relay; it was never sent upstream.",
+      request_id: null,
+    });
   }
 
   private async submit(task: TaskRow): Promise<void> {
-    const { db, clock, logger, config } = this.opts;
+    const { db, clock, logger, lifecycle } = this.opts;
     const token = task.claimToken!;
     const now = clock.now();
     // Only a task never offered upstream can expire: after an attempt, the upstream may hold (and charge) it.
@@ -129,50 +123,36 @@ export class Submitter {
       this.expire(task);
       return;
     }
-    // Counted before the call: once a request may have reached the upstream, the task can no longer be canceled.
-    const marked = updateLeasedTask(db, task.id, token, { submitAttempts: task.submitAttempts + 1 });
-    if (!marked) return;
-    const log = { task_id: task.id, client_id: task.clientId, account: task.upstreamAccount, attempt: marked.submitAttempts };
+    const begun = lifecycle.beginSubmission(task, token, decideSubmission, now + BLOCKED_RECHECK_MS);
+    const log = { task_id: task.id, client_id: task.clientId, account: task.upstreamAccount, attempt: task.submitAttempts + 1 };
+    if (begun.kind === "ended") logger.info({ ...log, outcome: begun.task.status, code: JSON.parse(begun.task.errorJson ?? "{}").code }, "submission");
+    if (begun.kind === "wait") logger.debug({ ...log, outcome: "waiting_for_credits" }, "submission");
+    if (begun.kind !== "go") return;
+    const marked = begun.task;
     try {
       const result = await this.opts.accounts.get(task.upstreamAccount).createTask(task.type, JSON.parse(task.requestJson) as Record<string, unknown>, task.upstreamIdempotencyKey);
       this.opts.metrics?.upstreamCalls.inc({ endpoint: "create", outcome: "ok" });
       const at = clock.now();
-      const status = result.task.status ?? "queued";
-      const terminal = TERMINAL_STATUSES.has(status);
-      transitionTask(db, marked, {
-        upstreamTaskId: result.task.id,
-        status,
-        phase: terminal ? "done" : "submitted",
-        submittedAt: marked.submittedAt ?? at,
-        updatedAt: at,
-        pointsCharged: result.task.usage.pointsCharged ?? marked.pointsCharged,
-        pointsRefunded: result.task.usage.pointsRefunded ?? marked.pointsRefunded,
-        ...(terminal
-          ? {
-              completedAt: at,
-              outputJson: result.task.output === null ? null : JSON.stringify(result.task.output),
-              // A replay can show a task that already ended: keep why it failed.
-              errorJson: result.task.error ? JSON.stringify(result.task.error) : null,
-            }
-          : {}),
-        nextRunAt: terminal ? null : at + firstPollDelay(task.type),
-        claimToken: null,
-        claimedUntil: null,
-      }, { now: at, token, firstAttemptDelayMs: config.webhookRetryScheduleMs[0] });
-      updateClient(db, task.clientId, { lastAdmittedAt: at });
-      this.opts.nudges.poller();
-      if (terminal) this.opts.nudges.dispatcher();
+      lifecycle.recordSubmission(marked, token, result.task, at + firstPollDelay(task.type));
+      markAdmitted(db, task.clientId, at);
       logger.info({ ...log, upstream_task_id: result.task.id, replayed: result.replayed, outcome: "submitted" }, "submission");
     } catch (err) {
-      this.onFailure(marked, token, err, log);
+      this.onFailure(task, marked, token, err, log);
     }
   }
 
-  private onFailure(task: TaskRow, token: string, err: unknown, log: Record<string, unknown>): void {
-    const { db, clock, logger, config } = this.opts;
+  /**
+   * @param before the task as claimed, before this attempt was counted and its credits reserved
+   * @param task the task as marked for this attempt
+   */
+  private onFailure(before: TaskRow, task: TaskRow, token: string, err: unknown, log: Record<string, unknown>): void {
+    const { db, clock, logger, lifecycle } = this.opts;
     const now = clock.now();
     const e = err instanceof UpstreamError ? err : null;
     this.opts.metrics?.upstreamCalls.inc({ endpoint: "create", outcome: e?.code ?? "error" });
+    // Refused outright (429), so nothing was created upstream: the attempt and its reservation are
+    // undone, and the task may still expire or be canceled.
+    const undo = { submitAttempts: before.submitAttempts, pointsReserved: before.pointsReserved };
     if (e !== null && isConcurrentLimit(e as unknown)) {
       this.opts.metrics?.concurrentLimitWaits.inc();
       // Not a failure: the account is full. Remember its size and wait for a running task to end.
@@ -181,45 +161,61 @@ export class Submitter {
       // When our own tasks fill the account, the learned capacity holds this one back and the end of one
       // of them nudges us: it keeps its place in line. When none of ours runs (other apps fill the
       // account), nothing will nudge: look again later rather than at once.
-      const retry = running > 0 ? {} : { nextRunAt: now + BLOCKED_RECHECK_MS };
-      updateLeasedTask(db, task.id, token, { submitAttempts: task.submitAttempts - 1, ...retry, claimToken: null, claimedUntil: null });
+      lifecycle.retryLater(task, token, running > 0 ? null : now + BLOCKED_RECHECK_MS, undo);
       logger.info({ ...log, outcome: "concurrent_limit", running }, "submission");
       return;
     }
     if (e && e.status === 429) {
       const until = now + (e.retryAfterMs ?? 5_000);
       upsertAccountState(db, task.upstreamAccount, { submitPausedUntil: until }, now);
-      // Refused outright, so nothing was created upstream: the attempt does not count (the task may still expire or be canceled).
-      updateLeasedTask(db, task.id, token, { submitAttempts: task.submitAttempts - 1, nextRunAt: until, claimToken: null, claimedUntil: null });
+      lifecycle.retryLater(task, token, until, undo);
       logger.warn({ ...log, outcome: "rate_limit", retry_in_ms: until - now }, "submission");
       return;
     }
+    if (e !== null && e.status === 409) {
+      // 409 on our own task-derived key: the upstream is still creating the original from an earlier
+      // attempt ("retry later", UPSTREAM-API §7), which it may have charged. Retried with the same key,
+      // on its own clock (not the network-failure count), until a replay returns the task.
+      const since = task.conflictSince ?? now;
+      if (now - since < CONFLICT_WINDOW_MS) {
+        const delay = Math.max(e.retryAfterMs ?? 0, Math.min(CONFLICT_MAX_DELAY_MS, Math.max(CONFLICT_MIN_DELAY_MS, (now - since) / 2)));
+        lifecycle.retryLater(task, token, now + delay, { conflictSince: since });
+        logger.warn({ ...log, outcome: "retry", code: e.code, retry_in_ms: delay }, "submission");
+        return;
+      }
+      this.giveUp(task, token, e, log, `it kept answering 409 ${e.code} for ${Math.round((now - since) / 60_000)} minutes`);
+      return;
+    }
     // 401 means our own key is wrong, not the caller's request: keep retrying, loudly.
-    // A 409 on our own task-derived key means the upstream is still creating the original from an
-    // earlier attempt ("retry later", UPSTREAM-API §7): retry a few times with the same key, so a
-    // replay can return that task, before ending the task failed as the design asks.
-    const conflictRetry = e !== null && e.status === 409 && task.submitAttempts <= CONFLICT_RETRIES;
-    const final = e !== null && !e.retryable && e.status !== 401 && !conflictRetry;
-    const givingUp = !final && now - task.createdAt > GIVE_UP_AFTER_MS;
-    if (final || givingUp) {
-      const info = e ? e.toInfo() : { code: "internal_error", message: String(err), request_id: null };
-      transitionTask(db, task, {
-        status: "failed",
-        phase: "done",
-        errorJson: JSON.stringify(info),
-        completedAt: now,
-        updatedAt: now,
-        nextRunAt: null,
-        claimToken: null,
-        claimedUntil: null,
-      }, { now, token, firstAttemptDelayMs: config.webhookRetryScheduleMs[0] });
-      this.opts.nudges.dispatcher();
-      logger.warn({ ...log, outcome: "failed", code: info.code, upstream_status: e?.status }, "submission");
+    const final = e !== null && !e.retryable && e.status !== 401;
+    if (final) {
+      // A 4xx refusal (400, 402, 422…): the upstream created nothing and charged nothing.
+      const info = { ...e.toInfo(), ...(e.details !== undefined ? { details: e.details } : {}) };
+      lifecycle.fail(task, token, info);
+      logger.warn({ ...log, outcome: "failed", code: info.code, upstream_status: e.status }, "submission");
+      return;
+    }
+    if (now - task.createdAt > GIVE_UP_AFTER_MS) {
+      this.giveUp(task, token, e, log, `it could not be reached for ${Math.round(GIVE_UP_AFTER_MS / 3_600_000)} hours (last: ${e?.code ?? String(err)})`);
       return;
     }
     const delay = Math.max(submitBackoffMs(task.submitAttempts), e?.retryAfterMs ?? 0);
-    updateLeasedTask(db, task.id, token, { nextRunAt: now + delay, claimToken: null, claimedUntil: null });
+    lifecycle.retryLater(task, token, now + delay);
     const level = e?.status === 401 ? "error" : "warn";
     logger[level]({ ...log, outcome: "retry", code: e?.code ?? "error", retry_in_ms: delay }, "submission");
+  }
+
+  /**
+   * The upstream may hold this task (an attempt may have reached it) but never confirmed it: the
+   * task ends failed with a code that says so, rather than pretending nothing was charged.
+   */
+  private giveUp(task: TaskRow, token: string, e: UpstreamError | null, log: Record<string, unknown>, why: string): void {
+    this.opts.lifecycle.fail(task, token, {
+      code: "upstream_outcome_unknown",
+      message: `The upstream may have created and charged this task, but ${why}. Check the upstream account before retrying.`,
+      request_id: e?.requestId ?? null,
+      ...(e?.details !== undefined ? { details: e.details } : {}),
+    });
+    this.opts.logger.warn({ ...log, outcome: "failed", code: "upstream_outcome_unknown" }, "submission");
   }
 }

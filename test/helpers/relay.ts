@@ -53,8 +53,8 @@ export function createTestRelay(
     config,
     dir,
     client(name = "test-client", limits = {}) {
-      const { client, apiKey } = createClient(database.db, clock, { name, ...limits });
-      return { id: client.id, apiKey, secret: client.webhookSecret };
+      const { client, apiKey, webhookSecret } = createClient(database.db, clock, { name, ...limits, encryptionKey: config.encryptionKey });
+      return { id: client.id, apiKey, secret: webhookSecret };
     },
     request(apiKey, path, init = {}) {
       const headers = new Headers(init.headers);

@@ -378,7 +378,7 @@ describe("authorisation matrix: every /openapi/v1 route refuses bad keys with 40
     const valid = t.client("valid").apiKey;
     const revokedClient = t.client("revoked");
     const taskId = (await create(revokedClient.apiKey)).data.id as string;
-    revokeClient(t.database.db, t.clock, revokedClient.id);
+    revokeClient(t.relay.deps, revokedClient.id);
     ctx = { valid, revoked: revokedClient.apiKey, taskId };
   });
 

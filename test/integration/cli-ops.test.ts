@@ -11,7 +11,7 @@ import { openDatabase, type Database_ } from "../../src/db/open.js";
 import { findTask, insertTask } from "../../src/db/tasks.js";
 import { newId } from "../../src/ids.js";
 import { createClient } from "../../src/services/clients.js";
-import { transitionTask } from "../../src/services/transitions.js";
+import { transitionTask } from "../../src/core/transition.js";
 import { createTestRelay, imageBody, type TestRelay } from "../helpers/relay.js";
 
 /** The built CLI: `npm test` compiles dist/ before vitest runs. */

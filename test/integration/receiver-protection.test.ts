@@ -2,7 +2,7 @@ import type http from "node:http";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { claimDueEvents, findEvent, lastEventOfTask, listTaskAttempts, nextEventDueAt, updateEvent, type EventRow } from "../../src/db/events.js";
 import { silentLogger } from "../../src/logger.js";
-import { transitionTask } from "../../src/services/transitions.js";
+import { transitionTask } from "../../src/core/transition.js";
 import { destinationHost } from "../../src/webhooks/destination.js";
 import { Dispatcher, MAX_PAYLOAD_BYTES } from "../../src/workers/dispatcher.js";
 import { WorkerLoop } from "../../src/workers/loop.js";

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { findTask, findClientTask } from "../../src/db/tasks.js";
 import { findEvent, lastEventOfTask, updateEvent } from "../../src/db/events.js";
-import { transitionTask } from "../../src/services/transitions.js";
+import { transitionTask } from "../../src/core/transition.js";
 import { createTestRelay, imageBody, type TestRelay } from "../helpers/relay.js";
 
 const DAY = 24 * 60 * 60 * 1000;

@@ -103,9 +103,14 @@ describe("per-client limits and accounts", () => {
     const { apiKey } = t.client("capped", { creditLimit: 40 });
     await createTask(t, apiKey);
     await createTask(t, apiKey);
+    // The price is not known yet: the first task takes the whole room and the second waits for its charge.
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(1);
+    // The charge is known once a read shows usage (20 credits here), and with it the price: the second fits.
+    t.clock.advance(3_000);
+    await t.relay.poller.runOnce();
     await t.relay.submitter.runOnce();
     expect(up.creates).toHaveLength(2);
-    // The charge is known once a read shows usage (20 credits each here): 40 spent.
     t.clock.advance(3_000);
     await t.relay.poller.runOnce();
     const res = await t.request(apiKey, "/openapi/v1/images/generations", { method: "POST", json: imageBody(), idempotencyKey: "over-the-limit" });

@@ -118,24 +118,28 @@ describe("poller: what a read shows", () => {
     });
   });
 
-  it("404 three times in a row: failed with task_not_found", async () => {
+  it("JSON 404 task_not_found for 10 minutes: failed as lost, saying it may have been charged", async () => {
     const { t, up } = setup();
     const client = t.client();
     const [task] = await submitted(t, up, client.apiKey, [{}]);
     up.tasks.clear();
 
-    for (let i = 1; i <= 3; i++) {
-      expect((await readTask(t, client.apiKey, task!.id)).data.status).toBe("queued");
+    // Ten minutes of 404s, a read a minute: still in flight throughout (three were enough before).
+    for (let i = 1; i <= 10; i++) {
       t.clock.advance(60_000);
       await t.relay.poller.runOnce();
       expect(up.reads).toHaveLength(i);
+      expect((await readTask(t, client.apiKey, task!.id)).data.status).toBe("queued");
     }
+    t.clock.advance(60_000);
+    await t.relay.poller.runOnce();
     const view = await readTask(t, client.apiKey, task!.id);
-    expect(view.data).toMatchObject({ status: "failed", error: { code: "task_not_found", message: "No such task.", request_id: "req_nf_3" } });
+    expect(view.data).toMatchObject({ status: "failed", error: { code: "task_not_found", request_id: "req_nf_11" } });
+    expect(view.data.error.message).toContain("for 10 minutes; it is taken as lost. It may have been charged");
 
     t.clock.advance(10 * 60_000);
     await t.relay.poller.runOnce();
-    expect(up.reads).toHaveLength(3);
+    expect(up.reads).toHaveLength(11);
   });
 
   it("404s that are not consecutive do not end the task", async () => {

@@ -148,7 +148,7 @@ describe("submitter: retryable failures keep the task queued and reuse the key",
     expect(taskRow(t, id).phase).toBe("submitted");
   });
 
-  it("gives up after 24 hours of failures: failed with the last upstream error", async () => {
+  it("gives up after 24 hours of failures: failed, saying the upstream may have charged it", async () => {
     const { t, up } = setup();
     const client = t.client();
     const id = await createTask(t, client.apiKey);
@@ -159,7 +159,11 @@ describe("submitter: retryable failures keep the task queued and reuse the key",
     }
     const view = await readTask(t, client.apiKey, id);
     expect(view.data.status).toBe("failed");
-    expect(view.data.error).toEqual({ code: "service_unavailable", message: "Down for maintenance.", request_id: "req_down" });
+    expect(view.data.error).toEqual({
+      code: "upstream_outcome_unknown",
+      message: "The upstream may have created and charged this task, but it could not be reached for 24 hours (last: service_unavailable). Check the upstream account before retrying.",
+      request_id: "req_down",
+    });
     expect(new Set(keysOf(up))).toEqual(new Set([`genrelay-${id}`]));
     // Backoff caps at 5 minutes: about a day's worth of attempts, not thousands.
     expect(up.creates.length).toBeGreaterThan(250);
@@ -174,19 +178,23 @@ describe("submitter: final upstream errors end the task failed", () => {
     [422, "validation_error", "size is not supported by this model."],
   ];
 
-  it("409 idempotency_key_reused: retried with the same key (the original may still be in creation), then failed", async () => {
+  it("409 idempotency_key_reused: retried with the same key for 30 minutes (the original may still be in creation), then its fate is unknown", async () => {
     const { t, up } = setup();
     const client = t.client();
     const id = await createTask(t, client.apiKey);
-    const conflict = () => upstreamError(409, "idempotency_key_reused", "The original is still processing.", "req_409");
-    up.nextCreate.push(conflict, conflict, conflict, conflict);
-    for (let i = 0; i < 4; i++) {
+    up.onCreate = () => upstreamError(409, "idempotency_key_reused", "The original is still processing.", "req_409");
+    for (let i = 0; i < 100 && taskRow(t, id).phase === "waiting"; i++) {
       await t.relay.submitter.runOnce();
-      t.clock.advance(10_000);
+      t.clock.advance(60_000);
     }
-    expect(up.creates.map((c) => c.key)).toEqual(Array(4).fill(`genrelay-${id}`));
+    expect(new Set(up.creates.map((c) => c.key))).toEqual(new Set([`genrelay-${id}`]));
+    // Backoff grows to 2 minutes: a few dozen tries over the half hour, not one per tick.
+    expect(up.creates.length).toBeGreaterThan(12);
+    expect(up.creates.length).toBeLessThan(40);
     const view = await readTask(t, client.apiKey, id);
-    expect(view.data).toMatchObject({ status: "failed", error: { code: "idempotency_key_reused", request_id: "req_409" } });
+    expect(view.data).toMatchObject({ status: "failed", error: { code: "upstream_outcome_unknown", request_id: "req_409" } });
+    expect(view.data.error.message).toMatch(/409 idempotency_key_reused for 3\d minutes/);
+    expect(view.usage).toEqual({ points_charged: null, points_refunded: null });
   });
 
   it("409 then a replay: the original upstream task is adopted, not failed", async () => {
