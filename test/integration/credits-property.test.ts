@@ -78,8 +78,10 @@ describe("credit budget property", () => {
               const was = before.get(row.id);
               if (!was || was.pointsCharged !== null || row.pointsCharged === null) continue;
               const kind = prices.indexOf(row.pointsCharged);
-              // First charge of a price the relay did not know: the only overshoot allowed.
-              if (!charged.has(kind) && kind > 0) allowance += Math.max(0, row.pointsCharged - was.pointsReserved);
+              // First charge of a price the relay did not know, for a task that held all the room it
+              // was given (a task in flight with nothing reserved is a bug, not an excuse): the only
+              // overshoot allowed.
+              if (!charged.has(kind) && kind > 0 && was.pointsReserved > 0) allowance += Math.max(0, row.pointsCharged - was.pointsReserved);
               charged.add(kind);
             }
           } else {
