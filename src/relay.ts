@@ -21,6 +21,8 @@ import { ReadBudget } from "./workers/read-budget.js";
 import { Submitter } from "./workers/submitter.js";
 import { DurationStats } from "./workers/duration-stats.js";
 import { Lifecycle } from "./core/lifecycle.js";
+import { probeWrite } from "./db/health.js";
+import { StorageHealth } from "./services/storage-health.js";
 
 export interface RelayOptions {
   config: Config;
@@ -53,6 +55,7 @@ export class Relay {
   readonly metrics: Metrics;
   readonly lifecycle: Lifecycle;
   readonly catalog: CatalogCache;
+  readonly storage: StorageHealth;
 
   constructor(private readonly opts: RelayOptions) {
     const { config, database, clock, logger } = opts;
@@ -76,7 +79,8 @@ export class Relay {
       onSucceeded: (task, ms) => durations.record(task.type, task.model, ms),
     });
     this.catalog = new CatalogCache(accounts, clock, logger);
-    this.deps = { db, clock, config, logger, nudges, lifecycle: this.lifecycle, catalog: this.catalog };
+    this.storage = new StorageHealth(clock, logger);
+    this.deps = { db, clock, config, logger, nudges, lifecycle: this.lifecycle, catalog: this.catalog, storage: this.storage };
     this.submitter = new Submitter({ db, clock, config, logger, accounts, owner: this.owner, nudges, metrics, lifecycle: this.lifecycle });
     this.poller = new Poller({
       db,
@@ -107,12 +111,12 @@ export class Relay {
     });
     this.pruner = new Pruner({ db, clock, logger, retentionDays: config.taskRetentionDays });
     this.loops = [
-      new WorkerLoop({ name: "submitter", clock, logger, tick: () => this.submitter.runOnce() }),
-      new WorkerLoop({ name: "poller", clock, logger, tick: () => this.poller.runOnce() }),
-      new WorkerLoop({ name: "dispatcher", clock, logger, tick: () => this.dispatcher.tick() }),
-      new WorkerLoop({ name: "pruner", clock, logger, tick: () => this.pruner.tick(), idleMs: 60 * 60 * 1000 }),
+      new WorkerLoop({ name: "submitter", clock, logger, storage: this.storage, tick: () => this.submitter.runOnce() }),
+      new WorkerLoop({ name: "poller", clock, logger, storage: this.storage, tick: () => this.poller.runOnce() }),
+      new WorkerLoop({ name: "dispatcher", clock, logger, storage: this.storage, tick: () => this.dispatcher.tick() }),
+      new WorkerLoop({ name: "pruner", clock, logger, storage: this.storage, tick: () => this.pruner.tick(), idleMs: 60 * 60 * 1000 }),
       // Keeps the model catalog warm, so intake checks requests against it without waiting on the upstream.
-      new WorkerLoop({ name: "catalog", clock, logger, tick: async () => ({ didWork: false, nextDueAt: await this.catalog.refreshDue() }), idleMs: 10 * 60 * 1000 }),
+      new WorkerLoop({ name: "catalog", clock, logger, storage: this.storage, tick: async () => ({ didWork: false, nextDueAt: await this.catalog.refreshDue() }), idleMs: 10 * 60 * 1000 }),
     ];
     this.dispatcher.onSettled = () => nudges.dispatcher();
     const deliveries = new DeliveryService(this.deps, this.sender);
@@ -132,18 +136,11 @@ export class Relay {
   /** Why the relay is not ready: database not writable, or a worker loop stopped or stalled. */
   problems(): string[] {
     const problems: string[] = [];
-    const sqlite = this.opts.database.sqlite;
-    // No waiting here: a lock held by another writer (the CLI) means busy, not unwritable.
-    sqlite.pragma("busy_timeout = 0");
-    try {
-      sqlite.prepare("BEGIN IMMEDIATE").run();
-      sqlite.prepare("ROLLBACK").run();
-    } catch (err) {
-      if ((err as { code?: string }).code !== "SQLITE_BUSY") problems.push(`database not writable: ${(err as Error).message}`);
-    } finally {
-      sqlite.pragma("busy_timeout = 5000");
-    }
     const now = this.opts.clock.now();
+    const probe = probeWrite(this.opts.database, now);
+    if (probe) problems.push(probe);
+    const recent = this.storage.problem();
+    if (recent && !probe) problems.push(recent);
     for (const loop of this.loops) {
       if (!loop.isRunning) problems.push(`worker ${loop.name} not running`);
       else if (loop.name !== "pruner" && loop.name !== "catalog" && now - loop.lastBeatAt > 120_000) problems.push(`worker ${loop.name} stalled for ${Math.round((now - loop.lastBeatAt) / 1000)} s`);

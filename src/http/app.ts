@@ -36,7 +36,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   // so a caller must not be able to choose it, reuse another request's, or inject text into logs.
   app.use(requestId({ generator: newRequestId, limitLength: 0 }));
   app.use(requestLog(deps.logger, deps.metrics));
-  app.onError(onError(deps.logger));
+  app.onError(onError(deps.logger, deps.storage));
   app.notFound((c) => errorResponse(c, "not_found", `No route ${c.req.method} ${c.req.path}.`));
 
   app.use("/openapi/v1/*", bearerAuth(deps.db));

@@ -3,6 +3,7 @@ import { HTTPException } from "hono/http-exception";
 import type { ZodError } from "zod";
 import { ApiError, ERROR_STATUS, type ErrorCode } from "../services/errors.js";
 import type { Logger } from "../logger.js";
+import { isStorageFailure, type StorageHealth } from "../services/storage-health.js";
 
 export interface ErrorBody {
   error: { code: ErrorCode; message: string; request_id: string; details?: unknown };
@@ -39,9 +40,16 @@ export function validationFailure(c: Context, target: string, error: ZodError): 
   return errorResponse(c, "validation_error", "Some request fields are invalid.", details);
 }
 
-export function onError(logger: Logger) {
+export function onError(logger: Logger, storage?: StorageHealth) {
   return (err: Error, c: Context): Response => {
     if (err instanceof ApiError) return errorResponse(c, err.code, err.message, err.details, err.headers);
+    if (isStorageFailure(err)) {
+      // Nothing was committed: say so, and when to come back. One log line per few seconds, not per request.
+      storage?.failed(err, `${c.req.method} ${c.req.path}`);
+      return errorResponse(c, "storage_unavailable", "The relay cannot store changes right now (storage full or failing); nothing was changed. Retry later.", undefined, {
+        "Retry-After": "5",
+      });
+    }
     if (err instanceof HTTPException) {
       if (err.status === 413) return errorResponse(c, "payload_too_large", "The request body is larger than 1 MiB.");
       if (err.status === 400) return errorResponse(c, "invalid_request", err.message || "Malformed request.");

@@ -49,7 +49,9 @@ export function requestLog(logger: Logger, metrics?: Metrics): MiddlewareHandler
       metrics.httpRequests.inc({ route, method: c.req.method, status: String(status) });
       metrics.httpDuration.observe({ route, method: c.req.method }, (performance.now() - started) / 1000);
     }
-    if (status >= 500) logger.error(line, "request");
+    // 503s are the relay saying "not now" (storage, upstream): their cause is logged once, rate-limited.
+    if (status >= 500 && status !== 503) logger.error(line, "request");
+    else if (status === 503) logger.warn(line, "request");
     else logger.info(line, "request");
   };
 }

@@ -3,6 +3,7 @@ import type { Config } from "../config.js";
 import type { Db } from "../db/open.js";
 import type { Logger } from "../logger.js";
 import type { Lifecycle } from "../core/lifecycle.js";
+import type { StorageHealth } from "./storage-health.js";
 
 /** Wakes a worker loop early: a new row exists that it may act on now. */
 export interface Nudges {
@@ -23,4 +24,6 @@ export interface ServiceDeps {
   lifecycle: Lifecycle;
   /** The cached upstream catalog per account, when one was fetched (intake checks requests against it). */
   catalog?: { peek(account: string): unknown | null };
+  /** Storage failures seen (disk full, I/O): /readyz and the rate-limited log read it. */
+  storage?: StorageHealth;
 }

@@ -20,6 +20,7 @@ export const ERROR_STATUS = {
   concurrent_limit: 429,
   internal_error: 500,
   service_unavailable: 503,
+  storage_unavailable: 503,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

@@ -1,5 +1,6 @@
 import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
+import { isStorageFailure, type StorageHealth } from "../services/storage-health.js";
 
 export interface TickResult {
   /** Whether this tick claimed anything; an idle tick never loops again at once. */
@@ -15,6 +16,8 @@ export interface LoopOptions {
   tick: () => Promise<TickResult>;
   /** Longest sleep with nothing due; also the heartbeat period /readyz relies on. */
   idleMs?: number;
+  /** Storage failures (disk full) are counted there and logged rate-limited, not once per tick. */
+  storage?: StorageHealth;
 }
 
 /**
@@ -76,7 +79,8 @@ export class WorkerLoop {
       } catch (err) {
         this.failures += 1;
         delay = Math.min(30_000, 500 * 2 ** Math.min(this.failures, 6));
-        this.opts.logger.error({ err, worker: this.opts.name, retry_in_ms: delay }, "worker tick failed");
+        if (this.opts.storage && isStorageFailure(err)) this.opts.storage.failed(err, `worker ${this.opts.name}`);
+        else this.opts.logger.error({ err, worker: this.opts.name, retry_in_ms: delay }, "worker tick failed");
       }
       this.lastBeatAt = this.opts.clock.now();
       if (!this.running) break;

@@ -3,7 +3,6 @@ import { describe, expect, it } from "vitest";
 import { creditPosition } from "../../src/db/credits.js";
 import { listTasksForSupport } from "../../src/db/support.js";
 import type { FakeUpstream } from "../helpers/fake-upstream.js";
-import { createTask } from "../helpers/flow.js";
 import type { TestRelay } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
