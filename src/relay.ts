@@ -119,7 +119,7 @@ export class Relay {
       new WorkerLoop({ name: "catalog", clock, logger, storage: this.storage, tick: async () => ({ didWork: false, nextDueAt: await this.catalog.refreshDue() }), idleMs: 10 * 60 * 1000 }),
     ];
     this.dispatcher.onSettled = () => nudges.dispatcher();
-    const deliveries = new DeliveryService(this.deps, this.sender);
+    const deliveries = new DeliveryService(this.deps, this.dispatcher);
     this.app = createApp({
       ...this.deps,
       catalog: this.catalog,

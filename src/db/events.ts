@@ -1,5 +1,4 @@
 import { and, asc, desc, eq, gt, gte, inArray, isNull, lt, lte, notInArray, or, sql, type SQL } from "drizzle-orm";
-import { destinationHost, hostUrlPrefixes } from "../webhooks/destination.js";
 import type { Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
 import { clients, deliveryAttempts, events } from "./schema.js";
@@ -52,19 +51,13 @@ export function lastEventsOfTasks(db: DbOrTx, taskIds: string[]): Map<string, Ev
 }
 
 /**
- * `scheme://authority/` of the stored callback URL, in SQL, to compare with hostUrlPrefixes(): the
- * text up to the first `/` after `//`. Intake stores URLs normalised (`URL.href`), so this is exact.
+ * Deliveries are isolated per delivery key: a client and a destination host (`client_id|host`),
+ * so one client's failing or slow receiver never holds back another's, even on the same host.
  */
-const callbackOrigin = sql`substr(coalesce(${events.callbackUrl}, ''), 1, instr(coalesce(${events.callbackUrl}, ''), '//') + 1 + instr(substr(coalesce(${events.callbackUrl}, ''), instr(coalesce(${events.callbackUrl}, ''), '//') + 2), '/'))`;
+const deliveryKey = sql`(${events.clientId} || '|' || ${events.destinationHost})`;
 
-function atHosts(hosts: string[]): SQL | undefined {
-  const prefixes = hosts.flatMap(hostUrlPrefixes);
-  return prefixes.length === 0 ? undefined : inArray(callbackOrigin, prefixes);
-}
-
-function notAtHosts(hosts: string[] | undefined): SQL | undefined {
-  const prefixes = (hosts ?? []).flatMap(hostUrlPrefixes);
-  return prefixes.length === 0 ? undefined : notInArray(callbackOrigin, prefixes);
+function notAtKeys(keys: string[] | undefined): SQL | undefined {
+  return keys && keys.length > 0 ? notInArray(deliveryKey, keys) : undefined;
 }
 
 /** Pending, due, not leased, and no earlier event of its task still pending (which keeps each task's events in order). */
@@ -82,13 +75,16 @@ export interface ClaimOptions {
   leaseMs: number;
   token: string;
   limit: number;
-  /** Destination hosts (`hostname:port`, see destinationHost) whose events are left alone: saturated or circuit open. */
-  excludeHosts?: string[];
   /**
-   * At most this many events per destination host in this claim (the rest of the host's cap).
-   * Without it one host's backlog could fill the whole claim, only to be released again.
+   * Delivery keys (`client_id|host`) whose events are left alone: at their cap or with a breaker
+   * trial out. Each holds an attempt in flight, so the list is never longer than the in-flight cap.
    */
-  hostRoom?: (host: string) => number;
+  excludeKeys?: string[];
+  /**
+   * At most this many events per delivery key in this claim (the rest of its cap).
+   * Without it one key's backlog could fill the whole claim, only to be released again.
+   */
+  keyRoom?: (key: string) => number;
 }
 
 /** How far past `limit` to look for events of other hosts when the first ones are over their host's room. */
@@ -100,16 +96,16 @@ const SCAN_FACTOR = 4;
  */
 export function claimDueEvents(db: Db, opts: ClaimOptions): EventRow[] {
   if (opts.limit <= 0) return [];
-  const where = and(claimable(opts.now), notAtHosts(opts.excludeHosts));
+  const where = and(claimable(opts.now), notAtKeys(opts.excludeKeys));
   const lease = { claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token };
-  if (!opts.hostRoom) {
+  if (!opts.keyRoom) {
     const due = db.select({ seq: events.seq }).from(events).where(where).orderBy(asc(events.nextAttemptAt), asc(events.seq)).limit(opts.limit);
     return db.update(events).set(lease).where(inArray(events.seq, due)).returning().all();
   }
   // Pick per host in code, then claim with the conditions checked again in the UPDATE: another
   // process may have claimed a candidate in between, and it then simply is not returned.
   const candidates = db
-    .select({ seq: events.seq, callbackUrl: events.callbackUrl })
+    .select({ seq: events.seq, clientId: events.clientId, host: events.destinationHost })
     .from(events)
     .where(where)
     .orderBy(asc(events.nextAttemptAt), asc(events.seq))
@@ -118,10 +114,10 @@ export function claimDueEvents(db: Db, opts: ClaimOptions): EventRow[] {
   const taken = new Map<string, number>();
   const picked: number[] = [];
   for (const c of candidates) {
-    const host = destinationHost(c.callbackUrl ?? "");
-    const count = taken.get(host) ?? 0;
-    if (count >= opts.hostRoom(host)) continue;
-    taken.set(host, count + 1);
+    const key = `${c.clientId}|${c.host}`;
+    const count = taken.get(key) ?? 0;
+    if (count >= opts.keyRoom(key)) continue;
+    taken.set(key, count + 1);
     picked.push(c.seq);
     if (picked.length >= opts.limit) break;
   }
@@ -141,39 +137,53 @@ export function claimDueEvents(db: Db, opts: ClaimOptions): EventRow[] {
  * behind a saturated host costs the same as none: past the scan it answers "recheck in a second"
  * (leased events and saturated hosts wake the loop themselves when an attempt settles).
  */
-export function nextEventDueAt(db: Db, opts: { now: number; excludeHosts?: string[]; scan?: number }): number | null {
+export function nextEventDueAt(db: Db, opts: { now: number; excludeKeys?: string[]; scan?: number }): number | null {
   const rows = db
-    .select({ at: events.nextAttemptAt, url: events.callbackUrl })
+    .select({ at: events.nextAttemptAt, clientId: events.clientId, host: events.destinationHost })
     .from(events)
     .where(and(eq(events.deliveryStatus, "pending"), or(isNull(events.claimedUntil), lt(events.claimedUntil, opts.now))))
     .orderBy(asc(events.nextAttemptAt))
     .limit(opts.scan ?? 200)
     .all();
   if (rows.length === 0) return null;
-  const excluded = new Set(opts.excludeHosts ?? []);
-  for (const row of rows) if (!excluded.has(destinationHost(row.url ?? ""))) return row.at;
+  const excluded = new Set(opts.excludeKeys ?? []);
+  for (const row of rows) if (!excluded.has(`${row.clientId}|${row.host}`)) return row.at;
   return rows.length < (opts.scan ?? 200) ? null : opts.now + 1_000;
 }
 
 /**
- * Moves a host's due, unleased pending events to `until` (the end of its circuit's cool-down):
- * no attempt is recorded and the retry schedule is not advanced. Returns how many moved.
+ * Moves a delivery key's due, unleased pending events to `until` (the end of its circuit's
+ * cool-down): no attempt is recorded and the retry schedule is not advanced. One indexed update
+ * per opening, so the claim query never has to know which circuits are open. Returns how many moved.
  */
-export function postponeHostEvents(db: Db, host: string, until: number, now: number): number {
-  const at = atHosts([host]);
-  if (!at) return 0;
+export function postponeKeyEvents(db: Db, clientId: string, host: string, until: number, now: number): number {
   return db
     .update(events)
     .set({ nextAttemptAt: until })
     .where(
       and(
+        eq(events.clientId, clientId),
+        eq(events.destinationHost, host),
         eq(events.deliveryStatus, "pending"),
         lt(events.nextAttemptAt, until),
         or(isNull(events.claimedUntil), lt(events.claimedUntil, now)),
-        at,
       ),
     )
     .run().changes;
+}
+
+/** Events stored before destination_host existed: filled in once at start (the caller parses the URLs). */
+export function eventsWithoutDestination(db: Db): string[] {
+  return db
+    .selectDistinct({ url: events.callbackUrl })
+    .from(events)
+    .where(and(eq(events.destinationHost, ""), sql`${events.callbackUrl} IS NOT NULL`))
+    .all()
+    .map((r) => r.url!);
+}
+
+export function setDestination(db: Db, url: string, host: string): void {
+  db.update(events).set({ destinationHost: host }).where(and(eq(events.callbackUrl, url), eq(events.destinationHost, ""))).run();
 }
 
 export function updateLeasedEvent(db: DbOrTx, id: string, token: string, patch: Partial<NewEventRow>): EventRow | undefined {

@@ -5,7 +5,7 @@ import { taskCounts } from "../db/usage.js";
 import { creditPosition } from "../db/credits.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import { webhookHeaders } from "../webhooks/sign.js";
-import type { WebhookSender } from "../webhooks/sender.js";
+import type { SendResult } from "../webhooks/sender.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { activeSecrets, rotateSecret } from "./clients.js";
@@ -13,12 +13,34 @@ import { requireClientTask } from "./tasks.js";
 import { iso } from "./task-view.js";
 
 
+/** Sends test pings under the same per-key cap and breaker as deliveries (the dispatcher). */
+export interface PingGate {
+  ping(clientId: string, url: string, headers: Record<string, string>, body: string): Promise<SendResult | null>;
+}
+
+/** Test pings a client may send per minute: enough to debug a receiver, too few to make the relay a POST proxy. */
+export const PINGS_PER_MINUTE = 10;
+
 /** Delivery operations a client can run on its own tasks and events. */
 export class DeliveryService {
+  private readonly pings = new Map<string, number[]>();
+
   constructor(
     private readonly deps: ServiceDeps,
-    private readonly sender: WebhookSender,
+    private readonly gate: PingGate,
   ) {}
+
+  /** Per-client sliding window of test pings; throws 429 rate_limit past PINGS_PER_MINUTE. */
+  private takePing(clientId: string, now: number): void {
+    const recent = (this.pings.get(clientId) ?? []).filter((at) => at > now - 60_000);
+    if (recent.length >= PINGS_PER_MINUTE) {
+      const retry = Math.max(1, Math.ceil((recent[0]! + 60_000 - now) / 1000));
+      this.pings.set(clientId, recent);
+      throw new ApiError("rate_limit", `At most ${PINGS_PER_MINUTE} test webhooks a minute. Retry in ${retry} s.`, undefined, { "Retry-After": String(retry) });
+    }
+    recent.push(now);
+    this.pings.set(clientId, recent);
+  }
 
   listAttempts(clientId: string, taskId: string) {
     const task = requireClientTask(this.deps.db, clientId, taskId);
@@ -57,21 +79,24 @@ export class DeliveryService {
     return { event_id: updated.id, event_type: updated.type, status: updated.deliveryStatus };
   }
 
-  /** Sends a signed `ping` through the same guard and signer as real deliveries, and reports the attempt. */
+  /**
+   * Sends a signed `ping` through the same guard, signer, per-host cap and breaker as real
+   * deliveries, and reports the attempt: status and latency, never the receiver's body (the relay
+   * must not become an open POST proxy or a port-scan oracle).
+   */
   async testWebhook(clientId: string, url: unknown) {
     const { db, clock, config } = this.deps;
     const verdict = validateCallbackUrl(url, { allowPrivateNetworks: config.webhookAllowPrivateNetworks });
     if (!verdict.ok) throw new ApiError("invalid_callback_url", `url is not acceptable: ${verdict.reason}.`, [{ field: "url", message: verdict.reason }]);
-    const client = findClient(db, clientId)!;
     const now = clock.now();
+    this.takePing(clientId, now);
+    const client = findClient(db, clientId)!;
     const id = newId("evt", now);
     const body = JSON.stringify({ type: "ping", timestamp: new Date(now).toISOString(), data: { client_id: client.id, message: "genrelay test webhook" } });
-    const result = await this.sender.send({
-      url: verdict.url,
-      headers: webhookHeaders(activeSecrets(client, now, config.encryptionKey), id, Math.floor(now / 1000), body),
-      body,
-      timeoutMs: config.webhookTimeoutMs,
-    });
+    const result = await this.gate.ping(clientId, verdict.url, webhookHeaders(activeSecrets(client, now, config.encryptionKey), id, Math.floor(now / 1000), body), body);
+    if (!result) {
+      throw new ApiError("rate_limit", "Deliveries to this host are at their limit, or its circuit is open after failures. Retry later.", undefined, { "Retry-After": "30" });
+    }
     return {
       webhook_id: id,
       url: verdict.url,
@@ -79,7 +104,6 @@ export class DeliveryService {
       status_code: result.statusCode,
       latency_ms: Math.round(result.latencyMs),
       error: result.error,
-      response_body: result.responseBody,
     };
   }
 

@@ -84,6 +84,12 @@ export class CircuitBreakers {
     return this.clock.now() < b.openUntil ? "open" : "half-open";
   }
 
+  /** When an open circuit lets its trial through, or null when it is not open now. */
+  openUntil(host: string): number | null {
+    const b = this.byHost.get(host);
+    return b && b.open && this.clock.now() < b.openUntil ? b.openUntil : null;
+  }
+
   /** Consecutive failures counted against the host while closed. */
   failures(host: string): number {
     return this.byHost.get(host)?.failures ?? 0;

@@ -3,7 +3,7 @@ import type { Config } from "../config.js";
 import { newId } from "../ids.js";
 import type { Logger } from "../logger.js";
 import { findClient, type ClientRow } from "../db/clients.js";
-import { claimDueEvents, insertAttempt, nextEventDueAt, postponeHostEvents, updateLeasedEvent, type EventRow, type NewEventRow } from "../db/events.js";
+import { claimDueEvents, insertAttempt, nextEventDueAt, postponeKeyEvents, updateLeasedEvent, type EventRow, type NewEventRow } from "../db/events.js";
 import { GroupCommit } from "../db/group-commit.js";
 import type { Db } from "../db/open.js";
 import { activeSecrets } from "../services/clients.js";
@@ -24,9 +24,9 @@ export interface DispatcherOptions {
   owner: LeaseOwner;
   /** Deliveries in flight at once, across all receivers. */
   maxInFlight?: number;
-  /** Deliveries in flight at once to one destination host (`hostname:port`); default 4. */
+  /** Deliveries in flight at once per delivery key (one client's events to one host, `hostname:port`); default 8. */
   maxPerHost?: number;
-  /** The per-host circuit breaker's thresholds (defaults: 5 failures, 30 s doubling to 10 min). */
+  /** The per-key circuit breaker's thresholds (defaults: 5 failures, 30 s doubling to 10 min). */
   breaker?: BreakerOptions;
   random?: () => number;
   onAttempt?: (event: EventRow, result: SendResult) => void;
@@ -40,18 +40,21 @@ export const MAX_PAYLOAD_BYTES = 256 * 1024;
  * and schedules the next one on WEBHOOK_RETRY_SCHEDULE. Deliveries run concurrently and the loop does
  * not wait for a slow receiver before claiming more.
  *
- * Receiver protection, so one slow or dead receiver cannot delay other clients' deliveries:
- * at most `maxPerHost` attempts are in flight to one destination host, and a host whose circuit
- * breaker is open gets no attempts at all. Both are enforced at claim time (a saturated or refused
- * host's events are not claimed, so no lease or retry is spent on them and the global in-flight
- * slots stay free for other hosts). The counts live in this process's memory: each relay process
- * protects receivers on its own, which is enough for the single-process deployment.
+ * Receiver protection and tenant isolation. The unit is the delivery key: one client's events to
+ * one destination host. At most `maxPerHost` attempts are in flight per key, and a key whose
+ * circuit breaker is open gets no attempts: when it opens, the key's pending events are moved to
+ * the end of the cool-down (one indexed update), and the half-open trial is drawn from that key's
+ * own events. So a client whose receiver fails or hangs (or who points callbacks at someone
+ * else's host) only ever delays itself, and the claim query never carries a list of refused
+ * hosts: only keys at their cap or with a trial out are left out, and each of those holds an
+ * attempt in flight, so the list is bounded by the in-flight cap. The counts live in this
+ * process's memory: enough for the single-process deployment.
  */
 export class Dispatcher {
   private readonly inFlight = new Set<Promise<void>>();
   private readonly maxInFlight: number;
   private readonly maxPerHost: number;
-  private readonly hostInFlight = new Map<string, number>();
+  private readonly keyInFlight = new Map<string, number>();
   readonly breakers: CircuitBreakers;
   /** Called when a delivery finishes, so the loop can claim more (set by main). */
   onSettled: () => void = () => {};
@@ -88,30 +91,31 @@ export class Dispatcher {
     await Promise.all([...this.inFlight]);
   }
 
-  /** Attempts in flight to one destination host now. */
-  inFlightTo(host: string): number {
-    return this.hostInFlight.get(host) ?? 0;
+  /** Attempts in flight for one delivery key (`clientId|host`) now. */
+  inFlightTo(key: string): number {
+    return this.keyInFlight.get(key) ?? 0;
   }
 
   private nextDueAt(): number | null {
     if (this.inFlight.size >= this.maxInFlight) return null;
-    // Saturated hosts wake the loop when an attempt settles (onSettled); open circuits at their trial time.
-    const due = nextEventDueAt(this.opts.db, { now: this.opts.clock.now(), excludeHosts: this.refusedHosts() });
-    const trial = this.breakers.nextTrialAt();
-    if (due === null) return trial;
-    return trial === null ? due : Math.min(due, trial);
+    // Saturated keys wake the loop when an attempt settles (onSettled); open circuits postponed their
+    // events to the trial time, so the due index alone says when to wake.
+    return nextEventDueAt(this.opts.db, { now: this.opts.clock.now(), excludeKeys: this.busyKeys() });
   }
 
-  /** How many more attempts may start to this host now: the rest of its cap, or the breaker's allowance. */
-  private hostRoom(host: string): number {
-    return Math.min(this.maxPerHost - this.inFlightTo(host), this.breakers.allowance(host));
+  /** How many more attempts may start for this key now: the rest of its cap, or the breaker's allowance. */
+  private keyRoom(key: string): number {
+    return Math.min(this.maxPerHost - this.inFlightTo(key), this.breakers.allowance(key));
   }
 
-  /** Hosts none of whose events may be claimed now: at the cap, or refused by their breaker. */
-  private refusedHosts(): string[] {
-    const refused = new Set(this.breakers.refusedHosts());
-    for (const [host, count] of this.hostInFlight) if (count >= this.maxPerHost) refused.add(host);
-    return [...refused];
+  /**
+   * Keys none of whose events may be claimed now: at their cap, or with their breaker's trial out.
+   * Every such key has an attempt in flight, so this is never longer than maxInFlight.
+   */
+  private busyKeys(): string[] {
+    const busy: string[] = [];
+    for (const key of this.keyInFlight.keys()) if (this.keyRoom(key) <= 0) busy.push(key);
+    return busy;
   }
 
   private claimAndStart(): Promise<void>[] {
@@ -124,8 +128,8 @@ export class Dispatcher {
       leaseMs: config.webhookTimeoutMs + 5_000,
       token: owner.token(),
       limit: room,
-      excludeHosts: this.refusedHosts(),
-      hostRoom: (host) => this.hostRoom(host),
+      excludeKeys: this.busyKeys(),
+      keyRoom: (key) => this.keyRoom(key),
     });
     const clients = new Map<string, ClientRow | undefined>();
     const started: Promise<void>[] = [];
@@ -163,21 +167,46 @@ export class Dispatcher {
     const size = Buffer.byteLength(event.payload, "utf8");
     if (size > MAX_PAYLOAD_BYTES) return this.refuseOversized(event, size);
 
-    const host = destinationHost(event.callbackUrl);
-    const permit = this.hostRoom(host) > 0 ? this.breakers.acquire(host) : null;
+    const key = `${event.clientId}|${event.destinationHost}`;
+    const permit = this.keyRoom(key) > 0 ? this.breakers.acquire(key) : null;
     if (!permit) {
+      // An event due while its key's circuit is open (written after it opened): it waits for the
+      // trial like the others. At the cap, or with the trial out: handed back untouched.
+      const until = this.breakers.openUntil(key);
       try {
-        updateLeasedEvent(db, event.id, token, { claimToken: null, claimedUntil: null });
+        updateLeasedEvent(db, event.id, token, { claimToken: null, claimedUntil: null, ...(until !== null ? { nextAttemptAt: until } : {}) });
       } catch (err) {
         this.opts.logger.error({ err, event_id: event.id }, "releasing an event lease failed; it expires on its own");
       }
       return null;
     }
-    this.hostInFlight.set(host, this.inFlightTo(host) + 1);
-    return this.deliver(event, client, permit).finally(() => {
-      const left = this.inFlightTo(host) - 1;
-      if (left > 0) this.hostInFlight.set(host, left);
-      else this.hostInFlight.delete(host);
+    return this.withSlot(key, () => this.deliver(event, client, permit));
+  }
+
+  /** Counts an attempt against its key's cap while `work` runs. */
+  private withSlot<T>(key: string, work: () => Promise<T>): Promise<T> {
+    this.keyInFlight.set(key, this.inFlightTo(key) + 1);
+    return work().finally(() => {
+      const left = this.inFlightTo(key) - 1;
+      if (left > 0) this.keyInFlight.set(key, left);
+      else this.keyInFlight.delete(key);
+    });
+  }
+
+  /**
+   * A test ping (POST /webhooks/test) through the same guard, signer, per-key cap and breaker as
+   * real deliveries: it cannot crowd a receiver past the cap, nor reach a key whose circuit is open.
+   * Returns null when the key has no room now (the caller answers 429).
+   */
+  async ping(clientId: string, url: string, headers: Record<string, string>, body: string): Promise<SendResult | null> {
+    const key = `${clientId}|${destinationHost(url)}`;
+    const permit = this.keyRoom(key) > 0 ? this.breakers.acquire(key) : null;
+    if (!permit) return null;
+    return this.withSlot(key, async () => {
+      const result = await this.opts.sender.send({ url, headers, body, timeoutMs: this.opts.config.webhookTimeoutMs });
+      const transition = this.breakers.record(permit, breakerOutcome(result));
+      if (transition) this.onTransition(transition);
+      return result;
     });
   }
 
@@ -286,14 +315,16 @@ export class Dispatcher {
    */
   private onTransition(t: BreakerTransition): void {
     const { db, clock, logger } = this.opts;
+    const [clientId, host] = splitKey(t.host);
     if (t.kind === "closed") {
-      logger.info({ host: t.host }, "circuit closed: deliveries to host resumed");
+      logger.info({ client_id: clientId, host }, "circuit closed: deliveries to host resumed");
       return;
     }
-    const postponed = postponeHostEvents(db, t.host, t.until, clock.now());
+    const postponed = postponeKeyEvents(db, clientId, host, t.until, clock.now());
     logger.warn(
       {
-        host: t.host,
+        client_id: clientId,
+        host,
         consecutive_failures: t.failures,
         after_trial: t.afterTrial,
         cool_down_ms: t.coolDownMs,
@@ -303,4 +334,10 @@ export class Dispatcher {
       "circuit open: deliveries to host paused",
     );
   }
+}
+
+/** A delivery key's client id and host (`clientId|hostname:port`; client ids never contain `|`). */
+export function splitKey(key: string): [string, string] {
+  const bar = key.indexOf("|");
+  return [key.slice(0, bar), key.slice(bar + 1)];
 }

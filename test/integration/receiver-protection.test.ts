@@ -196,7 +196,7 @@ describe("receiver protection: a slow receiver does not delay other clients", ()
     const a = t.client("a");
     const b = t.client("b");
     const aEvents = await succeededTasks(t, a.apiKey, busy.url(), 20);
-    // Another client on the same receiver host shares its cap: the cap protects the host.
+    // Another client on the same receiver host has a cap of its own: one client's backlog never takes its slots.
     const bEvents = await succeededTasks(t, b.apiKey, busy.url("/other-path"), 6);
     const elsewhere = await succeededTasks(t, b.apiKey, other.url(), 3);
 
@@ -204,8 +204,8 @@ describe("receiver protection: a slow receiver does not delay other clients", ()
     await waitFor("every delivery", () => busy.arrivals.size === 26 && other.arrivals.size === 3);
     await waitFor("the last attempts to be recorded", () => t.relay.dispatcher.activeCount === 0);
 
-    expect(busy.maxOpen()).toBe(4);
-    expect(t.relay.dispatcher.inFlightTo(destinationHost(busy.url()))).toBe(0);
+    expect(busy.maxOpen()).toBe(8);
+    expect(t.relay.dispatcher.inFlightTo(`${a.id}|${destinationHost(busy.url())}`)).toBe(0);
     for (const e of [...aEvents, ...bEvents, ...elsewhere]) expect(findEvent(t.database.db, e.id)).toMatchObject({ deliveryStatus: "succeeded", attempts: 1 });
   });
 });
@@ -219,7 +219,7 @@ describe("receiver protection: circuit breaker per host", () => {
     const a = t.client("a");
     const b = t.client("b");
     const aEvents = await succeededTasks(t, a.apiKey, dead.url(), 10);
-    const host = destinationHost(dead.url());
+    const host = `${a.id}|${destinationHost(dead.url())}`;
 
     expect(await t.relay.dispatcher.runOnce()).toBe(4); // the host cap
     expect(t.relay.dispatcher.breakers.state(host)).toBe("closed");
@@ -250,7 +250,7 @@ describe("receiver protection: circuit breaker per host", () => {
     // Said once per opening, not once per postponed event.
     const openings = warn.mock.calls.filter((c) => c[1] === "circuit open: deliveries to host paused");
     expect(openings).toHaveLength(1);
-    expect(openings[0]![0]).toMatchObject({ host, consecutive_failures: 5, cool_down_ms: 30_000, after_trial: false });
+    expect(openings[0]![0]).toMatchObject({ client_id: a.id, host: destinationHost(dead.url()), consecutive_failures: 5, cool_down_ms: 30_000, after_trial: false });
 
     // Half-open: the receiver is back; exactly one trial goes, and its success closes the circuit.
     dead.setAnswer(ok);
@@ -270,7 +270,7 @@ describe("receiver protection: circuit breaker per host", () => {
     const dead = await receiver(status(500));
     const a = t.client("a");
     await succeededTasks(t, a.apiKey, dead.url(), 5);
-    const host = destinationHost(dead.url());
+    const host = `${a.id}|${destinationHost(dead.url())}`;
 
     await t.relay.dispatcher.runOnce();
     await t.relay.dispatcher.runOnce();
@@ -301,8 +301,8 @@ describe("receiver protection: circuit breaker per host", () => {
     await t.relay.dispatcher.runOnce();
     await t.relay.dispatcher.runOnce();
     expect(refusing.requests).toHaveLength(6);
-    expect(t.relay.dispatcher.breakers.state(destinationHost(refusing.url()))).toBe("closed");
-    expect(t.relay.dispatcher.breakers.state(destinationHost(hanging.url()))).toBe("open");
+    expect(t.relay.dispatcher.breakers.state(`${a.id}|${destinationHost(refusing.url())}`)).toBe("closed");
+    expect(t.relay.dispatcher.breakers.state(`${a.id}|${destinationHost(hanging.url())}`)).toBe("open");
   });
 });
 
@@ -323,17 +323,17 @@ describe("receiver protection: the claim's host filter", () => {
     ];
     const events = await succeededTasks(t, client.apiKey, "https://placeholder.test/", urls.length);
     // Stored as intake stores them: normalised by the URL parser.
-    events.forEach((e, i) => updateEvent(t.database.db, e.id, { callbackUrl: new URL(urls[i]!).href }));
+    events.forEach((e, i) => updateEvent(t.database.db, e.id, { callbackUrl: new URL(urls[i]!).href, destinationHost: destinationHost(urls[i]!) }));
 
     const claimed = claimDueEvents(t.database.db, {
       now: t.clock.now(),
       leaseMs: 1_000,
       token: "test:1",
       limit: 100,
-      excludeHosts: ["hooks.example.com:443", "[::1]:4000"],
+      excludeKeys: [`${client.id}|hooks.example.com:443`, `${client.id}|[::1]:4000`],
     });
     expect(claimed.map((e) => new URL(e.callbackUrl!).pathname).sort()).toEqual(["/", "/c", "/d", "/e", "/f", "/h"]);
-    expect(nextEventDueAt(t.database.db, { now: t.clock.now(), excludeHosts: urls.map((u) => destinationHost(u)) })).toBeNull();
+    expect(nextEventDueAt(t.database.db, { now: t.clock.now(), excludeKeys: urls.map((u) => `${client.id}|${destinationHost(u)}`) })).toBeNull();
   });
 
   it("claims at most the host's room per host, looking past one host's backlog for the others", async () => {
@@ -346,7 +346,7 @@ describe("receiver protection: the claim's host filter", () => {
       leaseMs: 1_000,
       token: "test:1",
       limit: 10,
-      hostRoom: (host) => (host === "busy.test:443" ? 2 : 4),
+      keyRoom: (key) => (key === `${client.id}|busy.test:443` ? 2 : 4),
     });
     expect(claimed.map((e) => e.id).sort()).toEqual([...busy.slice(0, 2), ...quiet].map((e) => e.id).sort());
   });
@@ -385,5 +385,50 @@ describe("receiver protection: payload size", () => {
     // No retry.
     t.clock.advance(24 * 60 * 60_000);
     expect(await t.relay.dispatcher.runOnce()).toBe(0);
+  });
+});
+
+describe("tenant isolation in delivery", () => {
+  it("an attacker's failing events on the victim's host never delay the victim's webhooks (breaker and cap are per client)", async () => {
+    const t = setup();
+    // One receiver host: the attacker's path answers 503, the victim's 200.
+    const shared = await receiver((req, res) => {
+      res.statusCode = req.url.startsWith("/attacker") ? 503 : 200;
+      res.end();
+    });
+    const attacker = t.client("attacker");
+    const victim = t.client("victim");
+    await succeededTasks(t, attacker.apiKey, shared.url("/attacker"), 8);
+    for (let i = 0; i < 3; i++) await t.relay.dispatcher.runOnce();
+    const attackerKey = `${attacker.id}|${destinationHost(shared.url())}`;
+    expect(t.relay.dispatcher.breakers.state(attackerKey)).toBe("open");
+    const started = t.clock.now();
+    const victimEvents = await succeededTasks(t, victim.apiKey, shared.url("/victim"), 3);
+    // At once, on the same clock tick: no cool-down, no half-open trial shared with the attacker.
+    await t.relay.dispatcher.runOnce();
+    expect(t.clock.now()).toBe(started);
+    for (const e of victimEvents) expect(findEvent(t.database.db, e.id)).toMatchObject({ deliveryStatus: "succeeded", attempts: 1 });
+    expect(t.relay.dispatcher.breakers.state(`${victim.id}|${destinationHost(shared.url())}`)).toBe("closed");
+    // The attacker's trial, when it comes, is drawn from its own events only.
+    t.clock.advance(30_000);
+    await t.relay.dispatcher.runOnce();
+    const trial = shared.requests.at(-1)!;
+    expect(trial.url.startsWith("/attacker")).toBe(true);
+  });
+
+  it("the claim never lists refused circuits: thousands of open ones cost the query nothing", async () => {
+    const t = setup();
+    const r = await receiver(ok);
+    const client = t.client();
+    const events = await succeededTasks(t, client.apiKey, r.url(), 3);
+    // 20,000 open circuits of other clients' keys (more than SQLite's bound-variable limit).
+    const breakers = t.relay.dispatcher.breakers;
+    for (let i = 0; i < 20_000; i++) {
+      const key = `cli_other${i}|dead-${i}.test:443`;
+      for (let f = 0; f < 5; f++) breakers.record(breakers.acquire(key)!, "failure");
+    }
+    expect(breakers.state("cli_other0|dead-0.test:443")).toBe("open");
+    expect(await t.relay.dispatcher.runOnce()).toBe(3);
+    for (const e of events) expect(findEvent(t.database.db, e.id)!.deliveryStatus).toBe("succeeded");
   });
 });

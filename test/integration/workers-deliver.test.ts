@@ -342,7 +342,6 @@ describe("dispatcher: order, secrets, isolation", () => {
       status_code: 200,
       latency_ms: expect.any(Number),
       error: null,
-      response_body: "ok",
     });
     expect(r.requests).toHaveLength(1);
     expect(r.requests[0]!.headers["webhook-id"]).toBe(data.webhook_id);
@@ -351,6 +350,36 @@ describe("dispatcher: order, secrets, isolation", () => {
     r.answers.push(status(500));
     const failed = await t.request(client.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } });
     expect(((await failed.json()) as { data: unknown }).data).toMatchObject({ succeeded: false, status_code: 500, error: "HTTP 500" });
+  });
+
+  it("POST /webhooks/test is rate-limited per client (429 rate_limit with Retry-After), other clients unaffected", async () => {
+    const { t } = setup();
+    const r = await receiver();
+    const a = t.client("a");
+    const b = t.client("b");
+    for (let i = 0; i < 10; i++) {
+      expect((await t.request(a.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } })).status).toBe(200);
+    }
+    const limited = await t.request(a.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } });
+    expect(limited.status).toBe(429);
+    expect(limited.headers.get("retry-after")).toBe("60");
+    expect(((await limited.json()) as { error: { code: string } }).error.code).toBe("rate_limit");
+    expect(r.requests).toHaveLength(10);
+    expect((await t.request(b.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } })).status).toBe(200);
+    t.clock.advance(60_001);
+    expect((await t.request(a.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } })).status).toBe(200);
+  });
+
+  it("POST /webhooks/test obeys the per-host cap and the breaker: 429 while the client's key is full or open", async () => {
+    const { t } = setup({ WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "1" });
+    const r = await receiver(hang);
+    const client = t.client();
+    const first = t.request(client.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/slow") } });
+    for (let i = 0; i < 50 && r.requests.length === 0; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    const second = await t.request(client.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/slow") } });
+    expect(second.status).toBe(429);
+    expect(r.requests).toHaveLength(1);
+    expect(((await (await first).json()) as { data: { error: string } }).data.error).toMatch(/timeout/);
   });
 
   it("POST /webhooks/test refuses a loopback URL when private networks are not allowed", async () => {

@@ -1,5 +1,5 @@
 import { createRoute, z, type OpenAPIHono } from "@hono/zod-openapi";
-import type { DeliveryService } from "../../services/deliveries.js";
+import { PINGS_PER_MINUTE, type DeliveryService } from "../../services/deliveries.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import type { AppEnv } from "../context.js";
 import { errorResponses, TaskIdParam } from "../schemas.js";
@@ -30,7 +30,6 @@ const PingResultSchema = z
     status_code: z.number().int().nullable(),
     latency_ms: z.number().int(),
     error: z.string().nullable(),
-    response_body: z.string().nullable(),
   })
   .openapi("PingResult");
 
@@ -85,7 +84,8 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       summary: "Send a signed ping event to a URL and report the attempt",
       security,
       request: { body: { required: true, content: json(z.object({ url: z.string().openapi({ example: "https://example.com/hooks" }) })) } },
-      responses: { 200: { description: "The attempt's result", content: json(z.object({ data: PingResultSchema })) }, ...errorResponses(400, 401, 413, 415, 422) },
+      description: `Status and latency only, never the receiver's body. At most ${PINGS_PER_MINUTE} a minute per client, and under the same per-host cap and circuit breaker as deliveries: 429 rate_limit otherwise.`,
+      responses: { 200: { description: "The attempt's result", content: json(z.object({ data: PingResultSchema })) }, ...errorResponses(400, 401, 413, 415, 422, 429) },
     }),
     async (c) => c.json({ data: await deliveries.testWebhook(c.get("client").id, c.req.valid("json").url) }, 200),
   );
