@@ -1,8 +1,10 @@
 import type { Clock } from "./clock.js";
 import type { Config } from "./config.js";
 import type { Database_ } from "./db/open.js";
-import { releaseEventLeases } from "./db/events.js";
-import { releaseTaskLeases } from "./db/tasks.js";
+import { eventsWithoutDestination, releaseAllEventLeases, releaseEventLeases, setDestination } from "./db/events.js";
+import { releaseAllTaskLeases, releaseTaskLeases } from "./db/tasks.js";
+import { sealPlainSecrets } from "./services/clients.js";
+import { destinationHost } from "./webhooks/destination.js";
 import { createApp } from "./http/app.js";
 import type { Logger } from "./logger.js";
 import { Metrics } from "./metrics.js";
@@ -129,8 +131,25 @@ export class Relay {
     });
   }
 
+  /**
+   * Starts the loops. First, what a previous process left: on SQLite one relay process owns the
+   * database, so every lease still held is a dead process's (a kill -9) and is released at once,
+   * instead of waiting for it to expire; events from before destination_host get theirs; webhook
+   * secrets still in plain text are sealed once RELAY_ENCRYPTION_KEY is set.
+   */
   start(): void {
+    this.recover();
     for (const loop of this.loops) loop.start();
+  }
+
+  /** Takes over what a previous process left (see start()); separate so tests can run it alone. */
+  recover(): void {
+    const { database, config, logger } = this.opts;
+    const db = database.db;
+    const released = releaseAllTaskLeases(db) + releaseAllEventLeases(db);
+    for (const url of eventsWithoutDestination(db)) setDestination(db, url, destinationHost(url));
+    const sealed = sealPlainSecrets(db, config.encryptionKey);
+    if (released > 0 || sealed > 0) logger.info({ leases_released: released, secrets_sealed: sealed }, "recovered state left by a previous process");
   }
 
   /** Why the relay is not ready: database not writable, or a worker loop stopped or stalled. */

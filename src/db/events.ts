@@ -212,15 +212,25 @@ export function listTaskAttempts(db: DbOrTx, taskId: string): AttemptRow[] {
     .all();
 }
 
-/** The pull feed: a client's events after a feed position, in order. */
-export function listClientEvents(db: DbOrTx, clientId: string, afterSeq: number, limit: number): EventRow[] {
+/** The pull feed: a client's events after a position in its own feed, in order. */
+export function listClientEvents(db: DbOrTx, clientId: string, afterPos: number, limit: number): EventRow[] {
   return db
     .select()
     .from(events)
-    .where(and(eq(events.clientId, clientId), gt(events.seq, afterSeq)))
-    .orderBy(asc(events.seq))
+    .where(and(eq(events.clientId, clientId), gt(events.clientSeq, afterPos)))
+    .orderBy(asc(events.clientSeq))
     .limit(limit)
     .all();
+}
+
+/** The client's feed position of its last event at or before a relay-wide seq (old cursors). */
+export function clientSeqAtOrBefore(db: DbOrTx, clientId: string, seq: number): number {
+  const row = db
+    .select({ pos: sql<number>`coalesce(max(${events.clientSeq}), 0)` })
+    .from(events)
+    .where(and(eq(events.clientId, clientId), lte(events.seq, seq)))
+    .get();
+  return row?.pos ?? 0;
 }
 
 /** Re-queues a client's failed deliveries created since a time; returns how many. */
@@ -230,6 +240,11 @@ export function requeueFailedEvents(db: DbOrTx, clientId: string, since: number,
     .set({ deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: now, failedAt: null, claimedUntil: null, claimToken: null })
     .where(and(eq(events.clientId, clientId), eq(events.deliveryStatus, "failed"), gte(events.createdAt, since)))
     .run().changes;
+}
+
+/** Releases every event lease (start of a single-process relay: any lease left is a dead process's). */
+export function releaseAllEventLeases(db: Db): number {
+  return db.update(events).set({ claimedUntil: null, claimToken: null }).where(sql`${events.claimToken} IS NOT NULL`).run().changes;
 }
 
 export function releaseEventLeases(db: Db, ownerPrefix: string): number {

@@ -1,4 +1,4 @@
-import { and, asc, desc, eq, getTableColumns, gt, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
+import { and, asc, desc, eq, getTableColumns, gt, gte, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
 import type { Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
 import { clients, tasks, type TaskPhase, type TaskStatus } from "./schema.js";
@@ -201,7 +201,16 @@ export function nextDueAt(db: Db, phase: TaskPhase, now: number): number | null 
     .orderBy(asc(tasks.nextRunAt))
     .limit(1)
     .get();
-  return row?.at ?? null;
+  // A lease that runs out (its holder died) makes its row due again then: wake for it, not at the idle timer.
+  const lease = db
+    .select({ at: sql<number | null>`min(${tasks.claimedUntil})` })
+    .from(tasks)
+    .where(and(eq(tasks.phase, phase), gte(tasks.claimedUntil, now)))
+    .get();
+  const due = row?.at ?? null;
+  const expiry = lease?.at === null || lease?.at === undefined ? null : lease.at + 1;
+  if (due === null) return expiry;
+  return expiry === null ? due : Math.min(due, expiry);
 }
 
 /** Accounts that have tasks in a phase due now. */
@@ -267,6 +276,11 @@ export function wakeWaitingOfClient(db: DbOrTx, clientId: string, now: number): 
     .set({ nextRunAt: now })
     .where(and(eq(tasks.clientId, clientId), eq(tasks.phase, "waiting"), eq(tasks.submitAttempts, 0), gt(tasks.nextRunAt, now), unclaimed(now)))
     .run();
+}
+
+/** Releases every task lease (start of a single-process relay: any lease left is a dead process's). */
+export function releaseAllTaskLeases(db: Db): number {
+  return db.update(tasks).set({ claimedUntil: null, claimToken: null }).where(sql`${tasks.claimToken} IS NOT NULL`).run().changes;
 }
 
 /** Releases every lease this process holds (graceful shutdown), so a restart need not wait for expiry. */

@@ -155,17 +155,17 @@ export function errorResponses(...statuses: number[]) {
   const descriptions: Record<number, string> = {
     400: "Malformed request (invalid_request, invalid_media_url, invalid_callback_url)",
     401: "Missing, unknown or revoked API key (invalid_api_key)",
-    402: "Credit limit reached (insufficient_points)",
+    402: "insufficient_points: the task's known price does not fit the client's credit limit (points charged + reserved + price > limit), or the limit is used up. Nothing is stored.",
     404: "Unknown task or another client's task (task_not_found)",
     409: "Conflict (idempotency_key_reused, cannot_cancel)",
     413: "Body over 1 MiB (payload_too_large)",
     415: "Body is not application/json (unsupported_media_type)",
-    422: "Invalid fields (validation_error), details name each",
-    429: "Too many waiting tasks (concurrent_limit)",
+    422: "validation_error: invalid fields, or a model or parameter the upstream's cached catalog does not offer (unknown model, unsupported video_mode, size, quality, resolution, duration, aspect ratio); details name each field. Nothing is stored.",
+    429: "Too many waiting tasks (concurrent_limit), or too many test pings (rate_limit); see Retry-After",
     500: "Unexpected failure (internal_error)",
-    503: "Upstream unavailable (service_unavailable)",
+    503: "Upstream unavailable (service_unavailable), or the relay cannot store changes now (storage_unavailable; nothing was changed, see Retry-After)",
   };
   return Object.fromEntries(
-    [...new Set([...statuses, 500])].map((s) => [s, { description: descriptions[s] ?? "Error", content: { "application/json": { schema: ErrorSchema } } }]),
+    [...new Set([...statuses, 500, 503])].map((s) => [s, { description: descriptions[s] ?? "Error", content: { "application/json": { schema: ErrorSchema } } }]),
   );
 }

@@ -143,4 +143,20 @@ export function updateClientLimits(db: Db, id: string, limits: ClientLimits & { 
   return updateClient(db, id, patch);
 }
 
+/** With RELAY_ENCRYPTION_KEY set, seals webhook secrets still stored in plain text (from before the key). */
+export function sealPlainSecrets(db: Db, key: Buffer | null): number {
+  if (!key) return 0;
+  let sealed = 0;
+  for (const c of listClients(db)) {
+    const patch: Partial<ClientRow> = {};
+    if (!isSealed(c.webhookSecret)) patch.webhookSecret = sealSecret(c.webhookSecret, key);
+    if (c.previousWebhookSecret && !isSealed(c.previousWebhookSecret)) patch.previousWebhookSecret = sealSecret(c.previousWebhookSecret, key);
+    if (Object.keys(patch).length > 0) {
+      updateClient(db, c.id, patch);
+      sealed += 1;
+    }
+  }
+  return sealed;
+}
+
 export { findClient, listClients };

@@ -1,6 +1,6 @@
 import { newId } from "../ids.js";
 import { findClient } from "../db/clients.js";
-import { lastEventOfTask, listClientEvents, listTaskAttempts, requeueFailedEvents, updateEvent } from "../db/events.js";
+import { clientSeqAtOrBefore, lastEventOfTask, listClientEvents, listTaskAttempts, requeueFailedEvents, updateEvent } from "../db/events.js";
 import { taskCounts } from "../db/usage.js";
 import { creditPosition } from "../db/credits.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
@@ -112,16 +112,23 @@ export class DeliveryService {
     return { webhook_secret: rotated.secret, previous_secret_expires_at: iso(rotated.previousExpiresAt)! };
   }
 
-  /** The pull feed: events after a cursor, oldest first. The cursor is opaque (an encoded feed position). */
+  /**
+   * The pull feed: events after a cursor, oldest first. The cursor is opaque and per client: it
+   * encodes the client's own feed position (client_seq), which says nothing about other tenants.
+   * Cursors of the older relay-wide form (`e<seq>`) are still understood.
+   */
   listEvents(clientId: string, after: string | undefined, limit: number) {
-    let afterSeq = 0;
+    let afterPos = 0;
     if (after) {
-      const decoded = /^e(\d{1,15})$/.exec(Buffer.from(after, "base64url").toString("utf8"));
-      if (!decoded) throw new ApiError("invalid_request", "after is not a cursor this API returned.", [{ field: "after", message: "unrecognised cursor" }]);
-      afterSeq = Number(decoded[1]);
+      const text = Buffer.from(after, "base64url").toString("utf8");
+      const own = /^c(\d{1,15})$/.exec(text);
+      const legacy = /^e(\d{1,15})$/.exec(text);
+      if (own) afterPos = Number(own[1]);
+      else if (legacy) afterPos = clientSeqAtOrBefore(this.deps.db, clientId, Number(legacy[1]));
+      else throw new ApiError("invalid_request", "after is not a cursor this API returned.", [{ field: "after", message: "unrecognised cursor" }]);
     }
-    const rows = listClientEvents(this.deps.db, clientId, afterSeq, limit);
-    const lastSeq = rows.length > 0 ? rows[rows.length - 1]!.seq : afterSeq;
+    const rows = listClientEvents(this.deps.db, clientId, afterPos, limit);
+    const lastPos = rows.length > 0 ? rows[rows.length - 1]!.clientSeq : afterPos;
     return {
       data: rows.map((e) => ({
         id: e.id,
@@ -129,7 +136,7 @@ export class DeliveryService {
         delivery: { status: e.deliveryStatus, attempts: e.attempts, last_status_code: e.lastStatusCode },
       })),
       // Always a cursor, even on an empty page: the caller keeps it and asks again later.
-      next_cursor: Buffer.from(`e${lastSeq}`).toString("base64url"),
+      next_cursor: Buffer.from(`c${lastPos}`).toString("base64url"),
     };
   }
 
