@@ -1,7 +1,7 @@
 import type { Context, MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { routePath } from "hono/route";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { Logger } from "../logger.js";
 import type { Metrics } from "../metrics.js";
 import { authenticate } from "../services/clients.js";
@@ -71,6 +71,24 @@ export function bearerAuth(db: Db): MiddlewareHandler<AppEnv> {
  */
 export function payloadTooLarge(c: Context): Response {
   return errorResponse(c, "payload_too_large", "The request body is larger than 1 MiB.", undefined, { Connection: "close" });
+}
+
+/**
+ * `Authorization: Bearer <token>` for operator endpoints (/metrics). Both sides are hashed first so
+ * the comparison takes the same time whatever the guess, its length included.
+ */
+export function tokenAuth(token: string, realm: string): MiddlewareHandler<AppEnv> {
+  const expected = createHash("sha256").update(token).digest();
+  return async (c, next) => {
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
+    const given = createHash("sha256").update(match?.[1] ?? "").digest();
+    if (!match || !timingSafeEqual(given, expected)) {
+      return errorResponse(c, "invalid_api_key", `Send Authorization: Bearer <token> with the ${realm} token.`, undefined, {
+        "WWW-Authenticate": `Bearer realm="${realm}"`,
+      });
+    }
+    await next();
+  };
 }
 
 /** Bodies are JSON of at most 1 MiB; anything else is refused before a validator sees it. */
