@@ -24,7 +24,7 @@ export interface DispatcherOptions {
   owner: LeaseOwner;
   /** Deliveries in flight at once, across all receivers. */
   maxInFlight?: number;
-  /** Deliveries in flight at once to one destination host (`hostname:port`); default 4. */
+  /** Deliveries in flight at once to one destination host (`hostname:port`); the relay passes WEBHOOK_MAX_IN_FLIGHT_PER_HOST (default 8). */
   maxPerHost?: number;
   /** The per-host circuit breaker's thresholds (defaults: 5 failures, 30 s doubling to 10 min). */
   breaker?: BreakerOptions;
