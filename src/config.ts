@@ -29,6 +29,32 @@ const url = z
   }, { error: "must be an absolute http(s) URL" })
   .transform((v) => v.replace(/\/+$/, ""));
 
+/**
+ * Where callers reach the relay (behind a proxy): an origin, optionally with a path prefix. Location
+ * headers are built from it, never from the request's Host header, which any caller can set.
+ */
+const publicBaseUrl = z
+  .string()
+  .superRefine((v, ctx) => {
+    let u: URL;
+    try {
+      u = new URL(v);
+    } catch {
+      ctx.addIssue({ code: "custom", message: "must be an absolute http(s) URL such as https://relay.example.com" });
+      return;
+    }
+    if (u.protocol !== "http:" && u.protocol !== "https:") ctx.addIssue({ code: "custom", message: "must be an absolute http(s) URL such as https://relay.example.com" });
+    else if (u.search !== "" || u.hash !== "" || /[?#]/.test(v)) ctx.addIssue({ code: "custom", message: "must not have a query or fragment" });
+    else if (u.username !== "" || u.password !== "") ctx.addIssue({ code: "custom", message: "must not contain credentials" });
+  })
+  .transform((v) => {
+    const u = new URL(v);
+    return `${u.origin}${u.pathname}`.replace(/\/+$/, "");
+  });
+
+/** A bearer token: header-safe and without spaces, so it survives `Authorization: Bearer <token>`. */
+const bearerToken = z.string().regex(/^[\x21-\x7e]+$/, { error: "must be printable ASCII without spaces" });
+
 const encryptionKey = z
   .string()
   .refine((v) => Buffer.from(v, "base64").length === 32 && /^[A-Za-z0-9+/]+={0,2}$/.test(v), {
@@ -62,6 +88,8 @@ const EnvSchema = z
     RELAY_ENCRYPTION_KEY: encryptionKey.optional(),
     TASK_RETENTION_DAYS: int(1, 36_500).default(30),
     LOG_LEVEL: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(", ")}` }).default("info"),
+    PUBLIC_BASE_URL: publicBaseUrl.optional(),
+    METRICS_TOKEN: bearerToken.optional(),
   })
   .superRefine((env, ctx) => {
     if (env.UPSTREAM_BASE_URL && !env.UPSTREAM_API_KEY) {
@@ -90,6 +118,10 @@ export interface Config {
   encryptionKey: Buffer | null;
   taskRetentionDays: number;
   logLevel: (typeof LOG_LEVELS)[number];
+  /** Base of the absolute URLs the relay hands out (no trailing slash); null: built from the request. */
+  publicBaseUrl: string | null;
+  /** null: /metrics is open (keep it off the public internet). */
+  metricsToken: string | null;
 }
 
 export class ConfigError extends Error {
@@ -110,7 +142,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     const problems = result.error.issues.map((issue) => {
       const name = String(issue.path[0] ?? "environment");
       const value = cleaned[name];
-      const shown = value === undefined || /KEY|SECRET/.test(name) ? "" : ` (got "${value}")`;
+      const shown = value === undefined || /KEY|SECRET|TOKEN/.test(name) ? "" : ` (got "${value}")`;
       return `invalid environment variable ${name}: ${issue.message}${shown}`;
     });
     throw new ConfigError(problems);
@@ -135,5 +167,7 @@ function toConfig(env: Env): Config {
     encryptionKey: env.RELAY_ENCRYPTION_KEY ?? null,
     taskRetentionDays: env.TASK_RETENTION_DAYS,
     logLevel: env.LOG_LEVEL,
+    publicBaseUrl: env.PUBLIC_BASE_URL ?? null,
+    metricsToken: env.METRICS_TOKEN ?? null,
   };
 }

@@ -1,12 +1,20 @@
 import { serve } from "@hono/node-server";
+import type { Server } from "node:http";
 import { systemClock } from "./clock.js";
 import { ConfigError, loadConfig, type Config } from "./config.js";
 import { openDatabase } from "./db/open.js";
+import { gracefulHttp } from "./http/graceful.js";
 import { createLogger } from "./logger.js";
 import { Relay } from "./relay.js";
 import { startSimulator } from "./simulator/server.js";
 
 const SANDBOX_KEY = "sandbox";
+/**
+ * Shutdown budget, 10 s in all (what `docker stop` waits before SIGKILL): in-flight HTTP requests
+ * get up to 5 s, then worker loops up to 5 s to finish their attempts before leases are released.
+ */
+const HTTP_DRAIN_MS = 5_000;
+const WORKER_DRAIN_MS = 5_000;
 
 async function main(): Promise<void> {
   let config: Config;
@@ -43,6 +51,7 @@ async function main(): Promise<void> {
     process.exit(1);
   });
 
+  const http = gracefulHttp(server as Server);
   let stopping = false;
   const shutdown = (signal: string) => {
     if (stopping) {
@@ -50,15 +59,20 @@ async function main(): Promise<void> {
       process.exit(1);
     }
     stopping = true;
-    logger.info({ signal }, "shutting down: no new requests or claims, finishing in-flight work");
-    server.close();
+    logger.info({ signal }, "shutting down: no new connections; finishing in-flight requests, then worker claims");
     void (async () => {
-      await relay.stop(10_000);
+      // Requests first, while the database is open: each one in flight gets its answer.
+      const { forced } = await http.close(HTTP_DRAIN_MS);
+      if (forced > 0) logger.warn({ requests: forced, deadline_ms: HTTP_DRAIN_MS }, "requests still running at the deadline were cut off");
+      await relay.stop(WORKER_DRAIN_MS);
       await simulator?.close();
       database.close();
       logger.info("stopped");
       process.exit(0);
-    })();
+    })().catch((err: unknown) => {
+      logger.fatal({ err }, "shutdown failed");
+      process.exit(1);
+    });
   };
   process.on("SIGTERM", () => shutdown("SIGTERM"));
   process.on("SIGINT", () => shutdown("SIGINT"));

@@ -1,5 +1,5 @@
 import Database from "better-sqlite3";
-import { existsSync, linkSync, realpathSync, renameSync, statSync, unlinkSync } from "node:fs";
+import { closeSync, existsSync, linkSync, openSync, realpathSync, renameSync, statSync, unlinkSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 
 /** A backup that cannot be made as asked (the CLI reports the message as is). */
@@ -96,6 +96,9 @@ export async function backupDatabase(
   const tmp = join(dir, `.${basename(target)}.${process.pid}.partial`);
   removeQuietly(tmp);
   try {
+    // Created 0600 before SQLite writes into it (a copy of the database holds webhook secrets); the
+    // mode travels with the file when it is moved into place.
+    closeSync(openSync(tmp, "wx", 0o600));
     const progress = await sqlite.backup(tmp, { progress: () => 0x7fffffff });
     const copy = new Database(tmp, { fileMustExist: true });
     let check: string;

@@ -1,7 +1,7 @@
 import Database from "better-sqlite3";
 import { drizzle, type BetterSQLite3Database } from "drizzle-orm/better-sqlite3";
 import { migrate } from "drizzle-orm/better-sqlite3/migrator";
-import { mkdirSync } from "node:fs";
+import { closeSync, mkdirSync, openSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as schema from "./schema.js";
@@ -38,6 +38,20 @@ function cacheStatements(sqlite: Database.Database, size = 500): void {
   }) as typeof sqlite.prepare;
 }
 
+/**
+ * The database holds webhook secrets: a new file is created 0600 (and new folders 0700) before
+ * SQLite opens it; SQLite gives its -wal and -shm files the database file's mode. An existing file
+ * or folder is left as the operator set it.
+ */
+function createPrivately(path: string): void {
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  try {
+    closeSync(openSync(path, "wx", 0o600));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+  }
+}
+
 /** `migrations/` sits two levels above both src/db/ and dist/db/. */
 export const MIGRATIONS_FOLDER = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "migrations");
 
@@ -47,7 +61,7 @@ export const MIGRATIONS_FOLDER = join(dirname(fileURLToPath(import.meta.url)), "
  * writer (the CLI while the server runs) wait instead of failing.
  */
 export function openDatabase(path: string, options: { migrate?: boolean } = {}): Database_ {
-  if (path !== ":memory:" && !path.startsWith("file:")) mkdirSync(dirname(path), { recursive: true });
+  if (path !== ":memory:" && !path.startsWith("file:")) createPrivately(path);
   const sqlite = new Database(path);
   sqlite.pragma("journal_mode = WAL");
   // FULL: a commit is on disk (WAL fsynced) before it returns, so a 201 survives even a power loss.

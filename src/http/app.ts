@@ -8,7 +8,7 @@ import type { DeliveryService } from "../services/deliveries.js";
 import type { Metrics } from "../metrics.js";
 import type { AppEnv } from "./context.js";
 import { errorResponse, onError, validationFailure } from "./errors.js";
-import { bearerAuth, jsonBody, newRequestId, requestLog } from "./middleware.js";
+import { bearerAuth, jsonBody, newRequestId, requestLog, tokenAuth } from "./middleware.js";
 import { registerDeliveryRoutes } from "./routes/deliveries.js";
 import { registerGenerationRoutes } from "./routes/generations.js";
 import { registerHealthRoutes, type Readiness } from "./routes/health.js";
@@ -54,6 +54,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
 
   if (deps.metrics) {
     const metrics = deps.metrics;
+    if (deps.config.metricsToken) app.use("/metrics", tokenAuth(deps.config.metricsToken, "METRICS_TOKEN"));
     app.get("/metrics", async (c) => {
       const { contentType, body } = await metrics.exposition();
       return c.body(body, 200, { "Content-Type": contentType });

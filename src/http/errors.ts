@@ -51,7 +51,7 @@ export function onError(logger: Logger, storage?: StorageHealth) {
       });
     }
     if (err instanceof HTTPException) {
-      if (err.status === 413) return errorResponse(c, "payload_too_large", "The request body is larger than 1 MiB.");
+      if (err.status === 413) return errorResponse(c, "payload_too_large", "The request body is larger than 1 MiB.", undefined, { Connection: "close" });
       if (err.status === 400) return errorResponse(c, "invalid_request", err.message || "Malformed request.");
       if (err.status === 401) return errorResponse(c, "invalid_api_key", "Missing or invalid API key.");
     }

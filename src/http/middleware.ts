@@ -1,7 +1,7 @@
-import type { MiddlewareHandler } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { routePath } from "hono/route";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { Logger } from "../logger.js";
 import type { Metrics } from "../metrics.js";
 import { authenticate } from "../services/clients.js";
@@ -67,6 +67,32 @@ export function bearerAuth(db: Db): MiddlewareHandler<AppEnv> {
   };
 }
 
+/**
+ * 413, closing the connection: the rest of the body may still be on its way, and a pooled client
+ * must open a fresh connection for its next request rather than reuse this one.
+ */
+export function payloadTooLarge(c: Context): Response {
+  return errorResponse(c, "payload_too_large", "The request body is larger than 1 MiB.", undefined, { Connection: "close" });
+}
+
+/**
+ * `Authorization: Bearer <token>` for operator endpoints (/metrics). Both sides are hashed first so
+ * the comparison takes the same time whatever the guess, its length included.
+ */
+export function tokenAuth(token: string, realm: string): MiddlewareHandler<AppEnv> {
+  const expected = createHash("sha256").update(token).digest();
+  return async (c, next) => {
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
+    const given = createHash("sha256").update(match?.[1] ?? "").digest();
+    if (!match || !timingSafeEqual(given, expected)) {
+      return errorResponse(c, "invalid_api_key", `Send Authorization: Bearer <token> with the ${realm} token.`, undefined, {
+        "WWW-Authenticate": `Bearer realm="${realm}"`,
+      });
+    }
+    await next();
+  };
+}
+
 /** Bodies are JSON of at most 1 MiB; anything else is refused before a validator sees it. */
 export function jsonBody(): MiddlewareHandler<AppEnv>[] {
   const contentType: MiddlewareHandler<AppEnv> = async (c, next) => {
@@ -76,10 +102,16 @@ export function jsonBody(): MiddlewareHandler<AppEnv>[] {
     }
     await next();
   };
-  const limit = bodyLimit({
-    maxSize: MAX_BODY_BYTES,
-    onError: (c) => errorResponse(c, "payload_too_large", "The request body is larger than 1 MiB."),
-  }) as MiddlewareHandler<AppEnv>;
+  // A declared length over the limit is refused before the body is touched: asking hono for the
+  // body makes @hono/node-server wrap the socket in a web stream that pauses it, and a connection
+  // left with unread bytes cannot carry the next request.
+  const declared: MiddlewareHandler<AppEnv> = async (c, next) => {
+    const length = c.req.header("content-length");
+    if (length !== undefined && !c.req.header("transfer-encoding") && Number(length) > MAX_BODY_BYTES) return payloadTooLarge(c);
+    await next();
+  };
+  // A chunked body is counted as it is read, and refused once it passes the limit.
+  const limit = bodyLimit({ maxSize: MAX_BODY_BYTES, onError: payloadTooLarge }) as MiddlewareHandler<AppEnv>;
   // Parsing here (hono caches the result for the validator) turns malformed JSON into our 400.
   const parse: MiddlewareHandler<AppEnv> = async (c, next) => {
     let body: unknown;
@@ -95,5 +127,5 @@ export function jsonBody(): MiddlewareHandler<AppEnv>[] {
     }
     await next();
   };
-  return [contentType, limit, parse];
+  return [contentType, declared, limit, parse];
 }

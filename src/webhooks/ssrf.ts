@@ -175,7 +175,7 @@ export function validateCallbackUrl(
   if (url.protocol !== "https:" && !(url.protocol === "http:" && opts.allowPrivateNetworks)) {
     return fail(
       url.protocol === "http:"
-        ? "scheme http: is not allowed (https only unless private networks are allowed)"
+        ? "scheme http: is not allowed (https only, unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, for development)"
         : `scheme ${url.protocol} is not allowed`,
     );
   }
@@ -184,7 +184,8 @@ export function validateCallbackUrl(
   url.hash = "";
   if (!opts.allowPrivateNetworks) {
     const refusal = hostnameRefusal(url.hostname);
-    if (refusal !== null) return fail(refusal);
+    // Named, because a developer pointing a callback at a local receiver meets this first.
+    if (refusal !== null) return fail(`${refusal}; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)`);
   }
   const normalised = url.href;
   if (normalised.length > MAX_CALLBACK_URL_LENGTH) return fail(`longer than ${MAX_CALLBACK_URL_LENGTH} characters once normalised`);

@@ -24,7 +24,7 @@ export interface DispatcherOptions {
   owner: LeaseOwner;
   /** Deliveries in flight at once, across all receivers. */
   maxInFlight?: number;
-  /** Deliveries in flight at once per delivery key (one client's events to one host, `hostname:port`); default 8. */
+  /** Deliveries in flight at once per delivery key (one client's events to one host, `hostname:port`); the relay passes WEBHOOK_MAX_IN_FLIGHT_PER_HOST (default 8). */
   maxPerHost?: number;
   /** The per-key circuit breaker's thresholds (defaults: 5 failures, 30 s doubling to 10 min). */
   breaker?: BreakerOptions;
@@ -63,7 +63,7 @@ export class Dispatcher {
 
   constructor(private readonly opts: DispatcherOptions) {
     this.maxInFlight = opts.maxInFlight ?? 64;
-    this.maxPerHost = Math.max(1, opts.maxPerHost ?? 4);
+    this.maxPerHost = Math.max(1, opts.maxPerHost ?? 8);
     this.breakers = new CircuitBreakers(opts.clock, opts.breaker);
     this.commits = new GroupCommit(opts.db);
   }

@@ -144,6 +144,19 @@ describe("creation: bad requests", () => {
     expect(list.data).toEqual([]);
   });
 
+  it.each([
+    ["http://127.0.0.1:9000/hook", "scheme http: is not allowed (https only, unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, for development)"],
+    ["https://127.0.0.1:9000/hook", "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
+    ["https://10.0.0.1/hook", "10.0.0.1 is private (RFC 1918); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
+    ["https://localhost/hook", "host localhost is a private name (.localhost); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
+  ])("a callback_url to %s says which variable allows it", async (url, reason) => {
+    const res = await post("image", JSON.stringify(imageBody({ callback_url: url })), JSON_HEADERS);
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({
+      error: { code: "invalid_callback_url", message: `callback_url is not acceptable: ${reason}.`, request_id: requestId, details: [{ field: "callback_url", message: reason }] },
+    });
+  });
+
   it("checks the key before the Content-Type (401 first)", async () => {
     const res = await t.request(null, PATHS.image, { method: "POST", body: "x", headers: { "Content-Type": "text/plain" } });
     expect(res.status).toBe(401);

@@ -1,9 +1,9 @@
 import Database from "better-sqlite3";
-import { spawn, spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { systemClock } from "../../src/clock.js";
 import { hashApiKey } from "../../src/crypto.js";
 import { insertAttempt, insertEvent, lastEventOfTask, updateEvent } from "../../src/db/events.js";
@@ -12,18 +12,13 @@ import { findTask, insertTask } from "../../src/db/tasks.js";
 import { newId } from "../../src/ids.js";
 import { createClient } from "../../src/services/clients.js";
 import { transitionTask } from "../../src/core/transition.js";
+import { CLI_PATH, runCliInProcess, type CliRun } from "../helpers/cli.js";
 import { createTestRelay, imageBody, type TestRelay } from "../helpers/relay.js";
-
-/** The built CLI: `npm test` compiles dist/ before vitest runs. */
-const CLI = resolve(import.meta.dirname, "../../dist/cli.js");
 
 let dir: string;
 let dbPath: string;
 const cleanups: (() => unknown)[] = [];
 
-beforeAll(() => {
-  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: build first (npx tsc -p tsconfig.build.json, or npm test)`);
-});
 beforeEach(() => {
   dir = mkdtempSync(join(tmpdir(), "genrelay-cli-ops-"));
   dbPath = join(dir, "relay.db");
@@ -33,23 +28,20 @@ afterEach(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-interface Run {
-  status: number | null;
-  stdout: string;
-  stderr: string;
-}
-
 const cliEnv = (env: Record<string, string>) => ({ PATH: process.env.PATH ?? "", DATABASE_PATH: dbPath, ...env });
 
-function cli(args: string[], env: Record<string, string> = {}): Run {
-  const res = spawnSync(process.execPath, [CLI, ...args], { env: cliEnv(env), encoding: "utf8", timeout: 15_000 });
-  return { status: res.status, stdout: res.stdout, stderr: res.stderr };
+/** The CLI in-process (runCli), with a clean environment: only PATH, the database and what a test passes. */
+function cli(args: string[], env: Record<string, string> = {}): Promise<CliRun> {
+  return runCliInProcess(args, cliEnv(env));
 }
 
-/** The CLI as a child process that leaves this process's event loop free (for concurrent writes). */
-function cliAsync(args: string[]): Promise<Run> {
+/**
+ * The built CLI as a child process, which leaves this process's event loop free (for concurrent
+ * writes): the real-process smoke test of this file.
+ */
+function cliAsync(args: string[]): Promise<CliRun> {
   return new Promise((done, fail) => {
-    const child = spawn(process.execPath, [CLI, ...args], { env: cliEnv({}) });
+    const child = spawn(process.execPath, [CLI_PATH, ...args], { env: cliEnv({}) });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (b: Buffer) => (stdout += b.toString("utf8")));
@@ -174,17 +166,17 @@ describe("db backup", () => {
     restored.close();
   });
 
-  it("refuses to replace an existing file unless --force", () => {
+  it("refuses to replace an existing file unless --force", async () => {
     open();
     const target = join(dir, "existing.db");
     writeFileSync(target, "not a backup");
-    const refused = cli(["db", "backup", target]);
+    const refused = await cli(["db", "backup", target]);
     expect(refused.status).toBe(1);
     expect(refused.stdout).toBe("");
     expect(refused.stderr).toMatch(/^genrelay: .*existing\.db already exists \(use --force to replace it\)/);
     expect(statSync(target).size).toBe("not a backup".length);
 
-    const forced = cli(["db", "backup", target, "--force"]);
+    const forced = await cli(["db", "backup", target, "--force"]);
     expect(forced.stderr).toBe("");
     expect(forced.status).toBe(0);
     expect(forced.stdout).toMatch(/^backed up .* to .*existing\.db \(.*integrity ok/);
@@ -193,9 +185,9 @@ describe("db backup", () => {
     copy.close();
   });
 
-  it("refuses to write over the live database, even with --force", () => {
+  it("refuses to write over the live database, even with --force", async () => {
     open();
-    const run = cli(["db", "backup", dbPath, "--force"]);
+    const run = await cli(["db", "backup", dbPath, "--force"]);
     expect(run.status).toBe(1);
     expect(run.stderr).toMatch(/is the live database itself/);
   });
@@ -206,17 +198,17 @@ describe("db backup", () => {
     [["db", "backup", "/no/such/folder/copy.db"], 1, /folder \/no\/such\/folder does not exist/],
     [["db", "backup", "x.db", "--bogus"], 1, /--bogus/],
     [["db", "explode"], 1, /unknown command: db explode/],
-  ])("%j exits %i with a clear message", (args, status, message) => {
+  ])("%j exits %i with a clear message", async (args, status, message) => {
     open();
-    const run = cli(args);
+    const run = await cli(args);
     expect(run.status).toBe(status);
     expect(run.stdout).toBe("");
     expect(run.stderr).toMatch(message);
     expect(run.stderr).not.toMatch(/\n\s+at /);
   });
 
-  it("with no database at DATABASE_PATH, exits 2 and creates nothing", () => {
-    const run = cli(["db", "backup", join(dir, "copy.db")]);
+  it("with no database at DATABASE_PATH, exits 2 and creates nothing", async () => {
+    const run = await cli(["db", "backup", join(dir, "copy.db")]);
     expect(run.status).toBe(2);
     expect(run.stderr).toMatch(/no database at .*relay\.db: set DATABASE_PATH/);
     expect(existsSync(dbPath)).toBe(false);
@@ -225,7 +217,7 @@ describe("db backup", () => {
 });
 
 describe("db stats", () => {
-  it("prints row counts, tasks by status, pending and failed deliveries and file sizes", () => {
+  it("prints row counts, tasks by status, pending and failed deliveries and file sizes", async () => {
     const database = open();
     const { client } = createClient(database.db, systemClock, { name: "stats" });
     for (let i = 0; i < 3; i++) insertTaskWithEvent(database, client.id, "p");
@@ -233,7 +225,7 @@ describe("db stats", () => {
     updateEvent(database.db, first!.id, { deliveryStatus: "failed" });
     updateEvent(database.db, second!.id, { deliveryStatus: "succeeded" });
 
-    const run = cli(["db", "stats", "--json"]);
+    const run = await cli(["db", "stats", "--json"]);
     expect(run.stderr).toBe("");
     expect(run.status).toBe(0);
     const stats = JSON.parse(run.stdout) as Record<string, any>;
@@ -246,7 +238,7 @@ describe("db stats", () => {
     expect(stats.files.total).toBe(stats.files.database + stats.files.wal + stats.files.shm);
     expect(stats.pages.page_size).toBeGreaterThan(0);
 
-    const human = cli(["db", "stats"]);
+    const human = await cli(["db", "stats"]);
     expect(human.status).toBe(0);
     expect(human.stdout).toContain(`database  ${dbPath}`);
     expect(human.stdout).toMatch(/^size +\d+(\.\d)? (B|KiB|MiB) \(file .*, WAL .*\)/m);
@@ -256,8 +248,8 @@ describe("db stats", () => {
     expect(human.stdout).toMatch(/^deliveries +pending=1 +failed=1 /m);
   });
 
-  it("with no database at DATABASE_PATH, exits 2", () => {
-    const run = cli(["db", "stats"]);
+  it("with no database at DATABASE_PATH, exits 2", async () => {
+    const run = await cli(["db", "stats"]);
     expect(run.status).toBe(2);
     expect(run.stderr).toMatch(/^genrelay: no database at /);
   });
@@ -275,11 +267,11 @@ describe("tasks list and tasks show", () => {
 
   /** Two clients from the CLI, a relay on the same database, and tasks through the API. */
   async function setup(): Promise<{ succeeded: string; waiting: string; other: string }> {
-    const create = (name: string) => JSON.parse(cli(["clients", "create", "--name", name, "--json"]).stdout) as Created;
-    acme = create("acme");
-    const globex = create("globex");
+    const create = async (name: string) => JSON.parse((await cli(["clients", "create", "--name", name, "--json"])).stdout) as Created;
+    acme = await create("acme");
+    const globex = await create("globex");
     // A rotation leaves a previous secret in the row as well: neither may ever be printed.
-    rotatedSecret = (JSON.parse(cli(["clients", "rotate-secret", acme.id, "--json"]).stdout) as { webhook_secret: string }).webhook_secret;
+    rotatedSecret = (JSON.parse((await cli(["clients", "rotate-secret", acme.id, "--json"])).stdout) as { webhook_secret: string }).webhook_secret;
     relay = createTestRelay({ DATABASE_PATH: dbPath });
     cleanups.push(() => relay.close());
 
@@ -330,7 +322,7 @@ describe("tasks list and tasks show", () => {
   it("tasks show, by relay id and by upstream id, shows the task, its events and attempts, never a secret", async () => {
     const { succeeded } = await setup();
     for (const id of [succeeded, "up_7f3a9c"]) {
-      const run = cli(["tasks", "show", id]);
+      const run = await cli(["tasks", "show", id]);
       expect(run.stderr).toBe("");
       expect(run.status).toBe(0);
       expect(run.stdout).toMatch(new RegExp(`^task +${succeeded}$`, "m"));
@@ -348,7 +340,7 @@ describe("tasks list and tasks show", () => {
       expectNoSecrets(run.stdout);
     }
 
-    const json = cli(["tasks", "show", "up_7f3a9c", "--json"]);
+    const json = await cli(["tasks", "show", "up_7f3a9c", "--json"]);
     expect(json.status).toBe(0);
     expectNoSecrets(json.stdout);
     const shown = JSON.parse(json.stdout) as Record<string, any>;
@@ -376,44 +368,44 @@ describe("tasks list and tasks show", () => {
 
   it("tasks show of an unknown id exits 1; an upstream id shared across accounts asks for the relay id", async () => {
     const { waiting, other } = await setup();
-    const missing = cli(["tasks", "show", "task_nope"]);
+    const missing = await cli(["tasks", "show", "task_nope"]);
     expect(missing.status).toBe(1);
     expect(missing.stdout).toBe("");
     expect(missing.stderr).toMatch(/^genrelay: no task task_nope \(neither a relay nor an upstream task id\)/);
 
     const db = relay.database.db;
     for (const id of [waiting, other]) transitionTask(db, findTask(db, id)!, { upstreamTaskId: "up_shared", upstreamAccount: `acct-${id}` }, { now: Date.now() });
-    const ambiguous = cli(["tasks", "show", "up_shared"]);
+    const ambiguous = await cli(["tasks", "show", "up_shared"]);
     expect(ambiguous.status).toBe(1);
     expect(ambiguous.stderr).toContain("2 tasks have upstream id up_shared");
     expect(ambiguous.stderr).toContain(waiting);
     expect(ambiguous.stderr).toContain(other);
-    expect(cli(["tasks", "show"]).stderr).toMatch(/tasks show needs a task id/);
+    expect((await cli(["tasks", "show"])).stderr).toMatch(/tasks show needs a task id/);
   });
 
   it("tasks list filters by client and status, newest first, and never shows a secret", async () => {
     const { succeeded, waiting, other } = await setup();
-    const all = cli(["tasks", "list", "--json"]);
+    const all = await cli(["tasks", "list", "--json"]);
     expect(all.status).toBe(0);
     expectNoSecrets(all.stdout);
     expect((JSON.parse(all.stdout) as { id: string }[]).map((t) => t.id)).toEqual([other, waiting, succeeded]);
 
-    const mine = JSON.parse(cli(["tasks", "list", "--client", acme.id, "--json"]).stdout) as Record<string, unknown>[];
+    const mine = JSON.parse((await cli(["tasks", "list", "--client", acme.id, "--json"])).stdout) as Record<string, unknown>[];
     expect(mine.map((t) => t.id)).toEqual([waiting, succeeded]);
     expect(mine[1]).toMatchObject({ id: succeeded, status: "succeeded", upstream_task_id: "up_7f3a9c", delivery: "pending", client_id: acme.id });
 
-    const done = JSON.parse(cli(["tasks", "list", "--status", "succeeded", "--json"]).stdout) as { id: string }[];
+    const done = JSON.parse((await cli(["tasks", "list", "--status", "succeeded", "--json"])).stdout) as { id: string }[];
     expect(done.map((t) => t.id)).toEqual([succeeded]);
-    expect((JSON.parse(cli(["tasks", "list", "--limit", "1", "--json"]).stdout) as { id: string }[]).map((t) => t.id)).toEqual([other]);
+    expect((JSON.parse((await cli(["tasks", "list", "--limit", "1", "--json"])).stdout) as { id: string }[]).map((t) => t.id)).toEqual([other]);
 
-    const human = cli(["tasks", "list", "--client", acme.id]);
+    const human = await cli(["tasks", "list", "--client", acme.id]);
     expect(human.status).toBe(0);
     expect(human.stdout.split("\n")[0]).toMatch(/^TASK +STATUS +TYPE +DELIVERY +CREATED +CLIENT +MODEL +UPSTREAM$/);
     expect(human.stdout).toMatch(new RegExp(`^${succeeded} +succeeded +image +pending +\\S+ +${acme.id} +p-image +up_7f3a9c$`, "m"));
     expect(human.stdout).toMatch(new RegExp(`^${waiting} +queued +image +none `, "m"));
     expectNoSecrets(human.stdout);
 
-    expect(cli(["tasks", "list", "--status", "failed"]).stdout).toBe("no tasks match\n");
+    expect((await cli(["tasks", "list", "--status", "failed"])).stdout).toBe("no tasks match\n");
   });
 
   it.each([
@@ -424,7 +416,7 @@ describe("tasks list and tasks show", () => {
     [["tasks", "explode"], /unknown command: tasks explode/],
   ])("%j exits 1 with a clear message", async (args, message) => {
     await setup();
-    const run = cli(args);
+    const run = await cli(args);
     expect(run.status).toBe(1);
     expect(run.stdout).toBe("");
     expect(run.stderr).toMatch(message);
@@ -442,30 +434,30 @@ describe("--help and exit codes", () => {
     [["tasks", "show", "--help"], ["relay task id or upstream task id", "tasks list"]],
     [["clients", "update", "--help"], ["clients update ID", "clients create --name NAME"]],
     [["--help"], ["db backup FILE", "db stats", "tasks list", "tasks show ID", "clients create --name NAME", "Exit codes: 0"]],
-  ])("%j prints help on stdout and exits 0, without touching the database", (args, expected) => {
-    const run = cli(args, { LOG_LEVEL: "not-a-level" });
+  ])("%j prints help on stdout and exits 0, without touching the database", async (args, expected) => {
+    const run = await cli(args, { LOG_LEVEL: "not-a-level" });
     expect(run.status).toBe(0);
     expect(run.stderr).toBe("");
     for (const text of expected) expect(run.stdout).toContain(text);
     expect(existsSync(dbPath)).toBe(false);
   });
 
-  it("a command group without a subcommand prints its usage on stderr and exits 1", () => {
-    const run = cli(["db"]);
+  it("a command group without a subcommand prints its usage on stderr and exits 1", async () => {
+    const run = await cli(["db"]);
     expect(run.status).toBe(1);
     expect(run.stdout).toBe("");
     expect(run.stderr).toContain("db backup FILE");
   });
 
-  it("a bad environment variable exits 2 for the new commands too", () => {
-    const run = cli(["tasks", "list"], { TASK_RETENTION_DAYS: "forever" });
+  it("a bad environment variable exits 2 for the new commands too", async () => {
+    const run = await cli(["tasks", "list"], { TASK_RETENTION_DAYS: "forever" });
     expect(run.status).toBe(2);
     expect(run.stderr.trimEnd().split("\n")).toEqual([expect.stringMatching(/^genrelay: invalid environment variable TASK_RETENTION_DAYS: /)]);
   });
 
-  it("a file that is not a database exits 2", () => {
+  it("a file that is not a database exits 2", async () => {
     writeFileSync(dbPath, "this is not sqlite ".repeat(100));
-    const run = cli(["db", "stats"]);
+    const run = await cli(["db", "stats"]);
     expect(run.status).toBe(2);
     expect(run.stderr).toMatch(/^genrelay: cannot open the database at .*relay\.db: /);
   });

@@ -1,20 +1,14 @@
-import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { CLI_PATH, runCliInProcess, runCliProcess, type CliRun } from "../helpers/cli.js";
 import { createTestRelay, type TestRelay } from "../helpers/relay.js";
-
-/** The built CLI: `npm test` compiles dist/ before vitest runs. */
-const CLI = resolve(import.meta.dirname, "../../dist/cli.js");
 
 let dir: string;
 let dbPath: string;
 const relays: TestRelay[] = [];
 
-beforeAll(() => {
-  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: build first (npx tsc -p tsconfig.build.json, or npm test)`);
-});
 beforeEach(() => {
   dir = mkdtempSync(join(tmpdir(), "genrelay-cli-"));
   // A folder that does not exist yet: the CLI creates it, as the server does.
@@ -25,24 +19,16 @@ afterEach(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-interface Run {
-  status: number | null;
-  stdout: string;
-  stderr: string;
+/**
+ * Runs the CLI in-process (runCli) with a clean environment: only what a test passes, plus PATH and
+ * the database. One smoke test below runs the built CLI as a real process.
+ */
+function cli(args: string[], env: Record<string, string> = {}): Promise<CliRun> {
+  return runCliInProcess(args, { PATH: process.env.PATH ?? "", DATABASE_PATH: dbPath, ...env });
 }
 
-/** Runs the CLI with a clean environment: only what a test passes, plus PATH and the database. */
-function cli(args: string[], env: Record<string, string> = {}): Run {
-  const res = spawnSync(process.execPath, [CLI, ...args], {
-    env: { PATH: process.env.PATH ?? "", DATABASE_PATH: dbPath, ...env },
-    encoding: "utf8",
-    timeout: 15_000,
-  });
-  return { status: res.status, stdout: res.stdout, stderr: res.stderr };
-}
-
-function createClient(name = "acme"): { id: string; name: string; api_key: string; webhook_secret: string } {
-  const run = cli(["clients", "create", "--name", name, "--json"]);
+async function createClient(name = "acme"): Promise<{ id: string; name: string; api_key: string; webhook_secret: string }> {
+  const run = await cli(["clients", "create", "--name", name, "--json"]);
   expect(run.stderr).toBe("");
   expect(run.status).toBe(0);
   return JSON.parse(run.stdout) as { id: string; name: string; api_key: string; webhook_secret: string };
@@ -56,8 +42,9 @@ function relayOnSameDb(): TestRelay {
 }
 
 describe("clients create", () => {
-  it("--json prints exactly one JSON object with id, name, api_key and webhook_secret", () => {
-    const run = cli(["clients", "create", "--name", "Acme Inc", "--json"]);
+  it("--json prints exactly one JSON object with id, name, api_key and webhook_secret (the built CLI, as a process)", () => {
+    expect(existsSync(CLI_PATH), `${CLI_PATH} is missing: build first (npx tsc -p tsconfig.build.json, or npm test)`).toBe(true);
+    const run = runCliProcess(["clients", "create", "--name", "Acme Inc", "--json"], { DATABASE_PATH: dbPath });
     expect(run.status).toBe(0);
     expect(run.stderr).toBe("");
     expect(run.stdout.endsWith("\n")).toBe(true);
@@ -73,8 +60,8 @@ describe("clients create", () => {
     expect(existsSync(dbPath)).toBe(true);
   });
 
-  it("without --json prints the key and the secret for a human", () => {
-    const run = cli(["clients", "create", "--name", "acme"]);
+  it("without --json prints the key and the secret for a human", async () => {
+    const run = await cli(["clients", "create", "--name", "acme"]);
     expect(run.status).toBe(0);
     expect(run.stdout).toMatch(/^created client cli_[0-9a-z]{26} \(acme\)$/m);
     expect(run.stdout).toMatch(/^api key: +grk_\S+$/m);
@@ -82,16 +69,16 @@ describe("clients create", () => {
   });
 
   it("issues a key the relay accepts, on the same database", async () => {
-    const created = createClient();
+    const created = await createClient();
     const r = relayOnSameDb();
     const res = await r.request(created.api_key, "/openapi/v1/tasks");
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ data: [], next_cursor: null });
   });
 
-  it("gives every client its own key and secret", () => {
-    const a = createClient("a");
-    const b = createClient("b");
+  it("gives every client its own key and secret", async () => {
+    const a = await createClient("a");
+    const b = await createClient("b");
     expect(new Set([a.id, b.id]).size).toBe(2);
     expect(a.api_key).not.toBe(b.api_key);
     expect(a.webhook_secret).not.toBe(b.webhook_secret);
@@ -99,10 +86,10 @@ describe("clients create", () => {
 });
 
 describe("clients list", () => {
-  it("shows every client without its key or secret", () => {
-    const a = createClient("alpha");
-    const b = createClient("beta");
-    const run = cli(["clients", "list"]);
+  it("shows every client without its key or secret", async () => {
+    const a = await createClient("alpha");
+    const b = await createClient("beta");
+    const run = await cli(["clients", "list"]);
     expect(run.status).toBe(0);
     expect(run.stdout).toContain(a.id);
     expect(run.stdout).toContain(b.id);
@@ -110,7 +97,7 @@ describe("clients list", () => {
     expect(run.stdout).toMatch(new RegExp(`^${a.id}\\s+active\\s`, "m"));
     for (const secret of [a.api_key, b.api_key, a.webhook_secret, b.webhook_secret]) expect(run.stdout).not.toContain(secret);
 
-    const json = cli(["clients", "list", "--json"]);
+    const json = await cli(["clients", "list", "--json"]);
     expect(json.status).toBe(0);
     const rows = JSON.parse(json.stdout) as Record<string, unknown>[];
     expect(rows.map((r) => [r.id, r.name, r.status])).toEqual([
@@ -125,22 +112,22 @@ describe("clients list", () => {
     for (const secret of [a.api_key, b.api_key, a.webhook_secret, b.webhook_secret]) expect(json.stdout).not.toContain(secret);
   });
 
-  it("on an empty database says how to create one", () => {
-    const run = cli(["clients", "list"]);
+  it("on an empty database says how to create one", async () => {
+    const run = await cli(["clients", "list"]);
     expect(run.status).toBe(0);
     expect(run.stdout).toContain("clients create --name");
-    expect(JSON.parse(cli(["clients", "list", "--json"]).stdout)).toEqual([]);
+    expect(JSON.parse((await cli(["clients", "list", "--json"])).stdout)).toEqual([]);
   });
 });
 
 describe("clients revoke", () => {
   it("makes the key 401 at once, while the relay runs on the same database", async () => {
-    const created = createClient();
-    const other = createClient("other");
+    const created = await createClient();
+    const other = await createClient("other");
     const r = relayOnSameDb();
     expect((await r.request(created.api_key, "/openapi/v1/tasks")).status).toBe(200);
 
-    const run = cli(["clients", "revoke", created.id]);
+    const run = await cli(["clients", "revoke", created.id]);
     expect(run.status).toBe(0);
     expect(run.stdout).toContain(created.id);
 
@@ -152,15 +139,15 @@ describe("clients revoke", () => {
     // Another client is untouched.
     expect((await r.request(other.api_key, "/openapi/v1/tasks")).status).toBe(200);
     // The list says revoked; revoking again is harmless.
-    expect(cli(["clients", "list"]).stdout).toMatch(new RegExp(`^${created.id}\\s+revoked\\s`, "m"));
-    expect(cli(["clients", "revoke", created.id]).status).toBe(0);
+    expect((await cli(["clients", "list"])).stdout).toMatch(new RegExp(`^${created.id}\\s+revoked\\s`, "m"));
+    expect((await cli(["clients", "revoke", created.id])).status).toBe(0);
   });
 });
 
 describe("clients rotate-secret", () => {
-  it("prints a new secret, different from the old one", () => {
-    const created = createClient();
-    const run = cli(["clients", "rotate-secret", created.id, "--json"]);
+  it("prints a new secret, different from the old one", async () => {
+    const created = await createClient();
+    const run = await cli(["clients", "rotate-secret", created.id, "--json"]);
     expect(run.status).toBe(0);
     const rotated = JSON.parse(run.stdout) as Record<string, string>;
     expect(rotated).toEqual({
@@ -173,7 +160,7 @@ describe("clients rotate-secret", () => {
     expect(hours).toBeGreaterThan(23.9);
     expect(hours).toBeLessThanOrEqual(24);
 
-    const human = cli(["clients", "rotate-secret", created.id]);
+    const human = await cli(["clients", "rotate-secret", created.id]);
     expect(human.status).toBe(0);
     expect(human.stdout).toMatch(/^new webhook secret: whsec_\S+$/m);
     expect(human.stdout).not.toContain(rotated.webhook_secret);
@@ -195,8 +182,8 @@ describe("usage errors", () => {
     [["clients", "update", "cli_unknown", "--max-running", "2"], /no client cli_unknown/],
     [["clients", "explode"], /unknown command: clients explode/],
     [["servers", "list"], /unknown command: servers/],
-  ])("%j exits non-zero with a clear message on stderr", (args, message) => {
-    const run = cli(args);
+  ])("%j exits non-zero with a clear message on stderr", async (args, message) => {
+    const run = await cli(args);
     expect(run.status).toBe(1);
     expect(run.stdout).toBe("");
     expect(run.stderr).toMatch(message);
@@ -206,29 +193,36 @@ describe("usage errors", () => {
     expect(run.stderr).not.toMatch(/\n\s+at /);
   });
 
-  it("no command at all prints the usage and exits non-zero", () => {
-    const run = cli([]);
+  it("a usage error gives exit code 1 from the built CLI as a process too", () => {
+    const run = runCliProcess(["servers", "list"], { DATABASE_PATH: dbPath });
+    expect(run.status).toBe(1);
+    expect(run.stdout).toBe("");
+    expect(run.stderr).toBe("genrelay: unknown command: servers\nRun with --help for usage.\n");
+  });
+
+  it("no command at all prints the usage and exits non-zero", async () => {
+    const run = await cli([]);
     expect(run.status).toBe(1);
     expect(`${run.stdout}${run.stderr}`).toContain("clients create --name NAME");
   });
 
-  it("refuses to store a client's upstream key without RELAY_ENCRYPTION_KEY", () => {
-    const run = cli(["clients", "create", "--name", "x", "--upstream-key-env", "MY_KEY"], { MY_KEY: "sk_live_secret_value" });
+  it("refuses to store a client's upstream key without RELAY_ENCRYPTION_KEY", async () => {
+    const run = await cli(["clients", "create", "--name", "x", "--upstream-key-env", "MY_KEY"], { MY_KEY: "sk_live_secret_value" });
     expect(run.status).toBe(1);
     expect(run.stderr).toMatch(/RELAY_ENCRYPTION_KEY/);
     expect(run.stderr).not.toContain("sk_live_secret_value");
   });
 
-  it("a bad environment variable stops the CLI with one line naming it", () => {
-    const run = cli(["clients", "list"], { LOG_LEVEL: "chatty" });
+  it("a bad environment variable stops the CLI with one line naming it", async () => {
+    const run = await cli(["clients", "list"], { LOG_LEVEL: "chatty" });
     expect(run.status).toBe(2);
     expect(run.stderr.trimEnd().split("\n")).toEqual([expect.stringMatching(/^genrelay: invalid environment variable LOG_LEVEL: /)]);
   });
 });
 
 describe("--help", () => {
-  it.each([[["--help"]], [["-h"]], [["help"]], [["clients", "--help"]], [["clients", "create", "--help"]], [["clients", "revoke", "-h"]]])("%j prints the usage and exits 0", (args) => {
-    const run = cli(args);
+  it.each([[["--help"]], [["-h"]], [["help"]], [["clients", "--help"]], [["clients", "create", "--help"]], [["clients", "revoke", "-h"]]])("%j prints the usage and exits 0", async (args) => {
+    const run = await cli(args);
     expect(run.status).toBe(0);
     expect(run.stderr).toBe("");
     for (const command of ["clients create --name NAME", "clients list", "clients revoke ID", "clients rotate-secret ID"]) expect(run.stdout).toContain(command);
@@ -236,14 +230,14 @@ describe("--help", () => {
 });
 
 describe("limits", () => {
-  it("create and update set a client's limits, shown by list", () => {
-    const run = cli(["clients", "create", "--name", "x", "--json", "--max-waiting", "5", "--credit-limit", "1000"]);
+  it("create and update set a client's limits, shown by list", async () => {
+    const run = await cli(["clients", "create", "--name", "x", "--json", "--max-waiting", "5", "--credit-limit", "1000"]);
     expect(run.status).toBe(0);
     const { id } = JSON.parse(run.stdout) as { id: string };
-    const updated = cli(["clients", "update", id, "--max-running", "2", "--credit-limit", "none"]);
+    const updated = await cli(["clients", "update", id, "--max-running", "2", "--credit-limit", "none"]);
     expect(updated.status).toBe(0);
     expect(updated.stdout).toContain("max_waiting=5 max_running=2 credit_limit=none");
-    const [row] = JSON.parse(cli(["clients", "list", "--json"]).stdout) as Record<string, unknown>[];
+    const [row] = JSON.parse((await cli(["clients", "list", "--json"])).stdout) as Record<string, unknown>[];
     expect(row).toMatchObject({ id, max_waiting: 5, max_running: 2, credit_limit: null, points_spent: 0 });
   });
 });

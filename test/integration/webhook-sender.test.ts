@@ -267,12 +267,12 @@ describe("WebhookSender against real loopback receivers", () => {
 
 describe("WebhookSender SSRF guard (private networks not allowed)", () => {
   it.each([
-    ["https://127.0.0.1:PORT/hook", "blocked: 127.0.0.1 is loopback"],
-    ["https://2130706433:PORT/hook", "blocked: 127.0.0.1 is loopback"],
-    ["https://127.1:PORT/hook", "blocked: 127.0.0.1 is loopback"],
-    ["https://[::ffff:127.0.0.1]:PORT/hook", "blocked: ::ffff:127.0.0.1 is ipv4-mapped loopback"],
-    ["https://localhost:PORT/hook", "blocked: host localhost is a private name (.localhost)"],
-    ["http://127.0.0.1:PORT/hook", "blocked: scheme http: is not allowed (https only unless private networks are allowed)"],
+    ["https://127.0.0.1:PORT/hook", "blocked: 127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
+    ["https://2130706433:PORT/hook", "blocked: 127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
+    ["https://127.1:PORT/hook", "blocked: 127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
+    ["https://[::ffff:127.0.0.1]:PORT/hook", "blocked: ::ffff:127.0.0.1 is ipv4-mapped loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
+    ["https://localhost:PORT/hook", "blocked: host localhost is a private name (.localhost); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
+    ["http://127.0.0.1:PORT/hook", "blocked: scheme http: is not allowed (https only, unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, for development)"],
   ])("blocks %s before any connection", async (template, error) => {
     const receiver = await startReceiver((_req, res) => res.end("ok"));
     const resolved: string[] = [];

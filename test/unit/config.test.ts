@@ -35,6 +35,8 @@ describe("loadConfig defaults", () => {
       encryptionKey: null,
       taskRetentionDays: 30,
       logLevel: "info",
+      publicBaseUrl: null,
+      metricsToken: null,
     } satisfies Config);
   });
 
@@ -44,7 +46,7 @@ describe("loadConfig defaults", () => {
 
   it("treats an empty variable as unset", () => {
     const env = Object.fromEntries(
-      ["PORT", "HOST", "DATABASE_PATH", "UPSTREAM_BASE_URL", "UPSTREAM_API_KEY", "UPSTREAM_READS_PER_MINUTE", "WEBHOOK_ALLOW_PRIVATE_NETWORKS", "WEBHOOK_TIMEOUT_MS", "WEBHOOK_MAX_IN_FLIGHT_PER_HOST", "WEBHOOK_RETRY_SCHEDULE", "UPSTREAM_MAX_CONCURRENT", "UPSTREAM_TIMEOUT_MS", "RELAY_ENCRYPTION_KEY", "TASK_RETENTION_DAYS", "LOG_LEVEL"].map((k) => [k, ""]),
+      ["PORT", "HOST", "DATABASE_PATH", "UPSTREAM_BASE_URL", "UPSTREAM_API_KEY", "UPSTREAM_READS_PER_MINUTE", "WEBHOOK_ALLOW_PRIVATE_NETWORKS", "WEBHOOK_TIMEOUT_MS", "WEBHOOK_MAX_IN_FLIGHT_PER_HOST", "WEBHOOK_RETRY_SCHEDULE", "UPSTREAM_MAX_CONCURRENT", "UPSTREAM_TIMEOUT_MS", "RELAY_ENCRYPTION_KEY", "TASK_RETENTION_DAYS", "LOG_LEVEL", "PUBLIC_BASE_URL", "METRICS_TOKEN"].map((k) => [k, ""]),
     );
     expect(loadConfig(env)).toEqual(loadConfig({}));
   });
@@ -71,6 +73,8 @@ describe("loadConfig defaults", () => {
         RELAY_ENCRYPTION_KEY: KEY32,
         TASK_RETENTION_DAYS: "7",
         LOG_LEVEL: "debug",
+        PUBLIC_BASE_URL: "https://relay.example.com/genrelay/",
+        METRICS_TOKEN: "prom-scrape-token-1",
       }),
     ).toEqual({
       port: 9090,
@@ -89,6 +93,8 @@ describe("loadConfig defaults", () => {
       encryptionKey: Buffer.alloc(32, 7),
       taskRetentionDays: 7,
       logLevel: "debug",
+      publicBaseUrl: "https://relay.example.com/genrelay",
+      metricsToken: "prom-scrape-token-1",
     } satisfies Config);
   });
 
@@ -134,6 +140,15 @@ describe("loadConfig refuses a bad variable with one line naming it", () => {
     ["TASK_RETENTION_DAYS", { TASK_RETENTION_DAYS: "0" }],
     ["LOG_LEVEL", { LOG_LEVEL: "verbose" }],
     ["WEBHOOK_ALLOW_PRIVATE_NETWORKS", { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "maybe" }],
+    ["PUBLIC_BASE_URL", { PUBLIC_BASE_URL: "relay.example.com" }],
+    ["PUBLIC_BASE_URL", { PUBLIC_BASE_URL: "/genrelay" }],
+    ["PUBLIC_BASE_URL", { PUBLIC_BASE_URL: "ftp://relay.example.com" }],
+    ["PUBLIC_BASE_URL", { PUBLIC_BASE_URL: "https://relay.example.com/?x=1" }],
+    ["PUBLIC_BASE_URL", { PUBLIC_BASE_URL: "https://relay.example.com/?" }],
+    ["PUBLIC_BASE_URL", { PUBLIC_BASE_URL: "https://relay.example.com/#top" }],
+    ["PUBLIC_BASE_URL", { PUBLIC_BASE_URL: "https://user:pw@relay.example.com" }],
+    ["METRICS_TOKEN", { METRICS_TOKEN: "has a space" }],
+    ["METRICS_TOKEN", { METRICS_TOKEN: "tab\tinside" }],
   ])("%s (%j)", (name, env) => {
     const lines = problems(env);
     expect(lines).toHaveLength(1);
@@ -148,6 +163,10 @@ describe("loadConfig refuses a bad variable with one line naming it", () => {
     expect(line).not.toContain("c2VjcmV0LWJ1dC1zaG9ydA==");
   });
 
+  it("never shows a METRICS_TOKEN", () => {
+    expect(problems({ METRICS_TOKEN: "almost secret" })).toEqual(["invalid environment variable METRICS_TOKEN: must be printable ASCII without spaces"]);
+  });
+
   it("lists every bad variable, one line each", () => {
     const lines = problems({ PORT: "x", LOG_LEVEL: "loud", WEBHOOK_RETRY_SCHEDULE: "soon", RELAY_ENCRYPTION_KEY: "k", WEBHOOK_ALLOW_PRIVATE_NETWORKS: "perhaps", UPSTREAM_BASE_URL: "nope" });
     expect(lines.map((l) => /^invalid environment variable (\w+): /.exec(l)?.[1]).sort()).toEqual(
@@ -158,6 +177,18 @@ describe("loadConfig refuses a bad variable with one line naming it", () => {
   it("names UPSTREAM_API_KEY beside other problems", () => {
     const lines = problems({ UPSTREAM_BASE_URL: "https://api.example.com", PORT: "x" });
     expect(lines.map((l) => /^invalid environment variable (\w+): /.exec(l)?.[1]).sort()).toEqual(["PORT", "UPSTREAM_API_KEY"]);
+  });
+});
+
+describe("PUBLIC_BASE_URL", () => {
+  it.each([
+    ["https://relay.example.com", "https://relay.example.com"],
+    ["https://relay.example.com/", "https://relay.example.com"],
+    ["https://Relay.Example.com:8443//", "https://relay.example.com:8443"],
+    ["http://127.0.0.1:8080/", "http://127.0.0.1:8080"],
+    ["https://example.com/tools/genrelay/", "https://example.com/tools/genrelay"],
+  ])("%j is kept as %j", (value, expected) => {
+    expect(loadConfig({ PUBLIC_BASE_URL: value }).publicBaseUrl).toBe(expected);
   });
 });
 

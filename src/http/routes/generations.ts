@@ -1,4 +1,5 @@
 import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
+import type { Config } from "../../config.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import type { GroupCommit } from "../../db/group-commit.js";
 import { acceptTask } from "../../services/intake.js";
@@ -7,6 +8,15 @@ import type { AppEnv } from "../context.js";
 import { errorResponses, IdempotencyHeaders, ImageGenerationBody, TaskViewSchema, VideoGenerationBody } from "../schemas.js";
 
 const security = [{ bearerAuth: [] }];
+
+/**
+ * An absolute URL for a path of this API: under PUBLIC_BASE_URL when set, so a caller's Host header
+ * (or a proxy's internal address) never reaches a Location; otherwise from the request's own URL.
+ */
+export function absoluteUrl(config: Pick<Config, "publicBaseUrl">, requestUrl: string, path: string): string {
+  if (config.publicBaseUrl) return `${config.publicBaseUrl}${path}`;
+  return new URL(path, requestUrl).toString();
+}
 
 function generationRoute(type: "image" | "video") {
   return createRoute({
@@ -39,7 +49,7 @@ export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: Service
         body,
         idempotencyKey: c.req.valid("header")["Idempotency-Key"],
       });
-      c.header("Location", new URL(`/openapi/v1/tasks/${task.id}`, c.req.url).toString());
+      c.header("Location", absoluteUrl(deps.config, c.req.url, `/openapi/v1/tasks/${task.id}`));
       c.header("Idempotent-Replayed", String(replayed));
       return c.json(viewOf(deps.db, task, { withQueuePosition: false }), replayed ? 200 : 201);
     });
