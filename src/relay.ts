@@ -105,6 +105,8 @@ export class Relay {
       readiness: { check: () => this.problems() },
       deliveries,
       metrics,
+      // The dashboard's breaker view; a thin adapter so re-keying the breakers changes only this.
+      hostHealth: (_clientId, hosts) => hosts.map((host) => ({ host, state: this.dispatcher.breakers.state(host), failures: this.dispatcher.breakers.failures(host) })),
     });
   }
 
