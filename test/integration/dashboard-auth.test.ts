@@ -103,7 +103,7 @@ describe("dashboard sessions", () => {
   it("every POST needs the session's CSRF token: missing or wrong is 403 and changes nothing", async () => {
     const { apiKey, secret } = t.client();
     const v = await signedIn(t, apiKey);
-    for (const fields of [{}, { csrf: "x".repeat(43) }]) {
+    for (const fields of [{}, { csrf: "x".repeat(43) }] as Record<string, string>[]) {
       const res = await v.post("/dashboard/webhooks/rotate", fields);
       expect(res.status).toBe(403);
       expect(await res.text()).toContain("did not come from the dashboard");
