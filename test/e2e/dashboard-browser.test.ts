@@ -47,6 +47,10 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     return { page, requested };
   }
 
+  // Page-side conditions as source text: this program is compiled without the DOM library.
+  const settled = `document.documentElement.dataset.settled === "true" || !document.querySelector('meta[name="genrelay-refresh"]')`;
+  const attemptsShown = (n: number) =>
+    `[...document.querySelectorAll("main tbody tr")].filter((r) => r.textContent.includes("attempt: task.succeeded")).length === ${n}`;
   const attemptRows = (page: Page) =>
     page.$$eval("main tbody tr", (rows) => rows.map((r) => r.textContent ?? "").filter((text) => text.includes("attempt: task.succeeded")));
 
@@ -78,8 +82,8 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     // The page refreshes itself (app.js) until the task has succeeded and its webhook is delivered.
     const delivered = await firstDelivery;
     expect(verifyAt(secret, delivered, Number(delivered.headers["webhook-timestamp"]) * 1000)).toMatchObject({ type: "task.succeeded" });
-    await page.waitForFunction(() => document.documentElement.dataset.settled === "true" || !document.querySelector('meta[name="genrelay-refresh"]'), { timeout: 15_000 });
-    await page.waitForFunction(() => [...document.querySelectorAll("main tbody tr")].some((r) => r.textContent?.includes("attempt: task.succeeded")), { timeout: 15_000 });
+    await page.waitForFunction(settled, { timeout: 15_000 });
+    await page.waitForFunction(attemptsShown(1), { timeout: 15_000 });
     const first = await attemptRows(page);
     expect(first).toHaveLength(1);
     expect(first[0]).toContain("200");
@@ -92,10 +96,7 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     expect(await page.$eval("[role=status]", (n) => n.textContent)).toContain("queued for delivery again");
     const again = await secondDelivery;
     expect(again.headers["webhook-id"]).toBe(delivered.headers["webhook-id"]);
-    await page.waitForFunction(
-      () => [...document.querySelectorAll("main tbody tr")].filter((r) => r.textContent?.includes("attempt: task.succeeded")).length === 2,
-      { timeout: 15_000 },
-    );
+    await page.waitForFunction(attemptsShown(2), { timeout: 15_000 });
     const both = await attemptRows(page);
     expect(both.every((row) => row.includes("200") && row.includes(delivered.headers["webhook-id"]!))).toBe(true);
 
