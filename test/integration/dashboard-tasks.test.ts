@@ -35,7 +35,7 @@ describe("dashboard: tasks page", () => {
     expect(page).not.toContain(theirs);
     const row = page.slice(page.indexOf(`/dashboard/tasks/${first}`));
     expect(row).toMatch(
-      /^[^]*?<td>video<\/td><td>v-video<\/td><td><span class="badge b-queued">queued<\/span><\/td>\s*<td><span class="badge b-none">none<\/span><\/td>\s*<td><time datetime="2026-01-01T12:00:00.000Z">2026-01-01 12:00:00 UTC<\/time><\/td><td>5.0 s so far<\/td><\/tr>/,
+      /^[^]*?<td data-label="Type">video<\/td><td data-label="Model">v-video<\/td><td data-label="Status"><span class="badge b-queued">queued<\/span><\/td>\s*<td data-label="Delivery"><span class="badge b-none">none<\/span><\/td>\s*<td data-label="Created"><time datetime="2026-01-01T12:00:00.000Z">2026-01-01 12:00:00 UTC<\/time><\/td><td data-label="Duration">5.0 s so far<\/td><\/tr>/,
     );
     // Another client's task is a 404 under this session, exactly like an unknown id.
     for (const id of [theirs, "task_00000000000000000000000000"]) {

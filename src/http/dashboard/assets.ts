@@ -75,7 +75,15 @@ svg.chart{width:100%;height:auto;max-width:760px;display:block}
 .legend span::before{content:"";display:inline-block;width:.8rem;height:.8rem;margin-right:.3rem;vertical-align:middle;border-radius:2px}
 .legend .k-queued::before{background:#4a7fd4}.legend .k-processing::before{background:#d18b00}.legend .k-succeeded::before{background:#1f8a4c}.legend .k-failed::before{background:#c0392b}.legend .k-canceled::before{background:#888}
 .pager{display:flex;gap:1rem;margin:1rem 0}
-@media (max-width:640px){main{padding:.6rem}.signout{margin-left:0}.hide-sm{display:none}}
+.panel>h2:first-child{margin-top:0}
+h1.mono{font-size:1.25rem;word-break:break-all}
+.sr-only{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}
+@media (max-width:640px){main{padding:.6rem}.signout{margin-left:0}.hide-sm{display:none}
+.stack thead{position:absolute;left:-9999px}
+.stack tr{display:block;border-bottom:1px solid var(--line);padding:.4rem 0}
+.stack tr:last-child{border-bottom:0}
+.stack td{display:flex;gap:.6rem;border:0;padding:.15rem .6rem}
+.stack td::before{content:attr(data-label);font-weight:600;min-width:5.5rem;flex:none}}
 `;
 
 /**

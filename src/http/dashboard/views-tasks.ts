@@ -43,15 +43,15 @@ export function tasksBody(items: TaskListItem[], filters: TaskFilters, nextBefor
 ${
   items.length === 0
     ? html`<p class="panel">${filtered ? "No task matches." : "No tasks yet. Create one through the API with a callback_url, and it appears here."}</p>`
-    : html`<div class="table-wrap"><table>
-  <caption class="muted">Newest first</caption>
+    : html`<div class="table-wrap"><table class="stack">
+  <caption class="sr-only">Tasks, newest first</caption>
   <thead><tr><th scope="col">Task</th><th scope="col">Type</th><th scope="col">Model</th><th scope="col">Status</th><th scope="col">Delivery</th><th scope="col">Created</th><th scope="col">Duration</th></tr></thead>
   <tbody>${items.map(
     ({ task, delivery }) => html`<tr>
-    <td><a class="mono" href="/dashboard/tasks/${task.id}">${task.id}</a>${task.upstreamTaskId ? html`<br><span class="muted mono">${task.upstreamTaskId}</span>` : ""}</td>
-    <td>${task.type}</td><td>${task.model}</td><td>${badge(task.status)}</td>
-    <td>${badge(delivery.status)}${delivery.last_status_code !== null ? html` <span class="muted">${delivery.last_status_code}</span>` : ""}</td>
-    <td>${time(task.createdAt)}</td><td>${taskDuration(task, now)}</td></tr>`,
+    <td data-label="Task"><span><a class="mono" href="/dashboard/tasks/${task.id}">${task.id}</a>${task.upstreamTaskId ? html`<br><span class="muted mono">${task.upstreamTaskId}</span>` : ""}</span></td>
+    <td data-label="Type">${task.type}</td><td data-label="Model">${task.model}</td><td data-label="Status">${badge(task.status)}</td>
+    <td data-label="Delivery">${badge(delivery.status)}${delivery.last_status_code !== null ? html` <span class="muted">${delivery.last_status_code}</span>` : ""}</td>
+    <td data-label="Created">${time(task.createdAt)}</td><td data-label="Duration">${taskDuration(task, now)}</td></tr>`,
   )}</tbody></table></div>`
 }
 <nav class="pager" aria-label="Pages">${filtered || items.length > 0 ? html`<a href="${query({})}">Newest</a>` : ""}${nextBefore ? html`<a href="${query({ before: nextBefore })}">Older tasks →</a>` : ""}</nav>`;
