@@ -128,6 +128,9 @@ export class Relay {
       readiness: { check: () => this.problems() },
       deliveries,
       metrics,
+      // The dashboard's breaker view: breakers are keyed per (client, destination host), see dispatcher.ts.
+      hostHealth: (clientId, hosts) =>
+        hosts.map((host) => ({ host, state: this.dispatcher.breakers.state(`${clientId}|${host}`), failures: this.dispatcher.breakers.failures(`${clientId}|${host}`) })),
     });
   }
 

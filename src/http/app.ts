@@ -1,5 +1,4 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
-import { swaggerUI } from "@hono/swagger-ui";
 import { requestId } from "hono/request-id";
 import { GroupCommit } from "../db/group-commit.js";
 import type { CatalogCache } from "../services/catalog.js";
@@ -7,6 +6,8 @@ import type { ServiceDeps } from "../services/deps.js";
 import type { DeliveryService } from "../services/deliveries.js";
 import type { Metrics } from "../metrics.js";
 import type { AppEnv } from "./context.js";
+import { createDashboard, type HostHealth } from "./dashboard/index.js";
+import { registerDocs } from "./docs.js";
 import { errorResponse, onError, validationFailure } from "./errors.js";
 import { bearerAuth, jsonBody, newRequestId, requestLog, tokenAuth } from "./middleware.js";
 import { registerDeliveryRoutes } from "./routes/deliveries.js";
@@ -21,6 +22,7 @@ export interface AppDeps extends ServiceDeps {
   readiness: Readiness;
   deliveries: DeliveryService;
   metrics?: Metrics;
+  hostHealth?: HostHealth;
 }
 
 /** Builds the HTTP app; opening the database, listening and workers belong to main.ts. */
@@ -75,6 +77,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
         "Webhooks for an asynchronous image and video generation API. Mirrors the upstream's /openapi/v1 paths, adds callback_url, and sends Standard Webhooks-signed callbacks.",
     },
   });
-  app.get("/docs", swaggerUI({ url: "/openapi.json", title: "genrelay API" }));
+  registerDocs(app);
+  app.route("/dashboard", createDashboard(deps));
   return app;
 }

@@ -1,0 +1,110 @@
+import { and, desc, eq, gte, isNotNull, isNull, lt, or, sql, type SQL } from "drizzle-orm";
+import type { DbOrTx } from "./tx.js";
+import { dashboardSessions, tasks, type TaskStatus } from "./schema.js";
+import type { TaskRow } from "./tasks.js";
+
+/**
+ * The dashboard's own queries: its sessions, and reads the API does not offer (search, hourly
+ * counts). Every task query is scoped to one client, like the API's.
+ */
+
+export type SessionRow = typeof dashboardSessions.$inferSelect;
+export type NewSessionRow = typeof dashboardSessions.$inferInsert;
+
+// Writes use .run(), never a read of a RETURNING row: that would hide a failed commit (see db-writes.test.ts).
+export function insertSession(db: DbOrTx, row: NewSessionRow): void {
+  db.insert(dashboardSessions).values(row).run();
+}
+
+export function findSession(db: DbOrTx, tokenHash: string): SessionRow | undefined {
+  return db.select().from(dashboardSessions).where(eq(dashboardSessions.tokenHash, tokenHash)).get();
+}
+
+export function touchSession(db: DbOrTx, tokenHash: string, now: number): void {
+  db.update(dashboardSessions).set({ lastSeenAt: now }).where(eq(dashboardSessions.tokenHash, tokenHash)).run();
+}
+
+export function revokeSession(db: DbOrTx, tokenHash: string, now: number): void {
+  db.update(dashboardSessions)
+    .set({ revokedAt: now })
+    .where(and(eq(dashboardSessions.tokenHash, tokenHash), isNull(dashboardSessions.revokedAt)))
+    .run();
+}
+
+/** Sessions past their end are useless; sign-in deletes them so the table does not grow forever. */
+export function deleteEndedSessions(db: DbOrTx, now: number): number {
+  return db
+    .delete(dashboardSessions)
+    .where(or(lt(dashboardSessions.expiresAt, now), isNotNull(dashboardSessions.revokedAt)))
+    .run().changes;
+}
+
+export interface DashboardTaskQuery {
+  clientId: string;
+  limit: number;
+  beforeId?: string | undefined;
+  type?: "image" | "video" | undefined;
+  status?: TaskStatus | undefined;
+  /** A relay id, an upstream id, or a metadata value; matched exactly. */
+  search?: string | undefined;
+}
+
+/**
+ * Newest first. The search walks the client's metadata with json_each: no index serves it, which
+ * is acceptable for a person typing into a search box, bounded by the client's own tasks.
+ */
+export function searchClientTasks(db: DbOrTx, q: DashboardTaskQuery): TaskRow[] {
+  const conditions: SQL[] = [eq(tasks.clientId, q.clientId)];
+  if (q.beforeId) conditions.push(lt(tasks.id, q.beforeId));
+  if (q.type) conditions.push(eq(tasks.type, q.type));
+  if (q.status) conditions.push(eq(tasks.status, q.status));
+  if (q.search) {
+    conditions.push(
+      or(
+        eq(tasks.id, q.search),
+        eq(tasks.upstreamTaskId, q.search),
+        sql`exists (select 1 from json_each(${tasks.metadataJson}) where json_each.value = ${q.search})`,
+      )!,
+    );
+  }
+  return db
+    .select()
+    .from(tasks)
+    .where(and(...conditions))
+    .orderBy(desc(tasks.id))
+    .limit(q.limit)
+    .all();
+}
+
+export interface HourlyCount {
+  /** Start of the hour, ms since the epoch. */
+  hour: number;
+  status: TaskStatus;
+  n: number;
+}
+
+/** Tasks created per hour and current status, from `since` on. The clock's time, not SQL now(). */
+export function hourlyTaskCounts(db: DbOrTx, clientId: string, since: number): HourlyCount[] {
+  const hour = sql<number>`(${tasks.createdAt} / 3600000) * 3600000`;
+  return db
+    .select({ hour, status: tasks.status, n: sql<number>`count(*)` })
+    .from(tasks)
+    .where(and(eq(tasks.clientId, clientId), gte(tasks.createdAt, since)))
+    .groupBy(hour, tasks.status)
+    .all();
+}
+
+/**
+ * The distinct callback URLs of the client's most recent tasks: what its receivers are today.
+ * Bounded to the newest `scan` tasks so the page costs the same for a client with years of history.
+ */
+export function recentCallbackUrls(db: DbOrTx, clientId: string, scan = 500): string[] {
+  const rows = db
+    .select({ url: tasks.callbackUrl })
+    .from(tasks)
+    .where(and(eq(tasks.clientId, clientId), isNotNull(tasks.callbackUrl)))
+    .orderBy(desc(tasks.id))
+    .limit(scan)
+    .all();
+  return [...new Set(rows.map((r) => r.url!))];
+}

@@ -1,0 +1,61 @@
+/**
+ * Media previews of a task's output. The output is the upstream's JSON, kept verbatim and read
+ * tolerantly (its keys are "not shown" in the upstream reference), so previews are every https URL
+ * found anywhere in it. Only https: a preview is loaded by the viewer's browser, and the page's CSP
+ * allows exactly these origins for img-src/media-src, nothing else outside the relay.
+ */
+
+export interface Preview {
+  url: string;
+  kind: "image" | "video";
+  origin: string;
+}
+
+const VIDEO_EXT = /\.(mp4|webm|mov|m4v|ogv)(\?|#|$)/i;
+const IMAGE_EXT = /\.(png|jpe?g|gif|webp|avif|bmp)(\?|#|$)/i;
+/** An origin safe to place in a CSP header: https, a plain host name or IPv4, an optional port. */
+const SAFE_ORIGIN = /^https:\/\/[a-z0-9.-]+(:\d{1,5})?$/;
+const MAX_PREVIEWS = 12;
+
+export function findPreviews(output: unknown): Preview[] {
+  const found: Preview[] = [];
+  const seen = new Set<string>();
+  // Iterative walk with a visit cap: the output is an outside party's JSON.
+  const stack: Array<{ value: unknown; key: string }> = [{ value: output, key: "" }];
+  let visited = 0;
+  while (stack.length > 0 && found.length < MAX_PREVIEWS && visited++ < 10_000) {
+    const { value, key } = stack.pop()!;
+    if (typeof value === "string") {
+      const preview = asPreview(value, key);
+      if (preview && !seen.has(preview.url)) {
+        seen.add(preview.url);
+        found.push(preview);
+      }
+    } else if (Array.isArray(value)) {
+      for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], key });
+    } else if (value !== null && typeof value === "object") {
+      const entries = Object.entries(value as Record<string, unknown>);
+      for (let i = entries.length - 1; i >= 0; i--) stack.push({ value: entries[i]![1], key: `${key}.${entries[i]![0]}` });
+    }
+  }
+  return found;
+}
+
+function asPreview(value: string, key: string): Preview | null {
+  if (!value.startsWith("https://") || value.length > 4096) return null;
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return null;
+  }
+  if (!SAFE_ORIGIN.test(url.origin) || url.username || url.password) return null;
+  // The extension decides; without one, the JSON path does ("video.url" is a video).
+  const kind = VIDEO_EXT.test(url.pathname) ? "video" : IMAGE_EXT.test(url.pathname) ? "image" : /video/i.test(key) ? "video" : "image";
+  return { url: url.href, kind, origin: url.origin };
+}
+
+/** http/https links only: a `javascript:` URL in an outside party's JSON must never become a link. */
+export function isWebUrl(value: string): boolean {
+  return /^https?:\/\//i.test(value);
+}

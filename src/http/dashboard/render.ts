@@ -1,0 +1,66 @@
+import type { Context } from "hono";
+import { html } from "hono/html";
+import type { DeliveryService } from "../../services/deliveries.js";
+import type { ServiceDeps } from "../../services/deps.js";
+import { page, type Html, type Section } from "./layout.js";
+import type { DashEnv } from "./session.js";
+import type { HostHealth } from "./views-webhooks.js";
+
+export interface DashboardDeps extends ServiceDeps {
+  deliveries: DeliveryService;
+  hostHealth?: HostHealth;
+}
+
+/**
+ * The one policy for every dashboard page: only the relay's own scripts, styles and images, plus,
+ * on a task page, the exact https origins of that task's output previews (the upstream's file host).
+ */
+export function contentSecurityPolicy(mediaOrigins: string[] = []): string {
+  const media = ["'self'", ...new Set(mediaOrigins)].join(" ");
+  return [
+    "default-src 'self'",
+    "script-src 'self'",
+    "style-src 'self'",
+    `img-src ${media}`,
+    `media-src ${media}`,
+    "connect-src 'self'",
+    "object-src 'none'",
+    "base-uri 'none'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+  ].join("; ");
+}
+
+export function securityHeaders(c: Context, mediaOrigins: string[] = []): void {
+  c.header("Content-Security-Policy", contentSecurityPolicy(mediaOrigins));
+  c.header("X-Content-Type-Options", "nosniff");
+  c.header("X-Frame-Options", "DENY");
+  c.header("Referrer-Policy", "no-referrer");
+  // Pages can show a freshly rotated secret; nothing here should sit in a shared cache or history.
+  c.header("Cache-Control", "no-store");
+}
+
+export function render(
+  c: Context<DashEnv>,
+  opts: { title: string; section: Section; body: Html; status?: number; refresh?: boolean; mediaOrigins?: string[] },
+): Response | Promise<Response> {
+  securityHeaders(c, opts.mediaOrigins);
+  const body = page({
+    title: opts.title,
+    nav: { section: opts.section, clientName: c.get("client").name, csrf: c.get("session").csrfToken },
+    body: opts.body,
+    refresh: opts.refresh ?? false,
+  });
+  return c.html(body, (opts.status ?? 200) as 200);
+}
+
+/** A page for an error outside any form (unknown task, expired session on a POST). */
+export function errorPage(c: Context, status: number, message: string): Response | Promise<Response> {
+  securityHeaders(c);
+  const body = page({
+    title: status === 404 ? "Not found" : "Error",
+    nav: null,
+    body: html`<h1>${status === 404 ? "Not found" : "Something went wrong"}</h1><p class="panel" role="alert">${message}</p><p><a href="/dashboard">Back to the dashboard</a></p>`,
+  });
+  return c.html(body, status as 200);
+}

@@ -1,0 +1,139 @@
+import { html } from "hono/html";
+import { TASK_STATUSES } from "../../db/schema.js";
+import type { TaskDetail, TaskListItem, TimelineEntry } from "../../services/dashboard.js";
+import { badge, csrfField, duration, notice, time, type Html } from "./layout.js";
+import { isWebUrl, type Preview } from "./previews.js";
+
+export interface TaskFilters {
+  status?: string | undefined;
+  type?: string | undefined;
+  q?: string | undefined;
+}
+
+const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
+
+/** Run time: creation to completion, or so far for a task still running. */
+export function taskDuration(t: { createdAt: number; completedAt: number | null; status: string }, now: number): string {
+  if (t.completedAt !== null) return duration(t.completedAt - t.createdAt);
+  return TERMINAL.has(t.status) ? "—" : `${duration(now - t.createdAt)} so far`;
+}
+
+function option(value: string, label: string, selected: string | undefined): Html {
+  return html`<option value="${value}"${selected === value ? html` selected` : ""}>${label}</option>`;
+}
+
+export function tasksBody(items: TaskListItem[], filters: TaskFilters, nextBefore: string | null, now: number): Html {
+  const query = (extra: Record<string, string>) => {
+    const p = new URLSearchParams();
+    for (const [k, v] of Object.entries({ status: filters.status, type: filters.type, q: filters.q, ...extra })) if (v) p.set(k, v);
+    const s = p.toString();
+    return s ? `/dashboard?${s}` : "/dashboard";
+  };
+  const filtered = Boolean(filters.status || filters.type || filters.q);
+  return html`<h1>Tasks</h1>
+<form class="panel row" method="get" action="/dashboard" role="search">
+  <div class="grow"><label for="q">Search</label>
+    <input id="q" name="q" type="search" value="${filters.q ?? ""}" placeholder="task_…, upstream id or metadata value" spellcheck="false"></div>
+  <div><label for="status">Status</label>
+    <select id="status" name="status">${option("", "Any", filters.status)}${TASK_STATUSES.map((s) => option(s, s, filters.status))}</select></div>
+  <div><label for="type">Type</label>
+    <select id="type" name="type">${option("", "Any", filters.type)}${option("image", "image", filters.type)}${option("video", "video", filters.type)}</select></div>
+  <div><button class="btn" type="submit">Show</button>${filtered ? html` <a href="/dashboard">Clear</a>` : ""}</div>
+</form>
+${
+  items.length === 0
+    ? html`<p class="panel">${filtered ? "No task matches." : "No tasks yet. Create one through the API with a callback_url, and it appears here."}</p>`
+    : html`<div class="table-wrap"><table class="stack">
+  <caption class="sr-only">Tasks, newest first</caption>
+  <thead><tr><th scope="col">Task</th><th scope="col">Type</th><th scope="col">Model</th><th scope="col">Status</th><th scope="col">Delivery</th><th scope="col">Created</th><th scope="col">Duration</th></tr></thead>
+  <tbody>${items.map(
+    ({ task, delivery }) => html`<tr>
+    <td data-label="Task"><span><a class="mono" href="/dashboard/tasks/${task.id}">${task.id}</a>${task.upstreamTaskId ? html`<br><span class="muted mono">${task.upstreamTaskId}</span>` : ""}</span></td>
+    <td data-label="Type">${task.type}</td><td data-label="Model">${task.model}</td><td data-label="Status">${badge(task.status)}</td>
+    <td data-label="Delivery">${badge(delivery.status)}${delivery.last_status_code !== null ? html` <span class="muted">${delivery.last_status_code}</span>` : ""}</td>
+    <td data-label="Created">${time(task.createdAt)}</td><td data-label="Duration">${taskDuration(task, now)}</td></tr>`,
+  )}</tbody></table></div>`
+}
+<nav class="pager" aria-label="Pages">${filtered || items.length > 0 ? html`<a href="${query({})}">Newest</a>` : ""}${nextBefore ? html`<a href="${query({ before: nextBefore })}">Older tasks →</a>` : ""}</nav>`;
+}
+
+const pretty = (value: unknown) => JSON.stringify(value, null, 2);
+
+function parse(text: string | null): unknown {
+  if (text === null) return null;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+function timelineRow(entry: TimelineEntry): Html {
+  if (entry.kind === "created") return html`<tr><td>${time(entry.at)}</td><td>task created</td><td></td><td></td><td></td><td></td></tr>`;
+  if (entry.kind === "event") {
+    const e = entry.event;
+    return html`<tr><td>${time(entry.at)}</td><td>event <strong>${e.type}</strong></td><td>${badge(e.deliveryStatus)}</td><td></td><td></td><td class="mono">${e.id}</td></tr>`;
+  }
+  const a = entry.attempt;
+  return html`<tr><td>${time(entry.at)}</td><td>attempt: ${a.eventType}${a.error ? html`<br><span class="muted">${a.error}</span>` : ""}</td>
+<td>${badge(a.outcome)} ${a.statusCode ?? ""}</td><td>${a.latencyMs === null ? "—" : `${a.latencyMs} ms`}</td><td class="hide-sm">${a.url}</td><td class="mono">${a.eventId}</td></tr>`;
+}
+
+export function taskBody(d: TaskDetail, previews: Preview[], now: number, csrf: string, message?: { kind: "ok" | "error"; text: string }): Html {
+  const { task, delivery } = d;
+  const request = parse(task.requestJson) as Record<string, unknown> | string;
+  const prompt = typeof request === "object" && request !== null && typeof request.prompt === "string" ? request.prompt : null;
+  const output = parse(task.outputJson);
+  const error = parse(task.errorJson) as { code?: string; message?: string } | null;
+  const canRedeliver = task.callbackUrl !== null && d.events.length > 0;
+  const canCancel = !TERMINAL.has(task.status);
+  return html`<p><a href="/dashboard">← Tasks</a></p>
+<h1 class="mono">${task.id}</h1>
+${message ? notice(message.kind, message.text) : ""}
+<div class="actions">
+  ${canRedeliver ? html`<form method="post" action="/dashboard/tasks/${task.id}/redeliver">${csrfField(csrf)}<button class="btn" type="submit">Redeliver</button></form>` : ""}
+  ${canCancel ? html`<form method="post" action="/dashboard/tasks/${task.id}/cancel">${csrfField(csrf)}<button class="btn danger" type="submit">Cancel</button></form>` : ""}
+</div>
+<section class="panel" aria-labelledby="h-summary"><h2 id="h-summary">Summary</h2><dl class="kv">
+  <dt>Status</dt><dd>${badge(task.status)}</dd>
+  <dt>Delivery</dt><dd>${badge(delivery.status)} ${delivery.attempts} attempt${delivery.attempts === 1 ? "" : "s"}${delivery.last_status_code !== null ? `, last answer ${delivery.last_status_code}` : ""}</dd>
+  <dt>Type</dt><dd>${task.type}</dd><dt>Model</dt><dd>${task.model}</dd>
+  <dt>Upstream id</dt><dd class="mono">${task.upstreamTaskId ?? "—"}</dd>
+  <dt>Created</dt><dd>${time(task.createdAt)}</dd><dt>Completed</dt><dd>${time(task.completedAt)}</dd>
+  <dt>Duration</dt><dd>${taskDuration(task, now)}</dd>
+  <dt>Callback</dt><dd class="mono">${task.callbackUrl ?? "none (poll or use the events feed)"}</dd>
+  <dt>Charged</dt><dd>${task.pointsCharged ?? "—"}</dd><dt>Refunded</dt><dd>${task.pointsRefunded ?? "—"}</dd>
+  ${error ? html`<dt>Error</dt><dd><code>${error.code ?? ""}</code> ${error.message ?? ""}</dd>` : ""}
+</dl></section>
+<section aria-labelledby="h-request"><h2 id="h-request">Request</h2>
+  ${prompt ? html`<p><strong>Prompt:</strong> ${prompt}</p>` : ""}
+  <pre>${pretty(request)}</pre>
+  <h3>Metadata</h3><pre>${task.metadataJson ? pretty(parse(task.metadataJson)) : "none"}</pre>
+</section>
+<section aria-labelledby="h-output"><h2 id="h-output">Output</h2>
+  ${previews.length > 0 ? html`<p class="muted">Previews load from the upstream's host.</p><div class="previews">${previews.map((p) =>
+    p.kind === "video"
+      ? html`<video src="${p.url}" controls preload="metadata" aria-label="Video output"></video>`
+      : html`<a href="${p.url}"><img src="${p.url}" alt="Image output of ${task.id}" loading="lazy"></a>`,
+  )}</div>` : ""}
+  ${output === null ? html`<p class="muted">No output yet.</p>` : html`<pre>${pretty(output)}</pre>`}
+  ${outputLinks(output, previews)}
+</section>
+<section aria-labelledby="h-timeline"><h2 id="h-timeline">Timeline</h2>
+<div class="table-wrap"><table>
+  <thead><tr><th scope="col">Time</th><th scope="col">What</th><th scope="col">Result</th><th scope="col">Latency</th><th scope="col" class="hide-sm">URL</th><th scope="col">webhook-id</th></tr></thead>
+  <tbody>${d.timeline.map(timelineRow)}</tbody>
+</table></div></section>`;
+}
+
+/** Output URLs that are not previewed (http in sandbox mode, say) are still offered as links. */
+function outputLinks(output: unknown, previews: Preview[]): Html | string {
+  const shown = new Set(previews.map((p) => p.url));
+  const links: string[] = [];
+  JSON.stringify(output ?? null, (_k, v: unknown) => {
+    if (typeof v === "string" && isWebUrl(v) && !shown.has(v) && links.length < 12) links.push(v);
+    return v;
+  });
+  if (links.length === 0) return "";
+  return html`<p>Output files: ${links.map((l) => html`<a href="${l}" rel="noreferrer">${l}</a> `)}</p>`;
+}

@@ -1,0 +1,132 @@
+import { createHash, randomBytes } from "node:crypto";
+import { findClient, type ClientRow } from "../db/clients.js";
+import { deleteEndedSessions, findSession, hourlyTaskCounts, insertSession, recentCallbackUrls, revokeSession, searchClientTasks, touchSession, type HourlyCount, type SessionRow } from "../db/dashboard.js";
+import { lastEventsOfTasks, listTaskAttempts, type AttemptRow, type EventRow } from "../db/events.js";
+import { listTaskEvents } from "../db/support.js";
+import type { TaskRow } from "../db/tasks.js";
+import type { TaskStatus } from "../db/schema.js";
+import { authenticate } from "./clients.js";
+import type { ServiceDeps } from "./deps.js";
+import { deliverySummary, type DeliverySummary } from "./task-view.js";
+import { requireClientTask } from "./tasks.js";
+
+/** A session ends 12 h after sign-in at the latest, or after 2 h without a request. */
+export const SESSION_TTL_MS = 12 * 60 * 60 * 1000;
+export const SESSION_IDLE_MS = 2 * 60 * 60 * 1000;
+/** last_seen_at is rewritten at most this often: a write per page view would be wasted I/O. */
+const TOUCH_EVERY_MS = 60 * 1000;
+
+const hashToken = (token: string) => createHash("sha256").update(token, "utf8").digest("hex");
+
+export interface SignedIn {
+  /** The cookie value; only its SHA-256 is stored. */
+  token: string;
+  session: SessionRow;
+  client: ClientRow;
+}
+
+/** Checks the API key (constant-time, via authenticate) and opens a session; null for a bad key. */
+export function signIn(deps: ServiceDeps, apiKey: string): SignedIn | null {
+  const client = authenticate(deps.db, apiKey);
+  if (!client) return null;
+  const now = deps.clock.now();
+  const token = randomBytes(32).toString("base64url");
+  const session: SessionRow = {
+    tokenHash: hashToken(token),
+    clientId: client.id,
+    csrfToken: randomBytes(32).toString("base64url"),
+    createdAt: now,
+    lastSeenAt: now,
+    expiresAt: now + SESSION_TTL_MS,
+    revokedAt: null,
+  };
+  deps.db.transaction((tx) => {
+    deleteEndedSessions(tx, now);
+    insertSession(tx, session);
+  });
+  return { token, session, client };
+}
+
+/**
+ * The live session behind a cookie token, with its client; null when unknown, signed out,
+ * expired, idle too long, or when the client was revoked (checked on every request, so revoking
+ * a client ends its dashboard sessions at once).
+ */
+export function resolveSession(deps: ServiceDeps, token: string): { session: SessionRow; client: ClientRow } | null {
+  if (token.length === 0 || token.length > 100) return null;
+  const tokenHash = hashToken(token);
+  const session = findSession(deps.db, tokenHash);
+  const now = deps.clock.now();
+  if (!session || session.revokedAt !== null || session.expiresAt <= now || now - session.lastSeenAt >= SESSION_IDLE_MS) return null;
+  const client = findClient(deps.db, session.clientId);
+  if (!client || client.revokedAt !== null) return null;
+  if (now - session.lastSeenAt >= TOUCH_EVERY_MS) touchSession(deps.db, tokenHash, now);
+  return { session, client };
+}
+
+export function signOut(deps: ServiceDeps, token: string): void {
+  revokeSession(deps.db, hashToken(token), deps.clock.now());
+}
+
+export interface TaskListItem {
+  task: TaskRow;
+  delivery: DeliverySummary;
+}
+
+export function listDashboardTasks(
+  deps: ServiceDeps,
+  q: { clientId: string; limit: number; beforeId?: string | undefined; type?: "image" | "video" | undefined; status?: TaskStatus | undefined; search?: string | undefined },
+): { items: TaskListItem[]; nextBefore: string | null } {
+  // One extra row tells whether an older page exists.
+  const rows = searchClientTasks(deps.db, { ...q, limit: q.limit + 1 });
+  const page = rows.slice(0, q.limit);
+  const last = lastEventsOfTasks(
+    deps.db,
+    page.map((t) => t.id),
+  );
+  return {
+    items: page.map((task) => ({ task, delivery: deliverySummary(task, last.get(task.id)) })),
+    nextBefore: rows.length > q.limit ? page[page.length - 1]!.id : null,
+  };
+}
+
+export type TimelineEntry =
+  | { kind: "created"; at: number }
+  | { kind: "event"; at: number; event: EventRow }
+  | { kind: "attempt"; at: number; attempt: AttemptRow };
+
+export interface TaskDetail {
+  task: TaskRow;
+  delivery: DeliverySummary;
+  events: EventRow[];
+  timeline: TimelineEntry[];
+}
+
+/** A client's task with its events and attempts merged into one timeline, oldest first. */
+export function dashboardTask(deps: ServiceDeps, clientId: string, id: string): TaskDetail {
+  const task = requireClientTask(deps.db, clientId, id);
+  const events = listTaskEvents(deps.db, task.id);
+  const attempts = listTaskAttempts(deps.db, task.id);
+  const timeline: TimelineEntry[] = [
+    { kind: "created", at: task.createdAt },
+    ...events.map((event) => ({ kind: "event" as const, at: event.createdAt, event })),
+    ...attempts.map((attempt) => ({ kind: "attempt" as const, at: attempt.attemptedAt, attempt })),
+  ];
+  // Stable sort: at equal times an event stays before the attempts that sent it.
+  timeline.sort((a, b) => a.at - b.at);
+  return { task, delivery: deliverySummary(task, events[events.length - 1]), events, timeline };
+}
+
+export const HOUR_MS = 60 * 60 * 1000;
+
+/** Tasks created in each of the last 24 hours (the current one included), by status. */
+export function hourlyTasks(deps: ServiceDeps, clientId: string): { hours: number[]; counts: HourlyCount[] } {
+  const currentHour = Math.floor(deps.clock.now() / HOUR_MS) * HOUR_MS;
+  const first = currentHour - 23 * HOUR_MS;
+  const hours = Array.from({ length: 24 }, (_, i) => first + i * HOUR_MS);
+  return { hours, counts: hourlyTaskCounts(deps.db, clientId, first) };
+}
+
+export function callbackUrls(deps: ServiceDeps, clientId: string): string[] {
+  return recentCallbackUrls(deps.db, clientId);
+}

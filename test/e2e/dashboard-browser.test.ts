@@ -1,0 +1,118 @@
+import { existsSync } from "node:fs";
+import puppeteer, { type Browser, type Page } from "puppeteer-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startLiveRelay, type LiveRelay } from "../helpers/live-relay.js";
+import { startReceiver, verifyAt, type Receiver } from "../helpers/receiver.js";
+
+/**
+ * The dashboard in a real browser (Debian's chromium-headless-shell through puppeteer-core): a new
+ * user signs in, finds a sandbox task, follows it to a delivered webhook, redelivers it and sees
+ * the second attempt, while the page never asks any host but the relay for anything.
+ */
+const BROWSER = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium-headless-shell";
+const haveBrowser = existsSync(BROWSER);
+if (!haveBrowser) {
+  const hint = `no browser at ${BROWSER}: apt-get install -y --no-install-recommends chromium-headless-shell (or set CHROMIUM_PATH)`;
+  // .ci/run sets this: in CI a missing browser is a failure, never a silent skip.
+  if (process.env.GENRELAY_REQUIRE_BROWSER === "1") throw new Error(`browser tests required but ${hint}`);
+  console.warn(`dashboard browser tests SKIPPED: ${hint}`);
+}
+
+describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
+  let live: LiveRelay;
+  let receiver: Receiver;
+  let browser: Browser;
+
+  beforeAll(async () => {
+    live = await startLiveRelay();
+    receiver = await startReceiver();
+    browser = await puppeteer.launch({
+      executablePath: BROWSER,
+      headless: "shell",
+      args: ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    });
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await receiver?.close();
+    await live?.close();
+  });
+
+  /** Every URL the page asks for (documents, assets, fetches), to check the hosts at the end. */
+  async function newPage(): Promise<{ page: Page; requested: string[] }> {
+    const page = await browser.newPage();
+    await page.setViewport({ width: 1100, height: 900 });
+    const requested: string[] = [];
+    page.on("request", (req) => requested.push(req.url()));
+    return { page, requested };
+  }
+
+  // Page-side conditions as source text: this program is compiled without the DOM library.
+  const settled = `document.documentElement.dataset.settled === "true" || !document.querySelector('meta[name="genrelay-refresh"]')`;
+  const attemptsShown = (n: number) =>
+    `[...document.querySelectorAll("main tbody tr")].filter((r) => r.textContent.includes("attempt: task.succeeded")).length === ${n}`;
+  const attemptRows = (page: Page) =>
+    page.$$eval("main tbody tr", (rows) => rows.map((r) => r.textContent ?? "").filter((text) => text.includes("attempt: task.succeeded")));
+
+  it("signs in, finds a task, follows it to a delivered webhook, redelivers it and sees the second attempt; no other host is contacted", async () => {
+    const { apiKey, secret } = live.client("Browser Co");
+    const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${apiKey}`, "Content-Type": "application/json", "Idempotency-Key": "browser-test-1" },
+      body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a lighthouse at dawn", count: 1, callback_url: receiver.url("/hook"), metadata: { order: "B-42" } }),
+    });
+    expect(created.status).toBe(201);
+    const taskId = ((await created.json()) as { data: { id: string } }).data.id;
+    const firstDelivery = receiver.next();
+
+    const { page, requested } = await newPage();
+    await page.goto(`${live.url}/dashboard`);
+    await page.type("#api_key", apiKey);
+    await Promise.all([page.waitForNavigation(), page.click("form[action='/dashboard/sign-in'] button[type=submit]")]);
+    expect(await page.$eval("h1", (h) => h.textContent)).toBe("Tasks");
+    expect(page.url()).toBe(`${live.url}/dashboard`);
+
+    // Find it by its metadata value, then open it.
+    await page.type("#q", "B-42");
+    await Promise.all([page.waitForNavigation(), page.click("form[role=search] button[type=submit]")]);
+    expect(page.url()).toBe(`${live.url}/dashboard?q=B-42&status=&type=`);
+    await Promise.all([page.waitForNavigation(), page.click(`a[href='/dashboard/tasks/${taskId}']`)]);
+    expect(await page.$eval("h1", (h) => h.textContent)).toBe(taskId);
+
+    // The page refreshes itself (app.js) until the task has succeeded and its webhook is delivered.
+    const delivered = await firstDelivery;
+    expect(verifyAt(secret, delivered, Number(delivered.headers["webhook-timestamp"]) * 1000)).toMatchObject({ type: "task.succeeded" });
+    await page.waitForFunction(settled, { timeout: 15_000 });
+    await page.waitForFunction(attemptsShown(1), { timeout: 15_000 });
+    const first = await attemptRows(page);
+    expect(first).toHaveLength(1);
+    expect(first[0]).toContain("200");
+    expect(first[0]).toContain(delivered.headers["webhook-id"]);
+
+    // Redeliver: the page comes back pending and refreshes until the second attempt is in.
+    const secondDelivery = receiver.next();
+    await Promise.all([page.waitForNavigation(), page.click(`form[action='/dashboard/tasks/${taskId}/redeliver'] button`)]);
+    expect(page.url()).toBe(`${live.url}/dashboard/tasks/${taskId}?done=redelivered`);
+    expect(await page.$eval("[role=status]", (n) => n.textContent)).toContain("queued for delivery again");
+    const again = await secondDelivery;
+    expect(again.headers["webhook-id"]).toBe(delivered.headers["webhook-id"]);
+    await page.waitForFunction(attemptsShown(2), { timeout: 15_000 });
+    const both = await attemptRows(page);
+    expect(both.every((row) => row.includes("200") && row.includes(delivered.headers["webhook-id"]!))).toBe(true);
+
+    const relayHost = new URL(live.url).host;
+    expect(requested.length).toBeGreaterThan(5);
+    expect(requested.filter((u) => new URL(u).host !== relayHost)).toEqual([]);
+    await page.close();
+  });
+
+  it("renders /docs with the relay's own Swagger UI files and no other host", async () => {
+    const { page, requested } = await newPage();
+    await page.goto(`${live.url}/docs`);
+    await page.waitForSelector(".swagger-ui .info .title", { timeout: 15_000 });
+    expect(await page.$eval(".swagger-ui .info .title", (n) => n.textContent)).toContain("genrelay");
+    const relayHost = new URL(live.url).host;
+    expect(requested.filter((u) => !u.startsWith("data:") && new URL(u).host !== relayHost)).toEqual([]);
+    await page.close();
+  });
+});

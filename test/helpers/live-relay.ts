@@ -1,0 +1,56 @@
+import { serve } from "@hono/node-server";
+import { mkdtempSync, rmSync } from "node:fs";
+import type { AddressInfo } from "node:net";
+import type { Server } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { systemClock } from "../../src/clock.js";
+import { loadConfig } from "../../src/config.js";
+import { openDatabase } from "../../src/db/open.js";
+import { silentLogger } from "../../src/logger.js";
+import { Relay } from "../../src/relay.js";
+import { createClient } from "../../src/services/clients.js";
+import { startSimulator } from "../../src/simulator/server.js";
+
+export interface LiveRelay {
+  url: string;
+  relay: Relay;
+  client(name?: string): { id: string; apiKey: string; secret: string };
+  close(): Promise<void>;
+}
+
+/**
+ * The relay as `npm start` runs it in sandbox mode, on a real socket (127.0.0.1, port 0) with its
+ * worker loops running on the system clock, against the in-process simulator with short timings.
+ * For tests where a real client (a browser) drives it.
+ */
+export async function startLiveRelay(env: Record<string, string> = {}): Promise<LiveRelay> {
+  const dir = mkdtempSync(join(tmpdir(), "genrelay-live-"));
+  const config = loadConfig({ DATABASE_PATH: join(dir, "relay.db"), WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", LOG_LEVEL: "silent", ...env });
+  const simulator = await startSimulator({
+    accounts: [{ apiKey: "sandbox" }],
+    timings: { imageQueuedMs: 200, imageProcessingMs: 500, videoQueuedMs: 300, videoProcessingMs: 800 },
+  });
+  const database = openDatabase(config.databasePath);
+  const relay = new Relay({ config, database, clock: systemClock, logger: silentLogger, upstream: { baseUrl: simulator.url, apiKey: "sandbox" } });
+  relay.start();
+  const server = await new Promise<Server>((resolve) => {
+    const s = serve({ fetch: relay.app.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve(s as Server)) as Server;
+  });
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    relay,
+    client(name = "browser") {
+      const { client, apiKey } = createClient(database.db, systemClock, { name });
+      return { id: client.id, apiKey, secret: client.webhookSecret };
+    },
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await relay.stop(2_000);
+      await simulator.close();
+      database.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,179 @@
+import { describe, expect, it } from "vitest";
+import { FakeUpstream } from "../helpers/fake-upstream.js";
+import { csrfOf, signedIn } from "../helpers/dashboard.js";
+import { createTask, readTask } from "../helpers/flow.js";
+import { status } from "../helpers/receiver.js";
+import type { TestRelay } from "../helpers/relay.js";
+import { upstreamSuite } from "../helpers/upstream-suite.js";
+
+const { setup, receiver } = upstreamSuite();
+
+/** Ids of the task links in a tasks page, in page order. */
+const rowIds = (page: string) => [...page.matchAll(/<a class="mono" href="\/dashboard\/tasks\/(task_\w+)">/g)].map((m) => m[1]);
+
+async function succeed(t: TestRelay, up: FakeUpstream, apiKey: string, id: string, output: unknown) {
+  await t.relay.submitter.runOnce();
+  up.set(up.taskOf(id)!.id, { status: "succeeded", output, usage: { points_charged: 20, points_refunded: 5 } });
+  t.clock.advance(3_000);
+  await t.relay.poller.runOnce();
+  expect((await readTask(t, apiKey, id)).data.status).toBe("succeeded");
+}
+
+describe("dashboard: tasks page", () => {
+  it("lists the client's tasks newest first with type, model, status, delivery, created and duration; never another client's", async () => {
+    const { t } = setup();
+    const a = t.client("a");
+    const b = t.client("b");
+    const first = await createTask(t, a.apiKey, {}, { type: "video" });
+    t.clock.advance(1_000);
+    const second = await createTask(t, a.apiKey);
+    const theirs = await createTask(t, b.apiKey);
+    const v = await signedIn(t, a.apiKey);
+    t.clock.advance(4_000);
+    const page = await v.page("/dashboard");
+    expect(rowIds(page)).toEqual([second, first]);
+    expect(page).not.toContain(theirs);
+    const row = page.slice(page.indexOf(`/dashboard/tasks/${first}`));
+    expect(row).toMatch(
+      /^[^]*?<td data-label="Type">video<\/td><td data-label="Model">v-video<\/td><td data-label="Status"><span class="badge b-queued">queued<\/span><\/td>\s*<td data-label="Delivery"><span class="badge b-none">none<\/span><\/td>\s*<td data-label="Created"><time datetime="2026-01-01T12:00:00.000Z">2026-01-01 12:00:00 UTC<\/time><\/td><td data-label="Duration">5.0 s so far<\/td><\/tr>/,
+    );
+    // Another client's task is a 404 under this session, exactly like an unknown id.
+    for (const id of [theirs, "task_00000000000000000000000000"]) {
+      const res = await v.get(`/dashboard/tasks/${id}`);
+      expect(res.status).toBe(404);
+      expect(await res.text()).toContain("No task with this id belongs to your API key.");
+    }
+    const redeliver = await v.post(`/dashboard/tasks/${theirs}/redeliver`, { csrf: csrfOf(page) });
+    expect(redeliver.status).toBe(404);
+  });
+
+  it("filters by status and type, and searches by relay id, upstream id and metadata value", async () => {
+    const { t, up } = setup();
+    const { apiKey } = t.client();
+    const image = await createTask(t, apiKey, { metadata: { order: "A-17", team: "blue" } });
+    const video = await createTask(t, apiKey, { metadata: { order: "B-2" } }, { type: "video" });
+    await t.relay.submitter.runOnce();
+    const upstreamId = up.taskOf(video)!.id;
+    const v = await signedIn(t, apiKey);
+    expect(rowIds(await v.page("/dashboard?type=video"))).toEqual([video]);
+    expect(rowIds(await v.page("/dashboard?type=image"))).toEqual([image]);
+    expect(rowIds(await v.page("/dashboard?status=queued"))).toEqual([video, image]);
+    expect(rowIds(await v.page("/dashboard?status=succeeded"))).toEqual([]);
+    expect(rowIds(await v.page(`/dashboard?q=${image}`))).toEqual([image]);
+    expect(rowIds(await v.page(`/dashboard?q=${upstreamId}`))).toEqual([video]);
+    expect(rowIds(await v.page("/dashboard?q=A-17"))).toEqual([image]);
+    expect(rowIds(await v.page("/dashboard?q=blue&type=video"))).toEqual([]);
+    expect(await v.page("/dashboard?q=nothing-like-this")).toContain("No task matches.");
+    // Filters are kept in the form, and unknown values are ignored rather than failing.
+    expect(await v.page("/dashboard?status=succeeded")).toContain('<option value="succeeded" selected>');
+    expect(rowIds(await v.page("/dashboard?status=bogus&type=<x>"))).toEqual([video, image]);
+  });
+
+  it("pages with a cursor of 25 rows, keeping the filters", async () => {
+    const { t } = setup();
+    const { apiKey } = t.client();
+    const ids: string[] = [];
+    for (let i = 0; i < 27; i++) ids.push(await createTask(t, apiKey));
+    const v = await signedIn(t, apiKey);
+    const first = await v.page("/dashboard?type=image");
+    expect(rowIds(first)).toEqual(ids.slice(2).reverse());
+    const older = /<a href="([^"]+)">Older tasks →<\/a>/.exec(first)![1]!.replaceAll("&amp;", "&");
+    expect(older).toBe(`/dashboard?type=image&before=${ids[2]}`);
+    const second = await v.page(older);
+    expect(rowIds(second)).toEqual([ids[1], ids[0]]);
+    expect(second).not.toContain("Older tasks");
+  });
+});
+
+describe("dashboard: task page", () => {
+  it("shows the request, metadata, output with previews allowed by the CSP, usage, and one timeline of events and attempts", async () => {
+    const { t, up } = setup();
+    const r = await receiver();
+    r.answers.push(status(500));
+    const { apiKey } = t.client();
+    const id = await createTask(t, apiKey, { callback_url: r.url("/hook"), metadata: { order: "A-17" } });
+    const output = { images: [{ url: "https://files.upstream.test/out/1.png" }], video: { url: "https://media.upstream.test/v" }, note: "http://plain.test/x.png" };
+    await succeed(t, up, apiKey, id, output);
+    await t.relay.dispatcher.runOnce();
+    t.clock.advance(10_000);
+    await t.relay.dispatcher.runOnce();
+    const v = await signedIn(t, apiKey);
+    const res = await v.get(`/dashboard/tasks/${id}`);
+    const page = await res.text();
+    expect(res.headers.get("content-security-policy")).toContain(
+      "img-src 'self' https://files.upstream.test https://media.upstream.test; media-src 'self' https://files.upstream.test https://media.upstream.test;",
+    );
+    expect(page).toContain("<p><strong>Prompt:</strong> a red fox in snow</p>");
+    expect(page).toContain("&quot;order&quot;: &quot;A-17&quot;");
+    expect(page).toContain('<img src="https://files.upstream.test/out/1.png" alt="Image output of');
+    expect(page).toContain('<video src="https://media.upstream.test/v" controls');
+    // http URLs are not previewed (the CSP would not allow them) but are offered as links.
+    expect(page).not.toContain('src="http://plain.test');
+    expect(page).toContain('<a href="http://plain.test/x.png" rel="noreferrer">');
+    expect(page).toMatch(/<dt>Charged<\/dt><dd>20<\/dd><dt>Refunded<\/dt><dd>5<\/dd>/);
+    const eventId = /event <strong>task.succeeded<\/strong><\/td><td><span class="badge b-succeeded">succeeded<\/span><\/td><td><\/td><td><\/td><td class="mono">(evt_\w+)<\/td>/.exec(page)?.[1];
+    expect(eventId).toBeDefined();
+    const attempts = [...page.matchAll(/<td>attempt: task.succeeded[^]*?<td><span class="badge b-(\w+)">\w+<\/span> (\d+)<\/td><td>(\d+) ms<\/td><td class="hide-sm">([^<]+)<\/td><td class="mono">(evt_\w+)<\/td>/g)];
+    expect(attempts.map((m) => [m[1], m[2], m[4], m[5]])).toEqual([
+      ["failed", "500", r.url("/hook"), eventId],
+      ["succeeded", "200", r.url("/hook"), eventId],
+    ]);
+    expect(page).toContain("HTTP 500");
+    // Settled: nothing to refresh.
+    expect(page).not.toContain("genrelay-refresh");
+  });
+
+  it("Redeliver queues the last event again; after the dispatcher runs the page shows the second attempt with the same webhook-id", async () => {
+    const { t, up } = setup();
+    const r = await receiver();
+    const { apiKey } = t.client();
+    const id = await createTask(t, apiKey, { callback_url: r.url() });
+    await succeed(t, up, apiKey, id, { images: [{ url: "https://cdn.test/a.png" }] });
+    await t.relay.dispatcher.runOnce();
+    const v = await signedIn(t, apiKey);
+    const res = await v.submit(`/dashboard/tasks/${id}`, `/dashboard/tasks/${id}/redeliver`);
+    expect(res.status).toBe(303);
+    expect(res.headers.get("location")).toBe(`/dashboard/tasks/${id}?done=redelivered`);
+    const pending = await v.page(res.headers.get("location")!);
+    expect(pending).toContain("The last event is queued for delivery again");
+    expect(pending).toContain('<meta name="genrelay-refresh" content="3000">');
+    await t.relay.dispatcher.runOnce();
+    const after = await v.page(`/dashboard/tasks/${id}`);
+    const ids = [...after.matchAll(/<td>attempt: task.succeeded[^]*?<td class="mono">(evt_\w+)<\/td>/g)].map((m) => m[1]);
+    expect(ids).toHaveLength(2);
+    expect(ids[0]).toBe(ids[1]);
+    expect(r.requests.map((q) => q.headers["webhook-id"])).toEqual(ids);
+  });
+
+  it("Redeliver on a task without a callback shows the API's refusal (400)", async () => {
+    const { t } = setup();
+    const { apiKey } = t.client();
+    const id = await createTask(t, apiKey);
+    const v = await signedIn(t, apiKey);
+    const page = await v.page(`/dashboard/tasks/${id}`);
+    expect(page).not.toContain(">Redeliver</button>");
+    const res = await v.post(`/dashboard/tasks/${id}/redeliver`, { csrf: csrfOf(page) });
+    expect(res.status).toBe(400);
+    expect(await res.text()).toContain("This task has no callback_url to deliver to.");
+  });
+
+  it("Cancel ends a waiting task; on a task already submitted upstream it shows 409 cannot_cancel", async () => {
+    const { t } = setup();
+    const { apiKey } = t.client();
+    const waiting = await createTask(t, apiKey);
+    const v = await signedIn(t, apiKey);
+    const res = await v.submit(`/dashboard/tasks/${waiting}`, `/dashboard/tasks/${waiting}/cancel`);
+    expect(res.status).toBe(303);
+    const page = await v.page(res.headers.get("location")!);
+    expect(page).toContain("The task is canceled.");
+    expect((await readTask(t, apiKey, waiting)).data.status).toBe("canceled");
+    expect(page).not.toContain(">Cancel</button>");
+
+    const submitted = await createTask(t, apiKey);
+    await t.relay.submitter.runOnce();
+    const refused = await v.submit(`/dashboard/tasks/${submitted}`, `/dashboard/tasks/${submitted}/cancel`);
+    expect(refused.status).toBe(409);
+    expect(await refused.text()).toContain("The task was already submitted upstream, which offers no cancel");
+    expect((await readTask(t, apiKey, submitted)).data.status).toBe("queued");
+  });
+});
