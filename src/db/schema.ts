@@ -1,5 +1,8 @@
 
 import { blob, index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { TASK_PHASES, TASK_STATUSES, type TaskPhase, type TaskStatus } from "../statuses.js";
+
+export { TASK_PHASES, TASK_STATUSES, type TaskPhase, type TaskStatus };
 
 /**
  * Every timestamp is integer milliseconds since the epoch, taken from the injected clock.
@@ -43,11 +46,6 @@ export const clients = sqliteTable(
   (t) => [uniqueIndex("clients_api_key_hash_uq").on(t.apiKeyHash)],
 );
 
-export const TASK_STATUSES = ["queued", "processing", "succeeded", "failed", "canceled"] as const;
-export type TaskStatus = (typeof TASK_STATUSES)[number];
-/** Where a task is in the relay's own pipeline, independent of the public status. */
-export const TASK_PHASES = ["waiting", "submitted", "done"] as const;
-export type TaskPhase = (typeof TASK_PHASES)[number];
 
 export const tasks = sqliteTable(
   "tasks",

@@ -1,6 +1,6 @@
 import type { Clock } from "../clock.js";
 import { systemClock } from "../clock.js";
-import type { TaskStatus } from "../db/schema.js";
+import type { TaskStatus } from "../statuses.js";
 import { UpstreamError } from "./errors.js";
 import { parseBooleanHeader, parseErrorBody, parseJson, parseRetryAfter, parseTask, parseTaskList } from "./parse.js";
 import type { CreateResult, TaskPage, TaskType, UpstreamTask } from "./types.js";

@@ -1,4 +1,4 @@
-import type { TaskStatus } from "../db/schema.js";
+import type { TaskStatus } from "../statuses.js";
 import type { TaskPage, UpstreamErrorInfo, UpstreamTask, UpstreamUsage } from "./types.js";
 
 /**

@@ -1,4 +1,4 @@
-import type { TaskStatus } from "../db/schema.js";
+import type { TaskStatus } from "../statuses.js";
 
 /**
  * Shapes the upstream client hands to the rest of the relay. They live apart from

@@ -1,0 +1,10 @@
+/**
+ * The task states genrelay shares with the upstream (a leaf module: the schema, the upstream client
+ * and the core all use it, and it imports nothing).
+ */
+export const TASK_STATUSES = ["queued", "processing", "succeeded", "failed", "canceled"] as const;
+export type TaskStatus = (typeof TASK_STATUSES)[number];
+
+/** Where a task is in the relay: waiting to be submitted, submitted and watched, or done. */
+export const TASK_PHASES = ["waiting", "submitted", "done"] as const;
+export type TaskPhase = (typeof TASK_PHASES)[number];
