@@ -8,6 +8,7 @@ import { serveIpc } from "./lib/proc.mjs";
 const { systemClock } = await distImport("clock.js");
 const { loadConfig } = await distImport("config.js");
 const { openDatabase } = await distImport("db/open.js");
+const { sqliteStore } = await distImport("open-store.js");
 const { silentLogger } = await distImport("logger.js");
 const { WebhookSender } = await distImport("webhooks/sender.js");
 const { Dispatcher } = await distImport("workers/dispatcher.js");
@@ -26,7 +27,7 @@ serveIpc({
     let finish;
     const finished = new Promise((r) => (finish = r));
     const dispatcher = new Dispatcher({
-      db: database.db,
+      store: sqliteStore(database),
       clock: systemClock,
       config,
       logger: silentLogger,

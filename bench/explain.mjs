@@ -143,7 +143,8 @@ serveIpc({
       WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
     });
     const database = openDatabase(databasePath);
-    const relay = new Relay({ config, database, clock: systemClock, logger: silentLogger, upstream: { baseUrl: upstreamUrl, apiKey: "sandbox" } });
+    const { sqliteStore } = await distImport("open-store.js");
+    const relay = new Relay({ config, store: sqliteStore(database), clock: systemClock, logger: silentLogger, upstream: { baseUrl: upstreamUrl, apiKey: "sandbox" } });
     const auth = { authorization: `Bearer ${apiKey}` };
     const post = (key, body) =>
       relay.app.request("http://127.0.0.1/openapi/v1/images/generations", {
@@ -195,7 +196,7 @@ serveIpc({
     phase = "dispatcher";
     await relay.dispatcher.runOnce();
     phase = "pruner";
-    relay.pruner.runOnce();
+    await relay.pruner.runOnce();
     phase = "off";
 
     await relay.stop(2_000);

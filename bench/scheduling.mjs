@@ -1,6 +1,6 @@
 // Poll scheduling under the read budget: the adaptive scheduler (list sweeps + targeted single
 // reads) against naive one-read-per-task round-robin, for 50 and 500 tasks in flight, in fake time
-// against the simulator (dist/simulator/scheduling-sim.js). Reports reads per finished task and the
+// against the simulator (dist/bench/scheduling-sim.js). Reports reads per finished task and the
 // delay from upstream completion to the relay writing the webhook event (delivery on loopback adds
 // milliseconds, measured separately by the delivery benchmark).
 import { pathToFileURL } from "node:url";
@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
 export async function benchScheduling({ quick = false } = {}) {
-  const { runSchedulingSimulation } = await import(pathToFileURL(join(root, "dist", "simulator", "scheduling-sim.js")).href);
+  const { runSchedulingSimulation } = await import(pathToFileURL(join(root, "dist", "bench", "scheduling-sim.js")).href);
   const timings = { imageQueuedMs: 2_000, imageProcessingMs: 8_000, videoQueuedMs: 5_000, videoProcessingMs: 60_000 };
   const sizes = quick ? [10] : [50, 500];
   const rows = [];

@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { systemClock } from "./clock.js";
 import { loadConfig } from "./config.js";
-import { openDatabase } from "./db/open.js";
+import { openStore } from "./open-store.js";
 import { createLogger } from "./logger.js";
 import { Relay } from "./relay.js";
 import { createClient } from "./services/clients.js";
@@ -39,14 +39,14 @@ async function main(): Promise<number> {
     accounts: [{ apiKey: "sandbox" }],
     timings: { imageQueuedMs: 500, imageProcessingMs: 1_500, videoQueuedMs: 1_000, videoProcessingMs: 4_000 },
   });
-  const database = openDatabase(config.databasePath);
-  const relay = new Relay({ config, database, clock: systemClock, logger, upstream: { baseUrl: simulator.url, apiKey: "sandbox" } });
-  relay.start();
+  const store = await openStore(config);
+  const relay = new Relay({ config, store, clock: systemClock, logger, upstream: { baseUrl: simulator.url, apiKey: "sandbox" } });
+  await relay.start();
   const server = serve({ fetch: relay.app.fetch, port: 0, hostname: "127.0.0.1" });
   await new Promise<void>((resolve) => server.once("listening", () => resolve()));
   const relayUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 
-  const { apiKey, webhookSecret } = createClient(database.db, systemClock, { name: "demo", encryptionKey: config.encryptionKey });
+  const { apiKey, webhookSecret } = await createClient({ store, clock: systemClock }, { name: "demo", encryptionKey: config.encryptionKey });
   const verifier = new Webhook(webhookSecret);
   const pending = new Set<string>();
   let resolveAll: () => void = () => {};
@@ -109,7 +109,7 @@ async function main(): Promise<number> {
   receiver.close();
   await relay.stop(2_000);
   await simulator.close();
-  database.close();
+  await store.close();
   rmSync(dir, { recursive: true, force: true });
   return code;
 }

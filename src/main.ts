@@ -2,7 +2,7 @@ import { serve } from "@hono/node-server";
 import type { Server } from "node:http";
 import { systemClock } from "./clock.js";
 import { ConfigError, loadConfig, type Config } from "./config.js";
-import { openDatabase } from "./db/open.js";
+import { openStore } from "./open-store.js";
 import { gracefulHttp } from "./http/graceful.js";
 import { createLogger } from "./logger.js";
 import { Relay } from "./relay.js";
@@ -28,7 +28,7 @@ async function main(): Promise<void> {
     throw err;
   }
   const logger = createLogger(config.logLevel);
-  const database = openDatabase(config.databasePath);
+  const store = await openStore(config);
 
   let upstream = { baseUrl: config.upstreamBaseUrl ?? "", apiKey: config.upstreamApiKey ?? "" };
   let simulator: Awaited<ReturnType<typeof startSimulator>> | null = null;
@@ -41,8 +41,8 @@ async function main(): Promise<void> {
     );
   }
 
-  const relay = new Relay({ config, database, clock: systemClock, logger, upstream });
-  relay.start();
+  const relay = new Relay({ config, store, clock: systemClock, logger, upstream });
+  await relay.start();
   const server = serve({ fetch: relay.app.fetch, port: config.port, hostname: config.host }, (info) => {
     logger.info({ host: config.host, port: info.port, database: config.databasePath, sandbox: simulator !== null }, "genrelay listening");
   });
@@ -66,7 +66,7 @@ async function main(): Promise<void> {
       if (forced > 0) logger.warn({ requests: forced, deadline_ms: HTTP_DRAIN_MS }, "requests still running at the deadline were cut off");
       await relay.stop(WORKER_DRAIN_MS);
       await simulator?.close();
-      database.close();
+      await store.close();
       logger.info("stopped");
       process.exit(0);
     })().catch((err: unknown) => {

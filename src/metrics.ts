@@ -1,9 +1,8 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
-import { sql } from "drizzle-orm";
-import type { Db } from "./db/open.js";
+import type { GaugeCounts, Store } from "./store/store.js";
 
 export interface MetricsSources {
-  db: Db;
+  store: Store;
   /** Reads spent in the last minute and the budget, per account. */
   reads: () => { account: string; used: number; budget: number }[];
 }
@@ -11,10 +10,12 @@ export interface MetricsSources {
 /**
  * The relay's Prometheus metrics, on a registry of its own (one per Relay, so tests can build many).
  * Counters and histograms are updated where things happen; gauges that mirror the database are
- * computed at scrape time from a few aggregate queries.
+ * computed at scrape time from a few aggregate queries (read once per scrape, before collecting).
  */
 export class Metrics {
   readonly registry = new Registry();
+  private counts: GaugeCounts = { tasksByStatus: [], tasksByAccountPhase: [], eventsByStatus: [] };
+  private readonly store: Store;
 
   readonly httpRequests = new Counter({
     name: "genrelay_http_requests_total",
@@ -66,8 +67,9 @@ export class Metrics {
   });
 
   constructor(sources: MetricsSources) {
-    const { db } = sources;
+    this.store = sources.store;
     const registry = this.registry;
+    const counts = () => this.counts;
     new Gauge({
       name: "genrelay_tasks",
       help: "Tasks by status",
@@ -76,9 +78,7 @@ export class Metrics {
       collect() {
         this.reset();
         for (const s of ["queued", "processing", "succeeded", "failed", "canceled"]) this.set({ status: s }, 0);
-        for (const row of db.all<{ status: string; n: number }>(sql`SELECT status, count(*) AS n FROM tasks GROUP BY status`)) {
-          this.set({ status: row.status }, row.n);
-        }
+        for (const row of counts().tasksByStatus) this.set({ status: row.status }, row.n);
       },
     });
     new Gauge({
@@ -88,10 +88,7 @@ export class Metrics {
       registers: [registry],
       collect() {
         this.reset();
-        const rows = db.all<{ account: string; phase: string; n: number }>(
-          sql`SELECT upstream_account AS account, phase, count(*) AS n FROM tasks WHERE phase IN ('waiting', 'submitted') GROUP BY upstream_account, phase`,
-        );
-        for (const row of rows) this.set({ account: row.account, phase: row.phase === "submitted" ? "in_flight" : "waiting" }, row.n);
+        for (const row of counts().tasksByAccountPhase) this.set({ account: row.account, phase: row.phase === "submitted" ? "in_flight" : "waiting" }, row.n);
       },
     });
     new Gauge({
@@ -103,11 +100,7 @@ export class Metrics {
         this.reset();
         this.set({ status: "pending" }, 0);
         this.set({ status: "failed" }, 0);
-        for (const row of db.all<{ status: string; n: number }>(
-          sql`SELECT delivery_status AS status, count(*) AS n FROM events WHERE delivery_status IN ('pending', 'failed') GROUP BY delivery_status`,
-        )) {
-          this.set({ status: row.status }, row.n);
-        }
+        for (const row of counts().eventsByStatus) this.set({ status: row.status }, row.n);
       },
     });
     new Gauge({
@@ -134,6 +127,7 @@ export class Metrics {
   }
 
   async exposition(): Promise<{ contentType: string; body: string }> {
+    this.counts = await this.store.ops.gauges();
     return { contentType: this.registry.contentType, body: await this.registry.metrics() };
   }
 }

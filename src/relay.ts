@@ -1,8 +1,6 @@
 import type { Clock } from "./clock.js";
 import type { Config } from "./config.js";
-import type { Database_ } from "./db/open.js";
-import { eventsWithoutDestination, releaseAllEventLeases, releaseEventLeases, setDestination } from "./db/events.js";
-import { releaseAllTaskLeases, releaseTaskLeases } from "./db/tasks.js";
+import type { Store } from "./store/store.js";
 import { sealPlainSecrets } from "./services/clients.js";
 import { destinationHost } from "./webhooks/destination.js";
 import { createApp } from "./http/app.js";
@@ -23,12 +21,12 @@ import { ReadBudget } from "./workers/read-budget.js";
 import { Submitter } from "./workers/submitter.js";
 import { DurationStats } from "./workers/duration-stats.js";
 import { Lifecycle } from "./core/lifecycle.js";
-import { probeWrite } from "./db/health.js";
 import { StorageHealth } from "./services/storage-health.js";
 
 export interface RelayOptions {
   config: Config;
-  database: Database_;
+  /** Where everything is kept (SqliteStore by default, PgStore with DATABASE_URL); the relay closes it on close(). */
+  store: Store;
   clock: Clock;
   logger: Logger;
   /** Where the upstream lives and the default account's key (the sandbox simulator's in sandbox mode). */
@@ -60,21 +58,20 @@ export class Relay {
   readonly storage: StorageHealth;
 
   constructor(private readonly opts: RelayOptions) {
-    const { config, database, clock, logger } = opts;
-    const db = database.db;
+    const { config, store, clock, logger } = opts;
     const nudges: Nudges = {
       submitter: () => this.loops[0]?.nudge(),
       poller: () => this.loops[1]?.nudge(),
       dispatcher: () => this.loops[2]?.nudge(),
     };
-    const accounts = new UpstreamAccounts(db, config, opts.upstream.baseUrl, opts.upstream.apiKey, opts.fetch);
-    this.budget = new ReadBudget(db, clock, config.upstreamReadsPerMinute);
-    const metrics = new Metrics({ db, reads: () => this.budget.snapshot() });
+    const accounts = new UpstreamAccounts(store, config, opts.upstream.baseUrl, opts.upstream.apiKey, opts.fetch);
+    this.budget = new ReadBudget(store, clock, config.upstreamReadsPerMinute);
+    const metrics = new Metrics({ store, reads: () => this.budget.snapshot() });
     this.metrics = metrics;
     this.sender = new WebhookSender({ allowPrivateNetworks: config.webhookAllowPrivateNetworks, ...(opts.resolve ? { resolve: opts.resolve } : {}) });
-    const durations = new DurationStats(db, clock);
+    const durations = new DurationStats(store, clock);
     this.lifecycle = new Lifecycle({
-      db,
+      store,
       clock,
       nudges,
       firstAttemptDelayMs: config.webhookRetryScheduleMs[0] ?? 0,
@@ -82,10 +79,10 @@ export class Relay {
     });
     this.catalog = new CatalogCache(accounts, clock, logger);
     this.storage = new StorageHealth(clock, logger);
-    this.deps = { db, clock, config, logger, nudges, lifecycle: this.lifecycle, catalog: this.catalog, storage: this.storage };
-    this.submitter = new Submitter({ db, clock, config, logger, accounts, owner: this.owner, nudges, metrics, lifecycle: this.lifecycle });
+    this.deps = { store, clock, config, logger, nudges, lifecycle: this.lifecycle, catalog: this.catalog, storage: this.storage };
+    this.submitter = new Submitter({ store, clock, config, logger, accounts, owner: this.owner, nudges, metrics, lifecycle: this.lifecycle });
     this.poller = new Poller({
-      db,
+      store,
       clock,
       config,
       logger,
@@ -99,7 +96,7 @@ export class Relay {
       ...(opts.pollStrategy ? { strategy: opts.pollStrategy } : {}),
     });
     this.dispatcher = new Dispatcher({
-      db,
+      store,
       clock,
       config,
       logger,
@@ -111,7 +108,7 @@ export class Relay {
         if (result.ok) metrics.deliveryLatency.observe(Math.max(0, clock.now() - event.createdAt) / 1000);
       },
     });
-    this.pruner = new Pruner({ db, clock, logger, retentionDays: config.taskRetentionDays });
+    this.pruner = new Pruner({ store, clock, logger, retentionDays: config.taskRetentionDays });
     this.loops = [
       new WorkerLoop({ name: "submitter", clock, logger, storage: this.storage, tick: () => this.submitter.runOnce() }),
       new WorkerLoop({ name: "poller", clock, logger, storage: this.storage, tick: () => this.poller.runOnce() }),
@@ -140,26 +137,24 @@ export class Relay {
    * instead of waiting for it to expire; events from before destination_host get theirs; webhook
    * secrets still in plain text are sealed once RELAY_ENCRYPTION_KEY is set.
    */
-  start(): void {
-    this.recover();
+  async start(): Promise<void> {
+    await this.recover();
     for (const loop of this.loops) loop.start();
   }
 
   /** Takes over what a previous process left (see start()); separate so tests can run it alone. */
-  recover(): void {
-    const { database, config, logger } = this.opts;
-    const db = database.db;
-    const released = releaseAllTaskLeases(db) + releaseAllEventLeases(db);
-    for (const url of eventsWithoutDestination(db)) setDestination(db, url, destinationHost(url));
-    const sealed = sealPlainSecrets(db, config.encryptionKey);
+  async recover(): Promise<void> {
+    const { store, config, logger } = this.opts;
+    const released = await store.ops.recover(destinationHost);
+    const sealed = await sealPlainSecrets(this.deps, config.encryptionKey);
     if (released > 0 || sealed > 0) logger.info({ leases_released: released, secrets_sealed: sealed }, "recovered state left by a previous process");
   }
 
   /** Why the relay is not ready: database not writable, or a worker loop stopped or stalled. */
-  problems(): string[] {
+  async problems(): Promise<string[]> {
     const problems: string[] = [];
     const now = this.opts.clock.now();
-    const probe = probeWrite(this.opts.database, now);
+    const probe = await this.opts.store.ops.probeWrite(now);
     if (probe) problems.push(probe);
     const recent = this.storage.problem();
     if (recent && !probe) problems.push(recent);
@@ -174,9 +169,7 @@ export class Relay {
   async stop(deadlineMs = 10_000): Promise<void> {
     const stopped = Promise.all(this.loops.map((l) => l.stop())).then(() => this.dispatcher.drain());
     await Promise.race([stopped, new Promise((r) => setTimeout(r, deadlineMs).unref())]);
-    const db = this.opts.database.db;
-    releaseTaskLeases(db, this.owner.id);
-    releaseEventLeases(db, this.owner.id);
+    await this.opts.store.ops.releaseLeases(this.owner.id);
     await this.sender.close();
   }
 }

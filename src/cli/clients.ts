@@ -1,7 +1,6 @@
 import { readFileSync } from "node:fs";
 import { systemClock } from "../clock.js";
-import { creditPosition } from "../db/credits.js";
-import { createClient, listClients, revokeClient, rotateSecret, updateClientLimits } from "../services/clients.js";
+import { createClient, revokeClient, rotateSecret, updateClientLimits } from "../services/clients.js";
 import { out, parse, positionalsAtMost, UsageError } from "./common.js";
 import { cliLifecycle, type CliContext } from "./context.js";
 
@@ -34,7 +33,7 @@ function requireId(positionals: string[], command: string): string {
 }
 
 /** `clients <sub>`: create, list, update, revoke, rotate-secret. */
-export function runClients(sub: string, args: string[], ctx: CliContext): number {
+export async function runClients(sub: string, args: string[], ctx: CliContext): Promise<number> {
   const { values, positionals } = parse(args, {
     name: { type: "string" },
     json: { type: "boolean" },
@@ -53,7 +52,7 @@ export function runClients(sub: string, args: string[], ctx: CliContext): number
       const maxWaiting = limitArg(values["max-waiting"], "max-waiting") ?? null;
       const maxRunning = limitArg(values["max-running"], "max-running") ?? null;
       const creditLimit = limitArg(values["credit-limit"], "credit-limit") ?? null;
-      const { client, apiKey, webhookSecret } = createClient(ctx.open().db, systemClock, {
+      const { client, apiKey, webhookSecret } = await createClient({ store: ctx.store(), clock: systemClock }, {
         name: values.name.trim(),
         upstreamKey,
         encryptionKey: ctx.config.encryptionKey,
@@ -73,10 +72,11 @@ export function runClients(sub: string, args: string[], ctx: CliContext): number
     }
     case "list": {
       positionalsAtMost(positionals, 0, "clients list");
-      const db = ctx.open().db;
-      const rows = listClients(db).map((c) => {
-        const credits = creditPosition(db, c.id)!;
-        return {
+      const store = ctx.store();
+      const rows = [];
+      for (const c of await store.clients.list()) {
+        const credits = (await store.clients.creditPosition(c.id))!;
+        rows.push({
         id: c.id,
         name: c.name,
         key_prefix: `${c.apiKeyPrefix}…`,
@@ -90,8 +90,8 @@ export function runClients(sub: string, args: string[], ctx: CliContext): number
         points_reserved: credits.reserved,
         points_spent: credits.charged - credits.refunded,
         created_at: new Date(c.createdAt).toISOString(),
-      };
-      });
+        });
+      }
       if (values.json) out(JSON.stringify(rows));
       else if (rows.length === 0) out("no clients yet: npm run cli -- clients create --name NAME");
       else for (const r of rows) out(`${r.id}  ${r.status.padEnd(7)}  ${r.key_prefix}  spent=${r.points_spent}${r.credit_limit !== null ? `/${r.credit_limit}` : ""} reserved=${r.points_reserved}  ${r.name}`);
@@ -104,22 +104,22 @@ export function runClients(sub: string, args: string[], ctx: CliContext): number
         maxRunning: limitArg(values["max-running"], "max-running"),
         creditLimit: limitArg(values["credit-limit"], "credit-limit"),
       };
-      const updated = updateClientLimits(ctx.open().db, id, { ...(values.name?.trim() ? { name: values.name.trim() } : {}), ...limits });
+      const updated = await updateClientLimits({ store: ctx.store() }, id, { ...(values.name?.trim() ? { name: values.name.trim() } : {}), ...limits });
       if (!updated) throw new UsageError(`no client ${id}`);
       out(`updated ${updated.id}: max_waiting=${updated.maxWaiting ?? "none"} max_running=${updated.maxRunning ?? "none"} credit_limit=${updated.creditLimit ?? "none"}`);
       return 0;
     }
     case "revoke": {
       const id = requireId(positionals, "clients revoke");
-      const db = ctx.open().db;
-      const revoked = revokeClient({ db, clock: systemClock, lifecycle: cliLifecycle(db, ctx) }, id);
+      const store = ctx.store();
+      const revoked = await revokeClient({ store, clock: systemClock, lifecycle: cliLifecycle(store, ctx) }, id);
       if (!revoked) throw new UsageError(`no client ${id}`);
       out(`revoked ${revoked.client.id}: its API key is refused from now on; ${revoked.canceled} task(s) not yet submitted were canceled`);
       return 0;
     }
     case "rotate-secret": {
       const id = requireId(positionals, "clients rotate-secret");
-      const rotated = rotateSecret(ctx.open().db, systemClock, id, ctx.config.encryptionKey);
+      const rotated = await rotateSecret({ store: ctx.store(), clock: systemClock }, id, ctx.config.encryptionKey);
       if (!rotated) throw new UsageError(`no client ${id}`);
       const expires = new Date(rotated.previousExpiresAt).toISOString();
       if (values.json) out(JSON.stringify({ id, webhook_secret: rotated.secret, previous_secret_expires_at: expires }));

@@ -1,5 +1,6 @@
 import type { Config } from "../config.js";
-import type { Database_, Db } from "../db/open.js";
+import type { Database_ } from "../db/open.js";
+import type { Store } from "../store/store.js";
 import { systemClock } from "../clock.js";
 import { Lifecycle } from "../core/lifecycle.js";
 import { noNudges } from "../services/deps.js";
@@ -13,9 +14,11 @@ export interface CliContext {
    * the schema as found (a backup copies exactly what is there).
    */
   open(opts?: { mustExist?: boolean; migrate?: boolean }): Database_;
+  /** The store on that database (opened the same way): what every command but `db` works through. */
+  store(opts?: { mustExist?: boolean }): Store;
 }
 
 /** The lifecycle for the CLI's state changes (cancel, revoke): the server's workers pick its events up. */
-export function cliLifecycle(db: Db, ctx: CliContext): Lifecycle {
-  return new Lifecycle({ db, clock: systemClock, nudges: noNudges, firstAttemptDelayMs: ctx.config.webhookRetryScheduleMs[0] ?? 0 });
+export function cliLifecycle(store: Store, ctx: CliContext): Lifecycle {
+  return new Lifecycle({ store, clock: systemClock, nudges: noNudges, firstAttemptDelayMs: ctx.config.webhookRetryScheduleMs[0] ?? 0 });
 }

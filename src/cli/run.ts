@@ -1,6 +1,7 @@
 import { existsSync } from "node:fs";
 import { ConfigError, loadConfig, type Config } from "../config.js";
 import { openDatabase, type Database_ } from "../db/open.js";
+import { sqliteStore } from "../open-store.js";
 import { runClients } from "./clients.js";
 import { ConfigProblem, EXIT_CONFIG, EXIT_OK, EXIT_USAGE, HELP_WORDS, UsageError } from "./common.js";
 import type { CliContext } from "./context.js";
@@ -76,6 +77,9 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
         throw new ConfigProblem(`cannot open the database at ${path}: ${(err as Error).message}`);
       }
       return database;
+    },
+    store(opts = {}) {
+      return sqliteStore(ctx.open(opts));
     },
   };
   try {

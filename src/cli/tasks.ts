@@ -1,12 +1,7 @@
-import { findClient } from "../db/clients.js";
-import { lastEventsOfTasks, listTaskAttempts, type AttemptRow, type EventRow } from "../db/events.js";
-import type { Db } from "../db/open.js";
-import { TASK_STATUSES, type TaskStatus } from "../db/schema.js";
-import { findTasksByAnyId, listTaskEvents, listTasksForSupport } from "../db/support.js";
-import type { TaskRow } from "../db/tasks.js";
+import { TASK_STATUSES, type TaskStatus } from "../statuses.js";
+import type { AttemptRow, ClientRow, EventRow, TaskRow } from "../store/store.js";
 import { iso, out, parse, positionalsAtMost, UsageError, wholeNumber } from "./common.js";
 import { cliLifecycle, type CliContext } from "./context.js";
-import { systemClock } from "../clock.js";
 import { ApiError } from "../services/errors.js";
 import { cancelWaitingTask } from "../services/tasks.js";
 
@@ -92,7 +87,7 @@ function statusArg(value: string | undefined): TaskStatus | undefined {
   return value as TaskStatus;
 }
 
-function list(args: string[], ctx: CliContext): number {
+async function list(args: string[], ctx: CliContext): Promise<number> {
   const { values, positionals } = parse(args, {
     client: { type: "string" },
     status: { type: "string" },
@@ -102,10 +97,10 @@ function list(args: string[], ctx: CliContext): number {
   positionalsAtMost(positionals, 0, "tasks list");
   const status = statusArg(values.status);
   const limit = wholeNumber(values.limit, "limit", { min: 1, max: 1000 }) ?? 20;
-  const db = ctx.open({ mustExist: true }).db;
-  if (values.client !== undefined && !findClient(db, values.client)) throw new UsageError(`no client ${values.client}`);
-  const rows = listTasksForSupport(db, { clientId: values.client, status, limit });
-  const last = lastEventsOfTasks(db, rows.map((t) => t.id));
+  const store = ctx.store({ mustExist: true });
+  if (values.client !== undefined && !(await store.clients.find(values.client))) throw new UsageError(`no client ${values.client}`);
+  const rows = await store.tasks.listForSupport({ clientId: values.client, status, limit });
+  const last = await store.events.lastOfTasks(rows.map((t) => t.id));
   const items = rows.map((t) => {
     const event = last.get(t.id);
     return {
@@ -136,9 +131,8 @@ function list(args: string[], ctx: CliContext): number {
   return 0;
 }
 
-function showHuman(db: Db, t: TaskRow, events: EventRow[], attempts: AttemptRow[]): void {
+function showHuman(client: ClientRow | undefined, t: TaskRow, events: EventRow[], attempts: AttemptRow[]): void {
   const f = taskFields(t);
-  const client = findClient(db, t.clientId);
   const line = (label: string, value: unknown) => out(`${label.padEnd(18)}${value === null || value === undefined ? "-" : typeof value === "string" ? value : JSON.stringify(value)}`);
   line("task", f.id);
   line("client", `${f.client_id}${client ? ` (${client.name})` : ""}`);
@@ -178,37 +172,37 @@ function showHuman(db: Db, t: TaskRow, events: EventRow[], attempts: AttemptRow[
   }
 }
 
-function show(args: string[], ctx: CliContext): number {
+async function show(args: string[], ctx: CliContext): Promise<number> {
   const { values, positionals } = parse(args, { json: { type: "boolean" } });
   const id = positionals[0];
   if (!id) throw new UsageError("tasks show needs a task id (relay or upstream)");
   positionalsAtMost(positionals, 1, "tasks show");
-  const db = ctx.open({ mustExist: true }).db;
-  const matches = findTasksByAnyId(db, id);
+  const store = ctx.store({ mustExist: true });
+  const matches = await store.tasks.findByAnyId(id);
   if (matches.length === 0) throw new UsageError(`no task ${id} (neither a relay nor an upstream task id)`);
   if (matches.length > 1) {
     throw new UsageError(`${matches.length} tasks have upstream id ${id} (on different upstream accounts): ${matches.map((t) => t.id).join(", ")}; show one by its relay id`);
   }
   const task = matches[0]!;
-  const events = listTaskEvents(db, task.id);
-  const attempts = listTaskAttempts(db, task.id);
+  const events = await store.events.ofTask(task.id);
+  const attempts = await store.events.attemptsOfTask(task.id);
+  const client = await store.clients.find(task.clientId);
   if (values.json) {
-    const client = findClient(db, task.clientId);
     out(JSON.stringify({ ...taskFields(task), client_name: client?.name ?? null, events: events.map(eventFields), attempts: attempts.map(attemptFields) }));
   } else {
-    showHuman(db, task, events, attempts);
+    showHuman(client, task, events, attempts);
   }
   return 0;
 }
 
-function cancel(args: string[], ctx: CliContext): number {
+async function cancel(args: string[], ctx: CliContext): Promise<number> {
   const { positionals } = parse(args, {});
   const id = positionals[0];
   if (!id) throw new UsageError("tasks cancel needs a relay task id");
   positionalsAtMost(positionals, 1, "tasks cancel");
-  const db = ctx.open({ mustExist: true }).db;
+  const store = ctx.store({ mustExist: true });
   try {
-    const task = cancelWaitingTask({ db, clock: systemClock, lifecycle: cliLifecycle(db, ctx) }, null, id);
+    const task = await cancelWaitingTask({ lifecycle: cliLifecycle(store, ctx) }, null, id);
     out(`canceled ${task.id} (client ${task.clientId}): it was never submitted upstream and is not charged`);
     return 0;
   } catch (err) {
@@ -218,7 +212,7 @@ function cancel(args: string[], ctx: CliContext): number {
 }
 
 /** `tasks <sub>`: list, show, cancel. */
-export function runTasks(sub: string, args: string[], ctx: CliContext): number {
+export async function runTasks(sub: string, args: string[], ctx: CliContext): Promise<number> {
   switch (sub) {
     case "cancel":
       return cancel(args, ctx);

@@ -1,11 +1,9 @@
 import type { Clock } from "../clock.js";
-import type { TaskStatus } from "../db/schema.js";
-import { findTask, updateLeasedTask, type NewTaskRow, type TaskRow } from "../db/tasks.js";
-import type { Db } from "../db/open.js";
-import type { DbOrTx } from "../db/tx.js";
+import type { TaskStatus } from "../statuses.js";
+import type { NewTaskRow, Store, SubmissionContext, SubmissionStep, TaskRow } from "../store/store.js";
 import type { Nudges } from "../services/deps.js";
 import type { UpstreamTask } from "../upstream/types.js";
-import { TERMINAL_STATUSES, transitionTask } from "./transition.js";
+import { TERMINAL_STATUSES } from "./transition.js";
 
 /** What a task's `error` says: the upstream's code, message and request id, and its details when it gave any. */
 export interface TaskError {
@@ -16,13 +14,13 @@ export interface TaskError {
 }
 
 export interface LifecycleDeps {
-  db: Db;
+  store: Store;
   clock: Clock;
   nudges: Nudges;
   /** Delay before an event's first delivery attempt (the first entry of WEBHOOK_RETRY_SCHEDULE). */
   firstAttemptDelayMs: number;
   /** Told how long each succeeded task ran, for adaptive polling. */
-  onSucceeded?: (task: TaskRow, durationMs: number) => void;
+  onSucceeded?: (task: TaskRow, durationMs: number) => Promise<void> | void;
 }
 
 const released = { claimToken: null, claimedUntil: null } as const;
@@ -30,7 +28,7 @@ const released = { claimToken: null, claimedUntil: null } as const;
 /** Whether a waiting task may go upstream now (services/credits decides; the lifecycle acts on it). */
 export type SubmissionVerdict = { kind: "go"; reserve: number } | { kind: "wait" } | { kind: "refuse"; message: string } | { kind: "revoked" };
 
-export type BeginResult = { kind: "go"; task: TaskRow } | { kind: "wait" } | { kind: "ended"; task: TaskRow } | { kind: "lost" };
+export type BeginResult = { kind: "go"; task: TaskRow } | { kind: "wait"; task: TaskRow } | { kind: "ended"; task: TaskRow } | { kind: "lost" };
 
 /**
  * The one mapping from what the upstream showed to a patch of our row. Status never moves
@@ -59,35 +57,44 @@ export function observedPatch(task: TaskRow, remote: UpstreamTask, now: number):
 }
 
 /**
- * Every state change of a task, as named verbs. Each is one transaction (through transitionTask:
+ * Every state change of a task, as named verbs. Each is one transaction (TaskStore.transition:
  * status, credits, outbox event, lease release together), guarded by the caller's lease where it
  * holds one, and wakes the workers the change concerns. Workers claim, call out, and call one verb.
  */
 export class Lifecycle {
   constructor(private readonly deps: LifecycleDeps) {}
 
-  private apply(task: TaskRow, patch: Partial<NewTaskRow>, token: string | null, db: DbOrTx = this.deps.db): TaskRow | undefined {
-    const { clock, nudges, firstAttemptDelayMs } = this.deps;
-    const now = clock.now();
-    const updated = transitionTask(db, task, patch, { now, token, firstAttemptDelayMs });
+  private options(token: string | null) {
+    return { now: this.deps.clock.now(), token, firstAttemptDelayMs: this.deps.firstAttemptDelayMs };
+  }
+
+  private async apply(task: TaskRow, patch: Partial<NewTaskRow>, token: string | null): Promise<TaskRow | undefined> {
+    const opts = this.options(token);
+    const updated = await this.deps.store.tasks.transition(task, patch, opts);
     if (!updated) return undefined;
+    await this.changed(task, updated, opts.now);
+    return updated;
+  }
+
+  /** Wakes the workers a change concerns, and tells the duration stats about a success. */
+  private async changed(task: TaskRow, updated: TaskRow, now: number): Promise<void> {
+    const { nudges } = this.deps;
     if (updated.status !== task.status) nudges.dispatcher();
     if (updated.phase === "done" && task.phase !== "done") {
       // A running task ended (room on the account), or credits were released: waiting tasks may go.
       nudges.submitter();
-      if (updated.status === "succeeded" && updated.submittedAt !== null) this.deps.onSucceeded?.(updated, now - updated.submittedAt);
+      if (updated.status === "succeeded" && updated.submittedAt !== null) await this.deps.onSucceeded?.(updated, now - updated.submittedAt);
     } else if (updated.pointsCharged !== task.pointsCharged || updated.pointsRefunded !== task.pointsRefunded) {
       nudges.submitter();
     }
-    return updated;
   }
 
   /** The upstream accepted the submission (or replayed it): the task is in flight, or already ended. */
-  recordSubmission(task: TaskRow, token: string, remote: UpstreamTask, firstPollAt: number): TaskRow | undefined {
+  async recordSubmission(task: TaskRow, token: string, remote: UpstreamTask, firstPollAt: number): Promise<TaskRow | undefined> {
     const now = this.deps.clock.now();
     const patch = observedPatch(task, remote, now);
     const terminal = patch.phase === "done";
-    const updated = this.apply(
+    const updated = await this.apply(
       task,
       {
         ...patch,
@@ -106,28 +113,28 @@ export class Lifecycle {
   }
 
   /** A read (single or list) showed the task; `nextRunAt` is when to look again if it goes on. */
-  recordObservation(task: TaskRow, token: string, remote: UpstreamTask, nextRunAt: number): TaskRow | undefined {
+  recordObservation(task: TaskRow, token: string, remote: UpstreamTask, nextRunAt: number): Promise<TaskRow | undefined> {
     const now = this.deps.clock.now();
     const patch = observedPatch(task, remote, now);
     return this.apply(task, { ...patch, pollCount: task.pollCount + 1, ...(patch.phase === "done" ? {} : { nextRunAt }), ...released }, token);
   }
 
   /** Nothing changed, look again at `at` (a transient failure, a wait for room or credits); `patch` carries counters. */
-  retryLater(
+  async retryLater(
     task: TaskRow,
     token: string,
     at: number | null,
     patch: Partial<Pick<NewTaskRow, "pollCount" | "submitAttempts" | "conflictSince" | "pointsReserved">> = {},
-  ): void {
+  ): Promise<void> {
     const next = { ...patch, ...(at === null ? {} : { nextRunAt: at }), ...released };
     // A changed reservation must reach the client's books: only then through the full transition.
-    if (patch.pointsReserved !== undefined) this.apply(task, next, token);
-    else updateLeasedTask(this.deps.db, task.id, token, next);
+    if (patch.pointsReserved !== undefined) await this.apply(task, next, token);
+    else await this.deps.store.tasks.reschedule(task.id, token, next);
   }
 
   /** Hands the lease back untouched. */
-  release(task: TaskRow, token: string): void {
-    updateLeasedTask(this.deps.db, task.id, token, released);
+  async release(task: TaskRow, token: string): Promise<void> {
+    await this.deps.store.tasks.reschedule(task.id, token, released);
   }
 
   /**
@@ -136,30 +143,28 @@ export class Lifecycle {
    * task may exist upstream, so it can no longer be canceled. Otherwise it waits (lease released,
    * looked at again at `waitUntil` or when nudged), or ends without ever being submitted.
    */
-  beginSubmission(task: TaskRow, token: string, decide: (db: DbOrTx, current: TaskRow) => SubmissionVerdict, waitUntil: number): BeginResult {
-    return this.deps.db.transaction((tx): BeginResult => {
-      const current = findTask(tx, task.id);
-      if (!current || current.claimToken !== token) return { kind: "lost" };
-      const verdict = decide(tx, current);
-      const now = this.deps.clock.now();
-      if (verdict.kind === "go") {
-        const marked = transitionTask(tx, current, { submitAttempts: current.submitAttempts + 1, pointsReserved: verdict.reserve }, { now, token });
-        return marked ? { kind: "go", task: marked } : { kind: "lost" };
-      }
-      if (verdict.kind === "wait") {
-        updateLeasedTask(tx, current.id, token, { nextRunAt: waitUntil, ...released });
-        return { kind: "wait" };
-      }
-      const ended =
+  async beginSubmission(task: TaskRow, token: string, decide: (ctx: SubmissionContext) => SubmissionVerdict, waitUntil: number): Promise<BeginResult> {
+    const opts = this.options(token);
+    const step = (ctx: SubmissionContext): SubmissionStep<"go" | "wait" | "ended"> => {
+      const { task: current } = ctx;
+      const verdict = decide(ctx);
+      if (verdict.kind === "go") return { kind: "go", transition: true, patch: { submitAttempts: current.submitAttempts + 1, pointsReserved: verdict.reserve } };
+      if (verdict.kind === "wait") return { kind: "wait", transition: false, patch: { nextRunAt: waitUntil, ...released } };
+      const patch =
         verdict.kind === "refuse"
-          ? this.apply(current, this.refusalPatch(now, verdict.message), token, tx)
-          : this.apply(current, this.cancelPatch(now, { code: "client_revoked", message: "The API key that created this task was revoked before it was submitted; it was never charged.", request_id: null }), token, tx);
-      return ended ? { kind: "ended", task: ended } : { kind: "lost" };
-    });
+          ? this.refusalPatch(opts.now, verdict.message)
+          : this.cancelPatch(opts.now, { code: "client_revoked", message: "The API key that created this task was revoked before it was submitted; it was never charged.", request_id: null });
+      return { kind: "ended", transition: true, patch };
+    };
+    const before = task;
+    const result = await this.deps.store.tasks.beginSubmission(task.id, token, step, opts);
+    if (!result) return { kind: "lost" };
+    if (result.kind === "ended") await this.changed(before, result.task, opts.now);
+    return result;
   }
 
   /** Ends the task failed with `error`; `usage` as known (never invented). */
-  fail(task: TaskRow, token: string | null, error: TaskError): TaskRow | undefined {
+  fail(task: TaskRow, token: string | null, error: TaskError): Promise<TaskRow | undefined> {
     const now = this.deps.clock.now();
     return this.apply(task, { status: "failed", phase: "done", errorJson: JSON.stringify(error), completedAt: now, updatedAt: now, nextRunAt: null, ...released }, token);
   }
@@ -168,8 +173,22 @@ export class Lifecycle {
    * Ends a task that was never offered upstream as canceled: nothing was or will be charged.
    * `error` says why when the caller did not ask for it (expiry, revocation).
    */
-  cancel(task: TaskRow, token: string | null, error: TaskError | null = null, db: DbOrTx = this.deps.db): TaskRow | undefined {
-    return this.apply(task, this.cancelPatch(this.deps.clock.now(), error), token, db);
+  cancel(task: TaskRow, token: string | null, error: TaskError | null = null): Promise<TaskRow | undefined> {
+    return this.apply(task, this.cancelPatch(this.deps.clock.now(), error), token);
+  }
+
+  /**
+   * Cancels a task (on request: the API, the dashboard, an operator; or on revocation) when
+   * `allowed` says so for the task as it is now, read in the same transaction; `allowed` may throw
+   * to refuse. `clientId` null: any client's task. Undefined when there is no such task; the task
+   * unchanged when `allowed` said no.
+   */
+  async cancelIf(id: string, clientId: string | null, allowed: (task: TaskRow, now: number) => boolean, error: TaskError | null = null): Promise<TaskRow | undefined> {
+    const opts = this.options(null);
+    const result = await this.deps.store.tasks.decideAndTransition(id, clientId, (task) => (allowed(task, opts.now) ? this.cancelPatch(opts.now, error) : null), opts);
+    if (!result) return undefined;
+    if (result.after !== result.before) await this.changed(result.before, result.after, opts.now);
+    return result.after;
   }
 
   private cancelPatch(now: number, error: TaskError | null): Partial<NewTaskRow> {

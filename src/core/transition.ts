@@ -1,9 +1,6 @@
 import { newId } from "../ids.js";
-import { applyCreditChange, learnPrice } from "../db/credits.js";
-import { insertEvent, nextClientEventSeq } from "../db/events.js";
-import type { TaskStatus } from "../db/schema.js";
-import { findTask, updateLeasedTask, updateTask, wakeWaitingOfClient, type NewTaskRow, type TaskRow } from "../db/tasks.js";
-import type { DbOrTx } from "../db/tx.js";
+import type { TaskStatus } from "../statuses.js";
+import type { NewTaskRow, TransitionRules } from "../store/store.js";
 import { flatTask } from "../services/task-view.js";
 import { destinationHost } from "../webhooks/destination.js";
 
@@ -16,80 +13,61 @@ export function eventTypeFor(status: TaskStatus): TaskEventType | null {
   return status === "queued" ? null : (`task.${status}` as TaskEventType);
 }
 
-export interface TransitionOptions {
-  now: number;
-  /** The caller's lease: the change applies only while it still holds. */
-  token?: string | null;
-  /** Delay before the first delivery attempt of the event this change writes. */
-  firstAttemptDelayMs?: number | undefined;
-}
-
 /**
- * The one primitive every task change goes through (the lifecycle verbs build on it). In one
- * transaction it:
- * - applies the patch, only while the caller's lease holds;
- * - keeps the credit books: a reservation ends once the charge is known or the task is done, and
- *   the change of charge, refund and reservation goes to the client's ledger; a first charge
- *   teaches the price of the task's price key;
- * - writes the outbox event the new status calls for (when the caller subscribed to it), which is
- *   what makes delivery at-least-once: no state change without its event.
- * Returns the updated row, or undefined when the task is gone or the lease no longer holds.
+ * The rules every task change follows, whatever the store: the store runs them inside the
+ * transaction that applies the change (see TaskStore.transition).
+ * - A reservation ends once the charge is known or the task is done; the change of charge, refund
+ *   and reservation goes to the client's books; a first charge teaches the price of its price key;
+ *   credits coming back wake the client's waiting tasks.
+ * - A new status writes the outbox event the caller subscribed to, which is what makes delivery
+ *   at-least-once: no state change without its event.
  */
-export function transitionTask(db: DbOrTx, task: TaskRow, patch: Partial<NewTaskRow>, opts: TransitionOptions): TaskRow | undefined {
-  return db.transaction((tx) => {
-    const before = findTask(tx, task.id);
-    if (!before || (opts.token && before.claimToken !== opts.token)) return undefined;
+export const transitionRules: TransitionRules = {
+  prepare(before, patch) {
     const next: Partial<NewTaskRow> = { ...patch };
     const charged = next.pointsCharged !== undefined ? next.pointsCharged : before.pointsCharged;
     if ((next.phase ?? before.phase) === "done" || (charged !== null && charged !== undefined)) next.pointsReserved = 0;
-    const updated = opts.token ? updateLeasedTask(tx, task.id, opts.token, next) : updateTask(tx, task.id, next);
-    if (!updated) return undefined;
-    settleCredits(tx, before, updated, opts.now);
-    if (updated.status === before.status) return updated;
-    const type = eventTypeFor(updated.status);
-    const subscribed: string[] = JSON.parse(updated.callbackEvents) as string[];
-    if (!type || !subscribed.includes(type)) return updated;
+    return next;
+  },
 
-    const sequence = updated.eventSequence + 1;
-    const withSeq = updateTask(tx, updated.id, { eventSequence: sequence })!;
-    const body = {
-      type,
-      timestamp: new Date(opts.now).toISOString(),
-      data: { ...flatTask(withSeq), sequence, previous_status: before.status },
-    };
-    insertEvent(tx, {
-      id: newId("evt", opts.now),
-      clientId: withSeq.clientId,
-      clientSeq: nextClientEventSeq(tx, withSeq.clientId),
-      taskId: withSeq.id,
-      type,
-      sequence,
-      payload: JSON.stringify(body),
-      callbackUrl: withSeq.callbackUrl,
-      destinationHost: withSeq.callbackUrl ? destinationHost(withSeq.callbackUrl) : "",
-      deliveryStatus: withSeq.callbackUrl ? "pending" : "none",
-      nextAttemptAt: withSeq.callbackUrl ? opts.now + (opts.firstAttemptDelayMs ?? 0) : null,
-      createdAt: opts.now,
-    });
-    return withSeq;
-  });
-}
-
-function settleCredits(tx: DbOrTx, before: TaskRow, after: TaskRow, now: number): void {
-  applyCreditChange(
-    tx,
-    after.clientId,
-    after.id,
-    {
+  settle(before, after) {
+    const change = {
       charged: (after.pointsCharged ?? 0) - (before.pointsCharged ?? 0),
       refunded: (after.pointsRefunded ?? 0) - (before.pointsRefunded ?? 0),
       reserved: after.pointsReserved - before.pointsReserved,
-    },
-    now,
-  );
-  // Room came back (or a charge turned out lower than held): tasks that waited for it may go now.
-  if (after.pointsReserved < before.pointsReserved) wakeWaitingOfClient(tx, after.clientId, now);
-  if (after.priceKey && after.pointsCharged !== null && after.pointsCharged > 0 && after.pointsCharged !== before.pointsCharged) {
-    learnPrice(tx, after.priceKey, after.pointsCharged, now);
-  }
-}
+    };
+    const learns = after.priceKey && after.pointsCharged !== null && after.pointsCharged > 0 && after.pointsCharged !== before.pointsCharged;
+    return {
+      change,
+      learn: learns ? { priceKey: after.priceKey, points: after.pointsCharged! } : null,
+      // Room came back (or a charge turned out lower than held): tasks that waited for it may go now.
+      wake: after.pointsReserved < before.pointsReserved,
+    };
+  },
+
+  eventFor(before, after, now, firstAttemptDelayMs) {
+    if (after.status === before.status) return null;
+    const type = eventTypeFor(after.status);
+    const subscribed = JSON.parse(after.callbackEvents) as string[];
+    if (!type || !subscribed.includes(type)) return null;
+    const sequence = after.eventSequence + 1;
+    const body = {
+      type,
+      timestamp: new Date(now).toISOString(),
+      data: { ...flatTask({ ...after, eventSequence: sequence }), sequence, previous_status: before.status },
+    };
+    return {
+      id: newId("evt", now),
+      clientId: after.clientId,
+      taskId: after.id,
+      type,
+      sequence,
+      payload: JSON.stringify(body),
+      callbackUrl: after.callbackUrl,
+      destinationHost: after.callbackUrl ? destinationHost(after.callbackUrl) : "",
+      deliveryStatus: after.callbackUrl ? "pending" : "none",
+      nextAttemptAt: after.callbackUrl ? now + firstAttemptDelayMs : null,
+      createdAt: now,
+    };
+  },
+};

@@ -1,6 +1,5 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
 import { requestId } from "hono/request-id";
-import { GroupCommit } from "../db/group-commit.js";
 import type { CatalogCache } from "../services/catalog.js";
 import type { ServiceDeps } from "../services/deps.js";
 import type { DeliveryService } from "../services/deliveries.js";
@@ -41,14 +40,14 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   app.onError(onError(deps.logger, deps.storage));
   app.notFound((c) => errorResponse(c, "not_found", `No route ${c.req.method} ${c.req.path}.`));
 
-  app.use("/openapi/v1/*", bearerAuth(deps.db));
+  app.use("/openapi/v1/*", bearerAuth(deps));
   app.on(
     "POST",
     ["/openapi/v1/images/generations", "/openapi/v1/videos/generations", "/openapi/v1/webhooks/test", "/openapi/v1/deliveries/recover"],
     ...jsonBody(),
   );
 
-  registerGenerationRoutes(app, deps, new GroupCommit(deps.db));
+  registerGenerationRoutes(app, deps);
   registerTaskRoutes(app, deps);
   registerDeliveryRoutes(app, deps, deps.deliveries);
   registerModelRoutes(app, deps.catalog);

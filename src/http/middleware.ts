@@ -5,7 +5,7 @@ import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { Logger } from "../logger.js";
 import type { Metrics } from "../metrics.js";
 import { authenticate } from "../services/clients.js";
-import type { Db } from "../db/open.js";
+import type { ServiceDeps } from "../services/deps.js";
 import type { AppEnv } from "./context.js";
 import { errorResponse } from "./errors.js";
 
@@ -56,11 +56,11 @@ export function requestLog(logger: Logger, metrics?: Metrics): MiddlewareHandler
   };
 }
 
-export function bearerAuth(db: Db): MiddlewareHandler<AppEnv> {
+export function bearerAuth(deps: Pick<ServiceDeps, "store">): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const header = c.req.header("authorization") ?? "";
     const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    const client = match ? authenticate(db, match[1]!) : null;
+    const client = match ? await authenticate(deps, match[1]!) : null;
     if (!client) return errorResponse(c, "invalid_api_key", "Missing, unknown or revoked API key. Send Authorization: Bearer <key>.");
     c.set("client", client);
     await next();

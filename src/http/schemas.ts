@@ -1,5 +1,5 @@
 import { z } from "@hono/zod-openapi";
-import { TASK_STATUSES } from "../db/schema.js";
+import { TASK_STATUSES } from "../statuses.js";
 import { TASK_EVENT_TYPES } from "../core/transition.js";
 
 const nonBlank3 = (s: string) => s.replace(/\s/g, "").length >= 3;

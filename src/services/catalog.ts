@@ -71,7 +71,7 @@ export class CatalogCache {
 
   private async refresh(account: string, mustSucceed: boolean): Promise<void> {
     try {
-      const body = await this.accounts.get(account).getModels();
+      const body = await (await this.accounts.get(account)).getModels();
       this.entries.set(account, { body, fetchedAt: this.clock.now(), refreshing: null, retryAt: 0 });
     } catch (err) {
       this.logger.warn({ err: String(err), account }, "catalog refresh failed; serving the cached copy");

@@ -1,10 +1,7 @@
-import type { Clock } from "../clock.js";
 import { API_KEY_PREFIX, decryptSecret, digestsEqual, encryptSecret, generateApiKey, hashApiKey } from "../crypto.js";
 import { newId } from "../ids.js";
-import type { Db } from "../db/open.js";
-import { findClient, findClientByKeyHash, insertClient, listClients, updateClient, type ClientRow } from "../db/clients.js";
-import { unsubmittedOfClient } from "../db/tasks.js";
-import type { Lifecycle } from "../core/lifecycle.js";
+import type { ClientRow, NewClientRow, TaskRow } from "../store/store.js";
+import type { ServiceDeps } from "./deps.js";
 import { generateWebhookSecret } from "../webhooks/sign.js";
 
 /** How long a rotated-out secret keeps signing beside the new one. */
@@ -41,12 +38,14 @@ export function isSealed(stored: string): boolean {
   return stored.startsWith(SEALED);
 }
 
-export function createClient(
-  db: Db,
-  clock: Clock,
-  input: { name: string; upstreamKey?: string | null; encryptionKey?: Buffer | null } & ClientLimits,
-): CreatedClient {
-  const now = clock.now();
+export interface NewClient {
+  row: NewClientRow & { id: string };
+  apiKey: string;
+  webhookSecret: string;
+}
+
+/** A new client's row, API key and webhook secret (only the key's digest and the sealed secret are stored). */
+export function newClient(now: number, input: { name: string; upstreamKey?: string | null; encryptionKey?: Buffer | null } & ClientLimits): NewClient {
   const apiKey = generateApiKey();
   const webhookSecret = generateWebhookSecret();
   const id = newId("cli", now);
@@ -55,7 +54,7 @@ export function createClient(
     if (!input.encryptionKey) throw new Error("RELAY_ENCRYPTION_KEY must be set to store a client's upstream key");
     upstreamKeyEncrypted = encryptSecret(input.upstreamKey, input.encryptionKey);
   }
-  const client = insertClient(db, {
+  const row = {
     id,
     name: input.name,
     apiKeyHash: hashApiKey(apiKey),
@@ -67,62 +66,65 @@ export function createClient(
     maxRunning: input.maxRunning ?? null,
     creditLimit: input.creditLimit ?? null,
     createdAt: now,
-  });
-  return { client, apiKey, webhookSecret };
+  };
+  return { row, apiKey, webhookSecret };
+}
+
+export async function createClient(
+  deps: Pick<ServiceDeps, "store" | "clock">,
+  input: { name: string; upstreamKey?: string | null; encryptionKey?: Buffer | null } & ClientLimits,
+): Promise<CreatedClient> {
+  const { row, apiKey, webhookSecret } = newClient(deps.clock.now(), input);
+  return { client: await deps.store.clients.insert(row), apiKey, webhookSecret };
 }
 
 /**
  * Resolves a bearer key to its active client. The lookup is by SHA-256 digest (an index hit that
  * reveals nothing about the key), and the digests are then compared in constant time.
  */
-export function authenticate(db: Db, apiKey: string): ClientRow | null {
+export async function authenticate(deps: Pick<ServiceDeps, "store">, apiKey: string): Promise<ClientRow | null> {
   if (!apiKey.startsWith(API_KEY_PREFIX) || apiKey.length > 200) return null;
   const digest = hashApiKey(apiKey);
-  const client = findClientByKeyHash(db, digest);
+  const client = await deps.store.clients.findByKeyHash(digest);
   if (!client || !digestsEqual(client.apiKeyHash, digest) || client.revokedAt !== null) return null;
   return client;
 }
 
 /**
- * Revokes a client's API key and stops its spending, in one transaction: its tasks not yet offered
+ * Revokes a client's API key and stops its spending: once revoked, its tasks not yet offered
  * upstream end canceled (never charged, with their task.canceled events). A task being submitted
- * right now is caught by the submitter, which checks revocation before the upstream call.
+ * right now is caught by the submitter, which checks revocation in the transaction that begins the
+ * submission, so no task of a revoked client is offered upstream after this returns.
  */
-export function revokeClient(deps: { db: Db; clock: Clock; lifecycle: Lifecycle }, id: string): { client: ClientRow; canceled: number } | undefined {
-  const { db, clock, lifecycle } = deps;
-  return db.transaction((tx) => {
-    const client = findClient(tx, id);
-    if (!client) return undefined;
-    const now = clock.now();
-    const revoked = client.revokedAt !== null ? client : updateClient(tx, id, { revokedAt: now })!;
-    let canceled = 0;
-    for (const task of unsubmittedOfClient(tx, id, now)) {
-      const error = { code: "client_revoked", message: "The API key that created this task was revoked before it was submitted; it was never charged.", request_id: null };
-      if (lifecycle.cancel(task, null, error, tx)) canceled += 1;
-    }
-    return { client: revoked, canceled };
-  });
+export async function revokeClient(deps: Pick<ServiceDeps, "store" | "clock" | "lifecycle">, id: string): Promise<{ client: ClientRow; canceled: number } | undefined> {
+  const { store, clock, lifecycle } = deps;
+  const now = clock.now();
+  const revoked = await store.clients.updateWith(id, (client) => ({ patch: client.revokedAt !== null ? {} : { revokedAt: now }, result: null }));
+  if (!revoked) return undefined;
+  let canceled = 0;
+  const error = { code: "client_revoked", message: "The API key that created this task was revoked before it was submitted; it was never charged.", request_id: null };
+  for (const task of await store.tasks.unsubmittedOfClient(id, now)) {
+    // Guarded like an API cancel: a task the submitter claimed meanwhile is left to its revocation check.
+    const unsubmitted = (current: TaskRow, at: number) =>
+      current.phase === "waiting" && current.submitAttempts === 0 && !(current.claimedUntil !== null && current.claimedUntil >= at);
+    if ((await lifecycle.cancelIf(task.id, null, unsubmitted, error))?.status === "canceled") canceled += 1;
+  }
+  return { client: revoked.client, canceled };
 }
 
 /** A new secret; the old one keeps signing beside it for SECRET_GRACE_MS. Returns the new secret. */
-export function rotateSecret(
-  db: Db,
-  clock: Clock,
+export async function rotateSecret(
+  deps: Pick<ServiceDeps, "store" | "clock">,
   id: string,
   encryptionKey: Buffer | null = null,
-): { client: ClientRow; secret: string; previousExpiresAt: number } | undefined {
-  return db.transaction((tx) => {
-    const client = findClient(tx, id);
-    if (!client) return undefined;
-    const now = clock.now();
-    const secret = generateWebhookSecret();
-    const updated = updateClient(tx, id, {
-      webhookSecret: sealSecret(secret, encryptionKey),
-      previousWebhookSecret: client.webhookSecret,
-      previousSecretExpiresAt: now + SECRET_GRACE_MS,
-    })!;
-    return { client: updated, secret, previousExpiresAt: now + SECRET_GRACE_MS };
-  });
+): Promise<{ client: ClientRow; secret: string; previousExpiresAt: number } | undefined> {
+  const now = deps.clock.now();
+  const secret = generateWebhookSecret();
+  const rotated = await deps.store.clients.updateWith(id, (client) => ({
+    patch: { webhookSecret: sealSecret(secret, encryptionKey), previousWebhookSecret: client.webhookSecret, previousSecretExpiresAt: now + SECRET_GRACE_MS },
+    result: null,
+  }));
+  return rotated ? { client: rotated.client, secret, previousExpiresAt: now + SECRET_GRACE_MS } : undefined;
 }
 
 /** The secrets that sign a webhook now: the current one, plus the previous during its grace period. */
@@ -134,29 +136,28 @@ export function activeSecrets(client: ClientRow, now: number, encryptionKey: Buf
   return secrets;
 }
 
-export function updateClientLimits(db: Db, id: string, limits: ClientLimits & { name?: string }): ClientRow | undefined {
+export function updateClientLimits(deps: Pick<ServiceDeps, "store">, id: string, limits: ClientLimits & { name?: string }): Promise<ClientRow | undefined> {
   const patch: Partial<ClientRow> = {};
   if (limits.name !== undefined) patch.name = limits.name;
   if (limits.maxWaiting !== undefined) patch.maxWaiting = limits.maxWaiting;
   if (limits.maxRunning !== undefined) patch.maxRunning = limits.maxRunning;
   if (limits.creditLimit !== undefined) patch.creditLimit = limits.creditLimit;
-  return updateClient(db, id, patch);
+  return deps.store.clients.update(id, patch);
 }
 
 /** With RELAY_ENCRYPTION_KEY set, seals webhook secrets still stored in plain text (from before the key). */
-export function sealPlainSecrets(db: Db, key: Buffer | null): number {
+export async function sealPlainSecrets(deps: Pick<ServiceDeps, "store">, key: Buffer | null): Promise<number> {
   if (!key) return 0;
   let sealed = 0;
-  for (const c of listClients(db)) {
+  for (const c of await deps.store.clients.list()) {
     const patch: Partial<ClientRow> = {};
     if (!isSealed(c.webhookSecret)) patch.webhookSecret = sealSecret(c.webhookSecret, key);
     if (c.previousWebhookSecret && !isSealed(c.previousWebhookSecret)) patch.previousWebhookSecret = sealSecret(c.previousWebhookSecret, key);
     if (Object.keys(patch).length > 0) {
-      updateClient(db, c.id, patch);
+      await deps.store.clients.update(c.id, patch);
       sealed += 1;
     }
   }
   return sealed;
 }
 
-export { findClient, listClients };

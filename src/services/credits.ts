@@ -1,7 +1,5 @@
-import { creditPosition, findLearnedPrice, reservationsAround, type CreditPosition } from "../db/credits.js";
 import type { SubmissionVerdict } from "../core/lifecycle.js";
-import type { TaskRow } from "../db/tasks.js";
-import type { DbOrTx } from "../db/tx.js";
+import type { CreditPosition, SubmissionContext } from "../store/store.js";
 import { ApiError } from "./errors.js";
 import { tablePrice } from "./pricing.js";
 
@@ -26,8 +24,8 @@ export function spent(p: CreditPosition): number {
 }
 
 /** What the task will cost: learned from earlier charges for its price key, else the published tables. */
-export function priceOf(db: DbOrTx, type: "image" | "video", priceKey: string, requestBody: () => Record<string, unknown>): number | null {
-  return (priceKey ? findLearnedPrice(db, priceKey) : null) ?? tablePrice(type, requestBody());
+export function priceOf(learned: number | null, type: "image" | "video", requestBody: () => Record<string, unknown>): number | null {
+  return learned ?? tablePrice(type, requestBody());
 }
 
 function describe(p: CreditPosition): string {
@@ -38,8 +36,7 @@ function describe(p: CreditPosition): string {
  * Intake's check, in the creation's transaction. Returns the reservation to hold (the price when
  * the client has a limit and the price is known), or throws 402 when the task cannot fit.
  */
-export function reserveAtIntake(db: DbOrTx, clientId: string, price: number | null): number {
-  const p = creditPosition(db, clientId);
+export function reserveAtIntake(p: CreditPosition | undefined, price: number | null): number {
   if (!p || p.limit === null) return 0;
   const fits = price !== null ? spent(p) + p.reserved + price <= p.limit : spent(p) < p.limit;
   if (!fits) {
@@ -54,15 +51,14 @@ export function reserveAtIntake(db: DbOrTx, clientId: string, price: number | nu
 }
 
 /** Whether a waiting task may be submitted now, in the transaction that then marks it submitting. */
-export function decideSubmission(db: DbOrTx, task: TaskRow): SubmissionVerdict {
-  const p = creditPosition(db, task.clientId);
+export function decideSubmission(ctx: SubmissionContext): SubmissionVerdict {
+  const { task, position: p, reservations: held } = ctx;
   if (!p) return { kind: "revoked" };
   // Once an attempt was made the upstream may hold the task: retrying it is not a new spend.
   if (task.submitAttempts > 0) return { kind: "go", reserve: task.pointsReserved };
   if (p.revoked) return { kind: "revoked" };
-  const price = priceOf(db, task.type, task.priceKey, () => JSON.parse(task.requestJson) as Record<string, unknown>);
+  const price = priceOf(ctx.learnedPrice, task.type, () => JSON.parse(task.requestJson) as Record<string, unknown>);
   if (p.limit === null) return { kind: "go", reserve: price ?? 0 };
-  const held = reservationsAround(db, task.clientId, task.id);
   const free = p.limit - spent(p);
   if (price !== null) {
     // Older tasks go first (this one's turn is after theirs, not after newer ones'), and any

@@ -1,10 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
-import { findClient, type ClientRow } from "../db/clients.js";
-import { deleteEndedSessions, findSession, hourlyTaskCounts, insertSession, recentCallbackUrls, revokeSession, searchClientTasks, touchSession, type HourlyCount, type SessionRow } from "../db/dashboard.js";
-import { lastEventsOfTasks, listTaskAttempts, type AttemptRow, type EventRow } from "../db/events.js";
-import { listTaskEvents } from "../db/support.js";
-import type { TaskRow } from "../db/tasks.js";
-import type { TaskStatus } from "../db/schema.js";
+import type { AttemptRow, ClientRow, EventRow, HourlyCount, SessionRow, TaskRow } from "../store/store.js";
+import type { TaskStatus } from "../statuses.js";
 import { authenticate } from "./clients.js";
 import type { ServiceDeps } from "./deps.js";
 import { deliverySummary, type DeliverySummary } from "./task-view.js";
@@ -26,8 +22,8 @@ export interface SignedIn {
 }
 
 /** Checks the API key (constant-time, via authenticate) and opens a session; null for a bad key. */
-export function signIn(deps: ServiceDeps, apiKey: string): SignedIn | null {
-  const client = authenticate(deps.db, apiKey);
+export async function signIn(deps: ServiceDeps, apiKey: string): Promise<SignedIn | null> {
+  const client = await authenticate(deps, apiKey);
   if (!client) return null;
   const now = deps.clock.now();
   const token = randomBytes(32).toString("base64url");
@@ -40,10 +36,7 @@ export function signIn(deps: ServiceDeps, apiKey: string): SignedIn | null {
     expiresAt: now + SESSION_TTL_MS,
     revokedAt: null,
   };
-  deps.db.transaction((tx) => {
-    deleteEndedSessions(tx, now);
-    insertSession(tx, session);
-  });
+  await deps.store.sessions.open(session, now);
   return { token, session, client };
 }
 
@@ -52,20 +45,20 @@ export function signIn(deps: ServiceDeps, apiKey: string): SignedIn | null {
  * expired, idle too long, or when the client was revoked (checked on every request, so revoking
  * a client ends its dashboard sessions at once).
  */
-export function resolveSession(deps: ServiceDeps, token: string): { session: SessionRow; client: ClientRow } | null {
+export async function resolveSession(deps: ServiceDeps, token: string): Promise<{ session: SessionRow; client: ClientRow } | null> {
   if (token.length === 0 || token.length > 100) return null;
   const tokenHash = hashToken(token);
-  const session = findSession(deps.db, tokenHash);
+  const session = await deps.store.sessions.find(tokenHash);
   const now = deps.clock.now();
   if (!session || session.revokedAt !== null || session.expiresAt <= now || now - session.lastSeenAt >= SESSION_IDLE_MS) return null;
-  const client = findClient(deps.db, session.clientId);
+  const client = await deps.store.clients.find(session.clientId);
   if (!client || client.revokedAt !== null) return null;
-  if (now - session.lastSeenAt >= TOUCH_EVERY_MS) touchSession(deps.db, tokenHash, now);
+  if (now - session.lastSeenAt >= TOUCH_EVERY_MS) await deps.store.sessions.touch(tokenHash, now);
   return { session, client };
 }
 
-export function signOut(deps: ServiceDeps, token: string): void {
-  revokeSession(deps.db, hashToken(token), deps.clock.now());
+export async function signOut(deps: ServiceDeps, token: string): Promise<void> {
+  await deps.store.sessions.revoke(hashToken(token), deps.clock.now());
 }
 
 export interface TaskListItem {
@@ -73,17 +66,14 @@ export interface TaskListItem {
   delivery: DeliverySummary;
 }
 
-export function listDashboardTasks(
+export async function listDashboardTasks(
   deps: ServiceDeps,
   q: { clientId: string; limit: number; beforeId?: string | undefined; type?: "image" | "video" | undefined; status?: TaskStatus | undefined; search?: string | undefined },
-): { items: TaskListItem[]; nextBefore: string | null } {
+): Promise<{ items: TaskListItem[]; nextBefore: string | null }> {
   // One extra row tells whether an older page exists.
-  const rows = searchClientTasks(deps.db, { ...q, limit: q.limit + 1 });
+  const rows = await deps.store.tasks.list({ ...q, limit: q.limit + 1 });
   const page = rows.slice(0, q.limit);
-  const last = lastEventsOfTasks(
-    deps.db,
-    page.map((t) => t.id),
-  );
+  const last = await deps.store.events.lastOfTasks(page.map((t) => t.id));
   return {
     items: page.map((task) => ({ task, delivery: deliverySummary(task, last.get(task.id)) })),
     nextBefore: rows.length > q.limit ? page[page.length - 1]!.id : null,
@@ -103,10 +93,9 @@ export interface TaskDetail {
 }
 
 /** A client's task with its events and attempts merged into one timeline, oldest first. */
-export function dashboardTask(deps: ServiceDeps, clientId: string, id: string): TaskDetail {
-  const task = requireClientTask(deps.db, clientId, id);
-  const events = listTaskEvents(deps.db, task.id);
-  const attempts = listTaskAttempts(deps.db, task.id);
+export async function dashboardTask(deps: ServiceDeps, clientId: string, id: string): Promise<TaskDetail> {
+  const task = await requireClientTask(deps, clientId, id);
+  const [events, attempts] = await Promise.all([deps.store.events.ofTask(task.id), deps.store.events.attemptsOfTask(task.id)]);
   const timeline: TimelineEntry[] = [
     { kind: "created", at: task.createdAt },
     ...events.map((event) => ({ kind: "event" as const, at: event.createdAt, event })),
@@ -120,13 +109,13 @@ export function dashboardTask(deps: ServiceDeps, clientId: string, id: string): 
 export const HOUR_MS = 60 * 60 * 1000;
 
 /** Tasks created in each of the last 24 hours (the current one included), by status. */
-export function hourlyTasks(deps: ServiceDeps, clientId: string): { hours: number[]; counts: HourlyCount[] } {
+export async function hourlyTasks(deps: ServiceDeps, clientId: string): Promise<{ hours: number[]; counts: HourlyCount[] }> {
   const currentHour = Math.floor(deps.clock.now() / HOUR_MS) * HOUR_MS;
   const first = currentHour - 23 * HOUR_MS;
   const hours = Array.from({ length: 24 }, (_, i) => first + i * HOUR_MS);
-  return { hours, counts: hourlyTaskCounts(deps.db, clientId, first) };
+  return { hours, counts: await deps.store.tasks.hourlyCounts(clientId, first) };
 }
 
-export function callbackUrls(deps: ServiceDeps, clientId: string): string[] {
-  return recentCallbackUrls(deps.db, clientId);
+export function callbackUrls(deps: ServiceDeps, clientId: string): Promise<string[]> {
+  return deps.store.tasks.recentCallbackUrls(clientId);
 }

@@ -1,8 +1,4 @@
 import { newId } from "../ids.js";
-import { findClient } from "../db/clients.js";
-import { clientSeqAtOrBefore, lastEventOfTask, listClientEvents, listTaskAttempts, requeueFailedEvents, updateEvent } from "../db/events.js";
-import { taskCounts } from "../db/usage.js";
-import { creditPosition } from "../db/credits.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import { webhookHeaders } from "../webhooks/sign.js";
 import type { SendResult } from "../webhooks/sender.js";
@@ -42,9 +38,9 @@ export class DeliveryService {
     this.pings.set(clientId, recent);
   }
 
-  listAttempts(clientId: string, taskId: string) {
-    const task = requireClientTask(this.deps.db, clientId, taskId);
-    return listTaskAttempts(this.deps.db, task.id).map((a) => ({
+  async listAttempts(clientId: string, taskId: string) {
+    const task = await requireClientTask(this.deps, clientId, taskId);
+    return (await this.deps.store.events.attemptsOfTask(task.id)).map((a) => ({
       id: a.id,
       event_id: a.eventId,
       event_type: a.eventType,
@@ -59,22 +55,12 @@ export class DeliveryService {
   }
 
   /** Queues the task's last event again: a new attempt with the same webhook-id and body. */
-  redeliver(clientId: string, taskId: string) {
-    const { db, clock } = this.deps;
-    const task = requireClientTask(db, clientId, taskId);
+  async redeliver(clientId: string, taskId: string) {
+    const { store, clock } = this.deps;
+    const task = await requireClientTask(this.deps, clientId, taskId);
     if (!task.callbackUrl) throw new ApiError("invalid_request", "This task has no callback_url to deliver to.");
-    const event = lastEventOfTask(db, task.id);
-    if (!event) throw new ApiError("invalid_request", "This task has no event yet; it is sent when the task changes state.");
-    const now = clock.now();
-    // Clearing the lease makes an attempt still in flight unable to record over this re-queue.
-    const updated = updateEvent(db, event.id, {
-      deliveryStatus: "pending",
-      roundAttempts: 0,
-      nextAttemptAt: now,
-      failedAt: null,
-      claimToken: null,
-      claimedUntil: null,
-    })!;
+    const updated = await store.events.requeueLastOfTask(task.id, clock.now());
+    if (!updated) throw new ApiError("invalid_request", "This task has no event yet; it is sent when the task changes state.");
     this.deps.nudges.dispatcher();
     return { event_id: updated.id, event_type: updated.type, status: updated.deliveryStatus };
   }
@@ -85,12 +71,12 @@ export class DeliveryService {
    * must not become an open POST proxy or a port-scan oracle).
    */
   async testWebhook(clientId: string, url: unknown) {
-    const { db, clock, config } = this.deps;
+    const { store, clock, config } = this.deps;
     const verdict = validateCallbackUrl(url, { allowPrivateNetworks: config.webhookAllowPrivateNetworks });
     if (!verdict.ok) throw new ApiError("invalid_callback_url", `url is not acceptable: ${verdict.reason}.`, [{ field: "url", message: verdict.reason }]);
     const now = clock.now();
     this.takePing(clientId, now);
-    const client = findClient(db, clientId)!;
+    const client = (await store.clients.find(clientId))!;
     const id = newId("evt", now);
     const body = JSON.stringify({ type: "ping", timestamp: new Date(now).toISOString(), data: { client_id: client.id, message: "genrelay test webhook" } });
     const result = await this.gate.ping(clientId, verdict.url, webhookHeaders(activeSecrets(client, now, config.encryptionKey), id, Math.floor(now / 1000), body), body);
@@ -107,8 +93,8 @@ export class DeliveryService {
     };
   }
 
-  rotateSecret(clientId: string) {
-    const rotated = rotateSecret(this.deps.db, this.deps.clock, clientId, this.deps.config.encryptionKey)!;
+  async rotateSecret(clientId: string) {
+    const rotated = (await rotateSecret(this.deps, clientId, this.deps.config.encryptionKey))!;
     return { webhook_secret: rotated.secret, previous_secret_expires_at: iso(rotated.previousExpiresAt)! };
   }
 
@@ -117,17 +103,17 @@ export class DeliveryService {
    * encodes the client's own feed position (client_seq), which says nothing about other tenants.
    * Cursors of the older relay-wide form (`e<seq>`) are still understood.
    */
-  listEvents(clientId: string, after: string | undefined, limit: number) {
+  async listEvents(clientId: string, after: string | undefined, limit: number) {
     let afterPos = 0;
     if (after) {
       const text = Buffer.from(after, "base64url").toString("utf8");
       const own = /^c(\d{1,15})$/.exec(text);
       const legacy = /^e(\d{1,15})$/.exec(text);
       if (own) afterPos = Number(own[1]);
-      else if (legacy) afterPos = clientSeqAtOrBefore(this.deps.db, clientId, Number(legacy[1]));
+      else if (legacy) afterPos = await this.deps.store.events.clientSeqAtOrBefore(clientId, Number(legacy[1]));
       else throw new ApiError("invalid_request", "after is not a cursor this API returned.", [{ field: "after", message: "unrecognised cursor" }]);
     }
-    const rows = listClientEvents(this.deps.db, clientId, afterPos, limit);
+    const rows = await this.deps.store.events.feed(clientId, afterPos, limit);
     const lastPos = rows.length > 0 ? rows[rows.length - 1]!.clientSeq : afterPos;
     return {
       data: rows.map((e) => ({
@@ -140,18 +126,18 @@ export class DeliveryService {
     };
   }
 
-  recover(clientId: string, since: number) {
-    const requeued = requeueFailedEvents(this.deps.db, clientId, since, this.deps.clock.now());
+  async recover(clientId: string, since: number) {
+    const requeued = await this.deps.store.events.requeueFailed(clientId, since, this.deps.clock.now());
     if (requeued > 0) this.deps.nudges.dispatcher();
     return { requeued };
   }
 
   /** Task counts (of retained tasks) and the credit ledger's totals, which survive pruning. */
-  usage(clientId: string) {
-    const { db } = this.deps;
-    const p = creditPosition(db, clientId)!;
+  async usage(clientId: string) {
+    const { store } = this.deps;
+    const p = (await store.clients.creditPosition(clientId))!;
     return {
-      tasks: taskCounts(db, clientId),
+      tasks: await store.tasks.countsOfClient(clientId),
       points_charged: p.charged,
       points_refunded: p.refunded,
       points_reserved: p.reserved,

@@ -1,9 +1,9 @@
 import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
-import type { Db } from "../db/open.js";
 import type { Logger } from "../logger.js";
 import type { Lifecycle } from "../core/lifecycle.js";
 import type { StorageHealth } from "./storage-health.js";
+import type { Store } from "../store/store.js";
 
 /** Wakes a worker loop early: a new row exists that it may act on now. */
 export interface Nudges {
@@ -14,9 +14,12 @@ export interface Nudges {
 
 export const noNudges: Nudges = { submitter() {}, poller() {}, dispatcher() {} };
 
-/** What every service verb needs; passed in, never read from globals. */
+/**
+ * What every service verb needs; passed in, never read from globals. Every service function takes
+ * it (or the part of it it uses) as its first argument: `verb(deps, ...)`, and returns a promise.
+ */
 export interface ServiceDeps {
-  db: Db;
+  store: Store;
   clock: Clock;
   config: Config;
   logger: Logger;

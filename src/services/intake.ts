@@ -1,15 +1,10 @@
 import { canonicalJson, sha256Hex } from "../crypto.js";
 import { newId } from "../ids.js";
-import type { ClientRow } from "../db/clients.js";
-import type { GroupCommit } from "../db/group-commit.js";
-import type { Db } from "../db/open.js";
-import { countByPhaseForClient, findTaskByIdempotencyKeyPrepared, insertTaskPrepared, type TaskRow } from "../db/tasks.js";
-import type { DbOrTx } from "../db/tx.js";
+import type { ClientRow, NewTaskRequest, TaskRow } from "../store/store.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { DEFAULT_CALLBACK_EVENTS } from "../core/transition.js";
-import { applyCreditChange } from "../db/credits.js";
 import { checkAgainstCatalog } from "./catalog-check.js";
 import { priceOf, reserveAtIntake } from "./credits.js";
 import { priceKey } from "./pricing.js";
@@ -49,11 +44,6 @@ function checkMediaUrls(body: Record<string, unknown>): void {
   if (problems.length > 0) throw new ApiError("invalid_media_url", "A media URL is not a public https URL.", problems);
 }
 
-/**
- * Accepts a generation request: validates what the schema cannot, applies the caller's
- * idempotency, and stores the task in one transaction. A 201 is only ever sent for a
- * committed row, so an accepted task cannot be lost.
- */
 /** What intake stores, worked out before any database access. */
 interface PreparedTask {
   input: CreateTaskInput;
@@ -98,72 +88,60 @@ function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
   };
 }
 
-/** The idempotency check, the client's caps and the insert; runs inside a transaction. */
-function storeTask(db: Db, tx: DbOrTx, now: number, p: PreparedTask): CreateTaskResult {
+/** The row to store, and the decision intake makes inside the store's transaction (caps, credit budget). */
+function newTaskRequest(now: number, p: PreparedTask): NewTaskRequest {
   const { client, type, body, idempotencyKey } = p.input;
-  // Prepared statements run on the one connection, inside the transaction `tx` has open.
-  const existing = findTaskByIdempotencyKeyPrepared(db, client.id, idempotencyKey);
-  if (existing) {
-    if (existing.requestHash !== p.requestHash) {
-      throw new ApiError(
-        "idempotency_key_reused",
-        "This Idempotency-Key was already used with a different request. Use a new key for a new request.",
-      );
-    }
-    return { task: existing, replayed: true };
-  }
-  if (client.maxWaiting !== null && countByPhaseForClient(tx, client.id, "waiting") >= client.maxWaiting) {
-    throw new ApiError("concurrent_limit", "Too many of your tasks are waiting. Retry when some have started.", undefined, {
-      "Retry-After": "5",
-    });
-  }
-  // The budget is decided in this transaction: concurrent creations cannot all see the same room.
-  const reserved =
-    client.creditLimit === null ? 0 : reserveAtIntake(tx, client.id, priceOf(tx, type, p.priceKey, () => p.upstreamBody));
   const id = newId("task", now);
-  const task = insertTaskPrepared(db, {
-    id,
-    clientId: client.id,
-    type,
-    model: String(body.model),
-    status: "queued",
-    phase: "waiting",
-    requestJson: JSON.stringify(p.upstreamBody),
-    callbackUrl: p.callbackUrl,
-    callbackEvents: JSON.stringify(p.events),
-    metadataJson: p.metadata ? JSON.stringify(p.metadata) : null,
-    idempotencyKey,
-    requestHash: p.requestHash,
-    upstreamAccount: client.upstreamAccount,
-    // Derived from the task id and fixed here, before any submission: every retry reuses it.
-    upstreamIdempotencyKey: `genrelay-${id}`,
-    pointsReserved: reserved,
-    priceKey: p.priceKey,
-    nextRunAt: now,
-    expiresAt: p.expiresAfter ? now + p.expiresAfter * 1000 : null,
-    createdAt: now,
-    updatedAt: now,
-  });
-  applyCreditChange(tx, client.id, id, { charged: 0, refunded: 0, reserved }, now);
-  return { task, replayed: false };
+  return {
+    row: {
+      id,
+      clientId: client.id,
+      type,
+      model: String(body.model),
+      status: "queued",
+      phase: "waiting",
+      requestJson: JSON.stringify(p.upstreamBody),
+      callbackUrl: p.callbackUrl,
+      callbackEvents: JSON.stringify(p.events),
+      metadataJson: p.metadata ? JSON.stringify(p.metadata) : null,
+      idempotencyKey,
+      requestHash: p.requestHash,
+      upstreamAccount: client.upstreamAccount,
+      // Derived from the task id and fixed here, before any submission: every retry reuses it.
+      upstreamIdempotencyKey: `genrelay-${id}`,
+      priceKey: p.priceKey,
+      nextRunAt: now,
+      expiresAt: p.expiresAfter ? now + p.expiresAfter * 1000 : null,
+      createdAt: now,
+      updatedAt: now,
+    },
+    needs: { waiting: client.maxWaiting !== null, credit: client.creditLimit !== null },
+    admit: (ctx) => {
+      if (client.maxWaiting !== null && ctx.waiting >= client.maxWaiting) {
+        throw new ApiError("concurrent_limit", "Too many of your tasks are waiting. Retry when some have started.", undefined, {
+          "Retry-After": "5",
+        });
+      }
+      // The budget is decided in the creation's transaction: concurrent creations cannot all see the same room.
+      return client.creditLimit === null ? 0 : reserveAtIntake(ctx.position, priceOf(ctx.learnedPrice, type, () => p.upstreamBody));
+    },
+  };
 }
 
 /**
  * Accepts a generation request: validates what the schema cannot, applies the caller's
- * idempotency, and stores the task. A 201 is only ever sent for a committed row, so an accepted
- * task cannot be lost.
+ * idempotency, and stores the task (group-committed with concurrent requests where the store can).
+ * A 201 is only ever sent for a committed row, so an accepted task cannot be lost.
  */
-export function createTask(deps: ServiceDeps, input: CreateTaskInput): CreateTaskResult {
+export async function createTask(deps: ServiceDeps, input: CreateTaskInput): Promise<CreateTaskResult> {
   const prepared = prepareTask(deps, input);
-  const result = deps.db.transaction((tx) => storeTask(deps.db, tx, deps.clock.now(), prepared));
-  if (!result.replayed) deps.nudges.submitter();
-  return result;
-}
-
-/** createTask through group commit: concurrent requests share one transaction and one fsync. */
-export async function acceptTask(deps: ServiceDeps, commits: GroupCommit, input: CreateTaskInput): Promise<CreateTaskResult> {
-  const prepared = prepareTask(deps, input);
-  const result = await commits.run((tx) => storeTask(deps.db, tx, deps.clock.now(), prepared));
+  const result = await deps.store.tasks.create(newTaskRequest(deps.clock.now(), prepared));
+  if (result.replayed && result.task.requestHash !== prepared.requestHash) {
+    throw new ApiError(
+      "idempotency_key_reused",
+      "This Idempotency-Key was already used with a different request. Use a new key for a new request.",
+    );
+  }
   if (!result.replayed) deps.nudges.submitter();
   return result;
 }

@@ -1,6 +1,5 @@
-import type { EventRow } from "../db/events.js";
-import type { TaskRow } from "../db/tasks.js";
-import type { TaskStatus } from "../db/schema.js";
+import type { EventRow, TaskRow } from "../store/store.js";
+import type { TaskStatus } from "../statuses.js";
 
 export interface DeliverySummary {
   status: "none" | "pending" | "succeeded" | "failed";

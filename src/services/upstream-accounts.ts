@@ -1,7 +1,6 @@
 import type { Config } from "../config.js";
 import { decryptSecret } from "../crypto.js";
-import { findClient } from "../db/clients.js";
-import type { Db } from "../db/open.js";
+import type { Store } from "../store/store.js";
 import { UpstreamClient } from "../upstream/client.js";
 
 export const DEFAULT_ACCOUNT = "default";
@@ -14,7 +13,7 @@ export class UpstreamAccounts {
   private readonly clients = new Map<string, UpstreamClient>();
 
   constructor(
-    private readonly db: Db,
+    private readonly store: Store,
     private readonly config: Config,
     private readonly baseUrl: string,
     private readonly defaultKey: string,
@@ -22,18 +21,19 @@ export class UpstreamAccounts {
     private readonly fetchImpl: typeof fetch = (input, init) => globalThis.fetch(input, init),
   ) {}
 
-  get(account: string): UpstreamClient {
+  async get(account: string): Promise<UpstreamClient> {
     let client = this.clients.get(account);
     if (!client) {
-      client = new UpstreamClient({ baseUrl: this.baseUrl, apiKey: this.keyOf(account), fetch: this.fetchImpl, timeoutMs: this.config.upstreamTimeoutMs });
+      const apiKey = await this.keyOf(account);
+      client = this.clients.get(account) ?? new UpstreamClient({ baseUrl: this.baseUrl, apiKey, fetch: this.fetchImpl, timeoutMs: this.config.upstreamTimeoutMs });
       this.clients.set(account, client);
     }
     return client;
   }
 
-  private keyOf(account: string): string {
+  private async keyOf(account: string): Promise<string> {
     if (account === DEFAULT_ACCOUNT) return this.defaultKey;
-    const row = findClient(this.db, account);
+    const row = await this.store.clients.find(account);
     if (!row?.upstreamKeyEncrypted) throw new Error(`upstream account ${account} has no key`);
     if (!this.config.encryptionKey) throw new Error("RELAY_ENCRYPTION_KEY is required to use a client's own upstream key");
     return decryptSecret(row.upstreamKeyEncrypted, this.config.encryptionKey);

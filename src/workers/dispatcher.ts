@@ -2,10 +2,7 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import { newId } from "../ids.js";
 import type { Logger } from "../logger.js";
-import { findClient, type ClientRow } from "../db/clients.js";
-import { claimDueEvents, insertAttempt, nextEventDueAt, postponeKeyEvents, updateLeasedEvent, type EventRow, type NewEventRow } from "../db/events.js";
-import { GroupCommit } from "../db/group-commit.js";
-import type { Db } from "../db/open.js";
+import type { ClientRow, EventRow, NewEventRow, Store } from "../store/store.js";
 import { activeSecrets } from "../services/clients.js";
 import { breakerOutcome, CircuitBreakers, type BreakerOptions, type BreakerTransition, type Permit } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
@@ -16,7 +13,7 @@ import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
 
 export interface DispatcherOptions {
-  db: Db;
+  store: Store;
   clock: Clock;
   config: Config;
   logger: Logger;
@@ -49,6 +46,9 @@ export const MAX_PAYLOAD_BYTES = 256 * 1024;
  * hosts: only keys at their cap or with a trial out are left out, and each of those holds an
  * attempt in flight, so the list is bounded by the in-flight cap. The counts live in this
  * process's memory: enough for the single-process deployment.
+ *
+ * Claims never overlap (one at a time, see claimAndStart): the per-key room a claim is sized by
+ * cannot be spent by another claim across the claim's await, and every start checks it again.
  */
 export class Dispatcher {
   private readonly inFlight = new Set<Promise<void>>();
@@ -59,13 +59,12 @@ export class Dispatcher {
   /** Called when a delivery finishes, so the loop can claim more (set by main). */
   onSettled: () => void = () => {};
 
-  private readonly commits: GroupCommit;
+  private claiming: Promise<Promise<void>[]> | null = null;
 
   constructor(private readonly opts: DispatcherOptions) {
     this.maxInFlight = opts.maxInFlight ?? 64;
     this.maxPerHost = Math.max(1, opts.maxPerHost ?? 8);
     this.breakers = new CircuitBreakers(opts.clock, opts.breaker);
-    this.commits = new GroupCommit(opts.db);
   }
 
   get activeCount(): number {
@@ -74,14 +73,14 @@ export class Dispatcher {
 
   /** Claims what is due and starts delivering it; does not wait for the deliveries (production loop). */
   async tick(): Promise<TickResult> {
-    const started = this.claimAndStart();
+    const started = await this.claimAndStart();
     // A productive tick loops again at once; the next-due lookup is only worth it when idle.
-    return { didWork: started.length > 0, nextDueAt: started.length > 0 ? this.opts.clock.now() : this.nextDueAt() };
+    return { didWork: started.length > 0, nextDueAt: started.length > 0 ? this.opts.clock.now() : await this.nextDueAt() };
   }
 
   /** Claims what is due, delivers it and waits for every attempt to be recorded (tests). */
   async runOnce(): Promise<number> {
-    const started = this.claimAndStart();
+    const started = await this.claimAndStart();
     await Promise.all(started);
     return started.length;
   }
@@ -96,11 +95,11 @@ export class Dispatcher {
     return this.keyInFlight.get(key) ?? 0;
   }
 
-  private nextDueAt(): number | null {
+  private async nextDueAt(): Promise<number | null> {
     if (this.inFlight.size >= this.maxInFlight) return null;
     // Saturated keys wake the loop when an attempt settles (onSettled); open circuits postponed their
     // events to the trial time, so the due index alone says when to wake.
-    return nextEventDueAt(this.opts.db, { now: this.opts.clock.now(), excludeKeys: this.busyKeys() });
+    return this.opts.store.events.nextDueAt({ now: this.opts.clock.now(), excludeKeys: this.busyKeys() });
   }
 
   /** How many more attempts may start for this key now: the rest of its cap, or the breaker's allowance. */
@@ -118,12 +117,23 @@ export class Dispatcher {
     return busy;
   }
 
-  private claimAndStart(): Promise<void>[] {
-    const { db, clock, config, owner, logger } = this.opts;
+  /** One claim at a time: a second caller waits for the running claim and claims after it. */
+  private async claimAndStart(): Promise<Promise<void>[]> {
+    while (this.claiming) await this.claiming.catch(() => []);
+    this.claiming = this.claimOnce();
+    try {
+      return await this.claiming;
+    } finally {
+      this.claiming = null;
+    }
+  }
+
+  private async claimOnce(): Promise<Promise<void>[]> {
+    const { store, clock, config, owner, logger } = this.opts;
     const room = this.maxInFlight - this.inFlight.size;
     if (room <= 0) return [];
     const now = clock.now();
-    const claimed = claimDueEvents(db, {
+    const claimed = await store.events.claimDue({
       now,
       leaseMs: config.webhookTimeoutMs + 5_000,
       token: owner.token(),
@@ -132,9 +142,9 @@ export class Dispatcher {
       keyRoom: (key) => this.keyRoom(key),
     });
     const clients = new Map<string, ClientRow | undefined>();
+    for (const id of new Set(claimed.map((e) => e.clientId))) clients.set(id, await store.clients.find(id));
     const started: Promise<void>[] = [];
     for (const event of claimed) {
-      if (!clients.has(event.clientId)) clients.set(event.clientId, findClient(db, event.clientId));
       const work = this.start(event, clients.get(event.clientId));
       if (!work) continue;
       const promise = work.catch((err: unknown) => {
@@ -156,13 +166,10 @@ export class Dispatcher {
    * spelling the claim's SQL filter did not recognise): the lease is handed back untouched.
    */
   private start(event: EventRow, client: ClientRow | undefined): Promise<void> | null {
-    const { db, clock } = this.opts;
+    const { store, clock } = this.opts;
     const token = event.claimToken!;
-    // async so that a failing write lands in the caller's catch, like a delivery's bookkeeping would.
     if (!client || !event.callbackUrl) {
-      return (async () => {
-        updateLeasedEvent(db, event.id, token, { deliveryStatus: "failed", failedAt: clock.now(), lastError: "no callback_url", claimToken: null, claimedUntil: null });
-      })();
+      return store.events.updateLeased(event.id, token, { deliveryStatus: "failed", failedAt: clock.now(), lastError: "no callback_url", claimToken: null, claimedUntil: null });
     }
     const size = Buffer.byteLength(event.payload, "utf8");
     if (size > MAX_PAYLOAD_BYTES) return this.refuseOversized(event, size);
@@ -173,11 +180,9 @@ export class Dispatcher {
       // An event due while its key's circuit is open (written after it opened): it waits for the
       // trial like the others. At the cap, or with the trial out: handed back untouched.
       const until = this.breakers.openUntil(key);
-      try {
-        updateLeasedEvent(db, event.id, token, { claimToken: null, claimedUntil: null, ...(until !== null ? { nextAttemptAt: until } : {}) });
-      } catch (err) {
+      store.events.updateLeased(event.id, token, { claimToken: null, claimedUntil: null, ...(until !== null ? { nextAttemptAt: until } : {}) }).catch((err: unknown) => {
         this.opts.logger.error({ err, event_id: event.id }, "releasing an event lease failed; it expires on its own");
-      }
+      });
       return null;
     }
     return this.withSlot(key, () => this.deliver(event, client, permit));
@@ -205,7 +210,7 @@ export class Dispatcher {
     return this.withSlot(key, async () => {
       const result = await this.opts.sender.send({ url, headers, body, timeoutMs: this.opts.config.webhookTimeoutMs });
       const transition = this.breakers.record(permit, breakerOutcome(result));
-      if (transition) this.onTransition(transition);
+      if (transition) await this.onTransition(transition);
       return result;
     });
   }
@@ -257,7 +262,7 @@ export class Dispatcher {
       }
     }
     await this.record(event, startedAt, result, outcome, patch);
-    if (transition) this.onTransition(transition);
+    if (transition) await this.onTransition(transition);
   }
 
   /** Writes the attempt and the event's new state together, guarded by the lease; one log line per attempt. */
@@ -274,9 +279,11 @@ export class Dispatcher {
       claimedUntil: null,
       ...patch,
     };
-    // Group commit: attempts settling together share one transaction and one fsync.
-    await this.commits.run((tx) => {
-      insertAttempt(tx, {
+    // Group-committed by the store: attempts settling together share one transaction and one fsync.
+    await this.opts.store.events.recordAttempt(
+      event.id,
+      event.claimToken!,
+      {
         id: newId("att", startedAt),
         eventId: event.id,
         taskId: event.taskId,
@@ -289,9 +296,9 @@ export class Dispatcher {
         outcome: result.ok ? "succeeded" : result.blocked ? "blocked" : "failed",
         error: result.error,
         responseBody: result.responseBody,
-      });
-      updateLeasedEvent(tx, event.id, event.claimToken!, full);
-    });
+      },
+      full,
+    );
     this.opts.onAttempt?.(event, result);
     logger.info(
       {
@@ -313,14 +320,14 @@ export class Dispatcher {
    * The circuit opened: the host's due events move to the end of the cool-down (no attempt, no
    * retry step spent), and that is said once per opening, not once per postponed event.
    */
-  private onTransition(t: BreakerTransition): void {
-    const { db, clock, logger } = this.opts;
+  private async onTransition(t: BreakerTransition): Promise<void> {
+    const { store, clock, logger } = this.opts;
     const [clientId, host] = splitKey(t.host);
     if (t.kind === "closed") {
       logger.info({ client_id: clientId, host }, "circuit closed: deliveries to host resumed");
       return;
     }
-    const postponed = postponeKeyEvents(db, clientId, host, t.until, clock.now());
+    const postponed = await store.events.postponeKey(clientId, host, t.until, clock.now());
     logger.warn(
       {
         client_id: clientId,

@@ -1,5 +1,5 @@
-import type { TaskStatus } from "../db/schema.js";
-import type { InFlightTask } from "../db/tasks.js";
+import type { TaskStatus } from "../statuses.js";
+import type { InFlightTask } from "../store/store.js";
 import type { UpstreamClient } from "../upstream/client.js";
 import type { UpstreamTask } from "../upstream/types.js";
 
@@ -31,7 +31,7 @@ export interface SweepPlan {
 export async function sweepActive(
   client: UpstreamClient,
   plan: SweepPlan,
-  take: () => boolean,
+  take: () => Promise<boolean>,
 ): Promise<SweepResult> {
   const result: SweepResult = { seen: new Map(), reads: 0, complete: true, unsupported: false };
   const statuses: TaskStatus[] = plan.includeQueued ? ["queued", "processing"] : ["processing"];
@@ -47,7 +47,7 @@ export async function harvestTerminal(
   client: UpstreamClient,
   candidates: Set<string>,
   maxReads: number,
-  take: () => boolean,
+  take: () => Promise<boolean>,
   result: SweepResult,
 ): Promise<void> {
   const allFound = () => [...candidates].every((id) => result.seen.has(id));
@@ -64,13 +64,13 @@ async function readPages(
   client: UpstreamClient,
   status: TaskStatus,
   maxReads: number,
-  take: () => boolean,
+  take: () => Promise<boolean>,
   result: SweepResult,
   enough: () => boolean,
 ): Promise<boolean> {
   let cursor: string | undefined;
   for (;;) {
-    if (result.reads >= maxReads || !take()) return false;
+    if (result.reads >= maxReads || !(await take())) return false;
     result.reads += 1;
     const page = await client.listTasks({ status, limit: LIST_PAGE_LIMIT, ...(cursor ? { cursor } : {}) });
     if (page === null) {

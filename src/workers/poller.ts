@@ -2,8 +2,7 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import type { Metrics } from "../metrics.js";
-import type { Db } from "../db/open.js";
-import { accountsInFlight, claimDueTasks, claimTasks, countRunning, listInFlight, nextDueAt, type TaskRow } from "../db/tasks.js";
+import type { Store, TaskRow } from "../store/store.js";
 import type { Lifecycle } from "../core/lifecycle.js";
 import { TERMINAL_STATUSES } from "../core/transition.js";
 import type { Nudges } from "../services/deps.js";
@@ -19,7 +18,7 @@ import type { ReadBudget } from "./read-budget.js";
 export type PollStrategy = "adaptive" | "round-robin";
 
 export interface PollerOptions {
-  db: Db;
+  store: Store;
   clock: Clock;
   config: Config;
   logger: Logger;
@@ -82,7 +81,7 @@ export class Poller {
   private readonly strategy: PollStrategy;
 
   constructor(private readonly opts: PollerOptions) {
-    this.durations = opts.durations ?? new DurationStats(opts.db, opts.clock);
+    this.durations = opts.durations ?? new DurationStats(opts.store, opts.clock);
     this.strategy = opts.strategy ?? "adaptive";
   }
 
@@ -100,24 +99,28 @@ export class Poller {
   }
 
   async runOnce(): Promise<TickResult> {
-    const { db, clock, budget } = this.opts;
+    const { store, clock, budget } = this.opts;
     let didWork = false;
     let wake: number | null = null;
     const later = (at: number) => {
       wake = wake === null ? at : Math.min(wake, at);
     };
-    for (const account of accountsInFlight(db)) {
+    for (const account of await store.tasks.accountsInFlight()) {
+      await budget.load(account);
       if (budget.available(account) <= 0) {
         later(budget.nextAvailableAt(account));
         continue;
       }
-      if (this.strategy === "adaptive" && countRunning(db, account) >= SWEEP_MIN_TASKS) {
+      let running = await store.tasks.countRunning(account);
+      if (this.strategy === "adaptive" && running >= SWEEP_MIN_TASKS) {
         const state = this.listState(account);
         const now = clock.now();
         if (now >= state.unsupportedUntil) {
           if (now >= state.nextSweepAt && budget.available(account) >= 2) {
             await this.sweep(account, state);
             didWork = true;
+            // Tasks the sweep saw end no longer run: the count decides whether sweeps still cover the account.
+            running = await store.tasks.countRunning(account);
           }
           later(state.nextSweepAt);
         }
@@ -127,12 +130,12 @@ export class Poller {
         later(budget.nextAvailableAt(account));
         continue;
       }
-      const claimed = this.claimSingles(account, Math.min(room, SINGLE_BATCH));
+      const claimed = await this.claimSingles(account, Math.min(room, SINGLE_BATCH), running);
       if (claimed.length > 0) didWork = true;
       for (const task of claimed) this.opts.metrics?.workerLag.observe({ worker: "poller" }, Math.max(0, clock.now() - (task.nextRunAt ?? clock.now())) / 1000);
       await Promise.all(claimed.map((task) => this.readOne(task)));
     }
-    const due = nextDueAt(db, "submitted", clock.now());
+    const due = await store.tasks.nextDueAt("submitted", clock.now());
     let next: number | null = due;
     if (wake !== null && (next === null || next <= clock.now() || wake < next)) next = wake;
     return { didWork, nextDueAt: next };
@@ -142,21 +145,21 @@ export class Poller {
    * Tasks to read one by one now. While sweeps cover an account, only the tasks a sweep found ended
    * (their output still to fetch); the others are left to the next sweep.
    */
-  private claimSingles(account: string, limit: number): TaskRow[] {
-    const { db, clock } = this.opts;
-    const base = { phase: "submitted" as const, account, now: clock.now(), leaseMs: this.leaseMs(), token: this.opts.owner.token() };
-    if (!this.sweeping(account)) return claimDueTasks(db, { ...base, limit });
+  private async claimSingles(account: string, limit: number, running: number): Promise<TaskRow[]> {
+    const { store, clock } = this.opts;
+    const lease = { now: clock.now(), leaseMs: this.leaseMs(), token: this.opts.owner.token() };
+    if (!this.sweeping(account, running)) return store.tasks.claimDue("submitted", account, { ...lease, limit });
     const flagged = this.needsRead.get(account);
     if (!flagged || flagged.size === 0) return [];
     const ids = [...flagged].slice(0, limit);
     for (const id of ids) flagged.delete(id);
-    return claimTasks(db, { ids, phase: "submitted", now: base.now, leaseMs: base.leaseMs, token: base.token });
+    return store.tasks.claimIds(ids, "submitted", lease);
   }
 
-  private sweeping(account: string): boolean {
+  private sweeping(account: string, running: number): boolean {
     if (this.strategy !== "adaptive") return false;
     const state = this.lists.get(account);
-    return state !== undefined && state.nextSweepAt > 0 && this.opts.clock.now() >= state.unsupportedUntil && countRunning(this.opts.db, account) >= SWEEP_MIN_TASKS;
+    return state !== undefined && state.nextSweepAt > 0 && this.opts.clock.now() >= state.unsupportedUntil && running >= SWEEP_MIN_TASKS;
   }
 
   /**
@@ -164,14 +167,14 @@ export class Poller {
    * applied. Only tasks whose state changed are claimed and written; unchanged ones cost nothing.
    */
   private async sweep(account: string, state: ListState): Promise<void> {
-    const { db, clock, budget, logger, metrics } = this.opts;
+    const { store, clock, budget, logger, metrics } = this.opts;
     const startedAt = clock.now();
-    const inFlight = listInFlight(db, account);
+    const inFlight = await store.tasks.listInFlight(account);
     if (inFlight.length === 0) return;
     const take = () => budget.take(account);
     const maxReads = Math.max(2, Math.floor(budget.available(account) * SWEEP_SHARE));
     try {
-      const client = this.opts.accounts.get(account);
+      const client = await this.opts.accounts.get(account);
       const result = await sweepActive(client, { includeQueued: inFlight.some((t) => t.status === "queued"), maxReads }, take);
       let candidates = result.complete ? finishedCandidates(inFlight, result.seen, startedAt) : new Set<string>();
       if (!result.unsupported && candidates.size >= HARVEST_MIN && state.harvestUseful !== false) {
@@ -209,15 +212,15 @@ export class Poller {
         }
       }
       const token = this.opts.owner.token();
-      for (const row of claimTasks(db, { ids: changed, phase: "submitted", now, leaseMs: this.leaseMs(), token })) {
-        this.opts.lifecycle.recordObservation(row, token, result.seen.get(row.upstreamTaskId!)!, coveredUntil);
+      for (const row of await store.tasks.claimIds(changed, "submitted", { now, leaseMs: this.leaseMs(), token })) {
+        await this.opts.lifecycle.recordObservation(row, token, result.seen.get(row.upstreamTaskId!)!, coveredUntil);
       }
       if (covered > result.reads) metrics?.readsSaved.inc(covered - result.reads);
     } catch (err) {
       const now = clock.now();
       const e = err instanceof UpstreamError ? err : null;
       metrics?.upstreamCalls.inc({ endpoint: "list", outcome: e?.code ?? "error" });
-      if (e?.status === 429) budget.pause(account, now + (e.retryAfterMs ?? 10_000));
+      if (e?.status === 429) await budget.pause(account, now + (e.retryAfterMs ?? 10_000));
       state.nextSweepAt = now + (e?.retryAfterMs ?? 5_000);
       logger.warn({ account, code: e?.code ?? String(err) }, "upstream list sweep failed");
     }
@@ -226,17 +229,17 @@ export class Poller {
   private async readOne(task: TaskRow): Promise<void> {
     const { clock, budget, logger, metrics, lifecycle } = this.opts;
     const token = task.claimToken!;
-    if (!budget.take(task.upstreamAccount)) {
-      lifecycle.release(task, token);
+    if (!(await budget.take(task.upstreamAccount))) {
+      await lifecycle.release(task, token);
       return;
     }
     try {
-      const remote = await this.opts.accounts.get(task.upstreamAccount).getTask(task.upstreamTaskId!);
+      const remote = await (await this.opts.accounts.get(task.upstreamAccount)).getTask(task.upstreamTaskId!);
       metrics?.upstreamCalls.inc({ endpoint: "read", outcome: "ok" });
       this.notFound.delete(task.id);
       const now = clock.now();
-      const next = this.strategy === "round-robin" ? now : now + nextPollDelay(task.type, now - (task.submittedAt ?? task.createdAt), this.durations.expected(task.type, task.model));
-      lifecycle.recordObservation(task, token, remote, next);
+      const next = this.strategy === "round-robin" ? now : now + nextPollDelay(task.type, now - (task.submittedAt ?? task.createdAt), await this.durations.expected(task.type, task.model));
+      await lifecycle.recordObservation(task, token, remote, next);
     } catch (err) {
       const now = clock.now();
       const e = err instanceof UpstreamError ? err : null;
@@ -244,8 +247,8 @@ export class Poller {
       const log = { task_id: task.id, upstream_task_id: task.upstreamTaskId, account: task.upstreamAccount, code: e?.code ?? String(err) };
       if (e?.status === 429) {
         const until = now + (e.retryAfterMs ?? 10_000);
-        budget.pause(task.upstreamAccount, until);
-        lifecycle.retryLater(task, token, until);
+        await budget.pause(task.upstreamAccount, until);
+        await lifecycle.retryLater(task, token, until);
         logger.warn({ ...log, retry_in_ms: until - now }, "upstream read limited; pausing reads for this account");
         return;
       }
@@ -255,7 +258,7 @@ export class Poller {
         this.notFound.set(task.id, since);
         if (now - since >= LOST_AFTER_MS) {
           this.notFound.delete(task.id);
-          lifecycle.fail(task, token, {
+          await lifecycle.fail(task, token, {
             code: "task_not_found",
             message: `The upstream answered 404 task_not_found for this task for ${Math.round((now - since) / 60_000)} minutes; it is taken as lost. It may have been charged: check the upstream account.`,
             request_id: e.requestId,
@@ -265,7 +268,7 @@ export class Poller {
         }
       }
       const delay = Math.min(60_000, 2_000 * 2 ** Math.min(task.pollCount, 5));
-      lifecycle.retryLater(task, token, now + delay, { pollCount: task.pollCount + 1 });
+      await lifecycle.retryLater(task, token, now + delay, { pollCount: task.pollCount + 1 });
       logger.warn({ ...log, retry_in_ms: delay }, "upstream read failed");
     }
   }

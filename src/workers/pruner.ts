@@ -1,7 +1,6 @@
 import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
-import type { Db } from "../db/open.js";
-import { pruneFinishedTasks } from "../db/retention.js";
+import type { Store } from "../store/store.js";
 import type { TickResult } from "./loop.js";
 
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -11,17 +10,17 @@ const PERIOD_MS = 60 * 60 * 1000;
 /** Removes finished tasks (and their events and attempts) older than TASK_RETENTION_DAYS, in small batches. */
 export class Pruner {
   constructor(
-    private readonly opts: { db: Db; clock: Clock; logger: Logger; retentionDays: number },
+    private readonly opts: { store: Store; clock: Clock; logger: Logger; retentionDays: number },
   ) {}
 
   /** Prunes one batch; returns how many tasks were removed. */
-  runOnce(): number {
+  runOnce(): Promise<number> {
     const before = this.opts.clock.now() - this.opts.retentionDays * DAY_MS;
-    return pruneFinishedTasks(this.opts.db, before, BATCH);
+    return this.opts.store.tasks.pruneFinished(before, BATCH);
   }
 
   async tick(): Promise<TickResult> {
-    const removed = this.runOnce();
+    const removed = await this.runOnce();
     if (removed > 0) this.opts.logger.info({ removed }, "pruned finished tasks past retention");
     // A full batch means more may be waiting: go again soon, else look again in an hour.
     return { didWork: removed === BATCH, nextDueAt: this.opts.clock.now() + (removed === BATCH ? 1_000 : PERIOD_MS) };

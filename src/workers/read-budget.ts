@@ -1,6 +1,5 @@
 import type { Clock } from "../clock.js";
-import type { Db } from "../db/open.js";
-import { getAccountState, pruneReads, readsSince, recordRead, upsertAccountState } from "../db/upstream.js";
+import type { Store } from "../store/store.js";
 
 const WINDOW_MS = 60_000;
 /**
@@ -11,9 +10,10 @@ const SAFETY_MS = 1_000;
 
 /**
  * Sliding-window budget of upstream task reads (single and list), per upstream account.
- * Every read is recorded in SQLite before it is made, so a restart within the minute still sees
+ * Every read is recorded in the store before it is made, so a restart within the minute still sees
  * the reads already spent; the window is a log of timestamps, so no 60-second window can ever
  * hold more than `perMinute` reads (a token bucket would allow a burst at the boundary).
+ * An account's window is loaded from the store once (`load`); after that the checks are in memory.
  */
 export class ReadBudget {
   private readonly windows = new Map<string, number[]>();
@@ -21,19 +21,25 @@ export class ReadBudget {
   private lastPrune = 0;
 
   constructor(
-    private readonly db: Db,
+    private readonly store: Store,
     private readonly clock: Clock,
     readonly perMinute: number,
   ) {}
 
+  /** Loads an account's reads of the last minute and its stored pause (once; later calls are free). */
+  async load(account: string): Promise<void> {
+    if (this.windows.has(account)) return;
+    const now = this.clock.now();
+    const [reads, state] = await Promise.all([this.store.accounts.readsSince(account, now - WINDOW_MS - SAFETY_MS), this.store.accounts.state(account)]);
+    if (this.windows.has(account)) return;
+    this.windows.set(account, reads);
+    if (state?.readsPausedUntil) this.pausedUntil.set(account, state.readsPausedUntil);
+  }
+
   private window(account: string, now: number): number[] {
-    let reads = this.windows.get(account);
-    if (!reads) {
-      reads = readsSince(this.db, account, now - WINDOW_MS - SAFETY_MS);
-      this.windows.set(account, reads);
-      const state = getAccountState(this.db, account);
-      if (state?.readsPausedUntil) this.pausedUntil.set(account, state.readsPausedUntil);
-    }
+    const reads = this.windows.get(account);
+    // Not loaded yet: no reads known here (available() says 0 until load() has run).
+    if (!reads) return [];
     const cutoff = now - WINDOW_MS - SAFETY_MS;
     let drop = 0;
     while (drop < reads.length && reads[drop]! <= cutoff) drop++;
@@ -43,6 +49,7 @@ export class ReadBudget {
 
   /** Reads that may be made now. */
   available(account: string): number {
+    if (!this.windows.has(account)) return 0;
     const now = this.clock.now();
     const reads = this.window(account, now);
     if ((this.pausedUntil.get(account) ?? 0) > now) return 0;
@@ -50,26 +57,28 @@ export class ReadBudget {
   }
 
   /** Spends one read if the budget allows; the caller makes the read only when this returns true. */
-  take(account: string): boolean {
+  async take(account: string): Promise<boolean> {
+    await this.load(account);
     if (this.available(account) <= 0) return false;
     const now = this.clock.now();
+    // Counted at once (in memory, before any await) so concurrent takers cannot overspend; stored before the read.
     this.window(account, now).push(now);
-    recordRead(this.db, account, now);
+    await this.store.accounts.recordRead(account, now);
     if (now - this.lastPrune > WINDOW_MS) {
       this.lastPrune = now;
-      for (const known of this.windows.keys()) pruneReads(this.db, known, now - 2 * WINDOW_MS);
+      for (const known of this.windows.keys()) await this.store.accounts.pruneReads(known, now - 2 * WINDOW_MS);
     }
     return true;
   }
 
   /** The upstream said 429: no reads for this account until then. */
-  pause(account: string, untilMs: number): void {
+  async pause(account: string, untilMs: number): Promise<void> {
     // Loads the stored state first: after a restart, a longer pause already stored must not be shortened.
-    this.window(account, this.clock.now());
+    await this.load(account);
     const current = this.pausedUntil.get(account) ?? 0;
     if (untilMs <= current) return;
     this.pausedUntil.set(account, untilMs);
-    upsertAccountState(this.db, account, { readsPausedUntil: untilMs }, this.clock.now());
+    await this.store.accounts.updateState(account, { readsPausedUntil: untilMs }, this.clock.now());
   }
 
   /** When the next read becomes possible. */

@@ -2,22 +2,18 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import type { Metrics } from "../metrics.js";
-import type { Db } from "../db/open.js";
-import { markAdmitted } from "../db/clients.js";
 import type { Lifecycle } from "../core/lifecycle.js";
 import { decideSubmission } from "../services/credits.js";
-import { getAccountState, upsertAccountState } from "../db/upstream.js";
-import { accountsWithDueTasks, claimExpiredWaiting, countRunning, nextDueAt, nextExpiryAt, type TaskRow } from "../db/tasks.js";
+import type { Store, TaskRow } from "../store/store.js";
 import type { Nudges } from "../services/deps.js";
 import type { UpstreamAccounts } from "../services/upstream-accounts.js";
 import { UpstreamError, isConcurrentLimit } from "../upstream/errors.js";
-import { claimFairly } from "./admission.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
 import { firstPollDelay } from "./poll-schedule.js";
 
 export interface SubmitterOptions {
-  db: Db;
+  store: Store;
   clock: Clock;
   config: Config;
   logger: Logger;
@@ -58,9 +54,9 @@ export class Submitter {
    * Concurrency cap of an account now: the configured cap, lowered by what a recent 429
    * concurrent_limit taught (other apps may share the account), else none.
    */
-  capacity(account: string): number {
+  async capacity(account: string): Promise<number> {
     const configured = this.opts.config.upstreamMaxConcurrent ?? Number.POSITIVE_INFINITY;
-    const state = getAccountState(this.opts.db, account);
+    const state = await this.opts.store.accounts.state(account);
     if (state?.learnedMaxConcurrent && state.learnedAt && this.opts.clock.now() - state.learnedAt < LEARNED_LIMIT_TTL_MS) {
       return Math.min(configured, state.learnedMaxConcurrent);
     }
@@ -68,7 +64,7 @@ export class Submitter {
   }
 
   async runOnce(): Promise<TickResult> {
-    const { db, clock } = this.opts;
+    const { store, clock } = this.opts;
     const now = clock.now();
     let didWork = false;
     // Earliest time an account skipped below (paused or full) may go again.
@@ -77,37 +73,38 @@ export class Submitter {
       wake = wake === null ? at : Math.min(wake, at);
     };
     // Expiry first, whatever the account's capacity or pause: a held-back task must not outlive its deadline.
-    const expired = claimExpiredWaiting(db, { now, leaseMs: this.opts.config.upstreamTimeoutMs + LEASE_MARGIN_MS, token: this.opts.owner.token(), limit: 100 });
-    for (const task of expired) this.expire(task);
+    const leaseMs = this.opts.config.upstreamTimeoutMs + LEASE_MARGIN_MS;
+    const expired = await store.tasks.claimExpired({ now, leaseMs, token: this.opts.owner.token(), limit: 100 });
+    for (const task of expired) await this.expire(task);
     if (expired.length > 0) didWork = true;
-    for (const account of accountsWithDueTasks(db, "waiting", now)) {
-      const state = getAccountState(db, account);
+    for (const account of await store.tasks.accountsWithDue("waiting", now)) {
+      const state = await store.accounts.state(account);
       if (state?.submitPausedUntil && state.submitPausedUntil > now) {
         later(state.submitPausedUntil);
         continue;
       }
-      const free = this.capacity(account) - countRunning(db, account);
+      const free = (await this.capacity(account)) - (await store.tasks.countRunning(account));
       const limit = Math.min(this.opts.batchSize ?? 16, Math.max(0, free));
       if (limit <= 0) {
         later(now + BLOCKED_RECHECK_MS);
         continue;
       }
-      const claimed = claimFairly(db, { account, now, leaseMs: this.opts.config.upstreamTimeoutMs + LEASE_MARGIN_MS, owner: this.opts.owner, limit });
+      const claimed = await store.tasks.claimFairly(account, { now, leaseMs, token: this.opts.owner.token(), limit });
       if (claimed.length === 0) continue;
       didWork = true;
       for (const task of claimed) this.opts.metrics?.workerLag.observe({ worker: "submitter" }, Math.max(0, now - (task.nextRunAt ?? now)) / 1000);
       await Promise.all(claimed.map((task) => this.submit(task)));
     }
-    const due = nextDueAt(db, "waiting", clock.now());
+    const due = await store.tasks.nextDueAt("waiting", clock.now());
     // Rows still due now belong to a paused or full account: sleep until it may go again instead of spinning.
     let next = !didWork && wake !== null && due !== null && due <= clock.now() ? wake : due;
-    const expiry = nextExpiryAt(db);
+    const expiry = await store.tasks.nextExpiryAt();
     if (expiry !== null && expiry > clock.now() && (next === null || expiry < next)) next = expiry;
     return { didWork, nextDueAt: next };
   }
 
-  private expire(task: TaskRow): void {
-    this.opts.lifecycle.cancel(task, task.claimToken!, {
+  private async expire(task: TaskRow): Promise<void> {
+    await this.opts.lifecycle.cancel(task, task.claimToken!, {
       code: "expired",
       message: "The task expired while waiting in the relay; it was never sent upstream.",
       request_id: null,
@@ -115,29 +112,30 @@ export class Submitter {
   }
 
   private async submit(task: TaskRow): Promise<void> {
-    const { db, clock, logger, lifecycle } = this.opts;
+    const { store, clock, logger, lifecycle } = this.opts;
     const token = task.claimToken!;
     const now = clock.now();
     // Only a task never offered upstream can expire: after an attempt, the upstream may hold (and charge) it.
     if (task.expiresAt !== null && task.expiresAt <= now && task.submitAttempts === 0) {
-      this.expire(task);
+      await this.expire(task);
       return;
     }
-    const begun = lifecycle.beginSubmission(task, token, decideSubmission, now + BLOCKED_RECHECK_MS);
+    const begun = await lifecycle.beginSubmission(task, token, decideSubmission, now + BLOCKED_RECHECK_MS);
     const log = { task_id: task.id, client_id: task.clientId, account: task.upstreamAccount, attempt: task.submitAttempts + 1 };
     if (begun.kind === "ended") logger.info({ ...log, outcome: begun.task.status, code: JSON.parse(begun.task.errorJson ?? "{}").code }, "submission");
     if (begun.kind === "wait") logger.debug({ ...log, outcome: "waiting_for_credits" }, "submission");
     if (begun.kind !== "go") return;
     const marked = begun.task;
     try {
-      const result = await this.opts.accounts.get(task.upstreamAccount).createTask(task.type, JSON.parse(task.requestJson) as Record<string, unknown>, task.upstreamIdempotencyKey);
+      const upstream = await this.opts.accounts.get(task.upstreamAccount);
+      const result = await upstream.createTask(task.type, JSON.parse(task.requestJson) as Record<string, unknown>, task.upstreamIdempotencyKey);
       this.opts.metrics?.upstreamCalls.inc({ endpoint: "create", outcome: "ok" });
       const at = clock.now();
-      lifecycle.recordSubmission(marked, token, result.task, at + firstPollDelay(task.type));
-      markAdmitted(db, task.clientId, at);
+      await lifecycle.recordSubmission(marked, token, result.task, at + firstPollDelay(task.type));
+      await store.clients.markAdmitted(task.clientId, at);
       logger.info({ ...log, upstream_task_id: result.task.id, replayed: result.replayed, outcome: "submitted" }, "submission");
     } catch (err) {
-      this.onFailure(task, marked, token, err, log);
+      await this.onFailure(task, marked, token, err, log);
     }
   }
 
@@ -145,8 +143,8 @@ export class Submitter {
    * @param before the task as claimed, before this attempt was counted and its credits reserved
    * @param task the task as marked for this attempt
    */
-  private onFailure(before: TaskRow, task: TaskRow, token: string, err: unknown, log: Record<string, unknown>): void {
-    const { db, clock, logger, lifecycle } = this.opts;
+  private async onFailure(before: TaskRow, task: TaskRow, token: string, err: unknown, log: Record<string, unknown>): Promise<void> {
+    const { store, clock, logger, lifecycle } = this.opts;
     const now = clock.now();
     const e = err instanceof UpstreamError ? err : null;
     this.opts.metrics?.upstreamCalls.inc({ endpoint: "create", outcome: e?.code ?? "error" });
@@ -156,19 +154,19 @@ export class Submitter {
     if (e !== null && isConcurrentLimit(e as unknown)) {
       this.opts.metrics?.concurrentLimitWaits.inc();
       // Not a failure: the account is full. Remember its size and wait for a running task to end.
-      const running = countRunning(db, task.upstreamAccount);
-      upsertAccountState(db, task.upstreamAccount, { learnedMaxConcurrent: Math.max(1, running), learnedAt: now }, now);
+      const running = await store.tasks.countRunning(task.upstreamAccount);
+      await store.accounts.updateState(task.upstreamAccount, { learnedMaxConcurrent: Math.max(1, running), learnedAt: now }, now);
       // When our own tasks fill the account, the learned capacity holds this one back and the end of one
       // of them nudges us: it keeps its place in line. When none of ours runs (other apps fill the
       // account), nothing will nudge: look again later rather than at once.
-      lifecycle.retryLater(task, token, running > 0 ? null : now + BLOCKED_RECHECK_MS, undo);
+      await lifecycle.retryLater(task, token, running > 0 ? null : now + BLOCKED_RECHECK_MS, undo);
       logger.info({ ...log, outcome: "concurrent_limit", running }, "submission");
       return;
     }
     if (e && e.status === 429) {
       const until = now + (e.retryAfterMs ?? 5_000);
-      upsertAccountState(db, task.upstreamAccount, { submitPausedUntil: until }, now);
-      lifecycle.retryLater(task, token, until, undo);
+      await store.accounts.updateState(task.upstreamAccount, { submitPausedUntil: until }, now);
+      await lifecycle.retryLater(task, token, until, undo);
       logger.warn({ ...log, outcome: "rate_limit", retry_in_ms: until - now }, "submission");
       return;
     }
@@ -179,11 +177,11 @@ export class Submitter {
       const since = task.conflictSince ?? now;
       if (now - since < CONFLICT_WINDOW_MS) {
         const delay = Math.max(e.retryAfterMs ?? 0, Math.min(CONFLICT_MAX_DELAY_MS, Math.max(CONFLICT_MIN_DELAY_MS, (now - since) / 2)));
-        lifecycle.retryLater(task, token, now + delay, { conflictSince: since });
+        await lifecycle.retryLater(task, token, now + delay, { conflictSince: since });
         logger.warn({ ...log, outcome: "retry", code: e.code, retry_in_ms: delay }, "submission");
         return;
       }
-      this.giveUp(task, token, e, log, `it kept answering 409 ${e.code} for ${Math.round((now - since) / 60_000)} minutes`);
+      await this.giveUp(task, token, e, log, `it kept answering 409 ${e.code} for ${Math.round((now - since) / 60_000)} minutes`);
       return;
     }
     // 401 means our own key is wrong, not the caller's request: keep retrying, loudly.
@@ -191,16 +189,16 @@ export class Submitter {
     if (final) {
       // A 4xx refusal (400, 402, 422…): the upstream created nothing and charged nothing.
       const info = { ...e.toInfo(), ...(e.details !== undefined ? { details: e.details } : {}) };
-      lifecycle.fail(task, token, info);
+      await lifecycle.fail(task, token, info);
       logger.warn({ ...log, outcome: "failed", code: info.code, upstream_status: e.status }, "submission");
       return;
     }
     if (now - task.createdAt > GIVE_UP_AFTER_MS) {
-      this.giveUp(task, token, e, log, `it could not be reached for ${Math.round(GIVE_UP_AFTER_MS / 3_600_000)} hours (last: ${e?.code ?? String(err)})`);
+      await this.giveUp(task, token, e, log, `it could not be reached for ${Math.round(GIVE_UP_AFTER_MS / 3_600_000)} hours (last: ${e?.code ?? String(err)})`);
       return;
     }
     const delay = Math.max(submitBackoffMs(task.submitAttempts), e?.retryAfterMs ?? 0);
-    lifecycle.retryLater(task, token, now + delay);
+    await lifecycle.retryLater(task, token, now + delay);
     const level = e?.status === 401 ? "error" : "warn";
     logger[level]({ ...log, outcome: "retry", code: e?.code ?? "error", retry_in_ms: delay }, "submission");
   }
@@ -209,8 +207,8 @@ export class Submitter {
    * The upstream may hold this task (an attempt may have reached it) but never confirmed it: the
    * task ends failed with a code that says so, rather than pretending nothing was charged.
    */
-  private giveUp(task: TaskRow, token: string, e: UpstreamError | null, log: Record<string, unknown>, why: string): void {
-    this.opts.lifecycle.fail(task, token, {
+  private async giveUp(task: TaskRow, token: string, e: UpstreamError | null, log: Record<string, unknown>, why: string): Promise<void> {
+    await this.opts.lifecycle.fail(task, token, {
       code: "upstream_outcome_unknown",
       message: `The upstream may have created and charged this task, but ${why}. Check the upstream account before retrying.`,
       request_id: e?.requestId ?? null,

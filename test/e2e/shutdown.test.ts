@@ -5,8 +5,8 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { systemClock } from "../../src/clock.js";
 import { openDatabase } from "../../src/db/open.js";
-import { createClient } from "../../src/services/clients.js";
 import { DIST, startNode, type Child } from "./process.js";
+import { insertTestClient } from "../helpers/relay.js";
 
 /**
  * SIGTERM under load, against the built relay as a process (sandbox mode: nothing else to start).
@@ -27,7 +27,7 @@ beforeEach(() => {
   dir = mkdtempSync(join(tmpdir(), "genrelay-shutdown-"));
   env = { PORT: "0", DATABASE_PATH: join(dir, "relay.db"), LOG_LEVEL: "info" };
   const database = openDatabase(env.DATABASE_PATH!);
-  apiKey = createClient(database.db, systemClock, { name: "shutdown" }).apiKey;
+  apiKey = insertTestClient(database.db, systemClock, { name: "shutdown" }).apiKey;
   database.close();
 });
 

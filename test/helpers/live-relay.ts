@@ -9,7 +9,9 @@ import { loadConfig } from "../../src/config.js";
 import { openDatabase } from "../../src/db/open.js";
 import { silentLogger } from "../../src/logger.js";
 import { Relay } from "../../src/relay.js";
-import { createClient } from "../../src/services/clients.js";
+import { insertClient } from "../../src/db/clients.js";
+import { sqliteStore } from "../../src/open-store.js";
+import { newClient } from "../../src/services/clients.js";
 import { startSimulator } from "../../src/simulator/server.js";
 
 export interface LiveRelay {
@@ -32,8 +34,8 @@ export async function startLiveRelay(env: Record<string, string> = {}): Promise<
     timings: { imageQueuedMs: 200, imageProcessingMs: 500, videoQueuedMs: 300, videoProcessingMs: 800 },
   });
   const database = openDatabase(config.databasePath);
-  const relay = new Relay({ config, database, clock: systemClock, logger: silentLogger, upstream: { baseUrl: simulator.url, apiKey: "sandbox" } });
-  relay.start();
+  const relay = new Relay({ config, store: sqliteStore(database), clock: systemClock, logger: silentLogger, upstream: { baseUrl: simulator.url, apiKey: "sandbox" } });
+  await relay.start();
   const server = await new Promise<Server>((resolve) => {
     const s = serve({ fetch: relay.app.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve(s as Server)) as Server;
   });
@@ -41,8 +43,9 @@ export async function startLiveRelay(env: Record<string, string> = {}): Promise<
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     relay,
     client(name = "browser") {
-      const { client, apiKey } = createClient(database.db, systemClock, { name });
-      return { id: client.id, apiKey, secret: client.webhookSecret };
+      const { row, apiKey, webhookSecret } = newClient(systemClock.now(), { name });
+      const client = insertClient(database.db, row);
+      return { id: client.id, apiKey, secret: webhookSecret };
     },
     async close() {
       server.closeAllConnections();

@@ -5,7 +5,12 @@ import { loadConfig, type Config } from "../../src/config.js";
 import { openDatabase, type Database_ } from "../../src/db/open.js";
 import { silentLogger } from "../../src/logger.js";
 import { Relay } from "../../src/relay.js";
-import { createClient } from "../../src/services/clients.js";
+import { insertClient } from "../../src/db/clients.js";
+import { sqliteStore } from "../../src/open-store.js";
+import { newClient } from "../../src/services/clients.js";
+import { transitionIn, type SqliteStore } from "../../src/db/sqlite-store.js";
+import { transitionRules } from "../../src/core/transition.js";
+import type { NewTaskRow } from "../../src/store/store.js";
 import type { Resolver } from "../../src/webhooks/ssrf.js";
 import { FakeClock } from "./fake-clock.js";
 
@@ -15,6 +20,7 @@ export const UPSTREAM_KEY = "upstream-test-key";
 export interface TestRelay {
   relay: Relay;
   database: Database_;
+  store: SqliteStore;
   clock: FakeClock;
   config: Config;
   dir: string;
@@ -38,9 +44,10 @@ export function createTestRelay(
   const config = loadConfig({ DATABASE_PATH: join(dir, "relay.db"), UPSTREAM_BASE_URL: UPSTREAM_URL, UPSTREAM_API_KEY: UPSTREAM_KEY, ...env });
   const database = openDatabase(config.databasePath);
   const clock = opts.clock ?? new FakeClock();
+  const store = sqliteStore(database);
   const relay = new Relay({
     config,
-    database,
+    store,
     clock,
     logger: silentLogger,
     upstream: opts.upstream ?? { baseUrl: UPSTREAM_URL, apiKey: UPSTREAM_KEY },
@@ -49,11 +56,14 @@ export function createTestRelay(
   return {
     relay,
     database,
+    store,
     clock,
     config,
     dir,
     client(name = "test-client", limits = {}) {
-      const { client, apiKey, webhookSecret } = createClient(database.db, clock, { name, ...limits, encryptionKey: config.encryptionKey });
+      // Synchronous on purpose (tests create clients inline): the row goes straight into the SQLite file.
+      const { row, apiKey, webhookSecret } = newClient(clock.now(), { name, ...limits, encryptionKey: config.encryptionKey });
+      const client = insertClient(database.db, row);
       return { id: client.id, apiKey, secret: webhookSecret };
     },
     request(apiKey, path, init = {}) {
@@ -77,3 +87,14 @@ export function createTestRelay(
 
 export const imageBody = (extra: Record<string, unknown> = {}) => ({ model: "p-image", mode: "generate", prompt: "a red fox in snow", count: 1, ...extra });
 export const videoBody = (extra: Record<string, unknown> = {}) => ({ model: "v-video", video_mode: "t2v", prompt: "waves at night", duration: 5, ...extra });
+
+/** A client written straight into a SQLite database, synchronously (what createClient does through the store). */
+export function insertTestClient(db: Database_["db"], clock: { now(): number }, input: Parameters<typeof newClient>[1]) {
+  const { row, apiKey, webhookSecret } = newClient(clock.now(), input);
+  return { client: insertClient(db, row), apiKey, webhookSecret };
+}
+
+/** A task's state change written synchronously, in one transaction, the way the store does it (tests seed states with it). */
+export function transitionTask(db: Database_["db"], task: { id: string }, patch: Partial<NewTaskRow>, opts: { now: number; firstAttemptDelayMs?: number }) {
+  return db.transaction((tx) => transitionIn(tx, transitionRules, task.id, patch, { now: opts.now, token: null, firstAttemptDelayMs: opts.firstAttemptDelayMs ?? 0 }));
+}

@@ -10,10 +10,8 @@ import { insertAttempt, insertEvent, lastEventOfTask, updateEvent } from "../../
 import { openDatabase, type Database_ } from "../../src/db/open.js";
 import { findTask, insertTask } from "../../src/db/tasks.js";
 import { newId } from "../../src/ids.js";
-import { createClient } from "../../src/services/clients.js";
-import { transitionTask } from "../../src/core/transition.js";
 import { CLI_PATH, runCliInProcess, type CliRun } from "../helpers/cli.js";
-import { createTestRelay, imageBody, type TestRelay } from "../helpers/relay.js";
+import { createTestRelay, imageBody, type TestRelay, insertTestClient, transitionTask } from "../helpers/relay.js";
 
 let dir: string;
 let dbPath: string;
@@ -100,7 +98,7 @@ const count = (database: Database.Database, table: string) => (database.prepare(
 describe("db backup", () => {
   it("copies the database consistently while another connection keeps writing", async () => {
     const database = open();
-    const { client } = createClient(database.db, systemClock, { name: "writer" });
+    const { client } = insertTestClient(database.db, systemClock, { name: "writer" });
     const padding = "x".repeat(1500);
     // Enough pages (several MB) that copying takes a while.
     database.db.transaction(() => {
@@ -219,7 +217,7 @@ describe("db backup", () => {
 describe("db stats", () => {
   it("prints row counts, tasks by status, pending and failed deliveries and file sizes", async () => {
     const database = open();
-    const { client } = createClient(database.db, systemClock, { name: "stats" });
+    const { client } = insertTestClient(database.db, systemClock, { name: "stats" });
     for (let i = 0; i < 3; i++) insertTaskWithEvent(database, client.id, "p");
     const [first, second] = database.sqlite.prepare("SELECT id FROM events ORDER BY seq").all() as { id: string }[];
     updateEvent(database.db, first!.id, { deliveryStatus: "failed" });

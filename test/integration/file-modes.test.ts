@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { systemClock } from "../../src/clock.js";
 import { backupDatabase } from "../../src/db/backup.js";
 import { openDatabase, type Database_ } from "../../src/db/open.js";
-import { createClient } from "../../src/services/clients.js";
+import { insertTestClient } from "../helpers/relay.js";
 
 /** The database holds webhook secrets: what the relay creates is readable by its own user only. */
 const mode = (path: string) => (statSync(path).mode & 0o777).toString(8);
@@ -39,7 +39,7 @@ describe("file modes", () => {
   it("a new database is 0600 with its -wal and -shm, in new folders of 0700", () => {
     const path = join(dir, "data", "nested", "relay.db");
     const database = openAt(path);
-    createClient(database.db, systemClock, { name: "modes" });
+    insertTestClient(database.db, systemClock, { name: "modes" });
     expect(mode(join(dir, "data"))).toBe("700");
     expect(mode(join(dir, "data", "nested"))).toBe("700");
     expect(mode(path)).toBe("600");
@@ -59,7 +59,7 @@ describe("file modes", () => {
 
   it.each([false, true])("a backup (overwrite %s) is 0600", async (overwrite) => {
     const database = openAt(join(dir, "relay.db"));
-    createClient(database.db, systemClock, { name: "modes" });
+    insertTestClient(database.db, systemClock, { name: "modes" });
     const target = join(dir, "copy.db");
     if (overwrite) await backupDatabase(database.sqlite, join(dir, "relay.db"), target, { overwrite: false });
     const result = await backupDatabase(database.sqlite, join(dir, "relay.db"), target, { overwrite });

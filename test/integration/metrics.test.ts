@@ -78,7 +78,7 @@ describe("/metrics and /readyz", () => {
     expect(notStarted.status).toBe(503);
     expect(((await notStarted.json()) as { problems: string[] }).problems).toContain("worker submitter not running");
 
-    t.relay.start();
+    await t.relay.start();
     const ready = await t.request(null, "/readyz");
     expect(ready.status).toBe(200);
     expect(await ready.json()).toEqual({ status: "ok" });

@@ -118,7 +118,7 @@ describe("credit limit: a budget that holds under a burst of 20 concurrent creat
     const second = await createTask(t, apiKey, { quality: "low", size: "1K" });
     await runToEnd(t, [first, second]);
     t.clock.advance(3 * 24 * 60 * 60 * 1000);
-    expect(t.relay.pruner.runOnce()).toBe(2);
+    expect(await t.relay.pruner.runOnce()).toBe(2);
     expect(creditPosition(t.database.db, id)).toMatchObject({ charged: 40 });
     expect(ledgerOf(t.database.db, id).map((e) => e.charged)).toEqual([20, 20]);
     const res = await t.request(apiKey, "/openapi/v1/images/generations", { method: "POST", json: imageBody({ quality: "low", size: "1K" }), idempotencyKey: "after-pruning" });
@@ -133,7 +133,7 @@ describe("credit limit: a budget that holds under a burst of 20 concurrent creat
     const a = await createTask(t, apiKey, { quality: "low", size: "1K" });
     const b = await createTask(t, apiKey, { quality: "low", size: "1K" });
     const { updateClientLimits } = await import("../../src/services/clients.js");
-    updateClientLimits(t.database.db, id, { creditLimit: 20 });
+    await updateClientLimits(t.relay.deps, id, { creditLimit: 20 });
     await runToEnd(t, [a, b]);
     expect([taskRow(t, a).status, taskRow(t, b).status]).toEqual(["succeeded", "failed"]);
     expect(JSON.parse(taskRow(t, b).errorJson!).code).toBe("insufficient_points");
@@ -272,7 +272,7 @@ describe("revoking a client stops its spending", () => {
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push(await createTask(t, apiKey, { callback_url: "http://127.0.0.1:9/hook" }));
     const { revokeClient } = await import("../../src/services/clients.js");
-    expect(revokeClient(t.relay.deps, clientId)?.canceled).toBe(5);
+    expect((await revokeClient(t.relay.deps, clientId))?.canceled).toBe(5);
     await t.relay.submitter.runOnce();
     expect(up.creates).toHaveLength(0);
     for (const id of ids) {

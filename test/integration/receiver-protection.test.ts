@@ -2,7 +2,6 @@ import type http from "node:http";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { claimDueEvents, findEvent, lastEventOfTask, listTaskAttempts, nextEventDueAt, updateEvent, type EventRow } from "../../src/db/events.js";
 import { silentLogger } from "../../src/logger.js";
-import { transitionTask } from "../../src/core/transition.js";
 import { destinationHost } from "../../src/webhooks/destination.js";
 import { Dispatcher, MAX_PAYLOAD_BYTES } from "../../src/workers/dispatcher.js";
 import { WorkerLoop } from "../../src/workers/loop.js";
@@ -11,6 +10,7 @@ import { upstreamSuite, WORKER_TEST_ENV } from "../helpers/upstream-suite.js";
 import { createTask, readTask, taskRow } from "../helpers/flow.js";
 import { hang, ok, startReceiver, status, type Answer, type Received, type Receiver } from "../helpers/receiver.js";
 import type { TestRelay } from "../helpers/relay.js";
+import { transitionTask } from "../helpers/relay.js";
 
 /**
  * Receiver protection (issue 4): a per-host concurrency cap and a per-host circuit breaker, so one
@@ -171,7 +171,7 @@ describe("receiver protection: a slow receiver does not delay other clients", ()
     const bTask = await createTask(t, b.apiKey, { callback_url: fast.url() });
 
     // The relay's own dispatcher stays stopped; this one has no useful cap.
-    const uncapped = new Dispatcher({ db: t.database.db, clock: t.clock, config: t.config, logger: silentLogger, sender: t.relay.sender, owner: t.relay.owner, maxPerHost: 1_000 });
+    const uncapped = new Dispatcher({ store: t.store, clock: t.clock, config: t.config, logger: silentLogger, sender: t.relay.sender, owner: t.relay.owner, maxPerHost: 1_000 });
     const loop = new WorkerLoop({ name: "uncapped", clock: t.clock, logger: silentLogger, tick: () => uncapped.tick() });
     uncapped.onSettled = () => loop.nudge();
     loop.start();

@@ -17,7 +17,7 @@ describe("recovery after a kill -9", () => {
     const claimed = claimDueTasks(t.database.db, { phase: "waiting", account: "default", now: t.clock.now(), leaseMs: 35_000, token: "dead:1", limit: 10 });
     expect(claimed.map((c) => c.id)).toEqual([id]);
     expect(nextDueAt(t.database.db, "waiting", t.clock.now())).toBe(t.clock.now() + 35_001);
-    t.relay.recover();
+    await t.relay.recover();
     expect(taskRow(t, id)).toMatchObject({ claimToken: null, claimedUntil: null });
     expect(nextDueAt(t.database.db, "waiting", t.clock.now())).toBe(taskRow(t, id).nextRunAt);
   });

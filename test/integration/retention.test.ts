@@ -1,8 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { findTask, findClientTask } from "../../src/db/tasks.js";
 import { findEvent, lastEventOfTask, updateEvent } from "../../src/db/events.js";
-import { transitionTask } from "../../src/core/transition.js";
-import { createTestRelay, imageBody, type TestRelay } from "../helpers/relay.js";
+import { createTestRelay, imageBody, type TestRelay, transitionTask } from "../helpers/relay.js";
 
 const DAY = 24 * 60 * 60 * 1000;
 
@@ -50,14 +49,14 @@ describe("retention", () => {
     t.clock.advance(29 * DAY);
     const recent = await createTask(apiKey, "retention-6");
     finish(recent, "succeeded");
-    expect(t.relay.pruner.runOnce()).toBe(0);
+    expect(await t.relay.pruner.runOnce()).toBe(0);
 
     t.clock.advance(1 * DAY + 1);
-    expect(t.relay.pruner.runOnce()).toBe(3);
+    expect(await t.relay.pruner.runOnce()).toBe(3);
     const db = t.database.db;
     for (const gone of [oldDelivered, oldFailedDelivery, oldNoCallback]) expect(findClientTask(db, clientId, gone)).toBeUndefined();
     for (const kept of [oldPendingDelivery, oldWaiting, recent]) expect(findClientTask(db, clientId, kept)).toBeDefined();
     expect(findEvent(db, deliveredEvent.id)).toBeUndefined();
-    expect(t.relay.pruner.runOnce()).toBe(0);
+    expect(await t.relay.pruner.runOnce()).toBe(0);
   });
 });

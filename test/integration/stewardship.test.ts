@@ -1,11 +1,10 @@
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { createClient } from "../../src/services/clients.js";
 import { createTask as createTaskService } from "../../src/services/intake.js";
-import { maxInWindow, runSchedulingSimulation } from "../../src/simulator/scheduling-sim.js";
+import { maxInWindow, runSchedulingSimulation } from "../../src/bench/scheduling-sim.js";
 import { createTask, readTask, taskRow } from "../helpers/flow.js";
-import { imageBody, UPSTREAM_KEY } from "../helpers/relay.js";
+import { imageBody, UPSTREAM_KEY, insertTestClient } from "../helpers/relay.js";
 
 const { setup } = upstreamSuite({});
 
@@ -74,11 +73,12 @@ describe("list sweeps", () => {
 describe("fair admission", () => {
   it("client A floods 1,000 tasks, client B then submits 10: B goes upstream within the first free slots", async () => {
     const { t, up } = setup({ UPSTREAM_MAX_CONCURRENT: "4" });
-    const a = createClient(t.database.db, t.clock, { name: "flood" }).client;
-    const b = createClient(t.database.db, t.clock, { name: "small" }).client;
+    const a = insertTestClient(t.database.db, t.clock, { name: "flood" }).client;
+    const b = insertTestClient(t.database.db, t.clock, { name: "small" }).client;
     const deps = t.relay.deps;
-    for (let i = 0; i < 1_000; i++) createTaskService(deps, { client: a, type: "image", body: imageBody(), idempotencyKey: `flood-${i}-key` });
-    const bIds = Array.from({ length: 10 }, (_, i) => createTaskService(deps, { client: b, type: "image", body: imageBody(), idempotencyKey: `small-${i}-key` }).task.id);
+    for (let i = 0; i < 1_000; i++) await createTaskService(deps, { client: a, type: "image", body: imageBody(), idempotencyKey: `flood-${i}-key` });
+    const bIds: string[] = [];
+    for (let i = 0; i < 10; i++) bIds.push((await createTaskService(deps, { client: b, type: "image", body: imageBody(), idempotencyKey: `small-${i}-key` })).task.id);
 
     // Run slots: submit, then finish what runs, until B's ten are all upstream.
     const submittedOrder: string[] = [];
@@ -140,7 +140,7 @@ describe("per-client limits and accounts", () => {
   it("a client's own upstream key is stored encrypted and used for its tasks, with a budget of its own", async () => {
     const encryptionKey = randomBytes(32).toString("base64");
     const { t, up } = setup({ RELAY_ENCRYPTION_KEY: encryptionKey });
-    const own = createClient(t.database.db, t.clock, { name: "own-key", upstreamKey: "client-own-upstream-key", encryptionKey: t.config.encryptionKey });
+    const own = insertTestClient(t.database.db, t.clock, { name: "own-key", upstreamKey: "client-own-upstream-key", encryptionKey: t.config.encryptionKey });
     expect(own.client.upstreamKeyEncrypted).not.toContain("client-own-upstream-key");
     expect(own.client.upstreamAccount).toBe(own.client.id);
     const shared = t.client("shared");

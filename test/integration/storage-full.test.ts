@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { findClient } from "../../src/db/clients.js";
-import { createClient, revokeClient, rotateSecret } from "../../src/services/clients.js";
+import { revokeClient, rotateSecret } from "../../src/services/clients.js";
 import { createTask, taskRow } from "../helpers/flow.js";
-import { imageBody, type TestRelay } from "../helpers/relay.js";
+import { imageBody, type TestRelay, insertTestClient } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
 /**
@@ -73,7 +73,7 @@ describe("a full database", () => {
     const { t } = suite.setup();
     const { apiKey, id } = t.client();
     const task = await createTask(t, apiKey, { callback_url: "http://127.0.0.1:9/hook" });
-    t.relay.lifecycle.cancel(taskRow(t, task), null);
+    await t.relay.lifecycle.cancel(taskRow(t, task), null);
     const before = findClient(t.database.db, id)!.webhookSecret;
     const free = readOnly(t);
     const rotated = await t.request(apiKey, "/openapi/v1/webhooks/secret/rotate", { method: "POST" });
@@ -88,9 +88,9 @@ describe("a full database", () => {
     const { t } = suite.setup();
     const { apiKey, id } = t.client();
     const free = readOnly(t);
-    expect(() => createClient(t.database.db, t.clock, { name: "never-stored" })).toThrow(/readonly/);
-    expect(() => revokeClient(t.relay.deps, id)).toThrow(/readonly/);
-    expect(() => rotateSecret(t.database.db, t.clock, id)).toThrow(/readonly/);
+    expect(() => insertTestClient(t.database.db, t.clock, { name: "never-stored" })).toThrow(/readonly/);
+    await expect(revokeClient(t.relay.deps, id)).rejects.toThrow(/readonly/);
+    await expect(rotateSecret(t.relay.deps, id)).rejects.toThrow(/readonly/);
     free();
     expect((await t.request(apiKey, "/openapi/v1/tasks")).status).toBe(200);
   });

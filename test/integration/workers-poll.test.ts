@@ -5,7 +5,7 @@ import { FakeUpstream, upstreamError } from "../helpers/fake-upstream.js";
 import { createTask, readTask, taskRow } from "../helpers/flow.js";
 import { verifyAt } from "../helpers/receiver.js";
 import { type TestRelay } from "../helpers/relay.js";
-import { maxInWindow } from "../../src/simulator/scheduling-sim.js";
+import { maxInWindow } from "../../src/bench/scheduling-sim.js";
 
 const { setup, receiver } = upstreamSuite();
 

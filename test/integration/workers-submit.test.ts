@@ -5,7 +5,7 @@ import { createTask, readTask, taskRow } from "../helpers/flow.js";
 import { FakeUpstream, upstreamError } from "../helpers/fake-upstream.js";
 import { verifyAt } from "../helpers/receiver.js";
 import { updateLeasedTask } from "../../src/db/tasks.js";
-import { claimFairly } from "../../src/workers/admission.js";
+import { claimFairly } from "../../src/db/admission.js";
 import { LeaseOwner } from "../../src/workers/owner.js";
 import { imageBody, UPSTREAM_KEY } from "../helpers/relay.js";
 
@@ -87,7 +87,7 @@ describe("submitter: replays and leases", () => {
     const client = t.client();
     const id = await createTask(t, client.apiKey);
     const dead = new LeaseOwner("dead");
-    const [claimed] = claimFairly(t.database.db, { account: "default", now: t.clock.now(), leaseMs: 15_000, owner: dead, limit: 1 });
+    const [claimed] = claimFairly(t.database.db, { account: "default", now: t.clock.now(), leaseMs: 15_000, token: dead.token(), limit: 1 });
     expect(claimed!.id).toBe(id);
     updateLeasedTask(t.database.db, id, claimed!.claimToken!, { submitAttempts: 1 });
 

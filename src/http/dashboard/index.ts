@@ -35,7 +35,7 @@ export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
   registerAssets(app);
 
   app.get("/", async (c, next) => {
-    const found = currentSession(c, deps);
+    const found = await currentSession(c, deps);
     if (found) return auth(c, next);
     securityHeaders(c);
     return c.html(signInPage(signInToken(c, deps)));
@@ -53,21 +53,21 @@ export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
     if (!tokensEqual(typeof form.csrf === "string" ? form.csrf : undefined, getCookie(c, SIGNIN_COOKIE))) {
       return errorPage(c, 403, "The sign-in form has expired or did not come from the dashboard. Reload it and try again.");
     }
-    const signedIn = typeof form.api_key === "string" ? signIn(deps, form.api_key.trim()) : null;
+    const signedIn = typeof form.api_key === "string" ? await signIn(deps, form.api_key.trim()) : null;
     securityHeaders(c);
     if (!signedIn) {
       limiter.fail(ip);
       return c.html(signInPage(signInToken(c, deps), "That API key is not valid, or its client was revoked."), 401);
     }
     // A fresh token on every sign-in: an old cookie (perhaps planted) never becomes a signed-in session.
-    const previous = currentSession(c, deps);
-    if (previous) signOut(deps, previous.token);
+    const previous = await currentSession(c, deps);
+    if (previous) await signOut(deps, previous.token);
     setSessionCookie(c, deps, signedIn.token);
     return c.redirect("/dashboard", 303);
   });
 
-  app.post("/sign-out", auth, (c) => {
-    signOut(deps, c.get("sessionToken"));
+  app.post("/sign-out", auth, async (c) => {
+    await signOut(deps, c.get("sessionToken"));
     clearSessionCookie(c, deps);
     return c.redirect("/dashboard", 303);
   });

@@ -1,6 +1,6 @@
 import type { Context, Hono, MiddlewareHandler } from "hono";
 import { ID_PATTERN } from "../../ids.js";
-import { TASK_STATUSES, type TaskStatus } from "../../db/schema.js";
+import { TASK_STATUSES, type TaskStatus } from "../../statuses.js";
 import { dashboardTask, listDashboardTasks } from "../../services/dashboard.js";
 import { ApiError } from "../../services/errors.js";
 import { cancelTask } from "../../services/tasks.js";
@@ -27,9 +27,9 @@ function filters(c: Context) {
 }
 
 export function tasksPage(deps: DashboardDeps) {
-  return (c: Context<DashEnv>) => {
+  return async (c: Context<DashEnv>) => {
     const f = filters(c);
-    const { items, nextBefore } = listDashboardTasks(deps, {
+    const { items, nextBefore } = await listDashboardTasks(deps, {
       clientId: c.get("client").id,
       limit: PAGE_SIZE,
       beforeId: f.before,
@@ -46,8 +46,8 @@ const NOTICES: Record<string, string> = {
   canceled: "The task is canceled. It was never submitted upstream, so nothing is charged.",
 };
 
-function taskPage(deps: DashboardDeps, c: Context<DashEnv>, id: string, message?: { kind: "ok" | "error"; text: string }, status = 200) {
-  const detail = dashboardTask(deps, c.get("client").id, id);
+async function taskPage(deps: DashboardDeps, c: Context<DashEnv>, id: string, message?: { kind: "ok" | "error"; text: string }, status = 200) {
+  const detail = await dashboardTask(deps, c.get("client").id, id);
   const previews = findPreviews(detail.task.outputJson ? JSON.parse(detail.task.outputJson) : null);
   // Keep refreshing while the task runs or a delivery is still pending.
   const moving = !TERMINAL.has(detail.task.status) || detail.delivery.status === "pending";
@@ -70,10 +70,10 @@ export function registerTaskPages(app: Hono<DashEnv>, deps: DashboardDeps, auth:
   // Same rules as the API: the services decide, and their refusals (409 cannot_cancel, a task
   // without a callback) are shown on the task page with the API's status code.
   const action = (verb: "redeliver" | "cancel", run: (clientId: string, id: string) => unknown) =>
-    app.post(`/tasks/:id/${verb}`, auth, (c) => {
+    app.post(`/tasks/:id/${verb}`, auth, async (c) => {
       const id = c.req.param("id");
       try {
-        run(c.get("client").id, id);
+        await run(c.get("client").id, id);
       } catch (err) {
         if (err instanceof ApiError && err.code !== "task_not_found") return taskPage(deps, c, id, { kind: "error", text: err.message }, err.status);
         throw err;

@@ -20,9 +20,9 @@ export function parseSince(value: string): number | null {
 const localUtc = (ms: number) => new Date(ms).toISOString().slice(0, 16);
 
 export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, auth: MiddlewareHandler<DashEnv>): void {
-  const show = (c: Context<DashEnv>, extra: Partial<WebhooksView> = {}, status = 200) => {
+  const show = async (c: Context<DashEnv>, extra: Partial<WebhooksView> = {}, status = 200) => {
     const clientId = c.get("client").id;
-    const hosts = [...new Set(callbackUrls(deps, clientId).map(destinationHost))];
+    const hosts = [...new Set((await callbackUrls(deps, clientId)).map(destinationHost))];
     const view: WebhooksView = {
       csrf: c.get("session").csrfToken,
       hosts,
@@ -54,8 +54,8 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
   });
 
   app.post("/webhooks/rotate", auth, (c) =>
-    orError(c, {}, () => {
-      const rotated = deps.deliveries.rotateSecret(c.get("client").id);
+    orError(c, {}, async () => {
+      const rotated = await deps.deliveries.rotateSecret(c.get("client").id);
       return { rotated: { secret: rotated.webhook_secret, previousExpiresAt: Date.parse(rotated.previous_secret_expires_at) } };
     }),
   );
@@ -63,15 +63,13 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
   app.post("/webhooks/recover", auth, async (c) => {
     const since = parseSince(await form(c, "since"));
     if (since === null) return show(c, { error: "Give the time as YYYY-MM-DDTHH:MM (UTC)." }, 400);
-    return orError(c, {}, () => ({ recovered: deps.deliveries.recover(c.get("client").id, since).requeued }));
+    return orError(c, {}, async () => ({ recovered: (await deps.deliveries.recover(c.get("client").id, since)).requeued }));
   });
 
-  app.get("/usage", auth, (c) => {
+  app.get("/usage", auth, async (c) => {
     const clientId = c.get("client").id;
-    const usage = deps.deliveries.usage(clientId);
-    // points_reserved is being added to the usage service on main; 0 until then.
-    const reserved = (usage as { points_reserved?: number }).points_reserved ?? 0;
-    const { hours, counts } = hourlyTasks(deps, clientId);
-    return render(c, { title: "Usage", section: "usage", body: usageBody({ ...usage, points_reserved: reserved }, hours, counts) });
+    const usage = await deps.deliveries.usage(clientId);
+    const { hours, counts } = await hourlyTasks(deps, clientId);
+    return render(c, { title: "Usage", section: "usage", body: usageBody(usage, hours, counts) });
   });
 }

@@ -3,8 +3,7 @@ import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import type { Clock } from "../../clock.js";
-import type { ClientRow } from "../../db/clients.js";
-import type { SessionRow } from "../../db/dashboard.js";
+import type { ClientRow, SessionRow } from "../../store/store.js";
 import { resolveSession, SESSION_TTL_MS } from "../../services/dashboard.js";
 import type { ServiceDeps } from "../../services/deps.js";
 
@@ -63,10 +62,10 @@ export function tokensEqual(a: string | undefined, b: string | undefined): boole
 }
 
 /** The session of this request, or null; resolveSession also refuses a revoked client. */
-export function currentSession(c: Context, deps: ServiceDeps): { session: SessionRow; client: ClientRow; token: string } | null {
+export async function currentSession(c: Context, deps: ServiceDeps): Promise<{ session: SessionRow; client: ClientRow; token: string } | null> {
   const token = getCookie(c, SESSION_COOKIE);
   if (!token) return null;
-  const found = resolveSession(deps, token);
+  const found = await resolveSession(deps, token);
   return found ? { ...found, token } : null;
 }
 
@@ -76,7 +75,7 @@ export function currentSession(c: Context, deps: ServiceDeps): { session: Sessio
  */
 export function requireSession(deps: ServiceDeps, refuse: (c: Context, status: 401 | 403, message: string) => Response | Promise<Response>): MiddlewareHandler<DashEnv> {
   return async (c, next) => {
-    const found = currentSession(c, deps);
+    const found = await currentSession(c, deps);
     if (!found) {
       if (c.req.method === "GET" || c.req.method === "HEAD") return c.redirect("/dashboard", 303);
       return refuse(c, 401, "Your session has ended. Sign in again.");

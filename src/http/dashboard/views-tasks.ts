@@ -1,5 +1,5 @@
 import { html } from "hono/html";
-import { TASK_STATUSES } from "../../db/schema.js";
+import { TASK_STATUSES } from "../../statuses.js";
 import type { TaskDetail, TaskListItem, TimelineEntry } from "../../services/dashboard.js";
 import { badge, csrfField, duration, notice, time, type Html } from "./layout.js";
 import { isWebUrl, type Preview } from "./previews.js";

@@ -1,6 +1,6 @@
 import { html } from "hono/html";
-import type { HourlyCount } from "../../db/dashboard.js";
-import { TASK_STATUSES } from "../../db/schema.js";
+import type { HourlyCount } from "../../store/store.js";
+import { TASK_STATUSES } from "../../statuses.js";
 import type { Html } from "./layout.js";
 
 export interface UsageView {

@@ -54,7 +54,7 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       request: { params: TaskIdParam },
       responses: { 200: { description: "Attempts, oldest first", content: json(z.object({ data: z.array(AttemptSchema) })) }, ...errorResponses(400, 401, 404) },
     }),
-    (c) => c.json({ data: deliveries.listAttempts(c.get("client").id, c.req.valid("param").id) }, 200),
+    async (c) => c.json({ data: await deliveries.listAttempts(c.get("client").id, c.req.valid("param").id) }, 200),
   );
 
   app.openapi(
@@ -73,7 +73,7 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
         ...errorResponses(400, 401, 404),
       },
     }),
-    (c) => c.json({ data: deliveries.redeliver(c.get("client").id, c.req.valid("param").id) }, 202),
+    async (c) => c.json({ data: await deliveries.redeliver(c.get("client").id, c.req.valid("param").id) }, 202),
   );
 
   app.openapi(
@@ -106,7 +106,7 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
         ...errorResponses(401),
       },
     }),
-    (c) => c.json({ data: deliveries.rotateSecret(c.get("client").id) }, 200),
+    async (c) => c.json({ data: await deliveries.rotateSecret(c.get("client").id) }, 200),
   );
 
   app.openapi(
@@ -128,9 +128,9 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
         ...errorResponses(400, 401),
       },
     }),
-    (c) => {
+    async (c) => {
       const q = c.req.valid("query");
-      return c.json(deliveries.listEvents(c.get("client").id, q.after, q.limit), 200);
+      return c.json(await deliveries.listEvents(c.get("client").id, q.after, q.limit), 200);
     },
   );
 
@@ -144,7 +144,7 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       request: { body: { required: true, content: json(z.object({ since: z.iso.datetime({ offset: true, error: "must be an ISO-8601 date-time" }) })) } },
       responses: { 202: { description: "How many were re-queued", content: json(z.object({ data: z.object({ requeued: z.number().int() }) })) }, ...errorResponses(400, 401, 413, 415, 422) },
     }),
-    (c) => c.json({ data: deliveries.recover(c.get("client").id, Date.parse(c.req.valid("json").since)) }, 202),
+    async (c) => c.json({ data: await deliveries.recover(c.get("client").id, Date.parse(c.req.valid("json").since)) }, 202),
   );
 
   app.openapi(
@@ -173,6 +173,6 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
         ...errorResponses(401),
       },
     }),
-    (c) => c.json({ data: deliveries.usage(c.get("client").id) }, 200),
+    async (c) => c.json({ data: await deliveries.usage(c.get("client").id) }, 200),
   );
 }

@@ -1,8 +1,7 @@
 import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
 import type { Config } from "../../config.js";
 import type { ServiceDeps } from "../../services/deps.js";
-import type { GroupCommit } from "../../db/group-commit.js";
-import { acceptTask } from "../../services/intake.js";
+import { createTask } from "../../services/intake.js";
 import { viewOf } from "../../services/tasks.js";
 import type { AppEnv } from "../context.js";
 import { errorResponses, IdempotencyHeaders, ImageGenerationBody, TaskViewSchema, VideoGenerationBody } from "../schemas.js";
@@ -39,11 +38,11 @@ function generationRoute(type: "image" | "video") {
   });
 }
 
-export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps, commits: GroupCommit): void {
+export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
   for (const type of ["image", "video"] as const) {
     app.openapi(generationRoute(type), async (c) => {
       const body = c.req.valid("json") as Record<string, unknown>;
-      const { task, replayed } = await acceptTask(deps, commits, {
+      const { task, replayed } = await createTask(deps, {
         client: c.get("client"),
         type,
         body,
@@ -51,7 +50,7 @@ export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: Service
       });
       c.header("Location", absoluteUrl(deps.config, c.req.url, `/openapi/v1/tasks/${task.id}`));
       c.header("Idempotent-Replayed", String(replayed));
-      return c.json(viewOf(deps.db, task, { withQueuePosition: false }), replayed ? 200 : 201);
+      return c.json(await viewOf(deps, task, { withQueuePosition: false }), replayed ? 200 : 201);
     });
   }
 }

@@ -3,7 +3,7 @@ import type { AppEnv } from "../context.js";
 
 export interface Readiness {
   /** Returns the problems that make the relay unready; empty when ready. */
-  check(): string[];
+  check(): Promise<string[]>;
 }
 
 const HealthSchema = z.object({ status: z.enum(["ok", "unavailable"]), problems: z.array(z.string()).optional() });
@@ -30,8 +30,8 @@ export function registerHealthRoutes(app: OpenAPIHono<AppEnv>, readiness: Readin
         503: { description: "Not ready, with the reasons", content: { "application/json": { schema: HealthSchema } } },
       },
     }),
-    (c) => {
-      const problems = readiness.check();
+    async (c) => {
+      const problems = await readiness.check();
       if (problems.length > 0) return c.json({ status: "unavailable" as const, problems }, 503);
       return c.json({ status: "ok" as const }, 200);
     },

@@ -18,7 +18,7 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       request: { params: TaskIdParam },
       responses: { 200: { description: "The task", content: taskJson }, ...errorResponses(400, 401, 404) },
     }),
-    (c) => c.json(getTaskView(deps.db, c.get("client").id, c.req.valid("param").id), 200),
+    async (c) => c.json(await getTaskView(deps, c.get("client").id, c.req.valid("param").id), 200),
   );
 
   app.openapi(
@@ -31,7 +31,7 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       request: { query: TaskListQuery },
       responses: { 200: { description: "A page of tasks", content: { "application/json": { schema: TaskListSchema } } }, ...errorResponses(400, 401) },
     }),
-    (c) => c.json(listTaskViews(deps.db, c.get("client").id, c.req.valid("query")), 200),
+    async (c) => c.json(await listTaskViews(deps, c.get("client").id, c.req.valid("query")), 200),
   );
 
   app.openapi(
@@ -45,6 +45,6 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       request: { params: TaskIdParam },
       responses: { 200: { description: "The canceled task", content: taskJson }, ...errorResponses(400, 401, 404, 409) },
     }),
-    (c) => c.json(cancelTask(deps, c.get("client").id, c.req.valid("param").id), 200),
+    async (c) => c.json(await cancelTask(deps, c.get("client").id, c.req.valid("param").id), 200),
   );
 }

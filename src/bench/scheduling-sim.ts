@@ -4,17 +4,20 @@
  * fetch, while a fake clock advances in steps. It measures what the read budget buys: reads per
  * finished task and the delay from upstream completion to the event being written, for the
  * adaptive scheduler and for naive one-read-per-task round-robin. Used by a test and `npm run bench`.
+ * (It lives under src/bench, beside nothing it measures: the harness may import the whole relay and
+ * the simulator, and nothing in the product imports it.)
  */
 import type { Clock } from "../clock.js";
 import { loadConfig } from "../config.js";
 import { openDatabase } from "../db/open.js";
+import { sqliteStore } from "../open-store.js";
 import { silentLogger } from "../logger.js";
 import { Relay } from "../relay.js";
 import { createClient } from "../services/clients.js";
 import { createTask } from "../services/intake.js";
 import type { PollStrategy } from "../workers/poller.js";
-import { createSimulator } from "./app.js";
-import type { SimulatorTimings } from "./options.js";
+import { createSimulator } from "../simulator/app.js";
+import type { SimulatorTimings } from "../simulator/options.js";
 
 export interface SchedulingScenario {
   tasks: number;
@@ -92,16 +95,17 @@ export async function runSchedulingSimulation(s: SchedulingScenario): Promise<Sc
     UPSTREAM_READS_PER_MINUTE: String(s.readsPerMinute),
     LOG_LEVEL: "silent",
   });
+  const store = sqliteStore(database);
   const relay = new Relay({
     config,
-    database,
+    store,
     clock,
     logger: silentLogger,
     upstream: { baseUrl: "http://simulator.local", apiKey: "sim-key" },
     fetch: fetchImpl,
     pollStrategy: s.strategy,
   });
-  const { client } = createClient(database.db, clock, { name: "sim" });
+  const { client } = await createClient({ store, clock }, { name: "sim" });
   const arrivals = Array.from({ length: s.tasks }, (_, i) => started + Math.floor((i * s.arrivalSpreadMs) / Math.max(1, s.tasks)));
   const videoEvery = s.videoShare > 0 ? Math.max(1, Math.round(1 / s.videoShare)) : Number.POSITIVE_INFINITY;
   let created = 0;
@@ -115,7 +119,7 @@ export async function runSchedulingSimulation(s: SchedulingScenario): Promise<Sc
       const body = video
         ? { model: "v-video", video_mode: "t2v", prompt: `simulated video ${created}`, duration: 5 }
         : { model: "flux-lite", mode: "generate", prompt: `simulated image ${created}`, count: 1 };
-      taskIds.push(createTask(relay.deps, { client, type: video ? "video" : "image", body, idempotencyKey: `sim-task-${created}` }).task.id);
+      taskIds.push((await createTask(relay.deps, { client, type: video ? "video" : "image", body, idempotencyKey: `sim-task-${created}` })).task.id);
       created++;
     }
     await relay.submitter.runOnce();

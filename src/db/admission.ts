@@ -1,7 +1,6 @@
 import { sql } from "drizzle-orm";
-import type { Db } from "../db/open.js";
-import { claimDueTasks, type TaskRow } from "../db/tasks.js";
-import type { LeaseOwner } from "./owner.js";
+import type { Db } from "./open.js";
+import { claimDueTasks, type TaskRow } from "./tasks.js";
 
 interface Candidate {
   id: string;
@@ -19,7 +18,7 @@ interface Candidate {
  */
 export function claimFairly(
   db: Db,
-  opts: { account: string; now: number; leaseMs: number; owner: LeaseOwner; limit: number },
+  opts: { account: string; now: number; leaseMs: number; token: string; limit: number },
 ): TaskRow[] {
   if (opts.limit <= 0) return [];
   const { account, now } = opts;
@@ -57,7 +56,7 @@ export function claimFairly(
     account,
     now,
     leaseMs: opts.leaseMs,
-    token: opts.owner.token(),
+    token: opts.token,
     limit: picked.length,
     ids: picked,
   });

@@ -1,0 +1,294 @@
+import type { TaskPhase, TaskStatus } from "../statuses.js";
+import type {
+  AttemptRow,
+  ClientRow,
+  EventRow,
+  HourlyCount,
+  NewAttemptRow,
+  NewClientRow,
+  NewEventRow,
+  NewSessionRow,
+  NewTaskRow,
+  SessionRow,
+  TaskRow,
+  UpstreamAccountRow,
+} from "./rows.js";
+
+export type * from "./rows.js";
+
+/**
+ * Everything the relay keeps, as domain-level atomic operations. Every method is one atomic unit
+ * (one transaction where it writes more than one row) and returns a promise, so the same callers run
+ * on SQLite (better-sqlite3: the transactions stay synchronous inside SqliteStore, which is what
+ * keeps them short) and on PostgreSQL (PgStore, with its own transactions). No caller holds a
+ * transaction open across an await: decisions that must see the state they change (the credit
+ * budget, a lease) are passed in as pure functions and run inside the operation.
+ */
+export interface Store {
+  readonly dialect: "sqlite" | "postgres";
+  readonly tasks: TaskStore;
+  readonly events: EventStore;
+  readonly clients: ClientStore;
+  readonly accounts: AccountStore;
+  readonly sessions: SessionStore;
+  readonly ops: OpsStore;
+  close(): Promise<void>;
+}
+
+/** A client's credit position: the ledger's totals, what its open tasks hold, and its limit. */
+export interface CreditPosition {
+  charged: number;
+  refunded: number;
+  reserved: number;
+  limit: number | null;
+  revoked: boolean;
+}
+
+/** The client's reservations seen from one of its waiting tasks (which is left out of every sum). */
+export interface ReservationsAround {
+  /** Held by tasks offered upstream (submitted, or an attempt counted): they come back or turn into charges. */
+  inFlight: number;
+  /** Held by waiting tasks created before this one: they go first. */
+  ahead: number;
+  /** Held by every other open task of the client. */
+  others: number;
+}
+
+export interface LedgerEntry {
+  taskId: string;
+  charged: number;
+  refunded: number;
+  at: number;
+}
+
+/** What intake's decision sees, read inside the creation's transaction. */
+export interface IntakeContext {
+  /** The client's waiting tasks (counted only when the client has a max_waiting). */
+  waiting: number;
+  /** The client's credit position (read only when the client has a credit limit). */
+  position: CreditPosition | undefined;
+  /** The learned price of the task's price key, if any. */
+  learnedPrice: number | null;
+}
+
+export interface NewTaskRequest {
+  /** The row to insert; `pointsReserved` is filled in from `admit`. */
+  row: NewTaskRow & { id: string; clientId: string; idempotencyKey: string; requestHash: string; priceKey: string };
+  /** Whether the decision needs the waiting count and the credit position (reads skipped otherwise). */
+  needs: { waiting: boolean; credit: boolean };
+  /** Decides in the transaction: returns the points to reserve, or throws (the creation is rolled back alone). */
+  admit: (ctx: IntakeContext) => number;
+}
+
+export interface CreateResult {
+  task: TaskRow;
+  replayed: boolean;
+}
+
+/** A change of a task's charge, refund and reservation, for its client's books. */
+export interface CreditChange {
+  charged: number;
+  refunded: number;
+  reserved: number;
+}
+
+/**
+ * The rules of a state change, owned by the core (src/core/transition.ts) and handed to the store
+ * when it is made: the store applies them inside its transaction, so every dialect keeps the same books.
+ */
+export interface TransitionRules {
+  /** The patch as applied to `before` (the reservation ends once the charge is known or the task is done). */
+  prepare(before: TaskRow, patch: Partial<NewTaskRow>): Partial<NewTaskRow>;
+  /** The change to the client's books, whether to learn a price, and whether waiting tasks may go again. */
+  settle(before: TaskRow, after: TaskRow): { change: CreditChange; learn: { priceKey: string; points: number } | null; wake: boolean };
+  /** The outbox event the change calls for (its feed position is taken by the store), or null. */
+  eventFor(before: TaskRow, after: TaskRow, now: number, firstAttemptDelayMs: number): Omit<NewEventRow, "clientSeq"> | null;
+}
+
+/** What a lease-guarded state change needs besides the patch. */
+export interface TransitionOptions {
+  now: number;
+  /** The caller's lease: the change applies only while it still holds (null: an operator's or API change). */
+  token: string | null;
+  /** Delay before the first delivery attempt of the event this change writes. */
+  firstAttemptDelayMs: number;
+}
+
+/** What the submission decision sees, read inside the transaction that acts on it. */
+export interface SubmissionContext {
+  task: TaskRow;
+  position: CreditPosition | undefined;
+  learnedPrice: number | null;
+  /** Read only when the client has a credit limit and the task was never offered upstream; zeros otherwise. */
+  reservations: ReservationsAround;
+}
+
+/** The submission decision's outcome: a patch to apply, and whether it is a state change (with its event and credits). */
+export type SubmissionStep<K extends string = string> = { kind: K; patch: Partial<NewTaskRow>; transition: boolean };
+
+export interface ClaimOptions {
+  now: number;
+  leaseMs: number;
+  token: string;
+  limit: number;
+}
+
+export interface InFlightTask {
+  id: string;
+  upstreamTaskId: string | null;
+  status: TaskStatus;
+  submittedAt: number | null;
+}
+
+export interface TaskListQuery {
+  clientId: string;
+  limit: number;
+  /** Exclusive upper bound: ids are time-ordered, so "older than this id" pages newest first. */
+  beforeId?: string | undefined;
+  type?: "image" | "video" | undefined;
+  status?: TaskStatus | undefined;
+  /** A relay or upstream task id, or a metadata value (the dashboard's search). */
+  search?: string | undefined;
+}
+
+export interface SupportTaskQuery {
+  clientId?: string | undefined;
+  status?: TaskStatus | undefined;
+  limit: number;
+}
+
+export interface TaskStore {
+  /** Intake: the caller's idempotency, the client's caps and credit budget, and the insert, atomically. */
+  create(req: NewTaskRequest): Promise<CreateResult>;
+  /**
+   * The one state change: the patch (only while `token` holds), the credit books (reservation ended
+   * once charged or done, ledger, learned price, waiting tasks woken when room comes back) and the
+   * outbox event the new status calls for, in one transaction. Undefined when the task is gone or
+   * the lease no longer holds.
+   */
+  transition(task: TaskRow, patch: Partial<NewTaskRow>, opts: TransitionOptions): Promise<TaskRow | undefined>;
+  /** A patch with no state change (rescheduling, counters, lease release), only while `token` holds. */
+  reschedule(id: string, token: string, patch: Partial<NewTaskRow>): Promise<TaskRow | undefined>;
+  /** Reads the submission context, asks `decide`, and applies its step, in one transaction; null when the lease is lost. */
+  beginSubmission<K extends string>(
+    id: string,
+    token: string,
+    decide: (ctx: SubmissionContext) => SubmissionStep<K>,
+    opts: TransitionOptions,
+  ): Promise<{ kind: K; task: TaskRow } | null>;
+  /** Reads the task and applies `decide`'s patch as a transition, in one transaction (cancel: the rules need the current row). */
+  decideAndTransition(id: string, clientId: string | null, decide: (task: TaskRow) => Partial<NewTaskRow> | null, opts: TransitionOptions): Promise<{ before: TaskRow; after: TaskRow } | null>;
+
+  find(id: string): Promise<TaskRow | undefined>;
+  /** A client's task, or undefined for an unknown id or another client's task (the two must look the same). */
+  findOfClient(clientId: string, id: string): Promise<TaskRow | undefined>;
+  /** Tasks whose relay id or upstream id is `id` (the operator's lookup). */
+  findByAnyId(id: string): Promise<TaskRow[]>;
+  list(q: TaskListQuery): Promise<TaskRow[]>;
+  listForSupport(q: SupportTaskQuery): Promise<TaskRow[]>;
+  /** Waiting tasks of the account created before this one: its queue position - 1. */
+  waitingAhead(account: string, id: string): Promise<number>;
+  /** A client's waiting tasks never offered upstream and not leased (revocation cancels them). */
+  unsubmittedOfClient(clientId: string, now: number): Promise<TaskRow[]>;
+  countsOfClient(clientId: string): Promise<Record<string, number>>;
+  hourlyCounts(clientId: string, since: number): Promise<HourlyCount[]>;
+  recentCallbackUrls(clientId: string): Promise<string[]>;
+
+  /** Round-robin across the account's clients (each client's oldest first, clients at their running cap skipped), claimed under a lease. */
+  claimFairly(account: string, opts: ClaimOptions): Promise<TaskRow[]>;
+  claimDue(phase: TaskPhase, account: string, opts: ClaimOptions): Promise<TaskRow[]>;
+  /** Claims the given tasks of a phase, due or not, that no one else holds. */
+  claimIds(ids: string[], phase: TaskPhase, opts: Omit<ClaimOptions, "limit">): Promise<TaskRow[]>;
+  /** Waiting tasks past their expiry never offered upstream, due or not. */
+  claimExpired(opts: ClaimOptions): Promise<TaskRow[]>;
+  /** Earliest next_run_at among unleased tasks of a phase, or a lease's expiry when sooner. */
+  nextDueAt(phase: TaskPhase, now: number): Promise<number | null>;
+  nextExpiryAt(): Promise<number | null>;
+  accountsWithDue(phase: TaskPhase, now: number): Promise<string[]>;
+  accountsInFlight(): Promise<string[]>;
+  countRunning(account: string): Promise<number>;
+  listInFlight(account: string): Promise<InFlightTask[]>;
+
+  /** Removes finished tasks (with their events and attempts) older than `before`, one batch. */
+  pruneFinished(before: number, batch: number): Promise<number>;
+}
+
+export interface EventClaimOptions extends ClaimOptions {
+  /** Delivery keys (`client_id|host`) left alone: at their cap or with a breaker trial out. */
+  excludeKeys: string[];
+  /** At most this many events per delivery key in this claim (the rest of its cap). */
+  keyRoom: (key: string) => number;
+}
+
+export interface EventStore {
+  /** Pending, due, unleased events, each task's in order, per-key room respected; claimed under a lease. */
+  claimDue(opts: EventClaimOptions): Promise<EventRow[]>;
+  nextDueAt(opts: { now: number; excludeKeys: string[] }): Promise<number | null>;
+  /** One attempt and the event's new state, only while `token` holds (group-committed where the store can). */
+  recordAttempt(eventId: string, token: string, attempt: NewAttemptRow, patch: Partial<NewEventRow>): Promise<void>;
+  /** A patch of a leased event (released untouched, or pushed to a breaker's trial). */
+  updateLeased(eventId: string, token: string, patch: Partial<NewEventRow>): Promise<void>;
+  /** The key's circuit opened: its pending events move to `until`. */
+  postponeKey(clientId: string, host: string, until: number, now: number): Promise<number>;
+  /** The task's last event queued again (same webhook-id and body); its in-flight attempt can no longer record over it. */
+  requeueLastOfTask(taskId: string, now: number): Promise<EventRow | undefined>;
+  /** A client's failed events since `since` queued again. */
+  requeueFailed(clientId: string, since: number, now: number): Promise<number>;
+  find(id: string): Promise<EventRow | undefined>;
+  lastOfTask(taskId: string): Promise<EventRow | undefined>;
+  lastOfTasks(taskIds: string[]): Promise<Map<string, EventRow>>;
+  ofTask(taskId: string): Promise<EventRow[]>;
+  attemptsOfTask(taskId: string): Promise<AttemptRow[]>;
+  /** The client's pull feed after a position, oldest first. */
+  feed(clientId: string, afterPos: number, limit: number): Promise<EventRow[]>;
+  /** The client's feed position of an old relay-wide cursor. */
+  clientSeqAtOrBefore(clientId: string, seq: number): Promise<number>;
+}
+
+export interface ClientStore {
+  insert(row: NewClientRow): Promise<ClientRow>;
+  find(id: string): Promise<ClientRow | undefined>;
+  findByKeyHash(apiKeyHash: string): Promise<ClientRow | undefined>;
+  list(): Promise<ClientRow[]>;
+  update(id: string, patch: Partial<NewClientRow>): Promise<ClientRow | undefined>;
+  /** Reads the client and applies `change`'s patch in one transaction (secret rotation). */
+  updateWith<T>(id: string, change: (client: ClientRow) => { patch: Partial<NewClientRow>; result: T }): Promise<{ client: ClientRow; result: T } | undefined>;
+  markAdmitted(id: string, at: number): Promise<void>;
+  creditPosition(id: string): Promise<CreditPosition | undefined>;
+  ledger(id: string): Promise<LedgerEntry[]>;
+}
+
+export interface AccountStore {
+  state(account: string): Promise<UpstreamAccountRow | undefined>;
+  updateState(account: string, patch: Partial<Omit<UpstreamAccountRow, "id" | "updatedAt">>, now: number): Promise<void>;
+  /** Records one read before it is made (the read budget's durable log). */
+  recordRead(account: string, at: number): Promise<void>;
+  readsSince(account: string, since: number): Promise<number[]>;
+  pruneReads(account: string, before: number): Promise<void>;
+  durationSamples(type: string, model: string): Promise<number[]>;
+  saveDurationSamples(type: string, model: string, samples: number[], now: number): Promise<void>;
+}
+
+export interface SessionStore {
+  /** Deletes ended sessions and inserts the new one. */
+  open(row: NewSessionRow, now: number): Promise<void>;
+  find(tokenHash: string): Promise<SessionRow | undefined>;
+  touch(tokenHash: string, now: number): Promise<void>;
+  revoke(tokenHash: string, now: number): Promise<void>;
+}
+
+export interface GaugeCounts {
+  tasksByStatus: { status: string; n: number }[];
+  tasksByAccountPhase: { account: string; phase: string; n: number }[];
+  eventsByStatus: { status: string; n: number }[];
+}
+
+export interface OpsStore {
+  /** What a dead process left (single-process store): every lease released; events before destination_host get theirs. */
+  recover(destinationHost: (url: string) => string): Promise<number>;
+  /** Releases the leases this process holds (graceful shutdown). */
+  releaseLeases(ownerPrefix: string): Promise<number>;
+  /** A real write of a few KiB, rolled back: null when storage takes writes, else why not. */
+  probeWrite(now: number): Promise<string | null>;
+  gauges(): Promise<GaugeCounts>;
+}
