@@ -1,15 +1,8 @@
 import { and, eq, sql } from "drizzle-orm";
+import type { CreditPosition, LedgerEntry, ReservationsAround } from "../store/store.js";
 import type { DbOrTx } from "./tx.js";
 import { clients, creditLedger, learnedPrices, tasks } from "./schema.js";
 
-/** A client's credit position: the ledger's totals, what its open tasks hold, and its limit. */
-export interface CreditPosition {
-  charged: number;
-  refunded: number;
-  reserved: number;
-  limit: number | null;
-  revoked: boolean;
-}
 
 export function creditPosition(db: DbOrTx, clientId: string): CreditPosition | undefined {
   const row = db
@@ -64,14 +57,6 @@ export function learnPrice(db: DbOrTx, priceKey: string, points: number, at: num
     .run();
 }
 
-export interface ReservationsAround {
-  /** Held by tasks offered upstream (submitted, or an attempt counted): they come back or turn into charges. */
-  inFlight: number;
-  /** Held by waiting tasks created before this one: they go first. */
-  ahead: number;
-  /** Held by every other open task of the client. */
-  others: number;
-}
 
 /** The client's reservations seen from one of its waiting tasks (which is left out of every sum). */
 export function reservationsAround(db: DbOrTx, clientId: string, taskId: string): ReservationsAround {
@@ -88,12 +73,6 @@ export function reservationsAround(db: DbOrTx, clientId: string, taskId: string)
   return { inFlight: row?.inFlight ?? 0, ahead: row?.ahead ?? 0, others: row?.others ?? 0 };
 }
 
-export interface LedgerEntry {
-  taskId: string;
-  charged: number;
-  refunded: number;
-  at: number;
-}
 
 export function ledgerOf(db: DbOrTx, clientId: string): LedgerEntry[] {
   return db

@@ -1,4 +1,5 @@
 import { and, desc, eq, gte, isNotNull, isNull, lt, or, sql, type SQL } from "drizzle-orm";
+import type { TaskListQuery } from "../store/store.js";
 import type { DbOrTx } from "./tx.js";
 import { dashboardSessions, tasks, type TaskStatus } from "./schema.js";
 import type { TaskRow } from "./tasks.js";
@@ -39,21 +40,12 @@ export function deleteEndedSessions(db: DbOrTx, now: number): number {
     .run().changes;
 }
 
-export interface DashboardTaskQuery {
-  clientId: string;
-  limit: number;
-  beforeId?: string | undefined;
-  type?: "image" | "video" | undefined;
-  status?: TaskStatus | undefined;
-  /** A relay id, an upstream id, or a metadata value; matched exactly. */
-  search?: string | undefined;
-}
 
 /**
  * Newest first. The search walks the client's metadata with json_each: no index serves it, which
  * is acceptable for a person typing into a search box, bounded by the client's own tasks.
  */
-export function searchClientTasks(db: DbOrTx, q: DashboardTaskQuery): TaskRow[] {
+export function searchClientTasks(db: DbOrTx, q: TaskListQuery): TaskRow[] {
   const conditions: SQL[] = [eq(tasks.clientId, q.clientId)];
   if (q.beforeId) conditions.push(lt(tasks.id, q.beforeId));
   if (q.type) conditions.push(eq(tasks.type, q.type));

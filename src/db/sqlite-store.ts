@@ -75,6 +75,7 @@ import { taskCounts } from "./usage.js";
 import { and, eq } from "drizzle-orm";
 
 const NO_RESERVATIONS = { inFlight: 0, ahead: 0, others: 0 };
+const RELEASED = { claimToken: null, claimedUntil: null } as const;
 
 /**
  * The state change of TaskStore.transition inside the caller's transaction (or its own statement
@@ -174,10 +175,10 @@ export class SqliteStore implements Store {
       recordAttempt: (eventId, token, attempt, patch) =>
         this.attemptCommits.run((tx) => {
           insertAttempt(tx, attempt);
-          updateLeasedEvent(tx, eventId, token, patch);
+          updateLeasedEvent(tx, eventId, token, { ...patch, ...RELEASED });
         }),
-      updateLeased: async (eventId, token, patch) => {
-        updateLeasedEvent(db, eventId, token, patch);
+      release: async (eventId, token, patch) => {
+        updateLeasedEvent(db, eventId, token, { ...patch, ...RELEASED });
       },
       postponeKey: async (clientId, host, until, now) => postponeKeyEvents(db, clientId, host, until, now),
       requeueLastOfTask: async (taskId, now) =>

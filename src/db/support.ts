@@ -1,7 +1,8 @@
 import { and, asc, desc, eq, type SQL } from "drizzle-orm";
+import type { SupportTaskQuery } from "../store/store.js";
 import type { DbOrTx } from "./tx.js";
 import type { EventRow } from "./events.js";
-import { events, tasks, type TaskStatus } from "./schema.js";
+import { events, tasks } from "./schema.js";
 import type { TaskRow } from "./tasks.js";
 
 /**
@@ -20,11 +21,6 @@ export function findTasksByAnyId(db: DbOrTx, id: string): TaskRow[] {
   return db.select().from(tasks).where(eq(tasks.upstreamTaskId, id)).orderBy(asc(tasks.id)).all();
 }
 
-export interface SupportTaskQuery {
-  clientId?: string | undefined;
-  status?: TaskStatus | undefined;
-  limit: number;
-}
 
 /** Tasks newest first (ids are time-ordered), optionally of one client and one status. */
 export function listTasksForSupport(db: DbOrTx, q: SupportTaskQuery): TaskRow[] {

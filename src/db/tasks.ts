@@ -1,7 +1,8 @@
-import { and, asc, desc, eq, getTableColumns, gt, gte, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
+import { and, asc, eq, getTableColumns, gt, gte, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
 import type { Db } from "./open.js";
+import type { InFlightTask } from "../store/store.js";
 import type { DbOrTx } from "./tx.js";
-import { clients, tasks, type TaskPhase, type TaskStatus } from "./schema.js";
+import { clients, tasks, type TaskPhase } from "./schema.js";
 
 export type TaskRow = typeof tasks.$inferSelect;
 export type NewTaskRow = typeof tasks.$inferInsert;
@@ -71,28 +72,7 @@ export function findClientTask(db: DbOrTx, clientId: string, id: string): TaskRo
     .get();
 }
 
-export interface TaskListQuery {
-  clientId: string;
-  limit: number;
-  /** Exclusive upper bound: ids are time-ordered, so "older than this id" pages newest first. */
-  beforeId?: string | undefined;
-  type?: "image" | "video" | undefined;
-  status?: TaskStatus | undefined;
-}
 
-export function listClientTasks(db: DbOrTx, q: TaskListQuery): TaskRow[] {
-  const conditions: SQL[] = [eq(tasks.clientId, q.clientId)];
-  if (q.beforeId) conditions.push(lt(tasks.id, q.beforeId));
-  if (q.type) conditions.push(eq(tasks.type, q.type));
-  if (q.status) conditions.push(eq(tasks.status, q.status));
-  return db
-    .select()
-    .from(tasks)
-    .where(and(...conditions))
-    .orderBy(desc(tasks.id))
-    .limit(q.limit)
-    .all();
-}
 
 /**
  * Updates a task only while the caller's lease holds (token matches), so a worker whose
@@ -292,12 +272,6 @@ export function releaseTaskLeases(db: Db, ownerPrefix: string): number {
     .run().changes;
 }
 
-export interface InFlightTask {
-  id: string;
-  upstreamTaskId: string | null;
-  status: TaskStatus;
-  submittedAt: number | null;
-}
 
 /** The in-flight tasks of an account, narrow rows (a list sweep compares them with what it read). */
 export function listInFlight(db: Db, account: string): InFlightTask[] {

@@ -224,10 +224,10 @@ export interface EventStore {
   /** Pending, due, unleased events, each task's in order, per-key room respected; claimed under a lease. */
   claimDue(opts: EventClaimOptions): Promise<EventRow[]>;
   nextDueAt(opts: { now: number; excludeKeys: string[] }): Promise<number | null>;
-  /** One attempt and the event's new state, only while `token` holds (group-committed where the store can). */
+  /** One attempt and the event's new state, only while `token` holds, lease released (group-committed where the store can). */
   recordAttempt(eventId: string, token: string, attempt: NewAttemptRow, patch: Partial<NewEventRow>): Promise<void>;
-  /** A patch of a leased event (released untouched, or pushed to a breaker's trial). */
-  updateLeased(eventId: string, token: string, patch: Partial<NewEventRow>): Promise<void>;
+  /** A patch of a leased event, only while `token` holds, and its lease released. */
+  release(eventId: string, token: string, patch: Partial<NewEventRow>): Promise<void>;
   /** The key's circuit opened: its pending events move to `until`. */
   postponeKey(clientId: string, host: string, until: number, now: number): Promise<number>;
   /** The task's last event queued again (same webhook-id and body); its in-flight attempt can no longer record over it. */

@@ -1,12 +1,11 @@
 import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
-import { newId } from "../ids.js";
 import type { Logger } from "../logger.js";
-import type { ClientRow, EventRow, NewEventRow, Store } from "../store/store.js";
+import { DeliveryLifecycle } from "../core/delivery.js";
+import type { ClientRow, EventRow, Store } from "../store/store.js";
 import { activeSecrets } from "../services/clients.js";
 import { breakerOutcome, CircuitBreakers, type BreakerOptions, type BreakerTransition, type Permit } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
-import { retryDelayMs } from "../webhooks/schedule.js";
 import { sendResult, type SendResult, type WebhookSender } from "../webhooks/sender.js";
 import { webhookHeaders } from "../webhooks/sign.js";
 import type { TickResult } from "./loop.js";
@@ -60,8 +59,10 @@ export class Dispatcher {
   onSettled: () => void = () => {};
 
   private claiming: Promise<Promise<void>[]> | null = null;
+  private readonly events: DeliveryLifecycle;
 
   constructor(private readonly opts: DispatcherOptions) {
+    this.events = new DeliveryLifecycle({ store: opts.store, clock: opts.clock, retryScheduleMs: opts.config.webhookRetryScheduleMs, ...(opts.random ? { random: opts.random } : {}) });
     this.maxInFlight = opts.maxInFlight ?? 64;
     this.maxPerHost = Math.max(1, opts.maxPerHost ?? 8);
     this.breakers = new CircuitBreakers(opts.clock, opts.breaker);
@@ -166,11 +167,7 @@ export class Dispatcher {
    * spelling the claim's SQL filter did not recognise): the lease is handed back untouched.
    */
   private start(event: EventRow, client: ClientRow | undefined): Promise<void> | null {
-    const { store, clock } = this.opts;
-    const token = event.claimToken!;
-    if (!client || !event.callbackUrl) {
-      return store.events.updateLeased(event.id, token, { deliveryStatus: "failed", failedAt: clock.now(), lastError: "no callback_url", claimToken: null, claimedUntil: null });
-    }
+    if (!client || !event.callbackUrl) return this.events.fail(event, "no callback_url");
     const size = Buffer.byteLength(event.payload, "utf8");
     if (size > MAX_PAYLOAD_BYTES) return this.refuseOversized(event, size);
 
@@ -179,8 +176,7 @@ export class Dispatcher {
     if (!permit) {
       // An event due while its key's circuit is open (written after it opened): it waits for the
       // trial like the others. At the cap, or with the trial out: handed back untouched.
-      const until = this.breakers.openUntil(key);
-      store.events.updateLeased(event.id, token, { claimToken: null, claimedUntil: null, ...(until !== null ? { nextAttemptAt: until } : {}) }).catch((err: unknown) => {
+      this.events.release(event, this.breakers.openUntil(key)).catch((err: unknown) => {
         this.opts.logger.error({ err, event_id: event.id }, "releasing an event lease failed; it expires on its own");
       });
       return null;
@@ -217,9 +213,8 @@ export class Dispatcher {
 
   /** Records a failed attempt without sending: the body is over MAX_PAYLOAD_BYTES and would be every time. */
   private async refuseOversized(event: EventRow, size: number): Promise<void> {
-    const now = this.opts.clock.now();
     const result = sendResult({ error: `payload too large: ${size} bytes, the limit is ${MAX_PAYLOAD_BYTES}; not sent` });
-    await this.record(event, now, result, "too_large", { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null });
+    await this.record(event, this.opts.clock.now(), result, true);
   }
 
   private async deliver(event: EventRow, client: ClientRow, permit: Permit): Promise<void> {
@@ -239,66 +234,16 @@ export class Dispatcher {
       throw err;
     }
     const transition = this.breakers.record(permit, breakerOutcome(result));
-    const now = clock.now();
-    const roundAttempts = event.roundAttempts + 1;
-    const patch: Partial<NewEventRow> = {};
-    let outcome: string;
-    if (result.ok) {
-      Object.assign(patch, { deliveryStatus: "succeeded", deliveredAt: now, nextAttemptAt: null });
-      outcome = "delivered";
-    } else if (result.gone) {
-      // 410 Gone: the receiver asked us to stop; the event stays redeliverable by hand.
-      Object.assign(patch, { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null });
-      outcome = "gone";
-    } else {
-      const scheduled = retryDelayMs(config.webhookRetryScheduleMs, roundAttempts, this.opts.random);
-      if (scheduled === null) {
-        Object.assign(patch, { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null });
-        outcome = "exhausted";
-      } else {
-        const delay = Math.max(scheduled, result.retryAfterMs ?? 0);
-        Object.assign(patch, { nextAttemptAt: now + delay });
-        outcome = "retry";
-      }
-    }
-    await this.record(event, startedAt, result, outcome, patch);
+    await this.record(event, startedAt, result);
     if (transition) await this.onTransition(transition);
   }
 
-  /** Writes the attempt and the event's new state together, guarded by the lease; one log line per attempt. */
-  private async record(event: EventRow, startedAt: number, result: SendResult, outcome: string, patch: Partial<NewEventRow>): Promise<void> {
+  /** Writes the attempt and the event's new state together (DeliveryLifecycle.recordAttempt); one log line per attempt. */
+  private async record(event: EventRow, startedAt: number, result: SendResult, refused = false): Promise<void> {
     const { logger } = this.opts;
     const attempts = event.attempts + 1;
-    const full: Partial<NewEventRow> = {
-      attempts,
-      roundAttempts: event.roundAttempts + 1,
-      lastAttemptAt: startedAt,
-      lastStatusCode: result.statusCode,
-      lastError: result.error,
-      claimToken: null,
-      claimedUntil: null,
-      ...patch,
-    };
     // Group-committed by the store: attempts settling together share one transaction and one fsync.
-    await this.opts.store.events.recordAttempt(
-      event.id,
-      event.claimToken!,
-      {
-        id: newId("att", startedAt),
-        eventId: event.id,
-        taskId: event.taskId,
-        clientId: event.clientId,
-        eventType: event.type,
-        url: event.callbackUrl!,
-        attemptedAt: startedAt,
-        statusCode: result.statusCode,
-        latencyMs: Math.round(result.latencyMs),
-        outcome: result.ok ? "succeeded" : result.blocked ? "blocked" : "failed",
-        error: result.error,
-        responseBody: result.responseBody,
-      },
-      full,
-    );
+    const { outcome } = refused ? await this.events.refuse(event, result) : await this.events.recordAttempt(event, startedAt, result);
     this.opts.onAttempt?.(event, result);
     logger.info(
       {

@@ -1,0 +1,81 @@
+import type { Clock } from "../clock.js";
+import { newId } from "../ids.js";
+import type { EventRow, NewEventRow, Store } from "../store/store.js";
+import { retryDelayMs } from "../webhooks/schedule.js";
+import type { SendResult } from "../webhooks/sender.js";
+
+/** What became of an event after one attempt: the log's outcome word and the event's new state. */
+export interface AttemptOutcome {
+  outcome: "delivered" | "gone" | "retry" | "exhausted" | "too_large";
+  patch: Partial<NewEventRow>;
+}
+
+/**
+ * The event state machine after an attempt: delivered (2xx), stopped by the receiver (410, still
+ * redeliverable by hand), retried on WEBHOOK_RETRY_SCHEDULE (a longer Retry-After wins), or
+ * failed once the schedule is spent.
+ */
+export function attemptOutcome(event: EventRow, result: SendResult, now: number, scheduleMs: number[], random?: () => number): AttemptOutcome {
+  if (result.ok) return { outcome: "delivered", patch: { deliveryStatus: "succeeded", deliveredAt: now, nextAttemptAt: null } };
+  if (result.gone) return { outcome: "gone", patch: { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null } };
+  const scheduled = retryDelayMs(scheduleMs, event.roundAttempts + 1, random);
+  if (scheduled === null) return { outcome: "exhausted", patch: { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null } };
+  return { outcome: "retry", patch: { nextAttemptAt: now + Math.max(scheduled, result.retryAfterMs ?? 0) } };
+}
+
+/**
+ * Every state change of an outbox event, as verbs: each writes under the claim's lease and hands the
+ * lease back (the store releases it with the write), so the dispatcher never builds one by hand.
+ */
+export class DeliveryLifecycle {
+  constructor(private readonly deps: { store: Store; clock: Clock; retryScheduleMs: number[]; random?: () => number }) {}
+
+  /** One attempt made (or refused without sending): its row, and the event's next state, together. */
+  async recordAttempt(event: EventRow, startedAt: number, result: SendResult, decided?: AttemptOutcome): Promise<AttemptOutcome> {
+    const now = this.deps.clock.now();
+    const next = decided ?? attemptOutcome(event, result, now, this.deps.retryScheduleMs, this.deps.random);
+    await this.deps.store.events.recordAttempt(
+      event.id,
+      event.claimToken!,
+      {
+        id: newId("att", startedAt),
+        eventId: event.id,
+        taskId: event.taskId,
+        clientId: event.clientId,
+        eventType: event.type,
+        url: event.callbackUrl!,
+        attemptedAt: startedAt,
+        statusCode: result.statusCode,
+        latencyMs: Math.round(result.latencyMs),
+        outcome: result.ok ? "succeeded" : result.blocked ? "blocked" : "failed",
+        error: result.error,
+        responseBody: result.responseBody,
+      },
+      {
+        attempts: event.attempts + 1,
+        roundAttempts: event.roundAttempts + 1,
+        lastAttemptAt: startedAt,
+        lastStatusCode: result.statusCode,
+        lastError: result.error,
+        ...next.patch,
+      },
+    );
+    return next;
+  }
+
+  /** An attempt refused before the wire for good (a body over the size limit would be refused every time): recorded, and the event failed. */
+  refuse(event: EventRow, result: SendResult): Promise<AttemptOutcome> {
+    const now = this.deps.clock.now();
+    return this.recordAttempt(event, now, result, { outcome: "too_large", patch: { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null } });
+  }
+
+  /** Ends an event without an attempt on the wire (nothing to send it to). */
+  fail(event: EventRow, reason: string): Promise<void> {
+    return this.deps.store.events.release(event.id, event.claimToken!, { deliveryStatus: "failed", failedAt: this.deps.clock.now(), lastError: reason });
+  }
+
+  /** Hands a claimed event back untouched, or moved to `until` (its key's breaker trial). */
+  release(event: EventRow, until: number | null): Promise<void> {
+    return this.deps.store.events.release(event.id, event.claimToken!, until !== null ? { nextAttemptAt: until } : {});
+  }
+}
