@@ -76,6 +76,10 @@ const EnvSchema = z
     PORT: int(0, 65535).default(8080),
     HOST: z.string().min(1).default("127.0.0.1"),
     DATABASE_PATH: z.string().min(1).default("./data/genrelay.db"),
+    DATABASE_URL: z
+      .string()
+      .regex(/^postgres(ql)?:\/\/./, "must be a postgres:// (or postgresql://) connection URL")
+      .optional(),
     UPSTREAM_BASE_URL: url.optional(),
     UPSTREAM_API_KEY: z.string().min(1).optional(),
     UPSTREAM_READS_PER_MINUTE: int(1, 100_000).default(100),
@@ -103,6 +107,8 @@ export interface Config {
   port: number;
   host: string;
   databasePath: string;
+  /** PostgreSQL connection URL (several instances share it); null: the SQLite file at databasePath. */
+  databaseUrl: string | null;
   /** null: sandbox mode, the built-in simulator plays the upstream. */
   upstreamBaseUrl: string | null;
   upstreamApiKey: string | null;
@@ -155,6 +161,7 @@ function toConfig(env: Env): Config {
     port: env.PORT,
     host: env.HOST,
     databasePath: env.DATABASE_PATH,
+    databaseUrl: env.DATABASE_URL ?? null,
     upstreamBaseUrl: env.UPSTREAM_BASE_URL ?? null,
     upstreamApiKey: env.UPSTREAM_API_KEY ?? null,
     upstreamReadsPerMinute: env.UPSTREAM_READS_PER_MINUTE,

@@ -139,6 +139,8 @@ export class Relay {
    */
   async start(): Promise<void> {
     await this.recover();
+    // Other instances sharing the store wake these loops when they write what the loops act on.
+    await this.opts.store.ops.listen((target) => this.deps.nudges[target]());
     for (const loop of this.loops) loop.start();
   }
 

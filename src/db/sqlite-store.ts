@@ -219,7 +219,12 @@ export class SqliteStore implements Store {
     this.accounts = {
       state: async (account) => getAccountState(db, account),
       updateState: async (account, patch, now) => upsertAccountState(db, account, patch, now),
-      recordRead: async (account, at) => recordRead(db, account, at),
+      takeRead: async (account, at, limit, windowMs) =>
+        db.transaction((tx) => {
+          if (readsSince(tx, account, at - windowMs).length >= limit) return false;
+          recordRead(tx, account, at);
+          return true;
+        }),
       readsSince: async (account, since) => readsSince(db, account, since),
       pruneReads: async (account, before) => pruneReads(db, account, before),
       durationSamples: async (type, model) => {
@@ -247,6 +252,8 @@ export class SqliteStore implements Store {
     };
 
     this.ops = {
+      leads: async () => true,
+      listen: async () => {},
       recover: async (hostOf) => {
         const released = releaseAllTaskLeases(db) + releaseAllEventLeases(db);
         for (const url of eventsWithoutDestination(db)) setDestination(db, url, hostOf(url));

@@ -1,5 +1,6 @@
 import { and, eq, gt, lt } from "drizzle-orm";
 import type { Db } from "./open.js";
+import type { DbOrTx } from "./tx.js";
 import { upstreamAccounts, upstreamReads } from "./schema.js";
 
 export type UpstreamAccountRow = typeof upstreamAccounts.$inferSelect;
@@ -15,11 +16,11 @@ export function upsertAccountState(db: Db, id: string, patch: Partial<typeof ups
     .run();
 }
 
-export function recordRead(db: Db, account: string, at: number): void {
+export function recordRead(db: DbOrTx, account: string, at: number): void {
   db.insert(upstreamReads).values({ account, at }).run();
 }
 
-export function readsSince(db: Db, account: string, since: number): number[] {
+export function readsSince(db: DbOrTx, account: string, since: number): number[] {
   return db
     .select({ at: upstreamReads.at })
     .from(upstreamReads)

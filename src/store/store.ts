@@ -216,8 +216,13 @@ export interface TaskStore {
 export interface EventClaimOptions extends ClaimOptions {
   /** Delivery keys (`client_id|host`) left alone: at their cap or with a breaker trial out. */
   excludeKeys: string[];
-  /** At most this many events per delivery key in this claim (the rest of its cap). */
+  /** At most this many events per delivery key in this claim (the rest of this process's cap and the breaker's allowance). */
   keyRoom: (key: string) => number;
+  /**
+   * The per-key cap across every process sharing the store: a store shared by several instances
+   * counts the key's leased events and claims no more than the rest (SQLite: one process, keyRoom says it all).
+   */
+  maxPerKey: number;
 }
 
 export interface EventStore {
@@ -261,8 +266,11 @@ export interface ClientStore {
 export interface AccountStore {
   state(account: string): Promise<UpstreamAccountRow | undefined>;
   updateState(account: string, patch: Partial<Omit<UpstreamAccountRow, "id" | "updatedAt">>, now: number): Promise<void>;
-  /** Records one read before it is made (the read budget's durable log). */
-  recordRead(account: string, at: number): Promise<void>;
+  /**
+   * Takes one read of the account's budget if fewer than `limit` were taken in the `windowMs`
+   * before `at`, and records it, atomically across every process sharing the store. False: none left.
+   */
+  takeRead(account: string, at: number, limit: number, windowMs: number): Promise<boolean>;
   readsSince(account: string, since: number): Promise<number[]>;
   pruneReads(account: string, before: number): Promise<void>;
   durationSamples(type: string, model: string): Promise<number[]>;
@@ -283,8 +291,22 @@ export interface GaugeCounts {
   eventsByStatus: { status: string; n: number }[];
 }
 
+/** The worker loops a change concerns, for the other processes sharing the store. */
+export type NudgeTarget = "submitter" | "poller" | "dispatcher";
+
 export interface OpsStore {
-  /** What a dead process left (single-process store): every lease released; events before destination_host get theirs. */
+  /**
+   * Whether this process leads the upstream account: runs its submissions and polling. One leader
+   * per account across the processes sharing the store (always true on SQLite: one process).
+   * Checked before each tick; leadership is lost with the process (or its connection).
+   */
+  leads(account: string): Promise<boolean>;
+  /** Wakes this process's loops when another process writes what they act on (a no-op on SQLite). */
+  listen(nudge: (target: NudgeTarget) => void): Promise<void>;
+  /**
+   * What a dead process left: on a single-process store every lease is released (no one else can
+   * hold one); a shared store leaves leases to expire. Events from before destination_host get theirs.
+   */
   recover(destinationHost: (url: string) => string): Promise<number>;
   /** Releases the leases this process holds (graceful shutdown). */
   releaseLeases(ownerPrefix: string): Promise<number>;

@@ -141,6 +141,7 @@ export class Dispatcher {
       limit: room,
       excludeKeys: this.busyKeys(),
       keyRoom: (key) => this.keyRoom(key),
+      maxPerKey: this.maxPerHost,
     });
     const clients = new Map<string, ClientRow | undefined>();
     for (const id of new Set(claimed.map((e) => e.clientId))) clients.set(id, await store.clients.find(id));

@@ -8,6 +8,7 @@ import { TERMINAL_STATUSES } from "../core/transition.js";
 import type { Nudges } from "../services/deps.js";
 import type { UpstreamAccounts } from "../services/upstream-accounts.js";
 import { UpstreamError } from "../upstream/errors.js";
+import { LEADER_RECHECK_MS } from "./submitter.js";
 import { DurationStats } from "./duration-stats.js";
 import { finishedCandidates, harvestTerminal, sweepActive } from "./list-sweep.js";
 import type { TickResult } from "./loop.js";
@@ -106,6 +107,11 @@ export class Poller {
       wake = wake === null ? at : Math.min(wake, at);
     };
     for (const account of await store.tasks.accountsInFlight()) {
+      // One poller per account across instances sharing the store (always this one on SQLite).
+      if (!(await store.ops.leads(account))) {
+        later(clock.now() + LEADER_RECHECK_MS);
+        continue;
+      }
       await budget.load(account);
       if (budget.available(account) <= 0) {
         later(budget.nextAvailableAt(account));

@@ -61,9 +61,16 @@ export class ReadBudget {
     await this.load(account);
     if (this.available(account) <= 0) return false;
     const now = this.clock.now();
-    // Counted at once (in memory, before any await) so concurrent takers cannot overspend; stored before the read.
-    this.window(account, now).push(now);
-    await this.store.accounts.recordRead(account, now);
+    // Counted at once (in memory, before any await) so concurrent takers here cannot overspend; the
+    // store then decides for every process sharing it, and records the read before it is made.
+    const window = this.window(account, now);
+    window.push(now);
+    if (!(await this.store.accounts.takeRead(account, now, this.perMinute, WINDOW_MS + SAFETY_MS))) {
+      // Another process spent it: this window undercounts, so reload it from the store next time.
+      window.splice(window.indexOf(now), 1);
+      this.windows.delete(account);
+      return false;
+    }
     if (now - this.lastPrune > WINDOW_MS) {
       this.lastPrune = now;
       for (const known of this.windows.keys()) await this.store.accounts.pruneReads(known, now - 2 * WINDOW_MS);

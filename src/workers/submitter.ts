@@ -36,6 +36,8 @@ const BLOCKED_RECHECK_MS = 30_000;
 export const CONFLICT_WINDOW_MS = 30 * 60_000;
 const CONFLICT_MIN_DELAY_MS = 5_000;
 const CONFLICT_MAX_DELAY_MS = 2 * 60_000;
+/** An account another instance leads is looked at again this often: it takes over if that leader dies. */
+export const LEADER_RECHECK_MS = 2_000;
 /** A claim outlasts the upstream request it covers, so a live worker never loses its lease mid-call. */
 const LEASE_MARGIN_MS = 5_000;
 
@@ -78,6 +80,11 @@ export class Submitter {
     for (const task of expired) await this.expire(task);
     if (expired.length > 0) didWork = true;
     for (const account of await store.tasks.accountsWithDue("waiting", now)) {
+      // One submitter per account across instances sharing the store (always this one on SQLite).
+      if (!(await store.ops.leads(account))) {
+        later(now + LEADER_RECHECK_MS);
+        continue;
+      }
       const state = await store.accounts.state(account);
       if (state?.submitPausedUntil && state.submitPausedUntil > now) {
         later(state.submitPausedUntil);

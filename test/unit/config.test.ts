@@ -23,6 +23,7 @@ describe("loadConfig defaults", () => {
       port: 8080,
       host: "127.0.0.1",
       databasePath: "./data/genrelay.db",
+      databaseUrl: null,
       upstreamBaseUrl: null,
       upstreamApiKey: null,
       upstreamReadsPerMinute: 100,
@@ -61,6 +62,7 @@ describe("loadConfig defaults", () => {
         PORT: "9090",
         HOST: "0.0.0.0",
         DATABASE_PATH: "/var/lib/genrelay/db.sqlite",
+        DATABASE_URL: "postgres://genrelay:pw@db.internal:5432/genrelay",
         UPSTREAM_BASE_URL: "https://api.example.com/",
         UPSTREAM_API_KEY: "sk_live_x",
         UPSTREAM_READS_PER_MINUTE: "60",
@@ -80,6 +82,7 @@ describe("loadConfig defaults", () => {
       port: 9090,
       host: "0.0.0.0",
       databasePath: "/var/lib/genrelay/db.sqlite",
+      databaseUrl: "postgres://genrelay:pw@db.internal:5432/genrelay",
       // Trailing slashes go: paths /openapi/v1/... are appended.
       upstreamBaseUrl: "https://api.example.com",
       upstreamApiKey: "sk_live_x",

@@ -1,0 +1,228 @@
+import { bigint, bigserial, index, pgTable, text, unique, uniqueIndex } from "drizzle-orm/pg-core";
+import { TASK_PHASES, TASK_STATUSES } from "../../statuses.js";
+import { DELIVERY_STATUSES } from "../schema.js";
+
+/**
+ * The PostgreSQL schema: the same tables, columns and row types as the SQLite schema (../schema.ts,
+ * where every column is documented), held to it by test/unit/schema-parity.test.ts. Integers are
+ * `bigint` in number mode (epoch milliseconds overflow int4); the pool parses int8 as a number.
+ * Differences, on purpose:
+ * - `events.id` is a UNIQUE CONSTRAINT, not only a unique index: delivery_attempts.event_id
+ *   references it, and drizzle-kit emits foreign keys before indexes.
+ * - `health_probe` has no padding column: the probe is a plain write (PostgreSQL reports a full disk on any write).
+ * Migrations: `npm run db:generate:pg` writes migrations/pg/ (drizzle.pg.config.ts).
+ */
+const ms = (name: string) => bigint(name, { mode: "number" });
+
+export const clients = pgTable(
+  "clients",
+  {
+    id: text("id").primaryKey(),
+    name: text("name").notNull(),
+    apiKeyHash: text("api_key_hash").notNull(),
+    apiKeyPrefix: text("api_key_prefix").notNull(),
+    webhookSecret: text("webhook_secret").notNull(),
+    previousWebhookSecret: text("previous_webhook_secret"),
+    previousSecretExpiresAt: ms("previous_secret_expires_at"),
+    upstreamKeyEncrypted: text("upstream_key_encrypted"),
+    upstreamAccount: text("upstream_account").notNull().default("default"),
+    maxWaiting: ms("max_waiting"),
+    maxRunning: ms("max_running"),
+    creditLimit: ms("credit_limit"),
+    pointsCharged: ms("points_charged").notNull().default(0),
+    pointsRefunded: ms("points_refunded").notNull().default(0),
+    pointsReserved: ms("points_reserved").notNull().default(0),
+    eventSeq: ms("event_seq").notNull().default(0),
+    lastAdmittedAt: ms("last_admitted_at").notNull().default(0),
+    createdAt: ms("created_at").notNull(),
+    revokedAt: ms("revoked_at"),
+  },
+  (t) => [uniqueIndex("clients_api_key_hash_uq").on(t.apiKeyHash)],
+);
+
+export const tasks = pgTable(
+  "tasks",
+  {
+    id: text("id").primaryKey(),
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id),
+    type: text("type", { enum: ["image", "video"] }).notNull(),
+    model: text("model").notNull(),
+    status: text("status", { enum: TASK_STATUSES }).notNull(),
+    phase: text("phase", { enum: TASK_PHASES }).notNull(),
+    requestJson: text("request_json").notNull(),
+    callbackUrl: text("callback_url"),
+    callbackEvents: text("callback_events").notNull(),
+    metadataJson: text("metadata_json"),
+    idempotencyKey: text("idempotency_key").notNull(),
+    requestHash: text("request_hash").notNull(),
+    upstreamAccount: text("upstream_account").notNull(),
+    upstreamIdempotencyKey: text("upstream_idempotency_key").notNull(),
+    upstreamTaskId: text("upstream_task_id"),
+    outputJson: text("output_json"),
+    pointsCharged: ms("points_charged"),
+    pointsRefunded: ms("points_refunded"),
+    errorJson: text("error_json"),
+    pointsReserved: ms("points_reserved").notNull().default(0),
+    priceKey: text("price_key").notNull().default(""),
+    conflictSince: ms("conflict_since"),
+    eventSequence: ms("event_sequence").notNull().default(0),
+    submitAttempts: ms("submit_attempts").notNull().default(0),
+    pollCount: ms("poll_count").notNull().default(0),
+    nextRunAt: ms("next_run_at"),
+    claimedUntil: ms("claimed_until"),
+    claimToken: text("claim_token"),
+    expiresAt: ms("expires_at"),
+    createdAt: ms("created_at").notNull(),
+    updatedAt: ms("updated_at").notNull(),
+    submittedAt: ms("submitted_at"),
+    completedAt: ms("completed_at"),
+  },
+  (t) => [
+    uniqueIndex("tasks_client_idempotency_uq").on(t.clientId, t.idempotencyKey),
+    index("tasks_client_id_idx").on(t.clientId, t.id),
+    index("tasks_client_status_idx").on(t.clientId, t.status, t.id),
+    index("tasks_phase_due_idx").on(t.phase, t.upstreamAccount, t.nextRunAt),
+    index("tasks_phase_next_idx").on(t.phase, t.nextRunAt),
+    index("tasks_admission_idx").on(t.phase, t.upstreamAccount, t.clientId, t.nextRunAt),
+    index("tasks_phase_expires_idx").on(t.phase, t.expiresAt),
+    index("tasks_upstream_task_idx").on(t.upstreamAccount, t.upstreamTaskId),
+    index("tasks_done_completed_idx").on(t.phase, t.completedAt),
+    index("tasks_phase_lease_idx").on(t.phase, t.claimedUntil),
+    index("tasks_client_phase_idx").on(t.clientId, t.phase),
+  ],
+);
+
+export const events = pgTable(
+  "events",
+  {
+    seq: bigserial("seq", { mode: "number" }).primaryKey(),
+    id: text("id").notNull(),
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id),
+    clientSeq: ms("client_seq").notNull().default(0),
+    taskId: text("task_id")
+      .notNull()
+      .references(() => tasks.id, { onDelete: "cascade" }),
+    type: text("type").notNull(),
+    sequence: ms("sequence").notNull(),
+    payload: text("payload").notNull(),
+    callbackUrl: text("callback_url"),
+    destinationHost: text("destination_host").notNull().default(""),
+    deliveryStatus: text("delivery_status", { enum: DELIVERY_STATUSES }).notNull(),
+    attempts: ms("attempts").notNull().default(0),
+    roundAttempts: ms("round_attempts").notNull().default(0),
+    nextAttemptAt: ms("next_attempt_at"),
+    claimedUntil: ms("claimed_until"),
+    claimToken: text("claim_token"),
+    lastAttemptAt: ms("last_attempt_at"),
+    lastStatusCode: ms("last_status_code"),
+    lastError: text("last_error"),
+    deliveredAt: ms("delivered_at"),
+    failedAt: ms("failed_at"),
+    createdAt: ms("created_at").notNull(),
+  },
+  (t) => [
+    unique("events_id_uq").on(t.id),
+    index("events_task_seq_idx").on(t.taskId, t.sequence),
+    index("events_client_seq_idx").on(t.clientId, t.seq),
+    index("events_due_idx").on(t.deliveryStatus, t.nextAttemptAt),
+    index("events_client_feed_idx").on(t.clientId, t.clientSeq),
+    index("events_destination_idx").on(t.clientId, t.destinationHost, t.deliveryStatus),
+  ],
+);
+
+export const deliveryAttempts = pgTable(
+  "delivery_attempts",
+  {
+    id: text("id").primaryKey(),
+    eventId: text("event_id")
+      .notNull()
+      .references(() => events.id, { onDelete: "cascade" }),
+    taskId: text("task_id").notNull(),
+    clientId: text("client_id").notNull(),
+    eventType: text("event_type").notNull(),
+    url: text("url").notNull(),
+    attemptedAt: ms("attempted_at").notNull(),
+    statusCode: ms("status_code"),
+    latencyMs: ms("latency_ms"),
+    outcome: text("outcome").notNull(),
+    error: text("error"),
+    responseBody: text("response_body"),
+  },
+  (t) => [index("delivery_attempts_task_idx").on(t.taskId, t.attemptedAt), index("delivery_attempts_event_idx").on(t.eventId)],
+);
+
+export const upstreamAccounts = pgTable("upstream_accounts", {
+  id: text("id").primaryKey(),
+  learnedMaxConcurrent: ms("learned_max_concurrent"),
+  learnedAt: ms("learned_at"),
+  readsPausedUntil: ms("reads_paused_until"),
+  submitPausedUntil: ms("submit_paused_until"),
+  updatedAt: ms("updated_at").notNull(),
+});
+
+export const upstreamReads = pgTable(
+  "upstream_reads",
+  {
+    id: bigserial("id", { mode: "number" }).primaryKey(),
+    account: text("account").notNull(),
+    at: ms("at").notNull(),
+  },
+  (t) => [index("upstream_reads_account_at_idx").on(t.account, t.at)],
+);
+
+export const durationStats = pgTable(
+  "duration_stats",
+  {
+    type: text("type").notNull(),
+    model: text("model").notNull(),
+    samplesJson: text("samples_json").notNull(),
+    updatedAt: ms("updated_at").notNull(),
+  },
+  (t) => [uniqueIndex("duration_stats_type_model_uq").on(t.type, t.model)],
+);
+
+export const dashboardSessions = pgTable(
+  "dashboard_sessions",
+  {
+    tokenHash: text("token_hash").primaryKey(),
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id, { onDelete: "cascade" }),
+    csrfToken: text("csrf_token").notNull(),
+    createdAt: ms("created_at").notNull(),
+    lastSeenAt: ms("last_seen_at").notNull(),
+    expiresAt: ms("expires_at").notNull(),
+    revokedAt: ms("revoked_at"),
+  },
+  (t) => [index("dashboard_sessions_client_idx").on(t.clientId), index("dashboard_sessions_expires_idx").on(t.expiresAt)],
+);
+
+export const creditLedger = pgTable(
+  "credit_ledger",
+  {
+    id: bigserial("id", { mode: "number" }).primaryKey(),
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id, { onDelete: "cascade" }),
+    taskId: text("task_id").notNull(),
+    charged: ms("charged").notNull(),
+    refunded: ms("refunded").notNull(),
+    at: ms("at").notNull(),
+  },
+  (t) => [index("credit_ledger_client_idx").on(t.clientId, t.id)],
+);
+
+export const learnedPrices = pgTable("learned_prices", {
+  priceKey: text("price_key").primaryKey(),
+  points: ms("points").notNull(),
+  updatedAt: ms("updated_at").notNull(),
+});
+
+export const healthProbe = pgTable("health_probe", {
+  id: bigserial("id", { mode: "number" }).primaryKey(),
+  at: ms("at").notNull(),
+});
