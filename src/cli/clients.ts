@@ -52,7 +52,7 @@ export async function runClients(sub: string, args: string[], ctx: CliContext): 
       const maxWaiting = limitArg(values["max-waiting"], "max-waiting") ?? null;
       const maxRunning = limitArg(values["max-running"], "max-running") ?? null;
       const creditLimit = limitArg(values["credit-limit"], "credit-limit") ?? null;
-      const { client, apiKey, webhookSecret } = await createClient({ store: ctx.store(), clock: systemClock }, {
+      const { client, apiKey, webhookSecret } = await createClient({ store: await ctx.store(), clock: systemClock }, {
         name: values.name.trim(),
         upstreamKey,
         encryptionKey: ctx.config.encryptionKey,
@@ -72,7 +72,7 @@ export async function runClients(sub: string, args: string[], ctx: CliContext): 
     }
     case "list": {
       positionalsAtMost(positionals, 0, "clients list");
-      const store = ctx.store();
+      const store = await ctx.store();
       const rows = [];
       for (const c of await store.clients.list()) {
         const credits = (await store.clients.creditPosition(c.id))!;
@@ -104,14 +104,14 @@ export async function runClients(sub: string, args: string[], ctx: CliContext): 
         maxRunning: limitArg(values["max-running"], "max-running"),
         creditLimit: limitArg(values["credit-limit"], "credit-limit"),
       };
-      const updated = await updateClientLimits({ store: ctx.store() }, id, { ...(values.name?.trim() ? { name: values.name.trim() } : {}), ...limits });
+      const updated = await updateClientLimits({ store: await ctx.store() }, id, { ...(values.name?.trim() ? { name: values.name.trim() } : {}), ...limits });
       if (!updated) throw new UsageError(`no client ${id}`);
       out(`updated ${updated.id}: max_waiting=${updated.maxWaiting ?? "none"} max_running=${updated.maxRunning ?? "none"} credit_limit=${updated.creditLimit ?? "none"}`);
       return 0;
     }
     case "revoke": {
       const id = requireId(positionals, "clients revoke");
-      const store = ctx.store();
+      const store = await ctx.store();
       const revoked = await revokeClient({ store, clock: systemClock, lifecycle: cliLifecycle(store, ctx) }, id);
       if (!revoked) throw new UsageError(`no client ${id}`);
       out(`revoked ${revoked.client.id}: its API key is refused from now on; ${revoked.canceled} task(s) not yet submitted were canceled`);
@@ -119,7 +119,7 @@ export async function runClients(sub: string, args: string[], ctx: CliContext): 
     }
     case "rotate-secret": {
       const id = requireId(positionals, "clients rotate-secret");
-      const rotated = await rotateSecret({ store: ctx.store(), clock: systemClock }, id, ctx.config.encryptionKey);
+      const rotated = await rotateSecret({ store: await ctx.store(), clock: systemClock }, id, ctx.config.encryptionKey);
       if (!rotated) throw new UsageError(`no client ${id}`);
       const expires = new Date(rotated.previousExpiresAt).toISOString();
       if (values.json) out(JSON.stringify({ id, webhook_secret: rotated.secret, previous_secret_expires_at: expires }));

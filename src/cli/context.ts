@@ -14,8 +14,11 @@ export interface CliContext {
    * the schema as found (a backup copies exactly what is there).
    */
   open(opts?: { mustExist?: boolean; migrate?: boolean }): Database_;
-  /** The store on that database (opened the same way): what every command but `db` works through. */
-  store(opts?: { mustExist?: boolean }): Store;
+  /**
+   * The store every command but `db` works through: PostgreSQL when DATABASE_URL is set, else the
+   * SQLite database opened as above (once; closed when the command ends).
+   */
+  store(opts?: { mustExist?: boolean }): Promise<Store>;
 }
 
 /** The lifecycle for the CLI's state changes (cancel, revoke): the server's workers pick its events up. */

@@ -1,4 +1,6 @@
 import { BackupError, backupDatabase } from "../db/backup.js";
+import type { PgStore } from "../db/pg/pg-store.js";
+import { pgDatabaseStats } from "../db/pg/stats.js";
 import { databaseFileSizes, databaseStats } from "../db/stats.js";
 import { iso, out, parse, positionalsAtMost, UsageError } from "./common.js";
 import type { CliContext } from "./context.js";
@@ -20,6 +22,11 @@ async function backup(args: string[], ctx: CliContext): Promise<number> {
   const file = positionals[0];
   if (!file) throw new UsageError("db backup needs a FILE to write the copy to");
   positionalsAtMost(positionals, 1, "db backup");
+  if (ctx.config.databaseUrl) {
+    throw new UsageError(
+      "DATABASE_URL is set: back up PostgreSQL with its own tools, e.g. pg_dump --format=custom --file=genrelay.dump \"$DATABASE_URL\" (restore with pg_restore); see docs/deployment.md",
+    );
+  }
   const database = ctx.open({ mustExist: true, migrate: false });
   const started = performance.now();
   let result;
@@ -35,9 +42,10 @@ async function backup(args: string[], ctx: CliContext): Promise<number> {
   return 0;
 }
 
-function stats(args: string[], ctx: CliContext): number {
+async function stats(args: string[], ctx: CliContext): Promise<number> {
   const { values, positionals } = parse(args, { json: { type: "boolean" } });
   positionalsAtMost(positionals, 0, "db stats");
+  if (ctx.config.databaseUrl) return pgStats(values.json === true, ctx);
   const path = ctx.config.databasePath;
   // Observation only: the schema is counted as found, never migrated.
   const s = databaseStats(ctx.open({ mustExist: true, migrate: false }).db);
@@ -50,6 +58,27 @@ function stats(args: string[], ctx: CliContext): number {
   const pad = Math.max(...Object.keys(s.tables).map((t) => t.length), 10);
   out(`database  ${path}`);
   out(`size      ${formatBytes(files.total)} (file ${formatBytes(files.database)}, WAL ${formatBytes(files.wal)}, shm ${formatBytes(files.shm)}; ${s.pages.freelist_count} of ${s.pages.page_count} pages free)`);
+  out("");
+  out("rows");
+  for (const [table, n] of Object.entries(s.tables)) out(`  ${table.padEnd(pad)}  ${n}`);
+  out("");
+  out(`tasks by status  ${Object.entries(s.tasks_by_status).map(([k, n]) => `${k}=${n}`).join("  ")}`);
+  out(`tasks by phase   ${Object.entries(s.tasks_by_phase).map(([k, n]) => `${k}=${n}`).join("  ")}`);
+  out(`deliveries       pending=${s.deliveries.pending}  failed=${s.deliveries.failed}  succeeded=${s.deliveries.succeeded}  no_callback=${s.deliveries.none}`);
+  if (oldestPending) out(`oldest pending   ${oldestPending}`);
+  return 0;
+}
+
+async function pgStats(json: boolean, ctx: CliContext): Promise<number> {
+  const store = await ctx.store();
+  const s = await pgDatabaseStats((store as PgStore).pool);
+  const oldestPending = iso(s.deliveries.oldest_pending_at);
+  if (json) {
+    out(JSON.stringify({ database: "postgresql", ...s, deliveries: { ...s.deliveries, oldest_pending_at: oldestPending } }));
+    return 0;
+  }
+  const pad = Math.max(...Object.keys(s.tables).map((t) => t.length), 10);
+  out(`database  PostgreSQL (DATABASE_URL), ${formatBytes(s.bytes)}`);
   out("");
   out("rows");
   for (const [table, n] of Object.entries(s.tables)) out(`  ${table.padEnd(pad)}  ${n}`);

@@ -1,7 +1,8 @@
 import { existsSync } from "node:fs";
 import { ConfigError, loadConfig, type Config } from "../config.js";
 import { openDatabase, type Database_ } from "../db/open.js";
-import { sqliteStore } from "../open-store.js";
+import { pgStore, sqliteStore } from "../open-store.js";
+import type { Store } from "../store/store.js";
 import { runClients } from "./clients.js";
 import { ConfigProblem, EXIT_CONFIG, EXIT_OK, EXIT_USAGE, HELP_WORDS, UsageError } from "./common.js";
 import type { CliContext } from "./context.js";
@@ -62,6 +63,7 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
   }
 
   let database: Database_ | null = null;
+  let store: Store | null = null;
   const ctx: CliContext = {
     config,
     env,
@@ -78,7 +80,15 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
       }
       return database;
     },
-    store(opts = {}) {
+    async store(opts = {}) {
+      if (config.databaseUrl) {
+        try {
+          store ??= await pgStore(config.databaseUrl);
+        } catch (err) {
+          throw new ConfigProblem(`cannot open the database at DATABASE_URL: ${(err as Error).message}`);
+        }
+        return store;
+      }
       return sqliteStore(ctx.open(opts));
     },
   };
@@ -91,5 +101,6 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
     return fail(`${group} ${sub} failed: ${err instanceof Error ? err.message : String(err)}`, EXIT_USAGE, false);
   } finally {
     (database as Database_ | null)?.close();
+    await (store as Store | null)?.close();
   }
 }

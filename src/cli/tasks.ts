@@ -97,7 +97,7 @@ async function list(args: string[], ctx: CliContext): Promise<number> {
   positionalsAtMost(positionals, 0, "tasks list");
   const status = statusArg(values.status);
   const limit = wholeNumber(values.limit, "limit", { min: 1, max: 1000 }) ?? 20;
-  const store = ctx.store({ mustExist: true });
+  const store = await ctx.store({ mustExist: true });
   if (values.client !== undefined && !(await store.clients.find(values.client))) throw new UsageError(`no client ${values.client}`);
   const rows = await store.tasks.listForSupport({ clientId: values.client, status, limit });
   const last = await store.events.lastOfTasks(rows.map((t) => t.id));
@@ -177,7 +177,7 @@ async function show(args: string[], ctx: CliContext): Promise<number> {
   const id = positionals[0];
   if (!id) throw new UsageError("tasks show needs a task id (relay or upstream)");
   positionalsAtMost(positionals, 1, "tasks show");
-  const store = ctx.store({ mustExist: true });
+  const store = await ctx.store({ mustExist: true });
   const matches = await store.tasks.findByAnyId(id);
   if (matches.length === 0) throw new UsageError(`no task ${id} (neither a relay nor an upstream task id)`);
   if (matches.length > 1) {
@@ -200,7 +200,7 @@ async function cancel(args: string[], ctx: CliContext): Promise<number> {
   const id = positionals[0];
   if (!id) throw new UsageError("tasks cancel needs a relay task id");
   positionalsAtMost(positionals, 1, "tasks cancel");
-  const store = ctx.store({ mustExist: true });
+  const store = await ctx.store({ mustExist: true });
   try {
     const task = await cancelWaitingTask({ lifecycle: cliLifecycle(store, ctx) }, null, id);
     out(`canceled ${task.id} (client ${task.clientId}): it was never submitted upstream and is not charged`);

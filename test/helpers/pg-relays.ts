@@ -1,0 +1,82 @@
+import type { Clock } from "../../src/clock.js";
+import { loadConfig } from "../../src/config.js";
+import type { PgStore } from "../../src/db/pg/pg-store.js";
+import { silentLogger } from "../../src/logger.js";
+import { pgStore } from "../../src/open-store.js";
+import { Relay } from "../../src/relay.js";
+import { createSimulator } from "../../src/simulator/app.js";
+
+export class StepClock implements Clock {
+  constructor(public t = Date.UTC(2026, 0, 1)) {}
+  now(): number {
+    return this.t;
+  }
+}
+
+export interface UpstreamLog {
+  /** Idempotency-Key of every create POST that reached the simulator. */
+  creates: string[];
+  /** Time (fake clock) of every task read, single or list. */
+  reads: number[];
+}
+
+/**
+ * The sandbox simulator in memory on a fake clock, reached through a fetch that logs creations
+ * and reads: what several relay instances did to the upstream, together.
+ */
+export function simulatedUpstream(clock: StepClock, timings = { imageQueuedMs: 2_000, imageProcessingMs: 6_000, videoQueuedMs: 3_000, videoProcessingMs: 20_000 }) {
+  const { app, state } = createSimulator({
+    clock,
+    accounts: [{ apiKey: "sim-key", readsPerMinute: 120, maxConcurrent: 10_000, balance: Number.MAX_SAFE_INTEGER }],
+    timings,
+    publicBaseUrl: "http://simulator.local",
+  });
+  const log: UpstreamLog = { creates: [], reads: [] };
+  const fetchImpl: typeof fetch = async (input, init) => {
+    const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
+    const method = init?.method ?? "GET";
+    if (method === "POST" && /\/generations$/.test(url)) log.creates.push(new Headers(init?.headers).get("idempotency-key") ?? "");
+    if (method === "GET" && /\/openapi\/v1\/tasks(\/|\?|$)/.test(url)) log.reads.push(clock.t);
+    return app.request(url, init);
+  };
+  return { state, log, fetch: fetchImpl };
+}
+
+export interface Instance {
+  relay: Relay;
+  store: PgStore;
+  alive: boolean;
+}
+
+/** A relay instance on the shared PostgreSQL database, with its own store (pool, leader connection). */
+export async function startInstance(url: string, clock: StepClock, fetchImpl: typeof fetch, env: Record<string, string> = {}): Promise<Instance> {
+  const config = loadConfig({
+    DATABASE_URL: url,
+    UPSTREAM_BASE_URL: "http://simulator.local",
+    UPSTREAM_API_KEY: "sim-key",
+    UPSTREAM_READS_PER_MINUTE: "100",
+    WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+    WEBHOOK_RETRY_SCHEDULE: "0s,1s,2s,5s,10s,30s",
+    LOG_LEVEL: "silent",
+    ...env,
+  });
+  const store = await pgStore(url, { migrate: false, max: 4 });
+  const relay = new Relay({ config, store, clock, logger: silentLogger, upstream: { baseUrl: "http://simulator.local", apiKey: "sim-key" }, fetch: fetchImpl });
+  await relay.recover();
+  return { relay, store, alive: true };
+}
+
+/** One round of every live instance's workers, side by side (claims race for real on the database). */
+export async function round(instances: Instance[]): Promise<void> {
+  const live = instances.filter((i) => i.alive);
+  await Promise.all(live.map((i) => i.relay.submitter.runOnce()));
+  await Promise.all(live.map((i) => i.relay.poller.runOnce()));
+  await Promise.all(live.map((i) => i.relay.dispatcher.runOnce()));
+}
+
+/** Dies like a kill -9 would leave it: no lease released, its connections (and so its advisory locks) gone. */
+export async function crash(instance: Instance): Promise<void> {
+  instance.alive = false;
+  await instance.relay.dispatcher.drain();
+  await instance.store.close();
+}

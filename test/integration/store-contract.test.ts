@@ -1,0 +1,294 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+import { afterEach, describe, expect, it } from "vitest";
+import { openDatabase } from "../../src/db/open.js";
+import { pgStore, sqliteStore } from "../../src/open-store.js";
+import { newClient } from "../../src/services/clients.js";
+import type { NewTaskRequest, Store, TaskRow } from "../../src/store/store.js";
+import { freshPgDatabase } from "../helpers/pg.js";
+
+/**
+ * The Store contract, run on both dialects: what the rest of the relay relies on, including under
+ * concurrency (on PostgreSQL several instances race for real; on SQLite, one process, the same
+ * calls must give the same answers).
+ */
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+type Factory = () => Promise<{ store: Store; another: () => Promise<Store> }>;
+
+const dialects: Array<[string, Factory]> = [
+  [
+    "sqlite",
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "genrelay-contract-"));
+      const store = sqliteStore(openDatabase(join(dir, "relay.db")));
+      cleanups.push(async () => {
+        await store.close();
+        rmSync(dir, { recursive: true, force: true });
+      });
+      return { store, another: async () => store };
+    },
+  ],
+  [
+    "postgres",
+    async () => {
+      const db = await freshPgDatabase();
+      const stores: Store[] = [];
+      const open = async () => {
+        const s = await pgStore(db.url, { migrate: false, max: 4 });
+        stores.push(s);
+        return s;
+      };
+      const store = await open();
+      cleanups.push(async () => {
+        for (const s of stores) await s.close().catch(() => {});
+        await db.drop();
+      });
+      return { store, another: open };
+    },
+  ],
+];
+
+const NOW = Date.UTC(2026, 0, 1);
+let n = 0;
+
+async function client(store: Store, limits: { creditLimit?: number; maxWaiting?: number } = {}) {
+  const { row } = newClient(NOW, { name: `c${n++}`, ...limits });
+  return store.clients.insert(row);
+}
+
+function request(clientId: string, key: string, reserve = 0, opts: Partial<NewTaskRequest> = {}): NewTaskRequest {
+  const id = `task_${String(n++).padStart(6, "0")}_${key}`;
+  return {
+    row: {
+      id,
+      clientId,
+      type: "image",
+      model: "p-image",
+      status: "queued",
+      phase: "waiting",
+      requestJson: "{}",
+      callbackUrl: "https://hooks.example/x",
+      callbackEvents: JSON.stringify(["task.processing", "task.succeeded", "task.failed", "task.canceled"]),
+      idempotencyKey: key,
+      requestHash: "h",
+      upstreamAccount: "default",
+      upstreamIdempotencyKey: `genrelay-${id}`,
+      priceKey: "",
+      nextRunAt: NOW,
+      createdAt: NOW,
+      updatedAt: NOW,
+    },
+    needs: { waiting: true, credit: true },
+    admit: () => reserve,
+    ...opts,
+  };
+}
+
+const lease = (token: string, limit = 100) => ({ now: NOW, leaseMs: 30_000, token, limit });
+const opts = (token: string | null = null) => ({ now: NOW, token, firstAttemptDelayMs: 0 });
+
+describe.each(dialects)("Store contract on %s", (_name, make) => {
+  it("create: the caller's key is idempotent, also when 20 identical creations race", async () => {
+    const { store } = await make();
+    const c = await client(store);
+    const results = await Promise.all(Array.from({ length: 20 }, () => store.tasks.create(request(c.id, "same-key"))));
+    expect(results.filter((r) => !r.replayed)).toHaveLength(1);
+    expect(new Set(results.map((r) => r.task.id)).size).toBe(1);
+    expect((await store.tasks.list({ clientId: c.id, limit: 10 })).length).toBe(1);
+  });
+
+  it("create: a refusal from admit stores nothing; a reservation reaches the client's books", async () => {
+    const { store } = await make();
+    const c = await client(store, { creditLimit: 100 });
+    await expect(
+      store.tasks.create(
+        request(c.id, "refused", 0, {
+          admit: () => {
+            throw new Error("no room");
+          },
+        }),
+      ),
+    ).rejects.toThrow("no room");
+    expect(await store.tasks.list({ clientId: c.id, limit: 10 })).toEqual([]);
+    await store.tasks.create(request(c.id, "held", 30));
+    expect((await store.clients.creditPosition(c.id))?.reserved).toBe(30);
+  });
+
+  it("transition: status, credits and the outbox event together; a lost lease changes nothing", async () => {
+    const { store } = await make();
+    const c = await client(store);
+    const { task } = await store.tasks.create(request(c.id, "to-run", 10));
+    const [claimed] = await store.tasks.claimDue("waiting", "default", lease("w:1"));
+    expect(claimed!.id).toBe(task.id);
+    expect(await store.tasks.transition(claimed!, { status: "processing" }, opts("w:other"))).toBeUndefined();
+    const running = await store.tasks.transition(claimed!, { status: "processing", phase: "submitted", claimToken: null, claimedUntil: null }, opts("w:1"));
+    expect(running).toMatchObject({ status: "processing", eventSequence: 1, claimToken: null });
+    const done = await store.tasks.transition(running!, { status: "succeeded", phase: "done", pointsCharged: 12, pointsRefunded: 0 }, opts());
+    expect(done).toMatchObject({ status: "succeeded", pointsReserved: 0, eventSequence: 2 });
+    expect(await store.clients.creditPosition(c.id)).toMatchObject({ charged: 12, refunded: 0, reserved: 0 });
+    const events = await store.events.ofTask(task.id);
+    expect(events.map((e) => [e.type, e.sequence, e.clientSeq, e.destinationHost])).toEqual([
+      ["task.processing", 1, 1, "hooks.example:443"],
+      ["task.succeeded", 2, 2, "hooks.example:443"],
+    ]);
+    expect(await store.clients.ledger(c.id)).toEqual([{ taskId: task.id, charged: 12, refunded: 0, at: NOW }]);
+  });
+
+  it("claims: two claimers at once never get the same task", async () => {
+    const { store, another } = await make();
+    const c = await client(store);
+    for (let i = 0; i < 30; i++) await store.tasks.create(request(c.id, `claim-${i}`));
+    const other = await another();
+    const [a, b] = await Promise.all([store.tasks.claimDue("waiting", "default", lease("a:1", 20)), other.tasks.claimDue("waiting", "default", lease("b:1", 20))]);
+    const ids = [...a!, ...b!].map((t) => t.id);
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(ids.length).toBe(30);
+  });
+
+  it("beginSubmission: the decision sees the task and the client's position, in the transaction that acts on it", async () => {
+    const { store } = await make();
+    const c = await client(store, { creditLimit: 50 });
+    await store.tasks.create(request(c.id, "submit-me", 20));
+    const [claimed] = await store.tasks.claimDue("waiting", "default", lease("s:1"));
+    let seen: { reserved: number | undefined; attempts: number } | null = null;
+    const result = await store.tasks.beginSubmission(
+      claimed!.id,
+      "s:1",
+      (ctx) => {
+        seen = { reserved: ctx.position?.reserved, attempts: ctx.task.submitAttempts };
+        return { kind: "go" as const, transition: true, patch: { submitAttempts: ctx.task.submitAttempts + 1, pointsReserved: 40 } };
+      },
+      opts("s:1"),
+    );
+    expect(seen).toEqual({ reserved: 20, attempts: 0 });
+    expect(result).toMatchObject({ kind: "go", task: { submitAttempts: 1, pointsReserved: 40 } });
+    expect((await store.clients.creditPosition(c.id))?.reserved).toBe(40);
+    expect(await store.tasks.beginSubmission(claimed!.id, "s:stale", () => ({ kind: "go" as const, transition: true, patch: {} }), opts("s:stale"))).toBeNull();
+  });
+
+  it("events: claims respect the per-key cap across claimers; an attempt is recorded with the lease released", async () => {
+    const { store, another } = await make();
+    const c = await client(store);
+    for (let i = 0; i < 5; i++) {
+      const { task } = await store.tasks.create(request(c.id, `ev-${i}`));
+      await store.tasks.transition(task, { status: "succeeded", phase: "done" }, opts());
+    }
+    const claim = (s: Store, token: string) => s.events.claimDue({ ...lease(token, 10), excludeKeys: [], keyRoom: () => 10, maxPerKey: 2 });
+    const first = await claim(store, "d:1");
+    const other = await another();
+    const second = await claim(other, "d:2");
+    if (store === other) {
+      // One process: the caller's keyRoom (its own in-flight count and breaker) is all that bounds a claim.
+      expect(first).toHaveLength(5);
+    } else {
+      // Shared: the second instance sees the first one's leases count against the key's cap.
+      expect(first).toHaveLength(2);
+      expect(second).toHaveLength(0);
+    }
+    const e = first[0]!;
+    await store.events.recordAttempt(
+      e.id,
+      "d:1",
+      { id: `att_${e.id}`, eventId: e.id, taskId: e.taskId, clientId: e.clientId, eventType: e.type, url: e.callbackUrl!, attemptedAt: NOW, statusCode: 200, latencyMs: 5, outcome: "succeeded", error: null, responseBody: null },
+      { deliveryStatus: "succeeded", deliveredAt: NOW, attempts: 1 },
+    );
+    expect(await store.events.find(e.id)).toMatchObject({ deliveryStatus: "succeeded", claimToken: null, claimedUntil: null, attempts: 1 });
+    expect((await store.events.attemptsOfTask(e.taskId)).map((a) => a.statusCode)).toEqual([200]);
+  });
+
+  it("the read budget: 30 takers at once get exactly the 10 reads the window allows", async () => {
+    const { store, another } = await make();
+    const others = [store, await another(), await another()];
+    const taken = await Promise.all(Array.from({ length: 30 }, (_, i) => others[i % 3]!.accounts.takeRead("acct", NOW + i, 10, 61_000)));
+    expect(taken.filter(Boolean)).toHaveLength(10);
+    expect(await store.accounts.takeRead("acct", NOW + 61_001, 10, 61_000)).toBe(true);
+  });
+
+  it("leadership: one leader per account at a time; another takes over when it is gone", async () => {
+    const { store, another } = await make();
+    const other = await another();
+    const [a, b] = await Promise.all([store.ops.leads("acct"), other.ops.leads("acct")]);
+    if (store === other) {
+      expect([a, b]).toEqual([true, true]);
+      return;
+    }
+    expect([a, b].filter(Boolean)).toHaveLength(1);
+    const [leader, follower] = a ? [store, other] : [other, store];
+    expect(await leader.ops.leads("acct")).toBe(true);
+    expect(await follower.ops.leads("acct")).toBe(false);
+    await leader.close();
+    expect(await follower.ops.leads("acct")).toBe(true);
+  });
+
+  it("prune: finished tasks past retention go with their events and attempts; unsettled ones stay", async () => {
+    const { store } = await make();
+    const c = await client(store);
+    const { task: old } = await store.tasks.create(request(c.id, "old-one"));
+    await store.tasks.transition(old, { status: "failed", phase: "done", completedAt: NOW }, opts());
+    const [event] = await store.events.ofTask(old.id);
+    await store.events.release(event!.id, "nobody", {});
+    const { task: pending } = await store.tasks.create(request(c.id, "pending-one"));
+    await store.tasks.transition(pending, { status: "failed", phase: "done", completedAt: NOW }, opts());
+    // The first event is settled (delivered), the second still pending.
+    const [claimed] = await store.events.claimDue({ ...lease("p:1", 1), excludeKeys: [], keyRoom: () => 1, maxPerKey: 8 });
+    await store.events.release(claimed!.id, "p:1", { deliveryStatus: "succeeded" });
+    expect(await store.tasks.pruneFinished(NOW + 1, 10)).toBe(1);
+    expect(await store.tasks.find(claimed!.taskId)).toBeUndefined();
+    expect((await store.tasks.find(claimed!.taskId === old.id ? pending.id : old.id)) as TaskRow | undefined).toBeDefined();
+  });
+});
+
+describe("the events feed on PostgreSQL never skips a late commit", () => {
+  it("a transaction that took an earlier feed position commits first: the reader cannot pass it", async () => {
+    const db = await freshPgDatabase();
+    const store = await pgStore(db.url, { migrate: false });
+    cleanups.push(async () => {
+      await store.close();
+      await db.drop();
+    });
+    const c = await client(store);
+    const { task } = await store.tasks.create(request(c.id, "feed-task"));
+    // Two writers on their own connections, doing what a transition does for its event (the same statements).
+    const writer = async () => {
+      const conn = new pg.Client({ connectionString: db.url });
+      await conn.connect();
+      await conn.query("BEGIN");
+      return conn;
+    };
+    const insertEvent = async (conn: pg.Client, seqNo: number): Promise<number> => {
+      const pos = Number((await conn.query("UPDATE clients SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq", [c.id])).rows[0].event_seq);
+      await conn.query(
+        `INSERT INTO events (id, client_id, client_seq, task_id, type, sequence, payload, delivery_status, created_at)
+         VALUES ($1, $2, $3, $4, 'task.processing', $5, '{}', 'none', $6)`,
+        [`evt_${seqNo}`, c.id, pos, task.id, seqNo, NOW],
+      );
+      return pos;
+    };
+    const slow = await writer();
+    const fast = await writer();
+    expect(await insertEvent(slow, 1)).toBe(1);
+    // The fast writer's position waits for the slow one's row lock: it cannot commit position 2 before 1 exists.
+    let fastPos: number | null = null;
+    const fastDone = insertEvent(fast, 2).then(async (pos) => {
+      fastPos = pos;
+      await fast.query("COMMIT");
+    });
+    await new Promise((r) => setImmediate(r));
+    const seen: number[] = (await store.events.feed(c.id, 0, 10)).map((e) => e.clientSeq);
+    expect(seen).toEqual([]);
+    expect(fastPos).toBeNull();
+    await slow.query("COMMIT");
+    await fastDone;
+    expect(fastPos).toBe(2);
+    // A reader that had read nothing, or position 1, reads on without a gap.
+    expect((await store.events.feed(c.id, 0, 10)).map((e) => e.clientSeq)).toEqual([1, 2]);
+    await slow.end();
+    await fast.end();
+  });
+});
