@@ -19,6 +19,7 @@ import { Poller, type PollStrategy } from "./workers/poller.js";
 import { Pruner } from "./workers/pruner.js";
 import { ReadBudget } from "./workers/read-budget.js";
 import { Submitter } from "./workers/submitter.js";
+import { Leadership } from "./workers/leadership.js";
 import { DurationStats } from "./workers/duration-stats.js";
 import { Lifecycle } from "./core/lifecycle.js";
 import { StorageHealth } from "./services/storage-health.js";
@@ -80,7 +81,8 @@ export class Relay {
     this.catalog = new CatalogCache(accounts, clock, logger);
     this.storage = new StorageHealth(clock, logger);
     this.deps = { store, clock, config, logger, nudges, lifecycle: this.lifecycle, catalog: this.catalog, storage: this.storage };
-    this.submitter = new Submitter({ store, clock, config, logger, accounts, owner: this.owner, nudges, metrics, lifecycle: this.lifecycle });
+    const leadership = new Leadership(store, logger);
+    this.submitter = new Submitter({ store, clock, config, logger, accounts, owner: this.owner, nudges, metrics, lifecycle: this.lifecycle, leadership });
     this.poller = new Poller({
       store,
       clock,
@@ -91,6 +93,7 @@ export class Relay {
       owner: this.owner,
       nudges,
       lifecycle: this.lifecycle,
+      leadership,
       durations,
       metrics,
       ...(opts.pollStrategy ? { strategy: opts.pollStrategy } : {}),

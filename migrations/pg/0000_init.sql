@@ -89,7 +89,8 @@ CREATE TABLE "events" (
 --> statement-breakpoint
 CREATE TABLE "health_probe" (
 	"id" bigserial PRIMARY KEY NOT NULL,
-	"at" bigint NOT NULL
+	"at" bigint NOT NULL,
+	"pad" "bytea"
 );
 --> statement-breakpoint
 CREATE TABLE "learned_prices" (

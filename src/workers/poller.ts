@@ -11,6 +11,7 @@ import { UpstreamError } from "../upstream/errors.js";
 import { LEADER_RECHECK_MS } from "./submitter.js";
 import { DurationStats } from "./duration-stats.js";
 import { finishedCandidates, harvestTerminal, sweepActive } from "./list-sweep.js";
+import { Leadership } from "./leadership.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
 import { nextPollDelay } from "./poll-schedule.js";
@@ -28,6 +29,8 @@ export interface PollerOptions {
   owner: LeaseOwner;
   nudges: Nudges;
   lifecycle: Lifecycle;
+  /** Which accounts this instance leads (shared with the submitter); one is made when absent. */
+  leadership?: Leadership;
   /** Learned durations (shared with the lifecycle, which records them); one is made when absent. */
   durations?: DurationStats;
   metrics?: Metrics | undefined;
@@ -80,9 +83,11 @@ export class Poller {
   /** Per account: relay task ids a sweep found ended, whose result a single read must fetch. */
   private readonly needsRead = new Map<string, Set<string>>();
   private readonly strategy: PollStrategy;
+  private readonly leadership: Leadership;
 
   constructor(private readonly opts: PollerOptions) {
     this.durations = opts.durations ?? new DurationStats(opts.store, opts.clock);
+    this.leadership = opts.leadership ?? new Leadership(opts.store, opts.logger);
     this.strategy = opts.strategy ?? "adaptive";
   }
 
@@ -108,7 +113,7 @@ export class Poller {
     };
     for (const account of await store.tasks.accountsInFlight()) {
       // One poller per account across instances sharing the store (always this one on SQLite).
-      if (!(await store.ops.leads(account))) {
+      if (!(await this.leadership.leads(account))) {
         later(clock.now() + LEADER_RECHECK_MS);
         continue;
       }

@@ -8,6 +8,7 @@ import type { Store, TaskRow } from "../store/store.js";
 import type { Nudges } from "../services/deps.js";
 import type { UpstreamAccounts } from "../services/upstream-accounts.js";
 import { UpstreamError, isConcurrentLimit } from "../upstream/errors.js";
+import { Leadership } from "./leadership.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
 import { firstPollDelay } from "./poll-schedule.js";
@@ -21,6 +22,8 @@ export interface SubmitterOptions {
   owner: LeaseOwner;
   nudges: Nudges;
   lifecycle: Lifecycle;
+  /** Which accounts this instance leads (shared with the poller); one is made when absent. */
+  leadership?: Leadership;
   /** Submissions in flight at once per tick. */
   batchSize?: number;
   metrics?: Metrics | undefined;
@@ -50,7 +53,11 @@ export function submitBackoffMs(attempt: number): number {
  * taking clients in turn. Every outcome is recorded under the claim's lease.
  */
 export class Submitter {
-  constructor(private readonly opts: SubmitterOptions) {}
+  private readonly leadership: Leadership;
+
+  constructor(private readonly opts: SubmitterOptions) {
+    this.leadership = opts.leadership ?? new Leadership(opts.store, opts.logger);
+  }
 
   /**
    * Concurrency cap of an account now: the configured cap, lowered by what a recent 429
@@ -81,7 +88,7 @@ export class Submitter {
     if (expired.length > 0) didWork = true;
     for (const account of await store.tasks.accountsWithDue("waiting", now)) {
       // One submitter per account across instances sharing the store (always this one on SQLite).
-      if (!(await store.ops.leads(account))) {
+      if (!(await this.leadership.leads(account))) {
         later(now + LEADER_RECHECK_MS);
         continue;
       }

@@ -1,4 +1,4 @@
-import { bigint, bigserial, index, pgTable, text, unique, uniqueIndex } from "drizzle-orm/pg-core";
+import { bigint, bigserial, customType, index, pgTable, text, unique, uniqueIndex } from "drizzle-orm/pg-core";
 import { TASK_PHASES, TASK_STATUSES } from "../../statuses.js";
 import { DELIVERY_STATUSES } from "../schema.js";
 
@@ -9,10 +9,12 @@ import { DELIVERY_STATUSES } from "../schema.js";
  * Differences, on purpose:
  * - `events.id` is a UNIQUE CONSTRAINT, not only a unique index: delivery_attempts.event_id
  *   references it, and drizzle-kit emits foreign keys before indexes.
- * - `health_probe` has no padding column: the probe is a plain write (PostgreSQL reports a full disk on any write).
  * Migrations: `npm run db:generate:pg` writes migrations/pg/ (drizzle.pg.config.ts).
  */
 const ms = (name: string) => bigint(name, { mode: "number" });
+
+/** `bytea`, typed `unknown` like SQLite's `blob()`, so health_probe's rows match (the probe never reads it). */
+const bytea = customType<{ data: unknown; driverData: Buffer }>({ dataType: () => "bytea" });
 
 export const clients = pgTable(
   "clients",
@@ -225,4 +227,5 @@ export const learnedPrices = pgTable("learned_prices", {
 export const healthProbe = pgTable("health_probe", {
   id: bigserial("id", { mode: "number" }).primaryKey(),
   at: ms("at").notNull(),
+  pad: bytea("pad"),
 });
