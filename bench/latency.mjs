@@ -46,7 +46,8 @@ function body(i, hookUrl) {
 /**
  * The floor of completion→webhook latency for each list-body shape src/upstream/parse.ts reads, with
  * `tasks` in flight on one account and `perMinute` reads a minute: the time the reads of one full
- * sweep take when the whole budget goes to sweeping back to back (p95 ≈ that, p50 ≈ half of it).
+ * pass over the tasks take when the whole budget is spent on it back to back. A task's completion
+ * falls anywhere in a pass, so the floor is the max; p95 ≈ 0.95 × it and p50 ≈ half of it.
  */
 export function latencyFloors(tasks, perMinute = READS_PER_MINUTE) {
   const perRead = 60 / perMinute;
@@ -54,22 +55,18 @@ export function latencyFloors(tasks, perMinute = READS_PER_MINUTE) {
   const pages = (size) => Math.ceil(tasks / size);
   return [
     row(
-      "items at data | data.items | data.tasks | items | tasks, a next cursor (next_cursor | data.next_cursor | cursor.next | next), limit=100 honoured, items with status and output (the simulator's {data:[…],next_cursor})",
-      pages(PAGE) + 1,
-      `${pages(PAGE)} pages of the processing list show which tasks ended (${round(pages(PAGE) * perRead, 1)} s), +1 terminal-list page brings their output`,
+      "an item array at data | data.items | data.tasks | items | tasks, a cursor at next_cursor | data.next_cursor | cursor.next | next, limit=100 honoured, items with status and output (the simulator's {data:[…],next_cursor})",
+      pages(PAGE),
+      `each read brings ${PAGE} tasks' status and output, so ${pages(PAGE)} reads see all ${tasks} (the list newest first down to the oldest in flight; the relay now reads the active lists, then the terminal lists for output, which costs more)`,
     ),
+    row("the same, but the upstream caps a page at 20 (the simulator's default when limit is ignored)", pages(20), `${pages(20)} pages of 20`),
     row(
-      "same, but the upstream caps the page below 100 (e.g. 20, the simulator's default)",
-      pages(20) + 1,
-      `${pages(20)} pages of 20 +1 terminal page`,
-    ),
-    row(
-      "same, but list items carry no output",
+      "the same, but list items carry no output",
       pages(PAGE) + tasks,
-      `the sweep finds what ended (${round(pages(PAGE) * perRead, 1)} s), then one single read per finished task: ${tasks} reads for ${tasks} tasks, so the budget, not the sweep, sets the latency`,
+      `${pages(PAGE)} reads find what ended, then one single read per finished task: ${tasks} completions need ${tasks} reads, so the budget, not the sweep, sets the latency (the first result after ~${round(pages(PAGE) * perRead, 1)} s, the last after ~${round((pages(PAGE) + tasks) * perRead)} s)`,
     ),
     row(
-      "items but no cursor field the reader knows (only the first page), or no item array at all (unrecognised body: single reads)",
+      "an item array but no cursor field the reader knows (first page only), or no item array (unrecognised body): single reads",
       tasks,
       "one single read per task in flight",
     ),
@@ -89,6 +86,28 @@ export function busiestWindow(times, windowMs = 60_000) {
     }
   }
   return { reads: best, starts_at: bestAt };
+}
+
+/**
+ * Reads grouped into bursts (gaps under gapMs): the relay sweeps the list endpoint page after page,
+ * then waits; the bursts show how many reads a sweep takes and how far apart sweeps are.
+ */
+export function readBursts(times, gapMs = 400) {
+  const sorted = [...times].sort((a, b) => a - b);
+  const bursts = [];
+  for (const t of sorted) {
+    const last = bursts.at(-1);
+    if (last && t - last.end < gapMs) {
+      last.end = t;
+      last.reads++;
+    } else bursts.push({ start: t, end: t, reads: 1 });
+  }
+  const gaps = bursts.slice(1).map((b, i) => b.start - bursts[i].start);
+  return {
+    count: bursts.length,
+    reads: distribution(bursts.map((b) => b.reads)),
+    start_to_start_ms: distribution(gaps),
+  };
 }
 
 /** A loopback webhook receiver: the first arrival of each task's terminal event, with the raw request kept for a signature check. */
@@ -329,13 +348,14 @@ export async function benchLatency({ quick = false, tmp, track = (c) => c, log =
         per_minute_from_start: Array.from({ length: perMinute.length }, (_, i) => perMinute[i] ?? 0),
         budget: READS_PER_MINUTE,
         budget_ok: budgetOk,
+        bursts: readBursts(reads.times),
       },
       floors: latencyFloors(cfg.tasks),
       goal: { p95_ms: LATENCY_GOAL.p95Ms, busiest_minute_max: READS_PER_MINUTE },
       met: budgetOk && p95Ok && complete,
     };
     log(
-      `  ${result.delivered}/${cfg.tasks} webhooks (${result.failed_tasks} failed tasks); completion->webhook p50 ${dist.p50} ms, p95 ${dist.p95} ms, max ${dist.max} ms (detection p50 ${result.detection_ms.p50} / p95 ${result.detection_ms.p95} ms, delivery p50 ${result.delivery_ms.p50} / p95 ${result.delivery_ms.p95} ms); ${result.reads.per_task} reads/task (${reads.list_reads} list + ${reads.single_reads} single); busiest minute ${busiestReads}/${READS_PER_MINUTE} reads${reads.rate_limited ? `, ${reads.rate_limited} answered 429` : ""}`,
+      `  ${result.delivered}/${cfg.tasks} webhooks (${result.failed_tasks} failed tasks); completion->webhook p50 ${dist.p50} ms, p95 ${dist.p95} ms, max ${dist.max} ms (detection p50 ${result.detection_ms.p50} / p95 ${result.detection_ms.p95} ms, delivery p50 ${result.delivery_ms.p50} / p95 ${result.delivery_ms.p95} ms); ${result.reads.per_task} reads/task (${reads.list_reads} list + ${reads.single_reads} single); busiest minute ${busiestReads}/${READS_PER_MINUTE} reads; ${result.reads.bursts.count} read bursts of p50 ${result.reads.bursts.reads.p50} reads, p50 ${result.reads.bursts.start_to_start_ms.p50} ms apart${reads.rate_limited ? `, ${reads.rate_limited} answered 429` : ""}`,
     );
     if (!budgetOk) log(`  !! READ BUDGET EXCEEDED: ${busiestReads} reads in one 60 s window (budget ${READS_PER_MINUTE}), ${reads.rate_limited} x 429 rate_limit from the simulator`);
     if (!result.complete) log(`  !! INCOMPLETE: ${missing} task(s) without a webhook`);
