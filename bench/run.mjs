@@ -9,12 +9,17 @@
 //   3. end to end   tasks/s through intake -> simulator (zero processing time) -> webhook, and latency
 //   4. memory/scale RSS with tasks waiting and in flight; intake with 1,000,000 finished tasks vs empty;
 //                   EXPLAIN QUERY PLAN of the hot queries
+//   5. scheduling   poll scheduling in fake time (bench/scheduling.mjs)
+//   6. latency      completion->webhook in REAL time, 500 tasks of 20-60 s at 100 reads/min, against the
+//                   simulator's 120/min limit (bench/latency.mjs; about 2 minutes of wall time by itself)
 //
 // Environment:
 //   BENCH_QUICK=1          a tiny run (a handful of requests, one round): checks the scripts still work
 //   BENCH_OUT=path.json    where to write the results (default bench/results.json; results.md beside it)
 //   BENCH_ROUNDS, BENCH_DURATION (s per intake measurement), BENCH_SCALE_ROWS, BENCH_PROFILE=0|1,
 //   BENCH_RELAY_LOG_LEVEL (default info, the relay's default), BENCH_KEEP=1 (keep the temp folder)
+//   BENCH_ONLY=latency[,scheduling]  run only these benchmarks and merge them into the existing results
+//                          file (the other rows keep their figures; the entry records its own date and commit)
 import autocannon from "autocannon";
 import { execFileSync } from "node:child_process";
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
@@ -23,6 +28,7 @@ import { dirname, join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { BENCH, ROOT, createClient, ipcChild, memoryOf, sleep, startNode, startRelay, startSimulator } from "./lib/proc.mjs";
 import { distImport, removeSnapshot, snapshotDist } from "./lib/dist.mjs";
+import { benchLatency } from "./latency.mjs";
 import { findProfile, summariseProfile } from "./lib/profile.mjs";
 import { markdown, num, printTable, tableRows } from "./lib/report.mjs";
 import { countBenchTasks, deleteBenchTasks, phaseCounts, prepareSeeding, seedFinishedTasks, seedPendingEvents, seedWaitingTasks } from "./lib/seed.mjs";
@@ -32,6 +38,9 @@ const QUICK = ["1", "true", "yes"].includes((process.env.BENCH_QUICK ?? "").toLo
 const OUT = process.env.BENCH_OUT || join(BENCH, "results.json");
 const MD_OUT = OUT.replace(/\.json$/i, "") + ".md";
 const envInt = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
+const PARTIAL = ["latency", "scheduling"];
+const ONLY = (process.env.BENCH_ONLY ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+for (const name of ONLY) if (!PARTIAL.includes(name)) throw new Error(`BENCH_ONLY: ${name} is not one of ${PARTIAL.join(", ")}`);
 
 const CFG = QUICK
   ? {
@@ -664,10 +673,34 @@ async function pollScheduling() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Completion->webhook latency in real time at the read-budget limit (bench/latency.mjs).
+// ---------------------------------------------------------------------------------------------
+/** Set when a benchmark must fail the run after the results are written (the read budget exceeded). */
+const failures = [];
+
+async function latency() {
+  log(`\n[${elapsed()}] completion->webhook latency in real time (bench/latency.mjs: simulator and relay processes, ${QUICK ? "small variant" : "500 tasks, takes about 2 minutes"})`);
+  const result = await benchLatency({ quick: QUICK, tmp, track, log, logLevel: RELAY_LOG_LEVEL });
+  result.measured = { date: new Date().toISOString(), git: git(), load_average_at_end: os.loadavg().map((x) => round(x, 2)), command: QUICK ? "BENCH_QUICK=1 npm run bench" : ONLY.length ? `BENCH_ONLY=${ONLY.join(",")} npm run bench` : "npm run bench" };
+  if (!result.reads.budget_ok) failures.push(`latency: ${result.reads.busiest_minute} reads in one 60 s window (budget ${result.reads.budget}), ${result.reads.rate_limited} x 429`);
+  return result;
+}
+
+/** BENCH_ONLY: the named benchmarks, merged into the results file already there. */
+async function partial(info) {
+  log(`genrelay benchmarks, only ${ONLY.join(", ")}${QUICK ? " (QUICK)" : ""}: merged into ${OUT}`);
+  const results = JSON.parse(readFileSync(OUT, "utf8"));
+  snapshot = snapshotDist();
+  log(`  ${info.machine.cpus} × ${info.machine.model}, Node ${info.node}, load ${info.machine.load_average_at_start.join(" ")}`);
+  if (ONLY.includes("scheduling")) results.benchmarks.poll_scheduling = await pollScheduling();
+  if (ONLY.includes("latency")) results.benchmarks.latency = await latency();
+  return results;
+}
 
 async function main() {
   log(`genrelay benchmarks${QUICK ? " (QUICK)" : ""}: results -> ${OUT}`);
   const info = { machine: machine(), node: process.version, date: new Date().toISOString(), git: git() };
+  if (ONLY.length > 0) return writeResults(await partial(info));
   // Every process of the run uses one copy of the build, whatever happens to dist/ meanwhile.
   snapshot = snapshotDist();
   await prepareSeeding();
@@ -706,6 +739,7 @@ async function main() {
   benchmarks.memory = memoryResult;
   await retimeWithBacklog(benchmarks.query_plans, db.client.id, memoryDb);
   benchmarks.poll_scheduling = await pollScheduling();
+  benchmarks.latency = await latency();
   if (CFG.profile) benchmarks.profiles = await profiles(receiver, sims);
 
   const results = {
@@ -718,7 +752,11 @@ async function main() {
     goals: GOALS,
     benchmarks,
   };
-  const rows = tableRows(benchmarks);
+  writeResults(results);
+}
+
+function writeResults(results) {
+  const rows = tableRows(results.benchmarks);
   results.table = rows.map(([benchmark, genrelay, baseline, ratioCell, goal, met]) => ({ benchmark, genrelay, baseline, ratio: ratioCell, goal, met }));
   printTable(rows, log);
   mkdirSync(dirname(OUT), { recursive: true });
@@ -727,12 +765,14 @@ async function main() {
   renameSync(`${OUT}.tmp`, OUT);
   writeFileSync(`${MD_OUT}.tmp`, markdown(results, rows));
   renameSync(`${MD_OUT}.tmp`, MD_OUT);
-  log(`\nwrote ${OUT} and ${MD_OUT} in ${results.duration_s} s`);
+  log(`\nwrote ${OUT} and ${MD_OUT}${ONLY.length ? "" : ` in ${results.duration_s} s`}`);
+  for (const f of failures) log(`!! FAILED: ${f}`);
 }
 
 let code = 0;
 try {
   await main();
+  if (failures.length > 0) code = 1;
 } catch (err) {
   process.stderr.write(`bench failed: ${err instanceof Error ? err.stack : String(err)}\n`);
   code = 1;

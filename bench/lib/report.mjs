@@ -63,6 +63,20 @@ export function tableRows(b) {
       ]);
     }
   }
+  const l = b.latency;
+  if (l?.completion_to_webhook_ms) {
+    const c = l.completion_to_webhook_ms;
+    const s1 = (ms) => (ms === null || ms === undefined ? "—" : `${round(ms / 1000, 1)} s`);
+    const floor = l.floors?.[0];
+    rows.push([
+      `Completion→webhook, ${num(l.tasks)} in flight, ${l.config.reads_per_minute} reads/min (real time)`,
+      `p50 ${s1(c.p50)} / p95 ${s1(c.p95)} / max ${s1(c.max)}; ${l.reads.per_task} reads/task; busiest minute ${l.reads.busiest_minute}/${l.reads.budget} reads${l.complete ? "" : `; ${l.missing} webhook(s) MISSING`}`,
+      floor ? `floor: a full pass is ${floor.reads_per_sweep} reads = ${floor.floor_s} s (p95 ≈ ${round(floor.floor_s * 0.95, 1)} s)` : "—",
+      "—",
+      `p95 ≤ ${s1(l.goal.p95_ms)}, ≤ ${l.goal.busiest_minute_max} reads/min`,
+      l.reads.budget_ok ? mark(l.met) : "❌ BUDGET EXCEEDED",
+    ]);
+  }
   const q = b.query_plans;
   if (q) {
     rows.push([
@@ -101,6 +115,14 @@ export function markdown(results, rows) {
     `- **Memory**: VmRSS of the relay process with ${num(b.memory.waiting)} tasks waiting and ${num(b.memory.in_flight)} submitted to a simulator whose tasks take a day (steady state over 5 s; peak = VmHWM, reached while submitting).`,
     `- **Scale**: the intake measurement on a database pre-loaded with ${num(b.scale.rows)} finished tasks, in the same rounds as the empty one.`,
   );
+  const l = b.latency;
+  if (l?.config) {
+    const lc = l.config;
+    const when = l.measured ? ` Measured ${l.measured.date.slice(0, 16).replace("T", " ")} UTC, commit ${l.measured.git?.commit?.slice(0, 10) ?? "?"}, load average at end ${l.measured.load_average_at_end.join(", ")}, with \`${l.measured.command}\`.` : "";
+    lines.push(
+      `- **Completion→webhook (real time)**: the simulator and the relay as separate processes, ${num(l.tasks)} tasks created at once (half images, half videos), upstream durations ${(lc.queuedMs + lc.processingMinMs) / 1000}–${(lc.queuedMs + lc.processingMaxMs) / 1000} s, ${lc.failureRate * 100}% failing, the simulator enforcing ${lc.upstream_read_limit} reads/min and the relay at UPSTREAM_READS_PER_MINUTE=${lc.reads_per_minute}. Latency = webhook arrival at a loopback receiver − the task's completion instant in the simulator (\`/_sim/tasks\`); detection p50/p95 ${l.detection_ms.p50}/${l.detection_ms.p95} ms, delivery p50/p95 ${l.delivery_ms.p50}/${l.delivery_ms.p95} ms. Reads are the simulator's own count (\`/_sim/reads\`): ${l.reads.list} list + ${l.reads.single} single, ${l.reads.rate_limited} refused; busiest 60 s window ${l.reads.busiest_minute} (the run fails above ${l.reads.budget}). Takes ${Math.round(l.run_seconds)} s of wall time.${when}`,
+    );
+  }
   const q = results.benchmarks.query_plans;
   if (q?.full_scans.length) {
     lines.push("", "Full table scans in hot queries (EXPLAIN QUERY PLAN):", "");

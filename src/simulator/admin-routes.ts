@@ -44,8 +44,20 @@ function parse<T>(schema: z.ZodType<T>, body: unknown): T {
   throw invalidRequest("Invalid admin request body", details);
 }
 
+function accountParam(state: SimulatorState, apiKey: string | undefined): string {
+  if (!apiKey) throw invalidRequest("api_key query parameter is required", [{ field: "api_key", message: "is required" }]);
+  if (!state.findAccount(apiKey)) throw new SimError(404, "not_found", "No such simulator account");
+  return apiKey;
+}
+
 export function mountAdminRoutes(app: Hono<SimEnv>, state: SimulatorState): void {
   app.get("/_sim/stats", (c) => c.json({ ...state.stats(), creations_per_key_max: state.maxCreationsPerKey() }));
+
+  // One account's accepted task reads (counts, busiest 60 s window, their times) and its tasks'
+  // created/processing/completed instants: what a benchmark needs to measure completion→webhook
+  // latency and the read budget from the upstream's side.
+  app.get("/_sim/reads", (c) => c.json({ data: state.readsOf(accountParam(state, c.req.query("api_key"))) }));
+  app.get("/_sim/tasks", (c) => c.json({ data: state.taskTimelines(accountParam(state, c.req.query("api_key"))) }));
 
   app.post("/_sim/balance", async (c) => {
     const body = parse(BalanceBody, await readJsonObject(c));

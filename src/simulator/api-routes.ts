@@ -38,7 +38,7 @@ export function mountApiRoutes(app: Hono<SimEnv>, state: SimulatorState): void {
 
   app.get("/openapi/v1/tasks", (c) => {
     const account = c.get("account");
-    state.recordRead(account);
+    state.recordRead(account, "list");
     const { items, hasMore } = state.listTasks(account, parseListQuery(c));
     const now = state.clock.now();
     const last = items.at(-1);

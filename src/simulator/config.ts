@@ -29,6 +29,16 @@ const EnvSchema = z.object({
   SIM_IMAGE_PROCESSING_MS: int(0, DAY_MS).optional(),
   SIM_VIDEO_QUEUED_MS: int(0, DAY_MS).optional(),
   SIM_VIDEO_PROCESSING_MS: int(0, DAY_MS).optional(),
+  // Variation (off by default): processing time drawn from [*_PROCESSING_MS, *_PROCESSING_MAX_MS],
+  // a share of tasks failing at random, and the seed of those draws.
+  SIM_IMAGE_PROCESSING_MAX_MS: int(0, DAY_MS).optional(),
+  SIM_VIDEO_PROCESSING_MAX_MS: int(0, DAY_MS).optional(),
+  SIM_FAILURE_RATE: z
+    .string()
+    .regex(/^(0(\.\d+)?|1(\.0+)?)$/u, { error: "must be a number from 0 to 1, such as 0.05" })
+    .transform(Number)
+    .optional(),
+  SIM_SEED: int(0, 4_294_967_295).optional(),
 });
 
 export interface StandaloneSettings {
@@ -62,6 +72,14 @@ export function parseSimulatorEnv(
       videoProcessingMs: e.SIM_VIDEO_PROCESSING_MS,
     }).filter(([, v]) => v !== undefined),
   );
+  const variation = Object.fromEntries(
+    Object.entries({
+      imageProcessingMaxMs: e.SIM_IMAGE_PROCESSING_MAX_MS,
+      videoProcessingMaxMs: e.SIM_VIDEO_PROCESSING_MAX_MS,
+      failureRate: e.SIM_FAILURE_RATE,
+      seed: e.SIM_SEED,
+    }).filter(([, v]) => v !== undefined),
+  );
   const uniqueKeys = [...new Set(e.SIM_API_KEYS)];
   return {
     ok: true,
@@ -76,6 +94,8 @@ export function parseSimulatorEnv(
           readsPerMinute: e.SIM_READS_PER_MINUTE,
         })),
         timings,
+        // Only when asked for, so the defaults stay exactly what they were.
+        ...(Object.keys(variation).length > 0 ? { variation } : {}),
       },
     },
   };

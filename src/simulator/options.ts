@@ -17,11 +17,28 @@ export interface SimulatorTimings {
   videoProcessingMs: number;
 }
 
+/**
+ * Spread in the simulated tasks, off by default (every task of a type then takes exactly its
+ * timings and only the fail marker fails it). Draws come from a seeded generator, so a seed gives
+ * the same sequence of durations and outcomes in creation order.
+ */
+export interface SimulatorVariation {
+  /** Image processing time drawn uniformly from [imageProcessingMs, this]; unset: exactly imageProcessingMs. */
+  imageProcessingMaxMs?: number;
+  /** Video processing time drawn uniformly from [videoProcessingMs, this]; unset: exactly videoProcessingMs. */
+  videoProcessingMaxMs?: number;
+  /** Share of tasks (0 to 1) that end failed, refunded, without the fail marker; default 0. */
+  failureRate?: number;
+  /** Seed of the draws; default 1. */
+  seed?: number;
+}
+
 export interface SimulatorOptions {
   clock?: Clock;
   /** Default: one account with key "sandbox". */
   accounts?: SimulatorAccountOptions[];
   timings?: Partial<SimulatorTimings>;
+  variation?: SimulatorVariation;
   /** Origin used in Location headers and output URLs; default "http://simulator.local". */
   publicBaseUrl?: string;
 }

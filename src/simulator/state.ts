@@ -15,12 +15,15 @@ import {
   type SimulatorAccountOptions,
   type SimulatorOptions,
   type SimulatorTimings,
+  type SimulatorVariation,
 } from "./options.js";
 import { imagePrice, videoPrice } from "./pricing.js";
 import { buildOutput, FAIL_MARKER, schedule, statusAt, type SimTask, type TaskStatus, type TaskType } from "./task.js";
 import type { GenerationRequest } from "./validation.js";
 
 const READ_WINDOW_MS = 60_000;
+/** Accepted read times kept per account for /_sim/reads (about 14 hours at 120 a minute); older ones are dropped. */
+export const READ_LOG_LIMIT = 100_000;
 
 export interface Counters {
   tasks_created: number;
@@ -57,6 +60,34 @@ export interface Account {
   /** Times of accepted reads inside the current window, oldest first. */
   readonly reads: number[];
   readonly counters: Counters;
+  /** Times of accepted reads, oldest first (the last READ_LOG_LIMIT at most). */
+  readonly readLog: number[];
+  /** Accepted reads by endpoint, and the most accepted reads in any 60 s window so far. */
+  readonly readsBy: { single: number; list: number; maxInAnyMinute: number; logDropped: number };
+}
+
+/** What the admin route /_sim/reads shows of one account's task reads. */
+export interface ReadLog {
+  task_reads: number;
+  single_reads: number;
+  list_reads: number;
+  rate_limited: number;
+  max_reads_in_any_minute: number;
+  /** Times (ms since the epoch) of accepted reads, oldest first; `dropped` older ones are no longer kept. */
+  times: number[];
+  dropped: number;
+}
+
+/** What the admin route /_sim/tasks shows of one task: when it was created, started and ended (ms since the epoch). */
+export interface TaskTimeline {
+  id: string;
+  idempotency_key: string;
+  type: TaskType;
+  model: string;
+  outcome: "succeeded" | "failed";
+  created_at_ms: number;
+  processing_at_ms: number;
+  completed_at_ms: number;
 }
 
 export type IdempotencyLookup = { kind: "new" } | { kind: "replay"; task: SimTask } | { kind: "conflict" };
@@ -83,10 +114,14 @@ export class SimulatorState {
   private readonly tasksById = new Map<string, SimTask>();
   private currentTimings: SimulatorTimings;
   private baseUrl: string;
+  private readonly variation: SimulatorVariation;
+  private readonly random: () => number;
 
   constructor(options: SimulatorOptions = {}) {
     this.clock = options.clock ?? systemClock;
     this.currentTimings = { ...DEFAULT_TIMINGS, ...options.timings };
+    this.variation = { ...options.variation };
+    this.random = seededRandom(options.variation?.seed ?? 1);
     this.baseUrl = stripSlash(options.publicBaseUrl ?? DEFAULT_PUBLIC_BASE_URL);
     for (const acc of options.accounts ?? [{ apiKey: "sandbox" }]) this.addAccount(acc);
   }
@@ -122,6 +157,8 @@ export class SimulatorState {
       creationsPerKey: new Map(),
       reads: [],
       counters: zeroCounters(),
+      readLog: [],
+      readsBy: { single: 0, list: 0, maxInAnyMinute: 0, logDropped: 0 },
     });
   }
 
@@ -214,11 +251,8 @@ export class SimulatorState {
     if (account.balance < price) {
       throw new SimError(402, "insufficient_points", `Insufficient credits: the task costs ${price}, the balance is ${account.balance}`);
     }
-    const t = this.currentTimings;
-    const timing =
-      req.type === "image"
-        ? { queuedMs: t.imageQueuedMs, processingMs: t.imageProcessingMs }
-        : { queuedMs: t.videoQueuedMs, processingMs: t.videoProcessingMs };
+    const timing = this.drawTiming(req.type);
+    const failedByChance = !req.prompt.includes(FAIL_MARKER) && this.drawFailure();
     const id = newId("up", now);
     const task: SimTask = {
       id,
@@ -231,7 +265,8 @@ export class SimulatorState {
       refunded: 0,
       createdAt: now,
       ...schedule(now, timing),
-      outcome: req.prompt.includes(FAIL_MARKER) ? "failed" : "succeeded",
+      outcome: req.prompt.includes(FAIL_MARKER) || failedByChance ? "failed" : "succeeded",
+      ...(failedByChance ? { failedByChance: true } : {}),
       settled: false,
       output: buildOutput(id, req, this.baseUrl),
     };
@@ -245,12 +280,30 @@ export class SimulatorState {
     return task;
   }
 
-  /** Counts one task read against the sliding window, or throws 429 rate_limit (which is not counted). */
-  recordRead(account: Account): void {
+  /** The task's queued and processing times: the current timings, processing drawn from its range when one is set. */
+  private drawTiming(type: TaskType): { queuedMs: number; processingMs: number } {
+    const t = this.currentTimings;
+    const queuedMs = type === "image" ? t.imageQueuedMs : t.videoQueuedMs;
+    const min = type === "image" ? t.imageProcessingMs : t.videoProcessingMs;
+    const max = type === "image" ? this.variation.imageProcessingMaxMs : this.variation.videoProcessingMaxMs;
+    if (max === undefined || max <= min) return { queuedMs, processingMs: min };
+    return { queuedMs, processingMs: min + Math.floor(this.random() * (max - min + 1)) };
+  }
+
+  private drawFailure(): boolean {
+    const rate = this.variation.failureRate ?? 0;
+    return rate > 0 && this.random() < rate;
+  }
+
+  /**
+   * Counts one task read against the sliding window, or throws 429 rate_limit (which is not counted).
+   * The window is kept also without a limit, for the busiest-minute figure of /_sim/reads.
+   */
+  recordRead(account: Account, kind: "single" | "list" = "single"): void {
     const now = this.clock.now();
+    const reads = account.reads;
+    while (reads.length > 0 && reads[0]! <= now - READ_WINDOW_MS) reads.shift();
     if (account.readsPerMinute > 0) {
-      const reads = account.reads;
-      while (reads.length > 0 && reads[0]! <= now - READ_WINDOW_MS) reads.shift();
       if (reads.length >= account.readsPerMinute) {
         account.counters.rate_limited++;
         const retryAfter = secondsUntil(reads[0]! + READ_WINDOW_MS, now);
@@ -262,9 +315,47 @@ export class SimulatorState {
           { "Retry-After": String(retryAfter) },
         );
       }
-      reads.push(now);
     }
+    reads.push(now);
     account.counters.task_reads++;
+    const by = account.readsBy;
+    by[kind]++;
+    by.maxInAnyMinute = Math.max(by.maxInAnyMinute, reads.length);
+    account.readLog.push(now);
+    if (account.readLog.length > READ_LOG_LIMIT) {
+      const drop = account.readLog.length - READ_LOG_LIMIT;
+      account.readLog.splice(0, drop);
+      by.logDropped += drop;
+    }
+  }
+
+  /** One account's accepted reads: counts, the busiest 60 s window, and their times (for /_sim/reads). */
+  readsOf(apiKey: string): ReadLog {
+    const account = this.requireAccount(apiKey);
+    const by = account.readsBy;
+    return {
+      task_reads: account.counters.task_reads,
+      single_reads: by.single,
+      list_reads: by.list,
+      rate_limited: account.counters.rate_limited,
+      max_reads_in_any_minute: by.maxInAnyMinute,
+      times: [...account.readLog],
+      dropped: by.logDropped,
+    };
+  }
+
+  /** One account's tasks in creation order, with the instants fixed at creation (for /_sim/tasks). */
+  taskTimelines(apiKey: string): TaskTimeline[] {
+    return this.requireAccount(apiKey).tasks.map((t) => ({
+      id: t.id,
+      idempotency_key: t.idempotencyKey,
+      type: t.type,
+      model: t.model,
+      outcome: t.outcome,
+      created_at_ms: t.createdAt,
+      processing_at_ms: t.processingAt,
+      completed_at_ms: t.completedAt,
+    }));
   }
 
   getTask(account: Account, id: string): SimTask {
@@ -308,6 +399,18 @@ export class SimulatorState {
     if (!account) throw new Error("unknown simulator account");
     return account;
   }
+}
+
+/** mulberry32: a small seeded generator of floats in [0, 1). */
+function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
 }
 
 function secondsUntil(atMs: number, nowMs: number): number {

@@ -23,6 +23,8 @@ export interface SimTask {
   processingAt: number;
   completedAt: number;
   outcome: "succeeded" | "failed";
+  /** Failed by the simulator's failure rate (SimulatorVariation), not by the fail marker. */
+  failedByChance?: boolean;
   /** True once the terminal state was observed and its refund applied; from then on the task never changes. */
   settled: boolean;
   output: object;
@@ -97,9 +99,10 @@ function coreFields(task: SimTask, status: TaskStatus): Record<string, unknown> 
   };
 }
 
-function failure(status: TaskStatus): object | undefined {
+function failure(task: SimTask, status: TaskStatus): object | undefined {
   if (status !== "failed") return undefined;
-  return { code: "generation_failed", message: `Generation failed (simulated: the prompt contains "${FAIL_MARKER}")` };
+  const why = task.failedByChance ? "the simulator's failure rate" : `the prompt contains "${FAIL_MARKER}"`;
+  return { code: "generation_failed", message: `Generation failed (simulated: ${why})` };
 }
 
 function usage(task: SimTask): object {
@@ -110,7 +113,7 @@ function usage(task: SimTask): object {
 export function renderTask(task: SimTask, now: number): object {
   const status = statusAt(task, now);
   const data = coreFields(task, status);
-  const error = failure(status);
+  const error = failure(task, status);
   if (error) data.error = error;
   const body: Record<string, unknown> = { data };
   if (status === "succeeded") body.output = task.output;
@@ -124,7 +127,7 @@ export function renderListItem(task: SimTask, now: number): object {
   const item = coreFields(task, status);
   if (status === "succeeded") item.output = task.output;
   item.usage = usage(task);
-  const error = failure(status);
+  const error = failure(task, status);
   if (error) item.error = error;
   return item;
 }

@@ -56,6 +56,11 @@ describe.skipIf(!existsSync(MAIN))("npm run bench (BENCH_QUICK smoke run)", () =
     expect(b.query_plans.queries.length).toBeGreaterThan(5);
     expect(b.query_plans.queries.map((q: { phase: string }) => q.phase)).toEqual(expect.arrayContaining(["intake", "list", "submitter", "dispatcher"]));
     expect(b.poll_scheduling.rows.length).toBeGreaterThan(0);
+    // The real-time latency row, small variant: every task called back, the read budget held.
+    expect(b.latency).toMatchObject({ complete: true, signature_verified: true, reads: { budget_ok: true, rate_limited: 0 } });
+    expect(b.latency.completion_to_webhook_ms).toMatchObject({ p50: expect.any(Number), p95: expect.any(Number), max: expect.any(Number) });
+    expect(b.latency.reads.busiest_minute).toBeLessThanOrEqual(100);
+    expect(b.latency.floors.length).toBeGreaterThan(0);
     expect(results.table.length).toBeGreaterThanOrEqual(6);
 
     const md = readFileSync(join(dir, "results.md"), "utf8");
