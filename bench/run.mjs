@@ -10,6 +10,7 @@
 //   4. memory/scale RSS with tasks waiting and in flight; intake with 1,000,000 finished tasks vs empty;
 //                   EXPLAIN QUERY PLAN of the hot queries
 //   5. scheduling   poll scheduling in fake time (bench/scheduling.mjs)
+//   7. postgres     intake with 1 and 2 instances on one PostgreSQL database, delivery (bench/postgres.mjs)
 //   6. latency      completion->webhook in REAL time, 500 tasks of 20-60 s at 100 reads/min, against the
 //                   simulator's 120/min limit (bench/latency.mjs; about 2 minutes of wall time by itself)
 //
@@ -29,6 +30,7 @@ import { Webhook } from "standardwebhooks";
 import { BENCH, ROOT, createClient, ipcChild, memoryOf, sleep, startNode, startRelay, startSimulator } from "./lib/proc.mjs";
 import { distImport, removeSnapshot, snapshotDist } from "./lib/dist.mjs";
 import { benchLatency } from "./latency.mjs";
+import { benchPostgres } from "./postgres.mjs";
 import { findProfile, summariseProfile } from "./lib/profile.mjs";
 import { markdown, num, printTable, tableRows } from "./lib/report.mjs";
 import { countBenchTasks, deleteBenchTasks, phaseCounts, prepareSeeding, seedFinishedTasks, seedPendingEvents, seedWaitingTasks } from "./lib/seed.mjs";
@@ -38,7 +40,7 @@ const QUICK = ["1", "true", "yes"].includes((process.env.BENCH_QUICK ?? "").toLo
 const OUT = process.env.BENCH_OUT || join(BENCH, "results.json");
 const MD_OUT = OUT.replace(/\.json$/i, "") + ".md";
 const envInt = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
-const PARTIAL = ["latency", "scheduling"];
+const PARTIAL = ["latency", "scheduling", "postgres"];
 const ONLY = (process.env.BENCH_ONLY ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 for (const name of ONLY) if (!PARTIAL.includes(name)) throw new Error(`BENCH_ONLY: ${name} is not one of ${PARTIAL.join(", ")}`);
 
@@ -686,6 +688,21 @@ async function latency() {
   return result;
 }
 
+/** The loopback receiver and the upstream whose tasks take a day (intake, memory, delivery and the PostgreSQL rows). */
+async function sharedProcesses() {
+  const receiver = track(ipcChild("receiver", join(BENCH, "receiver.mjs"), join(tmp, "receiver.log")));
+  await receiver.waitFor(/listening/);
+  // Tasks take a day and nothing limits concurrency or reads.
+  const hold = track(
+    await startSimulator({ SIM_IMAGE_QUEUED_MS: 86_400_000, SIM_VIDEO_QUEUED_MS: 86_400_000, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 }, join(tmp, "sim-hold.log")),
+  );
+  return { receiver, hold };
+}
+
+async function postgresRows(receiver, sims) {
+  return benchPostgres({ CFG, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, logLevel: RELAY_LOG_LEVEL });
+}
+
 /** BENCH_ONLY: the named benchmarks, merged into the results file already there. */
 async function partial(info) {
   log(`genrelay benchmarks, only ${ONLY.join(", ")}${QUICK ? " (QUICK)" : ""}: merged into ${OUT}`);
@@ -694,6 +711,11 @@ async function partial(info) {
   log(`  ${info.machine.cpus} × ${info.machine.model}, Node ${info.node}, load ${info.machine.load_average_at_start.join(" ")}`);
   if (ONLY.includes("scheduling")) results.benchmarks.poll_scheduling = await pollScheduling();
   if (ONLY.includes("latency")) results.benchmarks.latency = await latency();
+  if (ONLY.includes("postgres")) {
+    await prepareSeeding();
+    const { receiver, hold } = await sharedProcesses();
+    results.benchmarks.postgres = await postgresRows(receiver, { hold });
+  }
   return results;
 }
 
@@ -706,16 +728,9 @@ async function main() {
   await prepareSeeding();
   log(`  ${info.machine.cpus} × ${info.machine.model}, ${info.machine.memory_gb} GB, Node ${info.node}, load ${info.machine.load_average_at_start.join(" ")}`);
 
-  const receiver = track(ipcChild("receiver", join(BENCH, "receiver.mjs"), join(tmp, "receiver.log")));
-  await receiver.waitFor(/listening/);
+  const { receiver, hold } = await sharedProcesses();
   const sims = {
-    // Tasks take a day and nothing limits concurrency or reads: upstream for intake, memory and delivery runs.
-    hold: track(
-      await startSimulator(
-        { SIM_IMAGE_QUEUED_MS: 86_400_000, SIM_VIDEO_QUEUED_MS: 86_400_000, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 },
-        join(tmp, "sim-hold.log"),
-      ),
-    ),
+    hold,
     // Zero processing time and no read limit: the end-to-end upstream.
     fast: track(
       await startSimulator(
@@ -735,6 +750,7 @@ async function main() {
   rmSync(`${db.path}-shm`, { force: true });
   benchmarks.delivery = await delivery(receiver, sims);
   benchmarks.end_to_end = await endToEnd(receiver, sims);
+  benchmarks.postgres = await postgresRows(receiver, sims);
   const { db: memoryDb, ...memoryResult } = await memory(sims);
   benchmarks.memory = memoryResult;
   await retimeWithBacklog(benchmarks.query_plans, db.client.id, memoryDb);

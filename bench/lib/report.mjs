@@ -36,6 +36,27 @@ export function tableRows(b) {
     "(measured)",
     e.complete ? "" : "❌ incomplete",
   ]);
+  const g = b.postgres;
+  if (g) {
+    const sqliteIntake = b.intake?.relay?.rate;
+    rows.push([
+      "PostgreSQL intake, 1 instance",
+      `${num(g.intake_1.rate)}/s, p50 ${g.intake_1.p50_ms} ms, p99 ${g.intake_1.p99_ms} ms`,
+      sqliteIntake ? `SQLite relay ${num(sqliteIntake)}/s` : "—",
+      sqliteIntake ? pct(g.intake_1.rate / sqliteIntake) : "—",
+      "(measured)",
+      g.durable ? "" : "❌ a 201 without its row",
+    ]);
+    rows.push(["PostgreSQL intake, 2 instances on one database", `${num(g.intake_2.rate)}/s`, `1 instance ${num(g.intake_1.rate)}/s`, pct(g.scaling), "(measured)", ""]);
+    rows.push([
+      "PostgreSQL delivery, 1 instance (signed webhooks/s)",
+      `${num(g.delivery.rate)}/s`,
+      b.delivery ? `SQLite relay ${num(b.delivery.relay.rate)}/s` : "—",
+      b.delivery ? pct(g.delivery.rate / b.delivery.relay.rate) : "—",
+      "(measured)",
+      g.complete ? "" : "❌ incomplete",
+    ]);
+  }
   const m = b.memory;
   rows.push([
     `Memory (RSS, ${num(m.waiting)} waiting + ${num(m.in_flight)} in flight)`,
@@ -114,6 +135,7 @@ export function markdown(results, rows) {
     `- **End to end**: ${c.e2e.duration ? `${c.e2e.duration} s` : `${c.e2e.amount} requests`} of creations with a loopback \`callback_url\`, simulator at 0 ms and no read limit; tasks/s = webhooks / (last webhook − first request). completion→webhook uses the relay's \`data.completed_at\`; creation→webhook includes the poller's first read (2 s after submission for images).`,
     `- **Memory**: VmRSS of the relay process with ${num(b.memory.waiting)} tasks waiting and ${num(b.memory.in_flight)} submitted to a simulator whose tasks take a day (steady state over 5 s; peak = VmHWM, reached while submitting).`,
     `- **Scale**: the intake measurement on a database pre-loaded with ${num(b.scale.rows)} finished tasks, in the same rounds as the empty one.`,
+    ...(b.postgres ? [`- **PostgreSQL**: ${b.postgres.method}`] : []),
   );
   const l = b.latency;
   if (l?.config) {

@@ -182,40 +182,50 @@ export function seedWaitingTasks(path, clientId, count) {
  * callbackUrl: the outbox as the poller leaves it, for the dispatcher to drain.
  * Returns the body size of one event (bytes) and a sample body.
  */
+/** `count` finished tasks, each with a due task.succeeded event for `callbackUrl` (rows by column name). */
+export function pendingEventRows(clientId, count, callbackUrl, destinationHost) {
+  const now = Date.now();
+  const rows = [];
+  for (let i = 0; i < count; i++) {
+    const t = finishedTask(clientId, i, now - 5_000, callbackUrl);
+    t.idempotency_key = `evt-${String(i).padStart(9, "0")}`;
+    t.completed_at = now;
+    t.updated_at = now;
+    const body = JSON.stringify({
+      type: "task.succeeded",
+      timestamp: new Date(now).toISOString(),
+      data: { ...flatTask(toRow(t)), sequence: 1, previous_status: "processing" },
+    });
+    const event = {
+      id: newId("evt", now),
+      client_id: clientId,
+      task_id: t.id,
+      type: "task.succeeded",
+      sequence: 1,
+      payload: body,
+      callback_url: callbackUrl,
+      delivery_status: "pending",
+      attempts: 0,
+      round_attempts: 0,
+      next_attempt_at: now - 1,
+      created_at: now,
+      ...(destinationHost ? { client_seq: i + 1, destination_host: destinationHost } : {}),
+    };
+    rows.push({ task: t, event });
+  }
+  return { rows, sample: rows[0]?.event.payload ?? "", TASK_COLUMNS, EVENT_COLUMNS };
+}
+
 export function seedPendingEvents(path, clientId, count, callbackUrl) {
   const db = new Database(path);
   db.pragma("journal_mode = WAL");
   const insertTask = db.prepare(insertSql("tasks", TASK_COLUMNS));
   const insertEvent = db.prepare(insertSql("events", EVENT_COLUMNS));
-  const now = Date.now();
-  let sample = "";
+  const { rows, sample } = pendingEventRows(clientId, count, callbackUrl);
   db.transaction(() => {
-    for (let i = 0; i < count; i++) {
-      const t = finishedTask(clientId, i, now - 5_000, callbackUrl);
-      t.idempotency_key = `evt-${String(i).padStart(9, "0")}`;
-      t.completed_at = now;
-      t.updated_at = now;
-      insertTask.run(t);
-      const body = JSON.stringify({
-        type: "task.succeeded",
-        timestamp: new Date(now).toISOString(),
-        data: { ...flatTask(toRow(t)), sequence: 1, previous_status: "processing" },
-      });
-      if (i === 0) sample = body;
-      insertEvent.run({
-        id: newId("evt", now),
-        client_id: clientId,
-        task_id: t.id,
-        type: "task.succeeded",
-        sequence: 1,
-        payload: body,
-        callback_url: callbackUrl,
-        delivery_status: "pending",
-        attempts: 0,
-        round_attempts: 0,
-        next_attempt_at: now - 1,
-        created_at: now,
-      });
+    for (const { task, event } of rows) {
+      insertTask.run(task);
+      insertEvent.run(event);
     }
   })();
   db.close();

@@ -1,5 +1,6 @@
 import { sql } from "drizzle-orm";
 import type { Db } from "./open.js";
+import { interleave } from "../store/fairness.js";
 import { claimDueTasks, type TaskRow } from "./tasks.js";
 
 interface Candidate {
@@ -43,13 +44,7 @@ export function claimFairly(
       LIMIT ${room}`);
     queues.push(ids.map((r) => r.id));
   }
-  const picked: string[] = [];
-  for (let depth = 0; picked.length < opts.limit && queues.some((q) => q.length > depth); depth++) {
-    for (const q of queues) {
-      if (picked.length >= opts.limit) break;
-      if (q.length > depth) picked.push(q[depth]!);
-    }
-  }
+  const picked = interleave(queues, opts.limit);
   if (picked.length === 0) return [];
   const claimed = claimDueTasks(db, {
     phase: "waiting",

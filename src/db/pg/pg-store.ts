@@ -3,21 +3,27 @@ import type { SQLiteTable } from "drizzle-orm/sqlite-core";
 import pg from "pg";
 import type {
   AccountStore,
+  AttemptRow,
+  ClientRow,
   ClientStore,
   CreditPosition,
+  EventRow,
   EventStore,
   NewTaskRow,
   NudgeTarget,
   OpsStore,
   ReservationsAround,
+  SessionRow,
   SessionStore,
   Store,
   TaskRow,
   TaskStore,
   TransitionOptions,
   TransitionRules,
+  UpstreamAccountRow,
 } from "../../store/store.js";
-import { clients, creditLedger, dashboardSessions, deliveryAttempts, events, tasks, upstreamAccounts } from "../schema.js";
+import { interleave } from "../../store/fairness.js";
+import { clients, dashboardSessions, deliveryAttempts, events, tasks, upstreamAccounts } from "../schema.js";
 
 /**
  * The store on PostgreSQL, shared by any number of relay processes. The same operations as
@@ -94,12 +100,11 @@ class Mapper<T> {
 }
 
 const T = new Mapper<TaskRow>(tasks);
-const E = new Mapper<import("../../store/store.js").EventRow>(events);
-const A = new Mapper<import("../../store/store.js").AttemptRow>(deliveryAttempts);
-const C = new Mapper<import("../../store/store.js").ClientRow>(clients);
-const S = new Mapper<import("../../store/store.js").SessionRow>(dashboardSessions);
-const U = new Mapper<import("../../store/store.js").UpstreamAccountRow>(upstreamAccounts);
-void creditLedger;
+const E = new Mapper<EventRow>(events);
+const A = new Mapper<AttemptRow>(deliveryAttempts);
+const C = new Mapper<ClientRow>(clients);
+const S = new Mapper<SessionRow>(dashboardSessions);
+const U = new Mapper<UpstreamAccountRow>(upstreamAccounts);
 
 const UNCLAIMED = "(claimed_until IS NULL OR claimed_until < $NOW)";
 const unclaimed = (param: number) => UNCLAIMED.replace("$NOW", `$${param}`);
@@ -276,13 +281,7 @@ export class PgStore implements Store {
           );
           queues.push(ids.map((r) => r.id as string));
         }
-        const picked: string[] = [];
-        for (let depth = 0; picked.length < o.limit && queues.some((qq) => qq.length > depth); depth++) {
-          for (const qq of queues) {
-            if (picked.length >= o.limit) break;
-            if (qq.length > depth) picked.push(qq[depth]!);
-          }
-        }
+        const picked = interleave(queues, o.limit);
         if (picked.length === 0) return [];
         const claimed = await this.claimTasks(`id = ANY($4::text[]) AND phase = 'waiting' AND next_run_at <= $3`, [picked], o);
         const order = new Map(picked.map((id, i) => [id, i]));
@@ -440,7 +439,7 @@ export class PgStore implements Store {
       find: async (id) => opt(E, await one("SELECT * FROM events WHERE id = $1", [id])),
       lastOfTask: async (taskId) => opt(E, await one("SELECT * FROM events WHERE task_id = $1 ORDER BY sequence DESC LIMIT 1", [taskId])),
       lastOfTasks: async (taskIds) => {
-        const map = new Map<string, import("../../store/store.js").EventRow>();
+        const map = new Map<string, EventRow>();
         if (taskIds.length === 0) return map;
         for (const r of E.rows(await q("SELECT DISTINCT ON (task_id) * FROM events WHERE task_id = ANY($1::text[]) ORDER BY task_id, sequence DESC", [taskIds]))) map.set(r.taskId, r);
         return map;

