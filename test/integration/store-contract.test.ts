@@ -207,7 +207,8 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
     const others = [store, await another(), await another()];
     const taken = await Promise.all(Array.from({ length: 30 }, (_, i) => others[i % 3]!.accounts.takeRead("acct", NOW + i, 10, 61_000)));
     expect(taken.filter(Boolean)).toHaveLength(10);
-    expect(await store.accounts.takeRead("acct", NOW + 61_001, 10, 61_000)).toBe(true);
+    // Which ten won depends on the race; a minute after the last of them, the window is empty again.
+    expect(await store.accounts.takeRead("acct", NOW + 29 + 61_000, 10, 61_000)).toBe(true);
   });
 
   it("leadership: one leader per account at a time; another takes over when it is gone", async () => {

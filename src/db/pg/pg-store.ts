@@ -159,8 +159,9 @@ export class PgStore implements Store {
           const { row } = req;
           const existing = await one("SELECT * FROM tasks WHERE client_id = $1 AND idempotency_key = $2", [row.clientId, row.idempotencyKey], c);
           if (existing) return { task: T.row(existing), replayed: true };
-          // The client's row lock serialises its creations: the budget and caps see each other.
-          const position = await this.creditPositionIn(c, row.clientId, true);
+          // With a cap or a credit limit, the client's row lock serialises its creations, so the checks
+          // see each other; without either there is nothing to decide and creations run side by side.
+          const position = req.needs.waiting || req.needs.credit ? await this.creditPositionIn(c, row.clientId, true) : undefined;
           const waiting = req.needs.waiting ? Number((await one("SELECT count(*) AS n FROM tasks WHERE client_id = $1 AND phase = 'waiting'", [row.clientId], c))!.n) : 0;
           const learnedPrice = req.needs.credit && row.priceKey ? await this.learnedPriceIn(c, row.priceKey) : null;
           const reserved = req.admit({ waiting, position: req.needs.credit ? position : undefined, learnedPrice });
@@ -395,10 +396,9 @@ export class PgStore implements Store {
         return rows.length < 200 ? null : o.now + 1_000;
       },
       recordAttempt: (eventId, token, attempt, patch) =>
-        this.tx(async (c) => {
-          const ins = A.insert("delivery_attempts", attempt);
-          await q(ins.sql, ins.values, c);
-          await this.updateLeasedEvent(c, eventId, token, { ...patch, ...RELEASED });
+        new Promise<void>((resolve, reject) => {
+          this.attempts.push({ eventId, token, attempt, patch, resolve, reject });
+          if (this.attempts.length === 1) setImmediate(() => void this.flushAttempts());
         }),
       release: async (eventId, token, patch) => {
         await this.updateLeasedEvent(this.pool, eventId, token, { ...patch, ...RELEASED });
@@ -577,6 +577,31 @@ export class PgStore implements Store {
         })),
       }),
     };
+  }
+
+  /** Attempts settling in the same turn of the event loop, written together by flushAttempts. */
+  private attempts: Array<{ eventId: string; token: string; attempt: Row; patch: Row; resolve: () => void; reject: (err: unknown) => void }> = [];
+
+  /**
+   * Group commit for delivery attempts: one transaction and one multi-row INSERT for every attempt
+   * that settled in the same turn, then each event's update under its lease. All settle together.
+   */
+  private async flushAttempts(): Promise<void> {
+    const batch = this.attempts;
+    this.attempts = [];
+    if (batch.length === 0) return;
+    try {
+      await this.tx(async (c) => {
+        const cols = columnsOf(deliveryAttempts);
+        const values: unknown[] = [];
+        const tuples = batch.map(({ attempt }) => `(${cols.map(([key]) => `$${values.push(attempt[key] ?? null)}`).join(", ")})`);
+        await c.query(`INSERT INTO delivery_attempts (${cols.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")}`, values);
+        for (const b of batch) await this.updateLeasedEvent(c, b.eventId, b.token, { ...b.patch, ...RELEASED });
+      });
+      for (const b of batch) b.resolve();
+    } catch (err) {
+      for (const b of batch) b.reject(err);
+    }
   }
 
   /** Runs `work` in one transaction on one pooled connection. */
