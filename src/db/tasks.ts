@@ -276,7 +276,7 @@ export function releaseTaskLeases(db: Db, ownerPrefix: string): number {
 /** The in-flight tasks of an account, narrow rows (a list sweep compares them with what it read). */
 export function listInFlight(db: Db, account: string): InFlightTask[] {
   return db
-    .select({ id: tasks.id, upstreamTaskId: tasks.upstreamTaskId, status: tasks.status, submittedAt: tasks.submittedAt })
+    .select({ id: tasks.id, upstreamTaskId: tasks.upstreamTaskId, status: tasks.status, submittedAt: tasks.submittedAt, type: tasks.type, model: tasks.model })
     .from(tasks)
     .where(and(eq(tasks.phase, "submitted"), eq(tasks.upstreamAccount, account)))
     .all();

@@ -138,6 +138,8 @@ export interface InFlightTask {
   upstreamTaskId: string | null;
   status: TaskStatus;
   submittedAt: number | null;
+  type: "image" | "video";
+  model: string;
 }
 
 export interface TaskListQuery {

@@ -59,28 +59,55 @@ export async function harvestTerminal(
   }
 }
 
-/** Reads pages of one status until the end, the read cap, or `enough()`. Returns whether the end was reached. */
+/**
+ * One pass over the unfiltered list (every status, with output where ended) until every task in
+ * `wanted` has been seen, the end of the list, or the read cap. When the upstream lists newest
+ * first, this costs the pages down to the oldest task in flight, whatever ended meanwhile: cheaper
+ * than the active lists plus the terminal lists whenever tasks are finishing. `complete` says
+ * whether every wanted task was seen; an item without a status tells nothing.
+ */
+export async function sweepAll(client: UpstreamClient, wanted: Set<string>, maxReads: number, take: () => Promise<boolean>): Promise<SweepResult> {
+  const result: SweepResult = { seen: new Map(), reads: 0, complete: false, unsupported: false };
+  let missing = wanted.size;
+  const enough = () => missing === 0;
+  await readPages(client, undefined, maxReads, take, result, enough, (id) => {
+    if (wanted.has(id)) missing -= 1;
+  });
+  result.complete = missing === 0;
+  return result;
+}
+
+/**
+ * Reads pages of one status (all statuses when undefined) until the end, the read cap, or
+ * `enough()`. Returns whether the end was reached.
+ */
 async function readPages(
   client: UpstreamClient,
-  status: TaskStatus,
+  status: TaskStatus | undefined,
   maxReads: number,
   take: () => Promise<boolean>,
   result: SweepResult,
   enough: () => boolean,
+  onNew: (id: string) => void = () => {},
 ): Promise<boolean> {
   let cursor: string | undefined;
   for (;;) {
     if (result.reads >= maxReads || !(await take())) return false;
     result.reads += 1;
-    const page = await client.listTasks({ status, limit: LIST_PAGE_LIMIT, ...(cursor ? { cursor } : {}) });
+    const page = await client.listTasks({ ...(status ? { status } : {}), limit: LIST_PAGE_LIMIT, ...(cursor ? { cursor } : {}) });
     if (page === null) {
       result.unsupported = true;
       return false;
     }
     for (const task of page.tasks) {
-      // An item without a status is read as having the filter's status.
-      result.seen.set(task.id, task.status === null ? { ...task, status } : task);
+      // An item without a status is read as having the filter's status (unfiltered: unknown).
+      const item = task.status === null && status ? { ...task, status } : task;
+      if (item.status === null) continue;
+      if (!result.seen.has(task.id)) onNew(task.id);
+      result.seen.set(task.id, item);
     }
+    // No cursor this reader knows counts as the end: a task of ours beyond it then looks ended and
+    // gets a single read, which costs reads but never loses a task.
     if (!page.nextCursor || page.tasks.length === 0) return true;
     if (enough()) return false;
     cursor = page.nextCursor;

@@ -2,7 +2,7 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import type { Metrics } from "../metrics.js";
-import type { Store, TaskRow } from "../store/store.js";
+import type { InFlightTask, Store, TaskRow } from "../store/store.js";
 import type { Lifecycle } from "../core/lifecycle.js";
 import { TERMINAL_STATUSES } from "../core/transition.js";
 import type { Nudges } from "../services/deps.js";
@@ -10,12 +10,12 @@ import type { UpstreamAccounts } from "../services/upstream-accounts.js";
 import { UpstreamError } from "../upstream/errors.js";
 import { LEADER_RECHECK_MS } from "./submitter.js";
 import { DurationStats } from "./duration-stats.js";
-import { finishedCandidates, harvestTerminal, sweepActive } from "./list-sweep.js";
+import { finishedCandidates, harvestTerminal, sweepActive, sweepAll, type SweepResult } from "./list-sweep.js";
 import { Leadership } from "./leadership.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
 import { nextPollDelay } from "./poll-schedule.js";
-import type { ReadBudget } from "./read-budget.js";
+import { SAFETY_MS, WINDOW_MS, type ReadBudget } from "./read-budget.js";
 
 export type PollStrategy = "adaptive" | "round-robin";
 
@@ -51,8 +51,16 @@ const LEASE_MARGIN_MS = 5_000;
 export const LOST_AFTER_MS = 10 * 60_000;
 /** Below this many tasks in flight, single reads cost no more than a sweep. */
 const SWEEP_MIN_TASKS = 3;
-/** Share of the read budget sweeps may use; the rest serves single reads. */
-const SWEEP_SHARE = 0.75;
+/**
+ * Share of the read budget sweeps may use. While some task in flight is past the point where its
+ * kind starts finishing, the whole budget (less a quarter when single reads wait) goes to sweeps:
+ * unused reads are latency given away. Before that point sweeps slow down to keep reads per task low.
+ */
+const SWEEP_SHARE_DUE = 1;
+const SWEEP_SHARE_WITH_SINGLES = 0.75;
+const SWEEP_SHARE_IDLE = 0.5;
+/** A task is due once it has run as long as the shortest tenth of its kind (type and model) took. */
+const DUE_QUANTILE = 0.1;
 const MIN_SWEEP_INTERVAL_MS = 1_000;
 const MAX_SWEEP_INTERVAL_MS = 60_000;
 /** Finished candidates worth reading the terminal lists for (fewer: single reads). */
@@ -61,8 +69,24 @@ const HARVEST_MIN = 3;
 const LIST_RETRY_MS = 30 * 60_000;
 const SINGLE_BATCH = 25;
 
+/**
+ * active: the queued and processing lists, a task absent from both has ended; then the terminal
+ * lists for the output of what ended. all: the unfiltered list down to the last task in flight,
+ * ended ones with their output. Which costs fewer reads depends on the upstream's list order and on
+ * how many tasks end between sweeps, so the poller measures both and uses the cheaper.
+ */
+type SweepKind = "active" | "all";
+
 interface ListState {
   nextSweepAt: number;
+  /**
+   * Reads the last complete sweep of each kind took: `active` counts only sweeps that read terminal
+   * lists (without them it is always the cheaper); null: not measured; Infinity: the unfiltered list
+   * does not show every task of ours, so that kind is out.
+   */
+  cost: Record<SweepKind, number | null>;
+  /** Tasks of ours the last sweep found ended. */
+  lastEnded: number;
   unsupportedUntil: number;
   /** null until a terminal list was read; false when its items came without output (harvest pointless). */
   harvestUseful: boolean | null;
@@ -98,7 +122,7 @@ export class Poller {
   private listState(account: string): ListState {
     let state = this.lists.get(account);
     if (!state) {
-      state = { nextSweepAt: 0, unsupportedUntil: 0, harvestUseful: null, warned: false };
+      state = { nextSweepAt: 0, cost: { active: null, all: null }, lastEnded: 0, unsupportedUntil: 0, harvestUseful: null, warned: false };
       this.lists.set(account, state);
     }
     return state;
@@ -127,13 +151,20 @@ export class Poller {
         const state = this.listState(account);
         const now = clock.now();
         if (now >= state.unsupportedUntil) {
-          if (now >= state.nextSweepAt && budget.available(account) >= 2) {
-            await this.sweep(account, state);
-            didWork = true;
-            // Tasks the sweep saw end no longer run: the count decides whether sweeps still cover the account.
-            running = await store.tasks.countRunning(account);
+          if (now >= state.nextSweepAt) {
+            const kind = this.sweepKind(state);
+            // A sweep cut short by the budget tells less than one that waits for its reads.
+            const need = Math.min(budget.perMinute, Math.max(2, state.cost[kind] ?? 2));
+            if (budget.available(account) >= need) {
+              await this.sweep(account, state, kind);
+              didWork = true;
+              // Tasks the sweep saw end no longer run: the count decides whether sweeps still cover the account.
+              running = await store.tasks.countRunning(account);
+            } else {
+              later(budget.nextAvailableAt(account, need));
+            }
           }
-          later(state.nextSweepAt);
+          if (state.nextSweepAt > clock.now()) later(state.nextSweepAt);
         }
       }
       const room = budget.available(account);
@@ -167,6 +198,32 @@ export class Poller {
     return store.tasks.claimIds(ids, "submitted", lease);
   }
 
+  /**
+   * While tasks are ending (the last sweep found enough of them to make an active sweep read the
+   * terminal lists), the unfiltered list unless it measured dearer than an active sweep with its
+   * harvest; otherwise the active lists alone, which then need no harvest.
+   */
+  private sweepKind(state: ListState): SweepKind {
+    const { active, all } = state.cost;
+    if (state.lastEnded < HARVEST_MIN || all === Infinity || active === null || state.harvestUseful === false) return "active";
+    return all === null || all <= active ? "all" : "active";
+  }
+
+  /** How much of the budget sweeps may spend now (see SWEEP_SHARE_DUE). */
+  private async sweepShare(account: string, inFlight: InFlightTask[], now: number): Promise<number> {
+    let due = false;
+    for (const task of inFlight) {
+      const early = await this.durations.quantile(task.type, task.model, DUE_QUANTILE);
+      // Nothing learned yet: every task counts as due (the first durations are learned this way).
+      if (early === null || now - (task.submittedAt ?? now) >= early) {
+        due = true;
+        break;
+      }
+    }
+    if (!due) return SWEEP_SHARE_IDLE;
+    return (this.needsRead.get(account)?.size ?? 0) > 0 ? SWEEP_SHARE_WITH_SINGLES : SWEEP_SHARE_DUE;
+  }
+
   private sweeping(account: string, running: number): boolean {
     if (this.strategy !== "adaptive") return false;
     const state = this.lists.get(account);
@@ -177,22 +234,40 @@ export class Poller {
    * One sweep of an account: active lists, then terminal lists for what ended, then the changes
    * applied. Only tasks whose state changed are claimed and written; unchanged ones cost nothing.
    */
-  private async sweep(account: string, state: ListState): Promise<void> {
+  private async sweep(account: string, state: ListState, kind: SweepKind): Promise<void> {
     const { store, clock, budget, logger, metrics } = this.opts;
     const startedAt = clock.now();
     const inFlight = await store.tasks.listInFlight(account);
     if (inFlight.length === 0) return;
+    const share = await this.sweepShare(account, inFlight, startedAt);
     const take = () => budget.take(account);
-    const maxReads = Math.max(2, Math.floor(budget.available(account) * SWEEP_SHARE));
+    const maxReads = Math.max(2, Math.floor(budget.available(account) * share));
     try {
       const client = await this.opts.accounts.get(account);
-      const result = await sweepActive(client, { includeQueued: inFlight.some((t) => t.status === "queued"), maxReads }, take);
-      let candidates = result.complete ? finishedCandidates(inFlight, result.seen, startedAt) : new Set<string>();
-      if (!result.unsupported && candidates.size >= HARVEST_MIN && state.harvestUseful !== false) {
-        await harvestTerminal(client, candidates, maxReads - result.reads, take, result);
-        const found = [...candidates].map((id) => result.seen.get(id)).filter((t) => t?.status === "succeeded");
-        if (found.length > 0) state.harvestUseful = found.some((t) => t!.output !== null && t!.output !== undefined);
-        candidates = new Set([...candidates].filter((id) => !result.seen.has(id)));
+      let result: SweepResult;
+      let candidates = new Set<string>();
+      if (kind === "all") {
+        const wanted = new Set(inFlight.flatMap((t) => (t.upstreamTaskId ? [t.upstreamTaskId] : [])));
+        result = await sweepAll(client, wanted, maxReads, take);
+        // Every task seen: the cost is what it took. Short of reads: not measured. Otherwise the
+        // list does not show every task of ours (an order we cannot follow): this kind is out.
+        if (result.complete) state.cost.all = result.reads;
+        else if (result.reads < maxReads && !result.unsupported) state.cost.all = Infinity;
+        state.lastEnded = inFlight.filter((t) => {
+          const status = t.upstreamTaskId ? result.seen.get(t.upstreamTaskId)?.status : undefined;
+          return status !== undefined && status !== null && TERMINAL_STATUSES.has(status);
+        }).length;
+      } else {
+        result = await sweepActive(client, { includeQueued: inFlight.some((t) => t.status === "queued"), maxReads }, take);
+        candidates = result.complete ? finishedCandidates(inFlight, result.seen, startedAt) : new Set<string>();
+        state.lastEnded = candidates.size;
+        if (!result.unsupported && candidates.size >= HARVEST_MIN && state.harvestUseful !== false) {
+          await harvestTerminal(client, candidates, maxReads - result.reads, take, result);
+          if (result.reads < maxReads) state.cost.active = result.reads;
+          const found = [...candidates].map((id) => result.seen.get(id)).filter((t) => t?.status === "succeeded");
+          if (found.length > 0) state.harvestUseful = found.some((t) => t!.output !== null && t!.output !== undefined);
+          candidates = new Set([...candidates].filter((id) => !result.seen.has(id)));
+        }
       }
       metrics?.upstreamCalls.inc({ endpoint: "list", outcome: result.unsupported ? "unrecognised" : "ok" }, result.reads);
       if (result.unsupported) {
@@ -202,7 +277,9 @@ export class Poller {
         return;
       }
       const now = clock.now();
-      const interval = Math.min(MAX_SWEEP_INTERVAL_MS, Math.max(MIN_SWEEP_INTERVAL_MS, (result.reads * 60_000) / (SWEEP_SHARE * budget.perMinute)));
+      // Paced over the budget's own window (a minute and its safety second), so a sweep at full
+      // share finds its reads free again when it is due.
+      const interval = Math.min(MAX_SWEEP_INTERVAL_MS, Math.max(MIN_SWEEP_INTERVAL_MS, (result.reads * (WINDOW_MS + SAFETY_MS)) / (share * budget.perMinute)));
       state.nextSweepAt = now + interval;
       // Fallback read times if sweeping stops (fewer tasks in flight): well after the next sweep.
       const coveredUntil = now + 2 * interval + 5_000;

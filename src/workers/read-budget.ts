@@ -1,12 +1,12 @@
 import type { Clock } from "../clock.js";
 import type { Store } from "../store/store.js";
 
-const WINDOW_MS = 60_000;
+export const WINDOW_MS = 60_000;
 /**
  * Our window is a second longer than the upstream's, so clock skew between the two and request
  * transit cannot make the upstream count more reads in its minute than we counted in ours.
  */
-const SAFETY_MS = 1_000;
+export const SAFETY_MS = 1_000;
 
 /**
  * Sliding-window budget of upstream task reads (single and list), per upstream account.
@@ -88,12 +88,14 @@ export class ReadBudget {
     await this.store.accounts.updateState(account, { readsPausedUntil: untilMs }, this.clock.now());
   }
 
-  /** When the next read becomes possible. */
-  nextAvailableAt(account: string): number {
+  /** When `n` reads (default one) become possible at once. */
+  nextAvailableAt(account: string, n = 1): number {
     const now = this.clock.now();
     const reads = this.window(account, now);
     const paused = this.pausedUntil.get(account) ?? 0;
-    const windowFree = reads.length < this.perMinute ? now : reads[reads.length - this.perMinute]! + WINDOW_MS + SAFETY_MS + 1;
+    const keep = Math.max(0, this.perMinute - Math.min(n, this.perMinute));
+    // The reads above `keep` must leave the window: the newest of them is reads[length - keep - 1].
+    const windowFree = reads.length <= keep ? now : reads[reads.length - keep - 1]! + WINDOW_MS + SAFETY_MS + 1;
     return Math.max(paused, windowFree);
   }
 

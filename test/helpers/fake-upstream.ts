@@ -59,6 +59,8 @@ export class FakeUpstream {
   maxConcurrent: number | null = null;
   /** false: the list endpoint answers a body the relay cannot understand (it must fall back to single reads). */
   listSupported = true;
+  /** Upstream ids the unfiltered list leaves out (an upstream whose list order or scope the relay cannot follow). */
+  readonly hiddenUnfiltered = new Set<string>();
 
   constructor(private readonly clock: FakeClock) {}
 
@@ -155,7 +157,7 @@ export class FakeUpstream {
     const status = url.searchParams.get("status");
     const limit = Number(url.searchParams.get("limit") ?? 20);
     const offset = Number(url.searchParams.get("cursor") ?? 0);
-    const all = [...this.tasks.values()].reverse().filter((t) => !status || t.status === status);
+    const all = [...this.tasks.values()].reverse().filter((t) => (status ? t.status === status : !this.hiddenUnfiltered.has(t.id)));
     const page = all.slice(offset, offset + limit);
     return HttpResponse.json({
       data: page.map((t) => {

@@ -52,6 +52,97 @@ describe("list sweeps", () => {
     expect(view.output).toEqual({ images: [{ url: `https://cdn.test/${up.taskOf(ids[0]!)!.id}.png` }] });
   });
 
+  /** Submits `n` tasks; returns relay id → upstream id. */
+  async function inFlight(t: ReturnType<typeof setup>["t"], up: ReturnType<typeof setup>["up"], apiKey: string, n: number) {
+    const ids: string[] = [];
+    for (let i = 0; i < n; i++) ids.push(await createTask(t, apiKey));
+    for (let i = 0; i < 30 && ids.some((id) => taskRow(t, id).phase === "waiting"); i++) await t.relay.submitter.runOnce();
+    for (const task of up.tasks.values()) task.status = "processing";
+    return ids.map((id) => ({ id, up: up.taskOf(id)! }));
+  }
+  const finish = (tasks: Array<{ up: { status: string; output?: unknown; id: string } }>) => {
+    for (const { up: task } of tasks) {
+      task.status = "succeeded";
+      task.output = { images: [{ url: `https://cdn.test/${task.id}.png` }] };
+    }
+  };
+  /** One poller tick after the next sweep is due; returns the list reads it made. */
+  async function sweepOnce(t: ReturnType<typeof setup>["t"], up: ReturnType<typeof setup>["up"]) {
+    t.clock.advance(10_000);
+    const before = up.reads.length;
+    await t.relay.poller.runOnce();
+    return up.reads.slice(before);
+  }
+
+  it("while tasks keep ending, one pass over the unfiltered list replaces the active and terminal lists", async () => {
+    const { t, up } = setup();
+    const client = t.client();
+    const tasks = await inFlight(t, up, client.apiKey, 150);
+    finish(tasks.filter((_, i) => i % 15 === 0));
+    // First sweep: the queued list (the relay still knows them queued), the processing list (2 pages
+    // of 100) and, for the 10 that ended, the succeeded list.
+    const first = await sweepOnce(t, up);
+    expect(first.map((r) => r.status)).toEqual(["queued", "processing", "processing", "succeeded"]);
+    // Tasks keep ending: the next sweep reads the unfiltered list (2 pages: 150 tasks) and settles
+    // what ended with its output, without a terminal list or a single read.
+    const next = tasks.filter((_, i) => i % 15 === 7);
+    finish(next);
+    const second = await sweepOnce(t, up);
+    expect(second.map((r) => r.status)).toEqual([null, null]);
+    for (const { id, up: task } of next) {
+      expect(taskRow(t, id).status).toBe("succeeded");
+      expect((await readTask(t, client.apiKey, id)).output).toEqual({ images: [{ url: `https://cdn.test/${task.id}.png` }] });
+    }
+    // Nothing ends for a sweep: back to the active list alone (the cheaper when no output is needed).
+    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual([null, null]);
+    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual(["processing", "processing"]);
+    for (const [i, { id }] of tasks.entries()) expect(taskRow(t, id).status).toBe(i % 15 === 0 || i % 15 === 7 ? "succeeded" : "processing");
+  });
+
+  it("an unfiltered list that leaves out a task of ours is not used again; nothing is missed", async () => {
+    const { t, up } = setup();
+    const client = t.client();
+    const tasks = await inFlight(t, up, client.apiKey, 40);
+    up.hiddenUnfiltered.add(tasks[30]!.up.id);
+    finish(tasks.slice(0, 5));
+    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual(["queued", "processing", "succeeded"]);
+    finish(tasks.slice(5, 10));
+    // The unfiltered list ends without task 30 (still running): the ended tasks it showed are settled all the same.
+    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual([null]);
+    for (const { id } of tasks.slice(5, 10)) expect(taskRow(t, id).status).toBe("succeeded");
+    finish(tasks.slice(10, 15));
+    // From then on the active lists, though tasks keep ending.
+    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual(["processing", "succeeded"]);
+    finish(tasks.slice(15, 20));
+    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual(["processing", "succeeded"]);
+    for (const [i, { id }] of tasks.entries()) expect(taskRow(t, id).status).toBe(i < 20 ? "succeeded" : "processing");
+  });
+
+  it("sweeps spend the whole budget once tasks are due, and half of it while none can have ended yet", async () => {
+    /** List reads over 60 s of fake time in 250 ms steps, 20 image tasks in flight, 20 reads a minute. */
+    async function listReads(learnedMs: number | null): Promise<number> {
+      const { t, up } = setup({ UPSTREAM_READS_PER_MINUTE: "20" });
+      if (learnedMs !== null) await t.store.accounts.saveDurationSamples("image", "p-image", [learnedMs, learnedMs, learnedMs], t.clock.now());
+      await inFlight(t, up, t.client().apiKey, 20);
+      const before = up.reads.length;
+      for (let i = 0; i < 240; i++) {
+        t.clock.advance(250);
+        await t.relay.poller.runOnce();
+      }
+      expect(up.reads.slice(before).every((r) => r.id === "(list)")).toBe(true);
+      return up.reads.length - before;
+    }
+    // Nothing learned: every task counts as due, and sweeps (one read each once the relay knows
+    // them processing) are paced to the whole budget: about 20 reads in the minute.
+    const due = await listReads(null);
+    // The kind takes 10 minutes: none of the 20 can have ended yet, so half the budget.
+    const idle = await listReads(600_000);
+    expect(due).toBeGreaterThanOrEqual(18);
+    expect(due).toBeLessThanOrEqual(20);
+    expect(idle).toBeGreaterThanOrEqual(9);
+    expect(idle).toBeLessThanOrEqual(12);
+  });
+
   it("an unrecognised list body falls back to single reads", async () => {
     const { t, up } = setup();
     up.listSupported = false;

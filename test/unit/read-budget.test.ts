@@ -63,6 +63,28 @@ describe("ReadBudget", () => {
     );
   });
 
+  it("nextAvailableAt(n): the moment n reads are free at once", async () => {
+    const clock = new FakeClock();
+    const budget = new ReadBudget(store, clock, 3);
+    await budget.load("n");
+    const at: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      at.push(clock.now());
+      expect(await budget.take("n")).toBe(true);
+      clock.advance(10_000);
+    }
+    // Two free at once: the two oldest reads must leave the window (60 s and the safety second).
+    const two = budget.nextAvailableAt("n", 2);
+    expect(two).toBe(at[1]! + MINUTE + 1_000 + 1);
+    expect(budget.nextAvailableAt("n", 3)).toBe(at[2]! + MINUTE + 1_000 + 1);
+    expect(budget.nextAvailableAt("n", 99)).toBe(budget.nextAvailableAt("n", 3));
+    // (One millisecond of margin: the window drops a read exactly 61 s after it.)
+    clock.set(two - 2);
+    expect(budget.available("n")).toBe(1);
+    clock.set(two);
+    expect(budget.available("n")).toBe(2);
+  });
+
   it("nextAvailableAt: now while there is room; else the moment the oldest read leaves the window", async () => {
     const clock = new FakeClock();
     const budget = new ReadBudget(store, clock, 3);

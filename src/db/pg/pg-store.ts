@@ -317,11 +317,13 @@ export class PgStore implements Store {
       accountsInFlight: async () => (await q("SELECT DISTINCT upstream_account AS account FROM tasks WHERE phase = 'submitted'")).map((r) => r.account as string),
       countRunning: async (account) => Number((await one("SELECT count(*) AS n FROM tasks WHERE phase = 'submitted' AND upstream_account = $1", [account]))!.n),
       listInFlight: async (account) =>
-        (await q("SELECT id, upstream_task_id, status, submitted_at FROM tasks WHERE phase = 'submitted' AND upstream_account = $1", [account])).map((r) => ({
+        (await q("SELECT id, upstream_task_id, status, submitted_at, type, model FROM tasks WHERE phase = 'submitted' AND upstream_account = $1", [account])).map((r) => ({
           id: r.id as string,
           upstreamTaskId: r.upstream_task_id as string | null,
           status: r.status as TaskRow["status"],
           submittedAt: r.submitted_at === null ? null : Number(r.submitted_at),
+          type: r.type as "image" | "video",
+          model: r.model as string,
         })),
       pruneFinished: (before, batch) =>
         this.tx(async (c) => {
