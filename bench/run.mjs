@@ -19,7 +19,7 @@
 //   BENCH_OUT=path.json    where to write the results (default bench/results.json; results.md beside it)
 //   BENCH_ROUNDS, BENCH_DURATION (s per intake measurement), BENCH_SCALE_ROWS, BENCH_PROFILE=0|1,
 //   BENCH_RELAY_LOG_LEVEL (default info, the relay's default), BENCH_KEEP=1 (keep the temp folder)
-//   BENCH_ONLY=latency[,scheduling]  run only these benchmarks and merge them into the existing results
+//   BENCH_ONLY=latency[,scheduling,postgres,profiles]  run only these benchmarks and merge them into the existing results
 //                          file (the other rows keep their figures; the entry records its own date and commit)
 import autocannon from "autocannon";
 import { execFileSync } from "node:child_process";
@@ -40,7 +40,7 @@ const QUICK = ["1", "true", "yes"].includes((process.env.BENCH_QUICK ?? "").toLo
 const OUT = process.env.BENCH_OUT || join(BENCH, "results.json");
 const MD_OUT = OUT.replace(/\.json$/i, "") + ".md";
 const envInt = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
-const PARTIAL = ["latency", "scheduling", "postgres"];
+const PARTIAL = ["latency", "scheduling", "postgres", "profiles"];
 const ONLY = (process.env.BENCH_ONLY ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 for (const name of ONLY) if (!PARTIAL.includes(name)) throw new Error(`BENCH_ONLY: ${name} is not one of ${PARTIAL.join(", ")}`);
 
@@ -715,6 +715,11 @@ async function partial(info) {
     await prepareSeeding();
     const { receiver, hold } = await sharedProcesses();
     results.benchmarks.postgres = await postgresRows(receiver, { hold });
+  }
+  if (ONLY.includes("profiles")) {
+    await prepareSeeding();
+    const { receiver, hold } = await sharedProcesses();
+    results.benchmarks.profiles = await profiles(receiver, { hold });
   }
   return results;
 }

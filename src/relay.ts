@@ -113,7 +113,8 @@ export class Relay {
     });
     this.pruner = new Pruner({ store, clock, logger, retentionDays: config.taskRetentionDays });
     this.loops = [
-      new WorkerLoop({ name: "submitter", clock, logger, storage: this.storage, tick: () => this.submitter.runOnce() }),
+      // Every creation nudges the submitter: a burst of them makes one tick every 10 ms, not one each.
+      new WorkerLoop({ name: "submitter", clock, logger, storage: this.storage, tick: () => this.submitter.runOnce(), coalesceMs: 10 }),
       new WorkerLoop({ name: "poller", clock, logger, storage: this.storage, tick: () => this.poller.runOnce() }),
       new WorkerLoop({ name: "dispatcher", clock, logger, storage: this.storage, tick: () => this.dispatcher.tick() }),
       new WorkerLoop({ name: "pruner", clock, logger, storage: this.storage, tick: () => this.pruner.tick(), idleMs: 60 * 60 * 1000 }),

@@ -117,7 +117,7 @@ function canonicalIpv6(text: string): string | null {
 export function parseHostAsIp(host: string): string | null {
   if (host.startsWith("[") && host.endsWith("]")) return canonicalIpv6(host.slice(1, -1));
   if (host.includes(":")) return canonicalIpv6(host);
-  if (ipaddr.IPv4.isValidFourPartDecimal(host)) return ipaddr.IPv4.parse(host).toString();
+  if (fourPartDecimal(host)) return ipaddr.IPv4.parse(host).toString();
   // Characters that would end the host inside a URL: refuse rather than parse a prefix.
   if (host === "" || /[\s/\\?#@[\]\u0000-\u001f\u007f]/.test(host)) return null;
   let canonical: string;
@@ -126,7 +126,15 @@ export function parseHostAsIp(host: string): string | null {
   } catch {
     return null;
   }
-  return ipaddr.IPv4.isValidFourPartDecimal(canonical) ? canonical : null;
+  return fourPartDecimal(canonical) ? canonical : null;
+}
+
+/**
+ * ipaddr.js decides by parsing, which throws for a name: the shape is checked first, so the
+ * common case (a host name) costs a regular expression instead of an exception.
+ */
+function fourPartDecimal(text: string): boolean {
+  return /^\d{1,3}(?:\.\d{1,3}){3}$/.test(text) && ipaddr.IPv4.isValidFourPartDecimal(text);
 }
 
 export const MAX_CALLBACK_URL_LENGTH = 2048;

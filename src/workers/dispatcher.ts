@@ -31,6 +31,12 @@ export interface DispatcherOptions {
 /** Largest body the dispatcher sends (bodies carry output URLs, never media): a defensive bound. */
 export const MAX_PAYLOAD_BYTES = 256 * 1024;
 
+/** What one claim started, and whether it took as many events as it had room for. */
+interface Claimed {
+  started: Promise<void>[];
+  full: boolean;
+}
+
 /**
  * Delivers outbox events: claims due ones under a lease, signs and POSTs each, records the attempt,
  * and schedules the next one on WEBHOOK_RETRY_SCHEDULE. Deliveries run concurrently and the loop does
@@ -44,7 +50,8 @@ export const MAX_PAYLOAD_BYTES = 256 * 1024;
  * else's host) only ever delays itself, and the claim query never carries a list of refused
  * hosts: only keys at their cap or with a trial out are left out, and each of those holds an
  * attempt in flight, so the list is bounded by the in-flight cap. The counts live in this
- * process's memory: enough for the single-process deployment.
+ * process's memory; a store shared by several instances also caps each key across all of them
+ * (EventClaimOptions.maxPerKey, counted from the leased events).
  *
  * Claims never overlap (one at a time, see claimAndStart): the per-key room a claim is sized by
  * cannot be spent by another claim across the claim's await, and every start checks it again.
@@ -58,7 +65,7 @@ export class Dispatcher {
   /** Called when a delivery finishes, so the loop can claim more (set by main). */
   onSettled: () => void = () => {};
 
-  private claiming: Promise<Promise<void>[]> | null = null;
+  private claiming: Promise<Claimed> | null = null;
   private readonly events: DeliveryLifecycle;
 
   constructor(private readonly opts: DispatcherOptions) {
@@ -74,14 +81,17 @@ export class Dispatcher {
 
   /** Claims what is due and starts delivering it; does not wait for the deliveries (production loop). */
   async tick(): Promise<TickResult> {
-    const started = await this.claimAndStart();
-    // A productive tick loops again at once; the next-due lookup is only worth it when idle.
-    return { didWork: started.length > 0, nextDueAt: started.length > 0 ? this.opts.clock.now() : await this.nextDueAt() };
+    const { started, full } = await this.claimAndStart();
+    // A claim that filled its room loops again at once (more may be due). One that took less than
+    // it could has taken everything claimable: a tick at once would only walk the due index past
+    // the saturated hosts' backlog to find nothing, so the next due time decides (settling
+    // attempts and new events nudge the loop anyway).
+    return { didWork: started.length > 0, nextDueAt: full ? this.opts.clock.now() : await this.nextDueAt() };
   }
 
   /** Claims what is due, delivers it and waits for every attempt to be recorded (tests). */
   async runOnce(): Promise<number> {
-    const started = await this.claimAndStart();
+    const { started } = await this.claimAndStart();
     await Promise.all(started);
     return started.length;
   }
@@ -119,8 +129,8 @@ export class Dispatcher {
   }
 
   /** One claim at a time: a second caller waits for the running claim and claims after it. */
-  private async claimAndStart(): Promise<Promise<void>[]> {
-    while (this.claiming) await this.claiming.catch(() => []);
+  private async claimAndStart(): Promise<Claimed> {
+    while (this.claiming) await this.claiming.catch(() => null);
     this.claiming = this.claimOnce();
     try {
       return await this.claiming;
@@ -129,10 +139,10 @@ export class Dispatcher {
     }
   }
 
-  private async claimOnce(): Promise<Promise<void>[]> {
+  private async claimOnce(): Promise<Claimed> {
     const { store, clock, config, owner, logger } = this.opts;
     const room = this.maxInFlight - this.inFlight.size;
-    if (room <= 0) return [];
+    if (room <= 0) return { started: [], full: false };
     const now = clock.now();
     const claimed = await store.events.claimDue({
       now,
@@ -159,7 +169,7 @@ export class Dispatcher {
       });
       started.push(promise);
     }
-    return started;
+    return { started, full: claimed.length >= room };
   }
 
   /**

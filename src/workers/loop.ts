@@ -18,6 +18,11 @@ export interface LoopOptions {
   idleMs?: number;
   /** Storage failures (disk full) are counted there and logged rate-limited, not once per tick. */
   storage?: StorageHealth;
+  /**
+   * A nudge runs the next tick this long after the last one at the earliest, so a burst of nudges
+   * (a creation each) makes one tick, not one per request. 0: at once.
+   */
+  coalesceMs?: number;
 }
 
 /**
@@ -31,6 +36,7 @@ export class WorkerLoop {
   private nudged = false;
   private done: Promise<void> = Promise.resolve();
   private failures = 0;
+  private lastTickAt = 0;
   /** Clock time of the last completed tick (successful or not), for stall detection. */
   lastBeatAt: number;
 
@@ -55,8 +61,13 @@ export class WorkerLoop {
 
   /** Something new may be due now: run a tick soon instead of sleeping. */
   nudge(): void {
+    if (this.nudged) return;
     this.nudged = true;
-    this.wake?.();
+    const wake = this.wake;
+    if (!wake) return;
+    const wait = (this.opts.coalesceMs ?? 0) - (performance.now() - this.lastTickAt);
+    if (wait > 0) setTimeout(wake, wait).unref();
+    else wake();
   }
 
   /** Stops after the current tick; resolves when it has finished. */
@@ -73,6 +84,7 @@ export class WorkerLoop {
       let delay: number;
       try {
         const result = await this.opts.tick();
+        this.lastTickAt = performance.now();
         this.failures = 0;
         const untilDue = result.nextDueAt === null ? idleMs : result.nextDueAt - this.opts.clock.now();
         delay = Math.min(idleMs, Math.max(result.didWork ? 0 : 25, untilDue));
@@ -84,7 +96,9 @@ export class WorkerLoop {
       }
       this.lastBeatAt = this.opts.clock.now();
       if (!this.running) break;
-      if (this.nudged) continue;
+      // Nudged during the tick: run again, after the coalescing gap.
+      if (this.nudged) delay = Math.min(delay, this.opts.coalesceMs ?? 0);
+      if (delay <= 0) continue;
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, delay);
         this.wake = () => {
