@@ -68,7 +68,7 @@ const CFG = QUICK
       profile: process.env.BENCH_PROFILE !== "0",
     };
 const RELAY_LOG_LEVEL = process.env.BENCH_RELAY_LOG_LEVEL || "info";
-const GOALS = { intake: 0.5, delivery: 0.6, memoryMb: 200, scale: 0.8 };
+const GOALS = { intake: 0.5, intakeBusy: 0.25, delivery: 0.6, memoryMb: 200, scale: 0.8 };
 const PATH = "/openapi/v1/images/generations";
 const PUBLIC_CALLBACK = "https://hooks.example.com/genrelay";
 const creationBody = (callbackUrl) => ({
@@ -213,7 +213,7 @@ async function newDatabase(name) {
 // ---------------------------------------------------------------------------------------------
 // 1 + 4b. Intake (bare vs relay on an empty database vs relay with N finished tasks), per round.
 // ---------------------------------------------------------------------------------------------
-async function intakeAndScale(sims) {
+async function intakeAndScale(sims, receiver) {
   log(`\n[${elapsed()}] intake: bare hono vs relay (empty database) vs relay (${CFG.scale.rows.toLocaleString("en-US")} finished tasks), ${CFG.rounds} round(s)`);
   const empty = await newDatabase("intake-empty");
   const big = await newDatabase("intake-scale");
@@ -225,11 +225,17 @@ async function intakeAndScale(sims) {
 
   // The upstream holds one running task (UPSTREAM_MAX_CONCURRENT=1, day-long simulator timings),
   // so accepted tasks wait in the relay: the figures are intake alone, not intake plus submission.
-  const runRelay = async (db, keyPrefix) => {
+  const runRelay = async (db, keyPrefix, busy = false) => {
     deleteBenchTasks(db.path, db.client.id, "bench-");
     deleteBenchTasks(db.path, db.client.id, "warm-");
-    const relay = track(await startRelay(relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-${keyPrefix}log`)));
-    const opts = loadOpts({ url: relay.url, apiKey: db.client.api_key, keyPrefix, body: creationBody(PUBLIC_CALLBACK) });
+    // Busy: the workers submit every task to a 50–100 ms upstream, poll it and deliver its webhook
+    // to the loopback receiver while the creations come in (the realistic case).
+    const env = busy
+      ? relayEnv(db.path, sims.busy.url, { UPSTREAM_MAX_CONCURRENT: 10_000, WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" })
+      : relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: 1 });
+    const relay = track(await startRelay(env, join(tmp, `relay-${keyPrefix}log`)));
+    const callback = busy ? `${await receiver.call("address")}/hooks/busy` : PUBLIC_CALLBACK;
+    const opts = loadOpts({ url: relay.url, apiKey: db.client.api_key, keyPrefix, body: creationBody(callback) });
     await warmUp(opts);
     const result = await load(opts);
     await relay.stop();
@@ -254,11 +260,12 @@ async function intakeAndScale(sims) {
       scaleResult = await runRelay(big, `bench-r${r}-scale-`);
       relayResult = await runRelay(empty, `bench-r${r}-empty-`);
     }
-    rounds.push({ round: r, bare: bareResult, relay: relayResult, relay_scale: scaleResult });
+    const busyResult = await runRelay(empty, `bench-r${r}-busy-`, true);
+    rounds.push({ round: r, bare: bareResult, relay: relayResult, relay_scale: scaleResult, relay_busy: busyResult });
     log(
-      `  round ${r}: bare ${bareResult.rate}/s (p50 ${bareResult.p50_ms} ms, p99 ${bareResult.p99_ms} ms) | relay ${relayResult.rate}/s (p50 ${relayResult.p50_ms}, p99 ${relayResult.p99_ms}) | relay+${shortCount(CFG.scale.rows)} ${scaleResult.rate}/s (p50 ${scaleResult.p50_ms}, p99 ${scaleResult.p99_ms})`,
+      `  round ${r}: bare ${bareResult.rate}/s (p50 ${bareResult.p50_ms} ms, p99 ${bareResult.p99_ms} ms) | relay ${relayResult.rate}/s (p50 ${relayResult.p50_ms}, p99 ${relayResult.p99_ms}) | relay+${shortCount(CFG.scale.rows)} ${scaleResult.rate}/s (p50 ${scaleResult.p50_ms}, p99 ${scaleResult.p99_ms}) | relay, workers busy ${busyResult.rate}/s (p50 ${busyResult.p50_ms}, p99 ${busyResult.p99_ms})`,
     );
-    for (const [name, res] of [["relay", relayResult], ["relay+rows", scaleResult]]) {
+    for (const [name, res] of [["relay", relayResult], ["relay+rows", scaleResult], ["relay busy", busyResult]]) {
       if (!res.durable) log(`  !! ${name}: ${res.accepted} 201s but only ${res.rows_committed} rows committed`);
       const other = Object.entries(res.status_codes).filter(([k]) => k !== "201");
       if (other.length > 0 || res.errors > 0) log(`  !! ${name}: non-201 answers ${JSON.stringify(Object.fromEntries(other))}, errors ${res.errors}`);
@@ -278,9 +285,11 @@ async function intakeAndScale(sims) {
   const bareS = summary("bare");
   const relayS = summary("relay");
   const scaleS = summary("relay_scale");
+  const busyS = summary("relay_busy");
+  const busyRatio = median(rounds.map((r) => r.relay_busy.rate / r.bare.rate));
   const intakeRatio = median(rounds.map((r) => r.relay.rate / r.bare.rate));
   const scaleRatio = median(rounds.map((r) => r.relay_scale.rate / r.relay.rate));
-  const durable = rounds.every((r) => r.relay.durable && r.relay_scale.durable);
+  const durable = rounds.every((r) => r.relay.durable && r.relay_scale.durable && r.relay_busy.durable);
   return {
     intake: {
       method: `autocannon, ${CFG.intake.connections} connections, ${QUICK ? `${CFG.intake.amount} requests` : `${CFG.intake.duration} s`} per measurement after ${CFG.intake.warmup} s of unmeasured warm-up load on the same process, fresh Idempotency-Key per request, body with a public https callback_url and metadata; only 201s count. Relay: LOG_LEVEL=${RELAY_LOG_LEVEL}, upstream held at one running task (UPSTREAM_MAX_CONCURRENT=1) so accepted tasks wait and the figure is intake alone; the waiting backlog grows during each measurement as in a burst. Baseline: bench/bare-server.mjs (hono on @hono/node-server: parse JSON, answer 201).`,
@@ -291,6 +300,14 @@ async function intakeAndScale(sims) {
       met: intakeRatio >= GOALS.intake,
       durable,
       rounds: rounds.map((r) => ({ round: r.round, bare: r.bare, relay: r.relay })),
+      busy: {
+        method: "the same load while the relay's workers submit every accepted task to a simulator with 50–100 ms tasks (UPSTREAM_MAX_CONCURRENT=10000), poll it within UPSTREAM_READS_PER_MINUTE and deliver each task's webhook to the loopback receiver; same rounds and baseline as the intake figure.",
+        relay: busyS,
+        ratio: round(busyRatio, 3),
+        goal: GOALS.intakeBusy,
+        met: busyRatio >= GOALS.intakeBusy,
+        rounds: rounds.map((r) => ({ round: r.round, bare: r.bare, relay: r.relay_busy })),
+      },
     },
     scale: {
       method: `the same intake measurement against a database already holding ${CFG.scale.rows.toLocaleString("en-US")} finished tasks of the same client (seeded with better-sqlite3), in the same rounds as the empty-database figure; tasks created by earlier rounds are deleted before each measurement.`,
@@ -743,10 +760,17 @@ async function main() {
         join(tmp, "sim-fast.log"),
       ),
     ),
+    // 50–100 ms tasks: the upstream for intake while the workers submit, poll and deliver.
+    busy: track(
+      await startSimulator(
+        { SIM_IMAGE_QUEUED_MS: 0, SIM_IMAGE_PROCESSING_MS: 50, SIM_IMAGE_PROCESSING_MAX_MS: 100, SIM_VIDEO_QUEUED_MS: 0, SIM_VIDEO_PROCESSING_MS: 50, SIM_VIDEO_PROCESSING_MAX_MS: 100, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 },
+        join(tmp, "sim-busy.log"),
+      ),
+    ),
   };
 
   const benchmarks = {};
-  const { intake, scale, db } = await intakeAndScale(sims);
+  const { intake, scale, db } = await intakeAndScale(sims, receiver);
   benchmarks.intake = intake;
   benchmarks.scale = scale;
   benchmarks.query_plans = await queryPlans(db, sims);

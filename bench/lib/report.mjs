@@ -17,6 +17,16 @@ export function tableRows(b) {
     `≥ ${pct(i.goal)}`,
     mark(i.met && i.durable),
   ]);
+  if (i.busy) {
+    rows.push([
+      "Intake while the workers submit, poll and deliver (50–100 ms upstream)",
+      `${num(i.busy.relay.rate)}/s, p50 ${i.busy.relay.p50_ms} ms, p99 ${i.busy.relay.p99_ms} ms`,
+      `bare hono ${num(i.bare.rate)}/s`,
+      pct(i.busy.ratio),
+      `≥ ${pct(i.busy.goal)}`,
+      mark(i.busy.met && i.durable),
+    ]);
+  }
   const d = b.delivery;
   rows.push([
     "Delivery (signed webhooks/s)",
