@@ -15,7 +15,7 @@ import { Leadership } from "./leadership.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
 import { nextPollDelay } from "./poll-schedule.js";
-import { SAFETY_MS, WINDOW_MS, type ReadBudget } from "./read-budget.js";
+import type { ReadBudget } from "./read-budget.js";
 
 export type PollStrategy = "adaptive" | "round-robin";
 
@@ -253,14 +253,9 @@ export class Poller {
         // list does not show every task of ours (an order we cannot follow): this kind is out.
         if (result.complete) state.cost.all = result.reads;
         else if (result.reads < maxReads && !result.unsupported) state.cost.all = Infinity;
-        state.lastEnded = inFlight.filter((t) => {
-          const status = t.upstreamTaskId ? result.seen.get(t.upstreamTaskId)?.status : undefined;
-          return status !== undefined && status !== null && TERMINAL_STATUSES.has(status);
-        }).length;
       } else {
         result = await sweepActive(client, { includeQueued: inFlight.some((t) => t.status === "queued"), maxReads }, take);
         candidates = result.complete ? finishedCandidates(inFlight, result.seen, startedAt) : new Set<string>();
-        state.lastEnded = candidates.size;
         if (!result.unsupported && candidates.size >= HARVEST_MIN && state.harvestUseful !== false) {
           await harvestTerminal(client, candidates, maxReads - result.reads, take, result);
           if (result.reads < maxReads) state.cost.active = result.reads;
@@ -279,19 +274,22 @@ export class Poller {
       const now = clock.now();
       // Paced over the budget's own window (a minute and its safety second), so a sweep at full
       // share finds its reads free again when it is due.
-      const interval = Math.min(MAX_SWEEP_INTERVAL_MS, Math.max(MIN_SWEEP_INTERVAL_MS, (result.reads * (WINDOW_MS + SAFETY_MS)) / (share * budget.perMinute)));
+      const interval = Math.min(MAX_SWEEP_INTERVAL_MS, Math.max(MIN_SWEEP_INTERVAL_MS, (result.reads * budget.windowMs) / (share * budget.perMinute)));
       state.nextSweepAt = now + interval;
       // Fallback read times if sweeping stops (fewer tasks in flight): well after the next sweep.
       const coveredUntil = now + 2 * interval + 5_000;
       let covered = 0;
+      let ended = 0;
       const changed: string[] = [];
       let flagged = this.needsRead.get(account);
       if (!flagged) this.needsRead.set(account, (flagged = new Set()));
       for (const task of inFlight) {
         const remote = task.upstreamTaskId ? result.seen.get(task.upstreamTaskId) : undefined;
         const status = remote?.status ?? null;
-        const settled = status !== null && TERMINAL_STATUSES.has(status) && !(status === "succeeded" && (remote!.output === null || remote!.output === undefined));
-        if (settled || (status !== null && !TERMINAL_STATUSES.has(status))) {
+        const terminal = status !== null && TERMINAL_STATUSES.has(status);
+        const settled = terminal && !(status === "succeeded" && (remote!.output === null || remote!.output === undefined));
+        if (terminal || (task.upstreamTaskId && candidates.has(task.upstreamTaskId))) ended += 1;
+        if (settled || (status !== null && !terminal)) {
           covered += 1;
           if (settled || status !== task.status) changed.push(task.id);
         } else if (task.upstreamTaskId && (candidates.has(task.upstreamTaskId) || remote)) {
@@ -299,6 +297,7 @@ export class Poller {
           flagged.add(task.id);
         }
       }
+      state.lastEnded = ended;
       const token = this.opts.owner.token();
       for (const row of await store.tasks.claimIds(changed, "submitted", { now, leaseMs: this.leaseMs(), token })) {
         await this.opts.lifecycle.recordObservation(row, token, result.seen.get(row.upstreamTaskId!)!, coveredUntil);

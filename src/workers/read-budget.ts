@@ -1,12 +1,12 @@
 import type { Clock } from "../clock.js";
 import type { Store } from "../store/store.js";
 
-export const WINDOW_MS = 60_000;
+const WINDOW_MS = 60_000;
 /**
  * Our window is a second longer than the upstream's, so clock skew between the two and request
  * transit cannot make the upstream count more reads in its minute than we counted in ours.
  */
-export const SAFETY_MS = 1_000;
+const SAFETY_MS = 1_000;
 
 /**
  * Sliding-window budget of upstream task reads (single and list), per upstream account.
@@ -19,6 +19,8 @@ export class ReadBudget {
   private readonly windows = new Map<string, number[]>();
   private readonly pausedUntil = new Map<string, number>();
   private lastPrune = 0;
+  /** The window reads are counted over: the upstream's minute and the safety second. */
+  readonly windowMs = WINDOW_MS + SAFETY_MS;
 
   constructor(
     private readonly store: Store,
@@ -30,7 +32,7 @@ export class ReadBudget {
   async load(account: string): Promise<void> {
     if (this.windows.has(account)) return;
     const now = this.clock.now();
-    const [reads, state] = await Promise.all([this.store.accounts.readsSince(account, now - WINDOW_MS - SAFETY_MS), this.store.accounts.state(account)]);
+    const [reads, state] = await Promise.all([this.store.accounts.readsSince(account, now - this.windowMs), this.store.accounts.state(account)]);
     if (this.windows.has(account)) return;
     this.windows.set(account, reads);
     if (state?.readsPausedUntil) this.pausedUntil.set(account, state.readsPausedUntil);
@@ -40,7 +42,7 @@ export class ReadBudget {
     const reads = this.windows.get(account);
     // Not loaded yet: no reads known here (available() says 0 until load() has run).
     if (!reads) return [];
-    const cutoff = now - WINDOW_MS - SAFETY_MS;
+    const cutoff = now - this.windowMs;
     let drop = 0;
     while (drop < reads.length && reads[drop]! <= cutoff) drop++;
     if (drop > 0) reads.splice(0, drop);
@@ -65,7 +67,7 @@ export class ReadBudget {
     // store then decides for every process sharing it, and records the read before it is made.
     const window = this.window(account, now);
     window.push(now);
-    if (!(await this.store.accounts.takeRead(account, now, this.perMinute, WINDOW_MS + SAFETY_MS))) {
+    if (!(await this.store.accounts.takeRead(account, now, this.perMinute, this.windowMs))) {
       // Another process spent it: this window undercounts, so reload it from the store next time.
       window.splice(window.indexOf(now), 1);
       this.windows.delete(account);
@@ -95,7 +97,7 @@ export class ReadBudget {
     const paused = this.pausedUntil.get(account) ?? 0;
     const keep = Math.max(0, this.perMinute - Math.min(n, this.perMinute));
     // The reads above `keep` must leave the window: the newest of them is reads[length - keep - 1].
-    const windowFree = reads.length <= keep ? now : reads[reads.length - keep - 1]! + WINDOW_MS + SAFETY_MS + 1;
+    const windowFree = reads.length <= keep ? now : reads[reads.length - keep - 1]! + this.windowMs + 1;
     return Math.max(paused, windowFree);
   }
 
