@@ -1,36 +1,23 @@
 // A/B of two builds, side by side in one run (alternating, same machine load): intake (201s/s) and
 // delivery (signed webhooks/s from a pre-written outbox). `node bench/ab.mjs OLD_DIST NEW_DIST [rounds]`.
 // Used to check that a refactor did not slow the relay down; `npm run bench` has the full picture.
+// Each dist must resolve this checkout's node_modules (a folder inside it) and have ../migrations beside it.
 import autocannon from "autocannon";
-import { execFileSync, spawn } from "node:child_process";
 import http from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
+import { createClient, sleep, startRelay, startSimulator } from "./lib/proc.mjs";
+import { prepareSeeding, seedPendingEvents } from "./lib/seed.mjs";
 import { median } from "./lib/stats.mjs";
 
-const [oldDist, newDist, roundsArg] = process.argv.slice(2);
-if (!oldDist || !newDist) throw new Error("usage: node bench/ab.mjs OLD_DIST NEW_DIST [rounds]");
+const [oldArg, newArg, roundsArg] = process.argv.slice(2);
+if (!oldArg || !newArg) throw new Error("usage: node bench/ab.mjs OLD_DIST NEW_DIST [rounds]");
+const [oldDist, newDist] = [resolve(oldArg), resolve(newArg)];
 const ROUNDS = Number(roundsArg ?? 3);
 const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-ab-"));
 
-function start(script, env) {
-  const child = spawn(process.execPath, [script], { env: { PATH: process.env.PATH, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-  return new Promise((resolve, reject) => {
-    let buf = "";
-    const onData = (d) => {
-      buf += d;
-      const m = /listening on (http:\/\/\S+)|"port":(\d+)[^\n]*"msg":"genrelay listening"/.exec(buf);
-      if (m) resolve({ child, url: m[1] ?? `http://127.0.0.1:${m[2]}` });
-    };
-    child.stdout.on("data", onData);
-    child.stderr.on("data", onData);
-    child.on("exit", (code) => reject(new Error(`${script} exited ${code}: ${buf.slice(-500)}`)));
-  });
-}
-const stop = (p) => new Promise((r) => (p.child.once("exit", r), p.child.kill("SIGTERM")));
-
-const sim = await start(join(newDist, "simulator", "main.js"), { SIM_PORT: "0", SIM_API_KEYS: "sandbox", SIM_IMAGE_QUEUED_MS: "86400000", SIM_MAX_CONCURRENT: "100000", SIM_READS_PER_MINUTE: "0", SIM_BALANCE: "1000000000000" });
+const sim = await startSimulator({ SIM_API_KEYS: "sandbox", SIM_IMAGE_QUEUED_MS: 86_400_000, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 }, join(tmp, "sim.log"), { dist: newDist });
 
 let hits = 0;
 let first = 0;
@@ -48,14 +35,10 @@ const receiver = http.createServer((req, res) => {
 await new Promise((r) => receiver.listen(0, "127.0.0.1", r));
 const hook = `http://127.0.0.1:${receiver.address().port}/hook`;
 
-function client(dist, dbPath) {
-  return JSON.parse(execFileSync(process.execPath, [join(dist, "cli.js"), "clients", "create", "--name", "ab", "--json"], { env: { PATH: process.env.PATH, DATABASE_PATH: dbPath }, encoding: "utf8" }));
-}
-
 async function intake(dist, tag) {
   const db = join(tmp, `${tag}.db`);
-  const { api_key } = client(dist, db);
-  const relay = await start(join(dist, "main.js"), { PORT: "0", DATABASE_PATH: db, UPSTREAM_BASE_URL: sim.url, UPSTREAM_API_KEY: "sandbox", UPSTREAM_MAX_CONCURRENT: "1", LOG_LEVEL: "info" });
+  const { api_key } = await createClient(db, "ab", dist);
+  const relay = await startRelay({ DATABASE_PATH: db, UPSTREAM_BASE_URL: sim.url, UPSTREAM_API_KEY: "sandbox", UPSTREAM_MAX_CONCURRENT: 1 }, join(tmp, `${tag}.log`), { dist });
   let n = 0;
   const run = (duration) =>
     autocannon({
@@ -72,28 +55,25 @@ async function intake(dist, tag) {
         },
       ],
     });
-  process.stderr.write(`intake ${tag}: warm-up\n`);
   await run(2);
   const r = await run(8);
-  await stop(relay);
+  await relay.stop();
   return (r.statusCodeStats?.["201"]?.count ?? 0) / r.duration;
 }
 
 async function delivery(dist, tag, events = 3000) {
   const db = join(tmp, `${tag}.db`);
-  const { id } = client(dist, db);
-  const { seedPendingEvents, prepareSeeding } = await import("./lib/seed.mjs");
-  await prepareSeeding();
+  const { id } = await createClient(db, "ab", dist);
   seedPendingEvents(db, id, events, hook);
-  process.stderr.write(`delivery ${tag}: seeded\n`);
   hits = 0;
-  const relay = await start(join(dist, "main.js"), { PORT: "0", DATABASE_PATH: db, UPSTREAM_BASE_URL: sim.url, UPSTREAM_API_KEY: "sandbox", WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", LOG_LEVEL: "info" });
+  const relay = await startRelay({ DATABASE_PATH: db, UPSTREAM_BASE_URL: sim.url, UPSTREAM_API_KEY: "sandbox", WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }, join(tmp, `${tag}.log`), { dist });
   const deadline = Date.now() + 15_000;
-  while (hits < events && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-  await stop(relay);
+  while (hits < events && Date.now() < deadline) await sleep(100);
+  await relay.stop();
   return hits > 1 ? ((hits - 1) * 1000) / (last - first) : 0;
 }
 
+await prepareSeeding();
 const out = { intake: { old: [], new: [] }, delivery: { old: [], new: [] } };
 for (let r = 1; r <= ROUNDS; r++) {
   const order = r % 2 ? [["old", oldDist], ["new", newDist]] : [["new", newDist], ["old", oldDist]];
@@ -105,6 +85,6 @@ const summary = Object.fromEntries(
   Object.entries(out).map(([k, v]) => [k, { old: Math.round(median(v.old)), new: Math.round(median(v.new)), new_vs_old: Math.round((median(v.new) / median(v.old)) * 1000) / 1000 }]),
 );
 process.stdout.write(`${JSON.stringify(summary)}\n`);
-await stop(sim);
+await sim.stop();
 receiver.close();
 rmSync(tmp, { recursive: true, force: true });

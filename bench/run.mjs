@@ -225,6 +225,7 @@ async function intakeAndScale(sims, receiver) {
 
   // The upstream holds one running task (UPSTREAM_MAX_CONCURRENT=1, day-long simulator timings),
   // so accepted tasks wait in the relay: the figures are intake alone, not intake plus submission.
+  const busyCallback = `${await receiver.call("address")}/hooks/busy`;
   const runRelay = async (db, keyPrefix, busy = false) => {
     deleteBenchTasks(db.path, db.client.id, "bench-");
     deleteBenchTasks(db.path, db.client.id, "warm-");
@@ -234,7 +235,7 @@ async function intakeAndScale(sims, receiver) {
       ? relayEnv(db.path, sims.busy.url, { UPSTREAM_MAX_CONCURRENT: 10_000, WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" })
       : relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: 1 });
     const relay = track(await startRelay(env, join(tmp, `relay-${keyPrefix}log`)));
-    const callback = busy ? `${await receiver.call("address")}/hooks/busy` : PUBLIC_CALLBACK;
+    const callback = busy ? busyCallback : PUBLIC_CALLBACK;
     const opts = loadOpts({ url: relay.url, apiKey: db.client.api_key, keyPrefix, body: creationBody(callback) });
     await warmUp(opts);
     const result = await load(opts);

@@ -84,9 +84,9 @@ function tail(text, lines = 15) {
   return text.split("\n").slice(-lines).join("\n");
 }
 
-/** The standalone simulator on a free port; resolves with its base URL. */
-export async function startSimulator(env, logFile) {
-  const child = startNode("simulator", join(DIST, "simulator", "main.js"), {
+/** The standalone simulator on a free port; resolves with its base URL. `dist`: another build (A/B). */
+export async function startSimulator(env, logFile, { dist = DIST } = {}) {
+  const child = startNode("simulator", join(dist, "simulator", "main.js"), {
     env: { SIM_PORT: 0, SIM_HOST: "127.0.0.1", SIM_BALANCE: 1_000_000_000_000, ...env },
     logFile,
   });
@@ -96,10 +96,10 @@ export async function startSimulator(env, logFile) {
 
 /**
  * The built relay (`node dist/main.js`) on a free port. PORT=0 and the port is read from the
- * "genrelay listening" JSON line, so LOG_LEVEL must keep info lines (the default).
+ * "genrelay listening" JSON line, so LOG_LEVEL must keep info lines (the default). `dist`: another build (A/B).
  */
-export async function startRelay(env, logFile, { execArgv = [] } = {}) {
-  const child = startNode("relay", join(DIST, "main.js"), {
+export async function startRelay(env, logFile, { execArgv = [], dist = DIST } = {}) {
+  const child = startNode("relay", join(dist, "main.js"), {
     env: { PORT: 0, HOST: "127.0.0.1", LOG_LEVEL: "info", ...env },
     logFile,
     execArgv,
@@ -111,11 +111,11 @@ export async function startRelay(env, logFile, { execArgv = [] } = {}) {
 }
 
 /** `node dist/cli.js clients create --name NAME --json` against a database (migrating it). */
-export function createClient(databasePath, name = "bench") {
+export function createClient(databasePath, name = "bench", dist = DIST) {
   return new Promise((resolve, reject) => {
     execFile(
       process.execPath,
-      [join(DIST, "cli.js"), "clients", "create", "--name", name, "--json"],
+      [join(dist, "cli.js"), "clients", "create", "--name", name, "--json"],
       { env: baseEnv({ DATABASE_PATH: databasePath, LOG_LEVEL: "warn" }) },
       (err, stdout, stderr) => {
         if (err) return reject(new Error(`clients create failed: ${err.message}\n${stderr}`));
