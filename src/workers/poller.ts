@@ -211,8 +211,15 @@ export class Poller {
 
   /** How much of the budget sweeps may spend now (see SWEEP_SHARE_DUE). */
   private async sweepShare(account: string, inFlight: InFlightTask[], now: number): Promise<number> {
-    let due = false;
+    // The oldest task of each kind (type and model) decides for the kind: one quantile per kind.
+    const oldest = new Map<string, InFlightTask>();
     for (const task of inFlight) {
+      const key = `${task.type}\u0000${task.model}`;
+      const seen = oldest.get(key);
+      if (!seen || (task.submittedAt ?? now) < (seen.submittedAt ?? now)) oldest.set(key, task);
+    }
+    let due = false;
+    for (const task of oldest.values()) {
       const early = await this.durations.quantile(task.type, task.model, DUE_QUANTILE);
       // Nothing learned yet: every task counts as due (the first durations are learned this way).
       if (early === null || now - (task.submittedAt ?? now) >= early) {
