@@ -42,6 +42,19 @@ export const clients = sqliteTable(
     lastAdmittedAt: integer("last_admitted_at").notNull().default(0),
     createdAt: integer("created_at").notNull(),
     revokedAt: integer("revoked_at"),
+    /** Where operational notices go (endpoint.failing, endpoint.recovered, delivery.exhausted); null: none. */
+    notificationUrl: text("notification_url"),
+    /** Default callback headers for every task (JSON object), sealed with RELAY_ENCRYPTION_KEY when set. */
+    callbackHeaders: text("callback_headers"),
+    /** How webhooks are signed: "hmac" (v1, whsec_) or "ed25519" (v1a, whsk_/whpk_). */
+    signatureScheme: text("signature_scheme", { enum: ["hmac", "ed25519"] }).notNull().default("hmac"),
+    /** The Ed25519 signing key (`whsk_…`), sealed; null until the client first chooses ed25519. */
+    signingKey: text("signing_key"),
+    /** The signing key replaced by the last rotation; it keeps signing until previous_signing_key_expires_at. */
+    previousSigningKey: text("previous_signing_key"),
+    previousSigningKeyExpiresAt: integer("previous_signing_key_expires_at"),
+    /** The client's S3-compatible bucket for output copies (JSON, sealed: it holds the secret key); null: none. */
+    storageConfig: text("storage_config"),
   },
   (t) => [uniqueIndex("clients_api_key_hash_uq").on(t.apiKeyHash)],
 );
@@ -92,6 +105,10 @@ export const tasks = sqliteTable(
     updatedAt: integer("updated_at").notNull(),
     submittedAt: integer("submitted_at"),
     completedAt: integer("completed_at"),
+    /** The task's own callback headers (JSON object), sealed with RELAY_ENCRYPTION_KEY when set; never shown. */
+    callbackHeaders: text("callback_headers"),
+    /** Copies of the output in the client's bucket (JSON array of files), once mirrored. */
+    filesJson: text("files_json"),
   },
   (t) => [
     uniqueIndex("tasks_client_idempotency_uq").on(t.clientId, t.idempotencyKey),
@@ -101,7 +118,8 @@ export const tasks = sqliteTable(
     index("tasks_phase_next_idx").on(t.phase, t.nextRunAt),
     index("tasks_admission_idx").on(t.phase, t.upstreamAccount, t.clientId, t.nextRunAt),
     index("tasks_phase_expires_idx").on(t.phase, t.expiresAt),
-    index("tasks_upstream_task_idx").on(t.upstreamAccount, t.upstreamTaskId),
+    /** One upstream task id is bound to one relay task (section 15): a second binding is an upstream defect. */
+    uniqueIndex("tasks_upstream_task_uq").on(t.upstreamAccount, t.upstreamTaskId),
     index("tasks_done_completed_idx").on(t.phase, t.completedAt),
     index("tasks_phase_lease_idx").on(t.phase, t.claimedUntil),
     index("tasks_client_phase_idx").on(t.clientId, t.phase),
@@ -135,6 +153,8 @@ export const events = sqliteTable(
     callbackUrl: text("callback_url"),
     /** `hostname:port` of callback_url (webhooks/destination), stored so SQL never parses URLs. */
     destinationHost: text("destination_host").notNull().default(""),
+    /** The task's callback headers (sealed JSON, copied from the task when the event is written), sent with every attempt. */
+    callbackHeaders: text("callback_headers"),
     deliveryStatus: text("delivery_status", { enum: DELIVERY_STATUSES }).notNull(),
     /** Attempts made so far in total (all rounds). */
     attempts: integer("attempts").notNull().default(0),
@@ -279,3 +299,55 @@ export const healthProbe = sqliteTable("health_probe", {
   at: integer("at").notNull(),
   pad: blob("pad"),
 });
+
+/**
+ * The health of one delivery key (a client's callbacks to one `host:port`), kept across restarts and
+ * instances so that "answering no 2xx for WEBHOOK_FAILING_NOTICE_AFTER" can be told. A row exists
+ * once the key has failed; `failing_since` is null again at its next 2xx.
+ */
+export const endpointHealth = sqliteTable(
+  "endpoint_health",
+  {
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id, { onDelete: "cascade" }),
+    host: text("host").notNull(),
+    /** First failed attempt since the key's last 2xx; null while it answers 2xx. */
+    failingSince: integer("failing_since"),
+    /** Failed attempts since failing_since. */
+    failedAttempts: integer("failed_attempts").notNull().default(0),
+    lastError: text("last_error"),
+    lastSuccessAt: integer("last_success_at"),
+    /** When endpoint.failing was written for the current failing run (null: not yet). */
+    noticeSentAt: integer("notice_sent_at"),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [uniqueIndex("endpoint_health_key_uq").on(t.clientId, t.host), index("endpoint_health_failing_idx").on(t.failingSince)],
+);
+
+/**
+ * Operational notices to a client's notification_url: signed like webhooks, delivered by their own
+ * small loop with the webhook retry schedule, never to the failing host itself.
+ */
+export const notices = sqliteTable(
+  "notices",
+  {
+    id: text("id").primaryKey(),
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id, { onDelete: "cascade" }),
+    type: text("type").notNull(),
+    payload: text("payload").notNull(),
+    url: text("url").notNull(),
+    deliveryStatus: text("delivery_status", { enum: DELIVERY_STATUSES }).notNull(),
+    attempts: integer("attempts").notNull().default(0),
+    nextAttemptAt: integer("next_attempt_at"),
+    claimedUntil: integer("claimed_until"),
+    claimToken: text("claim_token"),
+    lastStatusCode: integer("last_status_code"),
+    lastError: text("last_error"),
+    deliveredAt: integer("delivered_at"),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [index("notices_due_idx").on(t.deliveryStatus, t.nextAttemptAt), index("notices_client_idx").on(t.clientId, t.createdAt)],
+);

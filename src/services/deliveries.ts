@@ -1,10 +1,10 @@
 import { newId } from "../ids.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
-import { webhookHeaders } from "../webhooks/sign.js";
+import { outgoingHeaders } from "../webhooks/outgoing.js";
 import type { SendResult } from "../webhooks/sender.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
-import { activeSecrets, rotateSecret } from "./clients.js";
+import { rotateSecret } from "./clients.js";
 import { requireClientTask } from "./tasks.js";
 import { iso } from "./task-view.js";
 
@@ -79,7 +79,7 @@ export class DeliveryService {
     const client = (await store.clients.find(clientId))!;
     const id = newId("evt", now);
     const body = JSON.stringify({ type: "ping", timestamp: new Date(now).toISOString(), data: { client_id: client.id, message: "genrelay test webhook" } });
-    const result = await this.gate.ping(clientId, verdict.url, webhookHeaders(activeSecrets(client, now, config.encryptionKey), id, Math.floor(now / 1000), body), body);
+    const result = await this.gate.ping(clientId, verdict.url, outgoingHeaders({ client, id, at: now, body, encryptionKey: config.encryptionKey }), body);
     if (!result) {
       throw new ApiError("rate_limit", "Deliveries to this host are at their limit, or its circuit is open after failures. Retry later.", undefined, { "Retry-After": "30" });
     }

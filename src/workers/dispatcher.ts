@@ -3,11 +3,10 @@ import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import { DeliveryLifecycle } from "../core/delivery.js";
 import type { ClientRow, EventRow, Store } from "../store/store.js";
-import { activeSecrets } from "../services/clients.js";
 import { breakerOutcome, CircuitBreakers, type BreakerOptions, type BreakerTransition, type Permit } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
 import { sendResult, type SendResult, type WebhookSender } from "../webhooks/sender.js";
-import { webhookHeaders } from "../webhooks/sign.js";
+import { outgoingHeaders } from "../webhooks/outgoing.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
 
@@ -235,7 +234,7 @@ export class Dispatcher {
     try {
       result = await sender.send({
         url: event.callbackUrl!,
-        headers: webhookHeaders(activeSecrets(client, startedAt, config.encryptionKey), event.id, Math.floor(startedAt / 1000), event.payload),
+        headers: outgoingHeaders({ client, id: event.id, at: startedAt, body: event.payload, encryptionKey: config.encryptionKey }),
         body: event.payload,
         timeoutMs: config.webhookTimeoutMs,
       });

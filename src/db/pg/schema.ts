@@ -38,6 +38,13 @@ export const clients = pgTable(
     lastAdmittedAt: ms("last_admitted_at").notNull().default(0),
     createdAt: ms("created_at").notNull(),
     revokedAt: ms("revoked_at"),
+    notificationUrl: text("notification_url"),
+    callbackHeaders: text("callback_headers"),
+    signatureScheme: text("signature_scheme", { enum: ["hmac", "ed25519"] }).notNull().default("hmac"),
+    signingKey: text("signing_key"),
+    previousSigningKey: text("previous_signing_key"),
+    previousSigningKeyExpiresAt: ms("previous_signing_key_expires_at"),
+    storageConfig: text("storage_config"),
   },
   (t) => [uniqueIndex("clients_api_key_hash_uq").on(t.apiKeyHash)],
 );
@@ -80,6 +87,8 @@ export const tasks = pgTable(
     updatedAt: ms("updated_at").notNull(),
     submittedAt: ms("submitted_at"),
     completedAt: ms("completed_at"),
+    callbackHeaders: text("callback_headers"),
+    filesJson: text("files_json"),
   },
   (t) => [
     uniqueIndex("tasks_client_idempotency_uq").on(t.clientId, t.idempotencyKey),
@@ -89,7 +98,7 @@ export const tasks = pgTable(
     index("tasks_phase_next_idx").on(t.phase, t.nextRunAt),
     index("tasks_admission_idx").on(t.phase, t.upstreamAccount, t.clientId, t.nextRunAt),
     index("tasks_phase_expires_idx").on(t.phase, t.expiresAt),
-    index("tasks_upstream_task_idx").on(t.upstreamAccount, t.upstreamTaskId),
+    uniqueIndex("tasks_upstream_task_uq").on(t.upstreamAccount, t.upstreamTaskId),
     index("tasks_done_completed_idx").on(t.phase, t.completedAt),
     index("tasks_phase_lease_idx").on(t.phase, t.claimedUntil),
     index("tasks_client_phase_idx").on(t.clientId, t.phase),
@@ -113,6 +122,7 @@ export const events = pgTable(
     payload: text("payload").notNull(),
     callbackUrl: text("callback_url"),
     destinationHost: text("destination_host").notNull().default(""),
+    callbackHeaders: text("callback_headers"),
     deliveryStatus: text("delivery_status", { enum: DELIVERY_STATUSES }).notNull(),
     attempts: ms("attempts").notNull().default(0),
     roundAttempts: ms("round_attempts").notNull().default(0),
@@ -229,3 +239,43 @@ export const healthProbe = pgTable("health_probe", {
   at: ms("at").notNull(),
   pad: bytea("pad"),
 });
+
+export const endpointHealth = pgTable(
+  "endpoint_health",
+  {
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id, { onDelete: "cascade" }),
+    host: text("host").notNull(),
+    failingSince: ms("failing_since"),
+    failedAttempts: ms("failed_attempts").notNull().default(0),
+    lastError: text("last_error"),
+    lastSuccessAt: ms("last_success_at"),
+    noticeSentAt: ms("notice_sent_at"),
+    updatedAt: ms("updated_at").notNull(),
+  },
+  (t) => [uniqueIndex("endpoint_health_key_uq").on(t.clientId, t.host), index("endpoint_health_failing_idx").on(t.failingSince)],
+);
+
+export const notices = pgTable(
+  "notices",
+  {
+    id: text("id").primaryKey(),
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id, { onDelete: "cascade" }),
+    type: text("type").notNull(),
+    payload: text("payload").notNull(),
+    url: text("url").notNull(),
+    deliveryStatus: text("delivery_status", { enum: DELIVERY_STATUSES }).notNull(),
+    attempts: ms("attempts").notNull().default(0),
+    nextAttemptAt: ms("next_attempt_at"),
+    claimedUntil: ms("claimed_until"),
+    claimToken: text("claim_token"),
+    lastStatusCode: ms("last_status_code"),
+    lastError: text("last_error"),
+    deliveredAt: ms("delivered_at"),
+    createdAt: ms("created_at").notNull(),
+  },
+  (t) => [index("notices_due_idx").on(t.deliveryStatus, t.nextAttemptAt), index("notices_client_idx").on(t.clientId, t.createdAt)],
+);
