@@ -51,13 +51,16 @@ export const transitionRules: TransitionRules = {
     const subscribed = JSON.parse(after.callbackEvents) as string[];
     if (!type || !subscribed.includes(type)) return null;
     const sequence = after.eventSequence + 1;
+    const id = newId("evt", now);
+    // `id` is the webhook-id header too, so tools that see only the body (Zapier) can deduplicate.
     const body = {
+      id,
       type,
       timestamp: new Date(now).toISOString(),
       data: { ...flatTask({ ...after, eventSequence: sequence }), sequence, previous_status: before.status },
     };
     return {
-      id: newId("evt", now),
+      id,
       clientId: after.clientId,
       taskId: after.id,
       type,
@@ -65,6 +68,8 @@ export const transitionRules: TransitionRules = {
       payload: JSON.stringify(body),
       callbackUrl: after.callbackUrl,
       destinationHost: after.callbackUrl ? destinationHost(after.callbackUrl) : "",
+      // The task's own headers (sealed) travel with its events: every attempt sends them.
+      callbackHeaders: after.callbackHeaders,
       deliveryStatus: after.callbackUrl ? "pending" : "none",
       nextAttemptAt: after.callbackUrl ? now + firstAttemptDelayMs : null,
       createdAt: now,

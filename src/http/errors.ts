@@ -17,11 +17,15 @@ export function errorResponse(c: Context, code: ErrorCode, message: string, deta
   return res;
 }
 
-export function zodDetails(error: ZodError): { field: string; message: string }[] {
-  return error.issues.map((issue) => ({
-    field: issue.path.length > 0 ? issue.path.map(String).join(".") : "(body)",
-    message: issue.message,
-  }));
+export function zodDetails(error: ZodError): { field: string; message: string; did_you_mean?: string }[] {
+  return error.issues.map((issue) => {
+    const meant = issue.code === "custom" ? (issue.params as { did_you_mean?: unknown } | undefined)?.did_you_mean : undefined;
+    return {
+      field: issue.path.length > 0 ? issue.path.map(String).join(".") : "(body)",
+      message: issue.message,
+      ...(typeof meant === "string" ? { did_you_mean: meant } : {}),
+    };
+  });
 }
 
 /**

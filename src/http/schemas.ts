@@ -1,6 +1,8 @@
 import { z } from "@hono/zod-openapi";
 import { TASK_STATUSES } from "../statuses.js";
 import { TASK_EVENT_TYPES } from "../core/transition.js";
+import { callbackHeaderProblems, MAX_CALLBACK_HEADERS } from "../services/callback-headers.js";
+import { nearMissProblems } from "../services/intake-fields.js";
 
 const nonBlank3 = (s: string) => s.replace(/\s/g, "").length >= 3;
 
@@ -19,6 +21,24 @@ const MetadataSchema = z
   .refine((m) => Buffer.byteLength(JSON.stringify(m)) <= 4096, { error: "at most 4 KiB serialized" })
   .openapi({ example: { order_id: "1234" }, description: "String values, at most 16 keys and 4 KiB; echoed in every webhook and read." });
 
+/** Header name to value; checked by services/callback-headers (names, reserved names, values). */
+export const CallbackHeadersSchema = z
+  .record(z.string(), z.string({ error: "values must be strings" }))
+  .superRefine((headers, ctx) => {
+    for (const p of callbackHeaderProblems(headers, "")) ctx.addIssue({ code: "custom", path: p.field ? [p.field.slice(1)] : [], message: p.message });
+  })
+  .openapi({
+    example: { "X-Hook-Token": "3f9c2a7e5b" },
+    description: `At most ${MAX_CALLBACK_HEADERS} headers sent with every attempt (a token a catch hook checks). Names: HTTP tokens of at most 64 characters, never host, connection, content-*, transfer-encoding, te, upgrade, user-agent or webhook-*; values: at most 1024 visible ASCII characters. Stored sealed; never shown again (reads show names only).`,
+  });
+
+/** A body field that is a near miss of a known one is refused, naming the field meant (section 14). */
+const nearMisses = (type: "image" | "video") => (body: Record<string, unknown>, ctx: z.RefinementCtx) => {
+  for (const p of nearMissProblems(type, body)) ctx.addIssue({ code: "custom", path: [p.field], message: p.message, params: { did_you_mean: p.did_you_mean } });
+};
+/** Near misses are named also when other fields failed (`promt` beside "prompt is required"). */
+const whenObject = { when: (payload: { value: unknown }) => typeof payload.value === "object" && payload.value !== null && !Array.isArray(payload.value) };
+
 /** The relay's own fields, added to either upstream body. */
 const relayFields = {
   callback_url: z
@@ -33,6 +53,7 @@ const relayFields = {
     .optional()
     .openapi({ description: "Event types to send; default: the three terminal ones." }),
   metadata: MetadataSchema.optional(),
+  callback_headers: CallbackHeadersSchema.optional(),
   expires_after_seconds: z
     .number()
     .int()
@@ -59,6 +80,7 @@ export const ImageGenerationBody = z
     aspect_ratio: z.string().optional(),
     size: z.string().optional(),
     resolution: z.string().optional(),
+    quality: z.string().optional().openapi({ description: "Image quality, for models whose catalog entry lists qualities (low, medium, high, …)." }),
     ...relayFields,
   })
   .superRefine((body, ctx) => {
@@ -66,6 +88,7 @@ export const ImageGenerationBody = z
       ctx.addIssue({ code: "custom", path: ["image_urls"], message: "is required when mode is edit" });
     }
   })
+  .superRefine(nearMisses("image"), whenObject)
   .openapi("ImageGenerationRequest");
 
 export const VideoGenerationBody = z
@@ -81,6 +104,7 @@ export const VideoGenerationBody = z
     aspect_ratio: z.string().optional(),
     ...relayFields,
   })
+  .superRefine(nearMisses("video"), whenObject)
   .openapi("VideoGenerationRequest");
 
 export const ErrorSchema = z

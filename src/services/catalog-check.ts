@@ -1,4 +1,5 @@
 import type { FieldProblem } from "./errors.js";
+import { unknownFields } from "./intake-fields.js";
 
 /**
  * Checks a creation request against the upstream's cached model catalog, so a request the upstream
@@ -89,5 +90,50 @@ export function checkAgainstCatalog(catalog: unknown, type: "image" | "video", b
       problems.push({ field, message: `is not supported by ${model.id}; one of: ${shown(allowed)}` });
     }
   }
+  problems.push(...modeRequirements(type, body, problems));
+  // A parameter the relay does not know is the model's own only where its entry names it (the catalog evolves).
+  for (const field of unknownFields(type, body)) {
+    if (!namesField(model.entry, field)) {
+      problems.push({ field, message: `is not a field of this request, and ${model.id}'s catalog entry does not name it` });
+    }
+  }
   return problems;
+}
+
+/**
+ * What a video mode needs, by the reference's mode names (t2v, i2v_first, multimodal_ref, v2v_edit):
+ * image-to-video and reference modes need image_urls, video-to-video modes a source_video_url.
+ * Decided only for a mode the catalog accepted, so the upstream's refusal is known in advance.
+ */
+function modeRequirements(type: "image" | "video", body: Record<string, unknown>, already: FieldProblem[]): FieldProblem[] {
+  const mode = body.video_mode;
+  if (type !== "video" || typeof mode !== "string" || already.some((p) => p.field === "video_mode")) return [];
+  const images = Array.isArray(body.image_urls) && body.image_urls.length > 0;
+  if (/^(i2v|img2v|image)|(^|_)ref(erence)?($|_)/.test(mode) && !images) {
+    return [{ field: "image_urls", message: `is required when video_mode is ${mode} (at least one URL)` }];
+  }
+  if (/^v2v/.test(mode) && (body.source_video_url === undefined || body.source_video_url === null)) {
+    return [{ field: "source_video_url", message: `is required when video_mode is ${mode}` }];
+  }
+  return [];
+}
+
+/** Keys of an entry that describe the model, not a parameter a request may carry. */
+const DESCRIPTIVE = new Set(["id", "name", "type", "description", "capabilities", "parameters", "params", "fields", "options", "inputs", "pricing", "price"]);
+const PARAMETER_LISTS = ["parameters", "params", "fields", "options", "inputs"];
+
+/** Whether a catalog entry names a request field: as a key (or its plural) of the entry or its capabilities, or in a parameter list. */
+export function namesField(entry: Record<string, unknown>, field: string): boolean {
+  if (DESCRIPTIVE.has(field)) return false;
+  const places = [entry, isObj(entry.capabilities) ? entry.capabilities : {}];
+  const spellings = [field, `${field}s`, `${field}es`, field.replace(/y$/, "ies")];
+  for (const place of places) {
+    if (spellings.some((s) => Object.hasOwn(place, s))) return true;
+    for (const key of PARAMETER_LISTS) {
+      const list = place[key];
+      if (Array.isArray(list) && list.some((p) => p === field || (isObj(p) && [p.name, p.id, p.key, p.field].includes(field)))) return true;
+      if (isObj(list) && Object.hasOwn(list, field)) return true;
+    }
+  }
+  return false;
 }

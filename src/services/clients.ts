@@ -127,6 +127,19 @@ export async function rotateSecret(
   return rotated ? { client: rotated.client, secret, previousExpiresAt: now + SECRET_GRACE_MS } : undefined;
 }
 
+/**
+ * The keys that sign a client's messages now, by its scheme: the current one, plus the previous
+ * during its grace period (`whsec_` secrets for hmac, `whsk_` signing keys for ed25519).
+ */
+export function activeSigningKeys(client: ClientRow, now: number, encryptionKey: Buffer | null = null): string[] {
+  if (client.signatureScheme !== "ed25519" || !client.signingKey) return activeSecrets(client, now, encryptionKey);
+  const keys = [openSecret(client.signingKey, encryptionKey)];
+  if (client.previousSigningKey && client.previousSigningKeyExpiresAt !== null && client.previousSigningKeyExpiresAt > now) {
+    keys.push(openSecret(client.previousSigningKey, encryptionKey));
+  }
+  return keys;
+}
+
 /** The secrets that sign a webhook now: the current one, plus the previous during its grace period. */
 export function activeSecrets(client: ClientRow, now: number, encryptionKey: Buffer | null = null): string[] {
   const secrets = [openSecret(client.webhookSecret, encryptionKey)];
@@ -153,6 +166,9 @@ export async function sealPlainSecrets(deps: Pick<ServiceDeps, "store">, key: Bu
     const patch: Partial<ClientRow> = {};
     if (!isSealed(c.webhookSecret)) patch.webhookSecret = sealSecret(c.webhookSecret, key);
     if (c.previousWebhookSecret && !isSealed(c.previousWebhookSecret)) patch.previousWebhookSecret = sealSecret(c.previousWebhookSecret, key);
+    if (c.signingKey && !isSealed(c.signingKey)) patch.signingKey = sealSecret(c.signingKey, key);
+    if (c.previousSigningKey && !isSealed(c.previousSigningKey)) patch.previousSigningKey = sealSecret(c.previousSigningKey, key);
+    if (c.callbackHeaders && !isSealed(c.callbackHeaders)) patch.callbackHeaders = sealSecret(c.callbackHeaders, key);
     if (Object.keys(patch).length > 0) {
       await deps.store.clients.update(c.id, patch);
       sealed += 1;

@@ -8,9 +8,11 @@ import { DEFAULT_CALLBACK_EVENTS } from "../core/transition.js";
 import { checkAgainstCatalog } from "./catalog-check.js";
 import { priceOf, reserveAtIntake } from "./credits.js";
 import { priceKey } from "./pricing.js";
+import { RELAY_BODY_FIELDS } from "./intake-fields.js";
+import { sealHeaders } from "./callback-headers.js";
 
 /** Fields the relay adds to the upstream body; they are never sent upstream. */
-export const RELAY_FIELDS = ["callback_url", "callback_events", "metadata", "expires_after_seconds"] as const;
+export const RELAY_FIELDS = RELAY_BODY_FIELDS;
 
 export interface CreateTaskInput {
   client: ClientRow;
@@ -54,6 +56,8 @@ interface PreparedTask {
   metadata: Record<string, string> | undefined;
   expiresAfter: number | undefined;
   priceKey: string;
+  /** The task's own callback headers, sealed (never shown again). */
+  callbackHeaders: string | null;
 }
 
 function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
@@ -85,6 +89,7 @@ function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
     metadata: body.metadata as Record<string, string> | undefined,
     expiresAfter: body.expires_after_seconds as number | undefined,
     priceKey: priceKey(type, upstreamBody),
+    callbackHeaders: sealHeaders(body.callback_headers as Record<string, string> | undefined, deps.config.encryptionKey),
   };
 }
 
@@ -104,6 +109,7 @@ function newTaskRequest(now: number, p: PreparedTask): NewTaskRequest {
       callbackUrl: p.callbackUrl,
       callbackEvents: JSON.stringify(p.events),
       metadataJson: p.metadata ? JSON.stringify(p.metadata) : null,
+      callbackHeaders: p.callbackHeaders,
       idempotencyKey,
       requestHash: p.requestHash,
       upstreamAccount: client.upstreamAccount,

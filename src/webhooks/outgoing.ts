@@ -1,5 +1,6 @@
 import type { ClientRow } from "../store/store.js";
-import { activeSecrets } from "../services/clients.js";
+import { activeSigningKeys } from "../services/clients.js";
+import { isReservedHeader, openHeaders } from "../services/callback-headers.js";
 import { webhookHeaders } from "./sign.js";
 
 /**
@@ -15,8 +16,20 @@ export interface OutgoingMessage {
   at: number;
   body: string;
   encryptionKey: Buffer | null;
+  /** The task's own callback headers (the event's sealed column); they override the client's same-named defaults. */
+  callbackHeaders?: string | null;
 }
 
+/**
+ * The client's default callback headers, under the task's own, under the relay's: content-type,
+ * webhook-* and user-agent are never overridden (intake and settings refuse those names anyway;
+ * this holds for rows written before that check too). Signed with HMAC (`v1`) or Ed25519 (`v1a`)
+ * by the client's scheme.
+ */
 export function outgoingHeaders(msg: OutgoingMessage): Record<string, string> {
-  return webhookHeaders(activeSecrets(msg.client, msg.at, msg.encryptionKey), msg.id, Math.floor(msg.at / 1000), msg.body);
+  const signed = webhookHeaders(activeSigningKeys(msg.client, msg.at, msg.encryptionKey), msg.id, Math.floor(msg.at / 1000), msg.body);
+  const extra = { ...openHeaders(msg.client.callbackHeaders, msg.encryptionKey), ...openHeaders(msg.callbackHeaders, msg.encryptionKey) };
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(extra)) if (!isReservedHeader(name)) headers[name.toLowerCase()] = value;
+  return { ...headers, ...signed };
 }

@@ -1,4 +1,4 @@
-import { createHmac, randomBytes } from "node:crypto";
+import { createHmac, createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, sign } from "node:crypto";
 
 /**
  * Standard Webhooks v1 signing (https://www.standardwebhooks.com/).
@@ -24,13 +24,51 @@ function secretKey(secret: string): Buffer {
   return Buffer.from(encoded, "base64");
 }
 
-/** `v1,<b64>` per secret, space-separated (several during a rotation). */
+/**
+ * Standard Webhooks asymmetric signing: a `whsk_` signing key is base64 of the 64-byte Ed25519
+ * secret key (32-byte seed then 32-byte public key, libsodium's layout), its `whpk_` public key
+ * base64 of the raw 32 bytes. Signatures are `v1a,<base64 Ed25519 signature>`.
+ */
+const SIGNING_KEY_PREFIX = "whsk_";
+const PUBLIC_KEY_PREFIX = "whpk_";
+
+export function generateSigningKey(): string {
+  const { privateKey } = generateKeyPairSync("ed25519");
+  const jwk = privateKey.export({ format: "jwk" });
+  return SIGNING_KEY_PREFIX + Buffer.concat([Buffer.from(jwk.d!, "base64url"), Buffer.from(jwk.x!, "base64url")]).toString("base64");
+}
+
+function signingKeyBytes(key: string): Buffer {
+  const raw = Buffer.from(key.slice(SIGNING_KEY_PREFIX.length), "base64");
+  if (!BASE64.test(key.slice(SIGNING_KEY_PREFIX.length)) || raw.length !== 64) throw new TypeError("signing key is not 64 bytes of base64 after whsk_");
+  return raw;
+}
+
+function privateKeyOf(key: string) {
+  const raw = signingKeyBytes(key);
+  return createPrivateKey({ key: { kty: "OKP", crv: "Ed25519", d: raw.subarray(0, 32).toString("base64url"), x: raw.subarray(32).toString("base64url") }, format: "jwk" });
+}
+
+/** `whpk_<base64 of the raw 32-byte public key>`, derived from the seed (not trusted from the stored half). */
+export function publicKeyOf(signingKey: string): string {
+  const jwk = createPublicKey(privateKeyOf(signingKey)).export({ format: "jwk" });
+  return PUBLIC_KEY_PREFIX + Buffer.from(jwk.x!, "base64url").toString("base64");
+}
+
+/**
+ * One signature per active key, space-separated (several during a rotation): `v1,<b64 HMAC>` for a
+ * `whsec_` secret, `v1a,<b64 Ed25519>` for a `whsk_` signing key.
+ */
 export function signatureHeader(secrets: string[], msgId: string, timestampSec: number, body: string): string {
   if (secrets.length === 0) throw new TypeError("at least one webhook secret is needed to sign");
   if (!Number.isSafeInteger(timestampSec)) throw new TypeError("webhook timestamp must be integer seconds");
   const content = `${msgId}.${timestampSec}.${body}`;
   return secrets
-    .map((secret) => `v1,${createHmac("sha256", secretKey(secret)).update(content, "utf8").digest("base64")}`)
+    .map((secret) =>
+      secret.startsWith(SIGNING_KEY_PREFIX)
+        ? `v1a,${sign(null, Buffer.from(content, "utf8"), privateKeyOf(secret)).toString("base64")}`
+        : `v1,${createHmac("sha256", secretKey(secret)).update(content, "utf8").digest("base64")}`,
+    )
     .join(" ");
 }
 

@@ -113,8 +113,8 @@ const BAD: BadCase[] = [
   { name: "callback_url relative", body: (b) => ({ ...b, callback_url: "/hooks/genrelay" }), status: 400, code: "invalid_callback_url", fields: ["callback_url"] },
   { name: "callback_url not a string", body: (b) => ({ ...b, callback_url: 42 }), status: 400, code: "invalid_callback_url", fields: ["callback_url"] },
   // media URLs
-  { name: "image_urls http", body: (b) => ({ ...b, mode: "edit", image_urls: ["http://cdn.example.com/a.png"] }), status: 400, code: "invalid_media_url", fields: ["image_urls.0"] },
-  { name: "image_urls second not a URL", body: (b) => ({ ...b, mode: "edit", image_urls: ["https://cdn.example.com/a.png", "a.png"] }), status: 400, code: "invalid_media_url", fields: ["image_urls.1"] },
+  { name: "image_urls http", body: (b) => ({ ...b, ...("mode" in b ? { mode: "edit" } : {}), image_urls: ["http://cdn.example.com/a.png"] }), status: 400, code: "invalid_media_url", fields: ["image_urls.0"] },
+  { name: "image_urls second not a URL", body: (b) => ({ ...b, ...("mode" in b ? { mode: "edit" } : {}), image_urls: ["https://cdn.example.com/a.png", "a.png"] }), status: 400, code: "invalid_media_url", fields: ["image_urls.1"] },
   { name: "source_video_url ftp", only: "video", body: (b) => ({ ...b, source_video_url: "ftp://cdn.example.com/a.mp4" }), status: 400, code: "invalid_media_url", fields: ["source_video_url"] },
   // shape
   { name: "an unknown field nested 65 levels deep", body: (b) => ({ ...b, extra: nest(65) }), status: 400, code: "invalid_request" },
