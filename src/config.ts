@@ -71,6 +71,19 @@ const schedule = z.string().transform((v, ctx) => {
   return parsed;
 });
 
+/** A size in bytes: plain bytes, or a number with KiB/MiB/GiB (or KB/MB/GB, read as the binary units). */
+const byteSize = (min: number, max: number) =>
+  z.string().transform((v, ctx) => {
+    const m = /^\s*(\d+)\s*(b|kib|kb|k|mib|mb|m|gib|gb|g)?\s*$/i.exec(v);
+    const unit = (m?.[2] ?? "b").toLowerCase()[0]!;
+    const bytes = m ? Number(m[1]) * ({ b: 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3 } as Record<string, number>)[unit]! : NaN;
+    if (!Number.isSafeInteger(bytes) || bytes < min || bytes > max) {
+      ctx.addIssue({ code: "custom", message: `must be a size between ${min} bytes and ${max / 1024 ** 3} GiB, such as 8MiB, 512KiB or 1048576` });
+      return z.NEVER;
+    }
+    return bytes;
+  });
+
 const EnvSchema = z
   .object({
     PORT: int(0, 65535).default(8080),
@@ -89,6 +102,7 @@ const EnvSchema = z
     WEBHOOK_RETRY_SCHEDULE: schedule.default([0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]),
     UPSTREAM_MAX_CONCURRENT: int(1, 10_000).optional(),
     UPSTREAM_TIMEOUT_MS: int(100, 300_000).default(30_000),
+    UPSTREAM_MAX_BODY_BYTES: byteSize(1024, 1024 ** 3).default(8 * 1024 * 1024),
     RELAY_ENCRYPTION_KEY: encryptionKey.optional(),
     TASK_RETENTION_DAYS: int(1, 36_500).default(30),
     LOG_LEVEL: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(", ")}` }).default("info"),
@@ -116,6 +130,8 @@ export interface Config {
   upstreamMaxConcurrent: number | null;
   /** One upstream request's whole time limit; worker leases outlast it. */
   upstreamTimeoutMs: number;
+  /** Largest upstream response body read; a longer one is refused while it streams. */
+  upstreamMaxBodyBytes: number;
   webhookAllowPrivateNetworks: boolean;
   webhookTimeoutMs: number;
   /** Delivery attempts in flight to one destination host at once. */
@@ -167,6 +183,7 @@ function toConfig(env: Env): Config {
     upstreamReadsPerMinute: env.UPSTREAM_READS_PER_MINUTE,
     upstreamMaxConcurrent: env.UPSTREAM_MAX_CONCURRENT ?? null,
     upstreamTimeoutMs: env.UPSTREAM_TIMEOUT_MS,
+    upstreamMaxBodyBytes: env.UPSTREAM_MAX_BODY_BYTES,
     webhookAllowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
     webhookTimeoutMs: env.WEBHOOK_TIMEOUT_MS,
     webhookMaxInFlightPerHost: env.WEBHOOK_MAX_IN_FLIGHT_PER_HOST,

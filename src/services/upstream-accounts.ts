@@ -25,7 +25,7 @@ export class UpstreamAccounts {
     let client = this.clients.get(account);
     if (!client) {
       const apiKey = await this.keyOf(account);
-      client = this.clients.get(account) ?? new UpstreamClient({ baseUrl: this.baseUrl, apiKey, fetch: this.fetchImpl, timeoutMs: this.config.upstreamTimeoutMs });
+      client = this.clients.get(account) ?? new UpstreamClient({ baseUrl: this.baseUrl, apiKey, fetch: this.fetchImpl, timeoutMs: this.config.upstreamTimeoutMs, maxBodyBytes: this.config.upstreamMaxBodyBytes });
       this.clients.set(account, client);
     }
     return client;

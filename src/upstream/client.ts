@@ -1,6 +1,7 @@
 import type { Clock } from "../clock.js";
 import { systemClock } from "../clock.js";
 import type { TaskStatus } from "../statuses.js";
+import { DEFAULT_MAX_BODY_BYTES, ERROR_BODY_BYTES, readLimited } from "./body.js";
 import { UpstreamError } from "./errors.js";
 import { parseBooleanHeader, parseErrorBody, parseJson, parseRetryAfter, parseTask, parseTaskList } from "./parse.js";
 import type { CreateResult, TaskPage, TaskType, UpstreamTask } from "./types.js";
@@ -18,6 +19,8 @@ export interface UpstreamClientOptions {
   userAgent?: string;
   /** Turns an HTTP-date Retry-After into a delay. Defaults to the system clock. */
   clock?: Clock;
+  /** Largest response body read (UPSTREAM_MAX_BODY_BYTES); a longer 2xx body is refused while it streams. */
+  maxBodyBytes?: number;
 }
 
 export const DEFAULT_TIMEOUT_MS = 30_000;
@@ -47,6 +50,8 @@ interface RawResponse {
   status: number;
   headers: Headers;
   text: string;
+  /** The body was longer than the limit and was cut off unread. */
+  truncated: boolean;
 }
 
 /**
@@ -62,6 +67,7 @@ export class UpstreamClient {
   private readonly timeoutMs: number;
   private readonly userAgent: string;
   private readonly clock: Clock;
+  private readonly maxBodyBytes: number;
 
   constructor(options: UpstreamClientOptions) {
     if (options.baseUrl.trim() === "") throw new TypeError("UpstreamClient: baseUrl is required");
@@ -77,6 +83,7 @@ export class UpstreamClient {
     this.timeoutMs = timeoutMs;
     this.userAgent = options.userAgent ?? DEFAULT_USER_AGENT;
     this.clock = options.clock ?? systemClock;
+    this.maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   }
 
   /**
@@ -160,15 +167,19 @@ export class UpstreamClient {
         }),
         signal,
       );
-      const text = await untilAborted(response.text(), signal, () => {
+      // Never buffered whole: an error answer is read only as far as its message, a 2xx answer up
+      // to the limit, and a longer body is cancelled as soon as it crosses it (DESIGN §15).
+      const ok = response.status >= 200 && response.status < 300;
+      const body = await untilAborted(readLimited(response, ok ? this.maxBodyBytes : Math.min(this.maxBodyBytes, ERROR_BODY_BYTES)), signal, () => {
         response.body?.cancel().catch(() => undefined);
       });
-      res = { status: response.status, headers: response.headers, text };
+      res = { status: response.status, headers: response.headers, ...body };
     } catch (err) {
       throw this.transportError(err, signal, spec);
     }
-    if (res.status >= 200 && res.status < 300) return res;
-    throw this.httpError(res);
+    if (res.status < 200 || res.status >= 300) throw this.httpError(res);
+    if (res.truncated) throw this.tooLarge(res);
+    return res;
   }
 
   private json(res: RawResponse): unknown {
@@ -197,6 +208,22 @@ export class UpstreamClient {
       message: `malformed upstream response (HTTP ${res.status}): ${why}`,
       requestId: res.headers.get("x-request-id"),
       details: { httpStatus: res.status },
+    });
+  }
+
+  /**
+   * A 2xx body over the limit: unreadable, and asking again brings the same body, so not retryable.
+   * The caller decides what it means for the task (a read of a finished task that large ends it).
+   */
+  private tooLarge(res: RawResponse): UpstreamError {
+    return new UpstreamError({
+      kind: "malformed",
+      status: res.status,
+      code: "response_too_large",
+      message: `upstream response (HTTP ${res.status}) is larger than UPSTREAM_MAX_BODY_BYTES (${this.maxBodyBytes} bytes); it was not read`,
+      requestId: res.headers.get("x-request-id"),
+      retryable: false,
+      details: { httpStatus: res.status, limitBytes: this.maxBodyBytes },
     });
   }
 

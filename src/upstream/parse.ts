@@ -28,14 +28,51 @@ function nonEmptyString(v: unknown): string | null {
   return typeof v === "string" && v.length > 0 ? v : null;
 }
 
-/** Ids are strings in the reference; a numeric id is accepted rather than dropped. */
-function idValue(v: unknown): string | null {
-  if (typeof v === "number" && Number.isFinite(v)) return String(v);
-  return nonEmptyString(v);
+/** Longest upstream task id the relay binds a task to; a longer one is no id it can store and look up. */
+export const MAX_UPSTREAM_ID_LENGTH = 256;
+
+/**
+ * Whether a string can be stored as it is: PostgreSQL text refuses NUL, and SQLite would keep
+ * it but end it there for every C reader. Checked here, where the upstream answer is read (§15).
+ */
+export function storable(v: string): boolean {
+  return !v.includes("\u0000");
 }
 
-function finiteNumber(v: unknown): number | null {
-  return typeof v === "number" && Number.isFinite(v) ? v : null;
+/**
+ * Ids are strings in the reference; a numeric id is accepted rather than dropped (only an exact
+ * integer: 1e21 or 1.5 would come back as another string). An id the store cannot hold is none.
+ */
+function idValue(v: unknown): string | null {
+  if (typeof v === "number") return Number.isSafeInteger(v) ? String(v) : null;
+  return idText(v);
+}
+
+/** A string id (a request id, say) the store can hold, or null. */
+function idText(v: unknown): string | null {
+  const s = nonEmptyString(v);
+  return s !== null && s.length <= MAX_UPSTREAM_ID_LENGTH && storable(s) ? s : null;
+}
+
+/** Text kept from an answer (codes, messages): NUL becomes U+FFFD, so no store or log chokes on it. */
+function cleanText(v: string | null): string | null {
+  return v === null || storable(v) ? v : v.replaceAll("\u0000", "\ufffd");
+}
+
+/** Largest charge or refund of one task the relay trusts (a 32-bit integer; the books sum many). */
+export const MAX_POINTS = 2 ** 31 - 1;
+
+/**
+ * A number of points as the upstream wrote it, or null when it cannot be trusted (DESIGN §15): a
+ * whole number from 0 to MAX_POINTS, or a string of digits (read as its number). Missing,
+ * negative, fractional, out of range or anything else is null: never "free".
+ */
+export function pointsValue(v: unknown): number | null {
+  let n: number;
+  if (typeof v === "number") n = v;
+  else if (typeof v === "string" && /^\s*\d{1,12}\s*$/.test(v)) n = Number(v);
+  else return null;
+  return Number.isInteger(n) && n >= 0 && n <= MAX_POINTS ? n : null;
 }
 
 /** JSON.parse that reports failure instead of throwing. An empty body is not JSON. */
@@ -97,8 +134,11 @@ function findOutput(body: unknown): unknown {
 
 function findUsage(body: unknown): UpstreamUsage {
   const field = (name: string): number | null =>
-    finiteNumber(at(body, "usage", name)) ?? finiteNumber(at(body, "data", "usage", name));
-  return { pointsCharged: field("points_charged"), pointsRefunded: field("points_refunded") };
+    pointsValue(at(body, "usage", name)) ?? pointsValue(at(body, "data", "usage", name));
+  const charged = field("points_charged");
+  const refunded = field("points_refunded");
+  // A refund of more than was charged would hand the client room nobody paid for.
+  return { pointsCharged: charged, pointsRefunded: refunded !== null && charged !== null && refunded > charged ? null : refunded };
 }
 
 /**
@@ -107,16 +147,16 @@ function findUsage(body: unknown): UpstreamUsage {
  */
 export function parseErrorInfo(v: unknown): UpstreamErrorInfo | null {
   if (typeof v === "string") {
-    return v.length > 0 ? { code: "upstream_error", message: v, request_id: null } : null;
+    return v.length > 0 ? { code: "upstream_error", message: cleanText(v)!, request_id: null } : null;
   }
   if (!isObj(v)) return null;
   const code = idValue(v.code);
-  const message = nonEmptyString(v.message);
+  const message = cleanText(nonEmptyString(v.message));
   if (code === null && message === null) return null;
   return {
     code: code ?? "upstream_error",
     message: message ?? "",
-    request_id: nonEmptyString(v.request_id),
+    request_id: idText(v.request_id),
   };
 }
 
@@ -197,7 +237,7 @@ export function parseErrorBody(text: string): ParsedErrorBody {
     const trimmed = text.trim();
     return {
       code: null,
-      message: trimmed === "" ? null : truncate(trimmed, MAX_TEXT_MESSAGE),
+      message: trimmed === "" ? null : cleanText(truncate(trimmed, MAX_TEXT_MESSAGE)),
       requestId: null,
       details: undefined,
     };
@@ -208,8 +248,8 @@ export function parseErrorBody(text: string): ParsedErrorBody {
   const stringError = typeof err === "string" && err.length > 0 ? err : null;
   return {
     code: idValue(at(source, "code")),
-    message: nonEmptyString(at(source, "message")) ?? stringError,
-    requestId: nonEmptyString(at(source, "request_id")) ?? nonEmptyString(at(body, "request_id")),
+    message: cleanText(nonEmptyString(at(source, "message")) ?? stringError),
+    requestId: idText(at(source, "request_id")) ?? idText(at(body, "request_id")),
     details: at(source, "details"),
   };
 }

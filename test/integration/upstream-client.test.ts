@@ -791,3 +791,123 @@ describe("construction", () => {
     expect(() => new UpstreamClient({ baseUrl: BASE, apiKey: API_KEY, timeoutMs: 0 })).toThrow(RangeError);
   });
 });
+
+describe("UPSTREAM_MAX_BODY_BYTES: a body over the limit is refused while it streams (DESIGN §15)", () => {
+  const realFetch = undiciFetch as unknown as typeof fetch;
+  const MiB = 1024 * 1024;
+
+  /** A loopback upstream that streams `total` bytes of one JSON task, chunk by chunk as the socket drains. */
+  async function streamingUpstream(total: number, opts: { contentLength?: boolean; status?: number } = {}) {
+    let written = 0;
+    let closedEarly = false;
+    const chunk = Buffer.alloc(64 * 1024, "a");
+    const srv = createServer((req, res) => {
+      res.writeHead(opts.status ?? 200, { "Content-Type": "application/json", ...(opts.contentLength ? { "Content-Length": String(total) } : {}) });
+      const head = Buffer.from('{"data":{"id":"big","status":"succeeded"},"output":{"text":"');
+      const tail = Buffer.from('"}}');
+      res.write(head);
+      written = head.length;
+      res.on("close", () => {
+        if (written < total) closedEarly = true;
+      });
+      const pump = () => {
+        while (written + chunk.length + tail.length <= total) {
+          written += chunk.length;
+          if (!res.write(chunk)) return void res.once("drain", pump);
+        }
+        written += tail.length;
+        res.end(tail);
+      };
+      pump();
+    });
+    await new Promise<void>((resolve) => srv.listen(0, "127.0.0.1", resolve));
+    return {
+      url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`,
+      written: () => written,
+      closedEarly: () => closedEarly,
+      async close() {
+        srv.closeAllConnections();
+        await new Promise<void>((resolve) => srv.close(() => resolve()));
+      },
+    };
+  }
+
+  it("a 50 MB task read is cut off at the limit over a real socket, memory bounded, not retryable", async () => {
+    const up = await streamingUpstream(50 * MiB);
+    try {
+      const before = process.memoryUsage();
+      const e = await failure(client({ baseUrl: up.url, fetch: realFetch, timeoutMs: 10_000, maxBodyBytes: 1 * MiB }).getTask("big"));
+      const after = process.memoryUsage();
+      expect(fields(e)).toEqual({
+        kind: "malformed",
+        status: 200,
+        code: "response_too_large",
+        message: `upstream response (HTTP 200) is larger than UPSTREAM_MAX_BODY_BYTES (${MiB} bytes); it was not read`,
+        requestId: null,
+        retryAfterMs: null,
+        retryable: false,
+        details: { httpStatus: 200, limitBytes: MiB },
+      });
+      // The read stopped at the limit: the server never got to write the body (socket buffers aside).
+      await expect.poll(() => up.closedEarly()).toBe(true);
+      expect(up.written()).toBeLessThan(16 * MiB);
+      // Nothing near 50 MB was ever held (buffers included).
+      expect(after.arrayBuffers + after.external - before.arrayBuffers - before.external).toBeLessThan(16 * MiB);
+    } finally {
+      await up.close();
+    }
+  });
+
+  it("a declared Content-Length over the limit is refused before the body is read", async () => {
+    const up = await streamingUpstream(50 * MiB, { contentLength: true });
+    try {
+      const e = await failure(client({ baseUrl: up.url, fetch: realFetch, timeoutMs: 10_000, maxBodyBytes: 1 * MiB }).getTask("big"));
+      expect(e.code).toBe("response_too_large");
+      await expect.poll(() => up.closedEarly()).toBe(true);
+      expect(up.written()).toBeLessThan(16 * MiB);
+    } finally {
+      await up.close();
+    }
+  });
+
+  it("an error answer is read only as far as its message: a 50 MB 502 stays a retryable http error", async () => {
+    const up = await streamingUpstream(50 * MiB, { status: 502 });
+    try {
+      const e = await failure(client({ baseUrl: up.url, fetch: realFetch, timeoutMs: 10_000 }).getTask("big"));
+      expect(e.kind).toBe("http");
+      expect(e.status).toBe(502);
+      expect(e.retryable).toBe(true);
+      expect(e.message.length).toBeLessThan(400);
+      expect(up.written()).toBeLessThan(16 * MiB);
+    } finally {
+      await up.close();
+    }
+  });
+
+  it("a streamed list page over the limit (msw) stops pulling the stream", async () => {
+    let pulled = 0;
+    server.use(
+      http.get(`${BASE}/openapi/v1/tasks`, () => {
+        const stream = new ReadableStream<Uint8Array>({
+          pull(controller) {
+            pulled += 1;
+            if (pulled === 1) controller.enqueue(new TextEncoder().encode('{"data":['));
+            else if (pulled > 800) controller.close();
+            else controller.enqueue(new TextEncoder().encode(`${JSON.stringify({ id: `t${pulled}`, status: "running", output: "x".repeat(64 * 1024) })},`));
+          },
+        });
+        return new HttpResponse(stream, { status: 200, headers: { "Content-Type": "application/json" } });
+      }),
+    );
+    const e = await failure(client({ maxBodyBytes: 1 * MiB }).listTasks({}));
+    expect(e.code).toBe("response_too_large");
+    expect(pulled).toBeLessThan(100);
+  });
+
+  it("a body exactly at the limit is read", async () => {
+    const body = JSON.stringify({ data: { id: "ok", status: "succeeded" }, output: { text: "b".repeat(2000) } });
+    server.use(http.get(`${BASE}/openapi/v1/tasks/ok`, () => new HttpResponse(body, { status: 200 })));
+    const task = await client({ maxBodyBytes: Buffer.byteLength(body) }).getTask("ok");
+    expect(task.status).toBe("succeeded");
+  });
+});

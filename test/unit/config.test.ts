@@ -29,6 +29,7 @@ describe("loadConfig defaults", () => {
       upstreamReadsPerMinute: 100,
       upstreamMaxConcurrent: null,
       upstreamTimeoutMs: 30_000,
+      upstreamMaxBodyBytes: 8 * 1024 * 1024,
       webhookAllowPrivateNetworks: false,
       webhookTimeoutMs: 15_000,
       webhookMaxInFlightPerHost: 8,
@@ -72,6 +73,7 @@ describe("loadConfig defaults", () => {
         WEBHOOK_RETRY_SCHEDULE: "1s, 10s ,1m",
         UPSTREAM_MAX_CONCURRENT: "4",
         UPSTREAM_TIMEOUT_MS: "20000",
+        UPSTREAM_MAX_BODY_BYTES: "512KiB",
         RELAY_ENCRYPTION_KEY: KEY32,
         TASK_RETENTION_DAYS: "7",
         LOG_LEVEL: "debug",
@@ -89,6 +91,7 @@ describe("loadConfig defaults", () => {
       upstreamReadsPerMinute: 60,
       upstreamMaxConcurrent: 4,
       upstreamTimeoutMs: 20_000,
+      upstreamMaxBodyBytes: 512 * 1024,
       webhookAllowPrivateNetworks: true,
       webhookTimeoutMs: 5000,
       webhookMaxInFlightPerHost: 3,
@@ -114,6 +117,16 @@ describe("loadConfig defaults", () => {
     expect(loadConfig({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: value }).webhookAllowPrivateNetworks).toBe(expected);
   });
 
+  it.each([
+    ["8MiB", 8 * 1024 * 1024],
+    ["512KiB", 512 * 1024],
+    ["1048576", 1_048_576],
+    ["2 mb", 2 * 1024 * 1024],
+    ["1GiB", 1024 ** 3],
+  ])("UPSTREAM_MAX_BODY_BYTES=%s is %d bytes", (value, bytes) => {
+    expect(loadConfig({ UPSTREAM_MAX_BODY_BYTES: value }).upstreamMaxBodyBytes).toBe(bytes);
+  });
+
   it("accepts every pino level", () => {
     for (const level of ["fatal", "error", "warn", "info", "debug", "trace", "silent"]) expect(loadConfig({ LOG_LEVEL: level }).logLevel).toBe(level);
   });
@@ -137,6 +150,9 @@ describe("loadConfig refuses a bad variable with one line naming it", () => {
     ["WEBHOOK_RETRY_SCHEDULE", { WEBHOOK_RETRY_SCHEDULE: "5 minutes" }],
     ["UPSTREAM_MAX_CONCURRENT", { UPSTREAM_MAX_CONCURRENT: "0" }],
     ["UPSTREAM_TIMEOUT_MS", { UPSTREAM_TIMEOUT_MS: "10" }],
+    ["UPSTREAM_MAX_BODY_BYTES", { UPSTREAM_MAX_BODY_BYTES: "8 megs" }],
+    ["UPSTREAM_MAX_BODY_BYTES", { UPSTREAM_MAX_BODY_BYTES: "1.5MiB" }],
+    ["UPSTREAM_MAX_BODY_BYTES", { UPSTREAM_MAX_BODY_BYTES: "2GiB" }],
     ["RELAY_ENCRYPTION_KEY", { RELAY_ENCRYPTION_KEY: "too-short" }],
     ["RELAY_ENCRYPTION_KEY", { RELAY_ENCRYPTION_KEY: Buffer.alloc(16).toString("base64") }],
     ["RELAY_ENCRYPTION_KEY", { RELAY_ENCRYPTION_KEY: Buffer.alloc(32).toString("hex") }],

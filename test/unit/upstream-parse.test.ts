@@ -135,18 +135,39 @@ describe("parseTask", () => {
     expect(parseTask({ id: "t" })?.output).toBeNull();
   });
 
-  it("keeps only finite numbers as usage", () => {
-    expect(parseTask({ id: "t", usage: { points_charged: "20", points_refunded: true } })?.usage).toEqual(NO_USAGE);
+  it("never reads a charge as free: missing, negative, fractional, out-of-range or junk is untrusted (null)", () => {
+    expect(parseTask({ id: "t", usage: { points_charged: true, points_refunded: true } })?.usage).toEqual(NO_USAGE);
     expect(parseTask({ id: "t", usage: "lots" })?.usage).toEqual(NO_USAGE);
     expect(parseTask({ id: "t", usage: [20] })?.usage).toEqual(NO_USAGE);
-    expect(parseTask({ id: "t", usage: { points_charged: 0, points_refunded: 1.5 } })?.usage).toEqual({
-      pointsCharged: 0,
-      pointsRefunded: 1.5,
-    });
+    for (const bad of [-100000, -1, 40.5, 1e19, 2 ** 31, Number.NaN, "-5", "40.5", "1e3", "forty", "", null, {}]) {
+      expect(parseTask({ id: "t", usage: { points_charged: bad } })?.usage.pointsCharged, String(bad)).toBeNull();
+    }
+    expect(parseTask({ id: "t", usage: { points_charged: 0, points_refunded: 1.5 } })?.usage).toEqual({ pointsCharged: 0, pointsRefunded: null });
+    // A numeric string is read as its number.
+    expect(parseTask({ id: "t", usage: { points_charged: "40", points_refunded: " 10 " } })?.usage).toEqual({ pointsCharged: 40, pointsRefunded: 10 });
+    // A refund above the charge would give the client room nobody paid for.
+    expect(parseTask({ id: "t", usage: { points_charged: 20, points_refunded: 30 } })?.usage).toEqual({ pointsCharged: 20, pointsRefunded: null });
     // Field by field: a top-level usage without a number does not hide data.usage.
     expect(
       parseTask({ id: "t", usage: { points_charged: 30 }, data: { usage: { points_refunded: 30 } } })?.usage,
     ).toEqual({ pointsCharged: 30, pointsRefunded: 30 });
+  });
+
+  it("refuses an id the store cannot hold (NUL, over 256 characters, an inexact number)", () => {
+    expect(parseTask({ id: "up_\u0000evil" })).toBeNull();
+    expect(parseTask({ id: "x".repeat(257) })).toBeNull();
+    expect(parseTask({ id: 1e21 })).toBeNull();
+    expect(parseTask({ id: 1.5 })).toBeNull();
+    expect(parseTask({ id: 42 })?.id).toBe("42");
+    expect(parseTask({ id: "x".repeat(256) })?.id).toHaveLength(256);
+  });
+
+  it("keeps no NUL of an upstream error's text", () => {
+    expect(parseTask({ id: "t", error: { code: "bad\u0000code", message: "a\u0000b", request_id: "r\u0000" } })?.error).toEqual({
+      code: "upstream_error",
+      message: "a\ufffdb",
+      request_id: null,
+    });
   });
 
   it("reads the task error at error or data.error", () => {

@@ -1,0 +1,49 @@
+/** Default for UPSTREAM_MAX_BODY_BYTES (DESIGN §15). */
+export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
+/** An error answer is read only this far: its code and message are at the start, the rest is noise. */
+export const ERROR_BODY_BYTES = 64 * 1024;
+
+export interface LimitedBody {
+  text: string;
+  /** The body was longer than the limit: `text` holds only its start, the rest was never read. */
+  truncated: boolean;
+}
+
+/**
+ * Reads a response body as text, at most `max` bytes of it. Memory stays bounded by `max` whatever
+ * the upstream sends: a declared Content-Length over the limit is refused before a byte is read,
+ * and a body that streams past it is cancelled (the connection closed) as soon as it does.
+ */
+export async function readLimited(response: Response, max: number): Promise<LimitedBody> {
+  const declared = Number(response.headers.get("content-length") ?? "");
+  const body = response.body;
+  if (body === null) return { text: "", truncated: false };
+  if (Number.isFinite(declared) && declared > max) {
+    void body.cancel().catch(() => undefined);
+    return { text: "", truncated: true };
+  }
+  const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  let truncated = false;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      if (size + value.byteLength > max) {
+        chunks.push(value.subarray(0, max - size));
+        size = max;
+        truncated = true;
+        // Not awaited: a teed body (a fetch wrapper that clones responses) settles its cancel only
+        // once every branch is cancelled, and the reading is over either way.
+        void reader.cancel().catch(() => undefined);
+        break;
+      }
+      chunks.push(value);
+      size += value.byteLength;
+    }
+  } finally {
+    reader.releaseLock();
+  }
+  return { text: Buffer.concat(chunks, size).toString("utf8"), truncated };
+}
