@@ -1,7 +1,7 @@
 import { and, desc, eq, gte, isNotNull, isNull, lt, or, sql, type SQL } from "drizzle-orm";
 import type { TaskListQuery } from "../store/store.js";
 import type { DbOrTx } from "./tx.js";
-import { dashboardSessions, tasks, type TaskStatus } from "./schema.js";
+import { dashboardSessions, events, tasks, type TaskStatus } from "./schema.js";
 import type { TaskRow } from "./tasks.js";
 
 /**
@@ -42,6 +42,30 @@ export function deleteEndedSessions(db: DbOrTx, now: number): number {
 
 
 /**
+ * An event whose delivery is retrying: pending again after an attempt that got no 2xx (a
+ * redelivered event whose last answer was a 2xx is not). Plain SQL that both dialects read, so the
+ * dashboard's "delivery failing" means the same on SQLite and PostgreSQL.
+ */
+export const retryingEvent = (e: string) =>
+  `(${e}.delivery_status = 'pending' AND ${e}.attempts > 0 AND (${e}.last_status_code IS NULL OR ${e}.last_status_code NOT BETWEEN 200 AND 299))`;
+
+/**
+ * A task (table `tasks`, unaliased) with a callback whose last event failed or is retrying. Its
+ * last event is one probe of events_task_seq_idx per task, so the filter walks the client's tasks
+ * newest first and stops at the page's limit.
+ */
+export const DELIVERY_FAILING_TASK = `(tasks.callback_url IS NOT NULL AND coalesce((SELECT CASE WHEN e.delivery_status = 'failed' OR ${retryingEvent("e")} THEN 1 ELSE 0 END FROM events e WHERE e.task_id = tasks.id ORDER BY e.sequence DESC LIMIT 1), 0) = 1)`;
+
+/** How many of the client's events are retrying (see retryingEvent). */
+export function countRetryingEvents(db: DbOrTx, clientId: string): number {
+  return db
+    .select({ n: sql<number>`count(*)` })
+    .from(events)
+    .where(and(eq(events.clientId, clientId), sql.raw(retryingEvent("events"))))
+    .get()!.n;
+}
+
+/**
  * Newest first. The search walks the client's metadata with json_each: no index serves it, which
  * is acceptable for a person typing into a search box, bounded by the client's own tasks.
  */
@@ -59,6 +83,7 @@ export function searchClientTasks(db: DbOrTx, q: TaskListQuery): TaskRow[] {
       )!,
     );
   }
+  if (q.deliveryFailing) conditions.push(sql.raw(DELIVERY_FAILING_TASK));
   return db
     .select()
     .from(tasks)

@@ -15,7 +15,7 @@ import type {
 } from "../store/store.js";
 import { findClient, findClientByKeyHash, insertClient, listClients, markAdmitted, updateClient } from "./clients.js";
 import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, ledgerOf, reservationsAround } from "./credits.js";
-import { deleteEndedSessions, findSession, hourlyTaskCounts, insertSession, recentCallbackUrls, revokeSession, searchClientTasks, touchSession } from "./dashboard.js";
+import { countRetryingEvents, deleteEndedSessions, findSession, hourlyTaskCounts, insertSession, recentCallbackUrls, revokeSession, searchClientTasks, touchSession } from "./dashboard.js";
 import {
   claimDueEvents,
   clientSeqAtOrBefore,
@@ -189,6 +189,7 @@ export class SqliteStore implements Store {
           return updateEvent(tx, event.id, { deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: now, failedAt: null, claimToken: null, claimedUntil: null });
         }),
       requeueFailed: async (clientId, since, now) => requeueFailedEvents(db, clientId, since, now),
+      retryingOfClient: async (clientId) => countRetryingEvents(db, clientId),
       find: async (id) => findEvent(db, id),
       lastOfTask: async (taskId) => lastEventOfTask(db, taskId),
       lastOfTasks: async (taskIds) => lastEventsOfTasks(db, taskIds),

@@ -1,6 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
-import type { AttemptRow, ClientRow, EventRow, HourlyCount, SessionRow, TaskRow } from "../store/store.js";
-import type { TaskStatus } from "../statuses.js";
+import type { AttemptRow, ClientRow, EventRow, HourlyCount, SessionRow, TaskListQuery, TaskRow } from "../store/store.js";
 import { authenticate } from "./clients.js";
 import type { ServiceDeps } from "./deps.js";
 import { deliverySummary, type DeliverySummary } from "./task-view.js";
@@ -68,7 +67,7 @@ export interface TaskListItem {
 
 export async function listDashboardTasks(
   deps: ServiceDeps,
-  q: { clientId: string; limit: number; beforeId?: string | undefined; type?: "image" | "video" | undefined; status?: TaskStatus | undefined; search?: string | undefined },
+  q: TaskListQuery,
 ): Promise<{ items: TaskListItem[]; nextBefore: string | null }> {
   // One extra row tells whether an older page exists.
   const rows = await deps.store.tasks.list({ ...q, limit: q.limit + 1 });

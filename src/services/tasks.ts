@@ -61,22 +61,26 @@ export async function listTaskViews(
 }
 
 /**
- * Cancels a task that has never been offered to the upstream. Once a submission was attempted,
- * the upstream may have created (and charged) it, and it has no cancel: 409 cannot_cancel.
- * `clientId` null: an operator's cancel (the CLI), any client's task.
+ * Why the task cannot be canceled now, or null when it can: only a task never offered to the
+ * upstream can (once a submission was attempted, the upstream may have created and charged it,
+ * and it has no cancel). A task a submitter holds right now is on its way upstream.
+ */
+export function cancelRefusal(task: TaskRow, now: number): string | null {
+  const leased = task.claimedUntil !== null && task.claimedUntil >= now;
+  if (task.phase === "done") return `The task has already ended (${task.status}).`;
+  if (task.phase !== "waiting" || task.submitAttempts > 0 || leased) return "The task was already submitted upstream, which offers no cancel; it will run to its end.";
+  return null;
+}
+
+/**
+ * Cancels a task that has never been offered to the upstream (cancelRefusal); otherwise 409
+ * cannot_cancel. `clientId` null: an operator's cancel (the CLI), any client's task.
  */
 export async function cancelWaitingTask(deps: Pick<ServiceDeps, "lifecycle">, clientId: string | null, id: string): Promise<TaskRow> {
   const task = await deps.lifecycle.cancelIf(id, clientId, (task, now) => {
     if (task.status === "canceled") return false;
-    const leased = task.claimedUntil !== null && task.claimedUntil >= now;
-    if (task.phase !== "waiting" || task.submitAttempts > 0 || leased) {
-      throw new ApiError(
-        "cannot_cancel",
-        task.phase === "done"
-          ? `The task has already ended (${task.status}).`
-          : "The task was already submitted upstream, which offers no cancel; it will run to its end.",
-      );
-    }
+    const refusal = cancelRefusal(task, now);
+    if (refusal !== null) throw new ApiError("cannot_cancel", refusal);
     return true;
   });
   if (!task) throw notFound();

@@ -151,6 +151,8 @@ export interface TaskListQuery {
   status?: TaskStatus | undefined;
   /** A relay or upstream task id, or a metadata value (the dashboard's search). */
   search?: string | undefined;
+  /** Only tasks whose last event is failed, or pending again after an attempt that got no 2xx. */
+  deliveryFailing?: boolean | undefined;
 }
 
 export interface SupportTaskQuery {
@@ -241,6 +243,8 @@ export interface EventStore {
   requeueLastOfTask(taskId: string, now: number): Promise<EventRow | undefined>;
   /** A client's failed events since `since` queued again. */
   requeueFailed(clientId: string, since: number, now: number): Promise<number>;
+  /** How many of the client's events are pending again after an attempt that got no 2xx (retrying; Recover leaves them alone). */
+  retryingOfClient(clientId: string): Promise<number>;
   find(id: string): Promise<EventRow | undefined>;
   lastOfTask(taskId: string): Promise<EventRow | undefined>;
   lastOfTasks(taskIds: string[]): Promise<Map<string, EventRow>>;

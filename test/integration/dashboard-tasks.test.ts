@@ -157,23 +157,105 @@ describe("dashboard: task page", () => {
     expect(await res.text()).toContain("This task has no callback_url to deliver to.");
   });
 
-  it("Cancel ends a waiting task; on a task already submitted upstream it shows 409 cannot_cancel", async () => {
+  it("Cancel (#21) is offered only on a task never submitted upstream, asks on a page of its own, and cancels only from that page's form", async () => {
     const { t } = setup();
     const { apiKey } = t.client();
     const waiting = await createTask(t, apiKey);
     const v = await signedIn(t, apiKey);
-    const res = await v.submit(`/dashboard/tasks/${waiting}`, `/dashboard/tasks/${waiting}/cancel`);
+    const taskPath = `/dashboard/tasks/${waiting}`;
+    const before = await v.page(taskPath);
+    expect(before).toContain(`<a class="btn danger" href="${taskPath}/cancel">Cancel…</a>`);
+    // A POST that did not come from the confirm page (an old form, a bare request) asks first.
+    const unconfirmed = await v.post(`${taskPath}/cancel`, { csrf: csrfOf(before) });
+    expect(unconfirmed.status).toBe(303);
+    expect(unconfirmed.headers.get("location")).toBe(`${taskPath}/cancel`);
+    expect((await readTask(t, apiKey, waiting)).data.status).toBe("queued");
+    const confirm = await v.page(`${taskPath}/cancel`);
+    expect(confirm).toContain("<h1>Cancel this task?</h1>");
+    expect(confirm).toMatch(new RegExp(`<form class="actions" method="post" action="${taskPath}/cancel"><input type="hidden" name="csrf" value="[^"]+"><input type="hidden" name="confirm" value="yes">`));
+    expect(confirm).not.toContain("<script>");
+    const res = await v.submit(`${taskPath}/cancel`, `${taskPath}/cancel`, { confirm: "yes" });
     expect(res.status).toBe(303);
     const page = await v.page(res.headers.get("location")!);
     expect(page).toContain("The task is canceled.");
     expect((await readTask(t, apiKey, waiting)).data.status).toBe("canceled");
-    expect(page).not.toContain(">Cancel</button>");
+    expect(page).not.toContain("Cancel…");
+    const ended = await v.get(`${taskPath}/cancel`);
+    expect(ended.status).toBe(409);
+    expect(await ended.text()).toContain("The task has already ended (canceled).");
 
+    // Submitted upstream but still queued there: not terminal, yet no longer cancelable.
     const submitted = await createTask(t, apiKey);
     await t.relay.submitter.runOnce();
-    const refused = await v.submit(`/dashboard/tasks/${submitted}`, `/dashboard/tasks/${submitted}/cancel`);
+    expect((await readTask(t, apiKey, submitted)).data.status).toBe("queued");
+    const submittedPage = await v.page(`/dashboard/tasks/${submitted}`);
+    expect(submittedPage).not.toContain("Cancel…");
+    const asked = await v.get(`/dashboard/tasks/${submitted}/cancel`);
+    expect(asked.status).toBe(409);
+    expect(await asked.text()).toContain("The task was already submitted upstream, which offers no cancel");
+    const refused = await v.post(`/dashboard/tasks/${submitted}/cancel`, { csrf: csrfOf(submittedPage), confirm: "yes" });
     expect(refused.status).toBe(409);
     expect(await refused.text()).toContain("The task was already submitted upstream, which offers no cancel");
     expect((await readTask(t, apiKey, submitted)).data.status).toBe("queued");
+  });
+
+  it("shows each attempt's answer body (escaped) and when a pending event's next attempt is due (#21)", async () => {
+    const { t, up } = setup();
+    const r = await receiver();
+    r.answers.push((_req, res) => {
+      res.writeHead(503, { "Content-Type": "text/html" });
+      res.end("<script>alert(1)</script> busy & cold-starting");
+    });
+    const { apiKey } = t.client();
+    const id = await createTask(t, apiKey, { callback_url: r.url("/hook") });
+    await succeed(t, up, apiKey, id, { images: [{ url: "https://cdn.test/a.png" }] });
+    await t.relay.dispatcher.runOnce();
+    const v = await signedIn(t, apiKey);
+    const [event] = await t.store.events.ofTask(id);
+    expect(event).toMatchObject({ deliveryStatus: "pending", attempts: 1 });
+    const page = await v.page(`/dashboard/tasks/${id}`);
+    expect(page).toContain(
+      '<details class="answer"><summary>Answer body (46 bytes)</summary><pre>&lt;script&gt;alert(1)&lt;/script&gt; busy &amp; cold-starting</pre></details>',
+    );
+    expect(page).not.toContain("<script>alert(1)");
+    expect(page).toMatch(/<td><span class="badge b-failed">failed<\/span> 503<\/td><td>\d+ ms<\/td>/);
+    const due = event!.nextAttemptAt!;
+    const wait = due - t.clock.now();
+    expect(page).toContain(
+      `<span class="badge b-pending">pending</span> <span class="muted next-attempt">next attempt <time datetime="${new Date(due).toISOString()}">`,
+    );
+    expect(page).toContain(`(in ${(wait / 1000).toFixed(1)} s)</span>`);
+    t.clock.advance(wait + 1);
+    expect(await v.page(`/dashboard/tasks/${id}`)).toContain('<span class="muted next-attempt">next attempt due now</span>');
+    // Delivered on the retry: no next attempt any more; the 2xx's own body is shown too.
+    await t.relay.dispatcher.runOnce();
+    const after = await v.page(`/dashboard/tasks/${id}`);
+    expect(after).not.toContain("next attempt");
+    expect(after).toContain("<summary>Answer body (2 bytes)</summary><pre>ok</pre>");
+  });
+
+  it("filters 'delivery failing': tasks whose last webhook failed or is retrying after a failed attempt (#21)", async () => {
+    const { t, up } = setup({ WEBHOOK_RETRY_SCHEDULE: "0s,5s" });
+    const good = await receiver();
+    const bad = await receiver(status(500));
+    const { apiKey } = t.client();
+    const delivered = await createTask(t, apiKey, { callback_url: good.url() });
+    const retrying = await createTask(t, apiKey, { callback_url: bad.url() });
+    const noCallback = await createTask(t, apiKey);
+    for (const id of [delivered, retrying, noCallback]) await succeed(t, up, apiKey, id, { images: [] });
+    await t.relay.dispatcher.runOnce();
+    const v = await signedIn(t, apiKey);
+    expect(rowIds(await v.page("/dashboard?delivery=failing"))).toEqual([retrying]);
+    // Exhausted (failed) stays in the filter; a new task's untried webhook is not failing yet.
+    t.clock.advance(10_000);
+    await t.relay.dispatcher.runOnce();
+    expect((await t.store.events.lastOfTask(retrying))?.deliveryStatus).toBe("failed");
+    const fresh = await createTask(t, apiKey, { callback_url: bad.url() });
+    await succeed(t, up, apiKey, fresh, { images: [] });
+    const page = await v.page("/dashboard?delivery=failing");
+    expect(rowIds(page)).toEqual([retrying]);
+    expect(page).toContain('<option value="failing" selected>');
+    expect(rowIds(await v.page("/dashboard?delivery=failing&type=video"))).toEqual([]);
+    expect(rowIds(await v.page("/dashboard?delivery=bogus"))).toEqual([fresh, noCallback, retrying, delivered]);
   });
 });

@@ -243,6 +243,43 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
     expect(await store.tasks.find(claimed!.taskId)).toBeUndefined();
     expect((await store.tasks.find(claimed!.taskId === old.id ? pending.id : old.id)) as TaskRow | undefined).toBeDefined();
   });
+
+  it("dashboard reads (#21): the 'delivery failing' task filter and the count of events retrying", async () => {
+    const { store } = await make();
+    const c = await client(store);
+    const other = await client(store);
+    const ids: Record<string, string> = {};
+    for (const name of ["delivered", "retrying", "exhausted", "untried", "redelivered", "theirs"]) {
+      const { task } = await store.tasks.create(request(name === "theirs" ? other.id : c.id, `df-${name}`));
+      await store.tasks.transition(task, { status: "succeeded", phase: "done" }, opts());
+      ids[name] = task.id;
+    }
+    const claimed = await store.events.claimDue({ ...lease("df:1"), excludeKeys: [], keyRoom: () => 10, maxPerKey: 10 });
+    const attempt = async (name: string, statusCode: number, patch: Record<string, unknown>) => {
+      const e = claimed.find((x) => x.taskId === ids[name])!;
+      const ok = statusCode < 300;
+      await store.events.recordAttempt(
+        e.id,
+        "df:1",
+        { id: `att_${e.id}`, eventId: e.id, taskId: e.taskId, clientId: e.clientId, eventType: e.type, url: e.callbackUrl!, attemptedAt: NOW, statusCode, latencyMs: 5, outcome: ok ? "succeeded" : "failed", error: ok ? null : `HTTP ${statusCode}`, responseBody: null },
+        { attempts: 1, lastStatusCode: statusCode, lastAttemptAt: NOW, ...patch },
+      );
+    };
+    await attempt("delivered", 200, { deliveryStatus: "succeeded", deliveredAt: NOW });
+    await attempt("retrying", 500, { nextAttemptAt: NOW + 5_000 });
+    await attempt("exhausted", 503, { deliveryStatus: "failed", failedAt: NOW });
+    await attempt("redelivered", 204, { deliveryStatus: "succeeded", deliveredAt: NOW });
+    await attempt("theirs", 500, { nextAttemptAt: NOW + 5_000 });
+    // A redelivered event is pending again, but its last answer was a 2xx: not failing.
+    await store.events.requeueLastOfTask(ids.redelivered!, NOW);
+    const failing = await store.tasks.list({ clientId: c.id, limit: 10, deliveryFailing: true });
+    expect(failing.map((t) => t.id)).toEqual([ids.exhausted, ids.retrying]);
+    expect((await store.tasks.list({ clientId: c.id, limit: 1, deliveryFailing: true })).map((t) => t.id)).toEqual([ids.exhausted]);
+    expect(await store.tasks.list({ clientId: c.id, limit: 10, deliveryFailing: true, status: "failed" })).toEqual([]);
+    expect(await store.tasks.list({ clientId: c.id, limit: 10 })).toHaveLength(5);
+    expect(await store.events.retryingOfClient(c.id)).toBe(1);
+    expect(await store.events.retryingOfClient(other.id)).toBe(1);
+  });
 });
 
 describe("the events feed on PostgreSQL never skips a late commit", () => {

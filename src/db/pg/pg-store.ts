@@ -23,6 +23,7 @@ import type {
   UpstreamAccountRow,
 } from "../../store/store.js";
 import { interleave } from "../../store/fairness.js";
+import { DELIVERY_FAILING_TASK, retryingEvent } from "../dashboard.js";
 import { clients, dashboardSessions, deliveryAttempts, events, tasks, upstreamAccounts } from "../schema.js";
 
 /**
@@ -230,6 +231,7 @@ export class PgStore implements Store {
             q0.search,
           );
         }
+        if (q0.deliveryFailing) where.push(DELIVERY_FAILING_TASK);
         values.push(q0.limit);
         return T.rows(await q(`SELECT * FROM tasks WHERE ${where.join(" AND ")} ORDER BY id DESC LIMIT $${values.length}`, values));
       },
@@ -438,6 +440,7 @@ export class PgStore implements Store {
         if (n > 0) await this.pool.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
         return n;
       },
+      retryingOfClient: async (clientId) => Number((await one(`SELECT count(*) AS n FROM events e WHERE e.client_id = $1 AND ${retryingEvent("e")}`, [clientId]))!.n),
       find: async (id) => opt(E, await one("SELECT * FROM events WHERE id = $1", [id])),
       lastOfTask: async (taskId) => opt(E, await one("SELECT * FROM events WHERE task_id = $1 ORDER BY sequence DESC LIMIT 1", [taskId])),
       lastOfTasks: async (taskIds) => {

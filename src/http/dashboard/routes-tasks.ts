@@ -3,11 +3,11 @@ import { ID_PATTERN } from "../../ids.js";
 import { TASK_STATUSES, type TaskStatus } from "../../statuses.js";
 import { dashboardTask, listDashboardTasks } from "../../services/dashboard.js";
 import { ApiError } from "../../services/errors.js";
-import { cancelTask } from "../../services/tasks.js";
+import { cancelRefusal, cancelTask, requireClientTask } from "../../services/tasks.js";
 import { findPreviews } from "./previews.js";
 import { render, type DashboardDeps } from "./render.js";
 import type { DashEnv } from "./session.js";
-import { taskBody, tasksBody } from "./views-tasks.js";
+import { cancelConfirmBody, taskBody, tasksBody } from "./views-tasks.js";
 
 const PAGE_SIZE = 25;
 const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
@@ -23,6 +23,7 @@ function filters(c: Context) {
     type: type === "image" || type === "video" ? (type as "image" | "video") : undefined,
     q: q || undefined,
     before: before && ID_PATTERN.test(before) ? before : undefined,
+    delivery: c.req.query("delivery") === "failing" ? ("failing" as const) : undefined,
   };
 }
 
@@ -36,6 +37,7 @@ export function tasksPage(deps: DashboardDeps) {
       status: f.status,
       type: f.type,
       search: f.q,
+      deliveryFailing: f.delivery === "failing",
     });
     return render(c, { title: "Tasks", section: "tasks", body: tasksBody(items, f, nextBefore, deps.clock.now()) });
   };
@@ -67,19 +69,37 @@ export function registerTaskPages(app: Hono<DashEnv>, deps: DashboardDeps, auth:
     return taskPage(deps, c, c.req.param("id"), notice ? { kind: "ok", text: notice } : undefined);
   });
 
+  // Cancel asks first, on a page of its own (no script needed); a task that can no longer be
+  // canceled gets the API's refusal on its task page instead.
+  app.get("/tasks/:id/cancel", auth, async (c) => {
+    const task = await requireClientTask(deps, c.get("client").id, c.req.param("id"));
+    const refusal = cancelRefusal(task, deps.clock.now());
+    if (refusal !== null) return taskPage(deps, c, task.id, { kind: "error", text: refusal }, 409);
+    return render(c, { title: `Cancel ${task.id}`, section: "tasks", body: cancelConfirmBody(task, c.get("session").csrfToken) });
+  });
+
   // Same rules as the API: the services decide, and their refusals (409 cannot_cancel, a task
   // without a callback) are shown on the task page with the API's status code.
-  const action = (verb: "redeliver" | "cancel", run: (clientId: string, id: string) => unknown) =>
+  const action = (verb: "redeliver" | "cancel", run: (c: Context<DashEnv>, id: string) => Promise<Response | null>) =>
     app.post(`/tasks/:id/${verb}`, auth, async (c) => {
       const id = c.req.param("id");
       try {
-        await run(c.get("client").id, id);
+        const instead = await run(c, id);
+        if (instead) return instead;
       } catch (err) {
         if (err instanceof ApiError && err.code !== "task_not_found") return taskPage(deps, c, id, { kind: "error", text: err.message }, err.status);
         throw err;
       }
       return c.redirect(`/dashboard/tasks/${encodeURIComponent(id)}?done=${verb === "cancel" ? "canceled" : "redelivered"}`, 303);
     });
-  action("redeliver", (clientId, id) => deps.deliveries.redeliver(clientId, id));
-  action("cancel", (clientId, id) => cancelTask(deps, clientId, id));
+  action("redeliver", async (c, id) => {
+    await deps.deliveries.redeliver(c.get("client").id, id);
+    return null;
+  });
+  action("cancel", async (c, id) => {
+    // Only the confirm page's form says yes; any other POST (an old form, a bare request) asks first.
+    if ((await c.req.parseBody()).confirm !== "yes") return c.redirect(`/dashboard/tasks/${encodeURIComponent(id)}/cancel`, 303);
+    await cancelTask(deps, c.get("client").id, id);
+    return null;
+  });
 }

@@ -1,6 +1,8 @@
 import { html } from "hono/html";
 import { TASK_STATUSES } from "../../statuses.js";
 import type { TaskDetail, TaskListItem, TimelineEntry } from "../../services/dashboard.js";
+import { cancelRefusal } from "../../services/tasks.js";
+import type { EventRow, TaskRow } from "../../store/store.js";
 import { badge, csrfField, duration, notice, time, type Html } from "./layout.js";
 import { isWebUrl, type Preview } from "./previews.js";
 
@@ -8,6 +10,8 @@ export interface TaskFilters {
   status?: string | undefined;
   type?: string | undefined;
   q?: string | undefined;
+  /** "failing": tasks whose last webhook failed or is being retried after a failed attempt. */
+  delivery?: string | undefined;
 }
 
 const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
@@ -25,11 +29,11 @@ function option(value: string, label: string, selected: string | undefined): Htm
 export function tasksBody(items: TaskListItem[], filters: TaskFilters, nextBefore: string | null, now: number): Html {
   const query = (extra: Record<string, string>) => {
     const p = new URLSearchParams();
-    for (const [k, v] of Object.entries({ status: filters.status, type: filters.type, q: filters.q, ...extra })) if (v) p.set(k, v);
+    for (const [k, v] of Object.entries({ status: filters.status, type: filters.type, delivery: filters.delivery, q: filters.q, ...extra })) if (v) p.set(k, v);
     const s = p.toString();
     return s ? `/dashboard?${s}` : "/dashboard";
   };
-  const filtered = Boolean(filters.status || filters.type || filters.q);
+  const filtered = Boolean(filters.status || filters.type || filters.delivery || filters.q);
   return html`<h1>Tasks</h1>
 <form class="panel row" method="get" action="/dashboard" role="search">
   <div class="grow"><label for="q">Search</label>
@@ -38,6 +42,8 @@ export function tasksBody(items: TaskListItem[], filters: TaskFilters, nextBefor
     <select id="status" name="status">${option("", "Any", filters.status)}${TASK_STATUSES.map((s) => option(s, s, filters.status))}</select></div>
   <div><label for="type">Type</label>
     <select id="type" name="type">${option("", "Any", filters.type)}${option("image", "image", filters.type)}${option("video", "video", filters.type)}</select></div>
+  <div><label for="delivery">Delivery</label>
+    <select id="delivery" name="delivery">${option("", "Any", filters.delivery)}${option("failing", "failing (failed or retrying)", filters.delivery)}</select></div>
   <div><button class="btn" type="submit">Show</button>${filtered ? html` <a href="/dashboard">Clear</a>` : ""}</div>
 </form>
 ${
@@ -68,14 +74,29 @@ function parse(text: string | null): unknown {
   }
 }
 
-function timelineRow(entry: TimelineEntry): Html {
+/** When a pending event goes out next: on-call's first question about a webhook that has not arrived. */
+function nextAttempt(e: EventRow, now: number): Html | string {
+  if (e.deliveryStatus !== "pending") return "";
+  if (e.claimedUntil !== null && e.claimedUntil > now) return html` <span class="muted next-attempt">sending now</span>`;
+  if (e.nextAttemptAt === null) return "";
+  const wait = e.nextAttemptAt - now;
+  return html` <span class="muted next-attempt">next attempt ${wait <= 0 ? "due now" : html`${time(e.nextAttemptAt)} (in ${duration(wait)})`}</span>`;
+}
+
+/** The receiver's answer as stored (at most 4 KiB of text); escaped like every interpolated string. */
+function answerBody(body: string | null): Html | string {
+  if (body === null || body === "") return "";
+  return html`<details class="answer"><summary>Answer body (${Buffer.byteLength(body)} bytes)</summary><pre>${body}</pre></details>`;
+}
+
+function timelineRow(entry: TimelineEntry, now: number): Html {
   if (entry.kind === "created") return html`<tr><td>${time(entry.at)}</td><td>task created</td><td></td><td></td><td></td><td></td></tr>`;
   if (entry.kind === "event") {
     const e = entry.event;
-    return html`<tr><td>${time(entry.at)}</td><td>event <strong>${e.type}</strong></td><td>${badge(e.deliveryStatus)}</td><td></td><td></td><td class="mono">${e.id}</td></tr>`;
+    return html`<tr><td>${time(entry.at)}</td><td>event <strong>${e.type}</strong></td><td>${badge(e.deliveryStatus)}${nextAttempt(e, now)}</td><td></td><td></td><td class="mono">${e.id}</td></tr>`;
   }
   const a = entry.attempt;
-  return html`<tr><td>${time(entry.at)}</td><td>attempt: ${a.eventType}${a.error ? html`<br><span class="muted">${a.error}</span>` : ""}</td>
+  return html`<tr><td>${time(entry.at)}</td><td>attempt: ${a.eventType}${a.error ? html`<br><span class="muted">${a.error}</span>` : ""}${answerBody(a.responseBody)}</td>
 <td>${badge(a.outcome)} ${a.statusCode ?? ""}</td><td>${a.latencyMs === null ? "—" : `${a.latencyMs} ms`}</td><td class="hide-sm">${a.url}</td><td class="mono">${a.eventId}</td></tr>`;
 }
 
@@ -86,13 +107,13 @@ export function taskBody(d: TaskDetail, previews: Preview[], now: number, csrf: 
   const output = parse(task.outputJson);
   const error = parse(task.errorJson) as { code?: string; message?: string } | null;
   const canRedeliver = task.callbackUrl !== null && d.events.length > 0;
-  const canCancel = !TERMINAL.has(task.status);
+  const canCancel = cancelRefusal(task, now) === null;
   return html`<p><a href="/dashboard">← Tasks</a></p>
 <h1 class="mono">${task.id}</h1>
 ${message ? notice(message.kind, message.text) : ""}
 <div class="actions">
   ${canRedeliver ? html`<form method="post" action="/dashboard/tasks/${task.id}/redeliver">${csrfField(csrf)}<button class="btn" type="submit">Redeliver</button></form>` : ""}
-  ${canCancel ? html`<form method="post" action="/dashboard/tasks/${task.id}/cancel">${csrfField(csrf)}<button class="btn danger" type="submit">Cancel</button></form>` : ""}
+  ${canCancel ? html`<a class="btn danger" href="/dashboard/tasks/${task.id}/cancel">Cancel…</a>` : ""}
 </div>
 <section class="panel" aria-labelledby="h-summary"><h2 id="h-summary">Summary</h2><dl class="kv">
   <dt>Status</dt><dd>${badge(task.status)}</dd>
@@ -122,7 +143,7 @@ ${message ? notice(message.kind, message.text) : ""}
 <section aria-labelledby="h-timeline"><h2 id="h-timeline">Timeline</h2>
 <div class="table-wrap"><table>
   <thead><tr><th scope="col">Time</th><th scope="col">What</th><th scope="col">Result</th><th scope="col">Latency</th><th scope="col" class="hide-sm">URL</th><th scope="col">webhook-id</th></tr></thead>
-  <tbody>${d.timeline.map(timelineRow)}</tbody>
+  <tbody>${d.timeline.map((entry) => timelineRow(entry, now))}</tbody>
 </table></div></section>`;
 }
 
@@ -136,4 +157,21 @@ function outputLinks(output: unknown, previews: Preview[]): Html | string {
   });
   if (links.length === 0) return "";
   return html`<p>Output files: ${links.map((l) => html`<a href="${l}" rel="noreferrer">${l}</a> `)}</p>`;
+}
+
+/**
+ * The confirm step of Cancel, a page of its own so it works without JavaScript (the CSP allows no
+ * inline script): only this form carries `confirm=yes`, and the cancel action requires it.
+ */
+export function cancelConfirmBody(task: TaskRow, csrf: string): Html {
+  return html`<p><a href="/dashboard/tasks/${task.id}">← Back to the task</a></p>
+<h1>Cancel this task?</h1>
+<section class="panel" aria-labelledby="h-confirm"><h2 id="h-confirm" class="mono">${task.id}</h2>
+  <dl class="kv"><dt>Type</dt><dd>${task.type}</dd><dt>Model</dt><dd>${task.model}</dd><dt>Created</dt><dd>${time(task.createdAt)}</dd></dl>
+  <p>It has not been submitted upstream, so nothing is charged. It ends as <strong>canceled</strong> and cannot be resumed; create a new task to run it later.</p>
+  <form class="actions" method="post" action="/dashboard/tasks/${task.id}/cancel">${csrfField(csrf)}<input type="hidden" name="confirm" value="yes">
+    <button class="btn danger" type="submit">Yes, cancel the task</button>
+    <a class="btn secondary" href="/dashboard/tasks/${task.id}">No, keep it</a>
+  </form>
+</section>`;
 }
