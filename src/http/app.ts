@@ -14,6 +14,7 @@ import { registerGenerationRoutes } from "./routes/generations.js";
 import { registerHealthRoutes, type Readiness } from "./routes/health.js";
 import { registerModelRoutes } from "./routes/meta.js";
 import { registerTaskRoutes } from "./routes/tasks.js";
+import { registerWebhookSettingsRoutes } from "./routes/webhook-settings.js";
 import type { ZodError } from "zod";
 
 export interface AppDeps extends ServiceDeps {
@@ -46,10 +47,12 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
     ["/openapi/v1/images/generations", "/openapi/v1/videos/generations", "/openapi/v1/webhooks/test", "/openapi/v1/deliveries/recover"],
     ...jsonBody(),
   );
+  app.on("PUT", ["/openapi/v1/webhooks/settings"], ...jsonBody());
 
   registerGenerationRoutes(app, deps);
   registerTaskRoutes(app, deps);
   registerDeliveryRoutes(app, deps, deps.deliveries);
+  registerWebhookSettingsRoutes(app, deps);
   registerModelRoutes(app, deps.catalog);
   registerHealthRoutes(app, deps.readiness);
 

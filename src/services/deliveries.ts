@@ -7,6 +7,8 @@ import { ApiError } from "./errors.js";
 import { rotateSecret } from "./clients.js";
 import { requireClientTask } from "./tasks.js";
 import { iso } from "./task-view.js";
+import { sampleBody, type TestEventType } from "./sample-events.js";
+import { rotateSigningKey } from "./webhook-settings.js";
 
 
 /** Sends test pings under the same per-key cap and breaker as deliveries (the dispatcher). */
@@ -70,7 +72,7 @@ export class DeliveryService {
    * deliveries, and reports the attempt: status and latency, never the receiver's body (the relay
    * must not become an open POST proxy or a port-scan oracle).
    */
-  async testWebhook(clientId: string, url: unknown) {
+  async testWebhook(clientId: string, url: unknown, type: TestEventType = "ping", kind: "image" | "video" = "image") {
     const { store, clock, config } = this.deps;
     const verdict = validateCallbackUrl(url, { allowPrivateNetworks: config.webhookAllowPrivateNetworks });
     if (!verdict.ok) throw new ApiError("invalid_callback_url", `url is not acceptable: ${verdict.reason}.`, [{ field: "url", message: verdict.reason }]);
@@ -78,13 +80,15 @@ export class DeliveryService {
     this.takePing(clientId, now);
     const client = (await store.clients.find(clientId))!;
     const id = newId("evt", now);
-    const body = JSON.stringify({ type: "ping", timestamp: new Date(now).toISOString(), data: { client_id: client.id, message: "genrelay test webhook" } });
+    const catalog = this.deps.catalog?.peek(client.upstreamAccount) ?? null;
+    const body = sampleBody(type, { eventId: id, clientId: client.id, url: verdict.url, now, kind, catalog });
     const result = await this.gate.ping(clientId, verdict.url, outgoingHeaders({ client, id, at: now, body, encryptionKey: config.encryptionKey }), body);
     if (!result) {
       throw new ApiError("rate_limit", "Deliveries to this host are at their limit, or its circuit is open after failures. Retry later.", undefined, { "Retry-After": "30" });
     }
     return {
       webhook_id: id,
+      type,
       url: verdict.url,
       succeeded: result.ok,
       status_code: result.statusCode,
@@ -93,7 +97,15 @@ export class DeliveryService {
     };
   }
 
-  async rotateSecret(clientId: string) {
+  /** Rotates the key of the scheme in use: the whsec_ secret (hmac) or the Ed25519 signing key, whose new public key is returned. */
+  async rotateSecret(clientId: string): Promise<
+    { webhook_secret: string; previous_secret_expires_at: string } | { signature: "ed25519"; public_key: string; previous_key_expires_at: string }
+  > {
+    const client = await this.deps.store.clients.find(clientId);
+    if (client?.signatureScheme === "ed25519") {
+      const rotated = (await rotateSigningKey(this.deps, clientId, this.deps.config.encryptionKey))!;
+      return { signature: "ed25519", public_key: rotated.publicKey, previous_key_expires_at: iso(rotated.previousExpiresAt)! };
+    }
     const rotated = (await rotateSecret(this.deps, clientId, this.deps.config.encryptionKey))!;
     return { webhook_secret: rotated.secret, previous_secret_expires_at: iso(rotated.previousExpiresAt)! };
   }

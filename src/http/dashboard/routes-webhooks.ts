@@ -56,6 +56,7 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
   app.post("/webhooks/rotate", auth, (c) =>
     orError(c, {}, async () => {
       const rotated = await deps.deliveries.rotateSecret(c.get("client").id);
+      if ("public_key" in rotated) return { rotatedKey: { publicKey: rotated.public_key, previousExpiresAt: Date.parse(rotated.previous_key_expires_at) } };
       return { rotated: { secret: rotated.webhook_secret, previousExpiresAt: Date.parse(rotated.previous_secret_expires_at) } };
     }),
   );

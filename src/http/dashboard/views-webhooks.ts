@@ -27,6 +27,8 @@ export interface WebhooksView {
   testUrl?: string;
   ping?: PingResult;
   rotated?: { secret: string; previousExpiresAt: number };
+  /** An Ed25519 client's rotation: the new public key (the signing key never leaves the relay). */
+  rotatedKey?: { publicKey: string; previousExpiresAt: number };
   recovered?: number;
   error?: string;
 }
@@ -49,7 +51,11 @@ ${v.error ? notice("error", v.error) : ""}
       ? html`${notice("ok", "New secret created. Copy it now: it is not shown again.")}
   <p><label for="new-secret">New webhook secret</label><output id="new-secret" class="secret mono">${v.rotated.secret}</output></p>
   <p class="muted">The previous secret keeps signing beside it until ${time(v.rotated.previousExpiresAt)}, so receivers can switch without losing a webhook.</p>`
-      : html`<p class="muted">Rotating makes a new <code>whsec_</code> secret; the old one keeps signing beside it for 24 hours.</p>`
+      : v.rotatedKey
+        ? html`${notice("ok", "New Ed25519 key pair created.")}
+  <p><label for="new-public-key">New public key</label><output id="new-public-key" class="secret mono">${v.rotatedKey.publicKey}</output></p>
+  <p class="muted">The previous key keeps signing beside it (two <code>v1a</code> signatures) until ${time(v.rotatedKey.previousExpiresAt)}.</p>`
+        : html`<p class="muted">Rotating makes a new <code>whsec_</code> secret (or, with Ed25519 signing, a new key pair); the old one keeps signing beside it for 24 hours. <a href="/dashboard/settings">Webhook settings</a>: notification URL, default callback headers, signature scheme.</p>`
   }
   <form method="post" action="/dashboard/webhooks/rotate">${csrfField(v.csrf)}<button class="btn secondary" type="submit">Rotate secret</button></form>
 </section>

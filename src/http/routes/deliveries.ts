@@ -1,5 +1,6 @@
 import { createRoute, z, type OpenAPIHono } from "@hono/zod-openapi";
 import { PINGS_PER_MINUTE, type DeliveryService } from "../../services/deliveries.js";
+import { TEST_EVENT_TYPES } from "../../services/sample-events.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import type { AppEnv } from "../context.js";
 import { errorResponses, TaskIdParam } from "../schemas.js";
@@ -25,6 +26,7 @@ const AttemptSchema = z
 const PingResultSchema = z
   .object({
     webhook_id: z.string(),
+    type: z.enum(TEST_EVENT_TYPES),
     url: z.string(),
     succeeded: z.boolean(),
     status_code: z.number().int().nullable(),
@@ -81,13 +83,27 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       method: "post",
       path: "/openapi/v1/webhooks/test",
       tags: ["Webhooks"],
-      summary: "Send a signed ping event to a URL and report the attempt",
+      summary: "Send a signed test event (a ping, or a sample of any event type) to a URL and report the attempt",
       security,
-      request: { body: { required: true, content: json(z.object({ url: z.string().openapi({ example: "https://example.com/hooks" }) })) } },
-      description: `Status and latency only, never the receiver's body. At most ${PINGS_PER_MINUTE} a minute per client, and under the same per-host cap and circuit breaker as deliveries: 429 rate_limit otherwise.`,
+      request: {
+        body: {
+          required: true,
+          content: json(
+            z.object({
+              url: z.string().openapi({ example: "https://example.com/hooks" }),
+              type: z.enum(TEST_EVENT_TYPES, { error: `must be one of ${TEST_EVENT_TYPES.join(", ")}` }).optional().openapi({ description: "Default ping. A task or notice type sends a realistic sample of that event (data.sample: true), so a low-code tool can learn its structure." }),
+              task_type: z.enum(["image", "video"], { error: "must be image or video" }).optional().openapi({ description: "For task event samples: an image task (default) or a video task, of the catalog's first model of that kind." }),
+            }),
+          ),
+        },
+      },
+      description: `Signed like every webhook and sent with your default callback headers. Status and latency only, never the receiver's body. At most ${PINGS_PER_MINUTE} a minute per client, and under the same per-host cap and circuit breaker as deliveries: 429 rate_limit otherwise.`,
       responses: { 200: { description: "The attempt's result", content: json(z.object({ data: PingResultSchema })) }, ...errorResponses(400, 401, 413, 415, 422, 429) },
     }),
-    async (c) => c.json({ data: await deliveries.testWebhook(c.get("client").id, c.req.valid("json").url) }, 200),
+    async (c) => {
+      const body = c.req.valid("json");
+      return c.json({ data: await deliveries.testWebhook(c.get("client").id, body.url, body.type, body.task_type) }, 200);
+    },
   );
 
   app.openapi(
@@ -96,12 +112,20 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       path: "/openapi/v1/webhooks/secret/rotate",
       tags: ["Webhooks"],
       summary: "Rotate your webhook signing secret",
-      description: "Returns the new whsec_ secret once. The old secret keeps signing beside it (two v1 signatures) for 24 hours.",
+      description:
+        "With hmac signing: returns the new whsec_ secret once; the old secret keeps signing beside it (two v1 signatures) for 24 hours. With ed25519: a new key pair; its public_key is returned, and the old key keeps signing beside it (two v1a signatures) for 24 hours.",
       security,
       responses: {
         200: {
-          description: "The new secret",
-          content: json(z.object({ data: z.object({ webhook_secret: z.string(), previous_secret_expires_at: z.string() }) })),
+          description: "The new secret, or the new public key",
+          content: json(
+            z.object({
+              data: z.union([
+                z.object({ webhook_secret: z.string(), previous_secret_expires_at: z.string() }),
+                z.object({ signature: z.literal("ed25519"), public_key: z.string(), previous_key_expires_at: z.string() }),
+              ]),
+            }),
+          ),
         },
         ...errorResponses(401),
       },

@@ -1,0 +1,107 @@
+import type { ClientRow } from "../store/store.js";
+import { generateSigningKey, publicKeyOf } from "../webhooks/sign.js";
+import { validateCallbackUrl } from "../webhooks/ssrf.js";
+import { callbackHeaderProblems, headerNames, sealHeaders } from "./callback-headers.js";
+import { openSecret, SECRET_GRACE_MS, sealSecret } from "./clients.js";
+import type { ServiceDeps } from "./deps.js";
+import { ApiError, type FieldProblem } from "./errors.js";
+
+/**
+ * A client's webhook defaults (section 13): where operational notices go, the callback headers
+ * every task's webhooks carry (a task's own override same-named ones), and how messages are signed.
+ * What is shown of them: the URL, header names only, the scheme and, for ed25519, the public key.
+ */
+export type SignatureScheme = "hmac" | "ed25519";
+
+export interface WebhookSettingsInput {
+  notification_url?: string | null;
+  callback_headers?: Record<string, string> | null;
+  signature?: SignatureScheme;
+}
+
+export interface WebhookSettingsView {
+  notification_url: string | null;
+  /** Names only: the values are never shown again. */
+  callback_headers: string[] | null;
+  signature: SignatureScheme;
+  public_key?: string;
+  /** During a signing-key rotation's overlap: the previous key, still signing beside the new one, and until when. */
+  previous_public_key?: string;
+  previous_public_key_expires_at?: string;
+}
+
+type Deps = Pick<ServiceDeps, "store" | "clock" | "config">;
+
+export function settingsView(client: ClientRow, key: Buffer | null, now: number): WebhookSettingsView {
+  const names = headerNames(client.callbackHeaders, key);
+  const view: WebhookSettingsView = {
+    notification_url: client.notificationUrl,
+    callback_headers: names.length > 0 ? names : null,
+    signature: client.signatureScheme,
+  };
+  if (client.signatureScheme === "ed25519" && client.signingKey) {
+    view.public_key = publicKeyOf(openSecret(client.signingKey, key));
+    if (client.previousSigningKey && client.previousSigningKeyExpiresAt !== null && client.previousSigningKeyExpiresAt > now) {
+      view.previous_public_key = publicKeyOf(openSecret(client.previousSigningKey, key));
+      view.previous_public_key_expires_at = new Date(client.previousSigningKeyExpiresAt).toISOString();
+    }
+  }
+  return view;
+}
+
+/** The patch a settings change makes, or the problems that refuse it (422 / 400 invalid_callback_url). */
+function settingsPatch(deps: Deps, client: ClientRow, input: WebhookSettingsInput): Partial<ClientRow> {
+  const key = deps.config.encryptionKey;
+  const patch: Partial<ClientRow> = {};
+  if (input.notification_url !== undefined) {
+    if (input.notification_url === null) patch.notificationUrl = null;
+    else {
+      const verdict = validateCallbackUrl(input.notification_url, { allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks });
+      if (!verdict.ok) {
+        throw new ApiError("invalid_callback_url", `notification_url is not acceptable: ${verdict.reason}.`, [{ field: "notification_url", message: verdict.reason }]);
+      }
+      patch.notificationUrl = verdict.url;
+    }
+  }
+  if (input.callback_headers !== undefined) {
+    const problems: FieldProblem[] = callbackHeaderProblems(input.callback_headers);
+    if (problems.length > 0) throw new ApiError("validation_error", "Some callback headers are invalid.", problems);
+    patch.callbackHeaders = sealHeaders(input.callback_headers, key);
+  }
+  if (input.signature !== undefined) {
+    patch.signatureScheme = input.signature;
+    // The key pair is made once and kept: switching back and forth keeps the receiver's public key.
+    if (input.signature === "ed25519" && !client.signingKey) patch.signingKey = sealSecret(generateSigningKey(), key);
+  }
+  return patch;
+}
+
+export async function getWebhookSettings(deps: Deps, clientId: string): Promise<WebhookSettingsView> {
+  const client = (await deps.store.clients.find(clientId))!;
+  return settingsView(client, deps.config.encryptionKey, deps.clock.now());
+}
+
+export async function updateWebhookSettings(deps: Deps, clientId: string, input: WebhookSettingsInput): Promise<WebhookSettingsView> {
+  const current = await deps.store.clients.find(clientId);
+  if (!current) throw new ApiError("not_found", "No such client.");
+  const updated = await deps.store.clients.updateWith(clientId, (client) => ({ patch: settingsPatch(deps, client, input), result: null }));
+  return settingsView(updated!.client, deps.config.encryptionKey, deps.clock.now());
+}
+
+/**
+ * A new Ed25519 signing key; the previous keeps signing beside it (two v1a signatures) for the
+ * same 24 hours as a rotated whsec_ secret. Returns the new public key.
+ */
+export async function rotateSigningKey(deps: Pick<ServiceDeps, "store" | "clock">, clientId: string, encryptionKey: Buffer | null) {
+  const now = deps.clock.now();
+  const signingKey = generateSigningKey();
+  const rotated = await deps.store.clients.updateWith(clientId, (client) => ({
+    patch: {
+      signingKey: sealSecret(signingKey, encryptionKey),
+      previousSigningKey: client.signingKey,
+      previousSigningKeyExpiresAt: client.signingKey ? now + SECRET_GRACE_MS : null,
+    },
+    result: null,
+  }));
+  return rotated ? { client: rotated.client, publicKey: publicKeyOf(signingKey), previousExpiresAt: now + SECRET_GRACE_MS } : undefined;
+}

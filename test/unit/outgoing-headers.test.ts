@@ -1,0 +1,43 @@
+import { randomBytes } from "node:crypto";
+import { describe, expect, it } from "vitest";
+import { newClient } from "../../src/services/clients.js";
+import { sealHeaders } from "../../src/services/callback-headers.js";
+import { outgoingHeaders } from "../../src/webhooks/outgoing.js";
+import type { ClientRow } from "../../src/store/store.js";
+
+const KEY = randomBytes(32);
+
+function client(defaults: Record<string, string> | null): ClientRow {
+  const { row } = newClient(1_700_000_000_000, { name: "c", encryptionKey: KEY });
+  return { ...row, callbackHeaders: sealHeaders(defaults, KEY), signatureScheme: "hmac", signingKey: null, previousSigningKey: null, previousSigningKeyExpiresAt: null } as unknown as ClientRow;
+}
+
+describe("outgoingHeaders: callback headers", () => {
+  it("sends the client's defaults under the task's own (same names overridden, case-insensitively)", () => {
+    const h = outgoingHeaders({
+      client: client({ "X-Token": "client", "X-Team": "a" }),
+      id: "evt_1",
+      at: 1_700_000_000_000,
+      body: "{}",
+      encryptionKey: KEY,
+      callbackHeaders: sealHeaders({ "x-token": "task" }, KEY),
+    });
+    expect(h["x-token"]).toBe("task");
+    expect(h["x-team"]).toBe("a");
+    expect(h["webhook-id"]).toBe("evt_1");
+  });
+
+  it("never lets a stored header replace the relay's own (rows written before the name checks)", () => {
+    const sneaky = JSON.stringify({ "webhook-signature": "v1,forged", "content-type": "text/plain", "user-agent": "x", "x-ok": "1" });
+    const h = outgoingHeaders({ client: client(null), id: "evt_2", at: 1_700_000_000_000, body: "{}", encryptionKey: KEY, callbackHeaders: sneaky });
+    expect(h["webhook-signature"]).toMatch(/^v1,(?!forged)/);
+    expect(h["content-type"]).toBe("application/json");
+    expect(h["user-agent"]).toMatch(/^genrelay/);
+    expect(h["x-ok"]).toBe("1");
+  });
+
+  it("without callback headers: exactly the signed headers", () => {
+    const h = outgoingHeaders({ client: client(null), id: "evt_3", at: 1_700_000_000_000, body: "{}", encryptionKey: KEY });
+    expect(Object.keys(h).sort()).toEqual(["content-type", "user-agent", "webhook-id", "webhook-signature", "webhook-timestamp"]);
+  });
+});
