@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 import puppeteer, { type Browser, type Page } from "puppeteer-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startLiveRelay, type LiveRelay } from "../helpers/live-relay.js";
-import { startReceiver, verifyAt, type Receiver } from "../helpers/receiver.js";
+import { ok, startReceiver, status, verifyAt, type Receiver } from "../helpers/receiver.js";
 
 /**
  * The dashboard in a real browser (Debian's chromium-headless-shell through puppeteer-core): a new
@@ -24,7 +24,8 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
   let browser: Browser;
 
   beforeAll(async () => {
-    live = await startLiveRelay();
+    // A failed webhook's next scheduled try is an hour away: what goes out sooner was asked for (Retry now).
+    live = await startLiveRelay({ WEBHOOK_RETRY_SCHEDULE: "0s,1h" });
     receiver = await startReceiver();
     browser = await puppeteer.launch({
       executablePath: BROWSER,
@@ -40,7 +41,8 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
 
   /** Every URL the page asks for (documents, assets, fetches), to check the hosts at the end. */
   async function newPage(): Promise<{ page: Page; requested: string[] }> {
-    const page = await browser.newPage();
+    // A context of its own: no cookie from another test's sign-in.
+    const page = await (await browser.createBrowserContext()).newPage();
     await page.setViewport({ width: 1100, height: 900 });
     const requested: string[] = [];
     page.on("request", (req) => requested.push(req.url()));
@@ -75,7 +77,7 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     // Find it by its metadata value, then open it.
     await page.type("#q", "B-42");
     await Promise.all([page.waitForNavigation(), page.click("form[role=search] button[type=submit]")]);
-    expect(page.url()).toBe(`${live.url}/dashboard?q=B-42&status=&type=`);
+    expect(page.url()).toBe(`${live.url}/dashboard?q=B-42&status=&type=&delivery=`);
     await Promise.all([page.waitForNavigation(), page.click(`a[href='/dashboard/tasks/${taskId}']`)]);
     expect(await page.$eval("h1", (h) => h.textContent)).toBe(taskId);
 
@@ -103,7 +105,99 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     const relayHost = new URL(live.url).host;
     expect(requested.length).toBeGreaterThan(5);
     expect(requested.filter((u) => new URL(u).host !== relayHost)).toEqual([]);
-    await page.close();
+    await page.browserContext().close();
+  });
+
+  /** Signs a new browser page in as the client with this key; returns it on the tasks page. */
+  async function signIn(apiKey: string) {
+    const opened = await newPage();
+    await opened.page.goto(`${live.url}/dashboard`);
+    await opened.page.type("#api_key", apiKey);
+    await Promise.all([opened.page.waitForNavigation(), opened.page.click("form[action='/dashboard/sign-in'] button[type=submit]")]);
+    return opened;
+  }
+
+  async function createImage(apiKey: string, key: string, callbackUrl?: string): Promise<string> {
+    const res = await fetch(`${live.url}/openapi/v1/images/generations`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${apiKey}`, "Content-Type": "application/json", "Idempotency-Key": key },
+      body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a lighthouse at dawn", count: 1, ...(callbackUrl ? { callback_url: callbackUrl } : {}) }),
+    });
+    expect(res.status).toBe(201);
+    return ((await res.json()) as { data: { id: string } }).data.id;
+  }
+
+  it("a failing callback host shows a banner on every page; Retry now on the webhooks page sends its waiting webhook, and the banner goes (#21)", async () => {
+    const failing = await startReceiver(status(503));
+    try {
+      const { id: clientId, apiKey } = live.client("Flaky Receiver Co");
+      const host = new URL(failing.url()).host;
+      const firstTry = failing.next();
+      await createImage(apiKey, "browser-failing-1", failing.url("/hook"));
+      await firstTry;
+      const { store } = live.relay.deps;
+      await expect.poll(async () => (await store.endpoints.failingOf(clientId)).map((f) => f.host), { timeout: 10_000 }).toEqual([host]);
+
+      const { page, requested } = await signIn(apiKey);
+      for (const path of ["/dashboard", "/dashboard/usage"]) {
+        await page.goto(`${live.url}${path}`);
+        const banner = await page.$eval(".failing-banner", (n) => n.textContent ?? "");
+        expect(banner).toContain("A callback host is failing");
+        expect(banner).toContain(`${host} has answered no 2xx since`);
+        expect(banner).toContain("1 failed attempt): HTTP 503");
+      }
+      // The banner's link leads to the callback-hosts table, where the host waits with its one webhook.
+      await Promise.all([page.waitForNavigation(), page.click(".failing-banner a[href='/dashboard/webhooks#h-hosts']")]);
+      const row = await page.$eval("#callback-hosts tbody tr", (tr) => [...tr.querySelectorAll("td")].map((td) => td.textContent?.trim() ?? ""));
+      expect(row[0]).toBe(host);
+      expect(row[1]).toMatch(/^failing since /);
+      expect(row.slice(2, 5)).toEqual(["1", "HTTP 503", "1"]);
+
+      // The receiver is fixed; Retry now sends the webhook at once instead of in an hour.
+      failing.fallback = ok;
+      const retried = failing.next();
+      await Promise.all([page.waitForNavigation(), page.click(`#callback-hosts button[aria-label='Retry now: ${host}']`)]);
+      expect(await page.$eval("[role=status]", (n) => n.textContent)).toBe(`1 webhook to ${host} sent now, as a trial.`);
+      expect((await retried).json.type).toBe("task.succeeded");
+      await expect.poll(async () => (await store.endpoints.failingOf(clientId)).length, { timeout: 10_000 }).toBe(0);
+      await page.goto(`${live.url}/dashboard`);
+      expect(await page.$(".failing-banner")).toBeNull();
+      const relayHost = new URL(live.url).host;
+      // data: URLs are the browser's own (the date input's calendar icon).
+      expect(requested.filter((u) => !u.startsWith("data:") && new URL(u).host !== relayHost)).toEqual([]);
+      await page.browserContext().close();
+    } finally {
+      await failing.close();
+    }
+  });
+
+  it("Cancel is offered only on a task not yet submitted upstream, and asks for confirmation before it cancels (#21)", async () => {
+    const { apiKey } = live.client("Cancel Co");
+    // Submitted at once (the submitter runs): no Cancel.
+    const submitted = await createImage(apiKey, "browser-cancel-1");
+    await expect.poll(async () => (await live.relay.deps.store.tasks.find(submitted))?.submitAttempts, { timeout: 10_000 }).toBeGreaterThan(0);
+    // With the submitter stopped, the next task waits in the relay, never offered upstream.
+    await live.relay.loops.find((l) => l.name === "submitter")!.stop();
+    const waiting = await createImage(apiKey, "browser-cancel-2");
+    const { page } = await signIn(apiKey);
+    await page.goto(`${live.url}/dashboard/tasks/${submitted}`);
+    expect(await page.$(`a[href='/dashboard/tasks/${submitted}/cancel']`)).toBeNull();
+
+    await page.goto(`${live.url}/dashboard/tasks/${waiting}`);
+    await Promise.all([page.waitForNavigation(), page.click(`a[href='/dashboard/tasks/${waiting}/cancel']`)]);
+    expect(await page.$eval("h1", (h) => h.textContent)).toBe("Cancel this task?");
+    // "No, keep it" goes back and changes nothing.
+    await Promise.all([page.waitForNavigation(), page.click("form.actions a.secondary")]);
+    expect(page.url()).toBe(`${live.url}/dashboard/tasks/${waiting}`);
+    expect((await live.relay.deps.store.tasks.find(waiting))?.status).toBe("queued");
+    // Cancel, then confirm.
+    await Promise.all([page.waitForNavigation(), page.click(`a[href='/dashboard/tasks/${waiting}/cancel']`)]);
+    await Promise.all([page.waitForNavigation(), page.click("form.actions button[type=submit]")]);
+    expect(page.url()).toBe(`${live.url}/dashboard/tasks/${waiting}?done=canceled`);
+    expect(await page.$eval("[role=status]", (n) => n.textContent)).toContain("The task is canceled.");
+    expect((await live.relay.deps.store.tasks.find(waiting))?.status).toBe("canceled");
+    expect(await page.$(`a[href='/dashboard/tasks/${waiting}/cancel']`)).toBeNull();
+    await page.browserContext().close();
   });
 
   it("renders /docs with the relay's own Swagger UI files and no other host", async () => {
@@ -113,6 +207,6 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     expect(await page.$eval(".swagger-ui .info .title", (n) => n.textContent)).toContain("genrelay");
     const relayHost = new URL(live.url).host;
     expect(requested.filter((u) => !u.startsWith("data:") && new URL(u).host !== relayHost)).toEqual([]);
-    await page.close();
+    await page.browserContext().close();
   });
 });

@@ -2,11 +2,30 @@ import { describe, expect, it } from "vitest";
 import { Webhook } from "standardwebhooks";
 import { findClient } from "../../src/db/clients.js";
 import { csrfOf, signedIn } from "../helpers/dashboard.js";
-import { createTask } from "../helpers/flow.js";
+import { createTask, readTask } from "../helpers/flow.js";
+import type { FakeUpstream } from "../helpers/fake-upstream.js";
+import type { TestRelay } from "../helpers/relay.js";
+import { TRIGGERS_PER_MINUTE } from "../../src/services/deliveries.js";
 import { status, verifyAt } from "../helpers/receiver.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
 const { setup, receiver } = upstreamSuite();
+
+/** The callback-hosts table's rows, in page order. */
+const hostRows = (page: string) =>
+  [
+    ...page.matchAll(
+      /<tr><td data-label="Host" class="mono">([^<]+)<\/td><td data-label="State"><span class="badge b-(\w+)">[^]*?<td data-label="Failed attempts">([^<]*)<\/td>\s*<td data-label="Last error">([^<]*)<\/td>\s*<td data-label="Pending events">(\d+)<\/td>\s*<td data-label="Circuit breaker"><span class="badge b-([\w-]+)">[^]*?<td data-label="Action">([^]*?)<\/td><\/tr>/g,
+    ),
+  ].map((m) => ({ host: m[1], state: m[2], failed: m[3], error: m[4], pending: Number(m[5]), breaker: m[6], retry: m[7]!.includes(">Retry now</button>") }));
+
+async function succeed(t: TestRelay, up: FakeUpstream, apiKey: string, id: string) {
+  await t.relay.submitter.runOnce();
+  up.set(up.taskOf(id)!.id, { status: "succeeded", output: {} });
+  t.clock.advance(3_000);
+  await t.relay.poller.runOnce();
+  expect((await readTask(t, apiKey, id)).data.status).toBe("succeeded");
+}
 
 describe("dashboard: webhooks page", () => {
   it("sends a signed test ping to a URL and shows the receiver's status, never its body", async () => {
@@ -97,8 +116,7 @@ describe("dashboard: webhooks page", () => {
     const host = new URL(r.url()).host;
     let page = await v.page("/dashboard/webhooks");
     expect(page).not.toContain("elsewhere.test");
-    const rows = [...page.matchAll(/<tr><td class="mono">([^<]+)<\/td><td><span class="badge b-([\w-]+)">[\w-]+<\/span><\/td><td>(\d+)<\/td><\/tr>/g)].map((m) => m.slice(1));
-    expect(rows).toEqual([["hooks.example.com:443", "closed", "0"], [host, "closed", "0"]]);
+    expect(hostRows(page).map((h) => [h.host, h.breaker, h.state])).toEqual([["hooks.example.com:443", "closed", "ok"], [host, "closed", "ok"]]);
 
     // Five failures in a row open the breaker for the receiver's host.
     await t.relay.submitter.runOnce();
@@ -108,7 +126,92 @@ describe("dashboard: webhooks page", () => {
     for (let i = 0; i < 5; i++) await t.relay.dispatcher.runOnce();
     expect(r.requests).toHaveLength(5);
     page = await v.page("/dashboard/webhooks");
-    expect(page).toContain(`<tr><td class="mono">${host}</td><td><span class="badge b-open">open</span></td>`);
+    expect(hostRows(page).find((h) => h.host === host)).toMatchObject({ breaker: "open", state: "failing", failed: "5" });
+  });
+
+  it("every signed-in page carries a banner of the client's callback hosts answering no 2xx, until the host answers 2xx again (#21)", async () => {
+    const { t, up } = setup();
+    const r = await receiver(status(503));
+    const mine = t.client("mine");
+    const other = t.client("other");
+    const id = await createTask(t, mine.apiKey, { callback_url: r.url() });
+    const v = await signedIn(t, mine.apiKey);
+    const pages = ["/dashboard", `/dashboard/tasks/${id}`, "/dashboard/webhooks", "/dashboard/usage"];
+    for (const path of pages) expect(await v.page(path), path).not.toContain("failing-banner");
+    await succeed(t, up, mine.apiKey, id);
+    const failedAt = t.clock.now();
+    await t.relay.dispatcher.runOnce();
+    t.clock.advance(2_000);
+    const host = new URL(r.url()).host;
+    for (const path of pages) {
+      const page = await v.page(path);
+      expect(page, path).toContain('<section class="notice error failing-banner" aria-labelledby="failing-title">\n<h2 id="failing-title">A callback host is failing</h2>');
+      expect(page, path).toContain(
+        `<li><span class="mono">${host}</span> has answered no 2xx since <time datetime="${new Date(failedAt).toISOString()}">`,
+      );
+      expect(page, path).toContain('(2.0 s, 1 failed attempt): <span class="muted">HTTP 503</span></li>');
+      expect(page, path).toContain('<a href="/dashboard/webhooks#h-hosts">See callback hosts and retry now</a>');
+    }
+    // Another client, same relay: not its host, no banner.
+    expect(await (await signedIn(t, other.apiKey)).page("/dashboard")).not.toContain("failing-banner");
+    // The host's first 2xx ends the failing run, and the banner goes.
+    r.fallback = (_q, res) => res.end("ok");
+    t.clock.advance(10_000);
+    await t.relay.dispatcher.runOnce();
+    expect(r.requests).toHaveLength(2);
+    for (const path of pages) expect(await v.page(path), path).not.toContain("failing-banner");
+  });
+
+  it("the callback-hosts table shows since when, failed attempts, last error and pending events; Retry now sends the waiting webhooks; Recover says what is still retrying (#21)", async () => {
+    const { t, up } = setup({ WEBHOOK_RETRY_SCHEDULE: "0s,1h" });
+    const r = await receiver(status(503));
+    const { apiKey } = t.client();
+    const first = await createTask(t, apiKey, { callback_url: r.url("/a") });
+    const second = await createTask(t, apiKey, { callback_url: r.url("/b") });
+    await createTask(t, apiKey, { callback_url: "https://hooks.example.com/x" });
+    await succeed(t, up, apiKey, first);
+    await succeed(t, up, apiKey, second);
+    const failingSince = t.clock.now();
+    await t.relay.dispatcher.runOnce();
+    expect(r.requests).toHaveLength(2);
+    t.clock.advance(60_000);
+    const v = await signedIn(t, apiKey);
+    const host = new URL(r.url()).host;
+    let page = await v.page("/dashboard/webhooks");
+    expect(hostRows(page)).toEqual([
+      { host, state: "failing", failed: "2", error: "HTTP 503", pending: 2, breaker: "closed", retry: true },
+      { host: "hooks.example.com:443", state: "ok", failed: "—", error: "—", pending: 0, breaker: "closed", retry: false },
+    ]);
+    expect(page).toContain(`<span class="badge b-failing">failing</span> <span class="muted">since <time datetime="${new Date(failingSince).toISOString()}">`);
+    expect(page).toContain(`<input type="hidden" name="host" value="${host}"><button class="btn secondary" type="submit" aria-label="Retry now: ${host}">Retry now</button>`);
+
+    // Recover re-queues failed deliveries only: it finds none, and says the two are retrying.
+    expect(page).toContain("<strong>2 deliveries are retrying</strong> after a failed attempt.");
+    const recovered = await (await v.post("/dashboard/webhooks/recover", { csrf: csrfOf(page), since: "2026-01-01T11:00" })).text();
+    expect(recovered).toContain("0 failed deliveries queued again.");
+    expect(recovered).toContain("<strong>2 deliveries are retrying</strong>");
+
+    // Retry now: both waiting webhooks go at once instead of in an hour.
+    r.fallback = (_q, res) => res.end("ok");
+    expect((await v.post("/dashboard/webhooks/hosts/retry", { host })).status).toBe(403);
+    const retried = await v.post("/dashboard/webhooks/hosts/retry", { csrf: csrfOf(page), host });
+    expect(retried.status).toBe(200);
+    expect(await retried.text()).toContain(`<div class="notice ok" role="status">2 webhooks to ${host} sent now, as a trial.</div>`);
+    await t.relay.dispatcher.runOnce();
+    expect(r.requests).toHaveLength(4);
+    page = await v.page("/dashboard/webhooks");
+    expect(hostRows(page)[1]).toEqual({ host, state: "ok", failed: "—", error: "—", pending: 0, breaker: "closed", retry: false });
+    expect(page).toContain("No delivery is retrying now.");
+    expect(page).not.toContain("failing-banner");
+
+    // The service's refusals, shown as the other actions show them: a bad host, then the per-client limit.
+    const bad = await v.post("/dashboard/webhooks/hosts/retry", { csrf: csrfOf(page), host: "not a host" });
+    expect(bad.status).toBe(400);
+    expect(await bad.text()).toContain('<div class="notice error" role="alert">host must be hostname:port');
+    let last: Response | undefined;
+    for (let i = 1; i <= TRIGGERS_PER_MINUTE; i++) last = await v.post("/dashboard/webhooks/hosts/retry", { csrf: csrfOf(page), host });
+    expect(last!.status).toBe(429);
+    expect(await last!.text()).toMatch(new RegExp(`<div class="notice error" role="alert">At most ${TRIGGERS_PER_MINUTE} retry-nows a minute. Retry in \\d+ s.</div>`));
   });
 });
 

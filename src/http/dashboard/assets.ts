@@ -48,14 +48,19 @@ tr:last-child td{border-bottom:0}
 code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.86rem}
 pre{background:var(--panel);border:1px solid var(--line);border-radius:6px;padding:.75rem;overflow:auto;max-height:24rem;white-space:pre-wrap;word-break:break-word}
 .badge{display:inline-block;padding:.05rem .5rem;border-radius:999px;font-size:.82rem;font-weight:600;border:1px solid currentColor;white-space:nowrap}
-.b-succeeded,.b-closed{color:var(--ok)}
-.b-failed,.b-blocked,.b-open{color:var(--bad)}
+.b-succeeded,.b-closed,.b-ok{color:var(--ok)}
+.b-failed,.b-blocked,.b-open,.b-failing{color:var(--bad)}
 .b-processing,.b-pending,.b-half-open{color:var(--warn)}
 .b-queued{color:var(--info)}
 .b-canceled,.b-none{color:var(--muted)}
 .notice{border-radius:6px;padding:.7rem 1rem;margin-bottom:1rem;border:1px solid}
 .notice.ok{background:#e8f5ec;border-color:var(--ok)}
 .notice.error{background:#fdecea;border-color:var(--bad)}
+.failing-banner h2{margin:0 0 .4rem;font-size:1.05rem}
+.failing-banner ul{margin:.2rem 0 .4rem;padding-left:1.2rem}
+.failing-banner p{margin:.3rem 0 0}
+details.answer{margin-top:.3rem}
+details.answer pre{margin:.3rem 0 0;max-height:16rem}
 .muted{color:var(--muted)}
 dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:.3rem 1rem;margin:0}
 dl.kv dt{font-weight:600}

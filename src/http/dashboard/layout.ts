@@ -11,6 +11,8 @@ export interface PageOptions {
   /** The signed-in client, or null on the sign-in page (no navigation). */
   nav: { section: Section | null; clientName: string; csrf: string } | null;
   body: Html;
+  /** Shown above the body on every signed-in page (failing callback hosts). */
+  banner?: Html | string;
   /** Ask app.js to refresh the page's <main> while something is still moving (a running task). */
   refresh?: boolean;
 }
@@ -34,6 +36,7 @@ ${opts.refresh ? html`<meta name="genrelay-refresh" content="3000">` : ""}
   ${opts.nav ? navigation(opts.nav) : ""}
 </header>
 <main id="main" tabindex="-1">
+${opts.banner ?? ""}
 ${opts.body}
 </main>
 </body>

@@ -4,7 +4,7 @@ import type { DeliveryService } from "../../services/deliveries.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import { page, type Html, type Section } from "./layout.js";
 import type { DashEnv } from "./session.js";
-import type { HostHealth } from "./views-webhooks.js";
+import { failingBanner, type HostHealth } from "./views-webhooks.js";
 
 export interface DashboardDeps extends ServiceDeps {
   deliveries: DeliveryService;
@@ -40,14 +40,18 @@ export function securityHeaders(c: Context, mediaOrigins: string[] = []): void {
   c.header("Cache-Control", "no-store");
 }
 
-export function render(
+/** A signed-in page; every one carries the banner of the client's callback hosts answering no 2xx. */
+export async function render(
   c: Context<DashEnv>,
+  deps: DashboardDeps,
   opts: { title: string; section: Section; body: Html; status?: number; refresh?: boolean; mediaOrigins?: string[] },
-): Response | Promise<Response> {
+): Promise<Response> {
+  const failing = await deps.store.endpoints.failingOf(c.get("client").id);
   securityHeaders(c, opts.mediaOrigins);
   const body = page({
     title: opts.title,
     nav: { section: opts.section, clientName: c.get("client").name, csrf: c.get("session").csrfToken },
+    banner: failingBanner(failing, deps.clock.now()),
     body: opts.body,
     refresh: opts.refresh ?? false,
   });

@@ -39,7 +39,7 @@ export function tasksPage(deps: DashboardDeps) {
       search: f.q,
       deliveryFailing: f.delivery === "failing",
     });
-    return render(c, { title: "Tasks", section: "tasks", body: tasksBody(items, f, nextBefore, deps.clock.now()) });
+    return render(c, deps, { title: "Tasks", section: "tasks", body: tasksBody(items, f, nextBefore, deps.clock.now()) });
   };
 }
 
@@ -53,7 +53,7 @@ async function taskPage(deps: DashboardDeps, c: Context<DashEnv>, id: string, me
   const previews = findPreviews(detail.task.outputJson ? JSON.parse(detail.task.outputJson) : null);
   // Keep refreshing while the task runs or a delivery is still pending.
   const moving = !TERMINAL.has(detail.task.status) || detail.delivery.status === "pending";
-  return render(c, {
+  return render(c, deps, {
     title: detail.task.id,
     section: "tasks",
     body: taskBody(detail, previews, deps.clock.now(), c.get("session").csrfToken, message),
@@ -75,7 +75,7 @@ export function registerTaskPages(app: Hono<DashEnv>, deps: DashboardDeps, auth:
     const task = await requireClientTask(deps, c.get("client").id, c.req.param("id"));
     const refusal = cancelRefusal(task, deps.clock.now());
     if (refusal !== null) return taskPage(deps, c, task.id, { kind: "error", text: refusal }, 409);
-    return render(c, { title: `Cancel ${task.id}`, section: "tasks", body: cancelConfirmBody(task, c.get("session").csrfToken) });
+    return render(c, deps, { title: `Cancel ${task.id}`, section: "tasks", body: cancelConfirmBody(task, c.get("session").csrfToken) });
   });
 
   // Same rules as the API: the services decide, and their refusals (409 cannot_cancel, a task

@@ -22,15 +22,24 @@ const localUtc = (ms: number) => new Date(ms).toISOString().slice(0, 16);
 export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, auth: MiddlewareHandler<DashEnv>): void {
   const show = async (c: Context<DashEnv>, extra: Partial<WebhooksView> = {}, status = 200) => {
     const clientId = c.get("client").id;
-    const hosts = [...new Set((await callbackUrls(deps, clientId)).map(destinationHost))];
+    const { store } = deps;
+    // Failing hosts first (longest failing first), then the hosts of the client's recent callbacks.
+    const failing = await store.endpoints.failingOf(clientId);
+    const names = [...new Set([...failing.map((f) => f.host), ...(await callbackUrls(deps, clientId)).map(destinationHost)])];
+    const byHost = new Map(failing.map((f) => [f.host, f]));
+    const hosts = await Promise.all(
+      names.map(async (host) => ({ host, failing: byHost.get(host) ?? null, pending: await store.events.pendingOfKey({ clientId, host }) })),
+    );
     const view: WebhooksView = {
       csrf: c.get("session").csrfToken,
+      now: deps.clock.now(),
       hosts,
-      health: deps.hostHealth ? deps.hostHealth(clientId, hosts) : null,
+      health: deps.hostHealth ? deps.hostHealth(clientId, names) : null,
+      retrying: await store.events.retryingOfClient(clientId),
       defaultSince: localUtc(deps.clock.now() - DAY_MS),
       ...extra,
     };
-    return render(c, { title: "Webhooks", section: "webhooks", body: webhooksBody(view), status });
+    return render(c, deps, { title: "Webhooks", section: "webhooks", body: webhooksBody(view), status });
   };
   const form = async (c: Context<DashEnv>, name: string) => {
     const value = (await c.req.parseBody())[name];
@@ -61,6 +70,13 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
     }),
   );
 
+  // The callback-hosts table's Retry now: the same service as POST /openapi/v1/webhooks/hosts/{host}/retry
+  // (its refusals, a bad host or 429 rate_limit, are shown on the page with the API's status).
+  app.post("/webhooks/hosts/retry", auth, async (c) => {
+    const host = (await form(c, "host")).trim();
+    return orError(c, {}, async () => ({ retried: await deps.deliveries.retryHost(c.get("client").id, host) }));
+  });
+
   app.post("/webhooks/recover", auth, async (c) => {
     const since = parseSince(await form(c, "since"));
     if (since === null) return show(c, { error: "Give the time as YYYY-MM-DDTHH:MM (UTC)." }, 400);
@@ -71,6 +87,6 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
     const clientId = c.get("client").id;
     const usage = await deps.deliveries.usage(clientId);
     const { hours, counts } = await hourlyTasks(deps, clientId);
-    return render(c, { title: "Usage", section: "usage", body: usageBody(usage, hours, counts) });
+    return render(c, deps, { title: "Usage", section: "usage", body: usageBody(usage, hours, counts) });
   });
 }

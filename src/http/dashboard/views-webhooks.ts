@@ -1,5 +1,6 @@
 import { html } from "hono/html";
-import { badge, csrfField, notice, time, type Html } from "./layout.js";
+import type { EndpointHealthRow } from "../../store/rows.js";
+import { badge, csrfField, duration, notice, time, type Html } from "./layout.js";
 
 export interface HostHealthRow {
   host: string;
@@ -19,11 +20,22 @@ export interface PingResult {
   error: string | null;
 }
 
+/** One of the client's callback hosts: its failing run (if it answers no 2xx now) and its waiting events. */
+export interface CallbackHost {
+  host: string;
+  failing: EndpointHealthRow | null;
+  pending: number;
+}
+
 export interface WebhooksView {
   csrf: string;
-  hosts: string[];
+  now: number;
+  hosts: CallbackHost[];
   health: HostHealthRow[] | null;
+  /** The client's events pending again after a failed attempt: what Recover does not touch. */
+  retrying: number;
   defaultSince: string;
+  retried?: { host: string; requeued: number };
   testUrl?: string;
   ping?: PingResult;
   rotated?: { secret: string; previousExpiresAt: number };
@@ -61,22 +73,65 @@ ${v.error ? notice("error", v.error) : ""}
 </section>
 <section class="panel" aria-labelledby="h-recover"><h2 id="h-recover">Recover failed deliveries</h2>
   ${v.recovered !== undefined ? notice("ok", `${v.recovered} failed deliver${v.recovered === 1 ? "y" : "ies"} queued again.`) : ""}
+  ${retryingNote(v.retrying)}
   <form class="row" method="post" action="/dashboard/webhooks/recover">${csrfField(v.csrf)}
     <div class="grow"><label for="since">Failed since (UTC)</label><input id="since" name="since" type="datetime-local" required value="${v.defaultSince}"></div>
     <div><button class="btn secondary" type="submit">Recover</button></div>
   </form>
 </section>
 <section aria-labelledby="h-hosts"><h2 id="h-hosts">Callback hosts</h2>
-  ${
-    v.hosts.length === 0
-      ? html`<p class="panel">None yet: hosts appear once tasks carry a callback_url.</p>`
-      : html`<div class="table-wrap"><table><thead><tr><th scope="col">Host</th><th scope="col">Circuit breaker</th><th scope="col">Consecutive failures</th></tr></thead>
-  <tbody>${v.hosts.map((host) => {
+  ${v.retried ? notice("ok", retriedText(v.retried)) : ""}
+  ${v.hosts.length === 0 ? html`<p class="panel">None yet: hosts appear once tasks carry a callback_url.</p>` : hostsTable(v, health)}
+</section>`;
+}
+
+/** Recover re-queues failed deliveries only: say what is still retrying, so "0" is never the whole story. */
+function retryingNote(retrying: number): Html | string {
+  if (retrying === 0) return html`<p class="muted" id="retrying">No delivery is retrying now.</p>`;
+  const n = retrying === 1 ? "1 delivery is" : `${retrying} deliveries are`;
+  return html`<p id="retrying"><strong>${n} retrying</strong> after a failed attempt. Recover leaves ${retrying === 1 ? "it" : "them"} alone (${retrying === 1 ? "it is" : "they are"} not failed yet): use <em>Retry now</em> on the host below to send ${retrying === 1 ? "it" : "them"} at once, or see the <a href="/dashboard?delivery=failing">tasks with delivery failing</a>.</p>`;
+}
+
+function retriedText(r: { host: string; requeued: number }): string {
+  if (r.requeued === 0) return `No webhook to ${r.host} is waiting: nothing to retry.`;
+  return `${r.requeued} webhook${r.requeued === 1 ? "" : "s"} to ${r.host} sent now, as a trial.`;
+}
+
+function hostsTable(v: WebhooksView, health: Map<string, HostHealthRow>): Html {
+  const row = ({ host, failing, pending }: CallbackHost) => {
     const h = health.get(host);
-    return html`<tr><td class="mono">${host}</td><td>${h ? badge(h.state) : html`<span class="muted">unknown</span>`}</td><td>${h ? h.failures : "—"}</td></tr>`;
-  })}</tbody></table></div>
-  <p class="muted">Open: deliveries to the host pause after repeated failures, then one trial request probes it (half-open).</p>`
-  }
+    const since = failing?.failingSince ?? null;
+    const state = since !== null ? html`${badge("failing")} <span class="muted">since ${time(since)} (${duration(v.now - since)})</span>` : badge("ok");
+    const retry =
+      since !== null || pending > 0
+        ? html`<form method="post" action="/dashboard/webhooks/hosts/retry">${csrfField(v.csrf)}<input type="hidden" name="host" value="${host}"><button class="btn secondary" type="submit" aria-label="Retry now: ${host}">Retry now</button></form>`
+        : "";
+    return html`<tr><td data-label="Host" class="mono">${host}</td><td data-label="State">${state}</td>
+<td data-label="Failed attempts">${since !== null ? failing!.failedAttempts : "—"}</td>
+<td data-label="Last error">${since !== null && failing!.lastError ? failing!.lastError : "—"}</td>
+<td data-label="Pending events">${pending}</td>
+<td data-label="Circuit breaker">${h ? html`${badge(h.state)}${h.failures > 0 ? html` <span class="muted">${h.failures} in a row</span>` : ""}` : html`<span class="muted">unknown</span>`}</td>
+<td data-label="Action">${retry}</td></tr>`;
+  };
+  return html`<div class="table-wrap"><table class="stack" id="callback-hosts"><caption class="sr-only">Callback hosts, failing first</caption>
+<thead><tr><th scope="col">Host</th><th scope="col">State</th><th scope="col">Failed attempts</th><th scope="col">Last error</th><th scope="col">Pending events</th><th scope="col">Circuit breaker</th><th scope="col"><span class="sr-only">Action</span></th></tr></thead>
+<tbody>${v.hosts.map(row)}</tbody></table></div>
+<p class="muted">Failing: the host has answered no 2xx since then; its webhooks wait and are retried, none is lost. Retry now sends the host's waiting webhooks at once. Circuit breaker open: deliveries to a host answering no 2xx at all pause, then one trial request probes it (half-open).</p>`;
+}
+
+/**
+ * On every signed-in page while any of the client's callback hosts answers no 2xx: which, since
+ * when, and where to act. Inside <main>, so the task page's refresh updates it too.
+ */
+export function failingBanner(failing: EndpointHealthRow[], now: number): Html | string {
+  const rows = failing.filter((f) => f.failingSince !== null);
+  if (rows.length === 0) return "";
+  const shown = rows.slice(0, 3);
+  return html`<section class="notice error failing-banner" aria-labelledby="failing-title">
+<h2 id="failing-title">${rows.length === 1 ? "A callback host is failing" : `${rows.length} callback hosts are failing`}</h2>
+<ul>${shown.map((f) => html`<li><span class="mono">${f.host}</span> has answered no 2xx since ${time(f.failingSince)} (${duration(now - f.failingSince!)}, ${f.failedAttempts} failed attempt${f.failedAttempts === 1 ? "" : "s"})${f.lastError ? html`: <span class="muted">${f.lastError}</span>` : ""}</li>`)}</ul>
+${rows.length > shown.length ? html`<p>and ${rows.length - shown.length} more.</p>` : ""}
+<p>Webhooks to ${rows.length === 1 ? "it" : "them"} wait and are retried; none is lost. <a href="/dashboard/webhooks#h-hosts">See callback hosts and retry now</a></p>
 </section>`;
 }
 
