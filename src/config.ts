@@ -108,6 +108,7 @@ const EnvSchema = z
     LOG_LEVEL: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(", ")}` }).default("info"),
     PUBLIC_BASE_URL: publicBaseUrl.optional(),
     METRICS_TOKEN: bearerToken.optional(),
+    MIRROR_MAX_BYTES: int(1, Number.MAX_SAFE_INTEGER).default(1024 ** 3),
   })
   .superRefine((env, ctx) => {
     if (env.UPSTREAM_BASE_URL && !env.UPSTREAM_API_KEY) {
@@ -144,6 +145,8 @@ export interface Config {
   publicBaseUrl: string | null;
   /** null: /metrics is open (keep it off the public internet). */
   metricsToken: string | null;
+  /** Largest output file copied into a client's bucket (DESIGN §17); a larger one gets files[i].error. */
+  mirrorMaxBytes: number;
 }
 
 export class ConfigError extends Error {
@@ -193,5 +196,6 @@ function toConfig(env: Env): Config {
     logLevel: env.LOG_LEVEL,
     publicBaseUrl: env.PUBLIC_BASE_URL ?? null,
     metricsToken: env.METRICS_TOKEN ?? null,
+    mirrorMaxBytes: env.MIRROR_MAX_BYTES,
   };
 }

@@ -58,6 +58,29 @@ export class Metrics {
     buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 7200],
     registers: [this.registry],
   });
+  readonly mirrorBytes = new Counter({
+    name: "genrelay_mirror_bytes_total",
+    help: "Bytes of output files copied into clients' buckets",
+    registers: [this.registry],
+  });
+  readonly mirrorFiles = new Counter({
+    name: "genrelay_mirror_files_total",
+    help: "Output files by outcome: copied (each copy made), failed (given up on: sent with files[i].error)",
+    labelNames: ["outcome"] as const,
+    registers: [this.registry],
+  });
+  readonly mirrorFailures = new Counter({
+    name: "genrelay_mirror_failures_total",
+    help: "Failed copy attempts by kind (blocked, redirect, too_large, http, network, stalled, bucket)",
+    labelNames: ["kind"] as const,
+    registers: [this.registry],
+  });
+  readonly mirrorCopySeconds = new Histogram({
+    name: "genrelay_mirror_copy_seconds",
+    help: "Time to copy one output file into a bucket (successful copies)",
+    buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600],
+    registers: [this.registry],
+  });
   readonly workerLag = new Histogram({
     name: "genrelay_worker_lag_seconds",
     help: "How late due rows are claimed, by worker",

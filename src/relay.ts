@@ -17,6 +17,8 @@ import { WorkerLoop } from "./workers/loop.js";
 import { LeaseOwner } from "./workers/owner.js";
 import { Poller, type PollStrategy } from "./workers/poller.js";
 import { Pruner } from "./workers/pruner.js";
+import { Mirror } from "./workers/mirror.js";
+import { outputUrls } from "./mirror/output-urls.js";
 import { ReadBudget } from "./workers/read-budget.js";
 import { Submitter } from "./workers/submitter.js";
 import { Leadership } from "./workers/leadership.js";
@@ -48,6 +50,7 @@ export class Relay {
   readonly poller: Poller;
   readonly dispatcher: Dispatcher;
   readonly pruner: Pruner;
+  readonly mirror: Mirror;
   readonly budget: ReadBudget;
   readonly sender: WebhookSender;
   readonly owner = new LeaseOwner();
@@ -64,6 +67,7 @@ export class Relay {
       submitter: () => this.loops[0]?.nudge(),
       poller: () => this.loops[1]?.nudge(),
       dispatcher: () => this.loops[2]?.nudge(),
+      mirror: () => this.loops.find((l) => l.name === "mirror")?.nudge(),
     };
     const accounts = new UpstreamAccounts(store, config, opts.upstream.baseUrl, opts.upstream.apiKey, opts.fetch);
     this.budget = new ReadBudget(store, clock, config.upstreamReadsPerMinute);
@@ -77,6 +81,8 @@ export class Relay {
       nudges,
       firstAttemptDelayMs: config.webhookRetryScheduleMs[0] ?? 0,
       onSucceeded: (task, ms) => durations.record(task.type, task.model, ms),
+      // A client with a bucket gets copies of the output's files before task.succeeded (DESIGN §17).
+      mirrors: async (task, outputJson) => outputUrls(outputJson).length > 0 && ((await store.clients.find(task.clientId))?.storageConfig ?? null) !== null,
     });
     this.catalog = new CatalogCache(accounts, clock, logger);
     this.storage = new StorageHealth(clock, logger);
@@ -112,6 +118,27 @@ export class Relay {
       },
     });
     this.pruner = new Pruner({ store, clock, logger, retentionDays: config.taskRetentionDays });
+    this.mirror = new Mirror({
+      store,
+      clock,
+      logger,
+      owner: this.owner,
+      lifecycle: this.lifecycle,
+      encryptionKey: config.encryptionKey,
+      allowPrivateNetworks: config.webhookAllowPrivateNetworks,
+      maxBytes: config.mirrorMaxBytes,
+      ...(opts.resolve ? { resolve: opts.resolve } : {}),
+      metrics: {
+        fileCopied: (bytes, seconds) => {
+          metrics.mirrorFiles.inc({ outcome: "copied" });
+          metrics.mirrorBytes.inc(bytes);
+          metrics.mirrorCopySeconds.observe(seconds);
+        },
+        fileFailed: () => metrics.mirrorFiles.inc({ outcome: "failed" }),
+        attemptFailed: (kind) => metrics.mirrorFailures.inc({ kind }),
+      },
+    });
+    this.mirror.onSettled = () => nudges.mirror?.();
     this.loops = [
       // Every creation nudges the submitter: a burst of them makes one tick every 10 ms, not one each.
       new WorkerLoop({ name: "submitter", clock, logger, storage: this.storage, tick: () => this.submitter.runOnce(), coalesceMs: 10 }),
@@ -120,6 +147,8 @@ export class Relay {
       new WorkerLoop({ name: "pruner", clock, logger, storage: this.storage, tick: () => this.pruner.tick(), idleMs: 60 * 60 * 1000 }),
       // Keeps the model catalog warm, so intake checks requests against it without waiting on the upstream.
       new WorkerLoop({ name: "catalog", clock, logger, storage: this.storage, tick: async () => ({ didWork: false, nextDueAt: await this.catalog.refreshDue() }), idleMs: 10 * 60 * 1000 }),
+      // Copies succeeded tasks' outputs into their clients' buckets before task.succeeded is written.
+      new WorkerLoop({ name: "mirror", clock, logger, storage: this.storage, tick: () => this.mirror.tick() }),
     ];
     this.dispatcher.onSettled = () => nudges.dispatcher();
     const deliveries = new DeliveryService(this.deps, this.dispatcher);
@@ -175,6 +204,8 @@ export class Relay {
   async stop(deadlineMs = 10_000): Promise<void> {
     const stopped = Promise.all(this.loops.map((l) => l.stop())).then(() => this.dispatcher.drain());
     await Promise.race([stopped, new Promise((r) => setTimeout(r, deadlineMs).unref())]);
+    // Copies still running stop here (a large file may take minutes); whoever claims them next starts again.
+    await this.mirror.close();
     await this.opts.store.ops.releaseLeases(this.owner.id);
     await this.sender.close();
   }

@@ -5,6 +5,9 @@
 export const TASK_STATUSES = ["queued", "processing", "succeeded", "failed", "canceled"] as const;
 export type TaskStatus = (typeof TASK_STATUSES)[number];
 
-/** Where a task is in the relay: waiting to be submitted, submitted and watched, or done. */
-export const TASK_PHASES = ["waiting", "submitted", "done"] as const;
+/**
+ * Where a task is in the relay: waiting to be submitted, submitted and watched, its output being
+ * copied into the client's bucket (succeeded upstream, task.succeeded not yet written), or done.
+ */
+export const TASK_PHASES = ["waiting", "submitted", "mirroring", "done"] as const;
 export type TaskPhase = (typeof TASK_PHASES)[number];

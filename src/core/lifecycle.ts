@@ -21,6 +21,11 @@ export interface LifecycleDeps {
   firstAttemptDelayMs: number;
   /** Told how long each succeeded task ran, for adaptive polling. */
   onSucceeded?: (task: TaskRow, durationMs: number) => Promise<void> | void;
+  /**
+   * Whether a success's output is to be copied into the client's bucket first (DESIGN §17): then the
+   * task stays processing in phase `mirroring`, and task.succeeded is written when the copies are made.
+   */
+  mirrors?: (task: TaskRow, outputJson: string | null) => Promise<boolean>;
 }
 
 const released = { claimToken: null, claimedUntil: null } as const;
@@ -70,7 +75,7 @@ export class Lifecycle {
 
   private async apply(task: TaskRow, patch: Partial<NewTaskRow>, token: string | null): Promise<TaskRow | undefined> {
     const opts = this.options(token);
-    const updated = await this.deps.store.tasks.transition(task, patch, opts);
+    const updated = await this.deps.store.tasks.transition(task, await this.mirrorFirst(task, patch, opts.now), opts);
     if (!updated) return undefined;
     await this.changed(task, updated, opts.now);
     return updated;
@@ -80,10 +85,13 @@ export class Lifecycle {
   private async changed(task: TaskRow, updated: TaskRow, now: number): Promise<void> {
     const { nudges } = this.deps;
     if (updated.status !== task.status) nudges.dispatcher();
-    if (updated.phase === "done" && task.phase !== "done") {
+    if (updated.phase === "mirroring" && task.phase !== "mirroring") nudges.mirror?.();
+    const ended = (phase: string) => phase === "done" || phase === "mirroring";
+    if (ended(updated.phase) && !ended(task.phase)) {
       // A running task ended (room on the account), or credits were released: waiting tasks may go.
       nudges.submitter();
-      if (updated.status === "succeeded" && updated.submittedAt !== null) await this.deps.onSucceeded?.(updated, now - updated.submittedAt);
+      const succeeded = updated.status === "succeeded" || updated.phase === "mirroring";
+      if (succeeded && updated.submittedAt !== null) await this.deps.onSucceeded?.(updated, now - updated.submittedAt);
     } else if (updated.pointsCharged !== task.pointsCharged || updated.pointsRefunded !== task.pointsRefunded) {
       nudges.submitter();
     }
@@ -130,6 +138,34 @@ export class Lifecycle {
     // A changed reservation must reach the client's books: only then through the full transition.
     if (patch.pointsReserved !== undefined) await this.apply(task, next, token);
     else await this.deps.store.tasks.reschedule(task.id, token, next);
+  }
+
+  /**
+   * A success whose output goes to the client's bucket first: the task stays processing, in phase
+   * mirroring (due now for the mirror worker), and no task.succeeded is written yet; finishMirroring
+   * writes it with the files. Any other change passes as it is.
+   */
+  private async mirrorFirst(task: TaskRow, patch: Partial<NewTaskRow>, now: number): Promise<Partial<NewTaskRow>> {
+    if (patch.status !== "succeeded" || patch.phase !== "done" || task.phase === "mirroring" || !this.deps.mirrors) return patch;
+    if (!(await this.deps.mirrors(task, patch.outputJson ?? task.outputJson))) return patch;
+    return { ...patch, status: "processing", phase: "mirroring", completedAt: null, nextRunAt: now, filesJson: null };
+  }
+
+  /** The output's copies are made, or given up on (`files` says which): the task succeeds and task.succeeded is written, with them. */
+  finishMirroring(task: TaskRow, token: string, filesJson: string): Promise<TaskRow | undefined> {
+    const now = this.deps.clock.now();
+    return this.apply(task, { status: "succeeded", phase: "done", filesJson, completedAt: now, updatedAt: now, nextRunAt: null, ...released }, token);
+  }
+
+  /** Copies to try again at `at`; `progressJson` keeps the ones made, so a retry (or a restart) skips them. */
+  async mirrorLater(task: TaskRow, token: string, at: number, progressJson: string): Promise<void> {
+    await this.deps.store.tasks.reschedule(task.id, token, { filesJson: progressJson, nextRunAt: at, ...released });
+  }
+
+  /** Keeps a copy's lease while it runs (a large file outlasts one lease); `progressJson` as far as it got. False: the lease was lost. */
+  async holdMirror(task: TaskRow, token: string, until: number, progressJson?: string): Promise<boolean> {
+    const patch: Partial<NewTaskRow> = { claimedUntil: until, ...(progressJson === undefined ? {} : { filesJson: progressJson }) };
+    return (await this.deps.store.tasks.reschedule(task.id, token, patch)) !== undefined;
   }
 
   /** Hands the lease back untouched. */

@@ -44,6 +44,7 @@ import { pruneFinishedTasks } from "./retention.js";
 import { durationStats } from "./schema.js";
 import { findTasksByAnyId, listTaskEvents, listTasksForSupport } from "./support.js";
 import { claimFairly } from "./admission.js";
+import { claimAcrossClients } from "./round-robin.js";
 import {
   accountsInFlight,
   accountsWithDueTasks,
@@ -160,6 +161,7 @@ export class SqliteStore implements Store {
       claimDue: async (phase, account, o) => claimDueTasks(db, { phase, account, ...o }),
       claimIds: async (ids, phase, o) => claimTasks(db, { ids, phase, ...o }),
       claimExpired: async (o) => claimExpiredWaiting(db, o),
+      claimAcrossClients: async (phase, o) => claimAcrossClients(db, phase, o),
       nextDueAt: async (phase, now) => nextDueAt(db, phase, now),
       nextExpiryAt: async () => nextExpiryAt(db),
       accountsWithDue: async (phase, now) => accountsWithDueTasks(db, phase, now),

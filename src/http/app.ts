@@ -14,6 +14,7 @@ import { registerGenerationRoutes } from "./routes/generations.js";
 import { registerHealthRoutes, type Readiness } from "./routes/health.js";
 import { registerModelRoutes } from "./routes/meta.js";
 import { registerTaskRoutes } from "./routes/tasks.js";
+import { registerStorageRoutes } from "./routes/storage.js";
 import { registerWebhookSettingsRoutes } from "./routes/webhook-settings.js";
 import type { ZodError } from "zod";
 
@@ -51,6 +52,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
 
   registerGenerationRoutes(app, deps);
   registerTaskRoutes(app, deps);
+  registerStorageRoutes(app, deps);
   registerDeliveryRoutes(app, deps, deps.deliveries);
   registerWebhookSettingsRoutes(app, deps);
   registerModelRoutes(app, deps.catalog);

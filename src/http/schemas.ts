@@ -139,6 +139,20 @@ export const TaskDataSchema = z
     metadata: z.record(z.string(), z.string()).nullable(),
     callback: z.object({ url: z.string().nullable(), events: z.array(z.string()), delivery: DeliverySummarySchema.optional() }),
     queue_position: z.number().int().optional(),
+    files: z
+      .array(
+        z.object({
+          source_url: z.string(),
+          url: z.string().optional().openapi({ description: "A presigned GET valid url_expires_in seconds, or public_base_url + key." }),
+          key: z.string().optional(),
+          bytes: z.number().int().optional(),
+          sha256: z.string().optional(),
+          content_type: z.string().optional(),
+          error: z.string().optional().openapi({ description: "Why this file could not be copied (after retries)." }),
+        }),
+      )
+      .optional()
+      .openapi({ description: "With a bucket set (PUT /openapi/v1/storage): the output's files as copied into it, in the output's order." }),
   })
   .openapi("TaskData");
 

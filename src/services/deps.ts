@@ -10,6 +10,8 @@ export interface Nudges {
   submitter(): void;
   poller(): void;
   dispatcher(): void;
+  /** The mirror worker (copies of outputs into clients' buckets), where one runs. */
+  mirror?(): void;
 }
 
 export const noNudges: Nudges = { submitter() {}, poller() {}, dispatcher() {} };

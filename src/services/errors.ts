@@ -13,6 +13,7 @@ export const ERROR_STATUS = {
   not_found: 404,
   idempotency_key_reused: 409,
   cannot_cancel: 409,
+  encryption_key_required: 409,
   payload_too_large: 413,
   unsupported_media_type: 415,
   validation_error: 422,

@@ -1,5 +1,6 @@
 import type { EventRow, TaskRow } from "../store/store.js";
 import type { TaskStatus } from "../statuses.js";
+import type { FileRecord } from "../mirror/copy.js";
 
 export interface DeliverySummary {
   status: "none" | "pending" | "succeeded" | "failed";
@@ -21,6 +22,8 @@ export interface TaskData {
   metadata: Record<string, string> | null;
   callback: { url: string | null; events: string[]; delivery?: DeliverySummary };
   queue_position?: number;
+  /** Copies of the output's files in the client's bucket (DESIGN §17), once made. */
+  files?: FileRecord[];
 }
 
 export interface TaskUsage {
@@ -75,6 +78,9 @@ export function taskData(task: TaskRow, delivery?: DeliverySummary, queuePositio
   };
   if (delivery) data.callback.delivery = delivery;
   if (queuePosition !== undefined && queuePosition !== null) data.queue_position = queuePosition;
+  // While the copies are being made the column holds their progress (an object), not the list.
+  const files = parseJson<unknown>(task.filesJson);
+  if (Array.isArray(files)) data.files = files as FileRecord[];
   return data;
 }
 

@@ -205,6 +205,11 @@ export interface TaskStore {
   claimIds(ids: string[], phase: TaskPhase, opts: Omit<ClaimOptions, "limit">): Promise<TaskRow[]>;
   /** Waiting tasks past their expiry never offered upstream, due or not. */
   claimExpired(opts: ClaimOptions): Promise<TaskRow[]>;
+  /**
+   * Due, unleased tasks of a phase, round-robin across clients (every client's oldest before any
+   * client's second; clients ranked by `rank`, lowest first, then by their oldest due task), claimed under a lease.
+   */
+  claimAcrossClients(phase: TaskPhase, opts: ClaimOptions & { rank: (clientId: string) => number }): Promise<TaskRow[]>;
   /** Earliest next_run_at among unleased tasks of a phase, or a lease's expiry when sooner. */
   nextDueAt(phase: TaskPhase, now: number): Promise<number | null>;
   nextExpiryAt(): Promise<number | null>;

@@ -39,6 +39,7 @@ describe("loadConfig defaults", () => {
       logLevel: "info",
       publicBaseUrl: null,
       metricsToken: null,
+      mirrorMaxBytes: 1024 ** 3,
     } satisfies Config);
   });
 
@@ -79,6 +80,7 @@ describe("loadConfig defaults", () => {
         LOG_LEVEL: "debug",
         PUBLIC_BASE_URL: "https://relay.example.com/genrelay/",
         METRICS_TOKEN: "prom-scrape-token-1",
+        MIRROR_MAX_BYTES: "5000000",
       }),
     ).toEqual({
       port: 9090,
@@ -101,6 +103,7 @@ describe("loadConfig defaults", () => {
       logLevel: "debug",
       publicBaseUrl: "https://relay.example.com/genrelay",
       metricsToken: "prom-scrape-token-1",
+      mirrorMaxBytes: 5_000_000,
     } satisfies Config);
   });
 

@@ -296,6 +296,22 @@ export class PgStore implements Store {
         ),
       claimIds: async (ids, phase, o) => (ids.length === 0 ? [] : this.claimTasks(`id = ANY($4::text[]) AND phase = $5`, [ids, phase], { ...o, limit: ids.length })),
       claimExpired: async (o) => this.claimTasks(`phase = 'waiting' AND submit_attempts = 0 AND expires_at <= $3`, [], o, "ORDER BY expires_at"),
+      claimAcrossClients: async (phase, o) => {
+        if (o.limit <= 0) return [];
+        const due = `phase = $1 AND next_run_at <= $2 AND ${unclaimed(2)}`;
+        const candidates = await q(`SELECT client_id, min(next_run_at) AS first FROM tasks WHERE ${due} GROUP BY client_id`, [phase, o.now]);
+        candidates.sort((a, b) => o.rank(a.client_id as string) - o.rank(b.client_id as string) || Number(a.first) - Number(b.first));
+        const queues: string[][] = [];
+        for (const cand of candidates) {
+          const ids = await q(`SELECT id FROM tasks WHERE ${due} AND client_id = $3 ORDER BY next_run_at, id LIMIT $4`, [phase, o.now, cand.client_id, o.limit]);
+          queues.push(ids.map((r) => r.id as string));
+        }
+        const picked = interleave(queues, o.limit);
+        if (picked.length === 0) return [];
+        const claimed = await this.claimTasks(`id = ANY($4::text[]) AND phase = $5 AND next_run_at <= $3`, [picked, phase], o);
+        const order = new Map(picked.map((id, i) => [id, i]));
+        return claimed.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
+      },
       nextDueAt: async (phase, now) => {
         const due = await one(`SELECT next_run_at AS at FROM tasks WHERE phase = $1 AND next_run_at IS NOT NULL AND ${unclaimed(2)} ORDER BY next_run_at LIMIT 1`, [phase, now]);
         const lease = await one("SELECT min(claimed_until) AS at FROM tasks WHERE phase = $1 AND claimed_until >= $2", [phase, now]);

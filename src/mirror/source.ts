@@ -1,0 +1,151 @@
+import { createHash } from "node:crypto";
+import { Transform, type Readable, type TransformCallback } from "node:stream";
+import { Agent } from "undici";
+import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../webhooks/ssrf.js";
+
+/** A failure reading an output file; `retryable` when trying again later may succeed. */
+export class SourceError extends Error {
+  constructor(
+    message: string,
+    readonly retryable: boolean,
+    readonly kind: "blocked" | "redirect" | "too_large" | "http" | "network" | "stalled",
+  ) {
+    super(message);
+    this.name = "SourceError";
+  }
+}
+
+export interface OpenedSource {
+  body: Readable;
+  contentType: string | null;
+  contentLength: number | null;
+}
+
+export interface SourceOptions {
+  allowPrivateNetworks: boolean;
+  resolve?: Resolver;
+  /** Longest wait for the headers, and for each next piece of the body (a stalled server). */
+  idleTimeoutMs: number;
+  maxBytes: number;
+}
+
+/**
+ * Reads output files through the same SSRF guard as webhook delivery: the URL is checked
+ * (scheme, credentials, literal addresses), and the socket's DNS lookup vets every resolved
+ * address, so a name that resolves to a private address is refused after resolution too.
+ * Redirects are refused, not followed: the URL the upstream gave must serve the file.
+ */
+export class SourceFetcher {
+  private readonly agent: Agent;
+
+  constructor(private readonly opts: SourceOptions) {
+    const lookup = createGuardedLookup({ allowPrivateNetworks: opts.allowPrivateNetworks, ...(opts.resolve ? { resolve: opts.resolve } : {}) });
+    this.agent = new Agent({ connections: 16, connect: { lookup, timeout: 10_000 } });
+  }
+
+  async open(rawUrl: string, signal: AbortSignal): Promise<OpenedSource> {
+    const checked = validateSourceUrl(rawUrl, this.opts.allowPrivateNetworks);
+    if (!checked.ok) throw new SourceError(`blocked: ${checked.reason}`, false, "blocked");
+    const url = new URL(checked.url);
+    let response;
+    try {
+      response = await this.agent.request({
+        origin: url.origin,
+        path: `${url.pathname}${url.search}`,
+        method: "GET",
+        signal,
+        headersTimeout: this.opts.idleTimeoutMs,
+        bodyTimeout: this.opts.idleTimeoutMs,
+      });
+    } catch (err) {
+      throw describeSourceError(err, this.opts.idleTimeoutMs);
+    }
+    const { statusCode, headers, body } = response;
+    if (statusCode !== 200) {
+      body.destroy();
+      if (statusCode >= 300 && statusCode < 400) {
+        throw new SourceError(`redirect (${statusCode}) not followed: the output URL must serve the file itself`, false, "redirect");
+      }
+      // 408, 429 and 5xx may pass; any other 4xx will not.
+      const retryable = statusCode === 408 || statusCode === 429 || statusCode >= 500;
+      throw new SourceError(`the output URL answered HTTP ${statusCode}`, retryable, "http");
+    }
+    const lengthHeader = one(headers["content-length"]);
+    const contentLength = lengthHeader && /^\d+$/.test(lengthHeader) ? Number(lengthHeader) : null;
+    if (contentLength !== null && contentLength > this.opts.maxBytes) {
+      body.destroy();
+      throw tooLarge(this.opts.maxBytes, contentLength);
+    }
+    const type = one(headers["content-type"]);
+    body.on("error", () => {}); // reported through the pipeline that reads it
+    return { body: body as unknown as Readable, contentType: type && /^[\x20-\x7e]{1,200}$/.test(type) ? type : null, contentLength };
+  }
+
+  /** A failure while reading, in words a caller can act on. */
+  describe(err: unknown): SourceError {
+    return describeSourceError(err, this.opts.idleTimeoutMs);
+  }
+
+  async close(): Promise<void> {
+    await this.agent.destroy();
+  }
+}
+
+function one(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}
+
+export function tooLarge(maxBytes: number, seen: number | null): SourceError {
+  return new SourceError(`larger than MIRROR_MAX_BYTES (${maxBytes} bytes)${seen !== null ? `: ${seen} bytes` : ""}`, false, "too_large");
+}
+
+/** http or https (an output URL is the upstream's, not the caller's), with the callback URL's address checks. */
+export function validateSourceUrl(raw: string, allowPrivateNetworks: boolean): { ok: true; url: string } | { ok: false; reason: string } {
+  // The callback check refuses plain http in production; for a download it is the address that matters.
+  const probe = raw.replace(/^http:\/\//i, "https://");
+  const checked = validateCallbackUrl(probe, { allowPrivateNetworks });
+  if (!checked.ok) return checked;
+  return { ok: true, url: /^http:\/\//i.test(raw) ? checked.url.replace(/^https:/, "http:") : checked.url };
+}
+
+/** Counts and hashes what streams through, and fails the stream once it passes `maxBytes`. */
+export class Meter extends Transform {
+  bytes = 0;
+  private readonly hash = createHash("sha256");
+  private digest: string | null = null;
+
+  constructor(private readonly maxBytes: number) {
+    super();
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
+    this.bytes += chunk.length;
+    if (this.bytes > this.maxBytes) return done(tooLarge(this.maxBytes, null));
+    this.hash.update(chunk);
+    done(null, chunk);
+  }
+
+  override _flush(done: TransformCallback): void {
+    this.digest = this.hash.digest("hex");
+    done();
+  }
+
+  get sha256(): string {
+    if (this.digest === null) throw new Error("the stream has not ended");
+    return this.digest;
+  }
+}
+
+export function describeSourceError(err: unknown, idleTimeoutMs: number): SourceError {
+  if (err instanceof SourceError) return err;
+  const chain: Array<{ code?: unknown; message?: string; cause?: unknown; name?: string }> = [];
+  for (let e: unknown = err; e && chain.length < 8; e = (e as { cause?: unknown }).cause) chain.push(e as never);
+  const blocked = chain.find((e) => e.code === "EBLOCKED");
+  if (blocked) return new SourceError(`blocked: ${blocked.message}`, false, "blocked");
+  if (chain.some((e) => e.code === "UND_ERR_HEADERS_TIMEOUT" || e.code === "UND_ERR_BODY_TIMEOUT")) {
+    return new SourceError(`the output URL stalled: nothing received for ${idleTimeoutMs} ms`, true, "stalled");
+  }
+  const code = chain.map((e) => e.code).find((c) => typeof c === "string") as string | undefined;
+  const first = chain[0];
+  return new SourceError(`reading the output URL failed: ${code ?? first?.message?.slice(0, 200) ?? "unknown error"}`, true, "network");
+}

@@ -1,0 +1,228 @@
+import type { Clock } from "../clock.js";
+import type { Lifecycle } from "../core/lifecycle.js";
+import type { Logger } from "../logger.js";
+import { Bucket } from "../mirror/bucket.js";
+import { copyFile, CopyError, type FileRecord } from "../mirror/copy.js";
+import { outputUrls } from "../mirror/output-urls.js";
+import { SourceFetcher, validateSourceUrl } from "../mirror/source.js";
+import { openStorage } from "../services/storage.js";
+import type { Store, TaskRow } from "../store/store.js";
+import type { Resolver } from "../webhooks/ssrf.js";
+import type { TickResult } from "./loop.js";
+import type { LeaseOwner } from "./owner.js";
+
+/** What the mirror reports, for /metrics. */
+export interface MirrorMetrics {
+  fileCopied(bytes: number, seconds: number): void;
+  fileFailed(): void;
+  attemptFailed(kind: string): void;
+}
+
+export interface MirrorOptions {
+  store: Store;
+  clock: Clock;
+  logger: Logger;
+  owner: LeaseOwner;
+  lifecycle: Lifecycle;
+  encryptionKey: Buffer | null;
+  allowPrivateNetworks: boolean;
+  /** MIRROR_MAX_BYTES. */
+  maxBytes: number;
+  metrics?: MirrorMetrics;
+  resolve?: Resolver;
+  /** Tasks copied at once (files of one task go one after another): bounds memory and sockets. */
+  concurrency?: number;
+  leaseMs?: number;
+  /** Longest silence from an output URL (headers, or between two pieces of the body). */
+  idleTimeoutMs?: number;
+  /** Waits before the 2nd, 3rd… round of a task's failed copies; after the last, a failure is final. */
+  retryScheduleMs?: number[];
+}
+
+type Copied = { source_url: string; key: string; bytes: number; sha256: string; content_type: string };
+type Failed = { source_url: string; error: string; final: boolean };
+/** tasks.files_json while the copies are being made (the list of FileRecord once done). */
+interface Progress {
+  rounds: number;
+  files: Array<Copied | Failed | null>;
+}
+
+export const MIRROR_RETRY_SCHEDULE_MS = [10_000, 60_000, 300_000];
+
+/**
+ * The mirror stage (DESIGN §17): between "succeeded upstream" and "task.succeeded written". Claims
+ * tasks in phase `mirroring` under a lease, round-robin across clients (the client with the fewest
+ * copies running here first), copies every http(s) URL of their output into the client's bucket,
+ * streaming, then finishes them with `files` in the same transaction that writes task.succeeded.
+ *
+ * Crash safety: progress (the files already copied) is saved after each file, under the lease; a
+ * kill -9 mid-upload leaves the task leased, and whoever claims it next copies again what was not
+ * finished (object keys are fixed, so a copy is simply written again). The event is written once,
+ * by the one transition guarded by the lease. A copy that fails is tried again on the retry
+ * schedule; after the last round it goes out as `files[i].error`, so no event waits for ever.
+ */
+export class Mirror {
+  private readonly inFlight = new Map<string, { clientId: string; done: Promise<void>; abort: AbortController }>();
+  private readonly source: SourceFetcher;
+  private readonly concurrency: number;
+  private readonly leaseMs: number;
+  private readonly schedule: number[];
+  /** Told when a copy ends (a slot is free): the loop ticks again. */
+  onSettled: () => void = () => {};
+
+  constructor(private readonly opts: MirrorOptions) {
+    this.concurrency = opts.concurrency ?? 4;
+    this.leaseMs = opts.leaseMs ?? 60_000;
+    this.schedule = opts.retryScheduleMs ?? MIRROR_RETRY_SCHEDULE_MS;
+    this.source = new SourceFetcher({
+      allowPrivateNetworks: opts.allowPrivateNetworks,
+      idleTimeoutMs: opts.idleTimeoutMs ?? 30_000,
+      maxBytes: opts.maxBytes,
+      ...(opts.resolve ? { resolve: opts.resolve } : {}),
+    });
+  }
+
+  /** Claims what fits in the free slots and starts copying it (not awaited). */
+  async tick(): Promise<TickResult> {
+    const { store, clock } = this.opts;
+    const room = this.concurrency - this.inFlight.size;
+    // Full: the next settle nudges the loop; looking for due rows now would only spin.
+    if (room <= 0) return { didWork: false, nextDueAt: null };
+    const now = clock.now();
+    const running = new Map<string, number>();
+    for (const t of this.inFlight.values()) running.set(t.clientId, (running.get(t.clientId) ?? 0) + 1);
+    const claimed = await store.tasks.claimAcrossClients("mirroring", {
+      now,
+      leaseMs: this.leaseMs,
+      token: this.opts.owner.token(),
+      limit: room,
+      rank: (clientId) => running.get(clientId) ?? 0,
+    });
+    for (const task of claimed) this.start(task);
+    return { didWork: claimed.length > 0, nextDueAt: await store.tasks.nextDueAt("mirroring", clock.now()) };
+  }
+
+  /** One tick, then waits for the copies it started (tests). */
+  async runOnce(): Promise<number> {
+    const before = this.inFlight.size;
+    await this.tick();
+    const started = this.inFlight.size - before;
+    await this.drain();
+    return started;
+  }
+
+  async drain(): Promise<void> {
+    await Promise.allSettled([...this.inFlight.values()].map((t) => t.done));
+  }
+
+  /** Stops the copies in flight (their leases are released by the caller) and the source pool. */
+  async close(): Promise<void> {
+    for (const t of this.inFlight.values()) t.abort.abort();
+    await this.drain();
+    await this.source.close();
+  }
+
+  private start(task: TaskRow): void {
+    const abort = new AbortController();
+    const done = this.run(task, task.claimToken!, abort)
+      .catch((err: unknown) => this.opts.logger.error({ err, task_id: task.id }, "mirror: copy round failed; the task is tried again when its lease ends"))
+      .finally(() => {
+        this.inFlight.delete(task.id);
+        this.onSettled();
+      });
+    this.inFlight.set(task.id, { clientId: task.clientId, done, abort });
+  }
+
+  private async run(task: TaskRow, token: string, abort: AbortController): Promise<void> {
+    const { store, clock, lifecycle, logger } = this.opts;
+    const urls = outputUrls(task.outputJson);
+    const progress = readProgress(task.filesJson, urls);
+    const client = await store.clients.find(task.clientId);
+    let bucket: Bucket | null = null;
+    let refusal: string | null = null;
+    try {
+      const config = client ? openStorage(client, this.opts.encryptionKey) : null;
+      if (!config) refusal = "not copied: the client's bucket was removed before the copy was made";
+      else bucket = new Bucket(config, { allowPrivateNetworks: this.opts.allowPrivateNetworks, ...(this.opts.resolve ? { resolve: this.opts.resolve } : {}) });
+    } catch (err) {
+      refusal = `not copied: ${err instanceof Error ? err.message : String(err)}`;
+    }
+    const round = progress.rounds + 1;
+    // Keeps the lease while a long file copies; a lost lease stops the copy (another holder has the task).
+    const heartbeat = setInterval(() => {
+      void lifecycle.holdMirror(task, token, clock.now() + this.leaseMs).then(
+        (held) => held || abort.abort(),
+        () => {},
+      );
+    }, Math.max(1_000, Math.floor(this.leaseMs / 3)));
+    heartbeat.unref();
+    try {
+      for (let n = 0; n < urls.length; n++) {
+        const sourceUrl = urls[n]!;
+        const entry = progress.files[n];
+        if (entry && ("sha256" in entry || entry.final)) continue;
+        if (!bucket) {
+          // The file's own refusal says more than the bucket's (a private output URL is refused either way).
+          const checked = validateSourceUrl(sourceUrl, this.opts.allowPrivateNetworks);
+          progress.files[n] = { source_url: sourceUrl, error: checked.ok ? refusal! : `blocked: ${checked.reason}`, final: true };
+          continue;
+        }
+        progress.files[n] = await this.copyOne(task, bucket, sourceUrl, n, round, abort.signal);
+        if (abort.signal.aborted) return;
+        if (!(await lifecycle.holdMirror(task, token, clock.now() + this.leaseMs, JSON.stringify(progress)))) return;
+      }
+      const retry = progress.files.some((f) => f !== null && !("sha256" in f) && !f.final);
+      if (retry) {
+        const wait = this.schedule[round - 1]!;
+        await lifecycle.mirrorLater(task, token, clock.now() + wait, JSON.stringify({ ...progress, rounds: round }));
+        logger.info({ task_id: task.id, round, retry_in_ms: wait }, "mirror: some copies failed; trying again later");
+        return;
+      }
+      const files: FileRecord[] = [];
+      for (const f of progress.files) {
+        if (f === null) continue;
+        if ("sha256" in f) {
+          files.push({ ...f, url: await bucket!.urlOf(f.key) });
+        } else {
+          this.opts.metrics?.fileFailed();
+          files.push({ source_url: f.source_url, error: f.error });
+        }
+      }
+      if (await lifecycle.finishMirroring(task, token, JSON.stringify(files))) {
+        logger.info({ task_id: task.id, client_id: task.clientId, files: files.length, failed: files.filter((f) => "error" in f).length }, "mirror: task's output copied");
+      }
+    } finally {
+      clearInterval(heartbeat);
+      bucket?.close();
+    }
+  }
+
+  private async copyOne(task: TaskRow, bucket: Bucket, sourceUrl: string, n: number, round: number, signal: AbortSignal): Promise<Copied | Failed> {
+    const started = performance.now();
+    try {
+      const copied = await copyFile(this.source, bucket, { sourceUrl, taskId: task.id, n, maxBytes: this.opts.maxBytes, signal });
+      this.opts.metrics?.fileCopied(copied.bytes, (performance.now() - started) / 1000);
+      return { source_url: sourceUrl, key: copied.key, bytes: copied.bytes, sha256: copied.sha256, content_type: copied.contentType };
+    } catch (err) {
+      const e = err instanceof CopyError ? err : new CopyError(err instanceof Error ? err.message : String(err), true, "internal");
+      this.opts.metrics?.attemptFailed(e.kind);
+      const final = !e.retryable || round > this.schedule.length;
+      this.opts.logger.warn({ task_id: task.id, file: n, round, final, error: e.message }, "mirror: copy failed");
+      return { source_url: sourceUrl, error: e.retryable && final ? `${e.message} (after ${round} attempts)` : e.message, final };
+    }
+  }
+}
+
+function readProgress(filesJson: string | null, urls: string[]): Progress {
+  let parsed: Partial<Progress> | null = null;
+  try {
+    parsed = filesJson ? (JSON.parse(filesJson) as Partial<Progress>) : null;
+  } catch {
+    parsed = null;
+  }
+  const files = urls.map((url, n) => {
+    const f = parsed?.files?.[n];
+    return f && f.source_url === url ? f : null;
+  });
+  return { rounds: typeof parsed?.rounds === "number" ? parsed.rounds : 0, files };
+}

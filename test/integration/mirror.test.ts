@@ -1,0 +1,189 @@
+import { createHash } from "node:crypto";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { silentLogger } from "../../src/logger.js";
+import { Mirror, type MirrorOptions } from "../../src/workers/mirror.js";
+import { LeaseOwner } from "../../src/workers/owner.js";
+import { createTestRelay, type TestRelay } from "../helpers/relay.js";
+import { patternSha, startFileServer, startS3, streamPattern, succeedTask, type TestS3 } from "../helpers/mirror.js";
+import { startReceiver, verifyAt } from "../helpers/receiver.js";
+
+const KEY = Buffer.alloc(32, 9).toString("base64");
+const PNG = Buffer.from("89504e470d0a1a0a" + "00".repeat(992), "hex"); // 1,000 bytes
+const sha = (b: Buffer) => createHash("sha256").update(b).digest("hex");
+
+let s3: TestS3;
+let files: Awaited<ReturnType<typeof startFileServer>>;
+const relays: TestRelay[] = [];
+const mirrors: Mirror[] = [];
+
+beforeAll(async () => {
+  s3 = await startS3();
+  files = await startFileServer({
+    "/out/a.png": (_req, res) => {
+      res.writeHead(200, { "Content-Type": "image/png", "Content-Length": String(PNG.length) });
+      res.end(PNG);
+    },
+    "/out/clip": (_req, res) => {
+      res.writeHead(200, { "Content-Type": "video/mp4" });
+      void streamPattern(res, 3 * 1024 * 1024 + 17);
+    },
+  });
+});
+afterAll(async () => {
+  await files.close();
+  await s3.close();
+});
+afterEach(async () => {
+  for (const m of mirrors.splice(0)) await m.close();
+  for (const r of relays.splice(0)) await r.close();
+});
+
+function relay(env: Record<string, string> = {}): TestRelay {
+  const t = createTestRelay({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", RELAY_ENCRYPTION_KEY: KEY, WEBHOOK_RETRY_SCHEDULE: "0s", ...env });
+  relays.push(t);
+  return t;
+}
+
+/** A mirror on the relay's store with test timings (a short stall limit, one retry 1 s later). */
+function mirrorOf(t: TestRelay, extra: Partial<MirrorOptions> = {}): Mirror {
+  const m = new Mirror({
+    store: t.store,
+    clock: t.clock,
+    logger: silentLogger,
+    owner: new LeaseOwner(),
+    lifecycle: t.relay.lifecycle,
+    encryptionKey: t.config.encryptionKey,
+    allowPrivateNetworks: t.config.webhookAllowPrivateNetworks,
+    maxBytes: t.config.mirrorMaxBytes,
+    idleTimeoutMs: 500,
+    retryScheduleMs: [1_000],
+    ...extra,
+  });
+  mirrors.push(m);
+  return m;
+}
+
+async function setBucket(t: TestRelay, apiKey: string, extra: Record<string, unknown> = {}) {
+  const res = await t.request(apiKey, "/openapi/v1/storage", { method: "PUT", json: s3.storageBody(extra) });
+  expect(res.status, await res.clone().text()).toBe(200);
+  return res.json();
+}
+
+async function eventsOf(t: TestRelay, taskId: string) {
+  return (await t.store.events.ofTask(taskId)).map((e) => ({ type: e.type, body: JSON.parse(e.payload) }));
+}
+
+describe("PUT/GET/DELETE /openapi/v1/storage", () => {
+  it("sets, shows (never the secret) and removes the client's bucket; the secret is sealed at rest", async () => {
+    const t = relay();
+    const c = t.client();
+    expect((await t.request(c.apiKey, "/openapi/v1/storage")).status).toBe(404);
+    const put = await setBucket(t, c.apiKey, { secret_access_key: "top-secret-value", url_expires_in: 3600 });
+    const expected = { endpoint: s3.endpoint, bucket: "outputs", region: "us-east-1", prefix: "gen/", access_key_id: "S3RVER", force_path_style: true, public_base_url: null, url_expires_in: 3600 };
+    expect(put).toEqual({ data: expected });
+    const got = await t.request(c.apiKey, "/openapi/v1/storage");
+    const text = await got.text();
+    expect(JSON.parse(text)).toEqual({ data: expected });
+    expect(text).not.toContain("top-secret-value");
+    const row = await t.store.clients.find(c.id);
+    expect(row!.storageConfig).not.toContain("top-secret-value");
+    expect(row!.storageConfig).toContain("enc:v1:");
+    // Another client sees nothing of it.
+    const other = t.client("other");
+    expect((await t.request(other.apiKey, "/openapi/v1/storage")).status).toBe(404);
+    expect((await t.request(c.apiKey, "/openapi/v1/storage", { method: "DELETE" })).status).toBe(204);
+    expect((await t.request(c.apiKey, "/openapi/v1/storage")).status).toBe(404);
+    expect((await t.request(c.apiKey, "/openapi/v1/storage", { method: "DELETE" })).status).toBe(404);
+  });
+
+  it("refuses without RELAY_ENCRYPTION_KEY, with a clear error", async () => {
+    const t = relay({ RELAY_ENCRYPTION_KEY: "" });
+    const c = t.client();
+    const res = await t.request(c.apiKey, "/openapi/v1/storage", { method: "PUT", json: s3.storageBody() });
+    expect(res.status).toBe(409);
+    const body: any = await res.json();
+    expect(body.error.code).toBe("encryption_key_required");
+    expect(body.error.message).toContain("RELAY_ENCRYPTION_KEY");
+  });
+
+  it("checks the endpoint like a callback URL, and every field", async () => {
+    const t = relay({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "false" });
+    const c = t.client();
+    const res = await t.request(c.apiKey, "/openapi/v1/storage", {
+      method: "PUT",
+      json: s3.storageBody({ endpoint: "https://127.0.0.1:9000", bucket: "Bad Bucket", url_expires_in: 604801 }),
+    });
+    expect(res.status).toBe(422);
+    const body: any = await res.json();
+    expect(body.error.code).toBe("validation_error");
+    const fields = (body.error.details as Array<{ field: string }>).map((d) => d.field).sort();
+    expect(fields).toEqual(["bucket", "url_expires_in"]);
+    const res2 = await t.request(c.apiKey, "/openapi/v1/storage", { method: "PUT", json: s3.storageBody({ endpoint: "https://169.254.169.254" }) });
+    const body2: any = await res2.json();
+    expect(res2.status).toBe(422);
+    expect(body2.error.details).toEqual([{ field: "endpoint", message: expect.stringContaining("link-local") }]);
+  });
+});
+
+describe("mirroring a succeeded task's output", () => {
+  it("copies every URL before task.succeeded; the event and reads carry files with the stored bytes' sha256; output stays verbatim", async () => {
+    const t = relay();
+    const c = t.client();
+    await setBucket(t, c.apiKey);
+    const receiver = await startReceiver();
+    try {
+      const output = { images: [{ url: files.url("/out/a.png"), width: 1 }], video: { url: files.url("/out/clip") }, note: "not a url" };
+      const task = await succeedTask(t.store, t.relay.lifecycle, c.id, output, t.clock.now(), receiver.url("/hook"));
+      // Upstream says succeeded; the relay holds the event until the copies exist.
+      expect(task).toMatchObject({ status: "processing", phase: "mirroring" });
+      expect(await eventsOf(t, task.id)).toEqual([]);
+      expect(((await t.request(c.apiKey, `/openapi/v1/tasks/${task.id}`).then((r) => r.json())) as any).data.status).toBe("processing");
+
+      expect(await t.relay.mirror.runOnce()).toBe(1);
+      const events = await eventsOf(t, task.id);
+      expect(events.map((e) => e.type)).toEqual(["task.succeeded"]);
+      const data = events[0]!.body.data;
+      expect(data.output).toEqual(output);
+      expect(data.previous_status).toBe("processing");
+      expect(data.files).toEqual([
+        { source_url: output.images[0]!.url, url: expect.stringContaining("X-Amz-Signature="), key: `gen/${task.id}/0.png`, bytes: 1000, sha256: sha(PNG), content_type: "image/png" },
+        { source_url: output.video.url, url: expect.stringContaining("X-Amz-Expires=604800"), key: `gen/${task.id}/1.mp4`, bytes: 3 * 1024 * 1024 + 17, sha256: patternSha(3 * 1024 * 1024 + 17), content_type: "video/mp4" },
+      ]);
+      // What the bucket holds, read back (s3rver once stored aws-chunked framing inside objects).
+      expect(await s3.read(`gen/${task.id}/0.png`)).toEqual({ sha256: sha(PNG), bytes: 1000, contentType: "image/png" });
+      expect((await s3.read(`gen/${task.id}/1.mp4`)).sha256).toBe(patternSha(3 * 1024 * 1024 + 17));
+      // The presigned URL serves the copy.
+      const viaUrl = Buffer.from(await (await fetch(data.files[0].url)).arrayBuffer());
+      expect(sha(viaUrl)).toBe(sha(PNG));
+      const read: any = await t.request(c.apiKey, `/openapi/v1/tasks/${task.id}`).then((r) => r.json());
+      expect(read.data).toMatchObject({ status: "succeeded", files: data.files });
+      expect(read.output).toEqual(output);
+
+      // Delivered, signed, with the files.
+      await t.relay.dispatcher.runOnce();
+      const got = receiver.requests[0]!;
+      const verified = verifyAt(c.secret, got, t.clock.now()) as { data: { files: unknown } };
+      expect(verified.data.files).toEqual(data.files);
+      const metrics = await (await t.request(null, "/metrics")).text();
+      expect(metrics).toMatch(/genrelay_mirror_files_total\{outcome="copied"\} 2/);
+      expect(metrics).toMatch(new RegExp(`genrelay_mirror_bytes_total ${1000 + 3 * 1024 * 1024 + 17}`));
+    } finally {
+      await receiver.close();
+    }
+  });
+
+  it("a client without a bucket is not held back; public_base_url gives base + key", async () => {
+    const t = relay();
+    const plain = t.client("plain");
+    const plainTask = await succeedTask(t.store, t.relay.lifecycle, plain.id, { url: files.url("/out/a.png") }, t.clock.now());
+    expect(plainTask).toMatchObject({ status: "succeeded", phase: "done" });
+    expect((await eventsOf(t, plainTask.id))[0]!.body.data.files).toBeUndefined();
+
+    const c = t.client("public");
+    await setBucket(t, c.apiKey, { public_base_url: "https://cdn.example.com/media/" });
+    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { url: files.url("/out/a.png") }, t.clock.now());
+    await mirrorOf(t).runOnce();
+    const files0 = (await eventsOf(t, task.id))[0]!.body.data.files[0];
+    expect(files0.url).toBe(`https://cdn.example.com/media/gen/${task.id}/0.png`);
+  });
+});
