@@ -36,19 +36,47 @@ export type SubmissionVerdict = { kind: "go"; reserve: number } | { kind: "wait"
 export type BeginResult = { kind: "go"; task: TaskRow } | { kind: "wait"; task: TaskRow } | { kind: "ended"; task: TaskRow } | { kind: "lost" };
 
 /**
+ * Whether the upstream shows the task ended while no trustworthy charge is known for it (none read
+ * so far, none in this answer): lists and creation answers may carry no usage, so one single read
+ * must look for it before the task is finished (DESIGN §15).
+ */
+export function awaitsCharge(task: Pick<TaskRow, "pointsCharged">, remote: UpstreamTask): boolean {
+  return remote.status !== null && TERMINAL_STATUSES.has(remote.status) && remote.usage.pointsCharged === null && task.pointsCharged === null;
+}
+
+/**
+ * What a task that ends without a trustworthy charge is charged: its reservation stands (a charge
+ * is never read as "free"). `priceKey: ""` because a reservation teaches no price. A task that
+ * held nothing (no credit limit, no known price) keeps its charge unknown (null).
+ */
+export function standingCharge(task: Pick<TaskRow, "pointsCharged" | "pointsReserved">): Partial<NewTaskRow> {
+  if (task.pointsCharged !== null) return {};
+  return task.pointsReserved > 0 ? { pointsCharged: task.pointsReserved, priceKey: "" } : {};
+}
+
+/**
  * The one mapping from what the upstream showed to a patch of our row. Status never moves
  * backwards (a stale page or read saying "queued" for a task already processing changes nothing,
- * and an unknown status is no change); usage is taken where given; a terminal status ends the task.
+ * and an unknown status is no change); usage is taken where given (only values parse.ts trusts);
+ * a terminal status ends the task. `final` false (a list item, a creation answer): a task that
+ * ended without a charge is not ended by it, a single read must look for the charge first (see
+ * awaitsCharge); `final` true (that single read): it ends, its reservation standing as its charge.
  */
-export function observedPatch(task: TaskRow, remote: UpstreamTask, now: number): Partial<NewTaskRow> {
-  const status: TaskStatus = remote.status === null || (remote.status === "queued" && task.status === "processing") ? task.status : remote.status;
+export function observedPatch(task: TaskRow, remote: UpstreamTask, now: number, final = true): Partial<NewTaskRow> {
+  const waitForCharge = !final && awaitsCharge(task, remote);
+  const status: TaskStatus =
+    remote.status === null || waitForCharge || (remote.status === "queued" && task.status === "processing") ? task.status : remote.status;
+  const charged = remote.usage.pointsCharged ?? task.pointsCharged;
+  const refunded = remote.usage.pointsRefunded ?? task.pointsRefunded;
   const patch: Partial<NewTaskRow> = {
     status,
-    pointsCharged: remote.usage.pointsCharged ?? task.pointsCharged,
-    pointsRefunded: remote.usage.pointsRefunded ?? task.pointsRefunded,
+    pointsCharged: charged,
+    // A refund never exceeds the charge it refunds (credit limits hold whatever the upstream says).
+    pointsRefunded: refunded === null || charged === null ? task.pointsRefunded : Math.min(refunded, charged),
     updatedAt: status !== task.status ? now : task.updatedAt,
   };
   if (TERMINAL_STATUSES.has(status)) {
+    if (charged === null) Object.assign(patch, standingCharge(task));
     Object.assign(patch, {
       phase: "done",
       completedAt: now,
@@ -100,7 +128,7 @@ export class Lifecycle {
   /** The upstream accepted the submission (or replayed it): the task is in flight, or already ended. */
   async recordSubmission(task: TaskRow, token: string, remote: UpstreamTask, firstPollAt: number): Promise<TaskRow | undefined> {
     const now = this.deps.clock.now();
-    const patch = observedPatch(task, remote, now);
+    const patch = observedPatch(task, remote, now, false);
     const terminal = patch.phase === "done";
     const updated = await this.apply(
       task,
@@ -120,10 +148,13 @@ export class Lifecycle {
     return updated;
   }
 
-  /** A read (single or list) showed the task; `nextRunAt` is when to look again if it goes on. */
-  recordObservation(task: TaskRow, token: string, remote: UpstreamTask, nextRunAt: number): Promise<TaskRow | undefined> {
+  /**
+   * A read showed the task; `nextRunAt` is when to look again if it goes on. `final`: a single read
+   * (see observedPatch); a list item that shows the task ended without a charge does not end it.
+   */
+  recordObservation(task: TaskRow, token: string, remote: UpstreamTask, nextRunAt: number, final = true): Promise<TaskRow | undefined> {
     const now = this.deps.clock.now();
-    const patch = observedPatch(task, remote, now);
+    const patch = observedPatch(task, remote, now, final);
     return this.apply(task, { ...patch, pollCount: task.pollCount + 1, ...(patch.phase === "done" ? {} : { nextRunAt }), ...released }, token);
   }
 
@@ -203,6 +234,23 @@ export class Lifecycle {
   fail(task: TaskRow, token: string | null, error: TaskError): Promise<TaskRow | undefined> {
     const now = this.deps.clock.now();
     return this.apply(task, { status: "failed", phase: "done", errorJson: JSON.stringify(error), completedAt: now, updatedAt: now, nextRunAt: null, ...released }, token);
+  }
+
+  /**
+   * Ends failed a task the upstream accepted (and may have charged) but whose answers the relay
+   * cannot use: an id bound to another task, an id or body it cannot hold. Its reservation stands
+   * as its charge unless a charge was read; no output is ever attached.
+   */
+  failUnusable(task: TaskRow, token: string | null, error: TaskError): Promise<TaskRow | undefined> {
+    const now = this.deps.clock.now();
+    const patch: Partial<NewTaskRow> = { status: "failed", phase: "done", errorJson: JSON.stringify(error), outputJson: null, completedAt: now, updatedAt: now, nextRunAt: null };
+    return this.apply(task, { ...patch, ...standingCharge(task), ...released }, token);
+  }
+
+  /** The relay task other than `task` that the upstream id is already bound to on its account, if any. */
+  async boundElsewhere(task: TaskRow, upstreamTaskId: string): Promise<TaskRow | undefined> {
+    const bound = await this.deps.store.tasks.findByAnyId(upstreamTaskId);
+    return bound.find((t) => t.id !== task.id && t.upstreamAccount === task.upstreamAccount && t.upstreamTaskId === upstreamTaskId);
   }
 
   /**

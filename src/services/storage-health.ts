@@ -3,10 +3,41 @@ import type { Logger } from "../logger.js";
 
 /** SQLite result codes that mean the database cannot take writes now (disk full, I/O, locked out), not a bug. */
 const STORAGE_CODES = /^SQLITE_(FULL|IOERR|READONLY|CANTOPEN|BUSY|LOCKED|NOMEM|CORRUPT|NOTADB|PROTOCOL)/;
+/**
+ * PostgreSQL's counterparts (SQLSTATE): connection exceptions (08), insufficient resources (53:
+ * disk full, out of memory, too many connections), shutdown or start-up (57P01-57P05), a statement
+ * cut off by statement_timeout (57014), an idle transaction timed out (25P03), system and I/O
+ * errors (58), corrupted data (XX001, XX002).
+ */
+const PG_STORAGE_CODES = /^(08...|53...|57P0[1-5]|57014|25P03|58...|XX00[12])$/;
+/** Socket errors of the database connection (node-postgres passes them on as they are). */
+const SOCKET_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "ECONNABORTED"]);
+/** node-postgres's own errors for a lost, closed or timed-out connection carry no code, only these words. */
+const PG_CONNECTION_MESSAGES =
+  /^(Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client has encountered a connection error|Client was closed and is not queryable|Cannot use a pool after calling end)/;
 
+/**
+ * Whether an error means the database cannot serve now (full, failing, unreachable, frozen, out of
+ * connections), not a bug: such errors answer 503 storage_unavailable with Retry-After, never 500.
+ */
 export function isStorageFailure(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === "string" && STORAGE_CODES.test(code);
+  const e = err as { code?: unknown; message?: unknown } | null;
+  const code = e?.code;
+  if (typeof code === "string" && (STORAGE_CODES.test(code) || PG_STORAGE_CODES.test(code) || SOCKET_CODES.has(code))) return true;
+  if (err instanceof Error && PG_CONNECTION_MESSAGES.test(err.message)) return true;
+  // AggregateError (several addresses refused) and wrapped errors: the first cause decides.
+  const cause = err instanceof AggregateError ? err.errors[0] : err instanceof Error ? err.cause : undefined;
+  return cause !== undefined && cause !== err && isStorageFailure(cause);
+}
+
+/**
+ * Whether an error is the unique index on (upstream_account, upstream_task_id) refusing a second
+ * task bound to the same upstream id, on either driver.
+ */
+export function isUpstreamIdTaken(err: unknown): boolean {
+  const e = err as { code?: unknown; constraint?: unknown; message?: unknown } | null;
+  if (e?.code === "23505") return e.constraint === "tasks_upstream_task_uq";
+  return e?.code === "SQLITE_CONSTRAINT_UNIQUE" && typeof e.message === "string" && e.message.includes("upstream_task_id");
 }
 
 /** How long after the last storage failure the relay still reports itself unready. */

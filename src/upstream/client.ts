@@ -3,7 +3,7 @@ import { systemClock } from "../clock.js";
 import type { TaskStatus } from "../statuses.js";
 import { DEFAULT_MAX_BODY_BYTES, ERROR_BODY_BYTES, readLimited } from "./body.js";
 import { UpstreamError } from "./errors.js";
-import { parseBooleanHeader, parseErrorBody, parseJson, parseRetryAfter, parseTask, parseTaskList } from "./parse.js";
+import { MAX_UPSTREAM_ID_LENGTH, namesTaskId, parseBooleanHeader, parseErrorBody, parseJson, parseRetryAfter, parseTask, parseTaskList } from "./parse.js";
 import type { CreateResult, TaskPage, TaskType, UpstreamTask } from "./types.js";
 
 export type { CreateResult, TaskPage, TaskType, UpstreamErrorInfo, UpstreamTask, UpstreamUsage } from "./types.js";
@@ -94,6 +94,19 @@ export class UpstreamClient {
     const res = await this.request({ method: "POST", path: CREATE_PATHS[type], body, idempotencyKey });
     const json = this.json(res);
     const task = parseTask(json);
+    if (task === null && namesTaskId(json)) {
+      // The upstream accepted the creation (2xx) but named it with an id the relay cannot hold;
+      // replays of the same key bring the same id, so asking again is no use (DESIGN §15).
+      throw new UpstreamError({
+        kind: "malformed",
+        status: res.status,
+        code: "invalid_task_id",
+        message: `malformed upstream response (HTTP ${res.status}): the creation's task id cannot be stored (NUL, over ${MAX_UPSTREAM_ID_LENGTH} characters, or not an exact number)`,
+        requestId: res.headers.get("x-request-id"),
+        retryable: false,
+        details: { httpStatus: res.status },
+      });
+    }
     if (task === null) throw this.malformed(res, "creation response carries no task id");
     const header = parseBooleanHeader(res.headers.get("idempotent-replayed"));
     return {

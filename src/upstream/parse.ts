@@ -117,6 +117,14 @@ export function findTaskId(body: unknown): string | null {
   );
 }
 
+/**
+ * Whether the body names a task id at all, usable or not: a creation answer whose id is there but
+ * cannot be stored (NUL, too long) is an upstream defect, not a body that may read better next time.
+ */
+export function namesTaskId(body: unknown): boolean {
+  return [at(body, "data", "id"), at(body, "id"), at(body, "data", "task_id"), at(body, "task_id")].some((v) => v !== undefined && v !== null && v !== "");
+}
+
 function findStatus(body: unknown): TaskStatus | null {
   // The first place holding a status we recognise wins; an unknown word in one
   // place must not hide a known one in the other.

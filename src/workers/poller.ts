@@ -294,7 +294,9 @@ export class Poller {
         const remote = task.upstreamTaskId ? result.seen.get(task.upstreamTaskId) : undefined;
         const status = remote?.status ?? null;
         const terminal = status !== null && TERMINAL_STATUSES.has(status);
-        const settled = terminal && !(status === "succeeded" && (remote!.output === null || remote!.output === undefined));
+        // Ended with its output and a charge (or one read before): the list settles it. Without
+        // either, one single read fetches what the list left out (DESIGN §15: never "free").
+        const settled = terminal && !(status === "succeeded" && (remote!.output === null || remote!.output === undefined)) && remote!.usage.pointsCharged !== null;
         if (terminal || (task.upstreamTaskId && candidates.has(task.upstreamTaskId))) ended += 1;
         if (settled || (status !== null && !terminal)) {
           covered += 1;
@@ -307,13 +309,15 @@ export class Poller {
       state.lastEnded = ended;
       const token = this.opts.owner.token();
       for (const row of await store.tasks.claimIds(changed, "submitted", { now, leaseMs: this.leaseMs(), token })) {
-        await this.opts.lifecycle.recordObservation(row, token, result.seen.get(row.upstreamTaskId!)!, coveredUntil);
+        await this.opts.lifecycle.recordObservation(row, token, result.seen.get(row.upstreamTaskId!)!, coveredUntil, false);
       }
       if (covered > result.reads) metrics?.readsSaved.inc(covered - result.reads);
     } catch (err) {
       const now = clock.now();
       const e = err instanceof UpstreamError ? err : null;
       metrics?.upstreamCalls.inc({ endpoint: "list", outcome: e?.code ?? "error" });
+      // A page too large to read will not shrink: single reads only, as for a list body not understood.
+      if (e?.code === "response_too_large") state.unsupportedUntil = now + LIST_RETRY_MS;
       if (e?.status === 429) await budget.pause(account, now + (e.retryAfterMs ?? 10_000));
       state.nextSweepAt = now + (e?.retryAfterMs ?? 5_000);
       logger.warn({ account, code: e?.code ?? String(err) }, "upstream list sweep failed");
@@ -339,6 +343,17 @@ export class Poller {
       const e = err instanceof UpstreamError ? err : null;
       metrics?.upstreamCalls.inc({ endpoint: "read", outcome: e?.code ?? "error" });
       const log = { task_id: task.id, upstream_task_id: task.upstreamTaskId, account: task.upstreamAccount, code: e?.code ?? String(err) };
+      if (e?.code === "response_too_large") {
+        // The task's own answer is larger than UPSTREAM_MAX_BODY_BYTES: reading it again brings
+        // the same body. The task ends; its reservation stands as its charge (DESIGN §15).
+        await lifecycle.failUnusable(task, token, {
+          code: "upstream_response_too_large",
+          message: `${e.message}. The task may have been charged: check the upstream account.`,
+          request_id: e.requestId,
+        });
+        logger.error(log, "upstream task answer larger than UPSTREAM_MAX_BODY_BYTES; ending the task failed");
+        return;
+      }
       if (e?.status === 429) {
         const until = now + (e.retryAfterMs ?? 10_000);
         await budget.pause(task.upstreamAccount, until);

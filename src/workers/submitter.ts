@@ -8,6 +8,8 @@ import type { Store, TaskRow } from "../store/store.js";
 import type { Nudges } from "../services/deps.js";
 import type { UpstreamAccounts } from "../services/upstream-accounts.js";
 import { UpstreamError, isConcurrentLimit } from "../upstream/errors.js";
+import type { CreateResult } from "../upstream/types.js";
+import { isStorageFailure, isUpstreamIdTaken } from "../services/storage-health.js";
 import { Leadership } from "./leadership.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
@@ -126,7 +128,7 @@ export class Submitter {
   }
 
   private async submit(task: TaskRow): Promise<void> {
-    const { store, clock, logger, lifecycle } = this.opts;
+    const { clock, logger, lifecycle } = this.opts;
     const token = task.claimToken!;
     const now = clock.now();
     // Only a task never offered upstream can expire: after an attempt, the upstream may hold (and charge) it.
@@ -140,17 +142,66 @@ export class Submitter {
     if (begun.kind === "wait") logger.debug({ ...log, outcome: "waiting_for_credits" }, "submission");
     if (begun.kind !== "go") return;
     const marked = begun.task;
+    let result: CreateResult;
     try {
       const upstream = await this.opts.accounts.get(task.upstreamAccount);
-      const result = await upstream.createTask(task.type, JSON.parse(task.requestJson) as Record<string, unknown>, task.upstreamIdempotencyKey);
+      result = await upstream.createTask(task.type, JSON.parse(task.requestJson) as Record<string, unknown>, task.upstreamIdempotencyKey);
       this.opts.metrics?.upstreamCalls.inc({ endpoint: "create", outcome: "ok" });
-      const at = clock.now();
-      await lifecycle.recordSubmission(marked, token, result.task, at + firstPollDelay(task.type));
-      await store.clients.markAdmitted(task.clientId, at);
-      logger.info({ ...log, upstream_task_id: result.task.id, replayed: result.replayed, outcome: "submitted" }, "submission");
     } catch (err) {
       await this.onFailure(task, marked, token, err, log);
+      return;
     }
+    // From here the upstream holds the task: whatever goes wrong in our own bookkeeping, it is
+    // never offered again as if the call had failed (DESIGN §15).
+    await this.record(marked, token, result, log);
+  }
+
+  /** Binds the task to the upstream's answer: one upstream id, one relay task. */
+  private async record(task: TaskRow, token: string, result: CreateResult, log: Record<string, unknown>): Promise<void> {
+    const { store, clock, logger, lifecycle } = this.opts;
+    const remoteId = result.task.id;
+    try {
+      const bound = await lifecycle.boundElsewhere(task, remoteId);
+      if (bound) {
+        await this.conflict(task, token, remoteId, bound.id, log);
+        return;
+      }
+      const at = clock.now();
+      await lifecycle.recordSubmission(task, token, result.task, at + firstPollDelay(task.type));
+      await store.clients.markAdmitted(task.clientId, at);
+      logger.info({ ...log, upstream_task_id: remoteId, replayed: result.replayed, outcome: "submitted" }, "submission");
+    } catch (err) {
+      // Bound by a concurrent transaction between the check and the write: the unique index says so.
+      if (isUpstreamIdTaken(err)) {
+        await this.conflict(task, token, remoteId, null, log);
+        return;
+      }
+      // The database is down: nothing can be recorded now. The lease runs out and the task is
+      // offered again with its own key, which the upstream answers with the same task (no new one).
+      if (isStorageFailure(err)) throw err;
+      // A value our store refused although the reader let it through: a bug of ours, but the task
+      // must not be offered again for it. It ends failed, its reservation standing as its charge.
+      logger.error({ ...log, upstream_task_id: remoteId, outcome: "failed", code: "upstream_invalid_response", err }, "submission accepted upstream but could not be recorded");
+      await lifecycle.failUnusable(task, token, {
+        code: "upstream_invalid_response",
+        message: "The upstream accepted this task but its answer could not be recorded. It may have been charged: check the upstream account.",
+        request_id: result.requestId,
+      });
+    }
+  }
+
+  /**
+   * The upstream answered this creation with an id already bound to another relay task: an
+   * upstream defect. This task ends failed; the other keeps its id, and no client is ever shown the
+   * other's output.
+   */
+  private async conflict(task: TaskRow, token: string, remoteId: string, boundTo: string | null, log: Record<string, unknown>): Promise<void> {
+    await this.opts.lifecycle.failUnusable(task, token, {
+      code: "upstream_conflict",
+      message: `The upstream answered this task's creation with task id ${JSON.stringify(remoteId)}, which already belongs to another task of this relay. This is an upstream defect; the task ended without output. It may have been charged: check the upstream account.`,
+      request_id: null,
+    });
+    this.opts.logger.error({ ...log, outcome: "failed", code: "upstream_conflict", upstream_task_id: remoteId, bound_to: boundTo }, "upstream defect: creation answered with an id bound to another task");
   }
 
   /**
@@ -196,6 +247,17 @@ export class Submitter {
         return;
       }
       await this.giveUp(task, token, e, log, `it kept answering 409 ${e.code} for ${Math.round((now - since) / 60_000)} minutes`);
+      return;
+    }
+    if (e !== null && (e.code === "invalid_task_id" || e.code === "response_too_large")) {
+      // A 2xx the relay cannot use: the upstream accepted (and may have charged) the task, and
+      // every replay of its key brings the same answer. Ended, never offered again.
+      await lifecycle.failUnusable(task, token, {
+        code: "upstream_invalid_response",
+        message: `The upstream accepted this task but its answer cannot be used (${e.message}). It may have been charged: check the upstream account.`,
+        request_id: e.requestId,
+      });
+      logger.error({ ...log, outcome: "failed", code: "upstream_invalid_response", cause: e.code }, "upstream defect: creation answer unusable");
       return;
     }
     // 401 means our own key is wrong, not the caller's request: keep retrying, loudly.

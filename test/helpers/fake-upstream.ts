@@ -26,7 +26,8 @@ export interface FakeTask {
   type: "image" | "video";
   status: "queued" | "processing" | "succeeded" | "failed" | "canceled";
   output?: unknown;
-  usage?: { points_charged?: number; points_refunded?: number };
+  /** Numbers normally; a hostile upstream (issue #22) may send anything. */
+  usage?: { points_charged?: unknown; points_refunded?: unknown };
   error?: { code: string; message: string; request_id?: string };
   /** Fake-clock time of creation. */
   createdAt?: number;
@@ -59,6 +60,10 @@ export class FakeUpstream {
   maxConcurrent: number | null = null;
   /** false: the list endpoint answers a body the relay cannot understand (it must fall back to single reads). */
   listSupported = true;
+  /** Usage a new task is given (what its reads report). */
+  defaultUsage: FakeTask["usage"] = { points_charged: 20 };
+  /** true: list items carry no usage (the reference allows it); only single reads do. */
+  usageOnlyOnSingleReads = false;
   /** Upstream ids the unfiltered list leaves out (an upstream whose list order or scope the relay cannot follow). */
   readonly hiddenUnfiltered = new Set<string>();
 
@@ -142,7 +147,7 @@ export class FakeUpstream {
       return upstreamError(429, "concurrent_limit", "Too many running tasks.", `req_cc_${this.creates.length}`);
     }
     this.counter += 1;
-    const task: FakeTask = { id: `up_${this.counter}`, key: call.key ?? "", type: call.type, status: "queued", usage: { points_charged: 20 }, createdAt: call.at };
+    const task: FakeTask = { id: `up_${this.counter}`, key: call.key ?? "", type: call.type, status: "queued", usage: this.defaultUsage && { ...this.defaultUsage }, createdAt: call.at };
     this.tasks.set(task.id, task);
     if (call.key) this.byKey.set(call.key, task.id);
     return HttpResponse.json(
@@ -162,7 +167,7 @@ export class FakeUpstream {
     return HttpResponse.json({
       data: page.map((t) => {
         const b = this.body(t);
-        return { ...b.data, ...b, data: undefined };
+        return { ...b.data, ...b, data: undefined, ...(this.usageOnlyOnSingleReads ? { usage: undefined } : {}) };
       }),
       next_cursor: offset + limit < all.length ? String(offset + limit) : null,
     });

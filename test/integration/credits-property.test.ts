@@ -36,21 +36,41 @@ const step: fc.Arbitrary<Step> = fc.oneof(
   fc.record({ op: fc.constant("end" as const), pick: fc.nat(), how: fc.constantFrom("succeeded" as const, "failed-refunded" as const, "failed-kept" as const) }),
 );
 
-/** What the fake upstream charges each kind: the table's price for kind 0, drawn prices for the others. */
-function priceUpstream(up: FakeUpstream, prices: number[]): void {
-  for (const call of up.creates) {
+/**
+ * How the upstream writes a task's charge (issue #22): honestly, as a digit string, or not in a way
+ * the relay may trust (missing, negative, fractional). Credit limits hold whatever it says.
+ */
+const CHARGE_MODES = ["number", "string", "missing", "negative", "fractional"] as const;
+type ChargeMode = (typeof CHARGE_MODES)[number];
+
+function written(mode: ChargeMode, price: number): { points_charged?: unknown } {
+  if (mode === "number") return { points_charged: price };
+  if (mode === "string") return { points_charged: String(price) };
+  if (mode === "negative") return { points_charged: -1000 * price };
+  if (mode === "fractional") return { points_charged: price + 0.5 };
+  return {};
+}
+
+/** What the fake upstream charges each kind: the table's price for kind 0, drawn prices for the others, written as `modes` say. */
+function priceUpstream(up: FakeUpstream, prices: number[], modes: ChargeMode[]): void {
+  for (const [i, call] of up.creates.entries()) {
     const id = up.taskOf(String(call.key).replace(/^genrelay-/, ""))?.id;
     if (!id) continue;
     const kind = KINDS.findIndex((k) => k.model === call.body.model && (k.extra as Record<string, unknown>).aspect_ratio === call.body.aspect_ratio && (k.extra as Record<string, unknown>).quality === call.body.quality);
     const task = up.tasks.get(id)!;
-    if (task.usage?.points_refunded === undefined) up.set(id, { usage: { points_charged: prices[kind]! } });
+    if (task.usage?.points_refunded === undefined) up.set(id, { usage: written(modes[i % modes.length]!, prices[kind]!) });
   }
 }
 
 describe("credit budget property", () => {
   it("charged + reserved ≤ limit after every step, and refused tasks never reach the upstream", async () => {
     await fc.assert(
-      fc.asyncProperty(fc.array(step, { minLength: 5, maxLength: 40 }), fc.integer({ min: 5, max: 120 }), fc.integer({ min: 5, max: 120 }), async (steps, p1, p2) => {
+      fc.asyncProperty(
+        fc.array(step, { minLength: 5, maxLength: 40 }),
+        fc.integer({ min: 5, max: 120 }),
+        fc.integer({ min: 5, max: 120 }),
+        fc.array(fc.constantFrom(...CHARGE_MODES), { minLength: 1, maxLength: 12 }),
+        async (steps, p1, p2, modes) => {
         const { t, up } = suite.setup();
         const { apiKey, id: clientId } = t.client("limited", { creditLimit: LIMIT });
         const prices = [20, p1, p2];
@@ -68,13 +88,19 @@ describe("credit budget property", () => {
             expect([201, 402]).toContain(res.status);
           } else if (s.op === "submit") {
             await t.relay.submitter.runOnce();
-            priceUpstream(up, prices);
+            priceUpstream(up, prices, modes);
           } else if (s.op === "poll") {
             const before = new Map(open(t).map((row) => [row.id, row]));
             t.clock.advance(3_000);
             await t.relay.poller.runOnce();
             for (const row of listTasksForSupport(t.database.db, { limit: 1000 })) {
               const was = before.get(row.id);
+              // A task that ends holding a reservation is never charged "free" (issue #22): its charge
+              // is one the upstream gave and the relay trusts, or the reservation itself.
+              if (was && row.phase === "done" && was.pointsReserved > 0 && row.submitAttempts > 0) {
+                expect(row.pointsCharged).not.toBeNull();
+                expect(row.pointsCharged).toBeGreaterThanOrEqual(0);
+              }
               if (!was || was.pointsCharged !== null || row.pointsCharged === null) continue;
               const kind = prices.indexOf(row.pointsCharged);
               // First charge of a price the relay did not know, for a task that held all the room it
@@ -94,6 +120,7 @@ describe("credit budget property", () => {
           }
           const p = creditPosition(t.database.db, clientId)!;
           expect(p.charged - p.refunded + p.reserved).toBeLessThanOrEqual(LIMIT + allowance);
+          expect(p.charged - p.refunded).toBeGreaterThanOrEqual(0);
           // The books agree with the rows (nothing is pruned here).
           const rows = listTasksForSupport(t.database.db, { limit: 1000 });
           expect(p.reserved).toBe(rows.reduce((sum, r) => sum + (r.phase === "done" ? 0 : r.pointsReserved), 0));
@@ -105,7 +132,8 @@ describe("credit budget property", () => {
             expect(up.taskOf(row.id)).toBeUndefined();
           }
         }
-      }),
+        },
+      ),
       { numRuns: 25 },
     );
   }, 120_000);
