@@ -16,6 +16,7 @@ import { registerModelRoutes } from "./routes/meta.js";
 import { registerTaskRoutes } from "./routes/tasks.js";
 import { registerStorageRoutes } from "./routes/storage.js";
 import { registerWebhookSettingsRoutes } from "./routes/webhook-settings.js";
+import { registerWebhookDocs } from "./webhook-schemas.js";
 import type { ZodError } from "zod";
 
 export interface AppDeps extends ServiceDeps {
@@ -72,6 +73,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
     scheme: "bearer",
     description: "A relay API key (grk_…) issued by `npm run cli -- clients create`.",
   });
+  registerWebhookDocs(app);
   app.doc31("/openapi.json", {
     openapi: "3.1.0",
     info: {

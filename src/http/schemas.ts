@@ -39,6 +39,17 @@ const nearMisses = (type: "image" | "video") => (body: Record<string, unknown>, 
 /** Near misses are named also when other fields failed (`promt` beside "prompt is required"). */
 const whenObject = { when: (payload: { value: unknown }) => typeof payload.value === "object" && payload.value !== null && !Array.isArray(payload.value) };
 
+/** Whole-body examples: /docs' "Try it out" sends them as they are, so they must be accepted (no placeholders). */
+export const IMAGE_EXAMPLE = {
+  model: "p-image",
+  mode: "generate",
+  prompt: "a lighthouse at dawn, watercolor",
+  count: 1,
+  callback_url: "https://example.com/hooks/genrelay",
+  metadata: { order_id: "1234" },
+};
+export const VIDEO_EXAMPLE = { model: "v-video", video_mode: "t2v", prompt: "waves at night, slow pan", duration: 5, callback_url: "https://example.com/hooks/genrelay" };
+
 /** The relay's own fields, added to either upstream body. */
 const relayFields = {
   callback_url: z
@@ -89,7 +100,7 @@ export const ImageGenerationBody = z
     }
   })
   .superRefine(nearMisses("image"), whenObject)
-  .openapi("ImageGenerationRequest");
+  .openapi("ImageGenerationRequest", { example: IMAGE_EXAMPLE });
 
 export const VideoGenerationBody = z
   .looseObject({
@@ -105,7 +116,7 @@ export const VideoGenerationBody = z
     ...relayFields,
   })
   .superRefine(nearMisses("video"), whenObject)
-  .openapi("VideoGenerationRequest");
+  .openapi("VideoGenerationRequest", { example: VIDEO_EXAMPLE });
 
 export const ErrorSchema = z
   .object({

@@ -2,6 +2,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { Webhook } from "standardwebhooks";
 import { vi } from "vitest";
+import { webhookBodyProblems } from "./webhook-schema.js";
 
 export interface Received {
   method: string;
@@ -33,6 +34,8 @@ export interface Receiver {
   fallback: Answer;
   /** Resolves with the next request received. */
   next(): Promise<Received>;
+  /** Bodies that did not validate against their OpenAPI `webhooks` schema; close() fails when any did. */
+  invalid: string[];
   close(): Promise<void>;
 }
 
@@ -52,6 +55,8 @@ export async function startReceiver(fallback: Answer = ok): Promise<Receiver> {
       }
       const received: Received = { method: req.method ?? "", url: req.url ?? "", headers: req.headers as Record<string, string>, body, json };
       receiver.requests.push(received);
+      // Every body the relay sends in the suite is checked against /openapi.json's webhooks (ajv).
+      if (req.method === "POST") receiver.invalid.push(...webhookBodyProblems(body));
       waiters.shift()?.(received);
       (receiver.answers.shift() ?? receiver.fallback)(received, res);
     });
@@ -64,9 +69,11 @@ export async function startReceiver(fallback: Answer = ok): Promise<Receiver> {
     answers: [],
     fallback,
     next: () => new Promise((resolve) => waiters.push(resolve)),
+    invalid: [],
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
+      if (receiver.invalid.length > 0) throw new Error(`bodies not matching their OpenAPI webhooks schema:\n${receiver.invalid.join("\n")}`);
     },
   };
   return receiver;

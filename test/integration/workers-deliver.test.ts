@@ -339,6 +339,7 @@ describe("dispatcher: order, secrets, isolation", () => {
     const { data } = (await res.json()) as { data: Record<string, unknown> };
     expect(data).toEqual({
       webhook_id: expect.stringMatching(/^evt_/),
+      type: "ping",
       url: r.url("/ping"),
       succeeded: true,
       status_code: 200,
