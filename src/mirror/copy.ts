@@ -53,13 +53,19 @@ export async function copyFile(
   try {
     await bucket.upload(key, meter, contentType, req.signal);
   } catch (err) {
-    // The source's failure (too large, stalled) is the cause when it broke the upload.
-    throw asCopyError(sourceFailure ?? err, source);
+    // The source's own failure (too large, stalled) is the cause when it broke the upload; a
+    // premature close is only the upload letting go of it.
+    throw asCopyError(sourceFailure && !isConsumerClose(sourceFailure) ? sourceFailure : err, source);
   } finally {
     if (!opened.body.destroyed) opened.body.destroy();
   }
   if (sourceFailure) throw asCopyError(sourceFailure, source);
   return { key, bytes: meter.bytes, sha256: meter.sha256, contentType };
+}
+
+function isConsumerClose(err: unknown): boolean {
+  const e = err as { code?: string; name?: string };
+  return e?.code === "ERR_STREAM_PREMATURE_CLOSE" || e?.name === "AbortError" || e?.code === "UND_ERR_ABORTED";
 }
 
 function asCopyError(err: unknown, source: SourceFetcher): CopyError {

@@ -61,6 +61,8 @@ export class SourceFetcher {
       throw describeSourceError(err, this.opts.idleTimeoutMs);
     }
     const { statusCode, headers, body } = response;
+    // Destroying an undici body emits an error; unlistened, it would end the process.
+    body.on("error", () => {}); // a read's failure reaches its reader through the pipeline
     if (statusCode !== 200) {
       body.destroy();
       if (statusCode >= 300 && statusCode < 400) {
@@ -77,7 +79,6 @@ export class SourceFetcher {
       throw tooLarge(this.opts.maxBytes, contentLength);
     }
     const type = one(headers["content-type"]);
-    body.on("error", () => {}); // reported through the pipeline that reads it
     return { body: body as unknown as Readable, contentType: type && /^[\x20-\x7e]{1,200}$/.test(type) ? type : null, contentLength };
   }
 

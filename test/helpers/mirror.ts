@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -12,9 +12,10 @@ import type { Lifecycle } from "../../src/core/lifecycle.js";
 import type { Store, TaskRow } from "../../src/store/store.js";
 
 /** A real S3-compatible server (s3rver) on loopback, with one bucket, in a temp folder. */
-export async function startS3(bucket = "outputs") {
+export async function startS3(bucket = "outputs", others: string[] = []) {
   const dir = mkdtempSync(join(tmpdir(), "genrelay-s3-"));
-  const server = new S3rver({ address: "127.0.0.1", port: 0, silent: true, directory: dir, configureBuckets: [{ name: bucket }] });
+  const buckets = [bucket, ...others].map((name) => ({ name }));
+  const server = new S3rver({ address: "127.0.0.1", port: 0, silent: true, directory: dir, configureBuckets: buckets });
   const address = (await server.run()) as AddressInfo;
   const endpoint = `http://127.0.0.1:${address.port}`;
   const client = new S3Client({
@@ -28,6 +29,7 @@ export async function startS3(bucket = "outputs") {
   return {
     endpoint,
     bucket,
+    dir,
     server,
     client,
     /** The stored object's bytes, read back: what the bucket really holds. */
@@ -150,4 +152,36 @@ export async function succeedTask(store: Store, lifecycle: Lifecycle, clientId: 
   const remote = { id: `up-${id}`, status: "succeeded" as const, output, usage: { pointsCharged: 5, pointsRefunded: 0 }, error: null, raw: {} };
   const after = await lifecycle.recordObservation(claimed!, `test:${id}`, remote, now + 60_000);
   return after!;
+}
+
+/**
+ * A loopback proxy in front of the S3 server that can answer for it instead: what a bucket that
+ * refuses (403) or breaks (500) looks like to the relay.
+ */
+export async function startBucketProxy(target: string) {
+  const state: { fail: null | { status: number; code: string } } = { fail: null };
+  const server = createServer((req, res) => {
+    if (state.fail) {
+      req.resume();
+      res.writeHead(state.fail.status, { "Content-Type": "application/xml" });
+      res.end(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>${state.fail.code}</Code><Message>${state.fail.code} from the test proxy</Message></Error>`);
+      return;
+    }
+    const url = new URL(req.url ?? "/", target);
+    const upstream = request(url, { method: req.method, headers: req.headers }, (up) => {
+      res.writeHead(up.statusCode ?? 502, up.headers);
+      up.pipe(res);
+    });
+    upstream.on("error", () => res.destroy());
+    req.pipe(upstream);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return {
+    endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    state,
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
 }

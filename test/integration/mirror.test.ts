@@ -4,7 +4,10 @@ import { silentLogger } from "../../src/logger.js";
 import { Mirror, type MirrorOptions } from "../../src/workers/mirror.js";
 import { LeaseOwner } from "../../src/workers/owner.js";
 import { createTestRelay, type TestRelay } from "../helpers/relay.js";
-import { patternSha, startFileServer, startS3, streamPattern, succeedTask, type TestS3 } from "../helpers/mirror.js";
+import { patternSha, startBucketProxy, startFileServer, startS3, streamPattern, succeedTask, type TestS3 } from "../helpers/mirror.js";
+import { setStorage } from "../../src/services/storage.js";
+import { rmSync } from "node:fs";
+import { join } from "node:path";
 import { startReceiver, verifyAt } from "../helpers/receiver.js";
 
 const KEY = Buffer.alloc(32, 9).toString("base64");
@@ -16,8 +19,18 @@ let files: Awaited<ReturnType<typeof startFileServer>>;
 const relays: TestRelay[] = [];
 const mirrors: Mirror[] = [];
 
+let releaseGate: () => void = () => {};
+let gateReached: Promise<void> = Promise.resolve();
+let reachedGate: () => void = () => {};
+/** Whether the next request of /out/gated.bin waits for the test after 9 MiB (later ones do not). */
+let gateArmed = false;
+function armGate(): void {
+  gateArmed = true;
+  gateReached = new Promise((r) => (reachedGate = r));
+}
+
 beforeAll(async () => {
-  s3 = await startS3();
+  s3 = await startS3("outputs", ["doomed"]);
   files = await startFileServer({
     "/out/a.png": (_req, res) => {
       res.writeHead(200, { "Content-Type": "image/png", "Content-Length": String(PNG.length) });
@@ -26,6 +39,33 @@ beforeAll(async () => {
     "/out/clip": (_req, res) => {
       res.writeHead(200, { "Content-Type": "video/mp4" });
       void streamPattern(res, 3 * 1024 * 1024 + 17);
+    },
+    "/out/redirect.png": (_req, res) => {
+      res.writeHead(302, { Location: "/out/a.png" }).end();
+    },
+    "/out/declared-big.bin": (_req, res) => {
+      res.writeHead(200, { "Content-Length": "50000000" });
+      res.write(Buffer.alloc(100));
+    },
+    "/out/stall.bin": (_req, res) => {
+      res.writeHead(200, { "Content-Length": "10000" });
+      res.write(Buffer.alloc(100)); // then nothing more
+    },
+    "/out/missing.png": (_req, res) => {
+      res.writeHead(404).end();
+    },
+    // 12 MiB: the first 9 MiB, then waits for the test (a multipart upload is under way by then).
+    "/out/gated.bin": async (_req, res) => {
+      res.writeHead(200, { "Content-Type": "application/octet-stream" });
+      const gate = gateArmed ? new Promise<void>((r) => (releaseGate = r)) : Promise.resolve();
+      const reached = gateArmed ? reachedGate : () => {};
+      gateArmed = false;
+      const nine = 9 * 1024 * 1024;
+      for (let sent = 0; sent < nine; sent += 1024 * 1024) if (!res.write(Buffer.alloc(1024 * 1024, 7))) await new Promise((r) => res.once("drain", r));
+      reached();
+      await gate;
+      for (let sent = 0; sent < 3 * 1024 * 1024; sent += 1024 * 1024) if (!res.write(Buffer.alloc(1024 * 1024, 7))) await new Promise((r) => res.once("drain", r));
+      res.end();
     },
   });
 });
@@ -185,5 +225,129 @@ describe("mirroring a succeeded task's output", () => {
     await mirrorOf(t).runOnce();
     const files0 = (await eventsOf(t, task.id))[0]!.body.data.files[0];
     expect(files0.url).toBe(`https://cdn.example.com/media/gen/${task.id}/0.png`);
+  });
+});
+
+/** Runs mirror rounds (the fake clock moved to each retry) until the task is done; its task.succeeded data. */
+async function mirrorUntilDone(t: TestRelay, m: Mirror, taskId: string): Promise<any> {
+  for (let round = 0; round < 5; round++) {
+    await m.runOnce();
+    const task = await t.store.tasks.find(taskId);
+    if (task!.phase === "done") {
+      const events = await eventsOf(t, taskId);
+      expect(events.map((e) => e.type)).toEqual(["task.succeeded"]);
+      expect((await t.store.events.ofTask(taskId))[0]!.deliveryStatus).toBe("pending");
+      return events[0]!.body.data;
+    }
+    expect(task).toMatchObject({ phase: "mirroring", status: "processing" });
+    t.clock.advance(1_000);
+  }
+  throw new Error("the task never left mirroring");
+}
+
+describe("bad input ends in a clear files[i].error and an event, never a stuck task", () => {
+  it.each([
+    ["a redirect", "/out/redirect.png", /^redirect \(302\) not followed: the output URL must serve the file itself$/],
+    ["a declared body over MIRROR_MAX_BYTES", "/out/declared-big.bin", /^larger than MIRROR_MAX_BYTES \(2000000 bytes\): 50000000 bytes$/],
+    ["a streamed body over MIRROR_MAX_BYTES", "/out/clip", /^larger than MIRROR_MAX_BYTES \(2000000 bytes\)$/],
+    ["a server that stalls mid-body (retried, then given up)", "/out/stall.bin", /^the output URL stalled: nothing received for 500 ms \(after 2 attempts\)$/],
+    ["a 404", "/out/missing.png", /^the output URL answered HTTP 404$/],
+  ])("%s", async (_name, path, error) => {
+    const t = relay({ MIRROR_MAX_BYTES: "2000000" });
+    const c = t.client();
+    await setBucket(t, c.apiKey);
+    const output = { images: [{ url: files.url(path) }, { url: files.url("/out/a.png") }] };
+    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, output, t.clock.now());
+    const data = await mirrorUntilDone(t, mirrorOf(t), task.id);
+    expect(data.files).toEqual([
+      { source_url: files.url(path), error: expect.stringMatching(error) },
+      expect.objectContaining({ source_url: files.url("/out/a.png"), sha256: sha(PNG) }),
+    ]);
+    expect(data.status).toBe("succeeded");
+  });
+
+  it("an output URL on a private address is refused unless WEBHOOK_ALLOW_PRIVATE_NETWORKS", async () => {
+    const t = relay({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "false" });
+    const c = t.client();
+    await setStorage({ store: t.store, config: { ...t.config, webhookAllowPrivateNetworks: true } }, c.id, s3.storageBody());
+    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { url: files.url("/out/a.png") }, t.clock.now());
+    const data = await mirrorUntilDone(t, mirrorOf(t), task.id);
+    expect(data.files).toEqual([{ source_url: files.url("/out/a.png"), error: expect.stringMatching(/^blocked: 127\.0\.0\.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true/) }]);
+  });
+
+  it.each([
+    ["403", { status: 403, code: "AccessDenied" }, /^bucket: access denied by the bucket \(AccessDenied\): check the key's permissions \(after 2 attempts\)$/],
+    ["500", { status: 500, code: "InternalError" }, /^bucket answered HTTP 500 InternalError: InternalError from the test proxy \(after 2 attempts\)$/],
+  ])("a bucket answering %s", async (_name, fail, error) => {
+    const proxy = await startBucketProxy(s3.endpoint);
+    try {
+      proxy.state.fail = fail;
+      const t = relay();
+      const c = t.client();
+      await setBucket(t, c.apiKey, { endpoint: proxy.endpoint });
+      const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { url: files.url("/out/a.png") }, t.clock.now());
+      const data = await mirrorUntilDone(t, mirrorOf(t), task.id);
+      expect(data.files).toEqual([{ source_url: files.url("/out/a.png"), error: expect.stringMatching(error) }]);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("wrong credentials", async () => {
+    const t = relay();
+    const c = t.client();
+    await setBucket(t, c.apiKey, { access_key_id: "NOT-A-KEY" });
+    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { url: files.url("/out/a.png") }, t.clock.now());
+    const data = await mirrorUntilDone(t, mirrorOf(t), task.id);
+    expect(data.files[0].error).toMatch(/^bucket: wrong credentials: the bucket does not know this access key id \(InvalidAccessKeyId\)/);
+  });
+
+  it("the bucket deleted while a multipart copy is under way", async () => {
+    const t = relay();
+    const c = t.client();
+    await setBucket(t, c.apiKey, { bucket: "doomed" });
+    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { url: files.url("/out/gated.bin") }, t.clock.now());
+    const m = mirrorOf(t);
+    armGate();
+    const first = m.runOnce();
+    await gateReached;
+    rmSync(join(s3.dir, "doomed"), { recursive: true, force: true });
+    releaseGate();
+    await first;
+    // The copy failed against a bucket that is gone; the retry finds it gone too, and the event goes out.
+    t.clock.advance(1_000);
+    const data = await mirrorUntilDone(t, m, task.id);
+    expect(data.files).toEqual([{ source_url: files.url("/out/gated.bin"), error: expect.stringMatching(/^bucket: the bucket does not exist \(NoSuchBucket\)/) }]);
+  });
+});
+
+describe("crash safety", () => {
+  it("a copy cut off mid-upload (its process gone) is made again by the next holder; the event is written once", async () => {
+    const t = relay();
+    const c = t.client();
+    await setBucket(t, c.apiKey);
+    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { a: files.url("/out/a.png"), b: files.url("/out/gated.bin") }, t.clock.now());
+    const dying = mirrorOf(t, { leaseMs: 30_000 });
+    armGate();
+    const cut = dying.runOnce();
+    await gateReached;
+    // The first file is copied and recorded; the second is mid-upload when the process "dies".
+    expect(JSON.parse((await t.store.tasks.find(task.id))!.filesJson!).files[0]).toMatchObject({ sha256: sha(PNG) });
+    await dying.close();
+    releaseGate();
+    await cut;
+    expect(await eventsOf(t, task.id)).toEqual([]);
+    // Its lease is still held: nobody else copies until it runs out.
+    const next = mirrorOf(t);
+    expect(await next.runOnce()).toBe(0);
+    t.clock.advance(30_001);
+    expect(await next.runOnce()).toBe(1);
+    const events = await eventsOf(t, task.id);
+    expect(events.map((e) => e.type)).toEqual(["task.succeeded"]);
+    expect(events[0]!.body.data.files.map((f: any) => [f.key, f.bytes])).toEqual([
+      [`gen/${task.id}/0.png`, 1000],
+      [`gen/${task.id}/1.bin`, 12 * 1024 * 1024],
+    ]);
+    expect((await s3.read(`gen/${task.id}/1.bin`)).bytes).toBe(12 * 1024 * 1024);
   });
 });
