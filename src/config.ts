@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { parseSchedule } from "./duration.js";
+import { parseDuration, parseSchedule } from "./duration.js";
 
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 
@@ -71,6 +71,16 @@ const schedule = z.string().transform((v, ctx) => {
   return parsed;
 });
 
+const duration = (min: number, max: number) =>
+  z.string().transform((v, ctx) => {
+    const ms = parseDuration(v);
+    if (ms === null || ms < min || ms > max) {
+      ctx.addIssue({ code: "custom", message: `must be a duration such as 30m, 1h or 90s, between ${min} ms and ${max / 3_600_000} h` });
+      return z.NEVER;
+    }
+    return ms;
+  });
+
 /** A size in bytes: plain bytes, or a number with KiB/MiB/GiB (or KB/MB/GB, read as the binary units). */
 const byteSize = (min: number, max: number) =>
   z.string().transform((v, ctx) => {
@@ -99,6 +109,8 @@ const EnvSchema = z
     WEBHOOK_ALLOW_PRIVATE_NETWORKS: bool.default(false),
     WEBHOOK_TIMEOUT_MS: int(100, 300_000).default(15_000),
     WEBHOOK_MAX_IN_FLIGHT_PER_HOST: int(1, 1_000).default(8),
+    WEBHOOK_MAX_IN_FLIGHT: int(1, 10_000).default(64),
+    WEBHOOK_FAILING_NOTICE_AFTER: duration(1_000, 7 * 24 * 3_600_000).default(3_600_000),
     WEBHOOK_RETRY_SCHEDULE: schedule.default([0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]),
     UPSTREAM_MAX_CONCURRENT: int(1, 10_000).optional(),
     UPSTREAM_TIMEOUT_MS: int(100, 300_000).default(30_000),
@@ -109,6 +121,7 @@ const EnvSchema = z
     PUBLIC_BASE_URL: publicBaseUrl.optional(),
     METRICS_TOKEN: bearerToken.optional(),
     MIRROR_MAX_BYTES: int(1, Number.MAX_SAFE_INTEGER).default(1024 ** 3),
+    SANDBOX: bool.optional(),
   })
   .superRefine((env, ctx) => {
     if (env.UPSTREAM_BASE_URL && !env.UPSTREAM_API_KEY) {
@@ -137,6 +150,10 @@ export interface Config {
   webhookTimeoutMs: number;
   /** Delivery attempts in flight to one destination host at once. */
   webhookMaxInFlightPerHost: number;
+  /** Delivery attempts in flight in all, shared fairly among the clients with due deliveries. */
+  webhookMaxInFlight: number;
+  /** How long a callback host answers no 2xx before its client gets an endpoint.failing notice. */
+  webhookFailingNoticeAfterMs: number;
   webhookRetryScheduleMs: number[];
   encryptionKey: Buffer | null;
   taskRetentionDays: number;
@@ -175,6 +192,16 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   return toConfig(result.data);
 }
 
+/**
+ * Sandbox mode in production is a mistake unless said on purpose (section 14): the one line that
+ * refuses to start, or null. Checked by the server only (the CLI needs no upstream).
+ */
+export function sandboxRefusal(env: Record<string, string | undefined>, config: Pick<Config, "upstreamBaseUrl">): string | null {
+  if (env.NODE_ENV !== "production" || config.upstreamBaseUrl) return null;
+  if (bool.safeParse(env.SANDBOX ?? "false").data === true) return null;
+  return "NODE_ENV=production but UPSTREAM_BASE_URL is not set: refusing to serve simulated results (set UPSTREAM_BASE_URL and UPSTREAM_API_KEY, or SANDBOX=true to run the sandbox on purpose)";
+}
+
 function toConfig(env: Env): Config {
   return {
     port: env.PORT,
@@ -190,6 +217,8 @@ function toConfig(env: Env): Config {
     webhookAllowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
     webhookTimeoutMs: env.WEBHOOK_TIMEOUT_MS,
     webhookMaxInFlightPerHost: env.WEBHOOK_MAX_IN_FLIGHT_PER_HOST,
+    webhookMaxInFlight: env.WEBHOOK_MAX_IN_FLIGHT,
+    webhookFailingNoticeAfterMs: env.WEBHOOK_FAILING_NOTICE_AFTER,
     webhookRetryScheduleMs: env.WEBHOOK_RETRY_SCHEDULE,
     encryptionKey: env.RELAY_ENCRYPTION_KEY ?? null,
     taskRetentionDays: env.TASK_RETENTION_DAYS,

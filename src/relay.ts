@@ -19,6 +19,8 @@ import { Poller, type PollStrategy } from "./workers/poller.js";
 import { Pruner } from "./workers/pruner.js";
 import { Mirror } from "./workers/mirror.js";
 import { outputUrls } from "./mirror/output-urls.js";
+import { Notifier } from "./workers/notifier.js";
+import { EndpointHealth } from "./services/notices.js";
 import { ReadBudget } from "./workers/read-budget.js";
 import { Submitter } from "./workers/submitter.js";
 import { Leadership } from "./workers/leadership.js";
@@ -51,6 +53,8 @@ export class Relay {
   readonly dispatcher: Dispatcher;
   readonly pruner: Pruner;
   readonly mirror: Mirror;
+  readonly notifier: Notifier;
+  readonly health: EndpointHealth;
   readonly budget: ReadBudget;
   readonly sender: WebhookSender;
   readonly owner = new LeaseOwner();
@@ -85,6 +89,7 @@ export class Relay {
       mirrors: async (task, outputJson) => outputUrls(outputJson).length > 0 && ((await store.clients.find(task.clientId))?.storageConfig ?? null) !== null,
     });
     this.catalog = new CatalogCache(accounts, clock, logger);
+    this.health = new EndpointHealth({ store, clock, logger, onNotice: () => this.loops.find((l) => l.name === "notifier")?.nudge() });
     this.storage = new StorageHealth(clock, logger);
     this.deps = { store, clock, config, logger, nudges, lifecycle: this.lifecycle, catalog: this.catalog, storage: this.storage };
     const leadership = new Leadership(store, logger);
@@ -112,11 +117,14 @@ export class Relay {
       sender: this.sender,
       owner: this.owner,
       maxPerHost: config.webhookMaxInFlightPerHost,
+      maxInFlight: config.webhookMaxInFlight,
+      health: this.health,
       onAttempt: (event, result) => {
         metrics.webhookAttempts.inc({ outcome: result.ok ? "succeeded" : result.blocked ? "blocked" : "failed" });
         if (result.ok) metrics.deliveryLatency.observe(Math.max(0, clock.now() - event.createdAt) / 1000);
       },
     });
+    this.notifier = new Notifier({ store, clock, config, logger, sender: this.sender, owner: this.owner, health: this.health });
     this.pruner = new Pruner({ store, clock, logger, retentionDays: config.taskRetentionDays });
     this.mirror = new Mirror({
       store,
@@ -144,6 +152,7 @@ export class Relay {
       new WorkerLoop({ name: "submitter", clock, logger, storage: this.storage, tick: () => this.submitter.runOnce(), coalesceMs: 10 }),
       new WorkerLoop({ name: "poller", clock, logger, storage: this.storage, tick: () => this.poller.runOnce() }),
       new WorkerLoop({ name: "dispatcher", clock, logger, storage: this.storage, tick: () => this.dispatcher.tick() }),
+      new WorkerLoop({ name: "notifier", clock, logger, storage: this.storage, tick: () => this.notifier.tick() }),
       new WorkerLoop({ name: "pruner", clock, logger, storage: this.storage, tick: () => this.pruner.tick(), idleMs: 60 * 60 * 1000 }),
       // Keeps the model catalog warm, so intake checks requests against it without waiting on the upstream.
       new WorkerLoop({ name: "catalog", clock, logger, storage: this.storage, tick: async () => ({ didWork: false, nextDueAt: await this.catalog.refreshDue() }), idleMs: 10 * 60 * 1000 }),
@@ -202,7 +211,7 @@ export class Relay {
 
   /** Stops claiming, waits for in-flight work up to the deadline, then releases every lease this process holds. */
   async stop(deadlineMs = 10_000): Promise<void> {
-    const stopped = Promise.all(this.loops.map((l) => l.stop())).then(() => this.dispatcher.drain());
+    const stopped = Promise.all(this.loops.map((l) => l.stop())).then(() => Promise.all([this.dispatcher.drain(), this.notifier.drain()]));
     await Promise.race([stopped, new Promise((r) => setTimeout(r, deadlineMs).unref())]);
     // Copies still running stop here (a large file may take minutes); whoever claims them next starts again.
     await this.mirror.close();

@@ -3,11 +3,14 @@ import { newId } from "../ids.js";
 import type { EventRow, NewEventRow, Store } from "../store/store.js";
 import { retryDelayMs } from "../webhooks/schedule.js";
 import type { SendResult } from "../webhooks/sender.js";
+import { ANSWER_BYTES, ERROR_BYTES, storableText } from "./stored-text.js";
 
 /** What became of an event after one attempt: the log's outcome word and the event's new state. */
 export interface AttemptOutcome {
-  outcome: "delivered" | "gone" | "retry" | "exhausted" | "too_large";
+  outcome: "delivered" | "gone" | "retry" | "exhausted" | "too_large" | "paused";
   patch: Partial<NewEventRow>;
+  /** False when the attempt does not advance the event's retry schedule (a failed trial of a paused host). */
+  spendsRetry?: boolean;
 }
 
 /**
@@ -48,19 +51,28 @@ export class DeliveryLifecycle {
         statusCode: result.statusCode,
         latencyMs: Math.round(result.latencyMs),
         outcome: result.ok ? "succeeded" : result.blocked ? "blocked" : "failed",
-        error: result.error,
-        responseBody: result.responseBody,
+        error: storableText(result.error, ERROR_BYTES),
+        responseBody: storableText(result.responseBody, ANSWER_BYTES),
       },
       {
         attempts: event.attempts + 1,
-        roundAttempts: event.roundAttempts + 1,
+        // A paused host's trial that fails spends no step of the schedule: the event waits for the host.
+        roundAttempts: next.spendsRetry === false ? event.roundAttempts : event.roundAttempts + 1,
         lastAttemptAt: startedAt,
         lastStatusCode: result.statusCode,
-        lastError: result.error,
+        lastError: storableText(result.error, ERROR_BYTES),
         ...next.patch,
       },
     );
     return next;
+  }
+
+  /**
+   * The trial of a paused host failed: the attempt is recorded, but the event keeps its place in
+   * the retry schedule and waits for the host's next trial (`until`), like the host's other events.
+   */
+  recordPausedTrial(event: EventRow, startedAt: number, result: SendResult, until: number): Promise<AttemptOutcome> {
+    return this.recordAttempt(event, startedAt, result, { outcome: "paused", patch: { nextAttemptAt: until }, spendsRetry: false });
   }
 
   /** An attempt refused before the wire for good (a body over the size limit would be refused every time): recorded, and the event failed. */

@@ -1,4 +1,5 @@
 import { and, asc, desc, eq, gt, gte, inArray, isNull, lt, lte, notInArray, or, sql, type SQL } from "drizzle-orm";
+import { pickWithinRoom } from "../store/fairness.js";
 import type { Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
 import { clients, deliveryAttempts, events } from "./schema.js";
@@ -70,6 +71,10 @@ function claimable(now: number): SQL {
   )!;
 }
 
+function notOfClients(ids: string[] | undefined): SQL | undefined {
+  return ids && ids.length > 0 ? notInArray(events.clientId, ids) : undefined;
+}
+
 export interface ClaimOptions {
   now: number;
   leaseMs: number;
@@ -85,6 +90,8 @@ export interface ClaimOptions {
    * Without it one key's backlog could fill the whole claim, only to be released again.
    */
   keyRoom?: (key: string) => number;
+  excludeClients?: string[];
+  clientRoom?: (clientId: string) => number;
 }
 
 /** How far past `limit` to look for events of other hosts when the first ones are over their host's room. */
@@ -96,7 +103,7 @@ const SCAN_FACTOR = 4;
  */
 export function claimDueEvents(db: Db, opts: ClaimOptions): EventRow[] {
   if (opts.limit <= 0) return [];
-  const where = and(claimable(opts.now), notAtKeys(opts.excludeKeys));
+  const where = and(claimable(opts.now), notAtKeys(opts.excludeKeys), notOfClients(opts.excludeClients));
   const lease = { claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token };
   if (!opts.keyRoom) {
     const due = db.select({ seq: events.seq }).from(events).where(where).orderBy(asc(events.nextAttemptAt), asc(events.seq)).limit(opts.limit);
@@ -111,16 +118,7 @@ export function claimDueEvents(db: Db, opts: ClaimOptions): EventRow[] {
     .orderBy(asc(events.nextAttemptAt), asc(events.seq))
     .limit(opts.limit * SCAN_FACTOR)
     .all();
-  const taken = new Map<string, number>();
-  const picked: number[] = [];
-  for (const c of candidates) {
-    const key = `${c.clientId}|${c.host}`;
-    const count = taken.get(key) ?? 0;
-    if (count >= opts.keyRoom(key)) continue;
-    taken.set(key, count + 1);
-    picked.push(c.seq);
-    if (picked.length >= opts.limit) break;
-  }
+  const picked = pickWithinRoom(candidates, opts.limit, opts.keyRoom, opts.clientRoom).map((c) => c.seq);
   if (picked.length === 0) return [];
   return db
     .update(events)
@@ -137,7 +135,7 @@ export function claimDueEvents(db: Db, opts: ClaimOptions): EventRow[] {
  * behind a saturated host costs the same as none: past the scan it answers "recheck in a second"
  * (leased events and saturated hosts wake the loop themselves when an attempt settles).
  */
-export function nextEventDueAt(db: Db, opts: { now: number; excludeKeys?: string[]; scan?: number }): number | null {
+export function nextEventDueAt(db: Db, opts: { now: number; excludeKeys?: string[]; excludeClients?: string[]; scan?: number }): number | null {
   const rows = db
     .select({ at: events.nextAttemptAt, clientId: events.clientId, host: events.destinationHost })
     .from(events)
@@ -147,7 +145,8 @@ export function nextEventDueAt(db: Db, opts: { now: number; excludeKeys?: string
     .all();
   if (rows.length === 0) return null;
   const excluded = new Set(opts.excludeKeys ?? []);
-  for (const row of rows) if (!excluded.has(`${row.clientId}|${row.host}`)) return row.at;
+  const clientsOut = new Set(opts.excludeClients ?? []);
+  for (const row of rows) if (!excluded.has(`${row.clientId}|${row.host}`) && !clientsOut.has(row.clientId)) return row.at;
   return rows.length < (opts.scan ?? 200) ? null : opts.now + 1_000;
 }
 
@@ -253,4 +252,51 @@ export function releaseEventLeases(db: Db, ownerPrefix: string): number {
     .set({ claimedUntil: null, claimToken: null })
     .where(sql`${events.claimToken} LIKE ${ownerPrefix + ":%"}`)
     .run().changes;
+}
+
+/**
+ * The half-open trial of a paused key: one claimable event of the key, an already attempted one
+ * first (a receiver that fails every first attempt and takes the retry gets a trial it can pass).
+ */
+export function claimTrialEvent(db: Db, key: { clientId: string; host: string }, opts: { now: number; leaseMs: number; token: string }): EventRow | undefined {
+  const pick = db
+    .select({ seq: events.seq })
+    .from(events)
+    .where(and(claimable(opts.now), eq(events.clientId, key.clientId), eq(events.destinationHost, key.host)))
+    .orderBy(sql`(${events.attempts} = 0)`, asc(events.nextAttemptAt), asc(events.seq))
+    .limit(1)
+    .all()[0];
+  if (!pick) return undefined;
+  return db
+    .update(events)
+    .set({ claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token })
+    .where(and(eq(events.seq, pick.seq), claimable(opts.now)))
+    .returning()
+    .all()[0];
+}
+
+/** Retry-now: the key's pending, unleased events due at once (a paused key's included). */
+export function retryKeyEventsNow(db: Db, key: { clientId: string; host: string }, now: number): number {
+  return db
+    .update(events)
+    .set({ nextAttemptAt: now })
+    .where(
+      and(
+        eq(events.clientId, key.clientId),
+        eq(events.destinationHost, key.host),
+        eq(events.deliveryStatus, "pending"),
+        or(isNull(events.claimedUntil), lt(events.claimedUntil, now)),
+      ),
+    )
+    .run().changes;
+}
+
+export function pendingEventsOfKey(db: Db, key: { clientId: string; host: string }): number {
+  return (
+    db
+      .select({ n: sql<number>`count(*)` })
+      .from(events)
+      .where(and(eq(events.clientId, key.clientId), eq(events.destinationHost, key.host), eq(events.deliveryStatus, "pending")))
+      .all()[0]?.n ?? 0
+  );
 }

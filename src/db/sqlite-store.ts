@@ -3,7 +3,9 @@ import type {
   AccountStore,
   ClientStore,
   CreateResult,
+  EndpointStore,
   EventStore,
+  NoticeStore,
   NewTaskRequest,
   OpsStore,
   SessionStore,
@@ -30,6 +32,9 @@ import {
   nextClientEventSeq,
   nextEventDueAt,
   postponeKeyEvents,
+  claimTrialEvent,
+  retryKeyEventsNow,
+  pendingEventsOfKey,
   releaseAllEventLeases,
   releaseEventLeases,
   requeueFailedEvents,
@@ -37,6 +42,18 @@ import {
   updateEvent,
   updateLeasedEvent,
 } from "./events.js";
+import {
+  claimDueNotices,
+  endpointsDueForNotice,
+  failingEndpointsOf,
+  insertNotice,
+  markEndpointNoticed,
+  nextNoticeDueAt,
+  noticesOfClient,
+  recordEndpointFailure,
+  recordEndpointSuccess,
+  recordNotice,
+} from "./endpoints.js";
 import { GroupCommit } from "./group-commit.js";
 import { probeWrite } from "./health.js";
 import type { Database_, Db } from "./open.js";
@@ -109,6 +126,8 @@ export class SqliteStore implements Store {
   readonly dialect = "sqlite" as const;
   readonly tasks: TaskStore;
   readonly events: EventStore;
+  readonly endpoints: EndpointStore;
+  readonly notices: NoticeStore;
   readonly clients: ClientStore;
   readonly accounts: AccountStore;
   readonly sessions: SessionStore;
@@ -183,6 +202,9 @@ export class SqliteStore implements Store {
         updateLeasedEvent(db, eventId, token, { ...patch, ...RELEASED });
       },
       postponeKey: async (clientId, host, until, now) => postponeKeyEvents(db, clientId, host, until, now),
+      claimTrial: async (key, o) => claimTrialEvent(db, key, o),
+      retryKeyNow: async (key, now) => retryKeyEventsNow(db, key, now),
+      pendingOfKey: async (key) => pendingEventsOfKey(db, key),
       requeueLastOfTask: async (taskId, now) =>
         db.transaction((tx) => {
           const event = lastEventOfTask(tx, taskId);
@@ -241,6 +263,22 @@ export class SqliteStore implements Store {
           .onConflictDoUpdate({ target: [durationStats.type, durationStats.model], set: { samplesJson, updatedAt: now } })
           .run();
       },
+    };
+
+    this.endpoints = {
+      recordFailure: async (key, now, error) => recordEndpointFailure(db, key, now, error),
+      recordSuccess: async (key, now) => recordEndpointSuccess(db, key, now),
+      dueForNotice: async (before, limit) => endpointsDueForNotice(db, before, limit),
+      markNoticed: async (key, failingSince, at) => markEndpointNoticed(db, key, failingSince, at),
+      failingOf: async (clientId) => failingEndpointsOf(db, clientId),
+    };
+
+    this.notices = {
+      insert: async (row) => insertNotice(db, row),
+      claimDue: async (o) => claimDueNotices(db, o),
+      record: async (id, token, patch) => recordNotice(db, id, token, patch),
+      nextDueAt: async (now) => nextNoticeDueAt(db, now),
+      ofClient: async (clientId, limit) => noticesOfClient(db, clientId, limit),
     };
 
     this.sessions = {

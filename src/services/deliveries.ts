@@ -14,10 +14,20 @@ import { rotateSigningKey } from "./webhook-settings.js";
 /** Sends test pings under the same per-key cap and breaker as deliveries (the dispatcher). */
 export interface PingGate {
   ping(clientId: string, url: string, headers: Record<string, string>, body: string): Promise<SendResult | null>;
+  /** Makes the key's waiting and paused events due at once, its circuit's next attempt a trial; how many were made due. */
+  retryHost(clientId: string, host: string): Promise<number>;
 }
 
 /** Test pings a client may send per minute: enough to debug a receiver, too few to make the relay a POST proxy. */
 export const PINGS_PER_MINUTE = 10;
+/** Redelivers and retry-nows a client may ask for per minute, each: every one is a POST the relay makes on request. */
+export const TRIGGERS_PER_MINUTE = 10;
+
+/** `hostname:port` as the dispatcher keys hosts (a bracketed IPv6 literal included). */
+const HOST_PORT = /^(?:[a-z0-9.-]{1,253}|\[[0-9a-f:.]{2,45}\]):\d{1,5}$/i;
+
+type Trigger = "ping" | "redeliver" | "retry";
+const TRIGGER_TEXT: Record<Trigger, string> = { ping: "test webhooks", redeliver: "redelivers", retry: "retry-nows" };
 
 /** Delivery operations a client can run on its own tasks and events. */
 export class DeliveryService {
@@ -28,16 +38,50 @@ export class DeliveryService {
     private readonly gate: PingGate,
   ) {}
 
-  /** Per-client sliding window of test pings; throws 429 rate_limit past PINGS_PER_MINUTE. */
-  private takePing(clientId: string, now: number): void {
-    const recent = (this.pings.get(clientId) ?? []).filter((at) => at > now - 60_000);
-    if (recent.length >= PINGS_PER_MINUTE) {
+  /**
+   * Per-client sliding window of each kind of POST a client can make the relay send on request
+   * (test pings, redelivers, retry-nows); throws 429 rate_limit past its limit a minute.
+   */
+  private take(kind: Trigger, clientId: string, now: number): void {
+    const limit = kind === "ping" ? PINGS_PER_MINUTE : TRIGGERS_PER_MINUTE;
+    const id = `${kind}|${clientId}`;
+    const recent = (this.pings.get(id) ?? []).filter((at) => at > now - 60_000);
+    if (recent.length >= limit) {
       const retry = Math.max(1, Math.ceil((recent[0]! + 60_000 - now) / 1000));
-      this.pings.set(clientId, recent);
-      throw new ApiError("rate_limit", `At most ${PINGS_PER_MINUTE} test webhooks a minute. Retry in ${retry} s.`, undefined, { "Retry-After": String(retry) });
+      this.pings.set(id, recent);
+      throw new ApiError("rate_limit", `At most ${limit} ${TRIGGER_TEXT[kind]} a minute. Retry in ${retry} s.`, undefined, { "Retry-After": String(retry) });
     }
     recent.push(now);
-    this.pings.set(clientId, recent);
+    this.pings.set(id, recent);
+  }
+
+  /**
+   * Retry-now for one of the client's callback hosts (`hostname:port`): its waiting and paused
+   * events are sent at once, the first as the circuit's trial.
+   */
+  async retryHost(clientId: string, host: string) {
+    const h = host.trim().toLowerCase();
+    if (!HOST_PORT.test(h)) {
+      throw new ApiError("invalid_request", "host must be hostname:port, as in the failing-host list (URL-encoded in the path).", [{ field: "host", message: "expected hostname:port" }]);
+    }
+    this.take("retry", clientId, this.deps.clock.now());
+    const requeued = await this.gate.retryHost(clientId, h);
+    return { host: h, requeued };
+  }
+
+  /** The client's callback hosts answering no 2xx now, with their pending events. */
+  async failingHosts(clientId: string) {
+    const { store } = this.deps;
+    const rows = await store.endpoints.failingOf(clientId);
+    return Promise.all(
+      rows.map(async (r) => ({
+        host: r.host,
+        failing_since: iso(r.failingSince)!,
+        attempts: r.failedAttempts,
+        pending_events: await store.events.pendingOfKey({ clientId, host: r.host }),
+        last_error: r.lastError,
+      })),
+    );
   }
 
   async listAttempts(clientId: string, taskId: string) {
@@ -61,6 +105,7 @@ export class DeliveryService {
     const { store, clock } = this.deps;
     const task = await requireClientTask(this.deps, clientId, taskId);
     if (!task.callbackUrl) throw new ApiError("invalid_request", "This task has no callback_url to deliver to.");
+    this.take("redeliver", clientId, clock.now());
     const updated = await store.events.requeueLastOfTask(task.id, clock.now());
     if (!updated) throw new ApiError("invalid_request", "This task has no event yet; it is sent when the task changes state.");
     this.deps.nudges.dispatcher();
@@ -77,7 +122,7 @@ export class DeliveryService {
     const verdict = validateCallbackUrl(url, { allowPrivateNetworks: config.webhookAllowPrivateNetworks });
     if (!verdict.ok) throw new ApiError("invalid_callback_url", `url is not acceptable: ${verdict.reason}.`, [{ field: "url", message: verdict.reason }]);
     const now = clock.now();
-    this.takePing(clientId, now);
+    this.take("ping", clientId, now);
     const client = (await store.clients.find(clientId))!;
     const id = newId("evt", now);
     const catalog = this.deps.catalog?.peek(client.upstreamAccount) ?? null;

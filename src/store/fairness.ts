@@ -13,3 +13,45 @@ export function interleave<T>(queues: T[][], limit: number): T[] {
   }
   return picked;
 }
+
+/**
+ * Picks candidates (oldest due first) within each key's and each client's room: a client's events
+ * are taken in turns with the other clients' (round-robin over clients, each in due order), so a
+ * client with a long backlog due earlier does not fill the claim ahead of one that became due later.
+ * Shared by both drivers.
+ */
+export function pickWithinRoom<C extends { clientId: string; host: string }>(
+  candidates: C[],
+  limit: number,
+  keyRoom: (key: string) => number,
+  clientRoom?: (clientId: string) => number,
+): C[] {
+  const queues = new Map<string, C[]>();
+  for (const c of candidates) {
+    const q = queues.get(c.clientId);
+    if (q) q.push(c);
+    else queues.set(c.clientId, [c]);
+  }
+  const byKey = new Map<string, number>();
+  const byClient = new Map<string, number>();
+  const picked: C[] = [];
+  while (picked.length < limit && queues.size > 0) {
+    for (const [clientId, queue] of queues) {
+      let took = false;
+      while (queue.length > 0 && !took) {
+        const c = queue.shift()!;
+        const key = `${c.clientId}|${c.host}`;
+        const n = byKey.get(key) ?? 0;
+        if (n >= keyRoom(key)) continue;
+        byKey.set(key, n + 1);
+        byClient.set(clientId, (byClient.get(clientId) ?? 0) + 1);
+        picked.push(c);
+        took = true;
+      }
+      const full = clientRoom !== undefined && (byClient.get(clientId) ?? 0) >= clientRoom(clientId);
+      if (queue.length === 0 || full) queues.delete(clientId);
+      if (picked.length >= limit) break;
+    }
+  }
+  return picked;
+}

@@ -7,3 +7,4 @@ export type { EventRow, NewEventRow, AttemptRow, NewAttemptRow } from "../db/eve
 export type { ClientRow, NewClientRow } from "../db/clients.js";
 export type { SessionRow, NewSessionRow, HourlyCount } from "../db/dashboard.js";
 export type { UpstreamAccountRow } from "../db/upstream.js";
+export type { EndpointHealthRow, NoticeRow, NewNoticeRow } from "../db/endpoints.js";

@@ -2,12 +2,15 @@ import type { TaskPhase, TaskStatus } from "../statuses.js";
 import type {
   AttemptRow,
   ClientRow,
+  EndpointHealthRow,
   EventRow,
   HourlyCount,
   NewAttemptRow,
   NewClientRow,
   NewEventRow,
+  NewNoticeRow,
   NewSessionRow,
+  NoticeRow,
   NewTaskRow,
   SessionRow,
   TaskRow,
@@ -31,6 +34,8 @@ export interface Store {
   readonly clients: ClientStore;
   readonly accounts: AccountStore;
   readonly sessions: SessionStore;
+  readonly endpoints: EndpointStore;
+  readonly notices: NoticeStore;
   readonly ops: OpsStore;
   close(): Promise<void>;
 }
@@ -232,12 +237,31 @@ export interface EventClaimOptions extends ClaimOptions {
    * counts the key's leased events and claims no more than the rest (SQLite: one process, keyRoom says it all).
    */
   maxPerKey: number;
+  /** Clients left alone: at their fair share of the dispatcher's pool (each holds attempts in flight, so the list is bounded). */
+  excludeClients?: string[];
+  /** At most this many events per client in this claim (the rest of its fair share). */
+  clientRoom?: (clientId: string) => number;
+}
+
+/** One delivery key: a client's callbacks to one `hostname:port`. */
+export interface DeliveryKey {
+  clientId: string;
+  host: string;
 }
 
 export interface EventStore {
   /** Pending, due, unleased events, each task's in order, per-key room respected; claimed under a lease. */
   claimDue(opts: EventClaimOptions): Promise<EventRow[]>;
-  nextDueAt(opts: { now: number; excludeKeys: string[] }): Promise<number | null>;
+  nextDueAt(opts: { now: number; excludeKeys: string[]; excludeClients?: string[] }): Promise<number | null>;
+  /**
+   * The half-open trial of a paused key: one of its pending, unleased events, preferring one already
+   * attempted (a receiver that fails every first attempt but takes retries is not dead), claimed under a lease.
+   */
+  claimTrial(key: DeliveryKey, opts: Omit<ClaimOptions, "limit">): Promise<EventRow | undefined>;
+  /** The key's pending, unleased events made due now (retry-now); returns how many. */
+  retryKeyNow(key: DeliveryKey, now: number): Promise<number>;
+  /** How many of the key's events are pending. */
+  pendingOfKey(key: DeliveryKey): Promise<number>;
   /** One attempt and the event's new state, only while `token` holds, lease released (group-committed where the store can). */
   recordAttempt(eventId: string, token: string, attempt: NewAttemptRow, patch: Partial<NewEventRow>): Promise<void>;
   /** A patch of a leased event, only while `token` holds, and its lease released. */
@@ -259,6 +283,35 @@ export interface EventStore {
   feed(clientId: string, afterPos: number, limit: number): Promise<EventRow[]>;
   /** The client's feed position of an old relay-wide cursor. */
   clientSeqAtOrBefore(clientId: string, seq: number): Promise<number>;
+}
+
+/**
+ * The health of delivery keys across restarts and instances: when a key started answering no 2xx,
+ * for the endpoint.failing / endpoint.recovered notices and the dashboard's banner.
+ */
+export interface EndpointStore {
+  /** A failed attempt: opens the key's failing run unless one is open, and counts the attempt. */
+  recordFailure(key: DeliveryKey, now: number, error: string | null): Promise<void>;
+  /** A 2xx: ends the key's failing run. Returns the run that ended, or null when none was open. */
+  recordSuccess(key: DeliveryKey, now: number): Promise<{ failingSince: number; noticeSentAt: number | null } | null>;
+  /** Keys failing since `before` or earlier whose failing notice is not written yet, oldest first. */
+  dueForNotice(before: number, limit: number): Promise<EndpointHealthRow[]>;
+  /** Marks the failing run that began at `failingSince` as noticed; false when another process did, or the run ended. */
+  markNoticed(key: DeliveryKey, failingSince: number, at: number): Promise<boolean>;
+  /** The client's keys answering no 2xx now, longest failing first. */
+  failingOf(clientId: string): Promise<EndpointHealthRow[]>;
+}
+
+/** Operational notices to a client's notification_url, with their own small outbox. */
+export interface NoticeStore {
+  insert(row: NewNoticeRow): Promise<void>;
+  /** Pending, due, unleased notices, oldest first, claimed under a lease. */
+  claimDue(opts: ClaimOptions): Promise<NoticeRow[]>;
+  /** A leased notice's new state, only while `token` holds; the lease is released. */
+  record(id: string, token: string, patch: Partial<NewNoticeRow>): Promise<void>;
+  nextDueAt(now: number): Promise<number | null>;
+  /** The client's notices, newest first. */
+  ofClient(clientId: string, limit: number): Promise<NoticeRow[]>;
 }
 
 export interface ClientStore {

@@ -4,10 +4,13 @@ import type { SendResult } from "./sender.js";
 /**
  * A small circuit breaker per destination host, so a dead receiver costs one attempt per cool-down
  * instead of one timeout per due event. Closed: attempts go out; after `failureThreshold`
- * consecutive failures it opens for a cool-down (30 s, doubling on each failed trial up to 10 min);
- * once the cool-down is over it is half-open and lets exactly one trial attempt through: success
- * closes it (and resets the cool-down), failure opens it again. Pure bookkeeping driven by a clock;
- * the dispatcher decides what to do with events while a host is refused.
+ * consecutive failures it opens for a cool-down (30 s, doubling on each failed trial up to 10 min),
+ * but only when the host answered no 2xx within the last `healthyWindowMs` either: a receiver that
+ * fails every first attempt and takes the retry, or fails half of all requests, is working, and
+ * pausing it would only starve it (DESIGN §12). Once the cool-down is over it is half-open and lets
+ * exactly one trial attempt through: success closes it (and resets the cool-down), failure opens it
+ * again. Pure bookkeeping driven by a clock; the dispatcher decides which event is the trial and
+ * what to do with events while a host is refused.
  */
 
 export interface BreakerOptions {
@@ -17,6 +20,8 @@ export interface BreakerOptions {
   coolDownMs?: number;
   /** Longest cool-down (default 10 min). */
   maxCoolDownMs?: number;
+  /** A 2xx this recent keeps the circuit closed whatever the failures since (default 30 s). */
+  healthyWindowMs?: number;
 }
 
 export type BreakerState = "closed" | "open" | "half-open";
@@ -47,7 +52,12 @@ interface Breaker {
   trialOut: boolean;
   /** Permits handed out and not yet recorded; an entry is forgotten only when none are out. */
   outstanding: number;
+  /** The host's last 2xx (or other sign of life), if recent enough to matter. */
+  lastSuccessAt: number | null;
 }
+
+/** Entries past this many are swept of forgotten hosts on the next acquire. */
+const SWEEP_AT = 10_000;
 
 /**
  * Timeouts, connection errors, TLS and DNS failures and 5xx count against the host; any other
@@ -68,6 +78,8 @@ export class CircuitBreakers {
   private readonly failureThreshold: number;
   private readonly baseCoolDownMs: number;
   private readonly maxCoolDownMs: number;
+  private readonly healthyWindowMs: number;
+  private sweepAt = SWEEP_AT;
 
   constructor(
     private readonly clock: Clock,
@@ -76,6 +88,7 @@ export class CircuitBreakers {
     this.failureThreshold = Math.max(1, opts.failureThreshold ?? 5);
     this.baseCoolDownMs = Math.max(0, opts.coolDownMs ?? 30_000);
     this.maxCoolDownMs = Math.max(this.baseCoolDownMs, opts.maxCoolDownMs ?? 600_000);
+    this.healthyWindowMs = Math.max(0, opts.healthyWindowMs ?? 30_000);
   }
 
   state(host: string): BreakerState {
@@ -107,7 +120,8 @@ export class CircuitBreakers {
   acquire(host: string): Permit | null {
     let b = this.byHost.get(host);
     if (!b) {
-      b = { failures: 0, open: false, openUntil: 0, coolDownMs: this.baseCoolDownMs, generation: 0, trialOut: false, outstanding: 0 };
+      if (this.byHost.size >= this.sweepAt) this.sweep();
+      b = { failures: 0, open: false, openUntil: 0, coolDownMs: this.baseCoolDownMs, generation: 0, trialOut: false, outstanding: 0, lastSuccessAt: null };
       this.byHost.set(host, b);
     }
     let trial = false;
@@ -132,6 +146,7 @@ export class CircuitBreakers {
       if (outcome === "neutral") return null;
       if (outcome === "success") {
         b.failures = 0;
+        b.lastSuccessAt = this.clock.now();
         if (!b.open) return null;
         b.open = false;
         b.coolDownMs = this.baseCoolDownMs;
@@ -143,10 +158,38 @@ export class CircuitBreakers {
         return this.open(permit.host, b, true);
       }
       b.failures += 1;
-      return b.failures >= this.failureThreshold ? this.open(permit.host, b, false) : null;
+      return b.failures >= this.failureThreshold && !this.recentlyHealthy(b) ? this.open(permit.host, b, false) : null;
     } finally {
-      if (!b.open && b.failures === 0 && b.outstanding === 0) this.byHost.delete(permit.host);
+      if (this.forgettable(b)) this.byHost.delete(permit.host);
     }
+  }
+
+  /** Keys whose cool-down is over and whose trial is not out: the dispatcher picks each one's trial event. */
+  dueTrials(): string[] {
+    const now = this.clock.now();
+    const due: string[] = [];
+    for (const [host, b] of this.byHost) if (b.open && now >= b.openUntil && !b.trialOut) due.push(host);
+    return due;
+  }
+
+  /** Retry-now: an open circuit's cool-down ends at once, so its next attempt is the trial. */
+  endCoolDown(host: string): void {
+    const b = this.byHost.get(host);
+    if (b?.open) b.openUntil = Math.min(b.openUntil, this.clock.now());
+  }
+
+  private recentlyHealthy(b: Breaker): boolean {
+    return b.lastSuccessAt !== null && this.clock.now() - b.lastSuccessAt < this.healthyWindowMs;
+  }
+
+  private forgettable(b: Breaker): boolean {
+    return !b.open && b.failures === 0 && b.outstanding === 0 && !this.recentlyHealthy(b);
+  }
+
+  /** Drops the entries of hosts with nothing to remember; grows the threshold if most are still needed. */
+  private sweep(): void {
+    for (const [host, b] of this.byHost) if (this.forgettable(b)) this.byHost.delete(host);
+    this.sweepAt = Math.max(SWEEP_AT, this.byHost.size * 2);
   }
 
   /** Hosts no attempt may start to now (open, or half-open with the trial out). */

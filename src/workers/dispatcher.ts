@@ -3,6 +3,7 @@ import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import { DeliveryLifecycle } from "../core/delivery.js";
 import type { ClientRow, EventRow, Store } from "../store/store.js";
+import type { EndpointHealth } from "../services/notices.js";
 import { breakerOutcome, CircuitBreakers, type BreakerOptions, type BreakerTransition, type Permit } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
 import { sendResult, type SendResult, type WebhookSender } from "../webhooks/sender.js";
@@ -23,6 +24,8 @@ export interface DispatcherOptions {
   maxPerHost?: number;
   /** The per-key circuit breaker's thresholds (defaults: 5 failures, 30 s doubling to 10 min). */
   breaker?: BreakerOptions;
+  /** Follows each key's health for failure notices (endpoint.failing / recovered, delivery.exhausted); none in some tests. */
+  health?: EndpointHealth;
   random?: () => number;
   onAttempt?: (event: EventRow, result: SendResult) => void;
 }
@@ -60,6 +63,7 @@ export class Dispatcher {
   private readonly maxInFlight: number;
   private readonly maxPerHost: number;
   private readonly keyInFlight = new Map<string, number>();
+  private readonly clientInFlight = new Map<string, number>();
   readonly breakers: CircuitBreakers;
   /** Called when a delivery finishes, so the loop can claim more (set by main). */
   onSettled: () => void = () => {};
@@ -69,9 +73,13 @@ export class Dispatcher {
 
   constructor(private readonly opts: DispatcherOptions) {
     this.events = new DeliveryLifecycle({ store: opts.store, clock: opts.clock, retryScheduleMs: opts.config.webhookRetryScheduleMs, ...(opts.random ? { random: opts.random } : {}) });
-    this.maxInFlight = opts.maxInFlight ?? 64;
+    this.maxInFlight = Math.max(1, opts.maxInFlight ?? 64);
     this.maxPerHost = Math.max(1, opts.maxPerHost ?? 8);
-    this.breakers = new CircuitBreakers(opts.clock, opts.breaker);
+    // The first pause lasts until the schedule's first retry is due at the latest (its delay plus
+    // the 20% jitter; 1 s to 30 s): a receiver that fails first attempts but takes retries gets its
+    // trial, an attempted event, when that retry was due anyway, and no retry is left behind it.
+    const firstRetryMs = Math.min(30_000, Math.max(1_000, Math.ceil((opts.config.webhookRetryScheduleMs[1] ?? 30_000) * 1.2)));
+    this.breakers = new CircuitBreakers(opts.clock, { coolDownMs: firstRetryMs, ...opts.breaker });
   }
 
   get activeCount(): number {
@@ -105,11 +113,43 @@ export class Dispatcher {
     return this.keyInFlight.get(key) ?? 0;
   }
 
+  /** Attempts in flight for one client now. */
+  inFlightOf(clientId: string): number {
+    return this.clientInFlight.get(clientId) ?? 0;
+  }
+
   private async nextDueAt(): Promise<number | null> {
     if (this.inFlight.size >= this.maxInFlight) return null;
-    // Saturated keys wake the loop when an attempt settles (onSettled); open circuits postponed their
-    // events to the trial time, so the due index alone says when to wake.
-    return this.opts.store.events.nextDueAt({ now: this.opts.clock.now(), excludeKeys: this.busyKeys() });
+    // Saturated keys and clients wake the loop when an attempt settles (onSettled); open circuits
+    // postponed their events to the trial time, so the due index alone says when to wake.
+    const now = this.opts.clock.now();
+    const due = await this.opts.store.events.nextDueAt({ now, excludeKeys: this.busyKeys(), excludeClients: this.busyClients() });
+    return this.breakers.dueTrials().length > 0 ? now : due;
+  }
+
+  /**
+   * A client's fair share of the pool: the pool less a reserve, split evenly among the clients with
+   * attempts in flight (counting this one). The reserve (an eighth of the pool) is never held by
+   * clients that already have attempts in flight beyond their share, so a client whose deliveries
+   * just became due always finds a slot at once, whatever another client's backlog of slow
+   * receivers; as their attempts settle, shares even out (DESIGN §12).
+   */
+  shareOf(clientId: string): number {
+    const others = this.clientInFlight.size - (this.clientInFlight.has(clientId) ? 1 : 0);
+    const reserve = Math.ceil(this.maxInFlight / 8);
+    return Math.max(1, Math.floor((this.maxInFlight - (this.maxInFlight > 1 ? reserve : 0)) / (others + 1)));
+  }
+
+  /** How many more attempts this client may start now. */
+  private clientRoom(clientId: string): number {
+    return this.shareOf(clientId) - this.inFlightOf(clientId);
+  }
+
+  /** Clients at their share: none of their events may be claimed now (each has attempts in flight, so the list is bounded). */
+  private busyClients(): string[] {
+    const busy: string[] = [];
+    for (const clientId of this.clientInFlight.keys()) if (this.clientRoom(clientId) <= 0) busy.push(clientId);
+    return busy;
   }
 
   /** How many more attempts may start for this key now: the rest of its cap, or the breaker's allowance. */
@@ -139,36 +179,72 @@ export class Dispatcher {
   }
 
   private async claimOnce(): Promise<Claimed> {
-    const { store, clock, config, owner, logger } = this.opts;
-    const room = this.maxInFlight - this.inFlight.size;
+    const { store, clock, config, owner } = this.opts;
+    let room = this.maxInFlight - this.inFlight.size;
     if (room <= 0) return { started: [], full: false };
-    const now = clock.now();
+    const clients = new Map<string, ClientRow | undefined>();
+    const clientOf = async (id: string) => {
+      if (!clients.has(id)) clients.set(id, await store.clients.find(id));
+      return clients.get(id);
+    };
+    const started: Promise<void>[] = [];
+    const leaseMs = config.webhookTimeoutMs + 5_000;
+
+    // Paused keys whose cool-down is over get their trial first, each drawn from the key's own events.
+    for (const key of this.breakers.dueTrials()) {
+      if (room <= 0) break;
+      const [clientId, host] = splitKey(key);
+      if (this.clientRoom(clientId) <= 0 || this.keyRoom(key) <= 0) continue;
+      const permit = this.breakers.acquire(key);
+      if (!permit) continue;
+      const event = await store.events.claimTrial({ clientId, host }, { now: clock.now(), leaseMs, token: owner.token() });
+      if (!event) {
+        // Nothing of the key is due (its events were delivered elsewhere, or redelivered): the trial waits for one.
+        this.breakers.record(permit, "neutral");
+        continue;
+      }
+      const client = await clientOf(clientId);
+      const work = client && event.callbackUrl ? this.withSlot(event, () => this.deliver(event, client, permit)) : this.startWithout(event, client, permit);
+      started.push(this.track(event, work));
+      room -= 1;
+    }
+    if (room <= 0) return { started, full: true };
+
     const claimed = await store.events.claimDue({
-      now,
-      leaseMs: config.webhookTimeoutMs + 5_000,
+      now: clock.now(),
+      leaseMs,
       token: owner.token(),
       limit: room,
       excludeKeys: this.busyKeys(),
       keyRoom: (key) => this.keyRoom(key),
       maxPerKey: this.maxPerHost,
+      excludeClients: this.busyClients(),
+      clientRoom: (clientId) => this.clientRoom(clientId),
     });
-    const clients = new Map<string, ClientRow | undefined>();
-    for (const id of new Set(claimed.map((e) => e.clientId))) clients.set(id, await store.clients.find(id));
-    const started: Promise<void>[] = [];
     for (const event of claimed) {
-      const work = this.start(event, clients.get(event.clientId));
-      if (!work) continue;
-      const promise = work.catch((err: unknown) => {
-        logger.error({ err, event_id: event.id }, "delivery bookkeeping failed");
-      });
-      this.inFlight.add(promise);
-      void promise.finally(() => {
-        this.inFlight.delete(promise);
-        this.onSettled();
-      });
-      started.push(promise);
+      const work = this.start(event, await clientOf(event.clientId));
+      if (work) started.push(this.track(event, work));
     }
     return { started, full: claimed.length >= room };
+  }
+
+  /** Counts a started delivery in the pool until it settles, and wakes the loop when it does. */
+  private track(event: EventRow, work: Promise<void>): Promise<void> {
+    const promise = work.catch((err: unknown) => {
+      this.opts.logger.error({ err, event_id: event.id }, "delivery bookkeeping failed");
+    });
+    this.inFlight.add(promise);
+    void promise.finally(() => {
+      this.inFlight.delete(promise);
+      this.onSettled();
+    });
+    return promise;
+  }
+
+  /** A trial event that cannot be sent (no client or URL): the permit goes back undecided, the event fails. */
+  private startWithout(event: EventRow, client: ClientRow | undefined, permit: Permit): Promise<void> {
+    this.breakers.record(permit, "neutral");
+    return this.events.fail(event, client ? "no callback_url" : "client not found");
   }
 
   /**
@@ -191,16 +267,17 @@ export class Dispatcher {
       });
       return null;
     }
-    return this.withSlot(key, () => this.deliver(event, client, permit));
+    return this.withSlot(event, () => this.deliver(event, client, permit));
   }
 
-  /** Counts an attempt against its key's cap while `work` runs. */
-  private withSlot<T>(key: string, work: () => Promise<T>): Promise<T> {
-    this.keyInFlight.set(key, this.inFlightTo(key) + 1);
+  /** Counts an attempt against its key's cap and its client's share while `work` runs. */
+  private withSlot<T>(at: { clientId: string; destinationHost: string }, work: () => Promise<T>): Promise<T> {
+    const key = `${at.clientId}|${at.destinationHost}`;
+    bump(this.keyInFlight, key, 1);
+    bump(this.clientInFlight, at.clientId, 1);
     return work().finally(() => {
-      const left = this.inFlightTo(key) - 1;
-      if (left > 0) this.keyInFlight.set(key, left);
-      else this.keyInFlight.delete(key);
+      bump(this.keyInFlight, key, -1);
+      bump(this.clientInFlight, at.clientId, -1);
     });
   }
 
@@ -210,10 +287,11 @@ export class Dispatcher {
    * Returns null when the key has no room now (the caller answers 429).
    */
   async ping(clientId: string, url: string, headers: Record<string, string>, body: string): Promise<SendResult | null> {
-    const key = `${clientId}|${destinationHost(url)}`;
+    const host = destinationHost(url);
+    const key = `${clientId}|${host}`;
     const permit = this.keyRoom(key) > 0 ? this.breakers.acquire(key) : null;
     if (!permit) return null;
-    return this.withSlot(key, async () => {
+    return this.withSlot({ clientId, destinationHost: host }, async () => {
       const result = await this.opts.sender.send({ url, headers, body, timeoutMs: this.opts.config.webhookTimeoutMs });
       const transition = this.breakers.record(permit, breakerOutcome(result));
       if (transition) await this.onTransition(transition);
@@ -221,10 +299,22 @@ export class Dispatcher {
     });
   }
 
+  /**
+   * Retry-now (POST /webhooks/hosts/{host}/retry): the key's paused and waiting events are due at
+   * once, and an open circuit's cool-down ends, so the next attempt is its trial. Returns how many events were made due.
+   */
+  async retryHost(clientId: string, host: string): Promise<number> {
+    const { store, clock } = this.opts;
+    this.breakers.endCoolDown(`${clientId}|${host}`);
+    const n = await store.events.retryKeyNow({ clientId, host }, clock.now());
+    this.onSettled();
+    return n;
+  }
+
   /** Records a failed attempt without sending: the body is over MAX_PAYLOAD_BYTES and would be every time. */
   private async refuseOversized(event: EventRow, size: number): Promise<void> {
     const result = sendResult({ error: `payload too large: ${size} bytes, the limit is ${MAX_PAYLOAD_BYTES}; not sent` });
-    await this.record(event, this.opts.clock.now(), result, true);
+    await this.record(event, this.opts.clock.now(), result, null, true);
   }
 
   private async deliver(event: EventRow, client: ClientRow, permit: Permit): Promise<void> {
@@ -243,18 +333,39 @@ export class Dispatcher {
       this.breakers.record(permit, "neutral");
       throw err;
     }
-    const transition = this.breakers.record(permit, breakerOutcome(result));
-    await this.record(event, startedAt, result);
+    const outcome = breakerOutcome(result);
+    const transition = this.breakers.record(permit, outcome);
+    const pausedUntil = permit.trial && transition?.kind === "opened" ? transition.until : null;
+    await this.record(event, startedAt, result, pausedUntil);
     if (transition) await this.onTransition(transition);
+    await this.observe(event, outcome, result.error);
+  }
+
+  /** The key's health for failure notices; never fails the delivery it follows. */
+  private async observe(event: EventRow, outcome: ReturnType<typeof breakerOutcome>, error: string | null): Promise<void> {
+    try {
+      await this.opts.health?.observe({ clientId: event.clientId, host: event.destinationHost }, outcome, error);
+    } catch (err) {
+      this.opts.logger.error({ err, event_id: event.id }, "endpoint health bookkeeping failed");
+    }
   }
 
   /** Writes the attempt and the event's new state together (DeliveryLifecycle.recordAttempt); one log line per attempt. */
-  private async record(event: EventRow, startedAt: number, result: SendResult, refused = false): Promise<void> {
+  private async record(event: EventRow, startedAt: number, result: SendResult, pausedUntil: number | null = null, refused = false): Promise<void> {
     const { logger } = this.opts;
     const attempts = event.attempts + 1;
     // Group-committed by the store: attempts settling together share one transaction and one fsync.
-    const { outcome } = refused ? await this.events.refuse(event, result) : await this.events.recordAttempt(event, startedAt, result);
+    const { outcome } = refused
+      ? await this.events.refuse(event, result)
+      : pausedUntil !== null
+        ? await this.events.recordPausedTrial(event, startedAt, result, pausedUntil)
+        : await this.events.recordAttempt(event, startedAt, result);
     this.opts.onAttempt?.(event, result);
+    if (outcome === "exhausted") {
+      await this.opts.health?.exhausted(event, attempts, result.error).catch((err: unknown) => {
+        logger.error({ err, event_id: event.id }, "writing the delivery.exhausted notice failed");
+      });
+    }
     logger.info(
       {
         event_id: event.id,
@@ -296,6 +407,12 @@ export class Dispatcher {
       "circuit open: deliveries to host paused",
     );
   }
+}
+
+function bump(counts: Map<string, number>, key: string, by: number): void {
+  const n = (counts.get(key) ?? 0) + by;
+  if (n > 0) counts.set(key, n);
+  else counts.delete(key);
 }
 
 /** A delivery key's client id and host (`clientId|hostname:port`; client ids never contain `|`). */

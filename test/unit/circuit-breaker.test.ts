@@ -87,7 +87,36 @@ describe("CircuitBreakers", () => {
 
     clock.advance(600_000);
     expect(attempt(b, "success")).toEqual({ kind: "closed", host: HOST });
-    expect(fail(b, 5)[4]).toMatchObject({ kind: "opened", coolDownMs: 30_000 });
+    // Within the healthy window after that 2xx, failures do not pause the host; past it, they do.
+    expect(fail(b, 5).every((t) => t === null)).toBe(true);
+    clock.advance(30_000);
+    expect(attempt(b, "failure")).toMatchObject({ kind: "opened", coolDownMs: 30_000 });
+  });
+
+  it("a host that answered 2xx within the healthy window is not paused, however many failures follow", () => {
+    const clock = new FakeClock();
+    const b = new CircuitBreakers(clock);
+    // A receiver that fails every first attempt and takes the retry: failures interleave with 2xx.
+    for (let i = 0; i < 50; i++) {
+      expect(fail(b, 3).every((t) => t === null)).toBe(true);
+      clock.advance(1_000);
+      expect(attempt(b, "success")).toBeNull();
+    }
+    expect(b.state(HOST)).toBe("closed");
+    // One that never answers 2xx is paused after the threshold.
+    const dead = new CircuitBreakers(clock);
+    expect(fail(dead, 5)[4]).toMatchObject({ kind: "opened" });
+  });
+
+  it("dueTrials lists open keys whose cool-down is over; endCoolDown makes one due at once", () => {
+    const clock = new FakeClock();
+    const b = new CircuitBreakers(clock);
+    fail(b, 5);
+    expect(b.dueTrials()).toEqual([]);
+    b.endCoolDown(HOST);
+    expect(b.dueTrials()).toEqual([HOST]);
+    expect(b.acquire(HOST)).toMatchObject({ trial: true });
+    expect(b.dueTrials()).toEqual([]);
   });
 
   it("a neutral trial (blocked, never sent) hands the trial back without deciding", () => {

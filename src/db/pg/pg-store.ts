@@ -7,6 +7,8 @@ import type {
   ClientRow,
   ClientStore,
   CreditPosition,
+  EndpointStore,
+  NoticeStore,
   EventRow,
   EventStore,
   NewTaskRow,
@@ -22,8 +24,10 @@ import type {
   TransitionRules,
   UpstreamAccountRow,
 } from "../../store/store.js";
-import { interleave } from "../../store/fairness.js";
+import { interleave, pickWithinRoom } from "../../store/fairness.js";
 import { DELIVERY_FAILING_TASK, retryingEvent } from "../dashboard.js";
+import { pgEndpointStore, pgNoticeStore } from "./endpoints.js";
+import { newPgPool, pgClientConfig, type PgLimits } from "./open.js";
 import { clients, dashboardSessions, deliveryAttempts, events, tasks, upstreamAccounts } from "../schema.js";
 
 /**
@@ -123,7 +127,7 @@ const types = {
   },
 } as pg.CustomTypesConfig;
 
-export interface PgStoreOptions {
+export interface PgStoreOptions extends PgLimits {
   connectionString: string;
   /** Pool size (connections for requests and workers; two more are dedicated to leadership and LISTEN). */
   max?: number;
@@ -134,6 +138,8 @@ export class PgStore implements Store {
   readonly pool: pg.Pool;
   readonly tasks: TaskStore;
   readonly events: EventStore;
+  readonly endpoints: EndpointStore;
+  readonly notices: NoticeStore;
   readonly clients: ClientStore;
   readonly accounts: AccountStore;
   readonly sessions: SessionStore;
@@ -148,9 +154,8 @@ export class PgStore implements Store {
     private readonly options: PgStoreOptions,
     private readonly rules: TransitionRules,
   ) {
-    this.pool = new pg.Pool({ connectionString: options.connectionString, max: options.max ?? 10, types });
-    // An idle pooled connection that dies (server restart) must not crash the process.
-    this.pool.on("error", () => {});
+    // Bounded waits, and no connection that dies (server restart) can crash the process: see open.ts.
+    this.pool = newPgPool({ ...pgClientConfig(options.connectionString, options), max: options.max ?? 10, types });
     const q = (sql: string, values: unknown[] = [], on: Queryable = this.pool) => on.query(sql, values).then((r) => r.rows as Row[]);
     const one = async (sql: string, values: unknown[] = [], on: Queryable = this.pool) => (await q(sql, values, on))[0];
 
@@ -370,9 +375,9 @@ export class PgStore implements Store {
           AND NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = events.task_id AND e2.sequence < events.sequence AND e2.delivery_status = 'pending')`;
         const candidates = await q(
           `SELECT seq, client_id, destination_host FROM events WHERE ${claimable}
-             AND NOT ((client_id || '|' || destination_host) = ANY($2::text[]))
+             AND NOT ((client_id || '|' || destination_host) = ANY($2::text[])) AND NOT (client_id = ANY($4::text[]))
            ORDER BY next_attempt_at, seq LIMIT $3`,
-          [o.now, o.excludeKeys, o.limit * 4],
+          [o.now, o.excludeKeys, o.limit * 4, o.excludeClients ?? []],
         );
         if (candidates.length === 0) return [];
         // What every instance has in flight per key: leased events count against the shared cap.
@@ -385,16 +390,12 @@ export class PgStore implements Store {
         )) {
           leased.set(r.key as string, Number(r.n));
         }
-        const taken = new Map<string, number>();
-        const picked: number[] = [];
-        for (const c0 of candidates) {
-          const key = `${c0.client_id}|${c0.destination_host}`;
-          const count = taken.get(key) ?? 0;
-          if (count >= Math.min(o.keyRoom(key), o.maxPerKey - (leased.get(key) ?? 0))) continue;
-          taken.set(key, count + 1);
-          picked.push(Number(c0.seq));
-          if (picked.length >= o.limit) break;
-        }
+        const picked = pickWithinRoom(
+          candidates.map((c0) => ({ seq: Number(c0.seq), clientId: c0.client_id as string, host: c0.destination_host as string })),
+          o.limit,
+          (key) => Math.min(o.keyRoom(key), o.maxPerKey - (leased.get(key) ?? 0)),
+          o.clientRoom,
+        ).map((c0) => c0.seq);
         if (picked.length === 0) return [];
         const rows = await q(
           `UPDATE events SET claimed_until = $3, claim_token = $4
@@ -406,13 +407,14 @@ export class PgStore implements Store {
       },
       nextDueAt: async (o) => {
         const rows = await q(
-          `SELECT next_attempt_at AS at, client_id || '|' || destination_host AS key FROM events
+          `SELECT next_attempt_at AS at, client_id, client_id || '|' || destination_host AS key FROM events
            WHERE delivery_status = 'pending' AND (claimed_until IS NULL OR claimed_until < $1) ORDER BY next_attempt_at LIMIT 200`,
           [o.now],
         );
         if (rows.length === 0) return null;
         const excluded = new Set(o.excludeKeys);
-        for (const r of rows) if (!excluded.has(r.key as string)) return Number(r.at);
+        const clientsOut = new Set(o.excludeClients ?? []);
+        for (const r of rows) if (!excluded.has(r.key as string) && !clientsOut.has(r.client_id as string)) return Number(r.at);
         return rows.length < 200 ? null : o.now + 1_000;
       },
       recordAttempt: (eventId, token, attempt, patch) =>
@@ -431,6 +433,32 @@ export class PgStore implements Store {
             [clientId, host, until, now],
           )
         ).rowCount ?? 0,
+      claimTrial: async (key, o) => {
+        const claimable = `delivery_status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)
+          AND NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = events.task_id AND e2.sequence < events.sequence AND e2.delivery_status = 'pending')`;
+        const r = await one(
+          `UPDATE events SET claimed_until = $4, claim_token = $5
+           WHERE seq = (SELECT seq FROM events WHERE client_id = $2 AND destination_host = $3 AND ${claimable}
+                        ORDER BY (attempts = 0), next_attempt_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+           RETURNING *`,
+          [o.now, key.clientId, key.host, o.now + o.leaseMs, o.token],
+        );
+        return opt(E, r);
+      },
+      retryKeyNow: async (key, now) => {
+        const n =
+          (
+            await this.pool.query(
+              `UPDATE events SET next_attempt_at = $3 WHERE client_id = $1 AND destination_host = $2 AND delivery_status = 'pending'
+                 AND (claimed_until IS NULL OR claimed_until < $3)`,
+              [key.clientId, key.host, now],
+            )
+          ).rowCount ?? 0;
+        if (n > 0) await this.pool.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
+        return n;
+      },
+      pendingOfKey: async (key) =>
+        Number((await one("SELECT count(*) AS n FROM events WHERE client_id = $1 AND destination_host = $2 AND delivery_status = 'pending'", [key.clientId, key.host]))!.n),
       requeueLastOfTask: (taskId, now) =>
         this.tx(async (c) => {
           const last = await one("SELECT id FROM events WHERE task_id = $1 ORDER BY sequence DESC LIMIT 1 FOR UPDATE", [taskId], c);
@@ -470,6 +498,11 @@ export class PgStore implements Store {
       feed: async (clientId, afterPos, limit) => E.rows(await q("SELECT * FROM events WHERE client_id = $1 AND client_seq > $2 ORDER BY client_seq LIMIT $3", [clientId, afterPos, limit])),
       clientSeqAtOrBefore: async (clientId, seq) => Number((await one("SELECT coalesce(max(client_seq), 0) AS pos FROM events WHERE client_id = $1 AND seq <= $2", [clientId, seq]))!.pos),
     };
+
+    this.endpoints = pgEndpointStore(this.pool);
+    this.notices = pgNoticeStore(this.pool, async () => {
+      await this.pool.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
+    });
 
     this.clients = {
       insert: async (row) => {
@@ -605,39 +638,53 @@ export class PgStore implements Store {
 
   /**
    * Group commit for delivery attempts: one transaction and one multi-row INSERT for every attempt
-   * that settled in the same turn, then each event's update under its lease. All settle together.
+   * that settled in the same turn, then each event's update under its lease. Should the batch fail
+   * (a value the database refuses slipped past the core's cleaning), each record is written again
+   * in its own transaction, so one bad record never rolls back another's (DESIGN §12).
    */
   private async flushAttempts(): Promise<void> {
     const batch = this.attempts;
     this.attempts = [];
     if (batch.length === 0) return;
     try {
-      await this.tx(async (c) => {
-        const cols = columnsOf(deliveryAttempts);
-        const values: unknown[] = [];
-        const tuples = batch.map(({ attempt }) => `(${cols.map(([key]) => `$${values.push(attempt[key] ?? null)}`).join(", ")})`);
-        await c.query(`INSERT INTO delivery_attempts (${cols.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")}`, values);
-        for (const b of batch) await this.updateLeasedEvent(c, b.eventId, b.token, { ...b.patch, ...RELEASED });
-      });
+      await this.tx((c) => this.writeAttempts(c, batch));
       for (const b of batch) b.resolve();
     } catch (err) {
-      for (const b of batch) b.reject(err);
+      if (batch.length === 1) {
+        batch[0]!.reject(err);
+        return;
+      }
+      for (const b of batch) {
+        await this.tx((c) => this.writeAttempts(c, [b])).then(b.resolve, b.reject);
+      }
     }
+  }
+
+  private async writeAttempts(c: pg.PoolClient, batch: Array<{ eventId: string; token: string; attempt: Row; patch: Row }>): Promise<void> {
+    const cols = columnsOf(deliveryAttempts);
+    const values: unknown[] = [];
+    const tuples = batch.map(({ attempt }) => `(${cols.map(([key]) => `$${values.push(attempt[key] ?? null)}`).join(", ")})`);
+    await c.query(`INSERT INTO delivery_attempts (${cols.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")}`, values);
+    for (const b of batch) await this.updateLeasedEvent(c, b.eventId, b.token, { ...b.patch, ...RELEASED });
   }
 
   /** Runs `work` in one transaction on one pooled connection. */
   async tx<R>(work: (c: pg.PoolClient) => Promise<R>): Promise<R> {
     const c = await this.pool.connect();
+    let broken: Error | undefined;
     try {
       await c.query("BEGIN");
       const result = await work(c);
       await c.query("COMMIT");
       return result;
     } catch (err) {
-      await c.query("ROLLBACK").catch(() => {});
+      // A connection that cannot even roll back (lost, timed out) is thrown away, not pooled again.
+      await c.query("ROLLBACK").catch((e: unknown) => {
+        broken = e instanceof Error ? e : new Error(String(e));
+      });
       throw err;
     } finally {
-      c.release();
+      c.release(broken);
     }
   }
 
@@ -777,7 +824,7 @@ export class PgStore implements Store {
   private async leaderConnection(): Promise<pg.Client> {
     if (this.leaderClient && !this.leaderClientDead) return this.leaderClient;
     this.dropLeaderConnection();
-    const client = new pg.Client({ connectionString: this.options.connectionString, types });
+    const client = new pg.Client({ ...pgClientConfig(this.options.connectionString, this.options), types });
     client.on("error", () => this.dropLeaderConnection());
     client.on("end", () => this.dropLeaderConnection());
     await client.connect();
@@ -796,7 +843,7 @@ export class PgStore implements Store {
 
   private async listen(nudge: (target: NudgeTarget) => void): Promise<void> {
     if (this.listener || this.closed) return;
-    const client = new pg.Client({ connectionString: this.options.connectionString });
+    const client = new pg.Client(pgClientConfig(this.options.connectionString, this.options));
     const reconnect = () => {
       if (this.listener !== client) return;
       this.listener = null;

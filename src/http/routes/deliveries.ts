@@ -1,5 +1,5 @@
 import { createRoute, z, type OpenAPIHono } from "@hono/zod-openapi";
-import { PINGS_PER_MINUTE, type DeliveryService } from "../../services/deliveries.js";
+import { PINGS_PER_MINUTE, TRIGGERS_PER_MINUTE, type DeliveryService } from "../../services/deliveries.js";
 import { TEST_EVENT_TYPES } from "../../services/sample-events.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import type { AppEnv } from "../context.js";
@@ -35,6 +35,16 @@ const PingResultSchema = z
   })
   .openapi("PingResult");
 
+const FailingHostSchema = z
+  .object({
+    host: z.string(),
+    failing_since: z.string(),
+    attempts: z.number().int(),
+    pending_events: z.number().int(),
+    last_error: z.string().nullable(),
+  })
+  .openapi("FailingHost");
+
 const EventItemSchema = z
   .object({
     id: z.string(),
@@ -65,6 +75,7 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       path: "/openapi/v1/tasks/{id}/redeliver",
       tags: ["Webhooks"],
       summary: "Send the task's last event again (same webhook-id)",
+      description: `At most ${TRIGGERS_PER_MINUTE} redelivers a minute per client: 429 rate_limit otherwise.`,
       security,
       request: { params: TaskIdParam },
       responses: {
@@ -72,10 +83,40 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
           description: "Queued for delivery",
           content: json(z.object({ data: z.object({ event_id: z.string(), event_type: z.string(), status: z.string() }) })),
         },
-        ...errorResponses(400, 401, 404),
+        ...errorResponses(400, 401, 404, 429),
       },
     }),
     async (c) => c.json({ data: await deliveries.redeliver(c.get("client").id, c.req.valid("param").id) }, 202),
+  );
+
+  app.openapi(
+    createRoute({
+      method: "get",
+      path: "/openapi/v1/webhooks/hosts",
+      tags: ["Webhooks"],
+      summary: "Your callback hosts answering no 2xx now",
+      description: "Each host (hostname:port) since its first failure after its last 2xx, with failed attempts, pending events and the last error.",
+      security,
+      responses: { 200: { description: "Failing hosts, longest failing first", content: json(z.object({ data: z.array(FailingHostSchema) })) }, ...errorResponses(401) },
+    }),
+    async (c) => c.json({ data: await deliveries.failingHosts(c.get("client").id) }, 200),
+  );
+
+  app.openapi(
+    createRoute({
+      method: "post",
+      path: "/openapi/v1/webhooks/hosts/{host}/retry",
+      tags: ["Webhooks"],
+      summary: "Retry now: send your waiting and paused events for one callback host at once",
+      description: `The host is hostname:port, URL-encoded (hooks.example.com:443). Its events due later or paused by its circuit breaker are sent at once, the first as the circuit's trial. At most ${TRIGGERS_PER_MINUTE} a minute per client: 429 rate_limit otherwise.`,
+      security,
+      request: { params: z.object({ host: z.string().max(300).openapi({ param: { name: "host", in: "path" }, example: "hooks.example.com:443" }) }) },
+      responses: {
+        202: { description: "How many events were made due", content: json(z.object({ data: z.object({ host: z.string(), requeued: z.number().int() }) })) },
+        ...errorResponses(400, 401, 429),
+      },
+    }),
+    async (c) => c.json({ data: await deliveries.retryHost(c.get("client").id, c.req.valid("param").host) }, 202),
   );
 
   app.openapi(

@@ -1,0 +1,117 @@
+import { and, asc, desc, eq, isNotNull, isNull, lt, lte, or, sql } from "drizzle-orm";
+import type { Db } from "./open.js";
+import { endpointHealth, notices } from "./schema.js";
+
+export type EndpointHealthRow = typeof endpointHealth.$inferSelect;
+export type NoticeRow = typeof notices.$inferSelect;
+export type NewNoticeRow = typeof notices.$inferInsert;
+
+interface Key {
+  clientId: string;
+  host: string;
+}
+
+const ofKey = (k: Key) => and(eq(endpointHealth.clientId, k.clientId), eq(endpointHealth.host, k.host));
+
+/** A failed attempt: the key's failing run starts now unless one is open; the attempt is counted. */
+export function recordEndpointFailure(db: Db, key: Key, now: number, error: string | null): void {
+  db.insert(endpointHealth)
+    .values({ clientId: key.clientId, host: key.host, failingSince: now, failedAttempts: 1, lastError: error, updatedAt: now })
+    .onConflictDoUpdate({
+      target: [endpointHealth.clientId, endpointHealth.host],
+      set: {
+        failingSince: sql`coalesce(${endpointHealth.failingSince}, ${now})`,
+        failedAttempts: sql`${endpointHealth.failedAttempts} + 1`,
+        lastError: error,
+        updatedAt: now,
+      },
+    })
+    .run();
+}
+
+/** A 2xx: ends the key's failing run, returning it (null when none was open). */
+export function recordEndpointSuccess(db: Db, key: Key, now: number): { failingSince: number; noticeSentAt: number | null } | null {
+  return db.transaction((tx) => {
+    const open = tx
+      .select({ failingSince: endpointHealth.failingSince, noticeSentAt: endpointHealth.noticeSentAt })
+      .from(endpointHealth)
+      .where(and(ofKey(key), isNotNull(endpointHealth.failingSince)))
+      .all()[0];
+    if (!open) return null;
+    tx.update(endpointHealth)
+      .set({ failingSince: null, failedAttempts: 0, noticeSentAt: null, lastSuccessAt: now, updatedAt: now })
+      .where(ofKey(key))
+      .run();
+    return { failingSince: open.failingSince!, noticeSentAt: open.noticeSentAt };
+  });
+}
+
+export function endpointsDueForNotice(db: Db, before: number, limit: number): EndpointHealthRow[] {
+  return db
+    .select()
+    .from(endpointHealth)
+    .where(and(lte(endpointHealth.failingSince, before), isNull(endpointHealth.noticeSentAt)))
+    .orderBy(asc(endpointHealth.failingSince))
+    .limit(limit)
+    .all();
+}
+
+export function markEndpointNoticed(db: Db, key: Key, failingSince: number, at: number): boolean {
+  return (
+    db
+      .update(endpointHealth)
+      .set({ noticeSentAt: at })
+      .where(and(ofKey(key), eq(endpointHealth.failingSince, failingSince), isNull(endpointHealth.noticeSentAt)))
+      .run().changes > 0
+  );
+}
+
+export function failingEndpointsOf(db: Db, clientId: string): EndpointHealthRow[] {
+  return db
+    .select()
+    .from(endpointHealth)
+    .where(and(eq(endpointHealth.clientId, clientId), isNotNull(endpointHealth.failingSince)))
+    .orderBy(asc(endpointHealth.failingSince))
+    .all();
+}
+
+export function insertNotice(db: Db, row: NewNoticeRow): void {
+  db.insert(notices).values(row).run();
+}
+
+const claimableNotice = (now: number) =>
+  and(eq(notices.deliveryStatus, "pending"), lte(notices.nextAttemptAt, now), or(isNull(notices.claimedUntil), lt(notices.claimedUntil, now)));
+
+export function claimDueNotices(db: Db, opts: { now: number; leaseMs: number; token: string; limit: number }): NoticeRow[] {
+  if (opts.limit <= 0) return [];
+  const due = db.select({ id: notices.id }).from(notices).where(claimableNotice(opts.now)).orderBy(asc(notices.nextAttemptAt)).limit(opts.limit);
+  return db
+    .update(notices)
+    .set({ claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token })
+    .where(and(sql`${notices.id} IN ${due}`, claimableNotice(opts.now)))
+    .returning()
+    .all();
+}
+
+export function recordNotice(db: Db, id: string, token: string, patch: Partial<NewNoticeRow>): void {
+  db.update(notices)
+    .set({ ...patch, claimedUntil: null, claimToken: null })
+    .where(and(eq(notices.id, id), eq(notices.claimToken, token)))
+    .run();
+}
+
+export function nextNoticeDueAt(db: Db, now: number): number | null {
+  const row = db
+    .select({ at: notices.nextAttemptAt, until: notices.claimedUntil })
+    .from(notices)
+    .where(eq(notices.deliveryStatus, "pending"))
+    .orderBy(asc(notices.nextAttemptAt))
+    .limit(1)
+    .all()[0];
+  if (!row) return null;
+  return row.until !== null && row.until >= now ? row.until : row.at;
+}
+
+export function noticesOfClient(db: Db, clientId: string, limit: number): NoticeRow[] {
+  return db.select().from(notices).where(eq(notices.clientId, clientId)).orderBy(desc(notices.createdAt), desc(notices.id)).limit(limit).all();
+}

@@ -1,0 +1,98 @@
+import type pg from "pg";
+import type { DeliveryKey, EndpointHealthRow, EndpointStore, NoticeRow, NoticeStore } from "../../store/store.js";
+
+/**
+ * The endpoint-health and notice operations on PostgreSQL (the SQLite ones are in ../endpoints.ts).
+ * Rows come back with snake_case names and are mapped by the column list below.
+ */
+
+type Row = Record<string, unknown>;
+
+const camel = (name: string) => name.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+const snake = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+
+function mapRow<T>(raw: Row): T {
+  const out: Row = {};
+  for (const [name, value] of Object.entries(raw)) out[camel(name)] = value;
+  return out as T;
+}
+
+export function pgEndpointStore(pool: pg.Pool): EndpointStore {
+  const q = async (sql: string, values: unknown[]) => (await pool.query(sql, values)).rows as Row[];
+  return {
+    recordFailure: async (key, now, error) => {
+      await q(
+        `INSERT INTO endpoint_health (client_id, host, failing_since, failed_attempts, last_error, updated_at) VALUES ($1, $2, $3, 1, $4, $3)
+         ON CONFLICT (client_id, host) DO UPDATE SET failing_since = coalesce(endpoint_health.failing_since, $3),
+           failed_attempts = endpoint_health.failed_attempts + 1, last_error = $4, updated_at = $3`,
+        [key.clientId, key.host, now, error],
+      );
+    },
+    recordSuccess: async (key, now) => {
+      // The old values come from the row as it was before this statement (the FROM self-join's snapshot).
+      const rows = await q(
+        `UPDATE endpoint_health e SET failing_since = NULL, failed_attempts = 0, notice_sent_at = NULL, last_success_at = $3, updated_at = $3
+         FROM endpoint_health old WHERE e.client_id = $1 AND e.host = $2 AND old.client_id = e.client_id AND old.host = e.host
+           AND e.failing_since IS NOT NULL
+         RETURNING old.failing_since, old.notice_sent_at`,
+        [key.clientId, key.host, now],
+      );
+      const r = rows[0];
+      return r ? { failingSince: Number(r.failing_since), noticeSentAt: r.notice_sent_at === null ? null : Number(r.notice_sent_at) } : null;
+    },
+    dueForNotice: async (before, limit) =>
+      (await q("SELECT * FROM endpoint_health WHERE failing_since <= $1 AND notice_sent_at IS NULL ORDER BY failing_since LIMIT $2", [before, limit])).map(
+        (r) => mapRow<EndpointHealthRow>(r),
+      ),
+    markNoticed: async (key: DeliveryKey, failingSince, at) =>
+      (
+        await pool.query(
+          "UPDATE endpoint_health SET notice_sent_at = $4 WHERE client_id = $1 AND host = $2 AND failing_since = $3 AND notice_sent_at IS NULL",
+          [key.clientId, key.host, failingSince, at],
+        )
+      ).rowCount === 1,
+    failingOf: async (clientId) =>
+      (await q("SELECT * FROM endpoint_health WHERE client_id = $1 AND failing_since IS NOT NULL ORDER BY failing_since", [clientId])).map((r) =>
+        mapRow<EndpointHealthRow>(r),
+      ),
+  };
+}
+
+const CLAIMABLE = "delivery_status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)";
+
+export function pgNoticeStore(pool: pg.Pool, notify: () => Promise<void>): NoticeStore {
+  const q = async (sql: string, values: unknown[]) => (await pool.query(sql, values)).rows as Row[];
+  return {
+    insert: async (row) => {
+      const entries = Object.entries(row).filter(([, v]) => v !== undefined);
+      await q(`INSERT INTO notices (${entries.map(([k]) => snake(k)).join(", ")}) VALUES (${entries.map((_, i) => `$${i + 1}`).join(", ")})`, entries.map(([, v]) => v));
+      await notify();
+    },
+    claimDue: async (o) => {
+      if (o.limit <= 0) return [];
+      const rows = await q(
+        `UPDATE notices SET claimed_until = $2, claim_token = $3
+         WHERE id IN (SELECT id FROM notices WHERE ${CLAIMABLE} ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+         RETURNING *`,
+        [o.now, o.now + o.leaseMs, o.token, o.limit],
+      );
+      return rows.map((r) => mapRow<NoticeRow>(r));
+    },
+    record: async (id, token, patch) => {
+      const entries = Object.entries({ ...patch, claimedUntil: null, claimToken: null }).filter(([, v]) => v !== undefined);
+      await q(`UPDATE notices SET ${entries.map(([k], i) => `${snake(k)} = $${i + 3}`).join(", ")} WHERE id = $1 AND claim_token = $2`, [
+        id,
+        token,
+        ...entries.map(([, v]) => v),
+      ]);
+    },
+    nextDueAt: async (now) => {
+      const r = (await q("SELECT next_attempt_at, claimed_until FROM notices WHERE delivery_status = 'pending' ORDER BY next_attempt_at LIMIT 1", []))[0];
+      if (!r) return null;
+      const until = r.claimed_until === null ? null : Number(r.claimed_until);
+      return until !== null && until >= now ? until : Number(r.next_attempt_at);
+    },
+    ofClient: async (clientId, limit) =>
+      (await q("SELECT * FROM notices WHERE client_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2", [clientId, limit])).map((r) => mapRow<NoticeRow>(r)),
+  };
+}

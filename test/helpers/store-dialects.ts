@@ -1,0 +1,86 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { openDatabase } from "../../src/db/open.js";
+import { pgStore, sqliteStore } from "../../src/open-store.js";
+import { newClient } from "../../src/services/clients.js";
+import type { NewTaskRequest, Store } from "../../src/store/store.js";
+import { freshPgDatabase } from "./pg.js";
+
+/** A fresh store, and `another` process's view of the same database (the same store on SQLite). */
+export type StoreFactory = () => Promise<{ store: Store; another: () => Promise<Store> }>;
+
+/**
+ * The two drivers, each as a factory of fresh stores, for suites that run the same tests on both
+ * (describe.each). `cleanup` registers what to close after the test.
+ */
+export function storeDialects(cleanup: (fn: () => Promise<void>) => void): Array<[string, StoreFactory]> {
+  return [
+    [
+      "sqlite",
+      async () => {
+        const dir = mkdtempSync(join(tmpdir(), "genrelay-contract-"));
+        const store = sqliteStore(openDatabase(join(dir, "relay.db")));
+        cleanup(async () => {
+          await store.close();
+          rmSync(dir, { recursive: true, force: true });
+        });
+        return { store, another: async () => store };
+      },
+    ],
+    [
+      "postgres",
+      async () => {
+        const db = await freshPgDatabase();
+        const stores: Store[] = [];
+        const open = async () => {
+          const s = await pgStore(db.url, { migrate: false, max: 4 });
+          stores.push(s);
+          return s;
+        };
+        const store = await open();
+        cleanup(async () => {
+          for (const s of stores) await s.close().catch(() => {});
+          await db.drop();
+        });
+        return { store, another: open };
+      },
+    ],
+  ];
+}
+
+export const CONTRACT_NOW = Date.UTC(2026, 0, 1);
+let n = 0;
+
+export async function contractClient(store: Store, limits: { creditLimit?: number; maxWaiting?: number } = {}) {
+  const { row } = newClient(CONTRACT_NOW, { name: `c${n++}`, ...limits });
+  return store.clients.insert(row);
+}
+
+/** A creation request for a plain image task of the client. */
+export function contractTask(clientId: string, key: string, opts: { callbackUrl?: string } = {}): NewTaskRequest {
+  const id = `task_${String(n++).padStart(6, "0")}_${key}`;
+  return {
+    row: {
+      id,
+      clientId,
+      type: "image",
+      model: "p-image",
+      status: "queued",
+      phase: "waiting",
+      requestJson: "{}",
+      callbackUrl: opts.callbackUrl ?? "https://hooks.example/x",
+      callbackEvents: JSON.stringify(["task.processing", "task.succeeded", "task.failed", "task.canceled"]),
+      idempotencyKey: key,
+      requestHash: "h",
+      upstreamAccount: "default",
+      upstreamIdempotencyKey: `genrelay-${id}`,
+      priceKey: "",
+      nextRunAt: CONTRACT_NOW,
+      createdAt: CONTRACT_NOW,
+      updatedAt: CONTRACT_NOW,
+    },
+    needs: { waiting: false, credit: false },
+    admit: () => 0,
+  };
+}

@@ -1,0 +1,268 @@
+import { Webhook } from "standardwebhooks";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { findEvent, type EventRow } from "../../src/db/events.js";
+import { silentLogger } from "../../src/logger.js";
+import { destinationHost } from "../../src/webhooks/destination.js";
+import { countingReceiver, startDispatcherLoop, succeed, succeededTasks, SystemClock, waitFor, type CountingReceiver } from "../helpers/delivery.js";
+import { createTask } from "../helpers/flow.js";
+import { ok, startReceiver, status, type Answer, type Received } from "../helpers/receiver.js";
+import type { TestRelay } from "../helpers/relay.js";
+import { upstreamSuite, WORKER_TEST_ENV } from "../helpers/upstream-suite.js";
+
+/**
+ * Delivery that serves every tenant's real receivers (DESIGN §12, issue #21): partly working
+ * receivers get every webhook within their retry schedule's own time, a host that is down is paused
+ * without spending its events' retries, a client's slow receivers hold at most its fair share of the
+ * pool, and clients hear about failing endpoints. Real loopback receivers; a fake clock wherever the
+ * scenario allows it.
+ */
+const suite = upstreamSuite(WORKER_TEST_ENV);
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+const ONE_SECOND_SCHEDULE = "0s,1s,1s,1s,1s,1s,1s,1s";
+
+async function receiver(answer: Answer = ok): Promise<CountingReceiver> {
+  return countingReceiver((fn) => suite.cleanup(fn), answer);
+}
+
+/** Runs the dispatcher in fake time, `stepMs` at a time, until `done` or `untilMs` of fake time passed; returns the fake time taken. */
+async function runFakeTime(t: TestRelay, stepMs: number, untilMs: number, done: () => boolean): Promise<number> {
+  const start = t.clock.now();
+  while (!done() && t.clock.now() - start <= untilMs) {
+    while ((await t.relay.dispatcher.runOnce()) > 0);
+    if (done()) break;
+    t.clock.advance(stepMs);
+  }
+  return t.clock.now() - start;
+}
+
+const statuses = (t: TestRelay, events: EventRow[]) => events.map((e) => findEvent(t.database.db, e.id)!);
+
+/** A small seeded generator (mulberry32), so "fails half of all requests at random" is the same run every time. */
+function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let x = Math.imul(a ^ (a >>> 15), 1 | a);
+    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+describe("partly working receivers get every webhook within their retry schedule's own time", () => {
+  it("a receiver that fails the first attempt of every webhook and takes the retry (a cold start): 40 webhooks, all delivered, two attempts each", async () => {
+    const { t } = suite.setup({ WEBHOOK_RETRY_SCHEDULE: ONE_SECOND_SCHEDULE });
+    const seen = new Set<string>();
+    const coldStart = await receiver((req, res) => {
+      const id = req.headers["webhook-id"]!;
+      res.statusCode = seen.has(id) ? 200 : 503;
+      seen.add(id);
+      res.end();
+    });
+    const c = t.client("cold");
+    const events = await succeededTasks(t, c.apiKey, coldStart.url(), 40);
+
+    const took = await runFakeTime(t, 100, 60_000, () => statuses(t, events).every((e) => e.deliveryStatus === "succeeded"));
+    console.info(`cold-starting receiver: 40 webhooks delivered after ${took} ms of fake time`);
+    // Before #21: the circuit opened after 5 first attempts, its trial was again a first attempt, and
+    // after 60 s 37 of 40 were still pending.
+    expect(statuses(t, events).map((e) => e.deliveryStatus)).toEqual(Array(40).fill("succeeded"));
+    // The schedule's own time: 0 s + 1 s + … (7 s for its 8 attempts).
+    expect(took).toBeLessThanOrEqual(7_000);
+    expect(Math.max(...statuses(t, events).map((e) => e.attempts))).toBe(2);
+  });
+
+  it("a receiver that fails half of all requests at random: every webhook arrives within the schedule, none fails", async () => {
+    const { t } = suite.setup({ WEBHOOK_RETRY_SCHEDULE: `0s${",1s".repeat(15)}` });
+    const random = seeded(21);
+    const flaky = await receiver((_req, res) => {
+      res.statusCode = random() < 0.5 ? 500 : 200;
+      res.end();
+    });
+    const c = t.client("flaky");
+    const events = await succeededTasks(t, c.apiKey, flaky.url(), 40);
+
+    const took = await runFakeTime(t, 100, 60_000, () => statuses(t, events).every((e) => e.deliveryStatus !== "pending"));
+    console.info(`receiver failing half at random: settled after ${took} ms of fake time`);
+    expect(statuses(t, events).map((e) => e.deliveryStatus)).toEqual(Array(40).fill("succeeded"));
+    expect(took).toBeLessThanOrEqual(15_000);
+  });
+
+  it("a host that refuses connections is paused, and its events wait without using up their retries", async () => {
+    const { t } = suite.setup({ WEBHOOK_RETRY_SCHEDULE: "0s,1s,1s,1s" });
+    const gone = await startReceiver(ok);
+    const url = gone.url();
+    await gone.close(); // nothing listens there any more: every connection is refused
+    const c = t.client("down");
+    const events = await succeededTasks(t, c.apiKey, url, 10);
+    const key = `${c.id}|${destinationHost(url)}`;
+
+    await runFakeTime(t, 1_000, 10 * 60_000, () => false);
+    const rows = statuses(t, events);
+    // Ten minutes of a dead host: paused, trials now and then, but no event spent its schedule.
+    expect(t.relay.dispatcher.breakers.state(key)).not.toBe("closed");
+    expect(rows.map((e) => e.deliveryStatus)).toEqual(Array(10).fill("pending"));
+    expect(Math.max(...rows.map((e) => e.roundAttempts))).toBeLessThan(4);
+    const trials = rows.reduce((n, e) => n + e.attempts, 0) - rows.reduce((n, e) => n + e.roundAttempts, 0);
+    expect(trials).toBeGreaterThanOrEqual(5);
+  });
+});
+
+describe("fair share of the pool", () => {
+  it("a client whose receivers answer 2xx slowly on 10 host:ports holds at most its share; another client's webhook goes out at once", async () => {
+    const { t } = suite.setup({ WEBHOOK_TIMEOUT_MS: "5000", WEBHOOK_RETRY_SCHEDULE: "0s,1h" }, { clock: new SystemClock() });
+    const slowAnswer: Answer = (_req, res) => {
+      setTimeout(() => res.end("ok"), 2_500);
+    };
+    const slow = await Promise.all(Array.from({ length: 10 }, () => receiver(slowAnswer)));
+    const fast = await receiver(ok);
+    const a = t.client("slow-receivers");
+    const b = t.client("victim");
+    for (const r of slow) await succeededTasks(t, a.apiKey, r.url(), 12);
+    const bTask = await createTask(t, b.apiKey, { callback_url: fast.url() });
+    startDispatcherLoop(t);
+
+    const aOpen = () => slow.reduce((n, r) => n + r.open(), 0);
+    await waitFor("A's slow attempts to fill its share", () => aOpen() >= 56, 2_000);
+    const event = succeed(t, bTask);
+    await waitFor("B's webhook", () => fast.arrivals.has(event.id), 2_000);
+    const latency = fast.arrivals.get(event.id)! - event.createdAt;
+    console.info(`fair share: victim's completion→webhook ${latency} ms while A holds ${aOpen()} slow attempts (pool 64, per host 8)`);
+    // Before #21: A held all 64 slots and B's webhook waited for A's backlog (10 s with 120 slow tasks).
+    expect(latency).toBeLessThan(1_000);
+    expect(Math.max(...slow.map((r) => r.maxOpen()))).toBeLessThanOrEqual(8);
+    expect(t.relay.dispatcher.inFlightOf(a.id)).toBeLessThanOrEqual(56);
+    await t.relay.loops.find((l) => l.name === "dispatcher")!.stop();
+    await t.relay.dispatcher.drain();
+  });
+});
+
+/** A receiver for notices; its requests are verified with the standardwebhooks package. */
+async function noticeReceiver() {
+  const r = await startReceiver(ok);
+  suite.cleanup(() => r.close());
+  return r;
+}
+
+function verified(secret: string, req: Received, nowMs: number): { id: string; type: string; data: Record<string, unknown> } {
+  vi.useFakeTimers({ toFake: ["Date"], now: nowMs });
+  try {
+    return new Webhook(secret).verify(req.body, req.headers) as { id: string; type: string; data: Record<string, unknown> };
+  } finally {
+    vi.useRealTimers();
+  }
+}
+
+describe("failure notices and retry now", () => {
+  it("endpoint.failing after WEBHOOK_FAILING_NOTICE_AFTER without a 2xx, signed; retry now sends the paused events; endpoint.recovered at the first 2xx", async () => {
+    const { t } = suite.setup({ WEBHOOK_RETRY_SCHEDULE: "0s,5s,1m,1h,1h", WEBHOOK_FAILING_NOTICE_AFTER: "10m" });
+    const dead = await receiver(status(500));
+    const ops = await noticeReceiver();
+    const c = t.client("ops");
+    await t.store.clients.update(c.id, { notificationUrl: ops.url("/notices") });
+    const events = await succeededTasks(t, c.apiKey, dead.url("/hook"), 3);
+    const host = destinationHost(dead.url());
+    const startedAt = t.clock.now();
+
+    await runFakeTime(t, 5_000, 9 * 60_000, () => false);
+    expect(await t.relay.notifier.runOnce()).toBe(0);
+    expect(ops.requests).toHaveLength(0);
+    // Listed for the client (the API; the dashboard shows the same as a banner).
+    const hosts = await t.request(c.apiKey, "/openapi/v1/webhooks/hosts");
+    expect(((await hosts.json()) as { data: unknown[] }).data).toEqual([
+      { host, failing_since: new Date(startedAt).toISOString(), attempts: expect.any(Number), pending_events: 3, last_error: "HTTP 500" },
+    ]);
+
+    t.clock.set(startedAt + 10 * 60_000);
+    expect(await t.relay.notifier.runOnce()).toBe(1);
+    expect(await t.relay.notifier.runOnce()).toBe(0); // once per failing run
+    const failing = verified(c.secret, ops.requests[0]!, t.clock.now());
+    expect(failing).toMatchObject({
+      type: "endpoint.failing",
+      data: { host, failing_since: new Date(startedAt).toISOString(), pending_events: 3, last_error: "HTTP 500" },
+    });
+    expect(failing.id).toBe(ops.requests[0]!.headers["webhook-id"]);
+    expect(failing.data.attempts).toBeGreaterThanOrEqual(5);
+
+    // The receiver is back; the client asks to retry now instead of waiting for the next trial.
+    dead.setAnswer(ok);
+    const retry = await t.request(c.apiKey, `/openapi/v1/webhooks/hosts/${encodeURIComponent(host)}/retry`, { method: "POST" });
+    expect(retry.status).toBe(202);
+    expect(((await retry.json()) as { data: { requeued: number } }).data).toEqual({ host, requeued: 3 });
+    for (let i = 0; i < 3; i++) await t.relay.dispatcher.runOnce();
+    expect(statuses(t, events).map((e) => e.deliveryStatus)).toEqual(["succeeded", "succeeded", "succeeded"]);
+    expect(await t.relay.notifier.runOnce()).toBe(1);
+    const recovered = verified(c.secret, ops.requests[1]!, t.clock.now());
+    expect(recovered).toMatchObject({ type: "endpoint.recovered", data: { host, failing_since: new Date(startedAt).toISOString(), recovered_at: new Date(t.clock.now()).toISOString() } });
+    const after = await t.request(c.apiKey, "/openapi/v1/webhooks/hosts");
+    expect(((await after.json()) as { data: unknown[] }).data).toEqual([]);
+  });
+
+  it("delivery.exhausted when an event's last scheduled attempt fails", async () => {
+    const { t } = suite.setup({ WEBHOOK_RETRY_SCHEDULE: "0s,1s" });
+    // Fails every first attempt of a webhook and its retry, but answers others (so the host is not paused).
+    const picky = await receiver((req, res) => {
+      res.statusCode = req.url.startsWith("/bad") ? 500 : 200;
+      res.end();
+    });
+    const ops = await noticeReceiver();
+    const c = t.client("exhaust");
+    await t.store.clients.update(c.id, { notificationUrl: ops.url("/notices") });
+    const [bad] = await succeededTasks(t, c.apiKey, picky.url("/bad"), 1);
+    await runFakeTime(t, 500, 5_000, () => findEvent(t.database.db, bad!.id)!.deliveryStatus === "failed");
+    await t.relay.notifier.runOnce();
+    expect(ops.requests).toHaveLength(1);
+    expect(verified(c.secret, ops.requests[0]!, t.clock.now())).toMatchObject({
+      type: "delivery.exhausted",
+      data: { event_id: bad!.id, task_id: bad!.taskId, type: "task.succeeded", host: destinationHost(picky.url()), attempts: 2, last_error: "HTTP 500" },
+    });
+  });
+
+  it("a notice is never sent to the failing host itself", async () => {
+    const { t } = suite.setup({ WEBHOOK_RETRY_SCHEDULE: "0s,1s", WEBHOOK_FAILING_NOTICE_AFTER: "1m" });
+    const warn = vi.spyOn(silentLogger, "warn");
+    const dead = await receiver(status(500));
+    const c = t.client("same-host");
+    await t.store.clients.update(c.id, { notificationUrl: dead.url("/notices") });
+    await succeededTasks(t, c.apiKey, dead.url("/hook"), 1);
+    await runFakeTime(t, 1_000, 3_000, () => false);
+    t.clock.advance(60_000);
+    await t.relay.notifier.runOnce();
+    expect(dead.requests.every((r) => r.url === "/hook")).toBe(true);
+    expect(warn.mock.calls.some((call) => call[1] === "notice not sent: notification_url is on the host it is about")).toBe(true);
+  });
+
+  it("redeliver and retry now are rate-limited per client like test pings (429 rate_limit)", async () => {
+    const { t } = suite.setup();
+    const r = await receiver(ok);
+    const c = t.client("hammer");
+    const other = t.client("calm");
+    const [e] = await succeededTasks(t, c.apiKey, r.url(), 1);
+    await t.relay.dispatcher.runOnce();
+    const redeliver = (key: string) => t.request(key, `/openapi/v1/tasks/${e!.taskId}/redeliver`, { method: "POST" });
+    const codes: number[] = [];
+    for (let i = 0; i < 11; i++) codes.push((await redeliver(c.apiKey)).status);
+    expect(codes.slice(0, 10)).toEqual(Array(10).fill(202));
+    const limited = await redeliver(c.apiKey);
+    expect(limited.status).toBe(429);
+    expect(limited.headers.get("retry-after")).toMatch(/^\d+$/);
+    expect(((await limited.json()) as { error: { code: string } }).error.code).toBe("rate_limit");
+
+    const host = encodeURIComponent(destinationHost(r.url()));
+    const retries: number[] = [];
+    for (let i = 0; i < 11; i++) retries.push((await t.request(c.apiKey, `/openapi/v1/webhooks/hosts/${host}/retry`, { method: "POST" })).status);
+    expect(retries).toEqual([...Array(10).fill(202), 429]);
+    // Per client: another client is not limited by the first one's calls.
+    expect((await t.request(other.apiKey, `/openapi/v1/webhooks/hosts/${host}/retry`, { method: "POST" })).status).toBe(202);
+    // A malformed host is a 400, not a 500.
+    const bad = await t.request(other.apiKey, `/openapi/v1/webhooks/hosts/${encodeURIComponent("no port here")}/retry`, { method: "POST" });
+    expect(bad.status).toBe(400);
+    // After a minute the window has moved on.
+    t.clock.advance(60_001);
+    expect((await redeliver(c.apiKey)).status).toBe(202);
+  });
+});
+
+

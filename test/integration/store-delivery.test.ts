@@ -1,0 +1,152 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { DeliveryLifecycle } from "../../src/core/delivery.js";
+import { silentLogger } from "../../src/logger.js";
+import { EndpointHealth } from "../../src/services/notices.js";
+import type { EventRow, Store } from "../../src/store/store.js";
+import { sendResult } from "../../src/webhooks/sender.js";
+import { FakeClock } from "../helpers/fake-clock.js";
+import { contractClient, contractTask, CONTRACT_NOW as NOW, storeDialects } from "../helpers/store-dialects.js";
+
+/**
+ * The Store's delivery operations (#21) on both drivers: attempt bookkeeping that no receiver's
+ * answer can fail, fair claims across clients, trials, retry-now, endpoint health and notices.
+ */
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+const opts = { now: NOW, token: null, firstAttemptDelayMs: 0 };
+const claimAll = (store: Store, token: string, extra: Partial<Parameters<Store["events"]["claimDue"]>[0]> = {}) =>
+  store.events.claimDue({ now: NOW, leaseMs: 30_000, token, limit: 100, excludeKeys: [], keyRoom: () => 100, maxPerKey: 100, ...extra });
+
+/** `count` succeeded tasks of a new client, each with its pending task.succeeded event. */
+async function eventsOf(store: Store, count: number, callbackUrl = "https://hooks.example/x"): Promise<{ clientId: string; events: EventRow[] }> {
+  const c = await contractClient(store);
+  const events: EventRow[] = [];
+  for (let i = 0; i < count; i++) {
+    const { task } = await store.tasks.create(contractTask(c.id, `k-${c.id}-${i}`, { callbackUrl }));
+    await store.tasks.transition(task, { status: "succeeded", phase: "done" }, opts);
+    events.push((await store.events.lastOfTask(task.id))!);
+  }
+  return { clientId: c.id, events };
+}
+
+describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operations on %s", (_name, make) => {
+  it("hostile answer bodies (NUL, broken UTF-16, 10 MB, endless) are stored as at most 4 KiB of clean text; the batch all commits", async () => {
+    const { store } = await make();
+    const { events } = await eventsOf(store, 4);
+    const claimed = await claimAll(store, "d:1");
+    const lifecycle = new DeliveryLifecycle({ store, clock: new FakeClock(NOW), retryScheduleMs: [0, 1000] });
+    const bodies = ["ok\u0000", "bad \uD800 half", "x".repeat(10 * 1024 * 1024), "é".repeat(5000)];
+    // All four settle in the same turn: one group commit on each driver.
+    await Promise.all(claimed.map((e, i) => lifecycle.recordAttempt(e, NOW, sendResult({ ok: true, statusCode: 200, responseBody: bodies[i]!, error: i === 0 ? "NUL\u0000in error" : null }))));
+    for (const e of events) {
+      expect(await store.events.find(e.id)).toMatchObject({ deliveryStatus: "succeeded", claimToken: null });
+      const [attempt] = await store.events.attemptsOfTask(e.taskId);
+      expect(Buffer.byteLength(attempt!.responseBody!, "utf8")).toBeLessThanOrEqual(4096);
+      expect(attempt!.responseBody).not.toContain("\u0000");
+      expect(attempt!.responseBody).not.toMatch(/[\uD800-\uDFFF]/);
+    }
+    const stored = await Promise.all(events.map(async (e) => (await store.events.attemptsOfTask(e.taskId))[0]!));
+    expect(stored[0]!.responseBody).toBe("ok\uFFFD");
+    expect(stored[0]!.error).toBe("NUL\uFFFDin error");
+    expect(stored[3]!.responseBody).toBe("é".repeat(2048));
+  });
+
+  it("one record the database refuses never rolls back the others settling with it", async () => {
+    const { store } = await make();
+    await eventsOf(store, 3);
+    const claimed = await claimAll(store, "d:1");
+    const attempt = (e: EventRow, body: string) => ({
+      id: `att_${e.id}`, eventId: e.id, taskId: e.taskId, clientId: e.clientId, eventType: e.type, url: e.callbackUrl!,
+      attemptedAt: NOW, statusCode: 200, latencyMs: 5, outcome: "succeeded", error: null, responseBody: body,
+    });
+    // Straight to the store, past the core's cleaning: PostgreSQL refuses NUL in text, SQLite takes it.
+    const results = await Promise.allSettled(
+      claimed.map((e, i) => store.events.recordAttempt(e.id, "d:1", attempt(e, i === 1 ? "bad\u0000" : "fine"), { deliveryStatus: "succeeded", attempts: 1 })),
+    );
+    expect(results[0]!.status).toBe("fulfilled");
+    expect(results[2]!.status).toBe("fulfilled");
+    expect((await store.events.find(claimed[0]!.id))!.deliveryStatus).toBe("succeeded");
+    expect((await store.events.find(claimed[2]!.id))!.deliveryStatus).toBe("succeeded");
+  });
+
+  it("claims take clients in turns, each within its room, and leave out clients at their share", async () => {
+    const { store } = await make();
+    const a = await eventsOf(store, 10);
+    const b = await eventsOf(store, 3);
+    const picked = await claimAll(store, "d:1", { limit: 6, clientRoom: () => 100 });
+    // A's ten were due first, yet B's come in turns with A's.
+    expect(picked.filter((e) => e.clientId === b.clientId)).toHaveLength(3);
+    const rest = await claimAll(store, "d:2", { excludeClients: [a.clientId] });
+    expect(rest).toEqual([]);
+    const roomed = await claimAll(store, "d:3", { clientRoom: (id) => (id === a.clientId ? 2 : 0) });
+    expect(roomed.map((e) => e.clientId)).toEqual([a.clientId, a.clientId]);
+    expect(await store.events.nextDueAt({ now: NOW, excludeKeys: [], excludeClients: [a.clientId, b.clientId] })).toBeNull();
+  });
+
+  it("a paused key's trial is an event already attempted; retry-now makes the key's events due; pending counts them", async () => {
+    const { store } = await make();
+    const { clientId, events } = await eventsOf(store, 3, "https://hooks.example:8443/in");
+    const host = "hooks.example:8443";
+    // The second event was attempted once; all three are postponed to a trial a minute away.
+    for (const e of await claimAll(store, "d:1")) {
+      await store.events.release(e.id, "d:1", e.id === events[1]!.id ? { attempts: 1, roundAttempts: 1, nextAttemptAt: NOW } : {});
+    }
+    expect(await store.events.postponeKey(clientId, host, NOW + 60_000, NOW)).toBe(3);
+    expect(await store.events.claimTrial({ clientId, host }, { now: NOW, leaseMs: 30_000, token: "t:0" })).toBeUndefined();
+    const trial = await store.events.claimTrial({ clientId, host }, { now: NOW + 60_000, leaseMs: 30_000, token: "t:1" });
+    expect(trial?.id).toBe(events[1]!.id);
+    expect(await store.events.pendingOfKey({ clientId, host })).toBe(3);
+    // Retry-now: the two unleased ones are due at once (the trial's lease is left alone).
+    expect(await store.events.retryKeyNow({ clientId, host }, NOW + 1)).toBe(2);
+    expect((await store.events.find(events[0]!.id))!.nextAttemptAt).toBe(NOW + 1);
+  });
+
+  it("endpoint health: a failing run opens once, counts attempts, is noticed once across instances, and ends at a 2xx", async () => {
+    const { store, another } = await make();
+    const { clientId } = await eventsOf(store, 1);
+    const key = { clientId, host: "hooks.example:443" };
+    expect(await store.endpoints.recordSuccess(key, NOW)).toBeNull();
+    await store.endpoints.recordFailure(key, NOW, "HTTP 500");
+    await store.endpoints.recordFailure(key, NOW + 1_000, "timeout after 15000 ms");
+    expect(await store.endpoints.failingOf(clientId)).toMatchObject([{ host: key.host, failingSince: NOW, failedAttempts: 2, lastError: "timeout after 15000 ms" }]);
+    expect(await store.endpoints.dueForNotice(NOW - 1, 10)).toEqual([]);
+    expect(await store.endpoints.dueForNotice(NOW, 10)).toHaveLength(1);
+    const other = await another();
+    const marks = await Promise.all([store.endpoints.markNoticed(key, NOW, NOW + 5), other.endpoints.markNoticed(key, NOW, NOW + 5)]);
+    expect(marks.filter(Boolean)).toHaveLength(1);
+    expect(await store.endpoints.dueForNotice(NOW, 10)).toEqual([]);
+    expect(await store.endpoints.recordSuccess(key, NOW + 9_000)).toEqual({ failingSince: NOW, noticeSentAt: NOW + 5 });
+    expect(await store.endpoints.failingOf(clientId)).toEqual([]);
+    // A new run starts afresh; what the dispatcher reports is cleaned before it is stored.
+    const health = new EndpointHealth({ store, clock: new FakeClock(NOW + 10_000), logger: silentLogger });
+    await health.observe(key, "failure", "\u0000 HTTP 502");
+    expect(await store.endpoints.failingOf(clientId)).toMatchObject([{ failingSince: NOW + 10_000, failedAttempts: 1, noticeSentAt: null, lastError: "\uFFFD HTTP 502" }]);
+  });
+
+  it("notices: an outbox of their own, claimed by one claimer, recorded under the lease", async () => {
+    const { store, another } = await make();
+    const { clientId } = await eventsOf(store, 1);
+    const row = (id: string, at: number) => ({ id, clientId, type: "endpoint.failing", payload: "{}", url: "https://ops.example/n", deliveryStatus: "pending" as const, nextAttemptAt: at, createdAt: at });
+    await store.notices.insert(row("evt_n1", NOW));
+    await store.notices.insert(row("evt_n2", NOW + 60_000));
+    expect(await store.notices.nextDueAt(NOW)).toBe(NOW);
+    const other = await another();
+    const [x, y] = await Promise.all([
+      store.notices.claimDue({ now: NOW, leaseMs: 10_000, token: "n:1", limit: 10 }),
+      other.notices.claimDue({ now: NOW, leaseMs: 10_000, token: "n:2", limit: 10 }),
+    ]);
+    expect([...x!, ...y!].map((n) => n.id)).toEqual(["evt_n1"]);
+    const mine = x!.length > 0 ? "n:1" : "n:2";
+    await store.notices.record("evt_n1", "n:other", { deliveryStatus: "succeeded" });
+    expect((await store.notices.ofClient(clientId, 10)).find((n) => n.id === "evt_n1")!.deliveryStatus).toBe("pending");
+    await store.notices.record("evt_n1", mine, { deliveryStatus: "succeeded", attempts: 1, deliveredAt: NOW });
+    expect((await store.notices.ofClient(clientId, 10)).map((n) => [n.id, n.deliveryStatus, n.claimToken])).toEqual([
+      ["evt_n2", "pending", null],
+      ["evt_n1", "succeeded", null],
+    ]);
+    expect(await store.notices.nextDueAt(NOW)).toBe(NOW + 60_000);
+  });
+});
