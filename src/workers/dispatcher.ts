@@ -44,8 +44,10 @@ interface Claimed {
  * and schedules the next one on WEBHOOK_RETRY_SCHEDULE. Deliveries run concurrently and the loop does
  * not wait for a slow receiver before claiming more.
  *
- * Receiver protection and tenant isolation. The unit is the delivery key: one client's events to
- * one destination host. At most `maxPerHost` attempts are in flight per key, and a key whose
+ * Receiver protection and tenant isolation (docs/decisions/0006). The pool of `maxInFlight` attempts
+ * is shared fairly among clients (shareOf: claims leave out clients at their share and take the
+ * others' events in turns), so one client's slow receivers never hold everyone's slots. The unit of
+ * the cap and the breaker is the delivery key: one client's events to one destination host. At most `maxPerHost` attempts are in flight per key, and a key whose
  * circuit breaker is open gets no attempts: when it opens, the key's pending events are moved to
  * the end of the cool-down (one indexed update), and the half-open trial is drawn from that key's
  * own events. So a client whose receiver fails or hangs (or who points callbacks at someone
@@ -324,7 +326,7 @@ export class Dispatcher {
     try {
       result = await sender.send({
         url: event.callbackUrl!,
-        headers: outgoingHeaders({ client, id: event.id, at: startedAt, body: event.payload, encryptionKey: config.encryptionKey }),
+        headers: outgoingHeaders({ client, id: event.id, at: startedAt, body: event.payload, encryptionKey: config.encryptionKey, callbackHeaders: event.callbackHeaders }),
         body: event.payload,
         timeoutMs: config.webhookTimeoutMs,
       });
