@@ -84,31 +84,33 @@ export class Mirror {
 
   /** Claims what fits in the free slots and starts copying it (not awaited). */
   async tick(): Promise<TickResult> {
-    const { store, clock } = this.opts;
-    const room = this.concurrency - this.inFlight.size;
     // Full: the next settle nudges the loop; looking for due rows now would only spin.
-    if (room <= 0) return { didWork: false, nextDueAt: null };
-    const now = clock.now();
+    if (this.inFlight.size >= this.concurrency) return { didWork: false, nextDueAt: null };
+    const started = await this.claimAndStart();
+    return { didWork: started > 0, nextDueAt: await this.opts.store.tasks.nextDueAt("mirroring", this.opts.clock.now()) };
+  }
+
+  /** One claim, then waits for the copies it started (tests); how many it started. */
+  async runOnce(): Promise<number> {
+    const started = await this.claimAndStart();
+    await this.drain();
+    return started;
+  }
+
+  private async claimAndStart(): Promise<number> {
+    const room = this.concurrency - this.inFlight.size;
+    if (room <= 0) return 0;
     const running = new Map<string, number>();
     for (const t of this.inFlight.values()) running.set(t.clientId, (running.get(t.clientId) ?? 0) + 1);
-    const claimed = await store.tasks.claimAcrossClients("mirroring", {
-      now,
+    const claimed = await this.opts.store.tasks.claimAcrossClients("mirroring", {
+      now: this.opts.clock.now(),
       leaseMs: this.leaseMs,
       token: this.opts.owner.token(),
       limit: room,
       rank: (clientId) => running.get(clientId) ?? 0,
     });
     for (const task of claimed) this.start(task);
-    return { didWork: claimed.length > 0, nextDueAt: await store.tasks.nextDueAt("mirroring", clock.now()) };
-  }
-
-  /** One tick, then waits for the copies it started (tests). */
-  async runOnce(): Promise<number> {
-    const before = this.inFlight.size;
-    await this.tick();
-    const started = this.inFlight.size - before;
-    await this.drain();
-    return started;
+    return claimed.length;
   }
 
   async drain(): Promise<void> {

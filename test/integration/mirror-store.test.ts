@@ -1,0 +1,114 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { Lifecycle } from "../../src/core/lifecycle.js";
+import { openDatabase } from "../../src/db/open.js";
+import { silentLogger } from "../../src/logger.js";
+import { pgStore, sqliteStore } from "../../src/open-store.js";
+import { newClient } from "../../src/services/clients.js";
+import { noNudges } from "../../src/services/deps.js";
+import { setStorage } from "../../src/services/storage.js";
+import type { Store } from "../../src/store/store.js";
+import { Mirror } from "../../src/workers/mirror.js";
+import { LeaseOwner } from "../../src/workers/owner.js";
+import { loadConfig } from "../../src/config.js";
+import { FakeClock } from "../helpers/fake-clock.js";
+import { freshPgDatabase } from "../helpers/pg.js";
+import { startFileServer, startS3, succeedTask, type TestS3 } from "../helpers/mirror.js";
+
+/** The mirror stage's store operations and its whole round, on both dialects. */
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+const dialects: Array<[string, () => Promise<Store>]> = [
+  [
+    "sqlite",
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "genrelay-mirror-"));
+      const store = sqliteStore(openDatabase(join(dir, "relay.db")));
+      cleanups.push(async () => {
+        await store.close();
+        rmSync(dir, { recursive: true, force: true });
+      });
+      return store;
+    },
+  ],
+  [
+    "postgres",
+    async () => {
+      const db = await freshPgDatabase();
+      const store = await pgStore(db.url, { migrate: false, max: 4 });
+      cleanups.push(async () => {
+        await store.close();
+        await db.drop();
+      });
+      return store;
+    },
+  ],
+];
+
+let s3: TestS3;
+let files: Awaited<ReturnType<typeof startFileServer>>;
+beforeAll(async () => {
+  s3 = await startS3();
+  files = await startFileServer({
+    "/f.png": (_req, res) => {
+      res.writeHead(200, { "Content-Type": "image/png" });
+      res.end(Buffer.alloc(5000, 1));
+    },
+  });
+});
+afterAll(async () => {
+  await files.close();
+  await s3.close();
+});
+
+const config = loadConfig({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", RELAY_ENCRYPTION_KEY: Buffer.alloc(32, 3).toString("base64") });
+
+describe.each(dialects)("mirror stage on %s", (_name, make) => {
+  it("claimAcrossClients: every client's oldest before any client's second, the least busy client first, each task to one claimer", async () => {
+    const store = await make();
+    const clock = new FakeClock();
+    const lifecycle = new Lifecycle({ store, clock, nudges: noNudges, firstAttemptDelayMs: 0, mirrors: async () => true });
+    const [a, b, c] = await Promise.all(["a", "b", "c"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)));
+    const tasksOf: Record<string, string[]> = { [a!.id]: [], [b!.id]: [], [c!.id]: [] };
+    // A floods first; B and C come later.
+    for (let i = 0; i < 5; i++) tasksOf[a!.id]!.push((await succeedTask(store, lifecycle, a!.id, { u: files.url("/f.png") }, clock.advance(10))).id);
+    tasksOf[b!.id]!.push((await succeedTask(store, lifecycle, b!.id, { u: files.url("/f.png") }, clock.advance(10))).id);
+    for (let i = 0; i < 2; i++) tasksOf[c!.id]!.push((await succeedTask(store, lifecycle, c!.id, { u: files.url("/f.png") }, clock.advance(10))).id);
+    const now = clock.advance(10);
+    const first = await store.tasks.claimAcrossClients("mirroring", { now, leaseMs: 60_000, token: "m:1", limit: 4, rank: () => 0 });
+    expect(first.map((t) => t.id)).toEqual([tasksOf[a!.id]![0], tasksOf[b!.id]![0], tasksOf[c!.id]![0], tasksOf[a!.id]![1]]);
+    // C already has copies running here: it goes last.
+    const second = await store.tasks.claimAcrossClients("mirroring", { now, leaseMs: 60_000, token: "m:2", limit: 3, rank: (id) => (id === c!.id ? 5 : 0) });
+    expect(second.map((t) => t.id)).toEqual([tasksOf[a!.id]![2], tasksOf[c!.id]![1], tasksOf[a!.id]![3]]);
+    const rest = await Promise.all([1, 2].map((n) => store.tasks.claimAcrossClients("mirroring", { now, leaseMs: 60_000, token: `m:x${n}`, limit: 10, rank: () => 0 })));
+    expect(rest.flat().map((t) => t.id)).toEqual([tasksOf[a!.id]![4]]);
+    expect(await store.tasks.nextDueAt("mirroring", now)).toBe(now + 60_001);
+  });
+
+  it("a succeeded task is held in mirroring, copied, then ends with task.succeeded carrying its files", async () => {
+    const store = await make();
+    const clock = new FakeClock();
+    const lifecycle = new Lifecycle({ store, clock, nudges: noNudges, firstAttemptDelayMs: 0, mirrors: async () => true });
+    const client = await store.clients.insert(newClient(clock.now(), { name: "m" }).row);
+    await setStorage({ store, config }, client.id, s3.storageBody());
+    const task = await succeedTask(store, lifecycle, client.id, { images: [{ url: files.url("/f.png") }] }, clock.now());
+    expect(task).toMatchObject({ phase: "mirroring", status: "processing", pointsReserved: 0 });
+    expect(await store.events.ofTask(task.id)).toEqual([]);
+    const mirror = new Mirror({ store, clock, logger: silentLogger, owner: new LeaseOwner(), lifecycle, encryptionKey: config.encryptionKey, allowPrivateNetworks: true, maxBytes: 1 << 20 });
+    cleanups.push(() => mirror.close());
+    expect(await mirror.runOnce()).toBe(1);
+    const done = await store.tasks.find(task.id);
+    expect(done).toMatchObject({ phase: "done", status: "succeeded", claimToken: null });
+    const events = await store.events.ofTask(task.id);
+    expect(events.map((e) => e.type)).toEqual(["task.succeeded"]);
+    const data = JSON.parse(events[0]!.payload).data;
+    expect(data.files).toEqual([expect.objectContaining({ key: `gen/${task.id}/0.png`, bytes: 5000, content_type: "image/png" })]);
+    expect((await s3.read(`gen/${task.id}/0.png`)).bytes).toBe(5000);
+    expect(await mirror.runOnce()).toBe(0);
+  });
+});
