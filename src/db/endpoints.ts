@@ -115,3 +115,12 @@ export function nextNoticeDueAt(db: Db, now: number): number | null {
 export function noticesOfClient(db: Db, clientId: string, limit: number): NoticeRow[] {
   return db.select().from(notices).where(eq(notices.clientId, clientId)).orderBy(desc(notices.createdAt), desc(notices.id)).limit(limit).all();
 }
+
+export function pruneNotices(db: Db, before: number, batch: number): number {
+  const old = db
+    .select({ id: notices.id })
+    .from(notices)
+    .where(and(lt(notices.createdAt, before), sql`${notices.deliveryStatus} <> 'pending'`))
+    .limit(batch);
+  return db.delete(notices).where(sql`${notices.id} IN ${old}`).run().changes;
+}

@@ -50,6 +50,7 @@ import {
   markEndpointNoticed,
   nextNoticeDueAt,
   noticesOfClient,
+  pruneNotices,
   recordEndpointFailure,
   recordEndpointSuccess,
   recordNotice,
@@ -279,6 +280,7 @@ export class SqliteStore implements Store {
       record: async (id, token, patch) => recordNotice(db, id, token, patch),
       nextDueAt: async (now) => nextNoticeDueAt(db, now),
       ofClient: async (clientId, limit) => noticesOfClient(db, clientId, limit),
+      prune: async (before, batch) => pruneNotices(db, before, batch),
     };
 
     this.sessions = {

@@ -312,6 +312,8 @@ export interface NoticeStore {
   nextDueAt(now: number): Promise<number | null>;
   /** The client's notices, newest first. */
   ofClient(clientId: string, limit: number): Promise<NoticeRow[]>;
+  /** Removes settled notices created before `before`, one batch; returns how many. */
+  prune(before: number, batch: number): Promise<number>;
 }
 
 export interface ClientStore {

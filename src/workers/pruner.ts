@@ -7,21 +7,23 @@ const DAY_MS = 24 * 60 * 60 * 1000;
 const BATCH = 500;
 const PERIOD_MS = 60 * 60 * 1000;
 
-/** Removes finished tasks (and their events and attempts) older than TASK_RETENTION_DAYS, in small batches. */
+/** Removes finished tasks (and their events and attempts) and settled notices older than TASK_RETENTION_DAYS, in small batches. */
 export class Pruner {
   constructor(
     private readonly opts: { store: Store; clock: Clock; logger: Logger; retentionDays: number },
   ) {}
 
-  /** Prunes one batch; returns how many tasks were removed. */
-  runOnce(): Promise<number> {
+  /** Prunes one batch of finished tasks and one of settled notices; returns how many rows were removed. */
+  async runOnce(): Promise<number> {
     const before = this.opts.clock.now() - this.opts.retentionDays * DAY_MS;
-    return this.opts.store.tasks.pruneFinished(before, BATCH);
+    const tasks = await this.opts.store.tasks.pruneFinished(before, BATCH);
+    const notices = await this.opts.store.notices.prune(before, BATCH);
+    return Math.max(tasks, notices);
   }
 
   async tick(): Promise<TickResult> {
     const removed = await this.runOnce();
-    if (removed > 0) this.opts.logger.info({ removed }, "pruned finished tasks past retention");
+    if (removed > 0) this.opts.logger.info({ removed }, "pruned finished tasks and notices past retention");
     // A full batch means more may be waiting: go again soon, else look again in an hour.
     return { didWork: removed === BATCH, nextDueAt: this.opts.clock.now() + (removed === BATCH ? 1_000 : PERIOD_MS) };
   }

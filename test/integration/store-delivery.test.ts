@@ -148,5 +148,9 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
       ["evt_n1", "succeeded", null],
     ]);
     expect(await store.notices.nextDueAt(NOW)).toBe(NOW + 60_000);
+    // Retention: settled notices go, pending ones stay whatever their age.
+    expect(await store.notices.prune(NOW + 1, 10)).toBe(1);
+    expect((await store.notices.ofClient(clientId, 10)).map((n) => n.id)).toEqual(["evt_n2"]);
+    expect(await store.notices.prune(NOW + 120_000, 10)).toBe(0);
   });
 });

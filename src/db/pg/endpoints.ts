@@ -92,6 +92,13 @@ export function pgNoticeStore(pool: pg.Pool, notify: () => Promise<void>): Notic
       const until = r.claimed_until === null ? null : Number(r.claimed_until);
       return until !== null && until >= now ? until : Number(r.next_attempt_at);
     },
+    prune: async (before, batch) =>
+      (
+        await pool.query(
+          "DELETE FROM notices WHERE id IN (SELECT id FROM notices WHERE created_at < $1 AND delivery_status <> 'pending' LIMIT $2)",
+          [before, batch],
+        )
+      ).rowCount ?? 0,
     ofClient: async (clientId, limit) =>
       (await q("SELECT * FROM notices WHERE client_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2", [clientId, limit])).map((r) => mapRow<NoticeRow>(r)),
   };
