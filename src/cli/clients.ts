@@ -3,6 +3,7 @@ import { systemClock } from "../clock.js";
 import { createClient, revokeClient, rotateSecret, updateClientLimits } from "../services/clients.js";
 import { out, parse, positionalsAtMost, UsageError } from "./common.js";
 import { cliLifecycle, type CliContext } from "./context.js";
+import { runClientStorage } from "./storage.js";
 
 function limitArg(value: string | undefined, name: string): number | null | undefined {
   if (value === undefined) return undefined;
@@ -34,6 +35,7 @@ function requireId(positionals: string[], command: string): string {
 
 /** `clients <sub>`: create, list, update, revoke, rotate-secret. */
 export async function runClients(sub: string, args: string[], ctx: CliContext): Promise<number> {
+  if (sub === "storage") return runClientStorage(args, ctx);
   const { values, positionals } = parse(args, {
     name: { type: "string" },
     json: { type: "boolean" },

@@ -26,6 +26,12 @@ hash: keep it now. --upstream-key-env/--upstream-key-stdin give the client its o
       },
       revoke: { usage: "clients revoke ID", summary: "Revokes the client's API key at once." },
       "rotate-secret": { usage: "clients rotate-secret ID [--json]", summary: "New webhook secret; the old one signs beside it for 24 hours." },
+      storage: {
+        usage:
+          "clients storage ID [--json] | --clear |\n                 --endpoint URL --bucket B --region R [--prefix P] --access-key-id K (--secret-key-env VAR | --secret-key-stdin)\n                 [--force-path-style] [--public-base-url URL] [--url-expires-in SECONDS]",
+        summary: "Shows, sets or removes the client's bucket: outputs are copied into it before task.succeeded.",
+        details: `The same as PUT/GET/DELETE /openapi/v1/storage. The secret access key is read from an environment\nvariable or standard input (never the command line) and sealed with RELAY_ENCRYPTION_KEY, which must be set;\nit is never shown again. The endpoint passes the callback URL checks (loopback only with\nWEBHOOK_ALLOW_PRIVATE_NETWORKS=true). Objects go to <prefix><task_id>/<n><ext>.`,
+      },
     },
   },
   db: {

@@ -29,3 +29,45 @@ export async function migratePostgres(connectionString: string): Promise<void> {
     await client.end();
   }
 }
+
+/** Longest wait for a connection (a new one, or a free one from the pool) before the request fails (503). */
+export const PG_CONNECT_TIMEOUT_MS = 5_000;
+/** Longest a statement may run on the server; the client gives up a little later (a frozen server never answers). */
+export const PG_STATEMENT_TIMEOUT_MS = 15_000;
+const CLIENT_GRACE_MS = 5_000;
+
+export interface PgLimits {
+  connectTimeoutMs?: number;
+  statementTimeoutMs?: number;
+}
+
+/**
+ * Connection settings with bounded waits (DESIGN §15): a database that is down, frozen or out of
+ * connections makes requests fail within these limits (503 storage_unavailable), never hang.
+ */
+export function pgClientConfig(connectionString: string, limits: PgLimits = {}): pg.ClientConfig {
+  const statement = limits.statementTimeoutMs ?? PG_STATEMENT_TIMEOUT_MS;
+  return {
+    connectionString,
+    connectionTimeoutMillis: limits.connectTimeoutMs ?? PG_CONNECT_TIMEOUT_MS,
+    statement_timeout: statement,
+    // Client side: a SIGSTOPped or unreachable server never sends the statement_timeout error.
+    query_timeout: statement + CLIENT_GRACE_MS,
+    keepAlive: true,
+  };
+}
+
+/**
+ * A pool whose connections never crash the process: node-postgres emits 'error' on a client whose
+ * connection dies (server restart, network cut), and an 'error' event without a listener throws.
+ * The pool listens on idle clients only; every client gets its own listener here, so a checked-out
+ * one fails its query instead (and is thrown away when released with that error).
+ */
+export function newPgPool(config: pg.PoolConfig): pg.Pool {
+  const pool = new pg.Pool(config);
+  pool.on("error", () => {});
+  pool.on("connect", (client) => {
+    client.on("error", () => {});
+  });
+  return pool;
+}
