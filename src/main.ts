@@ -1,7 +1,8 @@
 import { serve } from "@hono/node-server";
 import type { Server } from "node:http";
 import { systemClock } from "./clock.js";
-import { ConfigError, loadConfig, type Config } from "./config.js";
+import { ConfigError, loadConfig, sandboxRefusal, type Config } from "./config.js";
+import { takeServerLock } from "./db/server-lock.js";
 import { openStore } from "./open-store.js";
 import { gracefulHttp } from "./http/graceful.js";
 import { createLogger } from "./logger.js";
@@ -16,6 +17,18 @@ const SANDBOX_KEY = "sandbox";
 const HTTP_DRAIN_MS = 5_000;
 const WORKER_DRAIN_MS = 5_000;
 
+/** The database actually used, for the start line: the PostgreSQL URL without its password, or the SQLite file. */
+function databaseName(config: Config): string {
+  if (!config.databaseUrl) return config.databasePath;
+  try {
+    const u = new URL(config.databaseUrl);
+    if (u.password) u.password = "***";
+    return u.toString();
+  } catch {
+    return "postgres (DATABASE_URL)";
+  }
+}
+
 async function main(): Promise<void> {
   let config: Config;
   try {
@@ -27,7 +40,21 @@ async function main(): Promise<void> {
     }
     throw err;
   }
+  const refusal = sandboxRefusal(process.env, config);
+  if (refusal) {
+    process.stderr.write(`genrelay: ${refusal}\n`);
+    process.exit(2);
+  }
   const logger = createLogger(config.logLevel);
+  // A second server on one SQLite file would double every worker: refused, in one line (the CLI is fine).
+  const lock = config.databaseUrl ? null : takeServerLock(config.databasePath);
+  if (!config.databaseUrl && !lock) {
+    process.stderr.write(`genrelay: another genrelay server is already using the database ${config.databasePath}; stop it first (the CLI works beside it)\n`);
+    process.exit(1);
+  }
+  if (config.webhookAllowPrivateNetworks) {
+    logger.warn("WEBHOOK_ALLOW_PRIVATE_NETWORKS=true: webhooks may go to loopback and private addresses; for development and tests only");
+  }
   const store = await openStore(config);
 
   let upstream = { baseUrl: config.upstreamBaseUrl ?? "", apiKey: config.upstreamApiKey ?? "" };
@@ -44,9 +71,14 @@ async function main(): Promise<void> {
   const relay = new Relay({ config, store, clock: systemClock, logger, upstream });
   await relay.start();
   const server = serve({ fetch: relay.app.fetch, port: config.port, hostname: config.host }, (info) => {
-    logger.info({ host: config.host, port: info.port, database: config.databasePath, sandbox: simulator !== null }, "genrelay listening");
+    logger.info({ host: config.host, port: info.port, database: databaseName(config), sandbox: simulator !== null }, "genrelay listening");
   });
-  server.on("error", (err) => {
+  server.on("error", (err: NodeJS.ErrnoException) => {
+    if (err.code === "EADDRINUSE" || err.code === "EACCES") {
+      const why = err.code === "EADDRINUSE" ? "is already in use" : "cannot be opened (permission denied)";
+      process.stderr.write(`genrelay: port ${config.port} on ${config.host} ${why}; set PORT to another port or stop what holds it\n`);
+      process.exit(1);
+    }
     logger.fatal({ err }, "HTTP server failed");
     process.exit(1);
   });
@@ -67,6 +99,7 @@ async function main(): Promise<void> {
       await relay.stop(WORKER_DRAIN_MS);
       await simulator?.close();
       await store.close();
+      lock?.release();
       logger.info("stopped");
       process.exit(0);
     })().catch((err: unknown) => {

@@ -40,6 +40,13 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   // so a caller must not be able to choose it, reuse another request's, or inject text into logs.
   app.use(requestId({ generator: newRequestId, limitLength: 0 }));
   app.use(requestLog(deps.logger, deps.metrics));
+  // Sandbox mode (no UPSTREAM_BASE_URL): every answer says its results are simulated (section 14).
+  if (!deps.config.upstreamBaseUrl) {
+    app.use(async (c, next) => {
+      await next();
+      c.res.headers.set("Genrelay-Sandbox", "true");
+    });
+  }
   app.onError(onError(deps.logger, deps.storage));
   app.notFound((c) => errorResponse(c, "not_found", `No route ${c.req.method} ${c.req.path}.`));
 

@@ -5,6 +5,7 @@ import type { ServiceDeps } from "../../services/deps.js";
 import { page, type Html, type Section } from "./layout.js";
 import type { DashEnv } from "./session.js";
 import { failingBanner, type HostHealth } from "./views-webhooks.js";
+import { sandboxBanner } from "./views-settings.js";
 
 export interface DashboardDeps extends ServiceDeps {
   deliveries: DeliveryService;
@@ -51,7 +52,7 @@ export async function render(
   const body = page({
     title: opts.title,
     nav: { section: opts.section, clientName: c.get("client").name, csrf: c.get("session").csrfToken },
-    banner: failingBanner(failing, deps.clock.now()),
+    banner: html`${deps.config.upstreamBaseUrl ? "" : sandboxBanner()}${failingBanner(failing, deps.clock.now())}`,
     body: opts.body,
     refresh: opts.refresh ?? false,
   });
