@@ -2,6 +2,8 @@ import { readFileSync } from "node:fs";
 import { systemClock } from "../clock.js";
 import { createClient, revokeClient, rotateSecret, updateClientLimits } from "../services/clients.js";
 import { out, parse, positionalsAtMost, UsageError } from "./common.js";
+import { ApiError } from "../services/errors.js";
+import { updateWebhookSettings, type WebhookSettingsInput } from "../services/webhook-settings.js";
 import { cliLifecycle, type CliContext } from "./context.js";
 import { runClientStorage } from "./storage.js";
 
@@ -26,6 +28,27 @@ function readUpstreamKey(values: { "upstream-key-env"?: string | undefined; "ups
   return null;
 }
 
+/** `clients update` flags for the webhook settings (same rules as PUT /openapi/v1/webhooks/settings). */
+function webhookSettingsArgs(values: { "notification-url"?: string | undefined; "callback-header"?: string[] | undefined; "clear-callback-headers"?: boolean | undefined; signature?: string | undefined }): WebhookSettingsInput {
+  const input: WebhookSettingsInput = {};
+  if (values["notification-url"] !== undefined) input.notification_url = values["notification-url"] === "none" ? null : values["notification-url"];
+  if (values["clear-callback-headers"]) input.callback_headers = null;
+  if (values["callback-header"]?.length) {
+    if (values["clear-callback-headers"]) throw new UsageError("give --callback-header or --clear-callback-headers, not both");
+    input.callback_headers = {};
+    for (const pair of values["callback-header"]) {
+      const at = pair.indexOf("=");
+      if (at <= 0) throw new UsageError("--callback-header takes NAME=VALUE");
+      input.callback_headers[pair.slice(0, at).trim()] = pair.slice(at + 1).trim();
+    }
+  }
+  if (values.signature !== undefined) {
+    if (values.signature !== "hmac" && values.signature !== "ed25519") throw new UsageError('--signature must be "hmac" or "ed25519"');
+    input.signature = values.signature;
+  }
+  return input;
+}
+
 function requireId(positionals: string[], command: string): string {
   const id = positionals[0];
   if (!id) throw new UsageError(`${command} needs a client id`);
@@ -44,6 +67,10 @@ export async function runClients(sub: string, args: string[], ctx: CliContext): 
     "credit-limit": { type: "string" },
     "upstream-key-env": { type: "string" },
     "upstream-key-stdin": { type: "boolean" },
+    "notification-url": { type: "string" },
+    "callback-header": { type: "string", multiple: true },
+    "clear-callback-headers": { type: "boolean" },
+    signature: { type: "string" },
   });
   switch (sub) {
     case "create": {
@@ -106,9 +133,28 @@ export async function runClients(sub: string, args: string[], ctx: CliContext): 
         maxRunning: limitArg(values["max-running"], "max-running"),
         creditLimit: limitArg(values["credit-limit"], "credit-limit"),
       };
-      const updated = await updateClientLimits({ store: await ctx.store() }, id, { ...(values.name?.trim() ? { name: values.name.trim() } : {}), ...limits });
+      const store = await ctx.store();
+      const changes = { ...(values.name?.trim() ? { name: values.name.trim() } : {}), ...limits };
+      const limitsGiven = Object.values(changes).some((v) => v !== undefined);
+      const updated = limitsGiven ? await updateClientLimits({ store }, id, changes) : await store.clients.find(id);
       if (!updated) throw new UsageError(`no client ${id}`);
+      const settings = webhookSettingsArgs(values);
+      let shown = null;
+      if (Object.keys(settings).length > 0) {
+        try {
+          shown = await updateWebhookSettings({ store, clock: systemClock, config: ctx.config }, id, settings);
+        } catch (err) {
+          if (err instanceof ApiError) throw new UsageError(`${err.message}${err.details ? ` ${JSON.stringify(err.details)}` : ""}`);
+          throw err;
+        }
+      }
+      if (values.json) {
+        out(JSON.stringify({ id: updated.id, name: updated.name, max_waiting: updated.maxWaiting, max_running: updated.maxRunning, credit_limit: updated.creditLimit, ...(shown ? { webhooks: shown } : {}) }));
+        return 0;
+      }
       out(`updated ${updated.id}: max_waiting=${updated.maxWaiting ?? "none"} max_running=${updated.maxRunning ?? "none"} credit_limit=${updated.creditLimit ?? "none"}`);
+      // Header names only: their values are never printed.
+      if (shown) out(`webhooks: notification_url=${shown.notification_url ?? "none"} callback_headers=${shown.callback_headers?.join(",") ?? "none"} signature=${shown.signature}${shown.public_key ? ` public_key=${shown.public_key}` : ""}`);
       return 0;
     }
     case "revoke": {

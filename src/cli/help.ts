@@ -21,8 +21,10 @@ hash: keep it now. --upstream-key-env/--upstream-key-stdin give the client its o
       },
       list: { usage: "clients list [--json]", summary: "Lists clients (never their keys or secrets)." },
       update: {
-        usage: "clients update ID [--name NAME] [--max-waiting N|none] [--max-running N|none] [--credit-limit N|none]",
-        summary: "Changes a client's name or limits; `none` removes a limit.",
+        usage:
+          "clients update ID [--name NAME] [--max-waiting N|none] [--max-running N|none] [--credit-limit N|none] [--notification-url URL|none] [--callback-header NAME=VALUE]... [--clear-callback-headers] [--signature hmac|ed25519] [--json]",
+        summary:
+          "Changes a client's name, limits or webhook settings (as PUT /openapi/v1/webhooks/settings); `none` removes a limit or the notification URL. --callback-header (repeatable) replaces the default callback headers; only their names are ever printed.",
       },
       revoke: { usage: "clients revoke ID", summary: "Revokes the client's API key at once." },
       "rotate-secret": { usage: "clients rotate-secret ID [--json]", summary: "New webhook secret; the old one signs beside it for 24 hours." },

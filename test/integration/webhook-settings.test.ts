@@ -5,6 +5,7 @@ import { catalogBody } from "../../src/simulator/catalog.js";
 import type { Received } from "../helpers/receiver.js";
 import { UPSTREAM_URL, type TestRelay } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
+import { runCliInProcess } from "../helpers/cli.js";
 
 /** Section 13: a client's webhook defaults, Ed25519 signing, and sample events. */
 const suite = upstreamSuite();
@@ -147,5 +148,28 @@ describe("POST /openapi/v1/webhooks/test with a type: realistic samples", () => 
 
     const bad = await t.request(apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/zap"), type: "task.done" } });
     expect(bad.status).toBe(422);
+  });
+});
+
+describe("CLI clients update: the same settings", () => {
+  it("sets notification URL, callback headers and the signature scheme; prints header names, never values", async () => {
+    const { t } = suite.setup({ RELAY_ENCRYPTION_KEY: KEY });
+    const { apiKey, id } = t.client();
+    const env = { DATABASE_PATH: t.config.databasePath, RELAY_ENCRYPTION_KEY: KEY };
+    const run = await runCliInProcess(
+      ["clients", "update", id, "--notification-url", "https://ops.example.com/n", "--callback-header", `X-Make-Token=${TOKEN}`, "--signature", "ed25519", "--json"],
+      env,
+    );
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout + run.stderr).not.toContain(TOKEN);
+    const printed = JSON.parse(run.stdout) as { webhooks: Record<string, unknown> };
+    expect(printed.webhooks).toMatchObject({ notification_url: "https://ops.example.com/n", callback_headers: ["x-make-token"], signature: "ed25519", public_key: expect.stringMatching(/^whpk_/) });
+    expect(await ok(await settings(t, apiKey))).toMatchObject({ notification_url: "https://ops.example.com/n", callback_headers: ["x-make-token"], signature: "ed25519" });
+    const bad = await runCliInProcess(["clients", "update", id, "--callback-header", "Host=x"], env);
+    expect(bad.status).toBe(1);
+    expect(bad.stderr).toContain("callback_headers.Host");
+    const cleared = await runCliInProcess(["clients", "update", id, "--clear-callback-headers", "--notification-url", "none"], env);
+    expect(cleared.status, cleared.stderr).toBe(0);
+    expect(await ok(await settings(t, apiKey))).toMatchObject({ notification_url: null, callback_headers: null });
   });
 });
