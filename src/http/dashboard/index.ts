@@ -43,12 +43,6 @@ export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
 
   app.post("/sign-in", async (c) => {
     const ip = clientAddress(c);
-    const wait = limiter.retryAfter(ip);
-    if (wait > 0) {
-      securityHeaders(c);
-      c.header("Retry-After", String(wait));
-      return c.html(signInPage(signInToken(c, deps), `Too many failed sign-ins. Try again in ${Math.ceil(wait / 60)} min.`), 429);
-    }
     const form = await c.req.parseBody();
     if (!tokensEqual(typeof form.csrf === "string" ? form.csrf : undefined, getCookie(c, SIGNIN_COOKIE))) {
       return errorPage(c, 403, "The sign-in form has expired or did not come from the dashboard. Reload it and try again.");
@@ -56,6 +50,13 @@ export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
     const signedIn = typeof form.api_key === "string" ? await signIn(deps, form.api_key.trim()) : null;
     securityHeaders(c);
     if (!signedIn) {
+      // Failures are slowed per address, but a valid key always signs in (section 14): behind a
+      // shared proxy one address is everyone, so a lock-out would lock out every user.
+      const wait = limiter.retryAfter(ip);
+      if (wait > 0) {
+        c.header("Retry-After", String(wait));
+        return c.html(signInPage(signInToken(c, deps), `Too many failed sign-ins from your address. Try again in ${Math.ceil(wait / 60)} min (a valid key still signs in).`), 429);
+      }
       limiter.fail(ip);
       return c.html(signInPage(signInToken(c, deps), "That API key is not valid, or its client was revoked."), 401);
     }
