@@ -44,6 +44,12 @@ export function validationFailure(c: Context, target: string, error: ZodError): 
   return errorResponse(c, "validation_error", "Some request fields are invalid.", details);
 }
 
+/** PostgreSQL refusing text it cannot hold (SQLSTATE 22021 NUL / invalid UTF-8, 22P05 untranslatable character). */
+export function isUnstorableText(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === "22021" || code === "22P05";
+}
+
 export function onError(logger: Logger, storage?: StorageHealth) {
   return (err: Error, c: Context): Response => {
     if (err instanceof ApiError) return errorResponse(c, err.code, err.message, err.details, err.headers);
@@ -53,6 +59,10 @@ export function onError(logger: Logger, storage?: StorageHealth) {
       return errorResponse(c, "storage_unavailable", "The relay cannot store changes right now (storage full or failing); nothing was changed. Retry later.", undefined, {
         "Retry-After": "5",
       });
+    }
+    if (isUnstorableText(err)) {
+      // A NUL (or bytes PostgreSQL cannot encode) in an id, cursor or search that no schema caught: the caller's text, not our fault.
+      return errorResponse(c, "invalid_request", "The request contains text that cannot be stored or looked up (NUL).");
     }
     if (err instanceof HTTPException) {
       if (err.status === 413) return errorResponse(c, "payload_too_large", "The request body is larger than 1 MiB.", undefined, { Connection: "close" });

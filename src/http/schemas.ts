@@ -15,6 +15,23 @@ export const IdempotencyHeaders = z.object({
     .openapi({ param: { name: "Idempotency-Key", in: "header" }, example: "order-1234-image" }),
 });
 
+const hasNul = (s: string) => s.includes("\u0000");
+
+/** Text never contains NUL (section 14): PostgreSQL cannot store it. Every string of the body, at any depth, keys too. */
+function noNul(value: unknown, ctx: z.RefinementCtx, path: (string | number)[] = []): void {
+  if (typeof value === "string") {
+    if (hasNul(value)) ctx.addIssue({ code: "custom", path, message: "must not contain NUL (\\u0000)" });
+  } else if (Array.isArray(value)) {
+    value.forEach((v, i) => noNul(v, ctx, [...path, i]));
+  } else if (typeof value === "object" && value !== null) {
+    for (const [k, v] of Object.entries(value)) {
+      if (hasNul(k)) ctx.addIssue({ code: "custom", path, message: "field names must not contain NUL (\\u0000)" });
+      else noNul(v, ctx, [...path, k]);
+    }
+  }
+}
+const noNulBody = (body: Record<string, unknown>, ctx: z.RefinementCtx) => noNul(body, ctx);
+
 const MetadataSchema = z
   .record(z.string().max(256, { error: "keys are at most 256 characters" }), z.string({ error: "values must be strings" }))
   .refine((m) => Object.keys(m).length <= 16, { error: "at most 16 keys" })
@@ -74,9 +91,13 @@ const relayFields = {
     .openapi({ description: "A task still waiting in the relay this long after creation ends canceled (error.code expired), never sent upstream." }),
 };
 
+/** Longest prompt accepted (section 14): one client must not fill the disk every tenant shares. */
+export const MAX_PROMPT_CHARS = 32_768;
+
 const prompt = z
   .string({ error: "must be a string" })
   .refine(nonBlank3, { error: "must contain at least 3 non-whitespace characters" })
+  .max(MAX_PROMPT_CHARS, { error: `must be at most ${MAX_PROMPT_CHARS} characters` })
   .openapi({ example: "a lighthouse at dawn, watercolor" });
 const model = z.string({ error: "is required" }).min(1, { error: "is required" });
 const mediaUrls = z.array(z.string({ error: "must be a string" }), { error: "must be an array of URLs" }).min(1, { error: "must not be empty" });
@@ -100,6 +121,7 @@ export const ImageGenerationBody = z
     }
   })
   .superRefine(nearMisses("image"), whenObject)
+  .superRefine(noNulBody, whenObject)
   .openapi("ImageGenerationRequest", { example: IMAGE_EXAMPLE });
 
 export const VideoGenerationBody = z
@@ -116,6 +138,7 @@ export const VideoGenerationBody = z
     ...relayFields,
   })
   .superRefine(nearMisses("video"), whenObject)
+  .superRefine(noNulBody, whenObject)
   .openapi("VideoGenerationRequest", { example: VIDEO_EXAMPLE });
 
 export const ErrorSchema = z
@@ -187,13 +210,18 @@ export const TaskListQuery = z.object({
     .max(100, { error: "must be at most 100" })
     .default(20)
     .openapi({ param: { name: "limit", in: "query" }, example: 20 }),
-  cursor: z.string().max(200).optional().openapi({ param: { name: "cursor", in: "query" } }),
+  cursor: z.string().max(200).refine((v) => !hasNul(v), { error: "is not a cursor this relay gave out" }).optional().openapi({ param: { name: "cursor", in: "query" } }),
   type: z.enum(["image", "video"], { error: "must be image or video" }).optional().openapi({ param: { name: "type", in: "query" } }),
   status: z.enum(TASK_STATUSES, { error: `must be one of ${TASK_STATUSES.join(", ")}` }).optional().openapi({ param: { name: "status", in: "query" } }),
 });
 
 export const TaskIdParam = z.object({
-  id: z.string().min(1).max(200).openapi({ param: { name: "id", in: "path" }, example: "task_01jf3y8k2m9q7r5t3v1w0x6z4a" }),
+  id: z
+    .string()
+    .min(1)
+    .max(200)
+    .refine((v) => !hasNul(v), { error: "must not contain NUL" })
+    .openapi({ param: { name: "id", in: "path" }, example: "task_01jf3y8k2m9q7r5t3v1w0x6z4a" }),
 });
 
 /**

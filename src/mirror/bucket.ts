@@ -101,6 +101,16 @@ export class Bucket {
     return getSignedUrl(this.client, new GetObjectCommand({ Bucket: bucket, Key: key }), { expiresIn: Math.min(urlExpiresIn, MAX_URL_EXPIRES_IN) });
   }
 
+  /** Reads a copy back (the dashboard shows it from the relay's own origin). */
+  async open(key: string): Promise<{ body: Readable; contentLength: number | null }> {
+    try {
+      const res = await this.client.send(new GetObjectCommand({ Bucket: this.config.bucket, Key: key }));
+      return { body: res.Body as Readable, contentLength: res.ContentLength ?? null };
+    } catch (err) {
+      throw describeBucketError(err);
+    }
+  }
+
   close(): void {
     this.client.destroy();
     for (const agent of this.agents) agent.destroy();

@@ -233,6 +233,47 @@ describe.each(["sqlite", "postgres"] as const)("a hostile upstream on %s (issue 
   });
 });
 
+describe.each(["sqlite", "postgres"] as const)("caller input with NUL or an oversized prompt on %s (issue #22, items 6-7)", (dialect) => {
+  const body = (extra: Record<string, unknown>) => ({ model: "p-image", mode: "generate", prompt: "a plain prompt", count: 1, ...extra });
+
+  it.each([
+    ["prompt", { prompt: "a\u0000b prompt" }, "prompt"],
+    ["a metadata value", { metadata: { order: "a\u0000b" } }, "metadata.order"],
+    ["the model", { model: "p-image\u0000" }, "model"],
+    ["an unknown passthrough field", { style: "x\u0000" }, "style"],
+    ["a prompt over 32,768 characters", { prompt: "p".repeat(32_769) }, "prompt"],
+  ])("text with NUL in %s is 422 validation_error naming the field, and nothing is stored", async (_name, extra, field) => {
+    const h = await harness(dialect);
+    const { apiKey } = await h.client("c");
+    const res = await h.create(apiKey, "nul-body", body(extra));
+    expect(res.status).toBe(422);
+    const err = ((await res.json()) as { error: { code: string; details: Array<{ field: string }> } }).error;
+    expect(err.code).toBe("validation_error");
+    expect(err.details.map((d) => d.field)).toContain(field);
+    expect(await h.tasks()).toHaveLength(0);
+  });
+
+  it("a prompt of exactly 32,768 characters is accepted", async () => {
+    const h = await harness(dialect);
+    const { apiKey } = await h.client("c");
+    expect((await h.create(apiKey, "long-ok", body({ prompt: "p".repeat(32_768) }))).status).toBe(201);
+  });
+
+  it.each([
+    ["GET", "/openapi/v1/tasks/task_%00"],
+    ["POST", "/openapi/v1/tasks/task_%00/cancel"],
+    ["GET", "/openapi/v1/tasks/task_%00/deliveries"],
+    ["POST", "/openapi/v1/tasks/task_%00/redeliver"],
+    ["GET", "/openapi/v1/tasks?cursor=a%00b"],
+    ["GET", "/openapi/v1/events?after=a%00b"],
+  ])("%s %s with NUL is 400 or 404, never a 500", async (method, path) => {
+    const h = await harness(dialect);
+    const { apiKey } = await h.client("c");
+    const res = await h.relay.app.request(`http://relay.test${path}`, { method, headers: { Authorization: `Bearer ${apiKey}` } });
+    expect([400, 404]).toContain(res.status);
+  });
+});
+
 describe("a 50 MB task answer (issue #22, item 3)", () => {
   it("is cut off at UPSTREAM_MAX_BODY_BYTES while streaming; the task ends failed and the database does not grow by it", async () => {
     const h = await harness("sqlite", { UPSTREAM_MAX_BODY_BYTES: "1MiB" });

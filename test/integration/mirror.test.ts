@@ -9,6 +9,7 @@ import { setStorage } from "../../src/services/storage.js";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { startReceiver, verifyAt } from "../helpers/receiver.js";
+import { signedIn } from "../helpers/dashboard.js";
 
 const KEY = Buffer.alloc(32, 9).toString("base64");
 const PNG = Buffer.from("89504e470d0a1a0a" + "00".repeat(992), "hex"); // 1,000 bytes
@@ -349,5 +350,50 @@ describe("crash safety", () => {
       [`gen/${task.id}/1.bin`, 12 * 1024 * 1024],
     ]);
     expect((await s3.read(`gen/${task.id}/1.bin`)).bytes).toBe(12 * 1024 * 1024);
+  });
+});
+
+describe("dashboard", () => {
+  it("sets and removes the bucket on its own page; the secret is never shown", async () => {
+    const t = relay();
+    const c = t.client();
+    const v = await signedIn(t, c.apiKey);
+    expect(await v.page("/dashboard/storage")).toContain("No bucket is set");
+    const body = s3.storageBody();
+    const bad = await v.submit("/dashboard/storage", "/dashboard/storage", { ...body, bucket: "No Such", force_path_style: "true" } as Record<string, string>);
+    expect(bad.status).toBe(422);
+    expect(await bad.text()).toContain("bucket: must be 3-63 characters");
+    const saved = await v.submit("/dashboard/storage", "/dashboard/storage", { ...body, force_path_style: "true" } as Record<string, string>);
+    const html = await saved.text();
+    expect(saved.status).toBe(200);
+    expect(html).toContain("Bucket saved");
+    expect(html).not.toContain("S3RVER\"><");
+    expect(await t.request(c.apiKey, "/openapi/v1/storage").then((r) => r.json())).toMatchObject({ data: { bucket: "outputs", force_path_style: true } });
+    const removed = await v.submit("/dashboard/storage", "/dashboard/storage/remove");
+    expect(await removed.text()).toContain("Bucket removed");
+    expect((await t.request(c.apiKey, "/openapi/v1/storage")).status).toBe(404);
+  });
+
+  it("previews a task from its copy, served by the relay: the page's CSP names no outside origin", async () => {
+    const t = relay();
+    const c = t.client();
+    await setBucket(t, c.apiKey);
+    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { images: [{ url: files.url("/out/a.png") }] }, t.clock.now());
+    await mirrorOf(t).runOnce();
+    const v = await signedIn(t, c.apiKey);
+    const res = await v.get(`/dashboard/tasks/${task.id}`);
+    const html = await res.text();
+    expect(res.headers.get("content-security-policy"), html.slice(html.indexOf("<main"), html.indexOf("<main") + 1500)).toContain("img-src 'self';");
+    expect(html).toContain(`src="/dashboard/tasks/${task.id}/files/0"`);
+    const file = await v.get(`/dashboard/tasks/${task.id}/files/0`);
+    expect(file.status).toBe(200);
+    expect(file.headers.get("content-type")).toBe("image/png");
+    expect(file.headers.get("content-security-policy")).toBe("default-src 'none'; sandbox");
+    expect(sha(Buffer.from(await file.arrayBuffer()))).toBe(sha(PNG));
+    // Another client's session cannot read it.
+    const other = t.client("other");
+    const w = await signedIn(t, other.apiKey);
+    expect((await w.get(`/dashboard/tasks/${task.id}/files/0`)).status).toBe(404);
+    expect((await v.get(`/dashboard/tasks/${task.id}/files/7`)).status).toBe(404);
   });
 });

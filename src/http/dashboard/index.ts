@@ -6,6 +6,7 @@ import { registerAssets } from "./assets.js";
 import { errorPage, securityHeaders, type DashboardDeps } from "./render.js";
 import { registerTaskPages, tasksPage } from "./routes-tasks.js";
 import { registerWebhookPages } from "./routes-webhooks.js";
+import { registerStoragePages } from "./routes-storage.js";
 import { clearSessionCookie, clientAddress, currentSession, requireSession, setSessionCookie, SIGNIN_COOKIE, SignInLimiter, signInToken, tokensEqual, type DashEnv } from "./session.js";
 import { signInPage } from "./views-signin.js";
 import { getCookie } from "hono/cookie";
@@ -75,5 +76,6 @@ export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
 
   registerTaskPages(app, deps, auth);
   registerWebhookPages(app, deps, auth);
+  registerStoragePages(app, deps, auth);
   return app;
 }

@@ -17,7 +17,7 @@ export interface DashboardDeps extends ServiceDeps {
  * on a task page, the exact https origins of that task's output previews (the upstream's file host).
  */
 export function contentSecurityPolicy(mediaOrigins: string[] = []): string {
-  const media = ["'self'", ...new Set(mediaOrigins)].join(" ");
+  const media = [...new Set(["'self'", ...mediaOrigins])].join(" ");
   return [
     "default-src 'self'",
     "script-src 'self'",

@@ -5,6 +5,7 @@ import { dashboardTask, listDashboardTasks } from "../../services/dashboard.js";
 import { ApiError } from "../../services/errors.js";
 import { cancelRefusal, cancelTask, requireClientTask } from "../../services/tasks.js";
 import { findPreviews } from "./previews.js";
+import { mirroredPreviews } from "./routes-storage.js";
 import { render, type DashboardDeps } from "./render.js";
 import type { DashEnv } from "./session.js";
 import { cancelConfirmBody, taskBody, tasksBody } from "./views-tasks.js";
@@ -50,7 +51,8 @@ const NOTICES: Record<string, string> = {
 
 async function taskPage(deps: DashboardDeps, c: Context<DashEnv>, id: string, message?: { kind: "ok" | "error"; text: string }, status = 200) {
   const detail = await dashboardTask(deps, c.get("client").id, id);
-  const previews = findPreviews(detail.task.outputJson ? JSON.parse(detail.task.outputJson) : null);
+  // Copies in the client's bucket, served by the relay, come first: the upstream's URLs expire.
+  const previews = mirroredPreviews(detail.task) ?? findPreviews(detail.task.outputJson ? JSON.parse(detail.task.outputJson) : null);
   // Keep refreshing while the task runs or a delivery is still pending.
   const moving = !TERMINAL.has(detail.task.status) || detail.delivery.status === "pending";
   return render(c, deps, {

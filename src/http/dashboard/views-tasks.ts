@@ -132,7 +132,7 @@ ${message ? notice(message.kind, message.text) : ""}
   <h3>Metadata</h3><pre>${task.metadataJson ? pretty(parse(task.metadataJson)) : "none"}</pre>
 </section>
 <section aria-labelledby="h-output"><h2 id="h-output">Output</h2>
-  ${previews.length > 0 ? html`<p class="muted">Previews load from the upstream's host.</p><div class="previews">${previews.map((p) =>
+  ${previews.length > 0 ? html`<p class="muted">${previews.every((p) => p.origin === "'self'") ? "Previews are the copies in your bucket." : "Previews load from the upstream's host."}</p><div class="previews">${previews.map((p) =>
     p.kind === "video"
       ? html`<video src="${p.url}" controls preload="metadata" aria-label="Video output"></video>`
       : html`<a href="${p.url}"><img src="${p.url}" alt="Image output of ${task.id}" loading="lazy"></a>`,
