@@ -1,6 +1,8 @@
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { ApiError } from "../../services/errors.js";
+import { isStorageFailure } from "../../services/storage-health.js";
+import { isUnstorableText } from "../errors.js";
 import { signIn, signOut } from "../../services/dashboard.js";
 import { registerAssets } from "./assets.js";
 import { errorPage, securityHeaders, type DashboardDeps } from "./render.js";
@@ -28,6 +30,13 @@ export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
   });
   app.onError((err, c) => {
     if (err instanceof ApiError) return errorPage(c, err.status, err.message);
+    // An id with NUL names no page; a database that cannot serve now is not a bug (section 14, 15).
+    if (isUnstorableText(err)) return errorPage(c, 404, "There is no such page.");
+    if (isStorageFailure(err)) {
+      deps.storage?.failed(err, `${c.req.method} ${c.req.path}`);
+      c.header("Retry-After", "5");
+      return errorPage(c, 503, "The relay cannot reach its storage right now. Retry in a few seconds.");
+    }
     deps.logger.error({ err, request_id: c.get("requestId") }, "dashboard error");
     return errorPage(c, 500, "Something went wrong on our side.");
   });

@@ -17,7 +17,8 @@ const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
 function filters(c: Context) {
   const status = c.req.query("status");
   const type = c.req.query("type");
-  const q = (c.req.query("q") ?? "").trim().slice(0, 200);
+  // No stored text holds NUL (section 14), so a search for one finds nothing: dropped, never sent to the database.
+  const q = (c.req.query("q") ?? "").replaceAll("\u0000", "").trim().slice(0, 200);
   const before = c.req.query("before");
   return {
     status: TASK_STATUSES.includes(status as TaskStatus) ? (status as TaskStatus) : undefined,
