@@ -3,9 +3,8 @@ import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import type { EndpointHealth } from "../services/notices.js";
 import type { NoticeRow, Store } from "../store/store.js";
-import { storableText, ERROR_BYTES } from "../core/stored-text.js";
+import { NoticeLifecycle } from "../core/notices.js";
 import { outgoingHeaders } from "../webhooks/outgoing.js";
-import { retryDelayMs } from "../webhooks/schedule.js";
 import type { WebhookSender } from "../webhooks/sender.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
@@ -34,8 +33,11 @@ export class Notifier {
   private readonly inFlight = new Set<Promise<void>>();
   private readonly maxInFlight: number;
 
+  private readonly notices: NoticeLifecycle;
+
   constructor(private readonly opts: NotifierOptions) {
     this.maxInFlight = opts.maxInFlight ?? 8;
+    this.notices = new NoticeLifecycle({ store: opts.store, clock: opts.clock, retryScheduleMs: opts.config.webhookRetryScheduleMs, ...(opts.random ? { random: opts.random } : {}) });
   }
 
   /** How often failing hosts are looked for: often enough that a notice is at most this late. */
@@ -80,27 +82,18 @@ export class Notifier {
   private async deliver(notice: NoticeRow): Promise<void> {
     const { store, clock, config, sender, logger } = this.opts;
     const client = await store.clients.find(notice.clientId);
+    if (!client || client.revokedAt !== null) return this.notices.fail(notice, "client revoked");
     const startedAt = clock.now();
-    if (!client || client.revokedAt !== null) {
-      await store.notices.record(notice.id, notice.claimToken!, { deliveryStatus: "failed", lastError: "client revoked" });
-      return;
-    }
     const result = await sender.send({
       url: notice.url,
       headers: outgoingHeaders({ client, id: notice.id, at: startedAt, body: notice.payload, encryptionKey: config.encryptionKey }),
       body: notice.payload,
       timeoutMs: config.webhookTimeoutMs,
     });
-    const now = clock.now();
-    const attempts = notice.attempts + 1;
-    const common = { attempts, lastStatusCode: result.statusCode, lastError: storableText(result.error, ERROR_BYTES) };
-    if (result.ok) {
-      await store.notices.record(notice.id, notice.claimToken!, { ...common, deliveryStatus: "succeeded", deliveredAt: now, nextAttemptAt: null });
-    } else {
-      const delay = result.gone ? null : retryDelayMs(config.webhookRetryScheduleMs, attempts, this.opts.random);
-      const patch = delay === null ? { deliveryStatus: "failed" as const, nextAttemptAt: null } : { nextAttemptAt: now + Math.max(delay, result.retryAfterMs ?? 0) };
-      await store.notices.record(notice.id, notice.claimToken!, { ...common, ...patch });
-    }
-    logger.info({ notice_id: notice.id, client_id: notice.clientId, type: notice.type, attempt: attempts, status_code: result.statusCode, error: result.error ?? undefined }, "notice attempt");
+    await this.notices.recordAttempt(notice, result);
+    logger.info(
+      { notice_id: notice.id, client_id: notice.clientId, type: notice.type, attempt: notice.attempts + 1, status_code: result.statusCode, error: result.error ?? undefined },
+      "notice attempt",
+    );
   }
 }

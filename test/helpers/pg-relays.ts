@@ -1,17 +1,11 @@
-import type { Clock } from "../../src/clock.js";
 import { loadConfig } from "../../src/config.js";
 import type { PgStore } from "../../src/db/pg/pg-store.js";
 import { silentLogger } from "../../src/logger.js";
 import { pgStore } from "../../src/open-store.js";
 import { Relay } from "../../src/relay.js";
 import { createSimulator } from "../../src/simulator/app.js";
+import { FakeClock } from "./fake-clock.js";
 
-export class StepClock implements Clock {
-  constructor(public t = Date.UTC(2026, 0, 1)) {}
-  now(): number {
-    return this.t;
-  }
-}
 
 export interface UpstreamLog {
   /** Idempotency-Key of every create POST that reached the simulator. */
@@ -24,7 +18,7 @@ export interface UpstreamLog {
  * The sandbox simulator in memory on a fake clock, reached through a fetch that logs creations
  * and reads: what several relay instances did to the upstream, together.
  */
-export function simulatedUpstream(clock: StepClock, timings = { imageQueuedMs: 2_000, imageProcessingMs: 6_000, videoQueuedMs: 3_000, videoProcessingMs: 20_000 }) {
+export function simulatedUpstream(clock: FakeClock, timings = { imageQueuedMs: 2_000, imageProcessingMs: 6_000, videoQueuedMs: 3_000, videoProcessingMs: 20_000 }) {
   const { app, state } = createSimulator({
     clock,
     accounts: [{ apiKey: "sim-key", readsPerMinute: 120, maxConcurrent: 10_000, balance: Number.MAX_SAFE_INTEGER }],
@@ -36,7 +30,7 @@ export function simulatedUpstream(clock: StepClock, timings = { imageQueuedMs: 2
     const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
     const method = init?.method ?? "GET";
     if (method === "POST" && /\/generations$/.test(url)) log.creates.push(new Headers(init?.headers).get("idempotency-key") ?? "");
-    if (method === "GET" && /\/openapi\/v1\/tasks(\/|\?|$)/.test(url)) log.reads.push(clock.t);
+    if (method === "GET" && /\/openapi\/v1\/tasks(\/|\?|$)/.test(url)) log.reads.push(clock.now());
     return app.request(url, init);
   };
   return { state, log, fetch: fetchImpl };
@@ -49,7 +43,7 @@ export interface Instance {
 }
 
 /** A relay instance on the shared PostgreSQL database, with its own store (pool, leader connection). */
-export async function startInstance(url: string, clock: StepClock, fetchImpl: typeof fetch, env: Record<string, string> = {}): Promise<Instance> {
+export async function startInstance(url: string, clock: FakeClock, fetchImpl: typeof fetch, env: Record<string, string> = {}): Promise<Instance> {
   const config = loadConfig({
     DATABASE_URL: url,
     UPSTREAM_BASE_URL: "http://simulator.local",

@@ -2,7 +2,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import { maxInWindow } from "../../src/bench/scheduling-sim.js";
 import { createClient } from "../../src/services/clients.js";
 import { freshPgDatabase } from "../helpers/pg.js";
-import { crash, round, simulatedUpstream, startInstance, StepClock, type Instance } from "../helpers/pg-relays.js";
+import { FakeClock } from "../helpers/fake-clock.js";
+import { crash, round, simulatedUpstream, startInstance, type Instance } from "../helpers/pg-relays.js";
 import { startReceiver, type Receiver } from "../helpers/receiver.js";
 
 /**
@@ -17,7 +18,7 @@ afterEach(async () => {
 
 async function setup(count: number) {
   const db = await freshPgDatabase();
-  const clock = new StepClock();
+  const clock = new FakeClock(Date.UTC(2026, 0, 1));
   const upstream = simulatedUpstream(clock);
   const receiver: Receiver = await startReceiver();
   const instances: Instance[] = [];
@@ -61,7 +62,7 @@ describe("several instances on one PostgreSQL database", () => {
         await crash(leader);
         crashed = true;
       }
-      clock.t += 1_000;
+      clock.advance(1_000);
     }
     expect(crashed).toBe(true);
     expect(delivered()).toEqual(new Set(ids));

@@ -119,8 +119,9 @@ describe("receiver protection: a slow receiver does not delay other clients", ()
   });
 
   it("never more than 4 attempts in flight to one host; every event still gets delivered", async () => {
-    const t = setup({}, { clock: new SystemClock() });
-    const busy = await receiver((_req, res) => setTimeout(() => res.end("ok"), 100));
+    const t = setup({ WEBHOOK_TIMEOUT_MS: "5000" }, { clock: new SystemClock() });
+    // Held long enough that the 8 started together are open together, even on a loaded machine.
+    const busy = await receiver((_req, res) => setTimeout(() => res.end("ok"), 400));
     const other = await receiver(ok);
     const a = t.client("a");
     const b = t.client("b");
@@ -130,7 +131,7 @@ describe("receiver protection: a slow receiver does not delay other clients", ()
     const elsewhere = await succeededTasks(t, b.apiKey, other.url(), 3);
 
     startDispatcherLoop(t);
-    await waitFor("every delivery", () => busy.arrivals.size === 26 && other.arrivals.size === 3);
+    await waitFor("every delivery", () => busy.arrivals.size === 26 && other.arrivals.size === 3, 15_000);
     await waitFor("the last attempts to be recorded", () => t.relay.dispatcher.activeCount === 0);
 
     expect(busy.maxOpen()).toBe(8);
@@ -290,12 +291,15 @@ describe("receiver protection: payload size", () => {
     const client = t.client();
     const [big, atLimit] = await succeededTasks(t, client.apiKey, r.url(), 2);
     // Bodies are built from task rows and carry URLs, so only a defensive bound: forge oversized ones.
-    const padded = (bytes: number) => {
-      const base = JSON.stringify({ type: "task.succeeded", timestamp: new Date(0).toISOString(), data: { pad: "" } });
-      return base.replace('"pad":""', `"pad":"${"x".repeat(bytes - base.length)}"`);
+    // The real body with a metadata value padded to the size (still a valid task.succeeded body).
+    const padded = (event: EventRow, bytes: number) => {
+      const body = JSON.parse(event.payload) as { data: { metadata: Record<string, string> | null } };
+      body.data.metadata = { pad: "" };
+      const base = JSON.stringify(body);
+      return base.replace('"pad":""', `"pad":"${"x".repeat(bytes - Buffer.byteLength(base))}"`);
     };
-    updateEvent(t.database.db, big!.id, { payload: padded(MAX_PAYLOAD_BYTES + 1) });
-    updateEvent(t.database.db, atLimit!.id, { payload: padded(MAX_PAYLOAD_BYTES) });
+    updateEvent(t.database.db, big!.id, { payload: padded(big!, MAX_PAYLOAD_BYTES + 1) });
+    updateEvent(t.database.db, atLimit!.id, { payload: padded(atLimit!, MAX_PAYLOAD_BYTES) });
 
     expect(await t.relay.dispatcher.runOnce()).toBe(2);
     expect(r.requests.map((x) => x.headers["webhook-id"])).toEqual([atLimit!.id]);

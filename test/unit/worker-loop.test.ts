@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { systemClock } from "../../src/clock.js";
 import { silentLogger } from "../../src/logger.js";
 import { WorkerLoop } from "../../src/workers/loop.js";
@@ -27,36 +27,36 @@ function counted(opts: { coalesceMs?: number; during?: (n: number) => void } = {
 
 const loops: WorkerLoop[] = [];
 afterEach(async () => {
+  vi.useRealTimers();
   while (loops.length > 0) await loops.pop()!.stop();
 });
 
 describe("WorkerLoop nudges", () => {
   it("a burst of nudges while asleep makes one tick, no earlier than coalesceMs after the last", async () => {
-    const { loop, starts, next } = counted({ coalesceMs: 40 });
+    vi.useFakeTimers();
+    const { loop, starts } = counted({ coalesceMs: 40 });
     loops.push(loop);
-    const first = next();
     loop.start();
-    await first;
-    const second = next();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(starts).toHaveLength(1);
     for (let i = 0; i < 100; i++) loop.nudge();
-    await second;
+    await vi.advanceTimersByTimeAsync(39);
+    expect(starts).toHaveLength(1);
+    await vi.advanceTimersByTimeAsync(1);
     expect(starts).toHaveLength(2);
-    expect(starts[1]! - starts[0]!).toBeGreaterThanOrEqual(39);
-    // Nothing else pending: no third tick follows on its own (idle is a minute).
-    await new Promise((r) => setTimeout(r, 80));
+    // Nothing else pending: no third tick follows on its own before the idle minute is over.
+    await vi.advanceTimersByTimeAsync(59_000);
     expect(starts).toHaveLength(2);
   });
 
   it("nudges during a tick make exactly one more tick", async () => {
-    const { loop, starts, next } = counted({ coalesceMs: 5, during: (n) => n === 1 && [1, 2, 3].forEach(() => loop.nudge()) });
+    vi.useFakeTimers();
+    const { loop, starts } = counted({ coalesceMs: 5, during: (n) => n === 1 && [1, 2, 3].forEach(() => loop.nudge()) });
     loops.push(loop);
-    const two = (async () => {
-      await next();
-      await next();
-    })();
     loop.start();
-    await two;
-    await new Promise((r) => setTimeout(r, 50));
+    await vi.advanceTimersByTimeAsync(5);
+    expect(starts).toHaveLength(2);
+    await vi.advanceTimersByTimeAsync(59_000);
     expect(starts).toHaveLength(2);
   });
 

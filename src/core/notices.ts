@@ -1,0 +1,33 @@
+import type { Clock } from "../clock.js";
+import type { NewNoticeRow, NoticeRow, Store } from "../store/store.js";
+import { retryDelayMs } from "../webhooks/schedule.js";
+import type { SendResult } from "../webhooks/sender.js";
+import { ERROR_BYTES, storableText } from "./stored-text.js";
+
+/**
+ * Every state change of a notice (DESIGN §12), as verbs: delivered at a 2xx, retried on
+ * WEBHOOK_RETRY_SCHEDULE (a longer Retry-After wins), failed once the schedule is spent or the
+ * receiver answers 410. Each writes under the claim's lease and hands it back.
+ */
+export class NoticeLifecycle {
+  constructor(private readonly deps: { store: Store; clock: Clock; retryScheduleMs: number[]; random?: () => number }) {}
+
+  recordAttempt(notice: NoticeRow, result: SendResult): Promise<void> {
+    const now = this.deps.clock.now();
+    const attempts = notice.attempts + 1;
+    const common: Partial<NewNoticeRow> = { attempts, lastStatusCode: result.statusCode, lastError: storableText(result.error, ERROR_BYTES) };
+    if (result.ok) return this.write(notice, { ...common, deliveryStatus: "succeeded", deliveredAt: now, nextAttemptAt: null });
+    const delay = result.gone ? null : retryDelayMs(this.deps.retryScheduleMs, attempts, this.deps.random);
+    if (delay === null) return this.write(notice, { ...common, deliveryStatus: "failed", nextAttemptAt: null });
+    return this.write(notice, { ...common, nextAttemptAt: now + Math.max(delay, result.retryAfterMs ?? 0) });
+  }
+
+  /** Ends a notice without an attempt (its client is gone or revoked). */
+  fail(notice: NoticeRow, reason: string): Promise<void> {
+    return this.write(notice, { deliveryStatus: "failed", lastError: reason, nextAttemptAt: null });
+  }
+
+  private write(notice: NoticeRow, patch: Partial<NewNoticeRow>): Promise<void> {
+    return this.deps.store.notices.record(notice.id, notice.claimToken!, patch);
+  }
+}
