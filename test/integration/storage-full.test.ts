@@ -22,7 +22,7 @@ function readOnly(t: TestRelay): () => void {
 }
 
 /** A prompt big enough that storing it needs fresh pages. */
-const bigPrompt = (i: number) => `a full disk ${i} ${"x".repeat(64 * 1024)}`;
+const bigPrompt = (i: number) => `a full disk ${i} ${"x".repeat(32_000)}`; // within the 32,768-character limit
 
 function fill(t: TestRelay): () => void {
   const sqlite = t.database.sqlite;
