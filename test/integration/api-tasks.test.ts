@@ -335,7 +335,7 @@ describe("POST /openapi/v1/tasks/{id}/cancel", () => {
 });
 
 /** Every /openapi/v1 route, with a request that would otherwise be valid enough to reach its handler. */
-const ROUTES: { method: "GET" | "POST"; path: string; init?: { json?: unknown; idempotencyKey?: string } }[] = [
+const ROUTES: { method: "GET" | "POST" | "PUT" | "DELETE"; path: string; init?: { json?: unknown; idempotencyKey?: string } }[] = [
   { method: "POST", path: "/openapi/v1/images/generations", init: { json: imageBody(), idempotencyKey: "matrix-key-1" } },
   { method: "POST", path: "/openapi/v1/videos/generations", init: { json: videoBody(), idempotencyKey: "matrix-key-2" } },
   { method: "GET", path: "/openapi/v1/tasks" },
@@ -349,6 +349,13 @@ const ROUTES: { method: "GET" | "POST"; path: string; init?: { json?: unknown; i
   { method: "POST", path: "/openapi/v1/webhooks/test", init: { json: { url: "https://10.0.0.1/hook" } } },
   { method: "POST", path: "/openapi/v1/webhooks/secret/rotate" },
   { method: "POST", path: "/openapi/v1/deliveries/recover", init: { json: { since: "2025-12-31T00:00:00Z" } } },
+  { method: "GET", path: "/openapi/v1/webhooks/hosts" },
+  { method: "POST", path: "/openapi/v1/webhooks/hosts/{host}/retry" },
+  { method: "GET", path: "/openapi/v1/webhooks/settings" },
+  { method: "PUT", path: "/openapi/v1/webhooks/settings", init: { json: {} } },
+  { method: "GET", path: "/openapi/v1/storage" },
+  { method: "PUT", path: "/openapi/v1/storage", init: { json: {} } },
+  { method: "DELETE", path: "/openapi/v1/storage" },
 ];
 
 type Credential = (ctx: { valid: string; revoked: string }) => Record<string, string>;
@@ -383,7 +390,7 @@ describe("authorisation matrix: every /openapi/v1 route refuses bad keys with 40
   });
 
   const send = (route: (typeof ROUTES)[number], headers: Record<string, string>) =>
-    t.request(null, route.path.replace("{id}", ctx.taskId), { method: route.method, headers, ...route.init });
+    t.request(null, route.path.replace("{id}", ctx.taskId).replace("{host}", encodeURIComponent("hooks.example.com:443")), { method: route.method, headers, ...route.init });
 
   describe.each(ROUTES.map((r) => ({ ...r, label: `${r.method} ${r.path}` })))("$label", (route) => {
     it.each(CREDENTIALS)("%s", async (_label, credential) => {
