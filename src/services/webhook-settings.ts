@@ -1,7 +1,7 @@
 import type { ClientRow } from "../store/store.js";
 import { generateSigningKey, publicKeyOf } from "../webhooks/sign.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
-import { callbackHeaderProblems, headerNames, sealHeaders } from "./callback-headers.js";
+import { callbackHeaderProblems, headerNames, openHeaders, sealHeaders } from "./callback-headers.js";
 import { openSecret, SECRET_GRACE_MS, sealSecret } from "./clients.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError, type FieldProblem } from "./errors.js";
@@ -86,6 +86,21 @@ export async function updateWebhookSettings(deps: Deps, clientId: string, input:
   if (!current) throw new ApiError("not_found", "No such client.");
   const updated = await deps.store.clients.updateWith(clientId, (client) => ({ patch: settingsPatch(deps, client, input), result: null }));
   return settingsView(updated!.client, deps.config.encryptionKey, deps.clock.now());
+}
+
+/**
+ * Adds or replaces one default callback header (a value) or removes it (null), keeping the others:
+ * the dashboard's form, which never holds the values already stored. Same rules as PUT settings.
+ */
+export async function changeDefaultHeader(deps: Deps, clientId: string, name: string, value: string | null): Promise<WebhookSettingsView> {
+  const key = deps.config.encryptionKey;
+  const updated = await deps.store.clients.updateWith(clientId, (client) => {
+    const others = Object.entries(openHeaders(client.callbackHeaders, key)).filter(([n]) => n !== name.toLowerCase());
+    const headers = Object.fromEntries(value === null ? others : [...others, [name, value]]);
+    return { patch: settingsPatch(deps, client, { callback_headers: headers }), result: null };
+  });
+  if (!updated) throw new ApiError("not_found", "No such client.");
+  return settingsView(updated.client, key, deps.clock.now());
 }
 
 /**

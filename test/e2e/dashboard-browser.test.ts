@@ -200,6 +200,24 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     await page.browserContext().close();
   });
 
+  it("Settings: a default callback header and Ed25519 signing set through the forms; the page shows the header's name and the public key, never the value (#23)", async () => {
+    const { apiKey } = live.client("Settings Co");
+    const { page } = await signIn(apiKey);
+    await Promise.all([page.waitForNavigation(), page.click("nav a[href='/dashboard/settings']")]);
+    expect(await page.$eval("h1", (h) => h.textContent)).toBe("Webhook settings");
+    await page.type("#header_name", "X-Zap-Token");
+    await page.type("#header_value", "browser-token-4411");
+    await Promise.all([page.waitForNavigation(), page.click("form[action='/dashboard/settings/headers'] button[type=submit]")]);
+    expect(await page.$$eval("#callback-headers tbody td.mono", (tds) => tds.map((td) => td.textContent))).toEqual(["x-zap-token"]);
+    await page.click("input[name=signature][value=ed25519]");
+    await Promise.all([page.waitForNavigation(), page.click("form[action='/dashboard/settings/signature'] button[type=submit]")]);
+    const shown = await page.$eval("#public-key", (n) => n.textContent);
+    const api = (await (await fetch(`${live.url}/openapi/v1/webhooks/settings`, { headers: { Authorization: `Bearer ${apiKey}` } })).json()) as { data: { public_key: string; callback_headers: string[] } };
+    expect(api.data).toMatchObject({ public_key: shown, callback_headers: ["x-zap-token"] });
+    expect(await page.content()).not.toContain("browser-token-4411");
+    await page.browserContext().close();
+  });
+
   it("renders /docs with the relay's own Swagger UI files and no other host", async () => {
     const { page, requested } = await newPage();
     await page.goto(`${live.url}/docs`);

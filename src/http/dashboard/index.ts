@@ -9,6 +9,7 @@ import { errorPage, securityHeaders, type DashboardDeps } from "./render.js";
 import { registerTaskPages, tasksPage } from "./routes-tasks.js";
 import { registerWebhookPages } from "./routes-webhooks.js";
 import { registerStoragePages } from "./routes-storage.js";
+import { registerSettingsPages } from "./routes-settings.js";
 import { clearSessionCookie, clientAddress, currentSession, requireSession, setSessionCookie, SIGNIN_COOKIE, SignInLimiter, signInToken, tokensEqual, type DashEnv } from "./session.js";
 import { signInPage } from "./views-signin.js";
 import { getCookie } from "hono/cookie";
@@ -86,5 +87,6 @@ export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
   registerTaskPages(app, deps, auth);
   registerWebhookPages(app, deps, auth);
   registerStoragePages(app, deps, auth);
+  registerSettingsPages(app, deps, auth);
   return app;
 }

@@ -4,7 +4,7 @@ import { ASSET_PATHS } from "./assets.js";
 /** What hono's `html` tag returns: escaped markup (every interpolated string is escaped). */
 export type Html = ReturnType<typeof html>;
 
-export type Section = "tasks" | "webhooks" | "usage" | "storage";
+export type Section = "tasks" | "webhooks" | "usage" | "storage" | "settings";
 
 export interface PageOptions {
   title: string;
@@ -51,6 +51,7 @@ function navigation(nav: NonNullable<PageOptions["nav"]>): Html {
     ${link("webhooks", "/dashboard/webhooks", "Webhooks")}
     ${link("usage", "/dashboard/usage", "Usage")}
     ${link("storage", "/dashboard/storage", "Storage")}
+    ${link("settings", "/dashboard/settings", "Settings")}
   </nav>
   <form class="signout" method="post" action="/dashboard/sign-out">
     ${csrfField(nav.csrf)}

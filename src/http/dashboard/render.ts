@@ -2,6 +2,7 @@ import type { Context } from "hono";
 import { html } from "hono/html";
 import type { DeliveryService } from "../../services/deliveries.js";
 import type { ServiceDeps } from "../../services/deps.js";
+import type { ApiError } from "../../services/errors.js";
 import { page, type Html, type Section } from "./layout.js";
 import type { DashEnv } from "./session.js";
 import { failingBanner, type HostHealth } from "./views-webhooks.js";
@@ -57,6 +58,12 @@ export async function render(
     refresh: opts.refresh ?? false,
   });
   return c.html(body, (opts.status ?? 200) as 200);
+}
+
+/** A service's refusal as one line for a form's error box: its message and each field's problem. */
+export function refusalText(err: ApiError): string {
+  const details = Array.isArray(err.details) ? (err.details as Array<{ field: string; message: string }>).map((d) => `${d.field}: ${d.message}`).join("; ") : "";
+  return details && !err.message.includes(details) ? `${err.message} ${details}` : err.message;
 }
 
 /** A page for an error outside any form (unknown task, expired session on a POST). */

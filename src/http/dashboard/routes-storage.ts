@@ -5,7 +5,7 @@ import { ApiError } from "../../services/errors.js";
 import { deleteStorage, getStorage, setStorage } from "../../services/storage.js";
 import type { TaskRow } from "../../store/store.js";
 import type { Preview } from "./previews.js";
-import { render, type DashboardDeps } from "./render.js";
+import { refusalText, render, type DashboardDeps } from "./render.js";
 import type { DashEnv } from "./session.js";
 import { storageBody, type StoragePageView } from "./views-storage.js";
 
@@ -54,8 +54,7 @@ export function registerStoragePages(app: Hono<DashEnv>, deps: DashboardDeps, au
       return show(c, { saved: "Bucket saved. Outputs of tasks that succeed from now on are copied into it." });
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
-      const details = Array.isArray(err.details) ? (err.details as Array<{ field: string; message: string }>).map((d) => `${d.field}: ${d.message}`).join("; ") : "";
-      return show(c, { error: details ? `${err.message} ${details}` : err.message, typed }, err.status);
+      return show(c, { error: refusalText(err), typed }, err.status);
     }
   });
 
