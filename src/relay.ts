@@ -1,6 +1,7 @@
 import type { Clock } from "./clock.js";
 import type { Config } from "./config.js";
 import type { Store } from "./store/store.js";
+import { deliveryKey } from "./store/delivery-key.js";
 import { sealPlainSecrets } from "./services/clients.js";
 import { destinationHost } from "./webhooks/destination.js";
 import { createApp } from "./http/app.js";
@@ -169,7 +170,7 @@ export class Relay {
       metrics,
       // The dashboard's breaker view: breakers are keyed per (client, destination host), see dispatcher.ts.
       hostHealth: (clientId, hosts) =>
-        hosts.map((host) => ({ host, state: this.dispatcher.breakers.state(`${clientId}|${host}`), failures: this.dispatcher.breakers.failures(`${clientId}|${host}`) })),
+        hosts.map((host) => ({ host, state: this.dispatcher.breakers.state(deliveryKey(clientId, host)), failures: this.dispatcher.breakers.failures(deliveryKey(clientId, host)) })),
     });
   }
 

@@ -1,5 +1,6 @@
 import { and, asc, desc, eq, gt, gte, inArray, isNull, lt, lte, notInArray, or, sql, type SQL } from "drizzle-orm";
 import { pickWithinRoom } from "../store/fairness.js";
+import { deliveryKey } from "../store/delivery-key.js";
 import type { Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
 import { clients, deliveryAttempts, events } from "./schema.js";
@@ -55,10 +56,10 @@ export function lastEventsOfTasks(db: DbOrTx, taskIds: string[]): Map<string, Ev
  * Deliveries are isolated per delivery key: a client and a destination host (`client_id|host`),
  * so one client's failing or slow receiver never holds back another's, even on the same host.
  */
-const deliveryKey = sql`(${events.clientId} || '|' || ${events.destinationHost})`;
+const deliveryKeySql = sql`(${events.clientId} || '|' || ${events.destinationHost})`;
 
 function notAtKeys(keys: string[] | undefined): SQL | undefined {
-  return keys && keys.length > 0 ? notInArray(deliveryKey, keys) : undefined;
+  return keys && keys.length > 0 ? notInArray(deliveryKeySql, keys) : undefined;
 }
 
 /** Pending, due, not leased, and no earlier event of its task still pending (which keeps each task's events in order). */
@@ -146,7 +147,7 @@ export function nextEventDueAt(db: Db, opts: { now: number; excludeKeys?: string
   if (rows.length === 0) return null;
   const excluded = new Set(opts.excludeKeys ?? []);
   const clientsOut = new Set(opts.excludeClients ?? []);
-  for (const row of rows) if (!excluded.has(`${row.clientId}|${row.host}`) && !clientsOut.has(row.clientId)) return row.at;
+  for (const row of rows) if (!excluded.has(deliveryKey(row.clientId, row.host)) && !clientsOut.has(row.clientId)) return row.at;
   return rows.length < (opts.scan ?? 200) ? null : opts.now + 1_000;
 }
 

@@ -2,6 +2,7 @@ import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
 import { ERROR_BYTES, storableText } from "../core/stored-text.js";
 import { newId } from "../ids.js";
+import { deliveryKey } from "../store/delivery-key.js";
 import type { ClientRow, DeliveryKey, EventRow, Store } from "../store/store.js";
 import type { BreakerOutcome } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
@@ -55,7 +56,7 @@ export class EndpointHealth {
 
   async observe(key: DeliveryKey, outcome: BreakerOutcome, error: string | null): Promise<void> {
     if (outcome === "neutral") return;
-    const id = `${key.clientId}|${key.host}`;
+    const id = deliveryKey(key.clientId, key.host);
     const now = this.deps.clock.now();
     if (outcome === "failure") {
       this.healthy.delete(id);

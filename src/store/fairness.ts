@@ -1,3 +1,5 @@
+import { deliveryKey } from "./delivery-key.js";
+
 /**
  * Round-robin over per-client queues, each already in its own order: every client's first item
  * before any client's second, and so on, up to `limit` items. Both stores pick the tasks to submit
@@ -40,7 +42,7 @@ export function pickWithinRoom<C extends { clientId: string; host: string }>(
       let took = false;
       while (queue.length > 0 && !took) {
         const c = queue.shift()!;
-        const key = `${c.clientId}|${c.host}`;
+        const key = deliveryKey(c.clientId, c.host);
         const n = byKey.get(key) ?? 0;
         if (n >= keyRoom(key)) continue;
         byKey.set(key, n + 1);

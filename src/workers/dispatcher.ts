@@ -3,6 +3,7 @@ import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import { DeliveryLifecycle } from "../core/delivery.js";
 import type { ClientRow, EventRow, Store } from "../store/store.js";
+import { deliveryKey, splitDeliveryKey } from "../store/delivery-key.js";
 import type { EndpointHealth } from "../services/notices.js";
 import { breakerOutcome, CircuitBreakers, type BreakerOptions, type BreakerTransition, type Permit } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
@@ -195,7 +196,7 @@ export class Dispatcher {
     // Paused keys whose cool-down is over get their trial first, each drawn from the key's own events.
     for (const key of this.breakers.dueTrials()) {
       if (room <= 0) break;
-      const [clientId, host] = splitKey(key);
+      const [clientId, host] = splitDeliveryKey(key);
       if (this.clientRoom(clientId) <= 0 || this.keyRoom(key) <= 0) continue;
       const permit = this.breakers.acquire(key);
       if (!permit) continue;
@@ -259,7 +260,7 @@ export class Dispatcher {
     const size = Buffer.byteLength(event.payload, "utf8");
     if (size > MAX_PAYLOAD_BYTES) return this.refuseOversized(event, size);
 
-    const key = `${event.clientId}|${event.destinationHost}`;
+    const key = deliveryKey(event.clientId, event.destinationHost);
     const permit = this.keyRoom(key) > 0 ? this.breakers.acquire(key) : null;
     if (!permit) {
       // An event due while its key's circuit is open (written after it opened): it waits for the
@@ -274,7 +275,7 @@ export class Dispatcher {
 
   /** Counts an attempt against its key's cap and its client's share while `work` runs. */
   private withSlot<T>(at: { clientId: string; destinationHost: string }, work: () => Promise<T>): Promise<T> {
-    const key = `${at.clientId}|${at.destinationHost}`;
+    const key = deliveryKey(at.clientId, at.destinationHost);
     bump(this.keyInFlight, key, 1);
     bump(this.clientInFlight, at.clientId, 1);
     return work().finally(() => {
@@ -290,7 +291,7 @@ export class Dispatcher {
    */
   async ping(clientId: string, url: string, headers: Record<string, string>, body: string): Promise<SendResult | null> {
     const host = destinationHost(url);
-    const key = `${clientId}|${host}`;
+    const key = deliveryKey(clientId, host);
     const permit = this.keyRoom(key) > 0 ? this.breakers.acquire(key) : null;
     if (!permit) return null;
     return this.withSlot({ clientId, destinationHost: host }, async () => {
@@ -307,7 +308,7 @@ export class Dispatcher {
    */
   async retryHost(clientId: string, host: string): Promise<number> {
     const { store, clock } = this.opts;
-    this.breakers.endCoolDown(`${clientId}|${host}`);
+    this.breakers.endCoolDown(deliveryKey(clientId, host));
     const n = await store.events.retryKeyNow({ clientId, host }, clock.now());
     this.onSettled();
     return n;
@@ -390,7 +391,7 @@ export class Dispatcher {
    */
   private async onTransition(t: BreakerTransition): Promise<void> {
     const { store, clock, logger } = this.opts;
-    const [clientId, host] = splitKey(t.host);
+    const [clientId, host] = splitDeliveryKey(t.host);
     if (t.kind === "closed") {
       logger.info({ client_id: clientId, host }, "circuit closed: deliveries to host resumed");
       return;
@@ -415,10 +416,4 @@ function bump(counts: Map<string, number>, key: string, by: number): void {
   const n = (counts.get(key) ?? 0) + by;
   if (n > 0) counts.set(key, n);
   else counts.delete(key);
-}
-
-/** A delivery key's client id and host (`clientId|hostname:port`; client ids never contain `|`). */
-export function splitKey(key: string): [string, string] {
-  const bar = key.indexOf("|");
-  return [key.slice(0, bar), key.slice(bar + 1)];
 }

@@ -25,6 +25,7 @@ import type {
   UpstreamAccountRow,
 } from "../../store/store.js";
 import { interleave, pickWithinRoom } from "../../store/fairness.js";
+import { deliveryKey } from "../../store/delivery-key.js";
 import { DELIVERY_FAILING_TASK, retryingEvent } from "../dashboard.js";
 import { pgEndpointStore, pgNoticeStore } from "./endpoints.js";
 import { newPgPool, pgClientConfig, type PgLimits } from "./open.js";
@@ -381,7 +382,7 @@ export class PgStore implements Store {
         );
         if (candidates.length === 0) return [];
         // What every instance has in flight per key: leased events count against the shared cap.
-        const keys = [...new Set(candidates.map((c0) => `${c0.client_id}|${c0.destination_host}`))];
+        const keys = [...new Set(candidates.map((c0) => deliveryKey(c0.client_id as string, c0.destination_host as string)))];
         const leased = new Map<string, number>();
         for (const r of await q(
           `SELECT client_id || '|' || destination_host AS key, count(*) AS n FROM events
