@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import openapiTS, { astToString } from "openapi-typescript";
+import openapiTS, { astToString, type OpenAPI3 } from "openapi-typescript";
 import ts from "typescript";
 import { afterEach, describe, expect, it } from "vitest";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
@@ -88,7 +88,7 @@ afterEach(() => {
 async function typeErrors(doc: Record<string, unknown>): Promise<string[]> {
   const dir = mkdtempSync(join(tmpdir(), "genrelay-typed-"));
   dirs.push(dir);
-  writeFileSync(join(dir, "schema.ts"), astToString(await openapiTS(doc as Parameters<typeof openapiTS>[0])));
+  writeFileSync(join(dir, "schema.ts"), astToString(await openapiTS(doc as unknown as OpenAPI3)));
   writeFileSync(join(dir, "receiver.ts"), RECEIVER);
   const program = ts.createProgram([join(dir, "receiver.ts")], {
     strict: true,
