@@ -1,0 +1,43 @@
+import type { AccountStore } from "../../store/store.js";
+import { U, opt } from "./mapping.js";
+import type { PgStore } from "./pg-store.js";
+
+/** The AccountStore on PostgreSQL: upstream accounts, learned limits, the shared read budget, duration samples. */
+export function pgAccounts(s: PgStore): AccountStore {
+  const { q, one } = s;
+  return {
+    state: async (account) => opt(U, await one("SELECT * FROM upstream_accounts WHERE id = $1", [account])),
+    updateState: async (account, patch, now) => {
+      const full = { ...patch, updatedAt: now };
+      const ins = U.insert("upstream_accounts", { id: account, ...full });
+      const set = U.set(full, ins.values.length + 1);
+      await s.pool.query(`${ins.sql} ON CONFLICT (id) DO UPDATE SET ${set.sql}`, [...ins.values, ...set.values]);
+    },
+    takeRead: (account, at, limit, windowMs) =>
+      s.tx(async (c) => {
+        // The account row's lock serialises takers across instances: two leaders overlapping for a
+        // moment still cannot spend more than the window allows between them.
+        await q("INSERT INTO upstream_accounts (id, updated_at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING", [account, at], c);
+        await q("SELECT id FROM upstream_accounts WHERE id = $1 FOR UPDATE", [account], c);
+        const used = Number((await one("SELECT count(*) AS n FROM upstream_reads WHERE account = $1 AND at > $2", [account, at - windowMs], c))!.n);
+        if (used >= limit) return false;
+        await q("INSERT INTO upstream_reads (account, at) VALUES ($1, $2)", [account, at], c);
+        return true;
+      }),
+    readsSince: async (account, since) => (await q("SELECT at FROM upstream_reads WHERE account = $1 AND at > $2 ORDER BY at", [account, since])).map((r) => Number(r.at)),
+    pruneReads: async (account, before) => {
+      await s.pool.query("DELETE FROM upstream_reads WHERE account = $1 AND at < $2", [account, before]);
+    },
+    durationSamples: async (type, model) => {
+      const r = await one("SELECT samples_json FROM duration_stats WHERE type = $1 AND model = $2", [type, model]);
+      return r ? (JSON.parse(r.samples_json as string) as number[]) : [];
+    },
+    saveDurationSamples: async (type, model, samples, now) => {
+      await s.pool.query(
+        `INSERT INTO duration_stats (type, model, samples_json, updated_at) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (type, model) DO UPDATE SET samples_json = EXCLUDED.samples_json, updated_at = EXCLUDED.updated_at`,
+        [type, model, JSON.stringify(samples), now],
+      );
+    },
+  };
+}

@@ -1,0 +1,43 @@
+import type { ClientStore } from "../../store/store.js";
+import { C, opt } from "./mapping.js";
+import type { PgStore } from "./pg-store.js";
+
+/** The ClientStore on PostgreSQL: clients and their credit books. */
+export function pgClients(s: PgStore): ClientStore {
+  const { q, one } = s;
+  return {
+    insert: async (row) => {
+      const ins = C.insert("clients", row);
+      return C.row((await one(`${ins.sql} RETURNING *`, ins.values))!);
+    },
+    find: async (id) => opt(C, await one("SELECT * FROM clients WHERE id = $1", [id])),
+    findByKeyHash: async (hash) => opt(C, await one("SELECT * FROM clients WHERE api_key_hash = $1", [hash])),
+    list: async () => C.rows(await q("SELECT * FROM clients ORDER BY id")),
+    update: async (id, patch) => {
+      const set = C.set(patch, 2);
+      if (!set.sql) return opt(C, await one("SELECT * FROM clients WHERE id = $1", [id]));
+      return opt(C, await one(`UPDATE clients SET ${set.sql} WHERE id = $1 RETURNING *`, [id, ...set.values]));
+    },
+    updateWith: (id, change) =>
+      s.tx(async (c) => {
+        const raw = await one("SELECT * FROM clients WHERE id = $1 FOR UPDATE", [id], c);
+        if (!raw) return undefined;
+        const client = C.row(raw);
+        const { patch, result } = change(client);
+        const set = C.set(patch, 2);
+        if (!set.sql) return { client, result };
+        return { client: C.row((await one(`UPDATE clients SET ${set.sql} WHERE id = $1 RETURNING *`, [id, ...set.values], c))!), result };
+      }),
+    markAdmitted: async (id, at) => {
+      await s.pool.query("UPDATE clients SET last_admitted_at = $2 WHERE id = $1", [id, at]);
+    },
+    creditPosition: (id) => s.creditPositionIn(s.pool, id, false),
+    ledger: async (id) =>
+      (await q("SELECT task_id, charged, refunded, at FROM credit_ledger WHERE client_id = $1 ORDER BY id", [id])).map((r) => ({
+        taskId: r.task_id as string,
+        charged: Number(r.charged),
+        refunded: Number(r.refunded),
+        at: Number(r.at),
+      })),
+  };
+}

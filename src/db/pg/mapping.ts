@@ -1,0 +1,94 @@
+import { getTableColumns } from "drizzle-orm";
+import type { SQLiteTable } from "drizzle-orm/sqlite-core";
+import pg from "pg";
+import type { AttemptRow, ClientRow, EventRow, ReservationsAround, SessionRow, TaskRow, UpstreamAccountRow } from "../../store/store.js";
+import { clients, dashboardSessions, deliveryAttempts, events, tasks, upstreamAccounts } from "../schema.js";
+
+/**
+ * What the PostgreSQL driver's area files share: row mapping between the store's camelCase rows and
+ * snake_case columns (named by the SQLite schema, which the PostgreSQL schema is held to), the
+ * lease conditions, and the channel NOTIFY/LISTEN use.
+ */
+
+export type Row = Record<string, unknown>;
+export type Queryable = pg.Pool | pg.PoolClient;
+
+/** Column names of a table (the SQLite schema defines them; the PostgreSQL schema is held to the same names). */
+export function columnsOf(table: SQLiteTable): Array<[key: string, name: string]> {
+  return Object.entries(getTableColumns(table)).map(([key, col]) => [key, col.name]);
+}
+
+/** Maps snake_case rows to the store's camelCase row types, and camelCase patches to SQL. */
+export class Mapper<T> {
+  private readonly toName: Map<string, string>;
+  private readonly toKey: Map<string, string>;
+  constructor(table: SQLiteTable) {
+    const cols = columnsOf(table);
+    this.toName = new Map(cols);
+    this.toKey = new Map(cols.map(([k, n]) => [n, k]));
+  }
+  row(raw: Row): T {
+    const out: Row = {};
+    for (const [name, value] of Object.entries(raw)) {
+      const key = this.toKey.get(name);
+      if (key) out[key] = value;
+    }
+    return out as T;
+  }
+  rows(raw: Row[]): T[] {
+    return raw.map((r) => this.row(r));
+  }
+  /** `col = $n, …` for a patch, numbering from `from`; keys with undefined values are skipped. */
+  set(patch: Row, from: number): { sql: string; values: unknown[] } {
+    const parts: string[] = [];
+    const values: unknown[] = [];
+    for (const [key, value] of Object.entries(patch)) {
+      if (value === undefined) continue;
+      const name = this.toName.get(key);
+      if (!name) throw new Error(`unknown column ${key}`);
+      values.push(value);
+      parts.push(`${name} = $${from + values.length - 1}`);
+    }
+    return { sql: parts.join(", "), values };
+  }
+  insert(table: string, row: Row): { sql: string; values: unknown[] } {
+    const names: string[] = [];
+    const values: unknown[] = [];
+    for (const [key, value] of Object.entries(row)) {
+      if (value === undefined) continue;
+      const name = this.toName.get(key);
+      if (!name) throw new Error(`unknown column ${key}`);
+      names.push(name);
+      values.push(value);
+    }
+    return { sql: `INSERT INTO ${table} (${names.join(", ")}) VALUES (${values.map((_, i) => `$${i + 1}`).join(", ")})`, values };
+  }
+}
+
+export const T = new Mapper<TaskRow>(tasks);
+export const E = new Mapper<EventRow>(events);
+export const A = new Mapper<AttemptRow>(deliveryAttempts);
+export const C = new Mapper<ClientRow>(clients);
+export const S = new Mapper<SessionRow>(dashboardSessions);
+export const U = new Mapper<UpstreamAccountRow>(upstreamAccounts);
+
+export const UNCLAIMED = "(claimed_until IS NULL OR claimed_until < $NOW)";
+export const unclaimed = (param: number) => UNCLAIMED.replace("$NOW", `$${param}`);
+export const RELEASED = { claimToken: null, claimedUntil: null } as const;
+export const NO_RESERVATIONS: ReservationsAround = { inFlight: 0, ahead: 0, others: 0 };
+/** Advisory lock namespace of account leadership (the second key is hashtext(account)). */
+export const LEADER_LOCK_SPACE = 0x67_72_6c; // "grl"
+export const CHANNEL = "genrelay";
+
+/** 64-bit integers come back as strings by default; every one the relay stores (epoch ms, counts) fits a double. */
+export const types = {
+  getTypeParser(oid: number, format?: string) {
+    if (oid === 20) return (v: string) => Number(v);
+    return pg.types.getTypeParser(oid, format as "text");
+  },
+} as pg.CustomTypesConfig;
+
+
+export function opt<R>(m: Mapper<R>, raw: Row | undefined): R | undefined {
+  return raw ? m.row(raw) : undefined;
+}
