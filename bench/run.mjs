@@ -31,6 +31,7 @@ import { BENCH, ROOT, createClient, ipcChild, memoryOf, sleep, startNode, startR
 import { distImport, removeSnapshot, snapshotDist } from "./lib/dist.mjs";
 import { benchLatency } from "./latency.mjs";
 import { benchPostgres } from "./postgres.mjs";
+import { benchMirror } from "./mirror.mjs";
 import { findProfile, summariseProfile } from "./lib/profile.mjs";
 import { markdown, num, printTable, tableRows } from "./lib/report.mjs";
 import { countBenchTasks, deleteBenchTasks, phaseCounts, prepareSeeding, seedFinishedTasks, seedPendingEvents, seedWaitingTasks } from "./lib/seed.mjs";
@@ -40,7 +41,7 @@ const QUICK = ["1", "true", "yes"].includes((process.env.BENCH_QUICK ?? "").toLo
 const OUT = process.env.BENCH_OUT || join(BENCH, "results.json");
 const MD_OUT = OUT.replace(/\.json$/i, "") + ".md";
 const envInt = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
-const PARTIAL = ["latency", "scheduling", "postgres", "profiles"];
+const PARTIAL = ["latency", "scheduling", "postgres", "profiles", "mirror"];
 const ONLY = (process.env.BENCH_ONLY ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 for (const name of ONLY) if (!PARTIAL.includes(name)) throw new Error(`BENCH_ONLY: ${name} is not one of ${PARTIAL.join(", ")}`);
 
@@ -706,6 +707,12 @@ async function latency() {
   return result;
 }
 
+/** Copies of outputs into a bucket (#25): genrelay's copy against a plain fetch -> PutObject, and its peak RSS on 200 MB. */
+async function mirrorRow() {
+  log(`\n[${elapsed()}] mirror: 200 MB output copied into s3rver (bench/mirror.mjs)`);
+  return benchMirror({ log, rounds: QUICK ? 1 : 2 });
+}
+
 /** The loopback receiver and the upstream whose tasks take a day (intake, memory, delivery and the PostgreSQL rows). */
 async function sharedProcesses() {
   const receiver = track(ipcChild("receiver", join(BENCH, "receiver.mjs"), join(tmp, "receiver.log")));
@@ -729,6 +736,7 @@ async function partial(info) {
   log(`  ${info.machine.cpus} × ${info.machine.model}, Node ${info.node}, load ${info.machine.load_average_at_start.join(" ")}`);
   if (ONLY.includes("scheduling")) results.benchmarks.poll_scheduling = await pollScheduling();
   if (ONLY.includes("latency")) results.benchmarks.latency = await latency();
+  if (ONLY.includes("mirror")) results.benchmarks.mirror = await mirrorRow();
   if (ONLY.includes("postgres")) {
     await prepareSeeding();
     const { receiver, hold } = await sharedProcesses();
@@ -786,6 +794,7 @@ async function main() {
   await retimeWithBacklog(benchmarks.query_plans, db.client.id, memoryDb);
   benchmarks.poll_scheduling = await pollScheduling();
   benchmarks.latency = await latency();
+  benchmarks.mirror = await mirrorRow();
   if (CFG.profile) benchmarks.profiles = await profiles(receiver, sims);
 
   const results = {

@@ -119,6 +119,17 @@ export function tableRows(b) {
       q.full_scans.length === 0 ? "✅ met" : "❌ not met",
     ]);
   }
+  const cp = b.mirror;
+  if (cp && !cp.error) {
+    rows.push([
+      `Output copy into a bucket (${cp.size_mb} MB, s3rver)`,
+      `${cp.genrelay_mb_per_s} MB/s (multipart, no length: ${cp.genrelay_multipart_mb_per_s} MB/s); peak RSS ${cp.genrelay_peak_rss_mb} MB`,
+      `plain fetch → PutObject ${cp.plain_mb_per_s} MB/s; peak RSS ${cp.plain_peak_rss_mb} MB`,
+      pct(cp.ratio),
+      "memory bounded (not the file's size)",
+      cp.genrelay_rss_growth_mb < cp.size_mb ? "✅ met" : "❌ not met",
+    ]);
+  }
   return rows;
 }
 

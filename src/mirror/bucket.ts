@@ -1,7 +1,7 @@
 import { Agent as HttpAgent } from "node:http";
 import { Agent as HttpsAgent } from "node:https";
 import type { Readable } from "node:stream";
-import { GetObjectCommand, S3Client } from "@aws-sdk/client-s3";
+import { GetObjectCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { Upload } from "@aws-sdk/lib-storage";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
 import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../webhooks/ssrf.js";
@@ -25,6 +25,8 @@ export const MAX_URL_EXPIRES_IN = 7 * 24 * 60 * 60;
 /** Each part of a multipart upload; memory per copy is about PART_SIZE × QUEUE_SIZE. */
 export const PART_SIZE = 8 * 1024 * 1024;
 export const QUEUE_SIZE = 2;
+/** S3's limit for one PutObject; a longer file with a known length still goes multipart. */
+const MAX_PUT_BYTES = 5 * 1024 ** 3;
 
 export interface BucketOptions {
   allowPrivateNetworks: boolean;
@@ -68,14 +70,28 @@ export class Bucket {
   }
 
   /**
-   * Streams `body` into `key`: a single PutObject when it fits one part, else a multipart upload
-   * (parts of PART_SIZE, QUEUE_SIZE in flight), so memory stays bounded whatever the file's size.
-   * A body that errors (too large, the source stalled) aborts the upload, and no object is left.
+   * Streams `body` into `key`. With a known length (the source said it), one PutObject streams it
+   * straight through; without, a multipart upload (parts of PART_SIZE, QUEUE_SIZE in flight). Memory
+   * stays bounded whatever the file's size. A body that errors (too large, the source stalled)
+   * aborts the upload, and no object is left.
    */
-  async upload(key: string, body: Readable, contentType: string, signal: AbortSignal): Promise<void> {
+  async upload(key: string, body: Readable, contentType: string, signal: AbortSignal, contentLength: number | null = null): Promise<void> {
     const abortController = new AbortController();
     const abort = () => abortController.abort();
     signal.addEventListener("abort", abort, { once: true });
+    if (contentLength !== null && contentLength <= MAX_PUT_BYTES) {
+      body.once("error", abort);
+      try {
+        await this.client.send(new PutObjectCommand({ Bucket: this.config.bucket, Key: key, Body: body, ContentType: contentType, ContentLength: contentLength }), {
+          abortSignal: abortController.signal,
+        });
+        return;
+      } catch (err) {
+        throw describeBucketError(err);
+      } finally {
+        signal.removeEventListener("abort", abort);
+      }
+    }
     const upload = new Upload({
       client: this.client,
       params: { Bucket: this.config.bucket, Key: key, Body: body, ContentType: contentType },

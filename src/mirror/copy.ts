@@ -51,7 +51,7 @@ export async function copyFile(
     if (err) sourceFailure = err;
   });
   try {
-    await bucket.upload(key, meter, contentType, req.signal);
+    await bucket.upload(key, meter, contentType, req.signal, opened.contentLength);
   } catch (err) {
     // The source's own failure (too large, stalled) is the cause when it broke the upload; a
     // premature close is only the upload letting go of it.
