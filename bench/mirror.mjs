@@ -10,7 +10,6 @@ import { join } from "node:path";
 import S3rver from "s3rver";
 import { BENCH } from "./lib/proc.mjs";
 
-const SIZE = 200 * 1000 * 1000;
 
 function chunk(i) {
   const buf = Buffer.alloc(64 * 1024);
@@ -19,7 +18,7 @@ function chunk(i) {
 }
 
 /** Streams SIZE bytes (never held whole) with a Content-Length. */
-function fileServer() {
+function fileServer(SIZE) {
   const server = createServer(async (req, res) => {
     // ?chunked: no Content-Length, so genrelay's copy goes multipart.
     res.writeHead(200, req.url?.includes("chunked") ? { "Content-Type": "video/mp4" } : { "Content-Type": "video/mp4", "Content-Length": String(SIZE) });
@@ -33,11 +32,12 @@ function fileServer() {
   return new Promise((r) => server.listen(0, "127.0.0.1", () => r(server)));
 }
 
-export async function benchMirror({ log, rounds = 2 }) {
+export async function benchMirror({ log, rounds = 2, size = 200 * 1000 * 1000 }) {
+  const SIZE = size;
   const dir = mkdtempSync(join(tmpdir(), "genrelay-bench-s3-"));
   const s3 = new S3rver({ address: "127.0.0.1", port: 0, silent: true, directory: dir, configureBuckets: [{ name: "bench" }] });
   const { port } = await s3.run();
-  const files = await fileServer();
+  const files = await fileServer(SIZE);
   const source = `http://127.0.0.1:${files.address().port}/file.mp4`;
   const endpoint = `http://127.0.0.1:${port}`;
   const runs = [];
