@@ -709,8 +709,8 @@ async function latency() {
 
 /** Copies of outputs into a bucket (#25): genrelay's copy against a plain fetch -> PutObject, and its peak RSS on 200 MB. */
 async function mirrorRow() {
-  log(`\n[${elapsed()}] mirror: 200 MB output copied into s3rver (bench/mirror.mjs)`);
-  return benchMirror({ log, rounds: QUICK ? 1 : 2 });
+  log(`\n[${elapsed()}] mirror: ${QUICK ? 20 : 200} MB output copied into s3rver (bench/mirror.mjs)`);
+  return benchMirror({ log, rounds: QUICK ? 1 : 2, size: QUICK ? 20_000_000 : 200_000_000 });
 }
 
 /** The loopback receiver and the upstream whose tasks take a day (intake, memory, delivery and the PostgreSQL rows). */
