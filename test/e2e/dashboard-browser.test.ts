@@ -95,7 +95,7 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     const secondDelivery = receiver.next();
     await Promise.all([page.waitForNavigation(), page.click(`form[action='/dashboard/tasks/${taskId}/redeliver'] button`)]);
     expect(page.url()).toBe(`${live.url}/dashboard/tasks/${taskId}?done=redelivered`);
-    expect(await page.$eval("[role=status]", (n) => n.textContent)).toContain("queued for delivery again");
+    expect(await page.$eval(".notice.ok[role=status]", (n) => n.textContent)).toContain("queued for delivery again");
     const again = await secondDelivery;
     expect(again.headers["webhook-id"]).toBe(delivered.headers["webhook-id"]);
     await page.waitForFunction(attemptsShown(2), { timeout: 15_000 });
@@ -157,7 +157,7 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
       failing.fallback = ok;
       const retried = failing.next();
       await Promise.all([page.waitForNavigation(), page.click(`#callback-hosts button[aria-label='Retry now: ${host}']`)]);
-      expect(await page.$eval("[role=status]", (n) => n.textContent)).toBe(`1 webhook to ${host} sent now, as a trial.`);
+      expect(await page.$eval(".notice.ok[role=status]", (n) => n.textContent)).toBe(`1 webhook to ${host} sent now, as a trial.`);
       expect((await retried).json.type).toBe("task.succeeded");
       await expect.poll(async () => (await store.endpoints.failingOf(clientId)).length, { timeout: 10_000 }).toBe(0);
       await page.goto(`${live.url}/dashboard`);
@@ -194,7 +194,7 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     await Promise.all([page.waitForNavigation(), page.click(`a[href='/dashboard/tasks/${waiting}/cancel']`)]);
     await Promise.all([page.waitForNavigation(), page.click("form.actions button[type=submit]")]);
     expect(page.url()).toBe(`${live.url}/dashboard/tasks/${waiting}?done=canceled`);
-    expect(await page.$eval("[role=status]", (n) => n.textContent)).toContain("The task is canceled.");
+    expect(await page.$eval(".notice.ok[role=status]", (n) => n.textContent)).toContain("The task is canceled.");
     expect((await live.relay.deps.store.tasks.find(waiting))?.status).toBe("canceled");
     expect(await page.$(`a[href='/dashboard/tasks/${waiting}/cancel']`)).toBeNull();
     await page.browserContext().close();
