@@ -13,13 +13,16 @@
 //   7. postgres     intake with 1 and 2 instances on one PostgreSQL database, delivery (bench/postgres.mjs)
 //   6. latency      completion->webhook in REAL time, 500 tasks of 20-60 s at 100 reads/min, against the
 //                   simulator's 120/min limit (bench/latency.mjs; about 2 minutes of wall time by itself)
+//   8. fairness     delivery under a tenant's slow receivers and to partly working receivers in REAL time
+//                   (bench/fairness.mjs; several minutes); BENCH_FAIRNESS_OLD_DIST=<dist of another commit>
+//                   runs the same scenarios on that build too (A/B in the same run)
 //
 // Environment:
 //   BENCH_QUICK=1          a tiny run (a handful of requests, one round): checks the scripts still work
 //   BENCH_OUT=path.json    where to write the results (default bench/results.json; results.md beside it)
 //   BENCH_ROUNDS, BENCH_DURATION (s per intake measurement), BENCH_SCALE_ROWS, BENCH_PROFILE=0|1,
 //   BENCH_RELAY_LOG_LEVEL (default info, the relay's default), BENCH_KEEP=1 (keep the temp folder)
-//   BENCH_ONLY=latency[,scheduling,postgres,profiles]  run only these benchmarks and merge them into the existing results
+//   BENCH_ONLY=latency[,scheduling,postgres,profiles,fairness]  run only these benchmarks and merge them into the existing results
 //                          file (the other rows keep their figures; the entry records its own date and commit)
 import autocannon from "autocannon";
 import { execFileSync } from "node:child_process";
@@ -29,6 +32,7 @@ import { dirname, join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { BENCH, ROOT, createClient, ipcChild, memoryOf, sleep, startNode, startRelay, startSimulator } from "./lib/proc.mjs";
 import { distImport, removeSnapshot, snapshotDist } from "./lib/dist.mjs";
+import { benchFairness } from "./fairness.mjs";
 import { benchLatency } from "./latency.mjs";
 import { benchPostgres } from "./postgres.mjs";
 import { benchMirror } from "./mirror.mjs";
@@ -41,7 +45,7 @@ const QUICK = ["1", "true", "yes"].includes((process.env.BENCH_QUICK ?? "").toLo
 const OUT = process.env.BENCH_OUT || join(BENCH, "results.json");
 const MD_OUT = OUT.replace(/\.json$/i, "") + ".md";
 const envInt = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
-const PARTIAL = ["latency", "scheduling", "postgres", "profiles", "mirror"];
+const PARTIAL = ["latency", "scheduling", "postgres", "profiles", "mirror", "fairness"];
 const ONLY = (process.env.BENCH_ONLY ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 for (const name of ONLY) if (!PARTIAL.includes(name)) throw new Error(`BENCH_ONLY: ${name} is not one of ${PARTIAL.join(", ")}`);
 
@@ -707,6 +711,16 @@ async function latency() {
   return result;
 }
 
+// Delivery fairness and partly working receivers in real time (bench/fairness.mjs), optionally A/B.
+async function fairness() {
+  const oldDist = process.env.BENCH_FAIRNESS_OLD_DIST || null;
+  log(`\n[${elapsed()}] delivery fairness and partly working receivers in real time (bench/fairness.mjs${oldDist ? `, A/B against ${oldDist}` : ""}${QUICK ? ", small variant" : ", takes several minutes"})`);
+  const result = await benchFairness({ quick: QUICK, tmp, track, log, logLevel: RELAY_LOG_LEVEL, oldDist });
+  const prefix = oldDist ? `BENCH_FAIRNESS_OLD_DIST=${oldDist} ` : "";
+  result.measured = { date: new Date().toISOString(), git: git(), load_average_at_end: os.loadavg().map((x) => round(x, 2)), command: `${prefix}${QUICK ? "BENCH_QUICK=1 " : ""}${ONLY.length ? `BENCH_ONLY=${ONLY.join(",")} ` : ""}npm run bench` };
+  return result;
+}
+
 /** Copies of outputs into a bucket (#25): genrelay's copy against a plain fetch -> PutObject, and its peak RSS on 200 MB. */
 async function mirrorRow() {
   log(`\n[${elapsed()}] mirror: ${QUICK ? 20 : 200} MB output copied into s3rver (bench/mirror.mjs)`);
@@ -737,6 +751,7 @@ async function partial(info) {
   if (ONLY.includes("scheduling")) results.benchmarks.poll_scheduling = await pollScheduling();
   if (ONLY.includes("latency")) results.benchmarks.latency = await latency();
   if (ONLY.includes("mirror")) results.benchmarks.mirror = await mirrorRow();
+  if (ONLY.includes("fairness")) results.benchmarks.fairness = await fairness();
   if (ONLY.includes("postgres")) {
     await prepareSeeding();
     const { receiver, hold } = await sharedProcesses();
@@ -795,6 +810,7 @@ async function main() {
   benchmarks.poll_scheduling = await pollScheduling();
   benchmarks.latency = await latency();
   benchmarks.mirror = await mirrorRow();
+  benchmarks.fairness = await fairness();
   if (CFG.profile) benchmarks.profiles = await profiles(receiver, sims);
 
   const results = {

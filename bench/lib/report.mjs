@@ -108,6 +108,7 @@ export function tableRows(b) {
       l.reads.budget_ok ? mark(l.met) : "❌ BUDGET EXCEEDED",
     ]);
   }
+  rows.push(...fairnessRows(b.fairness));
   const q = b.query_plans;
   if (q) {
     rows.push([
@@ -128,6 +129,41 @@ export function tableRows(b) {
       pct(cp.ratio),
       "memory bounded (not the file's size)",
       cp.genrelay_rss_growth_mb < cp.size_mb ? "✅ met" : "❌ not met",
+    ]);
+  }
+  return rows;
+}
+
+/** bench/fairness.mjs: the victim's delay under slow receivers, and partly working receivers; "before" = BENCH_FAIRNESS_OLD_DIST's build. */
+function fairnessRows(f) {
+  if (!f?.slow_receivers?.current) return [];
+  const rows = [];
+  const ms = (d) => `p50 ${num(d.p50)} / p95 ${num(d.p95)} / max ${num(d.max)} ms`;
+  const old = f.slow_receivers.old ?? [];
+  for (const r of f.slow_receivers.current) {
+    const o = old.find((x) => x.attack_tasks === r.attack_tasks);
+    rows.push([
+      `Another client's webhook while one has ${num(r.attack_tasks)} tasks on ${f.config.slow.hosts} receivers answering after ${f.config.slow.delayMs / 1000} s (real time)`,
+      `due→arrival ${ms(r.victim_delivery_ms)}; slow client ≤ ${r.attacker_max_in_flight} in flight${r.complete ? "" : `; ${r.victim_tasks - r.victim_delivered} MISSING`}`,
+      o ? `before #21: ${ms(o.victim_delivery_ms)}; ≤ ${o.attacker_max_in_flight} in flight` : "—",
+      "—",
+      "≤ 1 s after due",
+      mark(r.complete && r.victim_delivery_ms.max !== null && r.victim_delivery_ms.max <= 1_000),
+    ]);
+  }
+  const oldP = f.partly_working.old ?? {};
+  const pending = (r) => Object.entries(r.pending_at).map(([k, v]) => `${v ?? "?"} pending at ${k}`).join(", ");
+  const last = (r) => (r.last_webhook_after_completion_s === null ? "none delivered" : `last webhook ${r.last_webhook_after_completion_s} s after completion`);
+  for (const [mode, r] of Object.entries(f.partly_working.current ?? {})) {
+    const o = oldP[mode];
+    const first = Object.keys(r.pending_at)[0];
+    rows.push([
+      `Receiver that ${r.mode}, ${r.tasks} tasks, retries every 1 s (real time)`,
+      `${r.delivered}/${r.tasks}; ${last(r)}; ${pending(r)}${r.exhausted ? `; ${r.exhausted} exhausted` : ""}`,
+      o ? `before #21: ${o.delivered}/${o.tasks}; ${last(o)}; ${pending(o)}` : "—",
+      "—",
+      `none pending at ${first}`,
+      mark(r.pending_at[first] === 0),
     ]);
   }
   return rows;
@@ -165,6 +201,11 @@ export function markdown(results, rows) {
     lines.push(
       `- **Completion→webhook (real time)**: the simulator and the relay as separate processes, ${num(l.tasks)} tasks created at once (half images, half videos), upstream durations ${(lc.queuedMs + lc.processingMinMs) / 1000}–${(lc.queuedMs + lc.processingMaxMs) / 1000} s, ${lc.failureRate * 100}% failing, the simulator enforcing ${lc.upstream_read_limit} reads/min and the relay at UPSTREAM_READS_PER_MINUTE=${lc.reads_per_minute}. Latency = webhook arrival at a loopback receiver − the task's completion instant in the simulator (\`/_sim/tasks\`); detection p50/p95 ${l.detection_ms.p50}/${l.detection_ms.p95} ms, delivery p50/p95 ${l.delivery_ms.p50}/${l.delivery_ms.p95} ms. Reads are the simulator's own count (\`/_sim/reads\`): ${l.reads.list} list + ${l.reads.single} single, ${l.reads.rate_limited} refused; busiest 60 s window ${l.reads.busiest_minute} (the run fails above ${l.reads.budget}). Takes ${Math.round(l.run_seconds)} s of wall time.${when}`,
     );
+  }
+  const f = b.fairness;
+  if (f?.method) {
+    const when = f.measured ? ` Measured ${f.measured.date.slice(0, 16).replace("T", " ")} UTC, commit ${f.measured.git?.commit?.slice(0, 10) ?? "?"}, load average at end ${f.measured.load_average_at_end.join(", ")}, with \`${f.measured.command}\`.` : "";
+    lines.push(`- **Fairness and partly working receivers (real time)**: ${f.method}${when}`);
   }
   const q = results.benchmarks.query_plans;
   if (q?.full_scans.length) {

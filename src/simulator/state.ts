@@ -401,8 +401,8 @@ export class SimulatorState {
   }
 }
 
-/** mulberry32: a small seeded generator of floats in [0, 1). */
-function seededRandom(seed: number): () => number {
+/** mulberry32: a small seeded generator of floats in [0, 1) (bench/fairness.mjs draws from it too). */
+export function seededRandom(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
