@@ -161,6 +161,7 @@ export class Relay {
       new WorkerLoop({ name: "mirror", clock, logger, storage: this.storage, tick: () => this.mirror.tick() }),
     ];
     this.dispatcher.onSettled = () => nudges.dispatcher();
+    this.notifier.onSettled = () => this.loops.find((l) => l.name === "notifier")?.nudge();
     const deliveries = new DeliveryService(this.deps, this.dispatcher);
     this.app = createApp({
       ...this.deps,

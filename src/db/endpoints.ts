@@ -1,6 +1,6 @@
 import { and, asc, desc, eq, isNotNull, isNull, lt, lte, or, sql } from "drizzle-orm";
 import type { Db } from "./open.js";
-import { endpointHealth, notices } from "./schema.js";
+import { clients, endpointHealth, notices } from "./schema.js";
 
 export type EndpointHealthRow = typeof endpointHealth.$inferSelect;
 export type NoticeRow = typeof notices.$inferSelect;
@@ -46,14 +46,17 @@ export function recordEndpointSuccess(db: Db, key: Key, now: number): { failingS
   });
 }
 
+/** Only keys of clients with a notification_url: the others have no one to tell (and are never marked). */
 export function endpointsDueForNotice(db: Db, before: number, limit: number): EndpointHealthRow[] {
   return db
-    .select()
+    .select({ row: endpointHealth })
     .from(endpointHealth)
-    .where(and(lte(endpointHealth.failingSince, before), isNull(endpointHealth.noticeSentAt)))
+    .innerJoin(clients, eq(clients.id, endpointHealth.clientId))
+    .where(and(lte(endpointHealth.failingSince, before), isNull(endpointHealth.noticeSentAt), isNotNull(clients.notificationUrl), isNull(clients.revokedAt)))
     .orderBy(asc(endpointHealth.failingSince))
     .limit(limit)
-    .all();
+    .all()
+    .map((r) => r.row);
 }
 
 export function markEndpointNoticed(db: Db, key: Key, failingSince: number, at: number): boolean {

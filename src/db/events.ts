@@ -1,5 +1,5 @@
 import { and, asc, desc, eq, gt, gte, inArray, isNull, lt, lte, notInArray, or, sql, type SQL } from "drizzle-orm";
-import { pickWithinRoom } from "../store/fairness.js";
+import { pickWithinRoom, type ClientRoom } from "../store/fairness.js";
 import { deliveryKey } from "../store/delivery-key.js";
 import type { Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
@@ -92,7 +92,7 @@ export interface ClaimOptions {
    */
   keyRoom?: (key: string) => number;
   excludeClients?: string[];
-  clientRoom?: (clientId: string) => number;
+  clientRoom?: ClientRoom;
 }
 
 /** How far past `limit` to look for events of other hosts when the first ones are over their host's room. */

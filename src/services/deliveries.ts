@@ -24,7 +24,7 @@ export const PINGS_PER_MINUTE = 10;
 export const TRIGGERS_PER_MINUTE = 10;
 
 /** `hostname:port` as the dispatcher keys hosts (a bracketed IPv6 literal included). */
-const HOST_PORT = /^(?:[a-z0-9.-]{1,253}|\[[0-9a-f:.]{2,45}\]):\d{1,5}$/i;
+const HOST_PORT = /^(?:[a-z0-9._-]{1,253}|\[[0-9a-f:.]{2,45}\]):\d{1,5}$/i;
 
 type Trigger = "ping" | "redeliver" | "retry";
 const TRIGGER_TEXT: Record<Trigger, string> = { ping: "test webhooks", redeliver: "redelivers", retry: "retry-nows" };

@@ -22,6 +22,11 @@ const iso = (ms: number) => new Date(ms).toISOString();
 
 /** Keys known to have answered 2xx since this process last saw them fail: their 2xx need no write. */
 const HEALTHY_MEMORY = 10_000;
+/**
+ * How long that knowledge is trusted: another instance may have seen the key fail since (its
+ * failures are in the store, not here), so a 2xx is written again at least this often.
+ */
+const HEALTHY_TRUST_MS = 60_000;
 
 /**
  * Writes a notice for a client, unless it has no notification_url or that URL is on the host the
@@ -50,7 +55,8 @@ export async function writeNotice(deps: NoticeDeps, client: ClientRow, type: Not
  * a 2xx costs a write only when this process does not already know the key to be healthy.
  */
 export class EndpointHealth {
-  private readonly healthy = new Set<string>();
+  /** Key → when its last 2xx was written. */
+  private readonly healthy = new Map<string, number>();
 
   constructor(private readonly deps: NoticeDeps) {}
 
@@ -63,9 +69,10 @@ export class EndpointHealth {
       await this.deps.store.endpoints.recordFailure(key, now, storableText(error, ERROR_BYTES));
       return;
     }
-    if (this.healthy.has(id)) return;
+    const known = this.healthy.get(id);
+    if (known !== undefined && now - known < HEALTHY_TRUST_MS) return;
     if (this.healthy.size >= HEALTHY_MEMORY) this.healthy.clear();
-    this.healthy.add(id);
+    this.healthy.set(id, now);
     const ended = await this.deps.store.endpoints.recordSuccess(key, now);
     if (!ended || ended.noticeSentAt === null) return;
     const client = await this.deps.store.clients.find(key.clientId);

@@ -26,7 +26,7 @@ export function pickWithinRoom<C extends { clientId: string; host: string }>(
   candidates: C[],
   limit: number,
   keyRoom: (key: string) => number,
-  clientRoom?: (clientId: string) => number,
+  clientRoom?: ClientRoom,
 ): C[] {
   const queues = new Map<string, C[]>();
   for (const c of candidates) {
@@ -39,6 +39,11 @@ export function pickWithinRoom<C extends { clientId: string; host: string }>(
   const picked: C[] = [];
   while (picked.length < limit && queues.size > 0) {
     for (const [clientId, queue] of queues) {
+      // Asked before every pick: the room depends on what this claim already took for others.
+      if (clientRoom && clientRoom(clientId, byClient) <= 0) {
+        queues.delete(clientId);
+        continue;
+      }
       let took = false;
       while (queue.length > 0 && !took) {
         const c = queue.shift()!;
@@ -50,10 +55,12 @@ export function pickWithinRoom<C extends { clientId: string; host: string }>(
         picked.push(c);
         took = true;
       }
-      const full = clientRoom !== undefined && (byClient.get(clientId) ?? 0) >= clientRoom(clientId);
-      if (queue.length === 0 || full) queues.delete(clientId);
+      if (queue.length === 0) queues.delete(clientId);
       if (picked.length >= limit) break;
     }
   }
   return picked;
 }
+
+/** How many more events a client may take in this claim, given what the claim took so far per client. */
+export type ClientRoom = (clientId: string, pickedSoFar: ReadonlyMap<string, number>) => number;

@@ -239,8 +239,8 @@ export interface EventClaimOptions extends ClaimOptions {
   maxPerKey: number;
   /** Clients left alone: at their fair share of the dispatcher's pool (each holds attempts in flight, so the list is bounded). */
   excludeClients?: string[];
-  /** At most this many events per client in this claim (the rest of its fair share). */
-  clientRoom?: (clientId: string) => number;
+  /** How many more events a client may take, asked before each pick with what the claim took so far (its fair share). */
+  clientRoom?: (clientId: string, pickedSoFar: ReadonlyMap<string, number>) => number;
 }
 
 /** One delivery key: a client's callbacks to one `hostname:port`. */
@@ -294,7 +294,7 @@ export interface EndpointStore {
   recordFailure(key: DeliveryKey, now: number, error: string | null): Promise<void>;
   /** A 2xx: ends the key's failing run. Returns the run that ended, or null when none was open. */
   recordSuccess(key: DeliveryKey, now: number): Promise<{ failingSince: number; noticeSentAt: number | null } | null>;
-  /** Keys failing since `before` or earlier whose failing notice is not written yet, oldest first. */
+  /** Keys failing since `before` or earlier whose failing notice is not written yet, of clients with a notification_url, oldest first. */
   dueForNotice(before: number, limit: number): Promise<EndpointHealthRow[]>;
   /** Marks the failing run that began at `failingSince` as noticed; false when another process did, or the run ended. */
   markNoticed(key: DeliveryKey, failingSince: number, at: number): Promise<boolean>;

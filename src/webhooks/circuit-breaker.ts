@@ -54,6 +54,8 @@ interface Breaker {
   outstanding: number;
   /** The host's last 2xx (or other sign of life), if recent enough to matter. */
   lastSuccessAt: number | null;
+  /** Last permit or outcome: a closed entry idle longer than the longest pause is forgotten. */
+  touchedAt: number;
 }
 
 /** Entries past this many are swept of forgotten hosts on the next acquire. */
@@ -121,9 +123,10 @@ export class CircuitBreakers {
     let b = this.byHost.get(host);
     if (!b) {
       if (this.byHost.size >= this.sweepAt) this.sweep();
-      b = { failures: 0, open: false, openUntil: 0, coolDownMs: this.baseCoolDownMs, generation: 0, trialOut: false, outstanding: 0, lastSuccessAt: null };
+      b = { failures: 0, open: false, openUntil: 0, coolDownMs: this.baseCoolDownMs, generation: 0, trialOut: false, outstanding: 0, lastSuccessAt: null, touchedAt: 0 };
       this.byHost.set(host, b);
     }
+    b.touchedAt = this.clock.now();
     let trial = false;
     if (b.open) {
       if (this.clock.now() < b.openUntil || b.trialOut) return null;
@@ -139,6 +142,7 @@ export class CircuitBreakers {
     const b = this.byHost.get(permit.host);
     if (!b) return null;
     b.outstanding = Math.max(0, b.outstanding - 1);
+    b.touchedAt = this.clock.now();
     try {
       // Stragglers that started before the latest opening neither extend nor close it: the trial decides.
       if (permit.generation !== b.generation) return null;
@@ -172,6 +176,18 @@ export class CircuitBreakers {
     return due;
   }
 
+  /** A due trial found nothing to send: it waits another cool-down (the key stays paused). */
+  deferTrial(host: string): void {
+    const b = this.byHost.get(host);
+    if (b?.open && !b.trialOut) b.openUntil = this.clock.now() + b.coolDownMs;
+  }
+
+  /** A paused key with nothing left to send: forgotten (its next event starts afresh). */
+  forget(host: string): void {
+    const b = this.byHost.get(host);
+    if (b && b.outstanding === 0) this.byHost.delete(host);
+  }
+
   /** Retry-now: an open circuit's cool-down ends at once, so its next attempt is the trial. */
   endCoolDown(host: string): void {
     const b = this.byHost.get(host);
@@ -183,7 +199,10 @@ export class CircuitBreakers {
   }
 
   private forgettable(b: Breaker): boolean {
-    return !b.open && b.failures === 0 && b.outstanding === 0 && !this.recentlyHealthy(b);
+    if (b.open || b.outstanding > 0) return false;
+    // A few failures and then silence: after the longest pause they no longer say anything.
+    if (b.failures > 0) return this.clock.now() - b.touchedAt > this.maxCoolDownMs;
+    return !this.recentlyHealthy(b);
   }
 
   /** Drops the entries of hosts with nothing to remember; grows the threshold if most are still needed. */

@@ -72,11 +72,14 @@ export class Dispatcher {
   onSettled: () => void = () => {};
 
   private claiming: Promise<Claimed> | null = null;
+  /** The whole retry schedule's time: how long an event may wait for a paused host without spending retries on trials. */
+  private readonly scheduleSpanMs: number;
   private readonly events: DeliveryLifecycle;
 
   constructor(private readonly opts: DispatcherOptions) {
     this.events = new DeliveryLifecycle({ store: opts.store, clock: opts.clock, retryScheduleMs: opts.config.webhookRetryScheduleMs, ...(opts.random ? { random: opts.random } : {}) });
     this.maxInFlight = Math.max(1, opts.maxInFlight ?? 64);
+    this.scheduleSpanMs = opts.config.webhookRetryScheduleMs.reduce((sum, ms) => sum + ms, 0);
     this.maxPerHost = Math.max(1, opts.maxPerHost ?? 8);
     // The first pause lasts until the schedule's first retry is due at the latest (its delay plus
     // the 20% jitter; 1 s to 30 s): a receiver that fails first attempts but takes retries gets its
@@ -124,31 +127,41 @@ export class Dispatcher {
   private async nextDueAt(): Promise<number | null> {
     if (this.inFlight.size >= this.maxInFlight) return null;
     // Saturated keys and clients wake the loop when an attempt settles (onSettled); open circuits
-    // postponed their events to the trial time, so the due index alone says when to wake.
+    // postponed their events to the trial time, so the due index and the next trial say when to wake.
     const now = this.opts.clock.now();
     const due = await this.opts.store.events.nextDueAt({ now, excludeKeys: this.busyKeys(), excludeClients: this.busyClients() });
-    return this.breakers.dueTrials().length > 0 ? now : due;
+    const trialDue = this.breakers.dueTrials().some((key) => this.clientRoom(splitDeliveryKey(key)[0]) > 0 && this.keyRoom(key) > 0);
+    const trialAt = trialDue ? now : this.breakers.nextTrialAt();
+    return due === null ? trialAt : trialAt === null ? due : Math.min(due, trialAt);
   }
 
   /**
-   * A client's fair share of the pool: the pool less a reserve, split evenly among the clients with
-   * attempts in flight (counting this one). The reserve (an eighth of the pool) is never held by
-   * clients that already have attempts in flight beyond their share, so a client whose deliveries
-   * just became due always finds a slot at once, whatever another client's backlog of slow
-   * receivers; as their attempts settle, shares even out (DESIGN §12).
+   * How many more attempts a client may start now (its fair share of the pool, DESIGN §12). The
+   * pool less a reserve (an eighth) is split evenly among the clients with attempts in flight or
+   * taken by the claim being made (`picked`), counting this one. The reserve is only for clients
+   * with nothing in flight yet: a client whose webhook just became due finds a slot at once,
+   * whatever other clients' backlogs of slow receivers; as attempts settle, shares even out.
    */
+  private clientRoom(clientId: string, picked: ReadonlyMap<string, number> = NOTHING_PICKED): number {
+    const reserve = this.maxInFlight > 1 ? Math.ceil(this.maxInFlight / 8) : 0;
+    let active = this.clientInFlight.size;
+    let pickedTotal = 0;
+    for (const [id, n] of picked) {
+      pickedTotal += n;
+      if (n > 0 && !this.clientInFlight.has(id)) active += 1;
+    }
+    const has = this.inFlightOf(clientId) + (picked.get(clientId) ?? 0);
+    if (has === 0) active += 1;
+    if (has > 0 && this.inFlight.size + pickedTotal >= this.maxInFlight - reserve) return 0;
+    return Math.max(1, Math.floor((this.maxInFlight - reserve) / active)) - has;
+  }
+
+  /** A client's share now (what clientRoom allows in all), for tests and metrics. */
   shareOf(clientId: string): number {
-    const others = this.clientInFlight.size - (this.clientInFlight.has(clientId) ? 1 : 0);
-    const reserve = Math.ceil(this.maxInFlight / 8);
-    return Math.max(1, Math.floor((this.maxInFlight - (this.maxInFlight > 1 ? reserve : 0)) / (others + 1)));
+    return this.clientRoom(clientId) + this.inFlightOf(clientId);
   }
 
-  /** How many more attempts this client may start now. */
-  private clientRoom(clientId: string): number {
-    return this.shareOf(clientId) - this.inFlightOf(clientId);
-  }
-
-  /** Clients at their share: none of their events may be claimed now (each has attempts in flight, so the list is bounded). */
+  /** Clients that may start nothing now: none of their events are claimed (each has attempts in flight, so the list is bounded). */
   private busyClients(): string[] {
     const busy: string[] = [];
     for (const clientId of this.clientInFlight.keys()) if (this.clientRoom(clientId) <= 0) busy.push(clientId);
@@ -196,19 +209,9 @@ export class Dispatcher {
     // Paused keys whose cool-down is over get their trial first, each drawn from the key's own events.
     for (const key of this.breakers.dueTrials()) {
       if (room <= 0) break;
-      const [clientId, host] = splitDeliveryKey(key);
-      if (this.clientRoom(clientId) <= 0 || this.keyRoom(key) <= 0) continue;
-      const permit = this.breakers.acquire(key);
-      if (!permit) continue;
-      const event = await store.events.claimTrial({ clientId, host }, { now: clock.now(), leaseMs, token: owner.token() });
-      if (!event) {
-        // Nothing of the key is due (its events were delivered elsewhere, or redelivered): the trial waits for one.
-        this.breakers.record(permit, "neutral");
-        continue;
-      }
-      const client = await clientOf(clientId);
-      const work = client && event.callbackUrl ? this.withSlot(event, () => this.deliver(event, client, permit)) : this.startWithout(event, client, permit);
-      started.push(this.track(event, work));
+      const trial = await this.startTrial(key, leaseMs, clientOf);
+      if (!trial) continue;
+      started.push(trial.work);
       room -= 1;
     }
     if (room <= 0) return { started, full: true };
@@ -222,7 +225,7 @@ export class Dispatcher {
       keyRoom: (key) => this.keyRoom(key),
       maxPerKey: this.maxPerHost,
       excludeClients: this.busyClients(),
-      clientRoom: (clientId) => this.clientRoom(clientId),
+      clientRoom: (clientId, picked) => this.clientRoom(clientId, picked),
     });
     for (const event of claimed) {
       const work = this.start(event, await clientOf(event.clientId));
@@ -244,10 +247,48 @@ export class Dispatcher {
     return promise;
   }
 
-  /** A trial event that cannot be sent (no client or URL): the permit goes back undecided, the event fails. */
-  private startWithout(event: EventRow, client: ClientRow | undefined, permit: Permit): Promise<void> {
-    this.breakers.record(permit, "neutral");
-    return this.events.fail(event, client ? "no callback_url" : "client not found");
+  /**
+   * The trial of a paused key: one of its events, an attempted one first. With none due, the trial
+   * waits: a key with nothing pending is forgotten, one whose events are due later is looked at
+   * again a cool-down later, so a paused key with nothing to send costs no query per tick. Any
+   * failure hands the permit back, so a database error never leaves the key refused for good.
+   */
+  private async startTrial(key: string, leaseMs: number, clientOf: (id: string) => Promise<ClientRow | undefined>): Promise<{ work: Promise<void> } | null> {
+    const { store, clock, owner } = this.opts;
+    const [clientId, host] = splitDeliveryKey(key);
+    if (this.clientRoom(clientId) <= 0 || this.keyRoom(key) <= 0) return null;
+    const permit = this.breakers.acquire(key);
+    if (!permit) return null;
+    let event: EventRow | undefined;
+    let client: ClientRow | undefined;
+    try {
+      event = await store.events.claimTrial({ clientId, host }, { now: clock.now(), leaseMs, token: owner.token() });
+      if (!event) {
+        this.breakers.record(permit, "neutral");
+        const pending = await store.events.pendingOfKey({ clientId, host });
+        if (pending === 0) this.breakers.forget(key);
+        else this.breakers.deferTrial(key);
+        return null;
+      }
+      client = await clientOf(clientId);
+    } catch (err) {
+      this.breakers.record(permit, "neutral");
+      if (event) await this.events.release(event, null).catch(() => {});
+      this.opts.logger.error({ err, host, client_id: clientId }, "claiming a circuit trial failed; it is tried again later");
+      return null;
+    }
+    // Wrapped: an async function returning the delivery's promise would wait for the delivery.
+    if (!client || !event.callbackUrl) {
+      this.breakers.record(permit, "neutral");
+      return { work: this.track(event, this.events.fail(event, client ? "no callback_url" : "client not found")) };
+    }
+    const size = Buffer.byteLength(event.payload, "utf8");
+    if (size > MAX_PAYLOAD_BYTES) {
+      this.breakers.record(permit, "neutral");
+      return { work: this.track(event, this.refuseOversized(event, size)) };
+    }
+    const sendable = event;
+    return { work: this.track(sendable, this.withSlot(sendable, () => this.deliver(sendable, client, permit))) };
   }
 
   /**
@@ -338,10 +379,14 @@ export class Dispatcher {
     }
     const outcome = breakerOutcome(result);
     const transition = this.breakers.record(permit, outcome);
-    const pausedUntil = permit.trial && transition?.kind === "opened" ? transition.until : null;
+    // A failed trial spends no retry while its event has waited less than its whole schedule; past
+    // that, it does, so an event to a host that stays down ends failed (and delivery.exhausted) in time.
+    const withinSchedule = clock.now() - event.createdAt < this.scheduleSpanMs;
+    const pausedUntil = permit.trial && transition?.kind === "opened" && withinSchedule ? transition.until : null;
     await this.record(event, startedAt, result, pausedUntil);
     if (transition) await this.onTransition(transition);
-    await this.observe(event, outcome, result.error);
+    // Endpoint health counts any answer but a 2xx as failing (a receiver answering 404 to everything is failing too).
+    await this.observe(event, outcome === "neutral" ? "neutral" : result.ok ? "success" : "failure", result.error);
   }
 
   /** The key's health for failure notices; never fails the delivery it follows. */
@@ -411,6 +456,8 @@ export class Dispatcher {
     );
   }
 }
+
+const NOTHING_PICKED: ReadonlyMap<string, number> = new Map();
 
 function bump(counts: Map<string, number>, key: string, by: number): void {
   const n = (counts.get(key) ?? 0) + by;

@@ -45,9 +45,14 @@ export class Notifier {
     return Math.min(60_000, Math.max(1_000, Math.floor(this.opts.config.webhookFailingNoticeAfterMs / 4)));
   }
 
+  /** Called when a notice settles, so the loop can claim more (set by the relay). */
+  onSettled: () => void = () => {};
+
   async tick(): Promise<TickResult> {
     const started = await this.claimAndStart();
     const now = this.opts.clock.now();
+    // Full: a settling notice wakes the loop (onSettled); only the next scan is worth a timer.
+    if (this.inFlight.size >= this.maxInFlight) return { didWork: started.length > 0, nextDueAt: now + this.scanEveryMs };
     const due = await this.opts.store.notices.nextDueAt(now);
     const next = now + this.scanEveryMs;
     return { didWork: started.length > 0, nextDueAt: due === null ? next : Math.min(Math.max(due, now), next) };
@@ -74,7 +79,10 @@ export class Notifier {
     return claimed.map((notice) => {
       const work = this.deliver(notice).catch((err: unknown) => logger.error({ err, notice_id: notice.id }, "notice bookkeeping failed"));
       this.inFlight.add(work);
-      void work.finally(() => this.inFlight.delete(work));
+      void work.finally(() => {
+        this.inFlight.delete(work);
+        this.onSettled();
+      });
       return work;
     });
   }

@@ -5,7 +5,7 @@ import { silentLogger } from "../../src/logger.js";
 import { destinationHost } from "../../src/webhooks/destination.js";
 import { countingReceiver, startDispatcherLoop, succeed, succeededTasks, SystemClock, waitFor, type CountingReceiver } from "../helpers/delivery.js";
 import { createTask } from "../helpers/flow.js";
-import { ok, startReceiver, status, type Answer, type Received } from "../helpers/receiver.js";
+import { hang, ok, startReceiver, status, type Answer, type Received } from "../helpers/receiver.js";
 import type { TestRelay } from "../helpers/relay.js";
 import { upstreamSuite, WORKER_TEST_ENV } from "../helpers/upstream-suite.js";
 
@@ -91,7 +91,8 @@ describe("partly working receivers get every webhook within their retry schedule
   });
 
   it("a host that refuses connections is paused, and its events wait without using up their retries", async () => {
-    const { t } = suite.setup({ WEBHOOK_RETRY_SCHEDULE: "0s,1s,1s,1s" });
+    // Failed trials spend no retry while an event has waited less than its whole schedule (here an hour).
+    const { t } = suite.setup({ WEBHOOK_RETRY_SCHEDULE: "0s,1s,30m,30m" });
     const gone = await startReceiver(ok);
     const url = gone.url();
     await gone.close(); // nothing listens there any more: every connection is refused
@@ -110,7 +111,70 @@ describe("partly working receivers get every webhook within their retry schedule
   });
 });
 
+describe("paused hosts cost nothing while they have nothing to send, and recover from errors", () => {
+  it("a paused host whose events all ended is forgotten at its trial time: no trial query every tick", async () => {
+    const { t } = suite.setup({ WEBHOOK_RETRY_SCHEDULE: "0s" });
+    const dead = await receiver(status(500));
+    const c = t.client("gone-for-good");
+    const events = await succeededTasks(t, c.apiKey, dead.url(), 6);
+    const key = `${c.id}|${destinationHost(dead.url())}`;
+    while ((await t.relay.dispatcher.runOnce()) > 0);
+    expect(statuses(t, events).map((e) => e.deliveryStatus)).toEqual(Array(6).fill("failed"));
+    expect(t.relay.dispatcher.breakers.state(key)).toBe("open");
+    const trials = vi.spyOn(t.store.events, "claimTrial");
+    t.clock.advance(60_000);
+    const tick = await t.relay.dispatcher.tick();
+    expect(trials).toHaveBeenCalledTimes(1);
+    expect(t.relay.dispatcher.breakers.state(key)).toBe("closed");
+    // Nothing due anywhere: the loop sleeps instead of spinning on the paused host.
+    expect(tick.nextDueAt).toBeNull();
+    await t.relay.dispatcher.tick();
+    expect(trials).toHaveBeenCalledTimes(1);
+  });
+
+  it("a trial whose claim fails (database busy) hands its permit back: the next tick sends the trial", async () => {
+    const { t } = suite.setup({ WEBHOOK_RETRY_SCHEDULE: ONE_SECOND_SCHEDULE });
+    const dead = await receiver(status(503));
+    const c = t.client("busy-db");
+    const events = await succeededTasks(t, c.apiKey, dead.url(), 8);
+    const key = `${c.id}|${destinationHost(dead.url())}`;
+    await runFakeTime(t, 200, 1_400, () => t.relay.dispatcher.breakers.state(key) === "open");
+    expect(t.relay.dispatcher.breakers.state(key)).toBe("open");
+    dead.setAnswer(ok);
+    const trials = vi.spyOn(t.store.events, "claimTrial").mockRejectedValueOnce(new Error("SQLITE_BUSY: database is locked"));
+    t.clock.advance(t.relay.dispatcher.breakers.nextTrialAt()! - t.clock.now());
+    // The failed claim hands the permit back, so the trial still goes (in this claim or the next).
+    await t.relay.dispatcher.runOnce();
+    await t.relay.dispatcher.runOnce();
+    expect(trials).toHaveBeenCalled();
+    expect(t.relay.dispatcher.breakers.state(key)).toBe("closed");
+    await runFakeTime(t, 200, 5_000, () => statuses(t, events).every((e) => e.deliveryStatus === "succeeded"));
+    expect(statuses(t, events).map((e) => e.deliveryStatus)).toEqual(Array(8).fill("succeeded"));
+  });
+});
+
 describe("fair share of the pool", () => {
+  it("one claim never gives the reserve away: two clients with backlogs and nothing in flight share the pool less an eighth; a third still gets a slot", async () => {
+    const { t } = suite.setup({ WEBHOOK_TIMEOUT_MS: "2000" });
+    const hanging = await Promise.all(Array.from({ length: 10 }, () => receiver(hang)));
+    const fast = await receiver(ok);
+    const a = t.client("backlog-a");
+    const b = t.client("backlog-b");
+    const victim = t.client("victim");
+    for (const r of hanging.slice(0, 5)) await succeededTasks(t, a.apiKey, r.url(), 8);
+    for (const r of hanging.slice(5)) await succeededTasks(t, b.apiKey, r.url(), 8);
+    await t.relay.dispatcher.tick();
+    const d = t.relay.dispatcher;
+    expect(d.inFlightOf(a.id) + d.inFlightOf(b.id)).toBeLessThanOrEqual(56);
+    expect(Math.abs(d.inFlightOf(a.id) - d.inFlightOf(b.id))).toBeLessThanOrEqual(1);
+    const [event] = await succeededTasks(t, victim.apiKey, fast.url(), 1);
+    await t.relay.dispatcher.tick();
+    expect(d.inFlightOf(victim.id)).toBe(1);
+    await waitFor("the victim's webhook", () => fast.arrivals.has(event!.id));
+    await d.drain();
+  });
+
+
   it("a client whose receivers answer 2xx slowly on 10 host:ports holds at most its share; another client's webhook goes out at once", async () => {
     const { t } = suite.setup({ WEBHOOK_TIMEOUT_MS: "5000", WEBHOOK_RETRY_SCHEDULE: "0s,1h" }, { clock: new SystemClock() });
     const slowAnswer: Answer = (_req, res) => {

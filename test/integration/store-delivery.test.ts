@@ -81,7 +81,8 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     expect(picked.filter((e) => e.clientId === b.clientId)).toHaveLength(3);
     const rest = await claimAll(store, "d:2", { excludeClients: [a.clientId] });
     expect(rest).toEqual([]);
-    const roomed = await claimAll(store, "d:3", { clientRoom: (id) => (id === a.clientId ? 2 : 0) });
+    // The room is asked before each pick, with what the claim took so far.
+    const roomed = await claimAll(store, "d:3", { clientRoom: (id, picked) => (id === a.clientId ? 2 - (picked.get(id) ?? 0) : 0) });
     expect(roomed.map((e) => e.clientId)).toEqual([a.clientId, a.clientId]);
     expect(await store.events.nextDueAt({ now: NOW, excludeKeys: [], excludeClients: [a.clientId, b.clientId] })).toBeNull();
   });
@@ -108,6 +109,9 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     const { store, another } = await make();
     const { clientId } = await eventsOf(store, 1);
     const key = { clientId, host: "hooks.example:443" };
+    // Only clients with someone to tell are listed for a notice.
+    await store.endpoints.recordFailure({ clientId: (await contractClient(store)).id, host: key.host }, NOW, "HTTP 500");
+    await store.clients.update(clientId, { notificationUrl: "https://ops.example/notices" });
     expect(await store.endpoints.recordSuccess(key, NOW)).toBeNull();
     await store.endpoints.recordFailure(key, NOW, "HTTP 500");
     await store.endpoints.recordFailure(key, NOW + 1_000, "timeout after 15000 ms");

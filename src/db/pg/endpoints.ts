@@ -41,7 +41,14 @@ export function pgEndpointStore(pool: pg.Pool): EndpointStore {
       return r ? { failingSince: Number(r.failing_since), noticeSentAt: r.notice_sent_at === null ? null : Number(r.notice_sent_at) } : null;
     },
     dueForNotice: async (before, limit) =>
-      (await q("SELECT * FROM endpoint_health WHERE failing_since <= $1 AND notice_sent_at IS NULL ORDER BY failing_since LIMIT $2", [before, limit])).map(
+      (
+        await q(
+          `SELECT e.* FROM endpoint_health e JOIN clients c ON c.id = e.client_id
+           WHERE e.failing_since <= $1 AND e.notice_sent_at IS NULL AND c.notification_url IS NOT NULL AND c.revoked_at IS NULL
+           ORDER BY e.failing_since LIMIT $2`,
+          [before, limit],
+        )
+      ).map(
         (r) => mapRow<EndpointHealthRow>(r),
       ),
     markNoticed: async (key: DeliveryKey, failingSince, at) =>

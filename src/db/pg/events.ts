@@ -1,5 +1,5 @@
 import type { EventRow, EventStore } from "../../store/store.js";
-import { E, A, RELEASED, CHANNEL, opt } from "./mapping.js";
+import { E, A, RELEASED, CHANNEL, EVENT_CLAIM_LOCK, opt } from "./mapping.js";
 import { deliveryKey } from "../../store/delivery-key.js";
 import { retryingEvent } from "../dashboard.js";
 import { pickWithinRoom } from "../../store/fairness.js";
@@ -9,6 +9,9 @@ import type { PgStore } from "./pg-store.js";
 export function pgEvents(s: PgStore): EventStore {
   const { q, one } = s;
   return {
+    // One claim at a time across every instance (a transaction-scoped advisory lock): the leased
+    // count per key and the claim that relies on it must not interleave with another instance's,
+    // or two claims could each take the whole per-key cap.
     claimDue: async (o) => {
       if (o.limit <= 0) return [];
       const claimable = `delivery_status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)
@@ -20,29 +23,36 @@ export function pgEvents(s: PgStore): EventStore {
         [o.now, o.excludeKeys, o.limit * 4, o.excludeClients ?? []],
       );
       if (candidates.length === 0) return [];
-      // What every instance has in flight per key: leased events count against the shared cap.
-      const keys = [...new Set(candidates.map((c0) => deliveryKey(c0.client_id as string, c0.destination_host as string)))];
-      const leased = new Map<string, number>();
-      for (const r of await q(
-        `SELECT client_id || '|' || destination_host AS key, count(*) AS n FROM events
-         WHERE delivery_status = 'pending' AND claimed_until >= $1 AND (client_id || '|' || destination_host) = ANY($2::text[]) GROUP BY 1`,
-        [o.now, keys],
-      )) {
-        leased.set(r.key as string, Number(r.n));
-      }
-      const picked = pickWithinRoom(
-        candidates.map((c0) => ({ seq: Number(c0.seq), clientId: c0.client_id as string, host: c0.destination_host as string })),
-        o.limit,
-        (key) => Math.min(o.keyRoom(key), o.maxPerKey - (leased.get(key) ?? 0)),
-        o.clientRoom,
-      ).map((c0) => c0.seq);
-      if (picked.length === 0) return [];
-      const rows = await q(
-        `UPDATE events SET claimed_until = $3, claim_token = $4
-         WHERE seq IN (SELECT seq FROM events WHERE seq = ANY($2::bigint[]) AND ${claimable} FOR UPDATE SKIP LOCKED)
-         RETURNING *`,
-        [o.now, picked, o.now + o.leaseMs, o.token],
-      );
+      const rows = await s.tx(async (c) => {
+        await c.query("SELECT pg_advisory_xact_lock($1, 1)", [EVENT_CLAIM_LOCK]);
+        // What every instance has in flight per key: leased events count against the shared cap
+        // (looked up per key through events_destination_idx, not by scanning every pending event).
+        const pairs = [...new Map(candidates.map((c0) => [deliveryKey(c0.client_id as string, c0.destination_host as string), c0])).values()];
+        const leased = new Map<string, number>();
+        for (const r of await q(
+          `SELECT client_id, destination_host, count(*) AS n FROM events
+           WHERE (client_id, destination_host) IN (SELECT * FROM unnest($2::text[], $3::text[]))
+             AND delivery_status = 'pending' AND claimed_until >= $1 GROUP BY 1, 2`,
+          [o.now, pairs.map((p0) => p0.client_id), pairs.map((p0) => p0.destination_host)],
+          c,
+        )) {
+          leased.set(deliveryKey(r.client_id as string, r.destination_host as string), Number(r.n));
+        }
+        const picked = pickWithinRoom(
+          candidates.map((c0) => ({ seq: Number(c0.seq), clientId: c0.client_id as string, host: c0.destination_host as string })),
+          o.limit,
+          (key) => Math.min(o.keyRoom(key), o.maxPerKey - (leased.get(key) ?? 0)),
+          o.clientRoom,
+        ).map((c0) => c0.seq);
+        if (picked.length === 0) return [];
+        return q(
+          `UPDATE events SET claimed_until = $3, claim_token = $4
+           WHERE seq IN (SELECT seq FROM events WHERE seq = ANY($2::bigint[]) AND ${claimable} FOR UPDATE SKIP LOCKED)
+           RETURNING *`,
+          [o.now, picked, o.now + o.leaseMs, o.token],
+          c,
+        );
+      });
       return E.rows(rows).sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
     },
     nextDueAt: async (o) => {

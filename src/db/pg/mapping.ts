@@ -79,6 +79,8 @@ export const NO_RESERVATIONS: ReservationsAround = { inFlight: 0, ahead: 0, othe
 /** Advisory lock namespace of account leadership (the second key is hashtext(account)). */
 export const LEADER_LOCK_SPACE = 0x67_72_6c; // "grl"
 export const CHANNEL = "genrelay";
+/** Advisory lock (with key 1) that serialises event claims across instances (see events.ts claimDue). */
+export const EVENT_CLAIM_LOCK = 0x67_72_65; // "gre"
 
 /** 64-bit integers come back as strings by default; every one the relay stores (epoch ms, counts) fits a double. */
 export const types = {
