@@ -44,7 +44,8 @@ export function sampleTaskData(type: TaskEventType, opts: { kind: "image" | "vid
     updatedAt: opts.now,
     completedAt: ended ? opts.now : null,
     upstreamTaskId: status === "canceled" ? null : "up_sample",
-    errorJson: status === "failed" ? JSON.stringify(SAMPLE_ERROR) : status === "canceled" ? JSON.stringify({ code: "canceled", message: "Sample: canceled before it was submitted (never charged).", request_id: null }) : null,
+    // A cancel by the client or an operator carries no error, like a real task.canceled.
+    errorJson: status === "failed" ? JSON.stringify(SAMPLE_ERROR) : null,
     metadataJson: JSON.stringify({ sample: "true" }),
     callbackUrl: opts.url,
     callbackEvents: JSON.stringify(TASK_EVENT_TYPES),

@@ -230,7 +230,7 @@ describe("db stats", () => {
     expect(stats.path).toBe(dbPath);
     expect(stats.tables).toMatchObject({ clients: 1, tasks: 3, events: 3, delivery_attempts: 0, upstream_reads: 0 });
     expect(stats.tasks_by_status).toEqual({ queued: 0, processing: 3, succeeded: 0, failed: 0, canceled: 0 });
-    expect(stats.tasks_by_phase).toEqual({ waiting: 0, submitted: 3, done: 0 });
+    expect(stats.tasks_by_phase).toEqual({ waiting: 0, submitted: 3, mirroring: 0, done: 0 });
     expect(stats.deliveries).toMatchObject({ pending: 1, failed: 1, succeeded: 1, none: 0, oldest_pending_at: expect.stringMatching(/^\d{4}-/) });
     expect(stats.files.database).toBe(statSync(dbPath).size);
     expect(stats.files.total).toBe(stats.files.database + stats.files.wal + stats.files.shm);
