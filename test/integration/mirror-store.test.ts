@@ -1,11 +1,6 @@
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Lifecycle } from "../../src/core/lifecycle.js";
-import { openDatabase } from "../../src/db/open.js";
 import { silentLogger } from "../../src/logger.js";
-import { pgStore, sqliteStore } from "../../src/open-store.js";
 import { newClient } from "../../src/services/clients.js";
 import { noNudges } from "../../src/services/deps.js";
 import { setStorage } from "../../src/services/storage.js";
@@ -14,7 +9,7 @@ import { Mirror } from "../../src/workers/mirror.js";
 import { LeaseOwner } from "../../src/workers/owner.js";
 import { loadConfig } from "../../src/config.js";
 import { FakeClock } from "../helpers/fake-clock.js";
-import { freshPgDatabase } from "../helpers/pg.js";
+import { storeDialects } from "../helpers/store-dialects.js";
 import { startFileServer, startS3, succeedTask, type TestS3 } from "../helpers/mirror.js";
 
 /** The mirror stage's store operations and its whole round, on both dialects. */
@@ -23,32 +18,7 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-const dialects: Array<[string, () => Promise<Store>]> = [
-  [
-    "sqlite",
-    async () => {
-      const dir = mkdtempSync(join(tmpdir(), "genrelay-mirror-"));
-      const store = sqliteStore(openDatabase(join(dir, "relay.db")));
-      cleanups.push(async () => {
-        await store.close();
-        rmSync(dir, { recursive: true, force: true });
-      });
-      return store;
-    },
-  ],
-  [
-    "postgres",
-    async () => {
-      const db = await freshPgDatabase();
-      const store = await pgStore(db.url, { migrate: false, max: 4 });
-      cleanups.push(async () => {
-        await store.close();
-        await db.drop();
-      });
-      return store;
-    },
-  ],
-];
+const dialects = storeDialects((fn) => cleanups.push(fn)).map(([name, make]) => [name, async () => (await make()).store] as [string, () => Promise<Store>]);
 
 let s3: TestS3;
 let files: Awaited<ReturnType<typeof startFileServer>>;

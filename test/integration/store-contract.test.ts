@@ -1,13 +1,10 @@
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import pg from "pg";
 import { afterEach, describe, expect, it } from "vitest";
-import { openDatabase } from "../../src/db/open.js";
-import { pgStore, sqliteStore } from "../../src/open-store.js";
+import { pgStore } from "../../src/open-store.js";
 import { newClient } from "../../src/services/clients.js";
 import type { NewTaskRequest, Store, TaskRow } from "../../src/store/store.js";
 import { freshPgDatabase } from "../helpers/pg.js";
+import { storeDialects } from "../helpers/store-dialects.js";
 
 /**
  * The Store contract, run on both dialects: what the rest of the relay relies on, including under
@@ -19,40 +16,7 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-type Factory = () => Promise<{ store: Store; another: () => Promise<Store> }>;
-
-const dialects: Array<[string, Factory]> = [
-  [
-    "sqlite",
-    async () => {
-      const dir = mkdtempSync(join(tmpdir(), "genrelay-contract-"));
-      const store = sqliteStore(openDatabase(join(dir, "relay.db")));
-      cleanups.push(async () => {
-        await store.close();
-        rmSync(dir, { recursive: true, force: true });
-      });
-      return { store, another: async () => store };
-    },
-  ],
-  [
-    "postgres",
-    async () => {
-      const db = await freshPgDatabase();
-      const stores: Store[] = [];
-      const open = async () => {
-        const s = await pgStore(db.url, { migrate: false, max: 4 });
-        stores.push(s);
-        return s;
-      };
-      const store = await open();
-      cleanups.push(async () => {
-        for (const s of stores) await s.close().catch(() => {});
-        await db.drop();
-      });
-      return { store, another: open };
-    },
-  ],
-];
+const dialects = storeDialects((fn) => cleanups.push(fn));
 
 const NOW = Date.UTC(2026, 0, 1);
 let n = 0;
