@@ -158,3 +158,29 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     expect(await store.notices.prune(NOW + 120_000, 10)).toBe(0);
   });
 });
+
+describe.each(storeDialects((fn) => cleanups.push(fn)))("Store reads with hostile values on %s", (_name, make) => {
+  const hostile = ["task_\u0000", "a\u0000b", "\u0000", "x".repeat(1024 * 1024), "bad \uD800 half", "'; DROP TABLE tasks; --"];
+
+  it("reads by an id or a search text holding NUL, broken UTF-16, SQL or 1 MiB find nothing, on both drivers alike", async () => {
+    const { store } = await make();
+    const { clientId, events } = await eventsOf(store, 1);
+    for (const v of hostile) {
+      expect(await store.tasks.find(v)).toBeUndefined();
+      expect(await store.tasks.findOfClient(clientId, v)).toBeUndefined();
+      expect(await store.tasks.findByAnyId(v)).toEqual([]);
+      expect(await store.tasks.list({ clientId, limit: 10, search: v })).toEqual([]);
+      expect(await store.tasks.list({ clientId, limit: 10, beforeId: v })).toHaveLength(v > events[0]!.taskId ? 1 : 0);
+      expect(await store.events.find(v)).toBeUndefined();
+      expect(await store.events.lastOfTask(v)).toBeUndefined();
+      expect(await store.events.ofTask(v)).toEqual([]);
+      expect(await store.events.attemptsOfTask(v)).toEqual([]);
+      expect(await store.clients.find(v)).toBeUndefined();
+      expect(await store.clients.findByKeyHash(v)).toBeUndefined();
+      expect(await store.sessions.find(v)).toBeUndefined();
+      expect(await store.endpoints.failingOf(v)).toEqual([]);
+    }
+    // The real rows are still there.
+    expect(await store.tasks.find(events[0]!.taskId)).toBeDefined();
+  });
+});

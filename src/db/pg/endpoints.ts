@@ -1,12 +1,12 @@
-import type pg from "pg";
 import type { DeliveryKey, EndpointHealthRow, EndpointStore, NoticeRow, NoticeStore } from "../../store/store.js";
+import type { Row } from "./mapping.js";
+import type { PgStore } from "./pg-store.js";
 
 /**
  * The endpoint-health and notice operations on PostgreSQL (the SQLite ones are in ../endpoints.ts).
  * Rows come back with snake_case names and are mapped by the column list below.
  */
 
-type Row = Record<string, unknown>;
 
 const camel = (name: string) => name.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
 const snake = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
@@ -17,8 +17,8 @@ function mapRow<T>(raw: Row): T {
   return out as T;
 }
 
-export function pgEndpointStore(pool: pg.Pool): EndpointStore {
-  const q = async (sql: string, values: unknown[]) => (await pool.query(sql, values)).rows as Row[];
+export function pgEndpointStore(s: PgStore): EndpointStore {
+  const { q, pool } = s;
   return {
     recordFailure: async (key, now, error) => {
       await q(
@@ -67,8 +67,8 @@ export function pgEndpointStore(pool: pg.Pool): EndpointStore {
 
 const CLAIMABLE = "delivery_status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)";
 
-export function pgNoticeStore(pool: pg.Pool, notify: () => Promise<void>): NoticeStore {
-  const q = async (sql: string, values: unknown[]) => (await pool.query(sql, values)).rows as Row[];
+export function pgNoticeStore(s: PgStore, notify: () => Promise<void>): NoticeStore {
+  const { q, pool } = s;
   return {
     insert: async (row) => {
       const entries = Object.entries(row).filter(([, v]) => v !== undefined);

@@ -53,6 +53,9 @@ export interface PgStoreOptions extends PgLimits {
   max?: number;
 }
 
+const READ = /^\s*SELECT\b/i;
+const holdsNul = (v: unknown): boolean => (typeof v === "string" ? v.includes("\u0000") : Array.isArray(v) && v.some(holdsNul));
+
 export class PgStore implements Store {
   readonly dialect = "postgres" as const;
   readonly pool: pg.Pool;
@@ -70,8 +73,14 @@ export class PgStore implements Store {
   listener: pg.Client | null = null;
   closed = false;
 
-  /** One statement's rows, on the pool or inside a transaction's connection. */
-  readonly q = (sql: string, values: unknown[] = [], on: Queryable = this.pool): Promise<Row[]> => on.query(sql, values).then((r) => r.rows as Row[]);
+  /**
+   * One statement's rows, on the pool or inside a transaction's connection. A read whose parameters
+   * hold NUL finds nothing without asking the server: PostgreSQL text can hold no NUL, so no stored
+   * value can match it (and the server would refuse the parameter), which keeps reads by a hostile
+   * id or search text the same on both drivers. Writes are left to the server (SQLSTATE 22021).
+   */
+  readonly q = (sql: string, values: unknown[] = [], on: Queryable = this.pool): Promise<Row[]> =>
+    READ.test(sql) && values.some(holdsNul) ? Promise.resolve([]) : on.query(sql, values).then((r) => r.rows as Row[]);
   /** One statement's first row. */
   readonly one = async (sql: string, values: unknown[] = [], on: Queryable = this.pool): Promise<Row | undefined> => (await this.q(sql, values, on))[0];
 
@@ -85,8 +94,8 @@ export class PgStore implements Store {
     // One file per area, each operation under the contract's name (tasks.ts, events.ts, ...).
     this.tasks = pgTasks(this);
     this.events = pgEvents(this);
-    this.endpoints = pgEndpointStore(this.pool);
-    this.notices = pgNoticeStore(this.pool, async () => {
+    this.endpoints = pgEndpointStore(this);
+    this.notices = pgNoticeStore(this, async () => {
       await this.pool.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
     });
     this.clients = pgClients(this);
