@@ -1,7 +1,7 @@
 import type { Clock } from "../clock.js";
 import type { TaskStatus } from "../statuses.js";
 import type { NewTaskRow, Store, SubmissionContext, SubmissionStep, TaskRow } from "../store/store.js";
-import type { Nudges } from "../services/deps.js";
+import type { Nudges } from "./nudges.js";
 import type { UpstreamTask } from "../upstream/types.js";
 import { TERMINAL_STATUSES } from "./transition.js";
 

@@ -1,7 +1,7 @@
 import { newId } from "../ids.js";
 import type { TaskStatus } from "../statuses.js";
 import type { NewTaskRow, TransitionRules } from "../store/store.js";
-import { flatTask } from "../services/task-view.js";
+import { flatTask } from "./task-view.js";
 import { destinationHost } from "../webhooks/destination.js";
 
 export const TASK_EVENT_TYPES = ["task.processing", "task.succeeded", "task.failed", "task.canceled"] as const;

@@ -2,7 +2,7 @@ import { createHash, randomBytes } from "node:crypto";
 import type { AttemptRow, ClientRow, EventRow, HourlyCount, SessionRow, TaskListQuery, TaskRow } from "../store/store.js";
 import { authenticate } from "./clients.js";
 import type { ServiceDeps } from "./deps.js";
-import { deliverySummary, type DeliverySummary } from "./task-view.js";
+import { deliverySummary, type DeliverySummary } from "../core/task-view.js";
 import { requireClientTask } from "./tasks.js";
 
 /** A session ends 12 h after sign-in at the latest, or after 2 h without a request. */

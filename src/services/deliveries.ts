@@ -6,7 +6,7 @@ import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { rotateSecret } from "./clients.js";
 import { requireClientTask } from "./tasks.js";
-import { iso } from "./task-view.js";
+import { iso } from "../core/task-view.js";
 import { sampleBody, type TestEventType } from "./sample-events.js";
 import { rotateSigningKey } from "./webhook-settings.js";
 

@@ -4,17 +4,9 @@ import type { Logger } from "../logger.js";
 import type { Lifecycle } from "../core/lifecycle.js";
 import type { StorageHealth } from "./storage-health.js";
 import type { Store } from "../store/store.js";
+import type { Nudges } from "../core/nudges.js";
 
-/** Wakes a worker loop early: a new row exists that it may act on now. */
-export interface Nudges {
-  submitter(): void;
-  poller(): void;
-  dispatcher(): void;
-  /** The mirror worker (copies of outputs into clients' buckets), where one runs. */
-  mirror?(): void;
-}
-
-export const noNudges: Nudges = { submitter() {}, poller() {}, dispatcher() {} };
+export { noNudges, type Nudges } from "../core/nudges.js";
 
 /**
  * What every service verb needs; passed in, never read from globals. Every service function takes

@@ -2,7 +2,7 @@ import { TASK_EVENT_TYPES, type TaskEventType } from "../core/transition.js";
 import type { TaskRow } from "../store/store.js";
 import type { TaskStatus } from "../statuses.js";
 import { catalogModels } from "./catalog-check.js";
-import { flatTask } from "./task-view.js";
+import { flatTask } from "../core/task-view.js";
 import { destinationHost } from "../webhooks/destination.js";
 
 /**

@@ -2,7 +2,7 @@ import type { TaskStatus } from "../statuses.js";
 import type { TaskRow } from "../store/store.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
-import { deliverySummary, flatTask, taskView, type FlatTask, type TaskView } from "./task-view.js";
+import { deliverySummary, flatTask, taskView, type FlatTask, type TaskView } from "../core/task-view.js";
 
 type Deps = Pick<ServiceDeps, "store">;
 
