@@ -1,0 +1,45 @@
+import type { EventStore } from "../../store/store.js";
+import { countRetryingEvents } from "../dashboard.js";
+import { claimDueEvents, clientSeqAtOrBefore, findEvent, insertAttempt, lastEventOfTask, lastEventsOfTasks, listClientEvents, listTaskAttempts, nextEventDueAt, postponeKeyEvents, claimTrialEvent, retryKeyEventsNow, pendingEventsOfKey, requeueFailedEvents, updateEvent, updateLeasedEvent } from "../events.js";
+import { listTaskEvents } from "../support.js";
+import type { SqliteStore } from "../sqlite-store.js";
+
+/** What hands a lease back with a write. */
+const RELEASED = { claimToken: null, claimedUntil: null } as const;
+
+/** The EventStore on SQLite: the outbox, claims under the per-key cap, attempts, trials, re-queues and the feed. */
+export function sqliteEvents(s: SqliteStore): EventStore {
+  const db = s.database.db;
+  return {
+    claimDue: async (o) => claimDueEvents(db, o),
+    nextDueAt: async (o) => nextEventDueAt(db, o),
+    recordAttempt: (eventId, token, attempt, patch) =>
+      s.attemptCommits.run((tx) => {
+        insertAttempt(tx, attempt);
+        updateLeasedEvent(tx, eventId, token, { ...patch, ...RELEASED });
+      }),
+    release: async (eventId, token, patch) => {
+      updateLeasedEvent(db, eventId, token, { ...patch, ...RELEASED });
+    },
+    postponeKey: async (clientId, host, until, now) => postponeKeyEvents(db, clientId, host, until, now),
+    claimTrial: async (key, o) => claimTrialEvent(db, key, o),
+    retryKeyNow: async (key, now) => retryKeyEventsNow(db, key, now),
+    pendingOfKey: async (key) => pendingEventsOfKey(db, key),
+    requeueLastOfTask: async (taskId, now) =>
+      db.transaction((tx) => {
+        const event = lastEventOfTask(tx, taskId);
+        if (!event) return undefined;
+        // Clearing the lease makes an attempt still in flight unable to record over this re-queue.
+        return updateEvent(tx, event.id, { deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: now, failedAt: null, claimToken: null, claimedUntil: null });
+      }),
+    requeueFailed: async (clientId, since, now) => requeueFailedEvents(db, clientId, since, now),
+    retryingOfClient: async (clientId) => countRetryingEvents(db, clientId),
+    find: async (id) => findEvent(db, id),
+    lastOfTask: async (taskId) => lastEventOfTask(db, taskId),
+    lastOfTasks: async (taskIds) => lastEventsOfTasks(db, taskIds),
+    ofTask: async (taskId) => listTaskEvents(db, taskId),
+    attemptsOfTask: async (taskId) => listTaskAttempts(db, taskId),
+    feed: async (clientId, afterPos, limit) => listClientEvents(db, clientId, afterPos, limit),
+    clientSeqAtOrBefore: async (clientId, seq) => clientSeqAtOrBefore(db, clientId, seq),
+  };
+}

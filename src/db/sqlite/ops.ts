@@ -1,0 +1,31 @@
+import type { OpsStore } from "../../store/store.js";
+import { eventsWithoutDestination, releaseAllEventLeases, releaseEventLeases, setDestination } from "../events.js";
+import { probeWrite } from "../health.js";
+import { releaseAllTaskLeases, releaseTaskLeases } from "../tasks.js";
+import { sql } from "drizzle-orm";
+import type { SqliteStore } from "../sqlite-store.js";
+
+/** The OpsStore on SQLite: leadership (one process), recovery, lease release, the write probe, gauges. */
+export function sqliteOps(s: SqliteStore): OpsStore {
+  const db = s.database.db;
+  return {
+    leads: async () => true,
+    listen: async () => {},
+    recover: async (hostOf) => {
+      const released = releaseAllTaskLeases(db) + releaseAllEventLeases(db);
+      for (const url of eventsWithoutDestination(db)) setDestination(db, url, hostOf(url));
+      return released;
+    },
+    releaseLeases: async (prefix) => releaseTaskLeases(db, prefix) + releaseEventLeases(db, prefix),
+    probeWrite: async (now) => probeWrite(s.database, now),
+    gauges: async () => ({
+      tasksByStatus: db.all<{ status: string; n: number }>(sql`SELECT status, count(*) AS n FROM tasks GROUP BY status`),
+      tasksByAccountPhase: db.all<{ account: string; phase: string; n: number }>(
+        sql`SELECT upstream_account AS account, phase, count(*) AS n FROM tasks WHERE phase IN ('waiting', 'submitted') GROUP BY upstream_account, phase`,
+      ),
+      eventsByStatus: db.all<{ status: string; n: number }>(
+        sql`SELECT delivery_status AS status, count(*) AS n FROM events WHERE delivery_status IN ('pending', 'failed') GROUP BY delivery_status`,
+      ),
+    }),
+  };
+}

@@ -1,0 +1,18 @@
+import type { SessionStore } from "../../store/store.js";
+import { deleteEndedSessions, findSession, insertSession, revokeSession, touchSession } from "../dashboard.js";
+import type { SqliteStore } from "../sqlite-store.js";
+
+/** The SessionStore on SQLite: dashboard sessions. */
+export function sqliteSessions(s: SqliteStore): SessionStore {
+  const db = s.database.db;
+  return {
+    open: async (row, now) =>
+      db.transaction((tx) => {
+        deleteEndedSessions(tx, now);
+        insertSession(tx, row);
+      }),
+    find: async (hash) => findSession(db, hash),
+    touch: async (hash, now) => touchSession(db, hash, now),
+    revoke: async (hash, now) => revokeSession(db, hash, now),
+  };
+}

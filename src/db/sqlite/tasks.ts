@@ -1,0 +1,59 @@
+import type { TaskStore } from "../../store/store.js";
+import { claimFairly } from "../admission.js";
+import { hourlyTaskCounts, recentCallbackUrls, searchClientTasks } from "../dashboard.js";
+import { pruneFinishedTasks } from "../retention.js";
+import { claimAcrossClients } from "../round-robin.js";
+import { findTasksByAnyId, listTasksForSupport } from "../support.js";
+import { accountsInFlight, accountsWithDueTasks, claimDueTasks, claimExpiredWaiting, claimTasks, countRunning, findClientTask, findTask, listInFlight, nextDueAt, nextExpiryAt, unsubmittedOfClient, updateLeasedTask, waitingAhead } from "../tasks.js";
+import { taskCounts } from "../usage.js";
+import type { SqliteStore } from "../sqlite-store.js";
+
+/** The TaskStore on SQLite: tasks: intake, transitions, submissions, claims, reads and pruning. */
+export function sqliteTasks(s: SqliteStore): TaskStore {
+  const db = s.database.db;
+  const transition = s.transition;
+  return {
+    create: (req) => s.intakeCommits.run((tx) => s.createIn(db, tx, req)),
+    transition: async (task, patch, o) => db.transaction((tx) => transition(tx, task, patch, o.now, o.token, o.firstAttemptDelayMs)),
+    reschedule: async (id, token, patch) => updateLeasedTask(db, id, token, patch),
+    beginSubmission: async (id, token, decide, o) =>
+      db.transaction((tx) => {
+        const current = findTask(tx, id);
+        if (!current || current.claimToken !== token) return null;
+        const step = decide(s.submissionContext(tx, current));
+        const task = step.transition ? transition(tx, current, step.patch, o.now, token, o.firstAttemptDelayMs) : updateLeasedTask(tx, id, token, step.patch);
+        return task ? { kind: step.kind, task } : null;
+      }),
+    decideAndTransition: async (id, clientId, decide, o) =>
+      db.transaction((tx) => {
+        const before = clientId === null ? findTask(tx, id) : findClientTask(tx, clientId, id);
+        if (!before) return null;
+        const patch = decide(before);
+        if (patch === null) return { before, after: before };
+        const after = transition(tx, before, patch, o.now, o.token, o.firstAttemptDelayMs);
+        return after ? { before, after } : null;
+      }),
+    find: async (id) => findTask(db, id),
+    findOfClient: async (clientId, id) => findClientTask(db, clientId, id),
+    findByAnyId: async (id) => findTasksByAnyId(db, id),
+    list: async (q) => searchClientTasks(db, q),
+    listForSupport: async (q) => listTasksForSupport(db, q),
+    waitingAhead: async (account, id) => waitingAhead(db, account, id),
+    unsubmittedOfClient: async (clientId, now) => unsubmittedOfClient(db, clientId, now),
+    countsOfClient: async (clientId) => taskCounts(db, clientId),
+    hourlyCounts: async (clientId, since) => hourlyTaskCounts(db, clientId, since),
+    recentCallbackUrls: async (clientId) => recentCallbackUrls(db, clientId),
+    claimFairly: async (account, o) => claimFairly(db, { account, ...o }),
+    claimDue: async (phase, account, o) => claimDueTasks(db, { phase, account, ...o }),
+    claimIds: async (ids, phase, o) => claimTasks(db, { ids, phase, ...o }),
+    claimExpired: async (o) => claimExpiredWaiting(db, o),
+    claimAcrossClients: async (phase, o) => claimAcrossClients(db, phase, o),
+    nextDueAt: async (phase, now) => nextDueAt(db, phase, now),
+    nextExpiryAt: async () => nextExpiryAt(db),
+    accountsWithDue: async (phase, now) => accountsWithDueTasks(db, phase, now),
+    accountsInFlight: async () => accountsInFlight(db),
+    countRunning: async (account) => countRunning(db, account),
+    listInFlight: async (account) => listInFlight(db, account),
+    pruneFinished: async (before, batch) => pruneFinishedTasks(db, before, batch),
+  };
+}
