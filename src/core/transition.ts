@@ -9,6 +9,12 @@ export type TaskEventType = (typeof TASK_EVENT_TYPES)[number];
 export const DEFAULT_CALLBACK_EVENTS: TaskEventType[] = ["task.succeeded", "task.failed", "task.canceled"];
 export const TERMINAL_STATUSES: ReadonlySet<TaskStatus> = new Set(["succeeded", "failed", "canceled"]);
 
+/**
+ * The largest output (JSON characters) an event carries inline: well under the dispatcher's
+ * 256 KiB body limit, leaving room for the rest of the task. A larger one is read with GET /tasks/{id}.
+ */
+export const INLINE_OUTPUT_MAX_CHARS = 192 * 1024;
+
 export function eventTypeFor(status: TaskStatus): TaskEventType | null {
   return status === "queued" ? null : (`task.${status}` as TaskEventType);
 }
@@ -53,12 +59,14 @@ export const transitionRules: TransitionRules = {
     const sequence = after.eventSequence + 1;
     const id = newId("evt", now);
     // `id` is the webhook-id header too, so tools that see only the body (Zapier) can deduplicate.
-    const body = {
-      id,
-      type,
-      timestamp: new Date(now).toISOString(),
-      data: { ...flatTask({ ...after, eventSequence: sequence }), sequence, previous_status: before.status },
-    };
+    const data: Record<string, unknown> = { ...flatTask({ ...after, eventSequence: sequence }), sequence, previous_status: before.status };
+    // An output too large to carry is left out of the event (and so stored once, in the task):
+    // the webhook still goes out, saying so, and the receiver reads the output from the task.
+    if ((after.outputJson?.length ?? 0) > INLINE_OUTPUT_MAX_CHARS) {
+      data.output = null;
+      data.output_omitted = true;
+    }
+    const body = { id, type, timestamp: new Date(now).toISOString(), data };
     return {
       id,
       clientId: after.clientId,

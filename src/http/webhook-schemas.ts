@@ -27,6 +27,10 @@ function taskEventData(status: (typeof TASK_STATUSES)[number]) {
     usage: UsageSchema,
     sequence: z.number().int().min(1).openapi({ description: "1, 2, … per task: events of one task are delivered in this order." }),
     previous_status: z.enum(TASK_STATUSES),
+    output_omitted: z
+      .literal(true)
+      .optional()
+      .openapi({ description: "Present (true) when the output was too large to carry (over 192 KiB of JSON): output is null here; read it with GET /openapi/v1/tasks/{id}." }),
     sample: Sample,
   });
 }

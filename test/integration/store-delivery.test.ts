@@ -159,6 +159,28 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
   });
 });
 
+describe.each(storeDialects((fn) => cleanups.push(fn)))("Large outputs on %s", (_name, make) => {
+  it("an output too large for a webhook is stored once, in the task: its event says so and stays small enough to send", async () => {
+    const { store } = await make();
+    const c = await contractClient(store);
+    const big = JSON.stringify({ images: [{ url: `https://files.example/${"x".repeat(300 * 1024)}.png` }] });
+    const small = JSON.stringify({ images: [{ url: "https://files.example/a.png" }] });
+    const ended: Record<string, string> = {};
+    for (const [key, output] of [["big", big], ["small", small]] as const) {
+      const { task } = await store.tasks.create(contractTask(c.id, `out-${key}`));
+      await store.tasks.transition(task, { status: "succeeded", phase: "done", outputJson: output }, opts);
+      ended[key] = task.id;
+    }
+    const bigEvent = (await store.events.lastOfTask(ended.big!))!;
+    expect(Buffer.byteLength(bigEvent.payload)).toBeLessThan(8 * 1024);
+    expect(JSON.parse(bigEvent.payload).data).toMatchObject({ status: "succeeded", output: null, output_omitted: true });
+    expect((await store.tasks.find(ended.big!))!.outputJson).toBe(big);
+    const smallEvent = (await store.events.lastOfTask(ended.small!))!;
+    expect(JSON.parse(smallEvent.payload).data.output).toEqual(JSON.parse(small));
+    expect(JSON.parse(smallEvent.payload).data).not.toHaveProperty("output_omitted");
+  });
+});
+
 describe.each(storeDialects((fn) => cleanups.push(fn)))("Store reads with hostile values on %s", (_name, make) => {
   const hostile = ["task_\u0000", "a\u0000b", "\u0000", "x".repeat(1024 * 1024), "bad \uD800 half", "'; DROP TABLE tasks; --"];
 
