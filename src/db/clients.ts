@@ -3,8 +3,9 @@ import type { Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
 import { clients } from "./schema.js";
 
-export type ClientRow = typeof clients.$inferSelect;
-export type NewClientRow = typeof clients.$inferInsert;
+import type { ClientRow, NewClientRow } from "../store/rows.js";
+
+export type { ClientRow, NewClientRow };
 
 export function insertClient(db: Db, row: NewClientRow): ClientRow {
   return db.insert(clients).values(row).returning().all()[0]!;

@@ -1,7 +1,7 @@
 import { and, desc, eq, gte, isNotNull, isNull, lt, or, sql, type SQL } from "drizzle-orm";
 import type { TaskListQuery } from "../store/store.js";
 import type { DbOrTx } from "./tx.js";
-import { dashboardSessions, events, tasks, type TaskStatus } from "./schema.js";
+import { dashboardSessions, events, tasks } from "./schema.js";
 import type { TaskRow } from "./tasks.js";
 
 /**
@@ -9,8 +9,9 @@ import type { TaskRow } from "./tasks.js";
  * counts). Every task query is scoped to one client, like the API's.
  */
 
-export type SessionRow = typeof dashboardSessions.$inferSelect;
-export type NewSessionRow = typeof dashboardSessions.$inferInsert;
+import type { HourlyCount, NewSessionRow, SessionRow } from "../store/rows.js";
+
+export type { HourlyCount, NewSessionRow, SessionRow };
 
 // Writes use .run(), never a read of a RETURNING row: that would hide a failed commit (see db-writes.test.ts).
 export function insertSession(db: DbOrTx, row: NewSessionRow): void {
@@ -93,12 +94,6 @@ export function searchClientTasks(db: DbOrTx, q: TaskListQuery): TaskRow[] {
     .all();
 }
 
-export interface HourlyCount {
-  /** Start of the hour, ms since the epoch. */
-  hour: number;
-  status: TaskStatus;
-  n: number;
-}
 
 /** Tasks created per hour and current status, from `since` on. The clock's time, not SQL now(). */
 export function hourlyTaskCounts(db: DbOrTx, clientId: string, since: number): HourlyCount[] {

@@ -2,9 +2,9 @@ import { and, asc, desc, eq, isNotNull, isNull, lt, lte, or, sql } from "drizzle
 import type { Db } from "./open.js";
 import { clients, endpointHealth, notices } from "./schema.js";
 
-export type EndpointHealthRow = typeof endpointHealth.$inferSelect;
-export type NoticeRow = typeof notices.$inferSelect;
-export type NewNoticeRow = typeof notices.$inferInsert;
+import type { EndpointHealthRow, NewNoticeRow, NoticeRow } from "../store/rows.js";
+
+export type { EndpointHealthRow, NewNoticeRow, NoticeRow };
 
 interface Key {
   clientId: string;

@@ -5,10 +5,9 @@ import type { Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
 import { clients, deliveryAttempts, events } from "./schema.js";
 
-export type EventRow = typeof events.$inferSelect;
-export type NewEventRow = typeof events.$inferInsert;
-export type AttemptRow = typeof deliveryAttempts.$inferSelect;
-export type NewAttemptRow = typeof deliveryAttempts.$inferInsert;
+import type { AttemptRow, EventRow, NewAttemptRow, NewEventRow } from "../store/rows.js";
+
+export type { AttemptRow, EventRow, NewAttemptRow, NewEventRow };
 
 export function insertEvent(db: DbOrTx, row: NewEventRow): EventRow {
   return db.insert(events).values(row).returning().all()[0]!;

@@ -4,8 +4,9 @@ import type { InFlightTask } from "../store/store.js";
 import type { DbOrTx } from "./tx.js";
 import { clients, tasks, type TaskPhase } from "./schema.js";
 
-export type TaskRow = typeof tasks.$inferSelect;
-export type NewTaskRow = typeof tasks.$inferInsert;
+import type { NewTaskRow, TaskRow } from "../store/rows.js";
+
+export type { NewTaskRow, TaskRow };
 
 export function insertTask(db: DbOrTx, row: NewTaskRow): TaskRow {
   return db.insert(tasks).values(row).returning().all()[0]!;

@@ -3,7 +3,9 @@ import type { Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
 import { upstreamAccounts, upstreamReads } from "./schema.js";
 
-export type UpstreamAccountRow = typeof upstreamAccounts.$inferSelect;
+import type { UpstreamAccountRow } from "../store/rows.js";
+
+export type { UpstreamAccountRow };
 
 export function getAccountState(db: Db, id: string): UpstreamAccountRow | undefined {
   return db.select().from(upstreamAccounts).where(eq(upstreamAccounts.id, id)).get();

@@ -33,6 +33,7 @@ const RULES: Rule[] = [
   { name: "upstream/ is a leaf: no storage", files: under("upstream"), forbidden: oneOf("db", "store", "core", "services", "workers", "relay.ts") },
   { name: "the simulator does not import the relay", files: under("simulator"), forbidden: oneOf("db", "store", "core", "services", "workers", "http", "webhooks", "relay.ts") },
   { name: "workers and services reach storage only through the Store", files: (f) => oneOf("workers", "services", "core", "http")(f), forbidden: oneOf("db") },
+  { name: "store/ is the contract: it owns its row types and imports no driver", files: under("store"), forbidden: oneOf("db", "services", "workers", "http", "core", "relay.ts") },
   { name: "core/ holds the rules: it imports no services, workers or HTTP", files: under("core"), forbidden: oneOf("services", "workers", "http", "relay.ts") },
   { name: "nothing in the product imports the benchmark harness", files: (f) => !under("bench")(f), forbidden: oneOf("bench") },
 ];

@@ -4,6 +4,7 @@ import { getTableConfig as sqliteTableConfig } from "drizzle-orm/sqlite-core";
 import { describe, expect, expectTypeOf, it } from "vitest";
 import * as pg from "../../src/db/pg/schema.js";
 import * as sqlite from "../../src/db/schema.js";
+import type * as rows from "../../src/store/rows.js";
 
 /**
  * The SQLite and Postgres schemas must describe the same rows: the same tables, the same column
@@ -29,6 +30,25 @@ type LiteInsert = Rows<typeof sqlite, "$inferInsert">;
 function tablesOf(mod: Record<string, unknown>): Table[] {
   return Object.values(mod).filter((v): v is Table => is(v, Table));
 }
+
+describe("the Store contract's rows (src/store/rows.ts) are exactly the schema's", () => {
+  it("select and insert types of every table (checked by tsc)", () => {
+    expectTypeOf<rows.TaskRow>().toEqualTypeOf<typeof sqlite.tasks.$inferSelect>();
+    expectTypeOf<rows.NewTaskRow>().toEqualTypeOf<typeof sqlite.tasks.$inferInsert>();
+    expectTypeOf<rows.EventRow>().toEqualTypeOf<typeof sqlite.events.$inferSelect>();
+    expectTypeOf<rows.NewEventRow>().toEqualTypeOf<typeof sqlite.events.$inferInsert>();
+    expectTypeOf<rows.AttemptRow>().toEqualTypeOf<typeof sqlite.deliveryAttempts.$inferSelect>();
+    expectTypeOf<rows.NewAttemptRow>().toEqualTypeOf<typeof sqlite.deliveryAttempts.$inferInsert>();
+    expectTypeOf<rows.ClientRow>().toEqualTypeOf<typeof sqlite.clients.$inferSelect>();
+    expectTypeOf<rows.NewClientRow>().toEqualTypeOf<typeof sqlite.clients.$inferInsert>();
+    expectTypeOf<rows.SessionRow>().toEqualTypeOf<typeof sqlite.dashboardSessions.$inferSelect>();
+    expectTypeOf<rows.NewSessionRow>().toEqualTypeOf<typeof sqlite.dashboardSessions.$inferInsert>();
+    expectTypeOf<rows.UpstreamAccountRow>().toEqualTypeOf<typeof sqlite.upstreamAccounts.$inferSelect>();
+    expectTypeOf<rows.EndpointHealthRow>().toEqualTypeOf<typeof sqlite.endpointHealth.$inferSelect>();
+    expectTypeOf<rows.NoticeRow>().toEqualTypeOf<typeof sqlite.notices.$inferSelect>();
+    expectTypeOf<rows.NewNoticeRow>().toEqualTypeOf<typeof sqlite.notices.$inferInsert>();
+  });
+});
 
 describe("schema parity: SQLite and Postgres", () => {
   it("have the same row types (checked by tsc)", () => {
