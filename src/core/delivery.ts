@@ -27,6 +27,24 @@ export function attemptOutcome(event: EventRow, result: SendResult, now: number,
 }
 
 /**
+ * A new delivery round for an event (redeliver, recover): pending again, its retry schedule from
+ * the start, due now, and no lease, so an attempt still in flight can no longer record over it.
+ */
+export function newRound(now: number): Partial<NewEventRow> {
+  return { deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: now, failedAt: null, claimToken: null, claimedUntil: null };
+}
+
+/** Redeliver: the task's last event queued again (same webhook-id and body). */
+export function redeliverLast(store: Store, taskId: string, now: number): Promise<EventRow | undefined> {
+  return store.events.requeueLastOfTask(taskId, newRound(now));
+}
+
+/** Recover: the client's failed events since a time queued again; how many. */
+export function recoverFailed(store: Store, clientId: string, since: number, now: number): Promise<number> {
+  return store.events.requeueFailed(clientId, since, newRound(now));
+}
+
+/**
  * Every state change of an outbox event, as verbs: each writes under the claim's lease and hands the
  * lease back (the store releases it with the write), so the dispatcher never builds one by hand.
  */

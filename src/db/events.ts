@@ -232,11 +232,11 @@ export function clientSeqAtOrBefore(db: DbOrTx, clientId: string, seq: number): 
   return row?.pos ?? 0;
 }
 
-/** Re-queues a client's failed deliveries created since a time; returns how many. */
-export function requeueFailedEvents(db: DbOrTx, clientId: string, since: number, now: number): number {
+/** Re-queues a client's failed deliveries created since a time with the core's new-round patch; returns how many. */
+export function requeueFailedEvents(db: DbOrTx, clientId: string, since: number, round: Partial<NewEventRow>): number {
   return db
     .update(events)
-    .set({ deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: now, failedAt: null, claimedUntil: null, claimToken: null })
+    .set(round)
     .where(and(eq(events.clientId, clientId), eq(events.deliveryStatus, "failed"), gte(events.createdAt, since)))
     .run().changes;
 }

@@ -1,3 +1,4 @@
+import { recoverFailed, redeliverLast } from "../core/delivery.js";
 import { newId } from "../ids.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import { outgoingHeaders } from "../webhooks/outgoing.js";
@@ -106,7 +107,7 @@ export class DeliveryService {
     const task = await requireClientTask(this.deps, clientId, taskId);
     if (!task.callbackUrl) throw new ApiError("invalid_request", "This task has no callback_url to deliver to.");
     this.take("redeliver", clientId, clock.now());
-    const updated = await store.events.requeueLastOfTask(task.id, clock.now());
+    const updated = await redeliverLast(store, task.id, clock.now());
     if (!updated) throw new ApiError("invalid_request", "This task has no event yet; it is sent when the task changes state.");
     this.deps.nudges.dispatcher();
     return { event_id: updated.id, event_type: updated.type, status: updated.deliveryStatus };
@@ -184,7 +185,7 @@ export class DeliveryService {
   }
 
   async recover(clientId: string, since: number) {
-    const requeued = await this.deps.store.events.requeueFailed(clientId, since, this.deps.clock.now());
+    const requeued = await recoverFailed(this.deps.store, clientId, since, this.deps.clock.now());
     if (requeued > 0) this.deps.nudges.dispatcher();
     return { requeued };
   }

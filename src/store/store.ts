@@ -269,9 +269,9 @@ export interface EventStore {
   /** The key's circuit opened: its pending events move to `until`. */
   postponeKey(clientId: string, host: string, until: number, now: number): Promise<number>;
   /** The task's last event queued again (same webhook-id and body); its in-flight attempt can no longer record over it. */
-  requeueLastOfTask(taskId: string, now: number): Promise<EventRow | undefined>;
-  /** A client's failed events since `since` queued again. */
-  requeueFailed(clientId: string, since: number, now: number): Promise<number>;
+  requeueLastOfTask(taskId: string, round: Partial<NewEventRow>): Promise<EventRow | undefined>;
+  /** A client's failed events created since `since` queued again (`round`: the core's new-round patch). */
+  requeueFailed(clientId: string, since: number, round: Partial<NewEventRow>): Promise<number>;
   /** How many of the client's events are pending again after an attempt that got no 2xx (retrying; Recover leaves them alone). */
   retryingOfClient(clientId: string): Promise<number>;
   find(id: string): Promise<EventRow | undefined>;

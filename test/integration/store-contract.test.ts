@@ -1,6 +1,7 @@
 import pg from "pg";
 import { afterEach, describe, expect, it } from "vitest";
 import { pgStore } from "../../src/open-store.js";
+import { redeliverLast } from "../../src/core/delivery.js";
 import { newClient } from "../../src/services/clients.js";
 import type { NewTaskRequest, Store, TaskRow } from "../../src/store/store.js";
 import { freshPgDatabase } from "../helpers/pg.js";
@@ -235,7 +236,7 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
     await attempt("redelivered", 204, { deliveryStatus: "succeeded", deliveredAt: NOW });
     await attempt("theirs", 500, { nextAttemptAt: NOW + 5_000 });
     // A redelivered event is pending again, but its last answer was a 2xx: not failing.
-    await store.events.requeueLastOfTask(ids.redelivered!, NOW);
+    await redeliverLast(store, ids.redelivered!, NOW);
     const failing = await store.tasks.list({ clientId: c.id, limit: 10, deliveryFailing: true });
     expect(failing.map((t) => t.id)).toEqual([ids.exhausted, ids.retrying]);
     expect((await store.tasks.list({ clientId: c.id, limit: 1, deliveryFailing: true })).map((t) => t.id)).toEqual([ids.exhausted]);

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { DeliveryLifecycle } from "../../src/core/delivery.js";
+import { DeliveryLifecycle, recoverFailed, redeliverLast } from "../../src/core/delivery.js";
 import { silentLogger } from "../../src/logger.js";
 import { EndpointHealth } from "../../src/services/notices.js";
 import type { EventRow, Store } from "../../src/store/store.js";
@@ -204,5 +204,21 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store reads with hostil
     }
     // The real rows are still there.
     expect(await store.tasks.find(events[0]!.taskId)).toBeDefined();
+  });
+});
+
+describe.each(storeDialects((fn) => cleanups.push(fn)))("Delivery re-queues on %s", (_name, make) => {
+  it("redeliver and recover start a new round through the core's verbs: pending, schedule from the start, due now, lease gone", async () => {
+    const { store } = await make();
+    const { clientId, events } = await eventsOf(store, 3);
+    for (const e of await claimAll(store, "d:1")) {
+      await store.events.release(e.id, "d:1", { deliveryStatus: "failed", failedAt: NOW, roundAttempts: 8, attempts: 8 });
+    }
+    const again = await redeliverLast(store, events[0]!.taskId, NOW + 10);
+    expect(again).toMatchObject({ id: events[0]!.id, deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: NOW + 10, failedAt: null, claimToken: null, attempts: 8 });
+    expect(await redeliverLast(store, "task_nothing", NOW)).toBeUndefined();
+    expect(await recoverFailed(store, clientId, NOW + 1, NOW + 20)).toBe(0); // created before `since`
+    expect(await recoverFailed(store, clientId, NOW, NOW + 20)).toBe(2);
+    expect((await store.events.find(events[2]!.id))!).toMatchObject({ deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: NOW + 20 });
   });
 });

@@ -109,28 +109,19 @@ export function pgEvents(s: PgStore): EventStore {
     },
     pendingOfKey: async (key) =>
       Number((await one("SELECT count(*) AS n FROM events WHERE client_id = $1 AND destination_host = $2 AND delivery_status = 'pending'", [key.clientId, key.host]))!.n),
-    requeueLastOfTask: (taskId, now) =>
+    requeueLastOfTask: (taskId, round) =>
       s.tx(async (c) => {
         const last = await one("SELECT id FROM events WHERE task_id = $1 ORDER BY sequence DESC LIMIT 1 FOR UPDATE", [taskId], c);
         if (!last) return undefined;
-        const r = await one(
-          `UPDATE events SET delivery_status = 'pending', round_attempts = 0, next_attempt_at = $2, failed_at = NULL, claim_token = NULL, claimed_until = NULL
-           WHERE id = $1 RETURNING *`,
-          [last.id, now],
-          c,
-        );
+        const set = E.set(round, 2);
+        const r = await one(`UPDATE events SET ${set.sql} WHERE id = $1 RETURNING *`, [last.id, ...set.values], c);
         await q("SELECT pg_notify($1, 'dispatcher')", [CHANNEL], c);
         return opt(E, r);
       }),
-    requeueFailed: async (clientId, since, now) => {
+    requeueFailed: async (clientId, since, round) => {
+      const set = E.set(round, 3);
       const n =
-        (
-          await s.pool.query(
-            `UPDATE events SET delivery_status = 'pending', round_attempts = 0, next_attempt_at = $3, failed_at = NULL, claimed_until = NULL, claim_token = NULL
-             WHERE client_id = $1 AND delivery_status = 'failed' AND created_at >= $2`,
-            [clientId, since, now],
-          )
-        ).rowCount ?? 0;
+        (await s.pool.query(`UPDATE events SET ${set.sql} WHERE client_id = $1 AND delivery_status = 'failed' AND created_at >= $2`, [clientId, since, ...set.values])).rowCount ?? 0;
       if (n > 0) await s.pool.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
       return n;
     },

@@ -25,14 +25,12 @@ export function sqliteEvents(s: SqliteStore): EventStore {
     claimTrial: async (key, o) => claimTrialEvent(db, key, o),
     retryKeyNow: async (key, now) => retryKeyEventsNow(db, key, now),
     pendingOfKey: async (key) => pendingEventsOfKey(db, key),
-    requeueLastOfTask: async (taskId, now) =>
+    requeueLastOfTask: async (taskId, round) =>
       db.transaction((tx) => {
         const event = lastEventOfTask(tx, taskId);
-        if (!event) return undefined;
-        // Clearing the lease makes an attempt still in flight unable to record over this re-queue.
-        return updateEvent(tx, event.id, { deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: now, failedAt: null, claimToken: null, claimedUntil: null });
+        return event ? updateEvent(tx, event.id, round) : undefined;
       }),
-    requeueFailed: async (clientId, since, now) => requeueFailedEvents(db, clientId, since, now),
+    requeueFailed: async (clientId, since, round) => requeueFailedEvents(db, clientId, since, round),
     retryingOfClient: async (clientId) => countRetryingEvents(db, clientId),
     find: async (id) => findEvent(db, id),
     lastOfTask: async (taskId) => lastEventOfTask(db, taskId),
