@@ -1,6 +1,6 @@
 // Writes rows straight into a migrated genrelay database with better-sqlite3 (one transaction,
 // prepared statements), matching src/db/schema.ts. Ids come from dist/ids.js and webhook bodies from
-// dist/services/task-view.js, so seeded rows look like the relay's own.
+// dist/core/task-view.js, so seeded rows look like the relay's own.
 import Database from "better-sqlite3";
 import { createHash } from "node:crypto";
 import { distImport } from "./dist.mjs";
@@ -10,7 +10,7 @@ let flatTask;
 /** Loads the relay's id and webhook-body helpers from the build in use; call once before seeding. */
 export async function prepareSeeding() {
   ({ newId } = await distImport("ids.js"));
-  ({ flatTask } = await distImport("services/task-view.js"));
+  ({ flatTask } = await distImport("core/task-view.js"));
 }
 
 const TASK_COLUMNS = [
