@@ -21,9 +21,19 @@ export interface AttemptOutcome {
 export function attemptOutcome(event: EventRow, result: SendResult, now: number, scheduleMs: number[], random?: () => number): AttemptOutcome {
   if (result.ok) return { outcome: "delivered", patch: { deliveryStatus: "succeeded", deliveredAt: now, nextAttemptAt: null } };
   if (result.gone) return { outcome: "gone", patch: { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null } };
-  const scheduled = retryDelayMs(scheduleMs, event.roundAttempts + 1, random);
-  if (scheduled === null) return { outcome: "exhausted", patch: { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null } };
-  return { outcome: "retry", patch: { nextAttemptAt: now + Math.max(scheduled, result.retryAfterMs ?? 0) } };
+  const at = retryAt(result, event.roundAttempts + 1, now, scheduleMs, random);
+  if (at === null) return { outcome: "exhausted", patch: { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null } };
+  return { outcome: "retry", patch: { nextAttemptAt: at } };
+}
+
+/**
+ * When a failed attempt is tried again: the schedule's delay for attempt `attemptIndex` (with its
+ * jitter), or the receiver's Retry-After when longer; null once the schedule is spent. Webhooks
+ * and notices retry alike.
+ */
+export function retryAt(result: SendResult, attemptIndex: number, now: number, scheduleMs: number[], random?: () => number): number | null {
+  const scheduled = retryDelayMs(scheduleMs, attemptIndex, random);
+  return scheduled === null ? null : now + Math.max(scheduled, result.retryAfterMs ?? 0);
 }
 
 /**

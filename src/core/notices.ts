@@ -1,6 +1,6 @@
 import type { Clock } from "../clock.js";
 import type { NewNoticeRow, NoticeRow, Store } from "../store/store.js";
-import { retryDelayMs } from "../webhooks/schedule.js";
+import { retryAt } from "./delivery.js";
 import type { SendResult } from "../webhooks/sender.js";
 import { ERROR_BYTES, storableText } from "./stored-text.js";
 
@@ -17,9 +17,9 @@ export class NoticeLifecycle {
     const attempts = notice.attempts + 1;
     const common: Partial<NewNoticeRow> = { attempts, lastStatusCode: result.statusCode, lastError: storableText(result.error, ERROR_BYTES) };
     if (result.ok) return this.write(notice, { ...common, deliveryStatus: "succeeded", deliveredAt: now, nextAttemptAt: null });
-    const delay = result.gone ? null : retryDelayMs(this.deps.retryScheduleMs, attempts, this.deps.random);
-    if (delay === null) return this.write(notice, { ...common, deliveryStatus: "failed", nextAttemptAt: null });
-    return this.write(notice, { ...common, nextAttemptAt: now + Math.max(delay, result.retryAfterMs ?? 0) });
+    const at = result.gone ? null : retryAt(result, attempts, now, this.deps.retryScheduleMs, this.deps.random);
+    if (at === null) return this.write(notice, { ...common, deliveryStatus: "failed", nextAttemptAt: null });
+    return this.write(notice, { ...common, nextAttemptAt: at });
   }
 
   /** Ends a notice without an attempt (its client is gone or revoked). */

@@ -46,7 +46,7 @@ interface Claimed {
  * not wait for a slow receiver before claiming more.
  *
  * Receiver protection and tenant isolation (docs/decisions/0006). The pool of `maxInFlight` attempts
- * is shared fairly among clients (shareOf: claims leave out clients at their share and take the
+ * is shared fairly among clients (clientRoom: claims leave out clients at their share and take the
  * others' events in turns), so one client's slow receivers never hold everyone's slots. The unit of
  * the cap and the breaker is the delivery key: one client's events to one destination host. At most `maxPerHost` attempts are in flight per key, and a key whose
  * circuit breaker is open gets no attempts: when it opens, the key's pending events are moved to
@@ -154,11 +154,6 @@ export class Dispatcher {
     if (has === 0) active += 1;
     if (has > 0 && this.inFlight.size + pickedTotal >= this.maxInFlight - reserve) return 0;
     return Math.max(1, Math.floor((this.maxInFlight - reserve) / active)) - has;
-  }
-
-  /** A client's share now (what clientRoom allows in all), for tests and metrics. */
-  shareOf(clientId: string): number {
-    return this.clientRoom(clientId) + this.inFlightOf(clientId);
   }
 
   /** Clients that may start nothing now: none of their events are claimed (each has attempts in flight, so the list is bounded). */
