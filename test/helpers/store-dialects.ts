@@ -57,8 +57,12 @@ export async function contractClient(store: Store, limits: { creditLimit?: numbe
   return store.clients.insert(row);
 }
 
-/** A creation request for a plain image task of the client. */
-export function contractTask(clientId: string, key: string, opts: { callbackUrl?: string } = {}): NewTaskRequest {
+/**
+ * A creation request for a plain image task of the client, reserving `reserve` points (the
+ * decision reads the waiting count and the credit position, as intake's does); `overrides` replace
+ * parts of the request (`admit`, say).
+ */
+export function contractTask(clientId: string, key: string, opts: { callbackUrl?: string; reserve?: number } = {}, overrides: Partial<NewTaskRequest> = {}): NewTaskRequest {
   const id = `task_${String(n++).padStart(6, "0")}_${key}`;
   return {
     row: {
@@ -80,7 +84,8 @@ export function contractTask(clientId: string, key: string, opts: { callbackUrl?
       createdAt: CONTRACT_NOW,
       updatedAt: CONTRACT_NOW,
     },
-    needs: { waiting: false, credit: false },
-    admit: () => 0,
+    needs: { waiting: true, credit: true },
+    admit: () => opts.reserve ?? 0,
+    ...overrides,
   };
 }

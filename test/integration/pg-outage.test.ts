@@ -1,5 +1,5 @@
 import { chmodSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
+import { freePort } from "../helpers/ports.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
@@ -19,17 +19,6 @@ import { FakeClock } from "../helpers/fake-clock.js";
  * its own embedded PostgreSQL (the suite's shared one must not be stopped or frozen), as
  * test/setup/postgres.ts does: a 0755 parent folder, a free loopback port.
  */
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 const MAX_CONNECTIONS = 12;
 let server: { start(): Promise<void>; stop(): Promise<void> };

@@ -2,10 +2,9 @@ import pg from "pg";
 import { afterEach, describe, expect, it } from "vitest";
 import { pgStore } from "../../src/open-store.js";
 import { redeliverLast } from "../../src/core/delivery.js";
-import { newClient } from "../../src/services/clients.js";
 import type { NewTaskRequest, Store, TaskRow } from "../../src/store/store.js";
 import { freshPgDatabase } from "../helpers/pg.js";
-import { storeDialects } from "../helpers/store-dialects.js";
+import { contractClient, contractTask, CONTRACT_NOW, storeDialects } from "../helpers/store-dialects.js";
 
 /**
  * The Store contract, run on both dialects: what the rest of the relay relies on, including under
@@ -19,41 +18,9 @@ afterEach(async () => {
 
 const dialects = storeDialects((fn) => cleanups.push(fn));
 
-const NOW = Date.UTC(2026, 0, 1);
-let n = 0;
-
-async function client(store: Store, limits: { creditLimit?: number; maxWaiting?: number } = {}) {
-  const { row } = newClient(NOW, { name: `c${n++}`, ...limits });
-  return store.clients.insert(row);
-}
-
-function request(clientId: string, key: string, reserve = 0, opts: Partial<NewTaskRequest> = {}): NewTaskRequest {
-  const id = `task_${String(n++).padStart(6, "0")}_${key}`;
-  return {
-    row: {
-      id,
-      clientId,
-      type: "image",
-      model: "p-image",
-      status: "queued",
-      phase: "waiting",
-      requestJson: "{}",
-      callbackUrl: "https://hooks.example/x",
-      callbackEvents: JSON.stringify(["task.processing", "task.succeeded", "task.failed", "task.canceled"]),
-      idempotencyKey: key,
-      requestHash: "h",
-      upstreamAccount: "default",
-      upstreamIdempotencyKey: `genrelay-${id}`,
-      priceKey: "",
-      nextRunAt: NOW,
-      createdAt: NOW,
-      updatedAt: NOW,
-    },
-    needs: { waiting: true, credit: true },
-    admit: () => reserve,
-    ...opts,
-  };
-}
+const NOW = CONTRACT_NOW;
+const client = contractClient;
+const request = (clientId: string, key: string, reserve = 0, overrides: Partial<NewTaskRequest> = {}) => contractTask(clientId, key, { reserve }, overrides);
 
 const lease = (token: string, limit = 100) => ({ now: NOW, leaseMs: 30_000, token, limit });
 const opts = (token: string | null = null) => ({ now: NOW, token, firstAttemptDelayMs: 0 });

@@ -1,5 +1,5 @@
 import { chmodSync, mkdirSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
+import { freePort } from "../helpers/ports.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TestProject } from "vitest/node";
@@ -25,17 +25,6 @@ declare module "vitest" {
 }
 
 export const TEMPLATE = "genrelay_template";
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const external = process.env.GENRELAY_TEST_DATABASE_URL;
