@@ -99,7 +99,11 @@ export class SqliteStore implements Store {
     return { task, position, learnedPrice, reservations: needsAround ? reservationsAround(tx, task.clientId, task.id) : NO_RESERVATIONS };
   }
 
-  /** Intake, in its group-commit savepoint: the caller's idempotency, the caps and the budget, the insert. */
+  /**
+   * Intake, in the group commit's transaction: the caller's idempotency, the caps and the budget
+   * (which throw before anything is written), the insert. Atomic by itself: a reservation's two
+   * writes get their own savepoint, a plain creation is one statement.
+   */
   createIn(db: Db, tx: DbOrTx, req: NewTaskRequest): CreateResult {
     const { row } = req;
     // Prepared statements run on the one connection, inside the transaction `tx` has open.
@@ -110,8 +114,11 @@ export class SqliteStore implements Store {
       position: req.needs.credit ? creditPosition(tx, row.clientId) : undefined,
       learnedPrice: req.needs.credit && row.priceKey ? findLearnedPrice(tx, row.priceKey) : null,
     });
-    const task = insertTaskPrepared(db, { ...row, pointsReserved: reserved });
-    applyCreditChange(tx, row.clientId, row.id, { charged: 0, refunded: 0, reserved }, row.createdAt);
-    return { task, replayed: false };
+    if (reserved === 0) return { task: insertTaskPrepared(db, { ...row, pointsReserved: 0 }), replayed: false };
+    return tx.transaction((sp) => {
+      const task = insertTaskPrepared(db, { ...row, pointsReserved: reserved });
+      applyCreditChange(sp, row.clientId, row.id, { charged: 0, refunded: 0, reserved }, row.createdAt);
+      return { task, replayed: false };
+    });
   }
 }

@@ -4,7 +4,7 @@ import type { Logger } from "../logger.js";
 import type { Metrics } from "../metrics.js";
 import type { Lifecycle } from "../core/lifecycle.js";
 import { decideSubmission } from "../services/credits.js";
-import type { Store, TaskRow } from "../store/store.js";
+import type { Store, TaskRow, UpstreamAccountRow } from "../store/store.js";
 import type { Nudges } from "../services/deps.js";
 import type { UpstreamAccounts } from "../services/upstream-accounts.js";
 import { UpstreamError, isConcurrentLimit } from "../upstream/errors.js";
@@ -65,9 +65,9 @@ export class Submitter {
    * Concurrency cap of an account now: the configured cap, lowered by what a recent 429
    * concurrent_limit taught (other apps may share the account), else none.
    */
-  async capacity(account: string): Promise<number> {
+  async capacity(account: string, known?: UpstreamAccountRow | undefined): Promise<number> {
     const configured = this.opts.config.upstreamMaxConcurrent ?? Number.POSITIVE_INFINITY;
-    const state = await this.opts.store.accounts.state(account);
+    const state = known ?? (await this.opts.store.accounts.state(account));
     if (state?.learnedMaxConcurrent && state.learnedAt && this.opts.clock.now() - state.learnedAt < LEARNED_LIMIT_TTL_MS) {
       return Math.min(configured, state.learnedMaxConcurrent);
     }
@@ -84,10 +84,14 @@ export class Submitter {
       wake = wake === null ? at : Math.min(wake, at);
     };
     // Expiry first, whatever the account's capacity or pause: a held-back task must not outlive its deadline.
+    // The earliest expiry is one index probe; the claim (an UPDATE) runs only when something is past it.
     const leaseMs = this.opts.config.upstreamTimeoutMs + LEASE_MARGIN_MS;
-    const expired = await store.tasks.claimExpired({ now, leaseMs, token: this.opts.owner.token(), limit: 100 });
-    for (const task of expired) await this.expire(task);
-    if (expired.length > 0) didWork = true;
+    const firstExpiry = await store.tasks.nextExpiryAt();
+    if (firstExpiry !== null && firstExpiry <= now) {
+      const expired = await store.tasks.claimExpired({ now, leaseMs, token: this.opts.owner.token(), limit: 100 });
+      for (const task of expired) await this.expire(task);
+      if (expired.length > 0) didWork = true;
+    }
     for (const account of await store.tasks.accountsWithDue("waiting", now)) {
       // One submitter per account across instances sharing the store (always this one on SQLite).
       if (!(await this.leadership.leads(account))) {
@@ -99,7 +103,7 @@ export class Submitter {
         later(state.submitPausedUntil);
         continue;
       }
-      const free = (await this.capacity(account)) - (await store.tasks.countRunning(account));
+      const free = (await this.capacity(account, state)) - (await store.tasks.countRunning(account));
       const limit = Math.min(this.opts.batchSize ?? 16, Math.max(0, free));
       if (limit <= 0) {
         later(now + BLOCKED_RECHECK_MS);
@@ -114,7 +118,7 @@ export class Submitter {
     const due = await store.tasks.nextDueAt("waiting", clock.now());
     // Rows still due now belong to a paused or full account: sleep until it may go again instead of spinning.
     let next = !didWork && wake !== null && due !== null && due <= clock.now() ? wake : due;
-    const expiry = await store.tasks.nextExpiryAt();
+    const expiry = didWork || firstExpiry === null || firstExpiry <= now ? await store.tasks.nextExpiryAt() : firstExpiry;
     if (expiry !== null && expiry > clock.now() && (next === null || expiry < next)) next = expiry;
     return { didWork, nextDueAt: next };
   }

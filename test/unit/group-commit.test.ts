@@ -52,6 +52,25 @@ describe("GroupCommit", () => {
     expect(database.sqlite.prepare("SELECT v FROM items ORDER BY v").all()).toEqual([{ v: "x" }, { v: "z" }]);
   });
 
+  it("runAtomic runs a unit without a savepoint: one failing statement rejects alone, the batch commits", async () => {
+    const commits = new GroupCommit(database.db);
+    const savepoints: string[] = [];
+    const spy = database.sqlite.prepare.bind(database.sqlite);
+    database.sqlite.prepare = ((source: string) => {
+      if (/savepoint/i.test(source)) savepoints.push(source);
+      return spy(source);
+    }) as typeof database.sqlite.prepare;
+    const ok = commits.runAtomic((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('p')`));
+    const dup = commits.runAtomic((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('p')`));
+    const plain = commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('q')`));
+    await ok;
+    await expect(dup).rejects.toThrow(/INSERT INTO items/);
+    await plain;
+    expect(database.sqlite.prepare("SELECT v FROM items ORDER BY v").all()).toEqual([{ v: "p" }, { v: "q" }]);
+    // Only the run() unit took a savepoint (its SAVEPOINT and RELEASE).
+    expect(savepoints.filter((s) => /^savepoint/i.test(s))).toHaveLength(1);
+  });
+
   it("rejects the whole batch when the commit itself fails", async () => {
     const commits = new GroupCommit(database.db);
     database.sqlite.pragma("query_only = ON");

@@ -13,7 +13,7 @@ export function sqliteTasks(s: SqliteStore): TaskStore {
   const db = s.database.db;
   const transition = s.transition;
   return {
-    create: (req) => s.intakeCommits.run((tx) => s.createIn(db, tx, req)),
+    create: (req) => s.intakeCommits.runAtomic((tx) => s.createIn(db, tx, req)),
     transition: async (task, patch, o) => db.transaction((tx) => transition(tx, task, patch, o.now, o.token, o.firstAttemptDelayMs)),
     reschedule: async (id, token, patch) => updateLeasedTask(db, id, token, patch),
     beginSubmission: async (id, token, decide, o) =>
