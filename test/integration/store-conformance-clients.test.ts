@@ -1,0 +1,142 @@
+import { describe, expect, it } from "vitest";
+import { newClient } from "../../src/services/clients.js";
+import { client, conformance, DEFECTS, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, itOn, NOW, on, opts, STORED_NUMBER, STORED_TEXT, task, type Probe } from "../helpers/conformance.js";
+
+/** ClientStore conformance (checklist: store-conformance.md): clients and their credit books, on both drivers. */
+const suite = conformance();
+
+const newRow = (extra: { creditLimit?: number; maxRunning?: number } = {}) => newClient(NOW, { name: fresh("client"), ...extra }).row;
+
+describe.each(suite.dialects)("ClientStore on %s", (_name, h) => {
+  it("insert gives the row with its defaults; find, findByKeyHash and list read it back", async () => {
+    const store = await h.shared();
+    const row = newRow({ creditLimit: 500, maxRunning: 2 });
+    const inserted = await store.clients.insert(row);
+    expect(inserted).toMatchObject({
+      ...row,
+      pointsCharged: 0,
+      pointsRefunded: 0,
+      pointsReserved: 0,
+      eventSeq: 0,
+      lastAdmittedAt: 0,
+      revokedAt: null,
+      signatureScheme: "hmac",
+      notificationUrl: null,
+    });
+    expect(await store.clients.find(row.id)).toEqual(inserted);
+    expect(await store.clients.findByKeyHash(row.apiKeyHash)).toEqual(inserted);
+    expect(await store.clients.find("cli_nobody")).toBeUndefined();
+    expect(await store.clients.findByKeyHash("0".repeat(64))).toBeUndefined();
+    const listed = await store.clients.list();
+    expect(listed.find((c) => c.id === row.id)).toEqual(inserted);
+    expect(listed.map((c) => c.id)).toEqual(listed.map((c) => c.id).sort());
+  });
+
+  it("insert refuses a second client with the same key digest", async () => {
+    const store = await h.shared();
+    const row = newRow();
+    await store.clients.insert(row);
+    await expect(store.clients.insert({ ...newRow(), apiKeyHash: row.apiKeyHash })).rejects.toThrow();
+  });
+
+  it("update patches and returns the row; an unknown id gives undefined", async () => {
+    const store = await h.shared();
+    const c = await client(store);
+    const updated = await store.clients.update(c.id, { notificationUrl: "https://ops.example/n", maxWaiting: 3 });
+    expect(updated).toEqual({ ...c, notificationUrl: "https://ops.example/n", maxWaiting: 3 });
+    expect(await store.clients.find(c.id)).toEqual(updated);
+    expect(await store.clients.update("cli_nobody", { name: "x" })).toBeUndefined();
+  });
+
+  itOn(h.dialect, { sqlite: DEFECTS.emptyPatch })("update with an empty patch returns the row unchanged", async () => {
+    const store = await h.shared();
+    const c = await client(store);
+    expect(await store.clients.update(c.id, {})).toEqual(c);
+  });
+
+  it("updateWith reads the row and applies the change's patch in one step, returning its result", async () => {
+    const store = await h.shared();
+    const c = await client(store);
+    const out = await store.clients.updateWith(c.id, (seen) => ({ patch: { name: `${seen.name}!` }, result: seen.name }));
+    expect(out).toEqual({ client: { ...c, name: `${c.name}!` }, result: c.name });
+    // A change with nothing to write returns the row as it is.
+    expect(await store.clients.updateWith(c.id, () => ({ patch: {}, result: 7 }))).toEqual({ client: { ...c, name: `${c.name}!` }, result: 7 });
+    expect(await store.clients.updateWith("cli_nobody", () => ({ patch: { name: "x" }, result: 1 }))).toBeUndefined();
+  });
+
+  it("updateWith: 20 concurrent read-modify-writes lose none (each sees the one before)", async () => {
+    const { store, another } = await h.fresh();
+    const c = await client(store);
+    const others = [store, await another(), await another()];
+    await Promise.all(Array.from({ length: 20 }, (_, i) => others[i % 3]!.clients.updateWith(c.id, (seen) => ({ patch: { maxWaiting: (seen.maxWaiting ?? 0) + 1 }, result: null }))));
+    expect((await store.clients.find(c.id))!.maxWaiting).toBe(20);
+  });
+
+  it("updateWith: a change that throws writes nothing and the error reaches the caller", async () => {
+    const store = await h.shared();
+    const c = await client(store);
+    await expect(
+      store.clients.updateWith(c.id, () => {
+        throw new Error("rotation failed midway");
+      }),
+    ).rejects.toThrow("rotation failed midway");
+    expect(await store.clients.find(c.id)).toEqual(c);
+  });
+
+  it("markAdmitted sets when the client was last admitted", async () => {
+    const store = await h.shared();
+    const c = await client(store);
+    await store.clients.markAdmitted(c.id, NOW + 42);
+    expect((await store.clients.find(c.id))!.lastAdmittedAt).toBe(NOW + 42);
+    await store.clients.markAdmitted("cli_nobody", NOW);
+  });
+
+  it("creditPosition and ledger follow reservations, charges and refunds", async () => {
+    const store = await h.shared();
+    const c = await client(store, { creditLimit: 1_000 });
+    expect(await store.clients.creditPosition(c.id)).toEqual({ charged: 0, refunded: 0, reserved: 0, limit: 1_000, revoked: false });
+    expect(await store.clients.creditPosition("cli_nobody")).toBeUndefined();
+    const { task: a } = await store.tasks.create(task(c.id, fresh("a"), { reserve: 40 }));
+    const { task: b } = await store.tasks.create(task(c.id, fresh("b"), { reserve: 60 }));
+    expect((await store.clients.creditPosition(c.id))!.reserved).toBe(100);
+    await store.tasks.transition(a, { status: "succeeded", phase: "done", pointsCharged: 35 }, opts(null, NOW + 1));
+    const bDone = await store.tasks.transition(b, { status: "failed", phase: "done", pointsCharged: 60 }, opts(null, NOW + 2));
+    await store.tasks.transition(bDone!, { pointsRefunded: 60 }, opts(null, NOW + 3));
+    await store.clients.update(c.id, { revokedAt: NOW + 4 });
+    expect(await store.clients.creditPosition(c.id)).toEqual({ charged: 95, refunded: 60, reserved: 0, limit: 1_000, revoked: true });
+    expect(await store.clients.ledger(c.id)).toEqual([
+      { taskId: a.id, charged: 35, refunded: 0, at: NOW + 1 },
+      { taskId: b.id, charged: 60, refunded: 0, at: NOW + 2 },
+      { taskId: b.id, charged: 0, refunded: 60, at: NOW + 3 },
+    ]);
+    expect(await store.clients.ledger("cli_nobody")).toEqual([]);
+  });
+});
+
+describe("ClientStore with hostile values: both drivers answer alike", () => {
+  const text: Array<Probe<string>> = [
+    { op: "insert(name)", roundTrip: true, run: async (s, v) => (await s.clients.insert({ ...newRow(), name: v })).name, defects: STORED_TEXT },
+    {
+      op: "insert(apiKeyHash)",
+      roundTrip: true,
+      run: async (s, v) => (await s.clients.findByKeyHash((await s.clients.insert({ ...newRow(), apiKeyHash: v })).apiKeyHash))?.apiKeyHash,
+      defects: { ...STORED_TEXT, ...on(DEFECTS.indexedMiB, "1 MiB") },
+    },
+    { op: "update(notificationUrl)", roundTrip: true, run: async (s, v) => (await s.clients.update((await client(s)).id, { notificationUrl: v }))!.notificationUrl, defects: STORED_TEXT },
+    { op: "find(id)", run: (s, v) => s.clients.find(v) },
+    { op: "findByKeyHash", run: (s, v) => s.clients.findByKeyHash(v) },
+    { op: "update(id)", run: (s, v) => s.clients.update(v, { name: "x" }), defects: on(DEFECTS.nulKey, "NUL") },
+    { op: "updateWith(id)", run: (s, v) => s.clients.updateWith(v, () => ({ patch: { name: "x" }, result: 1 })) },
+    { op: "markAdmitted(id)", run: (s, v) => s.clients.markAdmitted(v, NOW), defects: on(DEFECTS.nulKey, "NUL") },
+    { op: "creditPosition(id)", run: (s, v) => s.clients.creditPosition(v), defects: on(DEFECTS.nulKey, "NUL") },
+    { op: "ledger(id)", run: (s, v) => s.clients.ledger(v) },
+  ];
+  hostileTests(suite.both, text, HOSTILE_TEXT);
+
+  const numbers: Array<Probe<number>> = [
+    { op: "insert(creditLimit)", roundTrip: true, run: async (s, v) => (await s.clients.find((await s.clients.insert({ ...newRow(), creditLimit: v })).id))!.creditLimit, defects: STORED_NUMBER },
+    { op: "update(maxRunning)", roundTrip: true, run: async (s, v) => (await s.clients.update((await client(s)).id, { maxRunning: v }))!.maxRunning, defects: STORED_NUMBER },
+    { op: "markAdmitted(at)", roundTrip: true, run: async (s, v) => { const c = await client(s); await s.clients.markAdmitted(c.id, v); return (await s.clients.find(c.id))!.lastAdmittedAt; }, defects: STORED_NUMBER },
+  ];
+  hostileTests(suite.both, numbers, HOSTILE_NUMBERS);
+});
