@@ -9,12 +9,13 @@ import type { Logger } from "./logger.js";
 import { Metrics } from "./metrics.js";
 import { CatalogCache } from "./services/catalog.js";
 import { DeliveryService } from "./services/deliveries.js";
-import type { Nudges, ServiceDeps } from "./services/deps.js";
+import type { ServiceDeps } from "./services/deps.js";
+import { nudgesByName } from "./core/nudges.js";
 import { UpstreamAccounts } from "./services/upstream-accounts.js";
 import type { Resolver } from "./webhooks/ssrf.js";
 import { WebhookSender } from "./webhooks/sender.js";
 import { Dispatcher } from "./workers/dispatcher.js";
-import { WorkerLoop } from "./workers/loop.js";
+import { WorkerLoop, type LoopOptions } from "./workers/loop.js";
 import { LeaseOwner } from "./workers/owner.js";
 import { Poller, type PollStrategy } from "./workers/poller.js";
 import { Pruner } from "./workers/pruner.js";
@@ -28,6 +29,9 @@ import { Leadership } from "./workers/leadership.js";
 import { DurationStats } from "./workers/duration-stats.js";
 import { Lifecycle } from "./core/lifecycle.js";
 import { StorageHealth } from "./services/storage-health.js";
+
+/** The relay's worker loops; each is built once under its name and reached by it (nudges, readiness, tests). */
+export type LoopName = "submitter" | "poller" | "dispatcher" | "notifier" | "pruner" | "catalog" | "mirror";
 
 export interface RelayOptions {
   config: Config;
@@ -59,6 +63,9 @@ export class Relay {
   readonly budget: ReadBudget;
   readonly sender: WebhookSender;
   readonly owner = new LeaseOwner();
+  /** Every loop, by name. */
+  readonly loopsByName: Readonly<Record<LoopName, WorkerLoop>>;
+  /** The same loops in start order. */
   readonly loops: WorkerLoop[];
   readonly deps: ServiceDeps;
   readonly metrics: Metrics;
@@ -68,12 +75,8 @@ export class Relay {
 
   constructor(private readonly opts: RelayOptions) {
     const { config, store, clock, logger } = opts;
-    const nudges: Nudges = {
-      submitter: () => this.loops[0]?.nudge(),
-      poller: () => this.loops[1]?.nudge(),
-      dispatcher: () => this.loops[2]?.nudge(),
-      mirror: () => this.loops.find((l) => l.name === "mirror")?.nudge(),
-    };
+    // Looked up when a nudge comes: the loops are built last, from the workers below.
+    const nudges = nudgesByName((name) => this.loopsByName?.[name]);
     const accounts = new UpstreamAccounts(store, config, opts.upstream.baseUrl, opts.upstream.apiKey, opts.fetch);
     this.budget = new ReadBudget(store, clock, config.upstreamReadsPerMinute);
     const metrics = new Metrics({ store, reads: () => this.budget.snapshot() });
@@ -90,20 +93,19 @@ export class Relay {
       mirrors: async (task, outputJson) => outputUrls(outputJson).length > 0 && ((await store.clients.find(task.clientId))?.storageConfig ?? null) !== null,
     });
     this.catalog = new CatalogCache(accounts, clock, logger);
-    this.health = new EndpointHealth({ store, clock, logger, onNotice: () => this.loops.find((l) => l.name === "notifier")?.nudge() });
+    this.health = new EndpointHealth({ store, clock, logger, onNotice: () => this.loopsByName?.notifier.nudge() });
     this.storage = new StorageHealth(clock, logger);
     this.deps = { store, clock, config, logger, nudges, lifecycle: this.lifecycle, catalog: this.catalog, storage: this.storage };
     const leadership = new Leadership(store, logger);
     this.submitter = new Submitter({ store, clock, config, logger, accounts, owner: this.owner, nudges, metrics, lifecycle: this.lifecycle, leadership });
     this.poller = new Poller({
-      store,
+      tasks: store.tasks,
       clock,
       config,
       logger,
       accounts,
       budget: this.budget,
       owner: this.owner,
-      nudges,
       lifecycle: this.lifecycle,
       leadership,
       durations,
@@ -148,20 +150,22 @@ export class Relay {
       },
     });
     this.mirror.onSettled = () => nudges.mirror?.();
-    this.loops = [
+    const loop = (name: LoopName, opts: Omit<LoopOptions, "name" | "clock" | "logger" | "storage">) => new WorkerLoop({ name, clock, logger, storage: this.storage, ...opts });
+    this.loopsByName = {
       // Every creation nudges the submitter: a burst of them makes one tick every 10 ms, not one each.
-      new WorkerLoop({ name: "submitter", clock, logger, storage: this.storage, tick: () => this.submitter.runOnce(), coalesceMs: 10 }),
-      new WorkerLoop({ name: "poller", clock, logger, storage: this.storage, tick: () => this.poller.runOnce() }),
-      new WorkerLoop({ name: "dispatcher", clock, logger, storage: this.storage, tick: () => this.dispatcher.tick() }),
-      new WorkerLoop({ name: "notifier", clock, logger, storage: this.storage, tick: () => this.notifier.tick() }),
-      new WorkerLoop({ name: "pruner", clock, logger, storage: this.storage, tick: () => this.pruner.tick(), idleMs: 60 * 60 * 1000 }),
+      submitter: loop("submitter", { tick: () => this.submitter.runOnce(), coalesceMs: 10 }),
+      poller: loop("poller", { tick: () => this.poller.runOnce() }),
+      dispatcher: loop("dispatcher", { tick: () => this.dispatcher.tick() }),
+      notifier: loop("notifier", { tick: () => this.notifier.tick() }),
+      pruner: loop("pruner", { tick: () => this.pruner.tick(), idleMs: 60 * 60 * 1000 }),
       // Keeps the model catalog warm, so intake checks requests against it without waiting on the upstream.
-      new WorkerLoop({ name: "catalog", clock, logger, storage: this.storage, tick: async () => ({ didWork: false, nextDueAt: await this.catalog.refreshDue() }), idleMs: 10 * 60 * 1000 }),
+      catalog: loop("catalog", { tick: async () => ({ didWork: false, nextDueAt: await this.catalog.refreshDue() }), idleMs: 10 * 60 * 1000 }),
       // Copies succeeded tasks' outputs into their clients' buckets before task.succeeded is written.
-      new WorkerLoop({ name: "mirror", clock, logger, storage: this.storage, tick: () => this.mirror.tick() }),
-    ];
+      mirror: loop("mirror", { tick: () => this.mirror.tick() }),
+    };
+    this.loops = Object.values(this.loopsByName);
     this.dispatcher.onSettled = () => nudges.dispatcher();
-    this.notifier.onSettled = () => this.loops.find((l) => l.name === "notifier")?.nudge();
+    this.notifier.onSettled = () => this.loopsByName.notifier.nudge();
     const deliveries = new DeliveryService(this.deps, this.dispatcher);
     this.app = createApp({
       ...this.deps,

@@ -8,3 +8,22 @@ export interface Nudges {
 }
 
 export const noNudges: Nudges = { submitter() {}, poller() {}, dispatcher() {} };
+
+/** Anything a nudge can wake (a WorkerLoop). */
+export interface Wakeable {
+  nudge(): void;
+}
+
+/**
+ * Nudges that wake the loop of the same name, looked up by `loop` when the nudge comes: by name,
+ * so the order loops are kept in cannot send a nudge to another worker, and at call time, so the
+ * nudges can be handed out before the loops exist.
+ */
+export function nudgesByName(loop: (name: keyof Nudges) => Wakeable | undefined): Nudges {
+  return {
+    submitter: () => loop("submitter")?.nudge(),
+    poller: () => loop("poller")?.nudge(),
+    dispatcher: () => loop("dispatcher")?.nudge(),
+    mirror: () => loop("mirror")?.nudge(),
+  };
+}

@@ -1,20 +1,11 @@
+import type { SweepResult } from "../core/poll-plan.js";
 import type { TaskStatus } from "../statuses.js";
-import type { InFlightTask } from "../store/store.js";
 import type { UpstreamClient } from "../upstream/client.js";
-import type { UpstreamTask } from "../upstream/types.js";
 
 export const LIST_PAGE_LIMIT = 100;
 
-export interface SweepResult {
-  /** Upstream tasks seen, by upstream id. */
-  seen: Map<string, UpstreamTask>;
-  /** Reads spent. */
-  reads: number;
-  /** Whether the active lists (queued, processing) were read to their end: only then does absence mean "finished". */
-  complete: boolean;
-  /** The list body was not understood: the account must fall back to single reads. */
-  unsupported: boolean;
-}
+/** The one upstream call sweeps make. */
+export type ListClient = Pick<UpstreamClient, "listTasks">;
 
 export interface SweepPlan {
   /** Read the queued list too (only needed while some task is still known queued). */
@@ -29,7 +20,7 @@ export interface SweepPlan {
  * for those, so their output arrives without a single read each.
  */
 export async function sweepActive(
-  client: UpstreamClient,
+  client: ListClient,
   plan: SweepPlan,
   take: () => Promise<boolean>,
 ): Promise<SweepResult> {
@@ -44,8 +35,8 @@ export async function sweepActive(
 }
 
 export async function harvestTerminal(
-  client: UpstreamClient,
-  candidates: Set<string>,
+  client: ListClient,
+  candidates: ReadonlySet<string>,
   maxReads: number,
   take: () => Promise<boolean>,
   result: SweepResult,
@@ -66,7 +57,7 @@ export async function harvestTerminal(
  * than the active lists plus the terminal lists whenever tasks are finishing. `complete` says
  * whether every wanted task was seen; an item without a status tells nothing.
  */
-export async function sweepAll(client: UpstreamClient, wanted: Set<string>, maxReads: number, take: () => Promise<boolean>): Promise<SweepResult> {
+export async function sweepAll(client: ListClient, wanted: Set<string>, maxReads: number, take: () => Promise<boolean>): Promise<SweepResult> {
   const result: SweepResult = { seen: new Map(), reads: 0, complete: false, unsupported: false };
   let missing = wanted.size;
   const enough = () => missing === 0;
@@ -82,7 +73,7 @@ export async function sweepAll(client: UpstreamClient, wanted: Set<string>, maxR
  * `enough()`. Returns whether the end was reached.
  */
 async function readPages(
-  client: UpstreamClient,
+  client: ListClient,
   status: TaskStatus | undefined,
   maxReads: number,
   take: () => Promise<boolean>,
@@ -112,13 +103,4 @@ async function readPages(
     if (enough()) return false;
     cursor = page.nextCursor;
   }
-}
-
-/** Upstream ids of in-flight tasks the active lists did not show, submitted before the sweep began. */
-export function finishedCandidates(inFlight: InFlightTask[], seen: Map<string, UpstreamTask>, sweepStartedAt: number): Set<string> {
-  const candidates = new Set<string>();
-  for (const task of inFlight) {
-    if (task.upstreamTaskId && !seen.has(task.upstreamTaskId) && (task.submittedAt ?? 0) < sweepStartedAt) candidates.add(task.upstreamTaskId);
-  }
-  return candidates;
 }

@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { firstPollDelay, nextPollDelay } from "../../src/workers/poll-schedule.js";
+import { firstPollDelay, nextPollDelay } from "../../src/core/poll-schedule.js";
 import { submitBackoffMs } from "../../src/workers/submitter.js";
 
 describe("submission backoff", () => {
