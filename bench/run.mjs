@@ -10,7 +10,10 @@
 //   4. memory/scale RSS with tasks waiting and in flight; intake with 1,000,000 finished tasks vs empty;
 //                   EXPLAIN QUERY PLAN of the hot queries
 //   5. scheduling   poll scheduling in fake time (bench/scheduling.mjs)
-//   7. postgres     intake with 1 and 2 instances on one PostgreSQL database, delivery (bench/postgres.mjs)
+//   7. postgres     intake with 1 and 2 instances on one PostgreSQL database, delivery (bench/postgres.mjs),
+//                   all with durable commits (fsync=on, synchronous_commit=on)
+//   9. prototypes   intake, delivery, CPU-ms per task end to end and PostgreSQL intake, each against a
+//                   minimal prototype of the same durable work (bench/prototypes.mjs, bench/proto/)
 //   6. latency      completion->webhook in REAL time, 500 tasks of 20-60 s at 100 reads/min, against the
 //                   simulator's 120/min limit (bench/latency.mjs; about 2 minutes of wall time by itself)
 //   8. fairness     delivery under a tenant's slow receivers and to partly working receivers in REAL time
@@ -22,7 +25,7 @@
 //   BENCH_OUT=path.json    where to write the results (default bench/results.json; results.md beside it)
 //   BENCH_ROUNDS, BENCH_DURATION (s per intake measurement), BENCH_SCALE_ROWS, BENCH_PROFILE=0|1,
 //   BENCH_RELAY_LOG_LEVEL (default info, the relay's default), BENCH_KEEP=1 (keep the temp folder)
-//   BENCH_ONLY=latency[,scheduling,postgres,profiles,fairness]  run only these benchmarks and merge them into the existing results
+//   BENCH_ONLY=latency[,scheduling,postgres,profiles,fairness,prototypes]  run only these benchmarks and merge them into the existing results
 //                          file (the other rows keep their figures; the entry records its own date and commit)
 import autocannon from "autocannon";
 import { execFileSync } from "node:child_process";
@@ -30,11 +33,12 @@ import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync,
 import os from "node:os";
 import { dirname, join } from "node:path";
 import { Webhook } from "standardwebhooks";
-import { BENCH, ROOT, createClient, ipcChild, memoryOf, sleep, startNode, startRelay, startSimulator } from "./lib/proc.mjs";
+import { BENCH, ROOT, cpuMsOf, createClient, ipcChild, memoryOf, sleep, startNode, startRelay, startSimulator } from "./lib/proc.mjs";
 import { distImport, removeSnapshot, snapshotDist } from "./lib/dist.mjs";
 import { benchFairness } from "./fairness.mjs";
 import { benchLatency } from "./latency.mjs";
 import { benchPostgres } from "./postgres.mjs";
+import { benchPrototypes } from "./prototypes.mjs";
 import { benchMirror } from "./mirror.mjs";
 import { findProfile, summariseProfile } from "./lib/profile.mjs";
 import { markdown, num, printTable, tableRows } from "./lib/report.mjs";
@@ -45,7 +49,7 @@ const QUICK = ["1", "true", "yes"].includes((process.env.BENCH_QUICK ?? "").toLo
 const OUT = process.env.BENCH_OUT || join(BENCH, "results.json");
 const MD_OUT = OUT.replace(/\.json$/i, "") + ".md";
 const envInt = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
-const PARTIAL = ["latency", "scheduling", "postgres", "profiles", "mirror", "fairness"];
+const PARTIAL = ["latency", "scheduling", "postgres", "profiles", "mirror", "fairness", "prototypes"];
 const ONLY = (process.env.BENCH_ONLY ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 for (const name of ONLY) if (!PARTIAL.includes(name)) throw new Error(`BENCH_ONLY: ${name} is not one of ${PARTIAL.join(", ")}`);
 
@@ -57,6 +61,7 @@ const CFG = QUICK
       e2e: { amount: 30, connections: 8, drainS: 60 },
       memory: { waiting: 20, inFlight: 20 },
       scale: { rows: envInt("BENCH_SCALE_ROWS", 2_000) },
+      prototypes: { e2eTasks: 20, e2eDrainS: 60 },
       profile: process.env.BENCH_PROFILE === "1",
     }
   : {
@@ -70,10 +75,14 @@ const CFG = QUICK
       e2e: { duration: 5, connections: 32, drainS: 25 },
       memory: { waiting: 10_000, inFlight: 10_000 },
       scale: { rows: envInt("BENCH_SCALE_ROWS", 1_000_000) },
+      // Creations per end-to-end measurement against the prototype path (the same count for both).
+      prototypes: { e2eTasks: envInt("BENCH_E2E_TASKS", 1_500), e2eDrainS: 90 },
       profile: process.env.BENCH_PROFILE !== "0",
     };
 const RELAY_LOG_LEVEL = process.env.BENCH_RELAY_LOG_LEVEL || "info";
-const GOALS = { intake: 0.5, intakeBusy: 0.25, delivery: 0.6, memoryMb: 200, scale: 0.8 };
+// *Proto: issue #24's targets against the minimal prototypes (throughput >= half the prototype's in
+// the same run; CPU-ms per task end to end within 2x of the prototype path).
+const GOALS = { intake: 0.5, intakeBusy: 0.25, delivery: 0.6, memoryMb: 200, scale: 0.8, intakeProto: 0.5, deliveryProto: 0.5, pgIntakeProto: 0.5, e2eCpuProto: 2 };
 const PATH = "/openapi/v1/images/generations";
 const PUBLIC_CALLBACK = "https://hooks.example.com/genrelay";
 const creationBody = (callbackUrl) => ({
@@ -487,6 +496,7 @@ async function endToEnd(receiver, sims) {
     );
     await receiver.call("reset", { parse: true });
     const t0 = Date.now();
+    const cpu0 = cpuMsOf(relay.pid);
     const intake = await load({
       url: relay.url,
       apiKey: db.client.api_key,
@@ -504,6 +514,7 @@ async function endToEnd(receiver, sims) {
     const stats = await receiver.call("stats");
     complete = complete && stats.unique >= countBenchTasks(db.path, db.client.id, `bench-e2e-r${r}-`);
     const lat = await receiver.call("latencies");
+    const cpuMs = cpuMsOf(relay.pid) - cpu0;
     await relay.stop();
     const lastAt = stats.last ?? Date.now();
     const entry = {
@@ -518,12 +529,13 @@ async function endToEnd(receiver, sims) {
       total_seconds: round((lastAt - t0) / 1000, 2),
       tasks_per_s: round(stats.count / Math.max(0.001, (lastAt - t0) / 1000), 1),
       webhook_arrival_rate: round(stats.rate, 1),
+      cpu_ms_per_task: stats.count > 0 ? round(cpuMs / stats.count, 3) : null,
       completion_to_webhook_ms: distribution(lat.map(([at, , done]) => at - done).filter(Number.isFinite)),
       creation_to_webhook_ms: distribution(lat.map(([at, created]) => at - created).filter(Number.isFinite)),
     };
     rounds.push(entry);
     log(
-      `  round ${r}: ${entry.delivered}/${entry.committed} webhooks, last ${entry.total_seconds} s after the first creation = ${entry.tasks_per_s} tasks/s (intake ${entry.intake_rate}/s for ${entry.intake_seconds} s)${complete ? "" : ` — INCOMPLETE after ${drainS} s`}; completion->webhook p50/p95/p99 ${fmtDist(entry.completion_to_webhook_ms)} ms; creation->webhook ${fmtDist(entry.creation_to_webhook_ms)} ms`,
+      `  round ${r}: ${entry.delivered}/${entry.committed} webhooks, last ${entry.total_seconds} s after the first creation = ${entry.tasks_per_s} tasks/s (intake ${entry.intake_rate}/s for ${entry.intake_seconds} s), ${entry.cpu_ms_per_task} CPU-ms/task${complete ? "" : ` — INCOMPLETE after ${drainS} s`}; completion->webhook p50/p95/p99 ${fmtDist(entry.completion_to_webhook_ms)} ms; creation->webhook ${fmtDist(entry.creation_to_webhook_ms)} ms`,
     );
   }
   const med = (pick) => round(median(rounds.map(pick)), 1);
@@ -533,9 +545,10 @@ async function endToEnd(receiver, sims) {
     p99: med((r) => r[key].p99),
   });
   return {
-    method: `Per round: ${size} (autocannon, ${connections} connections, callback_url to the loopback receiver) against the built relay, then up to ${drainS} s for their webhooks; simulator with 0 ms queued/processing times and no read limit, UPSTREAM_READS_PER_MINUTE=100000. tasks_per_s = webhooks received / (last webhook - first request). completion->webhook = arrival - data.completed_at, the time the relay recorded the terminal status (the simulator's own completion time is not in the webhook; with 0 ms timings it is ~1 ms after submission). creation->webhook = arrival - data.created_at: it includes the poller's first-read delay (2 s for images, src/workers/poll-schedule.ts), so the pipeline's latency is bounded by polling, not delivery; the dispatcher's own rate is measured under delivery.`,
+    method: `Per round: ${size} (autocannon, ${connections} connections, callback_url to the loopback receiver) against the built relay, then up to ${drainS} s for their webhooks; simulator with 0 ms queued/processing times and no read limit, UPSTREAM_READS_PER_MINUTE=100000. tasks_per_s = webhooks received / (last webhook - first request). cpu_ms_per_task = the relay process's user + system CPU (/proc/<pid>/stat) from the first request to the wait's end, per webhook received (the relay alone; bench/prototypes.mjs measures a minimal prototype path beside it). completion->webhook = arrival - data.completed_at, the time the relay recorded the terminal status (the simulator's own completion time is not in the webhook; with 0 ms timings it is ~1 ms after submission). creation->webhook = arrival - data.created_at: it includes the poller's first-read delay (2 s for images, src/workers/poll-schedule.ts), so the pipeline's latency is bounded by polling, not delivery; the dispatcher's own rate is measured under delivery.`,
     tasks_per_s: med((r) => r.tasks_per_s),
     webhook_arrival_rate: med((r) => r.webhook_arrival_rate),
+    cpu_ms_per_task: round(median(rounds.map((r) => r.cpu_ms_per_task)), 3),
     completion_to_webhook_ms: medDist("completion_to_webhook_ms"),
     creation_to_webhook_ms: medDist("creation_to_webhook_ms"),
     complete: rounds.every((r) => r.complete),
@@ -738,6 +751,21 @@ async function sharedProcesses() {
   return { receiver, hold };
 }
 
+/** The upstream at 0 ms and no read limit (the end-to-end rows). */
+function fastSimulator() {
+  return startSimulator(
+    { SIM_IMAGE_QUEUED_MS: 0, SIM_IMAGE_PROCESSING_MS: 0, SIM_VIDEO_QUEUED_MS: 0, SIM_VIDEO_PROCESSING_MS: 0, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 },
+    join(tmp, "sim-fast.log"),
+  );
+}
+
+/** The relay against minimal prototypes of the same work (bench/prototypes.mjs). */
+async function prototypesRows(receiver, sims) {
+  const result = await benchPrototypes({ CFG, QUICK, GOALS, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, relayEnv, newDatabase, logLevel: RELAY_LOG_LEVEL });
+  result.measured = { date: new Date().toISOString(), git: git(), load_average_at_end: os.loadavg().map((x) => round(x, 2)), command: `${QUICK ? "BENCH_QUICK=1 " : ""}${ONLY.length ? `BENCH_ONLY=${ONLY.join(",")} ` : ""}npm run bench` };
+  return result;
+}
+
 async function postgresRows(receiver, sims) {
   return benchPostgres({ CFG, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, logLevel: RELAY_LOG_LEVEL });
 }
@@ -762,6 +790,11 @@ async function partial(info) {
     const { receiver, hold } = await sharedProcesses();
     results.benchmarks.profiles = await profiles(receiver, { hold });
   }
+  if (ONLY.includes("prototypes")) {
+    await prepareSeeding();
+    const { receiver, hold } = await sharedProcesses();
+    results.benchmarks.prototypes = await prototypesRows(receiver, { hold, fast: track(await fastSimulator()) });
+  }
   return results;
 }
 
@@ -778,12 +811,7 @@ async function main() {
   const sims = {
     hold,
     // Zero processing time and no read limit: the end-to-end upstream.
-    fast: track(
-      await startSimulator(
-        { SIM_IMAGE_QUEUED_MS: 0, SIM_IMAGE_PROCESSING_MS: 0, SIM_VIDEO_QUEUED_MS: 0, SIM_VIDEO_PROCESSING_MS: 0, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 },
-        join(tmp, "sim-fast.log"),
-      ),
-    ),
+    fast: track(await fastSimulator()),
     // 50–100 ms tasks: the upstream for intake while the workers submit, poll and deliver.
     busy: track(
       await startSimulator(
@@ -804,6 +832,7 @@ async function main() {
   benchmarks.delivery = await delivery(receiver, sims);
   benchmarks.end_to_end = await endToEnd(receiver, sims);
   benchmarks.postgres = await postgresRows(receiver, sims);
+  benchmarks.prototypes = await prototypesRows(receiver, sims);
   const { db: memoryDb, ...memoryResult } = await memory(sims);
   benchmarks.memory = memoryResult;
   await retimeWithBacklog(benchmarks.query_plans, db.client.id, memoryDb);

@@ -1,8 +1,8 @@
 // Child processes of the benchmark: the built relay, the simulator, the bare baseline server, the
 // webhook receiver and the raw sender. Each child's output goes to a log file (not a pipe), so the
 // benchmark process never spends CPU reading the relay's per-request log lines.
-import { execFile, fork, spawn } from "node:child_process";
-import { closeSync, openSync, readFileSync } from "node:fs";
+import { execFile, execFileSync, fork, spawn } from "node:child_process";
+import { closeSync, openSync, readdirSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { DIST, ROOT } from "./dist.mjs";
@@ -134,6 +134,63 @@ export function memoryOf(pid) {
   const status = readFileSync(`/proc/${pid}/status`, "utf8");
   const kb = (key) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? NaN);
   return { rssMb: kb("VmRSS") / 1024, peakMb: kb("VmHWM") / 1024 };
+}
+
+let clockTicks = null;
+/**
+ * CPU time (user + system, all threads) a process has used so far, in ms, from /proc/<pid>/stat
+ * (utime and stime, fields 14 and 15, in clock ticks: `getconf CLK_TCK`, 100 on Linux).
+ */
+export function cpuMsOf(pid) {
+  if (clockTicks === null) {
+    try {
+      clockTicks = Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
+    } catch {
+      clockTicks = 100;
+    }
+  }
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  // The command name (field 2) may contain spaces: count fields after its closing parenthesis.
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / clockTicks;
+}
+
+/**
+ * CPU ms of a process and all its descendants, by pid (a database server and its backends). The
+ * difference of two snapshots (treeCpuDelta) counts a process that started in between from 0; one
+ * that ended in between is missed.
+ */
+export function treeCpuSnapshot(rootPid) {
+  const parent = new Map();
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      parent.set(Number(name), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const inTree = (pid) => {
+    for (let p = pid, hops = 0; p > 1 && hops < 64; p = parent.get(p) ?? 0, hops++) if (p === rootPid) return true;
+    return false;
+  };
+  const out = new Map();
+  for (const pid of parent.keys()) {
+    if (!inTree(pid)) continue;
+    try {
+      out.set(pid, cpuMsOf(pid));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+export function treeCpuDelta(before, after) {
+  let ms = 0;
+  for (const [pid, cpu] of after) ms += cpu - (before.get(pid) ?? 0);
+  return ms;
 }
 
 /** A port the OS considers free right now (for servers that cannot report a PORT=0 choice). */

@@ -40,7 +40,7 @@ export function tableRows(b) {
   const e = b.end_to_end;
   rows.push([
     "End to end (tasks/s, 0 ms upstream)",
-    `${num(e.tasks_per_s)}/s; completion→webhook p50 ${e.completion_to_webhook_ms.p50} / p95 ${e.completion_to_webhook_ms.p95} / p99 ${e.completion_to_webhook_ms.p99} ms`,
+    `${num(e.tasks_per_s)}/s; completion→webhook p50 ${e.completion_to_webhook_ms.p50} / p95 ${e.completion_to_webhook_ms.p95} / p99 ${e.completion_to_webhook_ms.p99} ms${e.cpu_ms_per_task !== undefined ? `; ${e.cpu_ms_per_task} CPU-ms/task` : ""}`,
     `creation→webhook p50 ${e.creation_to_webhook_ms.p50} / p95 ${e.creation_to_webhook_ms.p95} / p99 ${e.creation_to_webhook_ms.p99} ms`,
     "—",
     "(measured)",
@@ -49,8 +49,9 @@ export function tableRows(b) {
   const g = b.postgres;
   if (g) {
     const sqliteIntake = b.intake?.relay?.rate;
+    const durable = g.settings ? ` (fsync=${g.settings.fsync}, synchronous_commit=${g.settings.synchronous_commit})` : " (fsync=off, synchronous_commit=off: NOT durable)";
     rows.push([
-      "PostgreSQL intake, 1 instance",
+      `PostgreSQL intake, 1 instance${durable}`,
       `${num(g.intake_1.rate)}/s, p50 ${g.intake_1.p50_ms} ms, p99 ${g.intake_1.p99_ms} ms`,
       sqliteIntake ? `SQLite relay ${num(sqliteIntake)}/s` : "—",
       sqliteIntake ? pct(g.intake_1.rate / sqliteIntake) : "—",
@@ -67,6 +68,7 @@ export function tableRows(b) {
       g.complete ? "" : "❌ incomplete",
     ]);
   }
+  rows.push(...prototypeRows(b.prototypes));
   const m = b.memory;
   rows.push([
     `Memory (RSS, ${num(m.waiting)} waiting + ${num(m.in_flight)} in flight)`,
@@ -134,6 +136,52 @@ export function tableRows(b) {
   return rows;
 }
 
+const cpu = (x) => (x === null || x === undefined ? "—" : `${round(x, 2)} CPU-ms`);
+const times = (x) => (x === null || x === undefined ? "—" : `${round(x, 1)}×`);
+
+/** bench/prototypes.mjs: the relay against minimal prototypes of the same durable work, same run. */
+export function prototypeRows(p) {
+  if (!p?.intake) return [];
+  const rows = [];
+  const i = p.intake;
+  rows.push([
+    "Intake vs minimal prototype (SQLite, synchronous=FULL)",
+    `${num(i.relay.rate)}/s, ${cpu(i.relay.cpu_ms_per_request)}/request`,
+    `prototype ${num(i.prototype.rate)}/s, ${cpu(i.prototype.cpu_ms_per_request)}/request (relay ${times(i.cpu_ratio)} the CPU)`,
+    pct(i.ratio),
+    `≥ ${pct(i.goal)}`,
+    mark(i.met && i.durable),
+  ]);
+  const d = p.delivery;
+  rows.push([
+    "Delivery vs minimal prototype (signed webhooks/s, 8 in flight)",
+    `${num(d.relay.rate)}/s, ${cpu(d.relay.cpu_ms_per_webhook)}/webhook`,
+    `prototype ${num(d.prototype.rate)}/s, ${cpu(d.prototype.cpu_ms_per_webhook)}/webhook (relay ${times(d.cpu_ratio)} the CPU)`,
+    pct(d.ratio),
+    `≥ ${pct(d.goal)}`,
+    mark(d.met && d.complete),
+  ]);
+  const e = p.end_to_end;
+  rows.push([
+    `CPU per task end to end vs prototype path (${num(e.tasks)} tasks, 0 ms upstream)`,
+    `${cpu(e.relay.cpu_ms_per_task)}/task (${num(e.relay.tasks_per_s)} tasks/s)`,
+    `prototype ${cpu(e.prototype.cpu_ms_per_task)}/task (${num(e.prototype.tasks_per_s)} tasks/s)`,
+    times(e.cpu_ratio),
+    `≤ ${e.goal}×`,
+    e.complete ? mark(e.met) : "❌ incomplete",
+  ]);
+  const g = p.postgres;
+  rows.push([
+    `PostgreSQL intake vs prototype (fsync=${g.settings.fsync}, synchronous_commit=${g.settings.synchronous_commit})`,
+    `${num(g.relay.rate)}/s, ${cpu(g.relay.cpu_ms_per_request)} + ${cpu(g.relay.db_cpu_ms_per_request)} in PostgreSQL /request`,
+    `multi-row INSERT per tick ${num(g.batch.rate)}/s (${cpu(g.batch.cpu_ms_per_request)} + ${cpu(g.batch.db_cpu_ms_per_request)}); INSERT … ON CONFLICT per request ${num(g.conflict.rate)}/s (${pct(g.ratio_conflict)})`,
+    pct(g.ratio),
+    `≥ ${pct(g.goal)}`,
+    mark(g.met && g.durable),
+  ]);
+  return rows;
+}
+
 /** bench/fairness.mjs: the victim's delay under slow receivers, and partly working receivers; "before" = BENCH_FAIRNESS_OLD_DIST's build. */
 function fairnessRows(f) {
   if (!f?.slow_receivers?.current) return [];
@@ -194,6 +242,11 @@ export function markdown(results, rows) {
     `- **Scale**: the intake measurement on a database pre-loaded with ${num(b.scale.rows)} finished tasks, in the same rounds as the empty one.`,
     ...(b.postgres ? [`- **PostgreSQL**: ${b.postgres.method}`] : []),
   );
+  const p = b.prototypes;
+  if (p?.method) {
+    const when = p.measured ? ` Measured ${p.measured.date.slice(0, 16).replace("T", " ")} UTC, commit ${p.measured.git?.commit?.slice(0, 10) ?? "?"}, load average at end ${p.measured.load_average_at_end.join(", ")}, with \`${p.measured.command}\`.` : "";
+    lines.push(`- **Against minimal prototypes (bench/proto/)**: ${p.method}${when}`);
+  }
   const l = b.latency;
   if (l?.config) {
     const lc = l.config;

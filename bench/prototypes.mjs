@@ -1,0 +1,253 @@
+// The relay against minimal prototypes of the same durable work (bench/proto/), in the same run,
+// alternating which goes first, several rounds, medians (issue #24: the prototypes set the practical
+// limit on this machine; the targets are fractions of them). CPU is user + system time of the
+// measured process from /proc/<pid>/stat over the measured window only (after warm-up / readiness).
+//   intake      the relay's POST /openapi/v1/images/generations vs bench/proto/intake-sqlite.mjs
+//   delivery    the relay draining a pre-written outbox vs bench/proto/delivery.mjs on the same rows
+//   end to end  intake -> 0 ms simulator -> webhook: the relay vs bench/proto/pipeline.mjs (CPU per task)
+//   postgres    the relay on PostgreSQL (fsync=on, synchronous_commit=on) vs bench/proto/intake-pg.mjs,
+//               one multi-row INSERT per tick (batch) and one INSERT … ON CONFLICT per request (conflict)
+import { join } from "node:path";
+import { BENCH, cpuMsOf, sleep, startNode, startRelay, treeCpuDelta, treeCpuSnapshot } from "./lib/proc.mjs";
+import { countBenchTasks, seedPendingEvents } from "./lib/seed.mjs";
+import { median, round } from "./lib/stats.mjs";
+import { count, createPgClient, startPostgres } from "./postgres.mjs";
+
+const PROTO = join(BENCH, "proto");
+const LISTENING = /listening on (http:\/\/[\d.]+:\d+)/;
+
+/** A prototype as its own process (like the relay): resolves once it printed `ready`. */
+async function startProto(ctx, name, script, env, ready = LISTENING) {
+  const child = ctx.track(startNode(name, join(PROTO, script), { env, logFile: join(ctx.tmp, `${name}.log`) }));
+  const m = await child.waitFor(ready);
+  return Object.assign(child, { url: m[1] });
+}
+
+const perRound = (rounds, pick) => round(median(rounds.map(pick)), 3);
+/** Medians of the named figures of one side (`relay`, `prototype`, …) over the rounds. */
+const medians = (rounds, side, fields) => Object.fromEntries(fields.map((f) => [f, perRound(rounds, (x) => x[side][f])]));
+/**
+ * The relay against one prototype side: medians of both, the throughput ratio (median of the
+ * per-round ratios; null without a `rate`) and the CPU ratio (relay / prototype, per unit).
+ */
+function versus(rounds, proto, fields, cpuField) {
+  const rate = fields.includes("rate") ? perRound(rounds, (x) => x.relay.rate / x[proto].rate) : null;
+  return {
+    relay: medians(rounds, "relay", fields),
+    [proto]: medians(rounds, proto, fields),
+    ratio: rate,
+    cpu_ratio: perRound(rounds, (x) => x.relay[cpuField] / x[proto][cpuField]),
+  };
+}
+/** Relay first in odd rounds, prototype(s) first in even ones (cancels slow drifts of the machine's load). */
+const ordered = (r, kinds) => (r % 2 === 1 ? kinds : [...kinds].reverse());
+
+/** autocannon on a started server after its warm-up; CPU of `pid` over the measured load only. */
+async function measureIntake(ctx, child, opts) {
+  await ctx.warmUp(opts);
+  const cpu0 = cpuMsOf(child.pid);
+  const result = await ctx.load(opts);
+  const cpuMs = cpuMsOf(child.pid) - cpu0;
+  return { ...result, cpu_ms: round(cpuMs, 0), cpu_ms_per_request: result.accepted > 0 ? round(cpuMs / result.accepted, 3) : null };
+}
+
+const slim = (x) => ({ rate: x.rate, p50_ms: x.p50_ms, p99_ms: x.p99_ms, accepted: x.accepted, cpu_ms_per_request: x.cpu_ms_per_request, durable: x.durable });
+const line = (name, x) => `${name} ${x.rate}/s (p99 ${x.p99_ms} ms, ${x.cpu_ms_per_request} CPU-ms/req)`;
+
+async function intake(ctx) {
+  const { CFG, log, sims } = ctx;
+  log(`  intake (SQLite): relay vs bench/proto/intake-sqlite.mjs`);
+  const rounds = [];
+  for (let r = 1; r <= CFG.rounds; r++) {
+    const entry = { round: r };
+    for (const kind of ordered(r, ["relay", "prototype"])) {
+      const db = await ctx.newDatabase(`proto-intake-${kind}-r${r}`);
+      const child =
+        kind === "relay"
+          ? ctx.track(await startRelay(ctx.relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: 1 }), join(ctx.tmp, `relay-proto-intake-r${r}.log`)))
+          : await startProto(ctx, `proto-intake-r${r}`, "intake-sqlite.mjs", { DATABASE_PATH: db.path });
+      const keyPrefix = `bench-${kind}-r${r}-`;
+      const result = await measureIntake(ctx, child, ctx.loadOpts({ url: child.url, apiKey: db.client.api_key, keyPrefix, body: ctx.creationBody(ctx.PUBLIC_CALLBACK) }));
+      await child.stop();
+      result.durable = countBenchTasks(db.path, db.client.id, keyPrefix) >= result.accepted;
+      entry[kind] = slim(result);
+    }
+    rounds.push(entry);
+    log(`    round ${r}: ${line("relay", entry.relay)} | ${line("prototype", entry.prototype)}`);
+  }
+  const cmp = versus(rounds, "prototype", ["rate", "p99_ms", "cpu_ms_per_request"], "cpu_ms_per_request");
+  return {
+    ...cmp,
+    goal: ctx.GOALS.intakeProto,
+    met: cmp.ratio >= ctx.GOALS.intakeProto,
+    durable: rounds.every((x) => x.relay.durable && x.prototype.durable),
+    rounds,
+  };
+}
+
+async function delivery(ctx) {
+  const { CFG, log, sims, receiver } = ctx;
+  const { events: n, windowS } = CFG.delivery;
+  log(`  delivery: ${n} due events, relay vs bench/proto/delivery.mjs (8 in flight per host)`);
+  const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
+  const rounds = [];
+  for (let r = 1; r <= CFG.rounds; r++) {
+    const entry = { round: r };
+    for (const kind of ordered(r, ["relay", "prototype"])) {
+      const db = await ctx.newDatabase(`proto-delivery-${kind}-r${r}`);
+      seedPendingEvents(db.path, db.client.id, n, hookUrl);
+      await receiver.call("reset");
+      const child =
+        kind === "relay"
+          ? ctx.track(await startRelay(ctx.relayEnv(db.path, sims.hold.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }), join(ctx.tmp, `relay-proto-delivery-r${r}.log`)))
+          : await startProto(ctx, `proto-delivery-r${r}`, "delivery.mjs", { DATABASE_PATH: db.path }, /proto-delivery ready()/);
+      // Webhooks that arrived before the process was ready are not in its CPU window either.
+      const before = (await receiver.call("stats")).count;
+      const cpu0 = cpuMsOf(child.pid);
+      const complete = await receiver.call("waitFor", { count: n, timeoutMs: windowS * 1000 });
+      const cpuMs = cpuMsOf(child.pid) - cpu0;
+      const stats = await receiver.call("stats");
+      await child.stop();
+      const counted = stats.count - before;
+      entry[kind] = { rate: round(stats.rate, 1), received: stats.count, unique: stats.unique, complete, cpu_ms_per_webhook: counted > 0 ? round(cpuMs / counted, 3) : null };
+    }
+    rounds.push(entry);
+    const show = (name, x) => `${name} ${x.rate}/s (${x.received}/${n}, ${x.cpu_ms_per_webhook} CPU-ms/webhook)`;
+    log(`    round ${r}: ${show("relay", entry.relay)} | ${show("prototype", entry.prototype)}`);
+  }
+  const cmp = versus(rounds, "prototype", ["rate", "cpu_ms_per_webhook"], "cpu_ms_per_webhook");
+  return {
+    events: n,
+    ...cmp,
+    goal: ctx.GOALS.deliveryProto,
+    met: cmp.ratio >= ctx.GOALS.deliveryProto,
+    complete: rounds.every((x) => x.relay.complete && x.prototype.complete),
+    rounds,
+  };
+}
+
+async function endToEnd(ctx) {
+  const { CFG, log, sims, receiver } = ctx;
+  const tasks = CFG.prototypes.e2eTasks;
+  log(`  end to end: ${tasks} creations each through intake -> simulator (0 ms) -> webhook, relay vs bench/proto/pipeline.mjs`);
+  const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
+  const rounds = [];
+  for (let r = 1; r <= CFG.rounds; r++) {
+    const entry = { round: r };
+    for (const kind of ordered(r, ["relay", "prototype"])) {
+      const db = await ctx.newDatabase(`proto-e2e-${kind}-r${r}`);
+      const child =
+        kind === "relay"
+          ? ctx.track(
+              await startRelay(
+                ctx.relayEnv(db.path, sims.fast.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", UPSTREAM_READS_PER_MINUTE: 100_000 }),
+                join(ctx.tmp, `relay-proto-e2e-r${r}.log`),
+              ),
+            )
+          : await startProto(ctx, `proto-pipeline-r${r}`, "pipeline.mjs", { DATABASE_PATH: db.path, UPSTREAM_BASE_URL: sims.fast.url, UPSTREAM_API_KEY: "sandbox" });
+      await receiver.call("reset");
+      const keyPrefix = `bench-e2e-${kind}-r${r}-`;
+      const t0 = Date.now();
+      const cpu0 = cpuMsOf(child.pid);
+      const made = await ctx.load({ url: child.url, apiKey: db.client.api_key, keyPrefix, body: ctx.creationBody(hookUrl), connections: CFG.e2e.connections, amount: tasks });
+      await sleep(500);
+      const committed = countBenchTasks(db.path, db.client.id, keyPrefix);
+      const complete = await receiver.call("waitFor", { count: committed, timeoutMs: CFG.prototypes.e2eDrainS * 1000 });
+      const cpuMs = cpuMsOf(child.pid) - cpu0;
+      const stats = await receiver.call("stats");
+      await child.stop();
+      entry[kind] = {
+        accepted: made.accepted,
+        committed,
+        delivered: stats.count,
+        complete,
+        tasks_per_s: round(stats.count / Math.max(0.001, ((stats.last ?? Date.now()) - t0) / 1000), 1),
+        cpu_ms_per_task: stats.count > 0 ? round(cpuMs / stats.count, 3) : null,
+      };
+    }
+    rounds.push(entry);
+    const show = (name, x) => `${name} ${x.cpu_ms_per_task} CPU-ms/task (${x.delivered}/${x.committed} webhooks, ${x.tasks_per_s} tasks/s)`;
+    log(`    round ${r}: ${show("relay", entry.relay)} | ${show("prototype", entry.prototype)}`);
+  }
+  const cmp = versus(rounds, "prototype", ["cpu_ms_per_task", "tasks_per_s"], "cpu_ms_per_task");
+  return {
+    tasks,
+    ...cmp,
+    goal: ctx.GOALS.e2eCpuProto,
+    met: cmp.cpu_ratio !== null && cmp.cpu_ratio <= ctx.GOALS.e2eCpuProto,
+    complete: rounds.every((x) => x.relay.complete && x.prototype.complete),
+    rounds,
+  };
+}
+
+async function postgres(ctx) {
+  const { CFG, log, sims } = ctx;
+  const server = await startPostgres();
+  const settings = await server.settings();
+  log(`  PostgreSQL intake (fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}): relay vs bench/proto/intake-pg.mjs (batch: one multi-row INSERT per tick; conflict: one INSERT … ON CONFLICT per request)`);
+  const kinds = ["relay", "batch", "conflict"];
+  const rounds = [];
+  try {
+    for (let r = 1; r <= CFG.rounds; r++) {
+      const entry = { round: r };
+      for (const kind of ordered(r, kinds)) {
+        const url = await server.database(`proto_${kind}_r${r}`);
+        const client = await createPgClient(url);
+        const child =
+          kind === "relay"
+            ? ctx.track(
+                await startRelay(
+                  { DATABASE_URL: url, UPSTREAM_BASE_URL: sims.hold.url, UPSTREAM_API_KEY: "sandbox", LOG_LEVEL: ctx.logLevel, UPSTREAM_MAX_CONCURRENT: 1 },
+                  join(ctx.tmp, `relay-proto-pg-r${r}.log`),
+                ),
+              )
+            : await startProto(ctx, `proto-intake-pg-${kind}-r${r}`, "intake-pg.mjs", { DATABASE_URL: url, MODE: kind });
+        const keyPrefix = `bench-pg-${kind}-r${r}-`;
+        const opts = ctx.loadOpts({ url: child.url, apiKey: client.api_key, keyPrefix, body: ctx.creationBody(ctx.PUBLIC_CALLBACK) });
+        await ctx.warmUp(opts);
+        const db0 = treeCpuSnapshot(server.pid());
+        const cpu0 = cpuMsOf(child.pid);
+        const result = await ctx.load(opts);
+        const cpuMs = cpuMsOf(child.pid) - cpu0;
+        const dbMs = treeCpuDelta(db0, treeCpuSnapshot(server.pid()));
+        await child.stop();
+        result.durable = (await count(url, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE $1", [`${keyPrefix}%`])) >= result.accepted;
+        result.cpu_ms_per_request = result.accepted > 0 ? round(cpuMs / result.accepted, 3) : null;
+        entry[kind] = { ...slim(result), db_cpu_ms_per_request: result.accepted > 0 ? round(dbMs / result.accepted, 3) : null };
+      }
+      rounds.push(entry);
+      log(`    round ${r}: ${kinds.map((k) => `${line(k, entry[k])} + ${entry[k].db_cpu_ms_per_request} in PostgreSQL`).join(" | ")}`);
+    }
+  } finally {
+    await server.stop();
+  }
+  const fields = ["rate", "p99_ms", "cpu_ms_per_request", "db_cpu_ms_per_request"];
+  const cmp = versus(rounds, "batch", fields, "cpu_ms_per_request");
+  return {
+    settings,
+    ...cmp,
+    conflict: medians(rounds, "conflict", fields),
+    ratio_conflict: perRound(rounds, (x) => x.relay.rate / x.conflict.rate),
+    goal: ctx.GOALS.pgIntakeProto,
+    met: cmp.ratio >= ctx.GOALS.pgIntakeProto,
+    durable: rounds.every((x) => kinds.every((k) => x[k].durable)),
+    rounds,
+  };
+}
+
+/**
+ * @param ctx { CFG, QUICK, GOALS, tmp, log, elapsed, track, sims: { hold, fast }, receiver, load, loadOpts, warmUp,
+ *              creationBody, PUBLIC_CALLBACK, relayEnv, newDatabase, logLevel }
+ */
+export async function benchPrototypes(ctx) {
+  const { CFG, log, elapsed } = ctx;
+  log(`\n[${elapsed()}] the relay against minimal prototypes of the same durable work (bench/proto/), ${CFG.rounds} round(s)`);
+  const out = {
+    method: `Each figure is measured in the same round as its prototype, alternating which goes first; medians of ${CFG.rounds} round(s), a ratio is the median of the per-round ratios. CPU-ms = user + system time of the measured process (all its threads) from /proc/<pid>/stat over the measured window only, divided by the units done in it; the load generator, receiver, simulator and database server are other processes (PostgreSQL's own CPU is given apart: the postmaster and all its children). Intake: as the intake row (autocannon, ${CFG.intake.connections} connections, ${CFG.intake.duration ? `${CFG.intake.duration} s` : `${CFG.intake.amount} requests`} after ${CFG.intake.warmup} s of warm-up, fresh Idempotency-Key, only 201s count, every 201 checked to be a committed row); relay with the upstream held at one running task. Prototype bench/proto/intake-sqlite.mjs: node:http, JSON.parse, the same fields validated with zod, Bearer key SHA-256 looked up in an in-memory cache, one prepared INSERT … ON CONFLICT DO NOTHING into the relay's tasks table (migrated by the relay's CLI: every index), the inserts of one event-loop turn in one transaction, WAL + synchronous=FULL, 201 with the task's JSON. Delivery: ${CFG.delivery.events} due task.succeeded events seeded into the outbox (bench/lib/seed.mjs) before the process starts, arrivals per second at the loopback receiver; prototype bench/proto/delivery.mjs: claims due events 64 at a time under a lease (one UPDATE … RETURNING, per-task order kept), Standard Webhooks HMAC with node:crypto, undici Pool with 8 connections per origin (8 in flight), the event's new state and its delivery_attempts row recorded in batched transactions (up to 64 attempts or 20 ms), WAL + synchronous=FULL. End to end: ${CFG.prototypes.e2eTasks} creations (autocannon, ${CFG.e2e.connections} connections) with a loopback callback_url against the simulator at 0 ms; CPU from readiness to the last webhook, per webhook received; prototype bench/proto/pipeline.mjs: the intake above plus claim -> act -> record loops for submission and single-task reads (no read budget, credits or upstream limits) and the delivery above. PostgreSQL: embedded PostgreSQL with fsync=on and synchronous_commit=on (durable), the relay's migrations/pg applied by its CLI; prototype bench/proto/intake-pg.mjs (node:http, the same validation, pg Pool): batch = one multi-row INSERT … ON CONFLICT DO NOTHING per event-loop turn (up to 4 statements in flight), conflict = one prepared INSERT … ON CONFLICT DO NOTHING per request (pool of 16); the ratio is the relay against batch.`,
+  };
+  out.intake = await intake(ctx);
+  out.delivery = await delivery(ctx);
+  out.end_to_end = await endToEnd(ctx);
+  out.postgres = await postgres(ctx);
+  return out;
+}
