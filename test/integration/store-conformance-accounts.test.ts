@@ -89,7 +89,7 @@ describe("AccountStore with hostile values: both drivers answer alike", () => {
     { op: "durationSamples", run: (s, v) => s.accounts.durationSamples("image", v) },
     { op: "saveDurationSamples(model)", run: async (s, v) => (await s.accounts.saveDurationSamples("image", v, [1], NOW), await s.accounts.durationSamples("image", v)), defects: { ...on(DEFECTS.nulWrite, "NUL"), ...on(DEFECTS.indexedMiB, "1 MiB") } },
   ];
-  hostileTests(suite.both, text, HOSTILE_TEXT);
+  hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
     { op: "updateState(learnedMaxConcurrent)", roundTrip: true, run: async (s, v) => { const a = fresh("acct"); await s.accounts.updateState(a, { learnedMaxConcurrent: v }, NOW); return (await s.accounts.state(a))!.learnedMaxConcurrent; }, defects: STORED_NUMBER },
@@ -99,5 +99,5 @@ describe("AccountStore with hostile values: both drivers answer alike", () => {
     { op: "pruneReads(before)", run: (s, v) => s.accounts.pruneReads(fresh("acct"), v), defects: STORED_NUMBER },
     { op: "saveDurationSamples(samples)", roundTrip: true, run: async (s, v) => { const m = fresh("model"); await s.accounts.saveDurationSamples("image", m, [v], NOW); return (await s.accounts.durationSamples("image", m))[0]; }, defects: on(DEFECTS.jsonNaN, "NaN") },
   ];
-  hostileTests(suite.both, numbers, HOSTILE_NUMBERS);
+  hostileTests(suite, numbers, HOSTILE_NUMBERS);
 });
