@@ -1,7 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { isDeepStrictEqual } from "node:util";
 import { afterAll, afterEach, expect, it } from "vitest";
-import type { EventRow, NewAttemptRow, Store, TaskRow } from "../../src/store/store.js";
+import { newClient } from "../../src/services/clients.js";
+import type { EventRow, NewAttemptRow, Store, TaskRow, TransitionRules } from "../../src/store/store.js";
 import { PgStore } from "../../src/db/pg/pg-store.js";
 import { SqliteStore } from "../../src/db/sqlite-store.js";
 import { pgStore } from "../../src/open-store.js";
@@ -26,6 +27,8 @@ export interface Harness {
    * (cheaper than a new one on a busy machine). `another` is a second process on it (closed after the test).
    */
   fresh(): Promise<{ store: Store; another: () => Promise<Store> }>;
+  /** The shared database through a store with other transition rules (to make a step fail midway). */
+  withRules(rules: TransitionRules): Promise<Store>;
 }
 
 async function openOn(dialect: Dialect): Promise<{ store: Store; close: () => Promise<void> }> {
@@ -104,6 +107,13 @@ export function conformance(): Conformance {
       };
       return { store, another };
     },
+    async withRules(rules) {
+      const store = await open(dialect, "shared");
+      if (store instanceof SqliteStore) return new SqliteStore(store.database, rules);
+      const other = new PgStore({ connectionString: (store as PgStore).options.connectionString, max: 2 }, rules);
+      perTest.push(() => other.close());
+      return other;
+    },
   });
   const sqlite = harness("sqlite");
   const postgres = harness("postgres");
@@ -131,9 +141,14 @@ export const seq = () => unique++;
 export const lease = (token: string, limit = 100, now = NOW) => ({ now, leaseMs: 30_000, token, limit });
 export const opts = (token: string | null = null, now = NOW) => ({ now, token, firstAttemptDelayMs: 0 });
 
-/** A new client and `count` of its tasks created on `account` (one due each millisecond from NOW). */
+/** A new client of `account` (upstream account), with `extra` in its row. */
+export async function clientOn(store: Store, account: string, extra: Partial<Parameters<Store["clients"]["insert"]>[0]> = {}) {
+  return store.clients.insert({ ...newClient(NOW, { name: fresh("client") }).row, upstreamAccount: account, ...extra });
+}
+
+/** A new client of `account` and `count` of its waiting tasks there (the i-th due at NOW + i), with `extra` in each row. */
 export async function tasksOf(store: Store, count: number, account = "default", extra: Partial<Parameters<Store["tasks"]["create"]>[0]["row"]> = {}) {
-  const c = await client(store);
+  const c = await clientOn(store, account);
   const tasks: TaskRow[] = [];
   for (let i = 0; i < count; i++) {
     const req = task(c.id, fresh("k"));
@@ -291,6 +306,7 @@ export const DEFECTS = {
   emptyPatch: { id: "D8", what: "SQLite throws on an empty patch (drizzle: No values to set), PostgreSQL returns the row" },
   jsonNaN: { id: "D9", what: "NaN in duration samples is neither refused nor kept: JSON.stringify stores null (both drivers)" },
   nulAggregate: { id: "D10", what: "PgStore.q's NUL shortcut gives no row to a count or max that always has one: a TypeError on PostgreSQL, 0 on SQLite" },
+  emptyPatchLost: { id: "D11", what: "PostgreSQL reschedule with an empty patch and a token that does not hold maps an undefined row (TypeError)" },
 } satisfies Record<string, Defect>;
 
 /**
