@@ -102,7 +102,8 @@ export function conformance(): Conformance {
       const another = async () => {
         if (!(store instanceof PgStore)) return store;
         const other = await pgStore(store.options.connectionString, { migrate: false, max: 4 });
-        perTest.push(() => other.close());
+        // A test may have closed it already (leadership hand-over, close): a second close may reject (D13).
+        perTest.push(() => other.close().catch(() => {}));
         return other;
       };
       return { store, another };
@@ -307,6 +308,9 @@ export const DEFECTS = {
   jsonNaN: { id: "D9", what: "NaN in duration samples is neither refused nor kept: JSON.stringify stores null (both drivers)" },
   nulAggregate: { id: "D10", what: "PgStore.q's NUL shortcut gives no row to a count or max that always has one: a TypeError on PostgreSQL, 0 on SQLite" },
   emptyPatchLost: { id: "D11", what: "PostgreSQL reschedule with an empty patch and a token that does not hold maps an undefined row (TypeError)" },
+  likePrefix: { id: "D12", what: "releaseLeases matches the prefix with LIKE: _ and % are wildcards (both drivers), and SQLite ignores case" },
+  closeTwice: { id: "D13", what: "a second close of a PgStore rejects (pg: Called end on pool more than once); SQLite's is harmless" },
+  likeTooLong: { id: "D14", what: "SQLite refuses a LIKE pattern over 50,000 bytes (LIKE or GLOB pattern too complex), PostgreSQL matches it" },
 } satisfies Record<string, Defect>;
 
 /**

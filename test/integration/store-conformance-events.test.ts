@@ -1,26 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { newRound, redeliverLast } from "../../src/core/delivery.js";
 import type { Store } from "../../src/store/store.js";
-import {
-  attemptOf,
-  claimEvents,
-  client,
-  conformance,
-  DEFECTS,
-  eventsOf,
-  fresh,
-  hostileTests,
-  HOSTILE_NUMBERS,
-  HOSTILE_TEXT,
-  LIMIT_NUMBER,
-  NOW,
-  on,
-  opts,
-  STORED_NUMBER,
-  STORED_TEXT,
-  task,
-  type Probe,
-} from "../helpers/conformance.js";
+import { attemptOf, claimEvents, client, conformance, DEFECTS, eventsOf, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, LIMIT_NUMBER, NOW, on, opts, STORED_NUMBER, STORED_TEXT, task, type Probe } from "../helpers/conformance.js";
 
 /** EventStore conformance (checklist: store-conformance.md): the outbox, claims, attempts, re-queues and the feed, on both drivers. */
 const suite = conformance();

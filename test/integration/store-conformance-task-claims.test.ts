@@ -1,24 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { Store } from "../../src/store/store.js";
-import {
-  attemptOf,
-  claimEvents,
-  clientOn,
-  conformance,
-  DEFECTS,
-  fresh,
-  hostileTests,
-  HOSTILE_NUMBERS,
-  HOSTILE_TEXT,
-  lease,
-  NOW,
-  on,
-  opts,
-  STORED_NUMBER,
-  task,
-  tasksOf,
-  type Probe,
-} from "../helpers/conformance.js";
+import { attemptOf, claimEvents, clientOn, conformance, DEFECTS, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, lease, NOW, on, opts, STORED_NUMBER, task, tasksOf, type Probe } from "../helpers/conformance.js";
 
 /**
  * TaskStore conformance, claims and scheduling (checklist: store-conformance.md): every claim, the

@@ -1,23 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { transitionRules } from "../../src/core/transition.js";
 import type { IntakeContext, Store, SubmissionContext, TaskRow } from "../../src/store/store.js";
-import {
-  client,
-  conformance,
-  DEFECTS,
-  fresh,
-  hostileTests,
-  HOSTILE_NUMBERS,
-  HOSTILE_TEXT,
-  itOn,
-  NOW,
-  on,
-  opts,
-  STORED_NUMBER,
-  STORED_TEXT,
-  task,
-  type Probe,
-} from "../helpers/conformance.js";
+import { client, conformance, DEFECTS, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, itOn, NOW, on, opts, STORED_NUMBER, STORED_TEXT, task, type Probe } from "../helpers/conformance.js";
 
 /**
  * TaskStore conformance, intake and state changes (checklist: store-conformance.md): create,
