@@ -266,6 +266,7 @@ export interface Probe<V> {
 export async function expectSameOnBoth<V>(both: Record<Dialect, Store>, probe: Probe<V>, value: V): Promise<void> {
   const sqlite = await outcomeOf(() => probe.run(both.sqlite, value));
   const postgres = await outcomeOf(() => probe.run(both.postgres, value));
+  if (process.env.CONFORMANCE_LOG) console.log(`${probe.op}: sqlite ${show(sqlite)} / postgres ${show(postgres)}`);
   const same = sqlite.ok && postgres.ok ? isDeepStrictEqual(sqlite.value, postgres.value) : !sqlite.ok && !postgres.ok && sqlite.kind === postgres.kind;
   expect(same, `${probe.op}: sqlite ${show(sqlite)} / postgres ${show(postgres)}`).toBe(true);
   if (probe.roundTrip && sqlite.ok) expect(isDeepStrictEqual(sqlite.value, value), `${probe.op}: stored ${summary(value)}, read back ${summary(sqlite.value)}`).toBe(true);
@@ -315,7 +316,8 @@ export const DEFECTS = {
 
 /**
  * `it.fails` for a test a known defect fails, else `it`. CONFORMANCE_SHOW_DEFECTS=1 runs them as
- * plain tests, to read what each one meets today.
+ * plain tests, to read what each one meets today; CONFORMANCE_LOG=1 prints both drivers' outcome of
+ * every hostile value, agreeing or not.
  */
 export function known(defect: Defect | undefined): typeof it | typeof it.fails {
   return defect && !process.env.CONFORMANCE_SHOW_DEFECTS ? it.fails : it;
