@@ -41,15 +41,32 @@ export async function startPostgres() {
   await server.start();
   const admin = `postgres://postgres:postgres@127.0.0.1:${port}`;
   let n = 0;
+  let template = null;
+  const create = async (name, from) => {
+    const db = `bench_${name.replace(/[^a-z0-9_]/gi, "_")}_${n++}`;
+    const c = new pg.Client({ connectionString: `${admin}/postgres` });
+    await c.connect();
+    await c.query(`CREATE DATABASE ${db}${from ? ` TEMPLATE ${from}` : ""}`);
+    await c.end();
+    return db;
+  };
   return {
     /** A new empty database; the relay migrates it at start. */
     async database(name) {
-      const db = `bench_${name.replace(/[^a-z0-9_]/gi, "_")}_${n++}`;
-      const c = new pg.Client({ connectionString: `${admin}/postgres` });
-      await c.connect();
-      await c.query(`CREATE DATABASE ${db}`);
-      await c.end();
-      return `${admin}/${db}`;
+      return `${admin}/${await create(name)}`;
+    },
+    /**
+     * A new database migrated by the relay's CLI, holding one client (`clients create`): the first
+     * call runs the CLI on a template database, later ones copy it (CREATE DATABASE … TEMPLATE), as
+     * the CLI's start-up and migrations take seconds. Every copy has the same client and API key.
+     */
+    async migrated(name) {
+      template ??= (async () => {
+        const db = await create("template");
+        return { db, client: await createPgClient(`${admin}/${db}`) };
+      })();
+      const { db, client } = await template;
+      return { url: `${admin}/${await create(name, db)}`, client };
     },
     /** The server's fsync and synchronous_commit, as it reports them (the rows say what they measured). */
     async settings() {
@@ -74,7 +91,7 @@ export async function startPostgres() {
 }
 
 /** `clients create` through the built CLI with DATABASE_URL (it migrates the database). */
-export function createPgClient(url, name = "bench") {
+function createPgClient(url, name = "bench") {
   return new Promise((resolve, reject) => {
     execFile(process.execPath, [join(DIST, "cli.js"), "clients", "create", "--name", name, "--json"], { env: baseEnv({ DATABASE_URL: url, LOG_LEVEL: "warn" }) }, (err, stdout, stderr) => {
       if (err) return reject(new Error(`clients create failed: ${err.message}\n${stderr}`));
@@ -121,20 +138,20 @@ async function seedOutbox(url, clientId, n, hookUrl) {
 }
 
 /**
- * @param ctx { CFG, QUICK, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, relayEnvExtra }
+ * @param ctx { CFG, QUICK, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, logLevel, pgServer? }
  */
 export async function benchPostgres(ctx) {
   const { CFG, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, logLevel } = ctx;
   log(`\n[${elapsed()}] postgres: intake with 1 and 2 instances on one database, delivery with 1 instance; ${CFG.rounds} round(s)`);
-  const server = await startPostgres();
+  // A server the caller started (shared with bench/prototypes.mjs) stays up; one started here stops here.
+  const server = ctx.pgServer ?? (await startPostgres());
   const settings = await server.settings();
   const env = (url, extra = {}) => ({ DATABASE_URL: url, UPSTREAM_BASE_URL: sims.hold.url, UPSTREAM_API_KEY: "sandbox", LOG_LEVEL: logLevel, ...extra });
   const rounds = [];
   try {
     for (let r = 1; r <= CFG.rounds; r++) {
       // Intake, one instance.
-      const oneUrl = await server.database(`intake1_r${r}`);
-      const oneClient = await createPgClient(oneUrl);
+      const { url: oneUrl, client: oneClient } = await server.migrated(`intake1_r${r}`);
       const one = track(await startRelay(env(oneUrl, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-pg1-r${r}.log`)));
       const oneOpts = loadOpts({ url: one.url, apiKey: oneClient.api_key, keyPrefix: `bench-pg1-r${r}-`, body: creationBody(PUBLIC_CALLBACK) });
       await warmUp(oneOpts);
@@ -143,8 +160,7 @@ export async function benchPostgres(ctx) {
       oneResult.rows_committed = await count(oneUrl, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE $1", [`bench-pg1-r${r}-%`]);
 
       // Intake, two instances on one database, each loaded by its own autocannon with half the connections.
-      const twoUrl = await server.database(`intake2_r${r}`);
-      const twoClient = await createPgClient(twoUrl);
+      const { url: twoUrl, client: twoClient } = await server.migrated(`intake2_r${r}`);
       const pair = [
         track(await startRelay(env(twoUrl, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-pg2a-r${r}.log`))),
         track(await startRelay(env(twoUrl, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-pg2b-r${r}.log`))),
@@ -165,8 +181,7 @@ export async function benchPostgres(ctx) {
       // Delivery, one instance draining a pre-written outbox.
       const { events: n, windowS } = CFG.delivery;
       const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
-      const dUrl = await server.database(`delivery_r${r}`);
-      const dClient = await createPgClient(dUrl);
+      const { url: dUrl, client: dClient } = await server.migrated(`delivery_r${r}`);
       await seedOutbox(dUrl, dClient.id, n, hookUrl);
       await receiver.call("reset");
       const dRelay = track(await startRelay(env(dUrl, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }), join(tmp, `relay-pgd-r${r}.log`)));
@@ -187,7 +202,7 @@ export async function benchPostgres(ctx) {
       for (const [name, x] of [["1 instance", entry.intake_1], ["2 instances", entry.intake_2]]) if (!x.durable) log(`  !! postgres intake ${name}: a 201 without its row`);
     }
   } finally {
-    await server.stop();
+    if (!ctx.pgServer) await server.stop();
   }
   const med = (pick) => round(median(rounds.map(pick)), 1);
   return {

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { BENCH, cpuMsOf, sleep, startNode, startRelay, treeCpuDelta, treeCpuSnapshot } from "./lib/proc.mjs";
 import { countBenchTasks, seedPendingEvents } from "./lib/seed.mjs";
 import { median, round } from "./lib/stats.mjs";
-import { count, createPgClient, startPostgres } from "./postgres.mjs";
+import { count, startPostgres } from "./postgres.mjs";
 
 const PROTO = join(BENCH, "proto");
 const LISTENING = /listening on (http:\/\/[\d.]+:\d+)/;
@@ -56,7 +56,7 @@ const line = (name, x) => `${name} ${x.rate}/s (p99 ${x.p99_ms} ms, ${x.cpu_ms_p
 
 async function intake(ctx) {
   const { CFG, log, sims } = ctx;
-  log(`  intake (SQLite): relay vs bench/proto/intake-sqlite.mjs`);
+  log(`  [${ctx.elapsed()}] intake (SQLite): relay vs bench/proto/intake-sqlite.mjs`);
   const rounds = [];
   for (let r = 1; r <= CFG.rounds; r++) {
     const entry = { round: r };
@@ -88,7 +88,7 @@ async function intake(ctx) {
 async function delivery(ctx) {
   const { CFG, log, sims, receiver } = ctx;
   const { events: n, windowS } = CFG.delivery;
-  log(`  delivery: ${n} due events, relay vs bench/proto/delivery.mjs (8 in flight per host)`);
+  log(`  [${ctx.elapsed()}] delivery: ${n} due events, relay vs bench/proto/delivery.mjs (8 in flight per host)`);
   const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
   const rounds = [];
   for (let r = 1; r <= CFG.rounds; r++) {
@@ -129,7 +129,7 @@ async function delivery(ctx) {
 async function endToEnd(ctx) {
   const { CFG, log, sims, receiver } = ctx;
   const tasks = CFG.prototypes.e2eTasks;
-  log(`  end to end: ${tasks} creations each through intake -> simulator (0 ms) -> webhook, relay vs bench/proto/pipeline.mjs`);
+  log(`  [${ctx.elapsed()}] end to end: ${tasks} creations each through intake -> simulator (0 ms) -> webhook, relay vs bench/proto/pipeline.mjs`);
   const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
   const rounds = [];
   for (let r = 1; r <= CFG.rounds; r++) {
@@ -182,17 +182,16 @@ async function endToEnd(ctx) {
 
 async function postgres(ctx) {
   const { CFG, log, sims } = ctx;
-  const server = await startPostgres();
+  const server = ctx.pgServer ?? (await startPostgres());
   const settings = await server.settings();
-  log(`  PostgreSQL intake (fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}): relay vs bench/proto/intake-pg.mjs (batch: one multi-row INSERT per tick; conflict: one INSERT … ON CONFLICT per request)`);
+  log(`  [${ctx.elapsed()}] PostgreSQL intake (fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}): relay vs bench/proto/intake-pg.mjs (batch: one multi-row INSERT per tick; conflict: one INSERT … ON CONFLICT per request)`);
   const kinds = ["relay", "batch", "conflict"];
   const rounds = [];
   try {
     for (let r = 1; r <= CFG.rounds; r++) {
       const entry = { round: r };
       for (const kind of ordered(r, kinds)) {
-        const url = await server.database(`proto_${kind}_r${r}`);
-        const client = await createPgClient(url);
+        const { url, client } = await server.migrated(`proto_${kind}_r${r}`);
         const child =
           kind === "relay"
             ? ctx.track(
@@ -219,7 +218,7 @@ async function postgres(ctx) {
       log(`    round ${r}: ${kinds.map((k) => `${line(k, entry[k])} + ${entry[k].db_cpu_ms_per_request} in PostgreSQL`).join(" | ")}`);
     }
   } finally {
-    await server.stop();
+    if (!ctx.pgServer) await server.stop();
   }
   const fields = ["rate", "p99_ms", "cpu_ms_per_request", "db_cpu_ms_per_request"];
   const cmp = versus(rounds, "batch", fields, "cpu_ms_per_request");
@@ -237,7 +236,7 @@ async function postgres(ctx) {
 
 /**
  * @param ctx { CFG, QUICK, GOALS, tmp, log, elapsed, track, sims: { hold, fast }, receiver, load, loadOpts, warmUp,
- *              creationBody, PUBLIC_CALLBACK, relayEnv, newDatabase, logLevel }
+ *              creationBody, PUBLIC_CALLBACK, relayEnv, newDatabase, logLevel, pgServer? (a running startPostgres(), left running) }
  */
 export async function benchPrototypes(ctx) {
   const { CFG, log, elapsed } = ctx;

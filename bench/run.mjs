@@ -29,7 +29,7 @@
 //                          file (the other rows keep their figures; the entry records its own date and commit)
 import autocannon from "autocannon";
 import { execFileSync } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { dirname, join } from "node:path";
 import { Webhook } from "standardwebhooks";
@@ -37,7 +37,7 @@ import { BENCH, ROOT, cpuMsOf, createClient, ipcChild, memoryOf, sleep, startNod
 import { distImport, removeSnapshot, snapshotDist } from "./lib/dist.mjs";
 import { benchFairness } from "./fairness.mjs";
 import { benchLatency } from "./latency.mjs";
-import { benchPostgres } from "./postgres.mjs";
+import { benchPostgres, startPostgres } from "./postgres.mjs";
 import { benchPrototypes } from "./prototypes.mjs";
 import { benchMirror } from "./mirror.mjs";
 import { findProfile, summariseProfile } from "./lib/profile.mjs";
@@ -218,10 +218,22 @@ function relayEnv(databasePath, upstreamUrl, extra = {}) {
   };
 }
 
+let template = null;
+/**
+ * A database migrated by the relay's CLI, holding one client (`clients create`). The CLI runs once,
+ * on a template; every database after it is a copy of that file (the CLI's start-up and migrations
+ * take seconds each). Every copy has the same client, API key and webhook secret.
+ */
 async function newDatabase(name) {
+  template ??= (async () => {
+    const path = join(tmp, "template.db");
+    return { path, client: await createClient(path) };
+  })();
+  const t = await template;
   const path = join(tmp, `${name}.db`);
-  const client = await createClient(path);
-  return { path, client };
+  copyFileSync(t.path, path);
+  if (existsSync(`${t.path}-wal`)) copyFileSync(`${t.path}-wal`, `${path}-wal`);
+  return { path, client: t.client };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -760,14 +772,23 @@ function fastSimulator() {
 }
 
 /** The relay against minimal prototypes of the same work (bench/prototypes.mjs). */
-async function prototypesRows(receiver, sims) {
-  const result = await benchPrototypes({ CFG, QUICK, GOALS, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, relayEnv, newDatabase, logLevel: RELAY_LOG_LEVEL });
-  result.measured = { date: new Date().toISOString(), git: git(), load_average_at_end: os.loadavg().map((x) => round(x, 2)), command: `${QUICK ? "BENCH_QUICK=1 " : ""}${ONLY.length ? `BENCH_ONLY=${ONLY.join(",")} ` : ""}npm run bench` };
+async function prototypesRows(receiver, sims, pgServer) {
+  const result = await benchPrototypes({ CFG, QUICK, GOALS, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, relayEnv, newDatabase, logLevel: RELAY_LOG_LEVEL, pgServer });
+  result.measured = measuredNow();
   return result;
 }
 
-async function postgresRows(receiver, sims) {
-  return benchPostgres({ CFG, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, logLevel: RELAY_LOG_LEVEL });
+/** When, on which commit and with which command a row was measured (rows merged by BENCH_ONLY keep their own). */
+function measuredNow() {
+  // The command as run, with the sizes that shape the figures.
+  const sizes = ["BENCH_ROUNDS", "BENCH_DURATION", "BENCH_E2E_TASKS"].filter((k) => process.env[k]).map((k) => `${k}=${process.env[k]} `).join("");
+  return { date: new Date().toISOString(), git: git(), load_average_at_end: os.loadavg().map((x) => round(x, 2)), command: `${QUICK ? "BENCH_QUICK=1 " : ""}${sizes}${ONLY.length ? `BENCH_ONLY=${ONLY.join(",")} ` : ""}npm run bench` };
+}
+
+async function postgresRows(receiver, sims, pgServer) {
+  const result = await benchPostgres({ CFG, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, logLevel: RELAY_LOG_LEVEL, pgServer });
+  result.measured = measuredNow();
+  return result;
 }
 
 /** BENCH_ONLY: the named benchmarks, merged into the results file already there. */
@@ -831,8 +852,14 @@ async function main() {
   rmSync(`${db.path}-shm`, { force: true });
   benchmarks.delivery = await delivery(receiver, sims);
   benchmarks.end_to_end = await endToEnd(receiver, sims);
-  benchmarks.postgres = await postgresRows(receiver, sims);
-  benchmarks.prototypes = await prototypesRows(receiver, sims);
+  // One PostgreSQL server (durable settings) for the PostgreSQL rows and the prototypes' PostgreSQL row.
+  const pgServer = await startPostgres();
+  try {
+    benchmarks.postgres = await postgresRows(receiver, sims, pgServer);
+    benchmarks.prototypes = await prototypesRows(receiver, sims, pgServer);
+  } finally {
+    await pgServer.stop();
+  }
   const { db: memoryDb, ...memoryResult } = await memory(sims);
   benchmarks.memory = memoryResult;
   await retimeWithBacklog(benchmarks.query_plans, db.client.id, memoryDb);

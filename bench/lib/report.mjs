@@ -217,6 +217,12 @@ function fairnessRows(f) {
   return rows;
 }
 
+/** " Measured <date> UTC, commit <sha>, …, with `<command>`." for a row merged by BENCH_ONLY, else "". */
+function measuredText(m) {
+  if (!m) return "";
+  return ` Measured ${m.date.slice(0, 16).replace("T", " ")} UTC, commit ${m.git?.commit?.slice(0, 10) ?? "?"}${m.git?.dirty ? " (uncommitted changes)" : ""}, load average at end ${m.load_average_at_end.join(", ")}, with \`${m.command}\`.`;
+}
+
 export function markdown(results, rows) {
   const head = ["benchmark", "genrelay", "baseline (same run)", "ratio", "goal", ""];
   const lines = [
@@ -240,13 +246,10 @@ export function markdown(results, rows) {
     `- **End to end**: ${c.e2e.duration ? `${c.e2e.duration} s` : `${c.e2e.amount} requests`} of creations with a loopback \`callback_url\`, simulator at 0 ms and no read limit; tasks/s = webhooks / (last webhook − first request). completion→webhook uses the relay's \`data.completed_at\`; creation→webhook includes the poller's first read (2 s after submission for images).`,
     `- **Memory**: VmRSS of the relay process with ${num(b.memory.waiting)} tasks waiting and ${num(b.memory.in_flight)} submitted to a simulator whose tasks take a day (steady state over 5 s; peak = VmHWM, reached while submitting).`,
     `- **Scale**: the intake measurement on a database pre-loaded with ${num(b.scale.rows)} finished tasks, in the same rounds as the empty one.`,
-    ...(b.postgres ? [`- **PostgreSQL**: ${b.postgres.method}`] : []),
+    ...(b.postgres ? [`- **PostgreSQL**: ${b.postgres.method}${measuredText(b.postgres.measured)}`] : []),
   );
   const p = b.prototypes;
-  if (p?.method) {
-    const when = p.measured ? ` Measured ${p.measured.date.slice(0, 16).replace("T", " ")} UTC, commit ${p.measured.git?.commit?.slice(0, 10) ?? "?"}, load average at end ${p.measured.load_average_at_end.join(", ")}, with \`${p.measured.command}\`.` : "";
-    lines.push(`- **Against minimal prototypes (bench/proto/)**: ${p.method}${when}`);
-  }
+  if (p?.method) lines.push(`- **Against minimal prototypes (bench/proto/)**: ${p.method}${measuredText(p.measured)}`);
   const l = b.latency;
   if (l?.config) {
     const lc = l.config;

@@ -61,6 +61,14 @@ describe.skipIf(!existsSync(MAIN))("npm run bench (BENCH_QUICK smoke run)", () =
     expect(b.latency.completion_to_webhook_ms).toMatchObject({ p50: expect.any(Number), p95: expect.any(Number), max: expect.any(Number) });
     expect(b.latency.reads.busiest_minute).toBeLessThanOrEqual(100);
     expect(b.latency.floors.length).toBeGreaterThan(0);
+    // The relay against the minimal prototypes (bench/proto/), and PostgreSQL measured with durable commits.
+    const p = b.prototypes;
+    expect(p.intake).toMatchObject({ relay: { rate: expect.any(Number), cpu_ms_per_request: expect.any(Number) }, prototype: { rate: expect.any(Number) }, goal: 0.5, durable: true });
+    expect(p.delivery).toMatchObject({ relay: { cpu_ms_per_webhook: expect.any(Number) }, prototype: { rate: expect.any(Number) }, complete: true });
+    expect(p.end_to_end).toMatchObject({ relay: { cpu_ms_per_task: expect.any(Number) }, prototype: { cpu_ms_per_task: expect.any(Number) }, goal: 2, complete: true });
+    expect(p.postgres).toMatchObject({ settings: { fsync: "on", synchronous_commit: "on" }, batch: { rate: expect.any(Number) }, conflict: { rate: expect.any(Number) }, durable: true });
+    expect(b.postgres.settings).toEqual({ fsync: "on", synchronous_commit: "on" });
+    expect(b.end_to_end.cpu_ms_per_task).toEqual(expect.any(Number));
     expect(results.table.length).toBeGreaterThanOrEqual(6);
 
     const md = readFileSync(join(dir, "results.md"), "utf8");
