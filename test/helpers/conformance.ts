@@ -312,6 +312,7 @@ export const DEFECTS = {
   likePrefix: { id: "D12", what: "releaseLeases matches the prefix with LIKE: _ and % are wildcards (both drivers), and SQLite ignores case" },
   closeTwice: { id: "D13", what: "a second close of a PgStore rejects (pg: Called end on pool more than once); SQLite's is harmless" },
   likeTooLong: { id: "D14", what: "SQLite refuses a LIKE pattern over 50,000 bytes (LIKE or GLOB pattern too complex), PostgreSQL matches it" },
+  keyLimit: { id: "D15", what: "claimOfKey: PostgreSQL caps the limit by maxPerKey before SQL, SQLite binds it as given: a limit of 1e308 is refused on SQLite only" },
 } satisfies Record<string, Defect>;
 
 /**
