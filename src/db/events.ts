@@ -1,7 +1,8 @@
-import { and, asc, desc, eq, gt, gte, inArray, isNull, lt, lte, notInArray, or, sql, type SQL } from "drizzle-orm";
+import { and, asc, desc, eq, getTableColumns, gt, gte, inArray, isNull, lt, lte, notInArray, or, sql, type Placeholder, type SQL } from "drizzle-orm";
 import { pickWithinRoom, type ClientRoom } from "../store/fairness.js";
 import { deliveryKey } from "../store/delivery-key.js";
 import type { Db } from "./open.js";
+import { jsonList, patchShape, prepared } from "./prepared.js";
 import type { DbOrTx } from "./tx.js";
 import { clients, deliveryAttempts, events } from "./schema.js";
 
@@ -62,10 +63,13 @@ function notAtKeys(keys: string[] | undefined): SQL | undefined {
 }
 
 /** Pending, due, not leased, and no earlier event of its task still pending (which keeps each task's events in order). */
-function claimable(now: number): SQL {
+function claimable(now: number | Placeholder, byRowid = false): SQL {
+  // byRowid: the unary + keeps SQLite from walking the due index for these terms when the rows are
+  // named by seq (it would scan every pending event to find a handful).
+  const plus = byRowid ? sql.raw("+") : sql.empty();
   return and(
-    eq(events.deliveryStatus, "pending"),
-    lte(events.nextAttemptAt, now),
+    sql`${plus}${events.deliveryStatus} = 'pending'`,
+    sql`${plus}${events.nextAttemptAt} <= ${now}`,
     or(isNull(events.claimedUntil), lt(events.claimedUntil, now)),
     sql`NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = ${events.taskId} AND e2.sequence < ${events.sequence} AND e2.delivery_status = 'pending')`,
   )!;
@@ -103,30 +107,45 @@ const SCAN_FACTOR = 4;
  */
 export function claimDueEvents(db: Db, opts: ClaimOptions): EventRow[] {
   if (opts.limit <= 0) return [];
-  const where = and(claimable(opts.now), notAtKeys(opts.excludeKeys), notOfClients(opts.excludeClients));
-  const lease = { claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token };
   if (!opts.keyRoom) {
+    const where = and(claimable(opts.now), notAtKeys(opts.excludeKeys), notOfClients(opts.excludeClients));
+    const lease = { claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token };
     const due = db.select({ seq: events.seq }).from(events).where(where).orderBy(asc(events.nextAttemptAt), asc(events.seq)).limit(opts.limit);
     return db.update(events).set(lease).where(inArray(events.seq, due)).returning().all();
   }
   // Pick per host in code, then claim with the conditions checked again in the UPDATE: another
   // process may have claimed a candidate in between, and it then simply is not returned.
-  const candidates = db
-    .select({ seq: events.seq, clientId: events.clientId, host: events.destinationHost })
-    .from(events)
-    .where(where)
-    .orderBy(asc(events.nextAttemptAt), asc(events.seq))
-    .limit(opts.limit * SCAN_FACTOR)
-    .all();
+  const candidates = prepared(db, "events.claimCandidates", () =>
+    db
+      .select({ seq: events.seq, clientId: events.clientId, host: events.destinationHost })
+      .from(events)
+      .where(
+        and(
+          claimable(sql.placeholder("now")),
+          sql`${deliveryKeySql} NOT IN (SELECT value FROM json_each(${sql.placeholder("keys")}))`,
+          sql`${events.clientId} NOT IN (SELECT value FROM json_each(${sql.placeholder("clients")}))`,
+        ),
+      )
+      .orderBy(asc(events.nextAttemptAt), asc(events.seq))
+      .limit(sql.placeholder("limit"))
+      .prepare(),
+  ).all({ now: opts.now, keys: jsonList(opts.excludeKeys ?? []), clients: jsonList(opts.excludeClients ?? []), limit: opts.limit * SCAN_FACTOR });
   const picked = pickWithinRoom(candidates, opts.limit, opts.keyRoom, opts.clientRoom).map((c) => c.seq);
   if (picked.length === 0) return [];
-  return db
-    .update(events)
-    .set(lease)
-    .where(and(inArray(events.seq, picked), claimable(opts.now)))
-    .returning()
-    .all()
+  return leaseEvents(db, picked, opts)
     .sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
+}
+
+/** Leases the given events where they are still claimable (another claim may have taken one since it was picked). */
+function leaseEvents(db: Db, seqs: number[], opts: { now: number; leaseMs: number; token: string }): EventRow[] {
+  return prepared(db, "events.lease", () =>
+    db
+      .update(events)
+      .set({ claimedUntil: sql.placeholder("until"), claimToken: sql.placeholder("token") } as unknown as Partial<NewEventRow>)
+      .where(and(sql`${events.seq} IN (SELECT value FROM json_each(${sql.placeholder("seqs")}))`, claimable(sql.placeholder("now"), true)))
+      .returning()
+      .prepare(),
+  ).all({ seqs: jsonList(seqs), now: opts.now, until: opts.now + opts.leaseMs, token: opts.token });
 }
 
 /**
@@ -136,13 +155,15 @@ export function claimDueEvents(db: Db, opts: ClaimOptions): EventRow[] {
  * (leased events and saturated hosts wake the loop themselves when an attempt settles).
  */
 export function nextEventDueAt(db: Db, opts: { now: number; excludeKeys?: string[]; excludeClients?: string[]; scan?: number }): number | null {
-  const rows = db
-    .select({ at: events.nextAttemptAt, clientId: events.clientId, host: events.destinationHost })
-    .from(events)
-    .where(and(eq(events.deliveryStatus, "pending"), or(isNull(events.claimedUntil), lt(events.claimedUntil, opts.now))))
-    .orderBy(asc(events.nextAttemptAt))
-    .limit(opts.scan ?? 200)
-    .all();
+  const rows = prepared(db, "events.nextDue", () =>
+    db
+      .select({ at: events.nextAttemptAt, clientId: events.clientId, host: events.destinationHost })
+      .from(events)
+      .where(and(eq(events.deliveryStatus, "pending"), or(isNull(events.claimedUntil), lt(events.claimedUntil, sql.placeholder("now")))))
+      .orderBy(asc(events.nextAttemptAt))
+      .limit(sql.placeholder("scan"))
+      .prepare(),
+  ).all({ now: opts.now, scan: opts.scan ?? 200 });
   if (rows.length === 0) return null;
   const excluded = new Set(opts.excludeKeys ?? []);
   const clientsOut = new Set(opts.excludeClients ?? []);
@@ -185,22 +206,40 @@ export function setDestination(db: Db, url: string, host: string): void {
   db.update(events).set({ destinationHost: host }).where(and(eq(events.callbackUrl, url), eq(events.destinationHost, ""))).run();
 }
 
-export function updateLeasedEvent(db: DbOrTx, id: string, token: string, patch: Partial<NewEventRow>): EventRow | undefined {
-  return db
-    .update(events)
-    .set(patch)
-    .where(and(eq(events.id, id), eq(events.claimToken, token)))
-    .returning()
-    .all()[0];
+/**
+ * Writes a patch to an event while the caller's lease holds; true when it did. `db` is the database
+ * (its statements, one per shape of patch, are prepared once), also inside its open transaction.
+ */
+export function updateLeasedEvent(db: Db, id: string, token: string, patch: Partial<NewEventRow>): boolean {
+  const shape = patchShape(patch);
+  const statement = prepared(db, `events.updateLeased:${shape.join(",")}`, () =>
+    db
+      .update(events)
+      .set(Object.fromEntries(shape.map((k) => [k, sql.placeholder(k)])) as Partial<NewEventRow>)
+      .where(and(eq(events.id, sql.placeholder("__id")), eq(events.claimToken, sql.placeholder("__token"))))
+      .prepare(),
+  );
+  return statement.run({ ...patch, __id: id, __token: token }).changes > 0;
 }
 
 export function updateEvent(db: DbOrTx, id: string, patch: Partial<NewEventRow>): EventRow | undefined {
   return db.update(events).set(patch).where(eq(events.id, id)).returning().all()[0];
 }
 
-export function insertAttempt(db: DbOrTx, row: NewAttemptRow): AttemptRow {
-  return db.insert(deliveryAttempts).values(row).returning().all()[0]!;
+/** Records an attempt (prepared once; every column bound, absent ones as NULL). */
+export function insertAttempt(db: Db, row: NewAttemptRow): void {
+  const columns = ATTEMPT_COLUMNS;
+  const statement = prepared(db, "attempts.insert", () =>
+    db
+      .insert(deliveryAttempts)
+      .values(Object.fromEntries(columns.map((c) => [c, sql.placeholder(c)])) as unknown as NewAttemptRow)
+      .prepare(),
+  );
+  const bound: Record<string, unknown> = {};
+  for (const c of columns) bound[c] = (row as Record<string, unknown>)[c] ?? null;
+  statement.run(bound);
 }
+const ATTEMPT_COLUMNS = Object.keys(getTableColumns(deliveryAttempts));
 
 export function listTaskAttempts(db: DbOrTx, taskId: string): AttemptRow[] {
   return db
@@ -259,20 +298,32 @@ export function releaseEventLeases(db: Db, ownerPrefix: string): number {
  * first (a receiver that fails every first attempt and takes the retry gets a trial it can pass).
  */
 export function claimTrialEvent(db: Db, key: { clientId: string; host: string }, opts: { now: number; leaseMs: number; token: string }): EventRow | undefined {
-  const pick = db
-    .select({ seq: events.seq })
-    .from(events)
-    .where(and(claimable(opts.now), eq(events.clientId, key.clientId), eq(events.destinationHost, key.host)))
-    .orderBy(sql`(${events.attempts} = 0)`, asc(events.nextAttemptAt), asc(events.seq))
-    .limit(1)
-    .all()[0];
-  if (!pick) return undefined;
-  return db
-    .update(events)
-    .set({ claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token })
-    .where(and(eq(events.seq, pick.seq), claimable(opts.now)))
-    .returning()
-    .all()[0];
+  return claimKeyEvents(db, key, { ...opts, limit: 1, attemptedFirst: true })[0];
+}
+
+/**
+ * Up to `limit` of one delivery key's claimable events under a lease, through events_key_due_idx:
+ * oldest due first, or (a breaker trial) an already attempted one first.
+ */
+export function claimKeyEvents(
+  db: Db,
+  key: { clientId: string; host: string },
+  opts: { now: number; leaseMs: number; token: string; limit: number; attemptedFirst?: boolean },
+): EventRow[] {
+  if (opts.limit <= 0) return [];
+  const order = opts.attemptedFirst ? [sql`(${events.attempts} = 0)`, asc(events.nextAttemptAt), asc(events.seq)] : [asc(events.nextAttemptAt), asc(events.seq)];
+  const picks = prepared(db, `events.keyPicks:${opts.attemptedFirst ? "attempted" : "due"}`, () =>
+    db
+      .select({ seq: events.seq })
+      .from(events)
+      .where(and(claimable(sql.placeholder("now")), eq(events.clientId, sql.placeholder("clientId")), eq(events.destinationHost, sql.placeholder("host"))))
+      .orderBy(...order)
+      .limit(sql.placeholder("limit"))
+      .prepare(),
+  ).all({ now: opts.now, clientId: key.clientId, host: key.host, limit: opts.limit });
+  if (picks.length === 0) return [];
+  return leaseEvents(db, picks.map((p) => p.seq), opts)
+    .sort((a, b) => (opts.attemptedFirst ? Number(a.attempts === 0) - Number(b.attempts === 0) : 0) || (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
 }
 
 /** Retry-now: the key's pending, unleased events due at once (a paused key's included). */

@@ -258,6 +258,12 @@ export interface EventStore {
    * attempted (a receiver that fails every first attempt but takes retries is not dead), claimed under a lease.
    */
   claimTrial(key: DeliveryKey, opts: Omit<ClaimOptions, "limit">): Promise<EventRow | undefined>;
+  /**
+   * Up to `limit` of one key's due events, oldest due first, each task's in order (the refill of a
+   * key whose attempt just settled: one indexed probe instead of a scan of every due event). A store
+   * shared by several instances claims no more than `maxPerKey` less the key's leased events.
+   */
+  claimOfKey(key: DeliveryKey, opts: ClaimOptions & { maxPerKey: number }): Promise<EventRow[]>;
   /** The key's pending, unleased events made due now (retry-now); returns how many. */
   retryKeyNow(key: DeliveryKey, now: number): Promise<number>;
   /** How many of the key's events are pending. */

@@ -35,6 +35,9 @@ export interface DispatcherOptions {
 export const MAX_PAYLOAD_BYTES = 256 * 1024;
 
 /** What one claim started, and whether it took as many events as it had room for. */
+/** How soon after a refill the loop claims for everyone else (a new client's events wait at most this long for it). */
+const SWEEP_AFTER_REFILL_MS = 200;
+
 interface Claimed {
   started: Promise<void>[];
   full: boolean;
@@ -67,6 +70,8 @@ export class Dispatcher {
   private readonly maxPerHost: number;
   private readonly keyInFlight = new Map<string, number>();
   private readonly clientInFlight = new Map<string, number>();
+  /** Slots of settled attempts held for their key's refill (see withSlot). */
+  private readonly heldForRefill = new Map<string, number>();
   readonly breakers: CircuitBreakers;
   /** Called when a delivery finishes, so the loop can claim more (set by main). */
   onSettled: () => void = () => {};
@@ -94,6 +99,7 @@ export class Dispatcher {
 
   /** Claims what is due and starts delivering it; does not wait for the deliveries (production loop). */
   async tick(): Promise<TickResult> {
+    this.refilling = true;
     const { started, full } = await this.claimAndStart();
     // A claim that filled its room loops again at once (more may be due). One that took less than
     // it could has taken everything claimable: a tick at once would only walk the due index past
@@ -109,9 +115,10 @@ export class Dispatcher {
     return started.length;
   }
 
-  /** Waits for in-flight deliveries (graceful shutdown). */
+  /** Waits for in-flight deliveries (graceful shutdown); a settling attempt no longer refills its key. */
   async drain(): Promise<void> {
-    await Promise.all([...this.inFlight]);
+    this.refilling = false;
+    while (this.inFlight.size > 0) await Promise.all([...this.inFlight]);
   }
 
   /** Attempts in flight for one delivery key (`clientId|host`) now. */
@@ -163,9 +170,9 @@ export class Dispatcher {
     return busy;
   }
 
-  /** How many more attempts may start for this key now: the rest of its cap, or the breaker's allowance. */
+  /** How many more attempts may start for this key now: the rest of its cap (less slots held for its refill), or the breaker's allowance. */
   private keyRoom(key: string): number {
-    return Math.min(this.maxPerHost - this.inFlightTo(key), this.breakers.allowance(key));
+    return Math.min(this.maxPerHost - this.inFlightTo(key) - (this.heldForRefill.get(key) ?? 0), this.breakers.allowance(key));
   }
 
   /**
@@ -174,14 +181,14 @@ export class Dispatcher {
    */
   private busyKeys(): string[] {
     const busy: string[] = [];
-    for (const key of this.keyInFlight.keys()) if (this.keyRoom(key) <= 0) busy.push(key);
+    for (const key of new Set([...this.keyInFlight.keys(), ...this.heldForRefill.keys()])) if (this.keyRoom(key) <= 0) busy.push(key);
     return busy;
   }
 
   /** One claim at a time: a second caller waits for the running claim and claims after it. */
-  private async claimAndStart(): Promise<Claimed> {
+  private async claimAndStart(claim: () => Promise<Claimed> = () => this.claimOnce()): Promise<Claimed> {
     while (this.claiming) await this.claiming.catch(() => null);
-    this.claiming = this.claimOnce();
+    this.claiming = claim();
     try {
       return await this.claiming;
     } finally {
@@ -229,17 +236,80 @@ export class Dispatcher {
     return { started, full: claimed.length >= room };
   }
 
-  /** Counts a started delivery in the pool until it settles, and wakes the loop when it does. */
+  /**
+   * Counts a started delivery in the pool until it settles. Then the slot it frees goes first to the
+   * same key's next due events (one indexed claim of that key, within its cap and its client's
+   * share), and the loop is woken for everything else: a steady stream to one receiver costs no
+   * scan of the whole due index per webhook.
+   */
   private track(event: EventRow, work: Promise<void>): Promise<void> {
     const promise = work.catch((err: unknown) => {
       this.opts.logger.error({ err, event_id: event.id }, "delivery bookkeeping failed");
     });
     this.inFlight.add(promise);
-    void promise.finally(() => {
+    void promise.finally(async () => {
       this.inFlight.delete(promise);
-      this.onSettled();
+      let refilled = false;
+      if (this.refilling) {
+        try {
+          const refill = await this.claimAndStart(() => this.refill(event.clientId, event.destinationHost));
+          refilled = refill.started.length > 0 || refill.full;
+        } catch (err) {
+          this.opts.logger.error({ err, client_id: event.clientId, host: event.destinationHost }, "claiming a key's next events failed; the loop claims them");
+        }
+      }
+      // A refilled slot leaves the pool as full as it was: the loop's claim of everything else
+      // (other clients' due events, which may need the reserve) runs soon, not once per webhook.
+      if (refilled) this.sweepSoon();
+      else this.onSettled();
     });
     return promise;
+  }
+
+  /** Whether a settled attempt refills its key at once (the production loop; runOnce() in tests claims by itself). */
+  private refilling = false;
+  private sweepTimer: NodeJS.Timeout | null = null;
+
+  /** Wakes the loop within SWEEP_AFTER_REFILL_MS, once for any number of refills meanwhile. */
+  private sweepSoon(): void {
+    if (this.sweepTimer) return;
+    this.sweepTimer = setTimeout(() => {
+      this.sweepTimer = null;
+      this.onSettled();
+    }, SWEEP_AFTER_REFILL_MS);
+    this.sweepTimer.unref();
+  }
+
+  /** The next due events of one key, for the slot its settled attempt freed and held (see track, withSlot). */
+  private async refill(clientId: string, host: string): Promise<Claimed> {
+    const { store, clock, config, owner } = this.opts;
+    const key = deliveryKey(clientId, host);
+    const held = this.heldForRefill.get(key) ?? 0;
+    let released = false;
+    const release = () => {
+      if (!released) bump(this.heldForRefill, key, -held);
+      released = true;
+    };
+    try {
+      // Another settle's refill already used the slot (it claimed for every slot held then): the key is full again.
+      if (this.keyRoom(key) + held <= 0) return { started: [], full: true };
+      const room = Math.min(this.keyRoom(key) + held, this.clientRoom(clientId), this.maxInFlight - this.inFlight.size);
+      if (room <= 0) return { started: [], full: false };
+      const claimed = await store.events.claimOfKey(
+        { clientId, host },
+        { now: clock.now(), leaseMs: config.webhookTimeoutMs + 5_000, token: owner.token(), limit: room, maxPerKey: this.maxPerHost },
+      );
+      const started: Promise<void>[] = [];
+      const client = claimed.length > 0 ? await store.clients.find(clientId) : undefined;
+      release();
+      for (const event of claimed) {
+        const work = this.start(event, client);
+        if (work) started.push(this.track(event, work));
+      }
+      return { started, full: claimed.length >= room };
+    } finally {
+      release();
+    }
   }
 
   /**
@@ -283,7 +353,7 @@ export class Dispatcher {
       return { work: this.track(event, this.refuseOversized(event, size)) };
     }
     const sendable = event;
-    return { work: this.track(sendable, this.withSlot(sendable, () => this.deliver(sendable, client, permit))) };
+    return { work: this.track(sendable, this.withSlot(sendable, () => this.deliver(sendable, client, permit), true)) };
   }
 
   /**
@@ -306,15 +376,20 @@ export class Dispatcher {
       });
       return null;
     }
-    return this.withSlot(event, () => this.deliver(event, client, permit));
+    return this.withSlot(event, () => this.deliver(event, client, permit), true);
   }
 
-  /** Counts an attempt against its key's cap and its client's share while `work` runs. */
-  private withSlot<T>(at: { clientId: string; destinationHost: string }, work: () => Promise<T>): Promise<T> {
+  /**
+   * Counts an attempt against its key's cap and its client's share while `work` runs. A tracked
+   * delivery's slot stays held for its key until the refill (see track) has used it or given it up,
+   * so no other claim, nor the loop's next-due probe, sees the key's room in between.
+   */
+  private withSlot<T>(at: { clientId: string; destinationHost: string }, work: () => Promise<T>, refills = false): Promise<T> {
     const key = deliveryKey(at.clientId, at.destinationHost);
     bump(this.keyInFlight, key, 1);
     bump(this.clientInFlight, at.clientId, 1);
     return work().finally(() => {
+      if (refills && this.refilling) bump(this.heldForRefill, key, 1);
       bump(this.keyInFlight, key, -1);
       bump(this.clientInFlight, at.clientId, -1);
     });

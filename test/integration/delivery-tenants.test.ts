@@ -203,6 +203,49 @@ describe("fair share of the pool", () => {
   });
 });
 
+describe("a settled attempt refills its own key (#24: no scan of every due event per webhook)", () => {
+  it("60 webhooks to one receiver at its per-host cap go out through per-key claims; the loop's claim of the whole due index runs a few times, not once per webhook", async () => {
+    const { t } = suite.setup({ WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "2", WEBHOOK_RETRY_SCHEDULE: "0s,1h" }, { clock: new SystemClock() });
+    const r = await receiver((_req, res) => {
+      setTimeout(() => res.end("ok"), 5);
+    });
+    const c = t.client("steady");
+    const events = await succeededTasks(t, c.apiKey, r.url(), 60);
+    const claimDue = vi.spyOn(t.store.events, "claimDue");
+    const claimOfKey = vi.spyOn(t.store.events, "claimOfKey");
+    startDispatcherLoop(t);
+    await waitFor("every webhook", () => events.every((e) => r.arrivals.has(e.id)), 10_000);
+    await t.relay.loops.find((l) => l.name === "dispatcher")!.stop();
+    await t.relay.dispatcher.drain();
+    // Never more than the cap at once, and each webhook once.
+    expect(r.maxOpen()).toBeLessThanOrEqual(2);
+    expect(r.arrivals.size).toBe(60);
+    // Before: every settled attempt woke the loop, whose claim walked the due index past the key's backlog.
+    expect(claimOfKey.mock.calls.length).toBeGreaterThanOrEqual(29);
+    expect(claimDue.mock.calls.length).toBeLessThan(15);
+  });
+
+  it("a client at its fair share does not refill: the freed slot goes back to the pool, where another client's due webhook takes it", async () => {
+    const { t } = suite.setup({ WEBHOOK_MAX_IN_FLIGHT: "8", WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "8", WEBHOOK_RETRY_SCHEDULE: "0s,1h" }, { clock: new SystemClock() });
+    const slowish = await receiver((_req, res) => {
+      setTimeout(() => res.end("ok"), 20);
+    });
+    const fast = await receiver(ok);
+    const a = t.client("busy");
+    const b = t.client("other");
+    const aEvents = await succeededTasks(t, a.apiKey, slowish.url(), 40);
+    startDispatcherLoop(t);
+    await waitFor("A's attempts to fill the pool less its reserve", () => t.relay.dispatcher.inFlightOf(a.id) >= 7, 2_000);
+    const bEvents = await succeededTasks(t, b.apiKey, fast.url(), 3);
+    await waitFor("B's webhooks", () => bEvents.every((e) => fast.arrivals.has(e.id)), 3_000);
+    await waitFor("A's webhooks", () => aEvents.every((e) => slowish.arrivals.has(e.id)), 10_000);
+    await t.relay.loops.find((l) => l.name === "dispatcher")!.stop();
+    await t.relay.dispatcher.drain();
+    // A's share of a pool of 8 (less the reserve of 1) never grew past 7 through its refills.
+    expect(slowish.maxOpen()).toBeLessThanOrEqual(7);
+  });
+});
+
 /** A receiver for notices; its requests are verified with the standardwebhooks package. */
 async function noticeReceiver() {
   const r = await startReceiver(ok);

@@ -26,7 +26,7 @@ export function pgEvents(s: PgStore): EventStore {
       const rows = await s.tx(async (c) => {
         await c.query("SELECT pg_advisory_xact_lock($1, 1)", [EVENT_CLAIM_LOCK]);
         // What every instance has in flight per key: leased events count against the shared cap
-        // (looked up per key through events_destination_idx, not by scanning every pending event).
+        // (looked up per key through events_key_due_idx, not by scanning every pending event).
         const pairs = [...new Map(candidates.map((c0) => [deliveryKey(c0.client_id as string, c0.destination_host as string), c0])).values()];
         const leased = new Map<string, number>();
         for (const r of await q(
@@ -94,6 +94,29 @@ export function pgEvents(s: PgStore): EventStore {
         [o.now, key.clientId, key.host, o.now + o.leaseMs, o.token],
       );
       return opt(E, r);
+    },
+    claimOfKey: async (key, o) => {
+      if (o.limit <= 0) return [];
+      const claimable = `delivery_status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)
+        AND NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = events.task_id AND e2.sequence < events.sequence AND e2.delivery_status = 'pending')`;
+      // Under the claims' advisory lock, as claimDue: the key's leased count across every instance bounds the claim.
+      const rows = await s.tx(async (c) => {
+        await c.query("SELECT pg_advisory_xact_lock($1, 1)", [EVENT_CLAIM_LOCK]);
+        const leased = Number(
+          (await one("SELECT count(*) AS n FROM events WHERE client_id = $1 AND destination_host = $2 AND delivery_status = 'pending' AND claimed_until >= $3", [key.clientId, key.host, o.now], c))!.n,
+        );
+        const limit = Math.min(o.limit, o.maxPerKey - leased);
+        if (limit <= 0) return [];
+        return q(
+          `UPDATE events SET claimed_until = $4, claim_token = $5
+           WHERE seq IN (SELECT seq FROM events WHERE client_id = $2 AND destination_host = $3 AND ${claimable}
+                         ORDER BY next_attempt_at, seq LIMIT $6 FOR UPDATE SKIP LOCKED)
+           RETURNING *`,
+          [o.now, key.clientId, key.host, o.now + o.leaseMs, o.token, limit],
+          c,
+        );
+      });
+      return E.rows(rows).sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
     },
     retryKeyNow: async (key, now) => {
       const n =

@@ -142,7 +142,8 @@ export const events = pgTable(
     index("events_client_seq_idx").on(t.clientId, t.seq),
     index("events_due_idx").on(t.deliveryStatus, t.nextAttemptAt),
     index("events_client_feed_idx").on(t.clientId, t.clientSeq),
-    index("events_destination_idx").on(t.clientId, t.destinationHost, t.deliveryStatus),
+    // A key's pending events in due order: the per-key claim after a settled attempt, and the shared cap's leased count.
+    index("events_key_due_idx").on(t.clientId, t.destinationHost, t.deliveryStatus, t.nextAttemptAt),
   ],
 );
 

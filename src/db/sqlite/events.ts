@@ -1,6 +1,6 @@
 import type { EventStore } from "../../store/store.js";
 import { countRetryingEvents } from "../dashboard.js";
-import { claimDueEvents, clientSeqAtOrBefore, findEvent, insertAttempt, lastEventOfTask, lastEventsOfTasks, listClientEvents, listTaskAttempts, nextEventDueAt, postponeKeyEvents, claimTrialEvent, retryKeyEventsNow, pendingEventsOfKey, requeueFailedEvents, updateEvent, updateLeasedEvent } from "../events.js";
+import { claimDueEvents, clientSeqAtOrBefore, findEvent, insertAttempt, lastEventOfTask, lastEventsOfTasks, listClientEvents, listTaskAttempts, nextEventDueAt, postponeKeyEvents, claimTrialEvent, claimKeyEvents, retryKeyEventsNow, pendingEventsOfKey, requeueFailedEvents, updateEvent, updateLeasedEvent } from "../events.js";
 import { listTaskEvents } from "../support.js";
 import type { SqliteStore } from "../sqlite-store.js";
 
@@ -11,18 +11,23 @@ const RELEASED = { claimToken: null, claimedUntil: null } as const;
 export function sqliteEvents(s: SqliteStore): EventStore {
   const db = s.database.db;
   return {
-    claimDue: async (o) => claimDueEvents(db, o),
+    // Claims share the attempt records' group commit (one fsync for everything settling and starting
+    // in a turn); each is one UPDATE after its reads, so atomic without a savepoint.
+    claimDue: (o) => s.attemptCommits.runAtomic(() => claimDueEvents(db, o)),
     nextDueAt: async (o) => nextEventDueAt(db, o),
     recordAttempt: (eventId, token, attempt, patch) =>
-      s.attemptCommits.run((tx) => {
-        insertAttempt(tx, attempt);
-        updateLeasedEvent(tx, eventId, token, { ...patch, ...RELEASED });
+      // Prepared statements on the database run inside the group commit's open transaction.
+      s.attemptCommits.run(() => {
+        insertAttempt(db, attempt);
+        updateLeasedEvent(db, eventId, token, { ...patch, ...RELEASED });
       }),
     release: async (eventId, token, patch) => {
       updateLeasedEvent(db, eventId, token, { ...patch, ...RELEASED });
     },
     postponeKey: async (clientId, host, until, now) => postponeKeyEvents(db, clientId, host, until, now),
     claimTrial: async (key, o) => claimTrialEvent(db, key, o),
+    // One process owns a SQLite file: its own count (the caller's limit) is the key's whole count.
+    claimOfKey: (key, o) => s.attemptCommits.runAtomic(() => claimKeyEvents(db, key, o)),
     retryKeyNow: async (key, now) => retryKeyEventsNow(db, key, now),
     pendingOfKey: async (key) => pendingEventsOfKey(db, key),
     requeueLastOfTask: async (taskId, round) =>
