@@ -35,6 +35,23 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
     expect((await store.tasks.list({ clientId: c.id, limit: 10 })).length).toBe(1);
   });
 
+  it("create without a cap or credit limit (group-committed on PostgreSQL): a burst of distinct and identical keys, and one row the database refuses, each answered alone", async () => {
+    const { store } = await make();
+    const c = await client(store);
+    const plain = { needs: { waiting: false, credit: false } };
+    const distinct = Array.from({ length: 40 }, (_, i) => store.tasks.create(request(c.id, `burst-${i}`, 0, plain)));
+    const same = Array.from({ length: 10 }, () => store.tasks.create(request(c.id, "burst-same", 0, plain)));
+    // A key no index row can hold on PostgreSQL (SQLite takes it): it may fail, but only by itself.
+    const huge = store.tasks.create(request(c.id, "k".repeat(1024 * 1024), 0, plain));
+    const [created, replays, outlier] = await Promise.all([Promise.all(distinct), Promise.all(same), huge.then(() => "created", () => "refused")]);
+    expect(created.every((r) => !r.replayed)).toBe(true);
+    expect(replays.filter((r) => !r.replayed)).toHaveLength(1);
+    expect(new Set(replays.map((r) => r.task.id)).size).toBe(1);
+    const stored = await store.tasks.list({ clientId: c.id, limit: 100 });
+    expect(stored.length).toBe(41 + (outlier === "created" ? 1 : 0));
+    expect(stored.find((t) => t.id === created[7]!.task.id)).toEqual(created[7]!.task);
+  });
+
   it("create: a refusal from admit stores nothing; a reservation reaches the client's books", async () => {
     const { store } = await make();
     const c = await client(store, { creditLimit: 100 });

@@ -3,33 +3,38 @@ import { T, unclaimed, NO_RESERVATIONS, CHANNEL, opt } from "./mapping.js";
 import { DELIVERY_FAILING_TASK } from "../dashboard.js";
 import { interleave } from "../../store/fairness.js";
 import type { PgStore } from "./pg-store.js";
+import { PgIntakeBatches } from "./intake.js";
 
 /** The TaskStore on PostgreSQL: claims, intake, transitions, submissions, reads and pruning. */
 export function pgTasks(s: PgStore): TaskStore {
   const { q, one } = s;
+  /** A creation in a transaction of its own: the idempotency check, the cap and budget decision under the client's row lock, the insert. */
+  const single: TaskStore["create"] = (req) =>
+    s.tx(async (c) => {
+      const { row } = req;
+      const existing = await one("SELECT * FROM tasks WHERE client_id = $1 AND idempotency_key = $2", [row.clientId, row.idempotencyKey], c);
+      if (existing) return { task: T.row(existing), replayed: true };
+      // With a cap or a credit limit, the client's row lock serialises its creations, so the checks
+      // see each other; without either there is nothing to decide and creations run side by side.
+      const position = req.needs.waiting || req.needs.credit ? await s.creditPositionIn(c, row.clientId, true) : undefined;
+      const waiting = req.needs.waiting ? Number((await one("SELECT count(*) AS n FROM tasks WHERE client_id = $1 AND phase = 'waiting'", [row.clientId], c))!.n) : 0;
+      const learnedPrice = req.needs.credit && row.priceKey ? await s.learnedPriceIn(c, row.priceKey) : null;
+      const reserved = req.admit({ waiting, position: req.needs.credit ? position : undefined, learnedPrice });
+      const ins = T.insert("tasks", { ...row, pointsReserved: reserved });
+      const inserted = await one(`${ins.sql} ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING *`, ins.values, c);
+      if (!inserted) {
+        // A concurrent creation with the same key committed first: it is the original.
+        const original = await one("SELECT * FROM tasks WHERE client_id = $1 AND idempotency_key = $2", [row.clientId, row.idempotencyKey], c);
+        return { task: T.row(original!), replayed: true };
+      }
+      await s.applyCredits(c, row.clientId, row.id, { charged: 0, refunded: 0, reserved }, row.createdAt);
+      await q("SELECT pg_notify($1, 'submitter')", [CHANNEL], c);
+      return { task: T.row(inserted), replayed: false };
+    });
+  // Creations without a cap or credit limit are group-committed (one multi-row INSERT per turn).
+  const batches = new PgIntakeBatches({ q: (sql, values) => q(sql, values), single });
   return {
-    create: (req) =>
-      s.tx(async (c) => {
-        const { row } = req;
-        const existing = await one("SELECT * FROM tasks WHERE client_id = $1 AND idempotency_key = $2", [row.clientId, row.idempotencyKey], c);
-        if (existing) return { task: T.row(existing), replayed: true };
-        // With a cap or a credit limit, the client's row lock serialises its creations, so the checks
-        // see each other; without either there is nothing to decide and creations run side by side.
-        const position = req.needs.waiting || req.needs.credit ? await s.creditPositionIn(c, row.clientId, true) : undefined;
-        const waiting = req.needs.waiting ? Number((await one("SELECT count(*) AS n FROM tasks WHERE client_id = $1 AND phase = 'waiting'", [row.clientId], c))!.n) : 0;
-        const learnedPrice = req.needs.credit && row.priceKey ? await s.learnedPriceIn(c, row.priceKey) : null;
-        const reserved = req.admit({ waiting, position: req.needs.credit ? position : undefined, learnedPrice });
-        const ins = T.insert("tasks", { ...row, pointsReserved: reserved });
-        const inserted = await one(`${ins.sql} ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING *`, ins.values, c);
-        if (!inserted) {
-          // A concurrent creation with the same key committed first: it is the original.
-          const original = await one("SELECT * FROM tasks WHERE client_id = $1 AND idempotency_key = $2", [row.clientId, row.idempotencyKey], c);
-          return { task: T.row(original!), replayed: true };
-        }
-        await s.applyCredits(c, row.clientId, row.id, { charged: 0, refunded: 0, reserved }, row.createdAt);
-        await q("SELECT pg_notify($1, 'submitter')", [CHANNEL], c);
-        return { task: T.row(inserted), replayed: false };
-      }),
+    create: (req) => batches.create(req),
     transition: (task, patch, o) => s.tx((c) => s.transitionIn(c, task.id, patch, o)),
     reschedule: async (id, token, patch) => {
       const set = T.set(patch, 3);

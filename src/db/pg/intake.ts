@@ -1,0 +1,111 @@
+import type { CreateResult, NewTaskRequest } from "../../store/store.js";
+import { tasks } from "../schema.js";
+import { CHANNEL, T, columnsOf } from "./mapping.js";
+
+/** What a creation needs from the driver: one statement, and the per-request path for what a batch cannot take. */
+export interface IntakePort {
+  q(sql: string, values: unknown[]): Promise<Record<string, unknown>[]>;
+  single(req: NewTaskRequest): Promise<CreateResult>;
+}
+
+interface Pending {
+  req: NewTaskRequest;
+  resolve: (result: CreateResult) => void;
+  reject: (err: unknown) => void;
+}
+
+/** Every column an insert binds, with the defaults the schema gives an absent one. */
+const COLUMNS = columnsOf(tasks);
+const DEFAULTS: Record<string, unknown> = { eventSequence: 0, pointsReserved: 0, priceKey: "", submitAttempts: 0, pollCount: 0 };
+/** Rows per statement: 256 rows of every column stay far below PostgreSQL's 65,535 parameters. */
+const MAX_BATCH = 256;
+
+/**
+ * Group commit for PostgreSQL intake: creations that need no decision against the client's other
+ * tasks (no waiting cap, no credit limit) and arrive in the same turn of the event loop are written
+ * by one multi-row `INSERT … ON CONFLICT DO NOTHING` (one round trip and one durable commit for the
+ * batch, where a creation of its own takes a transaction of several). A row the insert skipped is
+ * an idempotent replay, answered with the original. If the statement fails (a hostile value in one
+ * row refuses the whole statement), each creation of the batch is tried alone, so it fails alone.
+ * Creations with a cap or a credit limit take the per-request path, under the client's row lock.
+ */
+export class PgIntakeBatches {
+  private queue: Pending[] = [];
+
+  constructor(private readonly port: IntakePort) {}
+
+  create(req: NewTaskRequest): Promise<CreateResult> {
+    if (req.needs.waiting || req.needs.credit) return this.port.single(req);
+    return new Promise((resolve, reject) => {
+      this.queue.push({ req, resolve, reject });
+      if (this.queue.length >= MAX_BATCH) void this.flush();
+      else if (this.queue.length === 1) setImmediate(() => void this.flush());
+    });
+  }
+
+  private async flush(): Promise<void> {
+    const batch = this.queue.splice(0, MAX_BATCH);
+    if (batch.length === 0) return;
+    const admitted: Pending[] = [];
+    for (const item of batch) {
+      try {
+        // No cap and no credit limit: nothing to decide but the reservation, which is none.
+        if (item.req.admit({ waiting: 0, position: undefined, learnedPrice: null }) !== 0) throw new Error("a creation without a credit limit reserved points");
+        admitted.push(item);
+      } catch (err) {
+        item.reject(err);
+      }
+    }
+    if (admitted.length === 0) return;
+    let inserted: Map<string, Record<string, unknown>>;
+    try {
+      inserted = await this.insert(admitted.map((p) => p.req));
+    } catch {
+      for (const item of admitted) this.port.single(item.req).then(item.resolve, item.reject);
+      return;
+    }
+    const replays: Pending[] = [];
+    for (const item of admitted) {
+      const row = inserted.get(item.req.row.id);
+      if (row) item.resolve({ task: T.row(row), replayed: false });
+      else replays.push(item);
+    }
+    // Skipped by ON CONFLICT: another creation with the same key committed first (or earlier in this batch).
+    if (replays.length > 0) {
+      try {
+        const originals = await this.port.q(
+          "SELECT t.* FROM tasks t JOIN unnest($1::text[], $2::text[]) AS k(client_id, key) ON t.client_id = k.client_id AND t.idempotency_key = k.key",
+          [replays.map((p) => p.req.row.clientId), replays.map((p) => p.req.row.idempotencyKey)],
+        );
+        const byKey = new Map(originals.map((r) => [`${r.client_id as string}\n${r.idempotency_key as string}`, r]));
+        for (const item of replays) {
+          const original = byKey.get(`${item.req.row.clientId}\n${item.req.row.idempotencyKey}`);
+          if (original) item.resolve({ task: T.row(original), replayed: true });
+          else this.port.single(item.req).then(item.resolve, item.reject);
+        }
+      } catch (err) {
+        for (const item of replays) item.reject(err);
+      }
+    }
+    if (inserted.size > 0) void this.port.q("SELECT pg_notify($1, 'submitter')", [CHANNEL]).catch(() => {});
+  }
+
+  /** One multi-row INSERT; the rows it wrote, by task id. */
+  private async insert(reqs: NewTaskRequest[]): Promise<Map<string, Record<string, unknown>>> {
+    const values: unknown[] = [];
+    const tuples = reqs.map((req) => {
+      const row = { ...req.row, pointsReserved: 0 } as Record<string, unknown>;
+      const params = COLUMNS.map(([key]) => {
+        values.push(row[key] ?? DEFAULTS[key] ?? null);
+        return `$${values.length}`;
+      });
+      return `(${params.join(", ")})`;
+    });
+    const rows = await this.port.q(
+      `INSERT INTO tasks (${COLUMNS.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")}
+       ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING *`,
+      values,
+    );
+    return new Map(rows.map((r) => [r.id as string, r]));
+  }
+}
