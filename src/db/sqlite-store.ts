@@ -3,7 +3,8 @@ import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reserv
 import { insertEvent, nextClientEventSeq } from "./events.js";
 import { GroupCommit } from "./group-commit.js";
 import type { Database_, Db } from "./open.js";
-import { countByPhaseForClient, findTask, findTaskByIdempotencyKeyPrepared, insertTaskPrepared, updateLeasedTask, updateTask, wakeWaitingOfClient, type NewTaskRow, type TaskRow } from "./tasks.js";
+import { countByPhaseForClient, findTask, findTaskByIdempotencyKeyPrepared, insertTaskPrepared, wakeWaitingOfClient, writeLeasedTask, writeTask, type NewTaskRow, type TaskRow } from "./tasks.js";
+import { planTransition } from "../store/transition-plan.js";
 import type { DbOrTx } from "./tx.js";
 import { sqliteTasks } from "./sqlite/tasks.js";
 import { sqliteEvents } from "./sqlite/events.js";
@@ -21,21 +22,18 @@ const NO_RESERVATIONS = { inFlight: 0, ahead: 0, others: 0 };
  * run when `db` is the database itself: tests seed states this way, synchronously).
  */
 export function transitionIn(db: DbOrTx, rules: TransitionRules, id: string, patch: Partial<NewTaskRow>, opts: TransitionOptions): TaskRow | undefined {
-  const { now, token, firstAttemptDelayMs } = opts;
+  const { now, token } = opts;
   const before = findTask(db, id);
   if (!before || (token && before.claimToken !== token)) return undefined;
-  const next = rules.prepare(before, patch);
-  const updated = token ? updateLeasedTask(db, id, token, next) : updateTask(db, id, next);
-  if (!updated) return undefined;
-  const { change, learn, wake } = rules.settle(before, updated);
-  applyCreditChange(db, updated.clientId, updated.id, change, now);
-  if (wake) wakeWaitingOfClient(db, updated.clientId, now);
-  if (learn) learnPrice(db, learn.priceKey, learn.points, now);
-  const event = rules.eventFor(before, updated, now, firstAttemptDelayMs);
-  if (!event) return updated;
-  const withSeq = updateTask(db, id, { eventSequence: event.sequence })!;
-  insertEvent(db, { ...event, clientSeq: nextClientEventSeq(db, updated.clientId) });
-  return withSeq;
+  // Planned once (store/transition-plan.ts), applied here: one write of the row, then the books and the outbox.
+  const plan = planTransition(rules, before, patch, opts);
+  if (Object.keys(plan.patch).length > 0 && !(token ? writeLeasedTask(db, id, token, plan.patch) : writeTask(db, id, plan.patch))) return undefined;
+  const { clientId } = plan.after;
+  if (plan.credit) applyCreditChange(db, clientId, id, plan.credit, now);
+  if (plan.wake) wakeWaitingOfClient(db, clientId, now);
+  if (plan.learn) learnPrice(db, plan.learn.priceKey, plan.learn.points, now);
+  if (plan.event) insertEvent(db, { ...plan.event, clientSeq: nextClientEventSeq(db, clientId) });
+  return plan.after;
 }
 
 /**

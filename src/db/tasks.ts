@@ -89,6 +89,16 @@ export function updateLeasedTask(db: DbOrTx, id: string, token: string, patch: P
     .all()[0];
 }
 
+/** Writes a non-empty patch while the lease holds, without reading the row back; true when it did. */
+export function writeLeasedTask(db: DbOrTx, id: string, token: string, patch: Partial<NewTaskRow>): boolean {
+  return db.update(tasks).set(patch).where(and(eq(tasks.id, id), eq(tasks.claimToken, token))).run().changes > 0;
+}
+
+/** Writes a non-empty patch, without reading the row back; true when the row exists. */
+export function writeTask(db: DbOrTx, id: string, patch: Partial<NewTaskRow>): boolean {
+  return db.update(tasks).set(patch).where(eq(tasks.id, id)).run().changes > 0;
+}
+
 export function updateTask(db: DbOrTx, id: string, patch: Partial<NewTaskRow>): TaskRow | undefined {
   return db.update(tasks).set(patch).where(eq(tasks.id, id)).returning().all()[0];
 }

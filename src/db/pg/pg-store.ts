@@ -19,6 +19,7 @@ import type {
 } from "../../store/store.js";
 import { pgEndpointStore, pgNoticeStore } from "./endpoints.js";
 import { columnsOf, T, E, unclaimed, RELEASED, LEADER_LOCK_SPACE, CHANNEL, types, type Row, type Queryable } from "./mapping.js";
+import { planTransition } from "../../store/transition-plan.js";
 import { newPgPool, pgClientConfig, type PgLimits } from "./open.js";
 import { pgAccounts } from "./accounts.js";
 import { pgClients } from "./clients.js";
@@ -163,34 +164,33 @@ export class PgStore implements Store {
   async transitionIn(c: pg.PoolClient, id: string, patch: Partial<NewTaskRow>, o: TransitionOptions, locked?: TaskRow): Promise<TaskRow | undefined> {
     const before = locked ?? (await this.lockTask(c, id));
     if (!before || (o.token && before.claimToken !== o.token)) return undefined;
-    const next = this.rules.prepare(before, patch);
-    const set = T.set(next, 2);
-    const updated = set.sql ? T.row((await c.query(`UPDATE tasks SET ${set.sql} WHERE id = $1 RETURNING *`, [id, ...set.values])).rows[0] as Row) : before;
-    const { change, learn, wake } = this.rules.settle(before, updated);
-    await this.applyCredits(c, updated.clientId, updated.id, change, o.now);
-    if (wake) {
+    // Planned once (store/transition-plan.ts), applied here; the row is locked, so the plan's row is the stored one.
+    const plan = planTransition(this.rules, before, patch, o);
+    const { clientId } = plan.after;
+    const set = T.set(plan.patch, 2);
+    if (set.sql) await c.query(`UPDATE tasks SET ${set.sql} WHERE id = $1`, [id, ...set.values]);
+    if (plan.credit) await this.applyCredits(c, clientId, id, plan.credit, o.now);
+    if (plan.wake) {
       // Rows another transaction holds are being changed by it anyway: skipped, never waited on (no deadlock).
       await c.query(
         `UPDATE tasks SET next_run_at = $2 WHERE id IN (SELECT id FROM tasks WHERE client_id = $1 AND phase = 'waiting' AND submit_attempts = 0
            AND next_run_at > $2 AND ${unclaimed(2)} FOR UPDATE SKIP LOCKED)`,
-        [updated.clientId, o.now],
+        [clientId, o.now],
       );
     }
-    if (learn) {
+    if (plan.learn) {
       await c.query(
         "INSERT INTO learned_prices (price_key, points, updated_at) VALUES ($1, $2, $3) ON CONFLICT (price_key) DO UPDATE SET points = EXCLUDED.points, updated_at = EXCLUDED.updated_at",
-        [learn.priceKey, learn.points, o.now],
+        [plan.learn.priceKey, plan.learn.points, o.now],
       );
     }
-    const event = this.rules.eventFor(before, updated, o.now, o.firstAttemptDelayMs);
-    if (!event) return updated;
-    const withSeq = T.row((await c.query("UPDATE tasks SET event_sequence = $2 WHERE id = $1 RETURNING *", [id, event.sequence])).rows[0] as Row);
+    if (!plan.event) return plan.after;
     // The client's row lock (held to commit) orders its feed positions by commit: see the class comment.
-    const seq = Number(((await c.query("UPDATE clients SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq", [updated.clientId])).rows[0] as Row).event_seq);
-    const ins = E.insert("events", { ...event, clientSeq: seq });
+    const seq = Number(((await c.query("UPDATE clients SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq", [clientId])).rows[0] as Row).event_seq);
+    const ins = E.insert("events", { ...plan.event, clientSeq: seq });
     await c.query(ins.sql, ins.values);
     await c.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
-    return withSeq;
+    return plan.after;
   }
 
   async lockTask(c: pg.PoolClient, id: string): Promise<TaskRow | undefined> {
