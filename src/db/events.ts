@@ -14,6 +14,36 @@ export function insertEvent(db: DbOrTx, row: NewEventRow): EventRow {
   return db.insert(events).values(row).returning().all()[0]!;
 }
 
+/** Writes an outbox event (every column bound, on a statement prepared once), with the client's next feed position. */
+export function insertEventPrepared(db: Db, row: Omit<NewEventRow, "clientSeq">): void {
+  const clientSeq = prepared(db, "clients.nextEventSeq", () =>
+    db
+      .update(clients)
+      .set({ eventSeq: sql`${clients.eventSeq} + 1` })
+      .where(eq(clients.id, sql.placeholder("clientId")))
+      .returning({ seq: clients.eventSeq })
+      .prepare(),
+  ).all({ clientId: row.clientId })[0];
+  if (!clientSeq) throw new Error(`no client ${row.clientId}`);
+  const statement = prepared(db, "events.insert", () =>
+    db
+      .insert(events)
+      .values(Object.fromEntries(EVENT_COLUMNS.map((c) => [c, sql.placeholder(c)])) as unknown as NewEventRow)
+      .prepare(),
+  );
+  const bound: Record<string, unknown> = { ...EVENT_DEFAULTS };
+  for (const c of EVENT_COLUMNS) bound[c] = (row as Record<string, unknown>)[c] ?? bound[c] ?? null;
+  bound.clientSeq = clientSeq.seq;
+  statement.run(bound);
+}
+/** The event columns an insert binds (seq is the rowid SQLite assigns), and the schema's defaults for absent ones. */
+const EVENT_COLUMNS = Object.keys(getTableColumns(events)).filter((c) => c !== "seq");
+const EVENT_DEFAULTS: Record<string, unknown> = Object.fromEntries(
+  Object.entries(getTableColumns(events))
+    .filter(([, col]) => col.hasDefault && col.default !== undefined && typeof col.default !== "object")
+    .map(([k, col]) => [k, col.default]),
+);
+
 /** Takes the client's next pull-feed position (inside the transaction that writes the event). */
 export function nextClientEventSeq(db: DbOrTx, clientId: string): number {
   const row = db

@@ -1,9 +1,9 @@
 import type { AccountStore, ClientStore, CreateResult, EndpointStore, EventStore, NoticeStore, NewTaskRequest, OpsStore, SessionStore, Store, SubmissionContext, TaskStore, TransitionOptions, TransitionRules } from "../store/store.js";
 import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reservationsAround } from "./credits.js";
-import { insertEvent, nextClientEventSeq } from "./events.js";
+import { insertEventPrepared } from "./events.js";
 import { GroupCommit } from "./group-commit.js";
 import type { Database_, Db } from "./open.js";
-import { countByPhaseForClient, findTask, findTaskByIdempotencyKeyPrepared, insertTaskPrepared, wakeWaitingOfClient, writeLeasedTask, writeTask, type NewTaskRow, type TaskRow } from "./tasks.js";
+import { countByPhaseForClient, findTaskByIdempotencyKeyPrepared, findTaskPrepared, insertTaskPrepared, wakeWaitingOfClient, writeTask, type NewTaskRow, type TaskRow } from "./tasks.js";
 import { planTransition } from "../store/transition-plan.js";
 import type { DbOrTx } from "./tx.js";
 import { sqliteTasks } from "./sqlite/tasks.js";
@@ -21,18 +21,19 @@ const NO_RESERVATIONS = { inFlight: 0, ahead: 0, others: 0 };
  * The state change of TaskStore.transition inside the caller's transaction (or its own statement
  * run when `db` is the database itself: tests seed states this way, synchronously).
  */
-export function transitionIn(db: DbOrTx, rules: TransitionRules, id: string, patch: Partial<NewTaskRow>, opts: TransitionOptions): TaskRow | undefined {
+export function transitionIn(db: Db, rules: TransitionRules, id: string, patch: Partial<NewTaskRow>, opts: TransitionOptions): TaskRow | undefined {
   const { now, token } = opts;
-  const before = findTask(db, id);
+  // The database itself, not a drizzle tx: its prepared statements run inside the caller's open transaction.
+  const before = findTaskPrepared(db, id);
   if (!before || (token && before.claimToken !== token)) return undefined;
   // Planned once (store/transition-plan.ts), applied here: one write of the row, then the books and the outbox.
   const plan = planTransition(rules, before, patch, opts);
-  if (Object.keys(plan.patch).length > 0 && !(token ? writeLeasedTask(db, id, token, plan.patch) : writeTask(db, id, plan.patch))) return undefined;
+  if (Object.keys(plan.patch).length > 0 && !writeTask(db, id, token, plan.patch)) return undefined;
   const { clientId } = plan.after;
   if (plan.credit) applyCreditChange(db, clientId, id, plan.credit, now);
   if (plan.wake) wakeWaitingOfClient(db, clientId, now);
   if (plan.learn) learnPrice(db, plan.learn.priceKey, plan.learn.points, now);
-  if (plan.event) insertEvent(db, { ...plan.event, clientSeq: nextClientEventSeq(db, clientId) });
+  if (plan.event) insertEventPrepared(db, plan.event);
   return plan.after;
 }
 
@@ -86,8 +87,9 @@ export class SqliteStore implements Store {
     this.database.close();
   }
 
-  transitionIn(tx: DbOrTx, id: string, patch: Partial<NewTaskRow>, now: number, token: string | null, firstAttemptDelayMs: number): TaskRow | undefined {
-    return transitionIn(tx, this.rules, id, patch, { now, token, firstAttemptDelayMs });
+  transitionIn(_tx: DbOrTx, id: string, patch: Partial<NewTaskRow>, now: number, token: string | null, firstAttemptDelayMs: number): TaskRow | undefined {
+    // One connection: the database's prepared statements run inside the transaction `_tx` has open.
+    return transitionIn(this.database.db, this.rules, id, patch, { now, token, firstAttemptDelayMs });
   }
 
   submissionContext(tx: DbOrTx, task: TaskRow): SubmissionContext {

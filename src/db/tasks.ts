@@ -1,5 +1,6 @@
 import { and, asc, eq, getTableColumns, gt, gte, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
 import type { Db } from "./open.js";
+import { patchShape, prepared } from "./prepared.js";
 import type { InFlightTask } from "../store/store.js";
 import type { DbOrTx } from "./tx.js";
 import { clients, tasks, type TaskPhase } from "./schema.js";
@@ -89,14 +90,26 @@ export function updateLeasedTask(db: DbOrTx, id: string, token: string, patch: P
     .all()[0];
 }
 
-/** Writes a non-empty patch while the lease holds, without reading the row back; true when it did. */
-export function writeLeasedTask(db: DbOrTx, id: string, token: string, patch: Partial<NewTaskRow>): boolean {
-  return db.update(tasks).set(patch).where(and(eq(tasks.id, id), eq(tasks.claimToken, token))).run().changes > 0;
+/**
+ * Writes a non-empty patch (while the lease `token` holds, when given) without reading the row
+ * back; true when it did. One statement per shape of patch, prepared once on the database (also
+ * inside a transaction open on it).
+ */
+export function writeTask(db: Db, id: string, token: string | null, patch: Partial<NewTaskRow>): boolean {
+  const shape = patchShape(patch);
+  const statement = prepared(db, `tasks.write:${token === null ? "any" : "leased"}:${shape.join(",")}`, () =>
+    db
+      .update(tasks)
+      .set(Object.fromEntries(shape.map((k) => [k, sql.placeholder(k)])) as Partial<NewTaskRow>)
+      .where(token === null ? eq(tasks.id, sql.placeholder("__id")) : and(eq(tasks.id, sql.placeholder("__id")), eq(tasks.claimToken, sql.placeholder("__token"))))
+      .prepare(),
+  );
+  return statement.run({ ...patch, __id: id, __token: token }).changes > 0;
 }
 
-/** Writes a non-empty patch, without reading the row back; true when the row exists. */
-export function writeTask(db: DbOrTx, id: string, patch: Partial<NewTaskRow>): boolean {
-  return db.update(tasks).set(patch).where(eq(tasks.id, id)).run().changes > 0;
+/** findTask on a statement prepared once (transitions read the row first). */
+export function findTaskPrepared(db: Db, id: string): TaskRow | undefined {
+  return prepared(db, "tasks.find", () => db.select().from(tasks).where(eq(tasks.id, sql.placeholder("id"))).prepare()).get({ id });
 }
 
 export function updateTask(db: DbOrTx, id: string, patch: Partial<NewTaskRow>): TaskRow | undefined {

@@ -96,5 +96,5 @@ export function insertTestClient(db: Database_["db"], clock: { now(): number }, 
 
 /** A task's state change written synchronously, in one transaction, the way the store does it (tests seed states with it). */
 export function transitionTask(db: Database_["db"], task: { id: string }, patch: Partial<NewTaskRow>, opts: { now: number; firstAttemptDelayMs?: number }) {
-  return db.transaction((tx) => transitionIn(tx, transitionRules, task.id, patch, { now: opts.now, token: null, firstAttemptDelayMs: opts.firstAttemptDelayMs ?? 0 }));
+  return db.transaction(() => transitionIn(db, transitionRules, task.id, patch, { now: opts.now, token: null, firstAttemptDelayMs: opts.firstAttemptDelayMs ?? 0 }));
 }
