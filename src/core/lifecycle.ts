@@ -249,8 +249,8 @@ export class Lifecycle {
 
   /** The relay task other than `task` that the upstream id is already bound to on its account, if any. */
   async boundElsewhere(task: TaskRow, upstreamTaskId: string): Promise<TaskRow | undefined> {
-    const bound = await this.deps.store.tasks.findByAnyId(upstreamTaskId);
-    return bound.find((t) => t.id !== task.id && t.upstreamAccount === task.upstreamAccount && t.upstreamTaskId === upstreamTaskId);
+    const bound = await this.deps.store.tasks.findByUpstreamId(task.upstreamAccount, upstreamTaskId);
+    return bound && bound.id !== task.id ? bound : undefined;
   }
 
   /**

@@ -107,6 +107,17 @@ export function writeTask(db: Db, id: string, token: string | null, patch: Parti
   return statement.run({ ...patch, __id: id, __token: token }).changes > 0;
 }
 
+/** The task bound to an upstream id on an account, through tasks_upstream_task_uq (prepared once). */
+export function findTaskByUpstreamId(db: Db, account: string, upstreamTaskId: string): TaskRow | undefined {
+  return prepared(db, "tasks.byUpstreamId", () =>
+    db
+      .select()
+      .from(tasks)
+      .where(and(eq(tasks.upstreamAccount, sql.placeholder("account")), eq(tasks.upstreamTaskId, sql.placeholder("upstreamTaskId"))))
+      .prepare(),
+  ).get({ account, upstreamTaskId });
+}
+
 /** findTask on a statement prepared once (transitions read the row first). */
 export function findTaskPrepared(db: Db, id: string): TaskRow | undefined {
   return prepared(db, "tasks.find", () => db.select().from(tasks).where(eq(tasks.id, sql.placeholder("id"))).prepare()).get({ id });

@@ -193,6 +193,8 @@ export interface TaskStore {
   findOfClient(clientId: string, id: string): Promise<TaskRow | undefined>;
   /** Tasks whose relay id or upstream id is `id` (the operator's lookup). */
   findByAnyId(id: string): Promise<TaskRow[]>;
+  /** The task an upstream id is bound to on an account (one probe of the unique index; the submitter asks per submission). */
+  findByUpstreamId(account: string, upstreamTaskId: string): Promise<TaskRow | undefined>;
   list(q: TaskListQuery): Promise<TaskRow[]>;
   listForSupport(q: SupportTaskQuery): Promise<TaskRow[]>;
   /** Waiting tasks of the account created before this one: its queue position - 1. */

@@ -52,6 +52,16 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
     expect(stored.find((t) => t.id === created[7]!.task.id)).toEqual(created[7]!.task);
   });
 
+  it("findByUpstreamId: the task an upstream id is bound to on its account, none on another account or for another id", async () => {
+    const { store } = await make();
+    const c = await client(store);
+    const { task: t } = await store.tasks.create(request(c.id, "bound"));
+    await store.tasks.transition(t, { upstreamTaskId: "up-1", status: "processing", phase: "submitted" }, opts());
+    expect((await store.tasks.findByUpstreamId("default", "up-1"))?.id).toBe(t.id);
+    expect(await store.tasks.findByUpstreamId("another-account", "up-1")).toBeUndefined();
+    expect(await store.tasks.findByUpstreamId("default", "up-2")).toBeUndefined();
+  });
+
   it("create: a refusal from admit stores nothing; a reservation reaches the client's books", async () => {
     const { store } = await make();
     const c = await client(store, { creditLimit: 100 });

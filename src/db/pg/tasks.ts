@@ -38,7 +38,7 @@ export function pgTasks(s: PgStore): TaskStore {
     transition: (task, patch, o) => s.tx((c) => s.transitionIn(c, task.id, patch, o)),
     reschedule: async (id, token, patch) => {
       const set = T.set(patch, 3);
-      if (!set.sql) return T.row((await one("SELECT * FROM tasks WHERE id = $1 AND claim_token = $2", [id, token]))!);
+      if (!set.sql) return opt(T, await one("SELECT * FROM tasks WHERE id = $1 AND claim_token = $2", [id, token]));
       const r = await one(`UPDATE tasks SET ${set.sql} WHERE id = $1 AND claim_token = $2 RETURNING *`, [id, token, ...set.values]);
       return r ? T.row(r) : undefined;
     },
@@ -68,6 +68,7 @@ export function pgTasks(s: PgStore): TaskStore {
       }),
     find: async (id) => opt(T, await one("SELECT * FROM tasks WHERE id = $1", [id])),
     findOfClient: async (clientId, id) => opt(T, await one("SELECT * FROM tasks WHERE id = $1 AND client_id = $2", [id, clientId])),
+    findByUpstreamId: async (account, upstreamTaskId) => opt(T, await one("SELECT * FROM tasks WHERE upstream_account = $1 AND upstream_task_id = $2", [account, upstreamTaskId])),
     findByAnyId: async (id) => {
       const byId = await one("SELECT * FROM tasks WHERE id = $1", [id]);
       if (byId) return [T.row(byId)];

@@ -4,6 +4,7 @@ import { hourlyTaskCounts, recentCallbackUrls, searchClientTasks } from "../dash
 import { pruneFinishedTasks } from "../retention.js";
 import { claimAcrossClients } from "../round-robin.js";
 import { findTasksByAnyId, listTasksForSupport } from "../support.js";
+import { findTaskByUpstreamId } from "../tasks.js";
 import { accountsInFlight, accountsWithDueTasks, claimDueTasks, claimExpiredWaiting, claimTasks, countRunning, findClientTask, findTask, listInFlight, nextDueAt, nextExpiryAt, unsubmittedOfClient, updateLeasedTask, waitingAhead } from "../tasks.js";
 import { taskCounts } from "../usage.js";
 import type { SqliteStore } from "../sqlite-store.js";
@@ -15,7 +16,9 @@ export function sqliteTasks(s: SqliteStore): TaskStore {
   return {
     create: (req) => s.intakeCommits.runAtomic((tx) => s.createIn(db, tx, req)),
     transition: async (task, patch, o) => db.transaction((tx) => transition(tx, task, patch, o.now, o.token, o.firstAttemptDelayMs)),
-    reschedule: async (id, token, patch) => updateLeasedTask(db, id, token, patch),
+    // An empty patch changes nothing (drizzle refuses to build its UPDATE): the row while the lease holds.
+    reschedule: async (id, token, patch) =>
+      Object.values(patch).some((v) => v !== undefined) ? updateLeasedTask(db, id, token, patch) : [findTask(db, id)].find((t) => t?.claimToken === token),
     beginSubmission: async (id, token, decide, o) =>
       db.transaction((tx) => {
         const current = findTask(tx, id);
@@ -36,6 +39,7 @@ export function sqliteTasks(s: SqliteStore): TaskStore {
     find: async (id) => findTask(db, id),
     findOfClient: async (clientId, id) => findClientTask(db, clientId, id),
     findByAnyId: async (id) => findTasksByAnyId(db, id),
+    findByUpstreamId: async (account, upstreamTaskId) => findTaskByUpstreamId(db, account, upstreamTaskId),
     list: async (q) => searchClientTasks(db, q),
     listForSupport: async (q) => listTasksForSupport(db, q),
     waitingAhead: async (account, id) => waitingAhead(db, account, id),
