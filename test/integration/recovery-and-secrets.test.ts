@@ -46,8 +46,8 @@ describe("secrets and tenants at rest", () => {
     const { t } = suite.setup();
     const a = t.client("a");
     const b = t.client("b");
-    for (let i = 0; i < 3; i++) t.relay.lifecycle.cancel(taskRow(t, await createTask(t, a.apiKey)), null);
-    t.relay.lifecycle.cancel(taskRow(t, await createTask(t, b.apiKey)), null);
+    for (let i = 0; i < 3; i++) await t.relay.lifecycle.cancel(taskRow(t, await createTask(t, a.apiKey)), null);
+    await t.relay.lifecycle.cancel(taskRow(t, await createTask(t, b.apiKey)), null);
     const feed = (await (await t.request(b.apiKey, "/openapi/v1/events")).json()) as { data: unknown[]; next_cursor: string };
     expect(feed.data).toHaveLength(1);
     // B's cursor says "after B's first event", nothing about the three of A's written before it.

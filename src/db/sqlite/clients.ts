@@ -19,7 +19,8 @@ export function sqliteClients(s: SqliteStore): ClientStore {
         const { patch, result } = change(client);
         return { client: Object.keys(patch).length === 0 ? client : updateClient(tx, id, patch)!, result };
       }),
-    markAdmitted: async (id, at) => markAdmitted(db, id, at),
+    // Once per submission: in the workers' group commit (one statement).
+    markAdmitted: (id, at) => s.attemptCommits.runAtomic(() => markAdmitted(db, id, at)),
     creditPosition: async (id) => creditPosition(db, id),
     ledger: async (id) => ledgerOf(db, id),
   };

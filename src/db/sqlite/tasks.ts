@@ -15,20 +15,24 @@ export function sqliteTasks(s: SqliteStore): TaskStore {
   const transition = s.transition;
   return {
     create: (req) => s.intakeCommits.runAtomic((tx) => s.createIn(db, tx, req)),
-    transition: async (task, patch, o) => db.transaction((tx) => transition(tx, task, patch, o.now, o.token, o.firstAttemptDelayMs)),
+    // The workers' writes share one group commit (s.attemptCommits): transitions, submissions, claims
+    // and attempt records settling in the same turn of the event loop cost one fsync together.
+    transition: (task, patch, o) => s.attemptCommits.run((tx) => transition(tx, task, patch, o.now, o.token, o.firstAttemptDelayMs)),
     // An empty patch changes nothing (drizzle refuses to build its UPDATE): the row while the lease holds.
-    reschedule: async (id, token, patch) =>
-      Object.values(patch).some((v) => v !== undefined) ? updateLeasedTask(db, id, token, patch) : [findTask(db, id)].find((t) => t?.claimToken === token),
-    beginSubmission: async (id, token, decide, o) =>
-      db.transaction((tx) => {
+    reschedule: (id, token, patch) =>
+      s.attemptCommits.runAtomic(() =>
+        Object.values(patch).some((v) => v !== undefined) ? updateLeasedTask(db, id, token, patch) : [findTask(db, id)].find((t) => t?.claimToken === token),
+      ),
+    beginSubmission: (id, token, decide, o) =>
+      s.attemptCommits.run((tx) => {
         const current = findTask(tx, id);
         if (!current || current.claimToken !== token) return null;
         const step = decide(s.submissionContext(tx, current));
         const task = step.transition ? transition(tx, current, step.patch, o.now, token, o.firstAttemptDelayMs) : updateLeasedTask(tx, id, token, step.patch);
         return task ? { kind: step.kind, task } : null;
       }),
-    decideAndTransition: async (id, clientId, decide, o) =>
-      db.transaction((tx) => {
+    decideAndTransition: (id, clientId, decide, o) =>
+      s.attemptCommits.run((tx) => {
         const before = clientId === null ? findTask(tx, id) : findClientTask(tx, clientId, id);
         if (!before) return null;
         const patch = decide(before);
@@ -47,11 +51,12 @@ export function sqliteTasks(s: SqliteStore): TaskStore {
     countsOfClient: async (clientId) => taskCounts(db, clientId),
     hourlyCounts: async (clientId, since) => hourlyTaskCounts(db, clientId, since),
     recentCallbackUrls: async (clientId) => recentCallbackUrls(db, clientId),
-    claimFairly: async (account, o) => claimFairly(db, { account, ...o }),
-    claimDue: async (phase, account, o) => claimDueTasks(db, { phase, account, ...o }),
-    claimIds: async (ids, phase, o) => claimTasks(db, { ids, phase, ...o }),
-    claimExpired: async (o) => claimExpiredWaiting(db, o),
-    claimAcrossClients: async (phase, o) => claimAcrossClients(db, phase, o),
+    claimFairly: (account, o) => s.attemptCommits.runAtomic(() => claimFairly(db, { account, ...o })),
+    claimDue: (phase, account, o) => s.attemptCommits.runAtomic(() => claimDueTasks(db, { phase, account, ...o })),
+    // Several statements (chunks of ids): in a savepoint of its own.
+    claimIds: (ids, phase, o) => s.attemptCommits.run(() => claimTasks(db, { ids, phase, ...o })),
+    claimExpired: (o) => s.attemptCommits.runAtomic(() => claimExpiredWaiting(db, o)),
+    claimAcrossClients: (phase, o) => s.attemptCommits.run(() => claimAcrossClients(db, phase, o)),
     nextDueAt: async (phase, now) => nextDueAt(db, phase, now),
     nextExpiryAt: async () => nextExpiryAt(db),
     accountsWithDue: async (phase, now) => accountsWithDueTasks(db, phase, now),
