@@ -98,6 +98,10 @@ export class Relay {
     this.deps = { store, clock, config, logger, nudges, lifecycle: this.lifecycle, catalog: this.catalog, storage: this.storage };
     const leadership = new Leadership(store, logger);
     this.submitter = new Submitter({ store, clock, config, logger, accounts, owner: this.owner, nudges, metrics, lifecycle: this.lifecycle, leadership });
+    // A creation wakes the submitter unless its account is full (a task with a deadline always does, for its expiry).
+    nudges.created = (account, expiresAt) => {
+      if (expiresAt !== null || !this.submitter.isFull(account)) nudges.submitter();
+    };
     this.poller = new Poller({
       tasks: store.tasks,
       clock,

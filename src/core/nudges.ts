@@ -5,6 +5,12 @@ export interface Nudges {
   dispatcher(): void;
   /** The mirror worker (copies of outputs into clients' buckets), where one runs. */
   mirror?(): void;
+  /**
+   * A task was created for an upstream account (intake): the submitter is woken unless it knows the
+   * account is full, which a creation cannot change (a task ending wakes it through submitter()).
+   * Without it, intake nudges the submitter.
+   */
+  created?(account: string, expiresAt: number | null): void;
 }
 
 export const noNudges: Nudges = { submitter() {}, poller() {}, dispatcher() {} };
@@ -19,7 +25,7 @@ export interface Wakeable {
  * so the order loops are kept in cannot send a nudge to another worker, and at call time, so the
  * nudges can be handed out before the loops exist.
  */
-export function nudgesByName(loop: (name: keyof Nudges) => Wakeable | undefined): Nudges {
+export function nudgesByName(loop: (name: "submitter" | "poller" | "dispatcher" | "mirror") => Wakeable | undefined): Nudges {
   return {
     submitter: () => loop("submitter")?.nudge(),
     poller: () => loop("poller")?.nudge(),

@@ -148,6 +148,9 @@ export async function createTask(deps: ServiceDeps, input: CreateTaskInput): Pro
       "This Idempotency-Key was already used with a different request. Use a new key for a new request.",
     );
   }
-  if (!result.replayed) deps.nudges.submitter();
+  if (!result.replayed) {
+    if (deps.nudges.created) deps.nudges.created(result.task.upstreamAccount, result.task.expiresAt);
+    else deps.nudges.submitter();
+  }
   return result;
 }

@@ -1,6 +1,6 @@
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 import { HttpResponse } from "msw";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { createTask, readTask, taskRow } from "../helpers/flow.js";
 import { FakeUpstream, upstreamError } from "../helpers/fake-upstream.js";
 import { verifyAt } from "../helpers/receiver.js";
@@ -319,6 +319,37 @@ describe("submitter: upstream limits", () => {
     await t.relay.submitter.runOnce();
     expect(up.creates.slice(1).map((c) => c.key).sort()).toEqual([`genrelay-${id}`, `genrelay-${other}`].sort());
     expect(up.creates.every((c, i) => i === 0 || c.at >= up.creates[0]!.at + 30_000)).toBe(true);
+  });
+
+  it("while the account is at its cap, a creation does not wake the submitter (it could not send it); a task ending does, and so do creations after it", async () => {
+    const { t, up } = setup({ UPSTREAM_MAX_CONCURRENT: "1" });
+    const client = t.client();
+    await createTask(t, client.apiKey);
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(1);
+    // A second one waits: the tick finds the account full.
+    await createTask(t, client.apiKey);
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(1);
+    const nudge = vi.spyOn(t.relay.loopsByName.submitter, "nudge");
+    for (let i = 0; i < 5; i++) await createTask(t, client.apiKey);
+    expect(nudge).not.toHaveBeenCalled();
+    // A task with a deadline still wakes it (its expiry must be watched).
+    await createTask(t, client.apiKey, { expires_after_seconds: 600 });
+    expect(nudge).toHaveBeenCalledTimes(1);
+    // The running task ends: the submitter is woken, sends the next, and the account is full again.
+    up.finishAll("succeeded");
+    t.clock.advance(2_000);
+    await t.relay.poller.runOnce();
+    expect(nudge.mock.calls.length).toBeGreaterThan(1);
+    await t.relay.submitter.runOnce();
+    expect(up.creates).toHaveLength(2);
+    // Until a tick finds it full again, a creation wakes the submitter.
+    nudge.mockClear();
+    await createTask(t, client.apiKey);
+    expect(nudge).toHaveBeenCalledTimes(1);
+    await t.relay.submitter.runOnce();
+    expect(t.relay.submitter.isFull("default")).toBe(true);
   });
 
   it("fairness: a client with 30 waiting tasks does not starve one with 3 (round-robin)", async () => {
