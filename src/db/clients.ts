@@ -32,6 +32,8 @@ export function listClients(db: Db): ClientRow[] {
 }
 
 export function updateClient(db: DbOrTx, id: string, patch: Partial<NewClientRow>): ClientRow | undefined {
+  // drizzle refuses an UPDATE that sets nothing: an empty patch changes nothing and answers the row.
+  if (Object.values(patch).every((v) => v === undefined)) return findClient(db, id);
   return db.update(clients).set(patch).where(eq(clients.id, id)).returning().all()[0];
 }
 

@@ -1,10 +1,13 @@
 import Database from "better-sqlite3";
 import { drizzle, type BetterSQLite3Database } from "drizzle-orm/better-sqlite3";
 import { migrate } from "drizzle-orm/better-sqlite3/migrator";
+import { sql, type SQL } from "drizzle-orm";
+import { SQLiteDialect } from "drizzle-orm/sqlite-core";
 import { closeSync, mkdirSync, openSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as schema from "./schema.js";
+import { bindSqliteArgs, bindsNothing, planOf } from "./bound-values.js";
 
 export type Db = BetterSQLite3Database<typeof schema>;
 
@@ -30,13 +33,40 @@ function cacheStatements(sqlite: Database.Database, size = 500): void {
       // drizzle turns raw mode on where it maps columns itself and never off: reset it for reuse.
       if (stmt.reader) stmt.raw(false);
     } else {
-      stmt = prepare(source);
+      stmt = checkValues(prepare(source), source);
       if (cache.size >= size) cache.delete(cache.keys().next().value!);
     }
     cache.set(source, stmt);
     return stmt;
   }) as typeof sqlite.prepare;
 }
+
+/**
+ * Every value a statement binds goes through the store's value rules first (src/db/bound-values.ts:
+ * NUL refused where written and matching nothing where compared, whole numbers only, well-formed
+ * text, bounded keys), the same rules PgStore's connections apply.
+ */
+function checkValues(stmt: Database.Statement, source: string): Database.Statement {
+  const plan = planOf(source, "sqlite");
+  if (bindsNothing(plan)) return stmt;
+  const target = stmt as unknown as Record<"run" | "get" | "all" | "iterate", (...args: unknown[]) => unknown>;
+  for (const method of ["run", "get", "all", "iterate"] as const) {
+    const native = target[method];
+    target[method] = function (this: unknown, ...args: unknown[]) {
+      return native.apply(this, bindSqliteArgs(plan, args));
+    };
+  }
+  return stmt;
+}
+
+/**
+ * drizzle leaves a LIMIT of a negative number or NaN out of the statement, which on SQLite means no
+ * limit at all and keeps the value from the rules above; every numeric limit is bound instead, so
+ * a limit below 0 reads no rows and NaN is refused, as on PostgreSQL.
+ */
+const dialect = SQLiteDialect.prototype as unknown as { buildLimit?: (limit: unknown) => SQL | undefined };
+if (typeof dialect.buildLimit !== "function") throw new Error("drizzle's SQLiteDialect.buildLimit moved: the store's LIMIT rule needs a new home");
+dialect.buildLimit = (limit) => (typeof limit === "object" || typeof limit === "number" ? sql` limit ${limit}` : undefined);
 
 /**
  * The database holds webhook secrets: a new file is created 0600 (and new folders 0700) before

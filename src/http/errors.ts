@@ -4,6 +4,7 @@ import type { ZodError } from "zod";
 import { ApiError, ERROR_STATUS, type ErrorCode } from "../services/errors.js";
 import type { Logger } from "../logger.js";
 import { isStorageFailure, type StorageHealth } from "../services/storage-health.js";
+import { StoreValueError } from "../store/values.js";
 
 export interface ErrorBody {
   error: { code: ErrorCode; message: string; request_id: string; details?: unknown };
@@ -59,6 +60,10 @@ export function onError(logger: Logger, storage?: StorageHealth) {
       return errorResponse(c, "storage_unavailable", "The relay cannot store changes right now (storage full or failing); nothing was changed. Retry later.", undefined, {
         "Retry-After": "5",
       });
+    }
+    if (err instanceof StoreValueError) {
+      // A value no driver stores or compares (NUL to write, a fraction, a key over 2 KiB) that no schema caught: the caller's value, not our fault.
+      return errorResponse(c, "invalid_request", `The request contains a value the relay cannot store: ${err.message}.`);
     }
     if (isUnstorableText(err)) {
       // A NUL (or bytes PostgreSQL cannot encode) in an id, cursor or search that no schema caught: the caller's text, not our fault.

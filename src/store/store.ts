@@ -26,6 +26,22 @@ export type * from "./rows.js";
  * keeps them short) and on PostgreSQL (PgStore, with its own transactions). No caller holds a
  * transaction open across an await: decisions that must see the state they change (the credit
  * budget, a lease) are passed in as pure functions and run inside the operation.
+ *
+ * Values (one rule on both drivers, applied where values are bound: src/store/values.ts, read per
+ * placeholder by src/db/bound-values.ts; a refusal is a StoreValueError, code "invalid_value",
+ * which the API answers 400 invalid_request):
+ * - text to write: NUL is refused; lone surrogates are stored as U+FFFD (and read back so); a
+ *   column of an index takes at most MAX_KEY_BYTES (2,048) bytes of UTF-8;
+ * - text compared with stored text (ids, keys, tokens, cursors, prefixes): NUL matches nothing. A
+ *   single value holding NUL is bound as NULL (so `<>` and `<` match nothing either); an element of
+ *   a list is left out of it (an exclusion list with it excludes nothing more). A count or max
+ *   still answers its one row;
+ * - numbers, written or compared: whole numbers within ±(2**53 - 1) only (every numeric column is a
+ *   64-bit integer); 0.5, 1e308, NaN and 2**53 are refused. A limit below 0 reads no rows;
+ * - JSON columns keep numbers as they are: NaN or Infinity in duration samples is refused;
+ * - an empty patch changes nothing and answers the row (while the lease holds, for leased writes);
+ * - releaseLeases matches its prefix as plain characters (no wildcards, case kept, any length);
+ * - close may be called twice.
  */
 export interface Store {
   readonly dialect: "sqlite" | "postgres";

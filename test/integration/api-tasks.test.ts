@@ -257,6 +257,30 @@ describe("GET /openapi/v1/tasks", () => {
     expect((await get(apiKey, "/openapi/v1/tasks?limit=1")).status).toBe(200);
     expect((await get(apiKey, "/openapi/v1/tasks?limit=100")).status).toBe(200);
   });
+
+  // The store's value rules seen from the API (store.ts, values). No request the HTTP validation
+  // accepts carries a value the store refuses to write (bodies are NUL-checked, numbers bounded
+  // integers, keys short): a hostile value reaches the store only where it is compared.
+  it("a cursor holding NUL matches no task: an empty page on both drivers", async () => {
+    const { apiKey } = t.client();
+    await create(apiKey);
+    // Every task id sorts before "zzz…": SQLite compared the bytes and listed the task, PostgreSQL listed none.
+    const cursor = Buffer.from(JSON.stringify({ b: "zzz\u0000" })).toString("base64url");
+    expect(await get(apiKey, `/openapi/v1/tasks?cursor=${cursor}`)).toMatchObject({ status: 200, json: { data: [], next_cursor: null } });
+  });
+
+  it("a value the store refuses answers 400 invalid_request naming the rule, never 500", async () => {
+    const { apiKey } = t.client();
+    await create(apiKey);
+    // No request reaches the store with one today; a list bound with a fractional limit stands in for one that would.
+    const list = t.store.tasks.list.bind(t.store.tasks);
+    t.store.tasks.list = (o) => list({ ...o, limit: o.limit + 0.5 });
+    const { status, json } = await get(apiKey, "/openapi/v1/tasks?limit=2");
+    expect({ status, json }).toEqual({
+      status: 400,
+      json: { error: { code: "invalid_request", message: "The request contains a value the relay cannot store: 3.5 is not a whole number the store can hold exactly.", request_id: requestId } },
+    });
+  });
 });
 
 describe("POST /openapi/v1/tasks/{id}/cancel", () => {

@@ -1,4 +1,5 @@
 import type { AccountStore } from "../../store/store.js";
+import { finiteNumbers } from "../../store/values.js";
 import { U, opt } from "./mapping.js";
 import type { PgStore } from "./pg-store.js";
 
@@ -36,7 +37,7 @@ export function pgAccounts(s: PgStore): AccountStore {
       await s.pool.query(
         `INSERT INTO duration_stats (type, model, samples_json, updated_at) VALUES ($1, $2, $3, $4)
          ON CONFLICT (type, model) DO UPDATE SET samples_json = EXCLUDED.samples_json, updated_at = EXCLUDED.updated_at`,
-        [type, model, JSON.stringify(samples), now],
+        [type, model, JSON.stringify(finiteNumbers(samples, "duration samples")), now],
       );
     },
   };

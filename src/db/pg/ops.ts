@@ -15,8 +15,10 @@ export function pgOps(s: PgStore): OpsStore {
       return 0;
     },
     releaseLeases: async (prefix) => {
-      const a = await s.pool.query("UPDATE tasks SET claimed_until = NULL, claim_token = NULL WHERE claim_token LIKE $1", [`${prefix}:%`]);
-      const b = await s.pool.query("UPDATE events SET claimed_until = NULL, claim_token = NULL WHERE claim_token LIKE $1", [`${prefix}:%`]);
+      // The owner's tokens are `<prefix>:…`, matched as a plain prefix (LIKE would read _ and % as wildcards).
+      const owned = "substr(claim_token, 1, length($1::text)) = $1::text";
+      const a = await s.pool.query(`UPDATE tasks SET claimed_until = NULL, claim_token = NULL WHERE ${owned}`, [`${prefix}:`]);
+      const b = await s.pool.query(`UPDATE events SET claimed_until = NULL, claim_token = NULL WHERE ${owned}`, [`${prefix}:`]);
       return (a.rowCount ?? 0) + (b.rowCount ?? 0);
     },
     probeWrite: async (now) => {

@@ -21,6 +21,7 @@ import { pgEndpointStore, pgNoticeStore } from "./endpoints.js";
 import { columnsOf, T, E, unclaimed, RELEASED, LEADER_LOCK_SPACE, CHANNEL, types, type Row, type Queryable } from "./mapping.js";
 import { planTransition } from "../../store/transition-plan.js";
 import { newPgPool, pgClientConfig, type PgLimits } from "./open.js";
+import { CheckedClient, checkPoolQueries } from "./checked-client.js";
 import { pgAccounts } from "./accounts.js";
 import { pgClients } from "./clients.js";
 import { pgEvents } from "./events.js";
@@ -54,8 +55,6 @@ export interface PgStoreOptions extends PgLimits {
   max?: number;
 }
 
-const READ = /^\s*SELECT\b/i;
-const holdsNul = (v: unknown): boolean => (typeof v === "string" ? v.includes("\u0000") : Array.isArray(v) && v.some(holdsNul));
 
 export class PgStore implements Store {
   readonly dialect = "postgres" as const;
@@ -75,13 +74,11 @@ export class PgStore implements Store {
   closed = false;
 
   /**
-   * One statement's rows, on the pool or inside a transaction's connection. A read whose parameters
-   * hold NUL finds nothing without asking the server: PostgreSQL text can hold no NUL, so no stored
-   * value can match it (and the server would refuse the parameter), which keeps reads by a hostile
-   * id or search text the same on both drivers. Writes are left to the server (SQLSTATE 22021).
+   * One statement's rows, on the pool or inside a transaction's connection. Its values are bound
+   * under the store's value rules by the pool and its connections (checked-client.ts), like every
+   * other query here: a NUL compared with stored text matches nothing, one to write is refused.
    */
-  readonly q = (sql: string, values: unknown[] = [], on: Queryable = this.pool): Promise<Row[]> =>
-    READ.test(sql) && values.some(holdsNul) ? Promise.resolve([]) : on.query(sql, values).then((r) => r.rows as Row[]);
+  readonly q = (sql: string, values: unknown[] = [], on: Queryable = this.pool): Promise<Row[]> => on.query(sql, values).then((r) => r.rows as Row[]);
   /** One statement's first row. */
   readonly one = async (sql: string, values: unknown[] = [], on: Queryable = this.pool): Promise<Row | undefined> => (await this.q(sql, values, on))[0];
 
@@ -90,7 +87,8 @@ export class PgStore implements Store {
     readonly rules: TransitionRules,
   ) {
     // Bounded waits, and no connection that dies (server restart) can crash the process: see open.ts.
-    this.pool = newPgPool({ ...pgClientConfig(options.connectionString, options), max: options.max ?? 10, types });
+    this.pool = newPgPool({ ...pgClientConfig(options.connectionString, options), max: options.max ?? 10, types, Client: CheckedClient });
+    checkPoolQueries(this.pool);
 
     // One file per area, each operation under the contract's name (tasks.ts, events.ts, ...).
     this.tasks = pgTasks(this);
@@ -295,7 +293,7 @@ export class PgStore implements Store {
   async leaderConnection(): Promise<pg.Client> {
     if (this.leaderClient && !this.leaderClientDead) return this.leaderClient;
     this.dropLeaderConnection();
-    const client = new pg.Client({ ...pgClientConfig(this.options.connectionString, this.options), types });
+    const client = new CheckedClient({ ...pgClientConfig(this.options.connectionString, this.options), types });
     client.on("error", () => this.dropLeaderConnection());
     client.on("end", () => this.dropLeaderConnection());
     await client.connect();
@@ -332,7 +330,14 @@ export class PgStore implements Store {
     await client.query(`LISTEN ${CHANNEL}`);
   }
 
-  async close(): Promise<void> {
+  /** Shutdown paths may both close: the second call waits for the first, it never ends the pool again. */
+  private closing: Promise<void> | undefined;
+  close(): Promise<void> {
+    this.closing ??= this.closeOnce();
+    return this.closing;
+  }
+
+  private async closeOnce(): Promise<void> {
     this.closed = true;
     const listener = this.listener;
     this.listener = null;

@@ -1,4 +1,5 @@
 import type { AccountStore } from "../../store/store.js";
+import { finiteNumbers } from "../../store/values.js";
 import { durationStats } from "../schema.js";
 import { getAccountState, pruneReads, readsSince, recordRead, upsertAccountState } from "../upstream.js";
 import { and, eq } from "drizzle-orm";
@@ -23,7 +24,7 @@ export function sqliteAccounts(s: SqliteStore): AccountStore {
       return row ? (JSON.parse(row.samplesJson) as number[]) : [];
     },
     saveDurationSamples: async (type, model, samples, now) => {
-      const samplesJson = JSON.stringify(samples);
+      const samplesJson = JSON.stringify(finiteNumbers(samples, "duration samples"));
       db.insert(durationStats)
         .values({ type, model, samplesJson, updatedAt: now })
         .onConflictDoUpdate({ target: [durationStats.type, durationStats.model], set: { samplesJson, updatedAt: now } })

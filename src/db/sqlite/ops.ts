@@ -1,7 +1,8 @@
 import type { OpsStore } from "../../store/store.js";
-import { eventsWithoutDestination, releaseAllEventLeases, releaseEventLeases, setDestination } from "../events.js";
+import { eventsWithoutDestination, releaseAllEventLeases, setDestination } from "../events.js";
 import { probeWrite } from "../health.js";
-import { releaseAllTaskLeases, releaseTaskLeases } from "../tasks.js";
+import { releaseAllTaskLeases } from "../tasks.js";
+import { releaseLeasesOf } from "./release-leases.js";
 import { sql } from "drizzle-orm";
 import type { SqliteStore } from "../sqlite-store.js";
 
@@ -16,7 +17,7 @@ export function sqliteOps(s: SqliteStore): OpsStore {
       for (const url of eventsWithoutDestination(db)) setDestination(db, url, hostOf(url));
       return released;
     },
-    releaseLeases: async (prefix) => releaseTaskLeases(db, prefix) + releaseEventLeases(db, prefix),
+    releaseLeases: async (prefix) => releaseLeasesOf(db, prefix),
     probeWrite: async (now) => probeWrite(s.database, now),
     gauges: async () => ({
       tasksByStatus: db.all<{ status: string; n: number }>(sql`SELECT status, count(*) AS n FROM tasks GROUP BY status`),
