@@ -11,3 +11,7 @@ export type TaskStatus = (typeof TASK_STATUSES)[number];
  */
 export const TASK_PHASES = ["waiting", "submitted", "mirroring", "done"] as const;
 export type TaskPhase = (typeof TASK_PHASES)[number];
+
+/** Where an event's webhook stands: none (no callback_url), pending, succeeded or failed. */
+export const DELIVERY_STATUSES = ["none", "pending", "succeeded", "failed"] as const;
+export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];

@@ -1,8 +1,8 @@
 
 import { blob, index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
-import { TASK_PHASES, TASK_STATUSES, type TaskPhase, type TaskStatus } from "../statuses.js";
+import { DELIVERY_STATUSES, TASK_PHASES, TASK_STATUSES, type DeliveryStatus, type TaskPhase, type TaskStatus } from "../statuses.js";
 
-export { TASK_PHASES, TASK_STATUSES, type TaskPhase, type TaskStatus };
+export { DELIVERY_STATUSES, TASK_PHASES, TASK_STATUSES, type DeliveryStatus, type TaskPhase, type TaskStatus };
 
 /**
  * Every timestamp is integer milliseconds since the epoch, taken from the injected clock.
@@ -126,8 +126,6 @@ export const tasks = sqliteTable(
   ],
 );
 
-export const DELIVERY_STATUSES = ["none", "pending", "succeeded", "failed"] as const;
-export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
 
 /**
  * The outbox. An event row is written in the same transaction as the task change that causes it;

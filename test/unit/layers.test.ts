@@ -36,6 +36,8 @@ const RULES: Rule[] = [
   { name: "store/ is the contract: it owns its row types and imports no driver", files: under("store"), forbidden: oneOf("db", "services", "workers", "http", "core", "relay.ts") },
   { name: "core/ holds the rules: it imports no services, workers or HTTP", files: under("core"), forbidden: oneOf("services", "workers", "http", "relay.ts") },
   { name: "nothing in the product imports the benchmark harness", files: (f) => !under("bench")(f), forbidden: oneOf("bench") },
+  { name: "the PostgreSQL driver maps through its own schema, never SQLite's", files: under("db/pg"), forbidden: (t) => t === "src/db/schema.ts" },
+  { name: "the SQLite driver never imports the PostgreSQL schema", files: (f) => under("db")(f) && !under("db/pg")(f), forbidden: (t) => t === "src/db/pg/schema.ts" },
 ];
 
 function violations(files: Array<{ file: string; source: string }>): string[] {
@@ -76,6 +78,9 @@ describe("layers", () => {
     expect(violations([{ file: "src/db/x.ts", source: 'import { destinationHost } from "../webhooks/destination.js";' }])).toHaveLength(1);
     expect(violations([{ file: "src/upstream/x.ts", source: 'import type { TaskStatus } from "../db/schema.js";' }])).toHaveLength(1);
     expect(violations([{ file: "src/simulator/x.ts", source: 'import { Relay } from "../relay.js";' }])).toHaveLength(1);
+    expect(violations([{ file: "src/db/pg/x.ts", source: 'import { tasks } from "../schema.js";' }])).toHaveLength(1);
+    expect(violations([{ file: "src/db/sqlite/x.ts", source: 'import { tasks } from "../pg/schema.js";' }])).toHaveLength(1);
+    expect(violations([{ file: "src/db/pg/x.ts", source: 'import { tasks } from "./schema.js";' }])).toHaveLength(0);
     expect(violations([{ file: "src/db/x.ts", source: 'import type { Store } from "../store/store.js";' }])).toHaveLength(0);
     expect(handBuiltChanges('update(db, id, token, { claimToken: null, claimedUntil: null, status: "failed" })')).toEqual(["claimToken: null", "claimedUntil: null", 'status: "failed"']);
   });

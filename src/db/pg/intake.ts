@@ -1,5 +1,5 @@
 import type { CreateResult, NewTaskRequest } from "../../store/store.js";
-import { tasks } from "../schema.js";
+import { tasks } from "./schema.js";
 import { CHANNEL, T, columnsOf } from "./mapping.js";
 
 /** What a creation needs from the driver: one statement, and the per-request path for what a batch cannot take. */

@@ -1,20 +1,20 @@
 import { getTableColumns } from "drizzle-orm";
-import type { SQLiteTable } from "drizzle-orm/sqlite-core";
+import type { Table } from "drizzle-orm";
 import pg from "pg";
 import type { AttemptRow, ClientRow, EventRow, ReservationsAround, SessionRow, TaskRow, UpstreamAccountRow } from "../../store/store.js";
-import { clients, dashboardSessions, deliveryAttempts, events, tasks, upstreamAccounts } from "../schema.js";
+import { clients, dashboardSessions, deliveryAttempts, events, tasks, upstreamAccounts } from "./schema.js";
 
 /**
  * What the PostgreSQL driver's area files share: row mapping between the store's camelCase rows and
- * snake_case columns (named by the SQLite schema, which the PostgreSQL schema is held to), the
+ * snake_case columns (named by the PostgreSQL schema, held to the same names as SQLite's by the schema-parity test), the
  * lease conditions, and the channel NOTIFY/LISTEN use.
  */
 
 export type Row = Record<string, unknown>;
 export type Queryable = pg.Pool | pg.PoolClient;
 
-/** Column names of a table (the SQLite schema defines them; the PostgreSQL schema is held to the same names). */
-export function columnsOf(table: SQLiteTable): Array<[key: string, name: string]> {
+/** Column keys and names of a table of this driver's schema. */
+export function columnsOf(table: Table): Array<[key: string, name: string]> {
   return Object.entries(getTableColumns(table)).map(([key, col]) => [key, col.name]);
 }
 
@@ -22,7 +22,7 @@ export function columnsOf(table: SQLiteTable): Array<[key: string, name: string]
 export class Mapper<T> {
   private readonly toName: Map<string, string>;
   private readonly toKey: Map<string, string>;
-  constructor(table: SQLiteTable) {
+  constructor(table: Table) {
     const cols = columnsOf(table);
     this.toName = new Map(cols);
     this.toKey = new Map(cols.map(([k, n]) => [n, k]));

@@ -28,7 +28,7 @@ import { pgEvents } from "./events.js";
 import { pgOps } from "./ops.js";
 import { pgSessions } from "./sessions.js";
 import { pgTasks } from "./tasks.js";
-import { deliveryAttempts } from "../schema.js";
+import { deliveryAttempts } from "./schema.js";
 
 /**
  * The store on PostgreSQL, shared by any number of relay processes. The same operations as

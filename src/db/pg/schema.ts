@@ -1,6 +1,6 @@
 import { bigint, bigserial, customType, index, pgTable, text, unique, uniqueIndex } from "drizzle-orm/pg-core";
 import { TASK_PHASES, TASK_STATUSES } from "../../statuses.js";
-import { DELIVERY_STATUSES } from "../schema.js";
+import { DELIVERY_STATUSES } from "../../statuses.js";
 
 /**
  * The PostgreSQL schema: the same tables, columns and row types as the SQLite schema (../schema.ts,

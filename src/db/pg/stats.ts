@@ -1,5 +1,5 @@
 import type pg from "pg";
-import { DELIVERY_STATUSES, TASK_PHASES, TASK_STATUSES, type DeliveryStatus, type TaskPhase, type TaskStatus } from "../schema.js";
+import { DELIVERY_STATUSES, TASK_PHASES, TASK_STATUSES, type DeliveryStatus, type TaskPhase, type TaskStatus } from "../../statuses.js";
 
 export interface PgDatabaseStats {
   /** Rows per table of the public schema (drizzle's migration log is in its own schema). */
