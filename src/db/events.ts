@@ -166,6 +166,26 @@ export function claimDueEvents(db: Db, opts: ClaimOptions): EventRow[] {
     .sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
 }
 
+/** How many of a key's pending events are leased now (the per-key cap's count), through events_key_due_idx. */
+export function leasedOfKey(db: Db, key: { clientId: string; host: string }, now: number): number {
+  return (
+    prepared(db, "events.leasedOfKey", () =>
+      db
+        .select({ n: sql<number>`count(*)` })
+        .from(events)
+        .where(
+          and(
+            eq(events.clientId, sql.placeholder("clientId")),
+            eq(events.destinationHost, sql.placeholder("host")),
+            eq(events.deliveryStatus, "pending"),
+            gte(events.claimedUntil, sql.placeholder("now")),
+          ),
+        )
+        .prepare(),
+    ).get({ clientId: key.clientId, host: key.host, now })?.n ?? 0
+  );
+}
+
 /** Leases the given events where they are still claimable (another claim may have taken one since it was picked). */
 function leaseEvents(db: Db, seqs: number[], opts: { now: number; leaseMs: number; token: string }): EventRow[] {
   return prepared(db, "events.lease", () =>

@@ -305,7 +305,6 @@ export const DEFECTS = {
   // D1-D14 (NUL, lone surrogates, 1 MiB keys, fractions, negative limits, NUL keys and lists, empty
   // patches, NaN samples, LIKE prefixes, a second close) are fixed by the store's value rules
   // (src/store/values.ts, applied where values are bound: src/db/bound-values.ts): see store-conformance.md.
-  keyLimit: { id: "D15", what: "claimOfKey: PostgreSQL caps the limit by maxPerKey before SQL, SQLite binds it as given: a limit of 1e308 or 2**53+1 is refused on SQLite only" },
 } satisfies Record<string, Defect>;
 
 /**
