@@ -335,14 +335,6 @@ export function releaseAllEventLeases(db: Db): number {
   return db.update(events).set({ claimedUntil: null, claimToken: null }).where(sql`${events.claimToken} IS NOT NULL`).run().changes;
 }
 
-export function releaseEventLeases(db: Db, ownerPrefix: string): number {
-  return db
-    .update(events)
-    .set({ claimedUntil: null, claimToken: null })
-    .where(sql`${events.claimToken} LIKE ${ownerPrefix + ":%"}`)
-    .run().changes;
-}
-
 /**
  * The half-open trial of a paused key: one claimable event of the key, an already attempted one
  * first (a receiver that fails every first attempt and takes the retry gets a trial it can pass).

@@ -299,16 +299,6 @@ export function releaseAllTaskLeases(db: Db): number {
   return db.update(tasks).set({ claimedUntil: null, claimToken: null }).where(sql`${tasks.claimToken} IS NOT NULL`).run().changes;
 }
 
-/** Releases every lease this process holds (graceful shutdown), so a restart need not wait for expiry. */
-export function releaseTaskLeases(db: Db, ownerPrefix: string): number {
-  return db
-    .update(tasks)
-    .set({ claimedUntil: null, claimToken: null })
-    .where(sql`${tasks.claimToken} LIKE ${ownerPrefix + ":%"}`)
-    .run().changes;
-}
-
-
 /** The in-flight tasks of an account, narrow rows (a list sweep compares them with what it read). */
 export function listInFlight(db: Db, account: string): InFlightTask[] {
   return db
