@@ -25,6 +25,7 @@ import { CheckedClient, checkPoolQueries } from "./checked-client.js";
 import { pgAccounts } from "./accounts.js";
 import { pgClients } from "./clients.js";
 import { pgEvents } from "./events.js";
+import { ClaimSession } from "./claim-session.js";
 import { pgOps } from "./ops.js";
 import { pgSessions } from "./sessions.js";
 import { pgTasks } from "./tasks.js";
@@ -59,6 +60,8 @@ export interface PgStoreOptions extends PgLimits {
 export class PgStore implements Store {
   readonly dialect = "postgres" as const;
   readonly pool: pg.Pool;
+  /** Event claims, under the claims' lock kept between them (claim-session.ts). */
+  readonly claims: ClaimSession;
   readonly tasks: TaskStore;
   readonly events: EventStore;
   readonly endpoints: EndpointStore;
@@ -92,6 +95,7 @@ export class PgStore implements Store {
 
     // One file per area, each operation under the contract's name (tasks.ts, events.ts, ...).
     this.tasks = pgTasks(this);
+    this.claims = new ClaimSession(this.pool);
     this.events = pgEvents(this);
     this.endpoints = pgEndpointStore(this);
     this.notices = pgNoticeStore(this, async () => {
@@ -107,35 +111,41 @@ export class PgStore implements Store {
   attempts: Array<{ eventId: string; token: string; attempt: Row; patch: Row; resolve: () => void; reject: (err: unknown) => void }> = [];
 
   /**
-   * Group commit for delivery attempts: one transaction and one multi-row INSERT for every attempt
-   * that settled in the same turn, then each event's update under its lease. Should the batch fail
-   * (a value the database refuses slipped past the core's cleaning), each record is written again
-   * in its own transaction, so one bad record never rolls back another's (DESIGN §12).
+   * Group commit for delivery attempts: every attempt that settled in the same turn is written by
+   * one statement, its own transaction (one round trip, one durable commit): the attempts' multi-row
+   * INSERT and each event's update under its lease, as data-modifying CTEs. An event settling twice
+   * in one turn starts a second statement (one statement must not update a row twice). Should a
+   * statement fail (a value the database refuses slipped past the core's cleaning), each of its
+   * records is written again alone, so one bad record never rolls back another's (DESIGN §12).
    */
   async flushAttempts(): Promise<void> {
     const batch = this.attempts;
     this.attempts = [];
-    if (batch.length === 0) return;
-    try {
-      await this.tx((c) => this.writeAttempts(c, batch));
-      for (const b of batch) b.resolve();
-    } catch (err) {
-      if (batch.length === 1) {
-        batch[0]!.reject(err);
-        return;
-      }
-      for (const b of batch) {
-        await this.tx((c) => this.writeAttempts(c, [b])).then(b.resolve, b.reject);
+    for (const group of eachEventOnce(batch)) {
+      try {
+        await this.writeAttempts(this.pool, group);
+        for (const b of group) b.resolve();
+      } catch (err) {
+        if (group.length === 1) {
+          group[0]!.reject(err);
+          continue;
+        }
+        for (const b of group) await this.writeAttempts(this.pool, [b]).then(b.resolve, b.reject);
       }
     }
   }
 
-  async writeAttempts(c: pg.PoolClient, batch: Array<{ eventId: string; token: string; attempt: Row; patch: Row }>): Promise<void> {
-    const cols = columnsOf(deliveryAttempts);
+  /** One statement: the attempts' rows, and each event's patch with its lease released while its token holds. */
+  async writeAttempts(c: Queryable, batch: Array<{ eventId: string; token: string; attempt: Row; patch: Row }>): Promise<void> {
     const values: unknown[] = [];
-    const tuples = batch.map(({ attempt }) => `(${cols.map(([key]) => `$${values.push(attempt[key] ?? null)}`).join(", ")})`);
-    await c.query(`INSERT INTO delivery_attempts (${cols.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")}`, values);
-    for (const b of batch) await this.updateLeasedEvent(c, b.eventId, b.token, { ...b.patch, ...RELEASED });
+    const tuples = batch.map(({ attempt }) => `(${ATTEMPT_COLUMNS.map(([key]) => `$${values.push(attempt[key] ?? null)}`).join(", ")})`);
+    const updates = batch.map((b, i) => {
+      const at = values.length;
+      const set = E.set({ ...b.patch, ...RELEASED }, at + 3);
+      values.push(b.eventId, b.token, ...set.values);
+      return `, e${i} AS (UPDATE events SET ${set.sql} WHERE id = $${at + 1} AND claim_token = $${at + 2})`;
+    });
+    await c.query(`WITH a AS (INSERT INTO delivery_attempts (${ATTEMPT_COLUMNS.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")})${updates.join("")} SELECT 1`, values);
   }
 
   /** Runs `work` in one transaction on one pooled connection. */
@@ -346,6 +356,27 @@ export class PgStore implements Store {
     this.leaderClient = null;
     this.led.clear();
     await leader?.end().catch(() => {});
+    await this.claims.close();
     await this.pool.end();
   }
+}
+
+const ATTEMPT_COLUMNS = columnsOf(deliveryAttempts);
+
+/** A batch in runs where no event appears twice, in order (an event's records keep their order). */
+function eachEventOnce<B extends { eventId: string }>(batch: B[]): B[][] {
+  const runs: B[][] = [];
+  let run: B[] = [];
+  let ids = new Set<string>();
+  for (const b of batch) {
+    if (ids.has(b.eventId)) {
+      runs.push(run);
+      run = [];
+      ids = new Set();
+    }
+    run.push(b);
+    ids.add(b.eventId);
+  }
+  if (run.length > 0) runs.push(run);
+  return runs;
 }
