@@ -13,15 +13,17 @@ const IDLE_MS = 20;
 const FROZEN_HOLDER_MS = 10_000;
 
 const LOCK = `${EVENT_CLAIM_LOCK}, 1`;
-/** idle_session_timeout exists from PostgreSQL 14; older servers keep their own default (none). */
-const idleTimeout = (ms: number) => `CASE WHEN current_setting('server_version_num')::int >= 140000 THEN set_config('idle_session_timeout', '${ms}', false) END`;
+/** idle_session_timeout exists from PostgreSQL 14; older servers keep none. */
+const idleTimeout = (value: string) => `CASE WHEN current_setting('server_version_num')::int >= 140000 THEN set_config('idle_session_timeout', ${value}, false) END`;
+const planCache = (value: string) => `set_config('plan_cache_mode', ${value}, false)`;
+const defaultOf = (name: string) => `(SELECT reset_val FROM pg_settings WHERE name = '${name}')`;
 /**
  * The lock, and the session's settings while it holds it: each claim statement is prepared once on
  * the session and planned once (generic plans: a custom plan per call costs about 0.7 ms of
- * planning, more than the claim itself); both are put back before the connection returns to the pool.
+ * planning, more than the claim itself); both go back to their defaults before the connection returns to the pool.
  */
-const ACQUIRE = `SELECT pg_advisory_lock(${LOCK}), ${idleTimeout(FROZEN_HOLDER_MS)}, set_config('plan_cache_mode', 'force_generic_plan', false)`;
-const RELEASE = `SELECT pg_advisory_unlock(${LOCK}), ${idleTimeout(0)}, set_config('plan_cache_mode', 'auto', false)`;
+const ACQUIRE = `SELECT pg_advisory_lock(${LOCK}), ${idleTimeout(`'${FROZEN_HOLDER_MS}'`)}, ${planCache("'force_generic_plan'")}`;
+const RELEASE = `SELECT pg_advisory_unlock(${LOCK}), ${idleTimeout(defaultOf("idle_session_timeout"))}, ${planCache(defaultOf("plan_cache_mode"))}`;
 
 /** Whether another session waits for the claims' lock: read by every claim statement (about 0.2 ms), as its column `claims_waiting`. */
 const CLAIMS_WAITING = `EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
