@@ -21,10 +21,11 @@ const WINDOW_PER_EVENT = 4;
 
 /**
  * A key's refill (claimOfKey): its first claimable events in due order, found by walking
- * events_key_due_idx. The walk takes a window of the first $7 events in the index's order (due
- * time, then the row's place), orders it by (due time, seq), and leases the first ones within the
- * room, skipping rows another transaction holds. Ties in due time beyond the window may go out of
- * seq order; due order and each task's order always hold.
+ * events_key_due_idx. The walk locks a window of the first $7 events in the index's order (due
+ * time, then the row's place), skipping rows another transaction holds; the window is ordered by
+ * (due time, seq) and the first ones within the room are leased (the rest are unlocked at the
+ * statement's end). Ties in due time beyond the window may go out of seq order; due order and each
+ * task's order always hold.
  * $1 now, $2 client, $3 host, $4 lease end, $5 token, $6 limit, $7 window.
  *
  * Not counted, $6 is the key's room (its leases are known to the claims' session). Counted, the
@@ -33,10 +34,10 @@ const WINDOW_PER_EVENT = 4;
  */
 const claimOfKey = (counted: boolean) => {
   const claim = `picked AS (
-      SELECT seq FROM events WHERE seq = ANY(ARRAY(
-          SELECT seq FROM events WHERE client_id = $2 AND destination_host = $3 AND ${CLAIMABLE} ORDER BY next_attempt_at LIMIT $7))
-        AND ${CLAIMABLE}
-      ORDER BY next_attempt_at, seq LIMIT ${counted ? "greatest(0, least($6, $8 - (SELECT n FROM leased)))" : "$6"} FOR UPDATE SKIP LOCKED),
+      SELECT seq FROM (
+          SELECT seq, next_attempt_at FROM events WHERE client_id = $2 AND destination_host = $3 AND ${CLAIMABLE}
+          ORDER BY next_attempt_at LIMIT $7 FOR UPDATE SKIP LOCKED) window_
+      ORDER BY next_attempt_at, seq LIMIT ${counted ? "greatest(0, least($6, $8 - (SELECT n FROM leased)))" : "$6"}),
     claimed AS (UPDATE events SET claimed_until = $4, claim_token = $5 WHERE seq = ANY(ARRAY(SELECT seq FROM picked)) RETURNING *)`;
   if (!counted) return { name: "genrelay_claim_of_key", text: claimStatement(claim) };
   const leased = `leased AS (
