@@ -179,6 +179,7 @@ export class ClaimSession {
 
   /** A lease's write succeeded (attempt record, release, re-queue): it no longer holds, whether its token still matched or not. */
   ended(eventId: string, token?: string): void {
-    if (token === undefined || this.own.get(eventId)?.token === token) this.own.delete(eventId);
+    const lease = this.own.get(eventId);
+    if (lease && (token === undefined || lease.token === token)) this.own.delete(eventId);
   }
 }
