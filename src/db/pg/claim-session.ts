@@ -13,17 +13,18 @@ const IDLE_MS = 20;
 const FROZEN_HOLDER_MS = 10_000;
 
 const LOCK = `${EVENT_CLAIM_LOCK}, 1`;
-/** idle_session_timeout exists from PostgreSQL 14; older servers keep none. */
-const idleTimeout = (value: string) => `CASE WHEN current_setting('server_version_num')::int >= 140000 THEN set_config('idle_session_timeout', ${value}, false) END`;
-const planCache = (value: string) => `set_config('plan_cache_mode', ${value}, false)`;
-const defaultOf = (name: string) => `(SELECT reset_val FROM pg_settings WHERE name = '${name}')`;
 /**
  * The lock, and the session's settings while it holds it: each claim statement is prepared once on
  * the session and planned once (generic plans: a custom plan per call costs about 0.7 ms of
- * planning, more than the claim itself); both go back to their defaults before the connection returns to the pool.
+ * planning, more than the claim itself), and idle_session_timeout (from PostgreSQL 14). The
+ * settings the connection had are read first, and put back before it returns to the pool.
  */
-const ACQUIRE = `SELECT pg_advisory_lock(${LOCK}), ${idleTimeout(`'${FROZEN_HOLDER_MS}'`)}, ${planCache("'force_generic_plan'")}`;
-const RELEASE = `SELECT pg_advisory_unlock(${LOCK}), ${idleTimeout(defaultOf("idle_session_timeout"))}, ${planCache(defaultOf("plan_cache_mode"))}`;
+const ACQUIRE = `SELECT current_setting('plan_cache_mode') AS plan_cache_mode, current_setting('idle_session_timeout', true) AS idle_session_timeout;
+  SELECT pg_advisory_lock(${LOCK}), set_config('plan_cache_mode', 'force_generic_plan', false),
+    CASE WHEN current_setting('idle_session_timeout', true) IS NOT NULL THEN set_config('idle_session_timeout', '${FROZEN_HOLDER_MS}', false) END`;
+/** $1 plan_cache_mode, $2 idle_session_timeout as they were (null: the server has none). */
+const RELEASE = `SELECT pg_advisory_unlock(${LOCK}), set_config('plan_cache_mode', $1, false),
+  CASE WHEN $2::text IS NOT NULL THEN set_config('idle_session_timeout', $2, false) END`;
 
 /** Whether another session waits for the claims' lock: read by every claim statement (about 0.2 ms), as its column `claims_waiting`. */
 const CLAIMS_WAITING = `EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
@@ -72,6 +73,8 @@ export class ClaimSession {
   private client: pg.PoolClient | null = null;
   private queue: Promise<unknown> = Promise.resolve();
   private idle: NodeJS.Timeout | null = null;
+  /** The connection's settings before this tenure changed them (see ACQUIRE). */
+  private settings: Array<string | null> = [];
   /** Claims run so far: an idle release scheduled before the latest claim does nothing. */
   private runs = 0;
   /** Per key, the other sessions' leases counted in this tenure (cleared when the lock is let go). */
@@ -99,7 +102,8 @@ export class ClaimSession {
       if (!this.client) {
         const c = await this.pool.connect();
         this.client = c;
-        await c.query(ACQUIRE);
+        const [before] = (await c.query(ACQUIRE)) as unknown as pg.QueryResult[];
+        this.settings = [before!.rows[0].plan_cache_mode, before!.rows[0].idle_session_timeout];
       }
       const { result, waiting } = await work(this.client);
       if (waiting) await this.release();
@@ -128,7 +132,7 @@ export class ClaimSession {
     this.client = null;
     this.others.clear();
     try {
-      await c.query(RELEASE);
+      await c.query(RELEASE, this.settings);
       c.release();
     } catch (err) {
       c.release(err instanceof Error ? err : new Error(String(err)));
