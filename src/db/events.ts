@@ -1,8 +1,8 @@
-import { and, asc, desc, eq, getTableColumns, gt, gte, inArray, isNull, lt, lte, notInArray, or, sql, type Placeholder, type SQL } from "drizzle-orm";
+import { and, asc, desc, eq, gt, gte, inArray, isNull, lt, lte, notInArray, or, sql, type Placeholder, type SQL } from "drizzle-orm";
 import { pickWithinRoom, type ClientRoom } from "../store/fairness.js";
 import { deliveryKey } from "../store/delivery-key.js";
 import type { Db } from "./open.js";
-import { jsonList, patchShape, prepared } from "./prepared.js";
+import { insertEveryColumn, jsonList, patchShape, prepared } from "./prepared.js";
 import type { DbOrTx } from "./tx.js";
 import { clients, deliveryAttempts, events } from "./schema.js";
 
@@ -25,35 +25,7 @@ export function insertEventPrepared(db: Db, row: Omit<NewEventRow, "clientSeq">)
       .prepare(),
   ).all({ clientId: row.clientId })[0];
   if (!clientSeq) throw new Error(`no client ${row.clientId}`);
-  const statement = prepared(db, "events.insert", () =>
-    db
-      .insert(events)
-      .values(Object.fromEntries(EVENT_COLUMNS.map((c) => [c, sql.placeholder(c)])) as unknown as NewEventRow)
-      .prepare(),
-  );
-  const bound: Record<string, unknown> = { ...EVENT_DEFAULTS };
-  for (const c of EVENT_COLUMNS) bound[c] = (row as Record<string, unknown>)[c] ?? bound[c] ?? null;
-  bound.clientSeq = clientSeq.seq;
-  statement.run(bound);
-}
-/** The event columns an insert binds (seq is the rowid SQLite assigns), and the schema's defaults for absent ones. */
-const EVENT_COLUMNS = Object.keys(getTableColumns(events)).filter((c) => c !== "seq");
-const EVENT_DEFAULTS: Record<string, unknown> = Object.fromEntries(
-  Object.entries(getTableColumns(events))
-    .filter(([, col]) => col.hasDefault && col.default !== undefined && typeof col.default !== "object")
-    .map(([k, col]) => [k, col.default]),
-);
-
-/** Takes the client's next pull-feed position (inside the transaction that writes the event). */
-export function nextClientEventSeq(db: DbOrTx, clientId: string): number {
-  const row = db
-    .update(clients)
-    .set({ eventSeq: sql`${clients.eventSeq} + 1` })
-    .where(eq(clients.id, clientId))
-    .returning({ seq: clients.eventSeq })
-    .all()[0];
-  if (!row) throw new Error(`no client ${clientId}`);
-  return row.seq;
+  insertEveryColumn(db, events, { ...row, clientSeq: clientSeq.seq }, ["seq"]);
 }
 
 export function findEvent(db: DbOrTx, id: string): EventRow | undefined {
@@ -278,18 +250,8 @@ export function updateEvent(db: DbOrTx, id: string, patch: Partial<NewEventRow>)
 
 /** Records an attempt (prepared once; every column bound, absent ones as NULL). */
 export function insertAttempt(db: Db, row: NewAttemptRow): void {
-  const columns = ATTEMPT_COLUMNS;
-  const statement = prepared(db, "attempts.insert", () =>
-    db
-      .insert(deliveryAttempts)
-      .values(Object.fromEntries(columns.map((c) => [c, sql.placeholder(c)])) as unknown as NewAttemptRow)
-      .prepare(),
-  );
-  const bound: Record<string, unknown> = {};
-  for (const c of columns) bound[c] = (row as Record<string, unknown>)[c] ?? null;
-  statement.run(bound);
+  insertEveryColumn(db, deliveryAttempts, row);
 }
-const ATTEMPT_COLUMNS = Object.keys(getTableColumns(deliveryAttempts));
 
 export function listTaskAttempts(db: DbOrTx, taskId: string): AttemptRow[] {
   return db

@@ -1,3 +1,5 @@
+import { getTableColumns, getTableName, sql } from "drizzle-orm";
+import type { SQLiteTable } from "drizzle-orm/sqlite-core";
 import type { Db } from "./open.js";
 
 /**
@@ -31,3 +33,23 @@ export function patchShape(patch: Record<string, unknown>): string[] {
 
 /** A sequence of ids bound as one JSON parameter: `col IN (SELECT value FROM json_each(?))` prepares once for any count. */
 export const jsonList = (values: readonly (string | number)[]): string => JSON.stringify(values);
+
+/**
+ * Inserts a row binding every column of `table` (a column the row leaves out gets its schema's
+ * plain default, else NULL) on an INSERT prepared once, without RETURNING: the bound row is the
+ * stored row, and it is returned. `omit`: columns the database assigns (an INTEGER PRIMARY KEY).
+ */
+export function insertEveryColumn<R>(db: Db, table: SQLiteTable, row: object, omit: readonly string[] = []): R {
+  const name = getTableName(table);
+  const { columns, defaults, statement } = prepared(db, `insert:${name}`, () => {
+    const all = Object.entries(getTableColumns(table)).filter(([key]) => !omit.includes(key));
+    const columns = all.map(([key]) => key);
+    const defaults = Object.fromEntries(all.filter(([, col]) => col.hasDefault && col.default !== undefined && typeof col.default !== "object").map(([key, col]) => [key, col.default]));
+    const statement = (db.insert(table).values(Object.fromEntries(columns.map((c) => [c, sql.placeholder(c)])) as never) as unknown as { prepare(): { run(p: Record<string, unknown>): unknown } }).prepare();
+    return { columns, defaults: defaults as Record<string, unknown>, statement };
+  });
+  const bound: Record<string, unknown> = {};
+  for (const c of columns) bound[c] = (row as Record<string, unknown>)[c] ?? defaults[c] ?? null;
+  statement.run(bound);
+  return bound as R;
+}

@@ -1,6 +1,6 @@
-import { and, asc, eq, getTableColumns, gt, gte, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
+import { and, asc, eq, gt, gte, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
 import type { Db } from "./open.js";
-import { patchShape, prepared } from "./prepared.js";
+import { insertEveryColumn, patchShape, prepared } from "./prepared.js";
 import type { InFlightTask } from "../store/store.js";
 import type { DbOrTx } from "./tx.js";
 import { clients, tasks, type TaskPhase } from "./schema.js";
@@ -13,53 +13,20 @@ export function insertTask(db: DbOrTx, row: NewTaskRow): TaskRow {
   return db.insert(tasks).values(row).returning().all()[0]!;
 }
 
-/**
- * The intake's two statements, built once per database: building a drizzle query costs more than
- * running it. They run on the single connection, so also inside a transaction opened through a
- * drizzle `tx` on the same database.
- */
-function intakeStatements(db: Db) {
-  let statements = intakeCache.get(db);
-  if (!statements) {
-    const byKey = db
+/** findTaskByIdempotencyKey on a statement prepared once (the intake's hot path). */
+export function findTaskByIdempotencyKeyPrepared(db: Db, clientId: string, key: string): TaskRow | undefined {
+  return prepared(db, "tasks.byIdempotencyKey", () =>
+    db
       .select()
       .from(tasks)
       .where(and(eq(tasks.clientId, sql.placeholder("clientId")), eq(tasks.idempotencyKey, sql.placeholder("key"))))
-      .prepare();
-    const columns = Object.keys(getTableColumns(tasks));
-    // No RETURNING: every column is bound, so the row written is the row bound (half the cost).
-    const insert = db
-      .insert(tasks)
-      .values(Object.fromEntries(columns.map((c) => [c, sql.placeholder(c)])) as unknown as NewTaskRow)
-      .prepare();
-    statements = { byKey, insert, columns };
-    intakeCache.set(db, statements);
-  }
-  return statements;
-}
-const intakeCache = new WeakMap<
-  Db,
-  { byKey: { get(p: Record<string, unknown>): TaskRow | undefined }; insert: { run(p: Record<string, unknown>): unknown }; columns: string[] }
->();
-
-/** findTaskByIdempotencyKey on a prepared statement (the intake's hot path). */
-export function findTaskByIdempotencyKeyPrepared(db: Db, clientId: string, key: string): TaskRow | undefined {
-  return intakeStatements(db).byKey.get({ clientId, key });
+      .prepare(),
+  ).get({ clientId, key });
 }
 
-/** insertTask on a prepared statement: every column is bound (defaults filled in here), and the bound row is the stored row. */
+/** insertTask on a statement prepared once: every column bound (schema defaults filled in), and the bound row is the stored row. */
 export function insertTaskPrepared(db: Db, row: NewTaskRow): TaskRow {
-  const full: Record<string, unknown> = {
-    eventSequence: 0,
-    pointsReserved: 0,
-    priceKey: "",
-    submitAttempts: 0,
-    pollCount: 0,
-  };
-  const { columns, insert } = intakeStatements(db);
-  for (const c of columns) full[c] = (row as Record<string, unknown>)[c] ?? full[c] ?? null;
-  insert.run(full);
-  return full as TaskRow;
+  return insertEveryColumn<TaskRow>(db, tasks, row);
 }
 
 export function findTask(db: DbOrTx, id: string): TaskRow | undefined {
@@ -121,10 +88,6 @@ export function findTaskByUpstreamId(db: Db, account: string, upstreamTaskId: st
 /** findTask on a statement prepared once (transitions read the row first). */
 export function findTaskPrepared(db: Db, id: string): TaskRow | undefined {
   return prepared(db, "tasks.find", () => db.select().from(tasks).where(eq(tasks.id, sql.placeholder("id"))).prepare()).get({ id });
-}
-
-export function updateTask(db: DbOrTx, id: string, patch: Partial<NewTaskRow>): TaskRow | undefined {
-  return db.update(tasks).set(patch).where(eq(tasks.id, id)).returning().all()[0];
 }
 
 function unclaimed(now: number): SQL {
