@@ -1,3 +1,4 @@
+import { getTableColumns } from "drizzle-orm";
 import type { CreateResult, NewTaskRequest } from "../../store/store.js";
 import { tasks } from "./schema.js";
 import { CHANNEL, T, columnsOf } from "./mapping.js";
@@ -16,7 +17,11 @@ interface Pending {
 
 /** Every column an insert binds, with the defaults the schema gives an absent one. */
 const COLUMNS = columnsOf(tasks);
-const DEFAULTS: Record<string, unknown> = { eventSequence: 0, pointsReserved: 0, priceKey: "", submitAttempts: 0, pollCount: 0 };
+const DEFAULTS: Record<string, unknown> = Object.fromEntries(
+  Object.entries(getTableColumns(tasks))
+    .filter(([, col]) => col.hasDefault && col.default !== undefined && typeof col.default !== "object")
+    .map(([key, col]) => [key, col.default]),
+);
 /** Rows per statement: 256 rows of every column stay far below PostgreSQL's 65,535 parameters. */
 const MAX_BATCH = 256;
 
