@@ -4,18 +4,29 @@ import { defineConfig } from "vitest/config";
  * Two projects: unit tests (pure code, no database server) run without PostgreSQL; integration and
  * end-to-end tests share one embedded PostgreSQL per run (test/setup/postgres.ts), started only when
  * one of them runs. `npm test` runs both; `npx vitest run --project unit` runs the unit tests alone.
+ *
+ * test/setup/exit-guard.ts keeps a failed run's exit status non-zero. GENRELAY_GATE_FIXTURES=1 is
+ * for test/e2e/gate.test.ts only: each project then runs the deliberately failing fixtures under
+ * test/gate-fixtures/ instead of the suite, with a dependency-like hook that calls process.exit(0).
  */
+const gate = process.env.GENRELAY_GATE_FIXTURES === "1";
+
 export default defineConfig({
   test: {
     environment: "node",
     testTimeout: 20_000,
     hookTimeout: 30_000,
     pool: "forks",
+    reporters: ["default", "./test/setup/exit-guard.ts"],
     projects: [
-      { extends: true, test: { name: "unit", include: ["test/unit/**/*.test.ts"] } },
+      { extends: true, test: { name: "unit", include: gate ? ["test/gate-fixtures/unit/*.ts"] : ["test/unit/**/*.test.ts"] } },
       {
         extends: true,
-        test: { name: "integration", include: ["test/integration/**/*.test.ts", "test/e2e/**/*.test.ts"], globalSetup: ["test/setup/postgres.ts"] },
+        test: {
+          name: "integration",
+          include: gate ? ["test/gate-fixtures/integration/*.ts"] : ["test/integration/**/*.test.ts", "test/e2e/**/*.test.ts"],
+          globalSetup: gate ? ["test/setup/postgres.ts", "test/gate-fixtures/exit-zero-hook.ts"] : ["test/setup/postgres.ts"],
+        },
       },
     ],
   },

@@ -15,9 +15,18 @@ interface Pending<T> {
  * savepoint: one that throws (a 409, say) is rolled back alone and rejects alone. Every promise
  * settles only after the outer COMMIT, so a caller never answers before its row is on disk.
  */
+/** A write queued after its store closed. */
+export class StoreClosedError extends Error {
+  override readonly name = "StoreClosedError";
+  constructor() {
+    super("The store is closed.");
+  }
+}
+
 export class GroupCommit {
   private queue: Pending<unknown>[] = [];
   private scheduled = false;
+  private closed = false;
 
   constructor(
     private readonly db: Db,
@@ -36,7 +45,17 @@ export class GroupCommit {
     return this.enqueue(work, true);
   }
 
+  /**
+   * Commits what is queued now, then refuses more: the store calls it before it closes the
+   * database, so no write queued before close() is lost or left to fail on a closed connection.
+   */
+  close(): void {
+    this.flush();
+    this.closed = true;
+  }
+
   private enqueue<T>(work: (tx: Tx) => T, atomic: boolean): Promise<T> {
+    if (this.closed) return Promise.reject(new StoreClosedError());
     return new Promise<T>((resolve, reject) => {
       this.queue.push({ work, atomic, resolve, reject } as Pending<unknown>);
       if (this.queue.length >= this.maxBatch) this.flush();

@@ -84,6 +84,8 @@ export class SqliteStore implements Store {
   }
 
   async close(): Promise<void> {
+    this.intakeCommits.close();
+    this.attemptCommits.close();
     this.database.close();
   }
 

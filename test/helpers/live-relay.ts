@@ -34,7 +34,8 @@ export async function startLiveRelay(env: Record<string, string> = {}): Promise<
     timings: { imageQueuedMs: 200, imageProcessingMs: 500, videoQueuedMs: 300, videoProcessingMs: 800 },
   });
   const database = openDatabase(config.databasePath);
-  const relay = new Relay({ config, store: sqliteStore(database), clock: systemClock, logger: silentLogger, upstream: { baseUrl: simulator.url, apiKey: "sandbox" } });
+  const store = sqliteStore(database);
+  const relay = new Relay({ config, store, clock: systemClock, logger: silentLogger, upstream: { baseUrl: simulator.url, apiKey: "sandbox" } });
   await relay.start();
   const server = await new Promise<Server>((resolve) => {
     const s = serve({ fetch: relay.app.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve(s as Server)) as Server;
@@ -52,7 +53,7 @@ export async function startLiveRelay(env: Record<string, string> = {}): Promise<
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await relay.stop(2_000);
       await simulator.close();
-      database.close();
+      await store.close();
       rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -79,7 +79,8 @@ export function createTestRelay(
     },
     async close() {
       await relay.stop(1_000);
-      database.close();
+      // The store commits what its group commits still hold before it closes the database.
+      await store.close();
       rmSync(dir, { recursive: true, force: true });
     },
   };

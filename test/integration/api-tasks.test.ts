@@ -409,7 +409,7 @@ describe("authorisation matrix: every /openapi/v1 route refuses bad keys with 40
     const valid = t.client("valid").apiKey;
     const revokedClient = t.client("revoked");
     const taskId = (await create(revokedClient.apiKey)).data.id as string;
-    revokeClient(t.relay.deps, revokedClient.id);
+    await revokeClient(t.relay.deps, revokedClient.id);
     ctx = { valid, revoked: revokedClient.apiKey, taskId };
   });
 

