@@ -227,6 +227,23 @@ export const upstreamReads = sqliteTable(
   (t) => [index("upstream_reads_account_at_idx").on(t.account, t.at)],
 );
 
+/**
+ * What a client made the relay do on request (test pings, redelivers, retry-nows, recovers), one
+ * row each, kept for the rate limit's window: the per-client limits are counted here, so every
+ * process sharing the database counts the same requests (DESIGN §19).
+ */
+export const rateLimitHits = sqliteTable(
+  "rate_limit_hits",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    clientId: text("client_id").notNull(),
+    /** The limited action: ping, redeliver, retry, recover. */
+    action: text("action").notNull(),
+    at: integer("at").notNull(),
+  },
+  (t) => [index("rate_limit_hits_key_at_idx").on(t.clientId, t.action, t.at)],
+);
+
 /** Learned durations (ms from submission to terminal) per type and model, for adaptive polling. */
 export const durationStats = sqliteTable(
   "duration_stats",

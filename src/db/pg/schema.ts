@@ -8,7 +8,8 @@ import { DELIVERY_STATUSES } from "../../statuses.js";
  * `bigint` in number mode (epoch milliseconds overflow int4); the pool parses int8 as a number.
  * Differences, on purpose:
  * - `events.id` is a UNIQUE CONSTRAINT, not only a unique index: delivery_attempts.event_id
- *   references it, and drizzle-kit emits foreign keys before indexes.
+ *   references it, and drizzle-kit emits foreign keys before indexes;
+ * - `account_leaders` exists only here: account leadership among several processes (SQLite has one).
  * Migrations: `npm run db:generate:pg` writes migrations/pg/ (drizzle.pg.config.ts).
  */
 const ms = (name: string) => bigint(name, { mode: "number" });
@@ -186,6 +187,35 @@ export const upstreamReads = pgTable(
   },
   (t) => [index("upstream_reads_account_at_idx").on(t.account, t.at)],
 );
+
+export const rateLimitHits = pgTable(
+  "rate_limit_hits",
+  {
+    id: bigserial("id", { mode: "number" }).primaryKey(),
+    clientId: text("client_id").notNull(),
+    action: text("action").notNull(),
+    at: ms("at").notNull(),
+  },
+  (t) => [index("rate_limit_hits_key_at_idx").on(t.clientId, t.action, t.at)],
+);
+
+/**
+ * PostgreSQL only (several processes): who leads each upstream account, until when. The leader
+ * renews its row; once `expires_at` (the database's clock, epoch ms) has passed, or the backend
+ * `holder_pid` is gone, another process takes the row and `fence` goes up by one. Claims made as
+ * leader carry the fence and take nothing once it has moved on (src/db/pg/leadership.ts,
+ * docs/decisions/0010-leadership-and-fencing.md). Rows are never deleted: the fence only grows.
+ */
+export const accountLeaders = pgTable("account_leaders", {
+  account: text("account").primaryKey(),
+  /** The leading process's lease owner id (its claim tokens are `<holder>:<n>`). */
+  holder: text("holder").notNull(),
+  fence: ms("fence").notNull(),
+  expiresAt: ms("expires_at").notNull(),
+  /** pg_backend_pid() of the leader's dedicated connection: gone means the process is, so no need to wait for expires_at. */
+  holderPid: ms("holder_pid").notNull(),
+  takenAt: ms("taken_at").notNull(),
+});
 
 export const durationStats = pgTable(
   "duration_stats",
