@@ -1,4 +1,4 @@
-import type { AccountStore, ClientStore, CreateResult, EndpointStore, EventStore, NoticeStore, NewTaskRequest, OpsStore, SessionStore, Store, SubmissionContext, TaskStore, TransitionOptions, TransitionRules } from "../store/store.js";
+import type { AccountStore, ClientStore, CreateResult, EndpointStore, EventStore, NoticeStore, NewTaskRequest, OpsStore, RateLimitStore, SessionStore, Store, SubmissionContext, TaskStore, TransitionOptions, TransitionRules } from "../store/store.js";
 import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reservationsAround } from "./credits.js";
 import { insertEventPrepared } from "./events.js";
 import { GroupCommit } from "./group-commit.js";
@@ -14,6 +14,7 @@ import { sqliteEndpoints } from "./sqlite/endpoints.js";
 import { sqliteNotices } from "./sqlite/notices.js";
 import { sqliteSessions } from "./sqlite/sessions.js";
 import { sqliteOps } from "./sqlite/ops.js";
+import { sqliteRateLimits } from "./sqlite/rate-limits.js";
 
 const NO_RESERVATIONS = { inFlight: 0, ahead: 0, others: 0 };
 
@@ -51,6 +52,7 @@ export class SqliteStore implements Store {
   readonly clients: ClientStore;
   readonly accounts: AccountStore;
   readonly sessions: SessionStore;
+  readonly limits: RateLimitStore;
   readonly ops: OpsStore;
   readonly intakeCommits: GroupCommit;
   readonly attemptCommits: GroupCommit;
@@ -79,6 +81,8 @@ export class SqliteStore implements Store {
     this.notices = sqliteNotices(this);
 
     this.sessions = sqliteSessions(this);
+
+    this.limits = sqliteRateLimits(this);
 
     this.ops = sqliteOps(this);
   }

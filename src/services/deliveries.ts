@@ -21,39 +21,33 @@ export interface PingGate {
 
 /** Test pings a client may send per minute: enough to debug a receiver, too few to make the relay a POST proxy. */
 export const PINGS_PER_MINUTE = 10;
-/** Redelivers and retry-nows a client may ask for per minute, each: every one is a POST the relay makes on request. */
+/** Redelivers, retry-nows and recovers a client may ask for per minute, each: every one is a POST (or many) the relay makes on request. */
 export const TRIGGERS_PER_MINUTE = 10;
 
 /** `hostname:port` as the dispatcher keys hosts (a bracketed IPv6 literal included). */
 const HOST_PORT = /^(?:[a-z0-9._-]{1,253}|\[[0-9a-f:.]{2,45}\]):\d{1,5}$/i;
 
-type Trigger = "ping" | "redeliver" | "retry";
-const TRIGGER_TEXT: Record<Trigger, string> = { ping: "test webhooks", redeliver: "redelivers", retry: "retry-nows" };
+type Trigger = "ping" | "redeliver" | "retry" | "recover";
+const TRIGGER_TEXT: Record<Trigger, string> = { ping: "test webhooks", redeliver: "redelivers", retry: "retry-nows", recover: "recovers" };
 
 /** Delivery operations a client can run on its own tasks and events. */
 export class DeliveryService {
-  private readonly pings = new Map<string, number[]>();
-
   constructor(
     private readonly deps: ServiceDeps,
     private readonly gate: PingGate,
   ) {}
 
   /**
-   * Per-client sliding window of each kind of POST a client can make the relay send on request
-   * (test pings, redelivers, retry-nows); throws 429 rate_limit past its limit a minute.
+   * Per-client sliding window of each kind of request that makes the relay send on demand (test
+   * pings, redelivers, retry-nows, recovers), counted in the store so that every instance sharing
+   * it counts the same requests (DESIGN §19); throws 429 rate_limit past its limit a minute.
    */
-  private take(kind: Trigger, clientId: string, now: number): void {
+  private async take(kind: Trigger, clientId: string, now: number): Promise<void> {
     const limit = kind === "ping" ? PINGS_PER_MINUTE : TRIGGERS_PER_MINUTE;
-    const id = `${kind}|${clientId}`;
-    const recent = (this.pings.get(id) ?? []).filter((at) => at > now - 60_000);
-    if (recent.length >= limit) {
-      const retry = Math.max(1, Math.ceil((recent[0]! + 60_000 - now) / 1000));
-      this.pings.set(id, recent);
-      throw new ApiError("rate_limit", `At most ${limit} ${TRIGGER_TEXT[kind]} a minute. Retry in ${retry} s.`, undefined, { "Retry-After": String(retry) });
-    }
-    recent.push(now);
-    this.pings.set(id, recent);
+    const verdict = await this.deps.store.limits.take(clientId, kind, now, limit, 60_000);
+    if (verdict.allowed) return;
+    const retry = Math.max(1, Math.ceil((verdict.retryAt - now) / 1000));
+    throw new ApiError("rate_limit", `At most ${limit} ${TRIGGER_TEXT[kind]} a minute. Retry in ${retry} s.`, undefined, { "Retry-After": String(retry) });
   }
 
   /**
@@ -65,7 +59,7 @@ export class DeliveryService {
     if (!HOST_PORT.test(h)) {
       throw new ApiError("invalid_request", "host must be hostname:port, as in the failing-host list (URL-encoded in the path).", [{ field: "host", message: "expected hostname:port" }]);
     }
-    this.take("retry", clientId, this.deps.clock.now());
+    await this.take("retry", clientId, this.deps.clock.now());
     const requeued = await this.gate.retryHost(clientId, h);
     return { host: h, requeued };
   }
@@ -106,7 +100,7 @@ export class DeliveryService {
     const { store, clock } = this.deps;
     const task = await requireClientTask(this.deps, clientId, taskId);
     if (!task.callbackUrl) throw new ApiError("invalid_request", "This task has no callback_url to deliver to.");
-    this.take("redeliver", clientId, clock.now());
+    await this.take("redeliver", clientId, clock.now());
     const updated = await redeliverLast(store, task.id, clock.now());
     if (!updated) throw new ApiError("invalid_request", "This task has no event yet; it is sent when the task changes state.");
     this.deps.nudges.dispatcher();
@@ -123,7 +117,7 @@ export class DeliveryService {
     const verdict = validateCallbackUrl(url, { allowPrivateNetworks: config.webhookAllowPrivateNetworks });
     if (!verdict.ok) throw new ApiError("invalid_callback_url", `url is not acceptable: ${verdict.reason}.`, [{ field: "url", message: verdict.reason }]);
     const now = clock.now();
-    this.take("ping", clientId, now);
+    await this.take("ping", clientId, now);
     const client = (await store.clients.find(clientId))!;
     const id = newId("evt", now);
     const catalog = this.deps.catalog?.peek(client.upstreamAccount) ?? null;
@@ -184,7 +178,9 @@ export class DeliveryService {
     };
   }
 
+  /** Re-queues the client's failed deliveries since a time: each is a POST again, so it is rate-limited like redeliver. */
   async recover(clientId: string, since: number) {
+    await this.take("recover", clientId, this.deps.clock.now());
     const requeued = await recoverFailed(this.deps.store, clientId, since, this.deps.clock.now());
     if (requeued > 0) this.deps.nudges.dispatcher();
     return { requeued };

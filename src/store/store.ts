@@ -52,6 +52,7 @@ export interface Store {
   readonly sessions: SessionStore;
   readonly endpoints: EndpointStore;
   readonly notices: NoticeStore;
+  readonly limits: RateLimitStore;
   readonly ops: OpsStore;
   close(): Promise<void>;
 }
@@ -365,6 +366,18 @@ export interface AccountStore {
   pruneReads(account: string, before: number): Promise<void>;
   durationSamples(type: string, model: string): Promise<number[]>;
   saveDurationSamples(type: string, model: string, samples: number[], now: number): Promise<void>;
+}
+
+/** A rate limit's answer: counted, or refused until `retryAt` (when enough counted ones have left the window). */
+export type RateLimitVerdict = { allowed: true } | { allowed: false; retryAt: number };
+
+export interface RateLimitStore {
+  /**
+   * Counts one `action` of the client at `now` if fewer than `limit` were counted in the sliding
+   * window of `windowMs` before it, atomically across every process sharing the store (N instances
+   * allow what one does). A refusal is not counted. Counts older than the window are dropped here.
+   */
+  take(clientId: string, action: string, now: number, limit: number, windowMs: number): Promise<RateLimitVerdict>;
 }
 
 export interface SessionStore {

@@ -81,6 +81,8 @@ export const LEADER_LOCK_SPACE = 0x67_72_6c; // "grl"
 export const CHANNEL = "genrelay";
 /** Advisory lock (with key 1) that serialises event claims across instances (see events.ts claimDue). */
 export const EVENT_CLAIM_LOCK = 0x67_72_65; // "gre"
+/** Advisory lock namespace of rate limits (the second key is hashtext of the client and action, see rate-limits.ts). */
+export const RATE_LIMIT_LOCK_SPACE = 0x67_72_72; // "grr"
 
 /** 64-bit integers come back as strings by default; every one the relay stores (epoch ms, counts) fits a double. */
 export const types = {

@@ -9,6 +9,7 @@ import type {
   NoticeStore,
   NudgeTarget,
   OpsStore,
+  RateLimitStore,
   ReservationsAround,
   SessionStore,
   Store,
@@ -27,6 +28,7 @@ import { pgClients } from "./clients.js";
 import { pgEvents } from "./events.js";
 import { ClaimSession } from "./claim-session.js";
 import { pgOps } from "./ops.js";
+import { pgRateLimits } from "./rate-limits.js";
 import { pgSessions } from "./sessions.js";
 import { pgTasks } from "./tasks.js";
 import { deliveryAttempts } from "./schema.js";
@@ -69,6 +71,7 @@ export class PgStore implements Store {
   readonly clients: ClientStore;
   readonly accounts: AccountStore;
   readonly sessions: SessionStore;
+  readonly limits: RateLimitStore;
   readonly ops: OpsStore;
   leaderClient: pg.Client | null = null;
   leaderClientDead = false;
@@ -104,6 +107,7 @@ export class PgStore implements Store {
     this.clients = pgClients(this);
     this.accounts = pgAccounts(this);
     this.sessions = pgSessions(this);
+    this.limits = pgRateLimits(this);
     this.ops = pgOps(this);
   }
 

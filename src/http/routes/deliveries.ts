@@ -205,9 +205,10 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       path: "/openapi/v1/deliveries/recover",
       tags: ["Webhooks"],
       summary: "Re-queue your failed deliveries since a time",
+      description: `At most ${TRIGGERS_PER_MINUTE} recovers a minute per client: 429 rate_limit otherwise.`,
       security,
       request: { body: { required: true, content: json(z.object({ since: z.iso.datetime({ offset: true, error: "must be an ISO-8601 date-time" }) })) } },
-      responses: { 202: { description: "How many were re-queued", content: json(z.object({ data: z.object({ requeued: z.number().int() }) })) }, ...errorResponses(400, 401, 413, 415, 422) },
+      responses: { 202: { description: "How many were re-queued", content: json(z.object({ data: z.object({ requeued: z.number().int() }) })) }, ...errorResponses(400, 401, 413, 415, 422, 429) },
     }),
     async (c) => c.json({ data: await deliveries.recover(c.get("client").id, Date.parse(c.req.valid("json").since)) }, 202),
   );

@@ -1,0 +1,26 @@
+import type { RateLimitStore } from "../../store/store.js";
+import { slidingVerdict } from "../../store/rate-window.js";
+import { RATE_LIMIT_LOCK_SPACE } from "./mapping.js";
+import type { PgStore } from "./pg-store.js";
+
+/**
+ * The RateLimitStore on PostgreSQL: per-client sliding windows in rate_limit_hits. A take holds a
+ * transaction-level advisory lock on its (client, action) while it counts and inserts, so takers
+ * on every instance see each other's counts (without it, two could both count nine of ten).
+ */
+export function pgRateLimits(s: PgStore): RateLimitStore {
+  const { q } = s;
+  return {
+    take: (clientId, action, now, limit, windowMs) =>
+      s.tx(async (c) => {
+        await q("SELECT pg_advisory_xact_lock($1, hashtext($2 || '|' || $3))", [RATE_LIMIT_LOCK_SPACE, clientId, action], c);
+        await q("DELETE FROM rate_limit_hits WHERE client_id = $1 AND action = $2 AND at <= $3", [clientId, action, now - windowMs], c);
+        const counted = (await q("SELECT at FROM rate_limit_hits WHERE client_id = $1 AND action = $2 AND at > $3 ORDER BY at", [clientId, action, now - windowMs], c)).map((r) =>
+          Number(r.at),
+        );
+        const verdict = slidingVerdict(counted, limit, windowMs, now);
+        if (verdict.allowed) await q("INSERT INTO rate_limit_hits (client_id, action, at) VALUES ($1, $2, $3)", [clientId, action, now], c);
+        return verdict;
+      }),
+  };
+}

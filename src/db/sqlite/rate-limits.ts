@@ -1,0 +1,27 @@
+import { and, asc, eq, gt, lte } from "drizzle-orm";
+import type { RateLimitStore } from "../../store/store.js";
+import { slidingVerdict } from "../../store/rate-window.js";
+import { rateLimitHits } from "../schema.js";
+import type { SqliteStore } from "../sqlite-store.js";
+
+/** The RateLimitStore on SQLite: per-client sliding windows in rate_limit_hits, one transaction a take. */
+export function sqliteRateLimits(s: SqliteStore): RateLimitStore {
+  const db = s.database.db;
+  return {
+    take: async (clientId, action, now, limit, windowMs) =>
+      db.transaction((tx) => {
+        const key = and(eq(rateLimitHits.clientId, clientId), eq(rateLimitHits.action, action));
+        tx.delete(rateLimitHits).where(and(key, lte(rateLimitHits.at, now - windowMs))).run();
+        const counted = tx
+          .select({ at: rateLimitHits.at })
+          .from(rateLimitHits)
+          .where(and(key, gt(rateLimitHits.at, now - windowMs)))
+          .orderBy(asc(rateLimitHits.at))
+          .all()
+          .map((r) => r.at);
+        const verdict = slidingVerdict(counted, limit, windowMs, now);
+        if (verdict.allowed) tx.insert(rateLimitHits).values({ clientId, action, at: now }).run();
+        return verdict;
+      }),
+  };
+}
