@@ -1,0 +1,235 @@
+/**
+ * The tenant-fair pool (DESIGN §19, docs/decisions/0008-fair-pool.md): one mechanism for every
+ * resource the relay's tenants share — webhook attempts, failure notices, output copies, dashboard
+ * previews — so a worker or route added later inherits isolation by taking its slots here.
+ *
+ * A pool of `size` slots, each held by one client's work under a key (the client's work to one
+ * host). The rules, all in `room` and `keyRoom`:
+ *  - **Share.** The pool less its reserve is split evenly among the clients holding slots, counting
+ *    the one asking: a client at its share starts nothing more while others hold slots, and a
+ *    slot it frees goes to the others first. Alone, a client may use all of it.
+ *  - **Reserve.** The last `reserve` slots (an eighth) are only for clients below their share that
+ *    hold fewer than `reserveLevel` slots: a client whose work just became due finds a slot at
+ *    once, also while one of its own attempts is slow, whatever the others' backlogs.
+ *  - **Per key.** At most `maxPerKey` slots per key (one client's work to one host), less slots
+ *    held for the key's refill (release with `holdKey`).
+ * Slots are never taken back: a client above its share (it took them while alone) keeps them until
+ * its work ends, which deadlines bound; until then the reserve serves the others.
+ *
+ * Pure bookkeeping, synchronous; `acquire` may wait for a slot, served fairly (the waiting client
+ * holding the fewest slots first) as slots are released.
+ */
+
+export interface FairPoolOptions {
+  /** Slots in the pool: every client's work at once. */
+  size: number;
+  /** Slots one key (one client's work to one host) may hold at once; default the whole pool. */
+  maxPerKey?: number;
+  /** Slots kept for clients below their share; default an eighth of the pool (at least 1 once it has 2). */
+  reserve?: number;
+  /** A client below its share takes from the reserve while it holds fewer slots than this; default max(2, half the reserve). */
+  reserveLevel?: number;
+  /** Acquisitions one client may have waiting (acquire with waitMs); beyond, acquire answers null at once. Default: the pool's size. */
+  maxWaitingPerClient?: number;
+}
+
+/** One slot of the pool, held by a client's work under a key. */
+export interface Slot {
+  readonly clientId: string;
+  readonly key: string;
+  /**
+   * Frees the slot; later calls do nothing. With `holdKey` the key's room stays taken (the slot
+   * goes back to the pool, not to the key's cap) until releaseHold: the key's next work takes it.
+   */
+  release(opts?: { holdKey?: boolean }): void;
+}
+
+interface Waiter {
+  clientId: string;
+  key: string;
+  grant: (slot: Slot | null) => void;
+}
+
+const NOTHING_PICKED: ReadonlyMap<string, number> = new Map();
+
+export class FairPool {
+  readonly size: number;
+  readonly maxPerKey: number;
+  readonly reserve: number;
+  readonly reserveLevel: number;
+  /** The slots outside the reserve, shared among the clients holding slots. */
+  private readonly general: number;
+  private readonly maxWaitingPerClient: number;
+  private total = 0;
+  private readonly byClient = new Map<string, number>();
+  private readonly byKey = new Map<string, number>();
+  private readonly heldForKey = new Map<string, number>();
+  private readonly waiting: Waiter[] = [];
+
+  constructor(opts: FairPoolOptions) {
+    this.size = Math.max(1, Math.floor(opts.size));
+    this.maxPerKey = Math.max(1, Math.floor(opts.maxPerKey ?? this.size));
+    this.reserve = Math.min(this.size - 1, Math.max(0, Math.floor(opts.reserve ?? (this.size > 1 ? Math.ceil(this.size / 8) : 0))));
+    this.general = this.size - this.reserve;
+    this.reserveLevel = Math.max(1, Math.floor(opts.reserveLevel ?? Math.max(2, Math.ceil(this.reserve / 2))));
+    this.maxWaitingPerClient = Math.max(0, Math.floor(opts.maxWaitingPerClient ?? this.size));
+  }
+
+  /** Slots held now, by every client. */
+  get inUse(): number {
+    return this.total;
+  }
+
+  /** Slots free now (some may be kept for clients below their share). */
+  get free(): number {
+    return this.size - this.total;
+  }
+
+  inFlightOf(clientId: string): number {
+    return this.byClient.get(clientId) ?? 0;
+  }
+
+  inFlightTo(key: string): number {
+    return this.byKey.get(key) ?? 0;
+  }
+
+  /**
+   * How many more slots a client may take now. `picked`: what a claim being made has taken so far
+   * per client and not yet started (counted as held), so one claim cannot give the reserve away.
+   */
+  room(clientId: string, picked: ReadonlyMap<string, number> = NOTHING_PICKED): number {
+    let total = this.total;
+    let active = this.byClient.size;
+    for (const [id, n] of picked) {
+      total += n;
+      if (n > 0 && !this.byClient.has(id)) active += 1;
+    }
+    const free = this.size - total;
+    if (free <= 0) return 0;
+    const has = this.inFlightOf(clientId) + (picked.get(clientId) ?? 0);
+    if (has === 0) active += 1;
+    const share = Math.max(1, Math.floor(this.general / active));
+    if (has >= share) return 0;
+    const general = this.general - total;
+    if (general > 0) return Math.min(share - has, general);
+    // Only the reserve is left: for a client below its share that holds few slots.
+    return Math.max(0, Math.min(share, this.reserveLevel, has + free) - has);
+  }
+
+  /** How many more slots a key may take now: its cap less what it holds and what is held for its refill. */
+  keyRoom(key: string): number {
+    return this.maxPerKey - this.inFlightTo(key) - (this.heldForKey.get(key) ?? 0);
+  }
+
+  /** Clients holding slots that may take no more now (the list is bounded by the pool's size). */
+  busyClients(): string[] {
+    const busy: string[] = [];
+    for (const clientId of this.byClient.keys()) if (this.room(clientId) <= 0) busy.push(clientId);
+    return busy;
+  }
+
+  /** Keys holding slots or held for a refill (bounded by the pool's size). */
+  keys(): string[] {
+    return [...new Set([...this.byKey.keys(), ...this.heldForKey.keys()])];
+  }
+
+  /** A slot now, within the client's room and the key's; null when there is none. */
+  tryAcquire(clientId: string, key: string): Slot | null {
+    if (this.room(clientId) <= 0 || this.keyRoom(key) <= 0) return null;
+    return this.take(clientId, key);
+  }
+
+  /**
+   * Takes a slot without asking: for work a claim already sized by `room` and `keyRoom` (the
+   * dispatcher's claims never overlap, so the room they were sized by is still there).
+   */
+  take(clientId: string, key: string): Slot {
+    this.total += 1;
+    bump(this.byClient, clientId, 1);
+    bump(this.byKey, key, 1);
+    let released = false;
+    return {
+      clientId,
+      key,
+      release: (opts) => {
+        if (released) return;
+        released = true;
+        this.total -= 1;
+        bump(this.byClient, clientId, -1);
+        bump(this.byKey, key, -1);
+        if (opts?.holdKey) bump(this.heldForKey, key, 1);
+        this.serveWaiting();
+      },
+    };
+  }
+
+  /** Slots held for a key's refill (release with holdKey) and not yet handed back. */
+  heldFor(key: string): number {
+    return this.heldForKey.get(key) ?? 0;
+  }
+
+  /** Hands back `n` slots held for the key's refill. */
+  releaseHold(key: string, n: number): void {
+    if (n <= 0) return;
+    bump(this.heldForKey, key, -Math.min(n, this.heldFor(key)));
+    this.serveWaiting();
+  }
+
+  /**
+   * A slot now, or the first one this client is given within `waitMs` as others are released
+   * (the waiting client holding the fewest slots first, then the longest waiting); null when none
+   * came in time, the signal aborted, or the client already has `maxWaitingPerClient` waiting.
+   */
+  acquire(clientId: string, key: string, opts: { waitMs: number; signal?: AbortSignal }): Promise<Slot | null> {
+    if (opts.signal?.aborted) return Promise.resolve(null);
+    const queued = this.waiting.filter((w) => w.clientId === clientId).length;
+    if (queued === 0) {
+      const slot = this.tryAcquire(clientId, key);
+      if (slot) return Promise.resolve(slot);
+    }
+    if (queued >= this.maxWaitingPerClient || opts.waitMs <= 0) return Promise.resolve(null);
+    return new Promise<Slot | null>((resolve) => {
+      const give = (slot: Slot | null) => {
+        clearTimeout(timer);
+        opts.signal?.removeEventListener("abort", abandon);
+        resolve(slot);
+      };
+      const waiter: Waiter = { clientId, key, grant: give };
+      const abandon = () => {
+        const at = this.waiting.indexOf(waiter);
+        if (at !== -1) this.waiting.splice(at, 1);
+        give(null);
+      };
+      const timer = setTimeout(abandon, opts.waitMs);
+      timer.unref?.();
+      opts.signal?.addEventListener("abort", abandon, { once: true });
+      this.waiting.push(waiter);
+    });
+  }
+
+  /** Acquisitions waiting for a slot now. */
+  get waitingCount(): number {
+    return this.waiting.length;
+  }
+
+  /** Gives freed slots to waiters: of those with room, the client holding the fewest slots first, then the longest waiting. */
+  private serveWaiting(): void {
+    while (this.waiting.length > 0) {
+      let best = -1;
+      for (let i = 0; i < this.waiting.length; i++) {
+        const w = this.waiting[i]!;
+        if (this.room(w.clientId) <= 0 || this.keyRoom(w.key) <= 0) continue;
+        if (best === -1 || this.inFlightOf(w.clientId) < this.inFlightOf(this.waiting[best]!.clientId)) best = i;
+      }
+      if (best === -1) return;
+      const [w] = this.waiting.splice(best, 1);
+      w!.grant(this.take(w!.clientId, w!.key));
+    }
+  }
+}
+
+function bump(counts: Map<string, number>, key: string, by: number): void {
+  const n = (counts.get(key) ?? 0) + by;
+  if (n > 0) counts.set(key, n);
+  else counts.delete(key);
+}
