@@ -109,6 +109,8 @@ export const tasks = sqliteTable(
     callbackHeaders: text("callback_headers"),
     /** Copies of the output in the client's bucket (JSON array of files), once mirrored. */
     filesJson: text("files_json"),
+    /** UTF-8 bytes of the text intake stored for this task (services/request-bounds.ts): its share of client_storage. */
+    storedBytes: integer("stored_bytes").notNull().default(0),
   },
   (t) => [
     uniqueIndex("tasks_client_idempotency_uq").on(t.clientId, t.idempotencyKey),
@@ -243,6 +245,19 @@ export const rateLimitHits = sqliteTable(
   },
   (t) => [index("rate_limit_hits_key_at_idx").on(t.clientId, t.action, t.at)],
 );
+
+/**
+ * Each client's stored bytes: the sum of its tasks' stored_bytes, counted up by intake in the
+ * creation's own statement or transaction and down by retention as it prunes, so the per-client
+ * bound (CLIENT_MAX_STORED_BYTES) is one row's read, not a sum over the client's tasks per creation.
+ * PostgreSQL intake writes it once per group-committed batch, not once per task.
+ */
+export const clientStorage = sqliteTable("client_storage", {
+  clientId: text("client_id")
+    .primaryKey()
+    .references(() => clients.id, { onDelete: "cascade" }),
+  storedBytes: integer("stored_bytes").notNull(),
+});
 
 /** Learned durations (ms from submission to terminal) per type and model, for adaptive polling. */
 export const durationStats = sqliteTable(

@@ -45,6 +45,7 @@ export type TaskRow = {
   completedAt: number | null;
   callbackHeaders: string | null;
   filesJson: string | null;
+  storedBytes: number;
 };
 
 export type NewTaskRow = {
@@ -83,6 +84,7 @@ export type NewTaskRow = {
   completedAt?: number | null | undefined;
   callbackHeaders?: string | null | undefined;
   filesJson?: string | null | undefined;
+  storedBytes?: number | undefined;
 };
 
 export type EventRow = {

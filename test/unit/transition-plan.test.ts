@@ -48,6 +48,7 @@ function task(over: Partial<TaskRow> = {}): TaskRow {
     completedAt: null,
     callbackHeaders: null,
     filesJson: null,
+    storedBytes: 0,
     ...over,
   };
 }

@@ -90,6 +90,7 @@ export const tasks = pgTable(
     completedAt: ms("completed_at"),
     callbackHeaders: text("callback_headers"),
     filesJson: text("files_json"),
+    storedBytes: ms("stored_bytes").notNull().default(0),
   },
   (t) => [
     uniqueIndex("tasks_client_idempotency_uq").on(t.clientId, t.idempotencyKey),
@@ -215,6 +216,13 @@ export const accountLeaders = pgTable("account_leaders", {
   /** pg_backend_pid() of the leader's dedicated connection: gone means the process is, so no need to wait for expires_at. */
   holderPid: ms("holder_pid").notNull(),
   takenAt: ms("taken_at").notNull(),
+});
+
+export const clientStorage = pgTable("client_storage", {
+  clientId: text("client_id")
+    .primaryKey()
+    .references(() => clients.id, { onDelete: "cascade" }),
+  storedBytes: ms("stored_bytes").notNull(),
 });
 
 export const durationStats = pgTable(
