@@ -8,6 +8,11 @@ export interface SendRequest {
   headers: Record<string, string>;
   body: string;
   timeoutMs: number;
+  /**
+   * Whose request it is (the client id): each tenant has its own connections to an origin, so one
+   * client's slow receivers or notices never hold the sockets another client's webhook needs.
+   */
+  tenant?: string;
 }
 
 export interface SendResult {
@@ -38,10 +43,6 @@ interface Progress {
   responseBody: string | null;
 }
 
-/**
- * One HTTP POST per call, through a pooled undici Agent whose DNS lookup is the
- * SSRF guard. Redirects are never followed (no redirect interceptor). Never throws.
- */
 /** A SendResult: a failure with nothing learned, unless `fields` say otherwise. */
 export function sendResult(fields: Partial<SendResult>): SendResult {
   return {
@@ -57,21 +58,47 @@ export function sendResult(fields: Partial<SendResult>): SendResult {
   };
 }
 
+export interface SenderOptions {
+  allowPrivateNetworks: boolean;
+  resolve?: Resolver;
+  /** Connections per tenant and origin (default 16). */
+  connections?: number;
+  now?: () => number;
+  /** Tenants' connection pools kept at once; past it, the longest idle ones are closed (default 1,000). */
+  maxTenants?: number;
+  /** A tenant's pool unused this long is closed when another tenant's is opened (default 60 s). */
+  tenantIdleMs?: number;
+}
+
+/**
+ * One HTTP POST per call, through pooled connections whose DNS lookup is the SSRF guard, one undici
+ * Agent per tenant (docs/contract.md, "Connections per tenant"; docs/decisions/0008): connections are per tenant and origin, never
+ * one pool per origin for everyone. Redirects are never followed (no redirect interceptor). Never throws.
+ */
 export class WebhookSender {
-  private readonly agent: Agent;
+  private readonly agents: TenantAgents;
   private readonly allowPrivateNetworks: boolean;
   private readonly now: () => number;
   private readonly inFlight = new Set<Promise<SendResult>>();
   private closing: Promise<void> | null = null;
 
-  constructor(opts: { allowPrivateNetworks: boolean; resolve?: Resolver; connections?: number; now?: () => number }) {
+  constructor(opts: SenderOptions) {
     this.allowPrivateNetworks = opts.allowPrivateNetworks;
     this.now = opts.now ?? Date.now;
     const lookup = createGuardedLookup({
       allowPrivateNetworks: opts.allowPrivateNetworks,
       ...(opts.resolve ? { resolve: opts.resolve } : {}),
     });
-    this.agent = new Agent({ connections: opts.connections ?? 16, connect: { lookup } });
+    // Every tenant's Agent connects through the guarded lookup: the SSRF guard is on every connection.
+    this.agents = new TenantAgents(() => new Agent({ connections: opts.connections ?? 16, connect: { lookup } }), {
+      maxTenants: opts.maxTenants ?? 1_000,
+      idleMs: opts.tenantIdleMs ?? 60_000,
+    });
+  }
+
+  /** Tenants with a connection pool open now. */
+  get tenantPools(): number {
+    return this.agents.size;
   }
 
   send(req: SendRequest): Promise<SendResult> {
@@ -115,7 +142,7 @@ export class WebhookSender {
         reject(err);
       }, Math.max(0, req.timeoutMs));
     });
-    const exchange = this.exchange(new URL(checked.url), req, controller.signal, progress);
+    const exchange = this.agents.use(req.tenant ?? "", (agent) => this.exchange(agent, new URL(checked.url), req, controller.signal, progress));
     exchange.catch(() => {}); // when the timeout wins, the aborted exchange rejects later; nobody awaits it
     try {
       await Promise.race([exchange, timeout]);
@@ -144,8 +171,8 @@ export class WebhookSender {
     });
   }
 
-  private async exchange(url: URL, req: SendRequest, signal: AbortSignal, progress: Progress): Promise<void> {
-    const response = await this.agent.request({
+  private async exchange(agent: Agent, url: URL, req: SendRequest, signal: AbortSignal, progress: Progress): Promise<void> {
+    const response = await agent.request({
       origin: url.origin,
       path: `${url.pathname}${url.search}`,
       method: "POST",
@@ -192,9 +219,64 @@ export class WebhookSender {
   close(): Promise<void> {
     this.closing ??= (async () => {
       await Promise.allSettled([...this.inFlight]);
-      await this.agent.destroy();
+      await this.agents.destroy();
     })();
     return this.closing;
+  }
+}
+
+/**
+ * One undici Agent (a pool per origin) per tenant. A tenant's Agent is closed once it has been
+ * unused for `idleMs` (looked at when another tenant's is opened), or, past `maxTenants`, the
+ * longest unused one with nothing in flight: memory stays bounded whatever the number of clients.
+ */
+class TenantAgents {
+  /** In order of last use, least recent first. */
+  private readonly agents = new Map<string, { agent: Agent; inFlight: number; lastUsed: number }>();
+
+  constructor(
+    private readonly make: () => Agent,
+    private readonly opts: { maxTenants: number; idleMs: number },
+  ) {}
+
+  get size(): number {
+    return this.agents.size;
+  }
+
+  async use<T>(tenant: string, fn: (agent: Agent) => Promise<T>): Promise<T> {
+    let entry = this.agents.get(tenant);
+    if (entry) this.agents.delete(tenant);
+    else {
+      this.evict();
+      entry = { agent: this.make(), inFlight: 0, lastUsed: performance.now() };
+    }
+    this.agents.set(tenant, entry);
+    entry.inFlight += 1;
+    try {
+      return await fn(entry.agent);
+    } finally {
+      entry.inFlight -= 1;
+      entry.lastUsed = performance.now();
+    }
+  }
+
+  private evict(): void {
+    const now = performance.now();
+    let over = this.agents.size + 1 - this.opts.maxTenants;
+    for (const [tenant, entry] of this.agents) {
+      if (entry.inFlight > 0) continue;
+      if (over <= 0 && now - entry.lastUsed < this.opts.idleMs) continue;
+      this.agents.delete(tenant);
+      over -= 1;
+      // Nothing in flight: close() only ends idle keep-alive sockets.
+      entry.agent.close().catch(() => {});
+    }
+  }
+
+  async destroy(): Promise<void> {
+    const all = [...this.agents.values()];
+    this.agents.clear();
+    await Promise.all(all.map((e) => e.agent.destroy()));
   }
 }
 

@@ -2,6 +2,7 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import { DeliveryLifecycle } from "../core/delivery.js";
+import { FairPool } from "../core/fair-pool.js";
 import type { ClientRow, EventRow, Store } from "../store/store.js";
 import { deliveryKey, splitDeliveryKey } from "../store/delivery-key.js";
 import type { EndpointHealth } from "../services/notices.js";
@@ -48,16 +49,18 @@ interface Claimed {
  * and schedules the next one on WEBHOOK_RETRY_SCHEDULE. Deliveries run concurrently and the loop does
  * not wait for a slow receiver before claiming more.
  *
- * Receiver protection and tenant isolation (docs/decisions/0006). The pool of `maxInFlight` attempts
- * is shared fairly among clients (clientRoom: claims leave out clients at their share and take the
- * others' events in turns), so one client's slow receivers never hold everyone's slots. The unit of
- * the cap and the breaker is the delivery key: one client's events to one destination host. At most `maxPerHost` attempts are in flight per key, and a key whose
+ * Receiver protection and tenant isolation (docs/decisions/0006, 0008). The pool of `maxInFlight`
+ * attempts is a FairPool (core/fair-pool.ts): shared fairly among clients (claims leave out clients
+ * at their share and take the others' events in turns, and a reserve serves any client below its
+ * share), so one client's slow receivers never hold everyone's slots. The unit of the cap and the
+ * breaker is the delivery key: one client's events to one destination host. At most `maxPerHost`
+ * attempts are in flight per key (the pool's per-key cap), and a key whose
  * circuit breaker is open gets no attempts: when it opens, the key's pending events are moved to
  * the end of the cool-down (one indexed update), and the half-open trial is drawn from that key's
  * own events. So a client whose receiver fails or hangs (or who points callbacks at someone
  * else's host) only ever delays itself, and the claim query never carries a list of refused
  * hosts: only keys at their cap or with a trial out are left out, and each of those holds an
- * attempt in flight, so the list is bounded by the in-flight cap. The counts live in this
+ * attempt in flight, so the list is bounded by the in-flight cap. The pool's counts live in this
  * process's memory; a store shared by several instances also caps each key across all of them
  * (EventClaimOptions.maxPerKey, counted from the leased events).
  *
@@ -65,13 +68,11 @@ interface Claimed {
  * cannot be spent by another claim across the claim's await, and every start checks it again.
  */
 export class Dispatcher {
+  /** Deliveries and bookkeeping started and not yet settled (drain waits for them). */
   private readonly inFlight = new Set<Promise<void>>();
-  private readonly maxInFlight: number;
   private readonly maxPerHost: number;
-  private readonly keyInFlight = new Map<string, number>();
-  private readonly clientInFlight = new Map<string, number>();
-  /** Slots of settled attempts held for their key's refill (see withSlot). */
-  private readonly heldForRefill = new Map<string, number>();
+  /** The attempts' slots: each client's share, the reserve, the per-key cap, slots held for a key's refill (see withSlot). */
+  readonly slots: FairPool;
   readonly breakers: CircuitBreakers;
   /** Called when a delivery finishes, so the loop can claim more (set by main). */
   onSettled: () => void = () => {};
@@ -83,9 +84,9 @@ export class Dispatcher {
 
   constructor(private readonly opts: DispatcherOptions) {
     this.events = new DeliveryLifecycle({ store: opts.store, clock: opts.clock, retryScheduleMs: opts.config.webhookRetryScheduleMs, ...(opts.random ? { random: opts.random } : {}) });
-    this.maxInFlight = Math.max(1, opts.maxInFlight ?? 64);
     this.scheduleSpanMs = opts.config.webhookRetryScheduleMs.reduce((sum, ms) => sum + ms, 0);
     this.maxPerHost = Math.max(1, opts.maxPerHost ?? 8);
+    this.slots = new FairPool({ size: Math.max(1, opts.maxInFlight ?? 64), maxPerKey: this.maxPerHost });
     // The first pause lasts until the schedule's first retry is due at the latest (its delay plus
     // the 20% jitter; 1 s to 30 s): a receiver that fails first attempts but takes retries gets its
     // trial, an attempted event, when that retry was due anyway, and no retry is left behind it.
@@ -123,56 +124,33 @@ export class Dispatcher {
 
   /** Attempts in flight for one delivery key (`clientId|host`) now. */
   inFlightTo(key: string): number {
-    return this.keyInFlight.get(key) ?? 0;
+    return this.slots.inFlightTo(key);
   }
 
   /** Attempts in flight for one client now. */
   inFlightOf(clientId: string): number {
-    return this.clientInFlight.get(clientId) ?? 0;
+    return this.slots.inFlightOf(clientId);
   }
 
   private async nextDueAt(): Promise<number | null> {
-    if (this.inFlight.size >= this.maxInFlight) return null;
+    if (this.slots.free <= 0) return null;
     // Saturated keys and clients wake the loop when an attempt settles (onSettled); open circuits
     // postponed their events to the trial time, so the due index and the next trial say when to wake.
     const now = this.opts.clock.now();
     const due = await this.opts.store.events.nextDueAt({ now, excludeKeys: this.busyKeys(), excludeClients: this.busyClients() });
-    const trialDue = this.breakers.dueTrials().some((key) => this.clientRoom(splitDeliveryKey(key)[0]) > 0 && this.keyRoom(key) > 0);
+    const trialDue = this.breakers.dueTrials().some((key) => this.slots.room(splitDeliveryKey(key)[0]) > 0 && this.keyRoom(key) > 0);
     const trialAt = trialDue ? now : this.breakers.nextTrialAt();
     return due === null ? trialAt : trialAt === null ? due : Math.min(due, trialAt);
   }
 
-  /**
-   * How many more attempts a client may start now (its fair share of the pool, DESIGN §12). The
-   * pool less a reserve (an eighth) is split evenly among the clients with attempts in flight or
-   * taken by the claim being made (`picked`), counting this one. The reserve is only for clients
-   * with nothing in flight yet: a client whose webhook just became due finds a slot at once,
-   * whatever other clients' backlogs of slow receivers; as attempts settle, shares even out.
-   */
-  private clientRoom(clientId: string, picked: ReadonlyMap<string, number> = NOTHING_PICKED): number {
-    const reserve = this.maxInFlight > 1 ? Math.ceil(this.maxInFlight / 8) : 0;
-    let active = this.clientInFlight.size;
-    let pickedTotal = 0;
-    for (const [id, n] of picked) {
-      pickedTotal += n;
-      if (n > 0 && !this.clientInFlight.has(id)) active += 1;
-    }
-    const has = this.inFlightOf(clientId) + (picked.get(clientId) ?? 0);
-    if (has === 0) active += 1;
-    if (has > 0 && this.inFlight.size + pickedTotal >= this.maxInFlight - reserve) return 0;
-    return Math.max(1, Math.floor((this.maxInFlight - reserve) / active)) - has;
-  }
-
-  /** Clients that may start nothing now: none of their events are claimed (each has attempts in flight, so the list is bounded). */
+  /** Clients that may start nothing now (their share: docs/contract.md, "Fair share" and "One fair pool"): none of their events are claimed (each has attempts in flight, so the list is bounded). */
   private busyClients(): string[] {
-    const busy: string[] = [];
-    for (const clientId of this.clientInFlight.keys()) if (this.clientRoom(clientId) <= 0) busy.push(clientId);
-    return busy;
+    return this.slots.busyClients();
   }
 
   /** How many more attempts may start for this key now: the rest of its cap (less slots held for its refill), or the breaker's allowance. */
   private keyRoom(key: string): number {
-    return Math.min(this.maxPerHost - this.inFlightTo(key) - (this.heldForRefill.get(key) ?? 0), this.breakers.allowance(key));
+    return Math.min(this.slots.keyRoom(key), this.breakers.allowance(key));
   }
 
   /**
@@ -181,7 +159,7 @@ export class Dispatcher {
    */
   private busyKeys(): string[] {
     const busy: string[] = [];
-    for (const key of new Set([...this.keyInFlight.keys(), ...this.heldForRefill.keys()])) if (this.keyRoom(key) <= 0) busy.push(key);
+    for (const key of this.slots.keys()) if (this.keyRoom(key) <= 0) busy.push(key);
     return busy;
   }
 
@@ -198,7 +176,7 @@ export class Dispatcher {
 
   private async claimOnce(): Promise<Claimed> {
     const { store, clock, config, owner } = this.opts;
-    let room = this.maxInFlight - this.inFlight.size;
+    let room = this.slots.free;
     if (room <= 0) return { started: [], full: false };
     const clients = new Map<string, ClientRow | undefined>();
     const clientOf = async (id: string) => {
@@ -227,7 +205,7 @@ export class Dispatcher {
       keyRoom: (key) => this.keyRoom(key),
       maxPerKey: this.maxPerHost,
       excludeClients: this.busyClients(),
-      clientRoom: (clientId, picked) => this.clientRoom(clientId, picked),
+      clientRoom: (clientId, picked) => this.slots.room(clientId, picked),
     });
     for (const event of claimed) {
       const work = this.start(event, await clientOf(event.clientId));
@@ -284,16 +262,16 @@ export class Dispatcher {
   private async refill(clientId: string, host: string): Promise<Claimed> {
     const { store, clock, config, owner } = this.opts;
     const key = deliveryKey(clientId, host);
-    const held = this.heldForRefill.get(key) ?? 0;
+    const held = this.slots.heldFor(key);
     let released = false;
     const release = () => {
-      if (!released) bump(this.heldForRefill, key, -held);
+      if (!released) this.slots.releaseHold(key, held);
       released = true;
     };
     try {
       // Another settle's refill already used the slot (it claimed for every slot held then): the key is full again.
       if (this.keyRoom(key) + held <= 0) return { started: [], full: true };
-      const room = Math.min(this.keyRoom(key) + held, this.clientRoom(clientId), this.maxInFlight - this.inFlight.size);
+      const room = Math.min(this.keyRoom(key) + held, this.slots.room(clientId), this.slots.free);
       if (room <= 0) return { started: [], full: false };
       const claimed = await store.events.claimOfKey(
         { clientId, host },
@@ -321,7 +299,7 @@ export class Dispatcher {
   private async startTrial(key: string, leaseMs: number, clientOf: (id: string) => Promise<ClientRow | undefined>): Promise<{ work: Promise<void> } | null> {
     const { store, clock, owner } = this.opts;
     const [clientId, host] = splitDeliveryKey(key);
-    if (this.clientRoom(clientId) <= 0 || this.keyRoom(key) <= 0) return null;
+    if (this.slots.room(clientId) <= 0 || this.keyRoom(key) <= 0) return null;
     const permit = this.breakers.acquire(key);
     if (!permit) return null;
     let event: EventRow | undefined;
@@ -380,37 +358,37 @@ export class Dispatcher {
   }
 
   /**
-   * Counts an attempt against its key's cap and its client's share while `work` runs. A tracked
-   * delivery's slot stays held for its key until the refill (see track) has used it or given it up,
-   * so no other claim, nor the loop's next-due probe, sees the key's room in between.
+   * Holds a slot of the pool (its key's cap, its client's share) while `work` runs; `slot` when the
+   * caller already took one. A tracked delivery's slot stays held for its key until the refill (see
+   * track) has used it or given it up, so no other claim, nor the loop's next-due probe, sees the
+   * key's room in between.
    */
-  private withSlot<T>(at: { clientId: string; destinationHost: string }, work: () => Promise<T>, refills = false): Promise<T> {
-    const key = deliveryKey(at.clientId, at.destinationHost);
-    bump(this.keyInFlight, key, 1);
-    bump(this.clientInFlight, at.clientId, 1);
-    return work().finally(() => {
-      if (refills && this.refilling) bump(this.heldForRefill, key, 1);
-      bump(this.keyInFlight, key, -1);
-      bump(this.clientInFlight, at.clientId, -1);
-    });
+  private withSlot<T>(at: { clientId: string; destinationHost: string }, work: () => Promise<T>, refills = false, slot = this.slots.take(at.clientId, deliveryKey(at.clientId, at.destinationHost))): Promise<T> {
+    return work().finally(() => slot.release({ holdKey: refills && this.refilling }));
   }
 
   /**
    * A test ping (POST /webhooks/test) through the same guard, signer, per-key cap and breaker as
    * real deliveries: it cannot crowd a receiver past the cap, nor reach a key whose circuit is open.
-   * Returns null when the key has no room now (the caller answers 429).
+   * Returns null when the key has no room now, or the client none in the pool (the caller answers 429).
    */
   async ping(clientId: string, url: string, headers: Record<string, string>, body: string): Promise<SendResult | null> {
     const host = destinationHost(url);
     const key = deliveryKey(clientId, host);
-    const permit = this.keyRoom(key) > 0 ? this.breakers.acquire(key) : null;
-    if (!permit) return null;
+    // A ping is the client's own work: within its share of the pool, like its deliveries.
+    const slot = this.breakers.allowance(key) > 0 ? this.slots.tryAcquire(clientId, key) : null;
+    if (!slot) return null;
+    const permit = this.breakers.acquire(key);
+    if (!permit) {
+      slot.release();
+      return null;
+    }
     return this.withSlot({ clientId, destinationHost: host }, async () => {
-      const result = await this.opts.sender.send({ url, headers, body, timeoutMs: this.opts.config.webhookTimeoutMs });
+      const result = await this.opts.sender.send({ url, headers, body, timeoutMs: this.opts.config.webhookTimeoutMs, tenant: clientId });
       const transition = this.breakers.record(permit, breakerOutcome(result));
       if (transition) await this.onTransition(transition);
       return result;
-    });
+    }, false, slot);
   }
 
   /**
@@ -441,6 +419,7 @@ export class Dispatcher {
         headers: outgoingHeaders({ client, id: event.id, at: startedAt, body: event.payload, encryptionKey: config.encryptionKey, callbackHeaders: event.callbackHeaders }),
         body: event.payload,
         timeoutMs: config.webhookTimeoutMs,
+        tenant: event.clientId,
       });
     } catch (err) {
       // send() never throws; if signing did, the permit must still go back (a lost trial would keep the circuit shut).
@@ -525,12 +504,4 @@ export class Dispatcher {
       "circuit open: deliveries to host paused",
     );
   }
-}
-
-const NOTHING_PICKED: ReadonlyMap<string, number> = new Map();
-
-function bump(counts: Map<string, number>, key: string, by: number): void {
-  const n = (counts.get(key) ?? 0) + by;
-  if (n > 0) counts.set(key, n);
-  else counts.delete(key);
 }

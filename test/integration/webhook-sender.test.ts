@@ -330,3 +330,43 @@ describe("WebhookSender SSRF guard (private networks not allowed)", () => {
     expect(receiver.connections).toBe(0);
   });
 });
+
+describe("connections per tenant and origin (DESIGN §19)", () => {
+  it("one tenant's requests hanging on every connection it may open to an origin do not hold another tenant's", async () => {
+    const held: http.ServerResponse[] = [];
+    const receiver = await startReceiver((req, res) => (req.url === "/slow" ? held.push(res) : res.end("ok")));
+    const sender = newSender({ allowPrivateNetworks: true, connections: 2 });
+    const slow = [1, 2, 3].map(() => sender.send({ url: receiver.url("/slow"), headers: headersFor(), body, timeoutMs: 5_000, tenant: "cli_a" }));
+    await expect.poll(() => held.length).toBe(2);
+    // Before #30: one pool per origin for everyone; this waited for a slow request to end.
+    const started = Date.now();
+    const other = await sender.send({ url: receiver.url("/fast"), headers: headersFor(), body, timeoutMs: 2_000, tenant: "cli_b" });
+    expect(other).toMatchObject({ ok: true, statusCode: 200 });
+    expect(Date.now() - started).toBeLessThan(1_000);
+    // The same tenant's next request waits for one of its own connections.
+    expect(held).toHaveLength(2);
+    for (const res of held) res.end("ok");
+    await expect.poll(() => held.length).toBe(3);
+    held[2]!.end("ok");
+    expect((await Promise.all(slow)).map((r) => r.statusCode)).toEqual([200, 200, 200]);
+  });
+
+  it("keeps at most maxTenants pools: the longest unused is closed when another tenant's is opened", async () => {
+    const receiver = await startReceiver((_req, res) => res.end("ok"));
+    const sender = newSender({ allowPrivateNetworks: true, maxTenants: 2 });
+    for (const tenant of ["a", "b", "c", "a", "d"]) {
+      expect((await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 2_000, tenant })).ok).toBe(true);
+      expect(sender.tenantPools).toBeLessThanOrEqual(2);
+    }
+  });
+
+  it("every tenant's connections go through the SSRF guard", async () => {
+    const receiver = await startReceiver((_req, res) => res.end("ok"));
+    const sender = newSender({ allowPrivateNetworks: false, resolve: toLoopback });
+    for (const tenant of ["cli_a", "cli_b", undefined]) {
+      const result = await sender.send({ url: `https://hooks.example.com:${receiver.port}/hook`, headers: headersFor(), body, timeoutMs: 2_000, ...(tenant ? { tenant } : {}) });
+      expectNothingSent(result, "blocked: hooks.example.com resolves to 127.0.0.1, which is loopback");
+    }
+    expect(receiver.connections).toBe(0);
+  });
+});

@@ -136,7 +136,7 @@ describe("FairPool.acquire: waiting for a slot", () => {
 /** One step of a random schedule: a client asks for a slot under one of its keys, takes all it may, or some slot is released. */
 type Op = { kind: "acquire" | "greedy"; client: number; key: number } | { kind: "release"; at: number; hold: boolean } | { kind: "unhold"; key: number; client: number };
 
-const ops = fc.array(
+const ops: fc.Arbitrary<Op[]> = fc.array(
   fc.oneof(
     fc.record({ kind: fc.constantFrom("acquire" as const, "greedy" as const), client: fc.nat(4), key: fc.nat(2) }),
     fc.record({ kind: fc.constant("release" as const), at: fc.nat(), hold: fc.boolean() }),
