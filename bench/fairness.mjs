@@ -1,4 +1,4 @@
-// Delivery fairness and partly working receivers in REAL time (issue 21, DESIGN.md section 12), against
+// Delivery fairness and partly working receivers in REAL time (issue 21, docs/contract.md, "Delivery to real receivers"), against
 // the built relay (`node dist/main.js`) and the simulator (zero processing time, no read limit) as
 // their own processes, with every receiver a node:http server in this process on loopback:
 //

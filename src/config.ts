@@ -162,7 +162,7 @@ export interface Config {
   publicBaseUrl: string | null;
   /** null: /metrics is open (keep it off the public internet). */
   metricsToken: string | null;
-  /** Largest output file copied into a client's bucket (DESIGN §17); a larger one gets files[i].error. */
+  /** Largest output file copied into a client's bucket (docs/contract.md, "Outputs"); a larger one gets files[i].error. */
   mirrorMaxBytes: number;
 }
 
@@ -193,7 +193,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
 }
 
 /**
- * Sandbox mode in production is a mistake unless said on purpose (section 14): the one line that
+ * Sandbox mode in production is a mistake unless said on purpose (docs/contract.md, "Intake"): the one line that
  * refuses to start, or null. Checked by the server only (the CLI needs no upstream).
  */
 export function sandboxRefusal(env: Record<string, string | undefined>, config: Pick<Config, "upstreamBaseUrl">): string | null {

@@ -89,7 +89,7 @@ export class Relay {
       nudges,
       firstAttemptDelayMs: config.webhookRetryScheduleMs[0] ?? 0,
       onSucceeded: (task, ms) => durations.record(task.type, task.model, ms),
-      // A client with a bucket gets copies of the output's files before task.succeeded (DESIGN §17).
+      // A client with a bucket gets copies of the output's files before task.succeeded (docs/contract.md, "Outputs").
       mirrors: async (task, outputJson) => outputUrls(outputJson).length > 0 && ((await store.clients.find(task.clientId))?.storageConfig ?? null) !== null,
     });
     this.catalog = new CatalogCache(accounts, clock, logger);

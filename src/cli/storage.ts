@@ -27,7 +27,7 @@ function readSecret(values: { "secret-key-env"?: string | undefined; "secret-key
 
 /**
  * `clients storage ID`: shows, sets (`--endpoint …`) or removes (`--clear`) the client's bucket for
- * copies of outputs (DESIGN §17), through the same service as PUT/GET/DELETE /openapi/v1/storage.
+ * copies of outputs (docs/contract.md, "Outputs"), through the same service as PUT/GET/DELETE /openapi/v1/storage.
  */
 export async function runClientStorage(args: string[], ctx: CliContext): Promise<number> {
   const { values, positionals } = parse(args, {

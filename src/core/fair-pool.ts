@@ -1,5 +1,5 @@
 /**
- * The tenant-fair pool (DESIGN §19, docs/decisions/0008-fair-pool.md): one mechanism for every
+ * The tenant-fair pool (docs/contract.md, "One fair pool"; docs/decisions/0008-fair-pool.md): one mechanism for every
  * resource the relay's tenants share — webhook attempts, failure notices, output copies, dashboard
  * previews — so a worker or route added later inherits isolation by taking its slots here.
  *

@@ -22,7 +22,7 @@ export interface LifecycleDeps {
   /** Told how long each succeeded task ran, for adaptive polling. */
   onSucceeded?: (task: TaskRow, durationMs: number) => Promise<void> | void;
   /**
-   * Whether a success's output is to be copied into the client's bucket first (DESIGN §17): then the
+   * Whether a success's output is to be copied into the client's bucket first (docs/contract.md, "Outputs"): then the
    * task stays processing in phase `mirroring`, and task.succeeded is written when the copies are made.
    */
   mirrors?: (task: TaskRow, outputJson: string | null) => Promise<boolean>;
@@ -38,7 +38,7 @@ export type BeginResult = { kind: "go"; task: TaskRow } | { kind: "wait"; task: 
 /**
  * Whether the upstream shows the task ended while no trustworthy charge is known for it (none read
  * so far, none in this answer): lists and creation answers may carry no usage, so one single read
- * must look for it before the task is finished (DESIGN §15).
+ * must look for it before the task is finished (docs/contract.md, "Upstream answers").
  */
 export function awaitsCharge(task: Pick<TaskRow, "pointsCharged">, remote: UpstreamTask): boolean {
   return remote.status !== null && TERMINAL_STATUSES.has(remote.status) && remote.usage.pointsCharged === null && task.pointsCharged === null;

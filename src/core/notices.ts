@@ -5,7 +5,7 @@ import type { SendResult } from "../webhooks/sender.js";
 import { ERROR_BYTES, storableText } from "./stored-text.js";
 
 /**
- * Every state change of a notice (DESIGN §12), as verbs: delivered at a 2xx, retried on
+ * Every state change of a notice (docs/contract.md, "Failure notices"), as verbs: delivered at a 2xx, retried on
  * WEBHOOK_RETRY_SCHEDULE (a longer Retry-After wins), failed once the schedule is spent or the
  * receiver answers 410. Each writes under the claim's lease and hands it back.
  */

@@ -257,7 +257,7 @@ export function sweepOutcome({ inFlight, result, candidates, now, share, budget 
     const status = remote?.status ?? null;
     const terminal = status !== null && TERMINAL_STATUSES.has(status);
     // Ended with its output and a charge (or one read before): the list settles it. Without
-    // either, one single read fetches what the list left out (DESIGN §15: never "free").
+    // either, one single read fetches what the list left out (docs/contract.md, "Upstream answers": never "free").
     const settled = terminal && !(status === "succeeded" && (remote!.output === null || remote!.output === undefined)) && remote!.usage.pointsCharged !== null;
     if (terminal || (task.upstreamTaskId && candidates.has(task.upstreamTaskId))) ended += 1;
     if (settled || (status !== null && !terminal)) {
@@ -294,7 +294,7 @@ export function nextReadAt(task: Pick<TaskRow, "type" | "submittedAt" | "created
 
 /**
  * What a failed single read means for the task. too_large: its answer will not shrink, the task
- * ends failed (its reservation stands as its charge, DESIGN §15). paused: a 429, the account's
+ * ends failed (its reservation stands as its charge: docs/contract.md, "Upstream answers"). paused: a 429, the account's
  * reads pause until then and the task waits as long. lost: JSON 404 task_not_found for
  * LOST_AFTER_MS, it ends failed. retry: backoff by the reads already made; `notFoundSince` starts
  * or continues a run of 404s (absent: the run, if any, goes on unchanged).

@@ -4,7 +4,7 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
  * Text from outside (a receiver's answer, an error message) made storable on both databases:
  * well-formed UTF-16 (so valid UTF-8 once encoded), no NUL (PostgreSQL refuses it in text), and at
  * most `maxBytes` of UTF-8, cut at a character boundary. One bad record must never fail the
- * bookkeeping of another (DESIGN §12), so every stored answer passes through here.
+ * bookkeeping of another (docs/contract.md, "Bookkeeping"), so every stored answer passes through here.
  */
 export function storableText(text: string | null | undefined, maxBytes: number): string | null {
   if (text === null || text === undefined) return null;

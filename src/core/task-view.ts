@@ -22,7 +22,7 @@ export interface TaskData {
   metadata: Record<string, string> | null;
   callback: { url: string | null; events: string[]; delivery?: DeliverySummary };
   queue_position?: number;
-  /** Copies of the output's files in the client's bucket (DESIGN §17), once made. */
+  /** Copies of the output's files in the client's bucket (docs/contract.md, "Outputs"), once made. */
   files?: FileRecord[];
 }
 

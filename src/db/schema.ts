@@ -120,7 +120,7 @@ export const tasks = sqliteTable(
     index("tasks_phase_next_idx").on(t.phase, t.nextRunAt),
     index("tasks_admission_idx").on(t.phase, t.upstreamAccount, t.clientId, t.nextRunAt),
     index("tasks_phase_expires_idx").on(t.phase, t.expiresAt),
-    /** One upstream task id is bound to one relay task (section 15): a second binding is an upstream defect. */
+    /** One upstream task id is bound to one relay task (docs/contract.md, "Upstream answers"): a second binding is an upstream defect. */
     uniqueIndex("tasks_upstream_task_uq").on(t.upstreamAccount, t.upstreamTaskId),
     index("tasks_done_completed_idx").on(t.phase, t.completedAt),
     index("tasks_phase_lease_idx").on(t.phase, t.claimedUntil),
@@ -232,7 +232,7 @@ export const upstreamReads = sqliteTable(
 /**
  * What a client made the relay do on request (test pings, redelivers, retry-nows, recovers), one
  * row each, kept for the rate limit's window: the per-client limits are counted here, so every
- * process sharing the database counts the same requests (DESIGN §19).
+ * process sharing the database counts the same requests (docs/contract.md, "Limits hold across instances").
  */
 export const rateLimitHits = sqliteTable(
   "rate_limit_hits",

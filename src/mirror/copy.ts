@@ -3,7 +3,7 @@ import { BucketError, describeBucketError, type Bucket } from "./bucket.js";
 import { extensionOf, objectKey } from "./output-urls.js";
 import { Meter, SourceError, type SourceFetcher } from "./source.js";
 
-/** One entry of `data.files` (DESIGN §17): a copy, or why there is none. */
+/** One entry of `data.files` (docs/contract.md, "Outputs"): a copy, or why there is none. */
 export type FileRecord =
   | { source_url: string; url: string; key: string; bytes: number; sha256: string; content_type: string }
   | { source_url: string; error: string };

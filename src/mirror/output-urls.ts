@@ -60,7 +60,7 @@ export function extensionOf(sourceUrl: string, contentType: string | null): stri
   return TYPE_EXT[type] ?? "";
 }
 
-/** `<prefix><task_id>/<n><ext>` (DESIGN §17), n counting the output's URLs from 0 like `files[n]`. */
+/** `<prefix><task_id>/<n><ext>` (docs/contract.md, "Outputs"), n counting the output's URLs from 0 like `files[n]`. */
 export function objectKey(prefix: string, taskId: string, n: number, ext: string): string {
   return `${prefix}${taskId}/${n}${ext}`;
 }

@@ -2,7 +2,7 @@ import type { FieldProblem } from "./errors.js";
 import { openSecret, sealSecret } from "./clients.js";
 
 /**
- * Callback headers (section 13): a token a Zapier, Make or n8n catch hook checks, since those cannot
+ * Callback headers (docs/contract.md, "Callback headers"): a token a Zapier, Make or n8n catch hook checks, since those cannot
  * verify an HMAC. A task's own and a client's defaults are stored sealed (RELAY_ENCRYPTION_KEY when
  * set, like webhook secrets) and never shown: reads, the feed, logs, the CLI and the dashboard see
  * names only. They are sent with every attempt; the relay's own headers always win.

@@ -8,7 +8,7 @@ import { openStorage } from "./storage.js";
 
 export type CopiedFile = Extract<FileRecord, { sha256: string }>;
 
-/** The copies made of a task's output (DESIGN §17), by their index in `files`; none while they are being made. */
+/** The copies made of a task's output (docs/contract.md, "Outputs"), by their index in `files`; none while they are being made. */
 export function copiedFiles(task: Pick<TaskRow, "filesJson">): Array<{ n: number; file: CopiedFile }> {
   let files: unknown;
   try {

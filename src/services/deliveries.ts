@@ -40,7 +40,7 @@ export class DeliveryService {
   /**
    * Per-client sliding window of each kind of request that makes the relay send on demand (test
    * pings, redelivers, retry-nows, recovers), counted in the store so that every instance sharing
-   * it counts the same requests (DESIGN §19); throws 429 rate_limit past its limit a minute.
+   * it counts the same requests (docs/contract.md, "Limits hold across instances"); throws 429 rate_limit past its limit a minute.
    */
   private async take(kind: Trigger, clientId: string, now: number): Promise<void> {
     const limit = kind === "ping" ? PINGS_PER_MINUTE : TRIGGERS_PER_MINUTE;

@@ -7,7 +7,7 @@ import type { ClientRow, DeliveryKey, EventRow, Store } from "../store/store.js"
 import type { BreakerOutcome } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
 
-/** The operational notices a client's notification_url receives (DESIGN §12). */
+/** The operational notices a client's notification_url receives (docs/contract.md, "Failure notices"). */
 export type NoticeType = "endpoint.failing" | "endpoint.recovered" | "delivery.exhausted";
 
 export interface NoticeDeps {

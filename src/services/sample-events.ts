@@ -6,7 +6,7 @@ import { flatTask } from "../core/task-view.js";
 import { destinationHost } from "../webhooks/destination.js";
 
 /**
- * Sample events for `POST /openapi/v1/webhooks/test` (section 13): a low-code tool learns a
+ * Sample events for `POST /openapi/v1/webhooks/test` (docs/contract.md, "Sample events"): a low-code tool learns a
  * payload's structure from its first request, so a task type's sample is built by the code that
  * builds real task events (flatTask), for the catalog's first model of its kind, with
  * `data.sample: true` so a receiver can tell it from a real one.

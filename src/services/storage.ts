@@ -7,7 +7,7 @@ import type { ServiceDeps } from "./deps.js";
 import { ApiError, type FieldProblem } from "./errors.js";
 
 /**
- * A client's bucket (DESIGN §17): where its outputs are copied. Stored in clients.storage_config as
+ * A client's bucket (docs/contract.md, "Outputs"): where its outputs are copied. Stored in clients.storage_config as
  * JSON with the secret access key sealed under RELAY_ENCRYPTION_KEY (required to set one); never
  * shown again once set.
  */

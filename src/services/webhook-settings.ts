@@ -7,7 +7,7 @@ import type { ServiceDeps } from "./deps.js";
 import { ApiError, type FieldProblem } from "./errors.js";
 
 /**
- * A client's webhook defaults (section 13): where operational notices go, the callback headers
+ * A client's webhook defaults (docs/contract.md, "Webhook settings"): where operational notices go, the callback headers
  * every task's webhooks carry (a task's own override same-named ones), and how messages are signed.
  * What is shown of them: the URL, header names only, the scheme and, for ed25519, the public key.
  */

@@ -1,5 +1,5 @@
 /**
- * In-memory implementation of the upstream API (UPSTREAM-API.md). genrelay runs
+ * In-memory implementation of the upstream API (docs/upstream.md). genrelay runs
  * it in-process in sandbox mode; tests drive it with `app.request(...)` and a
  * FakeClock; startSimulator (server.ts) puts it on a real socket.
  */

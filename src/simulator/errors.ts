@@ -1,5 +1,5 @@
 /**
- * The upstream's error envelope (UPSTREAM-API.md §7). Handlers throw SimError;
+ * The upstream's error envelope (docs/upstream.md, "Errors"). Handlers throw SimError;
  * the app's onError turns it into `{"error":{code,message,request_id,details?}}`
  * so no handler builds an error body by hand and none can forget request_id.
  */

@@ -4,7 +4,7 @@ import { P_IMAGE_PRICES, V_VIDEO_5S_PRICES } from "../upstream/price-tables.js";
 /** Flat rate for image models without a published table. */
 export const DEFAULT_IMAGE_PRICE = 20;
 
-/** Price of a default 5-second video by resolution; model V of §8 plus a 1080p tier. */
+/** Price of a default 5-second video by resolution; model V of docs/upstream.md, "Charging", plus a 1080p tier. */
 const VIDEO_BASE_5S: Record<string, number> = { ...V_VIDEO_5S_PRICES, "1080p": 1000 };
 
 export function imagePrice(model: string, quality: PImageQuality, size: string, count = 1): number {
@@ -12,7 +12,7 @@ export function imagePrice(model: string, quality: PImageQuality, size: string, 
   return perImage * count;
 }
 
-/** Linear in duration, rounded up to a multiple of 50 credits as §8 states for video. */
+/** Linear in duration, rounded up to a multiple of 50 credits as docs/upstream.md, "Charging" states for video. */
 export function videoPrice(resolution: string, durationSeconds: number): number {
   const base = VIDEO_BASE_5S[resolution] ?? VIDEO_BASE_5S["720p"]!;
   const raw = (base * durationSeconds) / 5;

@@ -360,7 +360,7 @@ export class SimulatorState {
 
   getTask(account: Account, id: string): SimTask {
     const task = this.tasksById.get(id);
-    // Another account's task is reported exactly like an unknown one (§5.5).
+    // Another account's task is reported exactly like an unknown one (docs/upstream.md, "Authentication").
     if (!task || task.apiKey !== account.apiKey) throw new SimError(404, "task_not_found", `Task ${id} was not found`);
     this.settle(account);
     return task;

@@ -1,5 +1,5 @@
 /**
- * Body rules of UPSTREAM-API.md §4.1/§4.2. Field problems are collected, not
+ * Body rules of docs/upstream.md, "Image body" and "Video body". Field problems are collected, not
  * thrown one at a time, so one 422 names every field to correct. Media URLs are
  * checked only once the body is otherwise valid: a 400 invalid_media_url then
  * means "fix the URL", never "fix the URL and then three more fields".

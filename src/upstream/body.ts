@@ -1,4 +1,4 @@
-/** Default for UPSTREAM_MAX_BODY_BYTES (DESIGN §15). */
+/** Default for UPSTREAM_MAX_BODY_BYTES (docs/contract.md, "Upstream answers"). */
 export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 /** An error answer is read only this far: its code and message are at the start, the rest is noise. */
 export const ERROR_BODY_BYTES = 64 * 1024;

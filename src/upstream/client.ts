@@ -26,7 +26,7 @@ export interface UpstreamClientOptions {
 export const DEFAULT_TIMEOUT_MS = 30_000;
 const DEFAULT_USER_AGENT = "genrelay";
 
-/** The reference's rule for Idempotency-Key (§4.1): 8–128 of letters, digits, `.`, `_`, `:`, `-`. */
+/** The reference's rule for Idempotency-Key (docs/upstream.md, "Creating a task"): 8–128 of letters, digits, `.`, `_`, `:`, `-`. */
 export const IDEMPOTENCY_KEY_PATTERN = /^[A-Za-z0-9._:-]{8,128}$/;
 
 export function isValidIdempotencyKey(key: string): boolean {
@@ -55,7 +55,7 @@ interface RawResponse {
 }
 
 /**
- * Client for the upstream generation API (UPSTREAM-API.md). It makes exactly one
+ * Client for the upstream generation API (docs/upstream.md). It makes exactly one
  * HTTP request per call and never retries: retry, backoff and the read budget are
  * the callers' business, and every failure arrives as an UpstreamError that says
  * whether it is retryable.
@@ -96,7 +96,7 @@ export class UpstreamClient {
     const task = parseTask(json);
     if (task === null && namesTaskId(json)) {
       // The upstream accepted the creation (2xx) but named it with an id the relay cannot hold;
-      // replays of the same key bring the same id, so asking again is no use (DESIGN §15).
+      // replays of the same key bring the same id, so asking again is no use (docs/contract.md, "Upstream answers").
       throw new UpstreamError({
         kind: "malformed",
         status: res.status,
@@ -181,7 +181,7 @@ export class UpstreamClient {
         signal,
       );
       // Never buffered whole: an error answer is read only as far as its message, a 2xx answer up
-      // to the limit, and a longer body is cancelled as soon as it crosses it (DESIGN §15).
+      // to the limit, and a longer body is cancelled as soon as it crosses it (docs/contract.md, "Upstream answers").
       const ok = response.status >= 200 && response.status < 300;
       const body = await untilAborted(readLimited(response, ok ? this.maxBodyBytes : Math.min(this.maxBodyBytes, ERROR_BODY_BYTES)), signal, () => {
         response.body?.cancel().catch(() => undefined);

@@ -2,7 +2,7 @@ import type { TaskStatus } from "../statuses.js";
 import type { TaskPage, UpstreamErrorInfo, UpstreamTask, UpstreamUsage } from "./types.js";
 
 /**
- * The tolerant reader (DESIGN §6). The reference shows only a few fields of a task
+ * The tolerant reader (docs/contract.md, "Tolerant reading"). The reference shows only a few fields of a task
  * and none of the list or catalog shapes, so every field is looked for in each place
  * it plausibly lives and anything unexpected degrades to null instead of throwing.
  * Every function here is pure and total: arbitrary JSON never makes one throw.
@@ -33,7 +33,7 @@ export const MAX_UPSTREAM_ID_LENGTH = 256;
 
 /**
  * Whether a string can be stored as it is: PostgreSQL text refuses NUL, and SQLite would keep
- * it but end it there for every C reader. Checked here, where the upstream answer is read (§15).
+ * it but end it there for every C reader. Checked here, where the upstream answer is read (docs/contract.md, "Upstream answers").
  */
 export function storable(v: string): boolean {
   return !v.includes("\u0000");
@@ -63,7 +63,7 @@ function cleanText(v: string | null): string | null {
 export const MAX_POINTS = 2 ** 31 - 1;
 
 /**
- * A number of points as the upstream wrote it, or null when it cannot be trusted (DESIGN §15): a
+ * A number of points as the upstream wrote it, or null when it cannot be trusted (docs/contract.md, "Upstream answers"): a
  * whole number from 0 to MAX_POINTS, or a string of digits (read as its number). Missing,
  * negative, fractional, out of range or anything else is null: never "free".
  */

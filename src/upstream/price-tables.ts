@@ -1,5 +1,5 @@
 /**
- * The published price tables (UPSTREAM-API §8, "discounted" column: what the account is charged).
+ * The published price tables (docs/upstream.md, "Charging": the discounted price, what the account is charged).
  * Data only: the relay's price estimates (services/pricing.ts) and the simulator both read them.
  */
 

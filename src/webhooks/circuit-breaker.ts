@@ -7,7 +7,7 @@ import type { SendResult } from "./sender.js";
  * consecutive failures it opens for a cool-down (30 s, doubling on each failed trial up to 10 min),
  * but only when the host answered no 2xx within the last `healthyWindowMs` either: a receiver that
  * fails every first attempt and takes the retry, or fails half of all requests, is working, and
- * pausing it would only starve it (DESIGN §12). Once the cool-down is over it is half-open and lets
+ * pausing it would only starve it (docs/contract.md, "Partly working receivers"). Once the cool-down is over it is half-open and lets
  * exactly one trial attempt through: success closes it (and resets the cool-down), failure opens it
  * again. Pure bookkeeping driven by a clock; the dispatcher decides which event is the trial and
  * what to do with events while a host is refused.

@@ -1,4 +1,4 @@
-/** Receivers may push a retry back by at most one hour (DESIGN §5). */
+/** Receivers may push a retry back by at most one hour (docs/contract.md, "Retries"). */
 export const MAX_RETRY_AFTER_MS = 3_600_000;
 const JITTER = 0.2;
 

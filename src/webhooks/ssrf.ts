@@ -3,7 +3,7 @@ import { isIP, isIPv6 } from "node:net";
 import ipaddr from "ipaddr.js";
 
 /**
- * SSRF guard for webhook delivery (DESIGN §8: never a webhook to a private or
+ * SSRF guard for webhook delivery (docs/contract.md, "What must never happen": no webhook to a private or
  * loopback address unless allowed, after DNS resolution, on IPv6 and
  * IPv4-mapped forms too). Three layers:
  *  1. validateCallbackUrl at intake (and again before each send): scheme,
@@ -161,7 +161,7 @@ function hostnameRefusal(hostname: string): string | null {
 }
 
 /**
- * Intake check of a callback URL (DESIGN §4). A fragment is stripped, not
+ * Intake check of a callback URL (docs/contract.md, "Creating a task"). A fragment is stripped, not
  * refused: it is never sent over HTTP, so dropping it changes nothing on the wire.
  */
 export function validateCallbackUrl(

@@ -50,7 +50,7 @@ interface Progress {
 export const MIRROR_RETRY_SCHEDULE_MS = [10_000, 60_000, 300_000];
 
 /**
- * The mirror stage (DESIGN §17): between "succeeded upstream" and "task.succeeded written". Claims
+ * The mirror stage (docs/contract.md, "Outputs"): between "succeeded upstream" and "task.succeeded written". Claims
  * tasks in phase `mirroring` under a lease, round-robin across clients (the client with the fewest
  * copies running here first), copies every http(s) URL of their output into the client's bucket,
  * streaming, then finishes them with `files` in the same transaction that writes task.succeeded.

@@ -23,7 +23,7 @@ export interface NotifierOptions {
 }
 
 /**
- * Operational notices (DESIGN §12): finds callback hosts that have answered no 2xx for
+ * Operational notices (docs/contract.md, "Failure notices"): finds callback hosts that have answered no 2xx for
  * WEBHOOK_FAILING_NOTICE_AFTER and writes endpoint.failing for them, and delivers every pending
  * notice to its client's notification_url, signed like webhooks, on WEBHOOK_RETRY_SCHEDULE.
  * Notices have their own outbox and loop, so a client's failing receivers never hold back the

@@ -169,7 +169,7 @@ export class Submitter {
       return;
     }
     // From here the upstream holds the task: whatever goes wrong in our own bookkeeping, it is
-    // never offered again as if the call had failed (DESIGN §15).
+    // never offered again as if the call had failed (docs/contract.md, "Upstream answers").
     await this.record(marked, token, result, log);
   }
 
@@ -254,7 +254,7 @@ export class Submitter {
     }
     if (e !== null && e.status === 409) {
       // 409 on our own task-derived key: the upstream is still creating the original from an earlier
-      // attempt ("retry later", UPSTREAM-API §7), which it may have charged. Retried with the same key,
+      // attempt ("retry later", docs/upstream.md, "Errors"), which it may have charged. Retried with the same key,
       // on its own clock (not the network-failure count), until a replay returns the task.
       const since = task.conflictSince ?? now;
       if (now - since < CONFLICT_WINDOW_MS) {

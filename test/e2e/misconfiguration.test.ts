@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { DIST, startNode, type Child } from "./process.js";
 
 /**
- * Section 14 "misconfiguration is loud", against the built relay (`node dist/main.js`; build with
+ * docs/contract.md, "Intake" (misconfiguration is loud), against the built relay (`node dist/main.js`; build with
  * `npx tsc -p tsconfig.build.json` first): each mistake is one line and a non-zero exit.
  */
 const children: Child[] = [];

@@ -40,7 +40,7 @@ export const upstreamError = (status: number, code: string, message: string, req
   HttpResponse.json({ error: { code, message, request_id: requestId } }, { status, headers });
 
 /**
- * A small stateful model of the upstream (UPSTREAM-API.md) behind msw: creation with Idempotency-Key
+ * A small stateful model of the upstream (docs/upstream.md) behind msw: creation with Idempotency-Key
  * replay, task reads, and an optional concurrency limit. Tests script exceptions with responders:
  * `nextCreate`/`nextRead` answer the next calls in order, `onCreate`/`onRead` every call.
  * Every call is recorded with the fake clock's time.

@@ -52,7 +52,7 @@ function countUpstream(respond: (req: Request) => Response | Promise<Response> =
 }
 
 describe("GET /openapi/v1/tasks/{id}", () => {
-  it("shows a waiting task exactly as DESIGN §4 Reads describes", async () => {
+  it('shows a waiting task exactly as docs/contract.md, "Reading tasks" describes', async () => {
     const { apiKey } = t.client();
     const created = await create(apiKey, "video", { callback_url: "https://hooks.example.com/h", callback_events: ["task.succeeded"], metadata: { order: "7" } });
     const { status, json, res } = await get(apiKey, `/openapi/v1/tasks/${created.data.id}`);

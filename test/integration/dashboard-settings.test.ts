@@ -6,7 +6,7 @@ import type { Received } from "../helpers/receiver.js";
 import type { TestRelay } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
-/** /dashboard/settings (section 13): the same webhook defaults as /openapi/v1/webhooks/settings; header values never shown. */
+/** /dashboard/settings (docs/contract.md, "Webhook settings"): the same webhook defaults as /openapi/v1/webhooks/settings; header values never shown. */
 const { setup, receiver } = upstreamSuite();
 const KEY = randomBytes(32).toString("base64");
 const TOKEN = "zap-token-9c41e0b7";

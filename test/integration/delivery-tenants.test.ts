@@ -10,7 +10,7 @@ import type { TestRelay } from "../helpers/relay.js";
 import { upstreamSuite, WORKER_TEST_ENV } from "../helpers/upstream-suite.js";
 
 /**
- * Delivery that serves every tenant's real receivers (DESIGN §12, issue #21): partly working
+ * Delivery that serves every tenant's real receivers (docs/contract.md, "Delivery to real receivers", issue #21): partly working
  * receivers get every webhook within their retry schedule's own time, a host that is down is paused
  * without spending its events' retries, a client's slow receivers hold at most its fair share of the
  * pool, and clients hear about failing endpoints. Real loopback receivers; a fake clock wherever the

@@ -9,8 +9,8 @@ import { allBlocks, SHELL_LANGS, shellCommands } from "../helpers/doc-blocks.js"
 import { createTestRelay, type TestRelay } from "../helpers/relay.js";
 
 /**
- * Every curl command of README.md and docs/ runs as written (docs/contract.md, "Published
- * contract") against a relay on loopback, with `RELAY` and `GENRELAY_API_KEY` set as the documents
+ * Every curl command of README.md and docs/ runs as written (docs/contract.md, "The published contract")
+ * against a relay on loopback, with `RELAY` and `GENRELAY_API_KEY` set as the documents
  * say, and answers what the document shows after it (`# {…}`: the same fields). The relay's loops
  * do not run and its resolver knows no host, so a callback URL in a document (hooks.zapier.com) is
  * never contacted. Files under examples/ are run by examples.test.ts.

@@ -8,7 +8,7 @@ import { createTask, readTask, taskRow } from "../helpers/flow.js";
 import { imageBody, UPSTREAM_KEY, UPSTREAM_URL, videoBody, type TestRelay } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
-/** Section 14: a mistake in a creation body is refused before anything is stored or charged. */
+/** docs/contract.md, "Intake": a mistake in a creation body is refused before anything is stored or charged. */
 const suite = upstreamSuite();
 
 /** The simulator behind msw; `catalog` replaces its model catalog (what the upstream says a model takes). */

@@ -6,7 +6,7 @@ import { webhookValidators } from "../helpers/webhook-schema.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
 /**
- * Section 13 "Typed": /openapi.json has a webhooks entry per event type with its exact body schema.
+ * docs/contract.md, "Typed bodies": /openapi.json has a webhooks entry per event type with its exact body schema.
  * The shared receiver (test/helpers/receiver.ts) validates every body it gets against these with
  * ajv; this file checks the served document and the validator itself.
  */

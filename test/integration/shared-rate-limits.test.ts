@@ -8,7 +8,7 @@ import { startReceiver, type Receiver } from "../helpers/receiver.js";
 import { createTestRelay, imageBody } from "../helpers/relay.js";
 
 /**
- * Per-client rate limits are counted in the database (DESIGN §19): N relay instances on one
+ * Per-client rate limits are counted in the database (docs/contract.md, "Limits hold across instances"): N relay instances on one
  * PostgreSQL allow a client what one relay does, the count outlives the instance that took it, and
  * POST /openapi/v1/deliveries/recover is limited like redeliver (issue #30, repros 10 and 11).
  */

@@ -3,7 +3,7 @@ import { conformance, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, NOW, t
 
 /**
  * RateLimitStore conformance (checklist: store-conformance.md): per-client sliding windows counted
- * in the database, so every process sharing it allows what one would (DESIGN §19).
+ * in the database, so every process sharing it allows what one would (docs/contract.md, "Limits hold across instances").
  */
 const suite = conformance();
 const MINUTE = 60_000;

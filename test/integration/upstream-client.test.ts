@@ -178,7 +178,7 @@ const envelope = (code: string, message: string, request_id: string, details?: u
 
 const now = Date.UTC(2026, 0, 1, 12, 0, 0);
 
-/** UPSTREAM-API.md §7, row by row. */
+/** docs/upstream.md, "Errors", row by row. */
 const errorRows: ErrorRow[] = [
   {
     name: "400 invalid_request",
@@ -436,7 +436,7 @@ function respond(row: { status: number; body: string | Record<string, unknown>; 
   return HttpResponse.json(row.body, { status: row.status, headers: row.headers });
 }
 
-describe("error responses (UPSTREAM-API.md §7)", () => {
+describe('error responses (docs/upstream.md, "Errors")', () => {
   it.each(errorRows)("$name", async (row) => {
     server.use(http.post(`${BASE}/openapi/v1/images/generations`, () => respond(row)));
     const e = await failure(client({ clock: new FakeClock(now) }).createTask("image", imageBody, KEY));
@@ -792,7 +792,7 @@ describe("construction", () => {
   });
 });
 
-describe("UPSTREAM_MAX_BODY_BYTES: a body over the limit is refused while it streams (DESIGN §15)", () => {
+describe('UPSTREAM_MAX_BODY_BYTES: a body over the limit is refused while it streams (docs/contract.md, "Upstream answers")', () => {
   const realFetch = undiciFetch as unknown as typeof fetch;
   const MiB = 1024 * 1024;
 

@@ -7,7 +7,7 @@ import { UPSTREAM_URL, type TestRelay } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 import { runCliInProcess } from "../helpers/cli.js";
 
-/** Section 13: a client's webhook defaults, Ed25519 signing, and sample events. */
+/** docs/contract.md, "Receivers": a client's webhook defaults, Ed25519 signing, and sample events. */
 const suite = upstreamSuite();
 const KEY = randomBytes(32).toString("base64");
 const TOKEN = "n8n-header-token-5d1f0a";

@@ -58,7 +58,7 @@ describe("dispatcher: one delivery", () => {
 
     const body = verifyAt(client.secret, got, t.clock.now()) as { type: string; timestamp: string; data: Record<string, any> };
     expect(Object.keys(body).sort()).toEqual(["data", "id", "timestamp", "type"]);
-    // The body's id is the webhook-id header, for tools that see only the body (section 13).
+    // The body's id is the webhook-id header, for tools that see only the body (docs/contract.md, "Webhook body").
     expect((body as { id?: string }).id).toBe(got.headers["webhook-id"]);
     expect(body.type).toBe("task.succeeded");
     expect(new Date(body.timestamp).toISOString()).toBe(body.timestamp);

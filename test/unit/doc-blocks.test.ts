@@ -9,8 +9,8 @@ import { allBlocks, documentFiles, fencedBlocks, ROOT, SHELL_LANGS, shellCommand
 import { webhookBodyProblems } from "../helpers/webhook-schema.js";
 
 /**
- * Every code example in README.md and docs/ runs as written (docs/contract.md, "Published
- * contract"). Each fenced block is one of:
+ * Every code example in README.md and docs/ runs as written
+ * (docs/contract.md, "The published contract"). Each fenced block is one of:
  *  - a program (js, ts, python): a copy of a file under examples/, marked `<!-- example: examples/… -->`
  *    on the line above the fence; test/integration/examples.test.ts runs those files against a relay;
  *  - a shell command or a configuration snippet, checked here against what it names (npm scripts,

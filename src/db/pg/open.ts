@@ -42,7 +42,7 @@ export interface PgLimits {
 }
 
 /**
- * Connection settings with bounded waits (DESIGN §15): a database that is down, frozen or out of
+ * Connection settings with bounded waits (docs/contract.md, "Acknowledged means stored"): a database that is down, frozen or out of
  * connections makes requests fail within these limits (503 storage_unavailable), never hang.
  */
 export function pgClientConfig(connectionString: string, limits: PgLimits = {}): pg.ClientConfig {

@@ -120,7 +120,7 @@ export class PgStore implements Store {
    * INSERT and each event's update under its lease, as data-modifying CTEs. An event settling twice
    * in one turn starts a second statement (one statement must not update a row twice). Should a
    * statement fail (a value the database refuses slipped past the core's cleaning), each of its
-   * records is written again alone, so one bad record never rolls back another's (DESIGN §12).
+   * records is written again alone, so one bad record never rolls back another's (docs/contract.md, "Bookkeeping").
    */
   async flushAttempts(): Promise<void> {
     const batch = this.attempts;

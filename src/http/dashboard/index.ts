@@ -31,7 +31,7 @@ export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
   });
   app.onError((err, c) => {
     if (err instanceof ApiError) return errorPage(c, err.status, err.message);
-    // An id with NUL names no page; a database that cannot serve now is not a bug (section 14, 15).
+    // An id with NUL names no page; a database that cannot serve now is not a bug (docs/contract.md, "Intake" and "Acknowledged means stored").
     if (isUnstorableText(err)) return errorPage(c, 404, "There is no such page.");
     if (isStorageFailure(err)) {
       deps.storage?.failed(err, `${c.req.method} ${c.req.path}`);
@@ -61,7 +61,7 @@ export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
     const signedIn = typeof form.api_key === "string" ? await signIn(deps, form.api_key.trim()) : null;
     securityHeaders(c);
     if (!signedIn) {
-      // Failures are slowed per address, but a valid key always signs in (section 14): behind a
+      // Failures are slowed per address, but a valid key always signs in (docs/contract.md, "Intake"): behind a
       // shared proxy one address is everyone, so a lock-out would lock out every user.
       const wait = limiter.retryAfter(ip);
       if (wait > 0) {

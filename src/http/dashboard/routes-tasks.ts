@@ -17,7 +17,7 @@ const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
 function filters(c: Context) {
   const status = c.req.query("status");
   const type = c.req.query("type");
-  // No stored text holds NUL (section 14), so a search for one finds nothing: dropped, never sent to the database.
+  // No stored text holds NUL (docs/contract.md, "Intake"), so a search for one finds nothing: dropped, never sent to the database.
   const q = (c.req.query("q") ?? "").replaceAll("\u0000", "").trim().slice(0, 200);
   const before = c.req.query("before");
   return {

@@ -2,7 +2,7 @@ import { html } from "hono/html";
 import type { WebhookSettingsView } from "../../services/webhook-settings.js";
 import { csrfField, notice, time, type Html } from "./layout.js";
 
-/** On every signed-in page in sandbox mode: nothing here is a real generation (section 14). */
+/** On every signed-in page in sandbox mode: nothing here is a real generation (docs/contract.md, "Intake"). */
 export function sandboxBanner(): Html {
   return html`<section class="notice error sandbox-banner" role="status" aria-label="Sandbox mode"><strong>Sandbox mode:</strong> no UPSTREAM_BASE_URL is set, so the built-in simulator answers and every result here is simulated.</section>`;
 }
@@ -20,7 +20,7 @@ export interface SettingsPageView {
   typedName?: string;
 }
 
-/** Webhook settings (section 13): the same defaults as GET/PUT /openapi/v1/webhooks/settings; header values never shown. */
+/** Webhook settings (docs/contract.md, "Webhook settings"): the same defaults as GET/PUT /openapi/v1/webhooks/settings; header values never shown. */
 export function settingsBody(v: SettingsPageView): Html {
   const s = v.settings;
   const names = s.callback_headers ?? [];

@@ -13,7 +13,7 @@ export interface StoragePageView {
   typed?: Partial<Record<string, string>>;
 }
 
-/** The bucket page: where succeeded tasks' output files are copied before task.succeeded (DESIGN §17). */
+/** The bucket page: where succeeded tasks' output files are copied before task.succeeded (docs/contract.md, "Outputs"). */
 export function storageBody(v: StoragePageView): Html {
   const s = v.storage;
   const val = (name: keyof StorageView, fallback = "") => v.typed?.[name] ?? (s ? String(s[name] ?? "") : fallback);
