@@ -91,10 +91,12 @@ async function main(): Promise<void> {
       process.exit(1);
     }
     stopping = true;
+    // Requests first, while the database is open: each one in flight gets its answer. The listening
+    // socket closes synchronously here, so once the line below is written no connection is accepted.
+    const drained = http.close(HTTP_DRAIN_MS);
     logger.info({ signal }, "shutting down: no new connections; finishing in-flight requests, then worker claims");
     void (async () => {
-      // Requests first, while the database is open: each one in flight gets its answer.
-      const { forced } = await http.close(HTTP_DRAIN_MS);
+      const { forced } = await drained;
       if (forced > 0) logger.warn({ requests: forced, deadline_ms: HTTP_DRAIN_MS }, "requests still running at the deadline were cut off");
       await relay.stop(WORKER_DRAIN_MS);
       await simulator?.close();
