@@ -126,7 +126,7 @@ describe("citations", () => {
     const good = [
       `// docs/contract.md, "Webhooks"`,
       `// (docs/upstream.md, "Errors")`,
-      `// docs/contract.md#output-copies`,
+      `// docs/contract.md#outputs`,
       `// Retry-After (RFC 9110 ${"§"}10.2.3)`,
     ];
     for (const line of good) expect(citationProblems("src/x.ts", line), line).toEqual([]);
