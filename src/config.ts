@@ -117,10 +117,12 @@ const EnvSchema = z
     UPSTREAM_MAX_BODY_BYTES: byteSize(1024, 1024 ** 3).default(8 * 1024 * 1024),
     RELAY_ENCRYPTION_KEY: encryptionKey.optional(),
     TASK_RETENTION_DAYS: int(1, 36_500).default(30),
+    CLIENT_MAX_STORED_BYTES: byteSize(1024 ** 2, 1024 ** 4).default(1024 ** 3),
     LOG_LEVEL: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(", ")}` }).default("info"),
     PUBLIC_BASE_URL: publicBaseUrl.optional(),
     METRICS_TOKEN: bearerToken.optional(),
     MIRROR_MAX_BYTES: int(1, Number.MAX_SAFE_INTEGER).default(1024 ** 3),
+    LEADER_LEASE: duration(500, 10 * 60_000).default(20_000),
     SANDBOX: bool.optional(),
   })
   .superRefine((env, ctx) => {
@@ -164,6 +166,13 @@ export interface Config {
   metricsToken: string | null;
   /** Largest output file copied into a client's bucket (docs/contract.md, "Outputs"); a larger one gets files[i].error. */
   mirrorMaxBytes: number;
+  /** The most one client's tasks may store from their requests (bytes); a creation past it is 429 storage_limit (DESIGN §19). */
+  clientMaxStoredBytes: number;
+  /**
+   * PostgreSQL: how long an upstream account's leadership lasts unrenewed. An instance that stops
+   * making progress loses it after this long and another takes over (docs/contract.md, "A frozen instance loses its roles").
+   */
+  leaderLeaseMs: number;
 }
 
 export class ConfigError extends Error {
@@ -226,5 +235,7 @@ function toConfig(env: Env): Config {
     publicBaseUrl: env.PUBLIC_BASE_URL ?? null,
     metricsToken: env.METRICS_TOKEN ?? null,
     mirrorMaxBytes: env.MIRROR_MAX_BYTES,
+    clientMaxStoredBytes: env.CLIENT_MAX_STORED_BYTES,
+    leaderLeaseMs: env.LEADER_LEASE,
   };
 }

@@ -63,6 +63,8 @@ export class Relay {
   readonly budget: ReadBudget;
   readonly sender: WebhookSender;
   readonly owner = new LeaseOwner();
+  /** Which upstream accounts this instance leads, with their fences (shared by the submitter and the poller). */
+  readonly leadership: Leadership;
   /** Every loop, by name. */
   readonly loopsByName: Readonly<Record<LoopName, WorkerLoop>>;
   /** The same loops in start order. */
@@ -96,7 +98,8 @@ export class Relay {
     this.health = new EndpointHealth({ store, clock, logger, onNotice: () => this.loopsByName?.notifier.nudge() });
     this.storage = new StorageHealth(clock, logger);
     this.deps = { store, clock, config, logger, nudges, lifecycle: this.lifecycle, catalog: this.catalog, storage: this.storage };
-    const leadership = new Leadership(store, logger);
+    const leadership = new Leadership(store, logger, { holder: this.owner.id, leaseMs: config.leaderLeaseMs });
+    this.leadership = leadership;
     this.submitter = new Submitter({ store, clock, config, logger, accounts, owner: this.owner, nudges, metrics, lifecycle: this.lifecycle, leadership });
     // A creation wakes the submitter unless its account is full (a task with a deadline always does, for its expiry).
     nudges.created = (account, expiresAt) => {

@@ -153,6 +153,25 @@ export interface ClaimOptions {
   leaseMs: number;
   token: string;
   limit: number;
+  /**
+   * A claim made as the leader of an upstream account carries that leadership's fence: on a store
+   * shared by several processes it takes nothing once another process holds the account, or this
+   * one's lease of it has lapsed (a process frozen past its lease, then resumed). SQLite has one
+   * process, which always leads: there it is ignored.
+   */
+  fence?: LeaderFence | undefined;
+}
+
+/** One process's leadership of an upstream account: the fencing token goes up by one at every change of leader, never down. */
+export interface LeaderFence {
+  account: string;
+  fence: number;
+}
+
+/** Who asks to lead (its lease owner id, the prefix of its claim tokens), and how long a lease lasts unrenewed. */
+export interface LeaderLease {
+  holder: string;
+  leaseMs: number;
 }
 
 export interface InFlightTask {
@@ -399,11 +418,15 @@ export type NudgeTarget = "submitter" | "poller" | "dispatcher";
 
 export interface OpsStore {
   /**
-   * Whether this process leads the upstream account: runs its submissions and polling. One leader
-   * per account across the processes sharing the store (always true on SQLite: one process).
-   * Checked before each tick; leadership is lost with the process (or its connection).
+   * Whether the process `as.holder` leads the upstream account (runs its submissions and polling):
+   * its fence while it does, else null. One leader per account across the processes sharing the
+   * store (SQLite: one process, always the leader). Checked before each tick. On PostgreSQL a lease
+   * of `as.leaseMs` on the database's clock, renewed in the background: a process that stops making
+   * progress (SIGSTOP, a stalled event loop, a dead network) loses it after that long, and another
+   * takes it over with a higher fence, releasing the leases the previous holder's tokens still hold;
+   * a process whose connection is gone (killed) loses it at once; close() gives it up.
    */
-  leads(account: string): Promise<boolean>;
+  leads(account: string, as: LeaderLease): Promise<LeaderFence | null>;
   /** Wakes this process's loops when another process writes what they act on (a no-op on SQLite). */
   listen(nudge: (target: NudgeTarget) => void): Promise<void>;
   /**

@@ -58,8 +58,8 @@ export interface PollerOptions {
   budget: PollerBudget;
   owner: Pick<LeaseOwner, "token">;
   lifecycle: PollerLifecycle;
-  /** Which accounts this instance leads (shared with the submitter). */
-  leadership: Pick<Leadership, "leads">;
+  /** Which accounts this instance leads (shared with the submitter); claims carry the account's fence. */
+  leadership: Pick<Leadership, "leads" | "fence">;
   /** Learned durations (shared with the lifecycle, which records them). */
   durations: Pick<DurationStats, "expected" | "quantile">;
   metrics?: Metrics | undefined;
@@ -159,7 +159,7 @@ export class Poller {
   /** Claims what planSingles chose: tasks due now, or the flagged ones (no longer flagged once taken). */
   private async claimSingles(account: string, step: Exclude<SinglesStep, { kind: "wait" }>): Promise<TaskRow[]> {
     const { tasks, clock } = this.opts;
-    const lease = { now: clock.now(), leaseMs: this.leaseMs(), token: this.opts.owner.token() };
+    const lease = { now: clock.now(), leaseMs: this.leaseMs(), token: this.opts.owner.token(), fence: this.opts.leadership.fence(account) };
     if (step.kind === "due") return tasks.claimDue("submitted", account, { ...lease, limit: step.limit });
     if (step.ids.length === 0) return [];
     const flagged = this.needsRead.get(account);
@@ -236,7 +236,7 @@ export class Poller {
     if (!flagged) this.needsRead.set(account, (flagged = new Set()));
     for (const id of outcome.flag) flagged.add(id);
     const token = this.opts.owner.token();
-    for (const row of await tasks.claimIds(outcome.changed, "submitted", { now, leaseMs: this.leaseMs(), token })) {
+    for (const row of await tasks.claimIds(outcome.changed, "submitted", { now, leaseMs: this.leaseMs(), token, fence: this.opts.leadership.fence(account) })) {
       await this.opts.lifecycle.recordObservation(row, token, result.seen.get(row.upstreamTaskId!)!, outcome.coveredUntil, false);
     }
     if (outcome.covered > result.reads) metrics?.readsSaved.inc(outcome.covered - result.reads);

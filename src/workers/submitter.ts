@@ -60,7 +60,7 @@ export class Submitter {
   private readonly full = new Map<string, number>();
 
   constructor(private readonly opts: SubmitterOptions) {
-    this.leadership = opts.leadership ?? new Leadership(opts.store, opts.logger);
+    this.leadership = opts.leadership ?? new Leadership(opts.store, opts.logger, { holder: opts.owner.id, leaseMs: opts.config.leaderLeaseMs });
   }
 
   /**
@@ -122,7 +122,8 @@ export class Submitter {
         this.full.set(account, now + BLOCKED_RECHECK_MS);
         continue;
       }
-      const claimed = await store.tasks.claimFairly(account, { now, leaseMs, token: this.opts.owner.token(), limit });
+      // Made as the account's leader: nothing is claimed if another instance has taken it meanwhile.
+      const claimed = await store.tasks.claimFairly(account, { now, leaseMs, token: this.opts.owner.token(), limit, fence: this.leadership.fence(account) });
       if (claimed.length === 0) continue;
       didWork = true;
       for (const task of claimed) this.opts.metrics?.workerLag.observe({ worker: "submitter" }, Math.max(0, now - (task.nextRunAt ?? now)) / 1000);

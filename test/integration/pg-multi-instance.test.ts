@@ -49,7 +49,7 @@ describe("several instances on one PostgreSQL database", () => {
     for (let n = 0; n < 60; n++) ids.push(await createVia(instances[n % 3]!, apiKey, n, receiver.url("/hook")));
 
     // Exactly one instance leads the default account.
-    const leaders = await Promise.all(instances.map((i) => i.store.ops.leads("default")));
+    const leaders = await Promise.all(instances.map((i) => i.relay.leadership.leads("default")));
     expect(leaders.filter(Boolean)).toHaveLength(1);
     const leader = instances[leaders.indexOf(true)]!;
 
@@ -74,7 +74,7 @@ describe("several instances on one PostgreSQL database", () => {
     expect(upstream.state.stats().rate_limited).toBe(0);
     // Another instance took the account over.
     const survivors = instances.filter((i) => i.alive);
-    expect((await Promise.all(survivors.map((i) => i.store.ops.leads("default")))).filter(Boolean)).toHaveLength(1);
+    expect((await Promise.all(survivors.map((i) => i.relay.leadership.leads("default")))).filter(Boolean)).toHaveLength(1);
     // The client's feed has every event, positions 1..N without a gap.
     const feed = await survivors[0]!.store.events.feed((await survivors[0]!.store.clients.list())[0]!.id, 0, 1_000);
     expect(feed.map((e) => e.clientSeq)).toEqual(feed.map((_, i) => i + 1));

@@ -17,23 +17,51 @@ describe.each(suite.dialects)("OpsStore on %s", (name, h) => {
     expect((await h.shared()).dialect).toBe(name);
   });
 
-  it("leads: one leader per account across processes (SQLite: one process, always the leader); another takes over when it is gone", async () => {
+  it("leads: one leader per account across processes, with a fence that grows at each change (SQLite: one process, always the leader); another takes over when it is gone", async () => {
     const { another } = await h.fresh();
     const account = fresh("acct");
     const first = await another();
     const second = await another();
-    const [a, b] = await Promise.all([first.ops.leads(account), second.ops.leads(account)]);
+    const as = (holder: string) => ({ holder, leaseMs: 20_000 });
+    const [a, b] = await Promise.all([first.ops.leads(account, as("first")), second.ops.leads(account, as("second"))]);
     if (name === "sqlite") {
-      expect([a, b, await first.ops.leads(fresh("acct"))]).toEqual([true, true, true]);
+      expect([a, b, await first.ops.leads("other", as("first"))]).toEqual([
+        { account, fence: 0 },
+        { account, fence: 0 },
+        { account: "other", fence: 0 },
+      ]);
       return;
     }
-    expect([a, b].filter(Boolean)).toHaveLength(1);
-    const [leader, follower] = a ? [first, second] : [second, first];
-    expect(await leader.ops.leads(account)).toBe(true);
-    expect(await follower.ops.leads(account)).toBe(false);
-    expect(await follower.ops.leads(fresh("acct"))).toBe(true);
+    expect([a, b].filter(Boolean)).toEqual([{ account, fence: 1 }]);
+    const [leader, follower, other] = a ? [first, second, "second"] : [second, first, "first"];
+    expect(await leader.ops.leads(account, as(a ? "first" : "second"))).toEqual({ account, fence: 1 });
+    expect(await follower.ops.leads(account, as(other))).toBeNull();
+    const elsewhere = fresh("acct");
+    expect(await follower.ops.leads(elsewhere, as(other))).toEqual({ account: elsewhere, fence: 1 });
     await leader.close();
-    expect(await follower.ops.leads(account)).toBe(true);
+    expect(await follower.ops.leads(account, as(other))).toEqual({ account, fence: 2 });
+  });
+
+  it("leads: claims made as leader carry the fence; a stale one claims nothing on a shared store (SQLite: one process, the fence is ignored)", async () => {
+    const { another } = await h.fresh();
+    const store = await another();
+    const account = fresh("acct");
+    const { tasks } = await tasksOf(store, 2, account);
+    const first = (await store.ops.leads(account, { holder: "first", leaseMs: 20_000 }))!;
+    const stale = { account, fence: first.fence - 1 };
+    const claimed = await store.tasks.claimDue("waiting", account, { ...lease("first:1", 1, NOW + 5), fence: stale });
+    if (name === "sqlite") {
+      expect(claimed.map((t) => t.id)).toEqual([tasks[0]!.id]);
+      return;
+    }
+    expect(claimed).toEqual([]);
+    expect(await store.tasks.claimFairly(account, { ...lease("first:2", 1, NOW + 5), fence: { account: fresh("acct"), fence: first.fence } })).toEqual([]);
+    expect((await store.tasks.claimIds([tasks[1]!.id], "waiting", { ...lease("first:3", 1, NOW + 5), fence: first })).map((t) => t.id)).toEqual([tasks[1]!.id]);
+    // Another process that does not lead the account claims nothing with the leader's fence once it is gone.
+    await store.close();
+    const other = await another();
+    expect(await other.ops.leads(account, { holder: "second", leaseMs: 20_000 })).toEqual({ account, fence: first.fence + 1 });
+    expect(await other.tasks.claimDue("waiting", account, { ...lease("first:4", 5, NOW + 5), fence: first })).toEqual([]);
   });
 
   it("listen: another process's writes wake this one's loops by name (SQLite: one process, nothing to hear)", async () => {

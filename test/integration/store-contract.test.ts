@@ -173,17 +173,19 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
   it("leadership: one leader per account at a time; another takes over when it is gone", async () => {
     const { store, another } = await make();
     const other = await another();
-    const [a, b] = await Promise.all([store.ops.leads("acct"), other.ops.leads("acct")]);
+    const as = (holder: string) => ({ holder, leaseMs: 20_000 });
+    const [a, b] = await Promise.all([store.ops.leads("acct", as("one")), other.ops.leads("acct", as("two"))]);
     if (store === other) {
-      expect([a, b]).toEqual([true, true]);
+      expect([a !== null, b !== null]).toEqual([true, true]);
       return;
     }
     expect([a, b].filter(Boolean)).toHaveLength(1);
     const [leader, follower] = a ? [store, other] : [other, store];
-    expect(await leader.ops.leads("acct")).toBe(true);
-    expect(await follower.ops.leads("acct")).toBe(false);
+    const [mine, theirs] = a ? ["one", "two"] : ["two", "one"];
+    expect(await leader.ops.leads("acct", as(mine))).toEqual(a ?? b);
+    expect(await follower.ops.leads("acct", as(theirs))).toBeNull();
     await leader.close();
-    expect(await follower.ops.leads("acct")).toBe(true);
+    expect(await follower.ops.leads("acct", as(theirs))).toEqual({ account: "acct", fence: (a ?? b)!.fence + 1 });
   });
 
   it("prune: finished tasks past retention go with their events and attempts; unsettled ones stay", async () => {

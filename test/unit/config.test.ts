@@ -42,6 +42,7 @@ describe("loadConfig defaults", () => {
       publicBaseUrl: null,
       metricsToken: null,
       mirrorMaxBytes: 1024 ** 3,
+      leaderLeaseMs: 20_000,
     } satisfies Config);
   });
 
@@ -85,6 +86,7 @@ describe("loadConfig defaults", () => {
         PUBLIC_BASE_URL: "https://relay.example.com/genrelay/",
         METRICS_TOKEN: "prom-scrape-token-1",
         MIRROR_MAX_BYTES: "5000000",
+        LEADER_LEASE: "5s",
       }),
     ).toEqual({
       port: 9090,
@@ -110,6 +112,7 @@ describe("loadConfig defaults", () => {
       publicBaseUrl: "https://relay.example.com/genrelay",
       metricsToken: "prom-scrape-token-1",
       mirrorMaxBytes: 5_000_000,
+      leaderLeaseMs: 5_000,
     } satisfies Config);
   });
 

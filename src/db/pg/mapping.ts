@@ -76,8 +76,6 @@ export const UNCLAIMED = "(claimed_until IS NULL OR claimed_until < $NOW)";
 export const unclaimed = (param: number) => UNCLAIMED.replace("$NOW", `$${param}`);
 export const RELEASED = { claimToken: null, claimedUntil: null } as const;
 export const NO_RESERVATIONS: ReservationsAround = { inFlight: 0, ahead: 0, others: 0 };
-/** Advisory lock namespace of account leadership (the second key is hashtext(account)). */
-export const LEADER_LOCK_SPACE = 0x67_72_6c; // "grl"
 export const CHANNEL = "genrelay";
 /** Advisory lock (with key 1) that serialises event claims across instances (see events.ts claimDue). */
 export const EVENT_CLAIM_LOCK = 0x67_72_65; // "gre"

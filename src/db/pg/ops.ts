@@ -5,7 +5,7 @@ import type { PgStore } from "./pg-store.js";
 export function pgOps(s: PgStore): OpsStore {
   const { q } = s;
   return {
-    leads: (account) => s.leads(account),
+    leads: (account, as) => s.leads(account, as),
     listen: (nudge) => s.listen(nudge),
     recover: async (hostOf) => {
       // Other instances may be alive: their leases are left to expire. Only the backfill runs.

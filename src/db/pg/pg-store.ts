@@ -5,6 +5,8 @@ import type {
   CreditPosition,
   EndpointStore,
   EventStore,
+  LeaderFence,
+  LeaderLease,
   NewTaskRow,
   NoticeStore,
   NudgeTarget,
@@ -19,7 +21,7 @@ import type {
   TransitionRules,
 } from "../../store/store.js";
 import { pgEndpointStore, pgNoticeStore } from "./endpoints.js";
-import { columnsOf, T, E, unclaimed, RELEASED, LEADER_LOCK_SPACE, CHANNEL, types, type Row, type Queryable } from "./mapping.js";
+import { columnsOf, T, E, unclaimed, RELEASED, CHANNEL, types, type Row, type Queryable } from "./mapping.js";
 import { planTransition } from "../../store/transition-plan.js";
 import { newPgPool, pgClientConfig, type PgLimits } from "./open.js";
 import { CheckedClient, checkPoolQueries } from "./checked-client.js";
@@ -27,6 +29,7 @@ import { pgAccounts } from "./accounts.js";
 import { pgClients } from "./clients.js";
 import { pgEvents } from "./events.js";
 import { ClaimSession } from "./claim-session.js";
+import { fenced, PgLeadership } from "./leadership.js";
 import { pgOps } from "./ops.js";
 import { pgRateLimits } from "./rate-limits.js";
 import { pgSessions } from "./sessions.js";
@@ -40,9 +43,10 @@ import { deliveryAttempts } from "./schema.js";
  *   instances never claim one row and a crashed instance's rows come back when the lease ends;
  * - a state change locks its task row, then its client's row (credits and the client's feed
  *   position), always in that order; other rows are touched with SKIP LOCKED, never waited on;
- * - each upstream account has one leader (a session advisory lock on a dedicated connection):
- *   only it submits and polls, and the read budget is also decided in the database, under the
- *   account row's lock, so it holds even while two leaders briefly overlap;
+ * - each upstream account has one leader (a lease row renewed through a dedicated connection, with
+ *   a fence that claims made as leader carry: leadership.ts): only it submits and polls, a frozen
+ *   leader loses the account after its lease, and the read budget is also decided in the database,
+ *   under the account row's lock, so it holds even while two leaders briefly overlap;
  * - per-key delivery caps count leased events in the database, so they hold across instances;
  * - writes that wake workers send NOTIFY; every instance LISTENs (its idle timer stays the fallback).
  *
@@ -73,9 +77,8 @@ export class PgStore implements Store {
   readonly sessions: SessionStore;
   readonly limits: RateLimitStore;
   readonly ops: OpsStore;
-  leaderClient: pg.Client | null = null;
-  leaderClientDead = false;
-  readonly led = new Set<string>();
+  /** Account leadership: lease rows with fences (leadership.ts). */
+  readonly leadership: PgLeadership;
   listener: pg.Client | null = null;
   closed = false;
 
@@ -109,6 +112,10 @@ export class PgStore implements Store {
     this.sessions = pgSessions(this);
     this.limits = pgRateLimits(this);
     this.ops = pgOps(this);
+    this.leadership = new PgLeadership({
+      connect: () => new CheckedClient({ ...pgClientConfig(this.options.connectionString, this.options), types }),
+      releaseLeases: (holder) => this.ops.releaseLeases(holder),
+    });
   }
 
   /** Attempts settling in the same turn of the event loop, written together by flushAttempts. */
@@ -221,15 +228,19 @@ export class PgStore implements Store {
     await c.query(`UPDATE events SET ${set.sql} WHERE id = $1 AND claim_token = $2`, [id, token, ...set.values]);
   }
 
-  /** Claims tasks matching `where` ($1 lease end, $2 token, $3 now, $4… extra) with SKIP LOCKED. */
-  async claimTasks(where: string, extra: unknown[], o: { now: number; leaseMs: number; token: string; limit: number }, order = ""): Promise<TaskRow[]> {
+  /**
+   * Claims tasks matching `where` ($1 lease end, $2 token, $3 now, $4… extra) with SKIP LOCKED; a
+   * claim made as an account's leader takes nothing once its fence is stale (leadership.ts).
+   */
+  async claimTasks(where: string, extra: unknown[], o: { now: number; leaseMs: number; token: string; limit: number; fence?: LeaderFence | undefined }, order = ""): Promise<TaskRow[]> {
     if (o.limit <= 0) return [];
     const limitParam = 4 + extra.length;
+    const fence = o.fence ? ` AND ${fenced(limitParam + 1, limitParam + 2)}` : "";
     const rows = await this.pool.query(
       `UPDATE tasks SET claimed_until = $1, claim_token = $2
-       WHERE id IN (SELECT id FROM tasks WHERE ${where} AND ${unclaimed(3)} ${order} LIMIT $${limitParam} FOR UPDATE SKIP LOCKED)
+       WHERE id IN (SELECT id FROM tasks WHERE ${where} AND ${unclaimed(3)}${fence} ${order} LIMIT $${limitParam} FOR UPDATE SKIP LOCKED)
        RETURNING *`,
-      [o.now + o.leaseMs, o.token, o.now, ...extra, o.limit],
+      [o.now + o.leaseMs, o.token, o.now, ...extra, o.limit, ...(o.fence ? [o.fence.account, o.fence.fence] : [])],
     );
     return T.rows(rows.rows as Row[]);
   }
@@ -277,51 +288,9 @@ export class PgStore implements Store {
     }
   }
 
-  /**
-   * Account leadership: a session advisory lock per account on one dedicated connection. A held
-   * lock is checked with a cheap query on that connection at most once a second; if the connection
-   * died, every lock went with it (the server released them), so this instance stops leading and
-   * another one's next try takes over.
-   */
-  lastCheck = 0;
-  async leads(account: string): Promise<boolean> {
-    if (this.closed) return false;
-    try {
-      const client = await this.leaderConnection();
-      if (this.led.has(account)) {
-        if (Date.now() - this.lastCheck > 1_000) {
-          await client.query("SELECT 1");
-          this.lastCheck = Date.now();
-        }
-        return true;
-      }
-      const r = (await client.query("SELECT pg_try_advisory_lock($1, hashtext($2)) AS ok", [LEADER_LOCK_SPACE, account])).rows[0] as Row;
-      if (r.ok === true) this.led.add(account);
-      return r.ok === true;
-    } catch {
-      this.dropLeaderConnection();
-      return false;
-    }
-  }
-
-  async leaderConnection(): Promise<pg.Client> {
-    if (this.leaderClient && !this.leaderClientDead) return this.leaderClient;
-    this.dropLeaderConnection();
-    const client = new CheckedClient({ ...pgClientConfig(this.options.connectionString, this.options), types });
-    client.on("error", () => this.dropLeaderConnection());
-    client.on("end", () => this.dropLeaderConnection());
-    await client.connect();
-    this.leaderClient = client;
-    this.leaderClientDead = false;
-    return client;
-  }
-
-  dropLeaderConnection(): void {
-    this.led.clear();
-    this.leaderClientDead = true;
-    const old = this.leaderClient;
-    this.leaderClient = null;
-    old?.end().catch(() => {});
+  /** See OpsStore.leads and leadership.ts. */
+  leads(account: string, as: LeaderLease): Promise<LeaderFence | null> {
+    return this.closed ? Promise.resolve(null) : this.leadership.leads(account, as);
   }
 
   async listen(nudge: (target: NudgeTarget) => void): Promise<void> {
@@ -356,10 +325,7 @@ export class PgStore implements Store {
     const listener = this.listener;
     this.listener = null;
     await listener?.end().catch(() => {});
-    const leader = this.leaderClient;
-    this.leaderClient = null;
-    this.led.clear();
-    await leader?.end().catch(() => {});
+    await this.leadership.close();
     await this.claims.close();
     await this.pool.end();
   }

@@ -10,7 +10,8 @@ import type { SqliteStore } from "../sqlite-store.js";
 export function sqliteOps(s: SqliteStore): OpsStore {
   const db = s.database.db;
   return {
-    leads: async () => true,
+    // One process: always the leader, and nothing to fence (claims ignore the fence).
+    leads: async (account) => ({ account, fence: 0 }),
     listen: async () => {},
     recover: async (hostOf) => {
       const released = releaseAllTaskLeases(db) + releaseAllEventLeases(db);

@@ -1,0 +1,195 @@
+import pg from "pg";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { EVENT_CLAIM_LOCK } from "../../src/db/pg/mapping.js";
+import type { PgStore } from "../../src/db/pg/pg-store.js";
+import { pgStore } from "../../src/open-store.js";
+import type { LeaderFence, Store } from "../../src/store/store.js";
+import { eventsOf, fresh, lease as leaseAt, NOW, opts, tasksOf } from "../helpers/conformance.js";
+import { freshPgDatabase } from "../helpers/pg.js";
+
+/**
+ * Account leadership on PostgreSQL (src/db/pg/leadership.ts, DESIGN §19): a lease row per account
+ * on the database's clock, renewed by its leader, with a fence that claims made as leader carry.
+ *
+ * A frozen process (SIGSTOP, a stalled event loop) looks to the server like an open connection
+ * that sends nothing: here a connection of the test's own holds a lease row and stays idle, which
+ * is exactly what such a process leaves (test/e2e/pg-frozen-leader.test.ts stops real relays).
+ */
+
+/** A claim's options once every task of tasksOf is due (the i-th is due at NOW + i). */
+const lease = (token: string, limit = 100) => leaseAt(token, limit, NOW + 10);
+
+let db: { url: string; drop: () => Promise<void> };
+let admin: pg.Client;
+const stores: PgStore[] = [];
+const frozen: pg.Client[] = [];
+
+beforeAll(async () => {
+  db = await freshPgDatabase();
+  admin = new pg.Client({ connectionString: db.url });
+  await admin.connect();
+});
+afterEach(async () => {
+  for (const s of stores.splice(0)) await s.close();
+  for (const c of frozen.splice(0)) await c.end().catch(() => {});
+});
+afterAll(async () => {
+  await admin.end();
+  await db.drop();
+});
+
+async function store(): Promise<PgStore> {
+  const s = await pgStore(db.url, { migrate: false, max: 4 });
+  stores.push(s);
+  return s;
+}
+
+/**
+ * A leader that stopped: its lease row (fence, `leaseMs` from now on the database's clock) held by
+ * a connection that stays open and idle, as a SIGSTOPped process's does.
+ */
+async function frozenLeader(account: string, holder: string, fence: number, leaseMs: number): Promise<pg.Client> {
+  const c = new pg.Client({ connectionString: db.url });
+  await c.connect();
+  frozen.push(c);
+  const now = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+  await c.query(
+    `INSERT INTO account_leaders (account, holder, fence, expires_at, holder_pid, taken_at) VALUES ($1, $2, $3, ${now} + $4, pg_backend_pid(), ${now})`,
+    [account, holder, fence, leaseMs],
+  );
+  return c;
+}
+
+/** Asks every `everyMs` until `s` leads the account; resolves with its fence and how long it took. */
+async function takeOver(s: Store, account: string, holder: string, leaseMs: number, withinMs: number, everyMs = 25): Promise<{ fence: LeaderFence; ms: number }> {
+  const start = performance.now();
+  for (;;) {
+    const fence = await s.ops.leads(account, { holder, leaseMs });
+    if (fence) return { fence, ms: performance.now() - start };
+    if (performance.now() - start > withinMs) throw new Error(`${holder} did not take ${account} over within ${withinMs} ms`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+describe("account leadership on PostgreSQL: a lease with a fence", () => {
+  it("a frozen leader loses the account once its lease lapses: the next leader's fence is higher, the frozen one's leases are released, its claims and late writes change nothing", async () => {
+    const b = await store();
+    const account = fresh("acct");
+    const { tasks } = await tasksOf(b, 3, account);
+    const LEASE = 1_500;
+    await frozenLeader(account, "frozen", 7, LEASE);
+    const old = { account, fence: 7 };
+    // While its lease runs, it claims as leader and nobody else leads.
+    const claimed = await b.tasks.claimDue("waiting", account, { ...lease("frozen:1", 2), fence: old });
+    expect(claimed.map((t) => t.id)).toEqual([tasks[0]!.id, tasks[1]!.id]);
+    expect(await b.ops.leads(account, { holder: "live", leaseMs: 20_000 })).toBeNull();
+
+    // It renews nothing: the live process takes over once the lease has lapsed, not before.
+    const { fence, ms } = await takeOver(b, account, "live", 20_000, LEASE + 2_000);
+    expect(fence).toEqual({ account, fence: 8 });
+    expect(ms).toBeGreaterThan(LEASE - 300);
+    // Its task leases went with it: claimable at once by the new leader, not when each lease ends.
+    expect((await b.tasks.find(tasks[0]!.id))!).toMatchObject({ claimToken: null, claimedUntil: null });
+
+    // Resumed, the old leader claims nothing with its fence, and its writes under its leases change nothing.
+    expect(await b.tasks.claimDue("waiting", account, { ...lease("frozen:2"), fence: old })).toEqual([]);
+    expect(await b.tasks.claimFairly(account, { ...lease("frozen:3"), fence: old })).toEqual([]);
+    expect(await b.tasks.claimIds([tasks[2]!.id], "waiting", { ...lease("frozen:4"), fence: old })).toEqual([]);
+    const mine = await b.tasks.claimDue("waiting", account, { ...lease("live:1"), fence });
+    expect(mine.map((t) => t.id).sort()).toEqual(tasks.map((t) => t.id).sort());
+    expect(await b.tasks.transition(claimed[0]!, { status: "failed", phase: "done", completedAt: NOW }, opts("frozen:1"))).toBeUndefined();
+    expect(await b.tasks.reschedule(claimed[1]!.id, "frozen:1", { nextRunAt: NOW + 1 })).toBeUndefined();
+    expect(await b.tasks.find(tasks[0]!.id)).toMatchObject({ status: "queued", phase: "waiting", claimToken: "live:1" });
+  });
+
+  it("a live leader keeps the account past its lease length by renewing it; when it closes, another takes over at once", async () => {
+    const [a, b] = [await store(), await store()];
+    const account = fresh("acct");
+    const first = await a.ops.leads(account, { holder: "a", leaseMs: 600 });
+    expect(first).toEqual({ account, fence: 1 });
+    // Three lease lengths later a still leads (renewed every 200 ms in the background), with the same fence.
+    const until = performance.now() + 1_800;
+    while (performance.now() < until) {
+      expect(await b.ops.leads(account, { holder: "b", leaseMs: 600 })).toBeNull();
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(await a.ops.leads(account, { holder: "a", leaseMs: 600 })).toEqual(first);
+    await a.close();
+    expect(await b.ops.leads(account, { holder: "b", leaseMs: 600 })).toEqual({ account, fence: 2 });
+  });
+
+  it("a killed leader (its connection gone) is taken over at once, without waiting for its lease", async () => {
+    const b = await store();
+    const account = fresh("acct");
+    const { tasks } = await tasksOf(b, 1, account);
+    const dead = await frozenLeader(account, "killed", 3, 60_000);
+    await b.tasks.claimDue("waiting", account, { ...lease("killed:1"), fence: { account, fence: 3 } });
+    expect(await b.ops.leads(account, { holder: "live", leaseMs: 20_000 })).toBeNull();
+    await dead.end();
+    // The server notices the closed socket at once; its backend is gone within milliseconds.
+    const { fence, ms } = await takeOver(b, account, "live", 20_000, 2_000);
+    expect(fence).toEqual({ account, fence: 4 });
+    expect(ms).toBeLessThan(2_000);
+    expect((await b.tasks.find(tasks[0]!.id))!.claimToken).toBeNull();
+  });
+
+  it("a leader that still believes it leads after its lease was taken claims nothing with its stale fence, and learns it lost at its next renewal", async () => {
+    const [a, b] = [await store(), await store()];
+    const account = fresh("acct");
+    await tasksOf(b, 2, account);
+    const stale = (await a.ops.leads(account, { holder: "a", leaseMs: 900 }))!;
+    // As if a had been frozen past its lease on the database's clock while its own clock said otherwise.
+    await admin.query("UPDATE account_leaders SET expires_at = 0 WHERE account = $1", [account]);
+    const taken = (await b.ops.leads(account, { holder: "b", leaseMs: 20_000 }))!;
+    expect(taken.fence).toBe(stale.fence + 1);
+    expect(await a.tasks.claimDue("waiting", account, { ...lease("a:1"), fence: stale })).toEqual([]);
+    // Its background renewal (every 300 ms) finds the fence moved on: it no longer leads.
+    const until = performance.now() + 1_000;
+    let now = await a.ops.leads(account, { holder: "a", leaseMs: 900 });
+    while (now && performance.now() < until) {
+      await new Promise((r) => setTimeout(r, 50));
+      now = await a.ops.leads(account, { holder: "a", leaseMs: 900 });
+    }
+    expect(now).toBeNull();
+    expect(await b.tasks.claimDue("waiting", account, { ...lease("b:1"), fence: taken })).toHaveLength(2);
+  });
+
+  it("two processes asking at once for a lapsed lease: exactly one gets it", async () => {
+    const stores3 = [await store(), await store(), await store()];
+    const account = fresh("acct");
+    await frozenLeader(account, "frozen", 1, 0);
+    const got = await Promise.all(stores3.map((s, i) => s.ops.leads(account, { holder: `p${i}`, leaseMs: 20_000 })));
+    expect(got.filter(Boolean)).toEqual([{ account, fence: 2 }]);
+  });
+});
+
+describe("the claims' lock on PostgreSQL: a frozen holder loses it", () => {
+  it("a store holding the claims' lock that stops making progress loses it within the idle-session bound (10 s); another store's claim then goes ahead", async () => {
+    const [a, b] = [await store(), await store()];
+    const { clientId } = await eventsOf(a, 2, "https://hooks.example:443/hook");
+    const key = { clientId, host: "hooks.example:443" };
+    // a takes the lock and then sends nothing on its connection, as a frozen process would.
+    let thaw: () => void = () => {};
+    const stuck = a.claims.run(async (c) => {
+      await c.query("SELECT 1");
+      await new Promise<void>((r) => (thaw = r));
+      return { result: null };
+    });
+    const holder = async () =>
+      (
+        await admin.query(
+          "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = 1 AND objsubid = 2 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+          [EVENT_CLAIM_LOCK],
+        )
+      ).rows[0].n as number;
+    while ((await holder()) === 0) await new Promise((r) => setTimeout(r, 20));
+    const start = performance.now();
+    const claimed = await b.events.claimOfKey(key, { now: NOW, leaseMs: 30_000, token: "b:1", limit: 5, maxPerKey: 5 });
+    const ms = performance.now() - start;
+    expect(claimed).toHaveLength(2);
+    expect(ms).toBeGreaterThan(8_000);
+    expect(ms).toBeLessThan(14_000);
+    thaw();
+    await stuck.catch(() => {});
+  }, 30_000);
+});
