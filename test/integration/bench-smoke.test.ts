@@ -7,7 +7,9 @@ import { afterAll, describe, expect, it } from "vitest";
 
 // The benchmarks run against the build; `npm test` builds before running vitest. This only checks
 // that every benchmark script still starts and reports (BENCH_QUICK: a handful of requests, one
-// round); no figures are checked and no real benchmark runs in the test suite.
+// round); no figures are checked and no real benchmark runs in the test suite. The quick run costs
+// about 30 s of CPU but waits on real time (latency, fairness, mirror rows): about 80 s on a quiet
+// 2-core machine, more than twice that under load, hence a bound of 6 minutes (docs/testing.md).
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const RUN = join(ROOT, "bench", "run.mjs");
 const MAIN = join(ROOT, "dist", "main.js");
@@ -24,7 +26,7 @@ describe.skipIf(!existsSync(MAIN))("npm run bench (BENCH_QUICK smoke run)", () =
       execFile(
         process.execPath,
         [RUN],
-        { cwd: ROOT, env: { PATH: process.env.PATH ?? "", BENCH_QUICK: "1", BENCH_OUT: out }, timeout: 170_000, maxBuffer: 16 * 1024 * 1024 },
+        { cwd: ROOT, env: { PATH: process.env.PATH ?? "", BENCH_QUICK: "1", BENCH_OUT: out }, timeout: 360_000, maxBuffer: 16 * 1024 * 1024 },
         (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
       );
     });
@@ -73,5 +75,5 @@ describe.skipIf(!existsSync(MAIN))("npm run bench (BENCH_QUICK smoke run)", () =
 
     const md = readFileSync(join(dir, "results.md"), "utf8");
     expect(md).toContain("| benchmark |");
-  }, 180_000);
+  }, 380_000);
 });
