@@ -1,8 +1,9 @@
-import { and, asc, desc, eq, isNotNull, isNull, lt, lte, or, sql } from "drizzle-orm";
+import { and, asc, desc, eq, inArray, isNotNull, isNull, lt, lte, notInArray, or, sql } from "drizzle-orm";
 import type { Db } from "./open.js";
 import { clients, endpointHealth, notices } from "./schema.js";
 
 import type { EndpointHealthRow, NewNoticeRow, NoticeRow } from "../store/rows.js";
+import { pickWithinRoom, type ClientRoom } from "../store/fairness.js";
 
 export type { EndpointHealthRow, NewNoticeRow, NoticeRow };
 
@@ -85,15 +86,52 @@ export function insertNotice(db: Db, row: NewNoticeRow): void {
 const claimableNotice = (now: number) =>
   and(eq(notices.deliveryStatus, "pending"), lte(notices.nextAttemptAt, now), or(isNull(notices.claimedUntil), lt(notices.claimedUntil, now)));
 
-export function claimDueNotices(db: Db, opts: { now: number; leaseMs: number; token: string; limit: number }): NoticeRow[] {
+/** How far past `limit` a claim looks for other clients' notices when the first ones are over their client's room. */
+const NOTICE_SCAN_FACTOR = 4;
+
+/**
+ * Claims due notices under a lease, oldest first. With `clientRoom` (the notifier's fair pool), a
+ * window of the oldest due notices of clients not left out is picked from in turns, each client
+ * within its room (pickWithinRoom, as event claims do), so one client's backlog of notices does not
+ * fill the claim ahead of another's.
+ */
+export function claimDueNotices(
+  db: Db,
+  opts: { now: number; leaseMs: number; token: string; limit: number; excludeClients?: string[] | undefined; clientRoom?: ClientRoom | undefined },
+): NoticeRow[] {
   if (opts.limit <= 0) return [];
-  const due = db.select({ id: notices.id }).from(notices).where(claimableNotice(opts.now)).orderBy(asc(notices.nextAttemptAt)).limit(opts.limit);
+  const lease = { claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token };
+  if (!opts.clientRoom) {
+    const due = db.select({ id: notices.id }).from(notices).where(claimableNotice(opts.now)).orderBy(asc(notices.nextAttemptAt)).limit(opts.limit);
+    return db
+      .update(notices)
+      .set(lease)
+      .where(and(sql`${notices.id} IN ${due}`, claimableNotice(opts.now)))
+      .returning()
+      .all();
+  }
+  const excluded = opts.excludeClients ?? [];
+  const candidates = db
+    .select({ id: notices.id, clientId: notices.clientId })
+    .from(notices)
+    .where(and(claimableNotice(opts.now), excluded.length > 0 ? notInArray(notices.clientId, excluded) : undefined))
+    .orderBy(asc(notices.nextAttemptAt), asc(notices.id))
+    .limit(opts.limit * NOTICE_SCAN_FACTOR)
+    .all();
+  const picked = pickWithinRoom(
+    candidates.map((c) => ({ ...c, host: "" })),
+    opts.limit,
+    () => Infinity,
+    opts.clientRoom,
+  ).map((c) => c.id);
+  if (picked.length === 0) return [];
   return db
     .update(notices)
-    .set({ claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token })
-    .where(and(sql`${notices.id} IN ${due}`, claimableNotice(opts.now)))
+    .set(lease)
+    .where(and(inArray(notices.id, picked), claimableNotice(opts.now)))
     .returning()
-    .all();
+    .all()
+    .sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || (a.id < b.id ? -1 : 1));
 }
 
 export function recordNotice(db: Db, id: string, token: string, patch: Partial<NewNoticeRow>): void {

@@ -1,4 +1,5 @@
 import type { TaskPhase, TaskStatus } from "../statuses.js";
+import type { ClientRoom } from "./fairness.js";
 import type {
   AttemptRow,
   ClientRow,
@@ -278,7 +279,15 @@ export interface EventClaimOptions extends ClaimOptions {
   /** Clients left alone: at their fair share of the dispatcher's pool (each holds attempts in flight, so the list is bounded). */
   excludeClients?: string[];
   /** How many more events a client may take, asked before each pick with what the claim took so far (its fair share). */
-  clientRoom?: (clientId: string, pickedSoFar: ReadonlyMap<string, number>) => number;
+  clientRoom?: ClientRoom;
+}
+
+/** A claim of notices within each client's share of the notifier's pool. */
+export interface NoticeClaimOptions extends ClaimOptions {
+  /** Clients left alone: at their share (each holds notices in flight, so the list is bounded). */
+  excludeClients?: string[];
+  /** How many more notices a client may take; without it, the oldest due notices whoever's they are. */
+  clientRoom?: ClientRoom;
 }
 
 /** One delivery key: a client's callbacks to one `hostname:port`. */
@@ -349,8 +358,8 @@ export interface EndpointStore {
 /** Operational notices to a client's notification_url, with their own small outbox. */
 export interface NoticeStore {
   insert(row: NewNoticeRow): Promise<void>;
-  /** Pending, due, unleased notices, oldest first, claimed under a lease. */
-  claimDue(opts: ClaimOptions): Promise<NoticeRow[]>;
+  /** Pending, due, unleased notices, oldest first (clients in turns within their room), claimed under a lease. */
+  claimDue(opts: NoticeClaimOptions): Promise<NoticeRow[]>;
   /** A leased notice's new state, only while `token` holds; the lease is released. */
   record(id: string, token: string, patch: Partial<NewNoticeRow>): Promise<void>;
   nextDueAt(now: number): Promise<number | null>;

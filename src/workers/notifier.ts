@@ -3,6 +3,7 @@ import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import type { EndpointHealth } from "../services/notices.js";
 import type { NoticeRow, Store } from "../store/store.js";
+import { FairPool } from "../core/fair-pool.js";
 import { NoticeLifecycle } from "../core/notices.js";
 import { outgoingHeaders } from "../webhooks/outgoing.js";
 import type { WebhookSender } from "../webhooks/sender.js";
@@ -17,7 +18,7 @@ export interface NotifierOptions {
   sender: WebhookSender;
   owner: LeaseOwner;
   health: EndpointHealth;
-  /** Notices in flight at once (they are few; default 8). */
+  /** Notices in flight at once, a FairPool shared by the clients (they are few; default 8). */
   maxInFlight?: number;
   random?: () => number;
 }
@@ -27,16 +28,19 @@ export interface NotifierOptions {
  * WEBHOOK_FAILING_NOTICE_AFTER and writes endpoint.failing for them, and delivers every pending
  * notice to its client's notification_url, signed like webhooks, on WEBHOOK_RETRY_SCHEDULE.
  * Notices have their own outbox and loop, so a client's failing receivers never hold back the
- * notice that tells it so.
+ * notice that tells it so; their slots are a FairPool (docs/decisions/0008-fair-pool.md), so one
+ * client's many notices to a slow notification_url hold at most its share, and another client's
+ * notice finds a slot at once.
  */
 export class Notifier {
   private readonly inFlight = new Set<Promise<void>>();
-  private readonly maxInFlight: number;
+  /** The notices' slots: each client's share, the reserve for clients below theirs (core/fair-pool.ts). */
+  readonly slots: FairPool;
 
   private readonly notices: NoticeLifecycle;
 
   constructor(private readonly opts: NotifierOptions) {
-    this.maxInFlight = opts.maxInFlight ?? 8;
+    this.slots = new FairPool({ size: opts.maxInFlight ?? 8 });
     this.notices = new NoticeLifecycle({ store: opts.store, clock: opts.clock, retryScheduleMs: opts.config.webhookRetryScheduleMs, ...(opts.random ? { random: opts.random } : {}) });
   }
 
@@ -49,18 +53,22 @@ export class Notifier {
   onSettled: () => void = () => {};
 
   async tick(): Promise<TickResult> {
-    const started = await this.claimAndStart();
+    const { started, full } = await this.claimAndStart();
     const now = this.opts.clock.now();
-    // Full: a settling notice wakes the loop (onSettled); only the next scan is worth a timer.
-    if (this.inFlight.size >= this.maxInFlight) return { didWork: started.length > 0, nextDueAt: now + this.scanEveryMs };
-    const due = await this.opts.store.notices.nextDueAt(now);
     const next = now + this.scanEveryMs;
-    return { didWork: started.length > 0, nextDueAt: due === null ? next : Math.min(Math.max(due, now), next) };
+    // Full: a settling notice wakes the loop (onSettled); only the next scan is worth a timer.
+    if (this.slots.free <= 0) return { didWork: started.length > 0, nextDueAt: next };
+    const due = await this.opts.store.notices.nextDueAt(now);
+    if (due === null) return { didWork: started.length > 0, nextDueAt: next };
+    // Due notices a claim with room left behind are of clients at their share: a settle wakes the
+    // loop for them; a second is the longest they wait otherwise (no spinning on them meanwhile).
+    const dueAt = due <= now && !full ? now + 1_000 : Math.max(due, now);
+    return { didWork: started.length > 0, nextDueAt: Math.min(dueAt, next) };
   }
 
   /** Writes what is due and delivers it, waiting for every attempt (tests). */
   async runOnce(): Promise<number> {
-    const started = await this.claimAndStart();
+    const { started } = await this.claimAndStart();
     await Promise.all(started);
     return started.length;
   }
@@ -69,22 +77,34 @@ export class Notifier {
     await Promise.all([...this.inFlight]);
   }
 
-  private async claimAndStart(): Promise<Promise<void>[]> {
+  /** Claims due notices within each client's room in the pool and starts them; `full` when the claim took all it had room for. */
+  private async claimAndStart(): Promise<{ started: Promise<void>[]; full: boolean }> {
     const { store, clock, config, owner, logger, health } = this.opts;
     await health.noticeFailing(config.webhookFailingNoticeAfterMs);
-    const room = this.maxInFlight - this.inFlight.size;
-    if (room <= 0) return [];
+    const room = this.slots.free;
+    if (room <= 0) return { started: [], full: false };
     const now = clock.now();
-    const claimed = await store.notices.claimDue({ now, leaseMs: config.webhookTimeoutMs + 5_000, token: owner.token(), limit: room });
-    return claimed.map((notice) => {
+    const claimed = await store.notices.claimDue({
+      now,
+      leaseMs: config.webhookTimeoutMs + 5_000,
+      token: owner.token(),
+      limit: room,
+      excludeClients: this.slots.busyClients(),
+      clientRoom: (clientId, picked) => this.slots.room(clientId, picked),
+    });
+    const started = claimed.map((notice) => {
+      // Sized by the claim (clientRoom), so the slot is there.
+      const slot = this.slots.take(notice.clientId, notice.clientId);
       const work = this.deliver(notice).catch((err: unknown) => logger.error({ err, notice_id: notice.id }, "notice bookkeeping failed"));
       this.inFlight.add(work);
       void work.finally(() => {
+        slot.release();
         this.inFlight.delete(work);
         this.onSettled();
       });
       return work;
     });
+    return { started, full: claimed.length >= room };
   }
 
   private async deliver(notice: NoticeRow): Promise<void> {
@@ -97,6 +117,7 @@ export class Notifier {
       headers: outgoingHeaders({ client, id: notice.id, at: startedAt, body: notice.payload, encryptionKey: config.encryptionKey }),
       body: notice.payload,
       timeoutMs: config.webhookTimeoutMs,
+      tenant: notice.clientId,
     });
     await this.notices.recordAttempt(notice, result);
     logger.info(

@@ -48,6 +48,29 @@ describe.each(suite.dialects)("NoticeStore on %s", (_name, h) => {
     expect(await claim(store, "n:4", 0)).toEqual([]);
   });
 
+  it("claimDue within each client's room: clients in turns, the ones left out skipped, a client's backlog never ahead of another's notice", async () => {
+    const { store } = await h.fresh();
+    const noisy = (await client(store)).id;
+    const quiet = (await client(store)).id;
+    const busy = (await client(store)).id;
+    const backlog = [];
+    for (let i = 0; i < 6; i++) backlog.push(await notice(store, { clientId: noisy, nextAttemptAt: NOW - 100 + i }));
+    const other = await notice(store, { clientId: quiet, nextAttemptAt: NOW - 1 });
+    await notice(store, { clientId: busy, nextAttemptAt: NOW - 200 });
+    const asked: Array<[string, number]> = [];
+    const room = (clientId: string, picked: ReadonlyMap<string, number>) => {
+      asked.push([clientId, picked.get(clientId) ?? 0]);
+      return clientId === noisy ? 2 - (picked.get(clientId) ?? 0) : 5;
+    };
+    const claimed = await store.notices.claimDue({ ...lease("n:fair", 3), excludeClients: [busy], clientRoom: room });
+    // Oldest due first among what was picked; the noisy client within its room of 2, the quiet one's notice taken though it is the newest.
+    expect(claimed.map((n) => n.id)).toEqual([backlog[0]!.id, backlog[1]!.id, other.id]);
+    expect(claimed.every((n) => n.claimToken === "n:fair")).toBe(true);
+    expect(asked.some(([id]) => id === busy)).toBe(false);
+    // Without a room, the oldest due notices whoever's they are (the busy client's first).
+    expect((await claim(store, "n:all", 1))[0]!.clientId).toBe(busy);
+  });
+
   it("record writes the leased notice's new state and releases it; another token changes nothing", async () => {
     const { store } = await h.fresh();
     const row = await notice(store);

@@ -1,4 +1,5 @@
 import type { DeliveryKey, EndpointHealthRow, EndpointStore, NoticeRow, NoticeStore } from "../../store/store.js";
+import { pickWithinRoom } from "../../store/fairness.js";
 import type { Row } from "./mapping.js";
 import type { PgStore } from "./pg-store.js";
 
@@ -66,6 +67,8 @@ export function pgEndpointStore(s: PgStore): EndpointStore {
 }
 
 const CLAIMABLE = "delivery_status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)";
+/** How far past `limit` a claim looks for other clients' notices when the first ones are over their client's room. */
+const NOTICE_SCAN_FACTOR = 4;
 
 export function pgNoticeStore(s: PgStore, notify: () => Promise<void>): NoticeStore {
   const { q, pool } = s;
@@ -77,13 +80,35 @@ export function pgNoticeStore(s: PgStore, notify: () => Promise<void>): NoticeSt
     },
     claimDue: async (o) => {
       if (o.limit <= 0) return [];
+      if (!o.clientRoom) {
+        const rows = await q(
+          `UPDATE notices SET claimed_until = $2, claim_token = $3
+           WHERE id IN (SELECT id FROM notices WHERE ${CLAIMABLE} ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+           RETURNING *`,
+          [o.now, o.now + o.leaseMs, o.token, o.limit],
+        );
+        return rows.map((r) => mapRow<NoticeRow>(r));
+      }
+      // Within each client's room (the notifier's fair pool): a window of the oldest due notices of
+      // clients not left out, picked in turns (as SQLite's claimDueNotices), then claimed where still claimable.
+      const candidates = await q(
+        `SELECT id, client_id FROM notices WHERE ${CLAIMABLE} AND NOT (client_id = ANY($2::text[])) ORDER BY next_attempt_at, id LIMIT $3`,
+        [o.now, o.excludeClients ?? [], o.limit * NOTICE_SCAN_FACTOR],
+      );
+      const picked = pickWithinRoom(
+        candidates.map((c) => ({ id: c.id as string, clientId: c.client_id as string, host: "" })),
+        o.limit,
+        () => Infinity,
+        o.clientRoom,
+      ).map((c) => c.id);
+      if (picked.length === 0) return [];
       const rows = await q(
         `UPDATE notices SET claimed_until = $2, claim_token = $3
-         WHERE id IN (SELECT id FROM notices WHERE ${CLAIMABLE} ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+         WHERE id IN (SELECT id FROM notices WHERE id = ANY($4::text[]) AND ${CLAIMABLE} FOR UPDATE SKIP LOCKED)
          RETURNING *`,
-        [o.now, o.now + o.leaseMs, o.token, o.limit],
+        [o.now, o.now + o.leaseMs, o.token, picked],
       );
-      return rows.map((r) => mapRow<NoticeRow>(r));
+      return rows.map((r) => mapRow<NoticeRow>(r)).sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || (a.id < b.id ? -1 : 1));
     },
     record: async (id, token, patch) => {
       const entries = Object.entries({ ...patch, claimedUntil: null, claimToken: null }).filter(([, v]) => v !== undefined);
