@@ -1,9 +1,10 @@
 import { Agent as HttpAgent } from "node:http";
 import { Agent as HttpsAgent } from "node:https";
-import type { Readable } from "node:stream";
+import { pipeline, type Readable } from "node:stream";
 import { GetObjectCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { Upload } from "@aws-sdk/lib-storage";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
+import { deadlineIn, raceSignal, RateGuard, startDeadline, type Deadline, type MinRate, type Timers } from "../net/deadline.js";
 import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../webhooks/ssrf.js";
 
 /** A client's bucket, opened (the secret in plain text: only ever in memory). */
@@ -31,9 +32,39 @@ const MAX_PUT_BYTES = 5 * 1024 ** 3;
 export interface BucketOptions {
   allowPrivateNetworks: boolean;
   resolve?: Resolver;
-  /** Longest wait for one request to the bucket to answer or make progress. */
-  requestTimeoutMs?: number;
+  /** Each one defaults to BUCKET_DEADLINES'. */
+  deadlines?: Partial<BucketDeadlines>;
+  timers?: Timers;
 }
+
+export interface BucketDeadlines {
+  /** To connect (the SDK's connectionTimeout). */
+  connectTimeoutMs: number;
+  /** A socket silent this long, no byte either way, ends its request (the SDK's socketTimeout). */
+  idleTimeoutMs: number;
+  /**
+   * One request to its answer (the SDK's requestTimeout, thrown): every request but a streamed
+   * PutObject, whose answer comes only after the whole file. A part of PART_SIZE goes within it.
+   */
+  requestTimeoutMs: number;
+  /** A whole upload (PutObject or multipart), and a whole read of a copy with its body. */
+  totalTimeoutMs: number;
+  /** Slowest a streamed body may move: taken by the bucket (an upload), or sent by it (a read). */
+  minRate: MinRate;
+}
+
+/**
+ * The bucket's deadlines (docs/decisions/0009-deadlines.md). A file of MIRROR_MAX_BYTES fits in
+ * 30 minutes at 600 KB/s; a part of 8 MiB in 2 minutes at 70 KB/s; a bucket silent for 30 s, or
+ * moving less than 32 KiB in 30 s while the other side waits, is given up on.
+ */
+export const BUCKET_DEADLINES: BucketDeadlines = {
+  connectTimeoutMs: 10_000,
+  idleTimeoutMs: 30_000,
+  requestTimeoutMs: 120_000,
+  totalTimeoutMs: 30 * 60_000,
+  minRate: { bytes: 32 * 1024, windowMs: 30_000 },
+};
 
 /**
  * A bucket handle: an S3 client whose sockets connect only to addresses the SSRF guard allows
@@ -42,7 +73,9 @@ export interface BucketOptions {
  */
 export class Bucket {
   readonly client: S3Client;
+  readonly deadlines: BucketDeadlines;
   private readonly agents: Array<HttpAgent | HttpsAgent>;
+  private readonly timers: { timers?: Timers };
 
   constructor(
     readonly config: BucketConfig,
@@ -54,6 +87,9 @@ export class Bucket {
     const httpAgent = new HttpAgent({ keepAlive: true, maxSockets: 8, lookup });
     const httpsAgent = new HttpsAgent({ keepAlive: true, maxSockets: 8, lookup });
     this.agents = [httpAgent, httpsAgent];
+    this.deadlines = { ...BUCKET_DEADLINES, ...opts.deadlines };
+    this.timers = opts.timers ? { timers: opts.timers } : {};
+    const { connectTimeoutMs, idleTimeoutMs, requestTimeoutMs } = this.deadlines;
     this.client = new S3Client({
       endpoint: config.endpoint,
       region: config.region,
@@ -65,7 +101,16 @@ export class Bucket {
       responseChecksumValidation: "WHEN_REQUIRED",
       // Retries are the mirror's own (with backoff across ticks); one SDK retry covers a dropped keep-alive socket.
       maxAttempts: 2,
-      requestHandler: { httpAgent, httpsAgent, connectionTimeout: 10_000, requestTimeout: opts.requestTimeoutMs ?? 60_000 },
+      // Without throwOnRequestTimeout a passed requestTimeout is only a logged warning, and a bucket
+      // that never answers holds its copy for good. Each command also carries a total deadline.
+      requestHandler: {
+        httpAgent,
+        httpsAgent,
+        connectionTimeout: connectTimeoutMs,
+        requestTimeout: requestTimeoutMs,
+        throwOnRequestTimeout: true,
+        socketTimeout: idleTimeoutMs,
+      },
     });
   }
 
@@ -73,40 +118,47 @@ export class Bucket {
    * Streams `body` into `key`. With a known length (the source said it), one PutObject streams it
    * straight through; without, a multipart upload (parts of PART_SIZE, QUEUE_SIZE in flight). Memory
    * stays bounded whatever the file's size. A body that errors (too large, the source stalled)
-   * aborts the upload, and no object is left.
+   * aborts the upload, and no object is left. The whole upload has totalTimeoutMs; a PutObject's
+   * body must be taken at minRate while it waits for the bucket, and each multipart request
+   * answered within requestTimeoutMs.
    */
   async upload(key: string, body: Readable, contentType: string, signal: AbortSignal, contentLength: number | null = null): Promise<void> {
+    const deadline = this.deadline("the bucket's upload", signal);
     const abortController = new AbortController();
-    const abort = () => abortController.abort();
-    signal.addEventListener("abort", abort, { once: true });
-    if (contentLength !== null && contentLength <= MAX_PUT_BYTES) {
-      body.once("error", abort);
-      try {
-        await this.client.send(new PutObjectCommand({ Bucket: this.config.bucket, Key: key, Body: body, ContentType: contentType, ContentLength: contentLength }), {
+    const abort = () => abortController.abort(deadline.signal.reason);
+    deadline.signal.addEventListener("abort", abort, { once: true });
+    body.once("error", abort);
+    let taken: RateGuard | null = null;
+    try {
+      if (contentLength !== null && contentLength <= MAX_PUT_BYTES) {
+        // The answer comes after the last byte: the request lasts as long as the upload may.
+        taken = new RateGuard(this.deadlines.minRate, { what: "the bucket", blame: "reader", onSlow: (err) => deadline.abort(err), ...this.timers });
+        // pipe, not pipeline: the bucket's failure is the upload's (through onSlow), never passed
+        // back to the source as its own.
+        taken.on("error", () => {});
+        body.pipe(taken);
+        await this.client.send(new PutObjectCommand({ Bucket: this.config.bucket, Key: key, Body: taken, ContentType: contentType, ContentLength: contentLength }), {
           abortSignal: abortController.signal,
+          requestTimeout: this.deadlines.totalTimeoutMs,
         });
         return;
-      } catch (err) {
-        throw describeBucketError(err);
-      } finally {
-        signal.removeEventListener("abort", abort);
       }
-    }
-    const upload = new Upload({
-      client: this.client,
-      params: { Bucket: this.config.bucket, Key: key, Body: body, ContentType: contentType },
-      partSize: PART_SIZE,
-      queueSize: QUEUE_SIZE,
-      leavePartsOnError: false,
-      abortController,
-    });
-    body.once("error", abort);
-    try {
+      const upload = new Upload({
+        client: this.client,
+        params: { Bucket: this.config.bucket, Key: key, Body: body, ContentType: contentType },
+        partSize: PART_SIZE,
+        queueSize: QUEUE_SIZE,
+        leavePartsOnError: false,
+        abortController,
+      });
       await upload.done();
     } catch (err) {
-      throw describeBucketError(err);
+      throw describeBucketError(deadlineIn(deadline.signal.reason) ?? err);
     } finally {
-      signal.removeEventListener("abort", abort);
+      deadline.signal.removeEventListener("abort", abort);
+      body.off("error", abort);
+      taken?.destroy();
+      deadline.dispose();
     }
   }
 
@@ -114,17 +166,40 @@ export class Bucket {
   async urlOf(key: string): Promise<string> {
     const { publicBaseUrl, bucket, urlExpiresIn } = this.config;
     if (publicBaseUrl) return `${publicBaseUrl.replace(/\/+$/, "")}/${key.split("/").map(encodeURIComponent).join("/")}`;
-    return getSignedUrl(this.client, new GetObjectCommand({ Bucket: bucket, Key: key }), { expiresIn: Math.min(urlExpiresIn, MAX_URL_EXPIRES_IN) });
-  }
-
-  /** Reads a copy back (the dashboard shows it from the relay's own origin). */
-  async open(key: string): Promise<{ body: Readable; contentLength: number | null }> {
+    // Signing is local with the client's static key, but it goes through the SDK's providers
+    // (region, credentials), which could be slow: it is held to one request's deadline too.
+    const deadline = this.deadline("presigning a URL of the bucket", undefined, this.deadlines.requestTimeoutMs);
     try {
-      const res = await this.client.send(new GetObjectCommand({ Bucket: this.config.bucket, Key: key }));
-      return { body: res.Body as Readable, contentLength: res.ContentLength ?? null };
+      return await raceSignal(getSignedUrl(this.client, new GetObjectCommand({ Bucket: bucket, Key: key }), { expiresIn: Math.min(urlExpiresIn, MAX_URL_EXPIRES_IN) }), deadline.signal);
     } catch (err) {
       throw describeBucketError(err);
+    } finally {
+      deadline.dispose();
     }
+  }
+
+  /**
+   * Reads a copy back (the dashboard shows it from the relay's own origin). The read, body
+   * included, has totalTimeoutMs, and the bucket must send the body at minRate while its reader
+   * waits; either failing destroys the body with a DeadlineError. The deadline ends with the body.
+   */
+  async open(key: string, signal?: AbortSignal): Promise<{ body: Readable; contentLength: number | null }> {
+    const deadline = this.deadline("reading a copy from the bucket", signal);
+    let res;
+    try {
+      res = await this.client.send(new GetObjectCommand({ Bucket: this.config.bucket, Key: key }), { abortSignal: deadline.signal });
+    } catch (err) {
+      deadline.dispose();
+      throw describeBucketError(deadlineIn(deadline.signal.reason) ?? err);
+    }
+    const source = res.Body as Readable;
+    const body = new RateGuard(this.deadlines.minRate, { what: "the bucket", blame: "writer", signal: deadline.signal, onClose: () => deadline.dispose(), ...this.timers });
+    pipeline(source, body, () => {});
+    return { body, contentLength: res.ContentLength ?? null };
+  }
+
+  private deadline(what: string, parent: AbortSignal | undefined, ms = this.deadlines.totalTimeoutMs): Deadline {
+    return startDeadline(ms, { what, ...(parent ? { parent } : {}), ...this.timers });
   }
 
   close(): void {
@@ -154,6 +229,9 @@ const KNOWN: Record<string, string> = {
 /** A bucket's answer in words a caller can act on (never a credential). */
 export function describeBucketError(err: unknown): Error {
   if (err instanceof BucketError) return err;
+  // A passed deadline is an ordinary failure: a later round may find the bucket answering.
+  const late = deadlineIn(err);
+  if (late) return new BucketError(`bucket: ${late.message}`, true);
   const e = err as { name?: string; message?: string; code?: string; $metadata?: { httpStatusCode?: number } };
   if (e?.name === "AbortError") return new BucketError("upload aborted", true);
   const status = e?.$metadata?.httpStatusCode;

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
-import { Transform, type Readable, type TransformCallback } from "node:stream";
+import { pipeline, Transform, type Readable, type TransformCallback } from "node:stream";
 import { Agent } from "undici";
+import { deadlineIn, RateGuard, startDeadline, type MinRate, type Timers } from "../net/deadline.js";
 import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../webhooks/ssrf.js";
 
 /** A failure reading an output file; `retryable` when trying again later may succeed. */
@@ -8,7 +9,7 @@ export class SourceError extends Error {
   constructor(
     message: string,
     readonly retryable: boolean,
-    readonly kind: "blocked" | "redirect" | "too_large" | "http" | "network" | "stalled",
+    readonly kind: "blocked" | "redirect" | "too_large" | "http" | "network" | "stalled" | "deadline" | "too_slow",
   ) {
     super(message);
     this.name = "SourceError";
@@ -27,7 +28,24 @@ export interface SourceOptions {
   /** Longest wait for the headers, and for each next piece of the body (a stalled server). */
   idleTimeoutMs: number;
   maxBytes: number;
+  /** Longest a whole download may take, from the request to the body's last byte (DOWNLOAD_DEADLINES). */
+  totalTimeoutMs?: number;
+  /** Slowest the output host may send the body while the copy waits for it (DOWNLOAD_DEADLINES). */
+  minRate?: MinRate;
+  connectTimeoutMs?: number;
+  timers?: Timers;
 }
+
+/**
+ * A download's deadlines (docs/decisions/0009-deadlines.md): an output of MIRROR_MAX_BYTES (1 GiB)
+ * fits in 30 minutes at 600 KB/s; a host that sends less than 32 KiB in 30 s while the copy waits
+ * for it (a drip of a byte every few seconds keeps an idle timeout quiet) is cut off within 30 s.
+ */
+export const DOWNLOAD_DEADLINES = {
+  totalTimeoutMs: 30 * 60_000,
+  minRate: { bytes: 32 * 1024, windowMs: 30_000 },
+  connectTimeoutMs: 10_000,
+} as const;
 
 /**
  * Reads output files through the same SSRF guard as webhook delivery: the URL is checked
@@ -40,30 +58,39 @@ export class SourceFetcher {
 
   constructor(private readonly opts: SourceOptions) {
     const lookup = createGuardedLookup({ allowPrivateNetworks: opts.allowPrivateNetworks, ...(opts.resolve ? { resolve: opts.resolve } : {}) });
-    this.agent = new Agent({ connections: 16, connect: { lookup, timeout: 10_000 } });
+    this.agent = new Agent({ connections: 16, connect: { lookup, timeout: opts.connectTimeoutMs ?? DOWNLOAD_DEADLINES.connectTimeoutMs } });
   }
 
+  /**
+   * Opens the output URL. The download's total deadline starts here and runs until the body is
+   * read or let go of; the body handed back is held to the minimum rate while its reader waits,
+   * and fails with a DeadlineError (through its reader's pipeline) when either passes.
+   */
   async open(rawUrl: string, signal: AbortSignal): Promise<OpenedSource> {
     const checked = validateSourceUrl(rawUrl, this.opts.allowPrivateNetworks);
     if (!checked.ok) throw new SourceError(`blocked: ${checked.reason}`, false, "blocked");
     const url = new URL(checked.url);
+    const timers = this.opts.timers ? { timers: this.opts.timers } : {};
+    const deadline = startDeadline(this.opts.totalTimeoutMs ?? DOWNLOAD_DEADLINES.totalTimeoutMs, { what: "the output URL", parent: signal, ...timers });
     let response;
     try {
       response = await this.agent.request({
         origin: url.origin,
         path: `${url.pathname}${url.search}`,
         method: "GET",
-        signal,
+        signal: deadline.signal,
         headersTimeout: this.opts.idleTimeoutMs,
         bodyTimeout: this.opts.idleTimeoutMs,
       });
     } catch (err) {
-      throw describeSourceError(err, this.opts.idleTimeoutMs);
+      deadline.dispose();
+      throw describeSourceError(deadlineIn(deadline.signal.reason) ?? err, this.opts.idleTimeoutMs);
     }
     const { statusCode, headers, body } = response;
     // Destroying an undici body emits an error; unlistened, it would end the process.
     body.on("error", () => {}); // a read's failure reaches its reader through the pipeline
     if (statusCode !== 200) {
+      deadline.dispose();
       body.destroy();
       if (statusCode >= 300 && statusCode < 400) {
         throw new SourceError(`redirect (${statusCode}) not followed: the output URL must serve the file itself`, false, "redirect");
@@ -75,11 +102,21 @@ export class SourceFetcher {
     const lengthHeader = one(headers["content-length"]);
     const contentLength = lengthHeader && /^\d+$/.test(lengthHeader) ? Number(lengthHeader) : null;
     if (contentLength !== null && contentLength > this.opts.maxBytes) {
+      deadline.dispose();
       body.destroy();
       throw tooLarge(this.opts.maxBytes, contentLength);
     }
+    const guarded = new RateGuard(this.opts.minRate ?? DOWNLOAD_DEADLINES.minRate, {
+      what: "the output URL",
+      blame: "writer",
+      signal: deadline.signal,
+      onClose: () => deadline.dispose(),
+      ...timers,
+    });
+    // Either side's end ends the other: a guard that fails lets go of the socket.
+    pipeline(body, guarded, () => {});
     const type = one(headers["content-type"]);
-    return { body: body as unknown as Readable, contentType: type && /^[\x20-\x7e]{1,200}$/.test(type) ? type : null, contentLength };
+    return { body: guarded, contentType: type && /^[\x20-\x7e]{1,200}$/.test(type) ? type : null, contentLength };
   }
 
   /** A failure while reading, in words a caller can act on. */
@@ -143,6 +180,9 @@ export function describeSourceError(err: unknown, idleTimeoutMs: number): Source
   for (let e: unknown = err; e && chain.length < 8; e = (e as { cause?: unknown }).cause) chain.push(e as never);
   const blocked = chain.find((e) => e.code === "EBLOCKED");
   if (blocked) return new SourceError(`blocked: ${blocked.message}`, false, "blocked");
+  // A passed deadline is an ordinary failure: the next round may find the host faster.
+  const late = deadlineIn(err);
+  if (late) return new SourceError(late.message, true, late.kind === "total" ? "deadline" : "too_slow");
   if (chain.some((e) => e.code === "UND_ERR_HEADERS_TIMEOUT" || e.code === "UND_ERR_BODY_TIMEOUT")) {
     return new SourceError(`the output URL stalled: nothing received for ${idleTimeoutMs} ms`, true, "stalled");
   }

@@ -1,10 +1,10 @@
 import type { Clock } from "../clock.js";
 import type { Lifecycle } from "../core/lifecycle.js";
 import type { Logger } from "../logger.js";
-import { Bucket } from "../mirror/bucket.js";
+import { Bucket, type BucketDeadlines } from "../mirror/bucket.js";
 import { copyFile, CopyError, type FileRecord } from "../mirror/copy.js";
 import { outputUrls } from "../mirror/output-urls.js";
-import { SourceFetcher, validateSourceUrl } from "../mirror/source.js";
+import { SourceFetcher, validateSourceUrl, type SourceOptions } from "../mirror/source.js";
 import { openStorage } from "../services/storage.js";
 import type { Store, TaskRow } from "../store/store.js";
 import type { Resolver } from "../webhooks/ssrf.js";
@@ -37,6 +37,8 @@ export interface MirrorOptions {
   idleTimeoutMs?: number;
   /** Waits before the 2nd, 3rd… round of a task's failed copies; after the last, a failure is final. */
   retryScheduleMs?: number[];
+  /** The downloads' and the bucket's deadlines (DOWNLOAD_DEADLINES, BUCKET_DEADLINES unless given). */
+  deadlines?: { download?: Pick<SourceOptions, "totalTimeoutMs" | "minRate">; bucket?: Partial<BucketDeadlines> };
 }
 
 type Copied = { source_url: string; key: string; bytes: number; sha256: string; content_type: string };
@@ -79,6 +81,7 @@ export class Mirror {
       idleTimeoutMs: opts.idleTimeoutMs ?? 30_000,
       maxBytes: opts.maxBytes,
       ...(opts.resolve ? { resolve: opts.resolve } : {}),
+      ...opts.deadlines?.download,
     });
   }
 
@@ -145,7 +148,7 @@ export class Mirror {
     try {
       const config = client ? openStorage(client, this.opts.encryptionKey) : null;
       if (!config) refusal = "not copied: the client's bucket was removed before the copy was made";
-      else bucket = new Bucket(config, { allowPrivateNetworks: this.opts.allowPrivateNetworks, ...(this.opts.resolve ? { resolve: this.opts.resolve } : {}) });
+      else bucket = new Bucket(config, { allowPrivateNetworks: this.opts.allowPrivateNetworks, ...(this.opts.resolve ? { resolve: this.opts.resolve } : {}), deadlines: this.opts.deadlines?.bucket ?? {} });
     } catch (err) {
       refusal = `not copied: ${err instanceof Error ? err.message : String(err)}`;
     }
