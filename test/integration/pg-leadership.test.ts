@@ -163,33 +163,53 @@ describe("account leadership on PostgreSQL: a lease with a fence", () => {
   });
 });
 
-describe("the claims' lock on PostgreSQL: a frozen holder loses it", () => {
-  it("a store holding the claims' lock that stops making progress loses it within the idle-session bound (10 s); another store's claim then goes ahead", async () => {
+describe("locks a frozen process holds on PostgreSQL end on the server's side", () => {
+  it("a store that stops making progress while it holds the claims' lock, or a transaction's row lock, loses them within 10 s; other stores' claims and writes then go ahead", async () => {
     const [a, b] = [await store(), await store()];
     const { clientId } = await eventsOf(a, 2, "https://hooks.example:443/hook");
     const key = { clientId, host: "hooks.example:443" };
-    // a takes the lock and then sends nothing on its connection, as a frozen process would.
+    const { tasks } = await tasksOf(a, 1, fresh("acct"));
+    // a takes the claims' lock, and a task's row lock in a transaction, then sends nothing on either
+    // connection, as a frozen process would.
     let thaw: () => void = () => {};
-    const stuck = a.claims.run(async (c) => {
+    const frozenUntil = new Promise<void>((r) => (thaw = r));
+    const inClaims = a.claims.run(async (c) => {
       await c.query("SELECT 1");
-      await new Promise<void>((r) => (thaw = r));
+      await frozenUntil;
       return { result: null };
     });
-    const holder = async () =>
+    let locked: () => void = () => {};
+    const rowLocked = new Promise<void>((r) => (locked = r));
+    const inTx = a.tx(async (c) => {
+      await c.query("SELECT id FROM tasks WHERE id = $1 FOR UPDATE", [tasks[0]!.id]);
+      locked();
+      await frozenUntil;
+    });
+    const claimsHeld = async () =>
       (
         await admin.query(
           "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = 1 AND objsubid = 2 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
           [EVENT_CLAIM_LOCK],
         )
       ).rows[0].n as number;
-    while ((await holder()) === 0) await new Promise((r) => setTimeout(r, 20));
-    const start = performance.now();
-    const claimed = await b.events.claimOfKey(key, { now: NOW, leaseMs: 30_000, token: "b:1", limit: 5, maxPerKey: 5 });
-    const ms = performance.now() - start;
-    expect(claimed).toHaveLength(2);
-    expect(ms).toBeGreaterThan(8_000);
-    expect(ms).toBeLessThan(14_000);
+    while ((await claimsHeld()) === 0) await new Promise((r) => setTimeout(r, 20));
+    await rowLocked;
+    const timed = async <T>(work: Promise<T>) => {
+      const start = performance.now();
+      const result = await work;
+      return { result, ms: performance.now() - start };
+    };
+    const [claims, write] = await Promise.all([
+      timed(b.events.claimOfKey(key, { now: NOW, leaseMs: 30_000, token: "b:1", limit: 5, maxPerKey: 5 })),
+      timed(b.tasks.transition(tasks[0]!, { status: "canceled", phase: "done", completedAt: NOW }, opts())),
+    ]);
+    expect(claims.result).toHaveLength(2);
+    expect(write.result).toMatchObject({ status: "canceled" });
+    for (const { ms } of [claims, write]) {
+      expect(ms).toBeGreaterThan(8_000);
+      expect(ms).toBeLessThan(14_000);
+    }
     thaw();
-    await stuck.catch(() => {});
+    await Promise.allSettled([inClaims, inTx]);
   }, 30_000);
 });

@@ -35,6 +35,13 @@ export const PG_CONNECT_TIMEOUT_MS = 5_000;
 /** Longest a statement may run on the server; the client gives up a little later (a frozen server never answers). */
 export const PG_STATEMENT_TIMEOUT_MS = 15_000;
 const CLIENT_GRACE_MS = 5_000;
+/**
+ * Longest a transaction may sit idle on the server, waiting for its client, before the server ends
+ * the session: a process frozen mid-transaction (SIGSTOP, a stalled event loop) would otherwise hold
+ * its row locks, and every instance's writes to those rows, for as long as it stays frozen. The
+ * relay's transactions never wait on anything but the database, for milliseconds.
+ */
+export const PG_IDLE_IN_TRANSACTION_MS = 10_000;
 
 export interface PgLimits {
   connectTimeoutMs?: number;
@@ -53,6 +60,7 @@ export function pgClientConfig(connectionString: string, limits: PgLimits = {}):
     statement_timeout: statement,
     // Client side: a SIGSTOPped or unreachable server never sends the statement_timeout error.
     query_timeout: statement + CLIENT_GRACE_MS,
+    idle_in_transaction_session_timeout: PG_IDLE_IN_TRANSACTION_MS,
     keepAlive: true,
   };
 }
