@@ -252,8 +252,10 @@ export interface TaskStore {
   /**
    * Due, unleased tasks of a phase, round-robin across clients (every client's oldest before any
    * client's second; clients ranked by `rank`, lowest first, then by their oldest due task), claimed under a lease.
+   * With `clientRoom`, each client takes no more than its room, asked before each pick with what
+   * the claim took so far (its share of the worker's pool).
    */
-  claimAcrossClients(phase: TaskPhase, opts: ClaimOptions & { rank: (clientId: string) => number }): Promise<TaskRow[]>;
+  claimAcrossClients(phase: TaskPhase, opts: ClaimOptions & { rank: (clientId: string) => number; clientRoom?: ClientRoom }): Promise<TaskRow[]>;
   /** Earliest next_run_at among unleased tasks of a phase, or a lease's expiry when sooner. */
   nextDueAt(phase: TaskPhase, now: number): Promise<number | null>;
   nextExpiryAt(): Promise<number | null>;

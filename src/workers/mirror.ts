@@ -1,5 +1,6 @@
 import type { Clock } from "../clock.js";
 import type { Lifecycle } from "../core/lifecycle.js";
+import { FairPool, type Slot } from "../core/fair-pool.js";
 import type { Logger } from "../logger.js";
 import { Bucket, type BucketDeadlines } from "../mirror/bucket.js";
 import { copyFile, CopyError, type FileRecord } from "../mirror/copy.js";
@@ -30,7 +31,7 @@ export interface MirrorOptions {
   maxBytes: number;
   metrics?: MirrorMetrics;
   resolve?: Resolver;
-  /** Tasks copied at once (files of one task go one after another): bounds memory and sockets. */
+  /** Tasks copied at once, a FairPool shared by the clients (files of one task go one after another): bounds memory and sockets. */
   concurrency?: number;
   leaseMs?: number;
   /** Longest silence from an output URL (headers, or between two pieces of the body). */
@@ -57,6 +58,10 @@ export const MIRROR_RETRY_SCHEDULE_MS = [10_000, 60_000, 300_000];
  * copies running here first), copies every http(s) URL of their output into the client's bucket,
  * streaming, then finishes them with `files` in the same transaction that writes task.succeeded.
  *
+ * The copy slots are a FairPool (docs/decisions/0008-fair-pool.md): a client whose bucket or output
+ * host hangs holds at most its share of them, and another client's copy finds a slot at once (the
+ * reserve), so one tenant's bucket never stops everyone's task.succeeded.
+ *
  * Crash safety: progress (the files already copied) is saved after each file, under the lease; a
  * kill -9 mid-upload leaves the task leased, and whoever claims it next copies again what was not
  * finished (object keys are fixed, so a copy is simply written again). The event is written once,
@@ -66,14 +71,15 @@ export const MIRROR_RETRY_SCHEDULE_MS = [10_000, 60_000, 300_000];
 export class Mirror {
   private readonly inFlight = new Map<string, { clientId: string; done: Promise<void>; abort: AbortController }>();
   private readonly source: SourceFetcher;
-  private readonly concurrency: number;
+  /** The copies' slots: each client's share, the reserve for clients below theirs (core/fair-pool.ts). */
+  readonly slots: FairPool;
   private readonly leaseMs: number;
   private readonly schedule: number[];
   /** Told when a copy ends (a slot is free): the loop ticks again. */
   onSettled: () => void = () => {};
 
   constructor(private readonly opts: MirrorOptions) {
-    this.concurrency = opts.concurrency ?? 4;
+    this.slots = new FairPool({ size: opts.concurrency ?? 4 });
     this.leaseMs = opts.leaseMs ?? 60_000;
     this.schedule = opts.retryScheduleMs ?? MIRROR_RETRY_SCHEDULE_MS;
     this.source = new SourceFetcher({
@@ -88,32 +94,37 @@ export class Mirror {
   /** Claims what fits in the free slots and starts copying it (not awaited). */
   async tick(): Promise<TickResult> {
     // Full: the next settle nudges the loop; looking for due rows now would only spin.
-    if (this.inFlight.size >= this.concurrency) return { didWork: false, nextDueAt: null };
-    const started = await this.claimAndStart();
-    return { didWork: started > 0, nextDueAt: await this.opts.store.tasks.nextDueAt("mirroring", this.opts.clock.now()) };
+    if (this.slots.free <= 0) return { didWork: false, nextDueAt: null };
+    const { started, full } = await this.claimAndStart();
+    const now = this.opts.clock.now();
+    const due = await this.opts.store.tasks.nextDueAt("mirroring", now);
+    // Due tasks a claim with room left behind are of clients at their share: a settle wakes the loop
+    // for them, a new task nudges it; a second is the longest they wait otherwise (no spinning on them).
+    return { didWork: started > 0, nextDueAt: due !== null && due <= now && !full ? now + 1_000 : due };
   }
 
   /** One claim, then waits for the copies it started (tests); how many it started. */
   async runOnce(): Promise<number> {
-    const started = await this.claimAndStart();
+    const { started } = await this.claimAndStart();
     await this.drain();
     return started;
   }
 
-  private async claimAndStart(): Promise<number> {
-    const room = this.concurrency - this.inFlight.size;
-    if (room <= 0) return 0;
-    const running = new Map<string, number>();
-    for (const t of this.inFlight.values()) running.set(t.clientId, (running.get(t.clientId) ?? 0) + 1);
+  /** Claims due tasks within each client's room in the pool and starts them; `full` when the claim took all it had room for. */
+  private async claimAndStart(): Promise<{ started: number; full: boolean }> {
+    const room = this.slots.free;
+    if (room <= 0) return { started: 0, full: false };
     const claimed = await this.opts.store.tasks.claimAcrossClients("mirroring", {
       now: this.opts.clock.now(),
       leaseMs: this.leaseMs,
       token: this.opts.owner.token(),
       limit: room,
-      rank: (clientId) => running.get(clientId) ?? 0,
+      rank: (clientId) => this.slots.inFlightOf(clientId),
+      clientRoom: (clientId, picked) => this.slots.room(clientId, picked),
     });
-    for (const task of claimed) this.start(task);
-    return claimed.length;
+    // Sized by the claim (clientRoom), so each slot is there. A client's copies share one key: its bucket.
+    for (const task of claimed) this.start(task, this.slots.take(task.clientId, task.clientId));
+    return { started: claimed.length, full: claimed.length >= room };
   }
 
   async drain(): Promise<void> {
@@ -127,11 +138,12 @@ export class Mirror {
     await this.source.close();
   }
 
-  private start(task: TaskRow): void {
+  private start(task: TaskRow, slot: Slot): void {
     const abort = new AbortController();
     const done = this.run(task, task.claimToken!, abort)
       .catch((err: unknown) => this.opts.logger.error({ err, task_id: task.id }, "mirror: copy round failed; the task is tried again when its lease ends"))
       .finally(() => {
+        slot.release();
         this.inFlight.delete(task.id);
         this.onSettled();
       });

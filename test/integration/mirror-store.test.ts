@@ -60,6 +60,27 @@ describe.each(dialects)("mirror stage on %s", (_name, make) => {
     expect(await store.tasks.nextDueAt("mirroring", now)).toBe(now + 60_001);
   });
 
+  it("claimAcrossClients with clientRoom: a client with no room is left out, the others take no more than theirs (the copy pool's shares)", async () => {
+    const store = await make();
+    const clock = new FakeClock();
+    const lifecycle = new Lifecycle({ store, clock, nudges: noNudges, firstAttemptDelayMs: 0, mirrors: async () => true });
+    const [a, b, c] = await Promise.all(["a", "b", "c"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)));
+    const tasksOf = new Map<string, string[]>([[a!.id, []], [b!.id, []], [c!.id, []]]);
+    for (const client of [a!, b!, c!]) for (let i = 0; i < 4; i++) tasksOf.get(client.id)!.push((await succeedTask(store, lifecycle, client.id, { u: files.url("/f.png") }, clock.advance(10))).id);
+    const now = clock.advance(10);
+    const rooms = new Map([[a!.id, 0], [b!.id, 1], [c!.id, 3]]);
+    const claimed = await store.tasks.claimAcrossClients("mirroring", {
+      now,
+      leaseMs: 60_000,
+      token: "m:room",
+      limit: 10,
+      rank: () => 0,
+      clientRoom: (clientId, picked) => rooms.get(clientId)! - (picked.get(clientId) ?? 0),
+    });
+    const [bTasks, cTasks] = [tasksOf.get(b!.id)!, tasksOf.get(c!.id)!];
+    expect(claimed.map((t) => t.id)).toEqual([bTasks[0], cTasks[0], cTasks[1], cTasks[2]]);
+  });
+
   it("a succeeded task is held in mirroring, copied, then ends with task.succeeded carrying its files", async () => {
     const store = await make();
     const clock = new FakeClock();

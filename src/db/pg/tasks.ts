@@ -1,7 +1,7 @@
 import type { TaskRow, TaskStore } from "../../store/store.js";
 import { T, unclaimed, NO_RESERVATIONS, CHANNEL, opt } from "./mapping.js";
 import { DELIVERY_FAILING_TASK } from "../dashboard.js";
-import { interleave } from "../../store/fairness.js";
+import { interleave, pickWithinRoom } from "../../store/fairness.js";
 import type { PgStore } from "./pg-store.js";
 import { PgIntakeBatches } from "./intake.js";
 
@@ -160,12 +160,15 @@ export function pgTasks(s: PgStore): TaskStore {
       const due = `phase = $1 AND next_run_at <= $2 AND ${unclaimed(2)}`;
       const candidates = await q(`SELECT client_id, min(next_run_at) AS first FROM tasks WHERE ${due} GROUP BY client_id`, [phase, o.now]);
       candidates.sort((a, b) => o.rank(a.client_id as string) - o.rank(b.client_id as string) || Number(a.first) - Number(b.first));
-      const queues: string[][] = [];
+      // As SQLite's (db/round-robin.ts): clients in rank order, one task each per turn, each within its room; a client with none is not read.
+      const queued: Array<{ id: string; clientId: string; host: string }> = [];
       for (const cand of candidates) {
-        const ids = await q(`SELECT id FROM tasks WHERE ${due} AND client_id = $3 ORDER BY next_run_at, id LIMIT $4`, [phase, o.now, cand.client_id, o.limit]);
-        queues.push(ids.map((r) => r.id as string));
+        const clientId = cand.client_id as string;
+        if (o.clientRoom && o.clientRoom(clientId, new Map()) <= 0) continue;
+        const ids = await q(`SELECT id FROM tasks WHERE ${due} AND client_id = $3 ORDER BY next_run_at, id LIMIT $4`, [phase, o.now, clientId, o.limit]);
+        for (const r of ids) queued.push({ id: r.id as string, clientId, host: "" });
       }
-      const picked = interleave(queues, o.limit);
+      const picked = pickWithinRoom(queued, o.limit, () => Infinity, o.clientRoom).map((t) => t.id);
       if (picked.length === 0) return [];
       const claimed = await s.claimTasks(`id = ANY($4::text[]) AND phase = $5 AND next_run_at <= $3`, [picked, phase], o);
       const order = new Map(picked.map((id, i) => [id, i]));
