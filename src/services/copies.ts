@@ -1,4 +1,5 @@
 import type { Readable } from "node:stream";
+import type { FairPool } from "../core/fair-pool.js";
 import { Bucket } from "../mirror/bucket.js";
 import type { FileRecord } from "../mirror/copy.js";
 import type { TaskRow } from "../store/store.js";
@@ -20,15 +21,25 @@ export function copiedFiles(task: Pick<TaskRow, "filesJson">): Array<{ n: number
   return (files as FileRecord[]).flatMap((file, n) => ("sha256" in file ? [{ n, file }] : []));
 }
 
+/** Where reads of copies take their slots (the dashboard's previews), how long one waits for a slot, and the reader's going away. */
+export interface CopyReadOptions {
+  slots?: Pick<FairPool, "acquire">;
+  waitMs?: number;
+  signal?: AbortSignal;
+}
+
 /**
  * Streams copy `n` of the client's task out of its bucket. The bucket's answer is passed through
- * without buffering; `done` releases the connection once the reader has finished.
+ * without buffering; `done` releases the connection (and the read's slot) once the reader has
+ * finished. With `slots`, the read holds a slot of that fair pool from before the bucket is asked:
+ * none within `waitMs` is a 429 concurrent_limit (the client's share is taken by its own reads).
  */
 export async function readCopy(
   deps: Pick<ServiceDeps, "store" | "config">,
   clientId: string,
   taskId: string,
   n: number,
+  opts: CopyReadOptions = {},
 ): Promise<{ file: CopiedFile; body: Readable; contentLength: number | null; done: () => void }> {
   const task = await deps.store.tasks.findOfClient(clientId, taskId);
   const entry = task ? copiedFiles(task).find((f) => f.n === n) : undefined;
@@ -36,12 +47,26 @@ export async function readCopy(
   const client = await deps.store.clients.find(clientId);
   const config = client ? openStorage(client, deps.config.encryptionKey) : null;
   if (!config) throw new ApiError("not_found", "The bucket holding this copy is no longer set.");
+  const slot = opts.slots ? await opts.slots.acquire(clientId, clientId, { waitMs: opts.waitMs ?? 0, ...(opts.signal ? { signal: opts.signal } : {}) }) : null;
+  if (opts.slots && !slot) {
+    throw new ApiError("concurrent_limit", "Too many of your copies are being read at once; try again in a moment.", undefined, { "Retry-After": "1" });
+  }
   const bucket = new Bucket(config, { allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks });
-  try {
-    const { body, contentLength } = await bucket.open(entry.file.key);
-    return { file: entry.file, body, contentLength, done: () => bucket.close() };
-  } catch (err) {
+  let closed = false;
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    opts.signal?.removeEventListener("abort", close);
     bucket.close();
+    slot?.release();
+  };
+  // A reader gone before the bucket answered frees the read's sockets and its slot.
+  opts.signal?.addEventListener("abort", close, { once: true });
+  try {
+    const { body, contentLength } = await bucket.open(entry.file.key, opts.signal);
+    return { file: entry.file, body, contentLength, done: close };
+  } catch (err) {
+    close();
     throw new ApiError("service_unavailable", `The copy could not be read from the bucket: ${(err as Error).message}`);
   }
 }

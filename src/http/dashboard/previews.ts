@@ -5,6 +5,24 @@
  * allows exactly these origins for img-src/media-src, nothing else outside the relay.
  */
 
+import { FairPool } from "../../core/fair-pool.js";
+
+/**
+ * Previews of copies read from clients' buckets at once (docs/decisions/0008-fair-pool.md): a
+ * FairPool, so a client whose bucket hangs holds at most its share (each read holds a socket to the
+ * bucket and one to the viewer) and another client's preview is still served.
+ */
+export const PREVIEW_SLOTS = 32;
+/** How long a preview waits for a slot before it is refused (429 concurrent_limit). */
+export const PREVIEW_WAIT_MS = 2_000;
+/** Previews one client may have waiting for a slot; past them, a preview is refused at once. */
+const PREVIEW_WAITING_PER_CLIENT = 16;
+
+/** The dashboard's pool of preview reads. */
+export function previewSlots(): FairPool {
+  return new FairPool({ size: PREVIEW_SLOTS, maxWaitingPerClient: PREVIEW_WAITING_PER_CLIENT });
+}
+
 export interface Preview {
   url: string;
   kind: "image" | "video";

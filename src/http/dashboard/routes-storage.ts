@@ -4,7 +4,7 @@ import { copiedFiles, readCopy } from "../../services/copies.js";
 import { ApiError } from "../../services/errors.js";
 import { deleteStorage, getStorage, setStorage } from "../../services/storage.js";
 import type { TaskRow } from "../../store/store.js";
-import type { Preview } from "./previews.js";
+import { PREVIEW_WAIT_MS, previewSlots, type Preview } from "./previews.js";
 import { refusalText, render, type DashboardDeps } from "./render.js";
 import type { DashEnv } from "./session.js";
 import { storageBody, type StoragePageView } from "./views-storage.js";
@@ -27,6 +27,8 @@ export function mirroredPreviews(task: TaskRow): Preview[] | null {
 }
 
 export function registerStoragePages(app: Hono<DashEnv>, deps: DashboardDeps, auth: MiddlewareHandler<DashEnv>): void {
+  // Reads of copies from clients' buckets, each client within its share (previews.ts).
+  const slots = previewSlots();
   const show = async (c: Context<DashEnv>, extra: Partial<StoragePageView> = {}, status = 200) => {
     const view: StoragePageView = {
       csrf: c.get("session").csrfToken,
@@ -67,7 +69,7 @@ export function registerStoragePages(app: Hono<DashEnv>, deps: DashboardDeps, au
   app.get("/tasks/:id/files/:n", auth, async (c) => {
     const n = Number(c.req.param("n"));
     if (!Number.isInteger(n) || n < 0) throw new ApiError("not_found", "This task has no such copy.");
-    const copy = await readCopy(deps, c.get("client").id, c.req.param("id"), n);
+    const copy = await readCopy(deps, c.get("client").id, c.req.param("id"), n, { slots, waitMs: PREVIEW_WAIT_MS, signal: c.req.raw.signal });
     copy.body.once("close", copy.done);
     const inline = INLINE.test(copy.file.content_type);
     const headers: Record<string, string> = {
