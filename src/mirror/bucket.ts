@@ -49,6 +49,8 @@ export interface BucketDeadlines {
   requestTimeoutMs: number;
   /** A whole upload (PutObject or multipart), and a whole read of a copy with its body. */
   totalTimeoutMs: number;
+  /** A read's answer (its headers, the SDK's retry included): someone waits for the preview. */
+  answerTimeoutMs: number;
   /** Slowest a streamed body may move: taken by the bucket (an upload), or sent by it (a read). */
   minRate: MinRate;
 }
@@ -56,13 +58,15 @@ export interface BucketDeadlines {
 /**
  * The bucket's deadlines (docs/decisions/0009-deadlines.md). A file of MIRROR_MAX_BYTES fits in
  * 30 minutes at 600 KB/s; a part of 8 MiB in 2 minutes at 70 KB/s; a bucket silent for 30 s, or
- * moving less than 32 KiB in 30 s while the other side waits, is given up on.
+ * moving less than 32 KiB in 30 s while the other side waits, is given up on; a preview's answer
+ * comes within 15 s.
  */
 export const BUCKET_DEADLINES: BucketDeadlines = {
   connectTimeoutMs: 10_000,
   idleTimeoutMs: 30_000,
   requestTimeoutMs: 120_000,
   totalTimeoutMs: 30 * 60_000,
+  answerTimeoutMs: 15_000,
   minRate: { bytes: 32 * 1024, windowMs: 30_000 },
 };
 
@@ -179,18 +183,22 @@ export class Bucket {
   }
 
   /**
-   * Reads a copy back (the dashboard shows it from the relay's own origin). The read, body
-   * included, has totalTimeoutMs, and the bucket must send the body at minRate while its reader
-   * waits; either failing destroys the body with a DeadlineError. The deadline ends with the body.
+   * Reads a copy back (the dashboard shows it from the relay's own origin). The answer comes
+   * within answerTimeoutMs; the read, body included, has totalTimeoutMs, and the bucket must send
+   * the body at minRate while its reader waits; either failing destroys the body with a
+   * DeadlineError. The deadline ends with the body.
    */
   async open(key: string, signal?: AbortSignal): Promise<{ body: Readable; contentLength: number | null }> {
     const deadline = this.deadline("reading a copy from the bucket", signal);
+    const answer = this.deadline("the bucket's answer to a read", deadline.signal, this.deadlines.answerTimeoutMs);
     let res;
     try {
-      res = await this.client.send(new GetObjectCommand({ Bucket: this.config.bucket, Key: key }), { abortSignal: deadline.signal });
+      res = await this.client.send(new GetObjectCommand({ Bucket: this.config.bucket, Key: key }), { abortSignal: answer.signal });
     } catch (err) {
       deadline.dispose();
-      throw describeBucketError(deadlineIn(deadline.signal.reason) ?? err);
+      throw describeBucketError(deadlineIn(answer.signal.reason) ?? err);
+    } finally {
+      answer.dispose();
     }
     const source = res.Body as Readable;
     const body = new RateGuard(this.deadlines.minRate, { what: "the bucket", blame: "writer", signal: deadline.signal, onClose: () => deadline.dispose(), ...this.timers });
@@ -234,6 +242,7 @@ export function describeBucketError(err: unknown): Error {
   if (late) return new BucketError(`bucket: ${late.message}`, true);
   const e = err as { name?: string; message?: string; code?: string; $metadata?: { httpStatusCode?: number } };
   if (e?.name === "AbortError") return new BucketError("upload aborted", true);
+  if (e?.name === "TimeoutError") return new BucketError(`bucket did not answer in time: ${(e.message ?? "").replace(/^@smithy\/node-http-handler - /, "").slice(0, 200)}`, true);
   const status = e?.$metadata?.httpStatusCode;
   const name = e?.name ?? "Error";
   const known = KNOWN[name];

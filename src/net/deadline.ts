@@ -1,9 +1,10 @@
 import { Transform, type TransformCallback } from "node:stream";
 
 /**
- * Deadlines for calls to the outside world (DESIGN §19, docs/decisions/0009-deadlines.md): a total
- * deadline that aborts the call when it passes, and a minimum rate for a body that streams. Either
- * ends the call with a DeadlineError, which every caller treats as an ordinary retryable failure.
+ * Deadlines for calls to the outside world (docs/contract.md, "Deadlines everywhere"; why and
+ * which values: docs/decisions/0009-deadlines.md): a total deadline that aborts the call when it
+ * passes, and a minimum rate for a body that streams. Either ends the call with a DeadlineError,
+ * which every caller treats as an ordinary retryable failure.
  *
  * Timers are looked up when used (never captured at import), so a test's fake timers drive them;
  * a component may also be given its own `Timers`.

@@ -1,3 +1,5 @@
+import { RateWatch, type DeadlineError, type MinRate } from "../net/deadline.js";
+
 /** Default for UPSTREAM_MAX_BODY_BYTES (docs/contract.md, "Upstream answers"). */
 export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 /** An error answer is read only this far: its code and message are at the start, the rest is noise. */
@@ -12,9 +14,10 @@ export interface LimitedBody {
 /**
  * Reads a response body as text, at most `max` bytes of it. Memory stays bounded by `max` whatever
  * the upstream sends: a declared Content-Length over the limit is refused before a byte is read,
- * and a body that streams past it is cancelled (the connection closed) as soon as it does.
+ * and a body that streams past it is cancelled (the connection closed) as soon as it does. With
+ * `rate`, a body that arrives below it is reported to `onSlow` (the caller ends the call).
  */
-export async function readLimited(response: Response, max: number): Promise<LimitedBody> {
+export async function readLimited(response: Response, max: number, rate?: { rate: MinRate; what: string; onSlow: (err: DeadlineError) => void }): Promise<LimitedBody> {
   const declared = Number(response.headers.get("content-length") ?? "");
   const body = response.body;
   if (body === null) return { text: "", truncated: false };
@@ -26,10 +29,13 @@ export async function readLimited(response: Response, max: number): Promise<Limi
   const chunks: Uint8Array[] = [];
   let size = 0;
   let truncated = false;
+  // Nothing else reads this body: whenever it is slow, the sender is.
+  const watch = rate ? new RateWatch(rate.rate, { what: rate.what, onSlow: rate.onSlow }) : null;
   try {
     for (;;) {
       const { done, value } = await reader.read();
       if (done) break;
+      watch?.add(value.byteLength);
       if (size + value.byteLength > max) {
         chunks.push(value.subarray(0, max - size));
         size = max;
@@ -43,6 +49,7 @@ export async function readLimited(response: Response, max: number): Promise<Limi
       size += value.byteLength;
     }
   } finally {
+    watch?.stop();
     reader.releaseLock();
   }
   return { text: Buffer.concat(chunks, size).toString("utf8"), truncated };

@@ -1,5 +1,6 @@
 import type { Clock } from "../clock.js";
 import { systemClock } from "../clock.js";
+import { deadlineIn, raceSignal, startDeadline, type MinRate } from "../net/deadline.js";
 import type { TaskStatus } from "../statuses.js";
 import { DEFAULT_MAX_BODY_BYTES, ERROR_BODY_BYTES, readLimited } from "./body.js";
 import { UpstreamError } from "./errors.js";
@@ -21,9 +22,16 @@ export interface UpstreamClientOptions {
   clock?: Clock;
   /** Largest response body read (UPSTREAM_MAX_BODY_BYTES); a longer 2xx body is refused while it streams. */
   maxBodyBytes?: number;
+  /** Slowest a response body may arrive (DEFAULT_MIN_BODY_RATE); slower, the call ends as a timeout. */
+  minBodyRate?: MinRate;
 }
 
 export const DEFAULT_TIMEOUT_MS = 30_000;
+/**
+ * An answer is a few KiB of JSON: one that trickles in at under 1 KiB per 10 s is cut off there,
+ * not at the end of the whole call's timeout (docs/decisions/0009-deadlines.md).
+ */
+export const DEFAULT_MIN_BODY_RATE: MinRate = { bytes: 1024, windowMs: 10_000 };
 const DEFAULT_USER_AGENT = "genrelay";
 
 /** The reference's rule for Idempotency-Key (docs/upstream.md, "Creating a task"): 8–128 of letters, digits, `.`, `_`, `:`, `-`. */
@@ -68,6 +76,7 @@ export class UpstreamClient {
   private readonly userAgent: string;
   private readonly clock: Clock;
   private readonly maxBodyBytes: number;
+  private readonly minBodyRate: MinRate;
 
   constructor(options: UpstreamClientOptions) {
     if (options.baseUrl.trim() === "") throw new TypeError("UpstreamClient: baseUrl is required");
@@ -84,6 +93,7 @@ export class UpstreamClient {
     this.userAgent = options.userAgent ?? DEFAULT_USER_AGENT;
     this.clock = options.clock ?? systemClock;
     this.maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+    this.minBodyRate = options.minBodyRate ?? DEFAULT_MIN_BODY_RATE;
   }
 
   /**
@@ -165,13 +175,15 @@ export class UpstreamClient {
     if (spec.body !== undefined) headers["Content-Type"] = "application/json";
     if (spec.idempotencyKey !== undefined) headers["Idempotency-Key"] = spec.idempotencyKey;
 
-    // One signal for the whole exchange, so a body that trickles in is cut off too.
-    // Both steps are also raced against it: an injected fetch (or a mocked body)
-    // that ignores the signal must not hang a worker forever.
-    const signal = AbortSignal.timeout(this.timeoutMs);
+    // One total deadline for the whole exchange (docs/contract.md, "Deadlines everywhere"), so a
+    // body that trickles in is cut off too, sooner when it moves below the minimum rate. Both steps
+    // are also raced against it: an injected fetch (or a mocked body) that ignores the signal must
+    // not hang a worker forever.
+    const deadline = startDeadline(this.timeoutMs, { what: `${spec.method} ${spec.path}` });
+    const signal = deadline.signal;
     let res: RawResponse;
     try {
-      const response = await untilAborted(
+      const response = await raceSignal(
         this.fetchImpl(url, {
           method: spec.method,
           headers,
@@ -183,12 +195,16 @@ export class UpstreamClient {
       // Never buffered whole: an error answer is read only as far as its message, a 2xx answer up
       // to the limit, and a longer body is cancelled as soon as it crosses it (docs/contract.md, "Upstream answers").
       const ok = response.status >= 200 && response.status < 300;
-      const body = await untilAborted(readLimited(response, ok ? this.maxBodyBytes : Math.min(this.maxBodyBytes, ERROR_BODY_BYTES)), signal, () => {
+      const limit = ok ? this.maxBodyBytes : Math.min(this.maxBodyBytes, ERROR_BODY_BYTES);
+      const rate = { rate: this.minBodyRate, what: `the answer to ${spec.method} ${spec.path}`, onSlow: (err: Error) => deadline.abort(err) };
+      const body = await raceSignal(readLimited(response, limit, rate), signal, () => {
         response.body?.cancel().catch(() => undefined);
       });
       res = { status: response.status, headers: response.headers, ...body };
     } catch (err) {
       throw this.transportError(err, signal, spec);
+    } finally {
+      deadline.dispose();
     }
     if (res.status < 200 || res.status >= 300) throw this.httpError(res);
     if (res.truncated) throw this.tooLarge(res);
@@ -243,10 +259,11 @@ export class UpstreamClient {
   private transportError(err: unknown, signal: AbortSignal, spec: RequestSpec): UpstreamError {
     const timedOut = signal.aborted || (err instanceof Error && err.name === "TimeoutError");
     if (timedOut) {
+      const slow = deadlineIn(signal.reason);
       return new UpstreamError({
         kind: "timeout",
         code: "timeout",
-        message: `${spec.method} ${spec.path} timed out after ${this.timeoutMs} ms`,
+        message: slow?.kind === "rate" ? `${spec.method} ${spec.path} timed out: ${slow.message}` : `${spec.method} ${spec.path} timed out after ${this.timeoutMs} ms`,
         cause: err,
       });
     }
@@ -263,32 +280,6 @@ export class UpstreamClient {
   private redact(text: string): string {
     return text.split(this.apiKey).join("[redacted]");
   }
-}
-
-/** Settles like `work`, or rejects with the signal's reason as soon as it aborts. */
-function untilAborted<T>(work: Promise<T>, signal: AbortSignal, onAbort?: () => void): Promise<T> {
-  if (signal.aborted) {
-    onAbort?.();
-    work.catch(() => undefined);
-    return Promise.reject(signal.reason);
-  }
-  return new Promise<T>((resolve, reject) => {
-    const abort = (): void => {
-      onAbort?.();
-      reject(signal.reason);
-    };
-    signal.addEventListener("abort", abort, { once: true });
-    work.then(
-      (value) => {
-        signal.removeEventListener("abort", abort);
-        resolve(value);
-      },
-      (err: unknown) => {
-        signal.removeEventListener("abort", abort);
-        reject(err);
-      },
-    );
-  });
 }
 
 /** undici hides the useful part (ECONNREFUSED, ENOTFOUND…) in err.cause. */

@@ -3,7 +3,7 @@ import { createServer as createTcpServer, type AddressInfo, type Socket } from "
 
 /**
  * Servers on loopback that misbehave the way a hostile or broken outside party does, for the
- * deadline tests (DESIGN §19 "Deadlines everywhere"): each counts what reached it and says when a
+ * deadline tests (docs/contract.md, "Deadlines everywhere"): each counts what reached it and says when a
  * connection closes, so a test can wait on the event instead of sleeping.
  */
 

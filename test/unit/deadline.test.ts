@@ -2,7 +2,7 @@ import { PassThrough, Readable, Writable } from "node:stream";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { DeadlineError, RateGuard, RateWatch, deadlineIn, raceSignal, startDeadline } from "../../src/net/deadline.js";
 
-/** The deadline unit (DESIGN §19 "Deadlines everywhere"), on fake timers: nothing here waits for real time. */
+/** The deadline unit (docs/contract.md, "Deadlines everywhere"), on fake timers: nothing here waits for real time. */
 beforeEach(() => {
   vi.useFakeTimers();
 });
