@@ -317,7 +317,9 @@ describe("noisy neighbours on one receiver origin", () => {
     // The previews beyond the client's share and its queue are refused (429 concurrent_limit), not held.
     await until("the hostile client's excess previews to be refused", () => statuses.length >= 50);
     expect(new Set(statuses)).toEqual(new Set([429]));
+    // Viewers that go away free their reads' sockets to the bucket (and their slots).
     abort.abort();
+    await until("the hostile client's reads to end with their viewers", () => silentBucket.open() === 0);
     await silentBucket.close();
     await Promise.all(hostileReads);
   });
