@@ -8,14 +8,26 @@ import { openSecret, sealSecret } from "./clients.js";
  * names only. They are sent with every attempt; the relay's own headers always win.
  */
 export const MAX_CALLBACK_HEADERS = 8;
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}$/;
+/** Exported, with the value rule and the reserved names, for the request schemas that publish them (src/http/schemas.ts). */
+export const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}$/;
 /** Visible ASCII, with spaces allowed inside (`Bearer abc`), never at either end. */
-const VALUE = /^[\x21-\x7e](?:[\x20-\x7e]{0,1022}[\x21-\x7e])?$/;
-const RESERVED = new Set(["host", "connection", "transfer-encoding", "te", "upgrade", "user-agent", "keep-alive", "proxy-connection", "trailer"]);
+export const HEADER_VALUE = /^[\x21-\x7e](?:[\x20-\x7e]{0,1022}[\x21-\x7e])?$/;
+/**
+ * Names a callback header never has: the hop-by-hop headers (RFC 9110 §7.6.1, and the older
+ * Keep-Alive, Proxy-* and Trailers), those the HTTP client computes or refuses to send (Host,
+ * Content-*, Expect: undici throws on it, so every attempt would fail and count against the host's
+ * breaker), and the relay's own (User-Agent, Webhook-*). Outgoing headers drop them too, for rows
+ * stored before a name was added here.
+ */
+export const RESERVED_HEADERS = ["host", "connection", "keep-alive", "te", "trailer", "trailers", "transfer-encoding", "upgrade", "expect", "http2-settings", "user-agent"] as const;
+export const RESERVED_HEADER_PREFIXES = ["content-", "proxy-", "webhook-"] as const;
+export const RESERVED_HEADER_MESSAGE =
+  "is set by the relay or by the connection (hop-by-hop) and cannot be sent as a callback header: never host, connection, keep-alive, proxy-*, te, trailer, transfer-encoding, upgrade, expect, content-*, user-agent or webhook-*";
+const RESERVED = new Set<string>(RESERVED_HEADERS);
 
 export function isReservedHeader(name: string): boolean {
   const n = name.toLowerCase();
-  return RESERVED.has(n) || n.startsWith("content-") || n.startsWith("webhook-");
+  return RESERVED.has(n) || RESERVED_HEADER_PREFIXES.some((p) => n.startsWith(p));
 }
 
 /** Every problem of a `callback_headers` value, each naming the header (never its value). */
@@ -28,13 +40,13 @@ export function callbackHeaderProblems(value: unknown, field = "callback_headers
   const seen = new Set<string>();
   for (const [name, v] of entries) {
     const at = `${field}.${name.length > 64 ? `${name.slice(0, 64)}…` : name}`;
-    if (!TOKEN.test(name)) problems.push({ field: at, message: "a header name is an HTTP token (letters, digits, !#$%&'*+-.^_`|~) of at most 64 characters" });
+    if (!HEADER_NAME.test(name)) problems.push({ field: at, message: "a header name is an HTTP token (letters, digits, !#$%&'*+-.^_`|~) of at most 64 characters" });
     else if (isReservedHeader(name)) {
-      problems.push({ field: at, message: "is set by the relay and cannot be sent as a callback header (host, connection, content-*, transfer-encoding, te, upgrade, user-agent, webhook-*)" });
+      problems.push({ field: at, message: RESERVED_HEADER_MESSAGE });
     } else if (seen.has(name.toLowerCase())) problems.push({ field: at, message: "is given twice (header names are case-insensitive)" });
     seen.add(name.toLowerCase());
     if (typeof v !== "string") problems.push({ field: at, message: "must be a string" });
-    else if (!VALUE.test(v)) problems.push({ field: at, message: "must be 1 to 1024 visible ASCII characters (spaces only inside)" });
+    else if (!HEADER_VALUE.test(v)) problems.push({ field: at, message: "must be 1 to 1024 visible ASCII characters (spaces only inside)" });
   }
   return problems;
 }
