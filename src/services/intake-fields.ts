@@ -1,4 +1,7 @@
 import type { FieldProblem } from "./errors.js";
+import { fieldCountProblem, REQUEST_BOUNDS } from "./request-bounds.js";
+
+export { fieldCountProblem };
 
 /**
  * The body fields intake knows, per endpoint (section 14): the upstream's documented fields plus
@@ -14,19 +17,47 @@ export function knownFields(type: "image" | "video"): readonly string[] {
   return type === "image" ? IMAGE_BODY_FIELDS : VIDEO_BODY_FIELDS;
 }
 
-/** Optimal string alignment distance (Levenshtein plus adjacent transpositions). */
-function editDistance(a: string, b: string): number {
-  const d: number[][] = Array.from({ length: a.length + 1 }, (_, i) => [i, ...Array<number>(b.length).fill(0)]);
-  for (let j = 1; j <= b.length; j++) d[0]![j] = j;
+/** Work done by near-miss suggestions: cells of the distance tables computed (tests hold it bounded). */
+export interface NearMissWork {
+  cells: number;
+}
+
+/**
+ * A name longer than this is no near miss of any known field: the longest is 21 characters and at
+ * most two edits are allowed. Checked before the name is even normalised, so each name costs O(1).
+ */
+const MAX_NEAR_MISS_NAME = 32;
+
+/**
+ * Optimal string alignment distance (Levenshtein plus adjacent transpositions) when it is at most
+ * `max`, else null; only the band of cells within `max` of the diagonal is computed, and the walk
+ * stops at a row whose every cell is over `max`. At most (2·max+1)·|a| cells.
+ */
+function distanceWithin(a: string, b: string, max: number, work?: NearMissWork): number | null {
+  if (Math.abs(a.length - b.length) > max) return null;
+  const FAR = max + 1;
+  // Three rows (the transposition looks two back), reused: no allocation per row.
+  let prev2 = new Int32Array(b.length + 1);
+  let prev = new Int32Array(b.length + 1).map((_, j) => (j <= max ? j : FAR));
+  let row = new Int32Array(b.length + 1);
   for (let i = 1; i <= a.length; i++) {
-    for (let j = 1; j <= b.length; j++) {
+    row.fill(FAR);
+    if (i <= max) row[0] = i;
+    let best = row[0]!;
+    const from = Math.max(1, i - max);
+    const to = Math.min(b.length, i + max);
+    for (let j = from; j <= to; j++) {
       const cost = a[i - 1] === b[j - 1] ? 0 : 1;
-      let v = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
-      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) v = Math.min(v, d[i - 2]![j - 2]! + 1);
-      d[i]![j] = v;
+      let v = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) v = Math.min(v, prev2[j - 2]! + 1);
+      row[j] = Math.min(v, FAR);
+      best = Math.min(best, row[j]!);
     }
+    if (work) work.cells += to - from + 1;
+    if (best > max) return null;
+    [prev2, prev, row] = [prev, row, prev2];
   }
-  return d[a.length]![b.length]!;
+  return prev[b.length]! <= max ? prev[b.length]! : null;
 }
 
 /** `callbackUrl`, `Callback-URL` and `callback_url` are one spelling. */
@@ -36,24 +67,25 @@ const normalized = (name: string) =>
     .toLowerCase()
     .replace(/[-\s.]/g, "_");
 
-/**
- * The known field `name` was most likely meant as, or null when it is no near miss: the same name
- * in another case or separator style, or one or two edits away (one for names of up to five
- * characters, so `size` and `seed` stay apart).
- */
 /** The other endpoint's name for a field (`mode` on a video request means `video_mode`). */
 const CROSS: Record<string, string> = { mode: "video_mode", video_mode: "mode", ratio: "aspect_ratio" };
 
-export function meantField(name: string, known: readonly string[]): string | null {
-  if (known.includes(name) || name.length > 80) return null;
+/**
+ * The known field `name` was most likely meant as, or null when it is no near miss: the same name
+ * in another case or separator style, or one or two edits away (one for names of up to five
+ * characters, so `size` and `seed` stay apart). Bounded work per name whatever it is (a long name
+ * is no near miss; distances are computed within their band only), so a body's cost is O(fields).
+ */
+export function meantField(name: string, known: readonly string[], work?: NearMissWork): string | null {
+  if (name.length > MAX_NEAR_MISS_NAME || known.includes(name)) return null;
   const n = normalized(name);
   if (CROSS[n] && known.includes(CROSS[n])) return CROSS[n];
   let best: { field: string; distance: number } | null = null;
   for (const field of known) {
     if (n === field) return field;
-    const distance = editDistance(n, field);
     const allowed = Math.min(n.length, field.length) <= 5 ? 1 : 2;
-    if (distance <= allowed && (!best || distance < best.distance)) best = { field, distance };
+    const distance = distanceWithin(n, field, allowed, work);
+    if (distance !== null && (!best || distance < best.distance)) best = { field, distance };
   }
   return best?.field ?? null;
 }
@@ -64,11 +96,18 @@ export function unknownFields(type: "image" | "video", body: Record<string, unkn
   return Object.keys(body).filter((k) => !known.includes(k));
 }
 
-/** One problem per near-miss field, naming the field meant. */
-export function nearMissProblems(type: "image" | "video", body: Record<string, unknown>): (FieldProblem & { did_you_mean: string })[] {
+/**
+ * One problem per near-miss field, naming the field meant: only the first
+ * REQUEST_BOUNDS.maxSuggestedFields unknown fields are looked at, and none of a body over the field
+ * count (fieldCountProblem refuses it).
+ */
+export function nearMissProblems(type: "image" | "video", body: Record<string, unknown>, work?: NearMissWork): (FieldProblem & { did_you_mean: string })[] {
+  if (fieldCountProblem(body)) return [];
   const known = knownFields(type);
-  return unknownFields(type, body).flatMap((field) => {
-    const meant = meantField(field, known);
-    return meant ? [{ field, message: `is not a field of this request; did you mean "${meant}"?`, did_you_mean: meant }] : [];
-  });
+  return unknownFields(type, body)
+    .slice(0, REQUEST_BOUNDS.maxSuggestedFields)
+    .flatMap((field) => {
+      const meant = meantField(field, known, work);
+      return meant ? [{ field, message: `is not a field of this request; did you mean "${meant}"?`, did_you_mean: meant }] : [];
+    });
 }
