@@ -71,7 +71,7 @@ export class Metrics {
   });
   readonly mirrorFailures = new Counter({
     name: "genrelay_mirror_failures_total",
-    help: "Failed copy attempts by kind (blocked, redirect, too_large, http, network, stalled, bucket)",
+    help: "Failed copy attempts by kind (blocked, redirect, too_large, http, network, stalled, deadline, too_slow, bucket)",
     labelNames: ["kind"] as const,
     registers: [this.registry],
   });

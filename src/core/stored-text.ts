@@ -22,3 +22,26 @@ export function storableText(text: string | null | undefined, maxBytes: number):
 export const ANSWER_BYTES = 4096;
 /** Error texts are short by nature; a longer one is cut. */
 export const ERROR_BYTES = 1024;
+
+/**
+ * The longest error message a task stores (UTF-8 bytes): an upstream may send 300,000 characters,
+ * and every read, list item and webhook would carry them. A longer one is cut, with
+ * `message_truncated: true` beside it.
+ */
+export const STORED_ERROR_MESSAGE_BYTES = 16 * 1024;
+
+/** A task's error (its stored JSON) with the message cut to STORED_ERROR_MESSAGE_BYTES; short ones pass untouched, unparsed. */
+export function storableErrorJson(errorJson: string): string {
+  // Bytes are at least UTF-16 units: a short text is short in bytes too, and is not parsed.
+  if (errorJson.length <= STORED_ERROR_MESSAGE_BYTES) return errorJson;
+  let error: unknown;
+  try {
+    error = JSON.parse(errorJson);
+  } catch {
+    return errorJson;
+  }
+  if (error === null || typeof error !== "object" || typeof (error as { message?: unknown }).message !== "string") return errorJson;
+  const message = (error as { message: string }).message;
+  if (Buffer.byteLength(message, "utf8") <= STORED_ERROR_MESSAGE_BYTES) return errorJson;
+  return JSON.stringify({ ...error, message: storableText(message, STORED_ERROR_MESSAGE_BYTES), message_truncated: true });
+}

@@ -18,12 +18,15 @@ export interface TaskData {
   updated_at: string;
   completed_at: string | null;
   upstream_task_id: string | null;
-  error: { code: string; message: string; request_id: string | null } | null;
+  /** `message_truncated`: the message was cut (stored cut when longer than STORED_ERROR_MESSAGE_BYTES, or cut to fit a body). */
+  error: { code: string; message: string; request_id: string | null; message_truncated?: true } | null;
   metadata: Record<string, string> | null;
   callback: { url: string | null; events: string[]; delivery?: DeliverySummary };
   queue_position?: number;
   /** Copies of the output's files in the client's bucket (docs/contract.md, "Outputs"), once made. */
   files?: FileRecord[];
+  /** Some files were left out (from the end) to keep a body within its size; the task read has them all. */
+  files_truncated?: true;
 }
 
 export interface TaskUsage {
@@ -38,8 +41,8 @@ export interface TaskView {
   usage: TaskUsage;
 }
 
-/** List items and webhook `data`: the view flattened. */
-export type FlatTask = TaskData & { output: unknown; usage: TaskUsage };
+/** List items and webhook `data`: the view flattened; `output_omitted` when the output was left out to keep the body within its size. */
+export type FlatTask = TaskData & { output: unknown; usage: TaskUsage; output_omitted?: true };
 
 export const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
@@ -96,6 +99,15 @@ export function taskView(task: TaskRow, delivery?: DeliverySummary, queuePositio
   return { data: taskData(task, delivery, queuePosition), output: taskOutput(task), usage: taskUsage(task) };
 }
 
-export function flatTask(task: TaskRow, delivery?: DeliverySummary): FlatTask {
-  return { ...taskData(task, delivery), output: taskOutput(task), usage: taskUsage(task) };
+/**
+ * The task flattened. `maxOutputBytes`: an output whose JSON is surely longer (more UTF-16 units
+ * than that many bytes) is not parsed at all, and comes out as `output: null, output_omitted: true`,
+ * as fitTaskData would leave it (core/body-limit.ts): a body held to that size never builds it.
+ */
+export function flatTask(task: TaskRow, delivery?: DeliverySummary, opts: { maxOutputBytes?: number } = {}): FlatTask {
+  const data = taskData(task, delivery);
+  if (opts.maxOutputBytes !== undefined && task.outputJson !== null && task.outputJson.length > opts.maxOutputBytes) {
+    return { ...data, output: null, usage: taskUsage(task), output_omitted: true };
+  }
+  return { ...data, output: taskOutput(task), usage: taskUsage(task) };
 }

@@ -2,6 +2,8 @@ import { newId } from "../ids.js";
 import type { TaskStatus } from "../statuses.js";
 import type { NewTaskRow, TransitionRules } from "../store/store.js";
 import { flatTask } from "./task-view.js";
+import { fitTaskData, WEBHOOK_BODY_MAX_BYTES } from "./body-limit.js";
+import { storableErrorJson } from "./stored-text.js";
 import { destinationHost } from "../webhooks/destination.js";
 
 export const TASK_EVENT_TYPES = ["task.processing", "task.succeeded", "task.failed", "task.canceled"] as const;
@@ -9,11 +11,6 @@ export type TaskEventType = (typeof TASK_EVENT_TYPES)[number];
 export const DEFAULT_CALLBACK_EVENTS: TaskEventType[] = ["task.succeeded", "task.failed", "task.canceled"];
 export const TERMINAL_STATUSES: ReadonlySet<TaskStatus> = new Set(["succeeded", "failed", "canceled"]);
 
-/**
- * The largest output (JSON characters) an event carries inline: well under the dispatcher's
- * 256 KiB body limit, leaving room for the rest of the task. A larger one is read with GET /tasks/{id}.
- */
-export const INLINE_OUTPUT_MAX_CHARS = 192 * 1024;
 
 export function eventTypeFor(status: TaskStatus): TaskEventType | null {
   return status === "queued" ? null : (`task.${status}` as TaskEventType);
@@ -31,6 +28,8 @@ export function eventTypeFor(status: TaskStatus): TaskEventType | null {
 export const transitionRules: TransitionRules = {
   prepare(before, patch) {
     const next: Partial<NewTaskRow> = { ...patch };
+    // What a task stores is bounded: an upstream's error message of any length is kept cut.
+    if (typeof next.errorJson === "string") next.errorJson = storableErrorJson(next.errorJson);
     const charged = next.pointsCharged !== undefined ? next.pointsCharged : before.pointsCharged;
     if ((next.phase ?? before.phase) === "done" || (charged !== null && charged !== undefined)) next.pointsReserved = 0;
     return next;
@@ -59,21 +58,19 @@ export const transitionRules: TransitionRules = {
     const sequence = after.eventSequence + 1;
     const id = newId("evt", now);
     // `id` is the webhook-id header too, so tools that see only the body (Zapier) can deduplicate.
-    const data: Record<string, unknown> = { ...flatTask({ ...after, eventSequence: sequence }), sequence, previous_status: before.status };
-    // An output too large to carry is left out of the event (and so stored once, in the task):
-    // the webhook still goes out, saying so, and the receiver reads the output from the task.
-    if ((after.outputJson?.length ?? 0) > INLINE_OUTPUT_MAX_CHARS) {
-      data.output = null;
-      data.output_omitted = true;
-    }
-    const body = { id, type, timestamp: new Date(now).toISOString(), data };
+    const flat = flatTask({ ...after, eventSequence: sequence }, undefined, { maxOutputBytes: WEBHOOK_BODY_MAX_BYTES });
+    const timestamp = new Date(now).toISOString();
+    // The body is held to the size the dispatcher sends, by its bytes: whatever makes it too large
+    // (an output, an error message, files) is left out or cut, with a flag, and the webhook still
+    // goes out; the receiver reads the whole task with GET /tasks/{id}.
+    const { json } = fitTaskData({ ...flat, sequence, previous_status: before.status }, WEBHOOK_BODY_MAX_BYTES, (data) => ({ id, type, timestamp, data }));
     return {
       id,
       clientId: after.clientId,
       taskId: after.id,
       type,
       sequence,
-      payload: JSON.stringify(body),
+      payload: json,
       callbackUrl: after.callbackUrl,
       destinationHost: after.callbackUrl ? destinationHost(after.callbackUrl) : "",
       // The task's own headers (sealed) travel with its events: every attempt sends them.

@@ -27,10 +27,25 @@ function taskEventData(status: (typeof TASK_STATUSES)[number]) {
     usage: UsageSchema,
     sequence: z.number().int().min(1).openapi({ description: "1, 2, … per task: events of one task are delivered in this order." }),
     previous_status: z.enum(TASK_STATUSES),
+    error: z
+      .object({
+        code: z.string(),
+        message: z.string(),
+        request_id: z.string().nullable(),
+        message_truncated: z
+          .literal(true)
+          .optional()
+          .openapi({ description: "Present (true) when the message was cut: stored cut (over 16 KiB), or cut to keep the body within 256 KiB." }),
+      })
+      .nullable(),
     output_omitted: z
       .literal(true)
       .optional()
-      .openapi({ description: "Present (true) when the output was too large to carry (over 192 KiB of JSON): output is null here; read it with GET /openapi/v1/tasks/{id}." }),
+      .openapi({ description: "Present (true) when the output would take the body over 256 KiB (serialized UTF-8): output is null here; read it with GET /openapi/v1/tasks/{id}." }),
+    files_truncated: z
+      .literal(true)
+      .optional()
+      .openapi({ description: "Present (true) when files were left out, from the end, to keep the body within 256 KiB; GET /openapi/v1/tasks/{id} lists them all." }),
     sample: Sample,
   });
 }

@@ -30,7 +30,9 @@ export class CopyError extends Error {
 /**
  * Streams one output file into the bucket: source → meter (size limit, sha256) → upload. Nothing
  * holds the whole file: the upload reads parts of a bounded size as the source delivers them.
- * Whatever fails (the source, the limit, the bucket) ends the other side too.
+ * Whatever fails (the source, the limit, the bucket) ends the other side too. Each side carries its
+ * own deadlines (a total one and a minimum rate, blaming that side: source.ts, bucket.ts), so a
+ * copy ends within them whatever the output host or the bucket does, as a retryable CopyError.
  */
 export async function copyFile(
   source: SourceFetcher,
