@@ -42,6 +42,7 @@ describe("loadConfig defaults", () => {
       publicBaseUrl: null,
       metricsToken: null,
       mirrorMaxBytes: 1024 ** 3,
+      clientMaxStoredBytes: 1024 ** 3,
       leaderLeaseMs: 20_000,
     } satisfies Config);
   });
@@ -86,6 +87,7 @@ describe("loadConfig defaults", () => {
         PUBLIC_BASE_URL: "https://relay.example.com/genrelay/",
         METRICS_TOKEN: "prom-scrape-token-1",
         MIRROR_MAX_BYTES: "5000000",
+        CLIENT_MAX_STORED_BYTES: "64MiB",
         LEADER_LEASE: "5s",
       }),
     ).toEqual({
@@ -112,6 +114,7 @@ describe("loadConfig defaults", () => {
       publicBaseUrl: "https://relay.example.com/genrelay",
       metricsToken: "prom-scrape-token-1",
       mirrorMaxBytes: 5_000_000,
+      clientMaxStoredBytes: 64 * 1024 * 1024,
       leaderLeaseMs: 5_000,
     } satisfies Config);
   });
