@@ -1,8 +1,7 @@
-import { and, desc, eq, gte, isNotNull, isNull, lt, or, sql, type SQL } from "drizzle-orm";
-import type { TaskListQuery } from "../store/store.js";
+import { and, desc, eq, getTableColumns, gte, isNotNull, isNull, lt, or, sql, type SQL } from "drizzle-orm";
+import type { ListedTask, TaskListQuery } from "../store/store.js";
 import type { DbOrTx } from "./tx.js";
 import { dashboardSessions, events, tasks } from "./schema.js";
-import type { TaskRow } from "./tasks.js";
 
 /**
  * The dashboard's own queries: its sessions, and reads the API does not offer (search, hourly
@@ -70,7 +69,7 @@ export function countRetryingEvents(db: DbOrTx, clientId: string): number {
  * Newest first. The search walks the client's metadata with json_each: no index serves it, which
  * is acceptable for a person typing into a search box, bounded by the client's own tasks.
  */
-export function searchClientTasks(db: DbOrTx, q: TaskListQuery): TaskRow[] {
+export function searchClientTasks(db: DbOrTx, q: TaskListQuery): ListedTask[] {
   const conditions: SQL[] = [eq(tasks.clientId, q.clientId)];
   if (q.beforeId) conditions.push(lt(tasks.id, q.beforeId));
   if (q.type) conditions.push(eq(tasks.type, q.type));
@@ -85,10 +84,18 @@ export function searchClientTasks(db: DbOrTx, q: TaskListQuery): TaskRow[] {
     );
   }
   if (q.deliveryFailing) conditions.push(sql.raw(DELIVERY_FAILING_TASK));
+  const where = and(...conditions);
+  if (q.outputMaxBytes === undefined) return db.select().from(tasks).where(where).orderBy(desc(tasks.id)).limit(q.limit).all();
+  // octet_length reads the value's size from the record header: a large output is never loaded.
+  const over = sql`coalesce(octet_length(${tasks.outputJson}) > ${q.outputMaxBytes}, 0)`;
   return db
-    .select()
+    .select({
+      ...getTableColumns(tasks),
+      outputJson: sql<string | null>`CASE WHEN ${over} THEN NULL ELSE ${tasks.outputJson} END`,
+      outputOmitted: over.mapWith(Boolean),
+    })
     .from(tasks)
-    .where(and(...conditions))
+    .where(where)
     .orderBy(desc(tasks.id))
     .limit(q.limit)
     .all();

@@ -1,9 +1,11 @@
 import { sql } from "drizzle-orm";
 import type { Db } from "./open.js";
+import { releaseClientStoredBytes } from "./sqlite/client-storage.js";
 
 /**
  * Deletes up to `batch` finished tasks completed before `before` whose events are all settled
- * (none still pending), with their events and delivery attempts (ON DELETE CASCADE).
+ * (none still pending), with their events and delivery attempts (ON DELETE CASCADE); their stored
+ * bytes come off their clients' (client_storage).
  * Small batches keep each write transaction short beside the live workers.
  */
 export function pruneFinishedTasks(db: Db, before: number, batch: number): number {
@@ -20,6 +22,7 @@ export function pruneFinishedTasks(db: Db, before: number, batch: number): numbe
       ids.map((id) => sql`${id}`),
       sql`, `,
     );
+    releaseClientStoredBytes(tx, ids);
     tx.run(sql`DELETE FROM delivery_attempts WHERE event_id IN (SELECT id FROM events WHERE task_id IN (${list}))`);
     tx.run(sql`DELETE FROM events WHERE task_id IN (${list})`);
     tx.run(sql`DELETE FROM tasks WHERE id IN (${list})`);

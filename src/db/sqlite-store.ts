@@ -7,6 +7,7 @@ import { countByPhaseForClient, findTaskByIdempotencyKeyPrepared, findTaskPrepar
 import { planTransition } from "../store/transition-plan.js";
 import type { DbOrTx } from "./tx.js";
 import { sqliteTasks } from "./sqlite/tasks.js";
+import { addClientStoredBytes, clientStoredBytes } from "./sqlite/client-storage.js";
 import { sqliteEvents } from "./sqlite/events.js";
 import { sqliteClients } from "./sqlite/clients.js";
 import { sqliteAccounts } from "./sqlite/accounts.js";
@@ -119,10 +120,18 @@ export class SqliteStore implements Store {
       waiting: req.needs.waiting ? countByPhaseForClient(tx, row.clientId, "waiting") : 0,
       position: req.needs.credit ? creditPosition(tx, row.clientId) : undefined,
       learnedPrice: req.needs.credit && row.priceKey ? findLearnedPrice(tx, row.priceKey) : null,
+      storedBytes: req.storedBytesLimit != null ? clientStoredBytes(db, row.clientId) : undefined,
     });
-    if (reserved === 0) return { task: insertTaskPrepared(db, { ...row, pointsReserved: 0 }), replayed: false };
+    if (reserved === 0) {
+      // Still atomic without a savepoint: the insert is the statement that can refuse a value (and
+      // then nothing was written); the count after it binds two values already checked.
+      const task = insertTaskPrepared(db, { ...row, pointsReserved: 0 });
+      addClientStoredBytes(db, row.clientId, task.storedBytes);
+      return { task, replayed: false };
+    }
     return tx.transaction((sp) => {
       const task = insertTaskPrepared(db, { ...row, pointsReserved: reserved });
+      addClientStoredBytes(db, row.clientId, task.storedBytes);
       applyCreditChange(sp, row.clientId, row.id, { charged: 0, refunded: 0, reserved }, row.createdAt);
       return { task, replayed: false };
     });

@@ -19,6 +19,7 @@ export const ERROR_STATUS = {
   validation_error: 422,
   rate_limit: 429,
   concurrent_limit: 429,
+  storage_limit: 429,
   internal_error: 500,
   service_unavailable: 503,
   storage_unavailable: 503,

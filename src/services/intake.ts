@@ -10,6 +10,7 @@ import { priceOf, reserveAtIntake } from "./credits.js";
 import { priceKey } from "./pricing.js";
 import { RELAY_BODY_FIELDS } from "./intake-fields.js";
 import { sealHeaders } from "./callback-headers.js";
+import { REQUEST_BOUNDS, storedBytesOf, storedRequestProblems } from "./request-bounds.js";
 
 /** Fields the relay adds to the upstream body; they are never sent upstream. */
 export const RELAY_FIELDS = RELAY_BODY_FIELDS;
@@ -62,6 +63,10 @@ interface PreparedTask {
 
 function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
   const { body, type } = input;
+  // What a task stores is bounded, every field alike (not only prompt); checked first, so nothing
+  // below walks a body over the bounds.
+  const oversized = storedRequestProblems(body);
+  if (oversized.length > 0) throw new ApiError("validation_error", "Some request fields are larger than a task stores.", oversized);
   let callbackUrl: string | null = null;
   if (body.callback_url !== undefined && body.callback_url !== null) {
     const verdict = validateCallbackUrl(body.callback_url, { allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks });
@@ -93,36 +98,55 @@ function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
   };
 }
 
-/** The row to store, and the decision intake makes inside the store's transaction (caps, credit budget). */
-function newTaskRequest(now: number, p: PreparedTask): NewTaskRequest {
+/** The row to store, and the decision intake makes inside the store's transaction (caps, credit budget, stored bytes). */
+function newTaskRequest(now: number, p: PreparedTask, maxClientBytes: number): NewTaskRequest {
   const { client, type, body, idempotencyKey } = p.input;
   const id = newId("task", now);
+  const row: NewTaskRequest["row"] = {
+    id,
+    clientId: client.id,
+    type,
+    model: String(body.model),
+    status: "queued",
+    phase: "waiting",
+    requestJson: JSON.stringify(p.upstreamBody),
+    callbackUrl: p.callbackUrl,
+    callbackEvents: JSON.stringify(p.events),
+    metadataJson: p.metadata ? JSON.stringify(p.metadata) : null,
+    callbackHeaders: p.callbackHeaders,
+    idempotencyKey,
+    requestHash: p.requestHash,
+    upstreamAccount: client.upstreamAccount,
+    // Derived from the task id and fixed here, before any submission: every retry reuses it.
+    upstreamIdempotencyKey: `genrelay-${id}`,
+    priceKey: p.priceKey,
+    nextRunAt: now,
+    expiresAt: p.expiresAfter ? now + p.expiresAfter * 1000 : null,
+    createdAt: now,
+    updatedAt: now,
+  };
+  const storedBytes = storedBytesOf(row);
+  if (storedBytes > REQUEST_BOUNDS.maxStoredBytes) {
+    throw new ApiError(
+      "payload_too_large",
+      `This task would store ${storedBytes} bytes (its request, metadata, callback URL and headers); a task stores at most ${REQUEST_BOUNDS.maxStoredBytes}.`,
+    );
+  }
   return {
-    row: {
-      id,
-      clientId: client.id,
-      type,
-      model: String(body.model),
-      status: "queued",
-      phase: "waiting",
-      requestJson: JSON.stringify(p.upstreamBody),
-      callbackUrl: p.callbackUrl,
-      callbackEvents: JSON.stringify(p.events),
-      metadataJson: p.metadata ? JSON.stringify(p.metadata) : null,
-      callbackHeaders: p.callbackHeaders,
-      idempotencyKey,
-      requestHash: p.requestHash,
-      upstreamAccount: client.upstreamAccount,
-      // Derived from the task id and fixed here, before any submission: every retry reuses it.
-      upstreamIdempotencyKey: `genrelay-${id}`,
-      priceKey: p.priceKey,
-      nextRunAt: now,
-      expiresAt: p.expiresAfter ? now + p.expiresAfter * 1000 : null,
-      createdAt: now,
-      updatedAt: now,
-    },
+    row: { ...row, storedBytes },
     needs: { waiting: client.maxWaiting !== null, credit: client.creditLimit !== null },
+    storedBytesLimit: maxClientBytes,
     admit: (ctx) => {
+      // Read where concurrent creations of the client cannot both see the same room (SQLite's one
+      // writer; PostgreSQL's client_storage row lock, or its batch rolled back and decided one by one).
+      if (ctx.storedBytes !== undefined && ctx.storedBytes + storedBytes > maxClientBytes) {
+        throw new ApiError(
+          "storage_limit",
+          `Your tasks store ${ctx.storedBytes} bytes; this one (${storedBytes}) would pass your limit of ${maxClientBytes}. Finished tasks are removed after the retention period; retry then, or ask the operator for a higher CLIENT_MAX_STORED_BYTES.`,
+          undefined,
+          { "Retry-After": "3600" },
+        );
+      }
       if (client.maxWaiting !== null && ctx.waiting >= client.maxWaiting) {
         throw new ApiError("concurrent_limit", "Too many of your tasks are waiting. Retry when some have started.", undefined, {
           "Retry-After": "5",
@@ -141,7 +165,7 @@ function newTaskRequest(now: number, p: PreparedTask): NewTaskRequest {
  */
 export async function createTask(deps: ServiceDeps, input: CreateTaskInput): Promise<CreateTaskResult> {
   const prepared = prepareTask(deps, input);
-  const result = await deps.store.tasks.create(newTaskRequest(deps.clock.now(), prepared));
+  const result = await deps.store.tasks.create(newTaskRequest(deps.clock.now(), prepared, deps.config.clientMaxStoredBytes));
   if (result.replayed && result.task.requestHash !== prepared.requestHash) {
     throw new ApiError(
       "idempotency_key_reused",

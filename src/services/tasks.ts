@@ -3,6 +3,7 @@ import type { TaskRow } from "../store/store.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { deliverySummary, flatTask, taskView, type FlatTask, type TaskView } from "../core/task-view.js";
+import { fitTaskData, WEBHOOK_BODY_MAX_BYTES } from "../core/body-limit.js";
 
 type Deps = Pick<ServiceDeps, "store">;
 
@@ -33,6 +34,9 @@ export async function viewOf(deps: Deps, task: TaskRow, opts: { withQueuePositio
   return taskView(task, deliverySummary(task, last), opts.withQueuePosition === false ? null : await queuePosition(deps, task));
 }
 
+/** A list item is held to a webhook body's size: a page of 100 builds at most 25 MiB, whatever the outputs. */
+export const LIST_ITEM_MAX_BYTES = WEBHOOK_BODY_MAX_BYTES;
+
 const encodeCursor = (id: string) => Buffer.from(JSON.stringify({ b: id })).toString("base64url");
 function decodeCursor(cursor: string): string {
   try {
@@ -50,12 +54,17 @@ export async function listTaskViews(
   q: { limit: number; cursor?: string | undefined; type?: "image" | "video" | undefined; status?: TaskStatus | undefined },
 ): Promise<{ data: FlatTask[]; next_cursor: string | null }> {
   const beforeId = q.cursor ? decodeCursor(q.cursor) : undefined;
-  // One extra row tells whether another page exists without a count query.
-  const rows = await deps.store.tasks.list({ clientId, limit: q.limit + 1, beforeId, type: q.type, status: q.status });
+  // One extra row tells whether another page exists without a count query. Each item is held to a
+  // webhook body's size by the same rule (core/body-limit.ts): an output that cannot fit is never
+  // read from the database, the rest is cut with the webhook's flags. A page is at most limit × that.
+  const rows = await deps.store.tasks.list({ clientId, limit: q.limit + 1, beforeId, type: q.type, status: q.status, outputMaxBytes: LIST_ITEM_MAX_BYTES });
   const page = rows.slice(0, q.limit);
   const last = await deps.store.events.lastOfTasks(page.map((t) => t.id));
   return {
-    data: page.map((t) => flatTask(t, deliverySummary(t, last.get(t.id)))),
+    data: page.map((t) => {
+      const flat = flatTask(t, deliverySummary(t, last.get(t.id)), { maxOutputBytes: LIST_ITEM_MAX_BYTES });
+      return fitTaskData(t.outputOmitted ? { ...flat, output: null, output_omitted: true as const } : flat, LIST_ITEM_MAX_BYTES).data;
+    }),
     next_cursor: rows.length > q.limit ? encodeCursor(page[page.length - 1]!.id) : null,
   };
 }

@@ -92,6 +92,8 @@ export interface IntakeContext {
   position: CreditPosition | undefined;
   /** The learned price of the task's price key, if any. */
   learnedPrice: number | null;
+  /** The client's stored bytes before this task (its tasks' stored_bytes summed), read only when the request has a storedBytesLimit. */
+  storedBytes?: number | undefined;
 }
 
 export interface NewTaskRequest {
@@ -101,6 +103,13 @@ export interface NewTaskRequest {
   needs: { waiting: boolean; credit: boolean };
   /** Decides in the transaction: returns the points to reserve, or throws (the creation is rolled back alone). */
   admit: (ctx: IntakeContext) => number;
+  /**
+   * The most the client's tasks may store (bytes, their stored_bytes summed), or absent: no bound.
+   * With one, admit sees the client's stored bytes, read where concurrent creations of the client
+   * cannot both see room for themselves. Whatever the bound, a created task's storedBytes is added
+   * to its client's, and a pruned one's taken off.
+   */
+  storedBytesLimit?: number | null | undefined;
 }
 
 export interface CreateResult {
@@ -195,7 +204,15 @@ export interface TaskListQuery {
   search?: string | undefined;
   /** Only tasks whose last event is failed, or pending again after an attempt that got no 2xx. */
   deliveryFailing?: boolean | undefined;
+  /**
+   * An output whose JSON is longer than this many bytes is not read from the database: the row
+   * comes with outputJson null and outputOmitted true (a list read builds at most this much output per task).
+   */
+  outputMaxBytes?: number | undefined;
 }
+
+/** A task as a list reads it: with outputMaxBytes, a larger output is left in the database. */
+export type ListedTask = TaskRow & { outputOmitted?: boolean };
 
 export interface SupportTaskQuery {
   clientId?: string | undefined;
@@ -232,7 +249,9 @@ export interface TaskStore {
   findByAnyId(id: string): Promise<TaskRow[]>;
   /** The task an upstream id is bound to on an account (one probe of the unique index; the submitter asks per submission). */
   findByUpstreamId(account: string, upstreamTaskId: string): Promise<TaskRow | undefined>;
-  list(q: TaskListQuery): Promise<TaskRow[]>;
+  list(q: TaskListQuery): Promise<ListedTask[]>;
+  /** The client's stored bytes: its tasks' stored_bytes summed (kept by intake and retention, read from one row). */
+  storedBytesOfClient(clientId: string): Promise<number>;
   listForSupport(q: SupportTaskQuery): Promise<TaskRow[]>;
   /** Waiting tasks of the account created before this one: its queue position - 1. */
   waitingAhead(account: string, id: string): Promise<number>;

@@ -55,6 +55,7 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
       submittedAt: null,
       completedAt: null,
       filesJson: null,
+      storedBytes: 0,
     });
     expect(await store.tasks.find(created.id)).toEqual(created);
     expect((await store.clients.creditPosition(c.id))!.reserved).toBe(25);

@@ -6,8 +6,13 @@ import { CHANNEL, T, columnsOf } from "./mapping.js";
 /** What a creation needs from the driver: one statement, and the per-request path for what a batch cannot take. */
 export interface IntakePort {
   q(sql: string, values: unknown[]): Promise<Record<string, unknown>[]>;
+  /** `work` in one transaction, its statements run by the `q` it is given; a throw rolls it back. */
+  tx<R>(work: (q: IntakePort["q"]) => Promise<R>): Promise<R>;
   single(req: NewTaskRequest): Promise<CreateResult>;
 }
+
+/** The batch would take a client past its storage bound: rolled back, and each creation decided alone. */
+class OverStorageBound extends Error {}
 
 interface Pending {
   req: NewTaskRequest;
@@ -33,6 +38,11 @@ const MAX_BATCH = 256;
  * an idempotent replay, answered with the original. If the statement fails (a hostile value in one
  * row refuses the whole statement), each creation of the batch is tried alone, so it fails alone.
  * Creations with a cap or a credit limit take the per-request path, under the client's row lock.
+ *
+ * The same statement adds the rows' stored bytes to their clients' (client_storage: one row write
+ * per client per batch, not per task), in a transaction that is rolled back when a client would be
+ * over its storage bound: each creation of the batch is then decided alone, under that row's lock,
+ * so a burst stops exactly at the bound.
  */
 export class PgIntakeBatches {
   private queue: Pending[] = [];
@@ -95,22 +105,40 @@ export class PgIntakeBatches {
     if (inserted.size > 0) void this.port.q("SELECT pg_notify($1, 'submitter')", [CHANNEL]).catch(() => {});
   }
 
-  /** One multi-row INSERT; the rows it wrote, by task id. */
+  /**
+   * One multi-row INSERT, with its rows' stored bytes counted onto their clients in the same
+   * statement (rows skipped as replays count nothing); the rows it wrote, by task id. Throws, having
+   * written nothing, when a client's total would pass its bound.
+   */
   private async insert(reqs: NewTaskRequest[]): Promise<Map<string, Record<string, unknown>>> {
     const values: unknown[] = [];
+    const bounds = new Map<string, number>();
     const tuples = reqs.map((req) => {
       const row = { ...req.row, pointsReserved: 0 } as Record<string, unknown>;
+      const limit = req.storedBytesLimit;
+      if (limit !== null && limit !== undefined) bounds.set(req.row.clientId, Math.min(limit, bounds.get(req.row.clientId) ?? Infinity));
       const params = COLUMNS.map(([key]) => {
         values.push(row[key] ?? DEFAULTS[key] ?? null);
         return `$${values.length}`;
       });
       return `(${params.join(", ")})`;
     });
-    const rows = await this.port.q(
-      `INSERT INTO tasks (${COLUMNS.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")}
-       ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING *`,
-      values,
-    );
+    const rows = await this.port.tx(async (q) => {
+      const written = await q(
+        `WITH ins AS (
+           INSERT INTO tasks (${COLUMNS.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")}
+           ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING *
+         ), counted AS (
+           INSERT INTO client_storage (client_id, stored_bytes) SELECT client_id, sum(stored_bytes) FROM ins GROUP BY client_id
+           ON CONFLICT (client_id) DO UPDATE SET stored_bytes = client_storage.stored_bytes + excluded.stored_bytes
+           RETURNING client_id, stored_bytes AS client_stored_bytes
+         )
+         SELECT ins.*, counted.client_stored_bytes FROM ins JOIN counted USING (client_id)`,
+        values,
+      );
+      if (written.some((r) => Number(r.client_stored_bytes) > (bounds.get(r.client_id as string) ?? Infinity))) throw new OverStorageBound();
+      return written;
+    });
     return new Map(rows.map((r) => [r.id as string, r]));
   }
 }

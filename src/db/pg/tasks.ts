@@ -1,9 +1,29 @@
 import type { TaskRow, TaskStore } from "../../store/store.js";
-import { T, unclaimed, NO_RESERVATIONS, CHANNEL, opt } from "./mapping.js";
+import { T, unclaimed, NO_RESERVATIONS, CHANNEL, opt, columnsOf, type Queryable, type Row } from "./mapping.js";
+import { tasks } from "./schema.js";
 import { DELIVERY_FAILING_TASK } from "../dashboard.js";
 import { interleave, pickWithinRoom } from "../../store/fairness.js";
 import type { PgStore } from "./pg-store.js";
 import { PgIntakeBatches } from "./intake.js";
+
+/** Every column of a task but its output, for list reads that may leave the output in the database. */
+const LISTED_COLUMNS = columnsOf(tasks)
+  .map(([, name]) => name)
+  .filter((name) => name !== "output_json")
+  .join(", ");
+
+/** A created task's stored bytes onto its client's (client_storage; the row made with the client's first task). */
+export const ADD_STORED_BYTES =
+  "INSERT INTO client_storage (client_id, stored_bytes) VALUES ($1, $2) ON CONFLICT (client_id) DO UPDATE SET stored_bytes = client_storage.stored_bytes + excluded.stored_bytes";
+
+/** The client's stored bytes, its client_storage row locked until the transaction ends (made if missing: a no-op update locks and returns it). */
+async function lockStoredBytes(c: Queryable, clientId: string): Promise<number> {
+  const r = await c.query(
+    "INSERT INTO client_storage (client_id, stored_bytes) VALUES ($1, 0) ON CONFLICT (client_id) DO UPDATE SET stored_bytes = client_storage.stored_bytes RETURNING stored_bytes",
+    [clientId],
+  );
+  return Number((r.rows[0] as Row).stored_bytes);
+}
 
 /** The TaskStore on PostgreSQL: claims, intake, transitions, submissions, reads and pruning. */
 export function pgTasks(s: PgStore): TaskStore {
@@ -19,7 +39,10 @@ export function pgTasks(s: PgStore): TaskStore {
       const position = req.needs.waiting || req.needs.credit ? await s.creditPositionIn(c, row.clientId, true) : undefined;
       const waiting = req.needs.waiting ? Number((await one("SELECT count(*) AS n FROM tasks WHERE client_id = $1 AND phase = 'waiting'", [row.clientId], c))!.n) : 0;
       const learnedPrice = req.needs.credit && row.priceKey ? await s.learnedPriceIn(c, row.priceKey) : null;
-      const reserved = req.admit({ waiting, position: req.needs.credit ? position : undefined, learnedPrice });
+      // With a storage bound, the client's client_storage row is locked (made if it is the first)
+      // until this commits: concurrent creations of the client read it one after the other.
+      const storedBytes = req.storedBytesLimit != null ? await lockStoredBytes(c, row.clientId) : undefined;
+      const reserved = req.admit({ waiting, position: req.needs.credit ? position : undefined, learnedPrice, storedBytes });
       const ins = T.insert("tasks", { ...row, pointsReserved: reserved });
       const inserted = await one(`${ins.sql} ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING *`, ins.values, c);
       if (!inserted) {
@@ -27,12 +50,13 @@ export function pgTasks(s: PgStore): TaskStore {
         const original = await one("SELECT * FROM tasks WHERE client_id = $1 AND idempotency_key = $2", [row.clientId, row.idempotencyKey], c);
         return { task: T.row(original!), replayed: true };
       }
+      await q(ADD_STORED_BYTES, [row.clientId, Number(inserted.stored_bytes)], c);
       await s.applyCredits(c, row.clientId, row.id, { charged: 0, refunded: 0, reserved }, row.createdAt);
       await q("SELECT pg_notify($1, 'submitter')", [CHANNEL], c);
       return { task: T.row(inserted), replayed: false };
     });
   // Creations without a cap or credit limit are group-committed (one multi-row INSERT per turn).
-  const batches = new PgIntakeBatches({ q: (sql, values) => q(sql, values), single });
+  const batches = new PgIntakeBatches({ q: (sql, values) => q(sql, values), tx: (work) => s.tx((c) => work((sql, values) => q(sql, values, c))), single });
   return {
     create: (req) => batches.create(req),
     transition: (task, patch, o) => s.tx((c) => s.transitionIn(c, task.id, patch, o)),
@@ -91,9 +115,18 @@ export function pgTasks(s: PgStore): TaskStore {
         );
       }
       if (q0.deliveryFailing) where.push(DELIVERY_FAILING_TASK);
+      let columns = "*";
+      if (q0.outputMaxBytes !== undefined) {
+        // octet_length of a TOASTed value reads its size, not the value: a large output is never fetched.
+        values.push(q0.outputMaxBytes);
+        const over = `coalesce(octet_length(output_json) > $${values.length}, false)`;
+        columns = `${LISTED_COLUMNS}, CASE WHEN ${over} THEN NULL ELSE output_json END AS output_json, ${over} AS output_omitted`;
+      }
       values.push(q0.limit);
-      return T.rows(await q(`SELECT * FROM tasks WHERE ${where.join(" AND ")} ORDER BY id DESC LIMIT $${values.length}`, values));
+      const rows = await q(`SELECT ${columns} FROM tasks WHERE ${where.join(" AND ")} ORDER BY id DESC LIMIT $${values.length}`, values);
+      return rows.map((r) => (r.output_omitted === undefined ? T.row(r) : { ...T.row(r), outputOmitted: r.output_omitted === true }));
     },
+    storedBytesOfClient: async (clientId) => Number((await one("SELECT stored_bytes FROM client_storage WHERE client_id = $1", [clientId]))?.stored_bytes ?? 0),
     listForSupport: async (q0) => {
       const where: string[] = [];
       const values: unknown[] = [];
@@ -218,6 +251,13 @@ export function pgTasks(s: PgStore): TaskStore {
           )
         ).map((r) => r.id as string);
         if (ids.length === 0) return 0;
+        await q(
+          `UPDATE client_storage s SET stored_bytes = s.stored_bytes - t.bytes
+             FROM (SELECT client_id, sum(stored_bytes) AS bytes FROM tasks WHERE id = ANY($1::text[]) GROUP BY client_id) t
+            WHERE s.client_id = t.client_id`,
+          [ids],
+          c,
+        );
         await q("DELETE FROM delivery_attempts WHERE task_id = ANY($1::text[])", [ids], c);
         await q("DELETE FROM events WHERE task_id = ANY($1::text[])", [ids], c);
         await q("DELETE FROM tasks WHERE id = ANY($1::text[])", [ids], c);

@@ -2,6 +2,7 @@ import type { TaskStore } from "../../store/store.js";
 import { claimFairly } from "../admission.js";
 import { hourlyTaskCounts, recentCallbackUrls, searchClientTasks } from "../dashboard.js";
 import { pruneFinishedTasks } from "../retention.js";
+import { clientStoredBytes } from "./client-storage.js";
 import { claimAcrossClients } from "../round-robin.js";
 import { findTasksByAnyId, listTasksForSupport } from "../support.js";
 import { findTaskByUpstreamId } from "../tasks.js";
@@ -45,6 +46,7 @@ export function sqliteTasks(s: SqliteStore): TaskStore {
     findByAnyId: async (id) => findTasksByAnyId(db, id),
     findByUpstreamId: async (account, upstreamTaskId) => findTaskByUpstreamId(db, account, upstreamTaskId),
     list: async (q) => searchClientTasks(db, q),
+    storedBytesOfClient: async (clientId) => clientStoredBytes(db, clientId),
     listForSupport: async (q) => listTasksForSupport(db, q),
     waitingAhead: async (account, id) => waitingAhead(db, account, id),
     unsubmittedOfClient: async (clientId, now) => unsubmittedOfClient(db, clientId, now),
