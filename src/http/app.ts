@@ -1,4 +1,4 @@
-import { OpenAPIHono } from "@hono/zod-openapi";
+import { OpenAPIHono, z } from "@hono/zod-openapi";
 import { requestId } from "hono/request-id";
 import type { CatalogCache } from "../services/catalog.js";
 import type { ServiceDeps } from "../services/deps.js";
@@ -7,7 +7,7 @@ import type { Metrics } from "../metrics.js";
 import type { AppEnv } from "./context.js";
 import { createDashboard, type HostHealth } from "./dashboard/index.js";
 import { registerDocs } from "./docs.js";
-import { errorResponse, onError, validationFailure } from "./errors.js";
+import { onError, validationFailure } from "./errors.js";
 import { bearerAuth, jsonBody, newRequestId, requestLog, tokenAuth } from "./middleware.js";
 import { registerDeliveryRoutes } from "./routes/deliveries.js";
 import { registerGenerationRoutes } from "./routes/generations.js";
@@ -17,6 +17,8 @@ import { registerTaskRoutes } from "./routes/tasks.js";
 import { registerStorageRoutes } from "./routes/storage.js";
 import { registerWebhookSettingsRoutes } from "./routes/webhook-settings.js";
 import { registerWebhookDocs } from "./webhook-schemas.js";
+import { notFoundHandler } from "./not-found.js";
+import { apiRoute, RESPONSE_HEADERS } from "./schema-rules.js";
 import type { ZodError } from "zod";
 
 export interface AppDeps extends ServiceDeps {
@@ -40,7 +42,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   // so a caller must not be able to choose it, reuse another request's, or inject text into logs.
   app.use(requestId({ generator: newRequestId, limitLength: 0 }));
   app.use(requestLog(deps.logger, deps.metrics));
-  // Sandbox mode (no UPSTREAM_BASE_URL): every answer says its results are simulated (section 14).
+  // Sandbox mode (no UPSTREAM_BASE_URL): every answer says its results are simulated (docs/contract.md, "Intake").
   if (!deps.config.upstreamBaseUrl) {
     app.use(async (c, next) => {
       await next();
@@ -48,7 +50,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
     });
   }
   app.onError(onError(deps.logger, deps.storage));
-  app.notFound((c) => errorResponse(c, "not_found", `No route ${c.req.method} ${c.req.path}.`));
+  app.notFound(notFoundHandler(app));
 
   app.use("/openapi/v1/*", bearerAuth(deps));
   app.on(
@@ -80,17 +82,55 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
     scheme: "bearer",
     description: "A relay API key (grk_…) issued by `npm run cli -- clients create`.",
   });
+  for (const [name, header] of Object.entries(RESPONSE_HEADERS)) app.openAPIRegistry.registerComponent("headers", name, header);
   registerWebhookDocs(app);
-  app.doc31("/openapi.json", {
-    openapi: "3.1.0",
-    info: {
-      title: "genrelay",
-      version: "1.0.0",
-      description:
-        "Webhooks for an asynchronous image and video generation API. Mirrors the upstream's /openapi/v1 paths, adds callback_url, and sends Standard Webhooks-signed callbacks.",
-    },
-  });
+  registerOpenApiDocument(app, deps);
   registerDocs(app);
   app.route("/dashboard", createDashboard(deps));
   return app;
+}
+
+const TAGS = [
+  { name: "Generations", description: "Create image and video tasks; the relay submits them upstream and calls you back." },
+  { name: "Tasks", description: "Read, list and cancel your tasks." },
+  { name: "Webhooks", description: "Deliveries, test events, signing secrets, settings, and the messages the relay sends you." },
+  { name: "Storage", description: "Your bucket, which succeeded tasks' output files are copied into." },
+  { name: "Models", description: "The upstream's model catalog, cached." },
+  { name: "Usage", description: "Your task counts and credits." },
+  { name: "Operations", description: "Probes and this document, without an API key." },
+];
+
+/**
+ * GET /openapi.json, documented itself. Built on the first request, when every route is registered,
+ * and kept: the routes do not change while the app runs. The server is PUBLIC_BASE_URL when set,
+ * else "/" (wherever this document was fetched from), never the caller's Host header.
+ */
+function registerOpenApiDocument(app: OpenAPIHono<AppEnv>, deps: AppDeps): void {
+  let document: ReturnType<typeof app.getOpenAPI31Document> | null = null;
+  app.openapi(
+    apiRoute({
+      method: "get",
+      path: "/openapi.json",
+      operationId: "getOpenApiDocument",
+      security: [],
+      tags: ["Operations"],
+      summary: "This document: the OpenAPI 3.1 description of the relay's API and webhooks",
+      responses: { 200: { description: "The document", content: { "application/json": { schema: z.record(z.string(), z.unknown()) } } } },
+    }),
+    (c) => {
+      document ??= app.getOpenAPI31Document({
+        openapi: "3.1.0",
+        info: {
+          title: "genrelay",
+          version: "1.0.0",
+          license: { name: "MIT", url: "https://opensource.org/license/mit" },
+          description:
+            "Webhooks for an asynchronous image and video generation API. Mirrors the upstream's /openapi/v1 paths, adds callback_url, and sends Standard Webhooks-signed callbacks.",
+        },
+        servers: [{ url: deps.config.publicBaseUrl ?? "/", description: deps.config.publicBaseUrl ? "This relay (PUBLIC_BASE_URL)" : "This relay" }],
+        tags: TAGS,
+      });
+      return c.json(document, 200);
+    },
+  );
 }

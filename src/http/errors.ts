@@ -37,7 +37,8 @@ export function zodDetails(error: ZodError): { field: string; message: string; d
 export function validationFailure(c: Context, target: string, error: ZodError): Response {
   const details = zodDetails(error);
   if (target === "header") return errorResponse(c, "invalid_request", "A request header is missing or invalid.", details);
-  if (target === "query" || target === "param") return errorResponse(c, "invalid_request", "A query parameter is invalid.", details);
+  if (target === "query") return errorResponse(c, "invalid_request", "A query parameter is invalid.", details);
+  if (target === "param") return errorResponse(c, "invalid_request", "A path parameter is invalid.", details);
   if (details.some((d) => d.field === "(body)")) return errorResponse(c, "invalid_request", "The request body must be a JSON object.", details);
   if (details.every((d) => d.field === "callback_url")) {
     return errorResponse(c, "invalid_callback_url", "callback_url is not acceptable.", details);

@@ -1,23 +1,42 @@
 import { z } from "@hono/zod-openapi";
 import { TASK_STATUSES } from "../statuses.js";
 import { TASK_EVENT_TYPES } from "../core/transition.js";
-import { callbackHeaderProblems, MAX_CALLBACK_HEADERS } from "../services/callback-headers.js";
-import { nearMissProblems } from "../services/intake-fields.js";
+import { CAPABILITIES } from "../services/catalog-check.js";
+import {
+  callbackHeaderProblems,
+  HEADER_NAME,
+  HEADER_VALUE,
+  MAX_CALLBACK_HEADERS,
+  RESERVED_HEADER_PREFIXES,
+  RESERVED_HEADERS,
+} from "../services/callback-headers.js";
+import { ERROR_STATUS, type ErrorCode } from "../services/errors.js";
+import { meantField, nearMissProblems, type IMAGE_BODY_FIELDS, type RELAY_BODY_FIELDS, type VIDEO_BODY_FIELDS } from "../services/intake-fields.js";
+import { caseless, closedBody, headerRefs, keywords, matching, maxKeys, requiredWhen, uniqueItems, whenObject } from "./schema-rules.js";
 
-const nonBlank3 = (s: string) => s.replace(/\s/g, "").length >= 3;
-
-// Keyed as documented: the validator matches header names case-insensitively, and the OpenAPI
-// generator refuses a parameter whose key and documented name differ.
-export const IdempotencyHeaders = z.object({
-  "Idempotency-Key": z
-    .string({ error: "Idempotency-Key header is required" })
-    .regex(/^[A-Za-z0-9._:-]{8,128}$/, { error: "must be 8 to 128 characters of A-Za-z0-9 . _ : -" })
-    .openapi({ param: { name: "Idempotency-Key", in: "header" }, example: "order-1234-image" }),
-});
+/** A creation's Idempotency-Key, with an example of its own per endpoint (one key is one request). */
+export function idempotencyHeaders(type: "image" | "video") {
+  // Keyed as documented: the validator matches header names case-insensitively, and the OpenAPI
+  // generator refuses a parameter whose key and documented name differ.
+  return z.object({
+    "Idempotency-Key": z
+      .string({ error: "Idempotency-Key header is required" })
+      .regex(/^[A-Za-z0-9._:-]{8,128}$/, { error: "must be 8 to 128 characters of A-Za-z0-9 . _ : -" })
+      .openapi({
+        param: {
+          name: "Idempotency-Key",
+          in: "header",
+          description: "Your id for this request: the same key with the same body answers the same task, never a second one.",
+          example: `order-1234-${type}`,
+        },
+        example: `order-1234-${type}`,
+      }),
+  });
+}
 
 const hasNul = (s: string) => s.includes("\u0000");
 
-/** Text never contains NUL (section 14): PostgreSQL cannot store it. Every string of the body, at any depth, keys too. */
+/** Text never contains NUL (docs/contract.md, "Intake"): PostgreSQL cannot store it. Every string of the body, at any depth, keys too. */
 function noNul(value: unknown, ctx: z.RefinementCtx, path: (string | number)[] = []): void {
   if (typeof value === "string") {
     if (hasNul(value)) ctx.addIssue({ code: "custom", path, message: "must not contain NUL (\\u0000)" });
@@ -32,29 +51,54 @@ function noNul(value: unknown, ctx: z.RefinementCtx, path: (string | number)[] =
 }
 const noNulBody = (body: Record<string, unknown>, ctx: z.RefinementCtx) => noNul(body, ctx);
 
-const MetadataSchema = z
-  .record(z.string().max(256, { error: "keys are at most 256 characters" }), z.string({ error: "values must be strings" }))
-  .refine((m) => Object.keys(m).length <= 16, { error: "at most 16 keys" })
-  .refine((m) => Buffer.byteLength(JSON.stringify(m)) <= 4096, { error: "at most 4 KiB serialized" })
-  .openapi({ example: { order_id: "1234" }, description: "String values, at most 16 keys and 4 KiB; echoed in every webhook and read." });
+/**
+ * How a URL the relay will call is published: intake's production checks
+ * (src/webhooks/ssrf.ts, validateCallbackUrl) as far as JSON Schema can say them: an absolute
+ * https URI whose host is a dotted name (not an address, not a single label), with no user or
+ * password. Private names (*.local, *.internal, …) are refused too, which the description says; with
+ * WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only) intake also takes http and private hosts.
+ */
+const PUBLIC_HOST = "(?:[A-Za-z0-9-]+\\.)+[A-Za-z][A-Za-z0-9-]*\\.?";
+const PORT = "(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}|0))?";
+const CALLBACK_URL_DOC = { format: "uri", pattern: `^https://${PUBLIC_HOST}${PORT}(?:[/?#]|$)`, maxLength: 2048 } as const;
+/** An origin (no path or query) of the same kind: an S3 endpoint. */
+export const ORIGIN_PATTERN = `^https://${PUBLIC_HOST}${PORT}/?$`;
+const CALLBACK_URL_RULE =
+  "An absolute https URL of a public host (no user or password, no private or loopback address, no single-label or private name such as localhost or *.internal), at most 2048 characters; http and private hosts only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development).";
+/** A media URL the upstream fetches: absolute https (src/services/intake.ts, checkMediaUrls; 400 invalid_media_url otherwise). */
+const MEDIA_URL_DOC = { format: "uri", pattern: "^https://" } as const;
 
-/** Header name to value; checked by services/callback-headers (names, reserved names, values). */
+const MAX_METADATA_KEYS = 16;
+const MetadataSchema = maxKeys(
+  z.record(z.string().max(256, { error: "keys are at most 256 characters" }), z.string({ error: "values must be strings" })),
+  MAX_METADATA_KEYS,
+  `at most ${MAX_METADATA_KEYS} keys`,
+)
+  .refine((m) => Buffer.byteLength(JSON.stringify(m)) <= 4096, { error: "at most 4 KiB serialized" })
+  .openapi({
+    ...keywords({ propertyNames: { maxLength: 256 } }),
+    example: { order_id: "1234" },
+    description: `String values, at most ${MAX_METADATA_KEYS} keys of at most 256 characters, and at most 4 KiB as JSON; echoed in every webhook and read.`,
+  });
+
+const RESERVED_NAMES = [...RESERVED_HEADERS, ...RESERVED_HEADER_PREFIXES.map((p) => `${p}*`)].join(", ");
+const RESERVED_HEADER_PATTERN = `^(?:${RESERVED_HEADERS.map(caseless).join("|")})$|^(?:${RESERVED_HEADER_PREFIXES.map(caseless).join("|")})`;
+
+/** Header name to value; checked by services/callback-headers (names, reserved names, values), which the document publishes. */
 export const CallbackHeadersSchema = z
-  .record(z.string(), z.string({ error: "values must be strings" }))
+  .record(z.string(), z.string({ error: "values must be strings" }).openapi({ pattern: HEADER_VALUE.source, maxLength: 1024 }))
   .superRefine((headers, ctx) => {
     for (const p of callbackHeaderProblems(headers, "")) ctx.addIssue({ code: "custom", path: p.field ? [p.field.slice(1)] : [], message: p.message });
   })
   .openapi({
+    maxProperties: MAX_CALLBACK_HEADERS,
+    ...keywords({ propertyNames: { pattern: HEADER_NAME.source, not: { pattern: RESERVED_HEADER_PATTERN } } }),
     example: { "X-Hook-Token": "3f9c2a7e5b" },
-    description: `At most ${MAX_CALLBACK_HEADERS} headers sent with every attempt (a token a catch hook checks). Names: HTTP tokens of at most 64 characters, never host, connection, content-*, transfer-encoding, te, upgrade, user-agent or webhook-*; values: at most 1024 visible ASCII characters. Stored sealed; never shown again (reads show names only).`,
+    description: `At most ${MAX_CALLBACK_HEADERS} headers sent with every attempt (a token a catch hook checks). Names: HTTP tokens of at most 64 characters, never ${RESERVED_NAMES}, and no name twice in another case; values: at most 1024 visible ASCII characters. Stored sealed; never shown again (reads show names only).`,
   });
 
-/** A body field that is a near miss of a known one is refused, naming the field meant (section 14). */
-const nearMisses = (type: "image" | "video") => (body: Record<string, unknown>, ctx: z.RefinementCtx) => {
-  for (const p of nearMissProblems(type, body)) ctx.addIssue({ code: "custom", path: [p.field], message: p.message, params: { did_you_mean: p.did_you_mean } });
-};
-/** Near misses are named also when other fields failed (`promt` beside "prompt is required"). */
-const whenObject = { when: (payload: { value: unknown }) => typeof payload.value === "object" && payload.value !== null && !Array.isArray(payload.value) };
+/** Fields outside a generation body's own: a near miss is refused naming the field meant; any other is left to the catalog check. */
+const nearMisses = (type: "image" | "video") => (body: Record<string, unknown>) => nearMissProblems(type, body);
 
 /** Whole-body examples: /docs' "Try it out" sends them as they are, so they must be accepted (no placeholders). */
 export const IMAGE_EXAMPLE = {
@@ -67,19 +111,19 @@ export const IMAGE_EXAMPLE = {
 };
 export const VIDEO_EXAMPLE = { model: "v-video", video_mode: "t2v", prompt: "waves at night, slow pan", duration: 5, callback_url: "https://example.com/hooks/genrelay" };
 
+/** Documented as intake checks it; the checks themselves are the service's (validateCallbackUrl, 400 invalid_callback_url). */
+const urlString = z.string({ error: "must be a string" }).openapi({ ...CALLBACK_URL_DOC, example: "https://example.com/hooks/genrelay" });
+const callbackUrl = urlString.max(2048, { error: "at most 2048 characters" });
+
 /** The relay's own fields, added to either upstream body. */
 const relayFields = {
-  callback_url: z
-    .string({ error: "must be a string" })
-    .max(2048, { error: "at most 2048 characters" })
+  callback_url: callbackUrl.optional().openapi({ description: `Receives the signed webhooks. ${CALLBACK_URL_RULE}` }),
+  callback_events: uniqueItems(
+    z.array(z.enum(TASK_EVENT_TYPES), { error: `must be an array of ${TASK_EVENT_TYPES.join(", ")}` }).min(1, { error: "must not be empty" }),
+    "must not repeat an event type",
+  )
     .optional()
-    .openapi({ example: "https://example.com/hooks/genrelay", description: "Absolute https URL that receives the signed webhooks." }),
-  callback_events: z
-    .array(z.enum(TASK_EVENT_TYPES), { error: `must be an array of ${TASK_EVENT_TYPES.join(", ")}` })
-    .min(1, { error: "must not be empty" })
-    .refine((a) => new Set(a).size === a.length, { error: "must not repeat an event type" })
-    .optional()
-    .openapi({ description: "Event types to send; default: the three terminal ones." }),
+    .openapi({ description: "Event types to send, each once; default: the three terminal ones." }),
   metadata: MetadataSchema.optional(),
   callback_headers: CallbackHeadersSchema.optional(),
   expires_after_seconds: z
@@ -89,62 +133,109 @@ const relayFields = {
     .max(7 * 24 * 3600)
     .optional()
     .openapi({ description: "A task still waiting in the relay this long after creation ends canceled (error.code expired), never sent upstream." }),
-};
+} satisfies Record<(typeof RELAY_BODY_FIELDS)[number], z.ZodType>;
 
-/** Longest prompt accepted (section 14): one client must not fill the disk every tenant shares. */
+/** Longest prompt accepted (docs/contract.md, "Intake"): one client must not fill the disk every tenant shares. */
 export const MAX_PROMPT_CHARS = 32_768;
+/** At least 3 non-whitespace characters, anywhere in the prompt. */
+export const PROMPT_PATTERN = /^(?:\s*\S){3}/u;
 
-const prompt = z
-  .string({ error: "must be a string" })
-  .refine(nonBlank3, { error: "must contain at least 3 non-whitespace characters" })
+const prompt = matching(z.string({ error: "must be a string" }), PROMPT_PATTERN, "must contain at least 3 non-whitespace characters")
   .max(MAX_PROMPT_CHARS, { error: `must be at most ${MAX_PROMPT_CHARS} characters` })
-  .openapi({ example: "a lighthouse at dawn, watercolor" });
-const model = z.string({ error: "is required" }).min(1, { error: "is required" });
-const mediaUrls = z.array(z.string({ error: "must be a string" }), { error: "must be an array of URLs" }).min(1, { error: "must not be empty" });
+  .openapi({ example: "a lighthouse at dawn, watercolor", description: `At least 3 non-whitespace characters, at most ${MAX_PROMPT_CHARS} characters.` });
+const model = (example: string) =>
+  z
+    .string({ error: "is required" })
+    .min(1, { error: "is required" })
+    .openapi({ example, description: "A model id of the upstream's catalog (GET /openapi/v1/models); checked at intake when the catalog is cached." });
+const mediaUrls = z
+  .array(z.string({ error: "must be a string" }).openapi(MEDIA_URL_DOC), { error: "must be an array of URLs" })
+  .min(1, { error: "must not be empty" })
+  .openapi({ description: "Absolute https URLs the upstream fetches." });
 
-export const ImageGenerationBody = z
-  .looseObject({
-    model: model.openapi({ example: "p-image" }),
-    mode: z.enum(["generate", "edit"], { error: "must be generate or edit" }),
-    prompt,
-    count: z.literal(1, { error: "must be exactly 1" }),
-    image_urls: mediaUrls.optional(),
-    aspect_ratio: z.string().optional(),
-    size: z.string().optional(),
-    resolution: z.string().optional(),
-    quality: z.string().optional().openapi({ description: "Image quality, for models whose catalog entry lists qualities (low, medium, high, …)." }),
-    ...relayFields,
-  })
-  .superRefine((body, ctx) => {
-    if (body.mode === "edit" && !body.image_urls) {
-      ctx.addIssue({ code: "custom", path: ["image_urls"], message: "is required when mode is edit" });
-    }
-  })
-  .superRefine(nearMisses("image"), whenObject)
-  .superRefine(noNulBody, whenObject)
-  .openapi("ImageGenerationRequest", { example: IMAGE_EXAMPLE });
+/** A parameter whose allowed values the model's catalog entry lists: said where the document names it. */
+const fromCatalog = (field: keyof typeof CAPABILITIES, what: string) =>
+  `${what} One of the values the model's catalog entry lists under ${CAPABILITIES[field]!.join(" or ")} (GET /openapi/v1/models); checked at intake when the catalog is cached.`;
 
-export const VideoGenerationBody = z
-  .looseObject({
-    model: model.openapi({ example: "v-video" }),
-    video_mode: z.string({ error: "is required" }).min(1, { error: "is required" }).openapi({ example: "t2v" }),
-    prompt,
-    image_urls: mediaUrls.optional(),
-    source_video_url: z.string({ error: "must be a string" }).optional(),
-    duration: z.number({ error: "must be a number of seconds" }).positive().optional(),
-    resolution: z.string().optional(),
-    ratio: z.string().optional(),
-    aspect_ratio: z.string().optional(),
-    ...relayFields,
-  })
-  .superRefine(nearMisses("video"), whenObject)
+/**
+ * The rule for fields a body does not list: /openapi.json publishes `additionalProperties: false`,
+ * and this says what intake does beyond it, so the document never promises more than intake takes.
+ */
+const PASS_THROUGH =
+  "Fields not listed here are refused by this schema, and a near miss of a listed one (callbak_url, promt) always by the relay (422, naming the field meant). The one exception is a model parameter this document does not list yet: the relay passes it to the upstream when the model's entry in GET /openapi/v1/models names it (as a key such as seeds, or in its parameters list), or when no catalog is cached (then the upstream decides). No text, field names included, may contain NUL (\\u0000).";
+const passThrough = (type: "image" | "video") => ({
+  description: `${type === "image" ? "An image" : "A video"} generation: the upstream's body plus the relay's callback fields. ${PASS_THROUGH}`,
+  "x-pass-through": { source: "GET /openapi/v1/models", rule: "a field the model's catalog entry names is passed to the upstream" },
+});
+
+const imageShape = {
+  model: model("p-image"),
+  mode: z.enum(["generate", "edit"], { error: "must be generate or edit" }).openapi({ description: fromCatalog("mode", "generate, or edit (needs image_urls).") }),
+  prompt,
+  count: z.literal(1, { error: "must be exactly 1" }),
+  image_urls: mediaUrls.optional(),
+  aspect_ratio: z.string().optional().openapi({ description: fromCatalog("aspect_ratio", "Aspect ratio such as 16:9.") }),
+  size: z.string().optional().openapi({ description: fromCatalog("size", "Output size such as 1K.") }),
+  resolution: z.string().optional().openapi({ description: fromCatalog("resolution", "Output resolution, for models that take it instead of size.") }),
+  quality: z.string().optional().openapi({ description: fromCatalog("quality", "Image quality (low, medium, high, …).") }),
+  ...relayFields,
+} satisfies Record<(typeof IMAGE_BODY_FIELDS)[number], z.ZodType>;
+
+const editNeedsImages = requiredWhen("image_urls", "mode", "edit");
+
+export const ImageGenerationBody = closedBody(imageShape, nearMisses("image"))
+  .superRefine(editNeedsImages.check)
   .superRefine(noNulBody, whenObject)
-  .openapi("VideoGenerationRequest", { example: VIDEO_EXAMPLE });
+  .openapi("ImageGenerationRequest", { ...editNeedsImages.schema, ...passThrough("image"), example: IMAGE_EXAMPLE });
+
+const videoShape = {
+  model: model("v-video"),
+  video_mode: z
+    .string({ error: "is required" })
+    .min(1, { error: "is required" })
+    .openapi({
+      example: "t2v",
+      description: fromCatalog("video_mode", "How the video is made: t2v (text), i2v_* and *ref modes (need image_urls), v2v_* modes (need source_video_url)."),
+    }),
+  prompt,
+  image_urls: mediaUrls.optional(),
+  source_video_url: z.string({ error: "must be a string" }).optional().openapi({ ...MEDIA_URL_DOC, description: "Absolute https URL of the video a v2v mode starts from." }),
+  duration: z.number({ error: "must be a number of seconds" }).positive().optional().openapi({ description: fromCatalog("duration", "Seconds.") }),
+  resolution: z.string().optional().openapi({ description: fromCatalog("resolution", "Output resolution such as 720p.") }),
+  ratio: z.string().optional().openapi({ description: fromCatalog("ratio", "Aspect ratio such as 16:9 (the upstream's other name for aspect_ratio).") }),
+  aspect_ratio: z.string().optional().openapi({ description: fromCatalog("aspect_ratio", "Aspect ratio such as 16:9.") }),
+  ...relayFields,
+} satisfies Record<(typeof VIDEO_BODY_FIELDS)[number], z.ZodType>;
+
+export const VideoGenerationBody = closedBody(videoShape, nearMisses("video"))
+  .superRefine(noNulBody, whenObject)
+  .openapi("VideoGenerationRequest", { ...passThrough("video"), example: VIDEO_EXAMPLE });
+
+/** Problems named for a body of the relay's own: enough to say what is wrong, bounded whatever the body holds. */
+const MAX_UNKNOWN_FIELDS_NAMED = 16;
+
+/** A body of the relay's own (no upstream fields, nothing passed through): every field outside it is refused, a near miss naming the field meant. */
+export function ownBody<S extends z.ZodRawShape>(shape: S, noun = "field of this request") {
+  return closedBody(shape, (body, known) =>
+    Object.keys(body)
+      .filter((field) => !known.includes(field))
+      .slice(0, MAX_UNKNOWN_FIELDS_NAMED)
+      .map((field) => {
+        const meant = meantField(field, known);
+        return meant ? { field, message: `is not a ${noun}; did you mean "${meant}"?`, did_you_mean: meant } : { field, message: `is not a ${noun}` };
+      }),
+  );
+}
+
+/** A URL the relay will call (a webhook test, a notification URL): documented as intake checks it. */
+export const publicUrl = (description: string) => urlString.openapi({ description: `${description} ${CALLBACK_URL_RULE}` });
+
+export const ERROR_CODES = Object.keys(ERROR_STATUS) as [ErrorCode, ...ErrorCode[]];
 
 export const ErrorSchema = z
   .object({
     error: z.object({
-      code: z.string().openapi({ example: "validation_error" }),
+      code: z.enum(ERROR_CODES).openapi({ example: "validation_error", description: "What went wrong, one of the relay's codes (the upstream's table plus the relay's own)." }),
       message: z.string(),
       request_id: z.string(),
       details: z.unknown().optional(),
@@ -221,7 +312,7 @@ export const TaskIdParam = z.object({
     .min(1)
     .max(200)
     .refine((v) => !hasNul(v), { error: "must not contain NUL" })
-    .openapi({ param: { name: "id", in: "path" }, example: "task_01jf3y8k2m9q7r5t3v1w0x6z4a" }),
+    .openapi({ param: { name: "id", in: "path", description: "The task's id (task_…), as the creation answered it." }, example: "task_01jf3y8k2m9q7r5t3v1w0x6z4a" }),
 });
 
 /**
@@ -242,7 +333,9 @@ export function errorResponses(...statuses: number[]) {
     500: "Unexpected failure (internal_error)",
     503: "Upstream unavailable (service_unavailable), or the relay cannot store changes now (storage_unavailable; nothing was changed, see Retry-After)",
   };
+  // 429 and 503 say when to come back where the relay knows (concurrent_limit, rate_limit, storage_unavailable).
+  const headers = (s: number) => (s === 429 || s === 503 ? { headers: headerRefs("Retry-After") } : {});
   return Object.fromEntries(
-    [...new Set([...statuses, 500, 503])].map((s) => [s, { description: descriptions[s] ?? "Error", content: { "application/json": { schema: ErrorSchema } } }]),
+    [...new Set([...statuses, 500, 503])].map((s) => [s, { description: descriptions[s] ?? "Error", ...headers(s), content: { "application/json": { schema: ErrorSchema } } }]),
   );
 }

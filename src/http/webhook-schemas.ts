@@ -4,7 +4,7 @@ import { TASK_STATUSES } from "../statuses.js";
 import { TaskDataSchema } from "./schemas.js";
 
 /**
- * The body of every message the relay sends (section 13), as OpenAPI `webhooks` entries: one per
+ * The body of every message the relay sends (docs/contract.md, "Receivers"), as OpenAPI `webhooks` entries: one per
  * event type, exact (no field left out, none added unannounced), so `openapi-typescript` and the
  * like generate real types for receivers. A test validates every body the test suite's receivers
  * get against these, with ajv (test/helpers/receiver.ts).
@@ -125,11 +125,17 @@ export function registerWebhookDocs(app: OpenAPIHono<any>): void { // eslint-dis
     app.openAPIRegistry.registerWebhook({
       method: "post",
       path: type,
+      operationId: `on${pascal(type)}`,
       summary: type,
       description: DESCRIPTIONS[type],
       tags: ["Webhooks"],
+      // Sent by the relay to your URL: no API key. Verify the webhook-signature header instead.
+      security: [],
       request: { headers: SIGNED_HEADERS, body: { required: true, content: { "application/json": { schema } } } },
-      responses: { 200: { description: "Any 2xx within WEBHOOK_TIMEOUT_MS acknowledges the event; 410 stops retries; anything else is retried." } },
+      responses: {
+        200: { description: "Any 2xx within WEBHOOK_TIMEOUT_MS acknowledges the event; anything else but 410 is retried." },
+        410: { description: "Gone: the relay stops retrying this event." },
+      },
     });
   }
 }

@@ -47,7 +47,7 @@ export function catalogModels(body: unknown): CatalogModel[] {
 }
 
 /** Request fields checked against a capability list, and where the list may be found. */
-const CAPABILITIES: Record<string, string[]> = {
+export const CAPABILITIES: Record<string, string[]> = {
   mode: ["modes"],
   video_mode: ["video_modes", "modes"],
   size: ["sizes"],

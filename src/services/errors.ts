@@ -1,5 +1,5 @@
 /**
- * The relay's error codes: the upstream's table (UPSTREAM-API.md §7) plus the relay's own.
+ * The relay's error codes: the upstream's table (docs/upstream.md) plus the relay's own.
  * One code → one status, so a handler never picks a status by hand.
  */
 export const ERROR_STATUS = {
@@ -11,6 +11,7 @@ export const ERROR_STATUS = {
   membership_required: 402,
   task_not_found: 404,
   not_found: 404,
+  method_not_allowed: 405,
   idempotency_key_reused: 409,
   cannot_cancel: 409,
   encryption_key_required: 409,

@@ -31,7 +31,7 @@ interface Stored extends StorageView {
 
 const printable = (max: number) => z.string().min(1).max(max).regex(/^[\x21-\x7e]+$/, "must be printable ASCII without spaces");
 
-const StorageInput = z.strictObject({
+export const StorageInput = z.strictObject({
   endpoint: z.string().max(2048),
   bucket: z
     .string()

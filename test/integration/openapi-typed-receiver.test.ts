@@ -1,9 +1,5 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import openapiTS, { astToString, type OpenAPI3 } from "openapi-typescript";
-import ts from "typescript";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
+import { typeErrors } from "../helpers/openapi-types.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
 /**
@@ -79,38 +75,13 @@ export const wrongCharge: number = succeeded.data.usage.points_charged;
 export const wrongField = succeeded.data.host;
 `;
 
-const dirs: string[] = [];
-afterEach(() => {
-  while (dirs.length > 0) rmSync(dirs.pop()!, { recursive: true, force: true });
-});
-
-/** Generates schema.ts from an OpenAPI document into a temp folder beside the receiver; returns the compiler's errors. */
-async function typeErrors(doc: Record<string, unknown>): Promise<string[]> {
-  const dir = mkdtempSync(join(tmpdir(), "genrelay-typed-"));
-  dirs.push(dir);
-  writeFileSync(join(dir, "schema.ts"), astToString(await openapiTS(doc as unknown as OpenAPI3)));
-  writeFileSync(join(dir, "receiver.ts"), RECEIVER);
-  const program = ts.createProgram([join(dir, "receiver.ts")], {
-    strict: true,
-    noEmit: true,
-    target: ts.ScriptTarget.ES2022,
-    module: ts.ModuleKind.ESNext,
-    moduleResolution: ts.ModuleResolutionKind.Bundler,
-    lib: ["lib.es2022.d.ts"],
-    types: [],
-    skipLibCheck: true,
-  });
-  return ts
-    .getPreEmitDiagnostics(program)
-    .map((d) => `${d.file ? `${d.file.fileName.slice(dir.length + 1)}:${d.file.getLineAndCharacterOfPosition(d.start ?? 0).line + 1} ` : ""}${ts.flattenDiagnosticMessageText(d.messageText, "\n")}`);
-}
-
 describe("a receiver built from openapi-typescript's types of /openapi.json", () => {
   it("type-checks, reading data.id, data.output, data.usage.points_charged and each notice's fields; with empty webhooks it does not", async () => {
     const { t } = suite.setup();
     const doc = (await (await t.request(null, "/openapi.json")).json()) as Record<string, unknown>;
-    expect(await typeErrors(doc)).toEqual([]);
-    const errors = await typeErrors({ ...doc, webhooks: {} });
+    const receiver = { name: "receiver.ts", source: RECEIVER };
+    expect(await typeErrors(doc, receiver)).toEqual([]);
+    const errors = await typeErrors({ ...doc, webhooks: {} }, receiver);
     expect(errors).toContain("receiver.ts:11 Property 'id' does not exist on type 'never'.");
   }, 60_000);
 });

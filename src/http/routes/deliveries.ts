@@ -1,9 +1,10 @@
-import { createRoute, z, type OpenAPIHono } from "@hono/zod-openapi";
+import { z, type OpenAPIHono } from "@hono/zod-openapi";
 import { PINGS_PER_MINUTE, TRIGGERS_PER_MINUTE, type DeliveryService } from "../../services/deliveries.js";
 import { TEST_EVENT_TYPES } from "../../services/sample-events.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import type { AppEnv } from "../context.js";
-import { errorResponses, TaskIdParam } from "../schemas.js";
+import { apiRoute } from "../schema-rules.js";
+import { errorResponses, ownBody, publicUrl, TaskIdParam } from "../schemas.js";
 
 const security = [{ bearerAuth: [] }];
 const json = <T extends z.ZodType>(schema: T) => ({ "application/json": { schema } });
@@ -57,9 +58,10 @@ const EventItemSchema = z
 
 export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceDeps, deliveries: DeliveryService): void {
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "get",
       path: "/openapi/v1/tasks/{id}/deliveries",
+      operationId: "listTaskDeliveries",
       tags: ["Webhooks"],
       summary: "Every delivery attempt of a task's events",
       security,
@@ -70,9 +72,10 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
   );
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "post",
       path: "/openapi/v1/tasks/{id}/redeliver",
+      operationId: "redeliverTask",
       tags: ["Webhooks"],
       summary: "Send the task's last event again (same webhook-id)",
       description: `At most ${TRIGGERS_PER_MINUTE} redelivers a minute per client: 429 rate_limit otherwise.`,
@@ -90,9 +93,10 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
   );
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "get",
       path: "/openapi/v1/webhooks/hosts",
+      operationId: "listFailingHosts",
       tags: ["Webhooks"],
       summary: "Your callback hosts answering no 2xx now",
       description: "Each host (hostname:port) since its first failure after its last 2xx, with failed attempts, pending events and the last error.",
@@ -103,14 +107,19 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
   );
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "post",
       path: "/openapi/v1/webhooks/hosts/{host}/retry",
+      operationId: "retryHost",
       tags: ["Webhooks"],
       summary: "Retry now: send your waiting and paused events for one callback host at once",
       description: `The host is hostname:port, URL-encoded (hooks.example.com:443). Its events due later or paused by its circuit breaker are sent at once, the first as the circuit's trial. At most ${TRIGGERS_PER_MINUTE} a minute per client: 429 rate_limit otherwise.`,
       security,
-      request: { params: z.object({ host: z.string().max(300).openapi({ param: { name: "host", in: "path" }, example: "hooks.example.com:443" }) }) },
+      request: {
+        params: z.object({
+          host: z.string().max(300).openapi({ param: { name: "host", in: "path", description: "hostname:port, URL-encoded" }, example: "hooks.example.com:443" }),
+        }),
+      },
       responses: {
         202: { description: "How many events were made due", content: json(z.object({ data: z.object({ host: z.string(), requeued: z.number().int() }) })) },
         ...errorResponses(400, 401, 429),
@@ -120,9 +129,10 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
   );
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "post",
       path: "/openapi/v1/webhooks/test",
+      operationId: "sendTestWebhook",
       tags: ["Webhooks"],
       summary: "Send a signed test event (a ping, or a sample of any event type) to a URL and report the attempt",
       security,
@@ -130,8 +140,8 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
         body: {
           required: true,
           content: json(
-            z.object({
-              url: z.string().openapi({ example: "https://example.com/hooks" }),
+            ownBody({
+              url: publicUrl("Where the test event goes.").openapi({ example: "https://example.com/hooks" }),
               type: z.enum(TEST_EVENT_TYPES, { error: `must be one of ${TEST_EVENT_TYPES.join(", ")}` }).optional().openapi({ description: "Default ping. A task or notice type sends a realistic sample of that event (data.sample: true), so a low-code tool can learn its structure." }),
               task_type: z.enum(["image", "video"], { error: "must be image or video" }).optional().openapi({ description: "For task event samples: an image task (default) or a video task, of the catalog's first model of that kind." }),
             }),
@@ -148,9 +158,10 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
   );
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "post",
       path: "/openapi/v1/webhooks/secret/rotate",
+      operationId: "rotateWebhookSecret",
       tags: ["Webhooks"],
       summary: "Rotate your webhook signing secret",
       description:
@@ -175,9 +186,10 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
   );
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "get",
       path: "/openapi/v1/events",
+      operationId: "listEvents",
       tags: ["Webhooks"],
       summary: "Your webhook events in order (pull feed)",
       description: "For receivers that were down, or development without a public URL. Keep next_cursor and pass it as after.",
@@ -200,23 +212,32 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
   );
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "post",
       path: "/openapi/v1/deliveries/recover",
+      operationId: "recoverDeliveries",
       tags: ["Webhooks"],
       summary: "Re-queue your failed deliveries since a time",
       description: `At most ${TRIGGERS_PER_MINUTE} recovers a minute per client: 429 rate_limit otherwise.`,
       security,
-      request: { body: { required: true, content: json(z.object({ since: z.iso.datetime({ offset: true, error: "must be an ISO-8601 date-time" }) })) } },
+      request: {
+        body: {
+          required: true,
+          content: json(
+            ownBody({ since: z.iso.datetime({ offset: true, error: "must be an ISO-8601 date-time" }).openapi({ example: "2026-01-01T00:00:00Z", description: "Failed deliveries of events since this time are queued again." }) }),
+          ),
+        },
+      },
       responses: { 202: { description: "How many were re-queued", content: json(z.object({ data: z.object({ requeued: z.number().int() }) })) }, ...errorResponses(400, 401, 413, 415, 422, 429) },
     }),
     async (c) => c.json({ data: await deliveries.recover(c.get("client").id, Date.parse(c.req.valid("json").since)) }, 202),
   );
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "get",
       path: "/openapi/v1/usage",
+      operationId: "getUsage",
       tags: ["Usage"],
       summary: "Your task counts and credits",
       security,

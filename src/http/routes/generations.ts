@@ -1,10 +1,11 @@
-import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
+import type { OpenAPIHono } from "@hono/zod-openapi";
 import type { Config } from "../../config.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import { createTask } from "../../services/intake.js";
 import { viewOf } from "../../services/tasks.js";
 import type { AppEnv } from "../context.js";
-import { errorResponses, IdempotencyHeaders, ImageGenerationBody, TaskViewSchema, VideoGenerationBody } from "../schemas.js";
+import { apiRoute, headerRefs } from "../schema-rules.js";
+import { errorResponses, idempotencyHeaders, ImageGenerationBody, TaskViewSchema, VideoGenerationBody } from "../schemas.js";
 
 const security = [{ bearerAuth: [] }];
 
@@ -18,21 +19,30 @@ export function absoluteUrl(config: Pick<Config, "publicBaseUrl">, requestUrl: s
 }
 
 function generationRoute(type: "image" | "video") {
-  return createRoute({
+  return apiRoute({
     method: "post",
     path: `/openapi/v1/${type}s/generations`,
+    operationId: type === "image" ? "createImageTask" : "createVideoTask",
     tags: ["Generations"],
     summary: `Create ${type === "image" ? "an image" : "a video"} task`,
     description:
       "Stores the task durably and answers at once; the relay submits it upstream, polls it, and sends a signed webhook to callback_url when it ends.",
     security,
     request: {
-      headers: IdempotencyHeaders,
+      headers: idempotencyHeaders(type),
       body: { required: true, content: { "application/json": { schema: type === "image" ? ImageGenerationBody : VideoGenerationBody } } },
     },
     responses: {
-      201: { description: "Task accepted (status queued)", content: { "application/json": { schema: TaskViewSchema } } },
-      200: { description: "Replay of the same Idempotency-Key and body: the original task", content: { "application/json": { schema: TaskViewSchema } } },
+      201: {
+        description: "Task accepted (status queued)",
+        headers: headerRefs("Location", "Idempotent-Replayed"),
+        content: { "application/json": { schema: TaskViewSchema } },
+      },
+      200: {
+        description: "Replay of the same Idempotency-Key and body: the original task",
+        headers: headerRefs("Location", "Idempotent-Replayed"),
+        content: { "application/json": { schema: TaskViewSchema } },
+      },
       ...errorResponses(400, 401, 402, 409, 413, 415, 422, 429),
     },
   });

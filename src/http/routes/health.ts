@@ -1,5 +1,6 @@
-import { createRoute, z, type OpenAPIHono } from "@hono/zod-openapi";
+import { z, type OpenAPIHono } from "@hono/zod-openapi";
 import type { AppEnv } from "../context.js";
+import { apiRoute } from "../schema-rules.js";
 
 export interface Readiness {
   /** Returns the problems that make the relay unready; empty when ready. */
@@ -10,9 +11,11 @@ const HealthSchema = z.object({ status: z.enum(["ok", "unavailable"]), problems:
 
 export function registerHealthRoutes(app: OpenAPIHono<AppEnv>, readiness: Readiness): void {
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "get",
       path: "/healthz",
+      operationId: "checkLiveness",
+      security: [],
       tags: ["Operations"],
       summary: "Liveness: the process is up",
       responses: { 200: { description: "Up", content: { "application/json": { schema: HealthSchema } } } },
@@ -20,9 +23,11 @@ export function registerHealthRoutes(app: OpenAPIHono<AppEnv>, readiness: Readin
     (c) => c.json({ status: "ok" as const }, 200),
   );
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "get",
       path: "/readyz",
+      operationId: "checkReadiness",
+      security: [],
       tags: ["Operations"],
       summary: "Readiness: the database is writable and every worker loop is running",
       responses: {

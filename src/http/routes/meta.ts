@@ -1,13 +1,15 @@
-import { createRoute, z, type OpenAPIHono } from "@hono/zod-openapi";
+import { z, type OpenAPIHono } from "@hono/zod-openapi";
 import type { CatalogCache } from "../../services/catalog.js";
 import type { AppEnv } from "../context.js";
+import { apiRoute, headerRefs } from "../schema-rules.js";
 import { errorResponses } from "../schemas.js";
 
 export function registerModelRoutes(app: OpenAPIHono<AppEnv>, catalog: CatalogCache): void {
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "get",
       path: "/openapi/v1/models",
+      operationId: "listModels",
       tags: ["Models"],
       summary: "The upstream model catalog (cached)",
       description: "Verbatim from the upstream, refreshed in the background; served stale when the upstream fails, with an Age header.",
@@ -15,6 +17,7 @@ export function registerModelRoutes(app: OpenAPIHono<AppEnv>, catalog: CatalogCa
       responses: {
         200: {
           description: "The catalog",
+          headers: headerRefs("Age"),
           content: {
             "application/json": {
               schema: z

@@ -1,14 +1,18 @@
-import { createRoute, z, type OpenAPIHono } from "@hono/zod-openapi";
+import { z, type OpenAPIHono } from "@hono/zod-openapi";
 import type { ServiceDeps } from "../../services/deps.js";
 import { ApiError } from "../../services/errors.js";
-import { deleteStorage, getStorage, setStorage } from "../../services/storage.js";
+import { deleteStorage, getStorage, setStorage, StorageInput } from "../../services/storage.js";
+import { MAX_URL_EXPIRES_IN } from "../../mirror/bucket.js";
 import type { AppEnv } from "../context.js";
 import { jsonBody } from "../middleware.js";
-import { errorResponses } from "../schemas.js";
+import { apiRoute } from "../schema-rules.js";
+import { errorResponses, ORIGIN_PATTERN, ownBody } from "../schemas.js";
 
 const security = [{ bearerAuth: [] }];
 const json = <T extends z.ZodType>(schema: T) => ({ "application/json": { schema } });
 const PATH = "/openapi/v1/storage";
+/** services/storage.ts's prefix rule, as a pattern: no leading /, no . or .. segment, no control character or backslash. */
+const PREFIX_PATTERN = "^(?!/)(?!(?:[^/]*/)*\\.\\.?(?:/|$))[^\\u0000-\\u001f\\u007f\\\\]*$";
 
 const StorageSchema = z
   .object({
@@ -23,28 +27,48 @@ const StorageSchema = z
   })
   .openapi("Storage");
 
-const StorageUpdate = z
-  .object({
-    endpoint: z.string().openapi({ description: "The S3-compatible endpoint's origin; address-checked like a callback URL." }),
-    bucket: z.string(),
-    region: z.string(),
-    prefix: z.string().openapi({ description: "Objects are written to <prefix><task_id>/<n><ext>." }),
-    access_key_id: z.string(),
-    secret_access_key: z.string().openapi({ description: "Sealed with RELAY_ENCRYPTION_KEY; never shown again." }),
-    force_path_style: z.boolean().optional(),
-    public_base_url: z.string().nullable().optional().openapi({ description: "When set, files[i].url is this + key instead of a presigned URL." }),
-    url_expires_in: z.number().int().optional().openapi({ description: "Seconds a presigned files[i].url stays valid; default and most 604800 (7 days)." }),
-  })
+/**
+ * The body PUT takes: the very fields the service parses (services/storage.ts, StorageInput), closed
+ * like every body, with what its refinements and address checks decide said in the document. zod's
+ * own `.meta()`, which the generator reads too: the service's schemas may be built before
+ * @hono/zod-openapi adds `.openapi()` to zod.
+ */
+const input = StorageInput.shape;
+const StorageUpdate = ownBody({
+  ...input,
+  endpoint: input.endpoint.meta({
+    format: "uri",
+    pattern: ORIGIN_PATTERN,
+    example: "https://s3.eu-west-1.amazonaws.com",
+    description:
+      "The S3-compatible endpoint's origin (no path or query), address-checked like a callback URL: https and a public host; http and private hosts only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development).",
+  }),
+  bucket: input.bucket.meta({ example: "my-generations" }),
+  region: input.region.meta({ example: "eu-west-1" }),
+  prefix: input.prefix.meta({
+    pattern: PREFIX_PATTERN,
+    example: "genrelay/",
+    description: "Objects are written to <prefix><task_id>/<n><ext>. No leading /, no . or .. segment, no control character or backslash.",
+  }),
+  secret_access_key: input.secret_access_key.meta({ description: "Sealed with RELAY_ENCRYPTION_KEY; never shown again." }),
+  public_base_url: input.public_base_url.meta({
+    format: "uri",
+    pattern: "^https?://[^?]*$",
+    description: "When set, files[i].url is this + key instead of a presigned URL: an absolute http(s) URL without a query.",
+  }),
+  url_expires_in: input.url_expires_in.meta({ description: `Seconds a presigned files[i].url stays valid; default and most ${MAX_URL_EXPIRES_IN} (7 days).` }),
+})
   .openapi("StorageUpdate");
 
-/** PUT/GET/DELETE /openapi/v1/storage: the client's bucket for copies of outputs (DESIGN §17). */
+/** PUT/GET/DELETE /openapi/v1/storage: the client's bucket for copies of outputs (docs/contract.md, "Outputs"). */
 export function registerStorageRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
   app.on("PUT", [PATH], ...jsonBody());
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "get",
       path: PATH,
+      operationId: "getStorage",
       tags: ["Storage"],
       summary: "Your bucket for copies of outputs (without its secret)",
       security,
@@ -58,9 +82,10 @@ export function registerStorageRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDep
   );
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "put",
       path: PATH,
+      operationId: "setStorage",
       tags: ["Storage"],
       summary: "Set your bucket: succeeded tasks' output files are copied into it before task.succeeded",
       description:
@@ -73,9 +98,10 @@ export function registerStorageRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDep
   );
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "delete",
       path: PATH,
+      operationId: "deleteStorage",
       tags: ["Storage"],
       summary: "Remove your bucket (copies already made stay in it)",
       security,

@@ -1,7 +1,8 @@
-import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
+import type { OpenAPIHono } from "@hono/zod-openapi";
 import type { ServiceDeps } from "../../services/deps.js";
 import { cancelTask, getTaskView, listTaskViews } from "../../services/tasks.js";
 import type { AppEnv } from "../context.js";
+import { apiRoute } from "../schema-rules.js";
 import { errorResponses, TaskIdParam, TaskListQuery, TaskListSchema, TaskViewSchema } from "../schemas.js";
 
 const security = [{ bearerAuth: [] }];
@@ -9,9 +10,10 @@ const taskJson = { "application/json": { schema: TaskViewSchema } };
 
 export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "get",
       path: "/openapi/v1/tasks/{id}",
+      operationId: "getTask",
       tags: ["Tasks"],
       summary: "Read a task",
       security,
@@ -22,9 +24,10 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
   );
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "get",
       path: "/openapi/v1/tasks",
+      operationId: "listTasks",
       tags: ["Tasks"],
       summary: "List your tasks, newest first",
       security,
@@ -35,9 +38,10 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
   );
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "post",
       path: "/openapi/v1/tasks/{id}/cancel",
+      operationId: "cancelTask",
       tags: ["Tasks"],
       summary: "Cancel a task not yet submitted upstream",
       description: "A task still waiting in the relay becomes canceled and is never charged. Once submitted, the upstream has no cancel: 409 cannot_cancel.",

@@ -1,9 +1,9 @@
-import { createRoute, z, type OpenAPIHono } from "@hono/zod-openapi";
+import { z, type OpenAPIHono } from "@hono/zod-openapi";
 import type { ServiceDeps } from "../../services/deps.js";
-import { meantField } from "../../services/intake-fields.js";
 import { getWebhookSettings, updateWebhookSettings } from "../../services/webhook-settings.js";
 import type { AppEnv } from "../context.js";
-import { CallbackHeadersSchema, errorResponses } from "../schemas.js";
+import { apiRoute } from "../schema-rules.js";
+import { CallbackHeadersSchema, errorResponses, ownBody, publicUrl } from "../schemas.js";
 
 const security = [{ bearerAuth: [] }];
 const json = <T extends z.ZodType>(schema: T) => ({ "application/json": { schema } });
@@ -19,30 +19,29 @@ const SettingsSchema = z
   })
   .openapi("WebhookSettings");
 
-const SETTINGS_FIELDS = ["notification_url", "callback_headers", "signature"];
-
-const SettingsUpdate = z
-  .looseObject({
-    notification_url: z.string().max(2048, { error: "at most 2048 characters" }).nullable().optional().openapi({ example: "https://example.com/hooks/genrelay-ops" }),
+const SettingsUpdate = ownBody(
+  {
+    notification_url: publicUrl("Where endpoint.failing, endpoint.recovered and delivery.exhausted notices go; null removes it.")
+      .max(2048, { error: "at most 2048 characters" })
+      .nullable()
+      .optional()
+      .openapi({ example: "https://example.com/hooks/genrelay-ops" }),
     callback_headers: CallbackHeadersSchema.nullable().optional().openapi({ description: "Replaces every default header; null removes them. A task's own callback_headers override same-named defaults." }),
     signature: z.enum(["hmac", "ed25519"], { error: "must be hmac or ed25519" }).optional().openapi({
       description: "hmac: v1 signatures with your whsec_ secret. ed25519: v1a signatures made with a key pair the relay holds; GET shows its public_key.",
     }),
-  })
-  .superRefine((body, ctx) => {
-    for (const field of Object.keys(body).filter((k) => !SETTINGS_FIELDS.includes(k))) {
-      const meant = meantField(field, SETTINGS_FIELDS);
-      ctx.addIssue({ code: "custom", path: [field], message: meant ? `is not a setting; did you mean "${meant}"?` : "is not a setting", params: meant ? { did_you_mean: meant } : {} });
-    }
-  })
+  },
+  "setting",
+)
   .openapi("WebhookSettingsUpdate");
 
-/** GET/PUT /openapi/v1/webhooks/settings: the client's webhook defaults (section 13). */
+/** GET/PUT /openapi/v1/webhooks/settings: the client's webhook defaults (docs/contract.md, "Receivers"). */
 export function registerWebhookSettingsRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "get",
       path: "/openapi/v1/webhooks/settings",
+      operationId: "getWebhookSettings",
       tags: ["Webhooks"],
       summary: "Your webhook defaults: notification URL, callback header names, signature scheme",
       security,
@@ -52,9 +51,10 @@ export function registerWebhookSettingsRoutes(app: OpenAPIHono<AppEnv>, deps: Se
   );
 
   app.openapi(
-    createRoute({
+    apiRoute({
       method: "put",
       path: "/openapi/v1/webhooks/settings",
+      operationId: "updateWebhookSettings",
       tags: ["Webhooks"],
       summary: "Change your webhook defaults (fields left out are unchanged)",
       description:
