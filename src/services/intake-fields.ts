@@ -4,9 +4,9 @@ import { fieldCountProblem, REQUEST_BOUNDS } from "./request-bounds.js";
 export { fieldCountProblem };
 
 /**
- * The body fields intake knows, per endpoint (section 14): the upstream's documented fields plus
- * the relay's own. The request schemas (src/http/schemas.ts) list exactly these; a unit test holds
- * them together. A field outside them is either a near miss of one (refused with the field meant)
+ * The body fields intake knows, per endpoint (docs/contract.md, "Intake"): the upstream's
+ * documented fields plus the relay's own. The request schemas (src/http/schemas.ts) are keyed by
+ * these lists, so the compiler holds them together, and /openapi.json lists exactly these. A field outside them is either a near miss of one (refused with the field meant)
  * or a model parameter, passed through only where the model's catalog entry names it.
  */
 export const RELAY_BODY_FIELDS = ["callback_url", "callback_events", "callback_headers", "metadata", "expires_after_seconds"] as const;
