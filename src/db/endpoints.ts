@@ -1,4 +1,4 @@
-import { and, asc, desc, eq, inArray, isNotNull, isNull, lt, lte, notInArray, or, sql } from "drizzle-orm";
+import { and, asc, desc, eq, gte, inArray, isNotNull, isNull, lt, lte, notInArray, or, sql } from "drizzle-orm";
 import type { Db } from "./open.js";
 import { clients, endpointHealth, notices } from "./schema.js";
 
@@ -141,16 +141,25 @@ export function recordNotice(db: Db, id: string, token: string, patch: Partial<N
     .run();
 }
 
+/**
+ * When a pending notice can next be claimed: the earliest unleased one's time, or a lease's end
+ * when sooner. Leased notices (one client's, hanging) never hide another's that is due before.
+ */
 export function nextNoticeDueAt(db: Db, now: number): number | null {
-  const row = db
-    .select({ at: notices.nextAttemptAt, until: notices.claimedUntil })
+  const unleased = db
+    .select({ at: notices.nextAttemptAt })
     .from(notices)
-    .where(eq(notices.deliveryStatus, "pending"))
+    .where(and(eq(notices.deliveryStatus, "pending"), or(isNull(notices.claimedUntil), lt(notices.claimedUntil, now))))
     .orderBy(asc(notices.nextAttemptAt))
     .limit(1)
     .all()[0];
-  if (!row) return null;
-  return row.until !== null && row.until >= now ? row.until : row.at;
+  const lease = db
+    .select({ until: sql<number | null>`min(${notices.claimedUntil})` })
+    .from(notices)
+    .where(and(eq(notices.deliveryStatus, "pending"), gte(notices.claimedUntil, now)))
+    .all()[0];
+  const times = [unleased?.at, lease?.until].filter((t): t is number => t !== null && t !== undefined);
+  return times.length === 0 ? null : Math.min(...times);
 }
 
 export function noticesOfClient(db: Db, clientId: string, limit: number): NoticeRow[] {

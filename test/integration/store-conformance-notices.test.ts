@@ -91,6 +91,16 @@ describe.each(suite.dialects)("NoticeStore on %s", (_name, h) => {
     expect(await store.notices.nextDueAt(NOW + 6)).toBeNull();
   });
 
+  it("nextDueAt: a leased notice never hides an unleased one due before its lease ends (one client's hanging notices, another's retry)", async () => {
+    const { store } = await h.fresh();
+    await notice(store, { nextAttemptAt: NOW - 10 });
+    await claim(store, "n:hanging", 10, NOW);
+    await notice(store, { nextAttemptAt: NOW + 5_000 });
+    // Before #30: the earliest pending notice's lease end (NOW + 30 s).
+    expect(await store.notices.nextDueAt(NOW)).toBe(NOW + 5_000);
+    expect(await store.notices.nextDueAt(NOW + 6_000)).toBe(NOW + 5_000);
+  });
+
   it("prune removes settled notices created before `before`, one batch at a time; pending ones stay", async () => {
     const { store } = await h.fresh();
     const c = await client(store);

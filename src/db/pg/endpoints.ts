@@ -119,10 +119,17 @@ export function pgNoticeStore(s: PgStore, notify: () => Promise<void>): NoticeSt
       ]);
     },
     nextDueAt: async (now) => {
-      const r = (await q("SELECT next_attempt_at, claimed_until FROM notices WHERE delivery_status = 'pending' ORDER BY next_attempt_at LIMIT 1", []))[0];
-      if (!r) return null;
-      const until = r.claimed_until === null ? null : Number(r.claimed_until);
-      return until !== null && until >= now ? until : Number(r.next_attempt_at);
+      // As SQLite's nextNoticeDueAt: the earliest unleased notice, or a lease's end when sooner.
+      const r = (
+        await q(
+          `SELECT (SELECT next_attempt_at FROM notices WHERE delivery_status = 'pending' AND (claimed_until IS NULL OR claimed_until < $1)
+                   ORDER BY next_attempt_at LIMIT 1) AS at,
+                  (SELECT min(claimed_until) FROM notices WHERE delivery_status = 'pending' AND claimed_until >= $1) AS until`,
+          [now],
+        )
+      )[0]!;
+      const times = [r.at, r.until].filter((t) => t !== null && t !== undefined).map(Number);
+      return times.length === 0 ? null : Math.min(...times);
     },
     prune: async (before, batch) =>
       (
