@@ -69,8 +69,8 @@ export async function listDashboardTasks(
   deps: ServiceDeps,
   q: TaskListQuery,
 ): Promise<{ items: TaskListItem[]; nextBefore: string | null }> {
-  // One extra row tells whether an older page exists.
-  const rows = await deps.store.tasks.list({ ...q, limit: q.limit + 1 });
+  // One extra row tells whether an older page exists. The list shows no output: none is read.
+  const rows = await deps.store.tasks.list({ ...q, limit: q.limit + 1, outputMaxBytes: 0 });
   const page = rows.slice(0, q.limit);
   const last = await deps.store.events.lastOfTasks(page.map((t) => t.id));
   return {

@@ -66,7 +66,7 @@ function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
   // What a task stores is bounded, every field alike (not only prompt); checked first, so nothing
   // below walks a body over the bounds.
   const oversized = storedRequestProblems(body);
-  if (oversized.length > 0) throw new ApiError("validation_error", "Some request fields are larger than a task stores.", oversized);
+  if (oversized.length > 0) throw new ApiError("validation_error", "The request is over the bounds of what a task stores (see details).", oversized);
   let callbackUrl: string | null = null;
   if (body.callback_url !== undefined && body.callback_url !== null) {
     const verdict = validateCallbackUrl(body.callback_url, { allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks });
