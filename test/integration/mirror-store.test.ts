@@ -11,6 +11,7 @@ import { loadConfig } from "../../src/config.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { storeDialects } from "../helpers/store-dialects.js";
 import { startFileServer, startS3, succeedTask, type TestS3 } from "../helpers/mirror.js";
+import { startSilentServer } from "../helpers/hostile.js";
 
 /** The mirror stage's store operations and its whole round, on both dialects. */
 const cleanups: Array<() => Promise<void>> = [];
@@ -79,6 +80,31 @@ describe.each(dialects)("mirror stage on %s", (_name, make) => {
     });
     const [bTasks, cTasks] = [tasksOf.get(b!.id)!, tasksOf.get(c!.id)!];
     expect(claimed.map((t) => t.id)).toEqual([bTasks[0], cTasks[0], cTasks[1], cTasks[2]]);
+  });
+
+  it("the copy pool: a client whose bucket never answers holds its share (3 of 4); another client's task takes the reserve at the next tick; no spinning meanwhile", async () => {
+    const store = await make();
+    const clock = new FakeClock();
+    const lifecycle = new Lifecycle({ store, clock, nudges: noNudges, firstAttemptDelayMs: 0, mirrors: async () => true });
+    const silent = await startSilentServer();
+    cleanups.push(() => silent.close());
+    const [hostile, victim] = await Promise.all(["hostile", "victim"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)));
+    await setStorage({ store, config }, hostile!.id, s3.storageBody({ endpoint: silent.url }));
+    await setStorage({ store, config }, victim!.id, s3.storageBody());
+    for (let i = 0; i < 5; i++) await succeedTask(store, lifecycle, hostile!.id, { u: files.url("/f.png") }, clock.now());
+    const mirror = new Mirror({ store, clock, logger: silentLogger, owner: new LeaseOwner(), lifecycle, encryptionKey: config.encryptionKey, allowPrivateNetworks: true, maxBytes: 1 << 20 });
+    cleanups.push(() => mirror.close());
+
+    expect(await mirror.tick()).toMatchObject({ didWork: true });
+    expect(mirror.slots.inFlightOf(hostile!.id)).toBe(3);
+    // Its two other tasks are due, but it is at its share: the loop waits for a settle, a nudge or a second.
+    expect(await mirror.tick()).toEqual({ didWork: false, nextDueAt: clock.now() + 1_000 });
+    const task = await succeedTask(store, lifecycle, victim!.id, { u: files.url("/f.png") }, clock.now());
+    expect(await mirror.tick()).toMatchObject({ didWork: true });
+    // Before #30: the hostile client's copies held all 4 slots and this task waited for them.
+    expect(mirror.slots.inFlightOf(victim!.id)).toBe(1);
+    await expect.poll(async () => (await store.tasks.find(task.id))?.phase, { timeout: 5_000 }).toBe("done");
+    expect(mirror.slots.inFlightOf(hostile!.id)).toBe(3);
   });
 
   it("a succeeded task is held in mirroring, copied, then ends with task.succeeded carrying its files", async () => {
