@@ -36,6 +36,12 @@ describe("outgoingHeaders: callback headers", () => {
     expect(h["x-ok"]).toBe("1");
   });
 
+  it("drops hop-by-hop and unsendable names stored before intake refused them (Expect made every attempt fail)", () => {
+    const stored = JSON.stringify({ expect: "100-continue", "keep-alive": "timeout=5", "proxy-authorization": "Basic x", te: "trailers", trailer: "x", upgrade: "h2c", host: "evil.example", "content-length": "1", "x-ok": "1" });
+    const h = outgoingHeaders({ client: client(null), id: "evt_4", at: 1_700_000_000_000, body: "{}", encryptionKey: KEY, callbackHeaders: stored });
+    expect(Object.keys(h).sort()).toEqual(["content-type", "user-agent", "webhook-id", "webhook-signature", "webhook-timestamp", "x-ok"]);
+  });
+
   it("without callback headers: exactly the signed headers", () => {
     const h = outgoingHeaders({ client: client(null), id: "evt_3", at: 1_700_000_000_000, body: "{}", encryptionKey: KEY });
     expect(Object.keys(h).sort()).toEqual(["content-type", "user-agent", "webhook-id", "webhook-signature", "webhook-timestamp"]);
