@@ -166,7 +166,7 @@ export interface Config {
   metricsToken: string | null;
   /** Largest output file copied into a client's bucket (docs/contract.md, "Outputs"); a larger one gets files[i].error. */
   mirrorMaxBytes: number;
-  /** The most one client's tasks may store from their requests (bytes); a creation past it is 429 storage_limit (DESIGN §19). */
+  /** The most one client's tasks may store from their requests (bytes); a creation past it is 429 storage_limit (docs/contract.md, "Bounded requests"). */
   clientMaxStoredBytes: number;
   /**
    * PostgreSQL: how long an upstream account's leadership lasts unrenewed. An instance that stops

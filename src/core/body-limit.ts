@@ -1,9 +1,9 @@
 import type { FlatTask } from "./task-view.js";
 
 /**
- * The largest webhook body the relay sends, in serialized UTF-8 bytes (DESIGN §19, "Body size by
- * the bytes sent"). A list item of GET /openapi/v1/tasks is held to the same size, so a list read
- * builds at most this much per task.
+ * The largest webhook body the relay sends, in serialized UTF-8 bytes (docs/contract.md,
+ * "Body size by the bytes sent"). A list item of GET /openapi/v1/tasks is held to the same size, so
+ * a list read builds at most this much per task.
  */
 export const WEBHOOK_BODY_MAX_BYTES = 256 * 1024;
 

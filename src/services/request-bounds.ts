@@ -1,7 +1,7 @@
 import type { FieldProblem } from "./errors.js";
 
 /**
- * What one creation may cost and store (DESIGN §19, "Bounded requests"), declared in one place:
+ * What one creation may cost and store (docs/contract.md, "Bounded requests"), declared in one place:
  * intake refuses a body over any of these before anything is stored, and the OpenAPI document
  * publishes them. The request body itself is at most 1 MiB (src/http/middleware.ts).
  */

@@ -19,7 +19,7 @@ import { UPSTREAM_KEY, UPSTREAM_URL } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
 /**
- * Bounded requests and body sizes by the bytes sent (DESIGN §19; issue #30 items 2, 5, 8, 12, 13),
+ * Bounded requests and body sizes by the bytes sent (docs/contract.md, "Isolation"; issue #30 items 2, 5, 8, 12, 13),
  * through the API on both databases: a creation body of thousands of fields, callback headers the
  * sender cannot send, fields of any size, a client's stored bytes, list reads over large outputs,
  * and webhooks of tasks whose bodies would pass 256 KiB.

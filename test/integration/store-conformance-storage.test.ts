@@ -3,7 +3,7 @@ import type { NewTaskRequest, Store } from "../../src/store/store.js";
 import { client, conformance, fresh, NOW, opts, task } from "../helpers/conformance.js";
 
 /**
- * Stored bytes per client (DESIGN §19, issue #30 item 13), on both drivers: intake adds a task's
+ * Stored bytes per client (docs/contract.md, "Bounded requests"; issue #30 item 13), on both drivers: intake adds a task's
  * stored_bytes to its client's row in the creation's own transaction or statement, the bound holds
  * exactly under a burst of concurrent creations (on PostgreSQL through the batched path and the
  * per-request one), a replay adds nothing and retention takes pruned tasks off. And list reads that

@@ -4,7 +4,7 @@ import { fieldCountProblem, knownFields, meantField, nearMissProblems, type Near
 import { REQUEST_BOUNDS, storedBytesOf, storedRequestProblems } from "../../src/services/request-bounds.js";
 
 /**
- * Bounded requests (DESIGN §19, issue #30 items 2 and 13): the work of a creation body's checks is
+ * Bounded requests (docs/contract.md, "Bounded requests"; issue #30 items 2 and 13): the work of a creation body's checks is
  * bounded by its structure, not by its size, and what a task stores is bounded field by field by
  * one rule. Work is asserted by counting it (cells of the distance tables), never by a clock.
  */

@@ -9,7 +9,7 @@ import { planTransition } from "../../src/store/transition-plan.js";
 import { webhookBodyProblems } from "../helpers/webhook-schema.js";
 
 /**
- * Body size by the bytes sent (DESIGN §19, issue #30 item 5): a task event's body is at most
+ * Body size by the bytes sent (docs/contract.md, "Body size by the bytes sent"; issue #30 item 5): a task event's body is at most
  * 256 KiB of serialized UTF-8 whatever the task holds; what makes it larger is left out or cut with
  * a flag, and the body stays valid JSON of the event's published schema. The events are planned as
  * the stores plan them (planTransition: the rules' prepare, then the event).

@@ -5,7 +5,7 @@ import { clientStorage } from "../schema.js";
 import type { DbOrTx } from "../tx.js";
 
 /**
- * Each client's stored bytes on SQLite (client_storage, DESIGN §19): one row per client, read and
+ * Each client's stored bytes on SQLite (client_storage; docs/contract.md, "Bounded requests"): one row per client, read and
  * counted up by intake inside the group commit's transaction (one writer: what it reads is what
  * the next creation sees), counted down by retention as it prunes. Prepared once: intake's hot path.
  */
