@@ -11,6 +11,7 @@ import {
   RESERVED_HEADERS,
 } from "../services/callback-headers.js";
 import { ERROR_STATUS, type ErrorCode } from "../services/errors.js";
+import { REQUEST_BOUNDS } from "../services/request-bounds.js";
 import { meantField, nearMissProblems, type IMAGE_BODY_FIELDS, type RELAY_BODY_FIELDS, type VIDEO_BODY_FIELDS } from "../services/intake-fields.js";
 import { caseless, closedBody, headerRefs, keywords, matching, maxKeys, requiredWhen, uniqueItems, whenObject } from "./schema-rules.js";
 
@@ -143,14 +144,26 @@ export const PROMPT_PATTERN = /^(?:\s*\S){3}/u;
 const prompt = matching(z.string({ error: "must be a string" }), PROMPT_PATTERN, "must contain at least 3 non-whitespace characters")
   .max(MAX_PROMPT_CHARS, { error: `must be at most ${MAX_PROMPT_CHARS} characters` })
   .openapi({ example: "a lighthouse at dawn, watercolor", description: `At least 3 non-whitespace characters, at most ${MAX_PROMPT_CHARS} characters.` });
+/**
+ * Intake bounds every string a task stores by its UTF-8 bytes (services/request-bounds.ts); JSON
+ * Schema counts characters. A short parameter is held to the characters that always fit those
+ * bytes (4 a character at most), by intake and the document alike; a URL to the bytes themselves,
+ * which its characters are (`format: uri` is ASCII).
+ */
+const MAX_TEXT = Math.floor(REQUEST_BOUNDS.maxStringBytes / 4);
+const text = () => z.string({ error: "must be a string" }).max(MAX_TEXT, { error: `must be at most ${MAX_TEXT} characters` });
+const url = () => z.string({ error: "must be a string" }).max(REQUEST_BOUNDS.maxStringBytes, { error: `must be at most ${REQUEST_BOUNDS.maxStringBytes} characters` }).openapi(MEDIA_URL_DOC);
+
 const model = (example: string) =>
   z
     .string({ error: "is required" })
     .min(1, { error: "is required" })
+    .max(MAX_TEXT, { error: `must be at most ${MAX_TEXT} characters` })
     .openapi({ example, description: "A model id of the upstream's catalog (GET /openapi/v1/models); checked at intake when the catalog is cached." });
 const mediaUrls = z
-  .array(z.string({ error: "must be a string" }).openapi(MEDIA_URL_DOC), { error: "must be an array of URLs" })
+  .array(url(), { error: "must be an array of URLs" })
   .min(1, { error: "must not be empty" })
+  .max(REQUEST_BOUNDS.maxArrayItems, { error: `must have at most ${REQUEST_BOUNDS.maxArrayItems} items` })
   .openapi({ description: "Absolute https URLs the upstream fetches." });
 
 /** A parameter whose allowed values the model's catalog entry lists: said where the document names it. */
@@ -162,7 +175,7 @@ const fromCatalog = (field: keyof typeof CAPABILITIES, what: string) =>
  * and this says what intake does beyond it, so the document never promises more than intake takes.
  */
 const PASS_THROUGH =
-  "Fields not listed here are refused by this schema, and a near miss of a listed one (callbak_url, promt) always by the relay (422, naming the field meant). The one exception is a model parameter this document does not list yet: the relay passes it to the upstream when the model's entry in GET /openapi/v1/models names it (as a key such as seeds, or in its parameters list), or when no catalog is cached (then the upstream decides). No text, field names included, may contain NUL (\\u0000).";
+  `Fields not listed here are refused by this schema, and a near miss of a listed one (callbak_url, promt) always by the relay (422, naming the field meant). The one exception is a model parameter this document does not list yet: the relay passes it to the upstream when the model's entry in GET /openapi/v1/models names it (as a key such as seeds, or in its parameters list), or when no catalog is cached (then the upstream decides). No text, field names included, may contain NUL (\\u0000). A passed-through value is bounded like every value (strings ${REQUEST_BOUNDS.maxStringBytes} bytes of UTF-8, lists ${REQUEST_BOUNDS.maxArrayItems} items, objects ${REQUEST_BOUNDS.maxObjectKeys} keys), and a task stores at most ${REQUEST_BOUNDS.maxStoredBytes / 1024} KiB in all (413 payload_too_large).`;
 const passThrough = (type: "image" | "video") => ({
   description: `${type === "image" ? "An image" : "A video"} generation: the upstream's body plus the relay's callback fields. ${PASS_THROUGH}`,
   "x-pass-through": { source: "GET /openapi/v1/models", rule: "a field the model's catalog entry names is passed to the upstream" },
@@ -174,10 +187,10 @@ const imageShape = {
   prompt,
   count: z.literal(1, { error: "must be exactly 1" }),
   image_urls: mediaUrls.optional(),
-  aspect_ratio: z.string().optional().openapi({ description: fromCatalog("aspect_ratio", "Aspect ratio such as 16:9.") }),
-  size: z.string().optional().openapi({ description: fromCatalog("size", "Output size such as 1K.") }),
-  resolution: z.string().optional().openapi({ description: fromCatalog("resolution", "Output resolution, for models that take it instead of size.") }),
-  quality: z.string().optional().openapi({ description: fromCatalog("quality", "Image quality (low, medium, high, …).") }),
+  aspect_ratio: text().optional().openapi({ description: fromCatalog("aspect_ratio", "Aspect ratio such as 16:9.") }),
+  size: text().optional().openapi({ description: fromCatalog("size", "Output size such as 1K.") }),
+  resolution: text().optional().openapi({ description: fromCatalog("resolution", "Output resolution, for models that take it instead of size.") }),
+  quality: text().optional().openapi({ description: fromCatalog("quality", "Image quality (low, medium, high, …).") }),
   ...relayFields,
 } satisfies Record<(typeof IMAGE_BODY_FIELDS)[number], z.ZodType>;
 
@@ -193,17 +206,18 @@ const videoShape = {
   video_mode: z
     .string({ error: "is required" })
     .min(1, { error: "is required" })
+    .max(MAX_TEXT, { error: `must be at most ${MAX_TEXT} characters` })
     .openapi({
       example: "t2v",
       description: fromCatalog("video_mode", "How the video is made: t2v (text), i2v_* and *ref modes (need image_urls), v2v_* modes (need source_video_url)."),
     }),
   prompt,
   image_urls: mediaUrls.optional(),
-  source_video_url: z.string({ error: "must be a string" }).optional().openapi({ ...MEDIA_URL_DOC, description: "Absolute https URL of the video a v2v mode starts from." }),
+  source_video_url: url().optional().openapi({ description: "Absolute https URL of the video a v2v mode starts from." }),
   duration: z.number({ error: "must be a number of seconds" }).positive().optional().openapi({ description: fromCatalog("duration", "Seconds.") }),
-  resolution: z.string().optional().openapi({ description: fromCatalog("resolution", "Output resolution such as 720p.") }),
-  ratio: z.string().optional().openapi({ description: fromCatalog("ratio", "Aspect ratio such as 16:9 (the upstream's other name for aspect_ratio).") }),
-  aspect_ratio: z.string().optional().openapi({ description: fromCatalog("aspect_ratio", "Aspect ratio such as 16:9.") }),
+  resolution: text().optional().openapi({ description: fromCatalog("resolution", "Output resolution such as 720p.") }),
+  ratio: text().optional().openapi({ description: fromCatalog("ratio", "Aspect ratio such as 16:9 (the upstream's other name for aspect_ratio).") }),
+  aspect_ratio: text().optional().openapi({ description: fromCatalog("aspect_ratio", "Aspect ratio such as 16:9.") }),
   ...relayFields,
 } satisfies Record<(typeof VIDEO_BODY_FIELDS)[number], z.ZodType>;
 

@@ -38,10 +38,10 @@ async function served(t: TestRelay): Promise<Doc> {
 }
 
 /**
- * `format: uri` as JSON Schema means it (RFC 3986): a scheme, no whitespace or control character,
- * and here also what the WHATWG parser (the relay's, and any HTTP client's) can read.
+ * `format: uri` as JSON Schema means it (RFC 3986): a scheme, then visible ASCII only (an IRI is
+ * `format: iri`), and here also what the WHATWG parser (the relay's, and any HTTP client's) can read.
  */
-const isUri = (s: string) => /^[A-Za-z][A-Za-z0-9+.-]*:[^\s\u0000-\u001f\u007f]*$/.test(s) && URL.canParse(s);
+const isUri = (s: string) => /^[A-Za-z][A-Za-z0-9+.-]*:[\x21-\x7e]*$/.test(s) && URL.canParse(s);
 
 /** The request body validator of one operation, compiled from the served document. */
 function bodyValidator(doc: Doc, path: string, method: string): ValidateFunction {
@@ -203,6 +203,11 @@ const REFUSED: Record<string, { method: string; bodies: [string, Body][] }> = {
       ["an http image URL", image({ mode: "edit", image_urls: ["http://cdn.example.com/a.png"] })],
       ["an image URL that is no URL", image({ mode: "edit", image_urls: ["a.png"] })],
       ["no image URLs", image({ mode: "edit", image_urls: [] })],
+      ["17 image URLs", image({ mode: "edit", image_urls: Array.from({ length: 17 }, (_, i) => `https://cdn.example.com/${i}.png`) })],
+      ["an image URL over 8 KiB", image({ mode: "edit", image_urls: [`https://cdn.example.com/${"a".repeat(8192)}`] })],
+      ["an image URL of fewer characters but over 8 KiB of UTF-8", image({ mode: "edit", image_urls: [`https://cdn.example.com/${"é".repeat(4100)}`] })],
+      ["a resolution over 2048 characters", image({ resolution: "9".repeat(2049) })],
+      ["a model id over 2048 characters", image({ model: "m".repeat(2049) })],
       ["an http callback_url", image({ callback_url: "http://hooks.example.com/x" })],
       ["a callback_url with credentials", image({ callback_url: "https://user:secret@hooks.example.com/x" })],
       ["a callback_url to a single-label host", image({ callback_url: "https://localhost/x" })],
