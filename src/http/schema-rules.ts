@@ -1,4 +1,5 @@
 import { createRoute, z, type RouteConfig } from "@hono/zod-openapi";
+import { fieldCountProblem, REQUEST_BOUNDS } from "../services/request-bounds.js";
 
 /**
  * Rules that intake checks and /openapi.json publishes, each declared once: the zod check that
@@ -30,11 +31,17 @@ export function closedBody<S extends z.ZodRawShape>(shape: S, unknownFields: (bo
   return z
     .looseObject(shape)
     .superRefine((body, ctx) => {
+      // Counted before any per-field work, so a body of thousands of names costs one bounded pass.
+      const tooMany = fieldCountProblem(body);
+      if (tooMany) {
+        ctx.addIssue({ code: "custom", path: [tooMany.field], message: tooMany.message });
+        return;
+      }
       for (const p of unknownFields(body, known)) {
         ctx.addIssue({ code: "custom", path: [p.field], message: p.message, params: p.did_you_mean ? { did_you_mean: p.did_you_mean } : {} });
       }
     }, whenObject)
-    .openapi({ additionalProperties: false });
+    .openapi({ additionalProperties: false, maxProperties: REQUEST_BOUNDS.maxFields });
 }
 
 /**
