@@ -331,7 +331,7 @@ describe("WebhookSender SSRF guard (private networks not allowed)", () => {
   });
 });
 
-describe("connections per tenant and origin (DESIGN §19)", () => {
+describe("connections per tenant and origin (docs/contract.md, \"Connections per tenant\")", () => {
   it("one tenant's requests hanging on every connection it may open to an origin do not hold another tenant's", async () => {
     const held: http.ServerResponse[] = [];
     const receiver = await startReceiver((req, res) => (req.url === "/slow" ? held.push(res) : res.end("ok")));
