@@ -9,12 +9,6 @@ interface Pending<T> {
   reject: (err: unknown) => void;
 }
 
-/**
- * Group commit: writes queued in the same turn of the event loop share one transaction, so one
- * fsync makes a whole batch durable instead of one per request. Each unit of work runs in its own
- * savepoint: one that throws (a 409, say) is rolled back alone and rejects alone. Every promise
- * settles only after the outer COMMIT, so a caller never answers before its row is on disk.
- */
 /** A write queued after its store closed. */
 export class StoreClosedError extends Error {
   override readonly name = "StoreClosedError";
@@ -23,6 +17,12 @@ export class StoreClosedError extends Error {
   }
 }
 
+/**
+ * Group commit: writes queued in the same turn of the event loop share one transaction, so one
+ * fsync makes a whole batch durable instead of one per request. Each unit of work runs in its own
+ * savepoint: one that throws (a 409, say) is rolled back alone and rejects alone. Every promise
+ * settles only after the outer COMMIT, so a caller never answers before its row is on disk.
+ */
 export class GroupCommit {
   private queue: Pending<unknown>[] = [];
   private scheduled = false;

@@ -86,7 +86,7 @@ export const tasks = sqliteTable(
     pointsCharged: integer("points_charged"),
     pointsRefunded: integer("points_refunded"),
     errorJson: text("error_json"),
-    /** Credits held for this task while it waits or runs and its charge is not known yet (see core/credits). */
+    /** Credits held for this task while it waits or runs and its charge is not known yet (docs/contract.md, "Credit limits"). */
     pointsReserved: integer("points_reserved").notNull().default(0),
     /** Model and price-relevant parameters: tasks with the same key cost the same (learned prices). */
     priceKey: text("price_key").notNull().default(""),

@@ -166,7 +166,6 @@ export function nextExpiryAt(db: Db): number | null {
   return row?.at ?? null;
 }
 
-/** Earliest next_run_at among unclaimed tasks of a phase (any account), for the loop to sleep until. */
 /**
  * Earliest next_run_at among unclaimed tasks of a phase (any account), for the loop to sleep until.
  * Rows under a lease are skipped: their holder reschedules them, and an abandoned lease is found by
@@ -192,7 +191,6 @@ export function nextDueAt(db: Db, phase: TaskPhase, now: number): number | null 
   return expiry === null ? due : Math.min(due, expiry);
 }
 
-/** Accounts that have tasks in a phase due now. */
 /** Accounts that have tasks in a phase due now: one index probe per account (accounts are few). */
 export function accountsWithDueTasks(db: Db, phase: TaskPhase, now: number): string[] {
   const accounts = db.selectDistinct({ account: clients.upstreamAccount }).from(clients).all();

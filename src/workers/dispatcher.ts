@@ -35,10 +35,10 @@ export interface DispatcherOptions {
 /** Largest body the dispatcher sends (bodies carry output URLs, never media): a defensive bound. */
 export const MAX_PAYLOAD_BYTES = 256 * 1024;
 
-/** What one claim started, and whether it took as many events as it had room for. */
 /** How soon after a refill the loop claims for everyone else (a new client's events wait at most this long for it). */
 const SWEEP_AFTER_REFILL_MS = 200;
 
+/** What one claim started, and whether it took as many events as it had room for. */
 interface Claimed {
   started: Promise<void>[];
   full: boolean;
