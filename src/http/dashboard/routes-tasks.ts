@@ -1,6 +1,7 @@
 import type { Context, Hono, MiddlewareHandler } from "hono";
 import { ID_PATTERN } from "../../ids.js";
 import { TASK_STATUSES, type TaskStatus } from "../../statuses.js";
+import { TERMINAL_STATUSES } from "../../core/transition.js";
 import { dashboardTask, listDashboardTasks } from "../../services/dashboard.js";
 import { ApiError } from "../../services/errors.js";
 import { cancelRefusal, cancelTask, requireClientTask } from "../../services/tasks.js";
@@ -11,7 +12,6 @@ import type { DashEnv } from "./session.js";
 import { cancelConfirmBody, taskBody, tasksBody } from "./views-tasks.js";
 
 const PAGE_SIZE = 25;
-const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
 
 /** Query values that are not one of the known ones are ignored, not errors: it is a filter form. */
 function filters(c: Context) {
@@ -55,7 +55,7 @@ async function taskPage(deps: DashboardDeps, c: Context<DashEnv>, id: string, me
   // Copies in the client's bucket, served by the relay, come first: the upstream's URLs expire.
   const previews = mirroredPreviews(detail.task) ?? findPreviews(detail.task.outputJson ? JSON.parse(detail.task.outputJson) : null);
   // Keep refreshing while the task runs or a delivery is still pending.
-  const moving = !TERMINAL.has(detail.task.status) || detail.delivery.status === "pending";
+  const moving = !TERMINAL_STATUSES.has(detail.task.status) || detail.delivery.status === "pending";
   return render(c, deps, {
     title: detail.task.id,
     section: "tasks",

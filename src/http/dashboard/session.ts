@@ -24,9 +24,7 @@ const COOKIE_PATH = "/dashboard";
 
 /** https requests (or a relay published at an https address) get Secure cookies; plain http cannot. */
 function isSecure(c: Context, deps: ServiceDeps): boolean {
-  // PUBLIC_BASE_URL is being added to Config on main; read it when present.
-  const publicBase = (deps.config as { publicBaseUrl?: string | null }).publicBaseUrl;
-  return new URL(c.req.url).protocol === "https:" || (typeof publicBase === "string" && publicBase.startsWith("https:"));
+  return new URL(c.req.url).protocol === "https:" || deps.config.publicBaseUrl?.startsWith("https:") === true;
 }
 
 const cookieOptions = (c: Context, deps: ServiceDeps, maxAgeSeconds: number) => ({

@@ -1,5 +1,6 @@
 import { html } from "hono/html";
-import { TASK_STATUSES } from "../../statuses.js";
+import { TASK_STATUSES, type TaskStatus } from "../../statuses.js";
+import { TERMINAL_STATUSES } from "../../core/transition.js";
 import type { TaskDetail, TaskListItem, TimelineEntry } from "../../services/dashboard.js";
 import { cancelRefusal } from "../../services/tasks.js";
 import type { EventRow, TaskRow } from "../../store/store.js";
@@ -14,12 +15,10 @@ export interface TaskFilters {
   delivery?: string | undefined;
 }
 
-const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
-
 /** Run time: creation to completion, or so far for a task still running. */
-export function taskDuration(t: { createdAt: number; completedAt: number | null; status: string }, now: number): string {
+export function taskDuration(t: { createdAt: number; completedAt: number | null; status: TaskStatus }, now: number): string {
   if (t.completedAt !== null) return duration(t.completedAt - t.createdAt);
-  return TERMINAL.has(t.status) ? "—" : `${duration(now - t.createdAt)} so far`;
+  return TERMINAL_STATUSES.has(t.status) ? "—" : `${duration(now - t.createdAt)} so far`;
 }
 
 function option(value: string, label: string, selected: string | undefined): Html {
