@@ -98,7 +98,11 @@ export class Relay {
     this.health = new EndpointHealth({ store, clock, logger, onNotice: () => this.loopsByName?.notifier.nudge() });
     this.storage = new StorageHealth(clock, logger);
     this.deps = { store, clock, config, logger, nudges, lifecycle: this.lifecycle, catalog: this.catalog, storage: this.storage };
-    const leadership = new Leadership(store, logger, { holder: this.owner.id, leaseMs: config.leaderLeaseMs });
+    // An account taken over from a frozen or dead leader has its tasks released: the loops look at once.
+    const leadership = new Leadership(store, logger, { holder: this.owner.id, leaseMs: config.leaderLeaseMs }, () => {
+      nudges.submitter();
+      nudges.poller();
+    });
     this.leadership = leadership;
     this.submitter = new Submitter({ store, clock, config, logger, accounts, owner: this.owner, nudges, metrics, lifecycle: this.lifecycle, leadership });
     // A creation wakes the submitter unless its account is full (a task with a deadline always does, for its expiry).
@@ -228,6 +232,7 @@ export class Relay {
     await Promise.race([stopped, new Promise((r) => setTimeout(r, deadlineMs).unref())]);
     // Copies still running stop here (a large file may take minutes); whoever claims them next starts again.
     await this.mirror.close();
+    this.leadership.close();
     await this.opts.store.ops.releaseLeases(this.owner.id);
     await this.sender.close();
   }

@@ -31,10 +31,9 @@ import {
 } from "../core/poll-plan.js";
 import type { UpstreamClient } from "../upstream/client.js";
 import { UpstreamError } from "../upstream/errors.js";
-import { LEADER_RECHECK_MS } from "./submitter.js";
 import type { DurationStats } from "./duration-stats.js";
 import { harvestTerminal, sweepActive, sweepAll } from "./list-sweep.js";
-import type { Leadership } from "./leadership.js";
+import { LEADER_RECHECK_MS, type Leadership } from "./leadership.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
 import type { ReadBudget } from "./read-budget.js";

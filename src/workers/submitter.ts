@@ -10,7 +10,7 @@ import type { UpstreamAccounts } from "../services/upstream-accounts.js";
 import { UpstreamError, isConcurrentLimit } from "../upstream/errors.js";
 import type { CreateResult } from "../upstream/types.js";
 import { isStorageFailure, isUpstreamIdTaken } from "../services/storage-health.js";
-import { Leadership } from "./leadership.js";
+import { Leadership, LEADER_RECHECK_MS } from "./leadership.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
 import { firstPollDelay } from "./poll-schedule.js";
@@ -41,8 +41,6 @@ const BLOCKED_RECHECK_MS = 30_000;
 export const CONFLICT_WINDOW_MS = 30 * 60_000;
 const CONFLICT_MIN_DELAY_MS = 5_000;
 const CONFLICT_MAX_DELAY_MS = 2 * 60_000;
-/** An account another instance leads is looked at again this often: it takes over if that leader dies. */
-export const LEADER_RECHECK_MS = 2_000;
 /** A claim outlasts the upstream request it covers, so a live worker never loses its lease mid-call. */
 const LEASE_MARGIN_MS = 5_000;
 

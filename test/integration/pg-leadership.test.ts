@@ -46,10 +46,12 @@ async function store(): Promise<PgStore> {
 
 /**
  * A leader that stopped: its lease row (fence, `leaseMs` from now on the database's clock) held by
- * a connection that stays open and idle, as a SIGSTOPped process's does.
+ * a connection that stays open and idle, as a SIGSTOPped process's does (named like a store's
+ * connections, `genrelay-…`, unless `app` says otherwise).
  */
-async function frozenLeader(account: string, holder: string, fence: number, leaseMs: number): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: db.url });
+async function frozenLeader(account: string, holder: string, fence: number, leaseMs: number, app = `genrelay-${holder}`): Promise<pg.Client> {
+  const c = new pg.Client({ connectionString: db.url, application_name: app });
+  c.on("error", () => {});
   await c.connect();
   frozen.push(c);
   const now = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
@@ -72,12 +74,19 @@ async function takeOver(s: Store, account: string, holder: string, leaseMs: numb
 }
 
 describe("account leadership on PostgreSQL: a lease with a fence", () => {
-  it("a frozen leader loses the account once its lease lapses: the next leader's fence is higher, the frozen one's leases are released, its claims and late writes change nothing", async () => {
+  it("a frozen leader loses the account once its lease lapses: the next leader's fence is higher, the frozen one's sessions end and its leases are released, its claims and late writes change nothing", async () => {
     const b = await store();
     const account = fresh("acct");
     const { tasks } = await tasksOf(b, 3, account);
     const LEASE = 1_500;
     await frozenLeader(account, "frozen", 7, LEASE);
+    // Another session of the frozen process, stopped inside a transaction that holds a task's row lock.
+    const inTx = new pg.Client({ connectionString: db.url, application_name: "genrelay-frozen" });
+    await inTx.connect();
+    inTx.on("error", () => {});
+    frozen.push(inTx);
+    await inTx.query("BEGIN");
+    await inTx.query("SELECT id FROM tasks WHERE id = $1 FOR UPDATE", [tasks[2]!.id]);
     const old = { account, fence: 7 };
     // While its lease runs, it claims as leader and nobody else leads.
     const claimed = await b.tasks.claimDue("waiting", account, { ...lease("frozen:1", 2), fence: old });
@@ -90,6 +99,13 @@ describe("account leadership on PostgreSQL: a lease with a fence", () => {
     expect(ms).toBeGreaterThan(LEASE - 300);
     // Its task leases went with it: claimable at once by the new leader, not when each lease ends.
     expect((await b.tasks.find(tasks[0]!.id))!).toMatchObject({ claimToken: null, claimedUntil: null });
+    // So did its sessions, and the row lock its transaction held (not after its idle-in-transaction timeout).
+    const sessions = await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'genrelay-frozen'");
+    expect(sessions.rows[0].n).toBe(0);
+    const unlocked = performance.now();
+    await b.tasks.reschedule(tasks[2]!.id, "nobody", {});
+    await admin.query("SELECT id FROM tasks WHERE id = $1 FOR UPDATE NOWAIT", [tasks[2]!.id]);
+    expect(performance.now() - unlocked).toBeLessThan(1_000);
 
     // Resumed, the old leader claims nothing with its fence, and its writes under its leases change nothing.
     expect(await b.tasks.claimDue("waiting", account, { ...lease("frozen:2"), fence: old })).toEqual([]);
@@ -116,6 +132,14 @@ describe("account leadership on PostgreSQL: a lease with a fence", () => {
     expect(await a.ops.leads(account, { holder: "a", leaseMs: 600 })).toEqual(first);
     await a.close();
     expect(await b.ops.leads(account, { holder: "b", leaseMs: 600 })).toEqual({ account, fence: 2 });
+  });
+
+  it("a previous holder's sessions are ended only when they are a store's (genrelay-…), never this store's own", async () => {
+    const b = await store();
+    const account = fresh("acct");
+    const other = await frozenLeader(account, "other-app", 1, 0, "not-genrelay");
+    await takeOver(b, account, "live", 20_000, 2_000);
+    expect((await other.query("SELECT 1 AS one")).rows).toEqual([{ one: 1 }]);
   });
 
   it("a killed leader (its connection gone) is taken over at once, without waiting for its lease", async () => {

@@ -2,6 +2,7 @@ import { performance } from "node:perf_hooks";
 import type pg from "pg";
 import type { LeaderFence, LeaderLease } from "../../store/store.js";
 import type { Row } from "./mapping.js";
+import { INSTANCE_PREFIX } from "./open.js";
 
 /** The database's clock in epoch milliseconds: every lease is timed by it, so instances' clocks may differ. */
 export const DB_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
@@ -25,9 +26,11 @@ const LOOK = `SELECT l.holder, l.fence, l.expires_at <= ${DB_NOW_MS} OR l.holder
  * Takes the account ($1) for $2 with a lease of $3 ms, fence one higher, if its lease lapsed, its
  * holder's backend is gone or it is $2's own: INSERT … ON CONFLICT DO UPDATE decides on the latest
  * row under its lock, so of two processes taking at once one gets it. Answers the new fence, and
- * the previous holder as this statement's snapshot saw it (whose leases are then released).
+ * the previous holder as this statement's snapshot saw it (whose leases are then released) with the
+ * application_name of its leader connection while that still runs (a frozen process's).
  */
-const TAKE = `WITH prev AS (SELECT holder FROM account_leaders WHERE account = $1),
+const TAKE = `WITH prev AS (SELECT holder, (SELECT a.application_name FROM pg_stat_activity a WHERE a.pid = account_leaders.holder_pid) AS app
+    FROM account_leaders WHERE account = $1),
   taken AS (
     INSERT INTO account_leaders AS l (account, holder, fence, expires_at, holder_pid, taken_at)
     VALUES ($1, $2, 1, ${DB_NOW_MS} + $3, pg_backend_pid(), ${DB_NOW_MS})
@@ -35,7 +38,16 @@ const TAKE = `WITH prev AS (SELECT holder FROM account_leaders WHERE account = $
       holder_pid = EXCLUDED.holder_pid, taken_at = EXCLUDED.taken_at
     WHERE l.expires_at <= EXCLUDED.taken_at OR l.holder = EXCLUDED.holder OR NOT ${HOLDER_ALIVE}
     RETURNING l.fence)
-  SELECT taken.fence, (SELECT holder FROM prev) AS previous FROM taken`;
+  SELECT taken.fence, prev.holder AS previous, prev.app AS previous_app FROM taken LEFT JOIN prev ON true`;
+
+/**
+ * Ends every session of a previous leader's process ($1, its application_name) in this database:
+ * its open transactions (their row locks, which its other transactions would take in turn, each
+ * after its own idle-in-transaction timeout), the claims' lock, and its connections, so that what
+ * it writes once resumed goes through new connections, under the fences and claim tokens.
+ */
+const END_SESSIONS = `SELECT count(pg_terminate_backend(pid)) AS ended FROM pg_stat_activity
+  WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()`;
 
 /** Extends $1's leases whose fence is still the one it holds ($3 accounts, $4 fences) by $2 ms; answers the accounts kept. */
 const RENEW = `UPDATE account_leaders l SET expires_at = ${DB_NOW_MS} + $2, holder_pid = pg_backend_pid()
@@ -57,6 +69,8 @@ interface Held {
 export interface PgLeadershipDeps {
   /** A new dedicated connection (not pooled), not yet connected. */
   connect: () => pg.Client;
+  /** This store's application_name (every connection of it has it). */
+  applicationName: string;
   /** Releases the task and event leases whose tokens start with `<holder>:` (a previous leader's). */
   releaseLeases: (holder: string) => Promise<number>;
 }
@@ -75,7 +89,9 @@ export interface PgLeadershipDeps {
  *   guarded by its claim token, and the new leader releases the previous holder's leases when it
  *   takes over, so those late writes find another token (or none) and change nothing.
  * - A holder whose connection is gone (a kill -9, a lost network once the server notices) is taken
- *   over at once: its backend pid no longer runs. close() gives the leases up.
+ *   over at once: its backend pid no longer runs. A holder whose lease lapsed while its connection
+ *   still runs has stopped making progress: the new leader ends all its sessions (END_SESSIONS).
+ *   close() gives the leases up.
  */
 export class PgLeadership {
   private client: pg.Client | null = null;
@@ -131,12 +147,22 @@ export class PgLeadership {
       this.held.set(account, { fence: Number(taken.fence), validUntil: sentAt + validFor(as.leaseMs) });
       this.startTimer();
       const previous = taken.previous as string | null;
-      // The previous holder stopped renewing, or died: its claims are released now rather than
-      // when each lease ends, and its late writes under them change nothing.
-      if (previous && previous !== as.holder) await this.deps.releaseLeases(previous);
+      if (previous && previous !== as.holder) await this.endPrevious(client, previous, taken.previous_app as string | null);
     } catch {
       this.dropAll();
     }
+  }
+
+  /**
+   * The previous holder stopped renewing (frozen, stalled, cut off) or died: a process still
+   * connected has its sessions ended, then its claims are released now rather than when each lease
+   * ends, so its late writes under them change nothing. Either may fail (no right to end another
+   * role's sessions; a lock the release waits on): the leases then end by themselves, and the
+   * account stays taken.
+   */
+  private async endPrevious(client: pg.Client, holder: string, app: string | null): Promise<void> {
+    if (app && app.startsWith(INSTANCE_PREFIX) && app !== this.deps.applicationName) await client.query(END_SESSIONS, [app]).catch(() => {});
+    await this.deps.releaseLeases(holder).catch(() => {});
   }
 
   /** Renews every lease held, in one statement; one renewal at a time (a caller arriving meanwhile waits for it). */

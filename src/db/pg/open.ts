@@ -46,7 +46,16 @@ export const PG_IDLE_IN_TRANSACTION_MS = 10_000;
 export interface PgLimits {
   connectTimeoutMs?: number;
   statementTimeoutMs?: number;
+  /** The server-side name of every connection of one store (see INSTANCE_PREFIX). */
+  applicationName?: string;
 }
+
+/**
+ * Every connection of a PgStore carries `application_name` = this prefix and the store's own id,
+ * so that the instance taking an account over from a frozen leader can end that leader's
+ * sessions (leadership.ts), and an operator can tell the instances' sessions apart.
+ */
+export const INSTANCE_PREFIX = "genrelay-";
 
 /**
  * Connection settings with bounded waits (docs/contract.md, "Acknowledged means stored"): a database that is down, frozen or out of
@@ -62,6 +71,7 @@ export function pgClientConfig(connectionString: string, limits: PgLimits = {}):
     query_timeout: statement + CLIENT_GRACE_MS,
     idle_in_transaction_session_timeout: PG_IDLE_IN_TRANSACTION_MS,
     keepAlive: true,
+    ...(limits.applicationName ? { application_name: limits.applicationName } : {}),
   };
 }
 

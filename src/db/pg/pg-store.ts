@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import pg from "pg";
 import type {
   AccountStore,
@@ -23,7 +24,7 @@ import type {
 import { pgEndpointStore, pgNoticeStore } from "./endpoints.js";
 import { columnsOf, T, E, unclaimed, RELEASED, CHANNEL, types, type Row, type Queryable } from "./mapping.js";
 import { planTransition } from "../../store/transition-plan.js";
-import { newPgPool, pgClientConfig, type PgLimits } from "./open.js";
+import { INSTANCE_PREFIX, newPgPool, pgClientConfig, type PgLimits } from "./open.js";
 import { CheckedClient, checkPoolQueries } from "./checked-client.js";
 import { pgAccounts } from "./accounts.js";
 import { pgClients } from "./clients.js";
@@ -79,6 +80,8 @@ export class PgStore implements Store {
   readonly ops: OpsStore;
   /** Account leadership: lease rows with fences (leadership.ts). */
   readonly leadership: PgLeadership;
+  /** The connections' limits, and their application_name: this store's own, on every connection it opens. */
+  readonly connection: PgLimits;
   listener: pg.Client | null = null;
   closed = false;
 
@@ -95,8 +98,9 @@ export class PgStore implements Store {
     readonly options: PgStoreOptions,
     readonly rules: TransitionRules,
   ) {
+    this.connection = { ...options, applicationName: options.applicationName ?? `${INSTANCE_PREFIX}${randomBytes(6).toString("hex")}` };
     // Bounded waits, and no connection that dies (server restart) can crash the process: see open.ts.
-    this.pool = newPgPool({ ...pgClientConfig(options.connectionString, options), max: options.max ?? 10, types, Client: CheckedClient });
+    this.pool = newPgPool({ ...pgClientConfig(options.connectionString, this.connection), max: options.max ?? 10, types, Client: CheckedClient });
     checkPoolQueries(this.pool);
 
     // One file per area, each operation under the contract's name (tasks.ts, events.ts, ...).
@@ -113,7 +117,8 @@ export class PgStore implements Store {
     this.limits = pgRateLimits(this);
     this.ops = pgOps(this);
     this.leadership = new PgLeadership({
-      connect: () => new CheckedClient({ ...pgClientConfig(this.options.connectionString, this.options), types }),
+      connect: () => new CheckedClient({ ...pgClientConfig(this.options.connectionString, this.connection), types }),
+      applicationName: this.connection.applicationName!,
       releaseLeases: (holder) => this.ops.releaseLeases(holder),
     });
   }
@@ -245,9 +250,15 @@ export class PgStore implements Store {
     return T.rows(rows.rows as Row[]);
   }
 
+  /**
+   * The client's credit position; with `lock`, its row is locked until commit against the other
+   * deciders (creations with a cap or limit, submissions). FOR NO KEY UPDATE, not FOR UPDATE: it
+   * does not block the key-share lock a task or event insert takes on its client row, so creations
+   * of the client go on beside a decision, and beside a process frozen in the middle of one.
+   */
   async creditPositionIn(c: Queryable, clientId: string, lock: boolean): Promise<CreditPosition | undefined> {
     const r = (
-      await c.query(`SELECT points_charged, points_refunded, points_reserved, credit_limit, revoked_at FROM clients WHERE id = $1${lock ? " FOR UPDATE" : ""}`, [clientId])
+      await c.query(`SELECT points_charged, points_refunded, points_reserved, credit_limit, revoked_at FROM clients WHERE id = $1${lock ? " FOR NO KEY UPDATE" : ""}`, [clientId])
     ).rows[0] as Row | undefined;
     if (!r) return undefined;
     return {
@@ -295,7 +306,7 @@ export class PgStore implements Store {
 
   async listen(nudge: (target: NudgeTarget) => void): Promise<void> {
     if (this.listener || this.closed) return;
-    const client = new pg.Client(pgClientConfig(this.options.connectionString, this.options));
+    const client = new pg.Client(pgClientConfig(this.options.connectionString, this.connection));
     const reconnect = () => {
       if (this.listener !== client) return;
       this.listener = null;
