@@ -15,7 +15,7 @@ export interface FencedBlock {
   lang: string;
   /** The lines between the fences, the fence's indentation removed, ending with a newline. */
   body: string;
-  /** The example file the block mirrors (`<!-- example: examples/x.mjs -->` just above the fence), or null. */
+  /** The example file the block mirrors (`<!-- example: examples/<name>.mjs -->` just above the fence), or null. */
   mirrors: string | null;
 }
 

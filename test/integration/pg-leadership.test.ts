@@ -8,8 +8,9 @@ import { eventsOf, fresh, lease as leaseAt, NOW, opts, tasksOf } from "../helper
 import { freshPgDatabase } from "../helpers/pg.js";
 
 /**
- * Account leadership on PostgreSQL (src/db/pg/leadership.ts, DESIGN §19): a lease row per account
- * on the database's clock, renewed by its leader, with a fence that claims made as leader carry.
+ * Account leadership on PostgreSQL (src/db/pg/leadership.ts; docs/contract.md, "A frozen instance
+ * loses its roles"): a lease row per account on the database's clock, renewed by its leader, with a
+ * fence that claims made as leader carry.
  *
  * A frozen process (SIGSTOP, a stalled event loop) looks to the server like an open connection
  * that sends nothing: here a connection of the test's own holds a lease row and stays idle, which

@@ -7,7 +7,8 @@ import { ROOT } from "../helpers/doc-blocks.js";
  * The project's documents live in the project (docs/contract.md, "The published contract"): code and
  * docs cite the repository's own files — docs/contract.md for the relay's contract,
  * docs/upstream.md for the upstream API — by file and heading (`docs/contract.md, "Webhooks"`),
- * never a document outside the repository, and never a bare "section N" that names no file.
+ * never a document outside the repository, and never a bare "section N" that names no file. A
+ * comment or a document that names a file of the repository by its path names one that exists.
  */
 
 const SCANNED = ["src", "test", "docs", "bench", "scripts", "examples", "README.md"];
@@ -92,6 +93,51 @@ function citationProblems(file: string, line: string): string[] {
   return problems;
 }
 
+/**
+ * A path with a folder and a file ending (`src/db/pg/leadership.ts`, `core/fair-pool.ts`,
+ * `../endpoints.ts`), not inside a longer word, a URL or a package name (`@scope/x`), and not a
+ * pattern (`store-conformance-*.test.ts`, `src/cli/<group>.ts`: the `*`, `<` or `{` stops it).
+ */
+const ENDINGS = "ts|mts|cts|js|mjs|cjs|md|json|ya?ml|sql|sh|py";
+const FILE_PATH = new RegExp(`(?<![\\w/.@$-])((?:\\.\\./)*(?:[\\w-]+/)*[\\w.-]+\\.(?:${ENDINGS}))(?![\\w*<{/-])`, "g");
+/** Paths of what the build or the install makes, and docs/ paths (the citation check's). */
+const NOT_POINTERS = /^(?:\.\.\/)*(?:dist|node_modules|docs)\//;
+
+/**
+ * Pointers known to be stale, each to be mended by whoever owns the file that holds it (then drop
+ * it here: the check fails while an entry is no longer found, so the list cannot outlive its use).
+ */
+const KNOWN_MISSING = new Map([
+  // PgStore's class comment; the feed's test is test/integration/store-contract.test.ts, "the events
+  // feed on PostgreSQL never skips a late commit".
+  ["test/integration/pg-store.test.ts", "src/db/pg/"],
+]);
+
+/** The part of a line that is prose: all of a Markdown line, a comment's text in code. */
+function prose(file: string, line: string): string {
+  if (file.endsWith(".md")) return line;
+  if (/^\s*(\/\/|\/?\*|#)/.test(line)) return line;
+  const trailing = line.indexOf(" // ");
+  return trailing >= 0 ? line.slice(trailing) : "";
+}
+
+/**
+ * The files a line names that do not exist. A path is read from the repository's root, from src/
+ * or test/ (`core/fair-pool.ts`), or from the naming file's folder (`../endpoints.ts`,
+ * `decisions/0008-fair-pool.md`); a `.js` import path also stands for its `.ts` source.
+ */
+function missingFiles(file: string, line: string): string[] {
+  const missing: string[] = [];
+  for (const m of prose(file, line).matchAll(FILE_PATH)) {
+    const path = m[1]!;
+    if (!path.includes("/") || NOT_POINTERS.test(path) || missing.includes(path)) continue;
+    const bases = [path, `src/${path}`, `test/${path}`, join(dirname(file), path)];
+    const candidates = bases.flatMap((b) => (b.endsWith(".js") ? [b, `${b.slice(0, -3)}.ts`] : [b]));
+    if (!candidates.some((c) => existsSync(join(ROOT, normalize(c))))) missing.push(path);
+  }
+  return missing;
+}
+
 describe("citations", () => {
   const scanned = files();
 
@@ -108,6 +154,40 @@ describe("citations", () => {
       });
     }
     expect(offenders, `${offenders.length} citations to fix:\n${offenders.join("\n")}`).toEqual([]);
+  });
+
+  it("name only files that exist", () => {
+    const offenders: string[] = [];
+    const known = new Set<string>();
+    for (const file of scanned) {
+      readFileSync(join(ROOT, file), "utf8")
+        .split("\n")
+        .forEach((line, i) => {
+          for (const path of missingFiles(file, line)) {
+            if (file.startsWith(KNOWN_MISSING.get(path) ?? "\0")) known.add(path);
+            else offenders.push(`${file}:${i + 1}: names ${path}, which does not exist\n    ${line.trim()}`);
+          }
+        });
+    }
+    expect(offenders, `${offenders.length} pointers to fix:\n${offenders.join("\n")}`).toEqual([]);
+    const mended = [...KNOWN_MISSING.keys()].filter((path) => !known.has(path));
+    expect(mended, "mended: drop these from KNOWN_MISSING").toEqual([]);
+  });
+
+  it("the pointer check flags a file that does not exist and passes the ones that do", () => {
+    expect(missingFiles("src/x.ts", "// see src/db/nowhere.ts")).toEqual(["src/db/nowhere.ts"]);
+    expect(missingFiles("src/x.ts", " * test/unit/nowhere.test.ts holds it")).toEqual(["test/unit/nowhere.test.ts"]);
+    expect(missingFiles("src/db/pg/x.ts", "// the SQLite one is in ../nowhere.ts")).toEqual(["../nowhere.ts"]);
+    expect(missingFiles("docs/x.md", "`core/nowhere.ts` does it")).toEqual(["core/nowhere.ts"]);
+    const good = [
+      "// src/core/fair-pool.ts and core/lifecycle.ts",
+      "// leases (src/store/store.ts); imported as ../store/store.js",
+      " * test/integration/store-conformance-*.test.ts, src/db/sqlite/<area>.ts, node dist/cli.js",
+      "// https://example.com/a/nowhere.md, @hono/zod-openapi, $RELAY/openapi.json",
+      'const file = "src/nowhere.ts"; // code, not a comment: not read',
+    ];
+    for (const line of good) expect(missingFiles("src/workers/x.ts", line), line).toEqual([]);
+    expect(missingFiles("docs/x.md", "see decisions/0008-fair-pool.md")).toEqual([]);
   });
 
   it("the check flags each kind of bad citation and passes good ones", () => {
