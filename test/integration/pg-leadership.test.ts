@@ -179,6 +179,17 @@ describe("account leadership on PostgreSQL: a lease with a fence", () => {
     expect(await b.tasks.claimDue("waiting", account, { ...lease("b:1"), fence: taken })).toHaveLength(2);
   });
 
+  it("one process asking twice at once (its submitter and poller) takes the account once: one fence for both", async () => {
+    const a = await store();
+    const account = fresh("acct");
+    const both = await Promise.all([a.ops.leads(account, { holder: "a", leaseMs: 20_000 }), a.ops.leads(account, { holder: "a", leaseMs: 20_000 })]);
+    expect(both).toEqual([
+      { account, fence: 1 },
+      { account, fence: 1 },
+    ]);
+    expect((await admin.query("SELECT fence::int AS fence FROM account_leaders WHERE account = $1", [account])).rows).toEqual([{ fence: 1 }]);
+  });
+
   it("two processes asking at once for a lapsed lease: exactly one gets it", async () => {
     const stores3 = [await store(), await store(), await store()];
     const account = fresh("acct");

@@ -98,6 +98,8 @@ export class PgLeadership {
   private readonly held = new Map<string, Held>();
   private lease: LeaderLease | null = null;
   private renewing: Promise<void> | null = null;
+  /** Takes in flight, per account: callers asking at once (the submitter and the poller) share one. */
+  private readonly taking = new Map<string, Promise<void>>();
   private timer: NodeJS.Timeout | null = null;
   private closed = false;
 
@@ -110,7 +112,7 @@ export class PgLeadership {
     this.lease = as;
     if (!this.valid(account)) {
       if (this.held.has(account)) await this.renew();
-      if (!this.valid(account)) await this.take(account, as);
+      if (!this.valid(account)) await this.takeOnce(account, as);
     }
     const held = this.held.get(account);
     return held && this.valid(account) ? { account, fence: held.fence } : null;
@@ -134,6 +136,16 @@ export class PgLeadership {
   private valid(account: string): boolean {
     const held = this.held.get(account);
     return held !== undefined && performance.now() < held.validUntil;
+  }
+
+  /** One take of the account at a time: two at once would both win, the second raising this process's own fence. */
+  private takeOnce(account: string, as: LeaderLease): Promise<void> {
+    let taking = this.taking.get(account);
+    if (!taking) {
+      taking = this.take(account, as).finally(() => this.taking.delete(account));
+      this.taking.set(account, taking);
+    }
+    return taking;
   }
 
   private async take(account: string, as: LeaderLease): Promise<void> {
