@@ -19,13 +19,20 @@ export default defineConfig({
     pool: "forks",
     reporters: ["default", "./test/setup/exit-guard.ts"],
     projects: [
-      { extends: true, test: { name: "unit", include: gate ? ["test/gate-fixtures/unit/*.ts"] : ["test/unit/**/*.test.ts"] } },
+      {
+        extends: true,
+        test: { name: "unit", include: gate ? ["test/gate-fixtures/unit/*.ts"] : ["test/unit/**/*.test.ts"] },
+      },
       {
         extends: true,
         test: {
           name: "integration",
-          include: gate ? ["test/gate-fixtures/integration/*.ts"] : ["test/integration/**/*.test.ts", "test/e2e/**/*.test.ts"],
-          globalSetup: gate ? ["test/setup/postgres.ts", "test/gate-fixtures/exit-zero-hook.ts"] : ["test/setup/postgres.ts"],
+          include: gate
+            ? ["test/gate-fixtures/integration/*.ts"]
+            : ["test/integration/**/*.test.ts", "test/e2e/**/*.test.ts"],
+          globalSetup: gate
+            ? ["test/setup/postgres.ts", "test/gate-fixtures/exit-zero-hook.ts"]
+            : ["test/setup/postgres.ts"],
         },
       },
     ],

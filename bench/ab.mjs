@@ -18,7 +18,11 @@ const [oldDist, newDist] = [resolve(oldArg), resolve(newArg)];
 const ROUNDS = Number(roundsArg ?? 3);
 const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-ab-"));
 
-const sim = await startSimulator({ SIM_API_KEYS: "sandbox", SIM_IMAGE_QUEUED_MS: 86_400_000, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 }, join(tmp, "sim.log"), { dist: newDist });
+const sim = await startSimulator(
+  { SIM_API_KEYS: "sandbox", SIM_IMAGE_QUEUED_MS: 86_400_000, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 },
+  join(tmp, "sim.log"),
+  { dist: newDist },
+);
 
 let hits = 0;
 let first = 0;
@@ -39,7 +43,11 @@ const hook = `http://127.0.0.1:${receiver.address().port}/hook`;
 async function intake(dist, tag) {
   const db = join(tmp, `${tag}.db`);
   const { api_key } = await createClient(db, "ab", dist);
-  const relay = await startRelay({ DATABASE_PATH: db, UPSTREAM_BASE_URL: sim.url, UPSTREAM_API_KEY: "sandbox", UPSTREAM_MAX_CONCURRENT: 1 }, join(tmp, `${tag}.log`), { dist });
+  const relay = await startRelay(
+    { DATABASE_PATH: db, UPSTREAM_BASE_URL: sim.url, UPSTREAM_API_KEY: "sandbox", UPSTREAM_MAX_CONCURRENT: 1 },
+    join(tmp, `${tag}.log`),
+    { dist },
+  );
   let n = 0;
   const run = (duration) =>
     autocannon({
@@ -51,8 +59,17 @@ async function intake(dist, tag) {
           method: "POST",
           path: "/openapi/v1/images/generations",
           headers: { "content-type": "application/json", authorization: `Bearer ${api_key}` },
-          body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a lighthouse", count: 1, callback_url: "https://hooks.example.com/x" }),
-          setupRequest: (req) => ({ ...req, headers: { ...req.headers, "idempotency-key": `ab-${tag}-${String(n++).padStart(8, "0")}` } }),
+          body: JSON.stringify({
+            model: "p-image",
+            mode: "generate",
+            prompt: "a lighthouse",
+            count: 1,
+            callback_url: "https://hooks.example.com/x",
+          }),
+          setupRequest: (req) => ({
+            ...req,
+            headers: { ...req.headers, "idempotency-key": `ab-${tag}-${String(n++).padStart(8, "0")}` },
+          }),
         },
       ],
     });
@@ -70,7 +87,16 @@ async function delivery(dist, tag, events = 3000) {
   const { id } = await createClient(db, "ab", dist);
   seedPendingEvents(db, id, events, hook);
   hits = 0;
-  const relay = await startRelay({ DATABASE_PATH: db, UPSTREAM_BASE_URL: sim.url, UPSTREAM_API_KEY: "sandbox", WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }, join(tmp, `${tag}.log`), { dist });
+  const relay = await startRelay(
+    {
+      DATABASE_PATH: db,
+      UPSTREAM_BASE_URL: sim.url,
+      UPSTREAM_API_KEY: "sandbox",
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+    },
+    join(tmp, `${tag}.log`),
+    { dist },
+  );
   // CPU from readiness on, per webhook that arrived after it.
   const cpu0 = cpuMsOf(relay.pid);
   const before = hits;
@@ -78,17 +104,31 @@ async function delivery(dist, tag, events = 3000) {
   while (hits < events && Date.now() < deadline) await sleep(100);
   const cpuMs = cpuMsOf(relay.pid) - cpu0;
   await relay.stop();
-  return { rate: hits > 1 ? ((hits - 1) * 1000) / (last - first) : 0, cpu: hits > before ? cpuMs / (hits - before) : NaN };
+  return {
+    rate: hits > 1 ? ((hits - 1) * 1000) / (last - first) : 0,
+    cpu: hits > before ? cpuMs / (hits - before) : NaN,
+  };
 }
 
 await prepareSeeding();
 const out = { intake: { old: [], new: [] }, delivery: { old: [], new: [] } };
 const fmt = (x) => `${x.rate.toFixed(0)}/s ${x.cpu.toFixed(2)} CPU-ms`;
 for (let r = 1; r <= ROUNDS; r++) {
-  const order = r % 2 ? [["old", oldDist], ["new", newDist]] : [["new", newDist], ["old", oldDist]];
+  const order =
+    r % 2
+      ? [
+          ["old", oldDist],
+          ["new", newDist],
+        ]
+      : [
+          ["new", newDist],
+          ["old", oldDist],
+        ];
   for (const [name, dist] of order) out.intake[name].push(await intake(dist, `i-${name}-${r}`));
   for (const [name, dist] of order) out.delivery[name].push(await delivery(dist, `d-${name}-${r}`));
-  process.stdout.write(`round ${r}: intake old ${fmt(out.intake.old.at(-1))} new ${fmt(out.intake.new.at(-1))} | delivery old ${fmt(out.delivery.old.at(-1))} new ${fmt(out.delivery.new.at(-1))}\n`);
+  process.stdout.write(
+    `round ${r}: intake old ${fmt(out.intake.old.at(-1))} new ${fmt(out.intake.new.at(-1))} | delivery old ${fmt(out.delivery.old.at(-1))} new ${fmt(out.delivery.new.at(-1))}\n`,
+  );
 }
 const r3 = (x) => Math.round(x * 1000) / 1000;
 // Rates per second and CPU-ms per unit (per 201 for intake, per webhook for delivery), medians of the rounds.
@@ -96,7 +136,17 @@ const summary = Object.fromEntries(
   Object.entries(out).map(([k, v]) => {
     const [rateOld, rateNew] = [median(v.old.map((x) => x.rate)), median(v.new.map((x) => x.rate))];
     const [cpuOld, cpuNew] = [median(v.old.map((x) => x.cpu)), median(v.new.map((x) => x.cpu))];
-    return [k, { old: Math.round(rateOld), new: Math.round(rateNew), new_vs_old: r3(rateNew / rateOld), cpu_ms_old: r3(cpuOld), cpu_ms_new: r3(cpuNew), cpu_new_vs_old: r3(cpuNew / cpuOld) }];
+    return [
+      k,
+      {
+        old: Math.round(rateOld),
+        new: Math.round(rateNew),
+        new_vs_old: r3(rateNew / rateOld),
+        cpu_ms_old: r3(cpuOld),
+        cpu_ms_new: r3(cpuNew),
+        cpu_new_vs_old: r3(cpuNew / cpuOld),
+      },
+    ];
   }),
 );
 process.stdout.write(`${JSON.stringify(summary)}\n`);

@@ -44,7 +44,12 @@ serveIpc({
         if (ok + failed >= total) finish(true);
       },
     });
-    const loop = new WorkerLoop({ name: "dispatcher", clock: systemClock, logger: silentLogger, tick: () => dispatcher.tick() });
+    const loop = new WorkerLoop({
+      name: "dispatcher",
+      clock: systemClock,
+      logger: silentLogger,
+      tick: () => dispatcher.tick(),
+    });
     dispatcher.onSettled = () => loop.nudge();
     const started = performance.now();
     loop.start();
@@ -56,6 +61,13 @@ serveIpc({
     await sender.close();
     database.close();
     const seconds = ((last ?? performance.now()) - started) / 1000;
-    return { complete, ok, failed, seconds, rate: ok / seconds, firstToLastRate: ok > 1 ? ((ok - 1) * 1000) / (last - first) : null };
+    return {
+      complete,
+      ok,
+      failed,
+      seconds,
+      rate: ok / seconds,
+      firstToLastRate: ok > 1 ? ((ok - 1) * 1000) / (last - first) : null,
+    };
   },
 });

@@ -47,11 +47,13 @@ function describe(sqlText) {
   const s = sqlText.replace(/\s+/g, " ").trim();
   const verb = /^(with|select|insert|update|delete)/i.exec(s)?.[1]?.toUpperCase() ?? s.split(" ")[0];
   const table =
-    /^(?:insert into|update|delete from)\s+"?(\w+)"?/i.exec(s)?.[1] ??
-    /\bfrom\s+"?(\w+)"?/i.exec(s)?.[1] ??
-    "?";
+    /^(?:insert into|update|delete from)\s+"?(\w+)"?/i.exec(s)?.[1] ?? /\bfrom\s+"?(\w+)"?/i.exec(s)?.[1] ?? "?";
   const where = /\bwhere\b(.*?)(\border by\b|\blimit\b|\bgroup by\b|\breturning\b|$)/i.exec(s)?.[1] ?? "";
-  const cols = [...new Set([...where.matchAll(/"(?:\w+)"\."(\w+)"|\b(\w+)\s*(?:=|<=|<|>|>=| IS | in )/gi)].map((m) => m[1] ?? m[2]))]
+  const cols = [
+    ...new Set(
+      [...where.matchAll(/"(?:\w+)"\."(\w+)"|\b(\w+)\s*(?:=|<=|<|>|>=| IS | in )/gi)].map((m) => m[1] ?? m[2]),
+    ),
+  ]
     .filter((c) => c && !/^(and|or|not|select|null)$/i.test(c))
     .slice(0, 5);
   return `${verb === "WITH" ? "SELECT (CTE)" : verb} ${table}${cols.length ? ` [${cols.join(", ")}]` : ""}`;
@@ -68,7 +70,13 @@ function plan(sqlite, sqlText, params, tables) {
     if (/USING (COVERING )?INDEX/.test(m[2])) indexScans.push(d);
     else fullScans.push(d);
   }
-  return { plan: lines, full_scan: fullScans.length > 0, full_scans: fullScans, index_scans: indexScans, temp_btree: lines.some((d) => d.includes("TEMP B-TREE")) };
+  return {
+    plan: lines,
+    full_scan: fullScans.length > 0,
+    full_scans: fullScans,
+    index_scans: indexScans,
+    temp_btree: lines.some((d) => d.includes("TEMP B-TREE")),
+  };
 }
 
 /** For a recorded INSERT, the value of its "id" column (the row exists now: it is removed before timing). */
@@ -144,7 +152,13 @@ serveIpc({
     });
     const database = openDatabase(databasePath);
     const { sqliteStore } = await distImport("open-store.js");
-    const relay = new Relay({ config, store: sqliteStore(database), clock: systemClock, logger: silentLogger, upstream: { baseUrl: upstreamUrl, apiKey: "sandbox" } });
+    const relay = new Relay({
+      config,
+      store: sqliteStore(database),
+      clock: systemClock,
+      logger: silentLogger,
+      upstream: { baseUrl: upstreamUrl, apiKey: "sandbox" },
+    });
     const auth = { authorization: `Bearer ${apiKey}` };
     const post = (key, body) =>
       relay.app.request("http://127.0.0.1/openapi/v1/images/generations", {
@@ -152,7 +166,14 @@ serveIpc({
         headers: { ...auth, "content-type": "application/json", "idempotency-key": key },
         body: JSON.stringify(body),
       });
-    const body = { model: "p-image", mode: "generate", prompt: "a lighthouse at dawn", count: 1, callback_url: "http://127.0.0.1:9/hook", metadata: { order_id: "1" } };
+    const body = {
+      model: "p-image",
+      mode: "generate",
+      prompt: "a lighthouse at dawn",
+      count: 1,
+      callback_url: "http://127.0.0.1:9/hook",
+      metadata: { order_id: "1" },
+    };
     const tag = Date.now().toString(36);
 
     // Intake: statements and prepares per accepted creation (the average of 5), then a replay.
@@ -164,7 +185,10 @@ serveIpc({
       if (res.status !== 201) throw new Error(`intake answered ${res.status}: ${await res.text()}`);
       ids.push((await res.json()).data.id);
     }
-    const perCreation = { statements: (recorded.length - before.statements) / 5, prepares: (prepares - before.prepares) / 5 };
+    const perCreation = {
+      statements: (recorded.length - before.statements) / 5,
+      prepares: (prepares - before.prepares) / 5,
+    };
     phase = "intake (replay)";
     await post(`explain-${tag}-0`, { ...body, prompt: `${body.prompt} 0` });
 
@@ -173,7 +197,10 @@ serveIpc({
     phase = "list";
     const list = await relay.app.request("http://127.0.0.1/openapi/v1/tasks?limit=20", { headers: auth });
     const cursor = (await list.json()).next_cursor;
-    if (cursor) await relay.app.request(`http://127.0.0.1/openapi/v1/tasks?limit=20&cursor=${encodeURIComponent(cursor)}`, { headers: auth });
+    if (cursor)
+      await relay.app.request(`http://127.0.0.1/openapi/v1/tasks?limit=20&cursor=${encodeURIComponent(cursor)}`, {
+        headers: auth,
+      });
     await relay.app.request("http://127.0.0.1/openapi/v1/tasks?limit=20&status=succeeded", { headers: auth });
     // A filter that matches few of the client's tasks (none failed here): the worst case of the same statement.
     phase = "list (rare status)";
@@ -186,7 +213,9 @@ serveIpc({
     phase = "off";
     // One of the new tasks ends (as the poller would end it), so its event is due for delivery.
     database.sqlite
-      .prepare("UPDATE tasks SET phase = 'done', status = 'succeeded', completed_at = ?, next_run_at = NULL WHERE id = ?")
+      .prepare(
+        "UPDATE tasks SET phase = 'done', status = 'succeeded', completed_at = ?, next_run_at = NULL WHERE id = ?",
+      )
       .run(Date.now(), ids[1]);
     database.sqlite
       .prepare(
@@ -200,7 +229,12 @@ serveIpc({
     phase = "off";
 
     await relay.stop(2_000);
-    const tables = new Set(database.sqlite.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all().map((r) => r.name));
+    const tables = new Set(
+      database.sqlite
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .all()
+        .map((r) => r.name),
+    );
     const seen = new Map();
     for (const r of recorded) {
       if (/^\s*(EXPLAIN|PRAGMA|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE)/i.test(r.sql)) continue;
@@ -217,7 +251,13 @@ serveIpc({
       try {
         planned = plan(database.sqlite, r.sql, r.params, tables);
       } catch (err) {
-        planned = { plan: [`(no plan: ${err.message})`], full_scan: false, full_scans: [], index_scans: [], temp_btree: false };
+        planned = {
+          plan: [`(no plan: ${err.message})`],
+          full_scan: false,
+          full_scans: [],
+          index_scans: [],
+          temp_btree: false,
+        };
       }
       let ms = null;
       try {

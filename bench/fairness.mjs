@@ -32,11 +32,27 @@ import { distribution, round } from "./lib/stats.mjs";
 
 export const FAIRNESS_CONFIG = {
   full: {
-    slow: { hosts: 10, delayMs: 14_000, timeoutMs: 15_000, attacks: [120, 360], victimTasks: 20, victimEveryMs: 1_000, victimWaitS: 150 },
+    slow: {
+      hosts: 10,
+      delayMs: 14_000,
+      timeoutMs: 15_000,
+      attacks: [120, 360],
+      victimTasks: 20,
+      victimEveryMs: 1_000,
+      victimWaitS: 150,
+    },
     partly: { tasks: 40, schedule: "0s,1s,1s,1s,1s,1s,1s,1s", capS: 180, checkpointsS: [60, 180], seed: 21 },
   },
   quick: {
-    slow: { hosts: 2, delayMs: 2_000, timeoutMs: 3_000, attacks: [20], victimTasks: 3, victimEveryMs: 500, victimWaitS: 30 },
+    slow: {
+      hosts: 2,
+      delayMs: 2_000,
+      timeoutMs: 3_000,
+      attacks: [20],
+      victimTasks: 3,
+      victimEveryMs: 500,
+      victimWaitS: 30,
+    },
     partly: { tasks: 6, schedule: "0s,1s,1s,1s,1s,1s,1s,1s", capS: 30, checkpointsS: [10, 30], seed: 21 },
   },
 };
@@ -162,7 +178,13 @@ async function createTask(relayUrl, apiKey, key, hookUrl) {
   const res = await fetch(`${relayUrl}${IMAGE_PATH}`, {
     method: "POST",
     headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "idempotency-key": key },
-    body: JSON.stringify({ model: "p-image", mode: "generate", count: 1, prompt: `fairness bench ${key}: a lighthouse at dawn`, callback_url: hookUrl }),
+    body: JSON.stringify({
+      model: "p-image",
+      mode: "generate",
+      count: 1,
+      prompt: `fairness bench ${key}: a lighthouse at dawn`,
+      callback_url: hookUrl,
+    }),
   });
   await res.arrayBuffer();
   if (res.status !== 201) throw new Error(`creation ${key} answered ${res.status}`);
@@ -172,7 +194,8 @@ async function createTask(relayUrl, apiKey, key, hookUrl) {
 async function createAll(relayUrl, apiKey, prefix, n, hookFor, concurrency = 16) {
   let next = 0;
   const worker = async () => {
-    for (let i = next++; i < n; i = next++) await createTask(relayUrl, apiKey, `${prefix}-${String(i).padStart(5, "0")}`, hookFor(i));
+    for (let i = next++; i < n; i = next++)
+      await createTask(relayUrl, apiKey, `${prefix}-${String(i).padStart(5, "0")}`, hookFor(i));
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
 }
@@ -187,7 +210,13 @@ async function simTasks(sim) {
 function outboxState(databasePath) {
   const db = new Database(databasePath, { readonly: true, fileMustExist: true });
   try {
-    const counts = (sql) => Object.fromEntries(db.prepare(sql).all().map((r) => [r.k, r.n]));
+    const counts = (sql) =>
+      Object.fromEntries(
+        db
+          .prepare(sql)
+          .all()
+          .map((r) => [r.k, r.n]),
+      );
     return {
       tasks: counts("SELECT status AS k, count(*) AS n FROM tasks GROUP BY status"),
       events: counts("SELECT delivery_status AS k, count(*) AS n FROM events GROUP BY delivery_status"),
@@ -202,7 +231,14 @@ let run = 0;
 
 const seconds = (ms) => (ms === null || ms === undefined || !Number.isFinite(ms) ? null : round(ms / 1000, 1));
 
-export async function benchFairness({ quick = false, tmp, track = (c) => c, log = () => {}, logLevel = "info", oldDist = null }) {
+export async function benchFairness({
+  quick = false,
+  tmp,
+  track = (c) => c,
+  log = () => {},
+  logLevel = "info",
+  oldDist = null,
+}) {
   const cfg = quick ? FAIRNESS_CONFIG.quick : FAIRNESS_CONFIG.full;
   const builds = [{ name: "current", dist: DIST }];
   if (oldDist) builds.push({ name: "old", dist: oldDist });
@@ -213,7 +249,15 @@ export async function benchFairness({ quick = false, tmp, track = (c) => c, log 
     const tag = `fairness-${run}-${build.name}-${label}`;
     const sim = track(
       await startSimulator(
-        { SIM_API_KEYS: "sandbox", SIM_IMAGE_QUEUED_MS: 0, SIM_IMAGE_PROCESSING_MS: 0, SIM_VIDEO_QUEUED_MS: 0, SIM_VIDEO_PROCESSING_MS: 0, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 },
+        {
+          SIM_API_KEYS: "sandbox",
+          SIM_IMAGE_QUEUED_MS: 0,
+          SIM_IMAGE_PROCESSING_MS: 0,
+          SIM_VIDEO_QUEUED_MS: 0,
+          SIM_VIDEO_PROCESSING_MS: 0,
+          SIM_MAX_CONCURRENT: 100_000,
+          SIM_READS_PER_MINUTE: 0,
+        },
         join(tmp, `${tag}-sim.log`),
       ),
     );
@@ -221,7 +265,10 @@ export async function benchFairness({ quick = false, tmp, track = (c) => c, log 
     let relay = null;
     let result = null;
     try {
-      const clients = { a: await createClient(databasePath, "fairness-a", build.dist), b: await createClient(databasePath, "fairness-b", build.dist) };
+      const clients = {
+        a: await createClient(databasePath, "fairness-a", build.dist),
+        b: await createClient(databasePath, "fairness-b", build.dist),
+      };
       relay = track(
         await startRelay(
           {
@@ -245,7 +292,9 @@ export async function benchFairness({ quick = false, tmp, track = (c) => c, log 
     }
     if (!result.complete) {
       result.outbox_at_end = outboxState(databasePath);
-      log(`  !! incomplete; at the end the database held tasks ${JSON.stringify(result.outbox_at_end.tasks)}, events ${JSON.stringify(result.outbox_at_end.events)} (relay log ${join(tmp, `${tag}-relay.log`)})`);
+      log(
+        `  !! incomplete; at the end the database held tasks ${JSON.stringify(result.outbox_at_end.tasks)}, events ${JSON.stringify(result.outbox_at_end.events)} (relay log ${join(tmp, `${tag}-relay.log`)})`,
+      );
     }
     return result;
   }
@@ -254,60 +303,67 @@ export async function benchFairness({ quick = false, tmp, track = (c) => c, log 
   async function slowReceivers(build, attack) {
     const s = cfg.slow;
     const group = inFlightGroup();
-    const slow = await Promise.all(Array.from({ length: s.hosts }, () => receiver(() => ({ status: 200, delayMs: s.delayMs }))));
+    const slow = await Promise.all(
+      Array.from({ length: s.hosts }, () => receiver(() => ({ status: 200, delayMs: s.delayMs }))),
+    );
     for (const r of slow) r.join(group);
     const victim = await receiver();
     try {
-      return await withRelay(build, `slow${attack}`, { WEBHOOK_TIMEOUT_MS: s.timeoutMs }, async ({ relay, sim, clients }) => {
-        const t0 = Date.now();
-        await createAll(relay.url, clients.a.api_key, "attack", attack, (i) => slow[i % slow.length].url);
-        // B starts once A's attempts have been going for a second (the attack is under way).
-        const deadline = Date.now() + 30_000;
-        while (group.max === 0 && Date.now() < deadline) await sleep(50);
-        await sleep(1_000);
-        const inFlightAtStart = group.now;
-        group.openWindow();
-        const bStart = Date.now();
-        for (let i = 0; i < s.victimTasks; i++) {
-          const due = bStart + i * s.victimEveryMs;
-          if (due > Date.now()) await sleep(due - Date.now());
-          await createTask(relay.url, clients.b.api_key, `victim-${String(i).padStart(4, "0")}`, victim.url);
-        }
-        const complete = await victim.waitFor(s.victimTasks, s.victimWaitS * 1000);
-        const windowMax = group.windowMax;
-        const upstream = new Map((await simTasks(sim)).map((t) => [t.id, t]));
-        const delivery = [];
-        const fromUpstream = [];
-        for (const [id, t] of victim.tasks) {
-          if (t.acceptedAt === null) continue;
-          delivery.push(t.acceptedAt - t.completedAt);
-          const u = upstream.get(id);
-          if (u) fromUpstream.push(t.acceptedAt - u.completed_at_ms);
-        }
-        const aDelivered = slow.reduce((n, r) => n + r.accepted(), 0);
-        const perHostMax = Math.max(...slow.map((r) => r.stats.maxInFlight));
-        // Cut A's attempts still waiting on its servers, so the relay stops without waiting them out.
-        await Promise.all(slow.map((r) => r.close()));
-        const result = {
-          attack_tasks: attack,
-          victim_tasks: s.victimTasks,
-          victim_delivered: victim.accepted(),
-          complete,
-          victim_delivery_ms: distribution(delivery),
-          victim_completion_to_webhook_ms: distribution(fromUpstream),
-          attacker_max_in_flight: group.max,
-          attacker_max_in_flight_while_victim_active: windowMax,
-          attacker_in_flight_when_victim_started: inFlightAtStart,
-          attacker_max_in_flight_per_host: perHostMax,
-          attacker_delivered_by_end: aDelivered,
-          run_seconds: seconds(Date.now() - t0),
-        };
-        const d = result.victim_delivery_ms;
-        log(
-          `  [${build.name}] ${attack} slow tasks: B ${result.victim_delivered}/${s.victimTasks} webhooks, delivery p50 ${d.p50} / p95 ${d.p95} / max ${d.max} ms (from upstream completion p50 ${result.victim_completion_to_webhook_ms.p50} / p95 ${result.victim_completion_to_webhook_ms.p95} / max ${result.victim_completion_to_webhook_ms.max} ms); A at most ${group.max} in flight (${windowMax} while B ran, ${perHostMax} per host), ${aDelivered}/${attack} of A's delivered by the end`,
-        );
-        return result;
-      });
+      return await withRelay(
+        build,
+        `slow${attack}`,
+        { WEBHOOK_TIMEOUT_MS: s.timeoutMs },
+        async ({ relay, sim, clients }) => {
+          const t0 = Date.now();
+          await createAll(relay.url, clients.a.api_key, "attack", attack, (i) => slow[i % slow.length].url);
+          // B starts once A's attempts have been going for a second (the attack is under way).
+          const deadline = Date.now() + 30_000;
+          while (group.max === 0 && Date.now() < deadline) await sleep(50);
+          await sleep(1_000);
+          const inFlightAtStart = group.now;
+          group.openWindow();
+          const bStart = Date.now();
+          for (let i = 0; i < s.victimTasks; i++) {
+            const due = bStart + i * s.victimEveryMs;
+            if (due > Date.now()) await sleep(due - Date.now());
+            await createTask(relay.url, clients.b.api_key, `victim-${String(i).padStart(4, "0")}`, victim.url);
+          }
+          const complete = await victim.waitFor(s.victimTasks, s.victimWaitS * 1000);
+          const windowMax = group.windowMax;
+          const upstream = new Map((await simTasks(sim)).map((t) => [t.id, t]));
+          const delivery = [];
+          const fromUpstream = [];
+          for (const [id, t] of victim.tasks) {
+            if (t.acceptedAt === null) continue;
+            delivery.push(t.acceptedAt - t.completedAt);
+            const u = upstream.get(id);
+            if (u) fromUpstream.push(t.acceptedAt - u.completed_at_ms);
+          }
+          const aDelivered = slow.reduce((n, r) => n + r.accepted(), 0);
+          const perHostMax = Math.max(...slow.map((r) => r.stats.maxInFlight));
+          // Cut A's attempts still waiting on its servers, so the relay stops without waiting them out.
+          await Promise.all(slow.map((r) => r.close()));
+          const result = {
+            attack_tasks: attack,
+            victim_tasks: s.victimTasks,
+            victim_delivered: victim.accepted(),
+            complete,
+            victim_delivery_ms: distribution(delivery),
+            victim_completion_to_webhook_ms: distribution(fromUpstream),
+            attacker_max_in_flight: group.max,
+            attacker_max_in_flight_while_victim_active: windowMax,
+            attacker_in_flight_when_victim_started: inFlightAtStart,
+            attacker_max_in_flight_per_host: perHostMax,
+            attacker_delivered_by_end: aDelivered,
+            run_seconds: seconds(Date.now() - t0),
+          };
+          const d = result.victim_delivery_ms;
+          log(
+            `  [${build.name}] ${attack} slow tasks: B ${result.victim_delivered}/${s.victimTasks} webhooks, delivery p50 ${d.p50} / p95 ${d.p95} / max ${d.max} ms (from upstream completion p50 ${result.victim_completion_to_webhook_ms.p50} / p95 ${result.victim_completion_to_webhook_ms.p95} / max ${result.victim_completion_to_webhook_ms.max} ms); A at most ${group.max} in flight (${windowMax} while B ran, ${perHostMax} per host), ${aDelivered}/${attack} of A's delivered by the end`,
+          );
+          return result;
+        },
+      );
     } finally {
       await Promise.all([...slow, victim].map((r) => r.close()));
     }
@@ -319,45 +375,68 @@ export async function benchFairness({ quick = false, tmp, track = (c) => c, log 
     // The simulator's mulberry32, so the "half at random" receiver answers alike from run to run.
     const { seededRandom } = await distImport("simulator/state.js");
     const random = seededRandom(p.seed);
-    const decide = mode === "first" ? (_id, attempt) => ({ status: attempt === 1 ? 503 : 200, delayMs: 0 }) : () => ({ status: random() < 0.5 ? 503 : 200, delayMs: 0 });
+    const decide =
+      mode === "first"
+        ? (_id, attempt) => ({ status: attempt === 1 ? 503 : 200, delayMs: 0 })
+        : () => ({ status: random() < 0.5 ? 503 : 200, delayMs: 0 });
     const hook = await receiver(decide);
     try {
-      return await withRelay(build, `partly-${mode}`, { WEBHOOK_RETRY_SCHEDULE: p.schedule }, async ({ relay, sim, clients }) => {
-        await createAll(relay.url, clients.a.api_key, `partly-${mode}`, p.tasks, () => hook.url);
-        // The tasks complete upstream at once (0 ms); the reference is the last of those instants.
-        const lastCompletion = Math.max(...(await simTasks(sim)).map((t) => t.completed_at_ms));
-        const complete = await hook.waitFor(p.tasks, Math.max(0, lastCompletion + p.capS * 1000 - Date.now()));
-        const endedAt = Date.now();
-        const upstream = new Map((await simTasks(sim)).map((t) => [t.id, t]));
-        const accepted = [...hook.tasks.entries()].filter(([, t]) => t.acceptedAt !== null);
-        const lastAccepted = accepted.length ? Math.max(...accepted.map(([, t]) => t.acceptedAt)) : null;
-        const pendingAt = {};
-        for (const s of p.checkpointsS) {
-          const at = lastCompletion + s * 1000;
-          // Known only if the run lasted that long, or every webhook was in before it.
-          pendingAt[`${s}s`] = endedAt >= at || (complete && lastAccepted <= at) ? p.tasks - accepted.filter(([, t]) => t.acceptedAt <= at).length : null;
-        }
-        const attempts = [...hook.tasks.values()].map((t) => t.attempts);
-        const scheduleLength = p.schedule.split(",").length;
-        const result = {
-          mode: mode === "first" ? "fails the first attempt of every webhook" : "fails half of all requests at random",
-          tasks: p.tasks,
-          delivered: accepted.length,
-          complete,
-          last_webhook_after_completion_s: lastAccepted === null ? null : seconds(lastAccepted - lastCompletion),
-          pending_at: pendingAt,
-          watched_s: seconds(endedAt - lastCompletion),
-          completion_to_webhook_ms: distribution(accepted.map(([id, t]) => t.acceptedAt - (upstream.get(id)?.completed_at_ms ?? NaN)).filter(Number.isFinite)),
-          requests: hook.stats.requests,
-          refused_503: hook.stats.refused,
-          max_attempts_per_webhook: attempts.length ? Math.max(...attempts) : 0,
-          exhausted: [...hook.tasks.values()].filter((t) => t.acceptedAt === null && t.attempts >= scheduleLength).length,
-        };
-        log(
-          `  [${build.name}] receiver that ${result.mode}: ${result.delivered}/${p.tasks} webhooks, the last ${result.last_webhook_after_completion_s} s after the last completion; pending ${Object.entries(pendingAt).map(([k, v]) => `${v ?? "?"} at ${k}`).join(", ")}; ${result.requests} requests, ${result.refused_503} answered 503${result.exhausted ? `, ${result.exhausted} exhausted` : ""}`,
-        );
-        return result;
-      });
+      return await withRelay(
+        build,
+        `partly-${mode}`,
+        { WEBHOOK_RETRY_SCHEDULE: p.schedule },
+        async ({ relay, sim, clients }) => {
+          await createAll(relay.url, clients.a.api_key, `partly-${mode}`, p.tasks, () => hook.url);
+          // The tasks complete upstream at once (0 ms); the reference is the last of those instants.
+          const lastCompletion = Math.max(...(await simTasks(sim)).map((t) => t.completed_at_ms));
+          const complete = await hook.waitFor(p.tasks, Math.max(0, lastCompletion + p.capS * 1000 - Date.now()));
+          const endedAt = Date.now();
+          const upstream = new Map((await simTasks(sim)).map((t) => [t.id, t]));
+          const accepted = [...hook.tasks.entries()].filter(([, t]) => t.acceptedAt !== null);
+          const lastAccepted = accepted.length ? Math.max(...accepted.map(([, t]) => t.acceptedAt)) : null;
+          const pendingAt = {};
+          for (const s of p.checkpointsS) {
+            const at = lastCompletion + s * 1000;
+            // Known only if the run lasted that long, or every webhook was in before it.
+            pendingAt[`${s}s`] =
+              endedAt >= at || (complete && lastAccepted <= at)
+                ? p.tasks - accepted.filter(([, t]) => t.acceptedAt <= at).length
+                : null;
+          }
+          const attempts = [...hook.tasks.values()].map((t) => t.attempts);
+          const scheduleLength = p.schedule.split(",").length;
+          const result = {
+            mode:
+              mode === "first" ? "fails the first attempt of every webhook" : "fails half of all requests at random",
+            tasks: p.tasks,
+            delivered: accepted.length,
+            complete,
+            last_webhook_after_completion_s: lastAccepted === null ? null : seconds(lastAccepted - lastCompletion),
+            pending_at: pendingAt,
+            watched_s: seconds(endedAt - lastCompletion),
+            completion_to_webhook_ms: distribution(
+              accepted
+                .map(([id, t]) => t.acceptedAt - (upstream.get(id)?.completed_at_ms ?? NaN))
+                .filter(Number.isFinite),
+            ),
+            requests: hook.stats.requests,
+            refused_503: hook.stats.refused,
+            max_attempts_per_webhook: attempts.length ? Math.max(...attempts) : 0,
+            exhausted: [...hook.tasks.values()].filter((t) => t.acceptedAt === null && t.attempts >= scheduleLength)
+              .length,
+          };
+          log(
+            `  [${build.name}] receiver that ${result.mode}: ${result.delivered}/${p.tasks} webhooks, the last ${result.last_webhook_after_completion_s} s after the last completion; pending ${Object.entries(
+              pendingAt,
+            )
+              .map(([k, v]) => `${v ?? "?"} at ${k}`)
+              .join(
+                ", ",
+              )}; ${result.requests} requests, ${result.refused_503} answered 503${result.exhausted ? `, ${result.exhausted} exhausted` : ""}`,
+          );
+          return result;
+        },
+      );
     } finally {
       await hook.close();
     }
@@ -365,17 +444,23 @@ export async function benchFairness({ quick = false, tmp, track = (c) => c, log 
 
   const out = { slow_receivers: {}, partly_working: {} };
   for (const attack of cfg.slow.attacks) {
-    log(`  slow receivers: ${attack} tasks of client A to ${cfg.slow.hosts} host:ports answering 200 after ${cfg.slow.delayMs / 1000} s; client B one task every ${cfg.slow.victimEveryMs / 1000} s × ${cfg.slow.victimTasks}`);
+    log(
+      `  slow receivers: ${attack} tasks of client A to ${cfg.slow.hosts} host:ports answering 200 after ${cfg.slow.delayMs / 1000} s; client B one task every ${cfg.slow.victimEveryMs / 1000} s × ${cfg.slow.victimTasks}`,
+    );
     for (const build of builds) (out.slow_receivers[build.name] ??= []).push(await slowReceivers(build, attack));
   }
   for (const mode of ["first", "random"]) {
-    log(`  partly working receiver (${mode}), ${cfg.partly.tasks} tasks, WEBHOOK_RETRY_SCHEDULE=${cfg.partly.schedule}, watched up to ${cfg.partly.capS} s`);
+    log(
+      `  partly working receiver (${mode}), ${cfg.partly.tasks} tasks, WEBHOOK_RETRY_SCHEDULE=${cfg.partly.schedule}, watched up to ${cfg.partly.capS} s`,
+    );
     for (const build of builds) (out.partly_working[build.name] ??= {})[mode] = await partlyWorking(build, mode);
   }
   return {
     method: `Real time, on loopback: the simulator (dist/simulator/main.js, 0 ms queued and processing, no read limit) and the relay (dist/main.js; temp SQLite, UPSTREAM_READS_PER_MINUTE=100000, WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, defaults otherwise: WEBHOOK_MAX_IN_FLIGHT 64, WEBHOOK_MAX_IN_FLIGHT_PER_HOST 8) as their own processes, a fresh pair per run; receivers are node:http servers in the bench process. Slow receivers: client A's ${cfg.slow.attacks.join(" and then ")} image tasks call back round-robin to ${cfg.slow.hosts} servers that answer 200 after ${cfg.slow.delayMs} ms (WEBHOOK_TIMEOUT_MS=${cfg.slow.timeoutMs}); 1 s after A's first attempt arrives, client B creates ${cfg.slow.victimTasks} tasks ${cfg.slow.victimEveryMs} ms apart to a receiver answering at once. B's delivery delay = arrival − data.completed_at (the relay's end instant, when the event is due; equal to the event's timestamp); from upstream completion = arrival − completed_at in the simulator (adds the poller's ~2 s first read). A's attempts in flight are counted at A's servers. Partly working: ${cfg.partly.tasks} tasks of one client, WEBHOOK_RETRY_SCHEDULE=${cfg.partly.schedule}; (first) 503 to the first request of each webhook-id, 200 after; (random) 503 to each request with probability 0.5 (mulberry32, seed ${cfg.partly.seed}). Times from the last task's completion in the simulator; pending = tasks without a 2xx'd webhook at that instant (null: not watched that long).${oldDist ? " 'old' is the build of another commit (BENCH_FAIRNESS_OLD_DIST), run right after 'current' in each scenario, with its own database and the same simulator build." : ""}`,
     config: cfg,
-    builds: Object.fromEntries(builds.map((b) => [b.name, b.name === "current" ? "this commit (the run's dist snapshot)" : b.dist])),
+    builds: Object.fromEntries(
+      builds.map((b) => [b.name, b.name === "current" ? "this commit (the run's dist snapshot)" : b.dist]),
+    ),
     ...out,
   };
 }
@@ -383,7 +468,12 @@ export async function benchFairness({ quick = false, tmp, track = (c) => c, log 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-fairness-"));
   try {
-    const result = await benchFairness({ quick: process.env.BENCH_QUICK === "1", tmp, log: (...a) => console.log(...a), oldDist: process.env.BENCH_FAIRNESS_OLD_DIST || null });
+    const result = await benchFairness({
+      quick: process.env.BENCH_QUICK === "1",
+      tmp,
+      log: (...a) => console.log(...a),
+      oldDist: process.env.BENCH_FAIRNESS_OLD_DIST || null,
+    });
     console.log(JSON.stringify(result, null, 2));
   } finally {
     if (process.env.BENCH_KEEP === "1") console.log(`kept ${tmp}`);

@@ -29,15 +29,35 @@ const UPSTREAM_READ_LIMIT = 120;
 const PAGE = 100;
 
 export const LATENCY_CONFIG = {
-  full: { tasks: 500, queuedMs: 1_000, processingMinMs: 19_000, processingMaxMs: 59_000, failureRate: 0.05, submitConcurrency: 16, drainMarginS: 180 },
-  quick: { tasks: 30, queuedMs: 500, processingMinMs: 2_500, processingMaxMs: 6_500, failureRate: 0.05, submitConcurrency: 8, drainMarginS: 60 },
+  full: {
+    tasks: 500,
+    queuedMs: 1_000,
+    processingMinMs: 19_000,
+    processingMaxMs: 59_000,
+    failureRate: 0.05,
+    submitConcurrency: 16,
+    drainMarginS: 180,
+  },
+  quick: {
+    tasks: 30,
+    queuedMs: 500,
+    processingMinMs: 2_500,
+    processingMaxMs: 6_500,
+    failureRate: 0.05,
+    submitConcurrency: 8,
+    drainMarginS: 60,
+  },
 };
 
 const IMAGE_PATH = "/openapi/v1/images/generations";
 const VIDEO_PATH = "/openapi/v1/videos/generations";
 
 function body(i, hookUrl) {
-  const common = { prompt: `latency bench task ${i}: a lighthouse at dawn`, callback_url: hookUrl, metadata: { bench: "latency", n: String(i) } };
+  const common = {
+    prompt: `latency bench task ${i}: a lighthouse at dawn`,
+    callback_url: hookUrl,
+    metadata: { bench: "latency", n: String(i) },
+  };
   return i % 2 === 0
     ? [IMAGE_PATH, { model: "p-image", mode: "generate", count: 1, ...common }]
     : [VIDEO_PATH, { model: "v-video", video_mode: "t2v", duration: 5, resolution: "480p", ...common }];
@@ -59,7 +79,11 @@ export function latencyFloors(tasks, perMinute = READS_PER_MINUTE) {
       pages(PAGE),
       `each read brings ${PAGE} tasks' status and output, so ${pages(PAGE)} reads see all ${tasks} (the list newest first down to the oldest in flight; the relay now reads the active lists, then the terminal lists for output, which costs more)`,
     ),
-    row("the same, but the upstream caps a page at 20 (the simulator's default when limit is ignored)", pages(20), `${pages(20)} pages of 20`),
+    row(
+      "the same, but the upstream caps a page at 20 (the simulator's default when limit is ignored)",
+      pages(20),
+      `${pages(20)} pages of 20`,
+    ),
     row(
       "the same, but list items carry no output",
       pages(PAGE) + tasks,
@@ -138,7 +162,14 @@ function startReceiver() {
           type: event.type,
           status: event.data.status,
           relayCompletedAt: event.data.completed_at ? Date.parse(event.data.completed_at) : NaN,
-          raw: { body: text, headers: { "webhook-id": req.headers["webhook-id"], "webhook-timestamp": req.headers["webhook-timestamp"], "webhook-signature": req.headers["webhook-signature"] } },
+          raw: {
+            body: text,
+            headers: {
+              "webhook-id": req.headers["webhook-id"],
+              "webhook-timestamp": req.headers["webhook-timestamp"],
+              "webhook-signature": req.headers["webhook-signature"],
+            },
+          },
         });
       } catch {
         // not a webhook body: ignored
@@ -191,7 +222,11 @@ async function submitAll(relayUrl, apiKey, n, hookUrl, concurrency) {
       const [path, payload] = body(i, hookUrl);
       const res = await fetch(`${relayUrl}${path}`, {
         method: "POST",
-        headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "idempotency-key": `latency-${String(i).padStart(6, "0")}` },
+        headers: {
+          authorization: `Bearer ${apiKey}`,
+          "content-type": "application/json",
+          "idempotency-key": `latency-${String(i).padStart(6, "0")}`,
+        },
         body: JSON.stringify(payload),
       });
       const json = await res.json().catch(() => null);
@@ -257,14 +292,19 @@ export async function benchLatency({ quick = false, tmp, track = (c) => c, log =
     const submitted = await submitAll(relay.url, client.api_key, cfg.tasks, receiver.url, cfg.submitConcurrency);
     const accepted = submitted.filter((r) => r.status === 201).length;
     const submitS = (Date.now() - t0) / 1000;
-    log(`  ${accepted}/${cfg.tasks} accepted in ${submitS.toFixed(1)} s; waiting for the webhooks (up to ${Math.round(maxTaskMs / 1000) + cfg.drainMarginS} s)`);
+    log(
+      `  ${accepted}/${cfg.tasks} accepted in ${submitS.toFixed(1)} s; waiting for the webhooks (up to ${Math.round(maxTaskMs / 1000) + cfg.drainMarginS} s)`,
+    );
     if (accepted < cfg.tasks) {
       const codes = {};
       for (const r of submitted) codes[r.status] = (codes[r.status] ?? 0) + 1;
       throw new Error(`only ${accepted} of ${cfg.tasks} creations accepted: ${JSON.stringify(codes)}`);
     }
     // Progress every 15 s, so a long real-time run shows it is alive.
-    const progress = setInterval(() => log(`  [+${Math.round((Date.now() - t0) / 1000)} s] ${receiver.arrivals.size}/${accepted} webhooks`), quick ? 5_000 : 15_000);
+    const progress = setInterval(
+      () => log(`  [+${Math.round((Date.now() - t0) / 1000)} s] ${receiver.arrivals.size}/${accepted} webhooks`),
+      quick ? 5_000 : 15_000,
+    );
     const complete = await receiver.waitFor(accepted, maxTaskMs + cfg.drainMarginS * 1000);
     clearInterval(progress);
     const lastArrival = Math.max(...[...receiver.arrivals.values()].map((a) => a.at));
@@ -357,7 +397,10 @@ export async function benchLatency({ quick = false, tmp, track = (c) => c, log =
     log(
       `  ${result.delivered}/${cfg.tasks} webhooks (${result.failed_tasks} failed tasks); completion->webhook p50 ${dist.p50} ms, p95 ${dist.p95} ms, max ${dist.max} ms (detection p50 ${result.detection_ms.p50} / p95 ${result.detection_ms.p95} ms, delivery p50 ${result.delivery_ms.p50} / p95 ${result.delivery_ms.p95} ms); ${result.reads.per_task} reads/task (${reads.list_reads} list + ${reads.single_reads} single); busiest minute ${busiestReads}/${READS_PER_MINUTE} reads; ${result.reads.bursts.count} read bursts of p50 ${result.reads.bursts.reads.p50} reads, p50 ${result.reads.bursts.start_to_start_ms.p50} ms apart${reads.rate_limited ? `, ${reads.rate_limited} answered 429` : ""}`,
     );
-    if (!budgetOk) log(`  !! READ BUDGET EXCEEDED: ${busiestReads} reads in one 60 s window (budget ${READS_PER_MINUTE}), ${reads.rate_limited} x 429 rate_limit from the simulator`);
+    if (!budgetOk)
+      log(
+        `  !! READ BUDGET EXCEEDED: ${busiestReads} reads in one 60 s window (budget ${READS_PER_MINUTE}), ${reads.rate_limited} x 429 rate_limit from the simulator`,
+      );
     if (!result.complete) log(`  !! INCOMPLETE: ${missing} task(s) without a webhook`);
     return result;
   } finally {
@@ -370,7 +413,11 @@ export async function benchLatency({ quick = false, tmp, track = (c) => c, log =
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-latency-"));
   try {
-    const result = await benchLatency({ quick: process.env.BENCH_QUICK === "1", tmp, log: (...a) => console.log(...a) });
+    const result = await benchLatency({
+      quick: process.env.BENCH_QUICK === "1",
+      tmp,
+      log: (...a) => console.log(...a),
+    });
     console.log(JSON.stringify(result, null, 2));
     if (!result.reads.budget_ok) process.exitCode = 1;
   } finally {

@@ -43,7 +43,13 @@ async function main() {
         await setup(url2);
         killed.push((await once(url2, approach, T, "SIGKILL")).ms);
       }
-      rows.push({ approach, T_s: T / 1000, frozen_takeover_s: frozen.map((m) => +(m / 1000).toFixed(2)), killed_takeover_s: killed.map((m) => +(m / 1000).toFixed(2)), late_write: late });
+      rows.push({
+        approach,
+        T_s: T / 1000,
+        frozen_takeover_s: frozen.map((m) => +(m / 1000).toFixed(2)),
+        killed_takeover_s: killed.map((m) => +(m / 1000).toFixed(2)),
+        late_write: late,
+      });
       console.log(JSON.stringify(rows.at(-1)));
     }
     console.table(rows);
@@ -63,7 +69,9 @@ async function setup(url) {
 
 /** One run: start the holder, stop or kill it, take the role over; resume a stopped holder and read its late write's outcome. */
 async function once(url, approach, T, signal) {
-  const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "--holder", url, approach, String(T)], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "--holder", url, approach, String(T)], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
   const lines = [];
   const waiters = [];
   child.stdout.setEncoding("utf8").on("data", (d) => {
@@ -116,7 +124,10 @@ async function contend(c, approach, T) {
     return r.rowCount === 1;
   }
   if (approach === "terminate") {
-    await c.query(`SELECT pg_terminate_backend(holder_pid) FROM heartbeat WHERE name = 'acct' AND at < ${NOW_MS} - $1`, [T]);
+    await c.query(
+      `SELECT pg_terminate_backend(holder_pid) FROM heartbeat WHERE name = 'acct' AND at < ${NOW_MS} - $1`,
+      [T],
+    );
   }
   return (await c.query("SELECT pg_try_advisory_lock($1) AS ok", [KEY])).rows[0].ok === true;
 }
@@ -131,21 +142,45 @@ async function holder(url, approach, T) {
   await other.connect();
   let fence = 0;
   if (approach === "lease") {
-    fence = Number((await lead.query(`INSERT INTO lease VALUES ('acct', 'holder', 1, ${NOW_MS} + $1, pg_backend_pid()) RETURNING fence`, [T])).rows[0].fence);
-    setInterval(() => void lead.query(`UPDATE lease SET expires_at = ${NOW_MS} + $1 WHERE name = 'acct' AND fence = $2`, [T, fence]).catch(() => {}), T / 3);
+    fence = Number(
+      (
+        await lead.query(
+          `INSERT INTO lease VALUES ('acct', 'holder', 1, ${NOW_MS} + $1, pg_backend_pid()) RETURNING fence`,
+          [T],
+        )
+      ).rows[0].fence,
+    );
+    setInterval(
+      () =>
+        void lead
+          .query(`UPDATE lease SET expires_at = ${NOW_MS} + $1 WHERE name = 'acct' AND fence = $2`, [T, fence])
+          .catch(() => {}),
+      T / 3,
+    );
   } else {
     if (approach === "idle") await lead.query(`SET idle_session_timeout = ${T}`);
     await lead.query("SELECT pg_advisory_lock($1)", [KEY]);
-    if (approach === "terminate") await lead.query(`INSERT INTO heartbeat VALUES ('acct', pg_backend_pid(), ${NOW_MS})`);
+    if (approach === "terminate")
+      await lead.query(`INSERT INTO heartbeat VALUES ('acct', pg_backend_pid(), ${NOW_MS})`);
     setInterval(
-      () => void lead.query(approach === "idle" ? "SELECT 1" : `UPDATE heartbeat SET at = ${NOW_MS} WHERE name = 'acct' AND holder_pid = pg_backend_pid()`).catch(() => {}),
+      () =>
+        void lead
+          .query(
+            approach === "idle"
+              ? "SELECT 1"
+              : `UPDATE heartbeat SET at = ${NOW_MS} WHERE name = 'acct' AND holder_pid = pg_backend_pid()`,
+          )
+          .catch(() => {}),
       T / 3,
     );
   }
   console.log("held");
   // Runs when resumed: the event loop first sees that the time for a renewal has long passed.
   setTimeout(async () => {
-    const fenced = approach === "lease" ? ` AND EXISTS (SELECT 1 FROM lease WHERE name = 'acct' AND fence = ${fence} AND expires_at > ${NOW_MS})` : "";
+    const fenced =
+      approach === "lease"
+        ? ` AND EXISTS (SELECT 1 FROM lease WHERE name = 'acct' AND fence = ${fence} AND expires_at > ${NOW_MS})`
+        : "";
     await other.query(`UPDATE work SET v = 'old' WHERE id = 1${fenced}`).catch(() => {});
     console.log("late");
   }, T / 2);

@@ -12,10 +12,26 @@ if (mode === "genrelay") {
   const { Bucket } = await distImport("mirror/bucket.js");
   const { SourceFetcher } = await distImport("mirror/source.js");
   const { copyFile } = await distImport("mirror/copy.js");
-  const config = { endpoint, bucket: bucketName, region: "us-east-1", prefix: "", accessKeyId: "S3RVER", secretAccessKey: "S3RVER", forcePathStyle: true, publicBaseUrl: null, urlExpiresIn: 3600 };
+  const config = {
+    endpoint,
+    bucket: bucketName,
+    region: "us-east-1",
+    prefix: "",
+    accessKeyId: "S3RVER",
+    secretAccessKey: "S3RVER",
+    forcePathStyle: true,
+    publicBaseUrl: null,
+    urlExpiresIn: 3600,
+  };
   const bucket = new Bucket(config, { allowPrivateNetworks: true });
   const source = new SourceFetcher({ allowPrivateNetworks: true, idleTimeoutMs: 30_000, maxBytes: 1024 ** 3 });
-  const copied = await copyFile(source, bucket, { sourceUrl, taskId: key, n: 0, maxBytes: 1024 ** 3, signal: new AbortController().signal });
+  const copied = await copyFile(source, bucket, {
+    sourceUrl,
+    taskId: key,
+    n: 0,
+    maxBytes: 1024 ** 3,
+    signal: new AbortController().signal,
+  });
   bytes = copied.bytes;
   bucket.close();
   await source.close();
@@ -23,13 +39,28 @@ if (mode === "genrelay") {
   // The plain pipe: fetch's body handed to one PutObject with its length (no hashing, no limit, no guard).
   const { S3Client, PutObjectCommand } = await import("@aws-sdk/client-s3");
   const { Readable } = await import("node:stream");
-  const client = new S3Client({ endpoint, region: "us-east-1", forcePathStyle: true, credentials: { accessKeyId: "S3RVER", secretAccessKey: "S3RVER" }, requestChecksumCalculation: "WHEN_REQUIRED" });
+  const client = new S3Client({
+    endpoint,
+    region: "us-east-1",
+    forcePathStyle: true,
+    credentials: { accessKeyId: "S3RVER", secretAccessKey: "S3RVER" },
+    requestChecksumCalculation: "WHEN_REQUIRED",
+  });
   const res = await fetch(sourceUrl);
   bytes = Number(res.headers.get("content-length"));
-  await client.send(new PutObjectCommand({ Bucket: bucketName, Key: `${key}/plain`, Body: Readable.fromWeb(res.body), ContentLength: bytes }));
+  await client.send(
+    new PutObjectCommand({
+      Bucket: bucketName,
+      Key: `${key}/plain`,
+      Body: Readable.fromWeb(res.body),
+      ContentLength: bytes,
+    }),
+  );
   client.destroy();
 }
 clearInterval(sampler);
 const seconds = (performance.now() - started) / 1000;
-process.stdout.write(`${JSON.stringify({ mode, bytes, seconds, mb_per_s: bytes / 1e6 / seconds, baseline_rss_mb: baseline / 1e6, peak_rss_mb: peak / 1e6 })}\n`);
+process.stdout.write(
+  `${JSON.stringify({ mode, bytes, seconds, mb_per_s: bytes / 1e6 / seconds, baseline_rss_mb: baseline / 1e6, peak_rss_mb: peak / 1e6 })}\n`,
+);
 process.exit(0);

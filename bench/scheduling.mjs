@@ -10,13 +10,22 @@ import { fileURLToPath } from "node:url";
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
 export async function benchScheduling({ quick = false } = {}) {
-  const { runSchedulingSimulation } = await import(pathToFileURL(join(root, "dist", "bench", "scheduling-sim.js")).href);
+  const { runSchedulingSimulation } = await import(
+    pathToFileURL(join(root, "dist", "bench", "scheduling-sim.js")).href
+  );
   const timings = { imageQueuedMs: 2_000, imageProcessingMs: 8_000, videoQueuedMs: 5_000, videoProcessingMs: 60_000 };
   const sizes = quick ? [10] : [50, 500];
   const rows = [];
   for (const tasks of sizes) {
     for (const strategy of ["adaptive", "round-robin"]) {
-      const r = await runSchedulingSimulation({ tasks, readsPerMinute: 100, strategy, arrivalSpreadMs: 5_000, videoShare: 0.5, timings });
+      const r = await runSchedulingSimulation({
+        tasks,
+        readsPerMinute: 100,
+        strategy,
+        arrivalSpreadMs: 5_000,
+        videoShare: 0.5,
+        timings,
+      });
       rows.push({
         in_flight: tasks,
         strategy,
@@ -33,7 +42,9 @@ export async function benchScheduling({ quick = false } = {}) {
   for (const tasks of sizes) {
     const a = rows.find((r) => r.in_flight === tasks && r.strategy === "adaptive");
     const n = rows.find((r) => r.in_flight === tasks && r.strategy === "round-robin");
-    ratios[`p50_round_robin_over_adaptive_${tasks}`] = Number((n.p50_completion_to_event_ms / Math.max(1, a.p50_completion_to_event_ms)).toFixed(1));
+    ratios[`p50_round_robin_over_adaptive_${tasks}`] = Number(
+      (n.p50_completion_to_event_ms / Math.max(1, a.p50_completion_to_event_ms)).toFixed(1),
+    );
   }
   return { scenario: { reads_per_minute: 100, arrival_spread_ms: 5_000, video_share: 0.5, timings }, rows, ratios };
 }

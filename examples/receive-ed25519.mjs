@@ -14,7 +14,9 @@ const seen = new Set(); // ids of the events handled; keep them in your database
 
 /** The event, or null when no `v1a` signature verifies or the timestamp is more than 5 minutes off. */
 function verified(headers, body) {
-  const id = headers["webhook-id"], ts = headers["webhook-timestamp"], signatures = headers["webhook-signature"] ?? "";
+  const id = headers["webhook-id"],
+    ts = headers["webhook-timestamp"],
+    signatures = headers["webhook-signature"] ?? "";
   if (!id || !/^\d+$/.test(ts ?? "") || Math.abs(Date.now() / 1000 - Number(ts)) > 300) return null;
   const content = Buffer.concat([Buffer.from(`${id}.${ts}.`), body]); // "{id}.{timestamp}.{raw body}"
   const ok = signatures.split(" ").some((entry) => {

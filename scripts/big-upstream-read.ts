@@ -74,7 +74,11 @@ console.log(
     body: mb(total),
     upstream_bytes_written_before_cutoff: mb(written),
     limit: mb(config.upstreamMaxBodyBytes),
-    task: { status: task.status, error: JSON.parse(task.errorJson ?? "null")?.code, points_charged: task.pointsCharged },
+    task: {
+      status: task.status,
+      error: JSON.parse(task.errorJson ?? "null")?.code,
+      points_charged: task.pointsCharged,
+    },
     rss_before: mb(rssBefore),
     rss_peak: mb(peak),
     db_growth: mb(dbSize() - dbBefore),

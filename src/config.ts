@@ -15,18 +15,27 @@ const int = (min: number, max: number) =>
     .string()
     .regex(/^\d+$/, { error: "must be a whole number" })
     .transform(Number)
-    .pipe(z.number().int().min(min, { error: `must be at least ${min}` }).max(max, { error: `must be at most ${max}` }));
+    .pipe(
+      z
+        .number()
+        .int()
+        .min(min, { error: `must be at least ${min}` })
+        .max(max, { error: `must be at most ${max}` }),
+    );
 
 const url = z
   .string()
-  .refine((v) => {
-    try {
-      const u = new URL(v);
-      return u.protocol === "http:" || u.protocol === "https:";
-    } catch {
-      return false;
-    }
-  }, { error: "must be an absolute http(s) URL" })
+  .refine(
+    (v) => {
+      try {
+        const u = new URL(v);
+        return u.protocol === "http:" || u.protocol === "https:";
+      } catch {
+        return false;
+      }
+    },
+    { error: "must be an absolute http(s) URL" },
+  )
   .transform((v) => v.replace(/\/+$/, ""));
 
 /**
@@ -43,9 +52,12 @@ const publicBaseUrl = z
       ctx.addIssue({ code: "custom", message: "must be an absolute http(s) URL such as https://relay.example.com" });
       return;
     }
-    if (u.protocol !== "http:" && u.protocol !== "https:") ctx.addIssue({ code: "custom", message: "must be an absolute http(s) URL such as https://relay.example.com" });
-    else if (u.search !== "" || u.hash !== "" || /[?#]/.test(v)) ctx.addIssue({ code: "custom", message: "must not have a query or fragment" });
-    else if (u.username !== "" || u.password !== "") ctx.addIssue({ code: "custom", message: "must not contain credentials" });
+    if (u.protocol !== "http:" && u.protocol !== "https:")
+      ctx.addIssue({ code: "custom", message: "must be an absolute http(s) URL such as https://relay.example.com" });
+    else if (u.search !== "" || u.hash !== "" || /[?#]/.test(v))
+      ctx.addIssue({ code: "custom", message: "must not have a query or fragment" });
+    else if (u.username !== "" || u.password !== "")
+      ctx.addIssue({ code: "custom", message: "must not contain credentials" });
   })
   .transform((v) => {
     const u = new URL(v);
@@ -75,7 +87,10 @@ const duration = (min: number, max: number) =>
   z.string().transform((v, ctx) => {
     const ms = parseDuration(v);
     if (ms === null || ms < min || ms > max) {
-      ctx.addIssue({ code: "custom", message: `must be a duration such as 30m, 1h or 90s, between ${min} ms and ${max / 3_600_000} h` });
+      ctx.addIssue({
+        code: "custom",
+        message: `must be a duration such as 30m, 1h or 90s, between ${min} ms and ${max / 3_600_000} h`,
+      });
       return z.NEVER;
     }
     return ms;
@@ -86,9 +101,14 @@ const byteSize = (min: number, max: number) =>
   z.string().transform((v, ctx) => {
     const m = /^\s*(\d+)\s*(b|kib|kb|k|mib|mb|m|gib|gb|g)?\s*$/i.exec(v);
     const unit = (m?.[2] ?? "b").toLowerCase()[0]!;
-    const bytes = m ? Number(m[1]) * ({ b: 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3 } as Record<string, number>)[unit]! : NaN;
+    const bytes = m
+      ? Number(m[1]) * ({ b: 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3 } as Record<string, number>)[unit]!
+      : NaN;
     if (!Number.isSafeInteger(bytes) || bytes < min || bytes > max) {
-      ctx.addIssue({ code: "custom", message: `must be a size between ${min} bytes and ${max / 1024 ** 3} GiB, such as 8MiB, 512KiB or 1048576` });
+      ctx.addIssue({
+        code: "custom",
+        message: `must be a size between ${min} bytes and ${max / 1024 ** 3} GiB, such as 8MiB, 512KiB or 1048576`,
+      });
       return z.NEVER;
     }
     return bytes;
@@ -111,7 +131,9 @@ const EnvSchema = z
     WEBHOOK_MAX_IN_FLIGHT_PER_HOST: int(1, 1_000).default(8),
     WEBHOOK_MAX_IN_FLIGHT: int(1, 10_000).default(64),
     WEBHOOK_FAILING_NOTICE_AFTER: duration(1_000, 7 * 24 * 3_600_000).default(3_600_000),
-    WEBHOOK_RETRY_SCHEDULE: schedule.default([0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]),
+    WEBHOOK_RETRY_SCHEDULE: schedule.default([
+      0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000,
+    ]),
     UPSTREAM_MAX_CONCURRENT: int(1, 10_000).optional(),
     UPSTREAM_TIMEOUT_MS: int(100, 300_000).default(30_000),
     UPSTREAM_MAX_BODY_BYTES: byteSize(1024, 1024 ** 3).default(8 * 1024 * 1024),
@@ -127,7 +149,11 @@ const EnvSchema = z
   })
   .superRefine((env, ctx) => {
     if (env.UPSTREAM_BASE_URL && !env.UPSTREAM_API_KEY) {
-      ctx.addIssue({ code: "custom", path: ["UPSTREAM_API_KEY"], message: "is required when UPSTREAM_BASE_URL is set" });
+      ctx.addIssue({
+        code: "custom",
+        path: ["UPSTREAM_API_KEY"],
+        message: "is required when UPSTREAM_BASE_URL is set",
+      });
     }
   });
 
@@ -185,9 +211,7 @@ export class ConfigError extends Error {
 /** Parses the environment once. Throws ConfigError with one line per bad variable. */
 export function loadConfig(env: Record<string, string | undefined>): Config {
   // An empty variable means "unset", as in most twelve-factor tooling.
-  const cleaned = Object.fromEntries(
-    Object.keys(EnvSchema.shape).map((k) => [k, env[k] === "" ? undefined : env[k]]),
-  );
+  const cleaned = Object.fromEntries(Object.keys(EnvSchema.shape).map((k) => [k, env[k] === "" ? undefined : env[k]]));
   const result = EnvSchema.safeParse(cleaned);
   if (!result.success) {
     const problems = result.error.issues.map((issue) => {
@@ -205,7 +229,10 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
  * Sandbox mode in production is a mistake unless said on purpose (docs/contract.md, "Intake"): the one line that
  * refuses to start, or null. Checked by the server only (the CLI needs no upstream).
  */
-export function sandboxRefusal(env: Record<string, string | undefined>, config: Pick<Config, "upstreamBaseUrl">): string | null {
+export function sandboxRefusal(
+  env: Record<string, string | undefined>,
+  config: Pick<Config, "upstreamBaseUrl">,
+): string | null {
   if (env.NODE_ENV !== "production" || config.upstreamBaseUrl) return null;
   if (bool.safeParse(env.SANDBOX ?? "false").data === true) return null;
   return "NODE_ENV=production but UPSTREAM_BASE_URL is not set: refusing to serve simulated results (set UPSTREAM_BASE_URL and UPSTREAM_API_KEY, or SANDBOX=true to run the sandbox on purpose)";

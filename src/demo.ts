@@ -33,20 +33,33 @@ function readBody(req: IncomingMessage): Promise<string> {
 
 async function main(): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), "genrelay-demo-"));
-  const config = loadConfig({ DATABASE_PATH: join(dir, "demo.db"), WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", LOG_LEVEL: "warn" });
+  const config = loadConfig({
+    DATABASE_PATH: join(dir, "demo.db"),
+    WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+    LOG_LEVEL: "warn",
+  });
   const logger = createLogger(config.logLevel);
   const simulator = await startSimulator({
     accounts: [{ apiKey: "sandbox" }],
     timings: { imageQueuedMs: 500, imageProcessingMs: 1_500, videoQueuedMs: 1_000, videoProcessingMs: 4_000 },
   });
   const store = await openStore(config);
-  const relay = new Relay({ config, store, clock: systemClock, logger, upstream: { baseUrl: simulator.url, apiKey: "sandbox" } });
+  const relay = new Relay({
+    config,
+    store,
+    clock: systemClock,
+    logger,
+    upstream: { baseUrl: simulator.url, apiKey: "sandbox" },
+  });
   await relay.start();
   const server = serve({ fetch: relay.app.fetch, port: 0, hostname: "127.0.0.1" });
   await new Promise<void>((resolve) => server.once("listening", () => resolve()));
   const relayUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 
-  const { apiKey, webhookSecret } = await createClient({ store, clock: systemClock }, { name: "demo", encryptionKey: config.encryptionKey });
+  const { apiKey, webhookSecret } = await createClient(
+    { store, clock: systemClock },
+    { name: "demo", encryptionKey: config.encryptionKey },
+  );
   const verifier = new Webhook(webhookSecret);
   const pending = new Set<string>();
   let resolveAll: () => void = () => {};
@@ -59,7 +72,10 @@ async function main(): Promise<number> {
         "webhook-timestamp": String(req.headers["webhook-timestamp"] ?? ""),
         "webhook-signature": String(req.headers["webhook-signature"] ?? ""),
       };
-      let event: { type: string; data: { id: string; status: string; output: unknown; usage: { points_charged: number | null } } };
+      let event: {
+        type: string;
+        data: { id: string; status: string; output: unknown; usage: { points_charged: number | null } };
+      };
       try {
         event = verifier.verify(body, headers) as typeof event;
       } catch (err) {
@@ -68,7 +84,9 @@ async function main(): Promise<number> {
         return;
       }
       say(`receiver: verified ${event.type} for ${event.data.id} (webhook-id ${headers["webhook-id"]})`);
-      say(`          status=${event.data.status} points_charged=${event.data.usage.points_charged} output=${JSON.stringify(event.data.output)}`);
+      say(
+        `          status=${event.data.status} points_charged=${event.data.usage.points_charged} output=${JSON.stringify(event.data.output)}`,
+      );
       res.writeHead(204).end();
       pending.delete(event.data.id);
       if (pending.size === 0) resolveAll();
@@ -92,8 +110,16 @@ async function main(): Promise<number> {
   const started = Date.now();
   let code = 0;
   try {
-    await submit("images/generations", { model: "p-image", mode: "generate", prompt: "a lighthouse at dawn, watercolor", count: 1, size: "1K" }, `demo-image-${started}`);
-    await submit("videos/generations", { model: "v-video", video_mode: "t2v", prompt: "waves rolling under moonlight", duration: 5, resolution: "480p" }, `demo-video-${started}`);
+    await submit(
+      "images/generations",
+      { model: "p-image", mode: "generate", prompt: "a lighthouse at dawn, watercolor", count: 1, size: "1K" },
+      `demo-image-${started}`,
+    );
+    await submit(
+      "videos/generations",
+      { model: "v-video", video_mode: "t2v", prompt: "waves rolling under moonlight", duration: 5, resolution: "480p" },
+      `demo-video-${started}`,
+    );
     const timeout = new Promise<"timeout">((resolve) => setTimeout(() => resolve("timeout"), WAIT_MS).unref());
     if ((await Promise.race([allDelivered, timeout])) === "timeout") {
       say(`demo FAILED: no verified webhook after ${WAIT_MS / 1000} s for ${[...pending].join(", ")}`);

@@ -49,11 +49,15 @@ async function main(): Promise<void> {
   // A second server on one SQLite file would double every worker: refused, in one line (the CLI is fine).
   const lock = config.databaseUrl ? null : takeServerLock(config.databasePath);
   if (!config.databaseUrl && !lock) {
-    process.stderr.write(`genrelay: another genrelay server is already using the database ${config.databasePath}; stop it first (the CLI works beside it)\n`);
+    process.stderr.write(
+      `genrelay: another genrelay server is already using the database ${config.databasePath}; stop it first (the CLI works beside it)\n`,
+    );
     process.exit(1);
   }
   if (config.webhookAllowPrivateNetworks) {
-    logger.warn("WEBHOOK_ALLOW_PRIVATE_NETWORKS=true: webhooks may go to loopback and private addresses; for development and tests only");
+    logger.warn(
+      "WEBHOOK_ALLOW_PRIVATE_NETWORKS=true: webhooks may go to loopback and private addresses; for development and tests only",
+    );
   }
   const store = await openStore(config);
 
@@ -71,12 +75,17 @@ async function main(): Promise<void> {
   const relay = new Relay({ config, store, clock: systemClock, logger, upstream });
   await relay.start();
   const server = serve({ fetch: relay.app.fetch, port: config.port, hostname: config.host }, (info) => {
-    logger.info({ host: config.host, port: info.port, database: databaseName(config), sandbox: simulator !== null }, "genrelay listening");
+    logger.info(
+      { host: config.host, port: info.port, database: databaseName(config), sandbox: simulator !== null },
+      "genrelay listening",
+    );
   });
   server.on("error", (err: NodeJS.ErrnoException) => {
     if (err.code === "EADDRINUSE" || err.code === "EACCES") {
       const why = err.code === "EADDRINUSE" ? "is already in use" : "cannot be opened (permission denied)";
-      process.stderr.write(`genrelay: port ${config.port} on ${config.host} ${why}; set PORT to another port or stop what holds it\n`);
+      process.stderr.write(
+        `genrelay: port ${config.port} on ${config.host} ${why}; set PORT to another port or stop what holds it\n`,
+      );
       process.exit(1);
     }
     logger.fatal({ err }, "HTTP server failed");
@@ -97,7 +106,11 @@ async function main(): Promise<void> {
     logger.info({ signal }, "shutting down: no new connections; finishing in-flight requests, then worker claims");
     void (async () => {
       const { forced } = await drained;
-      if (forced > 0) logger.warn({ requests: forced, deadline_ms: HTTP_DRAIN_MS }, "requests still running at the deadline were cut off");
+      if (forced > 0)
+        logger.warn(
+          { requests: forced, deadline_ms: HTTP_DRAIN_MS },
+          "requests still running at the deadline were cut off",
+        );
       await relay.stop(WORKER_DRAIN_MS);
       await simulator?.close();
       await store.close();

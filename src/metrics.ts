@@ -111,7 +111,8 @@ export class Metrics {
       registers: [registry],
       collect() {
         this.reset();
-        for (const row of counts().tasksByAccountPhase) this.set({ account: row.account, phase: row.phase === "submitted" ? "in_flight" : "waiting" }, row.n);
+        for (const row of counts().tasksByAccountPhase)
+          this.set({ account: row.account, phase: row.phase === "submitted" ? "in_flight" : "waiting" }, row.n);
       },
     });
     new Gauge({

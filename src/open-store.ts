@@ -12,7 +12,10 @@ export function sqliteStore(database: Database_): SqliteStore {
 }
 
 /** The store on a PostgreSQL database (DATABASE_URL), migrated first unless told not to. */
-export async function pgStore(connectionString: string, options: { migrate?: boolean; max?: number } = {}): Promise<PgStore> {
+export async function pgStore(
+  connectionString: string,
+  options: { migrate?: boolean; max?: number } = {},
+): Promise<PgStore> {
   if (options.migrate !== false) await migratePostgres(connectionString);
   return new PgStore({ connectionString, ...(options.max !== undefined ? { max: options.max } : {}) }, transitionRules);
 }
@@ -21,7 +24,10 @@ export async function pgStore(connectionString: string, options: { migrate?: boo
  * Opens (and migrates) the store the configuration names: PostgreSQL when DATABASE_URL is set
  * (shared by any number of instances), else the SQLite file at DATABASE_PATH.
  */
-export async function openStore(config: Pick<Config, "databasePath" | "databaseUrl">, options: { migrate?: boolean } = {}): Promise<Store> {
+export async function openStore(
+  config: Pick<Config, "databasePath" | "databaseUrl">,
+  options: { migrate?: boolean } = {},
+): Promise<Store> {
   if (config.databaseUrl) return pgStore(config.databaseUrl, options);
   return sqliteStore(openDatabase(config.databasePath, options));
 }

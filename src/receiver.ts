@@ -19,7 +19,8 @@ function fail(line: string): never {
 }
 
 function verifierFrom(secret: string | undefined): Webhook {
-  if (!secret) fail("set WEBHOOK_SECRET to the client's webhook secret (whsec_…, printed by `npm run cli -- clients create`)");
+  if (!secret)
+    fail("set WEBHOOK_SECRET to the client's webhook secret (whsec_…, printed by `npm run cli -- clients create`)");
   try {
     return new Webhook(secret);
   } catch {
@@ -29,7 +30,8 @@ function verifierFrom(secret: string | undefined): Webhook {
 
 function portFrom(value: string | undefined): number {
   if (value === undefined || value === "") return 9000;
-  if (!/^\d+$/.test(value) || Number(value) > 65535) fail(`RECEIVER_PORT must be a port number from 0 to 65535 (got "${value}")`);
+  if (!/^\d+$/.test(value) || Number(value) > 65535)
+    fail(`RECEIVER_PORT must be a port number from 0 to 65535 (got "${value}")`);
   return Number(value);
 }
 
@@ -54,7 +56,9 @@ const server = createServer((req, res) => {
   void readBody(req).then(
     (body) => {
       if (req.method !== "POST" || body === null) {
-        process.stderr.write(`receiver: refused ${req.method} ${req.url}: ${body === null ? "body too large" : "not a POST"}\n`);
+        process.stderr.write(
+          `receiver: refused ${req.method} ${req.url}: ${body === null ? "body too large" : "not a POST"}\n`,
+        );
         res.writeHead(req.method !== "POST" ? 405 : 413).end();
         return;
       }
@@ -67,7 +71,9 @@ const server = createServer((req, res) => {
       try {
         event = verifier.verify(body, headers);
       } catch (err) {
-        process.stderr.write(`receiver: REJECTED webhook ${headers["webhook-id"] || "(no webhook-id)"}: ${(err as Error).message}\n`);
+        process.stderr.write(
+          `receiver: REJECTED webhook ${headers["webhook-id"] || "(no webhook-id)"}: ${(err as Error).message}\n`,
+        );
         res.writeHead(400).end();
         return;
       }

@@ -83,7 +83,10 @@ export class Relay {
     this.budget = new ReadBudget(store, clock, config.upstreamReadsPerMinute);
     const metrics = new Metrics({ store, reads: () => this.budget.snapshot() });
     this.metrics = metrics;
-    this.sender = new WebhookSender({ allowPrivateNetworks: config.webhookAllowPrivateNetworks, ...(opts.resolve ? { resolve: opts.resolve } : {}) });
+    this.sender = new WebhookSender({
+      allowPrivateNetworks: config.webhookAllowPrivateNetworks,
+      ...(opts.resolve ? { resolve: opts.resolve } : {}),
+    });
     const durations = new DurationStats(store, clock);
     this.lifecycle = new Lifecycle({
       store,
@@ -92,19 +95,41 @@ export class Relay {
       firstAttemptDelayMs: config.webhookRetryScheduleMs[0] ?? 0,
       onSucceeded: (task, ms) => durations.record(task.type, task.model, ms),
       // A client with a bucket gets copies of the output's files before task.succeeded (docs/contract.md, "Outputs").
-      mirrors: async (task, outputJson) => outputUrls(outputJson).length > 0 && ((await store.clients.find(task.clientId))?.storageConfig ?? null) !== null,
+      mirrors: async (task, outputJson) =>
+        outputUrls(outputJson).length > 0 &&
+        ((await store.clients.find(task.clientId))?.storageConfig ?? null) !== null,
     });
     this.catalog = new CatalogCache(accounts, clock, logger);
     this.health = new EndpointHealth({ store, clock, logger, onNotice: () => this.loopsByName?.notifier.nudge() });
     this.storage = new StorageHealth(clock, logger);
-    this.deps = { store, clock, config, logger, nudges, lifecycle: this.lifecycle, catalog: this.catalog, storage: this.storage };
+    this.deps = {
+      store,
+      clock,
+      config,
+      logger,
+      nudges,
+      lifecycle: this.lifecycle,
+      catalog: this.catalog,
+      storage: this.storage,
+    };
     // An account taken over from a frozen or dead leader has its tasks released: the loops look at once.
     const leadership = new Leadership(store, logger, { holder: this.owner.id, leaseMs: config.leaderLeaseMs }, () => {
       nudges.submitter();
       nudges.poller();
     });
     this.leadership = leadership;
-    this.submitter = new Submitter({ store, clock, config, logger, accounts, owner: this.owner, nudges, metrics, lifecycle: this.lifecycle, leadership });
+    this.submitter = new Submitter({
+      store,
+      clock,
+      config,
+      logger,
+      accounts,
+      owner: this.owner,
+      nudges,
+      metrics,
+      lifecycle: this.lifecycle,
+      leadership,
+    });
     // A creation wakes the submitter unless its account is full (a task with a deadline always does, for its expiry).
     nudges.created = (account, expiresAt) => {
       if (expiresAt !== null || !this.submitter.isFull(account)) nudges.submitter();
@@ -138,7 +163,15 @@ export class Relay {
         if (result.ok) metrics.deliveryLatency.observe(Math.max(0, clock.now() - event.createdAt) / 1000);
       },
     });
-    this.notifier = new Notifier({ store, clock, config, logger, sender: this.sender, owner: this.owner, health: this.health });
+    this.notifier = new Notifier({
+      store,
+      clock,
+      config,
+      logger,
+      sender: this.sender,
+      owner: this.owner,
+      health: this.health,
+    });
     this.pruner = new Pruner({ store, clock, logger, retentionDays: config.taskRetentionDays });
     this.mirror = new Mirror({
       store,
@@ -161,7 +194,8 @@ export class Relay {
       },
     });
     this.mirror.onSettled = () => nudges.mirror?.();
-    const loop = (name: LoopName, opts: Omit<LoopOptions, "name" | "clock" | "logger" | "storage">) => new WorkerLoop({ name, clock, logger, storage: this.storage, ...opts });
+    const loop = (name: LoopName, opts: Omit<LoopOptions, "name" | "clock" | "logger" | "storage">) =>
+      new WorkerLoop({ name, clock, logger, storage: this.storage, ...opts });
     this.loopsByName = {
       // Every creation nudges the submitter: a burst of them makes one tick every 10 ms, not one each.
       submitter: loop("submitter", { tick: () => this.submitter.runOnce(), coalesceMs: 10 }),
@@ -170,7 +204,10 @@ export class Relay {
       notifier: loop("notifier", { tick: () => this.notifier.tick() }),
       pruner: loop("pruner", { tick: () => this.pruner.tick(), idleMs: 60 * 60 * 1000 }),
       // Keeps the model catalog warm, so intake checks requests against it without waiting on the upstream.
-      catalog: loop("catalog", { tick: async () => ({ didWork: false, nextDueAt: await this.catalog.refreshDue() }), idleMs: 10 * 60 * 1000 }),
+      catalog: loop("catalog", {
+        tick: async () => ({ didWork: false, nextDueAt: await this.catalog.refreshDue() }),
+        idleMs: 10 * 60 * 1000,
+      }),
       // Copies succeeded tasks' outputs into their clients' buckets before task.succeeded is written.
       mirror: loop("mirror", { tick: () => this.mirror.tick() }),
     };
@@ -186,7 +223,11 @@ export class Relay {
       metrics,
       // The dashboard's breaker view: breakers are keyed per (client, destination host), see dispatcher.ts.
       hostHealth: (clientId, hosts) =>
-        hosts.map((host) => ({ host, state: this.dispatcher.breakers.state(deliveryKey(clientId, host)), failures: this.dispatcher.breakers.failures(deliveryKey(clientId, host)) })),
+        hosts.map((host) => ({
+          host,
+          state: this.dispatcher.breakers.state(deliveryKey(clientId, host)),
+          failures: this.dispatcher.breakers.failures(deliveryKey(clientId, host)),
+        })),
     });
   }
 
@@ -208,7 +249,8 @@ export class Relay {
     const { store, config, logger } = this.opts;
     const released = await store.ops.recover(destinationHost);
     const sealed = await sealPlainSecrets(this.deps, config.encryptionKey);
-    if (released > 0 || sealed > 0) logger.info({ leases_released: released, secrets_sealed: sealed }, "recovered state left by a previous process");
+    if (released > 0 || sealed > 0)
+      logger.info({ leases_released: released, secrets_sealed: sealed }, "recovered state left by a previous process");
   }
 
   /** Why the relay is not ready: database not writable, or a worker loop stopped or stalled. */
@@ -221,14 +263,17 @@ export class Relay {
     if (recent && !probe) problems.push(recent);
     for (const loop of this.loops) {
       if (!loop.isRunning) problems.push(`worker ${loop.name} not running`);
-      else if (loop.name !== "pruner" && loop.name !== "catalog" && now - loop.lastBeatAt > 120_000) problems.push(`worker ${loop.name} stalled for ${Math.round((now - loop.lastBeatAt) / 1000)} s`);
+      else if (loop.name !== "pruner" && loop.name !== "catalog" && now - loop.lastBeatAt > 120_000)
+        problems.push(`worker ${loop.name} stalled for ${Math.round((now - loop.lastBeatAt) / 1000)} s`);
     }
     return problems;
   }
 
   /** Stops claiming, waits for in-flight work up to the deadline, then releases every lease this process holds. */
   async stop(deadlineMs = 10_000): Promise<void> {
-    const stopped = Promise.all(this.loops.map((l) => l.stop())).then(() => Promise.all([this.dispatcher.drain(), this.notifier.drain()]));
+    const stopped = Promise.all(this.loops.map((l) => l.stop())).then(() =>
+      Promise.all([this.dispatcher.drain(), this.notifier.drain()]),
+    );
     await Promise.race([stopped, new Promise((r) => setTimeout(r, deadlineMs).unref())]);
     // Copies still running stop here (a large file may take minutes); whoever claims them next starts again.
     await this.mirror.close();

@@ -34,10 +34,12 @@ export function startNode(name, script, { env = {}, logFile, execArgv = [], ipc 
     : spawn(process.execPath, [...execArgv, script], { env: baseEnv(env), stdio });
   closeSync(fd);
   let exitCode;
-  const exited = new Promise((resolve) => proc.once("exit", (code, signal) => {
-    exitCode = code ?? signal;
-    resolve(code);
-  }));
+  const exited = new Promise((resolve) =>
+    proc.once("exit", (code, signal) => {
+      exitCode = code ?? signal;
+      resolve(code);
+    }),
+  );
   const child = {
     name,
     proc,
@@ -59,7 +61,8 @@ export function startNode(name, script, { env = {}, logFile, execArgv = [], ipc 
       for (;;) {
         const m = re.exec(child.log());
         if (m) return m;
-        if (exitCode !== undefined) throw new Error(`${name} exited (${exitCode}) before printing ${re}:\n${tail(child.log())}`);
+        if (exitCode !== undefined)
+          throw new Error(`${name} exited (${exitCode}) before printing ${re}:\n${tail(child.log())}`);
         if (Date.now() > deadline) throw new Error(`timed out waiting for ${re} from ${name}:\n${tail(child.log())}`);
         await sleep(25);
       }
@@ -243,7 +246,7 @@ export function serveIpc(handlers) {
       const result = await handler(msg);
       process.send({ id: msg.id, ok: true, result });
     } catch (err) {
-      process.send({ id: msg.id, ok: false, error: err instanceof Error ? err.stack ?? err.message : String(err) });
+      process.send({ id: msg.id, ok: false, error: err instanceof Error ? (err.stack ?? err.message) : String(err) });
     }
   });
   process.on("disconnect", () => process.exit(0));

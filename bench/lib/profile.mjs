@@ -82,9 +82,15 @@ export function summariseProfile(path, top = 15) {
     sampled_ms: round(total / 1000),
     busy_ms: round(busy / 1000),
     busy_share: round(busy / Math.max(1, total), 3),
-    top_functions: sorted(fns).slice(0, top).map(([name, us]) => ({ name, self_ms: round(us / 1000), self_pct: pct(us) })),
-    relay_functions_inclusive: sorted(inclusive).slice(0, top).map(([name, us]) => ({ name, total_ms: round(us / 1000), total_pct: pct(us) })),
-    by_package: sorted(cats).slice(0, top).map(([name, us]) => ({ name, self_ms: round(us / 1000), self_pct: pct(us) })),
+    top_functions: sorted(fns)
+      .slice(0, top)
+      .map(([name, us]) => ({ name, self_ms: round(us / 1000), self_pct: pct(us) })),
+    relay_functions_inclusive: sorted(inclusive)
+      .slice(0, top)
+      .map(([name, us]) => ({ name, total_ms: round(us / 1000), total_pct: pct(us) })),
+    by_package: sorted(cats)
+      .slice(0, top)
+      .map(([name, us]) => ({ name, self_ms: round(us / 1000), self_pct: pct(us) })),
   };
 }
 

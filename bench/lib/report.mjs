@@ -36,7 +36,14 @@ export function tableRows(b) {
     `≥ ${pct(d.goal)}`,
     mark(d.met),
   ]);
-  rows.push(["Delivery, Dispatcher in-process", `${num(d.dispatcher_in_process.rate)}/s`, `raw undici ${num(d.raw.rate)}/s`, pct(d.dispatcher_in_process.ratio), "(diagnostic)", ""]);
+  rows.push([
+    "Delivery, Dispatcher in-process",
+    `${num(d.dispatcher_in_process.rate)}/s`,
+    `raw undici ${num(d.raw.rate)}/s`,
+    pct(d.dispatcher_in_process.ratio),
+    "(diagnostic)",
+    "",
+  ]);
   const e = b.end_to_end;
   rows.push([
     "End to end (tasks/s, 0 ms upstream)",
@@ -49,7 +56,9 @@ export function tableRows(b) {
   const g = b.postgres;
   if (g) {
     const sqliteIntake = b.intake?.relay?.rate;
-    const durable = g.settings ? ` (fsync=${g.settings.fsync}, synchronous_commit=${g.settings.synchronous_commit})` : " (fsync=off, synchronous_commit=off: NOT durable)";
+    const durable = g.settings
+      ? ` (fsync=${g.settings.fsync}, synchronous_commit=${g.settings.synchronous_commit})`
+      : " (fsync=off, synchronous_commit=off: NOT durable)";
     rows.push([
       `PostgreSQL intake, 1 instance${durable}`,
       `${num(g.intake_1.rate)}/s, p50 ${g.intake_1.p50_ms} ms, p99 ${g.intake_1.p99_ms} ms`,
@@ -58,7 +67,14 @@ export function tableRows(b) {
       "(measured)",
       g.durable ? "" : "❌ a 201 without its row",
     ]);
-    rows.push(["PostgreSQL intake, 2 instances on one database", `${num(g.intake_2.rate)}/s`, `1 instance ${num(g.intake_1.rate)}/s`, pct(g.scaling), "(measured)", ""]);
+    rows.push([
+      "PostgreSQL intake, 2 instances on one database",
+      `${num(g.intake_2.rate)}/s`,
+      `1 instance ${num(g.intake_1.rate)}/s`,
+      pct(g.scaling),
+      "(measured)",
+      "",
+    ]);
     rows.push([
       "PostgreSQL delivery, 1 instance (signed webhooks/s)",
       `${num(g.delivery.rate)}/s`,
@@ -79,7 +95,14 @@ export function tableRows(b) {
     mark(m.met),
   ]);
   const s = b.scale;
-  rows.push([`Intake with ${num(s.rows)} finished tasks`, `${num(s.seeded.rate)}/s, p99 ${s.seeded.p99_ms} ms`, `empty database ${num(s.empty.rate)}/s`, pct(s.ratio), `≥ ${pct(s.goal)}`, mark(s.met)]);
+  rows.push([
+    `Intake with ${num(s.rows)} finished tasks`,
+    `${num(s.seeded.rate)}/s, p99 ${s.seeded.p99_ms} ms`,
+    `empty database ${num(s.empty.rate)}/s`,
+    pct(s.ratio),
+    `≥ ${pct(s.goal)}`,
+    mark(s.met),
+  ]);
   const ps = b.poll_scheduling;
   if (ps?.rows?.length) {
     const most = Math.max(...ps.rows.map((r) => r.in_flight));
@@ -104,7 +127,9 @@ export function tableRows(b) {
     rows.push([
       `Completion→webhook, ${num(l.tasks)} in flight, ${l.config.reads_per_minute} reads/min (real time)`,
       `p50 ${s1(c.p50)} / p95 ${s1(c.p95)} / max ${s1(c.max)}; ${l.reads.per_task} reads/task; busiest minute ${l.reads.busiest_minute}/${l.reads.budget} reads${l.complete ? "" : `; ${l.missing} webhook(s) MISSING`}`,
-      floor ? `floor: a full pass is ${floor.reads_per_sweep} reads = ${floor.floor_s} s (p95 ≈ ${round(floor.floor_s * 0.95, 1)} s)` : "—",
+      floor
+        ? `floor: a full pass is ${floor.reads_per_sweep} reads = ${floor.floor_s} s (p95 ≈ ${round(floor.floor_s * 0.95, 1)} s)`
+        : "—",
       "—",
       `p95 ≤ ${s1(l.goal.p95_ms)}, ≤ ${l.goal.busiest_minute_max} reads/min`,
       l.reads.budget_ok ? mark(l.met) : "❌ BUDGET EXCEEDED",
@@ -200,8 +225,14 @@ function fairnessRows(f) {
     ]);
   }
   const oldP = f.partly_working.old ?? {};
-  const pending = (r) => Object.entries(r.pending_at).map(([k, v]) => `${v ?? "?"} pending at ${k}`).join(", ");
-  const last = (r) => (r.last_webhook_after_completion_s === null ? "none delivered" : `last webhook ${r.last_webhook_after_completion_s} s after completion`);
+  const pending = (r) =>
+    Object.entries(r.pending_at)
+      .map(([k, v]) => `${v ?? "?"} pending at ${k}`)
+      .join(", ");
+  const last = (r) =>
+    r.last_webhook_after_completion_s === null
+      ? "none delivered"
+      : `last webhook ${r.last_webhook_after_completion_s} s after completion`;
   for (const [mode, r] of Object.entries(f.partly_working.current ?? {})) {
     const o = oldP[mode];
     const first = Object.keys(r.pending_at)[0];
@@ -253,28 +284,39 @@ export function markdown(results, rows) {
   const l = b.latency;
   if (l?.config) {
     const lc = l.config;
-    const when = l.measured ? ` Measured ${l.measured.date.slice(0, 16).replace("T", " ")} UTC, commit ${l.measured.git?.commit?.slice(0, 10) ?? "?"}, load average at end ${l.measured.load_average_at_end.join(", ")}, with \`${l.measured.command}\`.` : "";
+    const when = l.measured
+      ? ` Measured ${l.measured.date.slice(0, 16).replace("T", " ")} UTC, commit ${l.measured.git?.commit?.slice(0, 10) ?? "?"}, load average at end ${l.measured.load_average_at_end.join(", ")}, with \`${l.measured.command}\`.`
+      : "";
     lines.push(
       `- **Completion→webhook (real time)**: the simulator and the relay as separate processes, ${num(l.tasks)} tasks created at once (half images, half videos), upstream durations ${(lc.queuedMs + lc.processingMinMs) / 1000}–${(lc.queuedMs + lc.processingMaxMs) / 1000} s, ${lc.failureRate * 100}% failing, the simulator enforcing ${lc.upstream_read_limit} reads/min and the relay at UPSTREAM_READS_PER_MINUTE=${lc.reads_per_minute}. Latency = webhook arrival at a loopback receiver − the task's completion instant in the simulator (\`/_sim/tasks\`); detection p50/p95 ${l.detection_ms.p50}/${l.detection_ms.p95} ms, delivery p50/p95 ${l.delivery_ms.p50}/${l.delivery_ms.p95} ms. Reads are the simulator's own count (\`/_sim/reads\`): ${l.reads.list} list + ${l.reads.single} single, ${l.reads.rate_limited} refused; busiest 60 s window ${l.reads.busiest_minute} (the run fails above ${l.reads.budget}). Takes ${Math.round(l.run_seconds)} s of wall time.${when}`,
     );
   }
   const f = b.fairness;
   if (f?.method) {
-    const when = f.measured ? ` Measured ${f.measured.date.slice(0, 16).replace("T", " ")} UTC, commit ${f.measured.git?.commit?.slice(0, 10) ?? "?"}, load average at end ${f.measured.load_average_at_end.join(", ")}, with \`${f.measured.command}\`.` : "";
+    const when = f.measured
+      ? ` Measured ${f.measured.date.slice(0, 16).replace("T", " ")} UTC, commit ${f.measured.git?.commit?.slice(0, 10) ?? "?"}, load average at end ${f.measured.load_average_at_end.join(", ")}, with \`${f.measured.command}\`.`
+      : "";
     lines.push(`- **Fairness and partly working receivers (real time)**: ${f.method}${when}`);
   }
   const q = results.benchmarks.query_plans;
   if (q?.full_scans.length) {
     lines.push("", "Full table scans in hot queries (EXPLAIN QUERY PLAN):", "");
     for (const s of q.full_scans) {
-      const size = Object.entries(s.rows ?? {}).map(([t, n]) => `${t} had ${num(n)} row${n === 1 ? "" : "s"}`).join(", ");
+      const size = Object.entries(s.rows ?? {})
+        .map(([t, n]) => `${t} had ${num(n)} row${n === 1 ? "" : "s"}`)
+        .join(", ");
       lines.push(`- ${s.phase}: \`${s.name}\` — ${s.plan.join("; ")}${size ? ` (${size})` : ""}`);
     }
   }
   if (q?.slowest_with_backlog?.length) {
     const ph = q.backlog?.phases ?? {};
-    lines.push("", `Slowest hot statements with ${num(ph.waiting ?? 0)} tasks waiting and ${num(ph.submitted ?? 0)} in flight (median ms per execution):`, "");
-    for (const s of q.slowest_with_backlog.slice(0, 6)) lines.push(`- ${s.phase}: \`${s.name}\` ${s.ms} ms — ${s.plan.join("; ")}`);
+    lines.push(
+      "",
+      `Slowest hot statements with ${num(ph.waiting ?? 0)} tasks waiting and ${num(ph.submitted ?? 0)} in flight (median ms per execution):`,
+      "",
+    );
+    for (const s of q.slowest_with_backlog.slice(0, 6))
+      lines.push(`- ${s.phase}: \`${s.name}\` ${s.ms} ms — ${s.plan.join("; ")}`);
   }
   return `${lines.join("\n")}\n`;
 }
@@ -289,4 +331,3 @@ export function printTable(rows, log = (line) => process.stdout.write(`${line}\n
   log(widths.map((w) => "-".repeat(w)).join("  "));
   for (const r of rows) log(fmt(r));
 }
-

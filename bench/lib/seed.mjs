@@ -14,20 +14,61 @@ export async function prepareSeeding() {
 }
 
 const TASK_COLUMNS = [
-  "id", "client_id", "type", "model", "status", "phase", "request_json", "callback_url", "callback_events",
-  "metadata_json", "idempotency_key", "request_hash", "upstream_account", "upstream_idempotency_key",
-  "upstream_task_id", "output_json", "points_charged", "points_refunded", "error_json", "event_sequence",
-  "submit_attempts", "poll_count", "next_run_at", "claimed_until", "claim_token", "expires_at", "created_at",
-  "updated_at", "submitted_at", "completed_at",
+  "id",
+  "client_id",
+  "type",
+  "model",
+  "status",
+  "phase",
+  "request_json",
+  "callback_url",
+  "callback_events",
+  "metadata_json",
+  "idempotency_key",
+  "request_hash",
+  "upstream_account",
+  "upstream_idempotency_key",
+  "upstream_task_id",
+  "output_json",
+  "points_charged",
+  "points_refunded",
+  "error_json",
+  "event_sequence",
+  "submit_attempts",
+  "poll_count",
+  "next_run_at",
+  "claimed_until",
+  "claim_token",
+  "expires_at",
+  "created_at",
+  "updated_at",
+  "submitted_at",
+  "completed_at",
 ];
 const EVENT_COLUMNS = [
-  "id", "client_id", "task_id", "type", "sequence", "payload", "callback_url", "delivery_status", "attempts",
-  "round_attempts", "next_attempt_at", "created_at",
+  "id",
+  "client_id",
+  "task_id",
+  "type",
+  "sequence",
+  "payload",
+  "callback_url",
+  "delivery_status",
+  "attempts",
+  "round_attempts",
+  "next_attempt_at",
+  "created_at",
 ];
 
-const insertSql = (table, cols) => `INSERT INTO ${table} (${cols.join(", ")}) VALUES (${cols.map((c) => `@${c}`).join(", ")})`;
+const insertSql = (table, cols) =>
+  `INSERT INTO ${table} (${cols.join(", ")}) VALUES (${cols.map((c) => `@${c}`).join(", ")})`;
 
-export const REQUEST_BODY = { model: "p-image", mode: "generate", prompt: "a lighthouse at dawn, volumetric fog", count: 1 };
+export const REQUEST_BODY = {
+  model: "p-image",
+  mode: "generate",
+  prompt: "a lighthouse at dawn, volumetric fog",
+  count: 1,
+};
 const DEFAULT_EVENTS = JSON.stringify(["task.succeeded", "task.failed", "task.canceled"]);
 
 function finishedTask(clientId, i, createdAt, callbackUrl) {
@@ -50,7 +91,9 @@ function finishedTask(clientId, i, createdAt, callbackUrl) {
     upstream_account: "default",
     upstream_idempotency_key: `genrelay-${id}`,
     upstream_task_id: upstreamId,
-    output_json: JSON.stringify({ images: [{ url: `https://cdn.example.com/files/${upstreamId}-0.png`, width: 1024, height: 1024 }] }),
+    output_json: JSON.stringify({
+      images: [{ url: `https://cdn.example.com/files/${upstreamId}-0.png`, width: 1024, height: 1024 }],
+    }),
     points_charged: 40,
     points_refunded: 0,
     error_json: null,
@@ -70,14 +113,36 @@ function finishedTask(clientId, i, createdAt, callbackUrl) {
 
 function toRow(t) {
   return {
-    id: t.id, clientId: t.client_id, type: t.type, model: t.model, status: t.status, phase: t.phase,
-    requestJson: t.request_json, callbackUrl: t.callback_url, callbackEvents: t.callback_events, metadataJson: t.metadata_json,
-    idempotencyKey: t.idempotency_key, requestHash: t.request_hash, upstreamAccount: t.upstream_account,
-    upstreamIdempotencyKey: t.upstream_idempotency_key, upstreamTaskId: t.upstream_task_id, outputJson: t.output_json,
-    pointsCharged: t.points_charged, pointsRefunded: t.points_refunded, errorJson: t.error_json, eventSequence: t.event_sequence,
-    submitAttempts: t.submit_attempts, pollCount: t.poll_count, nextRunAt: t.next_run_at, claimedUntil: t.claimed_until,
-    claimToken: t.claim_token, expiresAt: t.expires_at, createdAt: t.created_at, updatedAt: t.updated_at,
-    submittedAt: t.submitted_at, completedAt: t.completed_at,
+    id: t.id,
+    clientId: t.client_id,
+    type: t.type,
+    model: t.model,
+    status: t.status,
+    phase: t.phase,
+    requestJson: t.request_json,
+    callbackUrl: t.callback_url,
+    callbackEvents: t.callback_events,
+    metadataJson: t.metadata_json,
+    idempotencyKey: t.idempotency_key,
+    requestHash: t.request_hash,
+    upstreamAccount: t.upstream_account,
+    upstreamIdempotencyKey: t.upstream_idempotency_key,
+    upstreamTaskId: t.upstream_task_id,
+    outputJson: t.output_json,
+    pointsCharged: t.points_charged,
+    pointsRefunded: t.points_refunded,
+    errorJson: t.error_json,
+    eventSequence: t.event_sequence,
+    submitAttempts: t.submit_attempts,
+    pollCount: t.poll_count,
+    nextRunAt: t.next_run_at,
+    claimedUntil: t.claimed_until,
+    claimToken: t.claim_token,
+    expiresAt: t.expires_at,
+    createdAt: t.created_at,
+    updatedAt: t.updated_at,
+    submittedAt: t.submitted_at,
+    completedAt: t.completed_at,
   };
 }
 
@@ -105,7 +170,9 @@ export function seedFinishedTasks(path, clientId, count, { spanDays = 20 } = {})
   db.pragma("journal_mode = OFF");
   db.pragma("synchronous = OFF");
   db.pragma("cache_size = -262144");
-  const indexes = db.prepare("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tasks' AND sql IS NOT NULL").all();
+  const indexes = db
+    .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tasks' AND sql IS NOT NULL")
+    .all();
   for (const { name } of indexes) db.exec(`DROP INDEX "${name}"`);
   const insert = db.prepare(insertSql("tasks", TASK_COLUMNS));
   const start = Date.now() - spanDays * 86_400_000;

@@ -55,10 +55,16 @@ export const ImageBody = z
       .refine((m) => Buffer.byteLength(JSON.stringify(m)) <= 4096)
       .optional(),
     callback_headers: z.record(z.string(), z.string()).optional(),
-    expires_after_seconds: z.number().int().min(1).max(7 * 24 * 3600).optional(),
+    expires_after_seconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(7 * 24 * 3600)
+      .optional(),
   })
   .superRefine((body, ctx) => {
-    if (body.mode === "edit" && !body.image_urls) ctx.addIssue({ code: "custom", path: ["image_urls"], message: "is required when mode is edit" });
+    if (body.mode === "edit" && !body.image_urls)
+      ctx.addIssue({ code: "custom", path: ["image_urls"], message: "is required when mode is edit" });
     noNul(body, ctx);
   });
 
@@ -86,7 +92,8 @@ function callbackProblem(raw, allowHttp) {
   } catch {
     return "not an absolute URL";
   }
-  if (url.protocol !== "https:" && !(allowHttp && url.protocol === "http:")) return `scheme ${url.protocol} is not allowed`;
+  if (url.protocol !== "https:" && !(allowHttp && url.protocol === "http:"))
+    return `scheme ${url.protocol} is not allowed`;
   if (url.username || url.password) return "contains credentials";
   return null;
 }
@@ -114,7 +121,8 @@ export const iso = (ms) => (ms === null || ms === undefined ? null : new Date(ms
  * { status, error } for a refusal, or { row } with the task row intake stores.
  */
 export function taskFromRequest({ client, idempotencyKey, text, now, allowHttpCallbacks }) {
-  if (idempotencyKey === undefined || !IDEMPOTENCY_KEY.test(idempotencyKey)) return { status: 400, error: "invalid_idempotency_key" };
+  if (idempotencyKey === undefined || !IDEMPOTENCY_KEY.test(idempotencyKey))
+    return { status: 400, error: "invalid_idempotency_key" };
   let json;
   try {
     json = JSON.parse(text);
@@ -124,7 +132,8 @@ export function taskFromRequest({ client, idempotencyKey, text, now, allowHttpCa
   const parsed = ImageBody.safeParse(json);
   if (!parsed.success) return { status: 422, error: "validation_error", issues: parsed.error.issues.length };
   const body = parsed.data;
-  if (body.callback_url !== undefined && callbackProblem(body.callback_url, allowHttpCallbacks)) return { status: 422, error: "invalid_callback_url" };
+  if (body.callback_url !== undefined && callbackProblem(body.callback_url, allowHttpCallbacks))
+    return { status: 422, error: "invalid_callback_url" };
   const upstream = {};
   const priced = {};
   for (const [k, v] of Object.entries(body)) {
@@ -160,9 +169,25 @@ export function taskFromRequest({ client, idempotencyKey, text, now, allowHttpCa
 
 /** The columns intake writes (everything else keeps the table's defaults). */
 export const INTAKE_COLUMNS = [
-  "id", "client_id", "type", "model", "status", "phase", "request_json", "callback_url", "callback_events", "metadata_json",
-  "idempotency_key", "request_hash", "upstream_account", "upstream_idempotency_key", "price_key", "next_run_at", "expires_at",
-  "created_at", "updated_at",
+  "id",
+  "client_id",
+  "type",
+  "model",
+  "status",
+  "phase",
+  "request_json",
+  "callback_url",
+  "callback_events",
+  "metadata_json",
+  "idempotency_key",
+  "request_hash",
+  "upstream_account",
+  "upstream_idempotency_key",
+  "price_key",
+  "next_run_at",
+  "expires_at",
+  "created_at",
+  "updated_at",
 ];
 
 /** The 201 body: the task as GET /tasks/{id} shows it (the relay's TaskView). */
@@ -214,7 +239,15 @@ export function readBody(req, done) {
     size += c.length;
     if (size <= MAX_BODY_BYTES) chunks.push(c);
   });
-  req.on("end", () => done(size > MAX_BODY_BYTES ? null : chunks.length === 1 ? chunks[0].toString("utf8") : Buffer.concat(chunks).toString("utf8")));
+  req.on("end", () =>
+    done(
+      size > MAX_BODY_BYTES
+        ? null
+        : chunks.length === 1
+          ? chunks[0].toString("utf8")
+          : Buffer.concat(chunks).toString("utf8"),
+    ),
+  );
 }
 
 export function sendJson(res, status, body, headers = {}) {
@@ -240,7 +273,13 @@ export function creationHandler({ clientOf, accept, allowHttpCallbacks = false }
     }
     readBody(req, (text) => {
       if (text === null) return sendJson(res, 413, { error: { code: "payload_too_large" } }, { connection: "close" });
-      const verdict = taskFromRequest({ client, idempotencyKey: req.headers["idempotency-key"], text, now: Date.now(), allowHttpCallbacks });
+      const verdict = taskFromRequest({
+        client,
+        idempotencyKey: req.headers["idempotency-key"],
+        text,
+        now: Date.now(),
+        allowHttpCallbacks,
+      });
       if (!verdict.row) return sendJson(res, verdict.status, { error: { code: verdict.error } });
       accept({ row: verdict.row, res });
     });
@@ -310,7 +349,8 @@ export function alarm(wake) {
 /** Standard Webhooks v1: `v1,` + base64 HMAC-SHA256 of `id.timestamp.body` with the decoded whsec_ secret. */
 export function webhookSigner(secret) {
   const key = Buffer.from(secret.slice("whsec_".length), "base64");
-  return (msgId, timestampSec, body) => `v1,${createHmac("sha256", key).update(`${msgId}.${timestampSec}.${body}`, "utf8").digest("base64")}`;
+  return (msgId, timestampSec, body) =>
+    `v1,${createHmac("sha256", key).update(`${msgId}.${timestampSec}.${body}`, "utf8").digest("base64")}`;
 }
 
 /** Stops on SIGTERM/SIGINT after `close` (a prototype runs as its own process, like the relay). */

@@ -20,7 +20,10 @@ const RETRY_MS = [5_000, 30_000, 120_000, 600_000];
  * `recordDelayMs`: settled attempts wait up to this long (or until `batch` of them) to be recorded
  * together; 0 records once per event-loop turn.
  */
-export function sqliteDelivery(db, { perHost = 8, batch = 64, recordDelayMs = 20, leaseMs = 60_000, timeoutMs = 10_000, onIdle = () => {} } = {}) {
+export function sqliteDelivery(
+  db,
+  { perHost = 8, batch = 64, recordDelayMs = 20, leaseMs = 60_000, timeoutMs = 10_000, onIdle = () => {} } = {},
+) {
   const token = newId("own");
   const claim = db.prepare(
     `UPDATE events SET claimed_until = @until, claim_token = @token
@@ -30,7 +33,9 @@ export function sqliteDelivery(db, { perHost = 8, batch = 64, recordDelayMs = 20
                      ORDER BY next_attempt_at, seq LIMIT @limit)
       RETURNING seq, id, client_id, task_id, type, payload, callback_url, attempts, round_attempts`,
   );
-  const nextDue = db.prepare("SELECT min(next_attempt_at) AS at FROM events WHERE delivery_status = 'pending' AND (claimed_until IS NULL OR claimed_until < ?)");
+  const nextDue = db.prepare(
+    "SELECT min(next_attempt_at) AS at FROM events WHERE delivery_status = 'pending' AND (claimed_until IS NULL OR claimed_until < ?)",
+  );
   const succeeded = db.prepare(
     `UPDATE events SET delivery_status = 'succeeded', attempts = attempts + 1, round_attempts = round_attempts + 1, last_attempt_at = @at,
             last_status_code = @code, last_error = NULL, delivered_at = @now, next_attempt_at = NULL, claimed_until = NULL, claim_token = NULL
@@ -55,7 +60,8 @@ export function sqliteDelivery(db, { perHost = 8, batch = 64, recordDelayMs = 20
   const pools = new Map();
   const poolOf = (origin) => {
     let p = pools.get(origin);
-    if (!p) pools.set(origin, (p = new Pool(origin, { connections: perHost, pipelining: 1, keepAliveTimeout: 60_000 })));
+    if (!p)
+      pools.set(origin, (p = new Pool(origin, { connections: perHost, pipelining: 1, keepAliveTimeout: 60_000 })));
     return p;
   };
 
@@ -75,7 +81,12 @@ export function sqliteDelivery(db, { perHost = 8, batch = 64, recordDelayMs = 20
       const ok = r.code !== null && r.code >= 200 && r.code < 300;
       const params = { seq: r.event.seq, token, at: r.at, code: r.code, now };
       if (ok) succeeded.run(params);
-      else retry.run({ ...params, error: r.error ?? `HTTP ${r.code}`, next: now + RETRY_MS[Math.min(r.event.round_attempts, RETRY_MS.length - 1)] });
+      else
+        retry.run({
+          ...params,
+          error: r.error ?? `HTTP ${r.code}`,
+          next: now + RETRY_MS[Math.min(r.event.round_attempts, RETRY_MS.length - 1)],
+        });
       attempt.run({
         id: newId("att", r.at),
         event_id: r.event.id,
@@ -91,10 +102,7 @@ export function sqliteDelivery(db, { perHost = 8, batch = 64, recordDelayMs = 20
       });
     }
   });
-  const record = perTurn(
-    (results) => writeResults(results),
-    { delayMs: recordDelayMs, max: batch },
-  );
+  const record = perTurn((results) => writeResults(results), { delayMs: recordDelayMs, max: batch });
 
   function claimMore() {
     const now = Date.now();
@@ -118,7 +126,14 @@ export function sqliteDelivery(db, { perHost = 8, batch = 64, recordDelayMs = 20
       "webhook-signature": signerOf(event.client_id)(event.id, ts, event.payload),
     };
     poolOf(item.origin)
-      .request({ path: item.path, method: "POST", headers, body: event.payload, headersTimeout: timeoutMs, bodyTimeout: timeoutMs })
+      .request({
+        path: item.path,
+        method: "POST",
+        headers,
+        body: event.payload,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
+      })
       .then(
         async (res) => {
           await res.body.dump();

@@ -15,15 +15,23 @@ import { apiKeyCache, creationHandler, INTAKE_COLUMNS, onStop, sendJson, taskVie
 
 const MODE = process.env.MODE ?? "batch";
 const MAX_ROWS = 500;
-const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: Number(process.env.POOL ?? (MODE === "batch" ? 4 : 16)) });
+const pool = new pg.Pool({
+  connectionString: process.env.DATABASE_URL,
+  max: Number(process.env.POOL ?? (MODE === "batch" ? 4 : 16)),
+});
 
 // Every client, loaded once (a key created later is not seen: enough for a benchmark's one client).
-const known = new Map((await pool.query("SELECT id, upstream_account, api_key_hash FROM clients WHERE revoked_at IS NULL")).rows.map((c) => [c.api_key_hash, c]));
+const known = new Map(
+  (await pool.query("SELECT id, upstream_account, api_key_hash FROM clients WHERE revoked_at IS NULL")).rows.map(
+    (c) => [c.api_key_hash, c],
+  ),
+);
 const clientOf = apiKeyCache((hash) => known.get(hash));
 
 const insertSql = (n) => {
   const tuples = [];
-  for (let r = 0; r < n; r++) tuples.push(`(${INTAKE_COLUMNS.map((_, c) => `$${r * INTAKE_COLUMNS.length + c + 1}`).join(", ")})`);
+  for (let r = 0; r < n; r++)
+    tuples.push(`(${INTAKE_COLUMNS.map((_, c) => `$${r * INTAKE_COLUMNS.length + c + 1}`).join(", ")})`);
   return `INSERT INTO tasks (${INTAKE_COLUMNS.join(", ")}) VALUES ${tuples.join(", ")} ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING id`;
 };
 const ONE = insertSql(1);
@@ -35,9 +43,21 @@ async function answer(items, insertedIds) {
       sendJson(res, 201, taskView(row), { location: `/openapi/v1/tasks/${row.id}`, "idempotent-replayed": "false" });
       continue;
     }
-    const original = (await pool.query("SELECT * FROM tasks WHERE client_id = $1 AND idempotency_key = $2", [row.client_id, row.idempotency_key])).rows[0];
-    if (!original || original.request_hash !== row.request_hash) sendJson(res, 409, { error: { code: "idempotency_key_reused" } });
-    else sendJson(res, 200, taskView({ ...original, created_at: Number(original.created_at), updated_at: Number(original.updated_at) }), { "idempotent-replayed": "true" });
+    const original = (
+      await pool.query("SELECT * FROM tasks WHERE client_id = $1 AND idempotency_key = $2", [
+        row.client_id,
+        row.idempotency_key,
+      ])
+    ).rows[0];
+    if (!original || original.request_hash !== row.request_hash)
+      sendJson(res, 409, { error: { code: "idempotency_key_reused" } });
+    else
+      sendJson(
+        res,
+        200,
+        taskView({ ...original, created_at: Number(original.created_at), updated_at: Number(original.updated_at) }),
+        { "idempotent-replayed": "true" },
+      );
   }
 }
 
@@ -48,7 +68,8 @@ const fail = (items) => {
 async function write(items) {
   const values = [];
   for (const { row } of items) for (const c of INTAKE_COLUMNS) values.push(row[c]);
-  const sql = items.length === 1 ? { name: "intake-one", text: ONE, values } : { text: insertSql(items.length), values };
+  const sql =
+    items.length === 1 ? { name: "intake-one", text: ONE, values } : { text: insertSql(items.length), values };
   const { rows } = await pool.query(sql);
   await answer(items, new Set(rows.map((r) => r.id)));
 }

@@ -9,14 +9,25 @@
 // prints "proto-intake listening on http://127.0.0.1:<port>" when ready.
 import { createServer } from "node:http";
 import { fileURLToPath } from "node:url";
-import { apiKeyCache, creationHandler, INTAKE_COLUMNS, onStop, openSqlite, perTurn, sendJson, taskView } from "./common.mjs";
+import {
+  apiKeyCache,
+  creationHandler,
+  INTAKE_COLUMNS,
+  onStop,
+  openSqlite,
+  perTurn,
+  sendJson,
+  taskView,
+} from "./common.mjs";
 
 /**
  * The intake handler on an open database. `onCommitted(rows)` runs after each group commit (the
  * end-to-end prototype wakes its submitter there).
  */
 export function sqliteIntake(db, { allowHttpCallbacks = false, onCommitted = () => {} } = {}) {
-  const clientOf = apiKeyCache((hash) => db.prepare("SELECT id, upstream_account FROM clients WHERE api_key_hash = ? AND revoked_at IS NULL").get(hash));
+  const clientOf = apiKeyCache((hash) =>
+    db.prepare("SELECT id, upstream_account FROM clients WHERE api_key_hash = ? AND revoked_at IS NULL").get(hash),
+  );
   const insert = db.prepare(
     `INSERT INTO tasks (${INTAKE_COLUMNS.join(", ")}) VALUES (${INTAKE_COLUMNS.map((c) => `@${c}`).join(", ")}) ON CONFLICT (client_id, idempotency_key) DO NOTHING`,
   );
@@ -46,8 +57,13 @@ export function sqliteIntake(db, { allowHttpCallbacks = false, onCommitted = () 
       } else {
         // The key was used before: the original task (200), or 409 for a different body.
         const original = existing.get(row.client_id, row.idempotency_key);
-        if (original.request_hash !== row.request_hash) sendJson(res, 409, { error: { code: "idempotency_key_reused" } });
-        else sendJson(res, 200, taskView(original), { location: `/openapi/v1/tasks/${original.id}`, "idempotent-replayed": "true" });
+        if (original.request_hash !== row.request_hash)
+          sendJson(res, 409, { error: { code: "idempotency_key_reused" } });
+        else
+          sendJson(res, 200, taskView(original), {
+            location: `/openapi/v1/tasks/${original.id}`,
+            "idempotent-replayed": "true",
+          });
       }
     }
     if (committed.length > 0) onCommitted(committed);

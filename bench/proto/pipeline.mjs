@@ -64,7 +64,12 @@ function loop({ claim, act, apply, concurrency = 16, batch = 64 }) {
 }
 
 async function upstreamJson(opts) {
-  const res = await upstream.request({ ...opts, headers: { authorization: auth, "content-type": "application/json", ...opts.headers }, headersTimeout: 30_000, bodyTimeout: 30_000 });
+  const res = await upstream.request({
+    ...opts,
+    headers: { authorization: auth, "content-type": "application/json", ...opts.headers },
+    headersTimeout: 30_000,
+    bodyTimeout: 30_000,
+  });
   const body = await res.body.json();
   return { statusCode: res.statusCode, body };
 }
@@ -81,12 +86,21 @@ const submitted = db.prepare(
           next_run_at = @now, updated_at = @now, claimed_until = NULL, claim_token = NULL
     WHERE id = @id AND claim_token = @token`,
 );
-const submitLater = db.prepare("UPDATE tasks SET next_run_at = @next, claimed_until = NULL, claim_token = NULL WHERE id = @id AND claim_token = @token");
+const submitLater = db.prepare(
+  "UPDATE tasks SET next_run_at = @next, claimed_until = NULL, claim_token = NULL WHERE id = @id AND claim_token = @token",
+);
 const recordSubmissions = db.transaction((results) => {
   const now = Date.now();
   for (const r of results) {
     const upstreamId = r.statusCode < 300 ? r.body?.data?.id : undefined;
-    if (upstreamId) submitted.run({ id: r.row.id, token, now, upstream: upstreamId, status: r.body.data.status === "processing" ? "processing" : "queued" });
+    if (upstreamId)
+      submitted.run({
+        id: r.row.id,
+        token,
+        now,
+        upstream: upstreamId,
+        status: r.body.data.status === "processing" ? "processing" : "queued",
+      });
     else submitLater.run({ id: r.row.id, token, next: now + 5_000 });
   }
 });
@@ -98,7 +112,9 @@ const claimDue = db.prepare(
                  ORDER BY next_run_at LIMIT @limit)
     RETURNING id, client_id, type, model, created_at, metadata_json, callback_url, callback_events, upstream_task_id, event_sequence`,
 );
-const pollLater = db.prepare("UPDATE tasks SET poll_count = poll_count + 1, next_run_at = @next, claimed_until = NULL, claim_token = NULL WHERE id = @id AND claim_token = @token");
+const pollLater = db.prepare(
+  "UPDATE tasks SET poll_count = poll_count + 1, next_run_at = @next, claimed_until = NULL, claim_token = NULL WHERE id = @id AND claim_token = @token",
+);
 const finished = db.prepare(
   `UPDATE tasks SET phase = 'done', status = @status, output_json = @output, error_json = @error, points_charged = @charged, poll_count = poll_count + 1,
           event_sequence = event_sequence + 1, completed_at = @now, updated_at = @now, next_run_at = NULL, claimed_until = NULL, claim_token = NULL
@@ -122,7 +138,15 @@ const recordPolls = db.transaction((results) => {
     const output = body.output ?? null;
     const taskError = body.data.error ?? null;
     const charged = body.usage?.points_charged ?? null;
-    finished.run({ id: row.id, token, now, status, output: output && JSON.stringify(output), error: taskError && JSON.stringify(taskError), charged });
+    finished.run({
+      id: row.id,
+      token,
+      now,
+      status,
+      output: output && JSON.stringify(output),
+      error: taskError && JSON.stringify(taskError),
+      charged,
+    });
     const type = `task.${status}`;
     if (!row.callback_url || !JSON.parse(row.callback_events).includes(type)) continue;
     const sequence = row.event_sequence + 1;

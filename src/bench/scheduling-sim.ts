@@ -56,7 +56,8 @@ class StepClock implements Clock {
   }
 }
 
-const quantile = (sorted: number[], q: number) => (sorted.length === 0 ? Number.NaN : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!);
+const quantile = (sorted: number[], q: number) =>
+  sorted.length === 0 ? Number.NaN : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
 
 /** Most timestamps that fall in any half-open window [t, t + windowMs). */
 export function maxInWindow(times: number[], windowMs: number): number {
@@ -77,7 +78,9 @@ export async function runSchedulingSimulation(s: SchedulingScenario): Promise<Sc
   const started = clock.t;
   const { app, state } = createSimulator({
     clock,
-    accounts: [{ apiKey: "sim-key", readsPerMinute: 120, maxConcurrent: s.tasks + 10, balance: Number.MAX_SAFE_INTEGER }],
+    accounts: [
+      { apiKey: "sim-key", readsPerMinute: 120, maxConcurrent: s.tasks + 10, balance: Number.MAX_SAFE_INTEGER },
+    ],
     timings: s.timings,
     publicBaseUrl: "http://simulator.local",
   });
@@ -106,7 +109,10 @@ export async function runSchedulingSimulation(s: SchedulingScenario): Promise<Sc
     pollStrategy: s.strategy,
   });
   const { client } = await createClient({ store, clock }, { name: "sim" });
-  const arrivals = Array.from({ length: s.tasks }, (_, i) => started + Math.floor((i * s.arrivalSpreadMs) / Math.max(1, s.tasks)));
+  const arrivals = Array.from(
+    { length: s.tasks },
+    (_, i) => started + Math.floor((i * s.arrivalSpreadMs) / Math.max(1, s.tasks)),
+  );
   const videoEvery = s.videoShare > 0 ? Math.max(1, Math.round(1 / s.videoShare)) : Number.POSITIVE_INFINITY;
   let created = 0;
   const taskIds: string[] = [];
@@ -119,7 +125,16 @@ export async function runSchedulingSimulation(s: SchedulingScenario): Promise<Sc
       const body = video
         ? { model: "v-video", video_mode: "t2v", prompt: `simulated video ${created}`, duration: 5 }
         : { model: "flux-lite", mode: "generate", prompt: `simulated image ${created}`, count: 1 };
-      taskIds.push((await createTask(relay.deps, { client, type: video ? "video" : "image", body, idempotencyKey: `sim-task-${created}` })).task.id);
+      taskIds.push(
+        (
+          await createTask(relay.deps, {
+            client,
+            type: video ? "video" : "image",
+            body,
+            idempotencyKey: `sim-task-${created}`,
+          })
+        ).task.id,
+      );
       created++;
     }
     await relay.submitter.runOnce();

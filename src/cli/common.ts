@@ -28,17 +28,23 @@ export function parse<O extends Options>(args: string[], options: O) {
   try {
     return parseArgs({ args, allowPositionals: true, strict: true, options });
   } catch (err) {
-    if (String((err as { code?: unknown }).code).startsWith("ERR_PARSE_ARGS_")) throw new UsageError((err as Error).message);
+    if (String((err as { code?: unknown }).code).startsWith("ERR_PARSE_ARGS_"))
+      throw new UsageError((err as Error).message);
     throw err;
   }
 }
 
 /** At most `max` positionals: a stray word is more likely a mistake than something to ignore. */
 export function positionalsAtMost(positionals: string[], max: number, command: string): void {
-  if (positionals.length > max) throw new UsageError(`${command}: unexpected argument ${JSON.stringify(positionals[max])}`);
+  if (positionals.length > max)
+    throw new UsageError(`${command}: unexpected argument ${JSON.stringify(positionals[max])}`);
 }
 
-export function wholeNumber(value: string | undefined, name: string, range: { min: number; max: number }): number | undefined {
+export function wholeNumber(
+  value: string | undefined,
+  name: string,
+  range: { min: number; max: number },
+): number | undefined {
   if (value === undefined) return undefined;
   if (!/^\d+$/.test(value) || Number(value) < range.min || Number(value) > range.max) {
     throw new UsageError(`--${name} must be a whole number from ${range.min} to ${range.max}`);

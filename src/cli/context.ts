@@ -23,5 +23,10 @@ export interface CliContext {
 
 /** The lifecycle for the CLI's state changes (cancel, revoke): the server's workers pick its events up. */
 export function cliLifecycle(store: Store, ctx: CliContext): Lifecycle {
-  return new Lifecycle({ store, clock: systemClock, nudges: noNudges, firstAttemptDelayMs: ctx.config.webhookRetryScheduleMs[0] ?? 0 });
+  return new Lifecycle({
+    store,
+    clock: systemClock,
+    nudges: noNudges,
+    firstAttemptDelayMs: ctx.config.webhookRetryScheduleMs[0] ?? 0,
+  });
 }

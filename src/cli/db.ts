@@ -24,7 +24,7 @@ async function backup(args: string[], ctx: CliContext): Promise<number> {
   positionalsAtMost(positionals, 1, "db backup");
   if (ctx.config.databaseUrl) {
     throw new UsageError(
-      "DATABASE_URL is set: back up PostgreSQL with its own tools, e.g. pg_dump --format=custom --file=genrelay.dump \"$DATABASE_URL\" (restore with pg_restore); see docs/deployment.md",
+      'DATABASE_URL is set: back up PostgreSQL with its own tools, e.g. pg_dump --format=custom --file=genrelay.dump "$DATABASE_URL" (restore with pg_restore); see docs/deployment.md',
     );
   }
   const database = ctx.open({ mustExist: true, migrate: false });
@@ -37,8 +37,12 @@ async function backup(args: string[], ctx: CliContext): Promise<number> {
     throw err;
   }
   const ms = Math.round(performance.now() - started);
-  if (values.json) out(JSON.stringify({ path: result.path, bytes: result.bytes, pages: result.pages, check: result.check, ms }));
-  else out(`backed up ${ctx.config.databasePath} to ${result.path} (${formatBytes(result.bytes)}, ${result.pages} pages, integrity ${result.check}, ${ms} ms)`);
+  if (values.json)
+    out(JSON.stringify({ path: result.path, bytes: result.bytes, pages: result.pages, check: result.check, ms }));
+  else
+    out(
+      `backed up ${ctx.config.databasePath} to ${result.path} (${formatBytes(result.bytes)}, ${result.pages} pages, integrity ${result.check}, ${ms} ms)`,
+    );
   return 0;
 }
 
@@ -57,14 +61,26 @@ async function stats(args: string[], ctx: CliContext): Promise<number> {
   }
   const pad = Math.max(...Object.keys(s.tables).map((t) => t.length), 10);
   out(`database  ${path}`);
-  out(`size      ${formatBytes(files.total)} (file ${formatBytes(files.database)}, WAL ${formatBytes(files.wal)}, shm ${formatBytes(files.shm)}; ${s.pages.freelist_count} of ${s.pages.page_count} pages free)`);
+  out(
+    `size      ${formatBytes(files.total)} (file ${formatBytes(files.database)}, WAL ${formatBytes(files.wal)}, shm ${formatBytes(files.shm)}; ${s.pages.freelist_count} of ${s.pages.page_count} pages free)`,
+  );
   out("");
   out("rows");
   for (const [table, n] of Object.entries(s.tables)) out(`  ${table.padEnd(pad)}  ${n}`);
   out("");
-  out(`tasks by status  ${Object.entries(s.tasks_by_status).map(([k, n]) => `${k}=${n}`).join("  ")}`);
-  out(`tasks by phase   ${Object.entries(s.tasks_by_phase).map(([k, n]) => `${k}=${n}`).join("  ")}`);
-  out(`deliveries       pending=${s.deliveries.pending}  failed=${s.deliveries.failed}  succeeded=${s.deliveries.succeeded}  no_callback=${s.deliveries.none}`);
+  out(
+    `tasks by status  ${Object.entries(s.tasks_by_status)
+      .map(([k, n]) => `${k}=${n}`)
+      .join("  ")}`,
+  );
+  out(
+    `tasks by phase   ${Object.entries(s.tasks_by_phase)
+      .map(([k, n]) => `${k}=${n}`)
+      .join("  ")}`,
+  );
+  out(
+    `deliveries       pending=${s.deliveries.pending}  failed=${s.deliveries.failed}  succeeded=${s.deliveries.succeeded}  no_callback=${s.deliveries.none}`,
+  );
   if (oldestPending) out(`oldest pending   ${oldestPending}`);
   return 0;
 }
@@ -74,7 +90,13 @@ async function pgStats(json: boolean, ctx: CliContext): Promise<number> {
   const s = await pgDatabaseStats((store as PgStore).pool);
   const oldestPending = iso(s.deliveries.oldest_pending_at);
   if (json) {
-    out(JSON.stringify({ database: "postgresql", ...s, deliveries: { ...s.deliveries, oldest_pending_at: oldestPending } }));
+    out(
+      JSON.stringify({
+        database: "postgresql",
+        ...s,
+        deliveries: { ...s.deliveries, oldest_pending_at: oldestPending },
+      }),
+    );
     return 0;
   }
   const pad = Math.max(...Object.keys(s.tables).map((t) => t.length), 10);
@@ -83,9 +105,19 @@ async function pgStats(json: boolean, ctx: CliContext): Promise<number> {
   out("rows");
   for (const [table, n] of Object.entries(s.tables)) out(`  ${table.padEnd(pad)}  ${n}`);
   out("");
-  out(`tasks by status  ${Object.entries(s.tasks_by_status).map(([k, n]) => `${k}=${n}`).join("  ")}`);
-  out(`tasks by phase   ${Object.entries(s.tasks_by_phase).map(([k, n]) => `${k}=${n}`).join("  ")}`);
-  out(`deliveries       pending=${s.deliveries.pending}  failed=${s.deliveries.failed}  succeeded=${s.deliveries.succeeded}  no_callback=${s.deliveries.none}`);
+  out(
+    `tasks by status  ${Object.entries(s.tasks_by_status)
+      .map(([k, n]) => `${k}=${n}`)
+      .join("  ")}`,
+  );
+  out(
+    `tasks by phase   ${Object.entries(s.tasks_by_phase)
+      .map(([k, n]) => `${k}=${n}`)
+      .join("  ")}`,
+  );
+  out(
+    `deliveries       pending=${s.deliveries.pending}  failed=${s.deliveries.failed}  succeeded=${s.deliveries.succeeded}  no_callback=${s.deliveries.none}`,
+  );
   if (oldestPending) out(`oldest pending   ${oldestPending}`);
   return 0;
 }

@@ -27,7 +27,10 @@ hash: keep it now. --upstream-key-env/--upstream-key-stdin give the client its o
           "Changes a client's name, limits or webhook settings (as PUT /openapi/v1/webhooks/settings); `none` removes a limit or the notification URL. --callback-header (repeatable) replaces the default callback headers; only their names are ever printed.",
       },
       revoke: { usage: "clients revoke ID", summary: "Revokes the client's API key at once." },
-      "rotate-secret": { usage: "clients rotate-secret ID [--json]", summary: "New webhook secret; the old one signs beside it for 24 hours." },
+      "rotate-secret": {
+        usage: "clients rotate-secret ID [--json]",
+        summary: "New webhook secret; the old one signs beside it for 24 hours.",
+      },
       storage: {
         usage:
           "clients storage ID [--json] | --clear |\n                 --endpoint URL --bucket B --region R [--prefix P] --access-key-id K (--secret-key-env VAR | --secret-key-stdin)\n                 [--force-path-style] [--public-base-url URL] [--url-expires-in SECONDS]",
@@ -69,7 +72,8 @@ DATABASE_PATH-shm if present), start the server.`,
       },
       cancel: {
         usage: "tasks cancel ID",
-        summary: "Cancels any client's task not yet submitted upstream (never charged); its task.canceled webhook follows.",
+        summary:
+          "Cancels any client's task not yet submitted upstream (never charged); its task.canceled webhook follows.",
         details: "A task already offered upstream cannot be canceled (the upstream has no cancel): exit 1.",
       },
     },

@@ -11,7 +11,10 @@ function show(view: StorageView): string {
 }
 
 /** The secret access key, from an environment variable or standard input: never from the command line (shell history, ps). */
-function readSecret(values: { "secret-key-env"?: string | undefined; "secret-key-stdin"?: boolean | undefined }, env: NodeJS.ProcessEnv): string {
+function readSecret(
+  values: { "secret-key-env"?: string | undefined; "secret-key-stdin"?: boolean | undefined },
+  env: NodeJS.ProcessEnv,
+): string {
   if (values["secret-key-env"]) {
     const key = env[values["secret-key-env"]];
     if (!key) throw new UsageError(`environment variable ${values["secret-key-env"]} is empty or unset`);
@@ -70,7 +73,9 @@ export async function runClientStorage(args: string[], ctx: CliContext): Promise
     secret_access_key: readSecret(values, ctx.env),
     force_path_style: values["force-path-style"] ?? false,
     ...(values["public-base-url"] !== undefined ? { public_base_url: values["public-base-url"] } : {}),
-    ...(values["url-expires-in"] !== undefined ? { url_expires_in: wholeNumber(values["url-expires-in"], "url-expires-in", { min: 1, max: 604_800 }) } : {}),
+    ...(values["url-expires-in"] !== undefined
+      ? { url_expires_in: wholeNumber(values["url-expires-in"], "url-expires-in", { min: 1, max: 604_800 }) }
+      : {}),
   };
   try {
     const view = await setStorage({ store, config: ctx.config }, id, input);
@@ -79,7 +84,9 @@ export async function runClientStorage(args: string[], ctx: CliContext): Promise
     return 0;
   } catch (err) {
     if (err instanceof ApiError && err.code !== "internal_error") {
-      const details = Array.isArray(err.details) ? (err.details as FieldProblem[]).map((d) => `\n  --${d.field.replaceAll("_", "-")}: ${d.message}`).join("") : "";
+      const details = Array.isArray(err.details)
+        ? (err.details as FieldProblem[]).map((d) => `\n  --${d.field.replaceAll("_", "-")}: ${d.message}`).join("")
+        : "";
       throw new UsageError(`${err.message}${details}`);
     }
     throw err;

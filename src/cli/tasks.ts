@@ -83,7 +83,8 @@ function attemptFields(a: AttemptRow) {
 
 function statusArg(value: string | undefined): TaskStatus | undefined {
   if (value === undefined) return undefined;
-  if (!(TASK_STATUSES as readonly string[]).includes(value)) throw new UsageError(`--status must be one of ${TASK_STATUSES.join(", ")}`);
+  if (!(TASK_STATUSES as readonly string[]).includes(value))
+    throw new UsageError(`--status must be one of ${TASK_STATUSES.join(", ")}`);
   return value as TaskStatus;
 }
 
@@ -98,7 +99,8 @@ async function list(args: string[], ctx: CliContext): Promise<number> {
   const status = statusArg(values.status);
   const limit = wholeNumber(values.limit, "limit", { min: 1, max: 1000 }) ?? 20;
   const store = await ctx.store({ mustExist: true });
-  if (values.client !== undefined && !(await store.clients.find(values.client))) throw new UsageError(`no client ${values.client}`);
+  if (values.client !== undefined && !(await store.clients.find(values.client)))
+    throw new UsageError(`no client ${values.client}`);
   const rows = await store.tasks.listForSupport({ clientId: values.client, status, limit });
   const last = await store.events.lastOfTasks(rows.map((t) => t.id));
   const items = rows.map((t) => {
@@ -124,16 +126,41 @@ async function list(args: string[], ctx: CliContext): Promise<number> {
     out("no tasks match");
     return 0;
   }
-  out(["TASK".padEnd(31), "STATUS".padEnd(10), "TYPE ", "DELIVERY ", "CREATED".padEnd(24), "CLIENT".padEnd(30), "MODEL", "UPSTREAM"].join(" "));
+  out(
+    [
+      "TASK".padEnd(31),
+      "STATUS".padEnd(10),
+      "TYPE ",
+      "DELIVERY ",
+      "CREATED".padEnd(24),
+      "CLIENT".padEnd(30),
+      "MODEL",
+      "UPSTREAM",
+    ].join(" "),
+  );
   for (const i of items) {
-    out([i.id.padEnd(31), i.status.padEnd(10), i.type.padEnd(5), i.delivery.padEnd(9), i.created_at!.padEnd(24), i.client_id.padEnd(30), i.model, i.upstream_task_id ?? "-"].join(" "));
+    out(
+      [
+        i.id.padEnd(31),
+        i.status.padEnd(10),
+        i.type.padEnd(5),
+        i.delivery.padEnd(9),
+        i.created_at!.padEnd(24),
+        i.client_id.padEnd(30),
+        i.model,
+        i.upstream_task_id ?? "-",
+      ].join(" "),
+    );
   }
   return 0;
 }
 
 function showHuman(client: ClientRow | undefined, t: TaskRow, events: EventRow[], attempts: AttemptRow[]): void {
   const f = taskFields(t);
-  const line = (label: string, value: unknown) => out(`${label.padEnd(18)}${value === null || value === undefined ? "-" : typeof value === "string" ? value : JSON.stringify(value)}`);
+  const line = (label: string, value: unknown) =>
+    out(
+      `${label.padEnd(18)}${value === null || value === undefined ? "-" : typeof value === "string" ? value : JSON.stringify(value)}`,
+    );
   line("task", f.id);
   line("client", `${f.client_id}${client ? ` (${client.name})` : ""}`);
   line("type / model", `${f.type} / ${f.model}`);
@@ -160,15 +187,19 @@ function showHuman(client: ClientRow | undefined, t: TaskRow, events: EventRow[]
   out("");
   out(`events (${events.length})`);
   for (const e of events) {
-    const when = e.deliveryStatus === "pending" && e.nextAttemptAt !== null ? `, next attempt ${iso(e.nextAttemptAt)}` : "";
-    const last = e.lastAttemptAt !== null ? `, last ${iso(e.lastAttemptAt)} → ${e.lastStatusCode ?? e.lastError ?? "?"}` : "";
+    const when =
+      e.deliveryStatus === "pending" && e.nextAttemptAt !== null ? `, next attempt ${iso(e.nextAttemptAt)}` : "";
+    const last =
+      e.lastAttemptAt !== null ? `, last ${iso(e.lastAttemptAt)} → ${e.lastStatusCode ?? e.lastError ?? "?"}` : "";
     out(`  #${e.sequence} ${e.id} ${e.type}  delivery ${e.deliveryStatus}, ${e.attempts} attempt(s)${last}${when}`);
   }
   out("");
   out(`delivery attempts (${attempts.length})`);
   for (const a of attempts) {
     const detail = a.error ? `  ${a.error}` : "";
-    out(`  ${iso(a.attemptedAt)} ${a.eventType} ${a.outcome} ${a.statusCode ?? "-"} ${a.latencyMs ?? "-"} ms  ${a.url}${detail}`);
+    out(
+      `  ${iso(a.attemptedAt)} ${a.eventType} ${a.outcome} ${a.statusCode ?? "-"} ${a.latencyMs ?? "-"} ms  ${a.url}${detail}`,
+    );
   }
 }
 
@@ -181,14 +212,23 @@ async function show(args: string[], ctx: CliContext): Promise<number> {
   const matches = await store.tasks.findByAnyId(id);
   if (matches.length === 0) throw new UsageError(`no task ${id} (neither a relay nor an upstream task id)`);
   if (matches.length > 1) {
-    throw new UsageError(`${matches.length} tasks have upstream id ${id} (on different upstream accounts): ${matches.map((t) => t.id).join(", ")}; show one by its relay id`);
+    throw new UsageError(
+      `${matches.length} tasks have upstream id ${id} (on different upstream accounts): ${matches.map((t) => t.id).join(", ")}; show one by its relay id`,
+    );
   }
   const task = matches[0]!;
   const events = await store.events.ofTask(task.id);
   const attempts = await store.events.attemptsOfTask(task.id);
   const client = await store.clients.find(task.clientId);
   if (values.json) {
-    out(JSON.stringify({ ...taskFields(task), client_name: client?.name ?? null, events: events.map(eventFields), attempts: attempts.map(attemptFields) }));
+    out(
+      JSON.stringify({
+        ...taskFields(task),
+        client_name: client?.name ?? null,
+        events: events.map(eventFields),
+        attempts: attempts.map(attemptFields),
+      }),
+    );
   } else {
     showHuman(client, task, events, attempts);
   }
@@ -206,7 +246,8 @@ async function cancel(args: string[], ctx: CliContext): Promise<number> {
     out(`canceled ${task.id} (client ${task.clientId}): it was never submitted upstream and is not charged`);
     return 0;
   } catch (err) {
-    if (err instanceof ApiError) throw new UsageError(err.code === "task_not_found" ? `no task ${id}` : `cannot cancel ${id}: ${err.message}`);
+    if (err instanceof ApiError)
+      throw new UsageError(err.code === "task_not_found" ? `no task ${id}` : `cannot cancel ${id}: ${err.message}`);
     throw err;
   }
 }

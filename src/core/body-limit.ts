@@ -61,7 +61,11 @@ const LAST_RESORT_STRING_BYTES = 1024;
  * 4. any other long string is cut (bounded at intake since; only older rows reach this).
  * The body is always built; nothing here throws.
  */
-export function fitTaskData<D extends FlatTask>(data: D, maxBytes: number, wrap: (data: D) => unknown = (d) => d): { data: D; json: string } {
+export function fitTaskData<D extends FlatTask>(
+  data: D,
+  maxBytes: number,
+  wrap: (data: D) => unknown = (d) => d,
+): { data: D; json: string } {
   let fitted = data;
   let json = JSON.stringify(wrap(fitted));
   let size = Buffer.byteLength(json, "utf8");
@@ -81,7 +85,10 @@ export function fitTaskData<D extends FlatTask>(data: D, maxBytes: number, wrap:
   if (error && typeof error.message === "string" && error.message.length > 0) {
     const flag = error.message_truncated ? 0 : Buffer.byteLength(',"message_truncated":true');
     const room = jsonStringBytes(error.message) - (size - maxBytes) - flag;
-    fitted = { ...fitted, error: { ...error, message: cutToJsonBytes(error.message, Math.max(2, room)), message_truncated: true } };
+    fitted = {
+      ...fitted,
+      error: { ...error, message: cutToJsonBytes(error.message, Math.max(2, room)), message_truncated: true },
+    };
     if (!remeasure()) return { data: fitted, json };
   }
 
@@ -98,7 +105,13 @@ export function fitTaskData<D extends FlatTask>(data: D, maxBytes: number, wrap:
   fitted = cutLongStrings(fitted, LAST_RESORT_STRING_BYTES) as D;
   if (!remeasure()) return { data: fitted, json };
   // Nothing of a bounded row is left to cut; an unbounded old one keeps its identity and status.
-  fitted = { ...fitted, metadata: null, files: [], files_truncated: true, callback: { ...fitted.callback, url: fitted.callback.url && cutToJsonBytes(fitted.callback.url, 256) } };
+  fitted = {
+    ...fitted,
+    metadata: null,
+    files: [],
+    files_truncated: true,
+    callback: { ...fitted.callback, url: fitted.callback.url && cutToJsonBytes(fitted.callback.url, 256) },
+  };
   remeasure();
   return { data: fitted, json };
 }
@@ -107,7 +120,12 @@ function cutLongStrings(value: unknown, maxBytes: number): unknown {
   if (typeof value === "string") return jsonStringBytes(value) > maxBytes ? cutToJsonBytes(value, maxBytes) : value;
   if (Array.isArray(value)) return value.map((v) => cutLongStrings(v, maxBytes));
   if (value !== null && typeof value === "object") {
-    return Object.fromEntries(Object.entries(value as Record<string, unknown>).map(([k, v]) => [cutToJsonBytes(k, maxBytes), cutLongStrings(v, maxBytes)]));
+    return Object.fromEntries(
+      Object.entries(value as Record<string, unknown>).map(([k, v]) => [
+        cutToJsonBytes(k, maxBytes),
+        cutLongStrings(v, maxBytes),
+      ]),
+    );
   }
   return value;
 }

@@ -18,11 +18,19 @@ export interface AttemptOutcome {
  * redeliverable by hand), retried on WEBHOOK_RETRY_SCHEDULE (a longer Retry-After wins), or
  * failed once the schedule is spent.
  */
-export function attemptOutcome(event: EventRow, result: SendResult, now: number, scheduleMs: number[], random?: () => number): AttemptOutcome {
-  if (result.ok) return { outcome: "delivered", patch: { deliveryStatus: "succeeded", deliveredAt: now, nextAttemptAt: null } };
+export function attemptOutcome(
+  event: EventRow,
+  result: SendResult,
+  now: number,
+  scheduleMs: number[],
+  random?: () => number,
+): AttemptOutcome {
+  if (result.ok)
+    return { outcome: "delivered", patch: { deliveryStatus: "succeeded", deliveredAt: now, nextAttemptAt: null } };
   if (result.gone) return { outcome: "gone", patch: { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null } };
   const at = retryAt(result, event.roundAttempts + 1, now, scheduleMs, random);
-  if (at === null) return { outcome: "exhausted", patch: { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null } };
+  if (at === null)
+    return { outcome: "exhausted", patch: { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null } };
   return { outcome: "retry", patch: { nextAttemptAt: at } };
 }
 
@@ -31,7 +39,13 @@ export function attemptOutcome(event: EventRow, result: SendResult, now: number,
  * jitter), or the receiver's Retry-After when longer; null once the schedule is spent. Webhooks
  * and notices retry alike.
  */
-export function retryAt(result: SendResult, attemptIndex: number, now: number, scheduleMs: number[], random?: () => number): number | null {
+export function retryAt(
+  result: SendResult,
+  attemptIndex: number,
+  now: number,
+  scheduleMs: number[],
+  random?: () => number,
+): number | null {
   const scheduled = retryDelayMs(scheduleMs, attemptIndex, random);
   return scheduled === null ? null : now + Math.max(scheduled, result.retryAfterMs ?? 0);
 }
@@ -41,7 +55,14 @@ export function retryAt(result: SendResult, attemptIndex: number, now: number, s
  * the start, due now, and no lease, so an attempt still in flight can no longer record over it.
  */
 export function newRound(now: number): Partial<NewEventRow> {
-  return { deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: now, failedAt: null, claimToken: null, claimedUntil: null };
+  return {
+    deliveryStatus: "pending",
+    roundAttempts: 0,
+    nextAttemptAt: now,
+    failedAt: null,
+    claimToken: null,
+    claimedUntil: null,
+  };
 }
 
 /** Redeliver: the task's last event queued again (same webhook-id and body). */
@@ -59,10 +80,17 @@ export function recoverFailed(store: Store, clientId: string, since: number, now
  * lease back (the store releases it with the write), so the dispatcher never builds one by hand.
  */
 export class DeliveryLifecycle {
-  constructor(private readonly deps: { store: Store; clock: Clock; retryScheduleMs: number[]; random?: () => number }) {}
+  constructor(
+    private readonly deps: { store: Store; clock: Clock; retryScheduleMs: number[]; random?: () => number },
+  ) {}
 
   /** One attempt made (or refused without sending): its row, and the event's next state, together. */
-  async recordAttempt(event: EventRow, startedAt: number, result: SendResult, decided?: AttemptOutcome): Promise<AttemptOutcome> {
+  async recordAttempt(
+    event: EventRow,
+    startedAt: number,
+    result: SendResult,
+    decided?: AttemptOutcome,
+  ): Promise<AttemptOutcome> {
     const now = this.deps.clock.now();
     const next = decided ?? attemptOutcome(event, result, now, this.deps.retryScheduleMs, this.deps.random);
     await this.deps.store.events.recordAttempt(
@@ -100,18 +128,29 @@ export class DeliveryLifecycle {
    * the retry schedule and waits for the host's next trial (`until`), like the host's other events.
    */
   recordPausedTrial(event: EventRow, startedAt: number, result: SendResult, until: number): Promise<AttemptOutcome> {
-    return this.recordAttempt(event, startedAt, result, { outcome: "paused", patch: { nextAttemptAt: until }, spendsRetry: false });
+    return this.recordAttempt(event, startedAt, result, {
+      outcome: "paused",
+      patch: { nextAttemptAt: until },
+      spendsRetry: false,
+    });
   }
 
   /** An attempt refused before the wire for good (a body over the size limit would be refused every time): recorded, and the event failed. */
   refuse(event: EventRow, result: SendResult): Promise<AttemptOutcome> {
     const now = this.deps.clock.now();
-    return this.recordAttempt(event, now, result, { outcome: "too_large", patch: { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null } });
+    return this.recordAttempt(event, now, result, {
+      outcome: "too_large",
+      patch: { deliveryStatus: "failed", failedAt: now, nextAttemptAt: null },
+    });
   }
 
   /** Ends an event without an attempt on the wire (nothing to send it to). */
   fail(event: EventRow, reason: string): Promise<void> {
-    return this.deps.store.events.release(event.id, event.claimToken!, { deliveryStatus: "failed", failedAt: this.deps.clock.now(), lastError: reason });
+    return this.deps.store.events.release(event.id, event.claimToken!, {
+      deliveryStatus: "failed",
+      failedAt: this.deps.clock.now(),
+      lastError: reason,
+    });
   }
 
   /** Hands a claimed event back untouched, or moved to `until` (its key's breaker trial). */

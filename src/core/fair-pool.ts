@@ -69,7 +69,10 @@ export class FairPool {
   constructor(opts: FairPoolOptions) {
     this.size = Math.max(1, Math.floor(opts.size));
     this.maxPerKey = Math.max(1, Math.floor(opts.maxPerKey ?? this.size));
-    this.reserve = Math.min(this.size - 1, Math.max(0, Math.floor(opts.reserve ?? (this.size > 1 ? Math.ceil(this.size / 8) : 0))));
+    this.reserve = Math.min(
+      this.size - 1,
+      Math.max(0, Math.floor(opts.reserve ?? (this.size > 1 ? Math.ceil(this.size / 8) : 0))),
+    );
     this.general = this.size - this.reserve;
     this.reserveLevel = Math.max(1, Math.floor(opts.reserveLevel ?? Math.max(2, Math.ceil(this.reserve / 2))));
     this.maxWaitingPerClient = Math.max(0, Math.floor(opts.maxWaitingPerClient ?? this.size));

@@ -31,9 +31,17 @@ export interface LifecycleDeps {
 const released = { claimToken: null, claimedUntil: null } as const;
 
 /** Whether a waiting task may go upstream now (services/credits decides; the lifecycle acts on it). */
-export type SubmissionVerdict = { kind: "go"; reserve: number } | { kind: "wait" } | { kind: "refuse"; message: string } | { kind: "revoked" };
+export type SubmissionVerdict =
+  | { kind: "go"; reserve: number }
+  | { kind: "wait" }
+  | { kind: "refuse"; message: string }
+  | { kind: "revoked" };
 
-export type BeginResult = { kind: "go"; task: TaskRow } | { kind: "wait"; task: TaskRow } | { kind: "ended"; task: TaskRow } | { kind: "lost" };
+export type BeginResult =
+  | { kind: "go"; task: TaskRow }
+  | { kind: "wait"; task: TaskRow }
+  | { kind: "ended"; task: TaskRow }
+  | { kind: "lost" };
 
 /**
  * Whether the upstream shows the task ended while no trustworthy charge is known for it (none read
@@ -41,7 +49,12 @@ export type BeginResult = { kind: "go"; task: TaskRow } | { kind: "wait"; task: 
  * must look for it before the task is finished (docs/contract.md, "Upstream answers").
  */
 export function awaitsCharge(task: Pick<TaskRow, "pointsCharged">, remote: UpstreamTask): boolean {
-  return remote.status !== null && TERMINAL_STATUSES.has(remote.status) && remote.usage.pointsCharged === null && task.pointsCharged === null;
+  return (
+    remote.status !== null &&
+    TERMINAL_STATUSES.has(remote.status) &&
+    remote.usage.pointsCharged === null &&
+    task.pointsCharged === null
+  );
 }
 
 /**
@@ -65,7 +78,9 @@ export function standingCharge(task: Pick<TaskRow, "pointsCharged" | "pointsRese
 export function observedPatch(task: TaskRow, remote: UpstreamTask, now: number, final = true): Partial<NewTaskRow> {
   const waitForCharge = !final && awaitsCharge(task, remote);
   const status: TaskStatus =
-    remote.status === null || waitForCharge || (remote.status === "queued" && task.status === "processing") ? task.status : remote.status;
+    remote.status === null || waitForCharge || (remote.status === "queued" && task.status === "processing")
+      ? task.status
+      : remote.status;
   const charged = remote.usage.pointsCharged ?? task.pointsCharged;
   const refunded = remote.usage.pointsRefunded ?? task.pointsRefunded;
   const patch: Partial<NewTaskRow> = {
@@ -126,7 +141,12 @@ export class Lifecycle {
   }
 
   /** The upstream accepted the submission (or replayed it): the task is in flight, or already ended. */
-  async recordSubmission(task: TaskRow, token: string, remote: UpstreamTask, firstPollAt: number): Promise<TaskRow | undefined> {
+  async recordSubmission(
+    task: TaskRow,
+    token: string,
+    remote: UpstreamTask,
+    firstPollAt: number,
+  ): Promise<TaskRow | undefined> {
     const now = this.deps.clock.now();
     const patch = observedPatch(task, remote, now, false);
     const terminal = patch.phase === "done";
@@ -152,10 +172,20 @@ export class Lifecycle {
    * A read showed the task; `nextRunAt` is when to look again if it goes on. `final`: a single read
    * (see observedPatch); a list item that shows the task ended without a charge does not end it.
    */
-  recordObservation(task: TaskRow, token: string, remote: UpstreamTask, nextRunAt: number, final = true): Promise<TaskRow | undefined> {
+  recordObservation(
+    task: TaskRow,
+    token: string,
+    remote: UpstreamTask,
+    nextRunAt: number,
+    final = true,
+  ): Promise<TaskRow | undefined> {
     const now = this.deps.clock.now();
     const patch = observedPatch(task, remote, now, final);
-    return this.apply(task, { ...patch, pollCount: task.pollCount + 1, ...(patch.phase === "done" ? {} : { nextRunAt }), ...released }, token);
+    return this.apply(
+      task,
+      { ...patch, pollCount: task.pollCount + 1, ...(patch.phase === "done" ? {} : { nextRunAt }), ...released },
+      token,
+    );
   }
 
   /** Nothing changed, look again at `at` (a transient failure, a wait for room or credits); `patch` carries counters. */
@@ -177,7 +207,8 @@ export class Lifecycle {
    * writes it with the files. Any other change passes as it is.
    */
   private async mirrorFirst(task: TaskRow, patch: Partial<NewTaskRow>, now: number): Promise<Partial<NewTaskRow>> {
-    if (patch.status !== "succeeded" || patch.phase !== "done" || task.phase === "mirroring" || !this.deps.mirrors) return patch;
+    if (patch.status !== "succeeded" || patch.phase !== "done" || task.phase === "mirroring" || !this.deps.mirrors)
+      return patch;
     if (!(await this.deps.mirrors(task, patch.outputJson ?? task.outputJson))) return patch;
     return { ...patch, status: "processing", phase: "mirroring", completedAt: null, nextRunAt: now, filesJson: null };
   }
@@ -185,7 +216,11 @@ export class Lifecycle {
   /** The output's copies are made, or given up on (`files` says which): the task succeeds and task.succeeded is written, with them. */
   finishMirroring(task: TaskRow, token: string, filesJson: string): Promise<TaskRow | undefined> {
     const now = this.deps.clock.now();
-    return this.apply(task, { status: "succeeded", phase: "done", filesJson, completedAt: now, updatedAt: now, nextRunAt: null, ...released }, token);
+    return this.apply(
+      task,
+      { status: "succeeded", phase: "done", filesJson, completedAt: now, updatedAt: now, nextRunAt: null, ...released },
+      token,
+    );
   }
 
   /** Copies to try again at `at`; `progressJson` keeps the ones made, so a retry (or a restart) skips them. */
@@ -195,7 +230,10 @@ export class Lifecycle {
 
   /** Keeps a copy's lease while it runs (a large file outlasts one lease); `progressJson` as far as it got. False: the lease was lost. */
   async holdMirror(task: TaskRow, token: string, until: number, progressJson?: string): Promise<boolean> {
-    const patch: Partial<NewTaskRow> = { claimedUntil: until, ...(progressJson === undefined ? {} : { filesJson: progressJson }) };
+    const patch: Partial<NewTaskRow> = {
+      claimedUntil: until,
+      ...(progressJson === undefined ? {} : { filesJson: progressJson }),
+    };
     return (await this.deps.store.tasks.reschedule(task.id, token, patch)) !== undefined;
   }
 
@@ -210,17 +248,32 @@ export class Lifecycle {
    * task may exist upstream, so it can no longer be canceled. Otherwise it waits (lease released,
    * looked at again at `waitUntil` or when nudged), or ends without ever being submitted.
    */
-  async beginSubmission(task: TaskRow, token: string, decide: (ctx: SubmissionContext) => SubmissionVerdict, waitUntil: number): Promise<BeginResult> {
+  async beginSubmission(
+    task: TaskRow,
+    token: string,
+    decide: (ctx: SubmissionContext) => SubmissionVerdict,
+    waitUntil: number,
+  ): Promise<BeginResult> {
     const opts = this.options(token);
     const step = (ctx: SubmissionContext): SubmissionStep<"go" | "wait" | "ended"> => {
       const { task: current } = ctx;
       const verdict = decide(ctx);
-      if (verdict.kind === "go") return { kind: "go", transition: true, patch: { submitAttempts: current.submitAttempts + 1, pointsReserved: verdict.reserve } };
-      if (verdict.kind === "wait") return { kind: "wait", transition: false, patch: { nextRunAt: waitUntil, ...released } };
+      if (verdict.kind === "go")
+        return {
+          kind: "go",
+          transition: true,
+          patch: { submitAttempts: current.submitAttempts + 1, pointsReserved: verdict.reserve },
+        };
+      if (verdict.kind === "wait")
+        return { kind: "wait", transition: false, patch: { nextRunAt: waitUntil, ...released } };
       const patch =
         verdict.kind === "refuse"
           ? this.refusalPatch(opts.now, verdict.message)
-          : this.cancelPatch(opts.now, { code: "client_revoked", message: "The API key that created this task was revoked before it was submitted; it was never charged.", request_id: null });
+          : this.cancelPatch(opts.now, {
+              code: "client_revoked",
+              message: "The API key that created this task was revoked before it was submitted; it was never charged.",
+              request_id: null,
+            });
       return { kind: "ended", transition: true, patch };
     };
     const before = task;
@@ -233,7 +286,19 @@ export class Lifecycle {
   /** Ends the task failed with `error`; `usage` as known (never invented). */
   fail(task: TaskRow, token: string | null, error: TaskError): Promise<TaskRow | undefined> {
     const now = this.deps.clock.now();
-    return this.apply(task, { status: "failed", phase: "done", errorJson: JSON.stringify(error), completedAt: now, updatedAt: now, nextRunAt: null, ...released }, token);
+    return this.apply(
+      task,
+      {
+        status: "failed",
+        phase: "done",
+        errorJson: JSON.stringify(error),
+        completedAt: now,
+        updatedAt: now,
+        nextRunAt: null,
+        ...released,
+      },
+      token,
+    );
   }
 
   /**
@@ -243,7 +308,15 @@ export class Lifecycle {
    */
   failUnusable(task: TaskRow, token: string | null, error: TaskError): Promise<TaskRow | undefined> {
     const now = this.deps.clock.now();
-    const patch: Partial<NewTaskRow> = { status: "failed", phase: "done", errorJson: JSON.stringify(error), outputJson: null, completedAt: now, updatedAt: now, nextRunAt: null };
+    const patch: Partial<NewTaskRow> = {
+      status: "failed",
+      phase: "done",
+      errorJson: JSON.stringify(error),
+      outputJson: null,
+      completedAt: now,
+      updatedAt: now,
+      nextRunAt: null,
+    };
     return this.apply(task, { ...patch, ...standingCharge(task), ...released }, token);
   }
 
@@ -267,9 +340,19 @@ export class Lifecycle {
    * to refuse. `clientId` null: any client's task. Undefined when there is no such task; the task
    * unchanged when `allowed` said no.
    */
-  async cancelIf(id: string, clientId: string | null, allowed: (task: TaskRow, now: number) => boolean, error: TaskError | null = null): Promise<TaskRow | undefined> {
+  async cancelIf(
+    id: string,
+    clientId: string | null,
+    allowed: (task: TaskRow, now: number) => boolean,
+    error: TaskError | null = null,
+  ): Promise<TaskRow | undefined> {
     const opts = this.options(null);
-    const result = await this.deps.store.tasks.decideAndTransition(id, clientId, (task) => (allowed(task, opts.now) ? this.cancelPatch(opts.now, error) : null), opts);
+    const result = await this.deps.store.tasks.decideAndTransition(
+      id,
+      clientId,
+      (task) => (allowed(task, opts.now) ? this.cancelPatch(opts.now, error) : null),
+      opts,
+    );
     if (!result) return undefined;
     if (result.after !== result.before) await this.changed(result.before, result.after, opts.now);
     return result.after;

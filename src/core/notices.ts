@@ -10,13 +10,20 @@ import { ERROR_BYTES, storableText } from "./stored-text.js";
  * receiver answers 410. Each writes under the claim's lease and hands it back.
  */
 export class NoticeLifecycle {
-  constructor(private readonly deps: { store: Store; clock: Clock; retryScheduleMs: number[]; random?: () => number }) {}
+  constructor(
+    private readonly deps: { store: Store; clock: Clock; retryScheduleMs: number[]; random?: () => number },
+  ) {}
 
   recordAttempt(notice: NoticeRow, result: SendResult): Promise<void> {
     const now = this.deps.clock.now();
     const attempts = notice.attempts + 1;
-    const common: Partial<NewNoticeRow> = { attempts, lastStatusCode: result.statusCode, lastError: storableText(result.error, ERROR_BYTES) };
-    if (result.ok) return this.write(notice, { ...common, deliveryStatus: "succeeded", deliveredAt: now, nextAttemptAt: null });
+    const common: Partial<NewNoticeRow> = {
+      attempts,
+      lastStatusCode: result.statusCode,
+      lastError: storableText(result.error, ERROR_BYTES),
+    };
+    if (result.ok)
+      return this.write(notice, { ...common, deliveryStatus: "succeeded", deliveredAt: now, nextAttemptAt: null });
     const at = result.gone ? null : retryAt(result, attempts, now, this.deps.retryScheduleMs, this.deps.random);
     if (at === null) return this.write(notice, { ...common, deliveryStatus: "failed", nextAttemptAt: null });
     return this.write(notice, { ...common, nextAttemptAt: at });

@@ -25,7 +25,9 @@ export interface Wakeable {
  * so the order loops are kept in cannot send a nudge to another worker, and at call time, so the
  * nudges can be handed out before the loops exist.
  */
-export function nudgesByName(loop: (name: "submitter" | "poller" | "dispatcher" | "mirror") => Wakeable | undefined): Nudges {
+export function nudgesByName(
+  loop: (name: "submitter" | "poller" | "dispatcher" | "mirror") => Wakeable | undefined,
+): Nudges {
   return {
     submitter: () => loop("submitter")?.nudge(),
     poller: () => loop("poller")?.nudge(),

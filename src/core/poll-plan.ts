@@ -66,7 +66,14 @@ export interface ListState {
 }
 
 export function newListState(): ListState {
-  return { nextSweepAt: 0, cost: { active: null, all: null }, lastEnded: 0, unsupportedUntil: 0, harvestUseful: null, warned: false };
+  return {
+    nextSweepAt: 0,
+    cost: { active: null, all: null },
+    lastEnded: 0,
+    unsupportedUntil: 0,
+    harvestUseful: null,
+    warned: false,
+  };
 }
 
 /** What the list reads of one sweep found (src/workers/list-sweep.ts reads them). */
@@ -100,7 +107,11 @@ export function sweepsCover(view: AccountView): boolean {
  * is not due. sweep: due and the budget has its reads. wait: due, but `reads` must be free first
  * (a sweep cut short by the budget tells less than one that waits for its reads).
  */
-export type SweepStep = { kind: "skip" } | { kind: "later" } | { kind: "sweep"; sweep: SweepKind } | { kind: "wait"; reads: number };
+export type SweepStep =
+  | { kind: "skip" }
+  | { kind: "later" }
+  | { kind: "sweep"; sweep: SweepKind }
+  | { kind: "wait"; reads: number };
 
 export function planSweep(view: AccountView, budget: { available: number; perMinute: number }): SweepStep {
   if (!sweepsCover(view)) return { kind: "skip" };
@@ -117,7 +128,8 @@ export function planSweep(view: AccountView, budget: { available: number; perMin
  */
 export function sweepKind(state: ListState): SweepKind {
   const { active, all } = state.cost;
-  if (state.lastEnded < HARVEST_MIN || all === Infinity || active === null || state.harvestUseful === false) return "active";
+  if (state.lastEnded < HARVEST_MIN || all === Infinity || active === null || state.harvestUseful === false)
+    return "active";
   return all === null || all <= active ? "all" : "active";
 }
 
@@ -175,16 +187,25 @@ export function costOfAll(before: number | null, result: SweepResult, maxReads: 
 }
 
 /** Upstream ids of in-flight tasks the active lists did not show, submitted before the sweep began. */
-export function finishedCandidates(inFlight: readonly InFlightTask[], seen: Map<string, UpstreamTask>, sweepStartedAt: number): Set<string> {
+export function finishedCandidates(
+  inFlight: readonly InFlightTask[],
+  seen: Map<string, UpstreamTask>,
+  sweepStartedAt: number,
+): Set<string> {
   const candidates = new Set<string>();
   for (const task of inFlight) {
-    if (task.upstreamTaskId && !seen.has(task.upstreamTaskId) && (task.submittedAt ?? 0) < sweepStartedAt) candidates.add(task.upstreamTaskId);
+    if (task.upstreamTaskId && !seen.has(task.upstreamTaskId) && (task.submittedAt ?? 0) < sweepStartedAt)
+      candidates.add(task.upstreamTaskId);
   }
   return candidates;
 }
 
 /** Absence means "ended" only when the active lists were read to their end. */
-export function endedCandidates(inFlight: readonly InFlightTask[], result: SweepResult, sweepStartedAt: number): Set<string> {
+export function endedCandidates(
+  inFlight: readonly InFlightTask[],
+  result: SweepResult,
+  sweepStartedAt: number,
+): Set<string> {
   return result.complete ? finishedCandidates(inFlight, result.seen, sweepStartedAt) : new Set<string>();
 }
 
@@ -207,7 +228,8 @@ export function afterHarvest(
   const found = [...candidates].map((id) => result.seen.get(id)).filter((t) => t?.status === "succeeded");
   return {
     active: result.reads < maxReads ? result.reads : state.cost.active,
-    harvestUseful: found.length > 0 ? found.some((t) => t!.output !== null && t!.output !== undefined) : state.harvestUseful,
+    harvestUseful:
+      found.length > 0 ? found.some((t) => t!.output !== null && t!.output !== undefined) : state.harvestUseful,
     unseen: new Set([...candidates].filter((id) => !result.seen.has(id))),
   };
 }
@@ -247,7 +269,10 @@ export function sweepOutcome({ inFlight, result, candidates, now, share, budget 
   if (result.unsupported) return { kind: "unsupported", unsupportedUntil: now + LIST_RETRY_MS };
   // Paced over the budget's own window (a minute and its safety second), so a sweep at full
   // share finds its reads free again when it is due.
-  const interval = Math.min(MAX_SWEEP_INTERVAL_MS, Math.max(MIN_SWEEP_INTERVAL_MS, (result.reads * budget.windowMs) / (share * budget.perMinute)));
+  const interval = Math.min(
+    MAX_SWEEP_INTERVAL_MS,
+    Math.max(MIN_SWEEP_INTERVAL_MS, (result.reads * budget.windowMs) / (share * budget.perMinute)),
+  );
   let covered = 0;
   let ended = 0;
   const changed: string[] = [];
@@ -258,7 +283,10 @@ export function sweepOutcome({ inFlight, result, candidates, now, share, budget 
     const terminal = status !== null && TERMINAL_STATUSES.has(status);
     // Ended with its output and a charge (or one read before): the list settles it. Without
     // either, one single read fetches what the list left out (docs/contract.md, "Upstream answers": never "free").
-    const settled = terminal && !(status === "succeeded" && (remote!.output === null || remote!.output === undefined)) && remote!.usage.pointsCharged !== null;
+    const settled =
+      terminal &&
+      !(status === "succeeded" && (remote!.output === null || remote!.output === undefined)) &&
+      remote!.usage.pointsCharged !== null;
     if (terminal || (task.upstreamTaskId && candidates.has(task.upstreamTaskId))) ended += 1;
     if (settled || (status !== null && !terminal)) {
       covered += 1;
@@ -267,7 +295,15 @@ export function sweepOutcome({ inFlight, result, candidates, now, share, budget 
       flag.push(task.id);
     }
   }
-  return { kind: "read", nextSweepAt: now + interval, coveredUntil: now + 2 * interval + 5_000, ended, covered, changed, flag };
+  return {
+    kind: "read",
+    nextSweepAt: now + interval,
+    coveredUntil: now + 2 * interval + 5_000,
+    ended,
+    covered,
+    changed,
+    flag,
+  };
 }
 
 /** What the poller knows of a failed upstream call (an UpstreamError's fields; null for any other error). */
@@ -278,7 +314,10 @@ export type UpstreamFailure = Pick<UpstreamError, "status" | "code" | "retryAfte
  * and whether the list is out for a while (a page too large to read will not shrink: single reads
  * only, as for a list body not understood).
  */
-export function sweepFailed(e: UpstreamFailure, now: number): { nextSweepAt: number; pauseUntil: number | null; unsupportedUntil: number | null } {
+export function sweepFailed(
+  e: UpstreamFailure,
+  now: number,
+): { nextSweepAt: number; pauseUntil: number | null; unsupportedUntil: number | null } {
   return {
     nextSweepAt: now + (e?.retryAfterMs ?? 5_000),
     pauseUntil: e?.status === 429 ? now + (e.retryAfterMs ?? 10_000) : null,
@@ -287,7 +326,12 @@ export function sweepFailed(e: UpstreamFailure, now: number): { nextSweepAt: num
 }
 
 /** When to read a task again after a good read: `expectedMs` is its kind's learned duration (ignored by round-robin). */
-export function nextReadAt(task: Pick<TaskRow, "type" | "submittedAt" | "createdAt">, now: number, strategy: PollStrategy, expectedMs: number | null): number {
+export function nextReadAt(
+  task: Pick<TaskRow, "type" | "submittedAt" | "createdAt">,
+  now: number,
+  strategy: PollStrategy,
+  expectedMs: number | null,
+): number {
   if (strategy === "round-robin") return now;
   return now + nextPollDelay(task.type, now - (task.submittedAt ?? task.createdAt), expectedMs);
 }
@@ -306,12 +350,28 @@ export type ReadFailure =
   | { kind: "retry"; at: number; pollCount: number; notFoundSince?: number };
 
 /** `notFoundSince`: when the task's current run of 404 task_not_found answers began, if one runs. */
-export function readFailed(task: Pick<TaskRow, "pollCount">, e: UpstreamFailure, now: number, notFoundSince: number | undefined): ReadFailure {
+export function readFailed(
+  task: Pick<TaskRow, "pollCount">,
+  e: UpstreamFailure,
+  now: number,
+  notFoundSince: number | undefined,
+): ReadFailure {
   if (e?.code === "response_too_large") {
-    return { kind: "too_large", error: { code: "upstream_response_too_large", message: `${e.message}. The task may have been charged: check the upstream account.`, request_id: e.requestId } };
+    return {
+      kind: "too_large",
+      error: {
+        code: "upstream_response_too_large",
+        message: `${e.message}. The task may have been charged: check the upstream account.`,
+        request_id: e.requestId,
+      },
+    };
   }
   if (e?.status === 429) return { kind: "paused", until: now + (e.retryAfterMs ?? 10_000) };
-  const retry = { kind: "retry" as const, at: now + Math.min(60_000, 2_000 * 2 ** Math.min(task.pollCount, 5)), pollCount: task.pollCount + 1 };
+  const retry = {
+    kind: "retry" as const,
+    at: now + Math.min(60_000, 2_000 * 2 ** Math.min(task.pollCount, 5)),
+    pollCount: task.pollCount + 1,
+  };
   // Only the upstream's own JSON answer counts (an HTML or empty 404 from a proxy has no code).
   if (e?.status !== 404 || e.code !== "task_not_found") return retry;
   const since = notFoundSince ?? now;

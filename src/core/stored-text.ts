@@ -40,8 +40,13 @@ export function storableErrorJson(errorJson: string): string {
   } catch {
     return errorJson;
   }
-  if (error === null || typeof error !== "object" || typeof (error as { message?: unknown }).message !== "string") return errorJson;
+  if (error === null || typeof error !== "object" || typeof (error as { message?: unknown }).message !== "string")
+    return errorJson;
   const message = (error as { message: string }).message;
   if (Buffer.byteLength(message, "utf8") <= STORED_ERROR_MESSAGE_BYTES) return errorJson;
-  return JSON.stringify({ ...error, message: storableText(message, STORED_ERROR_MESSAGE_BYTES), message_truncated: true });
+  return JSON.stringify({
+    ...error,
+    message: storableText(message, STORED_ERROR_MESSAGE_BYTES),
+    message_truncated: true,
+  });
 }

@@ -56,7 +56,8 @@ function parseJson<T>(text: string | null): T | null {
 }
 
 export function deliverySummary(task: TaskRow, lastEvent: EventRow | undefined): DeliverySummary {
-  if (!lastEvent || !task.callbackUrl) return { status: "none", attempts: 0, last_attempt_at: null, last_status_code: null };
+  if (!lastEvent || !task.callbackUrl)
+    return { status: "none", attempts: 0, last_attempt_at: null, last_status_code: null };
   return {
     status: lastEvent.deliveryStatus,
     attempts: lastEvent.attempts,

@@ -11,7 +11,6 @@ export type TaskEventType = (typeof TASK_EVENT_TYPES)[number];
 export const DEFAULT_CALLBACK_EVENTS: TaskEventType[] = ["task.succeeded", "task.failed", "task.canceled"];
 export const TERMINAL_STATUSES: ReadonlySet<TaskStatus> = new Set(["succeeded", "failed", "canceled"]);
 
-
 export function eventTypeFor(status: TaskStatus): TaskEventType | null {
   return status === "queued" ? null : (`task.${status}` as TaskEventType);
 }
@@ -41,7 +40,11 @@ export const transitionRules: TransitionRules = {
       refunded: (after.pointsRefunded ?? 0) - (before.pointsRefunded ?? 0),
       reserved: after.pointsReserved - before.pointsReserved,
     };
-    const learns = after.priceKey && after.pointsCharged !== null && after.pointsCharged > 0 && after.pointsCharged !== before.pointsCharged;
+    const learns =
+      after.priceKey &&
+      after.pointsCharged !== null &&
+      after.pointsCharged > 0 &&
+      after.pointsCharged !== before.pointsCharged;
     return {
       change,
       learn: learns ? { priceKey: after.priceKey, points: after.pointsCharged! } : null,
@@ -63,7 +66,11 @@ export const transitionRules: TransitionRules = {
     // The body is held to the size the dispatcher sends, by its bytes: whatever makes it too large
     // (an output, an error message, files) is left out or cut, with a flag, and the webhook still
     // goes out; the receiver reads the whole task with GET /tasks/{id}.
-    const { json } = fitTaskData({ ...flat, sequence, previous_status: before.status }, WEBHOOK_BODY_MAX_BYTES, (data) => ({ id, type, timestamp, data }));
+    const { json } = fitTaskData(
+      { ...flat, sequence, previous_status: before.status },
+      WEBHOOK_BODY_MAX_BYTES,
+      (data) => ({ id, type, timestamp, data }),
+    );
     return {
       id,
       clientId: after.clientId,

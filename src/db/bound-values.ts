@@ -1,6 +1,14 @@
 import { getTableConfig, type SQLiteColumn } from "drizzle-orm/sqlite-core";
 import { is, Table } from "drizzle-orm";
-import { checkNumber, checkWrittenText, comparedText, holdsNul, StoreValueError, wellFormed, type ValueUse } from "../store/values.js";
+import {
+  checkNumber,
+  checkWrittenText,
+  comparedText,
+  holdsNul,
+  StoreValueError,
+  wellFormed,
+  type ValueUse,
+} from "../store/values.js";
 import * as schema from "./schema.js";
 
 /**
@@ -71,7 +79,8 @@ interface Frame {
   aligned?: boolean;
 }
 
-const TOKEN = /\s+|--[^\n]*|\/\*[\s\S]*?\*\/|'(?:[^']|'')*'|"((?:[^"]|"")*)"|\$(\d+)|\?(\d*)|[:@$]([A-Za-z_]\w*)|([A-Za-z_][\w$]*)|(::|.)/gy;
+const TOKEN =
+  /\s+|--[^\n]*|\/\*[\s\S]*?\*\/|'(?:[^']|'')*'|"((?:[^"]|"")*)"|\$(\d+)|\?(\d*)|[:@$]([A-Za-z_]\w*)|([A-Za-z_][\w$]*)|(::|.)/gy;
 
 /** Reads each placeholder's use from a statement's text (sqlite: `?`, `?NNN`, `:name`/`@name`/`$name`; postgres: `$n`). */
 export function planOf(sql: string, dialect: "sqlite" | "postgres"): Plan {
@@ -95,9 +104,18 @@ export function planOf(sql: string, dialect: "sqlite" | "postgres"): Plan {
     const ident = quoted !== undefined ? quoted.replaceAll('""', '"') : word;
     const param = dialect === "postgres" ? pgParam !== undefined : qParam !== undefined || named !== undefined;
     if (param) {
-      const index = pgParam !== undefined ? Number(pgParam) - 1 : qParam ? Number(qParam) - 1 : qParam === "" ? next : named!;
+      const index =
+        pgParam !== undefined ? Number(pgParam) - 1 : qParam ? Number(qParam) - 1 : qParam === "" ? next : named!;
       if (typeof index === "number") next = Math.max(next, index + 1);
-      const use: Use = limitNext ? "limit" : f.mode === "write" ? "write" : f.list ? "list" : f.aligned ? "aligned" : "compare";
+      const use: Use = limitNext
+        ? "limit"
+        : f.mode === "write"
+          ? "write"
+          : f.list
+            ? "list"
+            : f.aligned
+              ? "aligned"
+              : "compare";
       const column = use === "write" ? (f.tuple ? f.tuple.columns?.[f.tuple.index] : f.column) : undefined;
       put(column ? { use, column, key: KEY_COLUMNS.get(f.table ?? "")?.has(column) ?? false } : { use }, index);
       limitNext = false;
@@ -123,7 +141,13 @@ export function planOf(sql: string, dialect: "sqlite" | "postgres"): Plan {
       continue;
     }
     if (punct === "(") {
-      const child: Frame = { mode: f.mode, table: f.table, column: f.column, list: f.inNext, aligned: f.aligned || lastWord === "unnest" };
+      const child: Frame = {
+        mode: f.mode,
+        table: f.table,
+        column: f.column,
+        list: f.inNext,
+        aligned: f.aligned || lastWord === "unnest",
+      };
       if (f.kind === "insert" && f.table && !f.columns && !f.valuesNext && !f.selectList) child.collectColumns = [];
       else if (f.valuesNext) child.tuple = { columns: f.columns, index: 0 };
       else if (f.tuple) child.column = f.tuple.columns?.[f.tuple.index];
@@ -260,13 +284,20 @@ export function bindValues(plan: Plan, values: readonly unknown[], dialect: "sql
  * named ones, in any mix (the common call, plain values only, takes the short way).
  */
 export function bindSqliteArgs(plan: Plan, args: unknown[]): unknown[] {
-  if (!args.some((a) => a !== null && typeof a === "object" && (Array.isArray(a) || Object.getPrototypeOf(a) === Object.prototype))) return bindValues(plan, args, "sqlite");
+  if (
+    !args.some(
+      (a) => a !== null && typeof a === "object" && (Array.isArray(a) || Object.getPrototypeOf(a) === Object.prototype),
+    )
+  )
+    return bindValues(plan, args, "sqlite");
   const positional: unknown[] = [];
   const named: Array<Record<string, unknown>> = [];
   for (const a of args) {
     if (Array.isArray(a)) positional.push(...(a as unknown[]));
     else if (a !== null && typeof a === "object" && Object.getPrototypeOf(a) === Object.prototype) {
-      named.push(Object.fromEntries(Object.entries(a).map(([k, v]) => [k, bindOne(v, plan.named.get(k) ?? COMPARE, "sqlite")])));
+      named.push(
+        Object.fromEntries(Object.entries(a).map(([k, v]) => [k, bindOne(v, plan.named.get(k) ?? COMPARE, "sqlite")])),
+      );
     } else positional.push(a);
   }
   return [...bindValues(plan, positional, "sqlite"), ...named];

@@ -17,7 +17,11 @@ const byKeyHash = new WeakMap<Db, { get(p: Record<string, unknown>): ClientRow |
 export function findClientByKeyHash(db: Db, apiKeyHash: string): ClientRow | undefined {
   let statement = byKeyHash.get(db);
   if (!statement) {
-    statement = db.select().from(clients).where(eq(clients.apiKeyHash, sql.placeholder("hash"))).prepare();
+    statement = db
+      .select()
+      .from(clients)
+      .where(eq(clients.apiKeyHash, sql.placeholder("hash")))
+      .prepare();
     byKeyHash.set(db, statement);
   }
   return statement.get({ hash: apiKeyHash });

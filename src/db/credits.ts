@@ -3,7 +3,6 @@ import type { CreditPosition, LedgerEntry, ReservationsAround } from "../store/s
 import type { DbOrTx } from "./tx.js";
 import { clients, creditLedger, learnedPrices, tasks } from "./schema.js";
 
-
 export function creditPosition(db: DbOrTx, clientId: string): CreditPosition | undefined {
   const row = db
     .select({
@@ -17,7 +16,13 @@ export function creditPosition(db: DbOrTx, clientId: string): CreditPosition | u
     .where(eq(clients.id, clientId))
     .get();
   if (!row) return undefined;
-  return { charged: row.charged, refunded: row.refunded, reserved: row.reserved, limit: row.limit, revoked: row.revokedAt !== null };
+  return {
+    charged: row.charged,
+    refunded: row.refunded,
+    reserved: row.reserved,
+    limit: row.limit,
+    revoked: row.revokedAt !== null,
+  };
 }
 
 export interface CreditChange {
@@ -30,7 +35,13 @@ export interface CreditChange {
  * Applies a task's change of charge, refund and reservation to its client's totals, and appends
  * charges and refunds to the ledger. Runs in the transaction that changes the task.
  */
-export function applyCreditChange(db: DbOrTx, clientId: string, taskId: string, change: CreditChange, at: number): void {
+export function applyCreditChange(
+  db: DbOrTx,
+  clientId: string,
+  taskId: string,
+  change: CreditChange,
+  at: number,
+): void {
   if (change.charged === 0 && change.refunded === 0 && change.reserved === 0) return;
   db.update(clients)
     .set({
@@ -46,7 +57,11 @@ export function applyCreditChange(db: DbOrTx, clientId: string, taskId: string, 
 }
 
 export function findLearnedPrice(db: DbOrTx, priceKey: string): number | null {
-  const row = db.select({ points: learnedPrices.points }).from(learnedPrices).where(eq(learnedPrices.priceKey, priceKey)).get();
+  const row = db
+    .select({ points: learnedPrices.points })
+    .from(learnedPrices)
+    .where(eq(learnedPrices.priceKey, priceKey))
+    .get();
   return row?.points ?? null;
 }
 
@@ -56,7 +71,6 @@ export function learnPrice(db: DbOrTx, priceKey: string, points: number, at: num
     .onConflictDoUpdate({ target: learnedPrices.priceKey, set: { points, updatedAt: at } })
     .run();
 }
-
 
 /** The client's reservations seen from one of its waiting tasks (which is left out of every sum). */
 export function reservationsAround(db: DbOrTx, clientId: string, taskId: string): ReservationsAround {
@@ -73,10 +87,14 @@ export function reservationsAround(db: DbOrTx, clientId: string, taskId: string)
   return { inFlight: row?.inFlight ?? 0, ahead: row?.ahead ?? 0, others: row?.others ?? 0 };
 }
 
-
 export function ledgerOf(db: DbOrTx, clientId: string): LedgerEntry[] {
   return db
-    .select({ taskId: creditLedger.taskId, charged: creditLedger.charged, refunded: creditLedger.refunded, at: creditLedger.at })
+    .select({
+      taskId: creditLedger.taskId,
+      charged: creditLedger.charged,
+      refunded: creditLedger.refunded,
+      at: creditLedger.at,
+    })
     .from(creditLedger)
     .where(eq(creditLedger.clientId, clientId))
     .orderBy(creditLedger.id)

@@ -40,7 +40,6 @@ export function deleteEndedSessions(db: DbOrTx, now: number): number {
     .run().changes;
 }
 
-
 /**
  * An event whose delivery is retrying: pending again after an attempt that got no 2xx (a
  * redelivered event whose last answer was a 2xx is not). Plain SQL that both dialects read, so the
@@ -85,7 +84,8 @@ export function searchClientTasks(db: DbOrTx, q: TaskListQuery): ListedTask[] {
   }
   if (q.deliveryFailing) conditions.push(sql.raw(DELIVERY_FAILING_TASK));
   const where = and(...conditions);
-  if (q.outputMaxBytes === undefined) return db.select().from(tasks).where(where).orderBy(desc(tasks.id)).limit(q.limit).all();
+  if (q.outputMaxBytes === undefined)
+    return db.select().from(tasks).where(where).orderBy(desc(tasks.id)).limit(q.limit).all();
   // octet_length reads the value's size from the record header: a large output is never loaded.
   const over = sql`coalesce(octet_length(${tasks.outputJson}) > ${q.outputMaxBytes}, 0)`;
   return db
@@ -100,7 +100,6 @@ export function searchClientTasks(db: DbOrTx, q: TaskListQuery): ListedTask[] {
     .limit(q.limit)
     .all();
 }
-
 
 /** Tasks created per hour and current status, from `since` on. The clock's time, not SQL now(). */
 export function hourlyTaskCounts(db: DbOrTx, clientId: string, since: number): HourlyCount[] {

@@ -17,7 +17,14 @@ const ofKey = (k: Key) => and(eq(endpointHealth.clientId, k.clientId), eq(endpoi
 /** A failed attempt: the key's failing run starts now unless one is open; the attempt is counted. */
 export function recordEndpointFailure(db: Db, key: Key, now: number, error: string | null): void {
   db.insert(endpointHealth)
-    .values({ clientId: key.clientId, host: key.host, failingSince: now, failedAttempts: 1, lastError: error, updatedAt: now })
+    .values({
+      clientId: key.clientId,
+      host: key.host,
+      failingSince: now,
+      failedAttempts: 1,
+      lastError: error,
+      updatedAt: now,
+    })
     .onConflictDoUpdate({
       target: [endpointHealth.clientId, endpointHealth.host],
       set: {
@@ -31,7 +38,11 @@ export function recordEndpointFailure(db: Db, key: Key, now: number, error: stri
 }
 
 /** A 2xx: ends the key's failing run, returning it (null when none was open). */
-export function recordEndpointSuccess(db: Db, key: Key, now: number): { failingSince: number; noticeSentAt: number | null } | null {
+export function recordEndpointSuccess(
+  db: Db,
+  key: Key,
+  now: number,
+): { failingSince: number; noticeSentAt: number | null } | null {
   return db.transaction((tx) => {
     const open = tx
       .select({ failingSince: endpointHealth.failingSince, noticeSentAt: endpointHealth.noticeSentAt })
@@ -53,7 +64,14 @@ export function endpointsDueForNotice(db: Db, before: number, limit: number): En
     .select({ row: endpointHealth })
     .from(endpointHealth)
     .innerJoin(clients, eq(clients.id, endpointHealth.clientId))
-    .where(and(lte(endpointHealth.failingSince, before), isNull(endpointHealth.noticeSentAt), isNotNull(clients.notificationUrl), isNull(clients.revokedAt)))
+    .where(
+      and(
+        lte(endpointHealth.failingSince, before),
+        isNull(endpointHealth.noticeSentAt),
+        isNotNull(clients.notificationUrl),
+        isNull(clients.revokedAt),
+      ),
+    )
     .orderBy(asc(endpointHealth.failingSince))
     .limit(limit)
     .all()
@@ -84,7 +102,11 @@ export function insertNotice(db: Db, row: NewNoticeRow): void {
 }
 
 const claimableNotice = (now: number) =>
-  and(eq(notices.deliveryStatus, "pending"), lte(notices.nextAttemptAt, now), or(isNull(notices.claimedUntil), lt(notices.claimedUntil, now)));
+  and(
+    eq(notices.deliveryStatus, "pending"),
+    lte(notices.nextAttemptAt, now),
+    or(isNull(notices.claimedUntil), lt(notices.claimedUntil, now)),
+  );
 
 /** How far past `limit` a claim looks for other clients' notices when the first ones are over their client's room. */
 const NOTICE_SCAN_FACTOR = 4;
@@ -97,12 +119,24 @@ const NOTICE_SCAN_FACTOR = 4;
  */
 export function claimDueNotices(
   db: Db,
-  opts: { now: number; leaseMs: number; token: string; limit: number; excludeClients?: string[] | undefined; clientRoom?: ClientRoom | undefined },
+  opts: {
+    now: number;
+    leaseMs: number;
+    token: string;
+    limit: number;
+    excludeClients?: string[] | undefined;
+    clientRoom?: ClientRoom | undefined;
+  },
 ): NoticeRow[] {
   if (opts.limit <= 0) return [];
   const lease = { claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token };
   if (!opts.clientRoom) {
-    const due = db.select({ id: notices.id }).from(notices).where(claimableNotice(opts.now)).orderBy(asc(notices.nextAttemptAt)).limit(opts.limit);
+    const due = db
+      .select({ id: notices.id })
+      .from(notices)
+      .where(claimableNotice(opts.now))
+      .orderBy(asc(notices.nextAttemptAt))
+      .limit(opts.limit);
     return db
       .update(notices)
       .set(lease)
@@ -163,7 +197,13 @@ export function nextNoticeDueAt(db: Db, now: number): number | null {
 }
 
 export function noticesOfClient(db: Db, clientId: string, limit: number): NoticeRow[] {
-  return db.select().from(notices).where(eq(notices.clientId, clientId)).orderBy(desc(notices.createdAt), desc(notices.id)).limit(limit).all();
+  return db
+    .select()
+    .from(notices)
+    .where(eq(notices.clientId, clientId))
+    .orderBy(desc(notices.createdAt), desc(notices.id))
+    .limit(limit)
+    .all();
 }
 
 export function pruneNotices(db: Db, before: number, batch: number): number {

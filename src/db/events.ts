@@ -1,4 +1,20 @@
-import { and, asc, desc, eq, gt, gte, inArray, isNull, lt, lte, notInArray, or, sql, type Placeholder, type SQL } from "drizzle-orm";
+import {
+  and,
+  asc,
+  desc,
+  eq,
+  gt,
+  gte,
+  inArray,
+  isNull,
+  lt,
+  lte,
+  notInArray,
+  or,
+  sql,
+  type Placeholder,
+  type SQL,
+} from "drizzle-orm";
 import { pickWithinRoom, type ClientRoom } from "../store/fairness.js";
 import { deliveryKey } from "../store/delivery-key.js";
 import type { Db } from "./open.js";
@@ -112,7 +128,12 @@ export function claimDueEvents(db: Db, opts: ClaimOptions): EventRow[] {
   if (!opts.keyRoom) {
     const where = and(claimable(opts.now), notAtKeys(opts.excludeKeys), notOfClients(opts.excludeClients));
     const lease = { claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token };
-    const due = db.select({ seq: events.seq }).from(events).where(where).orderBy(asc(events.nextAttemptAt), asc(events.seq)).limit(opts.limit);
+    const due = db
+      .select({ seq: events.seq })
+      .from(events)
+      .where(where)
+      .orderBy(asc(events.nextAttemptAt), asc(events.seq))
+      .limit(opts.limit);
     return db.update(events).set(lease).where(inArray(events.seq, due)).returning().all();
   }
   // Pick per host in code, then claim with the conditions checked again in the UPDATE: another
@@ -131,11 +152,15 @@ export function claimDueEvents(db: Db, opts: ClaimOptions): EventRow[] {
       .orderBy(asc(events.nextAttemptAt), asc(events.seq))
       .limit(sql.placeholder("limit"))
       .prepare(),
-  ).all({ now: opts.now, keys: jsonList(opts.excludeKeys ?? []), clients: jsonList(opts.excludeClients ?? []), limit: opts.limit * SCAN_FACTOR });
+  ).all({
+    now: opts.now,
+    keys: jsonList(opts.excludeKeys ?? []),
+    clients: jsonList(opts.excludeClients ?? []),
+    limit: opts.limit * SCAN_FACTOR,
+  });
   const picked = pickWithinRoom(candidates, opts.limit, opts.keyRoom, opts.clientRoom).map((c) => c.seq);
   if (picked.length === 0) return [];
-  return leaseEvents(db, picked, opts)
-    .sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
+  return leaseEvents(db, picked, opts).sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
 }
 
 /** How many of a key's pending events are leased now (the per-key cap's count), through events_key_due_idx. */
@@ -163,8 +188,16 @@ function leaseEvents(db: Db, seqs: number[], opts: { now: number; leaseMs: numbe
   return prepared(db, "events.lease", () =>
     db
       .update(events)
-      .set({ claimedUntil: sql.placeholder("until"), claimToken: sql.placeholder("token") } as unknown as Partial<NewEventRow>)
-      .where(and(sql`${events.seq} IN (SELECT value FROM json_each(${sql.placeholder("seqs")}))`, claimable(sql.placeholder("now"), true)))
+      .set({
+        claimedUntil: sql.placeholder("until"),
+        claimToken: sql.placeholder("token"),
+      } as unknown as Partial<NewEventRow>)
+      .where(
+        and(
+          sql`${events.seq} IN (SELECT value FROM json_each(${sql.placeholder("seqs")}))`,
+          claimable(sql.placeholder("now"), true),
+        ),
+      )
       .returning()
       .prepare(),
   ).all({ seqs: jsonList(seqs), now: opts.now, until: opts.now + opts.leaseMs, token: opts.token });
@@ -176,12 +209,20 @@ function leaseEvents(db: Db, seqs: number[], opts: { now: number; leaseMs: numbe
  * behind a saturated host costs the same as none: past the scan it answers "recheck in a second"
  * (leased events and saturated hosts wake the loop themselves when an attempt settles).
  */
-export function nextEventDueAt(db: Db, opts: { now: number; excludeKeys?: string[]; excludeClients?: string[]; scan?: number }): number | null {
+export function nextEventDueAt(
+  db: Db,
+  opts: { now: number; excludeKeys?: string[]; excludeClients?: string[]; scan?: number },
+): number | null {
   const rows = prepared(db, "events.nextDue", () =>
     db
       .select({ at: events.nextAttemptAt, clientId: events.clientId, host: events.destinationHost })
       .from(events)
-      .where(and(eq(events.deliveryStatus, "pending"), or(isNull(events.claimedUntil), lt(events.claimedUntil, sql.placeholder("now")))))
+      .where(
+        and(
+          eq(events.deliveryStatus, "pending"),
+          or(isNull(events.claimedUntil), lt(events.claimedUntil, sql.placeholder("now"))),
+        ),
+      )
       .orderBy(asc(events.nextAttemptAt))
       .limit(sql.placeholder("scan"))
       .prepare(),
@@ -189,7 +230,8 @@ export function nextEventDueAt(db: Db, opts: { now: number; excludeKeys?: string
   if (rows.length === 0) return null;
   const excluded = new Set(opts.excludeKeys ?? []);
   const clientsOut = new Set(opts.excludeClients ?? []);
-  for (const row of rows) if (!excluded.has(deliveryKey(row.clientId, row.host)) && !clientsOut.has(row.clientId)) return row.at;
+  for (const row of rows)
+    if (!excluded.has(deliveryKey(row.clientId, row.host)) && !clientsOut.has(row.clientId)) return row.at;
   return rows.length < (opts.scan ?? 200) ? null : opts.now + 1_000;
 }
 
@@ -225,7 +267,10 @@ export function eventsWithoutDestination(db: Db): string[] {
 }
 
 export function setDestination(db: Db, url: string, host: string): void {
-  db.update(events).set({ destinationHost: host }).where(and(eq(events.callbackUrl, url), eq(events.destinationHost, ""))).run();
+  db.update(events)
+    .set({ destinationHost: host })
+    .where(and(eq(events.callbackUrl, url), eq(events.destinationHost, "")))
+    .run();
 }
 
 /**
@@ -294,14 +339,22 @@ export function requeueFailedEvents(db: DbOrTx, clientId: string, since: number,
 
 /** Releases every event lease (start of a single-process relay: any lease left is a dead process's). */
 export function releaseAllEventLeases(db: Db): number {
-  return db.update(events).set({ claimedUntil: null, claimToken: null }).where(sql`${events.claimToken} IS NOT NULL`).run().changes;
+  return db
+    .update(events)
+    .set({ claimedUntil: null, claimToken: null })
+    .where(sql`${events.claimToken} IS NOT NULL`)
+    .run().changes;
 }
 
 /**
  * The half-open trial of a paused key: one claimable event of the key, an already attempted one
  * first (a receiver that fails every first attempt and takes the retry gets a trial it can pass).
  */
-export function claimTrialEvent(db: Db, key: { clientId: string; host: string }, opts: { now: number; leaseMs: number; token: string }): EventRow | undefined {
+export function claimTrialEvent(
+  db: Db,
+  key: { clientId: string; host: string },
+  opts: { now: number; leaseMs: number; token: string },
+): EventRow | undefined {
   return claimKeyEvents(db, key, { ...opts, limit: 1, attemptedFirst: true })[0];
 }
 
@@ -315,19 +368,35 @@ export function claimKeyEvents(
   opts: { now: number; leaseMs: number; token: string; limit: number; attemptedFirst?: boolean },
 ): EventRow[] {
   if (opts.limit <= 0) return [];
-  const order = opts.attemptedFirst ? [sql`(${events.attempts} = 0)`, asc(events.nextAttemptAt), asc(events.seq)] : [asc(events.nextAttemptAt), asc(events.seq)];
+  const order = opts.attemptedFirst
+    ? [sql`(${events.attempts} = 0)`, asc(events.nextAttemptAt), asc(events.seq)]
+    : [asc(events.nextAttemptAt), asc(events.seq)];
   const picks = prepared(db, `events.keyPicks:${opts.attemptedFirst ? "attempted" : "due"}`, () =>
     db
       .select({ seq: events.seq })
       .from(events)
-      .where(and(claimable(sql.placeholder("now")), eq(events.clientId, sql.placeholder("clientId")), eq(events.destinationHost, sql.placeholder("host"))))
+      .where(
+        and(
+          claimable(sql.placeholder("now")),
+          eq(events.clientId, sql.placeholder("clientId")),
+          eq(events.destinationHost, sql.placeholder("host")),
+        ),
+      )
       .orderBy(...order)
       .limit(sql.placeholder("limit"))
       .prepare(),
   ).all({ now: opts.now, clientId: key.clientId, host: key.host, limit: opts.limit });
   if (picks.length === 0) return [];
-  return leaseEvents(db, picks.map((p) => p.seq), opts)
-    .sort((a, b) => (opts.attemptedFirst ? Number(a.attempts === 0) - Number(b.attempts === 0) : 0) || (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
+  return leaseEvents(
+    db,
+    picks.map((p) => p.seq),
+    opts,
+  ).sort(
+    (a, b) =>
+      (opts.attemptedFirst ? Number(a.attempts === 0) - Number(b.attempts === 0) : 0) ||
+      (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) ||
+      a.seq - b.seq,
+  );
 }
 
 /** Retry-now: the key's pending, unleased events due at once (a paused key's included). */
@@ -351,7 +420,13 @@ export function pendingEventsOfKey(db: Db, key: { clientId: string; host: string
     db
       .select({ n: sql<number>`count(*)` })
       .from(events)
-      .where(and(eq(events.clientId, key.clientId), eq(events.destinationHost, key.host), eq(events.deliveryStatus, "pending")))
+      .where(
+        and(
+          eq(events.clientId, key.clientId),
+          eq(events.destinationHost, key.host),
+          eq(events.deliveryStatus, "pending"),
+        ),
+      )
       .all()[0]?.n ?? 0
   );
 }

@@ -65,8 +65,10 @@ function checkValues(stmt: Database.Statement, source: string): Database.Stateme
  * a limit below 0 reads no rows and NaN is refused, as on PostgreSQL.
  */
 const dialect = SQLiteDialect.prototype as unknown as { buildLimit?: (limit: unknown) => SQL | undefined };
-if (typeof dialect.buildLimit !== "function") throw new Error("drizzle's SQLiteDialect.buildLimit moved: the store's LIMIT rule needs a new home");
-dialect.buildLimit = (limit) => (typeof limit === "object" || typeof limit === "number" ? sql` limit ${limit}` : undefined);
+if (typeof dialect.buildLimit !== "function")
+  throw new Error("drizzle's SQLiteDialect.buildLimit moved: the store's LIMIT rule needs a new home");
+dialect.buildLimit = (limit) =>
+  typeof limit === "object" || typeof limit === "number" ? sql` limit ${limit}` : undefined;
 
 /**
  * The database holds webhook secrets: a new file is created 0600 (and new folders 0700) before

@@ -44,8 +44,16 @@ export function insertEveryColumn<R>(db: Db, table: SQLiteTable, row: object, om
   const { columns, defaults, statement } = prepared(db, `insert:${name}`, () => {
     const all = Object.entries(getTableColumns(table)).filter(([key]) => !omit.includes(key));
     const columns = all.map(([key]) => key);
-    const defaults = Object.fromEntries(all.filter(([, col]) => col.hasDefault && col.default !== undefined && typeof col.default !== "object").map(([key, col]) => [key, col.default]));
-    const statement = (db.insert(table).values(Object.fromEntries(columns.map((c) => [c, sql.placeholder(c)])) as never) as unknown as { prepare(): { run(p: Record<string, unknown>): unknown } }).prepare();
+    const defaults = Object.fromEntries(
+      all
+        .filter(([, col]) => col.hasDefault && col.default !== undefined && typeof col.default !== "object")
+        .map(([key, col]) => [key, col.default]),
+    );
+    const statement = (
+      db.insert(table).values(Object.fromEntries(columns.map((c) => [c, sql.placeholder(c)])) as never) as unknown as {
+        prepare(): { run(p: Record<string, unknown>): unknown };
+      }
+    ).prepare();
     return { columns, defaults: defaults as Record<string, unknown>, statement };
   });
   const bound: Record<string, unknown> = {};

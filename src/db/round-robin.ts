@@ -14,7 +14,14 @@ import type { TaskPhase } from "./schema.js";
 export function claimAcrossClients(
   db: Db,
   phase: TaskPhase,
-  opts: { now: number; leaseMs: number; token: string; limit: number; rank: (clientId: string) => number; clientRoom?: ClientRoom | undefined },
+  opts: {
+    now: number;
+    leaseMs: number;
+    token: string;
+    limit: number;
+    rank: (clientId: string) => number;
+    clientRoom?: ClientRoom | undefined;
+  },
 ): TaskRow[] {
   if (opts.limit <= 0) return [];
   const { now } = opts;

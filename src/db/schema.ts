@@ -1,6 +1,12 @@
-
 import { blob, index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
-import { DELIVERY_STATUSES, TASK_PHASES, TASK_STATUSES, type DeliveryStatus, type TaskPhase, type TaskStatus } from "../statuses.js";
+import {
+  DELIVERY_STATUSES,
+  TASK_PHASES,
+  TASK_STATUSES,
+  type DeliveryStatus,
+  type TaskPhase,
+  type TaskStatus,
+} from "../statuses.js";
 
 export { DELIVERY_STATUSES, TASK_PHASES, TASK_STATUSES, type DeliveryStatus, type TaskPhase, type TaskStatus };
 
@@ -47,7 +53,9 @@ export const clients = sqliteTable(
     /** Default callback headers for every task (JSON object), sealed with RELAY_ENCRYPTION_KEY when set. */
     callbackHeaders: text("callback_headers"),
     /** How webhooks are signed: "hmac" (v1, whsec_) or "ed25519" (v1a, whsk_/whpk_). */
-    signatureScheme: text("signature_scheme", { enum: ["hmac", "ed25519"] }).notNull().default("hmac"),
+    signatureScheme: text("signature_scheme", { enum: ["hmac", "ed25519"] })
+      .notNull()
+      .default("hmac"),
     /** The Ed25519 signing key (`whsk_…`), sealed; null until the client first chooses ed25519. */
     signingKey: text("signing_key"),
     /** The signing key replaced by the last rotation; it keeps signing until previous_signing_key_expires_at. */
@@ -58,7 +66,6 @@ export const clients = sqliteTable(
   },
   (t) => [uniqueIndex("clients_api_key_hash_uq").on(t.apiKeyHash)],
 );
-
 
 export const tasks = sqliteTable(
   "tasks",
@@ -127,7 +134,6 @@ export const tasks = sqliteTable(
     index("tasks_client_phase_idx").on(t.clientId, t.phase),
   ],
 );
-
 
 /**
  * The outbox. An event row is written in the same transaction as the task change that causes it;
@@ -201,7 +207,10 @@ export const deliveryAttempts = sqliteTable(
     /** First 4 KiB of the receiver's answer, for debugging. */
     responseBody: text("response_body"),
   },
-  (t) => [index("delivery_attempts_task_idx").on(t.taskId, t.attemptedAt), index("delivery_attempts_event_idx").on(t.eventId)],
+  (t) => [
+    index("delivery_attempts_task_idx").on(t.taskId, t.attemptedAt),
+    index("delivery_attempts_event_idx").on(t.eventId),
+  ],
 );
 
 /** Per upstream account state the workers learn: concurrency and read pauses. */
@@ -272,7 +281,6 @@ export const durationStats = sqliteTable(
   (t) => [uniqueIndex("duration_stats_type_model_uq").on(t.type, t.model)],
 );
 
-
 /**
  * Dashboard sign-ins (GET /dashboard). The cookie carries a random token; only its SHA-256 is
  * stored, so a copy of the database does not let anyone sign in. A session ends at `expires_at`,
@@ -293,7 +301,10 @@ export const dashboardSessions = sqliteTable(
     expiresAt: integer("expires_at").notNull(),
     revokedAt: integer("revoked_at"),
   },
-  (t) => [index("dashboard_sessions_client_idx").on(t.clientId), index("dashboard_sessions_expires_idx").on(t.expiresAt)],
+  (t) => [
+    index("dashboard_sessions_client_idx").on(t.clientId),
+    index("dashboard_sessions_expires_idx").on(t.expiresAt),
+  ],
 );
 
 /**
@@ -353,7 +364,10 @@ export const endpointHealth = sqliteTable(
     noticeSentAt: integer("notice_sent_at"),
     updatedAt: integer("updated_at").notNull(),
   },
-  (t) => [uniqueIndex("endpoint_health_key_uq").on(t.clientId, t.host), index("endpoint_health_failing_idx").on(t.failingSince)],
+  (t) => [
+    uniqueIndex("endpoint_health_key_uq").on(t.clientId, t.host),
+    index("endpoint_health_failing_idx").on(t.failingSince),
+  ],
 );
 
 /**
@@ -380,5 +394,8 @@ export const notices = sqliteTable(
     deliveredAt: integer("delivered_at"),
     createdAt: integer("created_at").notNull(),
   },
-  (t) => [index("notices_due_idx").on(t.deliveryStatus, t.nextAttemptAt), index("notices_client_idx").on(t.clientId, t.createdAt)],
+  (t) => [
+    index("notices_due_idx").on(t.deliveryStatus, t.nextAttemptAt),
+    index("notices_client_idx").on(t.clientId, t.createdAt),
+  ],
 );

@@ -1,9 +1,34 @@
-import type { AccountStore, ClientStore, CreateResult, EndpointStore, EventStore, NoticeStore, NewTaskRequest, OpsStore, RateLimitStore, SessionStore, Store, SubmissionContext, TaskStore, TransitionOptions, TransitionRules } from "../store/store.js";
+import type {
+  AccountStore,
+  ClientStore,
+  CreateResult,
+  EndpointStore,
+  EventStore,
+  NoticeStore,
+  NewTaskRequest,
+  OpsStore,
+  RateLimitStore,
+  SessionStore,
+  Store,
+  SubmissionContext,
+  TaskStore,
+  TransitionOptions,
+  TransitionRules,
+} from "../store/store.js";
 import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reservationsAround } from "./credits.js";
 import { insertEventPrepared } from "./events.js";
 import { GroupCommit } from "./group-commit.js";
 import type { Database_, Db } from "./open.js";
-import { countByPhaseForClient, findTaskByIdempotencyKeyPrepared, findTaskPrepared, insertTaskPrepared, wakeWaitingOfClient, writeTask, type NewTaskRow, type TaskRow } from "./tasks.js";
+import {
+  countByPhaseForClient,
+  findTaskByIdempotencyKeyPrepared,
+  findTaskPrepared,
+  insertTaskPrepared,
+  wakeWaitingOfClient,
+  writeTask,
+  type NewTaskRow,
+  type TaskRow,
+} from "./tasks.js";
 import { planTransition } from "../store/transition-plan.js";
 import type { DbOrTx } from "./tx.js";
 import { sqliteTasks } from "./sqlite/tasks.js";
@@ -23,7 +48,13 @@ const NO_RESERVATIONS = { inFlight: 0, ahead: 0, others: 0 };
  * The state change of TaskStore.transition inside the caller's transaction (or its own statement
  * run when `db` is the database itself: tests seed states this way, synchronously).
  */
-export function transitionIn(db: Db, rules: TransitionRules, id: string, patch: Partial<NewTaskRow>, opts: TransitionOptions): TaskRow | undefined {
+export function transitionIn(
+  db: Db,
+  rules: TransitionRules,
+  id: string,
+  patch: Partial<NewTaskRow>,
+  opts: TransitionOptions,
+): TaskRow | undefined {
   const { now, token } = opts;
   // The database itself, not a drizzle tx: its prepared statements run inside the caller's open transaction.
   const before = findTaskPrepared(db, id);
@@ -58,8 +89,14 @@ export class SqliteStore implements Store {
   readonly intakeCommits: GroupCommit;
   readonly attemptCommits: GroupCommit;
   /** A lease-guarded state change inside `tx` (the areas' shared step). */
-  readonly transition = (tx: DbOrTx, task: TaskRow, patch: Partial<NewTaskRow>, now: number, token: string | null, firstAttemptDelayMs: number) =>
-    this.transitionIn(tx, task.id, patch, now, token, firstAttemptDelayMs);
+  readonly transition = (
+    tx: DbOrTx,
+    task: TaskRow,
+    patch: Partial<NewTaskRow>,
+    now: number,
+    token: string | null,
+    firstAttemptDelayMs: number,
+  ) => this.transitionIn(tx, task.id, patch, now, token, firstAttemptDelayMs);
 
   constructor(
     readonly database: Database_,
@@ -94,7 +131,14 @@ export class SqliteStore implements Store {
     this.database.close();
   }
 
-  transitionIn(_tx: DbOrTx, id: string, patch: Partial<NewTaskRow>, now: number, token: string | null, firstAttemptDelayMs: number): TaskRow | undefined {
+  transitionIn(
+    _tx: DbOrTx,
+    id: string,
+    patch: Partial<NewTaskRow>,
+    now: number,
+    token: string | null,
+    firstAttemptDelayMs: number,
+  ): TaskRow | undefined {
     // One connection: the database's prepared statements run inside the transaction `_tx` has open.
     return transitionIn(this.database.db, this.rules, id, patch, { now, token, firstAttemptDelayMs });
   }
@@ -102,8 +146,14 @@ export class SqliteStore implements Store {
   submissionContext(tx: DbOrTx, task: TaskRow): SubmissionContext {
     const position = creditPosition(tx, task.clientId);
     const learnedPrice = task.priceKey ? findLearnedPrice(tx, task.priceKey) : null;
-    const needsAround = position !== undefined && position.limit !== null && !position.revoked && task.submitAttempts === 0;
-    return { task, position, learnedPrice, reservations: needsAround ? reservationsAround(tx, task.clientId, task.id) : NO_RESERVATIONS };
+    const needsAround =
+      position !== undefined && position.limit !== null && !position.revoked && task.submitAttempts === 0;
+    return {
+      task,
+      position,
+      learnedPrice,
+      reservations: needsAround ? reservationsAround(tx, task.clientId, task.id) : NO_RESERVATIONS,
+    };
   }
 
   /**

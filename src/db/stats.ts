@@ -1,7 +1,14 @@
 import { sql } from "drizzle-orm";
 import { statSync } from "node:fs";
 import type { Db } from "./open.js";
-import { DELIVERY_STATUSES, TASK_PHASES, TASK_STATUSES, type DeliveryStatus, type TaskPhase, type TaskStatus } from "./schema.js";
+import {
+  DELIVERY_STATUSES,
+  TASK_PHASES,
+  TASK_STATUSES,
+  type DeliveryStatus,
+  type TaskPhase,
+  type TaskStatus,
+} from "./schema.js";
 
 export interface DatabaseStats {
   /** Rows per table, every table of the file (drizzle's migration log included), by name. */
@@ -28,28 +35,45 @@ function zeros<K extends string>(keys: readonly K[]): Record<K, number> {
 export function databaseStats(db: Db): DatabaseStats {
   return db.transaction((tx) => {
     const tables: Record<string, number> = {};
-    const names = tx.all<{ name: string }>(sql`SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name`);
+    const names = tx.all<{ name: string }>(
+      sql`SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name`,
+    );
     for (const { name } of names) {
       tables[name] = tx.get<{ n: number }>(sql`SELECT count(*) AS n FROM ${sql.identifier(name)}`)?.n ?? 0;
     }
 
     const byStatus = zeros(TASK_STATUSES);
-    for (const row of tx.all<{ k: TaskStatus; n: number }>(sql`SELECT status AS k, count(*) AS n FROM tasks GROUP BY status`)) byStatus[row.k] = row.n;
+    for (const row of tx.all<{ k: TaskStatus; n: number }>(
+      sql`SELECT status AS k, count(*) AS n FROM tasks GROUP BY status`,
+    ))
+      byStatus[row.k] = row.n;
     const byPhase = zeros(TASK_PHASES);
-    for (const row of tx.all<{ k: TaskPhase; n: number }>(sql`SELECT phase AS k, count(*) AS n FROM tasks GROUP BY phase`)) byPhase[row.k] = row.n;
+    for (const row of tx.all<{ k: TaskPhase; n: number }>(
+      sql`SELECT phase AS k, count(*) AS n FROM tasks GROUP BY phase`,
+    ))
+      byPhase[row.k] = row.n;
     const deliveries = { ...zeros(DELIVERY_STATUSES), oldest_pending_at: null as number | null };
-    for (const row of tx.all<{ k: DeliveryStatus; n: number }>(sql`SELECT delivery_status AS k, count(*) AS n FROM events GROUP BY delivery_status`)) {
+    for (const row of tx.all<{ k: DeliveryStatus; n: number }>(
+      sql`SELECT delivery_status AS k, count(*) AS n FROM events GROUP BY delivery_status`,
+    )) {
       deliveries[row.k] = row.n;
     }
-    deliveries.oldest_pending_at = tx.get<{ at: number | null }>(sql`SELECT min(created_at) AS at FROM events WHERE delivery_status = 'pending'`)?.at ?? null;
+    deliveries.oldest_pending_at =
+      tx.get<{ at: number | null }>(sql`SELECT min(created_at) AS at FROM events WHERE delivery_status = 'pending'`)
+        ?.at ?? null;
 
-    const pragma = (name: "page_size" | "page_count" | "freelist_count") => tx.get<Record<string, number>>(sql.raw(`PRAGMA ${name}`))?.[name] ?? 0;
+    const pragma = (name: "page_size" | "page_count" | "freelist_count") =>
+      tx.get<Record<string, number>>(sql.raw(`PRAGMA ${name}`))?.[name] ?? 0;
     return {
       tables,
       tasks_by_status: byStatus,
       tasks_by_phase: byPhase,
       deliveries,
-      pages: { page_size: pragma("page_size"), page_count: pragma("page_count"), freelist_count: pragma("freelist_count") },
+      pages: {
+        page_size: pragma("page_size"),
+        page_count: pragma("page_count"),
+        freelist_count: pragma("freelist_count"),
+      },
     };
   });
 }

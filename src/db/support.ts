@@ -21,7 +21,6 @@ export function findTasksByAnyId(db: DbOrTx, id: string): TaskRow[] {
   return db.select().from(tasks).where(eq(tasks.upstreamTaskId, id)).orderBy(asc(tasks.id)).all();
 }
 
-
 /** Tasks newest first (ids are time-ordered), optionally of one client and one status. */
 export function listTasksForSupport(db: DbOrTx, q: SupportTaskQuery): TaskRow[] {
   const conditions: SQL[] = [];

@@ -42,13 +42,16 @@ export function findClientTask(db: DbOrTx, clientId: string, id: string): TaskRo
     .get();
 }
 
-
-
 /**
  * Updates a task only while the caller's lease holds (token matches), so a worker whose
  * lease expired and was taken over cannot overwrite the newer owner's result.
  */
-export function updateLeasedTask(db: DbOrTx, id: string, token: string, patch: Partial<NewTaskRow>): TaskRow | undefined {
+export function updateLeasedTask(
+  db: DbOrTx,
+  id: string,
+  token: string,
+  patch: Partial<NewTaskRow>,
+): TaskRow | undefined {
   return db
     .update(tasks)
     .set(patch)
@@ -68,7 +71,11 @@ export function writeTask(db: Db, id: string, token: string | null, patch: Parti
     db
       .update(tasks)
       .set(Object.fromEntries(shape.map((k) => [k, sql.placeholder(k)])) as Partial<NewTaskRow>)
-      .where(token === null ? eq(tasks.id, sql.placeholder("__id")) : and(eq(tasks.id, sql.placeholder("__id")), eq(tasks.claimToken, sql.placeholder("__token"))))
+      .where(
+        token === null
+          ? eq(tasks.id, sql.placeholder("__id"))
+          : and(eq(tasks.id, sql.placeholder("__id")), eq(tasks.claimToken, sql.placeholder("__token"))),
+      )
       .prepare(),
   );
   return statement.run({ ...patch, __id: id, __token: token }).changes > 0;
@@ -80,14 +87,25 @@ export function findTaskByUpstreamId(db: Db, account: string, upstreamTaskId: st
     db
       .select()
       .from(tasks)
-      .where(and(eq(tasks.upstreamAccount, sql.placeholder("account")), eq(tasks.upstreamTaskId, sql.placeholder("upstreamTaskId"))))
+      .where(
+        and(
+          eq(tasks.upstreamAccount, sql.placeholder("account")),
+          eq(tasks.upstreamTaskId, sql.placeholder("upstreamTaskId")),
+        ),
+      )
       .prepare(),
   ).get({ account, upstreamTaskId });
 }
 
 /** findTask on a statement prepared once (transitions read the row first). */
 export function findTaskPrepared(db: Db, id: string): TaskRow | undefined {
-  return prepared(db, "tasks.find", () => db.select().from(tasks).where(eq(tasks.id, sql.placeholder("id"))).prepare()).get({ id });
+  return prepared(db, "tasks.find", () =>
+    db
+      .select()
+      .from(tasks)
+      .where(eq(tasks.id, sql.placeholder("id")))
+      .prepare(),
+  ).get({ id });
 }
 
 function unclaimed(now: number): SQL {
@@ -139,11 +157,16 @@ export function claimDueTasks(
  * Claims waiting tasks past their expiry that were never offered upstream, due or not (one held back
  * by concurrency, a pause or backoff still expires on time).
  */
-export function claimExpiredWaiting(db: Db, opts: { now: number; leaseMs: number; token: string; limit: number }): TaskRow[] {
+export function claimExpiredWaiting(
+  db: Db,
+  opts: { now: number; leaseMs: number; token: string; limit: number },
+): TaskRow[] {
   const expired = db
     .select({ id: tasks.id })
     .from(tasks)
-    .where(and(eq(tasks.phase, "waiting"), eq(tasks.submitAttempts, 0), lte(tasks.expiresAt, opts.now), unclaimed(opts.now)))
+    .where(
+      and(eq(tasks.phase, "waiting"), eq(tasks.submitAttempts, 0), lte(tasks.expiresAt, opts.now), unclaimed(opts.now)),
+    )
     .orderBy(asc(tasks.expiresAt))
     .limit(opts.limit);
   return db
@@ -200,7 +223,9 @@ export function accountsWithDueTasks(db: Db, phase: TaskPhase, now: number): str
       db
         .select({ one: sql<number>`1` })
         .from(tasks)
-        .where(and(eq(tasks.phase, phase), eq(tasks.upstreamAccount, account), lte(tasks.nextRunAt, now), unclaimed(now)))
+        .where(
+          and(eq(tasks.phase, phase), eq(tasks.upstreamAccount, account), lte(tasks.nextRunAt, now), unclaimed(now)),
+        )
         .limit(1)
         .get(),
     );
@@ -251,26 +276,48 @@ export function unsubmittedOfClient(db: DbOrTx, clientId: string, now: number): 
 export function wakeWaitingOfClient(db: DbOrTx, clientId: string, now: number): void {
   db.update(tasks)
     .set({ nextRunAt: now })
-    .where(and(eq(tasks.clientId, clientId), eq(tasks.phase, "waiting"), eq(tasks.submitAttempts, 0), gt(tasks.nextRunAt, now), unclaimed(now)))
+    .where(
+      and(
+        eq(tasks.clientId, clientId),
+        eq(tasks.phase, "waiting"),
+        eq(tasks.submitAttempts, 0),
+        gt(tasks.nextRunAt, now),
+        unclaimed(now),
+      ),
+    )
     .run();
 }
 
 /** Releases every task lease (start of a single-process relay: any lease left is a dead process's). */
 export function releaseAllTaskLeases(db: Db): number {
-  return db.update(tasks).set({ claimedUntil: null, claimToken: null }).where(sql`${tasks.claimToken} IS NOT NULL`).run().changes;
+  return db
+    .update(tasks)
+    .set({ claimedUntil: null, claimToken: null })
+    .where(sql`${tasks.claimToken} IS NOT NULL`)
+    .run().changes;
 }
 
 /** The in-flight tasks of an account, narrow rows (a list sweep compares them with what it read). */
 export function listInFlight(db: Db, account: string): InFlightTask[] {
   return db
-    .select({ id: tasks.id, upstreamTaskId: tasks.upstreamTaskId, status: tasks.status, submittedAt: tasks.submittedAt, type: tasks.type, model: tasks.model })
+    .select({
+      id: tasks.id,
+      upstreamTaskId: tasks.upstreamTaskId,
+      status: tasks.status,
+      submittedAt: tasks.submittedAt,
+      type: tasks.type,
+      model: tasks.model,
+    })
     .from(tasks)
     .where(and(eq(tasks.phase, "submitted"), eq(tasks.upstreamAccount, account)))
     .all();
 }
 
 /** Claims the given tasks of a phase, due or not, that no one else holds. */
-export function claimTasks(db: Db, opts: { ids: string[]; phase: TaskPhase; now: number; leaseMs: number; token: string }): TaskRow[] {
+export function claimTasks(
+  db: Db,
+  opts: { ids: string[]; phase: TaskPhase; now: number; leaseMs: number; token: string },
+): TaskRow[] {
   if (opts.ids.length === 0) return [];
   const claimed: TaskRow[] = [];
   // Chunks keep each statement under SQLite's bound-parameter limit.

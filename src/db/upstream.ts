@@ -11,7 +11,12 @@ export function getAccountState(db: Db, id: string): UpstreamAccountRow | undefi
   return db.select().from(upstreamAccounts).where(eq(upstreamAccounts.id, id)).get();
 }
 
-export function upsertAccountState(db: Db, id: string, patch: Partial<typeof upstreamAccounts.$inferInsert>, now: number): void {
+export function upsertAccountState(
+  db: Db,
+  id: string,
+  patch: Partial<typeof upstreamAccounts.$inferInsert>,
+  now: number,
+): void {
   db.insert(upstreamAccounts)
     .values({ id, updatedAt: now, ...patch })
     .onConflictDoUpdate({ target: upstreamAccounts.id, set: { ...patch, updatedAt: now } })

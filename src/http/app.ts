@@ -55,7 +55,12 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   app.use("/openapi/v1/*", bearerAuth(deps));
   app.on(
     "POST",
-    ["/openapi/v1/images/generations", "/openapi/v1/videos/generations", "/openapi/v1/webhooks/test", "/openapi/v1/deliveries/recover"],
+    [
+      "/openapi/v1/images/generations",
+      "/openapi/v1/videos/generations",
+      "/openapi/v1/webhooks/test",
+      "/openapi/v1/deliveries/recover",
+    ],
     ...jsonBody(),
   );
   app.on("PUT", ["/openapi/v1/webhooks/settings"], ...jsonBody());
@@ -82,7 +87,8 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
     scheme: "bearer",
     description: "A relay API key (grk_…) issued by `npm run cli -- clients create`.",
   });
-  for (const [name, header] of Object.entries(RESPONSE_HEADERS)) app.openAPIRegistry.registerComponent("headers", name, header);
+  for (const [name, header] of Object.entries(RESPONSE_HEADERS))
+    app.openAPIRegistry.registerComponent("headers", name, header);
   registerWebhookDocs(app);
   registerOpenApiDocument(app, deps);
   registerDocs(app);
@@ -91,9 +97,15 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
 }
 
 const TAGS = [
-  { name: "Generations", description: "Create image and video tasks; the relay submits them upstream and calls you back." },
+  {
+    name: "Generations",
+    description: "Create image and video tasks; the relay submits them upstream and calls you back.",
+  },
   { name: "Tasks", description: "Read, list and cancel your tasks." },
-  { name: "Webhooks", description: "Deliveries, test events, signing secrets, settings, and the messages the relay sends you." },
+  {
+    name: "Webhooks",
+    description: "Deliveries, test events, signing secrets, settings, and the messages the relay sends you.",
+  },
   { name: "Storage", description: "Your bucket, which succeeded tasks' output files are copied into." },
   { name: "Models", description: "The upstream's model catalog, cached." },
   { name: "Usage", description: "Your task counts and credits." },
@@ -115,7 +127,12 @@ function registerOpenApiDocument(app: OpenAPIHono<AppEnv>, deps: AppDeps): void 
       security: [],
       tags: ["Operations"],
       summary: "This document: the OpenAPI 3.1 description of the relay's API and webhooks",
-      responses: { 200: { description: "The document", content: { "application/json": { schema: z.record(z.string(), z.unknown()) } } } },
+      responses: {
+        200: {
+          description: "The document",
+          content: { "application/json": { schema: z.record(z.string(), z.unknown()) } },
+        },
+      },
     }),
     (c) => {
       document ??= app.getOpenAPI31Document({
@@ -127,7 +144,12 @@ function registerOpenApiDocument(app: OpenAPIHono<AppEnv>, deps: AppDeps): void 
           description:
             "Webhooks for an asynchronous image and video generation API. Mirrors the upstream's /openapi/v1 paths, adds callback_url, and sends Standard Webhooks-signed callbacks.",
         },
-        servers: [{ url: deps.config.publicBaseUrl ?? "/", description: deps.config.publicBaseUrl ? "This relay (PUBLIC_BASE_URL)" : "This relay" }],
+        servers: [
+          {
+            url: deps.config.publicBaseUrl ?? "/",
+            description: deps.config.publicBaseUrl ? "This relay (PUBLIC_BASE_URL)" : "This relay",
+          },
+        ],
         tags: TAGS,
       });
       return c.json(document, 200);

@@ -23,9 +23,11 @@ const FILES: Record<string, { file?: string; text?: string; type: string }> = {
 };
 
 /** Swagger UI sets inline styles and data: icons; scripts still come only from the relay. */
-const DOCS_CSP = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'";
+const DOCS_CSP =
+  "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'";
 
-export function registerDocs(app: Hono<any>): void { // eslint-disable-line @typescript-eslint/no-explicit-any
+export function registerDocs(app: Hono<any>): void {
+  // eslint-disable-line @typescript-eslint/no-explicit-any
   const cache = new Map<string, string>();
   app.get("/docs/assets/:name", (c) => {
     const name = c.req.param("name");
@@ -36,7 +38,11 @@ export function registerDocs(app: Hono<any>): void { // eslint-disable-line @typ
       body = entry.text ?? readFileSync(join(DIST, entry.file!), "utf8");
       cache.set(name, body);
     }
-    return c.body(body, 200, { "Content-Type": entry.type, "Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff" });
+    return c.body(body, 200, {
+      "Content-Type": entry.type,
+      "Cache-Control": "public, max-age=3600",
+      "X-Content-Type-Options": "nosniff",
+    });
   });
   app.get("/docs", (c) => {
     c.header("Content-Security-Policy", DOCS_CSP);

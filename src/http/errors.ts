@@ -10,7 +10,13 @@ export interface ErrorBody {
   error: { code: ErrorCode; message: string; request_id: string; details?: unknown };
 }
 
-export function errorResponse(c: Context, code: ErrorCode, message: string, details?: unknown, headers?: Record<string, string>): Response {
+export function errorResponse(
+  c: Context,
+  code: ErrorCode,
+  message: string,
+  details?: unknown,
+  headers?: Record<string, string>,
+): Response {
   const body: ErrorBody = { error: { code, message, request_id: (c.get("requestId") as string | undefined) ?? "" } };
   if (details !== undefined) body.error.details = details;
   const res = c.json(body, ERROR_STATUS[code] as 400);
@@ -20,7 +26,8 @@ export function errorResponse(c: Context, code: ErrorCode, message: string, deta
 
 export function zodDetails(error: ZodError): { field: string; message: string; did_you_mean?: string }[] {
   return error.issues.map((issue) => {
-    const meant = issue.code === "custom" ? (issue.params as { did_you_mean?: unknown } | undefined)?.did_you_mean : undefined;
+    const meant =
+      issue.code === "custom" ? (issue.params as { did_you_mean?: unknown } | undefined)?.did_you_mean : undefined;
     return {
       field: issue.path.length > 0 ? issue.path.map(String).join(".") : "(body)",
       message: issue.message,
@@ -36,10 +43,12 @@ export function zodDetails(error: ZodError): { field: string; message: string; d
  */
 export function validationFailure(c: Context, target: string, error: ZodError): Response {
   const details = zodDetails(error);
-  if (target === "header") return errorResponse(c, "invalid_request", "A request header is missing or invalid.", details);
+  if (target === "header")
+    return errorResponse(c, "invalid_request", "A request header is missing or invalid.", details);
   if (target === "query") return errorResponse(c, "invalid_request", "A query parameter is invalid.", details);
   if (target === "param") return errorResponse(c, "invalid_request", "A path parameter is invalid.", details);
-  if (details.some((d) => d.field === "(body)")) return errorResponse(c, "invalid_request", "The request body must be a JSON object.", details);
+  if (details.some((d) => d.field === "(body)"))
+    return errorResponse(c, "invalid_request", "The request body must be a JSON object.", details);
   if (details.every((d) => d.field === "callback_url")) {
     return errorResponse(c, "invalid_callback_url", "callback_url is not acceptable.", details);
   }
@@ -58,20 +67,33 @@ export function onError(logger: Logger, storage?: StorageHealth) {
     if (isStorageFailure(err)) {
       // Nothing was committed: say so, and when to come back. One log line per few seconds, not per request.
       storage?.failed(err, `${c.req.method} ${c.req.path}`);
-      return errorResponse(c, "storage_unavailable", "The relay cannot store changes right now (storage full or failing); nothing was changed. Retry later.", undefined, {
-        "Retry-After": "5",
-      });
+      return errorResponse(
+        c,
+        "storage_unavailable",
+        "The relay cannot store changes right now (storage full or failing); nothing was changed. Retry later.",
+        undefined,
+        {
+          "Retry-After": "5",
+        },
+      );
     }
     if (err instanceof StoreValueError) {
       // A value no driver stores or compares (NUL to write, a fraction, a key over 2 KiB) that no schema caught: the caller's value, not our fault.
-      return errorResponse(c, "invalid_request", `The request contains a value the relay cannot store: ${err.message}.`);
+      return errorResponse(
+        c,
+        "invalid_request",
+        `The request contains a value the relay cannot store: ${err.message}.`,
+      );
     }
     if (isUnstorableText(err)) {
       // A NUL (or bytes PostgreSQL cannot encode) in an id, cursor or search that no schema caught: the caller's text, not our fault.
       return errorResponse(c, "invalid_request", "The request contains text that cannot be stored or looked up (NUL).");
     }
     if (err instanceof HTTPException) {
-      if (err.status === 413) return errorResponse(c, "payload_too_large", "The request body is larger than 1 MiB.", undefined, { Connection: "close" });
+      if (err.status === 413)
+        return errorResponse(c, "payload_too_large", "The request body is larger than 1 MiB.", undefined, {
+          Connection: "close",
+        });
       if (err.status === 400) return errorResponse(c, "invalid_request", err.message || "Malformed request.");
       if (err.status === 401) return errorResponse(c, "invalid_api_key", "Missing or invalid API key.");
     }

@@ -61,7 +61,12 @@ export function bearerAuth(deps: Pick<ServiceDeps, "store">): MiddlewareHandler<
     const header = c.req.header("authorization") ?? "";
     const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
     const client = match ? await authenticate(deps, match[1]!) : null;
-    if (!client) return errorResponse(c, "invalid_api_key", "Missing, unknown or revoked API key. Send Authorization: Bearer <key>.");
+    if (!client)
+      return errorResponse(
+        c,
+        "invalid_api_key",
+        "Missing, unknown or revoked API key. Send Authorization: Bearer <key>.",
+      );
     c.set("client", client);
     await next();
   };
@@ -72,7 +77,9 @@ export function bearerAuth(deps: Pick<ServiceDeps, "store">): MiddlewareHandler<
  * must open a fresh connection for its next request rather than reuse this one.
  */
 export function payloadTooLarge(c: Context): Response {
-  return errorResponse(c, "payload_too_large", "The request body is larger than 1 MiB.", undefined, { Connection: "close" });
+  return errorResponse(c, "payload_too_large", "The request body is larger than 1 MiB.", undefined, {
+    Connection: "close",
+  });
 }
 
 /**
@@ -83,11 +90,19 @@ export function tokenAuth(token: string, realm: string): MiddlewareHandler<AppEn
   const expected = createHash("sha256").update(token).digest();
   return async (c, next) => {
     const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
-    const given = createHash("sha256").update(match?.[1] ?? "").digest();
+    const given = createHash("sha256")
+      .update(match?.[1] ?? "")
+      .digest();
     if (!match || !timingSafeEqual(given, expected)) {
-      return errorResponse(c, "invalid_api_key", `Send Authorization: Bearer <token> with the ${realm} token.`, undefined, {
-        "WWW-Authenticate": `Bearer realm="${realm}"`,
-      });
+      return errorResponse(
+        c,
+        "invalid_api_key",
+        `Send Authorization: Bearer <token> with the ${realm} token.`,
+        undefined,
+        {
+          "WWW-Authenticate": `Bearer realm="${realm}"`,
+        },
+      );
     }
     await next();
   };
@@ -107,7 +122,8 @@ export function jsonBody(): MiddlewareHandler<AppEnv>[] {
   // left with unread bytes cannot carry the next request.
   const declared: MiddlewareHandler<AppEnv> = async (c, next) => {
     const length = c.req.header("content-length");
-    if (length !== undefined && !c.req.header("transfer-encoding") && Number(length) > MAX_BODY_BYTES) return payloadTooLarge(c);
+    if (length !== undefined && !c.req.header("transfer-encoding") && Number(length) > MAX_BODY_BYTES)
+      return payloadTooLarge(c);
     await next();
   };
   // A chunked body is counted as it is read, and refused once it passes the limit. A body with a
@@ -116,7 +132,9 @@ export function jsonBody(): MiddlewareHandler<AppEnv>[] {
   // (a fifth of the intake's CPU), where the lightweight request reads the body directly.
   const counted = bodyLimit({ maxSize: MAX_BODY_BYTES, onError: payloadTooLarge }) as MiddlewareHandler<AppEnv>;
   const limit: MiddlewareHandler<AppEnv> = (c, next) =>
-    c.req.header("content-length") !== undefined && c.req.header("transfer-encoding") === undefined ? next() : counted(c, next);
+    c.req.header("content-length") !== undefined && c.req.header("transfer-encoding") === undefined
+      ? next()
+      : counted(c, next);
   // Parsing here (hono caches the result for the validator) turns malformed JSON into our 400.
   const parse: MiddlewareHandler<AppEnv> = async (c, next) => {
     let body: unknown;

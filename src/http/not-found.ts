@@ -28,15 +28,24 @@ export function notFoundHandler(app: Pick<Hono, "routes">) {
   return (c: Context): Response => {
     if (app.routes.length !== seen) {
       // Middleware (method ALL, or a path with a wildcard under app.use) serves no path of its own.
-      table = app.routes.filter((r) => r.method !== "ALL").map((r) => ({ pattern: routePattern(r.path), method: r.method.toUpperCase() }));
+      table = app.routes
+        .filter((r) => r.method !== "ALL")
+        .map((r) => ({ pattern: routePattern(r.path), method: r.method.toUpperCase() }));
       seen = app.routes.length;
     }
     const path = c.req.path;
     const allowed = new Set(table.filter((r) => r.pattern.test(path)).map((r) => r.method));
     if (allowed.has("GET")) allowed.add("HEAD");
     // A handler that found nothing (an unknown file under /docs/assets/) is a 404 too.
-    if (allowed.size === 0 || allowed.has(c.req.method)) return errorResponse(c, "not_found", `No route ${c.req.method} ${path}.`);
+    if (allowed.size === 0 || allowed.has(c.req.method))
+      return errorResponse(c, "not_found", `No route ${c.req.method} ${path}.`);
     const allow = METHOD_ORDER.filter((m) => allowed.has(m)).join(", ");
-    return errorResponse(c, "method_not_allowed", `${c.req.method} is not allowed on ${path}; use ${allow}.`, undefined, { Allow: allow });
+    return errorResponse(
+      c,
+      "method_not_allowed",
+      `${c.req.method} is not allowed on ${path}; use ${allow}.`,
+      undefined,
+      { Allow: allow },
+    );
   };
 }

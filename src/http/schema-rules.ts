@@ -17,7 +17,8 @@ export interface UnknownFieldProblem {
 
 /** Refinements that name problems also when other fields failed (`promt` beside "prompt is required"). */
 export const whenObject = {
-  when: (payload: { value: unknown }) => typeof payload.value === "object" && payload.value !== null && !Array.isArray(payload.value),
+  when: (payload: { value: unknown }) =>
+    typeof payload.value === "object" && payload.value !== null && !Array.isArray(payload.value),
 };
 
 /**
@@ -26,7 +27,10 @@ export const whenObject = {
  * names): a field it names is refused; one it leaves out goes through to a later check (a
  * generation body's model parameter, which the catalog check decides on).
  */
-export function closedBody<S extends z.ZodRawShape>(shape: S, unknownFields: (body: Record<string, unknown>, known: readonly string[]) => UnknownFieldProblem[]) {
+export function closedBody<S extends z.ZodRawShape>(
+  shape: S,
+  unknownFields: (body: Record<string, unknown>, known: readonly string[]) => UnknownFieldProblem[],
+) {
   const known = Object.keys(shape);
   return z
     .looseObject(shape)
@@ -38,7 +42,12 @@ export function closedBody<S extends z.ZodRawShape>(shape: S, unknownFields: (bo
         return;
       }
       for (const p of unknownFields(body, known)) {
-        ctx.addIssue({ code: "custom", path: [p.field], message: p.message, params: p.did_you_mean ? { did_you_mean: p.did_you_mean } : {} });
+        ctx.addIssue({
+          code: "custom",
+          path: [p.field],
+          message: p.message,
+          params: p.did_you_mean ? { did_you_mean: p.did_you_mean } : {},
+        });
       }
     }, whenObject)
     .openapi({ additionalProperties: false, maxProperties: REQUEST_BOUNDS.maxFields });
@@ -54,9 +63,13 @@ export const keywords = (k: Record<string, unknown>) => k as { description?: str
 export function requiredWhen(field: string, when: string, value: string) {
   return {
     check: (body: Record<string, unknown>, ctx: z.RefinementCtx) => {
-      if (body[when] === value && body[field] === undefined) ctx.addIssue({ code: "custom", path: [field], message: `is required when ${when} is ${value}` });
+      if (body[when] === value && body[field] === undefined)
+        ctx.addIssue({ code: "custom", path: [field], message: `is required when ${when} is ${value}` });
     },
-    schema: keywords({ if: { properties: { [when]: { const: value } }, required: [when] }, then: { required: [field] } }),
+    schema: keywords({
+      if: { properties: { [when]: { const: value } }, required: [when] },
+      then: { required: [field] },
+    }),
   };
 }
 
@@ -67,7 +80,9 @@ export function uniqueItems<T extends z.ZodArray<z.ZodType>>(array: T, message: 
 
 /** An object of at most `max` keys: refused by intake, `maxProperties` in the document. */
 export function maxKeys<T extends z.ZodRecord>(record: T, max: number, message: string) {
-  return record.refine((m) => Object.keys(m as object).length <= max, { error: message }).openapi({ maxProperties: max });
+  return record
+    .refine((m) => Object.keys(m as object).length <= max, { error: message })
+    .openapi({ maxProperties: max });
 }
 
 /**
@@ -81,7 +96,13 @@ export function matching<T extends z.ZodString>(schema: T, pattern: RegExp, mess
 
 /** A JSON Schema pattern matching `word` in any case (`[Hh][Oo][Ss][Tt]`): patterns have no flags. Valid as a Unicode pattern (no `\-`). */
 export function caseless(word: string): string {
-  return [...word].map((ch) => (ch.toLowerCase() !== ch.toUpperCase() ? `[${ch.toUpperCase()}${ch.toLowerCase()}]` : ch.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"))).join("");
+  return [...word]
+    .map((ch) =>
+      ch.toLowerCase() !== ch.toUpperCase()
+        ? `[${ch.toUpperCase()}${ch.toLowerCase()}]`
+        : ch.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"),
+    )
+    .join("");
 }
 
 export type ResponseHeaderName = "X-Request-Id" | "Location" | "Idempotent-Replayed" | "Retry-After" | "Age";
@@ -89,7 +110,8 @@ export type ResponseHeaderName = "X-Request-Id" | "Location" | "Idempotent-Repla
 /** Response headers, documented once under components.headers and referenced by name. */
 export const RESPONSE_HEADERS: Record<ResponseHeaderName, { description: string; schema: Record<string, unknown> }> = {
   "X-Request-Id": {
-    description: "This request's id (req_…), also in error.request_id: quote it to support. Always the relay's own; a caller's X-Request-Id is ignored.",
+    description:
+      "This request's id (req_…), also in error.request_id: quote it to support. Always the relay's own; a caller's X-Request-Id is ignored.",
     schema: { type: "string", pattern: "^req_[A-Za-z0-9_-]+$" },
   },
   Location: {
@@ -97,7 +119,8 @@ export const RESPONSE_HEADERS: Record<ResponseHeaderName, { description: string;
     schema: { type: "string", format: "uri" },
   },
   "Idempotent-Replayed": {
-    description: "true when this answer replays an earlier request with the same Idempotency-Key and body, false for a new task.",
+    description:
+      "true when this answer replays an earlier request with the same Idempotency-Key and body, false for a new task.",
     schema: { type: "string", enum: ["true", "false"] },
   },
   "Retry-After": {
@@ -110,7 +133,8 @@ export const RESPONSE_HEADERS: Record<ResponseHeaderName, { description: string;
   },
 };
 
-export const headerRefs = (...names: ResponseHeaderName[]) => Object.fromEntries(names.map((n) => [n, { $ref: `#/components/headers/${n}` }]));
+export const headerRefs = (...names: ResponseHeaderName[]) =>
+  Object.fromEntries(names.map((n) => [n, { $ref: `#/components/headers/${n}` }]));
 
 /**
  * createRoute for the published API: an operationId is required (generated SDKs name their methods
@@ -120,7 +144,13 @@ export function apiRoute<R extends RouteConfig & { operationId: string }>(route:
   const responses = Object.fromEntries(
     Object.entries(route.responses).map(([status, response]) => {
       if ("$ref" in response) return [status, response];
-      return [status, { ...response, headers: { ...headerRefs("X-Request-Id"), ...(response.headers as Record<string, unknown> | undefined) } }];
+      return [
+        status,
+        {
+          ...response,
+          headers: { ...headerRefs("X-Request-Id"), ...(response.headers as Record<string, unknown> | undefined) },
+        },
+      ];
     }),
   );
   return createRoute({ ...route, responses }) as R;

@@ -12,8 +12,24 @@ import {
 } from "../services/callback-headers.js";
 import { ERROR_STATUS, type ErrorCode } from "../services/errors.js";
 import { REQUEST_BOUNDS } from "../services/request-bounds.js";
-import { meantField, nearMissProblems, type IMAGE_BODY_FIELDS, type RELAY_BODY_FIELDS, type VIDEO_BODY_FIELDS } from "../services/intake-fields.js";
-import { caseless, closedBody, headerRefs, keywords, matching, maxKeys, requiredWhen, uniqueItems, whenObject } from "./schema-rules.js";
+import {
+  meantField,
+  nearMissProblems,
+  type IMAGE_BODY_FIELDS,
+  type RELAY_BODY_FIELDS,
+  type VIDEO_BODY_FIELDS,
+} from "../services/intake-fields.js";
+import {
+  caseless,
+  closedBody,
+  headerRefs,
+  keywords,
+  matching,
+  maxKeys,
+  requiredWhen,
+  uniqueItems,
+  whenObject,
+} from "./schema-rules.js";
 
 /** A creation's Idempotency-Key, with an example of its own per endpoint (one key is one request). */
 export function idempotencyHeaders(type: "image" | "video") {
@@ -27,7 +43,8 @@ export function idempotencyHeaders(type: "image" | "video") {
         param: {
           name: "Idempotency-Key",
           in: "header",
-          description: "Your id for this request: the same key with the same body answers the same task, never a second one.",
+          description:
+            "Your id for this request: the same key with the same body answers the same task, never a second one.",
           example: `order-1234-${type}`,
         },
         example: `order-1234-${type}`,
@@ -61,7 +78,11 @@ const noNulBody = (body: Record<string, unknown>, ctx: z.RefinementCtx) => noNul
  */
 const PUBLIC_HOST = "(?:[A-Za-z0-9-]+\\.)+[A-Za-z][A-Za-z0-9-]*\\.?";
 const PORT = "(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}|0))?";
-const CALLBACK_URL_DOC = { format: "uri", pattern: `^https://${PUBLIC_HOST}${PORT}(?:[/?#]|$)`, maxLength: 2048 } as const;
+const CALLBACK_URL_DOC = {
+  format: "uri",
+  pattern: `^https://${PUBLIC_HOST}${PORT}(?:[/?#]|$)`,
+  maxLength: 2048,
+} as const;
 /** An origin (no path or query) of the same kind: an S3 endpoint. */
 export const ORIGIN_PATTERN = `^https://${PUBLIC_HOST}${PORT}/?$`;
 const CALLBACK_URL_RULE =
@@ -71,7 +92,10 @@ const MEDIA_URL_DOC = { format: "uri", pattern: "^https://" } as const;
 
 const MAX_METADATA_KEYS = 16;
 const MetadataSchema = maxKeys(
-  z.record(z.string().max(256, { error: "keys are at most 256 characters" }), z.string({ error: "values must be strings" })),
+  z.record(
+    z.string().max(256, { error: "keys are at most 256 characters" }),
+    z.string({ error: "values must be strings" }),
+  ),
   MAX_METADATA_KEYS,
   `at most ${MAX_METADATA_KEYS} keys`,
 )
@@ -87,9 +111,13 @@ const RESERVED_HEADER_PATTERN = `^(?:${RESERVED_HEADERS.map(caseless).join("|")}
 
 /** Header name to value; checked by services/callback-headers (names, reserved names, values), which the document publishes. */
 export const CallbackHeadersSchema = z
-  .record(z.string(), z.string({ error: "values must be strings" }).openapi({ pattern: HEADER_VALUE.source, maxLength: 1024 }))
+  .record(
+    z.string(),
+    z.string({ error: "values must be strings" }).openapi({ pattern: HEADER_VALUE.source, maxLength: 1024 }),
+  )
   .superRefine((headers, ctx) => {
-    for (const p of callbackHeaderProblems(headers, "")) ctx.addIssue({ code: "custom", path: p.field ? [p.field.slice(1)] : [], message: p.message });
+    for (const p of callbackHeaderProblems(headers, ""))
+      ctx.addIssue({ code: "custom", path: p.field ? [p.field.slice(1)] : [], message: p.message });
   })
   .openapi({
     maxProperties: MAX_CALLBACK_HEADERS,
@@ -110,17 +138,27 @@ export const IMAGE_EXAMPLE = {
   callback_url: "https://example.com/hooks/genrelay",
   metadata: { order_id: "1234" },
 };
-export const VIDEO_EXAMPLE = { model: "v-video", video_mode: "t2v", prompt: "waves at night, slow pan", duration: 5, callback_url: "https://example.com/hooks/genrelay" };
+export const VIDEO_EXAMPLE = {
+  model: "v-video",
+  video_mode: "t2v",
+  prompt: "waves at night, slow pan",
+  duration: 5,
+  callback_url: "https://example.com/hooks/genrelay",
+};
 
 /** Documented as intake checks it; the checks themselves are the service's (validateCallbackUrl, 400 invalid_callback_url). */
-const urlString = z.string({ error: "must be a string" }).openapi({ ...CALLBACK_URL_DOC, example: "https://example.com/hooks/genrelay" });
+const urlString = z
+  .string({ error: "must be a string" })
+  .openapi({ ...CALLBACK_URL_DOC, example: "https://example.com/hooks/genrelay" });
 const callbackUrl = urlString.max(2048, { error: "at most 2048 characters" });
 
 /** The relay's own fields, added to either upstream body. */
 const relayFields = {
   callback_url: callbackUrl.optional().openapi({ description: `Receives the signed webhooks. ${CALLBACK_URL_RULE}` }),
   callback_events: uniqueItems(
-    z.array(z.enum(TASK_EVENT_TYPES), { error: `must be an array of ${TASK_EVENT_TYPES.join(", ")}` }).min(1, { error: "must not be empty" }),
+    z
+      .array(z.enum(TASK_EVENT_TYPES), { error: `must be an array of ${TASK_EVENT_TYPES.join(", ")}` })
+      .min(1, { error: "must not be empty" }),
     "must not repeat an event type",
   )
     .optional()
@@ -133,7 +171,10 @@ const relayFields = {
     .min(1)
     .max(7 * 24 * 3600)
     .optional()
-    .openapi({ description: "A task still waiting in the relay this long after creation ends canceled (error.code expired), never sent upstream." }),
+    .openapi({
+      description:
+        "A task still waiting in the relay this long after creation ends canceled (error.code expired), never sent upstream.",
+    }),
 } satisfies Record<(typeof RELAY_BODY_FIELDS)[number], z.ZodType>;
 
 /** Longest prompt accepted (docs/contract.md, "Intake"): one client must not fill the disk every tenant shares. */
@@ -141,9 +182,16 @@ export const MAX_PROMPT_CHARS = 32_768;
 /** At least 3 non-whitespace characters, anywhere in the prompt. */
 export const PROMPT_PATTERN = /^(?:\s*\S){3}/u;
 
-const prompt = matching(z.string({ error: "must be a string" }), PROMPT_PATTERN, "must contain at least 3 non-whitespace characters")
+const prompt = matching(
+  z.string({ error: "must be a string" }),
+  PROMPT_PATTERN,
+  "must contain at least 3 non-whitespace characters",
+)
   .max(MAX_PROMPT_CHARS, { error: `must be at most ${MAX_PROMPT_CHARS} characters` })
-  .openapi({ example: "a lighthouse at dawn, watercolor", description: `At least 3 non-whitespace characters, at most ${MAX_PROMPT_CHARS} characters.` });
+  .openapi({
+    example: "a lighthouse at dawn, watercolor",
+    description: `At least 3 non-whitespace characters, at most ${MAX_PROMPT_CHARS} characters.`,
+  });
 /**
  * Intake bounds every string a task stores by its UTF-8 bytes (services/request-bounds.ts); JSON
  * Schema counts characters. A short parameter is held to the characters that always fit those
@@ -151,15 +199,24 @@ const prompt = matching(z.string({ error: "must be a string" }), PROMPT_PATTERN,
  * which its characters are (`format: uri` is ASCII).
  */
 const MAX_TEXT = Math.floor(REQUEST_BOUNDS.maxStringBytes / 4);
-const text = () => z.string({ error: "must be a string" }).max(MAX_TEXT, { error: `must be at most ${MAX_TEXT} characters` });
-const url = () => z.string({ error: "must be a string" }).max(REQUEST_BOUNDS.maxStringBytes, { error: `must be at most ${REQUEST_BOUNDS.maxStringBytes} characters` }).openapi(MEDIA_URL_DOC);
+const text = () =>
+  z.string({ error: "must be a string" }).max(MAX_TEXT, { error: `must be at most ${MAX_TEXT} characters` });
+const url = () =>
+  z
+    .string({ error: "must be a string" })
+    .max(REQUEST_BOUNDS.maxStringBytes, { error: `must be at most ${REQUEST_BOUNDS.maxStringBytes} characters` })
+    .openapi(MEDIA_URL_DOC);
 
 const model = (example: string) =>
   z
     .string({ error: "is required" })
     .min(1, { error: "is required" })
     .max(MAX_TEXT, { error: `must be at most ${MAX_TEXT} characters` })
-    .openapi({ example, description: "A model id of the upstream's catalog (GET /openapi/v1/models); checked at intake when the catalog is cached." });
+    .openapi({
+      example,
+      description:
+        "A model id of the upstream's catalog (GET /openapi/v1/models); checked at intake when the catalog is cached.",
+    });
 const mediaUrls = z
   .array(url(), { error: "must be an array of URLs" })
   .min(1, { error: "must not be empty" })
@@ -174,23 +231,35 @@ const fromCatalog = (field: keyof typeof CAPABILITIES, what: string) =>
  * The rule for fields a body does not list: /openapi.json publishes `additionalProperties: false`,
  * and this says what intake does beyond it, so the document never promises more than intake takes.
  */
-const PASS_THROUGH =
-  `Fields not listed here are refused by this schema, and a near miss of a listed one (callbak_url, promt) always by the relay (422, naming the field meant). The one exception is a model parameter this document does not list yet: the relay passes it to the upstream when the model's entry in GET /openapi/v1/models names it (as a key such as seeds, or in its parameters list), or when no catalog is cached (then the upstream decides). No text, field names included, may contain NUL (\\u0000). A passed-through value is bounded like every value (strings ${REQUEST_BOUNDS.maxStringBytes} bytes of UTF-8, lists ${REQUEST_BOUNDS.maxArrayItems} items, objects ${REQUEST_BOUNDS.maxObjectKeys} keys), and a task stores at most ${REQUEST_BOUNDS.maxStoredBytes / 1024} KiB in all (413 payload_too_large).`;
+const PASS_THROUGH = `Fields not listed here are refused by this schema, and a near miss of a listed one (callbak_url, promt) always by the relay (422, naming the field meant). The one exception is a model parameter this document does not list yet: the relay passes it to the upstream when the model's entry in GET /openapi/v1/models names it (as a key such as seeds, or in its parameters list), or when no catalog is cached (then the upstream decides). No text, field names included, may contain NUL (\\u0000). A passed-through value is bounded like every value (strings ${REQUEST_BOUNDS.maxStringBytes} bytes of UTF-8, lists ${REQUEST_BOUNDS.maxArrayItems} items, objects ${REQUEST_BOUNDS.maxObjectKeys} keys), and a task stores at most ${REQUEST_BOUNDS.maxStoredBytes / 1024} KiB in all (413 payload_too_large).`;
 const passThrough = (type: "image" | "video") => ({
   description: `${type === "image" ? "An image" : "A video"} generation: the upstream's body plus the relay's callback fields. ${PASS_THROUGH}`,
-  "x-pass-through": { source: "GET /openapi/v1/models", rule: "a field the model's catalog entry names is passed to the upstream" },
+  "x-pass-through": {
+    source: "GET /openapi/v1/models",
+    rule: "a field the model's catalog entry names is passed to the upstream",
+  },
 });
 
 const imageShape = {
   model: model("p-image"),
-  mode: z.enum(["generate", "edit"], { error: "must be generate or edit" }).openapi({ description: fromCatalog("mode", "generate, or edit (needs image_urls).") }),
+  mode: z
+    .enum(["generate", "edit"], { error: "must be generate or edit" })
+    .openapi({ description: fromCatalog("mode", "generate, or edit (needs image_urls).") }),
   prompt,
   count: z.literal(1, { error: "must be exactly 1" }),
   image_urls: mediaUrls.optional(),
-  aspect_ratio: text().optional().openapi({ description: fromCatalog("aspect_ratio", "Aspect ratio such as 16:9.") }),
-  size: text().optional().openapi({ description: fromCatalog("size", "Output size such as 1K.") }),
-  resolution: text().optional().openapi({ description: fromCatalog("resolution", "Output resolution, for models that take it instead of size.") }),
-  quality: text().optional().openapi({ description: fromCatalog("quality", "Image quality (low, medium, high, …).") }),
+  aspect_ratio: text()
+    .optional()
+    .openapi({ description: fromCatalog("aspect_ratio", "Aspect ratio such as 16:9.") }),
+  size: text()
+    .optional()
+    .openapi({ description: fromCatalog("size", "Output size such as 1K.") }),
+  resolution: text()
+    .optional()
+    .openapi({ description: fromCatalog("resolution", "Output resolution, for models that take it instead of size.") }),
+  quality: text()
+    .optional()
+    .openapi({ description: fromCatalog("quality", "Image quality (low, medium, high, …).") }),
   ...relayFields,
 } satisfies Record<(typeof IMAGE_BODY_FIELDS)[number], z.ZodType>;
 
@@ -209,15 +278,32 @@ const videoShape = {
     .max(MAX_TEXT, { error: `must be at most ${MAX_TEXT} characters` })
     .openapi({
       example: "t2v",
-      description: fromCatalog("video_mode", "How the video is made: t2v (text), i2v_* and *ref modes (need image_urls), v2v_* modes (need source_video_url)."),
+      description: fromCatalog(
+        "video_mode",
+        "How the video is made: t2v (text), i2v_* and *ref modes (need image_urls), v2v_* modes (need source_video_url).",
+      ),
     }),
   prompt,
   image_urls: mediaUrls.optional(),
-  source_video_url: url().optional().openapi({ description: "Absolute https URL of the video a v2v mode starts from." }),
-  duration: z.number({ error: "must be a number of seconds" }).positive().optional().openapi({ description: fromCatalog("duration", "Seconds.") }),
-  resolution: text().optional().openapi({ description: fromCatalog("resolution", "Output resolution such as 720p.") }),
-  ratio: text().optional().openapi({ description: fromCatalog("ratio", "Aspect ratio such as 16:9 (the upstream's other name for aspect_ratio).") }),
-  aspect_ratio: text().optional().openapi({ description: fromCatalog("aspect_ratio", "Aspect ratio such as 16:9.") }),
+  source_video_url: url()
+    .optional()
+    .openapi({ description: "Absolute https URL of the video a v2v mode starts from." }),
+  duration: z
+    .number({ error: "must be a number of seconds" })
+    .positive()
+    .optional()
+    .openapi({ description: fromCatalog("duration", "Seconds.") }),
+  resolution: text()
+    .optional()
+    .openapi({ description: fromCatalog("resolution", "Output resolution such as 720p.") }),
+  ratio: text()
+    .optional()
+    .openapi({
+      description: fromCatalog("ratio", "Aspect ratio such as 16:9 (the upstream's other name for aspect_ratio)."),
+    }),
+  aspect_ratio: text()
+    .optional()
+    .openapi({ description: fromCatalog("aspect_ratio", "Aspect ratio such as 16:9.") }),
   ...relayFields,
 } satisfies Record<(typeof VIDEO_BODY_FIELDS)[number], z.ZodType>;
 
@@ -236,20 +322,28 @@ export function ownBody<S extends z.ZodRawShape>(shape: S, noun = "field of this
       .slice(0, MAX_UNKNOWN_FIELDS_NAMED)
       .map((field) => {
         const meant = meantField(field, known);
-        return meant ? { field, message: `is not a ${noun}; did you mean "${meant}"?`, did_you_mean: meant } : { field, message: `is not a ${noun}` };
+        return meant
+          ? { field, message: `is not a ${noun}; did you mean "${meant}"?`, did_you_mean: meant }
+          : { field, message: `is not a ${noun}` };
       }),
   );
 }
 
 /** A URL the relay will call (a webhook test, a notification URL): documented as intake checks it. */
-export const publicUrl = (description: string) => urlString.openapi({ description: `${description} ${CALLBACK_URL_RULE}` });
+export const publicUrl = (description: string) =>
+  urlString.openapi({ description: `${description} ${CALLBACK_URL_RULE}` });
 
 export const ERROR_CODES = Object.keys(ERROR_STATUS) as [ErrorCode, ...ErrorCode[]];
 
 export const ErrorSchema = z
   .object({
     error: z.object({
-      code: z.enum(ERROR_CODES).openapi({ example: "validation_error", description: "What went wrong, one of the relay's codes (the upstream's table plus the relay's own)." }),
+      code: z
+        .enum(ERROR_CODES)
+        .openapi({
+          example: "validation_error",
+          description: "What went wrong, one of the relay's codes (the upstream's table plus the relay's own).",
+        }),
       message: z.string(),
       request_id: z.string(),
       details: z.unknown().optional(),
@@ -276,13 +370,20 @@ export const TaskDataSchema = z
     upstream_task_id: z.string().nullable(),
     error: z.object({ code: z.string(), message: z.string(), request_id: z.string().nullable() }).nullable(),
     metadata: z.record(z.string(), z.string()).nullable(),
-    callback: z.object({ url: z.string().nullable(), events: z.array(z.string()), delivery: DeliverySummarySchema.optional() }),
+    callback: z.object({
+      url: z.string().nullable(),
+      events: z.array(z.string()),
+      delivery: DeliverySummarySchema.optional(),
+    }),
     queue_position: z.number().int().optional(),
     files: z
       .array(
         z.object({
           source_url: z.string(),
-          url: z.string().optional().openapi({ description: "A presigned GET valid url_expires_in seconds, or public_base_url + key." }),
+          url: z
+            .string()
+            .optional()
+            .openapi({ description: "A presigned GET valid url_expires_in seconds, or public_base_url + key." }),
           key: z.string().optional(),
           bytes: z.number().int().optional(),
           sha256: z.string().optional(),
@@ -291,14 +392,23 @@ export const TaskDataSchema = z
         }),
       )
       .optional()
-      .openapi({ description: "With a bucket set (PUT /openapi/v1/storage): the output's files as copied into it, in the output's order." }),
+      .openapi({
+        description:
+          "With a bucket set (PUT /openapi/v1/storage): the output's files as copied into it, in the output's order.",
+      }),
   })
   .openapi("TaskData");
 
-const UsageSchema = z.object({ points_charged: z.number().nullable(), points_refunded: z.number().nullable() }).openapi("Usage");
+const UsageSchema = z
+  .object({ points_charged: z.number().nullable(), points_refunded: z.number().nullable() })
+  .openapi("Usage");
 
 export const TaskViewSchema = z
-  .object({ data: TaskDataSchema, output: z.unknown().openapi({ description: "The upstream output, verbatim." }), usage: UsageSchema })
+  .object({
+    data: TaskDataSchema,
+    output: z.unknown().openapi({ description: "The upstream output, verbatim." }),
+    usage: UsageSchema,
+  })
   .openapi("Task");
 
 export const FlatTaskSchema = TaskDataSchema.extend({ output: z.unknown(), usage: UsageSchema }).openapi("TaskItem");
@@ -315,9 +425,20 @@ export const TaskListQuery = z.object({
     .max(100, { error: "must be at most 100" })
     .default(20)
     .openapi({ param: { name: "limit", in: "query" }, example: 20 }),
-  cursor: z.string().max(200).refine((v) => !hasNul(v), { error: "is not a cursor this relay gave out" }).optional().openapi({ param: { name: "cursor", in: "query" } }),
-  type: z.enum(["image", "video"], { error: "must be image or video" }).optional().openapi({ param: { name: "type", in: "query" } }),
-  status: z.enum(TASK_STATUSES, { error: `must be one of ${TASK_STATUSES.join(", ")}` }).optional().openapi({ param: { name: "status", in: "query" } }),
+  cursor: z
+    .string()
+    .max(200)
+    .refine((v) => !hasNul(v), { error: "is not a cursor this relay gave out" })
+    .optional()
+    .openapi({ param: { name: "cursor", in: "query" } }),
+  type: z
+    .enum(["image", "video"], { error: "must be image or video" })
+    .optional()
+    .openapi({ param: { name: "type", in: "query" } }),
+  status: z
+    .enum(TASK_STATUSES, { error: `must be one of ${TASK_STATUSES.join(", ")}` })
+    .optional()
+    .openapi({ param: { name: "status", in: "query" } }),
 });
 
 export const TaskIdParam = z.object({
@@ -326,7 +447,10 @@ export const TaskIdParam = z.object({
     .min(1)
     .max(200)
     .refine((v) => !hasNul(v), { error: "must not contain NUL" })
-    .openapi({ param: { name: "id", in: "path", description: "The task's id (task_…), as the creation answered it." }, example: "task_01jf3y8k2m9q7r5t3v1w0x6z4a" }),
+    .openapi({
+      param: { name: "id", in: "path", description: "The task's id (task_…), as the creation answered it." },
+      example: "task_01jf3y8k2m9q7r5t3v1w0x6z4a",
+    }),
 });
 
 /**
@@ -350,6 +474,13 @@ export function errorResponses(...statuses: number[]) {
   // 429 and 503 say when to come back where the relay knows (concurrent_limit, rate_limit, storage_unavailable).
   const headers = (s: number) => (s === 429 || s === 503 ? { headers: headerRefs("Retry-After") } : {});
   return Object.fromEntries(
-    [...new Set([...statuses, 500, 503])].map((s) => [s, { description: descriptions[s] ?? "Error", ...headers(s), content: { "application/json": { schema: ErrorSchema } } }]),
+    [...new Set([...statuses, 500, 503])].map((s) => [
+      s,
+      {
+        description: descriptions[s] ?? "Error",
+        ...headers(s),
+        content: { "application/json": { schema: ErrorSchema } },
+      },
+    ]),
   );
 }

@@ -9,9 +9,24 @@ import { TaskDataSchema } from "./schemas.js";
  * like generate real types for receivers. A test validates every body the test suite's receivers
  * get against these, with ajv (test/helpers/receiver.ts).
  */
-const EventId = z.string().regex(/^evt_[0-9a-z]{26}$/).openapi({ description: "Equals the webhook-id header (the same on every retry): deduplicate on it.", example: "evt_01jf3y8k2m9q7r5t3v1w0x6z4a" });
-const Timestamp = z.string().openapi({ description: "When the event was written (ISO-8601, UTC).", example: "2026-01-01T12:00:00.000Z", format: "date-time" });
-const Sample = z.literal(true).optional().openapi({ description: "Present (true) only on samples sent by POST /openapi/v1/webhooks/test." });
+const EventId = z
+  .string()
+  .regex(/^evt_[0-9a-z]{26}$/)
+  .openapi({
+    description: "Equals the webhook-id header (the same on every retry): deduplicate on it.",
+    example: "evt_01jf3y8k2m9q7r5t3v1w0x6z4a",
+  });
+const Timestamp = z
+  .string()
+  .openapi({
+    description: "When the event was written (ISO-8601, UTC).",
+    example: "2026-01-01T12:00:00.000Z",
+    format: "date-time",
+  });
+const Sample = z
+  .literal(true)
+  .optional()
+  .openapi({ description: "Present (true) only on samples sent by POST /openapi/v1/webhooks/test." });
 
 const UsageSchema = z.object({ points_charged: z.number().nullable(), points_refunded: z.number().nullable() });
 
@@ -22,10 +37,17 @@ function taskEventData(status: (typeof TASK_STATUSES)[number]) {
     status: z.literal(status),
     output:
       status === "succeeded"
-        ? z.record(z.string(), z.unknown()).nullable().openapi({ description: "The upstream's output, verbatim: the URLs of the generated image(s) or video." })
+        ? z
+            .record(z.string(), z.unknown())
+            .nullable()
+            .openapi({ description: "The upstream's output, verbatim: the URLs of the generated image(s) or video." })
         : z.null().openapi({ description: "Only a succeeded task has output." }),
     usage: UsageSchema,
-    sequence: z.number().int().min(1).openapi({ description: "1, 2, … per task: events of one task are delivered in this order." }),
+    sequence: z
+      .number()
+      .int()
+      .min(1)
+      .openapi({ description: "1, 2, … per task: events of one task are delivered in this order." }),
     previous_status: z.enum(TASK_STATUSES),
     error: z
       .object({
@@ -35,17 +57,26 @@ function taskEventData(status: (typeof TASK_STATUSES)[number]) {
         message_truncated: z
           .literal(true)
           .optional()
-          .openapi({ description: "Present (true) when the message was cut: stored cut (over 16 KiB), or cut to keep the body within 256 KiB." }),
+          .openapi({
+            description:
+              "Present (true) when the message was cut: stored cut (over 16 KiB), or cut to keep the body within 256 KiB.",
+          }),
       })
       .nullable(),
     output_omitted: z
       .literal(true)
       .optional()
-      .openapi({ description: "Present (true) when the output would take the body over 256 KiB (serialized UTF-8): output is null here; read it with GET /openapi/v1/tasks/{id}." }),
+      .openapi({
+        description:
+          "Present (true) when the output would take the body over 256 KiB (serialized UTF-8): output is null here; read it with GET /openapi/v1/tasks/{id}.",
+      }),
     files_truncated: z
       .literal(true)
       .optional()
-      .openapi({ description: "Present (true) when files were left out, from the end, to keep the body within 256 KiB; GET /openapi/v1/tasks/{id} lists them all." }),
+      .openapi({
+        description:
+          "Present (true) when files were left out, from the end, to keep the body within 256 KiB; GET /openapi/v1/tasks/{id} lists them all.",
+      }),
     sample: Sample,
   });
 }
@@ -64,7 +95,14 @@ const Host = z.string().openapi({ description: "hostname:port of the callback UR
 
 export const WEBHOOK_BODIES: Record<string, z.ZodType> = {
   ...Object.fromEntries(
-    TASK_EVENT_TYPES.map((type) => [type, envelope(type, taskEventData(type.slice("task.".length) as (typeof TASK_STATUSES)[number]), `${pascal(type)}Event`)]),
+    TASK_EVENT_TYPES.map((type) => [
+      type,
+      envelope(
+        type,
+        taskEventData(type.slice("task.".length) as (typeof TASK_STATUSES)[number]),
+        `${pascal(type)}Event`,
+      ),
+    ]),
   ),
   ping: envelope("ping", z.strictObject({ client_id: z.string(), message: z.string(), sample: Sample }), "PingEvent"),
   "endpoint.failing": envelope(
@@ -105,22 +143,27 @@ const DESCRIPTIONS: Record<string, string> = {
   "task.failed": "The task ended failed; data.error says why (the upstream's code, message and request_id).",
   "task.canceled": "The task was canceled before it was submitted upstream (never charged).",
   ping: "A test event from POST /openapi/v1/webhooks/test.",
-  "endpoint.failing": "Sent to notification_url: one of your callback hosts has answered no 2xx for WEBHOOK_FAILING_NOTICE_AFTER.",
+  "endpoint.failing":
+    "Sent to notification_url: one of your callback hosts has answered no 2xx for WEBHOOK_FAILING_NOTICE_AFTER.",
   "endpoint.recovered": "Sent to notification_url: a host that was reported failing answered 2xx again.",
   "delivery.exhausted": "Sent to notification_url: an event's last scheduled attempt failed (it stays redeliverable).",
 };
 
 const SIGNED_HEADERS = z.object({
   "webhook-id": z.string().openapi({ param: { name: "webhook-id", in: "header" } }),
-  "webhook-timestamp": z.string().openapi({ param: { name: "webhook-timestamp", in: "header" }, description: "Unix seconds of this attempt" }),
+  "webhook-timestamp": z
+    .string()
+    .openapi({ param: { name: "webhook-timestamp", in: "header" }, description: "Unix seconds of this attempt" }),
   "webhook-signature": z.string().openapi({
     param: { name: "webhook-signature", in: "header" },
-    description: "Space-separated: v1,<base64 HMAC-SHA256> (hmac) or v1a,<base64 Ed25519> (ed25519) of \"{webhook-id}.{webhook-timestamp}.{body}\"; two during a key rotation.",
+    description:
+      'Space-separated: v1,<base64 HMAC-SHA256> (hmac) or v1a,<base64 Ed25519> (ed25519) of "{webhook-id}.{webhook-timestamp}.{body}"; two during a key rotation.',
   }),
 });
 
 /** Adds a `webhooks` entry per event type to an app's OpenAPI document. */
-export function registerWebhookDocs(app: OpenAPIHono<any>): void { // eslint-disable-line @typescript-eslint/no-explicit-any
+export function registerWebhookDocs(app: OpenAPIHono<any>): void {
+  // eslint-disable-line @typescript-eslint/no-explicit-any
   for (const [type, schema] of Object.entries(WEBHOOK_BODIES)) {
     app.openAPIRegistry.registerWebhook({
       method: "post",
@@ -133,7 +176,9 @@ export function registerWebhookDocs(app: OpenAPIHono<any>): void { // eslint-dis
       security: [],
       request: { headers: SIGNED_HEADERS, body: { required: true, content: { "application/json": { schema } } } },
       responses: {
-        200: { description: "Any 2xx within WEBHOOK_TIMEOUT_MS acknowledges the event; anything else but 410 is retried." },
+        200: {
+          description: "Any 2xx within WEBHOOK_TIMEOUT_MS acknowledges the event; anything else but 410 is retried.",
+        },
         410: { description: "Gone: the relay stops retrying this event." },
       },
     });
@@ -141,7 +186,8 @@ export function registerWebhookDocs(app: OpenAPIHono<any>): void { // eslint-dis
 }
 
 /** The OpenAPI document of the webhooks alone (what /openapi.json has under `webhooks`, with the schemas they use). */
-export function webhookDocument(): Record<string, any> { // eslint-disable-line @typescript-eslint/no-explicit-any
+export function webhookDocument(): Record<string, any> {
+  // eslint-disable-line @typescript-eslint/no-explicit-any
   const app = new OpenAPIHono();
   registerWebhookDocs(app);
   return app.getOpenAPI31Document({ openapi: "3.1.0", info: { title: "genrelay webhooks", version: "1.0.0" } });

@@ -4,7 +4,15 @@ import { pipeline, type Readable } from "node:stream";
 import { GetObjectCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { Upload } from "@aws-sdk/lib-storage";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
-import { deadlineIn, raceSignal, RateGuard, startDeadline, type Deadline, type MinRate, type Timers } from "../net/deadline.js";
+import {
+  deadlineIn,
+  raceSignal,
+  RateGuard,
+  startDeadline,
+  type Deadline,
+  type MinRate,
+  type Timers,
+} from "../net/deadline.js";
 import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../webhooks/ssrf.js";
 
 /** A client's bucket, opened (the secret in plain text: only ever in memory). */
@@ -87,7 +95,10 @@ export class Bucket {
   ) {
     const checked = validateCallbackUrl(config.endpoint, { allowPrivateNetworks: opts.allowPrivateNetworks });
     if (!checked.ok) throw new BucketError(`bucket endpoint refused: ${checked.reason}`, false);
-    const lookup = createGuardedLookup({ allowPrivateNetworks: opts.allowPrivateNetworks, ...(opts.resolve ? { resolve: opts.resolve } : {}) });
+    const lookup = createGuardedLookup({
+      allowPrivateNetworks: opts.allowPrivateNetworks,
+      ...(opts.resolve ? { resolve: opts.resolve } : {}),
+    });
     const httpAgent = new HttpAgent({ keepAlive: true, maxSockets: 8, lookup });
     const httpsAgent = new HttpsAgent({ keepAlive: true, maxSockets: 8, lookup });
     this.agents = [httpAgent, httpsAgent];
@@ -126,7 +137,13 @@ export class Bucket {
    * body must be taken at minRate while it waits for the bucket, and each multipart request
    * answered within requestTimeoutMs.
    */
-  async upload(key: string, body: Readable, contentType: string, signal: AbortSignal, contentLength: number | null = null): Promise<void> {
+  async upload(
+    key: string,
+    body: Readable,
+    contentType: string,
+    signal: AbortSignal,
+    contentLength: number | null = null,
+  ): Promise<void> {
     const deadline = this.deadline("the bucket's upload", signal);
     const abortController = new AbortController();
     const abort = () => abortController.abort(deadline.signal.reason);
@@ -136,15 +153,29 @@ export class Bucket {
     try {
       if (contentLength !== null && contentLength <= MAX_PUT_BYTES) {
         // The answer comes after the last byte: the request lasts as long as the upload may.
-        taken = new RateGuard(this.deadlines.minRate, { what: "the bucket", blame: "reader", onSlow: (err) => deadline.abort(err), ...this.timers });
+        taken = new RateGuard(this.deadlines.minRate, {
+          what: "the bucket",
+          blame: "reader",
+          onSlow: (err) => deadline.abort(err),
+          ...this.timers,
+        });
         // pipe, not pipeline: the bucket's failure is the upload's (through onSlow), never passed
         // back to the source as its own.
         taken.on("error", () => {});
         body.pipe(taken);
-        await this.client.send(new PutObjectCommand({ Bucket: this.config.bucket, Key: key, Body: taken, ContentType: contentType, ContentLength: contentLength }), {
-          abortSignal: abortController.signal,
-          requestTimeout: this.deadlines.totalTimeoutMs,
-        });
+        await this.client.send(
+          new PutObjectCommand({
+            Bucket: this.config.bucket,
+            Key: key,
+            Body: taken,
+            ContentType: contentType,
+            ContentLength: contentLength,
+          }),
+          {
+            abortSignal: abortController.signal,
+            requestTimeout: this.deadlines.totalTimeoutMs,
+          },
+        );
         return;
       }
       const upload = new Upload({
@@ -169,12 +200,18 @@ export class Bucket {
   /** Where the caller fetches the copy: public_base_url + key, or a presigned GET valid url_expires_in seconds. */
   async urlOf(key: string): Promise<string> {
     const { publicBaseUrl, bucket, urlExpiresIn } = this.config;
-    if (publicBaseUrl) return `${publicBaseUrl.replace(/\/+$/, "")}/${key.split("/").map(encodeURIComponent).join("/")}`;
+    if (publicBaseUrl)
+      return `${publicBaseUrl.replace(/\/+$/, "")}/${key.split("/").map(encodeURIComponent).join("/")}`;
     // Signing is local with the client's static key, but it goes through the SDK's providers
     // (region, credentials), which could be slow: it is held to one request's deadline too.
     const deadline = this.deadline("presigning a URL of the bucket", undefined, this.deadlines.requestTimeoutMs);
     try {
-      return await raceSignal(getSignedUrl(this.client, new GetObjectCommand({ Bucket: bucket, Key: key }), { expiresIn: Math.min(urlExpiresIn, MAX_URL_EXPIRES_IN) }), deadline.signal);
+      return await raceSignal(
+        getSignedUrl(this.client, new GetObjectCommand({ Bucket: bucket, Key: key }), {
+          expiresIn: Math.min(urlExpiresIn, MAX_URL_EXPIRES_IN),
+        }),
+        deadline.signal,
+      );
     } catch (err) {
       throw describeBucketError(err);
     } finally {
@@ -193,7 +230,9 @@ export class Bucket {
     const answer = this.deadline("the bucket's answer to a read", deadline.signal, this.deadlines.answerTimeoutMs);
     let res;
     try {
-      res = await this.client.send(new GetObjectCommand({ Bucket: this.config.bucket, Key: key }), { abortSignal: answer.signal });
+      res = await this.client.send(new GetObjectCommand({ Bucket: this.config.bucket, Key: key }), {
+        abortSignal: answer.signal,
+      });
     } catch (err) {
       deadline.dispose();
       throw describeBucketError(deadlineIn(answer.signal.reason) ?? err);
@@ -201,7 +240,13 @@ export class Bucket {
       answer.dispose();
     }
     const source = res.Body as Readable;
-    const body = new RateGuard(this.deadlines.minRate, { what: "the bucket", blame: "writer", signal: deadline.signal, onClose: () => deadline.dispose(), ...this.timers });
+    const body = new RateGuard(this.deadlines.minRate, {
+      what: "the bucket",
+      blame: "writer",
+      signal: deadline.signal,
+      onClose: () => deadline.dispose(),
+      ...this.timers,
+    });
     pipeline(source, body, () => {});
     return { body, contentLength: res.ContentLength ?? null };
   }
@@ -242,12 +287,20 @@ export function describeBucketError(err: unknown): Error {
   if (late) return new BucketError(`bucket: ${late.message}`, true);
   const e = err as { name?: string; message?: string; code?: string; $metadata?: { httpStatusCode?: number } };
   if (e?.name === "AbortError") return new BucketError("upload aborted", true);
-  if (e?.name === "TimeoutError") return new BucketError(`bucket did not answer in time: ${(e.message ?? "").replace(/^@smithy\/node-http-handler - /, "").slice(0, 200)}`, true);
+  if (e?.name === "TimeoutError")
+    return new BucketError(
+      `bucket did not answer in time: ${(e.message ?? "").replace(/^@smithy\/node-http-handler - /, "").slice(0, 200)}`,
+      true,
+    );
   const status = e?.$metadata?.httpStatusCode;
   const name = e?.name ?? "Error";
   const known = KNOWN[name];
   if (known) return new BucketError(`bucket: ${known}`, true);
-  if (e?.code && /^E[A-Z]+$/.test(e.code)) return new BucketError(`bucket unreachable: ${e.code === "EBLOCKED" ? e.message : e.code}`, true);
+  if (e?.code && /^E[A-Z]+$/.test(e.code))
+    return new BucketError(`bucket unreachable: ${e.code === "EBLOCKED" ? e.message : e.code}`, true);
   const detail = (e?.message ?? "").replace(/\s+/g, " ").slice(0, 200);
-  return new BucketError(`bucket answered ${status ? `HTTP ${status} ` : ""}${name}${detail && detail !== name ? `: ${detail}` : ""}`, true);
+  return new BucketError(
+    `bucket answered ${status ? `HTTP ${status} ` : ""}${name}${detail && detail !== name ? `: ${detail}` : ""}`,
+    true,
+  );
 }

@@ -57,8 +57,14 @@ export class SourceFetcher {
   private readonly agent: Agent;
 
   constructor(private readonly opts: SourceOptions) {
-    const lookup = createGuardedLookup({ allowPrivateNetworks: opts.allowPrivateNetworks, ...(opts.resolve ? { resolve: opts.resolve } : {}) });
-    this.agent = new Agent({ connections: 16, connect: { lookup, timeout: opts.connectTimeoutMs ?? DOWNLOAD_DEADLINES.connectTimeoutMs } });
+    const lookup = createGuardedLookup({
+      allowPrivateNetworks: opts.allowPrivateNetworks,
+      ...(opts.resolve ? { resolve: opts.resolve } : {}),
+    });
+    this.agent = new Agent({
+      connections: 16,
+      connect: { lookup, timeout: opts.connectTimeoutMs ?? DOWNLOAD_DEADLINES.connectTimeoutMs },
+    });
   }
 
   /**
@@ -71,7 +77,11 @@ export class SourceFetcher {
     if (!checked.ok) throw new SourceError(`blocked: ${checked.reason}`, false, "blocked");
     const url = new URL(checked.url);
     const timers = this.opts.timers ? { timers: this.opts.timers } : {};
-    const deadline = startDeadline(this.opts.totalTimeoutMs ?? DOWNLOAD_DEADLINES.totalTimeoutMs, { what: "the output URL", parent: signal, ...timers });
+    const deadline = startDeadline(this.opts.totalTimeoutMs ?? DOWNLOAD_DEADLINES.totalTimeoutMs, {
+      what: "the output URL",
+      parent: signal,
+      ...timers,
+    });
     let response;
     try {
       response = await this.agent.request({
@@ -93,7 +103,11 @@ export class SourceFetcher {
       deadline.dispose();
       body.destroy();
       if (statusCode >= 300 && statusCode < 400) {
-        throw new SourceError(`redirect (${statusCode}) not followed: the output URL must serve the file itself`, false, "redirect");
+        throw new SourceError(
+          `redirect (${statusCode}) not followed: the output URL must serve the file itself`,
+          false,
+          "redirect",
+        );
       }
       // 408, 429 and 5xx may pass; any other 4xx will not.
       const retryable = statusCode === 408 || statusCode === 429 || statusCode >= 500;
@@ -134,11 +148,18 @@ function one(v: string | string[] | undefined): string | undefined {
 }
 
 export function tooLarge(maxBytes: number, seen: number | null): SourceError {
-  return new SourceError(`larger than MIRROR_MAX_BYTES (${maxBytes} bytes)${seen !== null ? `: ${seen} bytes` : ""}`, false, "too_large");
+  return new SourceError(
+    `larger than MIRROR_MAX_BYTES (${maxBytes} bytes)${seen !== null ? `: ${seen} bytes` : ""}`,
+    false,
+    "too_large",
+  );
 }
 
 /** http or https (an output URL is the upstream's, not the caller's), with the callback URL's address checks. */
-export function validateSourceUrl(raw: string, allowPrivateNetworks: boolean): { ok: true; url: string } | { ok: false; reason: string } {
+export function validateSourceUrl(
+  raw: string,
+  allowPrivateNetworks: boolean,
+): { ok: true; url: string } | { ok: false; reason: string } {
   // The callback check refuses plain http in production; for a download it is the address that matters.
   const probe = raw.replace(/^http:\/\//i, "https://");
   const checked = validateCallbackUrl(probe, { allowPrivateNetworks });
@@ -188,5 +209,9 @@ export function describeSourceError(err: unknown, idleTimeoutMs: number): Source
   }
   const code = chain.map((e) => e.code).find((c) => typeof c === "string") as string | undefined;
   const first = chain[0];
-  return new SourceError(`reading the output URL failed: ${code ?? first?.message?.slice(0, 200) ?? "unknown error"}`, true, "network");
+  return new SourceError(
+    `reading the output URL failed: ${code ?? first?.message?.slice(0, 200) ?? "unknown error"}`,
+    true,
+    "network",
+  );
 }

@@ -70,7 +70,8 @@ export interface Deadline {
  * finished call leaves no timer behind.
  */
 export function startDeadline(ms: number, opts: { what: string; parent?: AbortSignal; timers?: Timers }): Deadline {
-  if (!Number.isFinite(ms) || ms <= 0) throw new RangeError(`deadline for ${opts.what}: ${ms} is not a positive number of milliseconds`);
+  if (!Number.isFinite(ms) || ms <= 0)
+    throw new RangeError(`deadline for ${opts.what}: ${ms} is not a positive number of milliseconds`);
   const timers = opts.timers ?? systemTimers;
   const controller = new AbortController();
   const endsAt = timers.now() + ms;
@@ -81,7 +82,10 @@ export function startDeadline(ms: number, opts: { what: string; parent?: AbortSi
     cleanup();
   };
   const onParent = () => abort(opts.parent!.reason);
-  const handle = timers.setTimeout(() => abort(new DeadlineError(`${opts.what} took longer than its deadline of ${ms} ms`, "total")), ms);
+  const handle = timers.setTimeout(
+    () => abort(new DeadlineError(`${opts.what} took longer than its deadline of ${ms} ms`, "total")),
+    ms,
+  );
   const cleanup = () => {
     timers.clearTimeout(handle);
     opts.parent?.removeEventListener("abort", onParent);
@@ -144,9 +148,15 @@ export class RateWatch {
 
   constructor(
     private readonly rate: MinRate,
-    private readonly opts: { what: string; onSlow: (err: DeadlineError) => void; blamed?: () => boolean; timers?: Timers },
+    private readonly opts: {
+      what: string;
+      onSlow: (err: DeadlineError) => void;
+      blamed?: () => boolean;
+      timers?: Timers;
+    },
   ) {
-    if (!(rate.bytes > 0) || !(rate.windowMs > 0)) throw new RangeError(`minimum rate for ${opts.what}: bytes and windowMs must be positive`);
+    if (!(rate.bytes > 0) || !(rate.windowMs > 0))
+      throw new RangeError(`minimum rate for ${opts.what}: bytes and windowMs must be positive`);
     this.since = this.timers.now();
     this.arm();
   }
@@ -179,7 +189,10 @@ export class RateWatch {
       if (this.moved < this.rate.bytes) {
         this.stopped = true;
         this.opts.onSlow(
-          new DeadlineError(`${this.opts.what} moved ${this.moved} bytes in ${now - this.since} ms, below the minimum of ${this.rate.bytes} bytes per ${this.rate.windowMs} ms`, "rate"),
+          new DeadlineError(
+            `${this.opts.what} moved ${this.moved} bytes in ${now - this.since} ms, below the minimum of ${this.rate.bytes} bytes per ${this.rate.windowMs} ms`,
+            "rate",
+          ),
         );
         return;
       }
@@ -205,11 +218,23 @@ export class RateWatch {
 export class RateGuard extends Transform {
   private readonly watch: RateWatch;
   private readonly signal: AbortSignal | undefined;
-  private readonly onAbort = () => this.destroy(this.signal!.reason instanceof Error ? this.signal!.reason : new DeadlineError(String(this.signal!.reason), "total"));
+  private readonly onAbort = () =>
+    this.destroy(
+      this.signal!.reason instanceof Error
+        ? this.signal!.reason
+        : new DeadlineError(String(this.signal!.reason), "total"),
+    );
 
   constructor(
     rate: MinRate,
-    opts: { what: string; blame: "writer" | "reader"; signal?: AbortSignal; timers?: Timers; onSlow?: (err: DeadlineError) => void; onClose?: () => void },
+    opts: {
+      what: string;
+      blame: "writer" | "reader";
+      signal?: AbortSignal;
+      timers?: Timers;
+      onSlow?: (err: DeadlineError) => void;
+      onClose?: () => void;
+    },
   ) {
     super();
     this.watch = new RateWatch(rate, {

@@ -19,7 +19,19 @@ export const HEADER_VALUE = /^[\x21-\x7e](?:[\x20-\x7e]{0,1022}[\x21-\x7e])?$/;
  * breaker), and the relay's own (User-Agent, Webhook-*). Outgoing headers drop them too, for rows
  * stored before a name was added here.
  */
-export const RESERVED_HEADERS = ["host", "connection", "keep-alive", "te", "trailer", "trailers", "transfer-encoding", "upgrade", "expect", "http2-settings", "user-agent"] as const;
+export const RESERVED_HEADERS = [
+  "host",
+  "connection",
+  "keep-alive",
+  "te",
+  "trailer",
+  "trailers",
+  "transfer-encoding",
+  "upgrade",
+  "expect",
+  "http2-settings",
+  "user-agent",
+] as const;
 export const RESERVED_HEADER_PREFIXES = ["content-", "proxy-", "webhook-"] as const;
 export const RESERVED_HEADER_MESSAGE =
   "is set by the relay or by the connection (hop-by-hop) and cannot be sent as a callback header: never host, connection, keep-alive, proxy-*, te, trailer, transfer-encoding, upgrade, expect, content-*, user-agent or webhook-*";
@@ -33,20 +45,28 @@ export function isReservedHeader(name: string): boolean {
 /** Every problem of a `callback_headers` value, each naming the header (never its value). */
 export function callbackHeaderProblems(value: unknown, field = "callback_headers"): FieldProblem[] {
   if (value === undefined || value === null) return [];
-  if (typeof value !== "object" || Array.isArray(value)) return [{ field, message: "must be an object of header names to string values" }];
+  if (typeof value !== "object" || Array.isArray(value))
+    return [{ field, message: "must be an object of header names to string values" }];
   const entries = Object.entries(value as Record<string, unknown>);
   const problems: FieldProblem[] = [];
-  if (entries.length > MAX_CALLBACK_HEADERS) problems.push({ field, message: `at most ${MAX_CALLBACK_HEADERS} headers` });
+  if (entries.length > MAX_CALLBACK_HEADERS)
+    problems.push({ field, message: `at most ${MAX_CALLBACK_HEADERS} headers` });
   const seen = new Set<string>();
   for (const [name, v] of entries) {
     const at = `${field}.${name.length > 64 ? `${name.slice(0, 64)}…` : name}`;
-    if (!HEADER_NAME.test(name)) problems.push({ field: at, message: "a header name is an HTTP token (letters, digits, !#$%&'*+-.^_`|~) of at most 64 characters" });
+    if (!HEADER_NAME.test(name))
+      problems.push({
+        field: at,
+        message: "a header name is an HTTP token (letters, digits, !#$%&'*+-.^_`|~) of at most 64 characters",
+      });
     else if (isReservedHeader(name)) {
       problems.push({ field: at, message: RESERVED_HEADER_MESSAGE });
-    } else if (seen.has(name.toLowerCase())) problems.push({ field: at, message: "is given twice (header names are case-insensitive)" });
+    } else if (seen.has(name.toLowerCase()))
+      problems.push({ field: at, message: "is given twice (header names are case-insensitive)" });
     seen.add(name.toLowerCase());
     if (typeof v !== "string") problems.push({ field: at, message: "must be a string" });
-    else if (!HEADER_VALUE.test(v)) problems.push({ field: at, message: "must be 1 to 1024 visible ASCII characters (spaces only inside)" });
+    else if (!HEADER_VALUE.test(v))
+      problems.push({ field: at, message: "must be 1 to 1024 visible ASCII characters (spaces only inside)" });
   }
   return problems;
 }

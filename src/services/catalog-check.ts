@@ -71,7 +71,11 @@ function listOf(entry: Record<string, unknown>, keys: string[]): unknown[] | nul
 
 const shown = (values: unknown[]) => values.map(String).join(", ");
 
-export function checkAgainstCatalog(catalog: unknown, type: "image" | "video", body: Record<string, unknown>): FieldProblem[] {
+export function checkAgainstCatalog(
+  catalog: unknown,
+  type: "image" | "video",
+  body: Record<string, unknown>,
+): FieldProblem[] {
   const models = catalogModels(catalog).filter((m) => m.type === type || m.type === null);
   // Only a catalog that lists models of this type can say a model is unknown.
   if (!models.some((m) => m.type === type)) return [];
@@ -86,7 +90,9 @@ export function checkAgainstCatalog(catalog: unknown, type: "image" | "video", b
     if (value === undefined || value === null) continue;
     const allowed = listOf(model.entry, keys);
     if (!allowed) continue;
-    if (!allowed.some((a) => a === value || (typeof a === "number" && typeof value === "string" && String(a) === value))) {
+    if (
+      !allowed.some((a) => a === value || (typeof a === "number" && typeof value === "string" && String(a) === value))
+    ) {
       problems.push({ field, message: `is not supported by ${model.id}; one of: ${shown(allowed)}` });
     }
   }
@@ -94,7 +100,10 @@ export function checkAgainstCatalog(catalog: unknown, type: "image" | "video", b
   // A parameter the relay does not know is the model's own only where its entry names it (the catalog evolves).
   for (const field of unknownFields(type, body)) {
     if (!namesField(model.entry, field)) {
-      problems.push({ field, message: `is not a field of this request, and ${model.id}'s catalog entry does not name it` });
+      problems.push({
+        field,
+        message: `is not a field of this request, and ${model.id}'s catalog entry does not name it`,
+      });
     }
   }
   return problems;
@@ -105,7 +114,11 @@ export function checkAgainstCatalog(catalog: unknown, type: "image" | "video", b
  * image-to-video and reference modes need image_urls, video-to-video modes a source_video_url.
  * Decided only for a mode the catalog accepted, so the upstream's refusal is known in advance.
  */
-function modeRequirements(type: "image" | "video", body: Record<string, unknown>, already: FieldProblem[]): FieldProblem[] {
+function modeRequirements(
+  type: "image" | "video",
+  body: Record<string, unknown>,
+  already: FieldProblem[],
+): FieldProblem[] {
   const mode = body.video_mode;
   if (type !== "video" || typeof mode !== "string" || already.some((p) => p.field === "video_mode")) return [];
   const images = Array.isArray(body.image_urls) && body.image_urls.length > 0;
@@ -119,7 +132,20 @@ function modeRequirements(type: "image" | "video", body: Record<string, unknown>
 }
 
 /** Keys of an entry that describe the model, not a parameter a request may carry. */
-const DESCRIPTIVE = new Set(["id", "name", "type", "description", "capabilities", "parameters", "params", "fields", "options", "inputs", "pricing", "price"]);
+const DESCRIPTIVE = new Set([
+  "id",
+  "name",
+  "type",
+  "description",
+  "capabilities",
+  "parameters",
+  "params",
+  "fields",
+  "options",
+  "inputs",
+  "pricing",
+  "price",
+]);
 const PARAMETER_LISTS = ["parameters", "params", "fields", "options", "inputs"];
 
 /** Whether a catalog entry names a request field: as a key (or its plural) of the entry or its capabilities, or in a parameter list. */
@@ -131,7 +157,11 @@ export function namesField(entry: Record<string, unknown>, field: string): boole
     if (spellings.some((s) => Object.hasOwn(place, s))) return true;
     for (const key of PARAMETER_LISTS) {
       const list = place[key];
-      if (Array.isArray(list) && list.some((p) => p === field || (isObj(p) && [p.name, p.id, p.key, p.field].includes(field)))) return true;
+      if (
+        Array.isArray(list) &&
+        list.some((p) => p === field || (isObj(p) && [p.name, p.id, p.key, p.field].includes(field)))
+      )
+        return true;
       if (isObj(list) && Object.hasOwn(list, field)) return true;
     }
   }

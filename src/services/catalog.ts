@@ -35,7 +35,11 @@ export class CatalogCache {
     if (!entry) {
       await this.refresh(account, true);
       entry = this.entries.get(account)!;
-    } else if (this.clock.now() - entry.fetchedAt > this.ttlMs && !entry.refreshing && this.clock.now() >= entry.retryAt) {
+    } else if (
+      this.clock.now() - entry.fetchedAt > this.ttlMs &&
+      !entry.refreshing &&
+      this.clock.now() >= entry.retryAt
+    ) {
       entry.refreshing = this.refresh(account, false).finally(() => {
         const e = this.entries.get(account);
         if (e) e.refreshing = null;
@@ -63,7 +67,10 @@ export class CatalogCache {
       if (due <= now) {
         await this.refresh(account, false);
         const after = this.entries.get(account);
-        next = Math.min(next, after && after.fetchedAt >= now ? after.fetchedAt + this.ttlMs : this.clock.now() + RETRY_AFTER_FAILURE_MS);
+        next = Math.min(
+          next,
+          after && after.fetchedAt >= now ? after.fetchedAt + this.ttlMs : this.clock.now() + RETRY_AFTER_FAILURE_MS,
+        );
       } else next = Math.min(next, due);
     }
     return next;
@@ -77,7 +84,11 @@ export class CatalogCache {
       this.logger.warn({ err: String(err), account }, "catalog refresh failed; serving the cached copy");
       const entry = this.entries.get(account);
       if (entry) entry.retryAt = this.clock.now() + RETRY_AFTER_FAILURE_MS;
-      if (mustSucceed) throw new ApiError("service_unavailable", "The model catalog is not available from the upstream right now. Retry shortly.");
+      if (mustSucceed)
+        throw new ApiError(
+          "service_unavailable",
+          "The model catalog is not available from the upstream right now. Retry shortly.",
+        );
     }
   }
 }

@@ -45,7 +45,10 @@ export interface NewClient {
 }
 
 /** A new client's row, API key and webhook secret (only the key's digest and the sealed secret are stored). */
-export function newClient(now: number, input: { name: string; upstreamKey?: string | null; encryptionKey?: Buffer | null } & ClientLimits): NewClient {
+export function newClient(
+  now: number,
+  input: { name: string; upstreamKey?: string | null; encryptionKey?: Buffer | null } & ClientLimits,
+): NewClient {
   const apiKey = generateApiKey();
   const webhookSecret = generateWebhookSecret();
   const id = newId("cli", now);
@@ -96,17 +99,29 @@ export async function authenticate(deps: Pick<ServiceDeps, "store">, apiKey: str
  * right now is caught by the submitter, which checks revocation in the transaction that begins the
  * submission, so no task of a revoked client is offered upstream after this returns.
  */
-export async function revokeClient(deps: Pick<ServiceDeps, "store" | "clock" | "lifecycle">, id: string): Promise<{ client: ClientRow; canceled: number } | undefined> {
+export async function revokeClient(
+  deps: Pick<ServiceDeps, "store" | "clock" | "lifecycle">,
+  id: string,
+): Promise<{ client: ClientRow; canceled: number } | undefined> {
   const { store, clock, lifecycle } = deps;
   const now = clock.now();
-  const revoked = await store.clients.updateWith(id, (client) => ({ patch: client.revokedAt !== null ? {} : { revokedAt: now }, result: null }));
+  const revoked = await store.clients.updateWith(id, (client) => ({
+    patch: client.revokedAt !== null ? {} : { revokedAt: now },
+    result: null,
+  }));
   if (!revoked) return undefined;
   let canceled = 0;
-  const error = { code: "client_revoked", message: "The API key that created this task was revoked before it was submitted; it was never charged.", request_id: null };
+  const error = {
+    code: "client_revoked",
+    message: "The API key that created this task was revoked before it was submitted; it was never charged.",
+    request_id: null,
+  };
   for (const task of await store.tasks.unsubmittedOfClient(id, now)) {
     // Guarded like an API cancel: a task the submitter claimed meanwhile is left to its revocation check.
     const unsubmitted = (current: TaskRow, at: number) =>
-      current.phase === "waiting" && current.submitAttempts === 0 && !(current.claimedUntil !== null && current.claimedUntil >= at);
+      current.phase === "waiting" &&
+      current.submitAttempts === 0 &&
+      !(current.claimedUntil !== null && current.claimedUntil >= at);
     if ((await lifecycle.cancelIf(task.id, null, unsubmitted, error))?.status === "canceled") canceled += 1;
   }
   return { client: revoked.client, canceled };
@@ -121,7 +136,11 @@ export async function rotateSecret(
   const now = deps.clock.now();
   const secret = generateWebhookSecret();
   const rotated = await deps.store.clients.updateWith(id, (client) => ({
-    patch: { webhookSecret: sealSecret(secret, encryptionKey), previousWebhookSecret: client.webhookSecret, previousSecretExpiresAt: now + SECRET_GRACE_MS },
+    patch: {
+      webhookSecret: sealSecret(secret, encryptionKey),
+      previousWebhookSecret: client.webhookSecret,
+      previousSecretExpiresAt: now + SECRET_GRACE_MS,
+    },
     result: null,
   }));
   return rotated ? { client: rotated.client, secret, previousExpiresAt: now + SECRET_GRACE_MS } : undefined;
@@ -134,7 +153,11 @@ export async function rotateSecret(
 export function activeSigningKeys(client: ClientRow, now: number, encryptionKey: Buffer | null = null): string[] {
   if (client.signatureScheme !== "ed25519" || !client.signingKey) return activeSecrets(client, now, encryptionKey);
   const keys = [openSecret(client.signingKey, encryptionKey)];
-  if (client.previousSigningKey && client.previousSigningKeyExpiresAt !== null && client.previousSigningKeyExpiresAt > now) {
+  if (
+    client.previousSigningKey &&
+    client.previousSigningKeyExpiresAt !== null &&
+    client.previousSigningKeyExpiresAt > now
+  ) {
     keys.push(openSecret(client.previousSigningKey, encryptionKey));
   }
   return keys;
@@ -149,7 +172,11 @@ export function activeSecrets(client: ClientRow, now: number, encryptionKey: Buf
   return secrets;
 }
 
-export function updateClientLimits(deps: Pick<ServiceDeps, "store">, id: string, limits: ClientLimits & { name?: string }): Promise<ClientRow | undefined> {
+export function updateClientLimits(
+  deps: Pick<ServiceDeps, "store">,
+  id: string,
+  limits: ClientLimits & { name?: string },
+): Promise<ClientRow | undefined> {
   const patch: Partial<ClientRow> = {};
   if (limits.name !== undefined) patch.name = limits.name;
   if (limits.maxWaiting !== undefined) patch.maxWaiting = limits.maxWaiting;
@@ -165,9 +192,11 @@ export async function sealPlainSecrets(deps: Pick<ServiceDeps, "store">, key: Bu
   for (const c of await deps.store.clients.list()) {
     const patch: Partial<ClientRow> = {};
     if (!isSealed(c.webhookSecret)) patch.webhookSecret = sealSecret(c.webhookSecret, key);
-    if (c.previousWebhookSecret && !isSealed(c.previousWebhookSecret)) patch.previousWebhookSecret = sealSecret(c.previousWebhookSecret, key);
+    if (c.previousWebhookSecret && !isSealed(c.previousWebhookSecret))
+      patch.previousWebhookSecret = sealSecret(c.previousWebhookSecret, key);
     if (c.signingKey && !isSealed(c.signingKey)) patch.signingKey = sealSecret(c.signingKey, key);
-    if (c.previousSigningKey && !isSealed(c.previousSigningKey)) patch.previousSigningKey = sealSecret(c.previousSigningKey, key);
+    if (c.previousSigningKey && !isSealed(c.previousSigningKey))
+      patch.previousSigningKey = sealSecret(c.previousSigningKey, key);
     if (c.callbackHeaders && !isSealed(c.callbackHeaders)) patch.callbackHeaders = sealSecret(c.callbackHeaders, key);
     if (Object.keys(patch).length > 0) {
       await deps.store.clients.update(c.id, patch);
@@ -176,4 +205,3 @@ export async function sealPlainSecrets(deps: Pick<ServiceDeps, "store">, key: Bu
   }
   return sealed;
 }
-

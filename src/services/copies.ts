@@ -47,9 +47,19 @@ export async function readCopy(
   const client = await deps.store.clients.find(clientId);
   const config = client ? openStorage(client, deps.config.encryptionKey) : null;
   if (!config) throw new ApiError("not_found", "The bucket holding this copy is no longer set.");
-  const slot = opts.slots ? await opts.slots.acquire(clientId, clientId, { waitMs: opts.waitMs ?? 0, ...(opts.signal ? { signal: opts.signal } : {}) }) : null;
+  const slot = opts.slots
+    ? await opts.slots.acquire(clientId, clientId, {
+        waitMs: opts.waitMs ?? 0,
+        ...(opts.signal ? { signal: opts.signal } : {}),
+      })
+    : null;
   if (opts.slots && !slot) {
-    throw new ApiError("concurrent_limit", "Too many of your copies are being read at once; try again in a moment.", undefined, { "Retry-After": "1" });
+    throw new ApiError(
+      "concurrent_limit",
+      "Too many of your copies are being read at once; try again in a moment.",
+      undefined,
+      { "Retry-After": "1" },
+    );
   }
   const bucket = new Bucket(config, { allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks });
   let closed = false;

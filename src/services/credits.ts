@@ -24,7 +24,11 @@ export function spent(p: CreditPosition): number {
 }
 
 /** What the task will cost: learned from earlier charges for its price key, else the published tables. */
-export function priceOf(learned: number | null, type: "image" | "video", requestBody: () => Record<string, unknown>): number | null {
+export function priceOf(
+  learned: number | null,
+  type: "image" | "video",
+  requestBody: () => Record<string, unknown>,
+): number | null {
   return learned ?? tablePrice(type, requestBody());
 }
 

@@ -1,5 +1,13 @@
 import { createHash, randomBytes } from "node:crypto";
-import type { AttemptRow, ClientRow, EventRow, HourlyCount, SessionRow, TaskListQuery, TaskRow } from "../store/store.js";
+import type {
+  AttemptRow,
+  ClientRow,
+  EventRow,
+  HourlyCount,
+  SessionRow,
+  TaskListQuery,
+  TaskRow,
+} from "../store/store.js";
 import { authenticate } from "./clients.js";
 import type { ServiceDeps } from "./deps.js";
 import { deliverySummary, type DeliverySummary } from "../core/task-view.js";
@@ -44,12 +52,16 @@ export async function signIn(deps: ServiceDeps, apiKey: string): Promise<SignedI
  * expired, idle too long, or when the client was revoked (checked on every request, so revoking
  * a client ends its dashboard sessions at once).
  */
-export async function resolveSession(deps: ServiceDeps, token: string): Promise<{ session: SessionRow; client: ClientRow } | null> {
+export async function resolveSession(
+  deps: ServiceDeps,
+  token: string,
+): Promise<{ session: SessionRow; client: ClientRow } | null> {
   if (token.length === 0 || token.length > 100) return null;
   const tokenHash = hashToken(token);
   const session = await deps.store.sessions.find(tokenHash);
   const now = deps.clock.now();
-  if (!session || session.revokedAt !== null || session.expiresAt <= now || now - session.lastSeenAt >= SESSION_IDLE_MS) return null;
+  if (!session || session.revokedAt !== null || session.expiresAt <= now || now - session.lastSeenAt >= SESSION_IDLE_MS)
+    return null;
   const client = await deps.store.clients.find(session.clientId);
   if (!client || client.revokedAt !== null) return null;
   if (now - session.lastSeenAt >= TOUCH_EVERY_MS) await deps.store.sessions.touch(tokenHash, now);
@@ -94,7 +106,10 @@ export interface TaskDetail {
 /** A client's task with its events and attempts merged into one timeline, oldest first. */
 export async function dashboardTask(deps: ServiceDeps, clientId: string, id: string): Promise<TaskDetail> {
   const task = await requireClientTask(deps, clientId, id);
-  const [events, attempts] = await Promise.all([deps.store.events.ofTask(task.id), deps.store.events.attemptsOfTask(task.id)]);
+  const [events, attempts] = await Promise.all([
+    deps.store.events.ofTask(task.id),
+    deps.store.events.attemptsOfTask(task.id),
+  ]);
   const timeline: TimelineEntry[] = [
     { kind: "created", at: task.createdAt },
     ...events.map((event) => ({ kind: "event" as const, at: event.createdAt, event })),
@@ -108,7 +123,10 @@ export async function dashboardTask(deps: ServiceDeps, clientId: string, id: str
 export const HOUR_MS = 60 * 60 * 1000;
 
 /** Tasks created in each of the last 24 hours (the current one included), by status. */
-export async function hourlyTasks(deps: ServiceDeps, clientId: string): Promise<{ hours: number[]; counts: HourlyCount[] }> {
+export async function hourlyTasks(
+  deps: ServiceDeps,
+  clientId: string,
+): Promise<{ hours: number[]; counts: HourlyCount[] }> {
   const currentHour = Math.floor(deps.clock.now() / HOUR_MS) * HOUR_MS;
   const first = currentHour - 23 * HOUR_MS;
   const hours = Array.from({ length: 24 }, (_, i) => first + i * HOUR_MS);

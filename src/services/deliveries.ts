@@ -11,7 +11,6 @@ import { iso } from "../core/task-view.js";
 import { sampleBody, type TestEventType } from "./sample-events.js";
 import { rotateSigningKey } from "./webhook-settings.js";
 
-
 /** Sends test pings under the same per-key cap and breaker as deliveries (the dispatcher). */
 export interface PingGate {
   ping(clientId: string, url: string, headers: Record<string, string>, body: string): Promise<SendResult | null>;
@@ -28,7 +27,12 @@ export const TRIGGERS_PER_MINUTE = 10;
 const HOST_PORT = /^(?:[a-z0-9._-]{1,253}|\[[0-9a-f:.]{2,45}\]):\d{1,5}$/i;
 
 type Trigger = "ping" | "redeliver" | "retry" | "recover";
-const TRIGGER_TEXT: Record<Trigger, string> = { ping: "test webhooks", redeliver: "redelivers", retry: "retry-nows", recover: "recovers" };
+const TRIGGER_TEXT: Record<Trigger, string> = {
+  ping: "test webhooks",
+  redeliver: "redelivers",
+  retry: "retry-nows",
+  recover: "recovers",
+};
 
 /** Delivery operations a client can run on its own tasks and events. */
 export class DeliveryService {
@@ -47,7 +51,12 @@ export class DeliveryService {
     const verdict = await this.deps.store.limits.take(clientId, kind, now, limit, 60_000);
     if (verdict.allowed) return;
     const retry = Math.max(1, Math.ceil((verdict.retryAt - now) / 1000));
-    throw new ApiError("rate_limit", `At most ${limit} ${TRIGGER_TEXT[kind]} a minute. Retry in ${retry} s.`, undefined, { "Retry-After": String(retry) });
+    throw new ApiError(
+      "rate_limit",
+      `At most ${limit} ${TRIGGER_TEXT[kind]} a minute. Retry in ${retry} s.`,
+      undefined,
+      { "Retry-After": String(retry) },
+    );
   }
 
   /**
@@ -57,7 +66,11 @@ export class DeliveryService {
   async retryHost(clientId: string, host: string) {
     const h = host.trim().toLowerCase();
     if (!HOST_PORT.test(h)) {
-      throw new ApiError("invalid_request", "host must be hostname:port, as in the failing-host list (URL-encoded in the path).", [{ field: "host", message: "expected hostname:port" }]);
+      throw new ApiError(
+        "invalid_request",
+        "host must be hostname:port, as in the failing-host list (URL-encoded in the path).",
+        [{ field: "host", message: "expected hostname:port" }],
+      );
     }
     await this.take("retry", clientId, this.deps.clock.now());
     const requeued = await this.gate.retryHost(clientId, h);
@@ -102,7 +115,8 @@ export class DeliveryService {
     if (!task.callbackUrl) throw new ApiError("invalid_request", "This task has no callback_url to deliver to.");
     await this.take("redeliver", clientId, clock.now());
     const updated = await redeliverLast(store, task.id, clock.now());
-    if (!updated) throw new ApiError("invalid_request", "This task has no event yet; it is sent when the task changes state.");
+    if (!updated)
+      throw new ApiError("invalid_request", "This task has no event yet; it is sent when the task changes state.");
     this.deps.nudges.dispatcher();
     return { event_id: updated.id, event_type: updated.type, status: updated.deliveryStatus };
   }
@@ -115,16 +129,29 @@ export class DeliveryService {
   async testWebhook(clientId: string, url: unknown, type: TestEventType = "ping", kind: "image" | "video" = "image") {
     const { store, clock, config } = this.deps;
     const verdict = validateCallbackUrl(url, { allowPrivateNetworks: config.webhookAllowPrivateNetworks });
-    if (!verdict.ok) throw new ApiError("invalid_callback_url", `url is not acceptable: ${verdict.reason}.`, [{ field: "url", message: verdict.reason }]);
+    if (!verdict.ok)
+      throw new ApiError("invalid_callback_url", `url is not acceptable: ${verdict.reason}.`, [
+        { field: "url", message: verdict.reason },
+      ]);
     const now = clock.now();
     await this.take("ping", clientId, now);
     const client = (await store.clients.find(clientId))!;
     const id = newId("evt", now);
     const catalog = this.deps.catalog?.peek(client.upstreamAccount) ?? null;
     const body = sampleBody(type, { eventId: id, clientId: client.id, url: verdict.url, now, kind, catalog });
-    const result = await this.gate.ping(clientId, verdict.url, outgoingHeaders({ client, id, at: now, body, encryptionKey: config.encryptionKey }), body);
+    const result = await this.gate.ping(
+      clientId,
+      verdict.url,
+      outgoingHeaders({ client, id, at: now, body, encryptionKey: config.encryptionKey }),
+      body,
+    );
     if (!result) {
-      throw new ApiError("rate_limit", "Deliveries to this host are at their limit, or its circuit is open after failures. Retry later.", undefined, { "Retry-After": "30" });
+      throw new ApiError(
+        "rate_limit",
+        "Deliveries to this host are at their limit, or its circuit is open after failures. Retry later.",
+        undefined,
+        { "Retry-After": "30" },
+      );
     }
     return {
       webhook_id: id,
@@ -138,13 +165,20 @@ export class DeliveryService {
   }
 
   /** Rotates the key of the scheme in use: the whsec_ secret (hmac) or the Ed25519 signing key, whose new public key is returned. */
-  async rotateSecret(clientId: string): Promise<
-    { webhook_secret: string; previous_secret_expires_at: string } | { signature: "ed25519"; public_key: string; previous_key_expires_at: string }
+  async rotateSecret(
+    clientId: string,
+  ): Promise<
+    | { webhook_secret: string; previous_secret_expires_at: string }
+    | { signature: "ed25519"; public_key: string; previous_key_expires_at: string }
   > {
     const client = await this.deps.store.clients.find(clientId);
     if (client?.signatureScheme === "ed25519") {
       const rotated = (await rotateSigningKey(this.deps, clientId, this.deps.config.encryptionKey))!;
-      return { signature: "ed25519", public_key: rotated.publicKey, previous_key_expires_at: iso(rotated.previousExpiresAt)! };
+      return {
+        signature: "ed25519",
+        public_key: rotated.publicKey,
+        previous_key_expires_at: iso(rotated.previousExpiresAt)!,
+      };
     }
     const rotated = (await rotateSecret(this.deps, clientId, this.deps.config.encryptionKey))!;
     return { webhook_secret: rotated.secret, previous_secret_expires_at: iso(rotated.previousExpiresAt)! };
@@ -163,7 +197,10 @@ export class DeliveryService {
       const legacy = /^e(\d{1,15})$/.exec(text);
       if (own) afterPos = Number(own[1]);
       else if (legacy) afterPos = await this.deps.store.events.clientSeqAtOrBefore(clientId, Number(legacy[1]));
-      else throw new ApiError("invalid_request", "after is not a cursor this API returned.", [{ field: "after", message: "unrecognised cursor" }]);
+      else
+        throw new ApiError("invalid_request", "after is not a cursor this API returned.", [
+          { field: "after", message: "unrecognised cursor" },
+        ]);
     }
     const rows = await this.deps.store.events.feed(clientId, afterPos, limit);
     const lastPos = rows.length > 0 ? rows[rows.length - 1]!.clientSeq : afterPos;

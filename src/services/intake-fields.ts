@@ -9,9 +9,37 @@ export { fieldCountProblem };
  * these lists, so the compiler holds them together, and /openapi.json lists exactly these. A field outside them is either a near miss of one (refused with the field meant)
  * or a model parameter, passed through only where the model's catalog entry names it.
  */
-export const RELAY_BODY_FIELDS = ["callback_url", "callback_events", "callback_headers", "metadata", "expires_after_seconds"] as const;
-export const IMAGE_BODY_FIELDS = ["model", "mode", "prompt", "count", "image_urls", "aspect_ratio", "size", "resolution", "quality", ...RELAY_BODY_FIELDS] as const;
-export const VIDEO_BODY_FIELDS = ["model", "video_mode", "prompt", "image_urls", "source_video_url", "duration", "resolution", "ratio", "aspect_ratio", ...RELAY_BODY_FIELDS] as const;
+export const RELAY_BODY_FIELDS = [
+  "callback_url",
+  "callback_events",
+  "callback_headers",
+  "metadata",
+  "expires_after_seconds",
+] as const;
+export const IMAGE_BODY_FIELDS = [
+  "model",
+  "mode",
+  "prompt",
+  "count",
+  "image_urls",
+  "aspect_ratio",
+  "size",
+  "resolution",
+  "quality",
+  ...RELAY_BODY_FIELDS,
+] as const;
+export const VIDEO_BODY_FIELDS = [
+  "model",
+  "video_mode",
+  "prompt",
+  "image_urls",
+  "source_video_url",
+  "duration",
+  "resolution",
+  "ratio",
+  "aspect_ratio",
+  ...RELAY_BODY_FIELDS,
+] as const;
 
 export function knownFields(type: "image" | "video"): readonly string[] {
   return type === "image" ? IMAGE_BODY_FIELDS : VIDEO_BODY_FIELDS;
@@ -101,13 +129,19 @@ export function unknownFields(type: "image" | "video", body: Record<string, unkn
  * REQUEST_BOUNDS.maxSuggestedFields unknown fields are looked at, and none of a body over the field
  * count (fieldCountProblem refuses it).
  */
-export function nearMissProblems(type: "image" | "video", body: Record<string, unknown>, work?: NearMissWork): (FieldProblem & { did_you_mean: string })[] {
+export function nearMissProblems(
+  type: "image" | "video",
+  body: Record<string, unknown>,
+  work?: NearMissWork,
+): (FieldProblem & { did_you_mean: string })[] {
   if (fieldCountProblem(body)) return [];
   const known = knownFields(type);
   return unknownFields(type, body)
     .slice(0, REQUEST_BOUNDS.maxSuggestedFields)
     .flatMap((field) => {
       const meant = meantField(field, known, work);
-      return meant ? [{ field, message: `is not a field of this request; did you mean "${meant}"?`, did_you_mean: meant }] : [];
+      return meant
+        ? [{ field, message: `is not a field of this request; did you mean "${meant}"?`, did_you_mean: meant }]
+        : [];
     });
 }

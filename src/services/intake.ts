@@ -66,10 +66,17 @@ function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
   // What a task stores is bounded, every field alike (not only prompt); checked first, so nothing
   // below walks a body over the bounds.
   const oversized = storedRequestProblems(body);
-  if (oversized.length > 0) throw new ApiError("validation_error", "The request is over the bounds of what a task stores (see details).", oversized);
+  if (oversized.length > 0)
+    throw new ApiError(
+      "validation_error",
+      "The request is over the bounds of what a task stores (see details).",
+      oversized,
+    );
   let callbackUrl: string | null = null;
   if (body.callback_url !== undefined && body.callback_url !== null) {
-    const verdict = validateCallbackUrl(body.callback_url, { allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks });
+    const verdict = validateCallbackUrl(body.callback_url, {
+      allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks,
+    });
     if (!verdict.ok) {
       throw new ApiError("invalid_callback_url", `callback_url is not acceptable: ${verdict.reason}.`, [
         { field: "callback_url", message: verdict.reason },
@@ -84,7 +91,8 @@ function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
   // refused here, before anything is stored, when the catalog is cached; without one the upstream decides.
   const catalog = deps.catalog?.peek(input.client.upstreamAccount) ?? null;
   const problems = catalog === null ? [] : checkAgainstCatalog(catalog, type, upstreamBody);
-  if (problems.length > 0) throw new ApiError("validation_error", "The upstream's model catalog does not allow this request.", problems);
+  if (problems.length > 0)
+    throw new ApiError("validation_error", "The upstream's model catalog does not allow this request.", problems);
   return {
     input,
     callbackUrl,
@@ -94,7 +102,10 @@ function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
     metadata: body.metadata as Record<string, string> | undefined,
     expiresAfter: body.expires_after_seconds as number | undefined,
     priceKey: priceKey(type, upstreamBody),
-    callbackHeaders: sealHeaders(body.callback_headers as Record<string, string> | undefined, deps.config.encryptionKey),
+    callbackHeaders: sealHeaders(
+      body.callback_headers as Record<string, string> | undefined,
+      deps.config.encryptionKey,
+    ),
   };
 }
 
@@ -148,12 +159,22 @@ function newTaskRequest(now: number, p: PreparedTask, maxClientBytes: number): N
         );
       }
       if (client.maxWaiting !== null && ctx.waiting >= client.maxWaiting) {
-        throw new ApiError("concurrent_limit", "Too many of your tasks are waiting. Retry when some have started.", undefined, {
-          "Retry-After": "5",
-        });
+        throw new ApiError(
+          "concurrent_limit",
+          "Too many of your tasks are waiting. Retry when some have started.",
+          undefined,
+          {
+            "Retry-After": "5",
+          },
+        );
       }
       // The budget is decided in the creation's transaction: concurrent creations cannot all see the same room.
-      return client.creditLimit === null ? 0 : reserveAtIntake(ctx.position, priceOf(ctx.learnedPrice, type, () => p.upstreamBody));
+      return client.creditLimit === null
+        ? 0
+        : reserveAtIntake(
+            ctx.position,
+            priceOf(ctx.learnedPrice, type, () => p.upstreamBody),
+          );
     },
   };
 }
@@ -165,7 +186,9 @@ function newTaskRequest(now: number, p: PreparedTask, maxClientBytes: number): N
  */
 export async function createTask(deps: ServiceDeps, input: CreateTaskInput): Promise<CreateTaskResult> {
   const prepared = prepareTask(deps, input);
-  const result = await deps.store.tasks.create(newTaskRequest(deps.clock.now(), prepared, deps.config.clientMaxStoredBytes));
+  const result = await deps.store.tasks.create(
+    newTaskRequest(deps.clock.now(), prepared, deps.config.clientMaxStoredBytes),
+  );
   if (result.replayed && result.task.requestHash !== prepared.requestHash) {
     throw new ApiError(
       "idempotency_key_reused",

@@ -32,17 +32,35 @@ const HEALTHY_TRUST_MS = 60_000;
  * Writes a notice for a client, unless it has no notification_url or that URL is on the host the
  * notice is about (a failing host is never told that it fails). Returns whether one was written.
  */
-export async function writeNotice(deps: NoticeDeps, client: ClientRow, type: NoticeType, aboutHost: string, data: Record<string, unknown>): Promise<boolean> {
+export async function writeNotice(
+  deps: NoticeDeps,
+  client: ClientRow,
+  type: NoticeType,
+  aboutHost: string,
+  data: Record<string, unknown>,
+): Promise<boolean> {
   const url = client.notificationUrl;
   if (!url || client.revokedAt !== null) return false;
   if (destinationHost(url) === aboutHost) {
-    deps.logger.warn({ client_id: client.id, host: aboutHost, type }, "notice not sent: notification_url is on the host it is about");
+    deps.logger.warn(
+      { client_id: client.id, host: aboutHost, type },
+      "notice not sent: notification_url is on the host it is about",
+    );
     return false;
   }
   const now = deps.clock.now();
   const id = newId("evt", now);
   const payload = JSON.stringify({ id, type, timestamp: iso(now), data });
-  await deps.store.notices.insert({ id, clientId: client.id, type, payload, url, deliveryStatus: "pending", nextAttemptAt: now, createdAt: now });
+  await deps.store.notices.insert({
+    id,
+    clientId: client.id,
+    type,
+    payload,
+    url,
+    deliveryStatus: "pending",
+    nextAttemptAt: now,
+    createdAt: now,
+  });
   deps.logger.info({ client_id: client.id, notice_id: id, type, host: aboutHost }, "notice written");
   deps.onNotice?.();
   return true;
@@ -76,7 +94,12 @@ export class EndpointHealth {
     const ended = await this.deps.store.endpoints.recordSuccess(key, now);
     if (!ended || ended.noticeSentAt === null) return;
     const client = await this.deps.store.clients.find(key.clientId);
-    if (client) await writeNotice(this.deps, client, "endpoint.recovered", key.host, { host: key.host, failing_since: iso(ended.failingSince), recovered_at: iso(now) });
+    if (client)
+      await writeNotice(this.deps, client, "endpoint.recovered", key.host, {
+        host: key.host,
+        failing_since: iso(ended.failingSince),
+        recovered_at: iso(now),
+      });
   }
 
   /** An event's last scheduled attempt failed: delivery.exhausted. */
@@ -107,7 +130,13 @@ export class EndpointHealth {
       const client = await store.clients.find(row.clientId);
       if (!client) continue;
       const pending = await store.events.pendingOfKey(key);
-      const data = { host: row.host, failing_since: iso(row.failingSince!), attempts: row.failedAttempts, pending_events: pending, last_error: row.lastError };
+      const data = {
+        host: row.host,
+        failing_since: iso(row.failingSince!),
+        attempts: row.failedAttempts,
+        pending_events: pending,
+        last_error: row.lastError,
+      };
       if (await writeNotice(this.deps, client, "endpoint.failing", row.host, data)) written += 1;
     }
     return written;

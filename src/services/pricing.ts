@@ -27,10 +27,33 @@ export function priceKey(type: "image" | "video", body: Record<string, unknown>)
   return `${type}:${String(body.model)}:${sha256Hex(canonicalJson(relevant)).slice(0, 32)}`;
 }
 
-const IMAGE_FIELDS = new Set(["model", "mode", "prompt", "negative_prompt", "seed", "count", "image_urls", "aspect_ratio", "size", "quality"]);
-const VIDEO_FIELDS = new Set(["model", "video_mode", "prompt", "negative_prompt", "seed", "image_urls", "duration", "resolution", "ratio", "aspect_ratio"]);
+const IMAGE_FIELDS = new Set([
+  "model",
+  "mode",
+  "prompt",
+  "negative_prompt",
+  "seed",
+  "count",
+  "image_urls",
+  "aspect_ratio",
+  "size",
+  "quality",
+]);
+const VIDEO_FIELDS = new Set([
+  "model",
+  "video_mode",
+  "prompt",
+  "negative_prompt",
+  "seed",
+  "image_urls",
+  "duration",
+  "resolution",
+  "ratio",
+  "aspect_ratio",
+]);
 
-const onlyKnownFields = (body: Record<string, unknown>, known: Set<string>) => Object.keys(body).every((f) => known.has(f));
+const onlyKnownFields = (body: Record<string, unknown>, known: Set<string>) =>
+  Object.keys(body).every((f) => known.has(f));
 
 /**
  * The published table's price, when the request is exactly one the table describes (every
@@ -45,7 +68,8 @@ export function tablePrice(type: "image" | "video", body: Record<string, unknown
   if (type === "video" && body.model === "v-video" && onlyKnownFields(body, VIDEO_FIELDS)) {
     const base = typeof body.resolution === "string" ? V_VIDEO_5S_PRICES[body.resolution] : undefined;
     const fiveSeconds = body.duration === undefined || body.duration === 5;
-    const baseGeneration = body.video_mode === undefined || ["t2v", "i2v_first", "i2v_last"].includes(String(body.video_mode));
+    const baseGeneration =
+      body.video_mode === undefined || ["t2v", "i2v_first", "i2v_last"].includes(String(body.video_mode));
     return base !== undefined && fiveSeconds && baseGeneration ? base : null;
   }
   return null;

@@ -28,7 +28,11 @@ export const REQUEST_BOUNDS = {
 export function fieldCountProblem(body: Record<string, unknown>): FieldProblem | null {
   let n = 0;
   for (const key in body) {
-    if (Object.hasOwn(body, key) && ++n > REQUEST_BOUNDS.maxFields) return { field: "(fields)", message: `at most ${REQUEST_BOUNDS.maxFields} fields are accepted in a request body` };
+    if (Object.hasOwn(body, key) && ++n > REQUEST_BOUNDS.maxFields)
+      return {
+        field: "(fields)",
+        message: `at most ${REQUEST_BOUNDS.maxFields} fields are accepted in a request body`,
+      };
   }
   return null;
 }
@@ -54,24 +58,34 @@ export function storedRequestProblems(body: Record<string, unknown>): FieldProbl
   const fields = Object.keys(body);
   const stack: Array<{ value: unknown; path: string; depth: number }> = [];
   for (const k of fields.reverse()) {
-    if (bytes(k) > b.maxStringBytes) problems.push({ field: `${k.slice(0, 64)}…`, message: `a field name must be at most ${b.maxStringBytes} bytes (UTF-8)` });
+    if (bytes(k) > b.maxStringBytes)
+      problems.push({
+        field: `${k.slice(0, 64)}…`,
+        message: `a field name must be at most ${b.maxStringBytes} bytes (UTF-8)`,
+      });
     else stack.push({ value: body[k], path: k, depth: 0 });
   }
   while (stack.length > 0 && problems.length < MAX_PROBLEMS) {
     const { value, path, depth } = stack.pop()!;
     if (typeof value === "string") {
-      if (!(depth === 0 && OWN_BOUND.has(path)) && bytes(value) > b.maxStringBytes) problems.push({ field: path, message: `must be at most ${b.maxStringBytes} bytes (UTF-8)` });
+      if (!(depth === 0 && OWN_BOUND.has(path)) && bytes(value) > b.maxStringBytes)
+        problems.push({ field: path, message: `must be at most ${b.maxStringBytes} bytes (UTF-8)` });
     } else if (Array.isArray(value)) {
-      if (value.length > b.maxArrayItems) problems.push({ field: path, message: `must have at most ${b.maxArrayItems} items` });
-      else for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], path: `${path}.${i}`, depth: depth + 1 });
+      if (value.length > b.maxArrayItems)
+        problems.push({ field: path, message: `must have at most ${b.maxArrayItems} items` });
+      else
+        for (let i = value.length - 1; i >= 0; i--)
+          stack.push({ value: value[i], path: `${path}.${i}`, depth: depth + 1 });
     } else if (value !== null && typeof value === "object") {
       const entries = Object.entries(value as Record<string, unknown>);
-      if (entries.length > b.maxObjectKeys) problems.push({ field: path, message: `must have at most ${b.maxObjectKeys} keys` });
+      if (entries.length > b.maxObjectKeys)
+        problems.push({ field: path, message: `must have at most ${b.maxObjectKeys} keys` });
       else {
         for (let i = entries.length - 1; i >= 0; i--) {
           const [k, v] = entries[i]!;
           const at = `${path}.${k.length > 64 ? `${k.slice(0, 64)}…` : k}`;
-          if (bytes(k) > b.maxStringBytes) problems.push({ field: at, message: `a key must be at most ${b.maxStringBytes} bytes (UTF-8)` });
+          if (bytes(k) > b.maxStringBytes)
+            problems.push({ field: at, message: `a key must be at most ${b.maxStringBytes} bytes (UTF-8)` });
           else stack.push({ value: v, path: at, depth: depth + 1 });
         }
       }

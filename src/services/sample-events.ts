@@ -28,10 +28,17 @@ function sampleOutput(kind: "image" | "video", id: string): unknown {
     : { video: { url: `https://example.com/genrelay-sample/${id}.mp4`, duration: 5 } };
 }
 
-const SAMPLE_ERROR = { code: "validation_error", message: "Sample failure: the upstream refused the request (this is a test event).", request_id: "req_sample" };
+const SAMPLE_ERROR = {
+  code: "validation_error",
+  message: "Sample failure: the upstream refused the request (this is a test event).",
+  request_id: "req_sample",
+};
 
 /** The `data` of a sample task event, shaped exactly like a real one. */
-export function sampleTaskData(type: TaskEventType, opts: { kind: "image" | "video"; model: string; clientId: string; url: string; id: string; now: number }): Record<string, unknown> {
+export function sampleTaskData(
+  type: TaskEventType,
+  opts: { kind: "image" | "video"; model: string; clientId: string; url: string; id: string; now: number },
+): Record<string, unknown> {
   const status = type.slice("task.".length) as TaskStatus;
   const ended = status !== "processing";
   const row = {
@@ -55,28 +62,66 @@ export function sampleTaskData(type: TaskEventType, opts: { kind: "image" | "vid
     filesJson: null,
   } as unknown as TaskRow;
   const previous: TaskStatus = status === "processing" || status === "canceled" ? "queued" : "processing";
-  return { ...flatTask(row), sequence: status === "processing" || status === "canceled" ? 1 : 2, previous_status: previous, sample: true };
+  return {
+    ...flatTask(row),
+    sequence: status === "processing" || status === "canceled" ? 1 : 2,
+    previous_status: previous,
+    sample: true,
+  };
 }
 
 /** The whole body of a test event (`id` is the webhook-id, as in every event). */
-export function sampleBody(type: TestEventType, opts: { eventId: string; clientId: string; url: string; now: number; kind: "image" | "video"; catalog: unknown }): string {
+export function sampleBody(
+  type: TestEventType,
+  opts: { eventId: string; clientId: string; url: string; now: number; kind: "image" | "video"; catalog: unknown },
+): string {
   const timestamp = new Date(opts.now).toISOString();
   if (type === "ping") {
-    return JSON.stringify({ id: opts.eventId, type, timestamp, data: { client_id: opts.clientId, message: "genrelay test webhook" } });
+    return JSON.stringify({
+      id: opts.eventId,
+      type,
+      timestamp,
+      data: { client_id: opts.clientId, message: "genrelay test webhook" },
+    });
   }
   const host = destinationHost(opts.url);
   const since = new Date(opts.now - 3_600_000).toISOString();
   const id = `task_sample${opts.eventId.slice(4, 19)}`;
   if (type === "endpoint.failing") {
-    return JSON.stringify({ id: opts.eventId, type, timestamp, data: { host, failing_since: since, attempts: 12, pending_events: 3, last_error: "HTTP 503", sample: true } });
+    return JSON.stringify({
+      id: opts.eventId,
+      type,
+      timestamp,
+      data: { host, failing_since: since, attempts: 12, pending_events: 3, last_error: "HTTP 503", sample: true },
+    });
   }
   if (type === "endpoint.recovered") {
-    return JSON.stringify({ id: opts.eventId, type, timestamp, data: { host, failing_since: since, recovered_at: timestamp, sample: true } });
+    return JSON.stringify({
+      id: opts.eventId,
+      type,
+      timestamp,
+      data: { host, failing_since: since, recovered_at: timestamp, sample: true },
+    });
   }
   if (type === "delivery.exhausted") {
-    const data = { event_id: `evt_sample${opts.eventId.slice(4, 20)}`, task_id: id, type: "task.succeeded", host, attempts: 8, last_error: "HTTP 500", sample: true };
+    const data = {
+      event_id: `evt_sample${opts.eventId.slice(4, 20)}`,
+      task_id: id,
+      type: "task.succeeded",
+      host,
+      attempts: 8,
+      last_error: "HTTP 500",
+      sample: true,
+    };
     return JSON.stringify({ id: opts.eventId, type, timestamp, data });
   }
-  const data = sampleTaskData(type, { kind: opts.kind, model: firstModel(opts.catalog, opts.kind), clientId: opts.clientId, url: opts.url, id, now: opts.now });
+  const data = sampleTaskData(type, {
+    kind: opts.kind,
+    model: firstModel(opts.catalog, opts.kind),
+    clientId: opts.clientId,
+    url: opts.url,
+    id,
+    now: opts.now,
+  });
   return JSON.stringify({ id: opts.eventId, type, timestamp, data });
 }

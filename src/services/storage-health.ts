@@ -11,7 +11,17 @@ const STORAGE_CODES = /^SQLITE_(FULL|IOERR|READONLY|CANTOPEN|BUSY|LOCKED|NOMEM|C
  */
 const PG_STORAGE_CODES = /^(08...|53...|57P0[1-5]|57014|25P03|58...|XX00[12])$/;
 /** Socket errors of the database connection (node-postgres passes them on as they are). */
-const SOCKET_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "ECONNABORTED"]);
+const SOCKET_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ECONNABORTED",
+]);
 /** node-postgres's own errors for a lost, closed or timed-out connection carry no code, only these words. */
 const PG_CONNECTION_MESSAGES =
   /^(Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client has encountered a connection error|Client was closed and is not queryable|Cannot use a pool after calling end)/;
@@ -23,7 +33,8 @@ const PG_CONNECTION_MESSAGES =
 export function isStorageFailure(err: unknown): boolean {
   const e = err as { code?: unknown; message?: unknown } | null;
   const code = e?.code;
-  if (typeof code === "string" && (STORAGE_CODES.test(code) || PG_STORAGE_CODES.test(code) || SOCKET_CODES.has(code))) return true;
+  if (typeof code === "string" && (STORAGE_CODES.test(code) || PG_STORAGE_CODES.test(code) || SOCKET_CODES.has(code)))
+    return true;
   if (err instanceof Error && PG_CONNECTION_MESSAGES.test(err.message)) return true;
   // AggregateError (several addresses refused) and wrapped errors: the first cause decides.
   const cause = err instanceof AggregateError ? err.errors[0] : err instanceof Error ? err.cause : undefined;
@@ -37,7 +48,9 @@ export function isStorageFailure(err: unknown): boolean {
 export function isUpstreamIdTaken(err: unknown): boolean {
   const e = err as { code?: unknown; constraint?: unknown; message?: unknown } | null;
   if (e?.code === "23505") return e.constraint === "tasks_upstream_task_uq";
-  return e?.code === "SQLITE_CONSTRAINT_UNIQUE" && typeof e.message === "string" && e.message.includes("upstream_task_id");
+  return (
+    e?.code === "SQLITE_CONSTRAINT_UNIQUE" && typeof e.message === "string" && e.message.includes("upstream_task_id")
+  );
 }
 
 /** How long after the last storage failure the relay still reports itself unready. */
@@ -68,7 +81,10 @@ export class StorageHealth {
       return;
     }
     const e = err as { code?: string; message?: string };
-    this.logger.error({ code: e.code, error: e.message, where, suppressed: this.suppressed }, "storage unavailable: writes are refused until it recovers");
+    this.logger.error(
+      { code: e.code, error: e.message, where, suppressed: this.suppressed },
+      "storage unavailable: writes are refused until it recovers",
+    );
     this.lastLogAt = now;
     this.suppressed = 0;
   }

@@ -29,36 +29,59 @@ interface Stored extends StorageView {
   secret_access_key: string;
 }
 
-const printable = (max: number) => z.string().min(1).max(max).regex(/^[\x21-\x7e]+$/, "must be printable ASCII without spaces");
+const printable = (max: number) =>
+  z
+    .string()
+    .min(1)
+    .max(max)
+    .regex(/^[\x21-\x7e]+$/, "must be printable ASCII without spaces");
 
 export const StorageInput = z.strictObject({
   endpoint: z.string().max(2048),
   bucket: z
     .string()
-    .regex(/^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$/, "must be 3-63 characters: lower-case letters, digits, dots, hyphens, underscores"),
+    .regex(
+      /^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$/,
+      "must be 3-63 characters: lower-case letters, digits, dots, hyphens, underscores",
+    ),
   region: z.string().regex(/^[a-z0-9-]{1,32}$/, "must be a region name such as us-east-1 (or auto)"),
   prefix: z
     .string()
     .max(512)
-    .refine((p) => !p.startsWith("/") && !/(^|\/)\.\.?(\/|$)/.test(p) && !/[\u0000-\u001f\u007f\\]/.test(p), "must be a key prefix such as outputs/ (no leading /, no . or .. segments)")
+    .refine(
+      (p) => !p.startsWith("/") && !/(^|\/)\.\.?(\/|$)/.test(p) && !/[\u0000-\u001f\u007f\\]/.test(p),
+      "must be a key prefix such as outputs/ (no leading /, no . or .. segments)",
+    )
     .default(""),
   access_key_id: printable(256),
   secret_access_key: printable(256),
   force_path_style: z.boolean().default(false),
   public_base_url: z.string().max(2048).nullable().default(null),
-  url_expires_in: z.number().int().min(1).max(MAX_URL_EXPIRES_IN, `must be at most ${MAX_URL_EXPIRES_IN} (7 days, the longest a presigned URL lives)`).default(MAX_URL_EXPIRES_IN),
+  url_expires_in: z
+    .number()
+    .int()
+    .min(1)
+    .max(MAX_URL_EXPIRES_IN, `must be at most ${MAX_URL_EXPIRES_IN} (7 days, the longest a presigned URL lives)`)
+    .default(MAX_URL_EXPIRES_IN),
 });
 
 export type StorageInput = z.input<typeof StorageInput>;
 
 function problems(issues: z.core.$ZodIssue[]): FieldProblem[] {
-  return issues.map((i) => ({ field: i.path.length > 0 ? i.path.join(".") : ((i as { keys?: string[] }).keys?.join(", ") ?? "body"), message: i.message }));
+  return issues.map((i) => ({
+    field: i.path.length > 0 ? i.path.join(".") : ((i as { keys?: string[] }).keys?.join(", ") ?? "body"),
+    message: i.message,
+  }));
 }
 
 /** Checks and normalises a bucket setting; throws 422 validation_error naming each bad field. */
-export function parseStorageInput(input: unknown, allowPrivateNetworks: boolean): StorageView & { secret_access_key: string } {
+export function parseStorageInput(
+  input: unknown,
+  allowPrivateNetworks: boolean,
+): StorageView & { secret_access_key: string } {
   const parsed = StorageInput.safeParse(input);
-  if (!parsed.success) throw new ApiError("validation_error", "The bucket setting is not valid.", problems(parsed.error.issues));
+  if (!parsed.success)
+    throw new ApiError("validation_error", "The bucket setting is not valid.", problems(parsed.error.issues));
   const v = parsed.data;
   const found: FieldProblem[] = [];
   // The endpoint is the caller's choice, like a callback URL: the same address checks.
@@ -67,14 +90,19 @@ export function parseStorageInput(input: unknown, allowPrivateNetworks: boolean)
   if (!endpoint.ok) found.push({ field: "endpoint", message: endpoint.reason });
   else {
     const u = new URL(endpoint.url);
-    if (u.search !== "" || (u.pathname !== "/" && u.pathname !== "")) found.push({ field: "endpoint", message: "must be an origin such as https://s3.us-east-1.amazonaws.com (no path or query)" });
+    if (u.search !== "" || (u.pathname !== "/" && u.pathname !== ""))
+      found.push({
+        field: "endpoint",
+        message: "must be an origin such as https://s3.us-east-1.amazonaws.com (no path or query)",
+      });
     endpointUrl = u.origin;
   }
   let publicBase: string | null = null;
   if (v.public_base_url !== null) {
     const base = validateCallbackUrl(v.public_base_url, { allowPrivateNetworks: true });
     if (!base.ok) found.push({ field: "public_base_url", message: base.reason });
-    else if (new URL(base.url).search !== "") found.push({ field: "public_base_url", message: "must not have a query" });
+    else if (new URL(base.url).search !== "")
+      found.push({ field: "public_base_url", message: "must not have a query" });
     else publicBase = base.url.replace(/\/+$/, "");
   }
   if (found.length > 0) throw new ApiError("validation_error", "The bucket setting is not valid.", found);
@@ -106,7 +134,11 @@ function requireKey(key: Buffer | null): Buffer {
 }
 
 /** Sets (or replaces) the client's bucket. */
-export async function setStorage(deps: Pick<ServiceDeps, "store" | "config">, clientId: string, input: unknown): Promise<StorageView> {
+export async function setStorage(
+  deps: Pick<ServiceDeps, "store" | "config">,
+  clientId: string,
+  input: unknown,
+): Promise<StorageView> {
   const key = requireKey(deps.config.encryptionKey);
   const v = parseStorageInput(input, deps.config.webhookAllowPrivateNetworks);
   const stored: Stored = {

@@ -31,7 +31,11 @@ export async function getTaskView(deps: Deps, clientId: string, id: string): Pro
 export async function viewOf(deps: Deps, task: TaskRow, opts: { withQueuePosition?: boolean } = {}): Promise<TaskView> {
   // A task without events (eventSequence 0), e.g. one just created, needs no event lookup.
   const last = task.eventSequence === 0 ? undefined : await deps.store.events.lastOfTask(task.id);
-  return taskView(task, deliverySummary(task, last), opts.withQueuePosition === false ? null : await queuePosition(deps, task));
+  return taskView(
+    task,
+    deliverySummary(task, last),
+    opts.withQueuePosition === false ? null : await queuePosition(deps, task),
+  );
 }
 
 /** A list item is held to a webhook body's size: a page of 100 builds at most 25 MiB, whatever the outputs. */
@@ -45,25 +49,42 @@ function decodeCursor(cursor: string): string {
   } catch {
     // fall through
   }
-  throw new ApiError("invalid_request", "cursor is not one this API returned.", [{ field: "cursor", message: "unrecognised cursor" }]);
+  throw new ApiError("invalid_request", "cursor is not one this API returned.", [
+    { field: "cursor", message: "unrecognised cursor" },
+  ]);
 }
 
 export async function listTaskViews(
   deps: Deps,
   clientId: string,
-  q: { limit: number; cursor?: string | undefined; type?: "image" | "video" | undefined; status?: TaskStatus | undefined },
+  q: {
+    limit: number;
+    cursor?: string | undefined;
+    type?: "image" | "video" | undefined;
+    status?: TaskStatus | undefined;
+  },
 ): Promise<{ data: FlatTask[]; next_cursor: string | null }> {
   const beforeId = q.cursor ? decodeCursor(q.cursor) : undefined;
   // One extra row tells whether another page exists without a count query. Each item is held to a
   // webhook body's size by the same rule (core/body-limit.ts): an output that cannot fit is never
   // read from the database, the rest is cut with the webhook's flags. A page is at most limit × that.
-  const rows = await deps.store.tasks.list({ clientId, limit: q.limit + 1, beforeId, type: q.type, status: q.status, outputMaxBytes: LIST_ITEM_MAX_BYTES });
+  const rows = await deps.store.tasks.list({
+    clientId,
+    limit: q.limit + 1,
+    beforeId,
+    type: q.type,
+    status: q.status,
+    outputMaxBytes: LIST_ITEM_MAX_BYTES,
+  });
   const page = rows.slice(0, q.limit);
   const last = await deps.store.events.lastOfTasks(page.map((t) => t.id));
   return {
     data: page.map((t) => {
       const flat = flatTask(t, deliverySummary(t, last.get(t.id)), { maxOutputBytes: LIST_ITEM_MAX_BYTES });
-      return fitTaskData(t.outputOmitted ? { ...flat, output: null, output_omitted: true as const } : flat, LIST_ITEM_MAX_BYTES).data;
+      return fitTaskData(
+        t.outputOmitted ? { ...flat, output: null, output_omitted: true as const } : flat,
+        LIST_ITEM_MAX_BYTES,
+      ).data;
     }),
     next_cursor: rows.length > q.limit ? encodeCursor(page[page.length - 1]!.id) : null,
   };
@@ -77,7 +98,8 @@ export async function listTaskViews(
 export function cancelRefusal(task: TaskRow, now: number): string | null {
   const leased = task.claimedUntil !== null && task.claimedUntil >= now;
   if (task.phase === "done") return `The task has already ended (${task.status}).`;
-  if (task.phase !== "waiting" || task.submitAttempts > 0 || leased) return "The task was already submitted upstream, which offers no cancel; it will run to its end.";
+  if (task.phase !== "waiting" || task.submitAttempts > 0 || leased)
+    return "The task was already submitted upstream, which offers no cancel; it will run to its end.";
   return null;
 }
 
@@ -85,7 +107,11 @@ export function cancelRefusal(task: TaskRow, now: number): string | null {
  * Cancels a task that has never been offered to the upstream (cancelRefusal); otherwise 409
  * cannot_cancel. `clientId` null: an operator's cancel (the CLI), any client's task.
  */
-export async function cancelWaitingTask(deps: Pick<ServiceDeps, "lifecycle">, clientId: string | null, id: string): Promise<TaskRow> {
+export async function cancelWaitingTask(
+  deps: Pick<ServiceDeps, "lifecycle">,
+  clientId: string | null,
+  id: string,
+): Promise<TaskRow> {
   const task = await deps.lifecycle.cancelIf(id, clientId, (task, now) => {
     if (task.status === "canceled") return false;
     const refusal = cancelRefusal(task, now);

@@ -25,7 +25,15 @@ export class UpstreamAccounts {
     let client = this.clients.get(account);
     if (!client) {
       const apiKey = await this.keyOf(account);
-      client = this.clients.get(account) ?? new UpstreamClient({ baseUrl: this.baseUrl, apiKey, fetch: this.fetchImpl, timeoutMs: this.config.upstreamTimeoutMs, maxBodyBytes: this.config.upstreamMaxBodyBytes });
+      client =
+        this.clients.get(account) ??
+        new UpstreamClient({
+          baseUrl: this.baseUrl,
+          apiKey,
+          fetch: this.fetchImpl,
+          timeoutMs: this.config.upstreamTimeoutMs,
+          maxBodyBytes: this.config.upstreamMaxBodyBytes,
+        });
       this.clients.set(account, client);
     }
     return client;
@@ -35,7 +43,8 @@ export class UpstreamAccounts {
     if (account === DEFAULT_ACCOUNT) return this.defaultKey;
     const row = await this.store.clients.find(account);
     if (!row?.upstreamKeyEncrypted) throw new Error(`upstream account ${account} has no key`);
-    if (!this.config.encryptionKey) throw new Error("RELAY_ENCRYPTION_KEY is required to use a client's own upstream key");
+    if (!this.config.encryptionKey)
+      throw new Error("RELAY_ENCRYPTION_KEY is required to use a client's own upstream key");
     return decryptSecret(row.upstreamKeyEncrypted, this.config.encryptionKey);
   }
 }

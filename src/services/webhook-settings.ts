@@ -41,7 +41,11 @@ export function settingsView(client: ClientRow, key: Buffer | null, now: number)
   };
   if (client.signatureScheme === "ed25519" && client.signingKey) {
     view.public_key = publicKeyOf(openSecret(client.signingKey, key));
-    if (client.previousSigningKey && client.previousSigningKeyExpiresAt !== null && client.previousSigningKeyExpiresAt > now) {
+    if (
+      client.previousSigningKey &&
+      client.previousSigningKeyExpiresAt !== null &&
+      client.previousSigningKeyExpiresAt > now
+    ) {
       view.previous_public_key = publicKeyOf(openSecret(client.previousSigningKey, key));
       view.previous_public_key_expires_at = new Date(client.previousSigningKeyExpiresAt).toISOString();
     }
@@ -56,9 +60,13 @@ function settingsPatch(deps: Deps, client: ClientRow, input: WebhookSettingsInpu
   if (input.notification_url !== undefined) {
     if (input.notification_url === null) patch.notificationUrl = null;
     else {
-      const verdict = validateCallbackUrl(input.notification_url, { allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks });
+      const verdict = validateCallbackUrl(input.notification_url, {
+        allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks,
+      });
       if (!verdict.ok) {
-        throw new ApiError("invalid_callback_url", `notification_url is not acceptable: ${verdict.reason}.`, [{ field: "notification_url", message: verdict.reason }]);
+        throw new ApiError("invalid_callback_url", `notification_url is not acceptable: ${verdict.reason}.`, [
+          { field: "notification_url", message: verdict.reason },
+        ]);
       }
       patch.notificationUrl = verdict.url;
     }
@@ -81,10 +89,17 @@ export async function getWebhookSettings(deps: Deps, clientId: string): Promise<
   return settingsView(client, deps.config.encryptionKey, deps.clock.now());
 }
 
-export async function updateWebhookSettings(deps: Deps, clientId: string, input: WebhookSettingsInput): Promise<WebhookSettingsView> {
+export async function updateWebhookSettings(
+  deps: Deps,
+  clientId: string,
+  input: WebhookSettingsInput,
+): Promise<WebhookSettingsView> {
   const current = await deps.store.clients.find(clientId);
   if (!current) throw new ApiError("not_found", "No such client.");
-  const updated = await deps.store.clients.updateWith(clientId, (client) => ({ patch: settingsPatch(deps, client, input), result: null }));
+  const updated = await deps.store.clients.updateWith(clientId, (client) => ({
+    patch: settingsPatch(deps, client, input),
+    result: null,
+  }));
   return settingsView(updated!.client, deps.config.encryptionKey, deps.clock.now());
 }
 
@@ -92,7 +107,12 @@ export async function updateWebhookSettings(deps: Deps, clientId: string, input:
  * Adds or replaces one default callback header (a value) or removes it (null), keeping the others:
  * the dashboard's form, which never holds the values already stored. Same rules as PUT settings.
  */
-export async function changeDefaultHeader(deps: Deps, clientId: string, name: string, value: string | null): Promise<WebhookSettingsView> {
+export async function changeDefaultHeader(
+  deps: Deps,
+  clientId: string,
+  name: string,
+  value: string | null,
+): Promise<WebhookSettingsView> {
   const key = deps.config.encryptionKey;
   const updated = await deps.store.clients.updateWith(clientId, (client) => {
     const others = Object.entries(openHeaders(client.callbackHeaders, key)).filter(([n]) => n !== name.toLowerCase());
@@ -107,7 +127,11 @@ export async function changeDefaultHeader(deps: Deps, clientId: string, name: st
  * A new Ed25519 signing key; the previous keeps signing beside it (two v1a signatures) for the
  * same 24 hours as a rotated whsec_ secret. Returns the new public key.
  */
-export async function rotateSigningKey(deps: Pick<ServiceDeps, "store" | "clock">, clientId: string, encryptionKey: Buffer | null) {
+export async function rotateSigningKey(
+  deps: Pick<ServiceDeps, "store" | "clock">,
+  clientId: string,
+  encryptionKey: Buffer | null,
+) {
   const now = deps.clock.now();
   const signingKey = generateSigningKey();
   const rotated = await deps.store.clients.updateWith(clientId, (client) => ({
@@ -118,5 +142,7 @@ export async function rotateSigningKey(deps: Pick<ServiceDeps, "store" | "clock"
     },
     result: null,
   }));
-  return rotated ? { client: rotated.client, publicKey: publicKeyOf(signingKey), previousExpiresAt: now + SECRET_GRACE_MS } : undefined;
+  return rotated
+    ? { client: rotated.client, publicKey: publicKeyOf(signingKey), previousExpiresAt: now + SECRET_GRACE_MS }
+    : undefined;
 }

@@ -45,7 +45,8 @@ function parse<T>(schema: z.ZodType<T>, body: unknown): T {
 }
 
 function accountParam(state: SimulatorState, apiKey: string | undefined): string {
-  if (!apiKey) throw invalidRequest("api_key query parameter is required", [{ field: "api_key", message: "is required" }]);
+  if (!apiKey)
+    throw invalidRequest("api_key query parameter is required", [{ field: "api_key", message: "is required" }]);
   if (!state.findAccount(apiKey)) throw new SimError(404, "not_found", "No such simulator account");
   return apiKey;
 }

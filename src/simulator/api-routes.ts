@@ -62,7 +62,11 @@ async function createTask(c: Context<SimEnv>, state: SimulatorState, type: TaskT
   const fingerprint = `${type}:${canonicalJson(body)}`;
   const found = state.lookupIdempotency(account, key, fingerprint);
   if (found.kind === "conflict") {
-    throw new SimError(409, "idempotency_key_reused", "Idempotency-Key was already used for a different request; use a new key");
+    throw new SimError(
+      409,
+      "idempotency_key_reused",
+      "Idempotency-Key was already used for a different request; use a new key",
+    );
   }
   if (found.kind === "replay") return taskResponse(c, state, found.task, 200, true);
   const request = type === "image" ? validateImageRequest(body) : validateVideoRequest(body);
@@ -70,7 +74,13 @@ async function createTask(c: Context<SimEnv>, state: SimulatorState, type: TaskT
   return taskResponse(c, state, task, 201, false);
 }
 
-function taskResponse(c: Context<SimEnv>, state: SimulatorState, task: SimTask, status: 200 | 201, replayed: boolean): Response {
+function taskResponse(
+  c: Context<SimEnv>,
+  state: SimulatorState,
+  task: SimTask,
+  status: 200 | 201,
+  replayed: boolean,
+): Response {
   c.header("Location", `${state.publicBaseUrl}/openapi/v1/tasks/${task.id}`);
   c.header("Idempotent-Replayed", String(replayed));
   // A new task is shown as created (queued) even if the real clock ticked meanwhile; a replay shows it as it is now.
@@ -83,7 +93,9 @@ function parseListQuery(c: Context<SimEnv>): { limit: number; afterId?: string; 
   if (limitRaw !== undefined) {
     limit = /^\d{1,4}$/u.test(limitRaw) ? Number(limitRaw) : 0;
     if (limit < 1 || limit > MAX_LIMIT) {
-      throw invalidRequest(`limit must be an integer from 1 to ${MAX_LIMIT}`, [{ field: "limit", message: `must be 1 to ${MAX_LIMIT}` }]);
+      throw invalidRequest(`limit must be an integer from 1 to ${MAX_LIMIT}`, [
+        { field: "limit", message: `must be 1 to ${MAX_LIMIT}` },
+      ]);
     }
   }
   const type = c.req.query("type");
@@ -93,7 +105,9 @@ function parseListQuery(c: Context<SimEnv>): { limit: number; afterId?: string; 
   const status = c.req.query("status");
   if (status !== undefined && !(TASK_STATUSES as readonly string[]).includes(status)) {
     const allowed = TASK_STATUSES.join(", ");
-    throw invalidRequest(`status must be one of ${allowed}`, [{ field: "status", message: `must be one of ${allowed}` }]);
+    throw invalidRequest(`status must be one of ${allowed}`, [
+      { field: "status", message: `must be one of ${allowed}` },
+    ]);
   }
   const cursor = c.req.query("cursor");
   return {

@@ -10,7 +10,13 @@ const int = (min: number, max: number) =>
     .string()
     .regex(/^\d+$/u, { error: "must be a whole number" })
     .transform(Number)
-    .pipe(z.number().int().min(min, { error: `must be at least ${min}` }).max(max, { error: `must be at most ${max}` }));
+    .pipe(
+      z
+        .number()
+        .int()
+        .min(min, { error: `must be at least ${min}` })
+        .max(max, { error: `must be at most ${max}` }),
+    );
 
 const DAY_MS = 86_400_000;
 
@@ -20,7 +26,9 @@ const EnvSchema = z.object({
   SIM_API_KEYS: z
     .string()
     .transform((v) => v.split(",").map((k) => k.trim()))
-    .refine((keys) => keys.every((k) => /^\S+$/u.test(k)), { error: "must be comma-separated keys without spaces or empty entries" })
+    .refine((keys) => keys.every((k) => /^\S+$/u.test(k)), {
+      error: "must be comma-separated keys without spaces or empty entries",
+    })
     .default(["sandbox"]),
   SIM_READS_PER_MINUTE: int(0, 1_000_000).default(120),
   SIM_MAX_CONCURRENT: int(1, 100_000).default(10),

@@ -247,9 +247,14 @@ export class SimulatorState {
         { "Retry-After": String(secondsUntil(nextFree, now)) },
       );
     }
-    const price = req.type === "image" ? imagePrice(req.model, req.quality, req.size) : videoPrice(req.resolution, req.duration);
+    const price =
+      req.type === "image" ? imagePrice(req.model, req.quality, req.size) : videoPrice(req.resolution, req.duration);
     if (account.balance < price) {
-      throw new SimError(402, "insufficient_points", `Insufficient credits: the task costs ${price}, the balance is ${account.balance}`);
+      throw new SimError(
+        402,
+        "insufficient_points",
+        `Insufficient credits: the task costs ${price}, the balance is ${account.balance}`,
+      );
     }
     const timing = this.drawTiming(req.type);
     const failedByChance = !req.prompt.includes(FAIL_MARKER) && this.drawFailure();

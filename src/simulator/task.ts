@@ -67,7 +67,9 @@ function imageDimensions(size: string, aspectRatio: string | null): { width: num
   const w = Number(m?.[1] ?? 1);
   const h = Number(m?.[2] ?? 1);
   if (!w || !h || w === h) return { width: long, height: long };
-  return w > h ? { width: long, height: Math.round((long * h) / w) } : { width: Math.round((long * w) / h), height: long };
+  return w > h
+    ? { width: long, height: Math.round((long * h) / w) }
+    : { width: Math.round((long * w) / h), height: long };
 }
 
 export function buildOutput(id: string, req: GenerationRequest, publicBaseUrl: string): object {

@@ -107,7 +107,8 @@ function checkMediaUrls(urls: string[], field: string, single = false): void {
   urls.forEach((u, i) => {
     if (!isHttpsUrl(u)) bad.push({ field: single ? field : `${field}[${i}]`, message: "must be a public https URL" });
   });
-  if (bad.length > 0) throw new SimError(400, "invalid_media_url", "Invalid media URL: must be a public https URL", bad);
+  if (bad.length > 0)
+    throw new SimError(400, "invalid_media_url", "Invalid media URL: must be a public https URL", bad);
 }
 
 export function validateImageRequest(body: Body): ImageRequest {
@@ -116,7 +117,13 @@ export function validateImageRequest(body: Body): ImageRequest {
   const model = modelId === undefined ? undefined : findImageModel(modelId);
   if (modelId !== undefined && !model) p.add("model", "is not an image model of the catalog");
   const mode = requiredString(body, "mode", p);
-  oneOf("mode", mode, model?.modes ?? ["generate", "edit"], p, model ? "is not supported by this model" : "is not a mode");
+  oneOf(
+    "mode",
+    mode,
+    model?.modes ?? ["generate", "edit"],
+    p,
+    model ? "is not supported by this model" : "is not a mode",
+  );
   const prompt = checkPrompt(body, p);
   if (body.count === undefined || body.count === null) p.add("count", "is required");
   else if (body.count !== 1) p.add("count", "must be 1");
@@ -171,7 +178,8 @@ export function validateVideoRequest(body: Body): VideoRequest {
   }
   let duration: number | undefined;
   if (body.duration !== undefined && body.duration !== null) {
-    if (typeof body.duration !== "number" || !Number.isFinite(body.duration)) p.add("duration", "must be a number of seconds");
+    if (typeof body.duration !== "number" || !Number.isFinite(body.duration))
+      p.add("duration", "must be a number of seconds");
     else if (model && !model.durations.includes(body.duration)) {
       p.add("duration", `is not a duration of this model; one of ${model.durations.join(", ")}`);
     } else duration = body.duration;

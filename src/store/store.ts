@@ -132,9 +132,17 @@ export interface TransitionRules {
   /** The patch as applied to `before` (the reservation ends once the charge is known or the task is done). */
   prepare(before: TaskRow, patch: Partial<NewTaskRow>): Partial<NewTaskRow>;
   /** The change to the client's books, whether to learn a price, and whether waiting tasks may go again. */
-  settle(before: TaskRow, after: TaskRow): { change: CreditChange; learn: { priceKey: string; points: number } | null; wake: boolean };
+  settle(
+    before: TaskRow,
+    after: TaskRow,
+  ): { change: CreditChange; learn: { priceKey: string; points: number } | null; wake: boolean };
   /** The outbox event the change calls for (its feed position is taken by the store), or null. */
-  eventFor(before: TaskRow, after: TaskRow, now: number, firstAttemptDelayMs: number): Omit<NewEventRow, "clientSeq"> | null;
+  eventFor(
+    before: TaskRow,
+    after: TaskRow,
+    now: number,
+    firstAttemptDelayMs: number,
+  ): Omit<NewEventRow, "clientSeq"> | null;
 }
 
 /** What a lease-guarded state change needs besides the patch. */
@@ -240,7 +248,12 @@ export interface TaskStore {
     opts: TransitionOptions,
   ): Promise<{ kind: K; task: TaskRow } | null>;
   /** Reads the task and applies `decide`'s patch as a transition, in one transaction (cancel: the rules need the current row). */
-  decideAndTransition(id: string, clientId: string | null, decide: (task: TaskRow) => Partial<NewTaskRow> | null, opts: TransitionOptions): Promise<{ before: TaskRow; after: TaskRow } | null>;
+  decideAndTransition(
+    id: string,
+    clientId: string | null,
+    decide: (task: TaskRow) => Partial<NewTaskRow> | null,
+    opts: TransitionOptions,
+  ): Promise<{ before: TaskRow; after: TaskRow } | null>;
 
   find(id: string): Promise<TaskRow | undefined>;
   /** A client's task, or undefined for an unknown id or another client's task (the two must look the same). */
@@ -274,7 +287,10 @@ export interface TaskStore {
    * With `clientRoom`, each client takes no more than its room, asked before each pick with what
    * the claim took so far (its share of the worker's pool).
    */
-  claimAcrossClients(phase: TaskPhase, opts: ClaimOptions & { rank: (clientId: string) => number; clientRoom?: ClientRoom }): Promise<TaskRow[]>;
+  claimAcrossClients(
+    phase: TaskPhase,
+    opts: ClaimOptions & { rank: (clientId: string) => number; clientRoom?: ClientRoom },
+  ): Promise<TaskRow[]>;
   /** Earliest next_run_at among unleased tasks of a phase, or a lease's expiry when sooner. */
   nextDueAt(phase: TaskPhase, now: number): Promise<number | null>;
   nextExpiryAt(): Promise<number | null>;
@@ -397,7 +413,10 @@ export interface ClientStore {
   list(): Promise<ClientRow[]>;
   update(id: string, patch: Partial<NewClientRow>): Promise<ClientRow | undefined>;
   /** Reads the client and applies `change`'s patch in one transaction (secret rotation). */
-  updateWith<T>(id: string, change: (client: ClientRow) => { patch: Partial<NewClientRow>; result: T }): Promise<{ client: ClientRow; result: T } | undefined>;
+  updateWith<T>(
+    id: string,
+    change: (client: ClientRow) => { patch: Partial<NewClientRow>; result: T },
+  ): Promise<{ client: ClientRow; result: T } | undefined>;
   markAdmitted(id: string, at: number): Promise<void>;
   creditPosition(id: string): Promise<CreditPosition | undefined>;
   ledger(id: string): Promise<LedgerEntry[]>;
@@ -405,7 +424,11 @@ export interface ClientStore {
 
 export interface AccountStore {
   state(account: string): Promise<UpstreamAccountRow | undefined>;
-  updateState(account: string, patch: Partial<Omit<UpstreamAccountRow, "id" | "updatedAt">>, now: number): Promise<void>;
+  updateState(
+    account: string,
+    patch: Partial<Omit<UpstreamAccountRow, "id" | "updatedAt">>,
+    now: number,
+  ): Promise<void>;
   /**
    * Takes one read of the account's budget if fewer than `limit` were taken in the `windowMs`
    * before `at`, and records it, atomically across every process sharing the store. False: none left.

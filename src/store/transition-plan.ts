@@ -20,7 +20,12 @@ export interface TransitionPlan {
 }
 
 /** Plans a change of `before` (read inside the transaction that will apply it) by the rules. */
-export function planTransition(rules: TransitionRules, before: TaskRow, patch: Partial<NewTaskRow>, opts: TransitionOptions): TransitionPlan {
+export function planTransition(
+  rules: TransitionRules,
+  before: TaskRow,
+  patch: Partial<NewTaskRow>,
+  opts: TransitionOptions,
+): TransitionPlan {
   const prepared = rules.prepare(before, patch);
   // Undefined leaves a column as it is (as an UPDATE's SET would). Text is stored well-formed (a
   // lone surrogate as U+FFFD, on both drivers), so the planned row is the stored row.
@@ -34,7 +39,14 @@ export function planTransition(rules: TransitionRules, before: TaskRow, patch: P
   const event = rules.eventFor(before, changed, opts.now, opts.firstAttemptDelayMs);
   const credit = change.charged !== 0 || change.refunded !== 0 || change.reserved !== 0 ? change : null;
   if (!event) return { patch: set, after: changed, credit, learn, wake, event: null };
-  return { patch: { ...set, eventSequence: event.sequence }, after: { ...changed, eventSequence: event.sequence }, credit, learn, wake, event };
+  return {
+    patch: { ...set, eventSequence: event.sequence },
+    after: { ...changed, eventSequence: event.sequence },
+    credit,
+    learn,
+    wake,
+    event,
+  };
 }
 
 /** String.prototype.toWellFormed (Node 20; ES2024, past this project's ES2023 lib). */

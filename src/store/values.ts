@@ -25,7 +25,8 @@ export type ValueUse = "write" | "compare" | "limit";
 
 /** A number any driver holds as it is: every numeric column is a 64-bit integer and the relay's are epoch ms, counts and points. */
 export function checkNumber(n: number, use: ValueUse): number {
-  if (!Number.isSafeInteger(n)) throw new StoreValueError(`${describe(n)} is not a whole number the store can hold exactly`);
+  if (!Number.isSafeInteger(n))
+    throw new StoreValueError(`${describe(n)} is not a whole number the store can hold exactly`);
   // A limit below 0 means no rows (PostgreSQL refuses it, SQLite would read it as no limit at all).
   return use === "limit" && n < 0 ? 0 : n;
 }
@@ -38,7 +39,11 @@ export function checkNumber(n: number, use: ValueUse): number {
 export function checkWrittenText(s: string, column?: string, key = false): string {
   if (s.includes("\u0000")) throw new StoreValueError(`text with NUL cannot be stored${column ? ` (${column})` : ""}`);
   const text = wellFormed(s);
-  if (key && text.length > MAX_KEY_BYTES / 3 && (text.length > MAX_KEY_BYTES || Buffer.byteLength(text) > MAX_KEY_BYTES)) {
+  if (
+    key &&
+    text.length > MAX_KEY_BYTES / 3 &&
+    (text.length > MAX_KEY_BYTES || Buffer.byteLength(text) > MAX_KEY_BYTES)
+  ) {
     throw new StoreValueError(`${column ?? "a key"} is longer than ${MAX_KEY_BYTES} bytes`);
   }
   return text;
@@ -53,11 +58,13 @@ export const holdsNul = (s: string): boolean => s.includes("\u0000");
 
 /** Node 20 has String.prototype.toWellFormed; the ES2023 lib does not declare it yet. */
 type WellFormed = { isWellFormed(): boolean; toWellFormed(): string };
-export const wellFormed = (s: string): string => ((s as unknown as WellFormed).isWellFormed() ? s : (s as unknown as WellFormed).toWellFormed());
+export const wellFormed = (s: string): string =>
+  (s as unknown as WellFormed).isWellFormed() ? s : (s as unknown as WellFormed).toWellFormed();
 
 /** Numbers a JSON column keeps as they are: JSON has no NaN or Infinity (JSON.stringify would write null). */
 export function finiteNumbers(values: readonly number[], what: string): readonly number[] {
-  for (const v of values) if (!Number.isFinite(v)) throw new StoreValueError(`${what} must be finite numbers, not ${describe(v)}`);
+  for (const v of values)
+    if (!Number.isFinite(v)) throw new StoreValueError(`${what} must be finite numbers, not ${describe(v)}`);
   return values;
 }
 

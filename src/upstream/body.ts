@@ -17,7 +17,11 @@ export interface LimitedBody {
  * and a body that streams past it is cancelled (the connection closed) as soon as it does. With
  * `rate`, a body that arrives below it is reported to `onSlow` (the caller ends the call).
  */
-export async function readLimited(response: Response, max: number, rate?: { rate: MinRate; what: string; onSlow: (err: DeadlineError) => void }): Promise<LimitedBody> {
+export async function readLimited(
+  response: Response,
+  max: number,
+  rate?: { rate: MinRate; what: string; onSlow: (err: DeadlineError) => void },
+): Promise<LimitedBody> {
   const declared = Number(response.headers.get("content-length") ?? "");
   const body = response.body;
   if (body === null) return { text: "", truncated: false };

@@ -4,7 +4,16 @@ import { deadlineIn, raceSignal, startDeadline, type MinRate } from "../net/dead
 import type { TaskStatus } from "../statuses.js";
 import { DEFAULT_MAX_BODY_BYTES, ERROR_BODY_BYTES, readLimited } from "./body.js";
 import { UpstreamError } from "./errors.js";
-import { MAX_UPSTREAM_ID_LENGTH, namesTaskId, parseBooleanHeader, parseErrorBody, parseJson, parseRetryAfter, parseTask, parseTaskList } from "./parse.js";
+import {
+  MAX_UPSTREAM_ID_LENGTH,
+  namesTaskId,
+  parseBooleanHeader,
+  parseErrorBody,
+  parseJson,
+  parseRetryAfter,
+  parseTask,
+  parseTaskList,
+} from "./parse.js";
 import type { CreateResult, TaskPage, TaskType, UpstreamTask } from "./types.js";
 
 export type { CreateResult, TaskPage, TaskType, UpstreamErrorInfo, UpstreamTask, UpstreamUsage } from "./types.js";
@@ -196,7 +205,11 @@ export class UpstreamClient {
       // to the limit, and a longer body is cancelled as soon as it crosses it (docs/contract.md, "Upstream answers").
       const ok = response.status >= 200 && response.status < 300;
       const limit = ok ? this.maxBodyBytes : Math.min(this.maxBodyBytes, ERROR_BODY_BYTES);
-      const rate = { rate: this.minBodyRate, what: `the answer to ${spec.method} ${spec.path}`, onSlow: (err: Error) => deadline.abort(err) };
+      const rate = {
+        rate: this.minBodyRate,
+        what: `the answer to ${spec.method} ${spec.path}`,
+        onSlow: (err: Error) => deadline.abort(err),
+      };
       const body = await raceSignal(readLimited(response, limit, rate), signal, () => {
         response.body?.cancel().catch(() => undefined);
       });
@@ -263,7 +276,10 @@ export class UpstreamClient {
       return new UpstreamError({
         kind: "timeout",
         code: "timeout",
-        message: slow?.kind === "rate" ? `${spec.method} ${spec.path} timed out: ${slow.message}` : `${spec.method} ${spec.path} timed out after ${this.timeoutMs} ms`,
+        message:
+          slow?.kind === "rate"
+            ? `${spec.method} ${spec.path} timed out: ${slow.message}`
+            : `${spec.method} ${spec.path} timed out after ${this.timeoutMs} ms`,
         cause: err,
       });
     }

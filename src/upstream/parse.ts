@@ -104,7 +104,10 @@ const STATUS_ALIASES: Readonly<Record<string, TaskStatus>> = {
 /** Upstream status word → relay status; null for anything unknown ("no change" for the caller). */
 export function mapStatus(value: unknown): TaskStatus | null {
   if (typeof value !== "string") return null;
-  const key = value.trim().toLowerCase().replace(/[\s-]+/g, "_");
+  const key = value
+    .trim()
+    .toLowerCase()
+    .replace(/[\s-]+/g, "_");
   return Object.hasOwn(STATUS_ALIASES, key) ? (STATUS_ALIASES[key] ?? null) : null;
 }
 
@@ -122,7 +125,9 @@ export function findTaskId(body: unknown): string | null {
  * cannot be stored (NUL, too long) is an upstream defect, not a body that may read better next time.
  */
 export function namesTaskId(body: unknown): boolean {
-  return [at(body, "data", "id"), at(body, "id"), at(body, "data", "task_id"), at(body, "task_id")].some((v) => v !== undefined && v !== null && v !== "");
+  return [at(body, "data", "id"), at(body, "id"), at(body, "data", "task_id"), at(body, "task_id")].some(
+    (v) => v !== undefined && v !== null && v !== "",
+  );
 }
 
 function findStatus(body: unknown): TaskStatus | null {
@@ -146,7 +151,10 @@ function findUsage(body: unknown): UpstreamUsage {
   const charged = field("points_charged");
   const refunded = field("points_refunded");
   // A refund of more than was charged would hand the client room nobody paid for.
-  return { pointsCharged: charged, pointsRefunded: refunded !== null && charged !== null && refunded > charged ? null : refunded };
+  return {
+    pointsCharged: charged,
+    pointsRefunded: refunded !== null && charged !== null && refunded > charged ? null : refunded,
+  };
 }
 
 /**

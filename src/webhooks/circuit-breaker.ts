@@ -123,7 +123,17 @@ export class CircuitBreakers {
     let b = this.byHost.get(host);
     if (!b) {
       if (this.byHost.size >= this.sweepAt) this.sweep();
-      b = { failures: 0, open: false, openUntil: 0, coolDownMs: this.baseCoolDownMs, generation: 0, trialOut: false, outstanding: 0, lastSuccessAt: null, touchedAt: 0 };
+      b = {
+        failures: 0,
+        open: false,
+        openUntil: 0,
+        coolDownMs: this.baseCoolDownMs,
+        generation: 0,
+        trialOut: false,
+        outstanding: 0,
+        lastSuccessAt: null,
+        touchedAt: 0,
+      };
       this.byHost.set(host, b);
     }
     b.touchedAt = this.clock.now();
@@ -233,6 +243,13 @@ export class CircuitBreakers {
     b.generation += 1;
     b.trialOut = false;
     b.failures = 0;
-    return { kind: "opened", host, until: b.openUntil, coolDownMs: b.coolDownMs, failures: afterTrial ? 1 : failures, afterTrial };
+    return {
+      kind: "opened",
+      host,
+      until: b.openUntil,
+      coolDownMs: b.coolDownMs,
+      failures: afterTrial ? 1 : failures,
+      afterTrial,
+    };
   }
 }

@@ -27,8 +27,16 @@ export interface OutgoingMessage {
  * by the client's scheme.
  */
 export function outgoingHeaders(msg: OutgoingMessage): Record<string, string> {
-  const signed = webhookHeaders(activeSigningKeys(msg.client, msg.at, msg.encryptionKey), msg.id, Math.floor(msg.at / 1000), msg.body);
-  const extra = { ...openHeaders(msg.client.callbackHeaders, msg.encryptionKey), ...openHeaders(msg.callbackHeaders, msg.encryptionKey) };
+  const signed = webhookHeaders(
+    activeSigningKeys(msg.client, msg.at, msg.encryptionKey),
+    msg.id,
+    Math.floor(msg.at / 1000),
+    msg.body,
+  );
+  const extra = {
+    ...openHeaders(msg.client.callbackHeaders, msg.encryptionKey),
+    ...openHeaders(msg.callbackHeaders, msg.encryptionKey),
+  };
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(extra)) if (!isReservedHeader(name)) headers[name.toLowerCase()] = value;
   return { ...headers, ...signed };

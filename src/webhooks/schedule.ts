@@ -44,7 +44,8 @@ export function parseRetryAfter(value: string | null | undefined, nowMs: number)
   // Date.parse alone is far too lenient ("1" is a date to V8), so only the three HTTP-date forms are tried.
   let dateMs: number;
   if (IMF_FIXDATE.test(text) || RFC850_DATE.test(text)) dateMs = Date.parse(text);
-  else if (ASCTIME_DATE.test(text)) dateMs = Date.parse(`${text} GMT`); // asctime carries no zone but is GMT
+  else if (ASCTIME_DATE.test(text))
+    dateMs = Date.parse(`${text} GMT`); // asctime carries no zone but is GMT
   else return null;
   if (Number.isNaN(dateMs)) return null;
   return Math.min(Math.max(0, dateMs - nowMs), MAX_RETRY_AFTER_MS);

@@ -136,13 +136,18 @@ export class WebhookSender {
     const controller = new AbortController();
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        const err = new AttemptTimeout(req.timeoutMs);
-        controller.abort(err);
-        reject(err);
-      }, Math.max(0, req.timeoutMs));
+      timer = setTimeout(
+        () => {
+          const err = new AttemptTimeout(req.timeoutMs);
+          controller.abort(err);
+          reject(err);
+        },
+        Math.max(0, req.timeoutMs),
+      );
     });
-    const exchange = this.agents.use(req.tenant ?? "", (agent) => this.exchange(agent, new URL(checked.url), req, controller.signal, progress));
+    const exchange = this.agents.use(req.tenant ?? "", (agent) =>
+      this.exchange(agent, new URL(checked.url), req, controller.signal, progress),
+    );
     exchange.catch(() => {}); // when the timeout wins, the aborted exchange rejects later; nobody awaits it
     try {
       await Promise.race([exchange, timeout]);
@@ -171,7 +176,13 @@ export class WebhookSender {
     });
   }
 
-  private async exchange(agent: Agent, url: URL, req: SendRequest, signal: AbortSignal, progress: Progress): Promise<void> {
+  private async exchange(
+    agent: Agent,
+    url: URL,
+    req: SendRequest,
+    signal: AbortSignal,
+    progress: Progress,
+  ): Promise<void> {
     const response = await agent.request({
       origin: url.origin,
       path: `${url.pathname}${url.search}`,
@@ -320,7 +331,11 @@ function describeError(err: unknown, timeoutMs: number): { message: string; bloc
   const chain = errorChain(err);
   const blocked = chain.find((e) => e.code === "EBLOCKED");
   if (blocked) return { message: `blocked: ${blocked.message}`, blocked: true };
-  if (chain.some((e) => e instanceof AttemptTimeout || e.code === "UND_ERR_HEADERS_TIMEOUT" || e.code === "UND_ERR_BODY_TIMEOUT")) {
+  if (
+    chain.some(
+      (e) => e instanceof AttemptTimeout || e.code === "UND_ERR_HEADERS_TIMEOUT" || e.code === "UND_ERR_BODY_TIMEOUT",
+    )
+  ) {
     return { message: `timeout after ${timeoutMs} ms`, blocked: false };
   }
   for (const e of chain) {

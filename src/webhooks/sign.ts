@@ -35,18 +35,30 @@ const PUBLIC_KEY_PREFIX = "whpk_";
 export function generateSigningKey(): string {
   const { privateKey } = generateKeyPairSync("ed25519");
   const jwk = privateKey.export({ format: "jwk" });
-  return SIGNING_KEY_PREFIX + Buffer.concat([Buffer.from(jwk.d!, "base64url"), Buffer.from(jwk.x!, "base64url")]).toString("base64");
+  return (
+    SIGNING_KEY_PREFIX +
+    Buffer.concat([Buffer.from(jwk.d!, "base64url"), Buffer.from(jwk.x!, "base64url")]).toString("base64")
+  );
 }
 
 function signingKeyBytes(key: string): Buffer {
   const raw = Buffer.from(key.slice(SIGNING_KEY_PREFIX.length), "base64");
-  if (!BASE64.test(key.slice(SIGNING_KEY_PREFIX.length)) || raw.length !== 64) throw new TypeError("signing key is not 64 bytes of base64 after whsk_");
+  if (!BASE64.test(key.slice(SIGNING_KEY_PREFIX.length)) || raw.length !== 64)
+    throw new TypeError("signing key is not 64 bytes of base64 after whsk_");
   return raw;
 }
 
 function privateKeyOf(key: string) {
   const raw = signingKeyBytes(key);
-  return createPrivateKey({ key: { kty: "OKP", crv: "Ed25519", d: raw.subarray(0, 32).toString("base64url"), x: raw.subarray(32).toString("base64url") }, format: "jwk" });
+  return createPrivateKey({
+    key: {
+      kty: "OKP",
+      crv: "Ed25519",
+      d: raw.subarray(0, 32).toString("base64url"),
+      x: raw.subarray(32).toString("base64url"),
+    },
+    format: "jwk",
+  });
 }
 
 /** `whpk_<base64 of the raw 32-byte public key>`, derived from the seed (not trusted from the stored half). */

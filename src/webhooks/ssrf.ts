@@ -193,15 +193,21 @@ export function validateCallbackUrl(
   if (!opts.allowPrivateNetworks) {
     const refusal = hostnameRefusal(url.hostname);
     // Named, because a developer pointing a callback at a local receiver meets this first.
-    if (refusal !== null) return fail(`${refusal}; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)`);
+    if (refusal !== null)
+      return fail(`${refusal}; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)`);
   }
   const normalised = url.href;
-  if (normalised.length > MAX_CALLBACK_URL_LENGTH) return fail(`longer than ${MAX_CALLBACK_URL_LENGTH} characters once normalised`);
+  if (normalised.length > MAX_CALLBACK_URL_LENGTH)
+    return fail(`longer than ${MAX_CALLBACK_URL_LENGTH} characters once normalised`);
   return { ok: true, url: normalised };
 }
 
 export type Resolver = (hostname: string) => Promise<Array<{ address: string; family: 4 | 6 }>>;
-export type LookupCallback = (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
+export type LookupCallback = (
+  err: NodeJS.ErrnoException | null,
+  address: string | LookupAddress[],
+  family?: number,
+) => void;
 
 const defaultResolver: Resolver = async (hostname) => {
   const found = await dns.lookup(hostname, { all: true });
@@ -228,11 +234,16 @@ export function createGuardedLookup(opts: { allowPrivateNetworks: boolean; resol
       const addresses: LookupAddress[] = [];
       for (const answer of answers) {
         const kind = isIP(answer.address);
-        if (kind === 0) throw errnoError("EBLOCKED", `${hostname} resolved to something that is not an IP address`, hostname);
+        if (kind === 0)
+          throw errnoError("EBLOCKED", `${hostname} resolved to something that is not an IP address`, hostname);
         if (!opts.allowPrivateNetworks) {
           const verdict = checkAddress(answer.address);
           if (!verdict.allowed) {
-            throw errnoError("EBLOCKED", `${hostname} resolves to ${answer.address}, which is ${verdict.reason}`, hostname);
+            throw errnoError(
+              "EBLOCKED",
+              `${hostname} resolves to ${answer.address}, which is ${verdict.reason}`,
+              hostname,
+            );
           }
         }
         addresses.push({ address: answer.address, family: kind });
@@ -245,15 +256,18 @@ export function createGuardedLookup(opts: { allowPrivateNetworks: boolean; resol
     Promise.resolve()
       .then(vet)
       .then(
-        (usable) => process.nextTick(() => {
-          const first = usable[0] as LookupAddress;
-          if (all) callback(null, usable);
-          else callback(null, first.address, first.family);
-        }),
-        (err: unknown) => process.nextTick(() => {
-          const error = err instanceof Error ? (err as NodeJS.ErrnoException) : errnoError("ENOTFOUND", String(err), hostname);
-          callback(error, all ? [] : "");
-        }),
+        (usable) =>
+          process.nextTick(() => {
+            const first = usable[0] as LookupAddress;
+            if (all) callback(null, usable);
+            else callback(null, first.address, first.family);
+          }),
+        (err: unknown) =>
+          process.nextTick(() => {
+            const error =
+              err instanceof Error ? (err as NodeJS.ErrnoException) : errnoError("ENOTFOUND", String(err), hostname);
+            callback(error, all ? [] : "");
+          }),
       );
   };
 }

@@ -6,7 +6,13 @@ import { FairPool } from "../core/fair-pool.js";
 import type { ClientRow, EventRow, Store } from "../store/store.js";
 import { deliveryKey, splitDeliveryKey } from "../store/delivery-key.js";
 import type { EndpointHealth } from "../services/notices.js";
-import { breakerOutcome, CircuitBreakers, type BreakerOptions, type BreakerTransition, type Permit } from "../webhooks/circuit-breaker.js";
+import {
+  breakerOutcome,
+  CircuitBreakers,
+  type BreakerOptions,
+  type BreakerTransition,
+  type Permit,
+} from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
 import { sendResult, type SendResult, type WebhookSender } from "../webhooks/sender.js";
 import { outgoingHeaders } from "../webhooks/outgoing.js";
@@ -83,14 +89,22 @@ export class Dispatcher {
   private readonly events: DeliveryLifecycle;
 
   constructor(private readonly opts: DispatcherOptions) {
-    this.events = new DeliveryLifecycle({ store: opts.store, clock: opts.clock, retryScheduleMs: opts.config.webhookRetryScheduleMs, ...(opts.random ? { random: opts.random } : {}) });
+    this.events = new DeliveryLifecycle({
+      store: opts.store,
+      clock: opts.clock,
+      retryScheduleMs: opts.config.webhookRetryScheduleMs,
+      ...(opts.random ? { random: opts.random } : {}),
+    });
     this.scheduleSpanMs = opts.config.webhookRetryScheduleMs.reduce((sum, ms) => sum + ms, 0);
     this.maxPerHost = Math.max(1, opts.maxPerHost ?? 8);
     this.slots = new FairPool({ size: Math.max(1, opts.maxInFlight ?? 64), maxPerKey: this.maxPerHost });
     // The first pause lasts until the schedule's first retry is due at the latest (its delay plus
     // the 20% jitter; 1 s to 30 s): a receiver that fails first attempts but takes retries gets its
     // trial, an attempted event, when that retry was due anyway, and no retry is left behind it.
-    const firstRetryMs = Math.min(30_000, Math.max(1_000, Math.ceil((opts.config.webhookRetryScheduleMs[1] ?? 30_000) * 1.2)));
+    const firstRetryMs = Math.min(
+      30_000,
+      Math.max(1_000, Math.ceil((opts.config.webhookRetryScheduleMs[1] ?? 30_000) * 1.2)),
+    );
     this.breakers = new CircuitBreakers(opts.clock, { coolDownMs: firstRetryMs, ...opts.breaker });
   }
 
@@ -137,8 +151,14 @@ export class Dispatcher {
     // Saturated keys and clients wake the loop when an attempt settles (onSettled); open circuits
     // postponed their events to the trial time, so the due index and the next trial say when to wake.
     const now = this.opts.clock.now();
-    const due = await this.opts.store.events.nextDueAt({ now, excludeKeys: this.busyKeys(), excludeClients: this.busyClients() });
-    const trialDue = this.breakers.dueTrials().some((key) => this.slots.room(splitDeliveryKey(key)[0]) > 0 && this.keyRoom(key) > 0);
+    const due = await this.opts.store.events.nextDueAt({
+      now,
+      excludeKeys: this.busyKeys(),
+      excludeClients: this.busyClients(),
+    });
+    const trialDue = this.breakers
+      .dueTrials()
+      .some((key) => this.slots.room(splitDeliveryKey(key)[0]) > 0 && this.keyRoom(key) > 0);
     const trialAt = trialDue ? now : this.breakers.nextTrialAt();
     return due === null ? trialAt : trialAt === null ? due : Math.min(due, trialAt);
   }
@@ -233,7 +253,10 @@ export class Dispatcher {
           const refill = await this.claimAndStart(() => this.refill(event.clientId, event.destinationHost));
           refilled = refill.started.length > 0 || refill.full;
         } catch (err) {
-          this.opts.logger.error({ err, client_id: event.clientId, host: event.destinationHost }, "claiming a key's next events failed; the loop claims them");
+          this.opts.logger.error(
+            { err, client_id: event.clientId, host: event.destinationHost },
+            "claiming a key's next events failed; the loop claims them",
+          );
         }
       }
       // A refilled slot leaves the pool as full as it was: the loop's claim of everything else
@@ -275,7 +298,13 @@ export class Dispatcher {
       if (room <= 0) return { started: [], full: false };
       const claimed = await store.events.claimOfKey(
         { clientId, host },
-        { now: clock.now(), leaseMs: config.webhookTimeoutMs + 5_000, token: owner.token(), limit: room, maxPerKey: this.maxPerHost },
+        {
+          now: clock.now(),
+          leaseMs: config.webhookTimeoutMs + 5_000,
+          token: owner.token(),
+          limit: room,
+          maxPerKey: this.maxPerHost,
+        },
       );
       const started: Promise<void>[] = [];
       const client = claimed.length > 0 ? await store.clients.find(clientId) : undefined;
@@ -296,7 +325,11 @@ export class Dispatcher {
    * again a cool-down later, so a paused key with nothing to send costs no query per tick. Any
    * failure hands the permit back, so a database error never leaves the key refused for good.
    */
-  private async startTrial(key: string, leaseMs: number, clientOf: (id: string) => Promise<ClientRow | undefined>): Promise<{ work: Promise<void> } | null> {
+  private async startTrial(
+    key: string,
+    leaseMs: number,
+    clientOf: (id: string) => Promise<ClientRow | undefined>,
+  ): Promise<{ work: Promise<void> } | null> {
     const { store, clock, owner } = this.opts;
     const [clientId, host] = splitDeliveryKey(key);
     if (this.slots.room(clientId) <= 0 || this.keyRoom(key) <= 0) return null;
@@ -317,7 +350,10 @@ export class Dispatcher {
     } catch (err) {
       this.breakers.record(permit, "neutral");
       if (event) await this.events.release(event, null).catch(() => {});
-      this.opts.logger.error({ err, host, client_id: clientId }, "claiming a circuit trial failed; it is tried again later");
+      this.opts.logger.error(
+        { err, host, client_id: clientId },
+        "claiming a circuit trial failed; it is tried again later",
+      );
       return null;
     }
     // Wrapped: an async function returning the delivery's promise would wait for the delivery.
@@ -331,7 +367,12 @@ export class Dispatcher {
       return { work: this.track(event, this.refuseOversized(event, size)) };
     }
     const sendable = event;
-    return { work: this.track(sendable, this.withSlot(sendable, () => this.deliver(sendable, client, permit), true)) };
+    return {
+      work: this.track(
+        sendable,
+        this.withSlot(sendable, () => this.deliver(sendable, client, permit), true),
+      ),
+    };
   }
 
   /**
@@ -363,7 +404,12 @@ export class Dispatcher {
    * track) has used it or given it up, so no other claim, nor the loop's next-due probe, sees the
    * key's room in between.
    */
-  private withSlot<T>(at: { clientId: string; destinationHost: string }, work: () => Promise<T>, refills = false, slot = this.slots.take(at.clientId, deliveryKey(at.clientId, at.destinationHost))): Promise<T> {
+  private withSlot<T>(
+    at: { clientId: string; destinationHost: string },
+    work: () => Promise<T>,
+    refills = false,
+    slot = this.slots.take(at.clientId, deliveryKey(at.clientId, at.destinationHost)),
+  ): Promise<T> {
     return work().finally(() => slot.release({ holdKey: refills && this.refilling }));
   }
 
@@ -383,12 +429,23 @@ export class Dispatcher {
       slot.release();
       return null;
     }
-    return this.withSlot({ clientId, destinationHost: host }, async () => {
-      const result = await this.opts.sender.send({ url, headers, body, timeoutMs: this.opts.config.webhookTimeoutMs, tenant: clientId });
-      const transition = this.breakers.record(permit, breakerOutcome(result));
-      if (transition) await this.onTransition(transition);
-      return result;
-    }, false, slot);
+    return this.withSlot(
+      { clientId, destinationHost: host },
+      async () => {
+        const result = await this.opts.sender.send({
+          url,
+          headers,
+          body,
+          timeoutMs: this.opts.config.webhookTimeoutMs,
+          tenant: clientId,
+        });
+        const transition = this.breakers.record(permit, breakerOutcome(result));
+        if (transition) await this.onTransition(transition);
+        return result;
+      },
+      false,
+      slot,
+    );
   }
 
   /**
@@ -405,7 +462,9 @@ export class Dispatcher {
 
   /** Records a failed attempt without sending: the body is over MAX_PAYLOAD_BYTES and would be every time. */
   private async refuseOversized(event: EventRow, size: number): Promise<void> {
-    const result = sendResult({ error: `payload too large: ${size} bytes, the limit is ${MAX_PAYLOAD_BYTES}; not sent` });
+    const result = sendResult({
+      error: `payload too large: ${size} bytes, the limit is ${MAX_PAYLOAD_BYTES}; not sent`,
+    });
     await this.record(event, this.opts.clock.now(), result, null, true);
   }
 
@@ -416,7 +475,14 @@ export class Dispatcher {
     try {
       result = await sender.send({
         url: event.callbackUrl!,
-        headers: outgoingHeaders({ client, id: event.id, at: startedAt, body: event.payload, encryptionKey: config.encryptionKey, callbackHeaders: event.callbackHeaders }),
+        headers: outgoingHeaders({
+          client,
+          id: event.id,
+          at: startedAt,
+          body: event.payload,
+          encryptionKey: config.encryptionKey,
+          callbackHeaders: event.callbackHeaders,
+        }),
         body: event.payload,
         timeoutMs: config.webhookTimeoutMs,
         tenant: event.clientId,
@@ -439,7 +505,11 @@ export class Dispatcher {
   }
 
   /** The key's health for failure notices; never fails the delivery it follows. */
-  private async observe(event: EventRow, outcome: ReturnType<typeof breakerOutcome>, error: string | null): Promise<void> {
+  private async observe(
+    event: EventRow,
+    outcome: ReturnType<typeof breakerOutcome>,
+    error: string | null,
+  ): Promise<void> {
     try {
       await this.opts.health?.observe({ clientId: event.clientId, host: event.destinationHost }, outcome, error);
     } catch (err) {
@@ -448,7 +518,13 @@ export class Dispatcher {
   }
 
   /** Writes the attempt and the event's new state together (DeliveryLifecycle.recordAttempt); one log line per attempt. */
-  private async record(event: EventRow, startedAt: number, result: SendResult, pausedUntil: number | null = null, refused = false): Promise<void> {
+  private async record(
+    event: EventRow,
+    startedAt: number,
+    result: SendResult,
+    pausedUntil: number | null = null,
+    refused = false,
+  ): Promise<void> {
     const { logger } = this.opts;
     const attempts = event.attempts + 1;
     // Group-committed by the store: attempts settling together share one transaction and one fsync.

@@ -57,7 +57,12 @@ export async function harvestTerminal(
  * than the active lists plus the terminal lists whenever tasks are finishing. `complete` says
  * whether every wanted task was seen; an item without a status tells nothing.
  */
-export async function sweepAll(client: ListClient, wanted: Set<string>, maxReads: number, take: () => Promise<boolean>): Promise<SweepResult> {
+export async function sweepAll(
+  client: ListClient,
+  wanted: Set<string>,
+  maxReads: number,
+  take: () => Promise<boolean>,
+): Promise<SweepResult> {
   const result: SweepResult = { seen: new Map(), reads: 0, complete: false, unsupported: false };
   let missing = wanted.size;
   const enough = () => missing === 0;
@@ -85,7 +90,11 @@ async function readPages(
   for (;;) {
     if (result.reads >= maxReads || !(await take())) return false;
     result.reads += 1;
-    const page = await client.listTasks({ ...(status ? { status } : {}), limit: LIST_PAGE_LIMIT, ...(cursor ? { cursor } : {}) });
+    const page = await client.listTasks({
+      ...(status ? { status } : {}),
+      limit: LIST_PAGE_LIMIT,
+      ...(cursor ? { cursor } : {}),
+    });
     if (page === null) {
       result.unsupported = true;
       return false;

@@ -141,7 +141,12 @@ export class Mirror {
   private start(task: TaskRow, slot: Slot): void {
     const abort = new AbortController();
     const done = this.run(task, task.claimToken!, abort)
-      .catch((err: unknown) => this.opts.logger.error({ err, task_id: task.id }, "mirror: copy round failed; the task is tried again when its lease ends"))
+      .catch((err: unknown) =>
+        this.opts.logger.error(
+          { err, task_id: task.id },
+          "mirror: copy round failed; the task is tried again when its lease ends",
+        ),
+      )
       .finally(() => {
         slot.release();
         this.inFlight.delete(task.id);
@@ -160,18 +165,26 @@ export class Mirror {
     try {
       const config = client ? openStorage(client, this.opts.encryptionKey) : null;
       if (!config) refusal = "not copied: the client's bucket was removed before the copy was made";
-      else bucket = new Bucket(config, { allowPrivateNetworks: this.opts.allowPrivateNetworks, ...(this.opts.resolve ? { resolve: this.opts.resolve } : {}), deadlines: this.opts.deadlines?.bucket ?? {} });
+      else
+        bucket = new Bucket(config, {
+          allowPrivateNetworks: this.opts.allowPrivateNetworks,
+          ...(this.opts.resolve ? { resolve: this.opts.resolve } : {}),
+          deadlines: this.opts.deadlines?.bucket ?? {},
+        });
     } catch (err) {
       refusal = `not copied: ${err instanceof Error ? err.message : String(err)}`;
     }
     const round = progress.rounds + 1;
     // Keeps the lease while a long file copies; a lost lease stops the copy (another holder has the task).
-    const heartbeat = setInterval(() => {
-      void lifecycle.holdMirror(task, token, clock.now() + this.leaseMs).then(
-        (held) => held || abort.abort(),
-        () => {},
-      );
-    }, Math.max(1_000, Math.floor(this.leaseMs / 3)));
+    const heartbeat = setInterval(
+      () => {
+        void lifecycle.holdMirror(task, token, clock.now() + this.leaseMs).then(
+          (held) => held || abort.abort(),
+          () => {},
+        );
+      },
+      Math.max(1_000, Math.floor(this.leaseMs / 3)),
+    );
     heartbeat.unref();
     try {
       for (let n = 0; n < urls.length; n++) {
@@ -181,7 +194,11 @@ export class Mirror {
         if (!bucket) {
           // The file's own refusal says more than the bucket's (a private output URL is refused either way).
           const checked = validateSourceUrl(sourceUrl, this.opts.allowPrivateNetworks);
-          progress.files[n] = { source_url: sourceUrl, error: checked.ok ? refusal! : `blocked: ${checked.reason}`, final: true };
+          progress.files[n] = {
+            source_url: sourceUrl,
+            error: checked.ok ? refusal! : `blocked: ${checked.reason}`,
+            final: true,
+          };
           continue;
         }
         progress.files[n] = await this.copyOne(task, bucket, sourceUrl, n, round, abort.signal);
@@ -206,7 +223,15 @@ export class Mirror {
         }
       }
       if (await lifecycle.finishMirroring(task, token, JSON.stringify(files))) {
-        logger.info({ task_id: task.id, client_id: task.clientId, files: files.length, failed: files.filter((f) => "error" in f).length }, "mirror: task's output copied");
+        logger.info(
+          {
+            task_id: task.id,
+            client_id: task.clientId,
+            files: files.length,
+            failed: files.filter((f) => "error" in f).length,
+          },
+          "mirror: task's output copied",
+        );
       }
     } finally {
       clearInterval(heartbeat);
@@ -214,18 +239,44 @@ export class Mirror {
     }
   }
 
-  private async copyOne(task: TaskRow, bucket: Bucket, sourceUrl: string, n: number, round: number, signal: AbortSignal): Promise<Copied | Failed> {
+  private async copyOne(
+    task: TaskRow,
+    bucket: Bucket,
+    sourceUrl: string,
+    n: number,
+    round: number,
+    signal: AbortSignal,
+  ): Promise<Copied | Failed> {
     const started = performance.now();
     try {
-      const copied = await copyFile(this.source, bucket, { sourceUrl, taskId: task.id, n, maxBytes: this.opts.maxBytes, signal });
+      const copied = await copyFile(this.source, bucket, {
+        sourceUrl,
+        taskId: task.id,
+        n,
+        maxBytes: this.opts.maxBytes,
+        signal,
+      });
       this.opts.metrics?.fileCopied(copied.bytes, (performance.now() - started) / 1000);
-      return { source_url: sourceUrl, key: copied.key, bytes: copied.bytes, sha256: copied.sha256, content_type: copied.contentType };
+      return {
+        source_url: sourceUrl,
+        key: copied.key,
+        bytes: copied.bytes,
+        sha256: copied.sha256,
+        content_type: copied.contentType,
+      };
     } catch (err) {
-      const e = err instanceof CopyError ? err : new CopyError(err instanceof Error ? err.message : String(err), true, "internal");
+      const e =
+        err instanceof CopyError
+          ? err
+          : new CopyError(err instanceof Error ? err.message : String(err), true, "internal");
       this.opts.metrics?.attemptFailed(e.kind);
       const final = !e.retryable || round > this.schedule.length;
       this.opts.logger.warn({ task_id: task.id, file: n, round, final, error: e.message }, "mirror: copy failed");
-      return { source_url: sourceUrl, error: e.retryable && final ? `${e.message} (after ${round} attempts)` : e.message, final };
+      return {
+        source_url: sourceUrl,
+        error: e.retryable && final ? `${e.message} (after ${round} attempts)` : e.message,
+        final,
+      };
     }
   }
 }

@@ -41,7 +41,12 @@ export class Notifier {
 
   constructor(private readonly opts: NotifierOptions) {
     this.slots = new FairPool({ size: opts.maxInFlight ?? 8 });
-    this.notices = new NoticeLifecycle({ store: opts.store, clock: opts.clock, retryScheduleMs: opts.config.webhookRetryScheduleMs, ...(opts.random ? { random: opts.random } : {}) });
+    this.notices = new NoticeLifecycle({
+      store: opts.store,
+      clock: opts.clock,
+      retryScheduleMs: opts.config.webhookRetryScheduleMs,
+      ...(opts.random ? { random: opts.random } : {}),
+    });
   }
 
   /** How often failing hosts are looked for: often enough that a notice is at most this late. */
@@ -95,7 +100,9 @@ export class Notifier {
     const started = claimed.map((notice) => {
       // Sized by the claim (clientRoom), so the slot is there.
       const slot = this.slots.take(notice.clientId, notice.clientId);
-      const work = this.deliver(notice).catch((err: unknown) => logger.error({ err, notice_id: notice.id }, "notice bookkeeping failed"));
+      const work = this.deliver(notice).catch((err: unknown) =>
+        logger.error({ err, notice_id: notice.id }, "notice bookkeeping failed"),
+      );
       this.inFlight.add(work);
       void work.finally(() => {
         slot.release();
@@ -114,14 +121,27 @@ export class Notifier {
     const startedAt = clock.now();
     const result = await sender.send({
       url: notice.url,
-      headers: outgoingHeaders({ client, id: notice.id, at: startedAt, body: notice.payload, encryptionKey: config.encryptionKey }),
+      headers: outgoingHeaders({
+        client,
+        id: notice.id,
+        at: startedAt,
+        body: notice.payload,
+        encryptionKey: config.encryptionKey,
+      }),
       body: notice.payload,
       timeoutMs: config.webhookTimeoutMs,
       tenant: notice.clientId,
     });
     await this.notices.recordAttempt(notice, result);
     logger.info(
-      { notice_id: notice.id, client_id: notice.clientId, type: notice.type, attempt: notice.attempts + 1, status_code: result.statusCode, error: result.error ?? undefined },
+      {
+        notice_id: notice.id,
+        client_id: notice.clientId,
+        type: notice.type,
+        attempt: notice.attempts + 1,
+        status_code: result.statusCode,
+        error: result.error ?? undefined,
+      },
       "notice attempt",
     );
   }

@@ -41,12 +41,18 @@ import type { ReadBudget } from "./read-budget.js";
 export type { PollStrategy } from "../core/poll-plan.js";
 
 /** The poller's ports: only the store operations, upstream calls and verbs it uses. */
-export type PollerTasks = Pick<Store["tasks"], "accountsInFlight" | "countRunning" | "listInFlight" | "claimDue" | "claimIds" | "nextDueAt">;
+export type PollerTasks = Pick<
+  Store["tasks"],
+  "accountsInFlight" | "countRunning" | "listInFlight" | "claimDue" | "claimIds" | "nextDueAt"
+>;
 export interface PollerAccounts {
   get(account: string): Promise<Pick<UpstreamClient, "getTask" | "listTasks">>;
 }
 export type PollerLifecycle = Pick<Lifecycle, "recordObservation" | "release" | "retryLater" | "fail" | "failUnusable">;
-export type PollerBudget = Pick<ReadBudget, "load" | "available" | "nextAvailableAt" | "take" | "pause" | "perMinute" | "windowMs">;
+export type PollerBudget = Pick<
+  ReadBudget,
+  "load" | "available" | "nextAvailableAt" | "take" | "pause" | "perMinute" | "windowMs"
+>;
 
 export interface PollerOptions {
   tasks: PollerTasks;
@@ -133,7 +139,10 @@ export class Poller {
     let didWork = false;
     const state = this.listState(account);
     let running = await tasks.countRunning(account);
-    const step = planSweep({ strategy: this.strategy, running, now: clock.now(), state }, { available: budget.available(account), perMinute: budget.perMinute });
+    const step = planSweep(
+      { strategy: this.strategy, running, now: clock.now(), state },
+      { available: budget.available(account), perMinute: budget.perMinute },
+    );
     if (step.kind === "sweep") {
       await this.sweep(account, state, step.sweep);
       didWork = true;
@@ -143,14 +152,22 @@ export class Poller {
       later(budget.nextAvailableAt(account, step.reads));
     }
     if (step.kind !== "skip" && state.nextSweepAt > clock.now()) later(state.nextSweepAt);
-    const singles = planSingles({ strategy: this.strategy, running, now: clock.now(), state }, budget.available(account), this.needsRead.get(account) ?? []);
+    const singles = planSingles(
+      { strategy: this.strategy, running, now: clock.now(), state },
+      budget.available(account),
+      this.needsRead.get(account) ?? [],
+    );
     if (singles.kind === "wait") {
       later(budget.nextAvailableAt(account));
       return didWork;
     }
     const claimed = await this.claimSingles(account, singles);
     if (claimed.length > 0) didWork = true;
-    for (const task of claimed) this.opts.metrics?.workerLag.observe({ worker: "poller" }, Math.max(0, clock.now() - (task.nextRunAt ?? clock.now())) / 1000);
+    for (const task of claimed)
+      this.opts.metrics?.workerLag.observe(
+        { worker: "poller" },
+        Math.max(0, clock.now() - (task.nextRunAt ?? clock.now())) / 1000,
+      );
     await Promise.all(claimed.map((task) => this.readOne(task)));
     return didWork;
   }
@@ -158,7 +175,12 @@ export class Poller {
   /** Claims what planSingles chose: tasks due now, or the flagged ones (no longer flagged once taken). */
   private async claimSingles(account: string, step: Exclude<SinglesStep, { kind: "wait" }>): Promise<TaskRow[]> {
     const { tasks, clock } = this.opts;
-    const lease = { now: clock.now(), leaseMs: this.leaseMs(), token: this.opts.owner.token(), fence: this.opts.leadership.fence(account) };
+    const lease = {
+      now: clock.now(),
+      leaseMs: this.leaseMs(),
+      token: this.opts.owner.token(),
+      fence: this.opts.leadership.fence(account),
+    };
     if (step.kind === "due") return tasks.claimDue("submitted", account, { ...lease, limit: step.limit });
     if (step.ids.length === 0) return [];
     const flagged = this.needsRead.get(account);
@@ -196,7 +218,11 @@ export class Poller {
         result = await sweepAll(client, wanted, maxReads, take);
         state.cost.all = costOfAll(state.cost.all, result, maxReads);
       } else {
-        result = await sweepActive(client, { includeQueued: inFlight.some((t) => t.status === "queued"), maxReads }, take);
+        result = await sweepActive(
+          client,
+          { includeQueued: inFlight.some((t) => t.status === "queued"), maxReads },
+          take,
+        );
         candidates = endedCandidates(inFlight, result, startedAt);
         if (worthHarvesting(result, candidates, state)) {
           await harvestTerminal(client, candidates, maxReads - result.reads, take, result);
@@ -206,9 +232,18 @@ export class Poller {
           candidates = harvested.unseen;
         }
       }
-      metrics?.upstreamCalls.inc({ endpoint: "list", outcome: result.unsupported ? "unrecognised" : "ok" }, result.reads);
+      metrics?.upstreamCalls.inc(
+        { endpoint: "list", outcome: result.unsupported ? "unrecognised" : "ok" },
+        result.reads,
+      );
       const now = clock.now();
-      await this.applySweep(account, state, sweepOutcome({ inFlight, result, candidates, now, share, budget }), result, now);
+      await this.applySweep(
+        account,
+        state,
+        sweepOutcome({ inFlight, result, candidates, now, share, budget }),
+        result,
+        now,
+      );
     } catch (err) {
       const e = err instanceof UpstreamError ? err : null;
       metrics?.upstreamCalls.inc({ endpoint: "list", outcome: e?.code ?? "error" });
@@ -221,11 +256,18 @@ export class Poller {
   }
 
   /** Carries out what a sweep found: the list state for the next one, flags for single reads, the changed tasks recorded. */
-  private async applySweep(account: string, state: ListState, outcome: SweepOutcome, result: SweepResult, now: number): Promise<void> {
+  private async applySweep(
+    account: string,
+    state: ListState,
+    outcome: SweepOutcome,
+    result: SweepResult,
+    now: number,
+  ): Promise<void> {
     const { tasks, logger, metrics } = this.opts;
     if (outcome.kind === "unsupported") {
       state.unsupportedUntil = outcome.unsupportedUntil;
-      if (!state.warned) logger.warn({ account }, "upstream task list body not understood; falling back to single reads");
+      if (!state.warned)
+        logger.warn({ account }, "upstream task list body not understood; falling back to single reads");
       state.warned = true;
       return;
     }
@@ -235,8 +277,19 @@ export class Poller {
     if (!flagged) this.needsRead.set(account, (flagged = new Set()));
     for (const id of outcome.flag) flagged.add(id);
     const token = this.opts.owner.token();
-    for (const row of await tasks.claimIds(outcome.changed, "submitted", { now, leaseMs: this.leaseMs(), token, fence: this.opts.leadership.fence(account) })) {
-      await this.opts.lifecycle.recordObservation(row, token, result.seen.get(row.upstreamTaskId!)!, outcome.coveredUntil, false);
+    for (const row of await tasks.claimIds(outcome.changed, "submitted", {
+      now,
+      leaseMs: this.leaseMs(),
+      token,
+      fence: this.opts.leadership.fence(account),
+    })) {
+      await this.opts.lifecycle.recordObservation(
+        row,
+        token,
+        result.seen.get(row.upstreamTaskId!)!,
+        outcome.coveredUntil,
+        false,
+      );
     }
     if (outcome.covered > result.reads) metrics?.readsSaved.inc(outcome.covered - result.reads);
   }
@@ -253,7 +306,8 @@ export class Poller {
       metrics?.upstreamCalls.inc({ endpoint: "read", outcome: "ok" });
       this.notFound.delete(task.id);
       const now = clock.now();
-      const expected = this.strategy === "round-robin" ? null : await this.opts.durations.expected(task.type, task.model);
+      const expected =
+        this.strategy === "round-robin" ? null : await this.opts.durations.expected(task.type, task.model);
       await lifecycle.recordObservation(task, token, remote, nextReadAt(task, now, this.strategy, expected));
     } catch (err) {
       await this.readFailed(task, token, err);
@@ -266,7 +320,12 @@ export class Poller {
     const now = clock.now();
     const e = err instanceof UpstreamError ? err : null;
     metrics?.upstreamCalls.inc({ endpoint: "read", outcome: e?.code ?? "error" });
-    const log = { task_id: task.id, upstream_task_id: task.upstreamTaskId, account: task.upstreamAccount, code: e?.code ?? String(err) };
+    const log = {
+      task_id: task.id,
+      upstream_task_id: task.upstreamTaskId,
+      account: task.upstreamAccount,
+      code: e?.code ?? String(err),
+    };
     const plan = readFailed(task, e, now, this.notFound.get(task.id));
     switch (plan.kind) {
       case "too_large":

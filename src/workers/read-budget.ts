@@ -32,7 +32,10 @@ export class ReadBudget {
   async load(account: string): Promise<void> {
     if (this.windows.has(account)) return;
     const now = this.clock.now();
-    const [reads, state] = await Promise.all([this.store.accounts.readsSince(account, now - this.windowMs), this.store.accounts.state(account)]);
+    const [reads, state] = await Promise.all([
+      this.store.accounts.readsSince(account, now - this.windowMs),
+      this.store.accounts.state(account),
+    ]);
     if (this.windows.has(account)) return;
     this.windows.set(account, reads);
     if (state?.readsPausedUntil) this.pausedUntil.set(account, state.readsPausedUntil);

@@ -58,7 +58,9 @@ export class Submitter {
   private readonly full = new Map<string, number>();
 
   constructor(private readonly opts: SubmitterOptions) {
-    this.leadership = opts.leadership ?? new Leadership(opts.store, opts.logger, { holder: opts.owner.id, leaseMs: opts.config.leaderLeaseMs });
+    this.leadership =
+      opts.leadership ??
+      new Leadership(opts.store, opts.logger, { holder: opts.owner.id, leaseMs: opts.config.leaderLeaseMs });
   }
 
   /**
@@ -68,7 +70,11 @@ export class Submitter {
   async capacity(account: string, known?: UpstreamAccountRow | undefined): Promise<number> {
     const configured = this.opts.config.upstreamMaxConcurrent ?? Number.POSITIVE_INFINITY;
     const state = known ?? (await this.opts.store.accounts.state(account));
-    if (state?.learnedMaxConcurrent && state.learnedAt && this.opts.clock.now() - state.learnedAt < LEARNED_LIMIT_TTL_MS) {
+    if (
+      state?.learnedMaxConcurrent &&
+      state.learnedAt &&
+      this.opts.clock.now() - state.learnedAt < LEARNED_LIMIT_TTL_MS
+    ) {
       return Math.min(configured, state.learnedMaxConcurrent);
     }
     return configured;
@@ -121,16 +127,27 @@ export class Submitter {
         continue;
       }
       // Made as the account's leader: nothing is claimed if another instance has taken it meanwhile.
-      const claimed = await store.tasks.claimFairly(account, { now, leaseMs, token: this.opts.owner.token(), limit, fence: this.leadership.fence(account) });
+      const claimed = await store.tasks.claimFairly(account, {
+        now,
+        leaseMs,
+        token: this.opts.owner.token(),
+        limit,
+        fence: this.leadership.fence(account),
+      });
       if (claimed.length === 0) continue;
       didWork = true;
-      for (const task of claimed) this.opts.metrics?.workerLag.observe({ worker: "submitter" }, Math.max(0, now - (task.nextRunAt ?? now)) / 1000);
+      for (const task of claimed)
+        this.opts.metrics?.workerLag.observe(
+          { worker: "submitter" },
+          Math.max(0, now - (task.nextRunAt ?? now)) / 1000,
+        );
       await Promise.all(claimed.map((task) => this.submit(task)));
     }
     const due = await store.tasks.nextDueAt("waiting", clock.now());
     // Rows still due now belong to a paused or full account: sleep until it may go again instead of spinning.
     let next = !didWork && wake !== null && due !== null && due <= clock.now() ? wake : due;
-    const expiry = didWork || firstExpiry === null || firstExpiry <= now ? await store.tasks.nextExpiryAt() : firstExpiry;
+    const expiry =
+      didWork || firstExpiry === null || firstExpiry <= now ? await store.tasks.nextExpiryAt() : firstExpiry;
     if (expiry !== null && expiry > clock.now() && (next === null || expiry < next)) next = expiry;
     return { didWork, nextDueAt: next };
   }
@@ -153,15 +170,28 @@ export class Submitter {
       return;
     }
     const begun = await lifecycle.beginSubmission(task, token, decideSubmission, now + BLOCKED_RECHECK_MS);
-    const log = { task_id: task.id, client_id: task.clientId, account: task.upstreamAccount, attempt: task.submitAttempts + 1 };
-    if (begun.kind === "ended") logger.info({ ...log, outcome: begun.task.status, code: JSON.parse(begun.task.errorJson ?? "{}").code }, "submission");
+    const log = {
+      task_id: task.id,
+      client_id: task.clientId,
+      account: task.upstreamAccount,
+      attempt: task.submitAttempts + 1,
+    };
+    if (begun.kind === "ended")
+      logger.info(
+        { ...log, outcome: begun.task.status, code: JSON.parse(begun.task.errorJson ?? "{}").code },
+        "submission",
+      );
     if (begun.kind === "wait") logger.debug({ ...log, outcome: "waiting_for_credits" }, "submission");
     if (begun.kind !== "go") return;
     const marked = begun.task;
     let result: CreateResult;
     try {
       const upstream = await this.opts.accounts.get(task.upstreamAccount);
-      result = await upstream.createTask(task.type, JSON.parse(task.requestJson) as Record<string, unknown>, task.upstreamIdempotencyKey);
+      result = await upstream.createTask(
+        task.type,
+        JSON.parse(task.requestJson) as Record<string, unknown>,
+        task.upstreamIdempotencyKey,
+      );
       this.opts.metrics?.upstreamCalls.inc({ endpoint: "create", outcome: "ok" });
     } catch (err) {
       await this.onFailure(task, marked, token, err, log);
@@ -173,7 +203,12 @@ export class Submitter {
   }
 
   /** Binds the task to the upstream's answer: one upstream id, one relay task. */
-  private async record(task: TaskRow, token: string, result: CreateResult, log: Record<string, unknown>): Promise<void> {
+  private async record(
+    task: TaskRow,
+    token: string,
+    result: CreateResult,
+    log: Record<string, unknown>,
+  ): Promise<void> {
     const { store, clock, logger, lifecycle } = this.opts;
     const remoteId = result.task.id;
     try {
@@ -185,7 +220,10 @@ export class Submitter {
       const at = clock.now();
       await lifecycle.recordSubmission(task, token, result.task, at + firstPollDelay(task.type));
       await store.clients.markAdmitted(task.clientId, at);
-      logger.info({ ...log, upstream_task_id: remoteId, replayed: result.replayed, outcome: "submitted" }, "submission");
+      logger.info(
+        { ...log, upstream_task_id: remoteId, replayed: result.replayed, outcome: "submitted" },
+        "submission",
+      );
     } catch (err) {
       // Bound by a concurrent transaction between the check and the write: the unique index says so.
       if (isUpstreamIdTaken(err)) {
@@ -197,10 +235,14 @@ export class Submitter {
       if (isStorageFailure(err)) throw err;
       // A value our store refused although the reader let it through: a bug of ours, but the task
       // must not be offered again for it. It ends failed, its reservation standing as its charge.
-      logger.error({ ...log, upstream_task_id: remoteId, outcome: "failed", code: "upstream_invalid_response", err }, "submission accepted upstream but could not be recorded");
+      logger.error(
+        { ...log, upstream_task_id: remoteId, outcome: "failed", code: "upstream_invalid_response", err },
+        "submission accepted upstream but could not be recorded",
+      );
       await lifecycle.failUnusable(task, token, {
         code: "upstream_invalid_response",
-        message: "The upstream accepted this task but its answer could not be recorded. It may have been charged: check the upstream account.",
+        message:
+          "The upstream accepted this task but its answer could not be recorded. It may have been charged: check the upstream account.",
         request_id: result.requestId,
       });
     }
@@ -211,20 +253,35 @@ export class Submitter {
    * upstream defect. This task ends failed; the other keeps its id, and no client is ever shown the
    * other's output.
    */
-  private async conflict(task: TaskRow, token: string, remoteId: string, boundTo: string | null, log: Record<string, unknown>): Promise<void> {
+  private async conflict(
+    task: TaskRow,
+    token: string,
+    remoteId: string,
+    boundTo: string | null,
+    log: Record<string, unknown>,
+  ): Promise<void> {
     await this.opts.lifecycle.failUnusable(task, token, {
       code: "upstream_conflict",
       message: `The upstream answered this task's creation with task id ${JSON.stringify(remoteId)}, which already belongs to another task of this relay. This is an upstream defect; the task ended without output. It may have been charged: check the upstream account.`,
       request_id: null,
     });
-    this.opts.logger.error({ ...log, outcome: "failed", code: "upstream_conflict", upstream_task_id: remoteId, bound_to: boundTo }, "upstream defect: creation answered with an id bound to another task");
+    this.opts.logger.error(
+      { ...log, outcome: "failed", code: "upstream_conflict", upstream_task_id: remoteId, bound_to: boundTo },
+      "upstream defect: creation answered with an id bound to another task",
+    );
   }
 
   /**
    * @param before the task as claimed, before this attempt was counted and its credits reserved
    * @param task the task as marked for this attempt
    */
-  private async onFailure(before: TaskRow, task: TaskRow, token: string, err: unknown, log: Record<string, unknown>): Promise<void> {
+  private async onFailure(
+    before: TaskRow,
+    task: TaskRow,
+    token: string,
+    err: unknown,
+    log: Record<string, unknown>,
+  ): Promise<void> {
     const { store, clock, logger, lifecycle } = this.opts;
     const now = clock.now();
     const e = err instanceof UpstreamError ? err : null;
@@ -236,7 +293,11 @@ export class Submitter {
       this.opts.metrics?.concurrentLimitWaits.inc();
       // Not a failure: the account is full. Remember its size and wait for a running task to end.
       const running = await store.tasks.countRunning(task.upstreamAccount);
-      await store.accounts.updateState(task.upstreamAccount, { learnedMaxConcurrent: Math.max(1, running), learnedAt: now }, now);
+      await store.accounts.updateState(
+        task.upstreamAccount,
+        { learnedMaxConcurrent: Math.max(1, running), learnedAt: now },
+        now,
+      );
       // When our own tasks fill the account, the learned capacity holds this one back and the end of one
       // of them nudges us: it keeps its place in line. When none of ours runs (other apps fill the
       // account), nothing will nudge: look again later rather than at once.
@@ -257,12 +318,21 @@ export class Submitter {
       // on its own clock (not the network-failure count), until a replay returns the task.
       const since = task.conflictSince ?? now;
       if (now - since < CONFLICT_WINDOW_MS) {
-        const delay = Math.max(e.retryAfterMs ?? 0, Math.min(CONFLICT_MAX_DELAY_MS, Math.max(CONFLICT_MIN_DELAY_MS, (now - since) / 2)));
+        const delay = Math.max(
+          e.retryAfterMs ?? 0,
+          Math.min(CONFLICT_MAX_DELAY_MS, Math.max(CONFLICT_MIN_DELAY_MS, (now - since) / 2)),
+        );
         await lifecycle.retryLater(task, token, now + delay, { conflictSince: since });
         logger.warn({ ...log, outcome: "retry", code: e.code, retry_in_ms: delay }, "submission");
         return;
       }
-      await this.giveUp(task, token, e, log, `it kept answering 409 ${e.code} for ${Math.round((now - since) / 60_000)} minutes`);
+      await this.giveUp(
+        task,
+        token,
+        e,
+        log,
+        `it kept answering 409 ${e.code} for ${Math.round((now - since) / 60_000)} minutes`,
+      );
       return;
     }
     if (e !== null && (e.code === "invalid_task_id" || e.code === "response_too_large")) {
@@ -273,7 +343,10 @@ export class Submitter {
         message: `The upstream accepted this task but its answer cannot be used (${e.message}). It may have been charged: check the upstream account.`,
         request_id: e.requestId,
       });
-      logger.error({ ...log, outcome: "failed", code: "upstream_invalid_response", cause: e.code }, "upstream defect: creation answer unusable");
+      logger.error(
+        { ...log, outcome: "failed", code: "upstream_invalid_response", cause: e.code },
+        "upstream defect: creation answer unusable",
+      );
       return;
     }
     // 401 means our own key is wrong, not the caller's request: keep retrying, loudly.
@@ -286,7 +359,13 @@ export class Submitter {
       return;
     }
     if (now - task.createdAt > GIVE_UP_AFTER_MS) {
-      await this.giveUp(task, token, e, log, `it could not be reached for ${Math.round(GIVE_UP_AFTER_MS / 3_600_000)} hours (last: ${e?.code ?? String(err)})`);
+      await this.giveUp(
+        task,
+        token,
+        e,
+        log,
+        `it could not be reached for ${Math.round(GIVE_UP_AFTER_MS / 3_600_000)} hours (last: ${e?.code ?? String(err)})`,
+      );
       return;
     }
     const delay = Math.max(submitBackoffMs(task.submitAttempts), e?.retryAfterMs ?? 0);
@@ -299,7 +378,13 @@ export class Submitter {
    * The upstream may hold this task (an attempt may have reached it) but never confirmed it: the
    * task ends failed with a code that says so, rather than pretending nothing was charged.
    */
-  private async giveUp(task: TaskRow, token: string, e: UpstreamError | null, log: Record<string, unknown>, why: string): Promise<void> {
+  private async giveUp(
+    task: TaskRow,
+    token: string,
+    e: UpstreamError | null,
+    log: Record<string, unknown>,
+    why: string,
+  ): Promise<void> {
     await this.opts.lifecycle.fail(task, token, {
       code: "upstream_outcome_unknown",
       message: `The upstream may have created and charged this task, but ${why}. Check the upstream account before retrying.`,

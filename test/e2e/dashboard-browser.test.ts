@@ -30,7 +30,14 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     browser = await puppeteer.launch({
       executablePath: BROWSER,
       headless: "shell",
-      args: ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+      args: [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+      ],
     });
   });
   afterAll(async () => {
@@ -54,14 +61,27 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
   const attemptsShown = (n: number) =>
     `[...document.querySelectorAll("main tbody tr")].filter((r) => r.textContent.includes("attempt: task.succeeded")).length === ${n}`;
   const attemptRows = (page: Page) =>
-    page.$$eval("main tbody tr", (rows) => rows.map((r) => r.textContent ?? "").filter((text) => text.includes("attempt: task.succeeded")));
+    page.$$eval("main tbody tr", (rows) =>
+      rows.map((r) => r.textContent ?? "").filter((text) => text.includes("attempt: task.succeeded")),
+    );
 
   it("signs in, finds a task, follows it to a delivered webhook, redelivers it and sees the second attempt; no other host is contacted", async () => {
     const { apiKey, secret } = live.client("Browser Co");
     const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
       method: "POST",
-      headers: { Authorization: `Bearer ${apiKey}`, "Content-Type": "application/json", "Idempotency-Key": "browser-test-1" },
-      body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a lighthouse at dawn", count: 1, callback_url: receiver.url("/hook"), metadata: { order: "B-42" } }),
+      headers: {
+        Authorization: `Bearer ${apiKey}`,
+        "Content-Type": "application/json",
+        "Idempotency-Key": "browser-test-1",
+      },
+      body: JSON.stringify({
+        model: "p-image",
+        mode: "generate",
+        prompt: "a lighthouse at dawn",
+        count: 1,
+        callback_url: receiver.url("/hook"),
+        metadata: { order: "B-42" },
+      }),
     });
     expect(created.status).toBe(201);
     const taskId = ((await created.json()) as { data: { id: string } }).data.id;
@@ -83,7 +103,9 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
 
     // The page refreshes itself (app.js) until the task has succeeded and its webhook is delivered.
     const delivered = await firstDelivery;
-    expect(verifyAt(secret, delivered, Number(delivered.headers["webhook-timestamp"]) * 1000)).toMatchObject({ type: "task.succeeded" });
+    expect(verifyAt(secret, delivered, Number(delivered.headers["webhook-timestamp"]) * 1000)).toMatchObject({
+      type: "task.succeeded",
+    });
     await page.waitForFunction(settled, { timeout: 15_000 });
     await page.waitForFunction(attemptsShown(1), { timeout: 15_000 });
     const first = await attemptRows(page);
@@ -93,7 +115,10 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
 
     // Redeliver: the page comes back pending and refreshes until the second attempt is in.
     const secondDelivery = receiver.next();
-    await Promise.all([page.waitForNavigation(), page.click(`form[action='/dashboard/tasks/${taskId}/redeliver'] button`)]);
+    await Promise.all([
+      page.waitForNavigation(),
+      page.click(`form[action='/dashboard/tasks/${taskId}/redeliver'] button`),
+    ]);
     expect(page.url()).toBe(`${live.url}/dashboard/tasks/${taskId}?done=redelivered`);
     expect(await page.$eval(".notice.ok[role=status]", (n) => n.textContent)).toContain("queued for delivery again");
     const again = await secondDelivery;
@@ -113,7 +138,10 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     const opened = await newPage();
     await opened.page.goto(`${live.url}/dashboard`);
     await opened.page.type("#api_key", apiKey);
-    await Promise.all([opened.page.waitForNavigation(), opened.page.click("form[action='/dashboard/sign-in'] button[type=submit]")]);
+    await Promise.all([
+      opened.page.waitForNavigation(),
+      opened.page.click("form[action='/dashboard/sign-in'] button[type=submit]"),
+    ]);
     return opened;
   }
 
@@ -121,7 +149,13 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     const res = await fetch(`${live.url}/openapi/v1/images/generations`, {
       method: "POST",
       headers: { Authorization: `Bearer ${apiKey}`, "Content-Type": "application/json", "Idempotency-Key": key },
-      body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a lighthouse at dawn", count: 1, ...(callbackUrl ? { callback_url: callbackUrl } : {}) }),
+      body: JSON.stringify({
+        model: "p-image",
+        mode: "generate",
+        prompt: "a lighthouse at dawn",
+        count: 1,
+        ...(callbackUrl ? { callback_url: callbackUrl } : {}),
+      }),
     });
     expect(res.status).toBe(201);
     return ((await res.json()) as { data: { id: string } }).data.id;
@@ -136,7 +170,9 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
       await createImage(apiKey, "browser-failing-1", failing.url("/hook"));
       await firstTry;
       const { store } = live.relay.deps;
-      await expect.poll(async () => (await store.endpoints.failingOf(clientId)).map((f) => f.host), { timeout: 10_000 }).toEqual([host]);
+      await expect
+        .poll(async () => (await store.endpoints.failingOf(clientId)).map((f) => f.host), { timeout: 10_000 })
+        .toEqual([host]);
 
       const { page, requested } = await signIn(apiKey);
       for (const path of ["/dashboard", "/dashboard/usage"]) {
@@ -147,8 +183,13 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
         expect(banner).toContain("1 failed attempt): HTTP 503");
       }
       // The banner's link leads to the callback-hosts table, where the host waits with its one webhook.
-      await Promise.all([page.waitForNavigation(), page.click(".failing-banner a[href='/dashboard/webhooks#h-hosts']")]);
-      const row = await page.$eval("#callback-hosts tbody tr", (tr) => [...tr.querySelectorAll("td")].map((td) => td.textContent?.trim() ?? ""));
+      await Promise.all([
+        page.waitForNavigation(),
+        page.click(".failing-banner a[href='/dashboard/webhooks#h-hosts']"),
+      ]);
+      const row = await page.$eval("#callback-hosts tbody tr", (tr) =>
+        [...tr.querySelectorAll("td")].map((td) => td.textContent?.trim() ?? ""),
+      );
       expect(row[0]).toBe(host);
       expect(row[1]).toMatch(/^failing since /);
       expect(row.slice(2, 5)).toEqual(["1", "HTTP 503", "1"]);
@@ -156,8 +197,13 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
       // The receiver is fixed; Retry now sends the webhook at once instead of in an hour.
       failing.fallback = ok;
       const retried = failing.next();
-      await Promise.all([page.waitForNavigation(), page.click(`#callback-hosts button[aria-label='Retry now: ${host}']`)]);
-      expect(await page.$eval(".notice.ok[role=status]", (n) => n.textContent)).toBe(`1 webhook to ${host} sent now, as a trial.`);
+      await Promise.all([
+        page.waitForNavigation(),
+        page.click(`#callback-hosts button[aria-label='Retry now: ${host}']`),
+      ]);
+      expect(await page.$eval(".notice.ok[role=status]", (n) => n.textContent)).toBe(
+        `1 webhook to ${host} sent now, as a trial.`,
+      );
       expect((await retried).json.type).toBe("task.succeeded");
       await expect.poll(async () => (await store.endpoints.failingOf(clientId)).length, { timeout: 10_000 }).toBe(0);
       await page.goto(`${live.url}/dashboard`);
@@ -175,7 +221,9 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     const { apiKey } = live.client("Cancel Co");
     // Submitted at once (the submitter runs): no Cancel.
     const submitted = await createImage(apiKey, "browser-cancel-1");
-    await expect.poll(async () => (await live.relay.deps.store.tasks.find(submitted))?.submitAttempts, { timeout: 10_000 }).toBeGreaterThan(0);
+    await expect
+      .poll(async () => (await live.relay.deps.store.tasks.find(submitted))?.submitAttempts, { timeout: 10_000 })
+      .toBeGreaterThan(0);
     // With the submitter stopped, the next task waits in the relay, never offered upstream.
     await live.relay.loops.find((l) => l.name === "submitter")!.stop();
     const waiting = await createImage(apiKey, "browser-cancel-2");
@@ -207,12 +255,22 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     expect(await page.$eval("h1", (h) => h.textContent)).toBe("Webhook settings");
     await page.type("#header_name", "X-Zap-Token");
     await page.type("#header_value", "browser-token-4411");
-    await Promise.all([page.waitForNavigation(), page.click("form[action='/dashboard/settings/headers'] button[type=submit]")]);
-    expect(await page.$$eval("#callback-headers tbody td.mono", (tds) => tds.map((td) => td.textContent))).toEqual(["x-zap-token"]);
+    await Promise.all([
+      page.waitForNavigation(),
+      page.click("form[action='/dashboard/settings/headers'] button[type=submit]"),
+    ]);
+    expect(await page.$$eval("#callback-headers tbody td.mono", (tds) => tds.map((td) => td.textContent))).toEqual([
+      "x-zap-token",
+    ]);
     await page.click("input[name=signature][value=ed25519]");
-    await Promise.all([page.waitForNavigation(), page.click("form[action='/dashboard/settings/signature'] button[type=submit]")]);
+    await Promise.all([
+      page.waitForNavigation(),
+      page.click("form[action='/dashboard/settings/signature'] button[type=submit]"),
+    ]);
     const shown = await page.$eval("#public-key", (n) => n.textContent);
-    const api = (await (await fetch(`${live.url}/openapi/v1/webhooks/settings`, { headers: { Authorization: `Bearer ${apiKey}` } })).json()) as { data: { public_key: string; callback_headers: string[] } };
+    const api = (await (
+      await fetch(`${live.url}/openapi/v1/webhooks/settings`, { headers: { Authorization: `Bearer ${apiKey}` } })
+    ).json()) as { data: { public_key: string; callback_headers: string[] } };
     expect(api.data).toMatchObject({ public_key: shown, callback_headers: ["x-zap-token"] });
     expect(await page.content()).not.toContain("browser-token-4411");
     await page.browserContext().close();

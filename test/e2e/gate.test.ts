@@ -9,10 +9,14 @@ import { describe, expect, it } from "vitest";
  */
 function vitest(project: string, file: string): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ["node_modules/vitest/vitest.mjs", "run", "--project", project, `test/gate-fixtures/${project}/${file}`], {
-      env: { ...process.env, GENRELAY_GATE_FIXTURES: "1", CI: "1", FORCE_COLOR: "0" },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const child = spawn(
+      process.execPath,
+      ["node_modules/vitest/vitest.mjs", "run", "--project", project, `test/gate-fixtures/${project}/${file}`],
+      {
+        env: { ...process.env, GENRELAY_GATE_FIXTURES: "1", CI: "1", FORCE_COLOR: "0" },
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     let output = "";
     child.stdout.on("data", (d: Buffer) => (output += d.toString()));
     child.stderr.on("data", (d: Buffer) => (output += d.toString()));

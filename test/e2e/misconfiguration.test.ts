@@ -28,7 +28,10 @@ function start(env: Record<string, string>): Child {
   return child;
 }
 
-const exitCode = (c: Child) => new Promise<number | null>((resolve) => (c.proc.exitCode !== null ? resolve(c.proc.exitCode) : c.proc.once("exit", resolve)));
+const exitCode = (c: Child) =>
+  new Promise<number | null>((resolve) =>
+    c.proc.exitCode !== null ? resolve(c.proc.exitCode) : c.proc.once("exit", resolve),
+  );
 const listening = /^.*"msg":"genrelay listening".*$/;
 
 describe("loud misconfiguration (built relay)", () => {
@@ -39,8 +42,14 @@ describe("loud misconfiguration (built relay)", () => {
     expect(JSON.parse(line)).toMatchObject({ database: db, sandbox: true });
     const second = start({ DATABASE_PATH: db });
     expect(await exitCode(second)).toBe(1);
-    expect(second.lines).toEqual([`genrelay: another genrelay server is already using the database ${db}; stop it first (the CLI works beside it)`]);
-    const out = execFileSync(process.execPath, [join(DIST, "cli.js"), "clients", "create", "--name", "beside", "--json"], { env: { PATH: process.env.PATH ?? "", DATABASE_PATH: db } }).toString();
+    expect(second.lines).toEqual([
+      `genrelay: another genrelay server is already using the database ${db}; stop it first (the CLI works beside it)`,
+    ]);
+    const out = execFileSync(
+      process.execPath,
+      [join(DIST, "cli.js"), "clients", "create", "--name", "beside", "--json"],
+      { env: { PATH: process.env.PATH ?? "", DATABASE_PATH: db } },
+    ).toString();
     expect(JSON.parse(out)).toMatchObject({ name: "beside" });
     // The lock goes with the process: once the first is gone, a server starts on the file again.
     await first.kill("SIGKILL");
@@ -68,7 +77,9 @@ describe("loud misconfiguration (built relay)", () => {
     const busy = start({ DATABASE_PATH: join(tempDir(), "b.db"), PORT: String(port) });
     expect(await exitCode(busy)).toBe(1);
     const last = busy.lines.at(-1)!;
-    expect(last).toBe(`genrelay: port ${port} on 127.0.0.1 is already in use; set PORT to another port or stop what holds it`);
+    expect(last).toBe(
+      `genrelay: port ${port} on 127.0.0.1 is already in use; set PORT to another port or stop what holds it`,
+    );
     expect(busy.lines.some((l) => /^\s+at /.test(l) || /EADDRINUSE.*stack/.test(l))).toBe(false);
   });
 });

@@ -67,8 +67,18 @@ describe.skipIf(!built)("several relay processes on PostgreSQL", () => {
     for (let i = 0; i < 30; i++) {
       const res = await fetch(`${relays[i % 3]!.url}/openapi/v1/images/generations`, {
         method: "POST",
-        headers: { Authorization: `Bearer ${created.api_key}`, "Content-Type": "application/json", "Idempotency-Key": `pg-e2e-${i}` },
-        body: JSON.stringify({ model: "p-image", mode: "generate", prompt: `pg e2e ${i}`, count: 1, callback_url: receiver.url }),
+        headers: {
+          Authorization: `Bearer ${created.api_key}`,
+          "Content-Type": "application/json",
+          "Idempotency-Key": `pg-e2e-${i}`,
+        },
+        body: JSON.stringify({
+          model: "p-image",
+          mode: "generate",
+          prompt: `pg e2e ${i}`,
+          count: 1,
+          callback_url: receiver.url,
+        }),
       });
       expect(res.status).toBe(201);
       ids.add(((await res.json()) as { data: { id: string } }).data.id);
@@ -77,7 +87,12 @@ describe.skipIf(!built)("several relay processes on PostgreSQL", () => {
     // The instance that took the account says so; it dies as soon as the first webhook is out.
     const leading = /"msg":"leading upstream account/;
     const leader = await Promise.any(relays.map((r) => r.child.waitForLine(leading, 20_000).then(() => r)));
-    await until(() => receiver.hooks.length >= 1, receiver.onHook, 30_000, () => "first webhook");
+    await until(
+      () => receiver.hooks.length >= 1,
+      receiver.onHook,
+      30_000,
+      () => "first webhook",
+    );
     await leader.child.kill("SIGKILL");
 
     const wh = new Webhook(created.webhook_secret);
@@ -93,11 +108,20 @@ describe.skipIf(!built)("several relay processes on PostgreSQL", () => {
       }
       return seen;
     };
-    await until(() => [...ids].every((id) => terminal().has(id)), receiver.onHook, 90_000, () => `${terminal().size}/${ids.size} tasks with webhooks`);
+    await until(
+      () => [...ids].every((id) => terminal().has(id)),
+      receiver.onHook,
+      90_000,
+      () => `${terminal().size}/${ids.size} tasks with webhooks`,
+    );
     // Another instance announced it took the account over.
     expect(relays.filter((r) => r !== leader).some((r) => r.child.lines.some((l) => leading.test(l)))).toBe(true);
 
-    const stats = (await (await fetch(`${simUrl}/_sim/stats`)).json()) as { tasks_created: number; creations_per_key_max: number; rate_limited: number };
+    const stats = (await (await fetch(`${simUrl}/_sim/stats`)).json()) as {
+      tasks_created: number;
+      creations_per_key_max: number;
+      rate_limited: number;
+    };
     expect(stats.tasks_created).toBe(ids.size);
     expect(stats.creations_per_key_max).toBe(1);
     expect(stats.rate_limited).toBe(0);

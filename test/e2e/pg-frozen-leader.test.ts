@@ -57,9 +57,14 @@ async function proxyTo(target: string): Promise<Proxy> {
     req.on("end", () => {
       void (async () => {
         const headers = new Headers();
-        for (const [k, v] of Object.entries(req.headers)) if (typeof v === "string" && !["host", "connection", "content-length"].includes(k)) headers.set(k, v);
+        for (const [k, v] of Object.entries(req.headers))
+          if (typeof v === "string" && !["host", "connection", "content-length"].includes(k)) headers.set(k, v);
         const body = chunks.length > 0 ? Buffer.concat(chunks) : undefined;
-        const answer = await fetch(`${target}${req.url}`, { method: req.method ?? "GET", headers, ...(body ? { body } : {}) });
+        const answer = await fetch(`${target}${req.url}`, {
+          method: req.method ?? "GET",
+          headers,
+          ...(body ? { body } : {}),
+        });
         const text = Buffer.from(await answer.arrayBuffer());
         const key = req.headers["idempotency-key"];
         if (hold && req.method === "POST" && /\/generations$/.test(req.url ?? "") && typeof key === "string") {
@@ -69,7 +74,8 @@ async function proxyTo(target: string): Promise<Proxy> {
         }
         const out: Record<string, string> = {};
         answer.headers.forEach((v, k) => {
-          if (!["content-length", "connection", "transfer-encoding", "content-encoding", "keep-alive"].includes(k)) out[k] = v;
+          if (!["content-length", "connection", "transfer-encoding", "content-encoding", "keep-alive"].includes(k))
+            out[k] = v;
         });
         res.writeHead(answer.status, out).end(text);
       })().catch(() => res.destroy());
@@ -137,9 +143,19 @@ describe.skipIf(!built)("a frozen leader on PostgreSQL", () => {
     const create = async (n: number, via = relays[n % 3]!) => {
       const res = await fetch(`${via.url}/openapi/v1/images/generations`, {
         method: "POST",
-        headers: { Authorization: `Bearer ${created.api_key}`, "Content-Type": "application/json", "Idempotency-Key": `frozen-e2e-${n}` },
+        headers: {
+          Authorization: `Bearer ${created.api_key}`,
+          "Content-Type": "application/json",
+          "Idempotency-Key": `frozen-e2e-${n}`,
+        },
         signal: AbortSignal.timeout(LEASE_MS + 15_000),
-        body: JSON.stringify({ model: "p-image", mode: "generate", prompt: `frozen e2e ${n}`, count: 1, callback_url: receiver.url }),
+        body: JSON.stringify({
+          model: "p-image",
+          mode: "generate",
+          prompt: `frozen e2e ${n}`,
+          count: 1,
+          callback_url: receiver.url,
+        }),
       });
       expect(res.status).toBe(201);
       ids.add(((await res.json()) as { data: { id: string } }).data.id);
@@ -151,7 +167,11 @@ describe.skipIf(!built)("a frozen leader on PostgreSQL", () => {
     // bring it are made through the others.
     const leading = /"msg":"leading upstream account/;
     await Promise.any(relays.map((r) => r.child.waitForLine(leading, 20_000)));
-    const lastLeading = (r: (typeof relays)[number]) => r.child.lines.filter((l) => leading.test(l)).map((l) => /"time":"([^"]+)"/.exec(l)![1]!).pop() ?? "";
+    const lastLeading = (r: (typeof relays)[number]) =>
+      r.child.lines
+        .filter((l) => leading.test(l))
+        .map((l) => /"time":"([^"]+)"/.exec(l)![1]!)
+        .pop() ?? "";
     const likely = relays.reduce((a, b) => (lastLeading(b) > lastLeading(a) ? b : a));
     let stoppedAt = 0;
     let heldTask = "";
@@ -199,7 +219,9 @@ describe.skipIf(!built)("a frozen leader on PostgreSQL", () => {
     );
     // By the new leader's own log time (this process may have been busy when the line arrived).
     const takeoverMs = takeoverAt - stoppedAt;
-    console.log(`frozen leader: another instance led the account ${(takeoverMs / 1000).toFixed(1)} s after SIGSTOP (LEADER_LEASE=${LEASE}); the slowest creation meanwhile took ${(slowest / 1000).toFixed(1)} s`);
+    console.log(
+      `frozen leader: another instance led the account ${(takeoverMs / 1000).toFixed(1)} s after SIGSTOP (LEADER_LEASE=${LEASE}); the slowest creation meanwhile took ${(slowest / 1000).toFixed(1)} s`,
+    );
     expect(takeoverMs).toBeLessThan(LEASE_MS + RECHECK_MS + SLACK_MS);
 
     // Every task ends and is delivered, the held one included (submitted again under its key), while the old leader is still stopped.
@@ -216,25 +238,46 @@ describe.skipIf(!built)("a frozen leader on PostgreSQL", () => {
       }
       return seen;
     };
-    await until(() => [...ids].every((id) => succeeded().has(id)), receiver.onHook, 60_000, () => `${succeeded().size}/${ids.size} tasks with webhooks`);
+    await until(
+      () => [...ids].every((id) => succeeded().has(id)),
+      receiver.onHook,
+      60_000,
+      () => `${succeeded().size}/${ids.size} tasks with webhooks`,
+    );
 
     // Resumed, the old leader acts on the held answer (records it, or a retry when its deadline's
     // timer fires first) under its old lease, or finds its database session ended: nothing changes.
     const mark = leader.child.lines.length;
     leader.child.proc.kill("SIGCONT");
-    await leader.child.waitForLine(new RegExp(`"task_id":"${heldTask}".*"msg":"submission"|"msg":"storage unavailable`), 20_000);
+    await leader.child.waitForLine(
+      new RegExp(`"task_id":"${heldTask}".*"msg":"submission"|"msg":"storage unavailable`),
+      20_000,
+    );
     // The relays go on with it around: a task created now is delivered too.
     await create(12, others[0]);
-    await until(() => [...ids].every((id) => succeeded().has(id)), receiver.onHook, 60_000, () => `${succeeded().size}/${ids.size} tasks with webhooks`);
+    await until(
+      () => [...ids].every((id) => succeeded().has(id)),
+      receiver.onHook,
+      60_000,
+      () => `${succeeded().size}/${ids.size} tasks with webhooks`,
+    );
     expect(leader.child.lines.slice(mark).some((l) => leading.test(l))).toBe(false);
     for (const id of ids) {
-      const task = (await (await fetch(`${others[0]!.url}/openapi/v1/tasks/${id}`, { headers: { Authorization: `Bearer ${created.api_key}` } })).json()) as {
+      const task = (await (
+        await fetch(`${others[0]!.url}/openapi/v1/tasks/${id}`, {
+          headers: { Authorization: `Bearer ${created.api_key}` },
+        })
+      ).json()) as {
         data: { status: string };
       };
       expect(task.data.status, id).toBe("succeeded");
     }
 
-    const stats = (await (await fetch(`${simUrl}/_sim/stats`)).json()) as { tasks_created: number; creations_per_key_max: number; rate_limited: number };
+    const stats = (await (await fetch(`${simUrl}/_sim/stats`)).json()) as {
+      tasks_created: number;
+      creations_per_key_max: number;
+      rate_limited: number;
+    };
     expect(stats.tasks_created).toBe(ids.size);
     expect(stats.creations_per_key_max).toBe(1);
     expect(stats.rate_limited).toBe(0);

@@ -18,7 +18,10 @@ export interface Child {
 }
 
 export function startNode(script: string, env: Record<string, string>): Child {
-  const proc = spawn(process.execPath, [join(DIST, script)], { env: { PATH: process.env.PATH ?? "", ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const proc = spawn(process.execPath, [join(DIST, script)], {
+    env: { PATH: process.env.PATH ?? "", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   const lines: string[] = [];
   const waiters: { pattern: RegExp; resolve: (m: RegExpExecArray) => void; reject: (e: Error) => void }[] = [];
   const onLine = (line: string) => {
@@ -35,7 +38,8 @@ export function startNode(script: string, env: Record<string, string>): Child {
   createInterface({ input: proc.stderr! }).on("line", onLine);
   const exited = new Promise<number | null>((resolve) => proc.once("exit", (code) => resolve(code)));
   void exited.then(() => {
-    for (const w of waiters.splice(0)) w.reject(new Error(`${script} exited before printing ${w.pattern}:\n${lines.slice(-20).join("\n")}`));
+    for (const w of waiters.splice(0))
+      w.reject(new Error(`${script} exited before printing ${w.pattern}:\n${lines.slice(-20).join("\n")}`));
   });
   return {
     proc,
@@ -46,7 +50,10 @@ export function startNode(script: string, env: Record<string, string>): Child {
         if (m) return Promise.resolve(m);
       }
       return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`timed out waiting for ${pattern} from ${script}:\n${lines.slice(-20).join("\n")}`)), timeoutMs);
+        const timer = setTimeout(
+          () => reject(new Error(`timed out waiting for ${pattern} from ${script}:\n${lines.slice(-20).join("\n")}`)),
+          timeoutMs,
+        );
         waiters.push({
           pattern,
           resolve: (m) => {
@@ -73,7 +80,12 @@ export interface ReceivedHook {
 }
 
 /** A loopback webhook receiver that records every request and answers 200. */
-export async function startReceiver(): Promise<{ url: string; hooks: ReceivedHook[]; onHook(fn: () => void): void; close(): Promise<void> }> {
+export async function startReceiver(): Promise<{
+  url: string;
+  hooks: ReceivedHook[];
+  onHook(fn: () => void): void;
+  close(): Promise<void>;
+}> {
   const hooks: ReceivedHook[] = [];
   const listeners: (() => void)[] = [];
   const server: Server = createServer((req, res) => {
@@ -99,7 +111,12 @@ export async function startReceiver(): Promise<{ url: string; hooks: ReceivedHoo
 }
 
 /** Resolves when `done()` holds, re-checked on every `tick` notification; rejects after timeoutMs. */
-export function until(done: () => boolean, subscribe: (fn: () => void) => void, timeoutMs: number, describe: () => string): Promise<void> {
+export function until(
+  done: () => boolean,
+  subscribe: (fn: () => void) => void,
+  timeoutMs: number,
+  describe: () => string,
+): Promise<void> {
   return new Promise((resolve, reject) => {
     if (done()) return resolve();
     const timer = setTimeout(() => reject(new Error(`timed out: ${describe()}`)), timeoutMs);

@@ -35,7 +35,11 @@ function signed(body: string, id: string, key = secret): Record<string, string> 
 describe.skipIf(!built)("npm run receiver", () => {
   it("prints each verified webhook as one JSON line and answers 204; refuses a bad signature with 400", async () => {
     const { child, url } = await start({ WEBHOOK_SECRET: secret, RECEIVER_PORT: "0" });
-    const event = { type: "task.succeeded", timestamp: "2026-01-01T12:00:00.000Z", data: { id: "task_1", status: "succeeded", output: { images: ["https://cdn.example/a.png"] } } };
+    const event = {
+      type: "task.succeeded",
+      timestamp: "2026-01-01T12:00:00.000Z",
+      data: { id: "task_1", status: "succeeded", output: { images: ["https://cdn.example/a.png"] } },
+    };
     const body = JSON.stringify(event);
 
     const ok = await fetch(url, { method: "POST", headers: signed(body, "evt_good"), body });
@@ -43,7 +47,11 @@ describe.skipIf(!built)("npm run receiver", () => {
     const printed = await child.waitForLine(/^\{.*"webhook_id":"evt_good".*\}$/);
     expect(JSON.parse(printed[0])).toEqual({ webhook_id: "evt_good", ...event });
 
-    const forged = await fetch(url, { method: "POST", headers: signed(body, "evt_forged", `whsec_${randomBytes(24).toString("base64")}`), body });
+    const forged = await fetch(url, {
+      method: "POST",
+      headers: signed(body, "evt_forged", `whsec_${randomBytes(24).toString("base64")}`),
+      body,
+    });
     expect(forged.status).toBe(400);
     await child.waitForLine(/^receiver: REJECTED webhook evt_forged: /);
     const unsigned = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body });

@@ -82,11 +82,29 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
   async function create(relayUrl: string, kind: "image" | "video", i: number, callbackUrl: string): Promise<string> {
     const body =
       kind === "image"
-        ? { model: "p-image", mode: "generate", prompt: `e2e image number ${i}`, count: 1, callback_url: callbackUrl, metadata: { i: String(i) } }
-        : { model: "v-video", video_mode: "t2v", prompt: `e2e video number ${i}`, duration: 5, callback_url: callbackUrl, metadata: { i: String(i) } };
+        ? {
+            model: "p-image",
+            mode: "generate",
+            prompt: `e2e image number ${i}`,
+            count: 1,
+            callback_url: callbackUrl,
+            metadata: { i: String(i) },
+          }
+        : {
+            model: "v-video",
+            video_mode: "t2v",
+            prompt: `e2e video number ${i}`,
+            duration: 5,
+            callback_url: callbackUrl,
+            metadata: { i: String(i) },
+          };
     const res = await fetch(`${relayUrl}/openapi/v1/${kind}s/generations`, {
       method: "POST",
-      headers: { Authorization: `Bearer ${setup.apiKey}`, "Content-Type": "application/json", "Idempotency-Key": `e2e-${kind}-${i}` },
+      headers: {
+        Authorization: `Bearer ${setup.apiKey}`,
+        "Content-Type": "application/json",
+        "Idempotency-Key": `e2e-${kind}-${i}`,
+      },
       body: JSON.stringify(body),
     });
     expect(res.status).toBe(201);
@@ -94,7 +112,9 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
   }
 
   async function upstreamTask(id: string): Promise<{ output: unknown; usage: unknown }> {
-    const res = await fetch(`${setup.simUrl}/openapi/v1/tasks/${id}`, { headers: { Authorization: "Bearer e2e-upstream-key" } });
+    const res = await fetch(`${setup.simUrl}/openapi/v1/tasks/${id}`, {
+      headers: { Authorization: "Bearer e2e-upstream-key" },
+    });
     expect(res.status).toBe(200);
     return (await res.json()) as { output: unknown; usage: unknown };
   }
@@ -119,7 +139,12 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
     children.push(child);
     const ids = new Set<string>();
     for (let i = 0; i < 12; i++) ids.add(await create(url, i % 3 === 0 ? "video" : "image", i, receiver.url));
-    await until(() => verifiedTerminal(receiver.hooks).size >= ids.size, receiver.onHook, 60_000, () => `${receiver.hooks.length}/${ids.size} webhooks`);
+    await until(
+      () => verifiedTerminal(receiver.hooks).size >= ids.size,
+      receiver.onHook,
+      60_000,
+      () => `${receiver.hooks.length}/${ids.size} webhooks`,
+    );
     const events = verifiedTerminal(receiver.hooks);
     for (const id of ids) {
       const event = events.get(id)!;
@@ -144,7 +169,12 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
     relay = await startRelay(setup.relayEnv);
     children.push(relay.child);
     // Second kill: while polls and deliveries are under way, after the first webhook and before the last.
-    await until(() => receiver.hooks.length >= 1, receiver.onHook, 30_000, () => "first webhook");
+    await until(
+      () => receiver.hooks.length >= 1,
+      receiver.onHook,
+      30_000,
+      () => "first webhook",
+    );
     expect(verifiedTerminal(receiver.hooks).size).toBeLessThan(ids.size);
     await relay.child.kill("SIGKILL");
 
@@ -158,7 +188,10 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
     );
     for (const event of verifiedTerminal(receiver.hooks).values()) expect(event.type).toBe("task.succeeded");
 
-    const stats = (await (await fetch(`${setup.simUrl}/_sim/stats`)).json()) as { tasks_created: number; creations_per_key_max: number };
+    const stats = (await (await fetch(`${setup.simUrl}/_sim/stats`)).json()) as {
+      tasks_created: number;
+      creations_per_key_max: number;
+    };
     expect(stats.tasks_created).toBe(ids.size);
     expect(stats.creations_per_key_max).toBe(1);
     await receiver.close();
@@ -177,7 +210,11 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
     expect(child.lines.join("\n")).toMatch(/SANDBOX MODE/);
     const res = await fetch(`${url}/openapi/v1/images/generations`, {
       method: "POST",
-      headers: { Authorization: `Bearer ${setup.apiKey}`, "Content-Type": "application/json", "Idempotency-Key": "sandbox-e2e-1" },
+      headers: {
+        Authorization: `Bearer ${setup.apiKey}`,
+        "Content-Type": "application/json",
+        "Idempotency-Key": "sandbox-e2e-1",
+      },
       body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "sandbox check", count: 1 }),
     });
     expect(res.status).toBe(201);
@@ -186,7 +223,9 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
     let status = "queued";
     for (let i = 0; i < 60 && status !== "succeeded"; i++) {
       await new Promise((r) => setTimeout(r, 250));
-      const read = (await (await fetch(`${url}/openapi/v1/tasks/${id}`, { headers: { Authorization: `Bearer ${setup.apiKey}` } })).json()) as {
+      const read = (await (
+        await fetch(`${url}/openapi/v1/tasks/${id}`, { headers: { Authorization: `Bearer ${setup.apiKey}` } })
+      ).json()) as {
         data: { status: string };
       };
       status = read.data.status;

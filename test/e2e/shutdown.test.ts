@@ -116,7 +116,9 @@ describe.skipIf(!built)("SIGTERM under load (built relay as a process)", () => {
     const ids = outcomes.map((o) => (JSON.parse(o.body!) as { data: { id: string } }).data.id);
     const again = await startRelay();
     for (const id of ids) {
-      const res = await fetch(`http://127.0.0.1:${again.port}/openapi/v1/tasks/${id}`, { headers: { Authorization: `Bearer ${apiKey}` } });
+      const res = await fetch(`http://127.0.0.1:${again.port}/openapi/v1/tasks/${id}`, {
+        headers: { Authorization: `Bearer ${apiKey}` },
+      });
       expect(res.status).toBe(200);
       expect(((await res.json()) as { data: { id: string } }).data.id).toBe(id);
     }

@@ -12,7 +12,8 @@ export interface CliRun {
   stderr: string;
 }
 
-const text = (chunk: unknown) => (typeof chunk === "string" ? chunk : Buffer.from(chunk as Uint8Array).toString("utf8"));
+const text = (chunk: unknown) =>
+  typeof chunk === "string" ? chunk : Buffer.from(chunk as Uint8Array).toString("utf8");
 
 /**
  * Runs the CLI in this process through runCli, with exactly `env` as its environment, capturing what
@@ -35,6 +36,10 @@ export async function runCliInProcess(args: string[], env: Record<string, string
 
 /** The built CLI as a real process, with a clean environment: only `env` plus PATH. */
 export function runCliProcess(args: string[], env: Record<string, string>): CliRun {
-  const res = spawnSync(process.execPath, [CLI_PATH, ...args], { env: { PATH: process.env.PATH ?? "", ...env }, encoding: "utf8", timeout: 15_000 });
+  const res = spawnSync(process.execPath, [CLI_PATH, ...args], {
+    env: { PATH: process.env.PATH ?? "", ...env },
+    encoding: "utf8",
+    timeout: 15_000,
+  });
   return { status: res.status, stdout: res.stdout, stderr: res.stderr };
 }

@@ -53,7 +53,13 @@ async function openOn(dialect: Dialect): Promise<{ store: Store; close: () => Pr
 async function wipe(store: Store): Promise<void> {
   if (store instanceof SqliteStore) {
     const { sqlite } = store.database;
-    const tables = (sqlite.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '__drizzle%'").all() as Array<{ name: string }>).map((t) => t.name);
+    const tables = (
+      sqlite
+        .prepare(
+          "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '__drizzle%'",
+        )
+        .all() as Array<{ name: string }>
+    ).map((t) => t.name);
     sqlite.pragma("foreign_keys = OFF");
     for (const table of [...tables, "sqlite_sequence"]) sqlite.exec(`DELETE FROM "${table}"`);
     sqlite.pragma("foreign_keys = ON");
@@ -61,11 +67,19 @@ async function wipe(store: Store): Promise<void> {
   }
   // DELETE, children before the tables they reference: a hundred times faster than TRUNCATE on small tables.
   const { pool } = store as PgStore;
-  const tables = (await pool.query("SELECT tablename AS t FROM pg_tables WHERE schemaname = 'public'")).rows.map((r: { t: string }) => r.t);
-  const refs = (await pool.query("SELECT conrelid::regclass::text AS child, confrelid::regclass::text AS parent FROM pg_constraint WHERE contype = 'f'")).rows as Array<{ child: string; parent: string }>;
+  const tables = (await pool.query("SELECT tablename AS t FROM pg_tables WHERE schemaname = 'public'")).rows.map(
+    (r: { t: string }) => r.t,
+  );
+  const refs = (
+    await pool.query(
+      "SELECT conrelid::regclass::text AS child, confrelid::regclass::text AS parent FROM pg_constraint WHERE contype = 'f'",
+    )
+  ).rows as Array<{ child: string; parent: string }>;
   const order: string[] = [];
   while (order.length < tables.length) {
-    for (const t of tables) if (!order.includes(t) && refs.every((r) => r.parent !== t || r.child === t || order.includes(r.child))) order.push(t);
+    for (const t of tables)
+      if (!order.includes(t) && refs.every((r) => r.parent !== t || r.child === t || order.includes(r.child)))
+        order.push(t);
   }
   await pool.query(order.map((t) => `DELETE FROM "${t}";`).join(" "));
 }
@@ -144,12 +158,21 @@ export const lease = (token: string, limit = 100, now = NOW) => ({ now, leaseMs:
 export const opts = (token: string | null = null, now = NOW) => ({ now, token, firstAttemptDelayMs: 0 });
 
 /** A new client of `account` (upstream account), with `extra` in its row. */
-export async function clientOn(store: Store, account: string, extra: Partial<Parameters<Store["clients"]["insert"]>[0]> = {}) {
+export async function clientOn(
+  store: Store,
+  account: string,
+  extra: Partial<Parameters<Store["clients"]["insert"]>[0]> = {},
+) {
   return store.clients.insert({ ...newClient(NOW, { name: fresh("client") }).row, upstreamAccount: account, ...extra });
 }
 
 /** A new client of `account` and `count` of its waiting tasks there (the i-th due at NOW + i), with `extra` in each row. */
-export async function tasksOf(store: Store, count: number, account = "default", extra: Partial<Parameters<Store["tasks"]["create"]>[0]["row"]> = {}) {
+export async function tasksOf(
+  store: Store,
+  count: number,
+  account = "default",
+  extra: Partial<Parameters<Store["tasks"]["create"]>[0]["row"]> = {},
+) {
   const c = await clientOn(store, account);
   const tasks: TaskRow[] = [];
   for (let i = 0; i < count; i++) {
@@ -161,7 +184,11 @@ export async function tasksOf(store: Store, count: number, account = "default", 
 }
 
 /** `count` tasks of a new client that succeeded, each with its pending task.succeeded event to `callbackUrl`. */
-export async function eventsOf(store: Store, count: number, callbackUrl = "https://hooks.example/x"): Promise<{ clientId: string; events: EventRow[] }> {
+export async function eventsOf(
+  store: Store,
+  count: number,
+  callbackUrl = "https://hooks.example/x",
+): Promise<{ clientId: string; events: EventRow[] }> {
   const c = await client(store);
   const events: EventRow[] = [];
   for (let i = 0; i < count; i++) {
@@ -193,8 +220,11 @@ export function attemptOf(e: EventRow, statusCode: number | null, extra: Partial
 }
 
 /** Every event claim option at its widest (`extra` narrows). */
-export const claimEvents = (store: Store, token: string, extra: Partial<Parameters<Store["events"]["claimDue"]>[0]> = {}) =>
-  store.events.claimDue({ ...lease(token), excludeKeys: [], keyRoom: () => 100, maxPerKey: 100, ...extra });
+export const claimEvents = (
+  store: Store,
+  token: string,
+  extra: Partial<Parameters<Store["events"]["claimDue"]>[0]> = {},
+) => store.events.claimDue({ ...lease(token), excludeKeys: [], keyRoom: () => 100, maxPerKey: 100, ...extra });
 
 // ---- hostile values -------------------------------------------------------------------------
 
@@ -222,7 +252,8 @@ export function rejectionKind(err: unknown): string {
   const code = String((err as { code?: unknown } | null)?.code ?? (err as Error)?.name ?? "none");
   if (code === "invalid_value") return "a value the store refuses";
   if (code === "22021" || code === "22P05") return "text the database cannot hold";
-  if (code === "22P02" || code === "22003" || code === "2201W" || code === "2201X" || code === "SQLITE_MISMATCH") return "not a whole number in range";
+  if (code === "22P02" || code === "22003" || code === "2201W" || code === "2201X" || code === "SQLITE_MISMATCH")
+    return "not a whole number in range";
   if (code === "54000" || code === "SQLITE_TOOBIG") return "too long";
   if (code.startsWith("23") || code.startsWith("SQLITE_CONSTRAINT")) return "a constraint";
   return `other (${code}: ${(err as Error)?.message ?? String(err)})`;
@@ -234,7 +265,11 @@ export async function outcomeOf(run: () => Promise<unknown>): Promise<Outcome> {
   try {
     return { ok: true, value: await run() };
   } catch (err) {
-    return { ok: false, kind: rejectionKind(err), detail: `${(err as { code?: string }).code ?? ""} ${(err as Error).message ?? err}`.slice(0, 200) };
+    return {
+      ok: false,
+      kind: rejectionKind(err),
+      detail: `${(err as { code?: string }).code ?? ""} ${(err as Error).message ?? err}`.slice(0, 200),
+    };
   }
 }
 
@@ -242,7 +277,11 @@ export async function outcomeOf(run: () => Promise<unknown>): Promise<Outcome> {
 function summary(v: unknown): string {
   return (
     JSON.stringify(v, (_k, x: unknown) =>
-      typeof x === "string" && x.length > 80 ? `<${x.length} chars: ${JSON.stringify(x.slice(0, 12))}…${JSON.stringify(x.slice(-12))}>` : typeof x === "number" && !Number.isFinite(x) ? String(x) : x,
+      typeof x === "string" && x.length > 80
+        ? `<${x.length} chars: ${JSON.stringify(x.slice(0, 12))}…${JSON.stringify(x.slice(-12))}>`
+        : typeof x === "number" && !Number.isFinite(x)
+          ? String(x)
+          : x,
     ) ?? String(v)
   );
 }
@@ -269,11 +308,18 @@ export async function expectSameOnBoth<V>(both: Record<Dialect, Store>, probe: P
   const sqlite = await outcomeOf(() => probe.run(both.sqlite, value));
   const postgres = await outcomeOf(() => probe.run(both.postgres, value));
   if (process.env.CONFORMANCE_LOG) console.log(`${probe.op}: sqlite ${show(sqlite)} / postgres ${show(postgres)}`);
-  const same = sqlite.ok && postgres.ok ? isDeepStrictEqual(sqlite.value, postgres.value) : !sqlite.ok && !postgres.ok && sqlite.kind === postgres.kind;
+  const same =
+    sqlite.ok && postgres.ok
+      ? isDeepStrictEqual(sqlite.value, postgres.value)
+      : !sqlite.ok && !postgres.ok && sqlite.kind === postgres.kind;
   expect(same, `${probe.op}: sqlite ${show(sqlite)} / postgres ${show(postgres)}`).toBe(true);
   // A stored value comes back exactly, once made well-formed (a lone surrogate is stored as U+FFFD: store.ts, values).
   const kept = typeof value === "string" ? wellFormed(value) : value;
-  if (probe.roundTrip && sqlite.ok) expect(isDeepStrictEqual(sqlite.value, kept), `${probe.op}: stored ${summary(value)}, read back ${summary(sqlite.value)}`).toBe(true);
+  if (probe.roundTrip && sqlite.ok)
+    expect(
+      isDeepStrictEqual(sqlite.value, kept),
+      `${probe.op}: stored ${summary(value)}, read back ${summary(sqlite.value)}`,
+    ).toBe(true);
 }
 
 /**
@@ -319,8 +365,10 @@ export function known(defect: Defect | undefined): typeof it | typeof it.fails {
 /** A test of one driver's describe.each block that a known defect of that driver fails; the title names it. */
 export function itOn(dialect: Dialect, defects: Partial<Record<Dialect, Defect>>) {
   const defect = defects[dialect];
-  return (title: string, fn: () => Promise<void>) => known(defect)(defect ? `${title} (${defect.id}: ${defect.what})` : title, fn);
+  return (title: string, fn: () => Promise<void>) =>
+    known(defect)(defect ? `${title} (${defect.id}: ${defect.what})` : title, fn);
 }
 
 /** The values of a probe a defect fails. */
-export const on = (defect: Defect, ...values: string[]): Record<string, Defect> => Object.fromEntries(values.map((v) => [v, defect]));
+export const on = (defect: Defect, ...values: string[]): Record<string, Defect> =>
+  Object.fromEntries(values.map((v) => [v, defect]));

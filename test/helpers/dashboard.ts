@@ -43,7 +43,11 @@ export class Visitor {
   }
 
   post(path: string, fields: Record<string, string>): Promise<Response> {
-    return this.request(path, { method: "POST", body: new URLSearchParams(fields), headers: { "Content-Type": "application/x-www-form-urlencoded" } });
+    return this.request(path, {
+      method: "POST",
+      body: new URLSearchParams(fields),
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+    });
   }
 
   /** GETs a page (expects 200) and returns its HTML. */

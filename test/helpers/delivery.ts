@@ -27,7 +27,10 @@ export type CountingReceiver = Receiver & {
 };
 
 /** A loopback receiver that counts what it holds open; closed by `cleanup` after the test. */
-export async function countingReceiver(cleanup: (fn: () => Promise<void>) => void, answer: Answer = ok): Promise<CountingReceiver> {
+export async function countingReceiver(
+  cleanup: (fn: () => Promise<void>) => void,
+  answer: Answer = ok,
+): Promise<CountingReceiver> {
   let open = 0;
   let maxOpen = 0;
   let current = answer;
@@ -57,7 +60,14 @@ export function succeed(t: TestRelay, id: string): EventRow {
   transitionTask(
     t.database.db,
     taskRow(t, id),
-    { status: "succeeded", phase: "done", completedAt: now, updatedAt: now, nextRunAt: null, outputJson: JSON.stringify({ images: [{ url: "https://cdn.test/x.png" }] }) },
+    {
+      status: "succeeded",
+      phase: "done",
+      completedAt: now,
+      updatedAt: now,
+      nextRunAt: null,
+      outputJson: JSON.stringify({ images: [{ url: "https://cdn.test/x.png" }] }),
+    },
     { now, firstAttemptDelayMs: 0 },
   );
   t.relay.deps.nudges.dispatcher();
@@ -65,7 +75,12 @@ export function succeed(t: TestRelay, id: string): EventRow {
 }
 
 /** Creates `count` tasks for the client, makes them succeed and returns their (pending) events. */
-export async function succeededTasks(t: TestRelay, apiKey: string, callbackUrl: string, count: number): Promise<EventRow[]> {
+export async function succeededTasks(
+  t: TestRelay,
+  apiKey: string,
+  callbackUrl: string,
+  count: number,
+): Promise<EventRow[]> {
   const ids: string[] = [];
   for (let i = 0; i < count; i++) ids.push(await createTask(t, apiKey, { callback_url: callbackUrl }));
   return ids.map((id) => succeed(t, id));

@@ -53,7 +53,13 @@ export function fencedBlocks(file: string, text: string = readFileSync(join(ROOT
     let k = i - 1;
     while (k >= 0 && lines[k]!.trim() === "") k--;
     const marker = k >= 0 ? MIRROR.exec(lines[k]!.trim()) : null;
-    blocks.push({ file, line: i + 1, lang: lang.toLowerCase(), body: body.length > 0 ? `${body.join("\n")}\n` : "", mirrors: marker ? marker[1]! : null });
+    blocks.push({
+      file,
+      line: i + 1,
+      lang: lang.toLowerCase(),
+      body: body.length > 0 ? `${body.join("\n")}\n` : "",
+      mirrors: marker ? marker[1]! : null,
+    });
     i = j;
   }
   return blocks;

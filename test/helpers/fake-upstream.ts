@@ -36,8 +36,13 @@ export interface FakeTask {
 /** What a responder returns: a Response to send, or undefined for the default behaviour. */
 type Responder<C> = (call: C) => Response | undefined;
 
-export const upstreamError = (status: number, code: string, message: string, requestId: string, headers: Record<string, string> = {}) =>
-  HttpResponse.json({ error: { code, message, request_id: requestId } }, { status, headers });
+export const upstreamError = (
+  status: number,
+  code: string,
+  message: string,
+  requestId: string,
+  headers: Record<string, string> = {},
+) => HttpResponse.json({ error: { code, message, request_id: requestId } }, { status, headers });
 
 /**
  * A small stateful model of the upstream (docs/upstream.md) behind msw: creation with Idempotency-Key
@@ -147,12 +152,22 @@ export class FakeUpstream {
       return upstreamError(429, "concurrent_limit", "Too many running tasks.", `req_cc_${this.creates.length}`);
     }
     this.counter += 1;
-    const task: FakeTask = { id: `up_${this.counter}`, key: call.key ?? "", type: call.type, status: "queued", usage: this.defaultUsage && { ...this.defaultUsage }, createdAt: call.at };
+    const task: FakeTask = {
+      id: `up_${this.counter}`,
+      key: call.key ?? "",
+      type: call.type,
+      status: "queued",
+      usage: this.defaultUsage && { ...this.defaultUsage },
+      createdAt: call.at,
+    };
     this.tasks.set(task.id, task);
     if (call.key) this.byKey.set(call.key, task.id);
     return HttpResponse.json(
       { data: { id: task.id, status: "queued" } },
-      { status: 201, headers: { Location: `${UPSTREAM_URL}/openapi/v1/tasks/${task.id}`, "Idempotent-Replayed": "false" } },
+      {
+        status: 201,
+        headers: { Location: `${UPSTREAM_URL}/openapi/v1/tasks/${task.id}`, "Idempotent-Replayed": "false" },
+      },
     );
   }
 
@@ -162,7 +177,9 @@ export class FakeUpstream {
     const status = url.searchParams.get("status");
     const limit = Number(url.searchParams.get("limit") ?? 20);
     const offset = Number(url.searchParams.get("cursor") ?? 0);
-    const all = [...this.tasks.values()].reverse().filter((t) => (status ? t.status === status : !this.hiddenUnfiltered.has(t.id)));
+    const all = [...this.tasks.values()]
+      .reverse()
+      .filter((t) => (status ? t.status === status : !this.hiddenUnfiltered.has(t.id)));
     const page = all.slice(offset, offset + limit);
     return HttpResponse.json({
       data: page.map((t) => {

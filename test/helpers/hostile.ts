@@ -50,7 +50,13 @@ export async function startSilentServer(opts: { read?: boolean } = {}): Promise<
     else socket.pause();
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const base = hostile(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, sockets, counts, waiters, () => new Promise<void>((r) => server.close(() => r())));
+  const base = hostile(
+    `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    sockets,
+    counts,
+    waiters,
+    () => new Promise<void>((r) => server.close(() => r())),
+  );
   return {
     ...base,
     get accepted() {
@@ -71,7 +77,11 @@ export async function startSilentServer(opts: { read?: boolean } = {}): Promise<
  * `intervalMs` (the request body is read and dropped). A declared Content-Length much larger than
  * what ever arrives keeps the client waiting for more.
  */
-export async function startDripServer(opts: { intervalMs: number; status?: number; headers?: Record<string, string> }): Promise<Hostile & { bytesSent(): number }> {
+export async function startDripServer(opts: {
+  intervalMs: number;
+  status?: number;
+  headers?: Record<string, string>;
+}): Promise<Hostile & { bytesSent(): number }> {
   const sockets = new Set<Socket>();
   const counts = { accepted: 0 };
   const waiters: Array<() => void> = [];
@@ -79,7 +89,11 @@ export async function startDripServer(opts: { intervalMs: number; status?: numbe
   let sent = 0;
   const server = createHttpServer((req: IncomingMessage, res: ServerResponse) => {
     req.resume();
-    res.writeHead(opts.status ?? 200, { "Content-Type": "application/octet-stream", "Content-Length": "10000000", ...opts.headers });
+    res.writeHead(opts.status ?? 200, {
+      "Content-Type": "application/octet-stream",
+      "Content-Length": "10000000",
+      ...opts.headers,
+    });
     res.flushHeaders();
     const timer = setInterval(() => {
       if (res.destroyed) return;
@@ -94,14 +108,26 @@ export async function startDripServer(opts: { intervalMs: number; status?: numbe
   });
   server.on("connection", track(sockets, counts, waiters));
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const base = hostile(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, sockets, counts, waiters, async () => {
-    for (const t of timers) clearInterval(t);
-    await new Promise<void>((r) => server.close(() => r()));
-  });
+  const base = hostile(
+    `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    sockets,
+    counts,
+    waiters,
+    async () => {
+      for (const t of timers) clearInterval(t);
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  );
   return Object.assign(base, { bytesSent: () => sent });
 }
 
-function hostile(url: string, sockets: Set<Socket>, counts: { accepted: number }, waiters: Array<() => void>, stop: () => Promise<void>): Hostile {
+function hostile(
+  url: string,
+  sockets: Set<Socket>,
+  counts: { accepted: number },
+  waiters: Array<() => void>,
+  stop: () => Promise<void>,
+): Hostile {
   return {
     url,
     get accepted() {

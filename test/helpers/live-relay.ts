@@ -28,14 +28,25 @@ export interface LiveRelay {
  */
 export async function startLiveRelay(env: Record<string, string> = {}): Promise<LiveRelay> {
   const dir = mkdtempSync(join(tmpdir(), "genrelay-live-"));
-  const config = loadConfig({ DATABASE_PATH: join(dir, "relay.db"), WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", LOG_LEVEL: "silent", ...env });
+  const config = loadConfig({
+    DATABASE_PATH: join(dir, "relay.db"),
+    WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+    LOG_LEVEL: "silent",
+    ...env,
+  });
   const simulator = await startSimulator({
     accounts: [{ apiKey: "sandbox" }],
     timings: { imageQueuedMs: 200, imageProcessingMs: 500, videoQueuedMs: 300, videoProcessingMs: 800 },
   });
   const database = openDatabase(config.databasePath);
   const store = sqliteStore(database);
-  const relay = new Relay({ config, store, clock: systemClock, logger: silentLogger, upstream: { baseUrl: simulator.url, apiKey: "sandbox" } });
+  const relay = new Relay({
+    config,
+    store,
+    clock: systemClock,
+    logger: silentLogger,
+    upstream: { baseUrl: simulator.url, apiKey: "sandbox" },
+  });
   await relay.start();
   const server = await new Promise<Server>((resolve) => {
     const s = serve({ fetch: relay.app.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve(s as Server)) as Server;

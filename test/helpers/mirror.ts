@@ -44,7 +44,16 @@ export async function startS3(bucket = "outputs", others: string[] = []) {
       return { sha256: hash.digest("hex"), bytes, contentType: res.ContentType };
     },
     storageBody(extra: Record<string, unknown> = {}) {
-      return { endpoint, bucket, region: "us-east-1", prefix: "gen/", access_key_id: "S3RVER", secret_access_key: "S3RVER", force_path_style: true, ...extra };
+      return {
+        endpoint,
+        bucket,
+        region: "us-east-1",
+        prefix: "gen/",
+        access_key_id: "S3RVER",
+        secret_access_key: "S3RVER",
+        force_path_style: true,
+        ...extra,
+      };
     },
     async close() {
       client.destroy();
@@ -121,7 +130,14 @@ let seq = 0;
  * A task of `clientId` that the upstream shows succeeded with `output`, recorded the way the poller
  * records it (Lifecycle.recordObservation on a claimed, submitted task).
  */
-export async function succeedTask(store: Store, lifecycle: Lifecycle, clientId: string, output: unknown, now: number, callbackUrl = "http://127.0.0.1:9/hooks"): Promise<TaskRow> {
+export async function succeedTask(
+  store: Store,
+  lifecycle: Lifecycle,
+  clientId: string,
+  output: unknown,
+  now: number,
+  callbackUrl = "http://127.0.0.1:9/hooks",
+): Promise<TaskRow> {
   const id = newId("task", now + seq++);
   const { task } = await store.tasks.create({
     row: {
@@ -147,9 +163,24 @@ export async function succeedTask(store: Store, lifecycle: Lifecycle, clientId: 
     admit: () => 0,
   });
   const opts = { now, token: null, firstAttemptDelayMs: 0 };
-  const submitted = await store.tasks.transition(task, { phase: "submitted", upstreamTaskId: `up-${id}`, submittedAt: now, nextRunAt: now }, opts);
-  const [claimed] = await store.tasks.claimIds([submitted!.id], "submitted", { now, leaseMs: 30_000, token: `test:${id}` });
-  const remote = { id: `up-${id}`, status: "succeeded" as const, output, usage: { pointsCharged: 5, pointsRefunded: 0 }, error: null, raw: {} };
+  const submitted = await store.tasks.transition(
+    task,
+    { phase: "submitted", upstreamTaskId: `up-${id}`, submittedAt: now, nextRunAt: now },
+    opts,
+  );
+  const [claimed] = await store.tasks.claimIds([submitted!.id], "submitted", {
+    now,
+    leaseMs: 30_000,
+    token: `test:${id}`,
+  });
+  const remote = {
+    id: `up-${id}`,
+    status: "succeeded" as const,
+    output,
+    usage: { pointsCharged: 5, pointsRefunded: 0 },
+    error: null,
+    raw: {},
+  };
   const after = await lifecycle.recordObservation(claimed!, `test:${id}`, remote, now + 60_000);
   return after!;
 }
@@ -164,7 +195,9 @@ export async function startBucketProxy(target: string) {
     if (state.fail) {
       req.resume();
       res.writeHead(state.fail.status, { "Content-Type": "application/xml" });
-      res.end(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>${state.fail.code}</Code><Message>${state.fail.code} from the test proxy</Message></Error>`);
+      res.end(
+        `<?xml version="1.0" encoding="UTF-8"?><Error><Code>${state.fail.code}</Code><Message>${state.fail.code} from the test proxy</Message></Error>`,
+      );
       return;
     }
     const url = new URL(req.url ?? "/", target);

@@ -9,7 +9,10 @@ import ts from "typescript";
  * from the compiler: schema.ts is generated from `doc` into a temp folder beside `file` (the code,
  * importing "./schema"), which is type-checked strictly. Returns the errors as "file:line message".
  */
-export async function typeErrors(doc: Record<string, unknown>, file: { name: string; source: string }): Promise<string[]> {
+export async function typeErrors(
+  doc: Record<string, unknown>,
+  file: { name: string; source: string },
+): Promise<string[]> {
   const dir = mkdtempSync(join(tmpdir(), "genrelay-typed-"));
   try {
     writeFileSync(join(dir, "schema.ts"), astToString(await openapiTS(doc as unknown as OpenAPI3)));
@@ -26,7 +29,10 @@ export async function typeErrors(doc: Record<string, unknown>, file: { name: str
     });
     return ts
       .getPreEmitDiagnostics(program)
-      .map((d) => `${d.file ? `${d.file.fileName.slice(dir.length + 1)}:${d.file.getLineAndCharacterOfPosition(d.start ?? 0).line + 1} ` : ""}${ts.flattenDiagnosticMessageText(d.messageText, "\n")}`);
+      .map(
+        (d) =>
+          `${d.file ? `${d.file.fileName.slice(dir.length + 1)}:${d.file.getLineAndCharacterOfPosition(d.start ?? 0).line + 1} ` : ""}${ts.flattenDiagnosticMessageText(d.messageText, "\n")}`,
+      );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -6,7 +6,6 @@ import { Relay } from "../../src/relay.js";
 import { createSimulator } from "../../src/simulator/app.js";
 import { FakeClock } from "./fake-clock.js";
 
-
 export interface UpstreamLog {
   /** Idempotency-Key of every create POST that reached the simulator. */
   creates: string[];
@@ -18,7 +17,10 @@ export interface UpstreamLog {
  * The sandbox simulator in memory on a fake clock, reached through a fetch that logs creations
  * and reads: what several relay instances did to the upstream, together.
  */
-export function simulatedUpstream(clock: FakeClock, timings = { imageQueuedMs: 2_000, imageProcessingMs: 6_000, videoQueuedMs: 3_000, videoProcessingMs: 20_000 }) {
+export function simulatedUpstream(
+  clock: FakeClock,
+  timings = { imageQueuedMs: 2_000, imageProcessingMs: 6_000, videoQueuedMs: 3_000, videoProcessingMs: 20_000 },
+) {
   const { app, state } = createSimulator({
     clock,
     accounts: [{ apiKey: "sim-key", readsPerMinute: 120, maxConcurrent: 10_000, balance: Number.MAX_SAFE_INTEGER }],
@@ -29,7 +31,8 @@ export function simulatedUpstream(clock: FakeClock, timings = { imageQueuedMs: 2
   const fetchImpl: typeof fetch = async (input, init) => {
     const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
     const method = init?.method ?? "GET";
-    if (method === "POST" && /\/generations$/.test(url)) log.creates.push(new Headers(init?.headers).get("idempotency-key") ?? "");
+    if (method === "POST" && /\/generations$/.test(url))
+      log.creates.push(new Headers(init?.headers).get("idempotency-key") ?? "");
     if (method === "GET" && /\/openapi\/v1\/tasks(\/|\?|$)/.test(url)) log.reads.push(clock.now());
     return app.request(url, init);
   };
@@ -43,7 +46,12 @@ export interface Instance {
 }
 
 /** A relay instance on the shared PostgreSQL database, with its own store (pool, leader connection). */
-export async function startInstance(url: string, clock: FakeClock, fetchImpl: typeof fetch, env: Record<string, string> = {}): Promise<Instance> {
+export async function startInstance(
+  url: string,
+  clock: FakeClock,
+  fetchImpl: typeof fetch,
+  env: Record<string, string> = {},
+): Promise<Instance> {
   const config = loadConfig({
     DATABASE_URL: url,
     UPSTREAM_BASE_URL: "http://simulator.local",
@@ -55,7 +63,14 @@ export async function startInstance(url: string, clock: FakeClock, fetchImpl: ty
     ...env,
   });
   const store = await pgStore(url, { migrate: false, max: 4 });
-  const relay = new Relay({ config, store, clock, logger: silentLogger, upstream: { baseUrl: "http://simulator.local", apiKey: "sim-key" }, fetch: fetchImpl });
+  const relay = new Relay({
+    config,
+    store,
+    clock,
+    logger: silentLogger,
+    upstream: { baseUrl: "http://simulator.local", apiKey: "sim-key" },
+    fetch: fetchImpl,
+  });
   await relay.recover();
   return { relay, store, alive: true };
 }

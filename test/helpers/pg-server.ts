@@ -25,10 +25,14 @@ export interface PgServer {
 export async function startPgServer(opts: { name: string; flags: string[] }): Promise<PgServer> {
   const port = await freePort();
   const parent = join(tmpdir(), `genrelay-${opts.name}-${process.pid}-${Date.now()}`);
-  const child = fork(fileURLToPath(new URL("./pg-server-child.mjs", import.meta.url)), [JSON.stringify({ parent, port, flags: opts.flags })], {
-    stdio: ["ignore", "inherit", "inherit", "ipc"],
-    execArgv: [],
-  });
+  const child = fork(
+    fileURLToPath(new URL("./pg-server-child.mjs", import.meta.url)),
+    [JSON.stringify({ parent, port, flags: opts.flags })],
+    {
+      stdio: ["ignore", "inherit", "inherit", "ipc"],
+      execArgv: [],
+    },
+  );
   await new Promise<void>((resolve, reject) => {
     child.once("message", () => resolve());
     child.once("exit", (code) => reject(new Error(`PostgreSQL helper exited with ${code} before it was ready`)));

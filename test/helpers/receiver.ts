@@ -53,7 +53,13 @@ export async function startReceiver(fallback: Answer = ok): Promise<Receiver> {
       } catch {
         json = { type: "", timestamp: "", data: {} };
       }
-      const received: Received = { method: req.method ?? "", url: req.url ?? "", headers: req.headers as Record<string, string>, body, json };
+      const received: Received = {
+        method: req.method ?? "",
+        url: req.url ?? "",
+        headers: req.headers as Record<string, string>,
+        body,
+        json,
+      };
       receiver.requests.push(received);
       // Every body the relay sends in the suite is checked against /openapi.json's webhooks (ajv).
       if (req.method === "POST") receiver.invalid.push(...webhookBodyProblems(body));
@@ -73,7 +79,8 @@ export async function startReceiver(fallback: Answer = ok): Promise<Receiver> {
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
-      if (receiver.invalid.length > 0) throw new Error(`bodies not matching their OpenAPI webhooks schema:\n${receiver.invalid.join("\n")}`);
+      if (receiver.invalid.length > 0)
+        throw new Error(`bodies not matching their OpenAPI webhooks schema:\n${receiver.invalid.join("\n")}`);
     },
   };
   return receiver;

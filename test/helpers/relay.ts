@@ -25,9 +25,16 @@ export interface TestRelay {
   config: Config;
   dir: string;
   /** Creates a client and returns its id, API key and webhook secret. */
-  client(name?: string, limits?: { maxWaiting?: number; maxRunning?: number; creditLimit?: number }): { id: string; apiKey: string; secret: string };
+  client(
+    name?: string,
+    limits?: { maxWaiting?: number; maxRunning?: number; creditLimit?: number },
+  ): { id: string; apiKey: string; secret: string };
   /** app.request with the client's bearer key. */
-  request(apiKey: string | null, path: string, init?: RequestInit & { json?: unknown; idempotencyKey?: string }): Promise<Response>;
+  request(
+    apiKey: string | null,
+    path: string,
+    init?: RequestInit & { json?: unknown; idempotencyKey?: string },
+  ): Promise<Response>;
   close(): Promise<void>;
 }
 
@@ -41,7 +48,12 @@ export function createTestRelay(
   opts: { upstream?: { baseUrl: string; apiKey: string }; resolve?: Resolver; clock?: FakeClock } = {},
 ): TestRelay {
   const dir = mkdtempSync(join(tmpdir(), "genrelay-test-"));
-  const config = loadConfig({ DATABASE_PATH: join(dir, "relay.db"), UPSTREAM_BASE_URL: UPSTREAM_URL, UPSTREAM_API_KEY: UPSTREAM_KEY, ...env });
+  const config = loadConfig({
+    DATABASE_PATH: join(dir, "relay.db"),
+    UPSTREAM_BASE_URL: UPSTREAM_URL,
+    UPSTREAM_API_KEY: UPSTREAM_KEY,
+    ...env,
+  });
   const database = openDatabase(config.databasePath);
   const clock = opts.clock ?? new FakeClock();
   const store = sqliteStore(database);
@@ -62,7 +74,11 @@ export function createTestRelay(
     dir,
     client(name = "test-client", limits = {}) {
       // Synchronous on purpose (tests create clients inline): the row goes straight into the SQLite file.
-      const { row, apiKey, webhookSecret } = newClient(clock.now(), { name, ...limits, encryptionKey: config.encryptionKey });
+      const { row, apiKey, webhookSecret } = newClient(clock.now(), {
+        name,
+        ...limits,
+        encryptionKey: config.encryptionKey,
+      });
       const client = insertClient(database.db, row);
       return { id: client.id, apiKey, secret: webhookSecret };
     },
@@ -86,16 +102,43 @@ export function createTestRelay(
   };
 }
 
-export const imageBody = (extra: Record<string, unknown> = {}) => ({ model: "p-image", mode: "generate", prompt: "a red fox in snow", count: 1, ...extra });
-export const videoBody = (extra: Record<string, unknown> = {}) => ({ model: "v-video", video_mode: "t2v", prompt: "waves at night", duration: 5, ...extra });
+export const imageBody = (extra: Record<string, unknown> = {}) => ({
+  model: "p-image",
+  mode: "generate",
+  prompt: "a red fox in snow",
+  count: 1,
+  ...extra,
+});
+export const videoBody = (extra: Record<string, unknown> = {}) => ({
+  model: "v-video",
+  video_mode: "t2v",
+  prompt: "waves at night",
+  duration: 5,
+  ...extra,
+});
 
 /** A client written straight into a SQLite database, synchronously (what createClient does through the store). */
-export function insertTestClient(db: Database_["db"], clock: { now(): number }, input: Parameters<typeof newClient>[1]) {
+export function insertTestClient(
+  db: Database_["db"],
+  clock: { now(): number },
+  input: Parameters<typeof newClient>[1],
+) {
   const { row, apiKey, webhookSecret } = newClient(clock.now(), input);
   return { client: insertClient(db, row), apiKey, webhookSecret };
 }
 
 /** A task's state change written synchronously, in one transaction, the way the store does it (tests seed states with it). */
-export function transitionTask(db: Database_["db"], task: { id: string }, patch: Partial<NewTaskRow>, opts: { now: number; firstAttemptDelayMs?: number }) {
-  return db.transaction(() => transitionIn(db, transitionRules, task.id, patch, { now: opts.now, token: null, firstAttemptDelayMs: opts.firstAttemptDelayMs ?? 0 }));
+export function transitionTask(
+  db: Database_["db"],
+  task: { id: string },
+  patch: Partial<NewTaskRow>,
+  opts: { now: number; firstAttemptDelayMs?: number },
+) {
+  return db.transaction(() =>
+    transitionIn(db, transitionRules, task.id, patch, {
+      now: opts.now,
+      token: null,
+      firstAttemptDelayMs: opts.firstAttemptDelayMs ?? 0,
+    }),
+  );
 }

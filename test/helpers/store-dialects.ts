@@ -62,7 +62,12 @@ export async function contractClient(store: Store, limits: { creditLimit?: numbe
  * decision reads the waiting count and the credit position, as intake's does); `overrides` replace
  * parts of the request (`admit`, say).
  */
-export function contractTask(clientId: string, key: string, opts: { callbackUrl?: string; reserve?: number } = {}, overrides: Partial<NewTaskRequest> = {}): NewTaskRequest {
+export function contractTask(
+  clientId: string,
+  key: string,
+  opts: { callbackUrl?: string; reserve?: number } = {},
+  overrides: Partial<NewTaskRequest> = {},
+): NewTaskRequest {
   const id = `task_${String(n++).padStart(6, "0")}_${key}`;
   return {
     row: {

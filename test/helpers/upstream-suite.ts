@@ -6,7 +6,11 @@ import type { FakeClock } from "./fake-clock.js";
 import { createTestRelay, type TestRelay } from "./relay.js";
 
 /** Short webhook timings so delivery tests run in milliseconds; loopback receivers allowed. */
-export const WORKER_TEST_ENV = { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", WEBHOOK_RETRY_SCHEDULE: "0s,5s,1m", WEBHOOK_TIMEOUT_MS: "500" };
+export const WORKER_TEST_ENV = {
+  WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+  WEBHOOK_RETRY_SCHEDULE: "0s,5s,1m",
+  WEBHOOK_TIMEOUT_MS: "500",
+};
 
 /**
  * Installs, for the calling test file, an msw server that refuses unhandled requests, and returns

@@ -12,7 +12,10 @@ export function webhookValidators(doc: Record<string, any> = webhookDocument()):
   ajv.addSchema({ ...doc, $id: "openapi.json" });
   const out = new Map<string, ValidateFunction>();
   for (const type of Object.keys(doc.webhooks ?? {})) {
-    out.set(type, ajv.compile({ $ref: `openapi.json#/webhooks/${type}/post/requestBody/content/application~1json/schema` }));
+    out.set(
+      type,
+      ajv.compile({ $ref: `openapi.json#/webhooks/${type}/post/requestBody/content/application~1json/schema` }),
+    );
   }
   return out;
 }
@@ -28,7 +31,9 @@ export function webhookBodyProblems(body: string): string[] {
   const validate = typeof parsed.type === "string" ? validators.get(parsed.type) : undefined;
   if (!validate) return [`no webhooks schema for type ${JSON.stringify(parsed.type)}`];
   const type = parsed.type as string;
-  return validate(parsed) ? [] : (validate.errors ?? []).map((e) => `${type}${e.instancePath} ${e.message ?? ""} ${JSON.stringify(e.params)}`);
+  return validate(parsed)
+    ? []
+    : (validate.errors ?? []).map((e) => `${type}${e.instancePath} ${e.message ?? ""} ${JSON.stringify(e.params)}`);
 }
 
 /** Compiled when the helper is imported: compiling inside a receiver's handler would cost an attempt its time limit. */

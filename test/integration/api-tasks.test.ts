@@ -24,23 +24,39 @@ const errorBody = (code: string) => ({ error: { code, message: expect.any(String
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
-async function create(apiKey: string, kind: "image" | "video" = "image", extra: Record<string, unknown> = {}, key?: string): Promise<Json> {
-  const res = await t.request(apiKey, kind === "image" ? "/openapi/v1/images/generations" : "/openapi/v1/videos/generations", {
-    method: "POST",
-    idempotencyKey: key ?? `key-${Math.random().toString(36).slice(2, 12)}`,
-    json: kind === "image" ? imageBody(extra) : videoBody(extra),
-  });
+async function create(
+  apiKey: string,
+  kind: "image" | "video" = "image",
+  extra: Record<string, unknown> = {},
+  key?: string,
+): Promise<Json> {
+  const res = await t.request(
+    apiKey,
+    kind === "image" ? "/openapi/v1/images/generations" : "/openapi/v1/videos/generations",
+    {
+      method: "POST",
+      idempotencyKey: key ?? `key-${Math.random().toString(36).slice(2, 12)}`,
+      json: kind === "image" ? imageBody(extra) : videoBody(extra),
+    },
+  );
   expect(res.status).toBe(201);
   return (await res.json()) as Json;
 }
 
-async function get(apiKey: string | null, path: string, init: Parameters<TestRelay["request"]>[2] = {}): Promise<{ status: number; json: Json; res: Response }> {
+async function get(
+  apiKey: string | null,
+  path: string,
+  init: Parameters<TestRelay["request"]>[2] = {},
+): Promise<{ status: number; json: Json; res: Response }> {
   const res = await t.request(apiKey, path, init);
   return { status: res.status, json: (await res.json()) as Json, res };
 }
 
 /** Counts every request that reaches the upstream. */
-function countUpstream(respond: (req: Request) => Response | Promise<Response> = () => HttpResponse.json({ error: { code: "internal_error" } }, { status: 500 })) {
+function countUpstream(
+  respond: (req: Request) => Response | Promise<Response> = () =>
+    HttpResponse.json({ error: { code: "internal_error" } }, { status: 500 }),
+) {
   const calls: string[] = [];
   server.use(
     http.all(`${UPSTREAM_URL}/*`, ({ request }) => {
@@ -54,7 +70,11 @@ function countUpstream(respond: (req: Request) => Response | Promise<Response> =
 describe("GET /openapi/v1/tasks/{id}", () => {
   it('shows a waiting task exactly as docs/contract.md, "Reading tasks" describes', async () => {
     const { apiKey } = t.client();
-    const created = await create(apiKey, "video", { callback_url: "https://hooks.example.com/h", callback_events: ["task.succeeded"], metadata: { order: "7" } });
+    const created = await create(apiKey, "video", {
+      callback_url: "https://hooks.example.com/h",
+      callback_events: ["task.succeeded"],
+      metadata: { order: "7" },
+    });
     const { status, json, res } = await get(apiKey, `/openapi/v1/tasks/${created.data.id}`);
     expect(status).toBe(200);
     expect(res.headers.get("x-request-id")).toMatch(/^req_/);
@@ -87,7 +107,10 @@ describe("GET /openapi/v1/tasks/{id}", () => {
     const output = { images: [{ url: "https://cdn.example.com/1.png", width: 1024 }], extra: { kept: true } };
     server.use(
       http.post(`${UPSTREAM_URL}/openapi/v1/images/generations`, () =>
-        HttpResponse.json({ data: { id: "up_42", status: "succeeded" }, output, usage: { points_charged: 20, points_refunded: 0 } }, { status: 201 }),
+        HttpResponse.json(
+          { data: { id: "up_42", status: "succeeded" }, output, usage: { points_charged: 20, points_refunded: 0 } },
+          { status: 201 },
+        ),
       ),
     );
     const created = await create(apiKey, "image");
@@ -106,7 +129,11 @@ describe("GET /openapi/v1/tasks/{id}", () => {
         upstream_task_id: "up_42",
         error: null,
         metadata: null,
-        callback: { url: null, events: ["task.succeeded", "task.failed", "task.canceled"], delivery: { status: "none", attempts: 0, last_attempt_at: null, last_status_code: null } },
+        callback: {
+          url: null,
+          events: ["task.succeeded", "task.failed", "task.canceled"],
+          delivery: { status: "none", attempts: 0, last_attempt_at: null, last_status_code: null },
+        },
       },
       output,
       usage: { points_charged: 20, points_refunded: 0 },
@@ -117,14 +144,21 @@ describe("GET /openapi/v1/tasks/{id}", () => {
     const { apiKey } = t.client();
     server.use(
       http.post(`${UPSTREAM_URL}/openapi/v1/images/generations`, () =>
-        HttpResponse.json({ error: { code: "insufficient_points", message: "Balance too low.", request_id: "up_req_9" } }, { status: 402 }),
+        HttpResponse.json(
+          { error: { code: "insufficient_points", message: "Balance too low.", request_id: "up_req_9" } },
+          { status: 402 },
+        ),
       ),
     );
     const created = await create(apiKey, "image");
     await t.relay.submitter.runOnce();
     const { json } = await get(apiKey, `/openapi/v1/tasks/${created.data.id}`);
     expect(json.data.status).toBe("failed");
-    expect(json.data.error).toEqual({ code: "insufficient_points", message: "Balance too low.", request_id: "up_req_9" });
+    expect(json.data.error).toEqual({
+      code: "insufficient_points",
+      message: "Balance too low.",
+      request_id: "up_req_9",
+    });
   });
 
   it("another client's task is 404 task_not_found, the same as an unknown id", async () => {
@@ -135,7 +169,13 @@ describe("GET /openapi/v1/tasks/{id}", () => {
     const theirs = await get(b.apiKey, `/openapi/v1/tasks/${id}`);
     const unknown = await get(b.apiKey, "/openapi/v1/tasks/task_00000000000000000000000000");
     expect(theirs.status).toBe(404);
-    expect(theirs.json).toEqual({ error: { code: "task_not_found", message: "No task with this id belongs to your API key.", request_id: requestId } });
+    expect(theirs.json).toEqual({
+      error: {
+        code: "task_not_found",
+        message: "No task with this id belongs to your API key.",
+        request_id: requestId,
+      },
+    });
     expect(unknown.status).toBe(404);
     expect({ ...unknown.json.error, request_id: "" }).toEqual({ ...theirs.json.error, request_id: "" });
     // Nor can B act on it.
@@ -200,7 +240,10 @@ describe("GET /openapi/v1/tasks", () => {
     const sizes: number[] = [];
     let cursor: string | null = null;
     do {
-      const page: { json: Json } = await get(apiKey, `/openapi/v1/tasks?limit=3${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+      const page: { json: Json } = await get(
+        apiKey,
+        `/openapi/v1/tasks?limit=3${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+      );
       sizes.push(page.json.data.length);
       seen.push(...page.json.data.map((x: Json) => x.id));
       cursor = page.json.next_cursor;
@@ -215,12 +258,18 @@ describe("GET /openapi/v1/tasks", () => {
     expect((await get(apiKey, "/openapi/v1/tasks")).json.data).toHaveLength(7);
 
     const videos = await get(apiKey, "/openapi/v1/tasks?type=video");
-    expect(videos.json.data.map((x: Json) => x.id)).toEqual(ids.filter((x) => x.kind === "video").map((x) => x.id).reverse());
+    expect(videos.json.data.map((x: Json) => x.id)).toEqual(
+      ids
+        .filter((x) => x.kind === "video")
+        .map((x) => x.id)
+        .reverse(),
+    );
     expect(videos.json.data.every((x: Json) => x.type === "video")).toBe(true);
 
     // Cancel two images; the status filter finds exactly them, and paging a filter works too.
     const canceled = [ids[0]!.id, ids[4]!.id];
-    for (const id of canceled) expect((await get(apiKey, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" })).status).toBe(200);
+    for (const id of canceled)
+      expect((await get(apiKey, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" })).status).toBe(200);
     const first = await get(apiKey, "/openapi/v1/tasks?status=canceled&limit=1");
     expect(first.json.data.map((x: Json) => x.id)).toEqual([canceled[1]]);
     const second = await get(apiKey, `/openapi/v1/tasks?status=canceled&limit=1&cursor=${first.json.next_cursor}`);
@@ -248,7 +297,14 @@ describe("GET /openapi/v1/tasks", () => {
     await create(apiKey);
     const { status, json } = await get(apiKey, `/openapi/v1/tasks?${query}`);
     expect(status).toBe(400);
-    expect(json).toEqual({ error: { code: "invalid_request", message: expect.any(String), request_id: requestId, details: [{ field, message: expect.any(String) }] } });
+    expect(json).toEqual({
+      error: {
+        code: "invalid_request",
+        message: expect.any(String),
+        request_id: requestId,
+        details: [{ field, message: expect.any(String) }],
+      },
+    });
   });
 
   it("accepts limit 1 and 100", async () => {
@@ -266,7 +322,10 @@ describe("GET /openapi/v1/tasks", () => {
     await create(apiKey);
     // Every task id sorts before "zzz…": SQLite compared the bytes and listed the task, PostgreSQL listed none.
     const cursor = Buffer.from(JSON.stringify({ b: "zzz\u0000" })).toString("base64url");
-    expect(await get(apiKey, `/openapi/v1/tasks?cursor=${cursor}`)).toMatchObject({ status: 200, json: { data: [], next_cursor: null } });
+    expect(await get(apiKey, `/openapi/v1/tasks?cursor=${cursor}`)).toMatchObject({
+      status: 200,
+      json: { data: [], next_cursor: null },
+    });
   });
 
   it("a value the store refuses answers 400 invalid_request naming the rule, never 500", async () => {
@@ -278,7 +337,14 @@ describe("GET /openapi/v1/tasks", () => {
     const { status, json } = await get(apiKey, "/openapi/v1/tasks?limit=2");
     expect({ status, json }).toEqual({
       status: 400,
-      json: { error: { code: "invalid_request", message: "The request contains a value the relay cannot store: 3.5 is not a whole number the store can hold exactly.", request_id: requestId } },
+      json: {
+        error: {
+          code: "invalid_request",
+          message:
+            "The request contains a value the relay cannot store: 3.5 is not a whole number the store can hold exactly.",
+          request_id: requestId,
+        },
+      },
     });
   });
 });
@@ -298,7 +364,10 @@ describe("POST /openapi/v1/tasks/{id}/cancel", () => {
         status: "canceled",
         updated_at: "2026-01-01T12:00:01.500Z",
         completed_at: "2026-01-01T12:00:01.500Z",
-        callback: { ...waiting.callback, delivery: { status: "pending", attempts: 0, last_attempt_at: null, last_status_code: null } },
+        callback: {
+          ...waiting.callback,
+          delivery: { status: "pending", attempts: 0, last_attempt_at: null, last_status_code: null },
+        },
       },
       output: null,
       usage: { points_charged: 0, points_refunded: 0 },
@@ -341,7 +410,12 @@ describe("POST /openapi/v1/tasks/{id}/cancel", () => {
   });
 
   it("a finished task cannot be canceled", async () => {
-    countUpstream(() => HttpResponse.json({ data: { id: "up_1", status: "succeeded" }, output: { url: "https://cdn.example.com/x.png" } }, { status: 201 }));
+    countUpstream(() =>
+      HttpResponse.json(
+        { data: { id: "up_1", status: "succeeded" }, output: { url: "https://cdn.example.com/x.png" } },
+        { status: 201 },
+      ),
+    );
     const { apiKey } = t.client();
     const created = await create(apiKey);
     await t.relay.submitter.runOnce();
@@ -359,9 +433,21 @@ describe("POST /openapi/v1/tasks/{id}/cancel", () => {
 });
 
 /** Every /openapi/v1 route, with a request that would otherwise be valid enough to reach its handler. */
-const ROUTES: { method: "GET" | "POST" | "PUT" | "DELETE"; path: string; init?: { json?: unknown; idempotencyKey?: string } }[] = [
-  { method: "POST", path: "/openapi/v1/images/generations", init: { json: imageBody(), idempotencyKey: "matrix-key-1" } },
-  { method: "POST", path: "/openapi/v1/videos/generations", init: { json: videoBody(), idempotencyKey: "matrix-key-2" } },
+const ROUTES: {
+  method: "GET" | "POST" | "PUT" | "DELETE";
+  path: string;
+  init?: { json?: unknown; idempotencyKey?: string };
+}[] = [
+  {
+    method: "POST",
+    path: "/openapi/v1/images/generations",
+    init: { json: imageBody(), idempotencyKey: "matrix-key-1" },
+  },
+  {
+    method: "POST",
+    path: "/openapi/v1/videos/generations",
+    init: { json: videoBody(), idempotencyKey: "matrix-key-2" },
+  },
   { method: "GET", path: "/openapi/v1/tasks" },
   { method: "GET", path: "/openapi/v1/tasks/{id}" },
   { method: "POST", path: "/openapi/v1/tasks/{id}/cancel" },
@@ -404,7 +490,9 @@ describe("authorisation matrix: every /openapi/v1 route refuses bad keys with 40
   let upstreamCalls: string[];
   beforeEach(async () => {
     upstreamCalls = countUpstream((req) =>
-      new URL(req.url).pathname === "/openapi/v1/models" ? HttpResponse.json({ data: [] }) : HttpResponse.json({ error: { code: "internal_error" } }, { status: 500 }),
+      new URL(req.url).pathname === "/openapi/v1/models"
+        ? HttpResponse.json({ data: [] })
+        : HttpResponse.json({ error: { code: "internal_error" } }, { status: 500 }),
     );
     const valid = t.client("valid").apiKey;
     const revokedClient = t.client("revoked");
@@ -414,14 +502,22 @@ describe("authorisation matrix: every /openapi/v1 route refuses bad keys with 40
   });
 
   const send = (route: (typeof ROUTES)[number], headers: Record<string, string>) =>
-    t.request(null, route.path.replace("{id}", ctx.taskId).replace("{host}", encodeURIComponent("hooks.example.com:443")), { method: route.method, headers, ...route.init });
+    t.request(
+      null,
+      route.path.replace("{id}", ctx.taskId).replace("{host}", encodeURIComponent("hooks.example.com:443")),
+      { method: route.method, headers, ...route.init },
+    );
 
   describe.each(ROUTES.map((r) => ({ ...r, label: `${r.method} ${r.path}` })))("$label", (route) => {
     it.each(CREDENTIALS)("%s", async (_label, credential) => {
       const res = await send(route, credential(ctx));
       expect(res.status).toBe(401);
       expect(await res.json()).toEqual({
-        error: { code: "invalid_api_key", message: "Missing, unknown or revoked API key. Send Authorization: Bearer <key>.", request_id: requestId },
+        error: {
+          code: "invalid_api_key",
+          message: "Missing, unknown or revoked API key. Send Authorization: Bearer <key>.",
+          request_id: requestId,
+        },
       });
       expect(res.headers.get("x-request-id")).toMatch(/^req_/);
       expect(upstreamCalls).toEqual([]);
@@ -435,7 +531,9 @@ describe("authorisation matrix: every /openapi/v1 route refuses bad keys with 40
   });
 
   it("covers every /openapi/v1 route in /openapi.json, and nothing else", async () => {
-    const doc = (await (await t.request(null, "/openapi.json")).json()) as { paths: Record<string, Record<string, unknown>> };
+    const doc = (await (await t.request(null, "/openapi.json")).json()) as {
+      paths: Record<string, Record<string, unknown>>;
+    };
     const documented = Object.entries(doc.paths)
       .filter(([path]) => path.startsWith("/openapi/v1/"))
       .flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`))
@@ -449,10 +547,14 @@ describe("other routes", () => {
     const { apiKey } = t.client();
     const res = await get(apiKey, "/openapi/v1/nothing-here");
     expect(res.status).toBe(404);
-    expect(res.json).toEqual({ error: { code: "not_found", message: "No route GET /openapi/v1/nothing-here.", request_id: requestId } });
+    expect(res.json).toEqual({
+      error: { code: "not_found", message: "No route GET /openapi/v1/nothing-here.", request_id: requestId },
+    });
     const bare = await get(null, "/favicon.ico");
     expect(bare.status).toBe(404);
-    expect(bare.json).toEqual({ error: { code: "not_found", message: "No route GET /favicon.ico.", request_id: requestId } });
+    expect(bare.json).toEqual({
+      error: { code: "not_found", message: "No route GET /favicon.ico.", request_id: requestId },
+    });
     expect(bare.res.headers.get("x-request-id")).toBe(bare.json.error.request_id);
   });
 
@@ -466,7 +568,14 @@ describe("other routes", () => {
   it("GET /readyz is 503 naming each stopped worker, without a key", async () => {
     const res = await get(null, "/readyz");
     expect(res.status).toBe(503);
-    expect(res.json).toEqual({ status: "unavailable", problems: expect.arrayContaining(["worker submitter not running", "worker poller not running", "worker dispatcher not running"]) });
+    expect(res.json).toEqual({
+      status: "unavailable",
+      problems: expect.arrayContaining([
+        "worker submitter not running",
+        "worker poller not running",
+        "worker dispatcher not running",
+      ]),
+    });
   });
 
   it("GET /openapi.json is an OpenAPI 3.1 document with the bearer scheme", async () => {
@@ -475,11 +584,14 @@ describe("other routes", () => {
     expect(res.json.openapi).toMatch(/^3\.1\./);
     expect(res.json.info).toMatchObject({ title: "genrelay" });
     expect(res.json.components.securitySchemes.bearerAuth).toMatchObject({ type: "http", scheme: "bearer" });
-    for (const r of ROUTES) expect(res.json.paths[r.path]?.[r.method.toLowerCase()], `${r.method} ${r.path}`).toBeDefined();
+    for (const r of ROUTES)
+      expect(res.json.paths[r.path]?.[r.method.toLowerCase()], `${r.method} ${r.path}`).toBeDefined();
     for (const p of ["/healthz", "/readyz"]) expect(res.json.paths[p]?.get, p).toBeDefined();
     // The creation routes document their Idempotency-Key header and the relay's fields.
     const op = res.json.paths["/openapi/v1/images/generations"].post;
-    expect(op.parameters).toEqual(expect.arrayContaining([expect.objectContaining({ name: "Idempotency-Key", in: "header", required: true })]));
+    expect(op.parameters).toEqual(
+      expect.arrayContaining([expect.objectContaining({ name: "Idempotency-Key", in: "header", required: true })]),
+    );
   });
 
   it("GET /docs is an HTML page", async () => {
@@ -492,7 +604,13 @@ describe("other routes", () => {
 
 describe("GET /openapi/v1/models", () => {
   it("answers the upstream body verbatim, from cache, and stale (with Age) when the upstream fails", async () => {
-    const catalog = { object: "list", data: [{ id: "p-image", kind: "image", sizes: ["1K", "2K"] }, { id: "v-video", durations: [5, 10] }] };
+    const catalog = {
+      object: "list",
+      data: [
+        { id: "p-image", kind: "image", sizes: ["1K", "2K"] },
+        { id: "v-video", durations: [5, 10] },
+      ],
+    };
     let upstream: () => Response = () => HttpResponse.json(catalog);
     const auth: (string | null)[] = [];
     server.use(
@@ -541,7 +659,11 @@ describe("GET /openapi/v1/models", () => {
   });
 
   it("without any cached copy, an upstream failure is 503 service_unavailable", async () => {
-    server.use(http.get(`${UPSTREAM_URL}/openapi/v1/models`, () => HttpResponse.json({ error: { code: "internal_error" } }, { status: 500 })));
+    server.use(
+      http.get(`${UPSTREAM_URL}/openapi/v1/models`, () =>
+        HttpResponse.json({ error: { code: "internal_error" } }, { status: 500 }),
+      ),
+    );
     const { apiKey } = t.client();
     const res = await get(apiKey, "/openapi/v1/models");
     expect(res.status).toBe(503);
@@ -561,19 +683,61 @@ describe("no request produces a 5xx", () => {
         fc.oneof(
           anyJson,
           // Valid bodies with random values spliced in reach deeper than random JSON alone.
-          fc.record({ base: fc.constantFrom(imageBody(), videoBody()), extra: fc.dictionary(fc.constantFrom("model", "mode", "prompt", "count", "image_urls", "video_mode", "duration", "source_video_url", "callback_url", "callback_events", "metadata", "expires_after_seconds", "__proto__", "constructor", "toString"), anyJson) }).map(({ base, extra }) => ({ ...base, ...extra })),
+          fc
+            .record({
+              base: fc.constantFrom(imageBody(), videoBody()),
+              extra: fc.dictionary(
+                fc.constantFrom(
+                  "model",
+                  "mode",
+                  "prompt",
+                  "count",
+                  "image_urls",
+                  "video_mode",
+                  "duration",
+                  "source_video_url",
+                  "callback_url",
+                  "callback_events",
+                  "metadata",
+                  "expires_after_seconds",
+                  "__proto__",
+                  "constructor",
+                  "toString",
+                ),
+                anyJson,
+              ),
+            })
+            .map(({ base, extra }) => ({ ...base, ...extra })),
         ),
         fc.option(headerValue, { nil: undefined }),
-        fc.constantFrom("application/json", "application/json; charset=utf-8", "application/vnd.api+json", "text/plain", "", "application/json; charset=latin1"),
+        fc.constantFrom(
+          "application/json",
+          "application/json; charset=utf-8",
+          "application/vnd.api+json",
+          "text/plain",
+          "",
+          "application/json; charset=latin1",
+        ),
         fc.option(headerValue, { nil: undefined }),
         async (path, body, idemKey, contentType, authSuffix) => {
-          const headers: Record<string, string> = { Authorization: authSuffix === undefined ? `Bearer ${apiKey}` : `Bearer ${authSuffix}` };
+          const headers: Record<string, string> = {
+            Authorization: authSuffix === undefined ? `Bearer ${apiKey}` : `Bearer ${authSuffix}`,
+          };
           if (idemKey !== undefined) headers["Idempotency-Key"] = idemKey;
           if (contentType) headers["Content-Type"] = contentType;
-          const res = await t.request(null, path, { method: "POST", headers, body: new TextEncoder().encode(JSON.stringify(body)) });
+          const res = await t.request(null, path, {
+            method: "POST",
+            headers,
+            body: new TextEncoder().encode(JSON.stringify(body)),
+          });
           expect(res.status).toBeLessThan(500);
           const json = (await res.json()) as Json;
-          if (res.status >= 400) expect(json.error).toMatchObject({ code: expect.any(String), message: expect.any(String), request_id: requestId });
+          if (res.status >= 400)
+            expect(json.error).toMatchObject({
+              code: expect.any(String),
+              message: expect.any(String),
+              request_id: requestId,
+            });
         },
       ),
       { numRuns: 300 },
@@ -585,13 +749,23 @@ describe("no request produces a 5xx", () => {
     await create(apiKey);
     await fc.assert(
       fc.asyncProperty(
-        fc.constantFrom("/openapi/v1/tasks", "/openapi/v1/events", "/openapi/v1/tasks/", "/openapi/v1/tasks/x/deliveries"),
-        fc.dictionary(fc.constantFrom("limit", "cursor", "type", "status", "after", "x"), fc.oneof(fc.string({ maxLength: 40 }), fc.integer().map(String), fc.base64String({ maxLength: 60 }))),
+        fc.constantFrom(
+          "/openapi/v1/tasks",
+          "/openapi/v1/events",
+          "/openapi/v1/tasks/",
+          "/openapi/v1/tasks/x/deliveries",
+        ),
+        fc.dictionary(
+          fc.constantFrom("limit", "cursor", "type", "status", "after", "x"),
+          fc.oneof(fc.string({ maxLength: 40 }), fc.integer().map(String), fc.base64String({ maxLength: 60 })),
+        ),
         fc.string({ maxLength: 30 }),
         fc.option(headerValue, { nil: undefined }),
         async (path, query, id, accept) => {
           const qs = new URLSearchParams(query).toString();
-          const target = path.endsWith("/") ? `${path}${encodeURIComponent(id)}` : path.replace("/x/", `/${encodeURIComponent(id) || "x"}/`);
+          const target = path.endsWith("/")
+            ? `${path}${encodeURIComponent(id)}`
+            : path.replace("/x/", `/${encodeURIComponent(id) || "x"}/`);
           const headers: Record<string, string> = {};
           if (accept !== undefined) headers.Accept = accept;
           const res = await t.request(apiKey, `${target}${qs ? `?${qs}` : ""}`, { headers });

@@ -22,14 +22,21 @@ describe.skipIf(!existsSync(MAIN))("npm run bench (BENCH_QUICK smoke run)", () =
     const out = join(dir, "results.json");
     const committed = join(ROOT, "bench", "results.json");
     const committedBefore = existsSync(committed) ? statSync(committed).mtimeMs : null;
-    const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-      execFile(
-        process.execPath,
-        [RUN],
-        { cwd: ROOT, env: { PATH: process.env.PATH ?? "", BENCH_QUICK: "1", BENCH_OUT: out }, timeout: 360_000, maxBuffer: 16 * 1024 * 1024 },
-        (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-      );
-    });
+    const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>(
+      (resolve) => {
+        execFile(
+          process.execPath,
+          [RUN],
+          {
+            cwd: ROOT,
+            env: { PATH: process.env.PATH ?? "", BENCH_QUICK: "1", BENCH_OUT: out },
+            timeout: 360_000,
+            maxBuffer: 16 * 1024 * 1024,
+          },
+          (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+        );
+      },
+    );
     expect(code, `bench/run.mjs failed:\n${stdout.slice(-3000)}\n${stderr.slice(-3000)}`).toBe(0);
     // A quick run never overwrites the real figures.
     expect(existsSync(committed) ? statSync(committed).mtimeMs : null).toBe(committedBefore);
@@ -44,31 +51,81 @@ describe.skipIf(!existsSync(MAIN))("npm run bench (BENCH_QUICK smoke run)", () =
     expect(Number.isNaN(Date.parse(results.date))).toBe(false);
 
     const b = results.benchmarks;
-    expect(Object.keys(b)).toEqual(expect.arrayContaining(["intake", "delivery", "end_to_end", "memory", "scale", "query_plans"]));
-    expect(b.intake).toMatchObject({ bare: { rate: expect.any(Number) }, relay: { rate: expect.any(Number) }, ratio: expect.any(Number), goal: 0.5 });
+    expect(Object.keys(b)).toEqual(
+      expect.arrayContaining(["intake", "delivery", "end_to_end", "memory", "scale", "query_plans"]),
+    );
+    expect(b.intake).toMatchObject({
+      bare: { rate: expect.any(Number) },
+      relay: { rate: expect.any(Number) },
+      ratio: expect.any(Number),
+      goal: 0.5,
+    });
     expect(b.intake.durable).toBe(true);
     expect(b.intake.relay.rate).toBeGreaterThan(0);
-    expect(b.delivery).toMatchObject({ raw: { rate: expect.any(Number) }, relay: { rate: expect.any(Number) }, ratio: expect.any(Number), goal: 0.6 });
+    expect(b.delivery).toMatchObject({
+      raw: { rate: expect.any(Number) },
+      relay: { rate: expect.any(Number) },
+      ratio: expect.any(Number),
+      goal: 0.6,
+    });
     expect(b.delivery.signature_verified).toBe(true);
     expect(b.delivery.dispatcher_in_process.rate).toBeGreaterThan(0);
     expect(b.end_to_end).toMatchObject({ tasks_per_s: expect.any(Number), complete: true });
-    expect(b.end_to_end.completion_to_webhook_ms).toMatchObject({ p50: expect.any(Number), p95: expect.any(Number), p99: expect.any(Number) });
+    expect(b.end_to_end.completion_to_webhook_ms).toMatchObject({
+      p50: expect.any(Number),
+      p95: expect.any(Number),
+      p99: expect.any(Number),
+    });
     expect(b.memory).toMatchObject({ rss_mb: expect.any(Number), goal_mb: 200, reached: true });
-    expect(b.scale).toMatchObject({ empty: { rate: expect.any(Number) }, seeded: { rate: expect.any(Number) }, ratio: expect.any(Number), goal: 0.8 });
+    expect(b.scale).toMatchObject({
+      empty: { rate: expect.any(Number) },
+      seeded: { rate: expect.any(Number) },
+      ratio: expect.any(Number),
+      goal: 0.8,
+    });
     expect(b.query_plans.queries.length).toBeGreaterThan(5);
-    expect(b.query_plans.queries.map((q: { phase: string }) => q.phase)).toEqual(expect.arrayContaining(["intake", "list", "submitter", "dispatcher"]));
+    expect(b.query_plans.queries.map((q: { phase: string }) => q.phase)).toEqual(
+      expect.arrayContaining(["intake", "list", "submitter", "dispatcher"]),
+    );
     expect(b.poll_scheduling.rows.length).toBeGreaterThan(0);
     // The real-time latency row, small variant: every task called back, the read budget held.
-    expect(b.latency).toMatchObject({ complete: true, signature_verified: true, reads: { budget_ok: true, rate_limited: 0 } });
-    expect(b.latency.completion_to_webhook_ms).toMatchObject({ p50: expect.any(Number), p95: expect.any(Number), max: expect.any(Number) });
+    expect(b.latency).toMatchObject({
+      complete: true,
+      signature_verified: true,
+      reads: { budget_ok: true, rate_limited: 0 },
+    });
+    expect(b.latency.completion_to_webhook_ms).toMatchObject({
+      p50: expect.any(Number),
+      p95: expect.any(Number),
+      max: expect.any(Number),
+    });
     expect(b.latency.reads.busiest_minute).toBeLessThanOrEqual(100);
     expect(b.latency.floors.length).toBeGreaterThan(0);
     // The relay against the minimal prototypes (bench/proto/), and PostgreSQL measured with durable commits.
     const p = b.prototypes;
-    expect(p.intake).toMatchObject({ relay: { rate: expect.any(Number), cpu_ms_per_request: expect.any(Number) }, prototype: { rate: expect.any(Number) }, goal: 0.5, durable: true });
-    expect(p.delivery).toMatchObject({ relay: { cpu_ms_per_webhook: expect.any(Number) }, prototype: { rate: expect.any(Number) }, complete: true });
-    expect(p.end_to_end).toMatchObject({ relay: { cpu_ms_per_task: expect.any(Number) }, prototype: { cpu_ms_per_task: expect.any(Number) }, goal: 2, complete: true });
-    expect(p.postgres).toMatchObject({ settings: { fsync: "on", synchronous_commit: "on" }, batch: { rate: expect.any(Number) }, conflict: { rate: expect.any(Number) }, durable: true });
+    expect(p.intake).toMatchObject({
+      relay: { rate: expect.any(Number), cpu_ms_per_request: expect.any(Number) },
+      prototype: { rate: expect.any(Number) },
+      goal: 0.5,
+      durable: true,
+    });
+    expect(p.delivery).toMatchObject({
+      relay: { cpu_ms_per_webhook: expect.any(Number) },
+      prototype: { rate: expect.any(Number) },
+      complete: true,
+    });
+    expect(p.end_to_end).toMatchObject({
+      relay: { cpu_ms_per_task: expect.any(Number) },
+      prototype: { cpu_ms_per_task: expect.any(Number) },
+      goal: 2,
+      complete: true,
+    });
+    expect(p.postgres).toMatchObject({
+      settings: { fsync: "on", synchronous_commit: "on" },
+      batch: { rate: expect.any(Number) },
+      conflict: { rate: expect.any(Number) },
+      durable: true,
+    });
     expect(b.postgres.settings).toEqual({ fsync: "on", synchronous_commit: "on" });
     expect(b.end_to_end.cpu_ms_per_task).toEqual(expect.any(Number));
     expect(results.table.length).toBeGreaterThanOrEqual(6);

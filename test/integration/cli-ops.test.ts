@@ -93,7 +93,8 @@ function insertTaskWithEvent(database: Database_, clientId: string, padding: str
   });
 }
 
-const count = (database: Database.Database, table: string) => (database.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
+const count = (database: Database.Database, table: string) =>
+  (database.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
 
 describe("db backup", () => {
   it("copies the database consistently while another connection keeps writing", async () => {
@@ -147,9 +148,13 @@ describe("db backup", () => {
     expect(copy.pragma("integrity_check", { simple: true })).toBe("ok");
     expect(copy.pragma("journal_mode", { simple: true })).toBe("delete");
     const tables = (db: Database.Database) =>
-      (db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all() as { name: string }[]).map((r) => r.name);
+      (db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all() as { name: string }[]).map(
+        (r) => r.name,
+      );
     expect(tables(copy)).toEqual(tables(database.sqlite));
-    expect(tables(copy)).toEqual(expect.arrayContaining(["clients", "tasks", "events", "delivery_attempts", "upstream_reads"]));
+    expect(tables(copy)).toEqual(
+      expect.arrayContaining(["clients", "tasks", "events", "delivery_attempts", "upstream_reads"]),
+    );
     // One moment's snapshot: somewhere between the start and the end of the run, and every task
     // with the event written in its transaction.
     const copied = count(copy, "tasks");
@@ -231,7 +236,13 @@ describe("db stats", () => {
     expect(stats.tables).toMatchObject({ clients: 1, tasks: 3, events: 3, delivery_attempts: 0, upstream_reads: 0 });
     expect(stats.tasks_by_status).toEqual({ queued: 0, processing: 3, succeeded: 0, failed: 0, canceled: 0 });
     expect(stats.tasks_by_phase).toEqual({ waiting: 0, submitted: 3, mirroring: 0, done: 0 });
-    expect(stats.deliveries).toMatchObject({ pending: 1, failed: 1, succeeded: 1, none: 0, oldest_pending_at: expect.stringMatching(/^\d{4}-/) });
+    expect(stats.deliveries).toMatchObject({
+      pending: 1,
+      failed: 1,
+      succeeded: 1,
+      none: 0,
+      oldest_pending_at: expect.stringMatching(/^\d{4}-/),
+    });
     expect(stats.files.database).toBe(statSync(dbPath).size);
     expect(stats.files.total).toBe(stats.files.database + stats.files.wal + stats.files.shm);
     expect(stats.pages.page_size).toBeGreaterThan(0);
@@ -265,31 +276,62 @@ describe("tasks list and tasks show", () => {
 
   /** Two clients from the CLI, a relay on the same database, and tasks through the API. */
   async function setup(): Promise<{ succeeded: string; waiting: string; other: string }> {
-    const create = async (name: string) => JSON.parse((await cli(["clients", "create", "--name", name, "--json"])).stdout) as Created;
+    const create = async (name: string) =>
+      JSON.parse((await cli(["clients", "create", "--name", name, "--json"])).stdout) as Created;
     acme = await create("acme");
     const globex = await create("globex");
     // A rotation leaves a previous secret in the row as well: neither may ever be printed.
-    rotatedSecret = (JSON.parse((await cli(["clients", "rotate-secret", acme.id, "--json"])).stdout) as { webhook_secret: string }).webhook_secret;
+    rotatedSecret = (
+      JSON.parse((await cli(["clients", "rotate-secret", acme.id, "--json"])).stdout) as { webhook_secret: string }
+    ).webhook_secret;
     relay = createTestRelay({ DATABASE_PATH: dbPath });
     cleanups.push(() => relay.close());
 
     const post = async (apiKey: string, key: string, extra: Record<string, unknown>) => {
-      const res = await relay.request(apiKey, "/openapi/v1/images/generations", { method: "POST", idempotencyKey: key, json: imageBody(extra) });
+      const res = await relay.request(apiKey, "/openapi/v1/images/generations", {
+        method: "POST",
+        idempotencyKey: key,
+        json: imageBody(extra),
+      });
       expect(res.status).toBe(201);
       return ((await res.json()) as { data: { id: string } }).data.id;
     };
-    const succeeded = await post(acme.api_key, "support-1", { callback_url: "https://example.com/hooks/acme", metadata: { order_id: "1234" } });
+    const succeeded = await post(acme.api_key, "support-1", {
+      callback_url: "https://example.com/hooks/acme",
+      metadata: { order_id: "1234" },
+    });
     const waiting = await post(acme.api_key, "support-2", {});
     const other = await post(globex.api_key, "support-3", {});
 
     const db = relay.database.db;
     const now = Date.now();
     const task = findTask(db, succeeded)!;
-    const running = transitionTask(db, task, { status: "processing", phase: "submitted", upstreamTaskId: "up_7f3a9c", submittedAt: now, submitAttempts: 1, updatedAt: now }, { now })!;
+    const running = transitionTask(
+      db,
+      task,
+      {
+        status: "processing",
+        phase: "submitted",
+        upstreamTaskId: "up_7f3a9c",
+        submittedAt: now,
+        submitAttempts: 1,
+        updatedAt: now,
+      },
+      { now },
+    )!;
     transitionTask(
       db,
       running,
-      { status: "succeeded", phase: "done", outputJson: JSON.stringify({ images: ["https://cdn.example/out.png"] }), pointsCharged: 12, pointsRefunded: 0, completedAt: now, updatedAt: now, nextRunAt: null },
+      {
+        status: "succeeded",
+        phase: "done",
+        outputJson: JSON.stringify({ images: ["https://cdn.example/out.png"] }),
+        pointsCharged: 12,
+        pointsRefunded: 0,
+        completedAt: now,
+        updatedAt: now,
+        nextRunAt: null,
+      },
       { now },
     );
     const event = lastEventOfTask(db, succeeded)!;
@@ -307,12 +349,19 @@ describe("tasks list and tasks show", () => {
       error: "HTTP 503",
       responseBody: "try later",
     });
-    updateEvent(db, event.id, { attempts: 1, lastAttemptAt: now, lastStatusCode: 503, lastError: "HTTP 503", nextAttemptAt: now + 5_000 });
+    updateEvent(db, event.id, {
+      attempts: 1,
+      lastAttemptAt: now,
+      lastStatusCode: 503,
+      lastError: "HTTP 503",
+      nextAttemptAt: now + 5_000,
+    });
     return { succeeded, waiting, other };
   }
 
   function expectNoSecrets(text: string): void {
-    for (const secret of [acme.api_key, acme.webhook_secret, rotatedSecret, hashApiKey(acme.api_key)]) expect(text).not.toContain(secret);
+    for (const secret of [acme.api_key, acme.webhook_secret, rotatedSecret, hashApiKey(acme.api_key)])
+      expect(text).not.toContain(secret);
     expect(text).not.toMatch(/grk_[A-Za-z0-9_-]{20,}/);
     expect(text).not.toMatch(/whsec_/);
   }
@@ -332,7 +381,9 @@ describe("tasks list and tasks show", () => {
       expect(run.stdout).toMatch(/^usage +charged 12, refunded 0$/m);
       expect(run.stdout).toContain("https://cdn.example/out.png");
       expect(run.stdout).toMatch(/^events \(1\)$/m);
-      expect(run.stdout).toMatch(/^ +#1 evt_\S+ task\.succeeded +delivery pending, 1 attempt\(s\), last .* → 503, next attempt /m);
+      expect(run.stdout).toMatch(
+        /^ +#1 evt_\S+ task\.succeeded +delivery pending, 1 attempt\(s\), last .* → 503, next attempt /m,
+      );
       expect(run.stdout).toMatch(/^delivery attempts \(1\)$/m);
       expect(run.stdout).toMatch(/task\.succeeded failed 503 87 ms +https:\/\/example\.com\/hooks\/acme +HTTP 503$/m);
       expectNoSecrets(run.stdout);
@@ -357,9 +408,17 @@ describe("tasks list and tasks show", () => {
       callback: { url: "https://example.com/hooks/acme", events: ["task.succeeded", "task.failed", "task.canceled"] },
     });
     expect(shown.events).toEqual([
-      expect.objectContaining({ type: "task.succeeded", sequence: 1, delivery_status: "pending", attempts: 1, last_status_code: 503 }),
+      expect.objectContaining({
+        type: "task.succeeded",
+        sequence: 1,
+        delivery_status: "pending",
+        attempts: 1,
+        last_status_code: 503,
+      }),
     ]);
-    expect(shown.attempts).toEqual([expect.objectContaining({ outcome: "failed", status_code: 503, latency_ms: 87, error: "HTTP 503" })]);
+    expect(shown.attempts).toEqual([
+      expect.objectContaining({ outcome: "failed", status_code: 503, latency_ms: 87, error: "HTTP 503" }),
+    ]);
     // Field by field, never the client row: nothing that looks like a key or secret.
     expect(JSON.stringify(Object.keys(shown))).not.toMatch(/secret|api_key|hash/);
   });
@@ -372,7 +431,13 @@ describe("tasks list and tasks show", () => {
     expect(missing.stderr).toMatch(/^genrelay: no task task_nope \(neither a relay nor an upstream task id\)/);
 
     const db = relay.database.db;
-    for (const id of [waiting, other]) transitionTask(db, findTask(db, id)!, { upstreamTaskId: "up_shared", upstreamAccount: `acct-${id}` }, { now: Date.now() });
+    for (const id of [waiting, other])
+      transitionTask(
+        db,
+        findTask(db, id)!,
+        { upstreamTaskId: "up_shared", upstreamAccount: `acct-${id}` },
+        { now: Date.now() },
+      );
     const ambiguous = await cli(["tasks", "show", "up_shared"]);
     expect(ambiguous.status).toBe(1);
     expect(ambiguous.stderr).toContain("2 tasks have upstream id up_shared");
@@ -388,18 +453,35 @@ describe("tasks list and tasks show", () => {
     expectNoSecrets(all.stdout);
     expect((JSON.parse(all.stdout) as { id: string }[]).map((t) => t.id)).toEqual([other, waiting, succeeded]);
 
-    const mine = JSON.parse((await cli(["tasks", "list", "--client", acme.id, "--json"])).stdout) as Record<string, unknown>[];
+    const mine = JSON.parse((await cli(["tasks", "list", "--client", acme.id, "--json"])).stdout) as Record<
+      string,
+      unknown
+    >[];
     expect(mine.map((t) => t.id)).toEqual([waiting, succeeded]);
-    expect(mine[1]).toMatchObject({ id: succeeded, status: "succeeded", upstream_task_id: "up_7f3a9c", delivery: "pending", client_id: acme.id });
+    expect(mine[1]).toMatchObject({
+      id: succeeded,
+      status: "succeeded",
+      upstream_task_id: "up_7f3a9c",
+      delivery: "pending",
+      client_id: acme.id,
+    });
 
-    const done = JSON.parse((await cli(["tasks", "list", "--status", "succeeded", "--json"])).stdout) as { id: string }[];
+    const done = JSON.parse((await cli(["tasks", "list", "--status", "succeeded", "--json"])).stdout) as {
+      id: string;
+    }[];
     expect(done.map((t) => t.id)).toEqual([succeeded]);
-    expect((JSON.parse((await cli(["tasks", "list", "--limit", "1", "--json"])).stdout) as { id: string }[]).map((t) => t.id)).toEqual([other]);
+    expect(
+      (JSON.parse((await cli(["tasks", "list", "--limit", "1", "--json"])).stdout) as { id: string }[]).map(
+        (t) => t.id,
+      ),
+    ).toEqual([other]);
 
     const human = await cli(["tasks", "list", "--client", acme.id]);
     expect(human.status).toBe(0);
     expect(human.stdout.split("\n")[0]).toMatch(/^TASK +STATUS +TYPE +DELIVERY +CREATED +CLIENT +MODEL +UPSTREAM$/);
-    expect(human.stdout).toMatch(new RegExp(`^${succeeded} +succeeded +image +pending +\\S+ +${acme.id} +p-image +up_7f3a9c$`, "m"));
+    expect(human.stdout).toMatch(
+      new RegExp(`^${succeeded} +succeeded +image +pending +\\S+ +${acme.id} +p-image +up_7f3a9c$`, "m"),
+    );
     expect(human.stdout).toMatch(new RegExp(`^${waiting} +queued +image +none `, "m"));
     expectNoSecrets(human.stdout);
 
@@ -424,14 +506,38 @@ describe("tasks list and tasks show", () => {
 
 describe("--help and exit codes", () => {
   it.each([
-    [["db", "--help"], ["db backup FILE", "db stats"]],
-    [["db", "backup", "--help"], ["db backup FILE [--force]", "To restore: stop the server", "db stats"]],
-    [["db", "stats", "-h"], ["db stats [--json]", "db backup FILE"]],
-    [["tasks", "--help"], ["tasks list [--client ID]", "tasks show ID"]],
-    [["tasks", "list", "--help"], ["tasks list [--client ID] [--status S] [--limit N] [--json]", "tasks show ID"]],
-    [["tasks", "show", "--help"], ["relay task id or upstream task id", "tasks list"]],
-    [["clients", "update", "--help"], ["clients update ID", "clients create --name NAME"]],
-    [["--help"], ["db backup FILE", "db stats", "tasks list", "tasks show ID", "clients create --name NAME", "Exit codes: 0"]],
+    [
+      ["db", "--help"],
+      ["db backup FILE", "db stats"],
+    ],
+    [
+      ["db", "backup", "--help"],
+      ["db backup FILE [--force]", "To restore: stop the server", "db stats"],
+    ],
+    [
+      ["db", "stats", "-h"],
+      ["db stats [--json]", "db backup FILE"],
+    ],
+    [
+      ["tasks", "--help"],
+      ["tasks list [--client ID]", "tasks show ID"],
+    ],
+    [
+      ["tasks", "list", "--help"],
+      ["tasks list [--client ID] [--status S] [--limit N] [--json]", "tasks show ID"],
+    ],
+    [
+      ["tasks", "show", "--help"],
+      ["relay task id or upstream task id", "tasks list"],
+    ],
+    [
+      ["clients", "update", "--help"],
+      ["clients update ID", "clients create --name NAME"],
+    ],
+    [
+      ["--help"],
+      ["db backup FILE", "db stats", "tasks list", "tasks show ID", "clients create --name NAME", "Exit codes: 0"],
+    ],
   ])("%j prints help on stdout and exits 0, without touching the database", async (args, expected) => {
     const run = await cli(args, { LOG_LEVEL: "not-a-level" });
     expect(run.status).toBe(0);
@@ -450,7 +556,9 @@ describe("--help and exit codes", () => {
   it("a bad environment variable exits 2 for the new commands too", async () => {
     const run = await cli(["tasks", "list"], { TASK_RETENTION_DAYS: "forever" });
     expect(run.status).toBe(2);
-    expect(run.stderr.trimEnd().split("\n")).toEqual([expect.stringMatching(/^genrelay: invalid environment variable TASK_RETENTION_DAYS: /)]);
+    expect(run.stderr.trimEnd().split("\n")).toEqual([
+      expect.stringMatching(/^genrelay: invalid environment variable TASK_RETENTION_DAYS: /),
+    ]);
   });
 
   it("a file that is not a database exits 2", async () => {

@@ -15,10 +15,28 @@ beforeEach(() => {
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
 function cli(args: string[], env: Record<string, string> = {}): Promise<CliRun> {
-  return runCliInProcess(args, { PATH: process.env.PATH ?? "", DATABASE_PATH: dbPath, RELAY_ENCRYPTION_KEY: KEY, ...env });
+  return runCliInProcess(args, {
+    PATH: process.env.PATH ?? "",
+    DATABASE_PATH: dbPath,
+    RELAY_ENCRYPTION_KEY: KEY,
+    ...env,
+  });
 }
 
-const SET = ["--endpoint", "https://s3.eu-west-1.amazonaws.com", "--bucket", "gen-out", "--region", "eu-west-1", "--prefix", "relay/", "--access-key-id", "AKIAEXAMPLE", "--secret-key-env", "S3_SECRET"];
+const SET = [
+  "--endpoint",
+  "https://s3.eu-west-1.amazonaws.com",
+  "--bucket",
+  "gen-out",
+  "--region",
+  "eu-west-1",
+  "--prefix",
+  "relay/",
+  "--access-key-id",
+  "AKIAEXAMPLE",
+  "--secret-key-env",
+  "S3_SECRET",
+];
 
 describe("clients storage", () => {
   it("sets (secret from the environment, never shown), shows and clears a client's bucket", async () => {
@@ -45,7 +63,10 @@ describe("clients storage", () => {
 
   it("refuses a private endpoint, a missing secret, and a relay without RELAY_ENCRYPTION_KEY", async () => {
     const created = JSON.parse((await cli(["clients", "create", "--name", "acme", "--json"])).stdout) as { id: string };
-    const priv = await cli(["clients", "storage", created.id, ...SET.map((a) => (a.startsWith("https://s3") ? "https://10.0.0.5" : a))], { S3_SECRET: "x" });
+    const priv = await cli(
+      ["clients", "storage", created.id, ...SET.map((a) => (a.startsWith("https://s3") ? "https://10.0.0.5" : a))],
+      { S3_SECRET: "x" },
+    );
     expect(priv.status).toBe(1);
     expect(priv.stderr).toContain("--endpoint: 10.0.0.5 is private (RFC 1918)");
     const noSecret = await cli(["clients", "storage", created.id, ...SET]);

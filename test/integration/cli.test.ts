@@ -27,7 +27,9 @@ function cli(args: string[], env: Record<string, string> = {}): Promise<CliRun> 
   return runCliInProcess(args, { PATH: process.env.PATH ?? "", DATABASE_PATH: dbPath, ...env });
 }
 
-async function createClient(name = "acme"): Promise<{ id: string; name: string; api_key: string; webhook_secret: string }> {
+async function createClient(
+  name = "acme",
+): Promise<{ id: string; name: string; api_key: string; webhook_secret: string }> {
   const run = await cli(["clients", "create", "--name", name, "--json"]);
   expect(run.stderr).toBe("");
   expect(run.status).toBe(0);
@@ -43,7 +45,10 @@ function relayOnSameDb(): TestRelay {
 
 describe("clients create", () => {
   it("--json prints exactly one JSON object with id, name, api_key and webhook_secret (the built CLI, as a process)", () => {
-    expect(existsSync(CLI_PATH), `${CLI_PATH} is missing: build first (npx tsc -p tsconfig.build.json, or npm test)`).toBe(true);
+    expect(
+      existsSync(CLI_PATH),
+      `${CLI_PATH} is missing: build first (npx tsc -p tsconfig.build.json, or npm test)`,
+    ).toBe(true);
     const run = runCliProcess(["clients", "create", "--name", "Acme Inc", "--json"], { DATABASE_PATH: dbPath });
     expect(run.status).toBe(0);
     expect(run.stderr).toBe("");
@@ -95,7 +100,8 @@ describe("clients list", () => {
     expect(run.stdout).toContain(b.id);
     expect(run.stdout).toContain("alpha");
     expect(run.stdout).toMatch(new RegExp(`^${a.id}\\s+active\\s`, "m"));
-    for (const secret of [a.api_key, b.api_key, a.webhook_secret, b.webhook_secret]) expect(run.stdout).not.toContain(secret);
+    for (const secret of [a.api_key, b.api_key, a.webhook_secret, b.webhook_secret])
+      expect(run.stdout).not.toContain(secret);
 
     const json = await cli(["clients", "list", "--json"]);
     expect(json.status).toBe(0);
@@ -109,7 +115,8 @@ describe("clients list", () => {
       expect(Object.keys(row)).not.toContain("webhook_secret");
       expect(row.key_prefix).toEqual(expect.stringMatching(/^grk_.{6}…$/));
     }
-    for (const secret of [a.api_key, b.api_key, a.webhook_secret, b.webhook_secret]) expect(json.stdout).not.toContain(secret);
+    for (const secret of [a.api_key, b.api_key, a.webhook_secret, b.webhook_secret])
+      expect(json.stdout).not.toContain(secret);
   });
 
   it("on an empty database says how to create one", async () => {
@@ -174,7 +181,10 @@ describe("usage errors", () => {
     [["clients", "create", "--name"], /--name/],
     [["clients", "create", "--name", "x", "--bogus"], /--bogus/],
     [["clients", "create", "--name", "x", "--max-waiting", "lots"], /--max-waiting must be a whole number/],
-    [["clients", "create", "--name", "x", "--upstream-key-env", "NOT_SET_ANYWHERE"], /NOT_SET_ANYWHERE is empty or unset/],
+    [
+      ["clients", "create", "--name", "x", "--upstream-key-env", "NOT_SET_ANYWHERE"],
+      /NOT_SET_ANYWHERE is empty or unset/,
+    ],
     [["clients", "revoke"], /clients revoke needs a client id/],
     [["clients", "revoke", "cli_unknown"], /no client cli_unknown/],
     [["clients", "rotate-secret"], /clients rotate-secret needs a client id/],
@@ -207,7 +217,9 @@ describe("usage errors", () => {
   });
 
   it("refuses to store a client's upstream key without RELAY_ENCRYPTION_KEY", async () => {
-    const run = await cli(["clients", "create", "--name", "x", "--upstream-key-env", "MY_KEY"], { MY_KEY: "sk_live_secret_value" });
+    const run = await cli(["clients", "create", "--name", "x", "--upstream-key-env", "MY_KEY"], {
+      MY_KEY: "sk_live_secret_value",
+    });
     expect(run.status).toBe(1);
     expect(run.stderr).toMatch(/RELAY_ENCRYPTION_KEY/);
     expect(run.stderr).not.toContain("sk_live_secret_value");
@@ -216,22 +228,47 @@ describe("usage errors", () => {
   it("a bad environment variable stops the CLI with one line naming it", async () => {
     const run = await cli(["clients", "list"], { LOG_LEVEL: "chatty" });
     expect(run.status).toBe(2);
-    expect(run.stderr.trimEnd().split("\n")).toEqual([expect.stringMatching(/^genrelay: invalid environment variable LOG_LEVEL: /)]);
+    expect(run.stderr.trimEnd().split("\n")).toEqual([
+      expect.stringMatching(/^genrelay: invalid environment variable LOG_LEVEL: /),
+    ]);
   });
 });
 
 describe("--help", () => {
-  it.each([[["--help"]], [["-h"]], [["help"]], [["clients", "--help"]], [["clients", "create", "--help"]], [["clients", "revoke", "-h"]]])("%j prints the usage and exits 0", async (args) => {
+  it.each([
+    [["--help"]],
+    [["-h"]],
+    [["help"]],
+    [["clients", "--help"]],
+    [["clients", "create", "--help"]],
+    [["clients", "revoke", "-h"]],
+  ])("%j prints the usage and exits 0", async (args) => {
     const run = await cli(args);
     expect(run.status).toBe(0);
     expect(run.stderr).toBe("");
-    for (const command of ["clients create --name NAME", "clients list", "clients revoke ID", "clients rotate-secret ID"]) expect(run.stdout).toContain(command);
+    for (const command of [
+      "clients create --name NAME",
+      "clients list",
+      "clients revoke ID",
+      "clients rotate-secret ID",
+    ])
+      expect(run.stdout).toContain(command);
   });
 });
 
 describe("limits", () => {
   it("create and update set a client's limits, shown by list", async () => {
-    const run = await cli(["clients", "create", "--name", "x", "--json", "--max-waiting", "5", "--credit-limit", "1000"]);
+    const run = await cli([
+      "clients",
+      "create",
+      "--name",
+      "x",
+      "--json",
+      "--max-waiting",
+      "5",
+      "--credit-limit",
+      "1000",
+    ]);
     expect(run.status).toBe(0);
     const { id } = JSON.parse(run.stdout) as { id: string };
     const updated = await cli(["clients", "update", id, "--max-running", "2", "--credit-limit", "none"]);

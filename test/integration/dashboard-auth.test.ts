@@ -13,7 +13,8 @@ afterEach(async () => {
   await t.close();
 });
 
-const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; media-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+const CSP =
+  "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; media-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 
 describe("dashboard sign-in", () => {
@@ -26,7 +27,9 @@ describe("dashboard sign-in", () => {
     expect(res.headers.get("x-frame-options")).toBe("DENY");
     expect(res.headers.get("cache-control")).toBe("no-store");
     expect(page).toMatch(/<form class="panel" method="post" action="\/dashboard\/sign-in"/);
-    expect(page).toMatch(/<label for="api_key">API key<\/label>\s*<input id="api_key" name="api_key" type="password" required/);
+    expect(page).toMatch(
+      /<label for="api_key">API key<\/label>\s*<input id="api_key" name="api_key" type="password" required/,
+    );
     // No external resource: every src/href is a relay path.
     for (const [, url] of page.matchAll(/(?:src|href)="([^"]+)"/g)) expect(url).toMatch(/^(\/|#)/);
     // The sign-in form's own CSRF token is a double-submit cookie, HttpOnly and SameSite=Strict.
@@ -44,10 +47,17 @@ describe("dashboard sign-in", () => {
     expect(res.status).toBe(303);
     expect(res.headers.get("location")).toBe("/dashboard");
     const cookie = setCookies(res).get("genrelay_session")!;
-    expect(cookie.raw).toMatch(/^genrelay_session=[\w-]{43}; Max-Age=43200; Path=\/dashboard; HttpOnly; SameSite=Strict$/);
+    expect(cookie.raw).toMatch(
+      /^genrelay_session=[\w-]{43}; Max-Age=43200; Path=\/dashboard; HttpOnly; SameSite=Strict$/,
+    );
     expect(cookie.raw).not.toMatch(/Secure/);
     const row = findSession(t.database.db, sha256(cookie.value))!;
-    expect(row).toMatchObject({ clientId: id, createdAt: t.clock.now(), expiresAt: t.clock.now() + 12 * 3600_000, revokedAt: null });
+    expect(row).toMatchObject({
+      clientId: id,
+      createdAt: t.clock.now(),
+      expiresAt: t.clock.now() + 12 * 3600_000,
+      revokedAt: null,
+    });
     const raw = t.database.sqlite.prepare("select * from dashboard_sessions").all();
     expect(JSON.stringify(raw)).not.toContain(cookie.value);
 
@@ -169,7 +179,10 @@ describe("dashboard sessions", () => {
     const page = await v.page("/dashboard");
     const css = /<link rel="stylesheet" href="(\/dashboard\/assets\/app\.[0-9a-f]{10}\.css)">/.exec(page)![1]!;
     const js = /<script src="(\/dashboard\/assets\/app\.[0-9a-f]{10}\.js)" defer>/.exec(page)![1]!;
-    for (const [path, type] of [[css, "text/css"], [js, "text/javascript"]] as const) {
+    for (const [path, type] of [
+      [css, "text/css"],
+      [js, "text/javascript"],
+    ] as const) {
       const res = await t.relay.app.request(path);
       expect(res.status).toBe(200);
       expect(res.headers.get("content-type")).toContain(type);

@@ -13,7 +13,8 @@ const TOKEN = "zap-token-9c41e0b7";
 const SECOND = "make-secret-31f7aa";
 const TASK_TOKEN = "task-own-token-77d2";
 
-const apiSettings = async (t: TestRelay, apiKey: string) => ((await (await t.request(apiKey, "/openapi/v1/webhooks/settings")).json()) as { data: any }).data;
+const apiSettings = async (t: TestRelay, apiKey: string) =>
+  ((await (await t.request(apiKey, "/openapi/v1/webhooks/settings")).json()) as { data: any }).data;
 
 /** Posts a form of the settings page and returns the status and the page it answers with. */
 async function post(v: Visitor, action: string, fields: Record<string, string> = {}) {
@@ -21,13 +22,20 @@ async function post(v: Visitor, action: string, fields: Record<string, string> =
   return { status: res.status, page: await res.text() };
 }
 
-const headerRows = (page: string) => [...page.matchAll(/<td data-label="Header" class="mono">([^<]+)<\/td><td data-label="Value" class="muted">set \(hidden\)<\/td>/g)].map((m) => m[1]);
+const headerRows = (page: string) =>
+  [
+    ...page.matchAll(
+      /<td data-label="Header" class="mono">([^<]+)<\/td><td data-label="Value" class="muted">set \(hidden\)<\/td>/g,
+    ),
+  ].map((m) => m[1]);
 
 function verifiedBy(publicKey: string, req: Received): boolean {
   const x = Buffer.from(publicKey.slice("whpk_".length), "base64").toString("base64url");
   const key = createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x }, format: "jwk" });
   const content = Buffer.from(`${req.headers["webhook-id"]}.${req.headers["webhook-timestamp"]}.${req.body}`);
-  return req.headers["webhook-signature"]!.split(" ").some((part) => part.startsWith("v1a,") && verify(null, content, key, Buffer.from(part.slice(4), "base64")));
+  return req.headers["webhook-signature"]!.split(" ").some(
+    (part) => part.startsWith("v1a,") && verify(null, content, key, Buffer.from(part.slice(4), "base64")),
+  );
 }
 
 describe("dashboard: webhook settings page", () => {
@@ -46,7 +54,9 @@ describe("dashboard: webhook settings page", () => {
     // Same name in another case: replaced, not added.
     res = await post(v, "/headers", { name: "x-zap-token", value: TOKEN });
     seen.push(res.page);
-    expect(res.page).toContain('<div class="notice ok" role="status">Header x-zap-token saved. Its value is not shown again.</div>');
+    expect(res.page).toContain(
+      '<div class="notice ok" role="status">Header x-zap-token saved. Its value is not shown again.</div>',
+    );
     expect(headerRows(res.page)).toEqual(["x-make-key", "x-zap-token"]);
     expect((await apiSettings(t, apiKey)).callback_headers).toEqual(["x-make-key", "x-zap-token"]);
 
@@ -59,10 +69,15 @@ describe("dashboard: webhook settings page", () => {
     seen.push(res.page);
 
     // A test ping and a task's webhook carry the defaults (and the task's own header).
-    seen.push(await (await v.submit("/dashboard/webhooks", "/dashboard/webhooks/test", { url: r.url("/ping") })).text());
+    seen.push(
+      await (await v.submit("/dashboard/webhooks", "/dashboard/webhooks/test", { url: r.url("/ping") })).text(),
+    );
     expect(r.requests[0]!.headers["x-zap-token"]).toBe(TOKEN);
     expect(r.requests[0]!.headers["x-make-key"]).toBe(SECOND);
-    const id = await createTask(t, apiKey, { callback_url: r.url("/hook"), callback_headers: { "X-Task-Token": TASK_TOKEN } });
+    const id = await createTask(t, apiKey, {
+      callback_url: r.url("/hook"),
+      callback_headers: { "X-Task-Token": TASK_TOKEN },
+    });
     await t.relay.submitter.runOnce();
     up.set(up.taskOf(id)!.id, { status: "succeeded", output: {} });
     t.clock.advance(3_000);
@@ -71,8 +86,17 @@ describe("dashboard: webhook settings page", () => {
     const delivered = r.requests.find((q) => q.url === "/hook")!;
     expect(delivered.headers).toMatchObject({ "x-zap-token": TOKEN, "x-make-key": SECOND, "x-task-token": TASK_TOKEN });
 
-    for (const path of ["/dashboard", `/dashboard/tasks/${id}`, "/dashboard/webhooks", "/dashboard/usage", "/dashboard/storage", "/dashboard/settings"]) seen.push(await v.page(path));
-    for (const page of seen) for (const value of [TOKEN, SECOND, TASK_TOKEN, "first-value-0000"]) expect(page).not.toContain(value);
+    for (const path of [
+      "/dashboard",
+      `/dashboard/tasks/${id}`,
+      "/dashboard/webhooks",
+      "/dashboard/usage",
+      "/dashboard/storage",
+      "/dashboard/settings",
+    ])
+      seen.push(await v.page(path));
+    for (const page of seen)
+      for (const value of [TOKEN, SECOND, TASK_TOKEN, "first-value-0000"]) expect(page).not.toContain(value);
 
     res = await post(v, "/headers/remove", { name: "X-Make-Key" });
     expect(headerRows(res.page)).toEqual(["x-zap-token"]);

@@ -9,7 +9,8 @@ import { upstreamSuite } from "../helpers/upstream-suite.js";
 const { setup, receiver } = upstreamSuite();
 
 /** Ids of the task links in a tasks page, in page order. */
-const rowIds = (page: string) => [...page.matchAll(/<a class="mono" href="\/dashboard\/tasks\/(task_\w+)">/g)].map((m) => m[1]);
+const rowIds = (page: string) =>
+  [...page.matchAll(/<a class="mono" href="\/dashboard\/tasks\/(task_\w+)">/g)].map((m) => m[1]);
 
 async function succeed(t: TestRelay, up: FakeUpstream, apiKey: string, id: string, output: unknown) {
   await t.relay.submitter.runOnce();
@@ -92,7 +93,11 @@ describe("dashboard: task page", () => {
     r.answers.push(status(500));
     const { apiKey } = t.client();
     const id = await createTask(t, apiKey, { callback_url: r.url("/hook"), metadata: { order: "A-17" } });
-    const output = { images: [{ url: "https://files.upstream.test/out/1.png" }], video: { url: "https://media.upstream.test/v" }, note: "http://plain.test/x.png" };
+    const output = {
+      images: [{ url: "https://files.upstream.test/out/1.png" }],
+      video: { url: "https://media.upstream.test/v" },
+      note: "http://plain.test/x.png",
+    };
     await succeed(t, up, apiKey, id, output);
     await t.relay.dispatcher.runOnce();
     t.clock.advance(10_000);
@@ -111,9 +116,16 @@ describe("dashboard: task page", () => {
     expect(page).not.toContain('src="http://plain.test');
     expect(page).toContain('<a href="http://plain.test/x.png" rel="noreferrer">');
     expect(page).toMatch(/<dt>Charged<\/dt><dd>20<\/dd><dt>Refunded<\/dt><dd>5<\/dd>/);
-    const eventId = /event <strong>task.succeeded<\/strong><\/td><td><span class="badge b-succeeded">succeeded<\/span><\/td><td><\/td><td><\/td><td class="mono">(evt_\w+)<\/td>/.exec(page)?.[1];
+    const eventId =
+      /event <strong>task.succeeded<\/strong><\/td><td><span class="badge b-succeeded">succeeded<\/span><\/td><td><\/td><td><\/td><td class="mono">(evt_\w+)<\/td>/.exec(
+        page,
+      )?.[1];
     expect(eventId).toBeDefined();
-    const attempts = [...page.matchAll(/<td>attempt: task.succeeded[^]*?<td><span class="badge b-(\w+)">\w+<\/span> (\d+)<\/td><td>(\d+) ms<\/td><td class="hide-sm">([^<]+)<\/td><td class="mono">(evt_\w+)<\/td>/g)];
+    const attempts = [
+      ...page.matchAll(
+        /<td>attempt: task.succeeded[^]*?<td><span class="badge b-(\w+)">\w+<\/span> (\d+)<\/td><td>(\d+) ms<\/td><td class="hide-sm">([^<]+)<\/td><td class="mono">(evt_\w+)<\/td>/g,
+      ),
+    ];
     expect(attempts.map((m) => [m[1], m[2], m[4], m[5]])).toEqual([
       ["failed", "500", r.url("/hook"), eventId],
       ["succeeded", "200", r.url("/hook"), eventId],
@@ -139,7 +151,9 @@ describe("dashboard: task page", () => {
     expect(pending).toContain('<meta name="genrelay-refresh" content="3000">');
     await t.relay.dispatcher.runOnce();
     const after = await v.page(`/dashboard/tasks/${id}`);
-    const ids = [...after.matchAll(/<td>attempt: task.succeeded[^]*?<td class="mono">(evt_\w+)<\/td>/g)].map((m) => m[1]);
+    const ids = [...after.matchAll(/<td>attempt: task.succeeded[^]*?<td class="mono">(evt_\w+)<\/td>/g)].map(
+      (m) => m[1],
+    );
     expect(ids).toHaveLength(2);
     expect(ids[0]).toBe(ids[1]);
     expect(r.requests.map((q) => q.headers["webhook-id"])).toEqual(ids);
@@ -172,7 +186,11 @@ describe("dashboard: task page", () => {
     expect((await readTask(t, apiKey, waiting)).data.status).toBe("queued");
     const confirm = await v.page(`${taskPath}/cancel`);
     expect(confirm).toContain("<h1>Cancel this task?</h1>");
-    expect(confirm).toMatch(new RegExp(`<form class="actions" method="post" action="${taskPath}/cancel"><input type="hidden" name="csrf" value="[^"]+"><input type="hidden" name="confirm" value="yes">`));
+    expect(confirm).toMatch(
+      new RegExp(
+        `<form class="actions" method="post" action="${taskPath}/cancel"><input type="hidden" name="csrf" value="[^"]+"><input type="hidden" name="confirm" value="yes">`,
+      ),
+    );
     expect(confirm).not.toContain("<script>");
     const res = await v.submit(`${taskPath}/cancel`, `${taskPath}/cancel`, { confirm: "yes" });
     expect(res.status).toBe(303);
@@ -193,7 +211,10 @@ describe("dashboard: task page", () => {
     const asked = await v.get(`/dashboard/tasks/${submitted}/cancel`);
     expect(asked.status).toBe(409);
     expect(await asked.text()).toContain("The task was already submitted upstream, which offers no cancel");
-    const refused = await v.post(`/dashboard/tasks/${submitted}/cancel`, { csrf: csrfOf(submittedPage), confirm: "yes" });
+    const refused = await v.post(`/dashboard/tasks/${submitted}/cancel`, {
+      csrf: csrfOf(submittedPage),
+      confirm: "yes",
+    });
     expect(refused.status).toBe(409);
     expect(await refused.text()).toContain("The task was already submitted upstream, which offers no cancel");
     expect((await readTask(t, apiKey, submitted)).data.status).toBe("queued");
@@ -226,7 +247,9 @@ describe("dashboard: task page", () => {
     );
     expect(page).toContain(`(in ${(wait / 1000).toFixed(1)} s)</span>`);
     t.clock.advance(wait + 1);
-    expect(await v.page(`/dashboard/tasks/${id}`)).toContain('<span class="muted next-attempt">next attempt due now</span>');
+    expect(await v.page(`/dashboard/tasks/${id}`)).toContain(
+      '<span class="muted next-attempt">next attempt due now</span>',
+    );
     // Delivered on the retry: no next attempt any more; the 2xx's own body is shown too.
     await t.relay.dispatcher.runOnce();
     const after = await v.page(`/dashboard/tasks/${id}`);

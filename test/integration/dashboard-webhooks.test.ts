@@ -17,7 +17,15 @@ const hostRows = (page: string) =>
     ...page.matchAll(
       /<tr><td data-label="Host" class="mono">([^<]+)<\/td><td data-label="State"><span class="badge b-(\w+)">[^]*?<td data-label="Failed attempts">([^<]*)<\/td>\s*<td data-label="Last error">([^<]*)<\/td>\s*<td data-label="Pending events">(\d+)<\/td>\s*<td data-label="Circuit breaker"><span class="badge b-([\w-]+)">[^]*?<td data-label="Action">([^]*?)<\/td><\/tr>/g,
     ),
-  ].map((m) => ({ host: m[1], state: m[2], failed: m[3], error: m[4], pending: Number(m[5]), breaker: m[6], retry: m[7]!.includes(">Retry now</button>") }));
+  ].map((m) => ({
+    host: m[1],
+    state: m[2],
+    failed: m[3],
+    error: m[4],
+    pending: Number(m[5]),
+    breaker: m[6],
+    retry: m[7]!.includes(">Retry now</button>"),
+  }));
 
 async function succeed(t: TestRelay, up: FakeUpstream, apiKey: string, id: string) {
   await t.relay.submitter.runOnce();
@@ -116,7 +124,10 @@ describe("dashboard: webhooks page", () => {
     const host = new URL(r.url()).host;
     let page = await v.page("/dashboard/webhooks");
     expect(page).not.toContain("elsewhere.test");
-    expect(hostRows(page).map((h) => [h.host, h.breaker, h.state])).toEqual([["hooks.example.com:443", "closed", "ok"], [host, "closed", "ok"]]);
+    expect(hostRows(page).map((h) => [h.host, h.breaker, h.state])).toEqual([
+      ["hooks.example.com:443", "closed", "ok"],
+      [host, "closed", "ok"],
+    ]);
 
     // Five failures in a row open the breaker for the receiver's host.
     await t.relay.submitter.runOnce();
@@ -126,7 +137,11 @@ describe("dashboard: webhooks page", () => {
     for (let i = 0; i < 5; i++) await t.relay.dispatcher.runOnce();
     expect(r.requests).toHaveLength(5);
     page = await v.page("/dashboard/webhooks");
-    expect(hostRows(page).find((h) => h.host === host)).toMatchObject({ breaker: "open", state: "failing", failed: "5" });
+    expect(hostRows(page).find((h) => h.host === host)).toMatchObject({
+      breaker: "open",
+      state: "failing",
+      failed: "5",
+    });
   });
 
   it("every signed-in page carries a banner of the client's callback hosts answering no 2xx, until the host answers 2xx again (#21)", async () => {
@@ -145,7 +160,9 @@ describe("dashboard: webhooks page", () => {
     const host = new URL(r.url()).host;
     for (const path of pages) {
       const page = await v.page(path);
-      expect(page, path).toContain('<section class="notice error failing-banner" aria-labelledby="failing-title">\n<h2 id="failing-title">A callback host is failing</h2>');
+      expect(page, path).toContain(
+        '<section class="notice error failing-banner" aria-labelledby="failing-title">\n<h2 id="failing-title">A callback host is failing</h2>',
+      );
       expect(page, path).toContain(
         `<li><span class="mono">${host}</span> has answered no 2xx since <time datetime="${new Date(failedAt).toISOString()}">`,
       );
@@ -180,14 +197,28 @@ describe("dashboard: webhooks page", () => {
     let page = await v.page("/dashboard/webhooks");
     expect(hostRows(page)).toEqual([
       { host, state: "failing", failed: "2", error: "HTTP 503", pending: 2, breaker: "closed", retry: true },
-      { host: "hooks.example.com:443", state: "ok", failed: "—", error: "—", pending: 0, breaker: "closed", retry: false },
+      {
+        host: "hooks.example.com:443",
+        state: "ok",
+        failed: "—",
+        error: "—",
+        pending: 0,
+        breaker: "closed",
+        retry: false,
+      },
     ]);
-    expect(page).toContain(`<span class="badge b-failing">failing</span> <span class="muted">since <time datetime="${new Date(failingSince).toISOString()}">`);
-    expect(page).toContain(`<input type="hidden" name="host" value="${host}"><button class="btn secondary" type="submit" aria-label="Retry now: ${host}">Retry now</button>`);
+    expect(page).toContain(
+      `<span class="badge b-failing">failing</span> <span class="muted">since <time datetime="${new Date(failingSince).toISOString()}">`,
+    );
+    expect(page).toContain(
+      `<input type="hidden" name="host" value="${host}"><button class="btn secondary" type="submit" aria-label="Retry now: ${host}">Retry now</button>`,
+    );
 
     // Recover re-queues failed deliveries only: it finds none, and says the two are retrying.
     expect(page).toContain("<strong>2 deliveries are retrying</strong> after a failed attempt.");
-    const recovered = await (await v.post("/dashboard/webhooks/recover", { csrf: csrfOf(page), since: "2026-01-01T11:00" })).text();
+    const recovered = await (
+      await v.post("/dashboard/webhooks/recover", { csrf: csrfOf(page), since: "2026-01-01T11:00" })
+    ).text();
     expect(recovered).toContain("0 failed deliveries queued again.");
     expect(recovered).toContain("<strong>2 deliveries are retrying</strong>");
 
@@ -196,11 +227,21 @@ describe("dashboard: webhooks page", () => {
     expect((await v.post("/dashboard/webhooks/hosts/retry", { host })).status).toBe(403);
     const retried = await v.post("/dashboard/webhooks/hosts/retry", { csrf: csrfOf(page), host });
     expect(retried.status).toBe(200);
-    expect(await retried.text()).toContain(`<div class="notice ok" role="status">2 webhooks to ${host} sent now, as a trial.</div>`);
+    expect(await retried.text()).toContain(
+      `<div class="notice ok" role="status">2 webhooks to ${host} sent now, as a trial.</div>`,
+    );
     await t.relay.dispatcher.runOnce();
     expect(r.requests).toHaveLength(4);
     page = await v.page("/dashboard/webhooks");
-    expect(hostRows(page)[1]).toEqual({ host, state: "ok", failed: "—", error: "—", pending: 0, breaker: "closed", retry: false });
+    expect(hostRows(page)[1]).toEqual({
+      host,
+      state: "ok",
+      failed: "—",
+      error: "—",
+      pending: 0,
+      breaker: "closed",
+      retry: false,
+    });
     expect(page).toContain("No delivery is retrying now.");
     expect(page).not.toContain("failing-banner");
 
@@ -209,9 +250,14 @@ describe("dashboard: webhooks page", () => {
     expect(bad.status).toBe(400);
     expect(await bad.text()).toContain('<div class="notice error" role="alert">host must be hostname:port');
     let last: Response | undefined;
-    for (let i = 1; i <= TRIGGERS_PER_MINUTE; i++) last = await v.post("/dashboard/webhooks/hosts/retry", { csrf: csrfOf(page), host });
+    for (let i = 1; i <= TRIGGERS_PER_MINUTE; i++)
+      last = await v.post("/dashboard/webhooks/hosts/retry", { csrf: csrfOf(page), host });
     expect(last!.status).toBe(429);
-    expect(await last!.text()).toMatch(new RegExp(`<div class="notice error" role="alert">At most ${TRIGGERS_PER_MINUTE} retry-nows a minute. Retry in \\d+ s.</div>`));
+    expect(await last!.text()).toMatch(
+      new RegExp(
+        `<div class="notice error" role="alert">At most ${TRIGGERS_PER_MINUTE} retry-nows a minute. Retry in \\d+ s.</div>`,
+      ),
+    );
   });
 });
 
@@ -221,7 +267,11 @@ describe("dashboard: usage page", () => {
     const { apiKey } = t.client("metered", { creditLimit: 1_000 });
     const done = await createTask(t, apiKey);
     await t.relay.submitter.runOnce();
-    up.set(up.taskOf(done)!.id, { status: "succeeded", output: {}, usage: { points_charged: 40, points_refunded: 10 } });
+    up.set(up.taskOf(done)!.id, {
+      status: "succeeded",
+      output: {},
+      usage: { points_charged: 40, points_refunded: 10 },
+    });
     t.clock.advance(3_000);
     await t.relay.poller.runOnce();
     t.clock.advance(3 * 3600_000);
@@ -233,12 +283,16 @@ describe("dashboard: usage page", () => {
     expect(page).toContain('<div class="muted">Refunded</div><div class="n">10</div>');
     expect(page).toMatch(/<div class="muted">Reserved<\/div><div class="n">\d+<\/div>/);
     expect(page).toContain('<div class="muted">Credit limit</div><div class="n">1000</div>');
-    expect(page).toMatch(/<label for="budget">Spent plus reserved: \d+ of 1000 points<\/label>\s*<meter id="budget" min="0" max="1000"/);
+    expect(page).toMatch(
+      /<label for="budget">Spent plus reserved: \d+ of 1000 points<\/label>\s*<meter id="budget" min="0" max="1000"/,
+    );
     // The chart: 24 hours, one succeeded bar at 12:00 and a two-task queued bar at 15:00.
     const svg = /<svg class="chart"[^]*?<\/svg>/.exec(page)![0];
     expect(svg).toContain('role="img"');
-    expect(svg).toContain("<desc id=\"chart-desc\">3 tasks in total; the busiest hour had 2.</desc>");
-    const rects = [...svg.matchAll(/<rect class="s-(\w+)"[^>]* height="([\d.]+)"><title>([^<]+)<\/title><\/rect>/g)].map((m) => [m[1], m[2], m[3]]);
+    expect(svg).toContain('<desc id="chart-desc">3 tasks in total; the busiest hour had 2.</desc>');
+    const rects = [
+      ...svg.matchAll(/<rect class="s-(\w+)"[^>]* height="([\d.]+)"><title>([^<]+)<\/title><\/rect>/g),
+    ].map((m) => [m[1], m[2], m[3]]);
     expect(rects).toEqual([
       ["succeeded", "83.0", "12:00 UTC: 1 succeeded"],
       ["queued", "166.0", "15:00 UTC: 2 queued"],
@@ -256,7 +310,12 @@ describe("GET /docs", () => {
     expect(res.status).toBe(200);
     expect(page).not.toMatch(/https?:\/\//);
     const refs = [...page.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]);
-    expect(refs).toEqual(["/docs/assets/swagger-ui.css", "/openapi.json", "/docs/assets/swagger-ui-bundle.js", "/docs/assets/init.js"]);
+    expect(refs).toEqual([
+      "/docs/assets/swagger-ui.css",
+      "/openapi.json",
+      "/docs/assets/swagger-ui-bundle.js",
+      "/docs/assets/init.js",
+    ]);
     for (const ref of refs) expect((await t.relay.app.request(ref!)).status, ref).toBe(200);
     expect(await (await t.relay.app.request("/docs/assets/init.js")).text()).toContain('url: "/openapi.json"');
     expect((await t.relay.app.request("/docs/assets/package.json")).status).toBe(404);

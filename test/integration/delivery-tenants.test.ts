@@ -3,7 +3,15 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { findEvent, type EventRow } from "../../src/db/events.js";
 import { silentLogger } from "../../src/logger.js";
 import { destinationHost } from "../../src/webhooks/destination.js";
-import { countingReceiver, startDispatcherLoop, succeed, succeededTasks, SystemClock, waitFor, type CountingReceiver } from "../helpers/delivery.js";
+import {
+  countingReceiver,
+  startDispatcherLoop,
+  succeed,
+  succeededTasks,
+  SystemClock,
+  waitFor,
+  type CountingReceiver,
+} from "../helpers/delivery.js";
 import { createTask } from "../helpers/flow.js";
 import { hang, ok, startReceiver, status, type Answer, type Received } from "../helpers/receiver.js";
 import type { TestRelay } from "../helpers/relay.js";
@@ -64,7 +72,9 @@ describe("partly working receivers get every webhook within their retry schedule
     const c = t.client("cold");
     const events = await succeededTasks(t, c.apiKey, coldStart.url(), 40);
 
-    const took = await runFakeTime(t, 100, 60_000, () => statuses(t, events).every((e) => e.deliveryStatus === "succeeded"));
+    const took = await runFakeTime(t, 100, 60_000, () =>
+      statuses(t, events).every((e) => e.deliveryStatus === "succeeded"),
+    );
     console.info(`cold-starting receiver: 40 webhooks delivered after ${took} ms of fake time`);
     // Before #21: the circuit opened after 5 first attempts, its trial was again a first attempt, and
     // after 60 s 37 of 40 were still pending.
@@ -84,7 +94,9 @@ describe("partly working receivers get every webhook within their retry schedule
     const c = t.client("flaky");
     const events = await succeededTasks(t, c.apiKey, flaky.url(), 40);
 
-    const took = await runFakeTime(t, 100, 60_000, () => statuses(t, events).every((e) => e.deliveryStatus !== "pending"));
+    const took = await runFakeTime(t, 100, 60_000, () =>
+      statuses(t, events).every((e) => e.deliveryStatus !== "pending"),
+    );
     console.info(`receiver failing half at random: settled after ${took} ms of fake time`);
     expect(statuses(t, events).map((e) => e.deliveryStatus)).toEqual(Array(40).fill("succeeded"));
     expect(took).toBeLessThanOrEqual(15_000);
@@ -141,7 +153,9 @@ describe("paused hosts cost nothing while they have nothing to send, and recover
     await runFakeTime(t, 200, 1_400, () => t.relay.dispatcher.breakers.state(key) === "open");
     expect(t.relay.dispatcher.breakers.state(key)).toBe("open");
     dead.setAnswer(ok);
-    const trials = vi.spyOn(t.store.events, "claimTrial").mockRejectedValueOnce(new Error("SQLITE_BUSY: database is locked"));
+    const trials = vi
+      .spyOn(t.store.events, "claimTrial")
+      .mockRejectedValueOnce(new Error("SQLITE_BUSY: database is locked"));
     t.clock.advance(t.relay.dispatcher.breakers.nextTrialAt()! - t.clock.now());
     // The failed claim hands the permit back, so the trial still goes (in this claim or the next).
     await t.relay.dispatcher.runOnce();
@@ -174,9 +188,11 @@ describe("fair share of the pool", () => {
     await d.drain();
   });
 
-
   it("a client whose receivers answer 2xx slowly on 10 host:ports holds at most its share; another client's webhook goes out at once", async () => {
-    const { t } = suite.setup({ WEBHOOK_TIMEOUT_MS: "5000", WEBHOOK_RETRY_SCHEDULE: "0s,1h" }, { clock: new SystemClock() });
+    const { t } = suite.setup(
+      { WEBHOOK_TIMEOUT_MS: "5000", WEBHOOK_RETRY_SCHEDULE: "0s,1h" },
+      { clock: new SystemClock() },
+    );
     const slowAnswer: Answer = (_req, res) => {
       setTimeout(() => res.end("ok"), 2_500);
     };
@@ -193,7 +209,9 @@ describe("fair share of the pool", () => {
     const event = succeed(t, bTask);
     await waitFor("B's webhook", () => fast.arrivals.has(event.id), 2_000);
     const latency = fast.arrivals.get(event.id)! - event.createdAt;
-    console.info(`fair share: victim's completion→webhook ${latency} ms while A holds ${aOpen()} slow attempts (pool 64, per host 8)`);
+    console.info(
+      `fair share: victim's completion→webhook ${latency} ms while A holds ${aOpen()} slow attempts (pool 64, per host 8)`,
+    );
     // Before #21: A held all 64 slots and B's webhook waited for A's backlog (10 s with 120 slow tasks).
     expect(latency).toBeLessThan(1_000);
     expect(Math.max(...slow.map((r) => r.maxOpen()))).toBeLessThanOrEqual(8);
@@ -205,7 +223,10 @@ describe("fair share of the pool", () => {
 
 describe("a settled attempt refills its own key (#24: no scan of every due event per webhook)", () => {
   it("60 webhooks to one receiver at its per-host cap go out through per-key claims; the loop's claim of the whole due index runs a few times, not once per webhook", async () => {
-    const { t } = suite.setup({ WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "2", WEBHOOK_RETRY_SCHEDULE: "0s,1h" }, { clock: new SystemClock() });
+    const { t } = suite.setup(
+      { WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "2", WEBHOOK_RETRY_SCHEDULE: "0s,1h" },
+      { clock: new SystemClock() },
+    );
     const r = await receiver((_req, res) => {
       setTimeout(() => res.end("ok"), 5);
     });
@@ -226,7 +247,10 @@ describe("a settled attempt refills its own key (#24: no scan of every due event
   });
 
   it("a client at its fair share does not refill: the freed slot goes back to the pool, where another client's due webhook takes it", async () => {
-    const { t } = suite.setup({ WEBHOOK_MAX_IN_FLIGHT: "8", WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "8", WEBHOOK_RETRY_SCHEDULE: "0s,1h" }, { clock: new SystemClock() });
+    const { t } = suite.setup(
+      { WEBHOOK_MAX_IN_FLIGHT: "8", WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "8", WEBHOOK_RETRY_SCHEDULE: "0s,1h" },
+      { clock: new SystemClock() },
+    );
     const slowish = await receiver((_req, res) => {
       setTimeout(() => res.end("ok"), 20);
     });
@@ -235,7 +259,11 @@ describe("a settled attempt refills its own key (#24: no scan of every due event
     const b = t.client("other");
     const aEvents = await succeededTasks(t, a.apiKey, slowish.url(), 40);
     startDispatcherLoop(t);
-    await waitFor("A's attempts to fill the pool less its reserve", () => t.relay.dispatcher.inFlightOf(a.id) >= 7, 2_000);
+    await waitFor(
+      "A's attempts to fill the pool less its reserve",
+      () => t.relay.dispatcher.inFlightOf(a.id) >= 7,
+      2_000,
+    );
     const bEvents = await succeededTasks(t, b.apiKey, fast.url(), 3);
     await waitFor("B's webhooks", () => bEvents.every((e) => fast.arrivals.has(e.id)), 3_000);
     await waitFor("A's webhooks", () => aEvents.every((e) => slowish.arrivals.has(e.id)), 10_000);
@@ -253,10 +281,18 @@ async function noticeReceiver() {
   return r;
 }
 
-function verified(secret: string, req: Received, nowMs: number): { id: string; type: string; data: Record<string, unknown> } {
+function verified(
+  secret: string,
+  req: Received,
+  nowMs: number,
+): { id: string; type: string; data: Record<string, unknown> } {
   vi.useFakeTimers({ toFake: ["Date"], now: nowMs });
   try {
-    return new Webhook(secret).verify(req.body, req.headers) as { id: string; type: string; data: Record<string, unknown> };
+    return new Webhook(secret).verify(req.body, req.headers) as {
+      id: string;
+      type: string;
+      data: Record<string, unknown>;
+    };
   } finally {
     vi.useRealTimers();
   }
@@ -279,7 +315,13 @@ describe("failure notices and retry now", () => {
     // Listed for the client (the API; the dashboard shows the same as a banner).
     const hosts = await t.request(c.apiKey, "/openapi/v1/webhooks/hosts");
     expect(((await hosts.json()) as { data: unknown[] }).data).toEqual([
-      { host, failing_since: new Date(startedAt).toISOString(), attempts: expect.any(Number), pending_events: 3, last_error: "HTTP 500" },
+      {
+        host,
+        failing_since: new Date(startedAt).toISOString(),
+        attempts: expect.any(Number),
+        pending_events: 3,
+        last_error: "HTTP 500",
+      },
     ]);
 
     t.clock.set(startedAt + 10 * 60_000);
@@ -295,14 +337,23 @@ describe("failure notices and retry now", () => {
 
     // The receiver is back; the client asks to retry now instead of waiting for the next trial.
     dead.setAnswer(ok);
-    const retry = await t.request(c.apiKey, `/openapi/v1/webhooks/hosts/${encodeURIComponent(host)}/retry`, { method: "POST" });
+    const retry = await t.request(c.apiKey, `/openapi/v1/webhooks/hosts/${encodeURIComponent(host)}/retry`, {
+      method: "POST",
+    });
     expect(retry.status).toBe(202);
     expect(((await retry.json()) as { data: { requeued: number } }).data).toEqual({ host, requeued: 3 });
     for (let i = 0; i < 3; i++) await t.relay.dispatcher.runOnce();
     expect(statuses(t, events).map((e) => e.deliveryStatus)).toEqual(["succeeded", "succeeded", "succeeded"]);
     expect(await t.relay.notifier.runOnce()).toBe(1);
     const recovered = verified(c.secret, ops.requests[1]!, t.clock.now());
-    expect(recovered).toMatchObject({ type: "endpoint.recovered", data: { host, failing_since: new Date(startedAt).toISOString(), recovered_at: new Date(t.clock.now()).toISOString() } });
+    expect(recovered).toMatchObject({
+      type: "endpoint.recovered",
+      data: {
+        host,
+        failing_since: new Date(startedAt).toISOString(),
+        recovered_at: new Date(t.clock.now()).toISOString(),
+      },
+    });
     const after = await t.request(c.apiKey, "/openapi/v1/webhooks/hosts");
     expect(((await after.json()) as { data: unknown[] }).data).toEqual([]);
   });
@@ -323,7 +374,14 @@ describe("failure notices and retry now", () => {
     expect(ops.requests).toHaveLength(1);
     expect(verified(c.secret, ops.requests[0]!, t.clock.now())).toMatchObject({
       type: "delivery.exhausted",
-      data: { event_id: bad!.id, task_id: bad!.taskId, type: "task.succeeded", host: destinationHost(picky.url()), attempts: 2, last_error: "HTTP 500" },
+      data: {
+        event_id: bad!.id,
+        task_id: bad!.taskId,
+        type: "task.succeeded",
+        host: destinationHost(picky.url()),
+        attempts: 2,
+        last_error: "HTTP 500",
+      },
     });
   });
 
@@ -338,7 +396,9 @@ describe("failure notices and retry now", () => {
     t.clock.advance(60_000);
     await t.relay.notifier.runOnce();
     expect(dead.requests.every((r) => r.url === "/hook")).toBe(true);
-    expect(warn.mock.calls.some((call) => call[1] === "notice not sent: notification_url is on the host it is about")).toBe(true);
+    expect(
+      warn.mock.calls.some((call) => call[1] === "notice not sent: notification_url is on the host it is about"),
+    ).toBe(true);
   });
 
   it("redeliver and retry now are rate-limited per client like test pings (429 rate_limit)", async () => {
@@ -359,17 +419,22 @@ describe("failure notices and retry now", () => {
 
     const host = encodeURIComponent(destinationHost(r.url()));
     const retries: number[] = [];
-    for (let i = 0; i < 11; i++) retries.push((await t.request(c.apiKey, `/openapi/v1/webhooks/hosts/${host}/retry`, { method: "POST" })).status);
+    for (let i = 0; i < 11; i++)
+      retries.push((await t.request(c.apiKey, `/openapi/v1/webhooks/hosts/${host}/retry`, { method: "POST" })).status);
     expect(retries).toEqual([...Array(10).fill(202), 429]);
     // Per client: another client is not limited by the first one's calls.
-    expect((await t.request(other.apiKey, `/openapi/v1/webhooks/hosts/${host}/retry`, { method: "POST" })).status).toBe(202);
+    expect((await t.request(other.apiKey, `/openapi/v1/webhooks/hosts/${host}/retry`, { method: "POST" })).status).toBe(
+      202,
+    );
     // A malformed host is a 400, not a 500.
-    const bad = await t.request(other.apiKey, `/openapi/v1/webhooks/hosts/${encodeURIComponent("no port here")}/retry`, { method: "POST" });
+    const bad = await t.request(
+      other.apiKey,
+      `/openapi/v1/webhooks/hosts/${encodeURIComponent("no port here")}/retry`,
+      { method: "POST" },
+    );
     expect(bad.status).toBe(400);
     // After a minute the window has moved on.
     t.clock.advance(60_001);
     expect((await redeliver(c.apiKey)).status).toBe(202);
   });
 });
-
-

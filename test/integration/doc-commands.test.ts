@@ -30,7 +30,11 @@ const curls: CurlExample[] = allBlocks()
   .flatMap((b) => {
     const commands = shellCommands(b.body).filter((c) => c.words.find((w) => !/^[A-Za-z_]\w*=/.test(w)) === "curl");
     const shown = /^# (\{.*\})$/m.exec(b.body)?.[1];
-    return commands.map((c) => ({ where: `${b.file}:${b.line}`, text: c.text, shown: commands.length === 1 && shown ? (JSON.parse(shown) as unknown) : null }));
+    return commands.map((c) => ({
+      where: `${b.file}:${b.line}`,
+      text: c.text,
+      shown: commands.length === 1 && shown ? (JSON.parse(shown) as unknown) : null,
+    }));
   });
 
 let t: TestRelay;
@@ -68,7 +72,12 @@ afterAll(async () => {
 /** The shape of a JSON value: object keys (recursively) and value kinds, not the values. */
 function shape(value: unknown): unknown {
   if (Array.isArray(value)) return value.length > 0 ? [shape(value[0])] : [];
-  if (value !== null && typeof value === "object") return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, shape(v)]).sort());
+  if (value !== null && typeof value === "object")
+    return Object.fromEntries(
+      Object.entries(value)
+        .map(([k, v]) => [k, shape(v)])
+        .sort(),
+    );
   return "value";
 }
 
@@ -78,7 +87,9 @@ describe("curl commands of the documents", () => {
   });
 
   it.each(curls)("$where runs as written", async ({ text, shown }) => {
-    const { stdout, stderr } = await run("sh", ["-c", text], { env: { PATH: process.env.PATH, RELAY: relayUrl, GENRELAY_API_KEY: apiKey } });
+    const { stdout, stderr } = await run("sh", ["-c", text], {
+      env: { PATH: process.env.PATH, RELAY: relayUrl, GENRELAY_API_KEY: apiKey },
+    });
     expect(stderr).toBe("");
     const answer = JSON.parse(stdout) as Record<string, unknown>;
     expect(answer, stdout).not.toHaveProperty("error");

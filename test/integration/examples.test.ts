@@ -50,49 +50,74 @@ afterAll(async () => {
 
 it("runs every file under examples/", () => {
   const ran = [...RECEIVERS.map((r) => r.file), ...SCRIPTS].sort();
-  expect(readdirSync(EXAMPLES).filter((f) => !f.startsWith(".") && f !== "__pycache__").sort()).toEqual(ran);
+  expect(
+    readdirSync(EXAMPLES)
+      .filter((f) => !f.startsWith(".") && f !== "__pycache__")
+      .sort(),
+  ).toEqual(ran);
 });
 
 describe.each(RECEIVERS)("examples/$file", ({ file, command, scheme, missing }) => {
   if (missing) console.warn(`examples/${file} not run: ${missing}`);
 
-  it.skipIf(missing !== null)("verifies a real task's webhook, handles each event once, and refuses a tampered or foreign one", async () => {
-    const client = await newClient(scheme);
-    const example = await startExample(command, file, scheme === "hmac" ? { GENRELAY_WEBHOOK_SECRET: client.secret } : { GENRELAY_PUBLIC_KEY: client.publicKey! });
+  it.skipIf(missing !== null)(
+    "verifies a real task's webhook, handles each event once, and refuses a tampered or foreign one",
+    async () => {
+      const client = await newClient(scheme);
+      const example = await startExample(
+        command,
+        file,
+        scheme === "hmac" ? { GENRELAY_WEBHOOK_SECRET: client.secret } : { GENRELAY_PUBLIC_KEY: client.publicKey! },
+      );
 
-    // examples/create-task.sh, as the README runs it, with its webhook going to the example.
-    const created = await run("sh", [join(EXAMPLES, "create-task.sh")], { env: { PATH: process.env.PATH, RELAY: live.url, GENRELAY_API_KEY: client.apiKey, CALLBACK_URL: example.url } });
-    const taskId = /"id":"(task_[a-z0-9]+)"/.exec(created.stdout)?.[1];
-    expect(taskId, created.stdout + created.stderr).toBeDefined();
-    expect(created.stdout).toContain('"status":"queued"');
-    expect(created.stdout).toContain('"order_id":"1234"');
-    const succeeded = await example.line((l) => l.type === "task.succeeded" && l.data?.id === taskId, { failOnRejection: true });
-    expect(succeeded.data).toMatchObject({ id: taskId, status: "succeeded", metadata: { order_id: "1234" }, usage: { points_charged: expect.any(Number) } });
-    expect(succeeded.data.output).not.toBeNull();
+      // examples/create-task.sh, as the README runs it, with its webhook going to the example.
+      const created = await run("sh", [join(EXAMPLES, "create-task.sh")], {
+        env: { PATH: process.env.PATH, RELAY: live.url, GENRELAY_API_KEY: client.apiKey, CALLBACK_URL: example.url },
+      });
+      const taskId = /"id":"(task_[a-z0-9]+)"/.exec(created.stdout)?.[1];
+      expect(taskId, created.stdout + created.stderr).toBeDefined();
+      expect(created.stdout).toContain('"status":"queued"');
+      expect(created.stdout).toContain('"order_id":"1234"');
+      const succeeded = await example.line((l) => l.type === "task.succeeded" && l.data?.id === taskId, {
+        failOnRejection: true,
+      });
+      expect(succeeded.data).toMatchObject({
+        id: taskId,
+        status: "succeeded",
+        metadata: { order_id: "1234" },
+        usage: { points_charged: expect.any(Number) },
+      });
+      expect(succeeded.data.output).not.toBeNull();
 
-    // A real signed message, captured on its way to a recorder, then replayed to the example.
-    const ping = await capturedPing(client.apiKey);
-    const pingId = ping.headers["webhook-id"];
-    const tampered = ping.body.replace('"type":"ping"', '"type":"ping","extra":true');
-    expect(tampered).not.toBe(ping.body);
-    expect(await replay(example.url, ping, tampered)).toBe(400);
-    const otherClient = await newClient(scheme);
-    const foreign = await capturedPing(otherClient.apiKey);
-    expect(await replay(example.url, foreign)).toBe(400);
-    expect(await replay(example.url, { ...ping, headers: { ...ping.headers, "webhook-signature": signatureOf(foreign) } })).toBe(400);
-    expect(example.handled.map((l) => l.id)).not.toContain(pingId);
+      // A real signed message, captured on its way to a recorder, then replayed to the example.
+      const ping = await capturedPing(client.apiKey);
+      const pingId = ping.headers["webhook-id"];
+      const tampered = ping.body.replace('"type":"ping"', '"type":"ping","extra":true');
+      expect(tampered).not.toBe(ping.body);
+      expect(await replay(example.url, ping, tampered)).toBe(400);
+      const otherClient = await newClient(scheme);
+      const foreign = await capturedPing(otherClient.apiKey);
+      expect(await replay(example.url, foreign)).toBe(400);
+      expect(
+        await replay(example.url, { ...ping, headers: { ...ping.headers, "webhook-signature": signatureOf(foreign) } }),
+      ).toBe(400);
+      expect(example.handled.map((l) => l.id)).not.toContain(pingId);
 
-    // The genuine message is handled once, however often it comes.
-    expect(await replay(example.url, ping)).toBe(204);
-    expect(await replay(example.url, ping)).toBe(204);
-    expect((await example.line((l) => l.id === pingId)).type).toBe("ping");
-    // The relay's own test event, sent after the replays, proves the second replay printed nothing.
-    const direct = await api(client.apiKey, "POST", "/openapi/v1/webhooks/test", { url: example.url, type: "task.failed" });
-    expect(direct.data).toMatchObject({ succeeded: true, status_code: 204 });
-    await example.line((l) => l.type === "task.failed" && l.data?.sample === true);
-    expect(example.handled.filter((l) => l.id === pingId)).toHaveLength(1);
-    expect(example.errors.filter((l) => l.startsWith("rejected"))).toHaveLength(3);
-  });
+      // The genuine message is handled once, however often it comes.
+      expect(await replay(example.url, ping)).toBe(204);
+      expect(await replay(example.url, ping)).toBe(204);
+      expect((await example.line((l) => l.id === pingId)).type).toBe("ping");
+      // The relay's own test event, sent after the replays, proves the second replay printed nothing.
+      const direct = await api(client.apiKey, "POST", "/openapi/v1/webhooks/test", {
+        url: example.url,
+        type: "task.failed",
+      });
+      expect(direct.data).toMatchObject({ succeeded: true, status_code: 204 });
+      await example.line((l) => l.type === "task.failed" && l.data?.sample === true);
+      expect(example.handled.filter((l) => l.id === pingId)).toHaveLength(1);
+      expect(example.errors.filter((l) => l.startsWith("rejected"))).toHaveLength(3);
+    },
+  );
 });
 
 // --- the relay's side ---------------------------------------------------------------------
@@ -100,7 +125,10 @@ describe.each(RECEIVERS)("examples/$file", ({ file, command, scheme, missing }) 
 async function api(apiKey: string, method: string, path: string, body?: unknown): Promise<any> {
   const res = await fetch(`${live.url}${path}`, {
     method,
-    headers: { Authorization: `Bearer ${apiKey}`, ...(body === undefined ? {} : { "Content-Type": "application/json" }) },
+    headers: {
+      Authorization: `Bearer ${apiKey}`,
+      ...(body === undefined ? {} : { "Content-Type": "application/json" }),
+    },
     ...(body === undefined ? {} : { body: JSON.stringify(body) }),
   });
   expect(res.status, `${method} ${path}`).toBeLessThan(300);
@@ -165,7 +193,12 @@ async function startExample(command: string, file: string, env: Record<string, s
   });
   const handled: any[] = [];
   const errors: string[] = [];
-  const waiters: Array<{ match: (e: any) => boolean; resolve: (e: any) => void; reject: (err: Error) => void; failOnRejection: boolean }> = [];
+  const waiters: Array<{
+    match: (e: any) => boolean;
+    resolve: (e: any) => void;
+    reject: (err: Error) => void;
+    failOnRejection: boolean;
+  }> = [];
   let listening: (url: string) => void = () => {};
   const url = new Promise<string>((resolve) => (listening = resolve));
   let exit: Error | null = null;

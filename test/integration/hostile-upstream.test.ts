@@ -66,11 +66,18 @@ async function harness(dialect: "sqlite" | "postgres", env: Record<string, strin
   const logs: Array<Record<string, unknown>> = [];
   const sink = new Writable({
     write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString().split("\n")) if (line.trim() !== "") logs.push(JSON.parse(line) as Record<string, unknown>);
+      for (const line of chunk.toString().split("\n"))
+        if (line.trim() !== "") logs.push(JSON.parse(line) as Record<string, unknown>);
       done();
     },
   });
-  const relay = new Relay({ config, store, clock, logger: pino({ level: "info" }, sink), upstream: { baseUrl: UPSTREAM_URL, apiKey: UPSTREAM_KEY } });
+  const relay = new Relay({
+    config,
+    store,
+    clock,
+    logger: pino({ level: "info" }, sink),
+    upstream: { baseUrl: UPSTREAM_URL, apiKey: UPSTREAM_KEY },
+  });
   cleanups.push(async () => {
     await relay.stop(1_000);
     await store.close();
@@ -81,7 +88,11 @@ async function harness(dialect: "sqlite" | "postgres", env: Record<string, strin
     Promise.resolve(
       relay.app.request(`http://relay.test${path}`, {
         method: init.method ?? "GET",
-        headers: { Authorization: `Bearer ${apiKey}`, ...(init.json ? { "Content-Type": "application/json" } : {}), ...(init.key ? { "Idempotency-Key": init.key } : {}) },
+        headers: {
+          Authorization: `Bearer ${apiKey}`,
+          ...(init.json ? { "Content-Type": "application/json" } : {}),
+          ...(init.key ? { "Idempotency-Key": init.key } : {}),
+        },
         ...(init.json ? { body: JSON.stringify(init.json) } : {}),
       }),
     );
@@ -100,7 +111,11 @@ async function harness(dialect: "sqlite" | "postgres", env: Record<string, strin
     create: (apiKey, key, body = { model: "flux-lite", mode: "generate", prompt: "a fox", count: 1 }) =>
       request(apiKey, "/openapi/v1/images/generations", { method: "POST", json: body, key: `hostile-key-${key}` }),
     async task(apiKey, id) {
-      const body = (await (await request(apiKey, `/openapi/v1/tasks/${id}`)).json()) as { data: Record<string, unknown>; output: unknown; usage: unknown };
+      const body = (await (await request(apiKey, `/openapi/v1/tasks/${id}`)).json()) as {
+        data: Record<string, unknown>;
+        output: unknown;
+        usage: unknown;
+      };
       return { ...body.data, output: body.output, usage: body.usage };
     },
     async run(rounds) {
@@ -200,13 +215,26 @@ describe.each(["sqlite", "postgres"] as const)("a hostile upstream on %s (issue 
     const h = await harness(dialect);
     const alice = await h.client("alice");
     const bob = await h.client("bob");
-    const a = ((await (await h.create(alice.apiKey, "a", { model: "p-image", mode: "generate", prompt: "alice private prompt", count: 1 })).json()) as { data: { id: string } }).data.id;
+    const a = (
+      (await (
+        await h.create(alice.apiKey, "a", {
+          model: "p-image",
+          mode: "generate",
+          prompt: "alice private prompt",
+          count: 1,
+        })
+      ).json()) as { data: { id: string } }
+    ).data.id;
     await h.run(1);
     const upA = h.up.taskOf(a)!;
     h.up.set(upA.id, { status: "succeeded", output: { images: ["https://files.example/alice private prompt.png"] } });
     // Every further creation is answered with Alice's task.
     h.up.onCreate = () => HttpResponse.json(h.up.body(upA), { status: 201 });
-    const b = ((await (await h.create(bob.apiKey, "b", { model: "p-image", mode: "generate", prompt: "bob", count: 1 })).json()) as { data: { id: string } }).data.id;
+    const b = (
+      (await (
+        await h.create(bob.apiKey, "b", { model: "p-image", mode: "generate", prompt: "bob", count: 1 })
+      ).json()) as { data: { id: string } }
+    ).data.id;
     await h.run(3);
     const bobView = await h.task(bob.apiKey, b);
     expect(bobView.status).toBe("failed");
@@ -224,7 +252,11 @@ describe.each(["sqlite", "postgres"] as const)("a hostile upstream on %s (issue 
     const h = await harness(dialect);
     const { apiKey } = await h.client("c");
     h.up.onCreate = () => HttpResponse.json({ data: { id: "up_\u0000x", status: "queued" } }, { status: 201 });
-    const id = ((await (await h.create(apiKey, "nul", { model: "p-image", mode: "generate", prompt: "a plain prompt", count: 1 })).json()) as { data: { id: string } }).data.id;
+    const id = (
+      (await (
+        await h.create(apiKey, "nul", { model: "p-image", mode: "generate", prompt: "a plain prompt", count: 1 })
+      ).json()) as { data: { id: string } }
+    ).data.id;
     await h.run(5);
     const view = await h.task(apiKey, id);
     expect(view.status).toBe("failed");
@@ -233,52 +265,71 @@ describe.each(["sqlite", "postgres"] as const)("a hostile upstream on %s (issue 
   });
 });
 
-describe.each(["sqlite", "postgres"] as const)("caller input with NUL or an oversized prompt on %s (issue #22, items 6-7)", (dialect) => {
-  const body = (extra: Record<string, unknown>) => ({ model: "p-image", mode: "generate", prompt: "a plain prompt", count: 1, ...extra });
+describe.each(["sqlite", "postgres"] as const)(
+  "caller input with NUL or an oversized prompt on %s (issue #22, items 6-7)",
+  (dialect) => {
+    const body = (extra: Record<string, unknown>) => ({
+      model: "p-image",
+      mode: "generate",
+      prompt: "a plain prompt",
+      count: 1,
+      ...extra,
+    });
 
-  it.each([
-    ["prompt", { prompt: "a\u0000b prompt" }, "prompt"],
-    ["a metadata value", { metadata: { order: "a\u0000b" } }, "metadata.order"],
-    ["the model", { model: "p-image\u0000" }, "model"],
-    ["an unknown passthrough field", { style: "x\u0000" }, "style"],
-    ["a prompt over 32,768 characters", { prompt: "p".repeat(32_769) }, "prompt"],
-  ])("text with NUL in %s is 422 validation_error naming the field, and nothing is stored", async (_name, extra, field) => {
-    const h = await harness(dialect);
-    const { apiKey } = await h.client("c");
-    const res = await h.create(apiKey, "nul-body", body(extra));
-    expect(res.status).toBe(422);
-    const err = ((await res.json()) as { error: { code: string; details: Array<{ field: string }> } }).error;
-    expect(err.code).toBe("validation_error");
-    expect(err.details.map((d) => d.field)).toContain(field);
-    expect(await h.tasks()).toHaveLength(0);
-  });
+    it.each([
+      ["prompt", { prompt: "a\u0000b prompt" }, "prompt"],
+      ["a metadata value", { metadata: { order: "a\u0000b" } }, "metadata.order"],
+      ["the model", { model: "p-image\u0000" }, "model"],
+      ["an unknown passthrough field", { style: "x\u0000" }, "style"],
+      ["a prompt over 32,768 characters", { prompt: "p".repeat(32_769) }, "prompt"],
+    ])(
+      "text with NUL in %s is 422 validation_error naming the field, and nothing is stored",
+      async (_name, extra, field) => {
+        const h = await harness(dialect);
+        const { apiKey } = await h.client("c");
+        const res = await h.create(apiKey, "nul-body", body(extra));
+        expect(res.status).toBe(422);
+        const err = ((await res.json()) as { error: { code: string; details: Array<{ field: string }> } }).error;
+        expect(err.code).toBe("validation_error");
+        expect(err.details.map((d) => d.field)).toContain(field);
+        expect(await h.tasks()).toHaveLength(0);
+      },
+    );
 
-  it("a prompt of exactly 32,768 characters is accepted", async () => {
-    const h = await harness(dialect);
-    const { apiKey } = await h.client("c");
-    expect((await h.create(apiKey, "long-ok", body({ prompt: "p".repeat(32_768) }))).status).toBe(201);
-  });
+    it("a prompt of exactly 32,768 characters is accepted", async () => {
+      const h = await harness(dialect);
+      const { apiKey } = await h.client("c");
+      expect((await h.create(apiKey, "long-ok", body({ prompt: "p".repeat(32_768) }))).status).toBe(201);
+    });
 
-  it.each([
-    ["GET", "/openapi/v1/tasks/task_%00"],
-    ["POST", "/openapi/v1/tasks/task_%00/cancel"],
-    ["GET", "/openapi/v1/tasks/task_%00/deliveries"],
-    ["POST", "/openapi/v1/tasks/task_%00/redeliver"],
-    ["GET", "/openapi/v1/tasks?cursor=a%00b"],
-    ["GET", "/openapi/v1/events?after=a%00b"],
-  ])("%s %s with NUL is 400 or 404, never a 500", async (method, path) => {
-    const h = await harness(dialect);
-    const { apiKey } = await h.client("c");
-    const res = await h.relay.app.request(`http://relay.test${path}`, { method, headers: { Authorization: `Bearer ${apiKey}` } });
-    expect([400, 404]).toContain(res.status);
-  });
-});
+    it.each([
+      ["GET", "/openapi/v1/tasks/task_%00"],
+      ["POST", "/openapi/v1/tasks/task_%00/cancel"],
+      ["GET", "/openapi/v1/tasks/task_%00/deliveries"],
+      ["POST", "/openapi/v1/tasks/task_%00/redeliver"],
+      ["GET", "/openapi/v1/tasks?cursor=a%00b"],
+      ["GET", "/openapi/v1/events?after=a%00b"],
+    ])("%s %s with NUL is 400 or 404, never a 500", async (method, path) => {
+      const h = await harness(dialect);
+      const { apiKey } = await h.client("c");
+      const res = await h.relay.app.request(`http://relay.test${path}`, {
+        method,
+        headers: { Authorization: `Bearer ${apiKey}` },
+      });
+      expect([400, 404]).toContain(res.status);
+    });
+  },
+);
 
 describe("a 50 MB task answer (issue #22, item 3)", () => {
   it("is cut off at UPSTREAM_MAX_BODY_BYTES while streaming; the task ends failed and the database does not grow by it", async () => {
     const h = await harness("sqlite", { UPSTREAM_MAX_BODY_BYTES: "1MiB" });
     const { apiKey } = await h.client("c");
-    const id = ((await (await h.create(apiKey, "big", { model: "p-image", mode: "generate", prompt: "a plain prompt", count: 1 })).json()) as { data: { id: string } }).data.id;
+    const id = (
+      (await (
+        await h.create(apiKey, "big", { model: "p-image", mode: "generate", prompt: "a plain prompt", count: 1 })
+      ).json()) as { data: { id: string } }
+    ).data.id;
     await h.run(1);
     const upId = h.up.taskOf(id)!.id;
     let pulled = 0;
@@ -289,7 +340,12 @@ describe("a 50 MB task answer (issue #22, item 3)", () => {
       const stream = new ReadableStream<Uint8Array>({
         pull(controller) {
           pulled += 1;
-          if (pulled === 1) controller.enqueue(new TextEncoder().encode(`{"data":{"id":"${upId}","status":"succeeded"},"usage":{"points_charged":20},"output":{"text":"`));
+          if (pulled === 1)
+            controller.enqueue(
+              new TextEncoder().encode(
+                `{"data":{"id":"${upId}","status":"succeeded"},"usage":{"points_charged":20},"output":{"text":"`,
+              ),
+            );
           else if (pulled <= 800) controller.enqueue(chunk);
           else {
             controller.enqueue(new TextEncoder().encode('"}}'));

@@ -37,9 +37,11 @@ const OVERSIZED = Buffer.alloc(2 * 1024 * 1024, "a");
 function oversized(chunked: boolean): Buffer | Readable {
   const json = Buffer.concat([Buffer.from('{"prompt":"'), OVERSIZED, Buffer.from('"}')]);
   if (!chunked) return json;
-  return Readable.from((function* () {
-    for (let i = 0; i < json.length; i += 64 * 1024) yield json.subarray(i, i + 64 * 1024);
-  })());
+  return Readable.from(
+    (function* () {
+      for (let i = 0; i < json.length; i += 64 * 1024) yield json.subarray(i, i + 64 * 1024);
+    })(),
+  );
 }
 
 describe.each([
@@ -50,13 +52,21 @@ describe.each([
     const refused = await pool.request({
       path: "/openapi/v1/images/generations",
       method: "POST",
-      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "idempotency-key": "too-big-key-1" },
+      headers: {
+        authorization: `Bearer ${apiKey}`,
+        "content-type": "application/json",
+        "idempotency-key": "too-big-key-1",
+      },
       body: oversized(chunked),
     });
     expect(refused.statusCode).toBe(413);
     expect(refused.headers.connection).toBe("close");
     expect(await refused.body.json()).toEqual({
-      error: { code: "payload_too_large", message: "The request body is larger than 1 MiB.", request_id: expect.stringMatching(/^req_/) },
+      error: {
+        code: "payload_too_large",
+        message: "The request body is larger than 1 MiB.",
+        request_id: expect.stringMatching(/^req_/),
+      },
     });
 
     const statuses: number[] = [];
@@ -64,11 +74,19 @@ describe.each([
       // Alternate a read and a creation, so both a bodiless and a body-reading request follow the 413.
       const res =
         i % 2 === 0
-          ? await pool.request({ path: "/openapi/v1/tasks", method: "GET", headers: { authorization: `Bearer ${apiKey}` } })
+          ? await pool.request({
+              path: "/openapi/v1/tasks",
+              method: "GET",
+              headers: { authorization: `Bearer ${apiKey}` },
+            })
           : await pool.request({
               path: "/openapi/v1/images/generations",
               method: "POST",
-              headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "idempotency-key": `after-413-key-${i}` },
+              headers: {
+                authorization: `Bearer ${apiKey}`,
+                "content-type": "application/json",
+                "idempotency-key": `after-413-key-${i}`,
+              },
               body: JSON.stringify(imageBody()),
             });
       statuses.push(res.statusCode);
@@ -82,7 +100,11 @@ it("a body within the limit keeps the connection alive", async () => {
   const res = await pool.request({
     path: "/openapi/v1/images/generations",
     method: "POST",
-    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "idempotency-key": "small-key-1" },
+    headers: {
+      authorization: `Bearer ${apiKey}`,
+      "content-type": "application/json",
+      "idempotency-key": "small-key-1",
+    },
     body: JSON.stringify(imageBody()),
   });
   expect(res.statusCode).toBe(201);

@@ -14,7 +14,10 @@ const suite = upstreamSuite();
 /** The simulator behind msw; `catalog` replaces its model catalog (what the upstream says a model takes). */
 function withSimulator(env: Record<string, string> = {}, catalog?: unknown) {
   const { t, up } = suite.setup(env);
-  const { app } = createSimulator({ clock: t.clock, accounts: [{ apiKey: UPSTREAM_KEY, maxConcurrent: 100, readsPerMinute: 0, balance: 1_000_000 }] });
+  const { app } = createSimulator({
+    clock: t.clock,
+    accounts: [{ apiKey: UPSTREAM_KEY, maxConcurrent: 100, readsPerMinute: 0, balance: 1_000_000 }],
+  });
   const sent: Record<string, unknown>[] = [];
   suite.server.use(
     http.get(`${UPSTREAM_URL}/openapi/v1/models`, () => HttpResponse.json((catalog ?? catalogBody()) as object)),
@@ -27,8 +30,13 @@ function withSimulator(env: Record<string, string> = {}, catalog?: unknown) {
   return { t, up, sent };
 }
 
-const post = (t: TestRelay, apiKey: string, kind: "image" | "video", body: unknown, key = `k-${randomBytes(6).toString("hex")}`) =>
-  t.request(apiKey, `/openapi/v1/${kind}s/generations`, { method: "POST", json: body, idempotencyKey: key });
+const post = (
+  t: TestRelay,
+  apiKey: string,
+  kind: "image" | "video",
+  body: unknown,
+  key = `k-${randomBytes(6).toString("hex")}`,
+) => t.request(apiKey, `/openapi/v1/${kind}s/generations`, { method: "POST", json: body, idempotencyKey: key });
 
 async function warm(t: TestRelay, apiKey: string) {
   expect((await t.request(apiKey, "/openapi/v1/models")).status).toBe(200);
@@ -49,7 +57,9 @@ describe("near-miss fields are refused with the field meant", () => {
     const body = (await res.json()) as { error: { code: string; details: unknown[] } };
     expect(res.status).toBe(422);
     expect(body.error.code).toBe("validation_error");
-    expect(body.error.details).toEqual([{ field, message: `is not a field of this request; did you mean "${meant}"?`, did_you_mean: meant }]);
+    expect(body.error.details).toEqual([
+      { field, message: `is not a field of this request; did you mean "${meant}"?`, did_you_mean: meant },
+    ]);
     expect(((await (await t.request(apiKey, "/openapi/v1/tasks")).json()) as { data: unknown[] }).data).toEqual([]);
   });
 
@@ -59,7 +69,8 @@ describe("near-miss fields are refused with the field meant", () => {
     const { prompt, ...rest } = imageBody();
     const res = await post(t, apiKey, "image", { ...rest, promt: prompt });
     expect(res.status).toBe(422);
-    const details = ((await res.json()) as { error: { details: Array<{ field: string; did_you_mean?: string }> } }).error.details;
+    const details = ((await res.json()) as { error: { details: Array<{ field: string; did_you_mean?: string }> } })
+      .error.details;
     expect(details.map((d) => [d.field, d.did_you_mean])).toEqual([
       ["prompt", undefined],
       ["promt", "prompt"],
@@ -73,10 +84,16 @@ describe("near-miss fields are refused with the field meant", () => {
     await createTask(t, apiKey, { quality: "low" });
     await t.relay.submitter.runOnce();
     expect(sent[0]).toMatchObject({ quality: "low" });
-    const doc = (await (await t.request(null, "/openapi.json")).json()) as { components: { schemas: Record<string, { properties: Record<string, unknown> }> } };
+    const doc = (await (await t.request(null, "/openapi.json")).json()) as {
+      components: { schemas: Record<string, { properties: Record<string, unknown> }> };
+    };
     // The request schemas list every field intake accepts, no more.
-    expect(Object.keys(doc.components.schemas.ImageGenerationRequest!.properties).sort()).toEqual([...IMAGE_BODY_FIELDS].sort());
-    expect(Object.keys(doc.components.schemas.VideoGenerationRequest!.properties).sort()).toEqual([...VIDEO_BODY_FIELDS].sort());
+    expect(Object.keys(doc.components.schemas.ImageGenerationRequest!.properties).sort()).toEqual(
+      [...IMAGE_BODY_FIELDS].sort(),
+    );
+    expect(Object.keys(doc.components.schemas.VideoGenerationRequest!.properties).sort()).toEqual(
+      [...VIDEO_BODY_FIELDS].sort(),
+    );
   });
 });
 
@@ -127,7 +144,9 @@ describe("unknown fields pass only where the model's catalog entry names them", 
     ]);
     const v2v = await post(t, apiKey, "video", videoBody({ model: "v-video-pro", video_mode: "v2v_edit" }));
     expect(v2v.status).toBe(422);
-    expect(((await v2v.json()) as { error: { details: unknown } }).error.details).toEqual([{ field: "source_video_url", message: "is required when video_mode is v2v_edit" }]);
+    expect(((await v2v.json()) as { error: { details: unknown } }).error.details).toEqual([
+      { field: "source_video_url", message: "is required when video_mode is v2v_edit" },
+    ]);
   });
 });
 
@@ -149,7 +168,9 @@ describe("callback_headers on a creation", () => {
     const res = await post(t, apiKey, "image", imageBody({ callback_headers: headers }));
     expect(res.status).toBe(422);
     const text = await res.text();
-    expect((JSON.parse(text) as { error: { details: Array<{ field: string }> } }).error.details.map((d) => d.field)).toEqual([field]);
+    expect(
+      (JSON.parse(text) as { error: { details: Array<{ field: string }> } }).error.details.map((d) => d.field),
+    ).toEqual([field]);
     if (field !== "callback_headers") expect(text).not.toContain("line\nbreak");
   });
 
@@ -157,7 +178,10 @@ describe("callback_headers on a creation", () => {
     const { t, up } = withSimulator({ RELAY_ENCRYPTION_KEY: KEY });
     const { apiKey } = t.client();
     const token = "zap-secret-token-93c1";
-    const id = await createTask(t, apiKey, { callback_url: "http://127.0.0.1:9/hook", callback_headers: { "X-Zap-Token": token, Authorization: `Bearer ${token}` } });
+    const id = await createTask(t, apiKey, {
+      callback_url: "http://127.0.0.1:9/hook",
+      callback_headers: { "X-Zap-Token": token, Authorization: `Bearer ${token}` },
+    });
     void up;
     expect(taskRow(t, id).callbackHeaders).toMatch(/^enc:v1:/);
     expect(taskRow(t, id).callbackHeaders).not.toContain(token);
@@ -166,7 +190,9 @@ describe("callback_headers on a creation", () => {
       t.clock.advance(5_000);
       await t.relay.poller.runOnce();
     }
-    const events = t.database.sqlite.prepare("SELECT callback_headers FROM events WHERE task_id = ?").all(id) as Array<{ callback_headers: string }>;
+    const events = t.database.sqlite.prepare("SELECT callback_headers FROM events WHERE task_id = ?").all(id) as Array<{
+      callback_headers: string;
+    }>;
     expect(events.length).toBeGreaterThan(0);
     for (const e of events) expect(e.callback_headers).toBe(taskRow(t, id).callbackHeaders);
     const reads = [

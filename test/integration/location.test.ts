@@ -25,7 +25,12 @@ async function relayOnLoopback(env: Record<string, string>): Promise<{ t: TestRe
   return { t, apiKey: t.client().apiKey, origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
 }
 
-async function create(origin: string, apiKey: string, key: string, host?: string): Promise<{ status: number; location: string; id: string }> {
+async function create(
+  origin: string,
+  apiKey: string,
+  key: string,
+  host?: string,
+): Promise<{ status: number; location: string; id: string }> {
   const res = await request(`${origin}/openapi/v1/images/generations`, {
     method: "POST",
     headers: {

@@ -10,7 +10,11 @@ afterEach(async () => {
 const TOKEN = "prom-scrape-9f2c1d";
 
 const unauthorized = {
-  error: { code: "invalid_api_key", message: "Send Authorization: Bearer <token> with the METRICS_TOKEN token.", request_id: expect.stringMatching(/^req_/) },
+  error: {
+    code: "invalid_api_key",
+    message: "Send Authorization: Bearer <token> with the METRICS_TOKEN token.",
+    request_id: expect.stringMatching(/^req_/),
+  },
 };
 
 describe("/metrics with METRICS_TOKEN", () => {

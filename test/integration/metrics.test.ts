@@ -35,7 +35,10 @@ describe("/metrics and /readyz", () => {
     const receiver = await startReceiver();
     try {
       const { apiKey } = t.client();
-      const ids = [await createTask(t, apiKey, { callback_url: receiver.url() }), await createTask(t, apiKey, { callback_url: receiver.url() })];
+      const ids = [
+        await createTask(t, apiKey, { callback_url: receiver.url() }),
+        await createTask(t, apiKey, { callback_url: receiver.url() }),
+      ];
       await createTask(t, apiKey); // stays waiting: no worker runs after this
       up.maxConcurrent = 2;
       await t.relay.submitter.runOnce(); // two submitted, the third answered 429 concurrent_limit
@@ -50,14 +53,29 @@ describe("/metrics and /readyz", () => {
       expect(res.status).toBe(200);
       expect(res.headers.get("content-type")).toMatch(/text\/plain/);
       const text = await res.text();
-      expect(sample(text, "genrelay_http_requests_total", { route: "/openapi/v1/images/generations", method: "POST", status: "201" })).toBe(3);
-      expect(sample(text, "genrelay_http_requests_total", { route: "/openapi/v1/tasks/:id", method: "GET", status: "200" })).toBe(1);
-      expect(sample(text, "genrelay_http_request_duration_seconds_count", { route: "/openapi/v1/images/generations", method: "POST" })).toBe(3);
+      expect(
+        sample(text, "genrelay_http_requests_total", {
+          route: "/openapi/v1/images/generations",
+          method: "POST",
+          status: "201",
+        }),
+      ).toBe(3);
+      expect(
+        sample(text, "genrelay_http_requests_total", { route: "/openapi/v1/tasks/:id", method: "GET", status: "200" }),
+      ).toBe(1);
+      expect(
+        sample(text, "genrelay_http_request_duration_seconds_count", {
+          route: "/openapi/v1/images/generations",
+          method: "POST",
+        }),
+      ).toBe(3);
       expect(sample(text, "genrelay_tasks", { status: "succeeded" })).toBe(2);
       expect(sample(text, "genrelay_tasks", { status: "queued" })).toBe(1);
       expect(sample(text, "genrelay_upstream_tasks", { account: "default", phase: "waiting" })).toBe(1);
       expect(sample(text, "genrelay_upstream_calls_total", { endpoint: "create", outcome: "ok" })).toBe(2);
-      expect(sample(text, "genrelay_upstream_calls_total", { endpoint: "create", outcome: "concurrent_limit" })).toBe(1);
+      expect(sample(text, "genrelay_upstream_calls_total", { endpoint: "create", outcome: "concurrent_limit" })).toBe(
+        1,
+      );
       expect(sample(text, "genrelay_upstream_concurrent_limit_waits_total")).toBe(1);
       expect(sample(text, "genrelay_upstream_reads_used", { account: "default" })).toBeGreaterThanOrEqual(1);
       expect(sample(text, "genrelay_upstream_read_budget", { account: "default" })).toBe(100);

@@ -78,15 +78,33 @@ afterAll(async () => {
   await s3?.close();
 });
 
-const config = loadConfig({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", RELAY_ENCRYPTION_KEY: Buffer.alloc(32, 3).toString("base64") });
+const config = loadConfig({
+  WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+  RELAY_ENCRYPTION_KEY: Buffer.alloc(32, 3).toString("base64"),
+});
 
 function bucketOf(endpoint: string): BucketConfig {
-  return { endpoint, bucket: s3.bucket, region: "us-east-1", prefix: "gen/", accessKeyId: "S3RVER", secretAccessKey: "S3RVER", forcePathStyle: true, publicBaseUrl: null, urlExpiresIn: 3600 };
+  return {
+    endpoint,
+    bucket: s3.bucket,
+    region: "us-east-1",
+    prefix: "gen/",
+    accessKeyId: "S3RVER",
+    secretAccessKey: "S3RVER",
+    forcePathStyle: true,
+    publicBaseUrl: null,
+    urlExpiresIn: 3600,
+  };
 }
 
 /** One copy through copyFile with the test deadlines; what it ended with and how long it took. */
 async function copyOnce(sourceUrl: string, endpoint: string) {
-  const source = new SourceFetcher({ allowPrivateNetworks: true, idleTimeoutMs: 500, maxBytes: 1024 ** 3, ...DOWNLOAD });
+  const source = new SourceFetcher({
+    allowPrivateNetworks: true,
+    idleTimeoutMs: 500,
+    maxBytes: 1024 ** 3,
+    ...DOWNLOAD,
+  });
   const bucket = new Bucket(bucketOf(endpoint), { allowPrivateNetworks: true, deadlines: BUCKET });
   cleanups.push(async () => {
     bucket.close();
@@ -94,7 +112,13 @@ async function copyOnce(sourceUrl: string, endpoint: string) {
   });
   const started = performance.now();
   type Failure = { name: string; message: string; retryable: boolean; kind: string };
-  const outcome: { copied?: Copied; err?: Failure } = await copyFile(source, bucket, { sourceUrl, taskId: "task_x", n: 0, maxBytes: 1024 ** 3, signal: new AbortController().signal }).then(
+  const outcome: { copied?: Copied; err?: Failure } = await copyFile(source, bucket, {
+    sourceUrl,
+    taskId: "task_x",
+    n: 0,
+    maxBytes: 1024 ** 3,
+    signal: new AbortController().signal,
+  }).then(
     (copied) => ({ copied }),
     (err: unknown) => ({ err: err as Failure }),
   );
@@ -127,14 +151,21 @@ describe("one copy against a hostile party ends within its deadline as a retryab
   it("an output host that answers, then drips one byte at a time (never silent long enough for the idle limit)", async () => {
     const r = await copyOnce(`${drip.url}/out.png`, s3.endpoint);
     expect(r.err).toMatchObject({ name: "CopyError", retryable: true, kind: "too_slow" });
-    expect(r.err!.message).toMatch(/^the output URL moved \d+ bytes in \d+ ms, below the minimum of 8192 bytes per 600 ms$/);
+    expect(r.err!.message).toMatch(
+      /^the output URL moved \d+ bytes in \d+ ms, below the minimum of 8192 bytes per 600 ms$/,
+    );
     expect(r.ms).toBeLessThan(HELD_AT_MOST_MS);
     await drip.allClosed();
   });
 
   it("an output host fast enough for the minimum rate but never done: the total deadline", async () => {
     const r = await copyOnce(files.url("/endless.bin"), s3.endpoint);
-    expect(r.err).toMatchObject({ name: "CopyError", retryable: true, kind: "deadline", message: "the output URL took longer than its deadline of 3000 ms" });
+    expect(r.err).toMatchObject({
+      name: "CopyError",
+      retryable: true,
+      kind: "deadline",
+      message: "the output URL took longer than its deadline of 3000 ms",
+    });
     expect(r.ms).toBeGreaterThanOrEqual(3_000 - 50);
     expect(r.ms).toBeLessThan(HELD_AT_MOST_MS);
   });
@@ -175,15 +206,29 @@ describe("reading a copy back (the dashboard's preview) has a deadline", () => {
   });
 });
 
-const dialects = storeDialects((fn) => cleanups.push(fn)).map(([name, make]) => [name, async () => (await make()).store] as [string, () => Promise<Store>]);
+const dialects = storeDialects((fn) => cleanups.push(fn)).map(
+  ([name, make]) => [name, async () => (await make()).store] as [string, () => Promise<Store>],
+);
 
 describe.each(dialects)("the mirror on %s: a hostile party's copy frees its slot", (_name, make) => {
   async function setUp(hostileEndpoint: string | null) {
     const store = await make();
     const clock = new FakeClock();
-    const lifecycle = new Lifecycle({ store, clock, nudges: noNudges, firstAttemptDelayMs: 0, mirrors: async () => true });
-    const [hostile, victim] = await Promise.all(["hostile", "victim"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)));
-    await setStorage({ store, config }, hostile!.id, s3.storageBody(hostileEndpoint ? { endpoint: hostileEndpoint } : {}));
+    const lifecycle = new Lifecycle({
+      store,
+      clock,
+      nudges: noNudges,
+      firstAttemptDelayMs: 0,
+      mirrors: async () => true,
+    });
+    const [hostile, victim] = await Promise.all(
+      ["hostile", "victim"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)),
+    );
+    await setStorage(
+      { store, config },
+      hostile!.id,
+      s3.storageBody(hostileEndpoint ? { endpoint: hostileEndpoint } : {}),
+    );
     await setStorage({ store, config }, victim!.id, s3.storageBody());
     const opts: MirrorOptions = {
       store,
@@ -208,7 +253,13 @@ describe.each(dialects)("the mirror on %s: a hostile party's copy frees its slot
   async function holdsThenFrees(hostileEndpoint: string | null, hostileUrl: string, expected: RegExp) {
     const { store, clock, lifecycle, hostile, victim, mirror } = await setUp(hostileEndpoint);
     const bad = await succeedTask(store, lifecycle, hostile.id, { images: [{ url: hostileUrl }] }, clock.now());
-    const good = await succeedTask(store, lifecycle, victim.id, { images: [{ url: files.url("/f.png") }] }, clock.advance(10));
+    const good = await succeedTask(
+      store,
+      lifecycle,
+      victim.id,
+      { images: [{ url: files.url("/f.png") }] },
+      clock.advance(10),
+    );
 
     // The hostile client's task is first in line and takes the only slot; its copy ends within the deadline.
     const started = performance.now();
@@ -222,7 +273,9 @@ describe.each(dialects)("the mirror on %s: a hostile party's copy frees its slot
     expect(await mirror.runOnce()).toBe(1);
     expect(await store.tasks.find(good.id)).toMatchObject({ phase: "done", status: "succeeded" });
     const [event] = await store.events.ofTask(good.id);
-    expect(JSON.parse(event!.payload).data.files).toEqual([expect.objectContaining({ key: `gen/${good.id}/0.png`, bytes: 5000 })]);
+    expect(JSON.parse(event!.payload).data.files).toEqual([
+      expect.objectContaining({ key: `gen/${good.id}/0.png`, bytes: 5000 }),
+    ]);
 
     // After the last round the hostile client's file goes out with files[i].error; the event is not held back.
     clock.advance(1_001);

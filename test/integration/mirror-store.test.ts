@@ -19,7 +19,9 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-const dialects = storeDialects((fn) => cleanups.push(fn)).map(([name, make]) => [name, async () => (await make()).store] as [string, () => Promise<Store>]);
+const dialects = storeDialects((fn) => cleanups.push(fn)).map(
+  ([name, make]) => [name, async () => (await make()).store] as [string, () => Promise<Store>],
+);
 
 let s3: TestS3;
 let files: Awaited<ReturnType<typeof startFileServer>>;
@@ -37,26 +39,72 @@ afterAll(async () => {
   await s3.close();
 });
 
-const config = loadConfig({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", RELAY_ENCRYPTION_KEY: Buffer.alloc(32, 3).toString("base64") });
+const config = loadConfig({
+  WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+  RELAY_ENCRYPTION_KEY: Buffer.alloc(32, 3).toString("base64"),
+});
 
 describe.each(dialects)("mirror stage on %s", (_name, make) => {
   it("claimAcrossClients: every client's oldest before any client's second, the least busy client first, each task to one claimer", async () => {
     const store = await make();
     const clock = new FakeClock();
-    const lifecycle = new Lifecycle({ store, clock, nudges: noNudges, firstAttemptDelayMs: 0, mirrors: async () => true });
-    const [a, b, c] = await Promise.all(["a", "b", "c"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)));
+    const lifecycle = new Lifecycle({
+      store,
+      clock,
+      nudges: noNudges,
+      firstAttemptDelayMs: 0,
+      mirrors: async () => true,
+    });
+    const [a, b, c] = await Promise.all(
+      ["a", "b", "c"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)),
+    );
     const tasksOf: Record<string, string[]> = { [a!.id]: [], [b!.id]: [], [c!.id]: [] };
     // A floods first; B and C come later.
-    for (let i = 0; i < 5; i++) tasksOf[a!.id]!.push((await succeedTask(store, lifecycle, a!.id, { u: files.url("/f.png") }, clock.advance(10))).id);
-    tasksOf[b!.id]!.push((await succeedTask(store, lifecycle, b!.id, { u: files.url("/f.png") }, clock.advance(10))).id);
-    for (let i = 0; i < 2; i++) tasksOf[c!.id]!.push((await succeedTask(store, lifecycle, c!.id, { u: files.url("/f.png") }, clock.advance(10))).id);
+    for (let i = 0; i < 5; i++)
+      tasksOf[a!.id]!.push(
+        (await succeedTask(store, lifecycle, a!.id, { u: files.url("/f.png") }, clock.advance(10))).id,
+      );
+    tasksOf[b!.id]!.push(
+      (await succeedTask(store, lifecycle, b!.id, { u: files.url("/f.png") }, clock.advance(10))).id,
+    );
+    for (let i = 0; i < 2; i++)
+      tasksOf[c!.id]!.push(
+        (await succeedTask(store, lifecycle, c!.id, { u: files.url("/f.png") }, clock.advance(10))).id,
+      );
     const now = clock.advance(10);
-    const first = await store.tasks.claimAcrossClients("mirroring", { now, leaseMs: 60_000, token: "m:1", limit: 4, rank: () => 0 });
-    expect(first.map((t) => t.id)).toEqual([tasksOf[a!.id]![0], tasksOf[b!.id]![0], tasksOf[c!.id]![0], tasksOf[a!.id]![1]]);
+    const first = await store.tasks.claimAcrossClients("mirroring", {
+      now,
+      leaseMs: 60_000,
+      token: "m:1",
+      limit: 4,
+      rank: () => 0,
+    });
+    expect(first.map((t) => t.id)).toEqual([
+      tasksOf[a!.id]![0],
+      tasksOf[b!.id]![0],
+      tasksOf[c!.id]![0],
+      tasksOf[a!.id]![1],
+    ]);
     // C already has copies running here: it goes last.
-    const second = await store.tasks.claimAcrossClients("mirroring", { now, leaseMs: 60_000, token: "m:2", limit: 3, rank: (id) => (id === c!.id ? 5 : 0) });
+    const second = await store.tasks.claimAcrossClients("mirroring", {
+      now,
+      leaseMs: 60_000,
+      token: "m:2",
+      limit: 3,
+      rank: (id) => (id === c!.id ? 5 : 0),
+    });
     expect(second.map((t) => t.id)).toEqual([tasksOf[a!.id]![2], tasksOf[c!.id]![1], tasksOf[a!.id]![3]]);
-    const rest = await Promise.all([1, 2].map((n) => store.tasks.claimAcrossClients("mirroring", { now, leaseMs: 60_000, token: `m:x${n}`, limit: 10, rank: () => 0 })));
+    const rest = await Promise.all(
+      [1, 2].map((n) =>
+        store.tasks.claimAcrossClients("mirroring", {
+          now,
+          leaseMs: 60_000,
+          token: `m:x${n}`,
+          limit: 10,
+          rank: () => 0,
+        }),
+      ),
+    );
     expect(rest.flat().map((t) => t.id)).toEqual([tasksOf[a!.id]![4]]);
     expect(await store.tasks.nextDueAt("mirroring", now)).toBe(now + 60_001);
   });
@@ -64,12 +112,32 @@ describe.each(dialects)("mirror stage on %s", (_name, make) => {
   it("claimAcrossClients with clientRoom: a client with no room is left out, the others take no more than theirs (the copy pool's shares)", async () => {
     const store = await make();
     const clock = new FakeClock();
-    const lifecycle = new Lifecycle({ store, clock, nudges: noNudges, firstAttemptDelayMs: 0, mirrors: async () => true });
-    const [a, b, c] = await Promise.all(["a", "b", "c"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)));
-    const tasksOf = new Map<string, string[]>([[a!.id, []], [b!.id, []], [c!.id, []]]);
-    for (const client of [a!, b!, c!]) for (let i = 0; i < 4; i++) tasksOf.get(client.id)!.push((await succeedTask(store, lifecycle, client.id, { u: files.url("/f.png") }, clock.advance(10))).id);
+    const lifecycle = new Lifecycle({
+      store,
+      clock,
+      nudges: noNudges,
+      firstAttemptDelayMs: 0,
+      mirrors: async () => true,
+    });
+    const [a, b, c] = await Promise.all(
+      ["a", "b", "c"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)),
+    );
+    const tasksOf = new Map<string, string[]>([
+      [a!.id, []],
+      [b!.id, []],
+      [c!.id, []],
+    ]);
+    for (const client of [a!, b!, c!])
+      for (let i = 0; i < 4; i++)
+        tasksOf
+          .get(client.id)!
+          .push((await succeedTask(store, lifecycle, client.id, { u: files.url("/f.png") }, clock.advance(10))).id);
     const now = clock.advance(10);
-    const rooms = new Map([[a!.id, 0], [b!.id, 1], [c!.id, 3]]);
+    const rooms = new Map([
+      [a!.id, 0],
+      [b!.id, 1],
+      [c!.id, 3],
+    ]);
     const claimed = await store.tasks.claimAcrossClients("mirroring", {
       now,
       leaseMs: 60_000,
@@ -85,14 +153,32 @@ describe.each(dialects)("mirror stage on %s", (_name, make) => {
   it("the copy pool: a client whose bucket never answers holds its share (3 of 4); another client's task takes the reserve at the next tick; no spinning meanwhile", async () => {
     const store = await make();
     const clock = new FakeClock();
-    const lifecycle = new Lifecycle({ store, clock, nudges: noNudges, firstAttemptDelayMs: 0, mirrors: async () => true });
+    const lifecycle = new Lifecycle({
+      store,
+      clock,
+      nudges: noNudges,
+      firstAttemptDelayMs: 0,
+      mirrors: async () => true,
+    });
     const silent = await startSilentServer();
     cleanups.push(() => silent.close());
-    const [hostile, victim] = await Promise.all(["hostile", "victim"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)));
+    const [hostile, victim] = await Promise.all(
+      ["hostile", "victim"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)),
+    );
     await setStorage({ store, config }, hostile!.id, s3.storageBody({ endpoint: silent.url }));
     await setStorage({ store, config }, victim!.id, s3.storageBody());
-    for (let i = 0; i < 5; i++) await succeedTask(store, lifecycle, hostile!.id, { u: files.url("/f.png") }, clock.now());
-    const mirror = new Mirror({ store, clock, logger: silentLogger, owner: new LeaseOwner(), lifecycle, encryptionKey: config.encryptionKey, allowPrivateNetworks: true, maxBytes: 1 << 20 });
+    for (let i = 0; i < 5; i++)
+      await succeedTask(store, lifecycle, hostile!.id, { u: files.url("/f.png") }, clock.now());
+    const mirror = new Mirror({
+      store,
+      clock,
+      logger: silentLogger,
+      owner: new LeaseOwner(),
+      lifecycle,
+      encryptionKey: config.encryptionKey,
+      allowPrivateNetworks: true,
+      maxBytes: 1 << 20,
+    });
     cleanups.push(() => mirror.close());
 
     expect(await mirror.tick()).toMatchObject({ didWork: true });
@@ -110,13 +196,34 @@ describe.each(dialects)("mirror stage on %s", (_name, make) => {
   it("a succeeded task is held in mirroring, copied, then ends with task.succeeded carrying its files", async () => {
     const store = await make();
     const clock = new FakeClock();
-    const lifecycle = new Lifecycle({ store, clock, nudges: noNudges, firstAttemptDelayMs: 0, mirrors: async () => true });
+    const lifecycle = new Lifecycle({
+      store,
+      clock,
+      nudges: noNudges,
+      firstAttemptDelayMs: 0,
+      mirrors: async () => true,
+    });
     const client = await store.clients.insert(newClient(clock.now(), { name: "m" }).row);
     await setStorage({ store, config }, client.id, s3.storageBody());
-    const task = await succeedTask(store, lifecycle, client.id, { images: [{ url: files.url("/f.png") }] }, clock.now());
+    const task = await succeedTask(
+      store,
+      lifecycle,
+      client.id,
+      { images: [{ url: files.url("/f.png") }] },
+      clock.now(),
+    );
     expect(task).toMatchObject({ phase: "mirroring", status: "processing", pointsReserved: 0 });
     expect(await store.events.ofTask(task.id)).toEqual([]);
-    const mirror = new Mirror({ store, clock, logger: silentLogger, owner: new LeaseOwner(), lifecycle, encryptionKey: config.encryptionKey, allowPrivateNetworks: true, maxBytes: 1 << 20 });
+    const mirror = new Mirror({
+      store,
+      clock,
+      logger: silentLogger,
+      owner: new LeaseOwner(),
+      lifecycle,
+      encryptionKey: config.encryptionKey,
+      allowPrivateNetworks: true,
+      maxBytes: 1 << 20,
+    });
     cleanups.push(() => mirror.close());
     expect(await mirror.runOnce()).toBe(1);
     const done = await store.tasks.find(task.id);
@@ -124,7 +231,9 @@ describe.each(dialects)("mirror stage on %s", (_name, make) => {
     const events = await store.events.ofTask(task.id);
     expect(events.map((e) => e.type)).toEqual(["task.succeeded"]);
     const data = JSON.parse(events[0]!.payload).data;
-    expect(data.files).toEqual([expect.objectContaining({ key: `gen/${task.id}/0.png`, bytes: 5000, content_type: "image/png" })]);
+    expect(data.files).toEqual([
+      expect.objectContaining({ key: `gen/${task.id}/0.png`, bytes: 5000, content_type: "image/png" }),
+    ]);
     expect((await s3.read(`gen/${task.id}/0.png`)).bytes).toBe(5000);
     expect(await mirror.runOnce()).toBe(0);
   });

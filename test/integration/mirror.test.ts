@@ -4,7 +4,15 @@ import { silentLogger } from "../../src/logger.js";
 import { Mirror, type MirrorOptions } from "../../src/workers/mirror.js";
 import { LeaseOwner } from "../../src/workers/owner.js";
 import { createTestRelay, type TestRelay } from "../helpers/relay.js";
-import { patternSha, startBucketProxy, startFileServer, startS3, streamPattern, succeedTask, type TestS3 } from "../helpers/mirror.js";
+import {
+  patternSha,
+  startBucketProxy,
+  startFileServer,
+  startS3,
+  streamPattern,
+  succeedTask,
+  type TestS3,
+} from "../helpers/mirror.js";
 import { setStorage } from "../../src/services/storage.js";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
@@ -62,10 +70,12 @@ beforeAll(async () => {
       const reached = gateArmed ? reachedGate : () => {};
       gateArmed = false;
       const nine = 9 * 1024 * 1024;
-      for (let sent = 0; sent < nine; sent += 1024 * 1024) if (!res.write(Buffer.alloc(1024 * 1024, 7))) await new Promise((r) => res.once("drain", r));
+      for (let sent = 0; sent < nine; sent += 1024 * 1024)
+        if (!res.write(Buffer.alloc(1024 * 1024, 7))) await new Promise((r) => res.once("drain", r));
       reached();
       await gate;
-      for (let sent = 0; sent < 3 * 1024 * 1024; sent += 1024 * 1024) if (!res.write(Buffer.alloc(1024 * 1024, 7))) await new Promise((r) => res.once("drain", r));
+      for (let sent = 0; sent < 3 * 1024 * 1024; sent += 1024 * 1024)
+        if (!res.write(Buffer.alloc(1024 * 1024, 7))) await new Promise((r) => res.once("drain", r));
       res.end();
     },
   });
@@ -80,7 +90,12 @@ afterEach(async () => {
 });
 
 function relay(env: Record<string, string> = {}): TestRelay {
-  const t = createTestRelay({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", RELAY_ENCRYPTION_KEY: KEY, WEBHOOK_RETRY_SCHEDULE: "0s", ...env });
+  const t = createTestRelay({
+    WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+    RELAY_ENCRYPTION_KEY: KEY,
+    WEBHOOK_RETRY_SCHEDULE: "0s",
+    ...env,
+  });
   relays.push(t);
   return t;
 }
@@ -120,7 +135,16 @@ describe("PUT/GET/DELETE /openapi/v1/storage", () => {
     const c = t.client();
     expect((await t.request(c.apiKey, "/openapi/v1/storage")).status).toBe(404);
     const put = await setBucket(t, c.apiKey, { secret_access_key: "top-secret-value", url_expires_in: 3600 });
-    const expected = { endpoint: s3.endpoint, bucket: "outputs", region: "us-east-1", prefix: "gen/", access_key_id: "S3RVER", force_path_style: true, public_base_url: null, url_expires_in: 3600 };
+    const expected = {
+      endpoint: s3.endpoint,
+      bucket: "outputs",
+      region: "us-east-1",
+      prefix: "gen/",
+      access_key_id: "S3RVER",
+      force_path_style: true,
+      public_base_url: null,
+      url_expires_in: 3600,
+    };
     expect(put).toEqual({ data: expected });
     const got = await t.request(c.apiKey, "/openapi/v1/storage");
     const text = await got.text();
@@ -159,7 +183,10 @@ describe("PUT/GET/DELETE /openapi/v1/storage", () => {
     expect(body.error.code).toBe("validation_error");
     const fields = (body.error.details as Array<{ field: string }>).map((d) => d.field).sort();
     expect(fields).toEqual(["bucket", "url_expires_in"]);
-    const res2 = await t.request(c.apiKey, "/openapi/v1/storage", { method: "PUT", json: s3.storageBody({ endpoint: "https://169.254.169.254" }) });
+    const res2 = await t.request(c.apiKey, "/openapi/v1/storage", {
+      method: "PUT",
+      json: s3.storageBody({ endpoint: "https://169.254.169.254" }),
+    });
     const body2: any = await res2.json();
     expect(res2.status).toBe(422);
     expect(body2.error.details).toEqual([{ field: "endpoint", message: expect.stringContaining("link-local") }]);
@@ -173,12 +200,18 @@ describe("mirroring a succeeded task's output", () => {
     await setBucket(t, c.apiKey);
     const receiver = await startReceiver();
     try {
-      const output = { images: [{ url: files.url("/out/a.png"), width: 1 }], video: { url: files.url("/out/clip") }, note: "not a url" };
+      const output = {
+        images: [{ url: files.url("/out/a.png"), width: 1 }],
+        video: { url: files.url("/out/clip") },
+        note: "not a url",
+      };
       const task = await succeedTask(t.store, t.relay.lifecycle, c.id, output, t.clock.now(), receiver.url("/hook"));
       // Upstream says succeeded; the relay holds the event until the copies exist.
       expect(task).toMatchObject({ status: "processing", phase: "mirroring" });
       expect(await eventsOf(t, task.id)).toEqual([]);
-      expect(((await t.request(c.apiKey, `/openapi/v1/tasks/${task.id}`).then((r) => r.json())) as any).data.status).toBe("processing");
+      expect(
+        ((await t.request(c.apiKey, `/openapi/v1/tasks/${task.id}`).then((r) => r.json())) as any).data.status,
+      ).toBe("processing");
 
       expect(await t.relay.mirror.runOnce()).toBe(1);
       const events = await eventsOf(t, task.id);
@@ -187,11 +220,29 @@ describe("mirroring a succeeded task's output", () => {
       expect(data.output).toEqual(output);
       expect(data.previous_status).toBe("processing");
       expect(data.files).toEqual([
-        { source_url: output.images[0]!.url, url: expect.stringContaining("X-Amz-Signature="), key: `gen/${task.id}/0.png`, bytes: 1000, sha256: sha(PNG), content_type: "image/png" },
-        { source_url: output.video.url, url: expect.stringContaining("X-Amz-Expires=604800"), key: `gen/${task.id}/1.mp4`, bytes: 3 * 1024 * 1024 + 17, sha256: patternSha(3 * 1024 * 1024 + 17), content_type: "video/mp4" },
+        {
+          source_url: output.images[0]!.url,
+          url: expect.stringContaining("X-Amz-Signature="),
+          key: `gen/${task.id}/0.png`,
+          bytes: 1000,
+          sha256: sha(PNG),
+          content_type: "image/png",
+        },
+        {
+          source_url: output.video.url,
+          url: expect.stringContaining("X-Amz-Expires=604800"),
+          key: `gen/${task.id}/1.mp4`,
+          bytes: 3 * 1024 * 1024 + 17,
+          sha256: patternSha(3 * 1024 * 1024 + 17),
+          content_type: "video/mp4",
+        },
       ]);
       // What the bucket holds, read back (s3rver once stored aws-chunked framing inside objects).
-      expect(await s3.read(`gen/${task.id}/0.png`)).toEqual({ sha256: sha(PNG), bytes: 1000, contentType: "image/png" });
+      expect(await s3.read(`gen/${task.id}/0.png`)).toEqual({
+        sha256: sha(PNG),
+        bytes: 1000,
+        contentType: "image/png",
+      });
       expect((await s3.read(`gen/${task.id}/1.mp4`)).sha256).toBe(patternSha(3 * 1024 * 1024 + 17));
       // The presigned URL serves the copy.
       const viaUrl = Buffer.from(await (await fetch(data.files[0].url)).arrayBuffer());
@@ -216,7 +267,13 @@ describe("mirroring a succeeded task's output", () => {
   it("a client without a bucket is not held back; public_base_url gives base + key", async () => {
     const t = relay();
     const plain = t.client("plain");
-    const plainTask = await succeedTask(t.store, t.relay.lifecycle, plain.id, { url: files.url("/out/a.png") }, t.clock.now());
+    const plainTask = await succeedTask(
+      t.store,
+      t.relay.lifecycle,
+      plain.id,
+      { url: files.url("/out/a.png") },
+      t.clock.now(),
+    );
     expect(plainTask).toMatchObject({ status: "succeeded", phase: "done" });
     expect((await eventsOf(t, plainTask.id))[0]!.body.data.files).toBeUndefined();
 
@@ -249,9 +306,17 @@ async function mirrorUntilDone(t: TestRelay, m: Mirror, taskId: string): Promise
 describe("bad input ends in a clear files[i].error and an event, never a stuck task", () => {
   it.each([
     ["a redirect", "/out/redirect.png", /^redirect \(302\) not followed: the output URL must serve the file itself$/],
-    ["a declared body over MIRROR_MAX_BYTES", "/out/declared-big.bin", /^larger than MIRROR_MAX_BYTES \(2000000 bytes\): 50000000 bytes$/],
+    [
+      "a declared body over MIRROR_MAX_BYTES",
+      "/out/declared-big.bin",
+      /^larger than MIRROR_MAX_BYTES \(2000000 bytes\): 50000000 bytes$/,
+    ],
     ["a streamed body over MIRROR_MAX_BYTES", "/out/clip", /^larger than MIRROR_MAX_BYTES \(2000000 bytes\)$/],
-    ["a server that stalls mid-body (retried, then given up)", "/out/stall.bin", /^the output URL stalled: nothing received for 500 ms \(after 2 attempts\)$/],
+    [
+      "a server that stalls mid-body (retried, then given up)",
+      "/out/stall.bin",
+      /^the output URL stalled: nothing received for 500 ms \(after 2 attempts\)$/,
+    ],
     ["a 404", "/out/missing.png", /^the output URL answered HTTP 404$/],
   ])("%s", async (_name, path, error) => {
     const t = relay({ MIRROR_MAX_BYTES: "2000000" });
@@ -270,15 +335,34 @@ describe("bad input ends in a clear files[i].error and an event, never a stuck t
   it("an output URL on a private address is refused unless WEBHOOK_ALLOW_PRIVATE_NETWORKS", async () => {
     const t = relay({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "false" });
     const c = t.client();
-    await setStorage({ store: t.store, config: { ...t.config, webhookAllowPrivateNetworks: true } }, c.id, s3.storageBody());
+    await setStorage(
+      { store: t.store, config: { ...t.config, webhookAllowPrivateNetworks: true } },
+      c.id,
+      s3.storageBody(),
+    );
     const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { url: files.url("/out/a.png") }, t.clock.now());
     const data = await mirrorUntilDone(t, mirrorOf(t), task.id);
-    expect(data.files).toEqual([{ source_url: files.url("/out/a.png"), error: expect.stringMatching(/^blocked: 127\.0\.0\.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true/) }]);
+    expect(data.files).toEqual([
+      {
+        source_url: files.url("/out/a.png"),
+        error: expect.stringMatching(
+          /^blocked: 127\.0\.0\.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true/,
+        ),
+      },
+    ]);
   });
 
   it.each([
-    ["403", { status: 403, code: "AccessDenied" }, /^bucket: access denied by the bucket \(AccessDenied\): check the key's permissions \(after 2 attempts\)$/],
-    ["500", { status: 500, code: "InternalError" }, /^bucket answered HTTP 500 InternalError: InternalError from the test proxy \(after 2 attempts\)$/],
+    [
+      "403",
+      { status: 403, code: "AccessDenied" },
+      /^bucket: access denied by the bucket \(AccessDenied\): check the key's permissions \(after 2 attempts\)$/,
+    ],
+    [
+      "500",
+      { status: 500, code: "InternalError" },
+      /^bucket answered HTTP 500 InternalError: InternalError from the test proxy \(after 2 attempts\)$/,
+    ],
   ])("a bucket answering %s", async (_name, fail, error) => {
     const proxy = await startBucketProxy(s3.endpoint);
     try {
@@ -300,14 +384,22 @@ describe("bad input ends in a clear files[i].error and an event, never a stuck t
     await setBucket(t, c.apiKey, { access_key_id: "NOT-A-KEY" });
     const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { url: files.url("/out/a.png") }, t.clock.now());
     const data = await mirrorUntilDone(t, mirrorOf(t), task.id);
-    expect(data.files[0].error).toMatch(/^bucket: wrong credentials: the bucket does not know this access key id \(InvalidAccessKeyId\)/);
+    expect(data.files[0].error).toMatch(
+      /^bucket: wrong credentials: the bucket does not know this access key id \(InvalidAccessKeyId\)/,
+    );
   });
 
   it("the bucket deleted while a multipart copy is under way", async () => {
     const t = relay();
     const c = t.client();
     await setBucket(t, c.apiKey, { bucket: "doomed" });
-    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { url: files.url("/out/gated.bin") }, t.clock.now());
+    const task = await succeedTask(
+      t.store,
+      t.relay.lifecycle,
+      c.id,
+      { url: files.url("/out/gated.bin") },
+      t.clock.now(),
+    );
     const m = mirrorOf(t);
     armGate();
     const first = m.runOnce();
@@ -318,7 +410,12 @@ describe("bad input ends in a clear files[i].error and an event, never a stuck t
     // The copy failed against a bucket that is gone; the retry finds it gone too, and the event goes out.
     t.clock.advance(1_000);
     const data = await mirrorUntilDone(t, m, task.id);
-    expect(data.files).toEqual([{ source_url: files.url("/out/gated.bin"), error: expect.stringMatching(/^bucket: the bucket does not exist \(NoSuchBucket\)/) }]);
+    expect(data.files).toEqual([
+      {
+        source_url: files.url("/out/gated.bin"),
+        error: expect.stringMatching(/^bucket: the bucket does not exist \(NoSuchBucket\)/),
+      },
+    ]);
   });
 });
 
@@ -327,7 +424,13 @@ describe("crash safety", () => {
     const t = relay();
     const c = t.client();
     await setBucket(t, c.apiKey);
-    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { a: files.url("/out/a.png"), b: files.url("/out/gated.bin") }, t.clock.now());
+    const task = await succeedTask(
+      t.store,
+      t.relay.lifecycle,
+      c.id,
+      { a: files.url("/out/a.png"), b: files.url("/out/gated.bin") },
+      t.clock.now(),
+    );
     const dying = mirrorOf(t, { leaseMs: 30_000 });
     armGate();
     const cut = dying.runOnce();
@@ -360,15 +463,24 @@ describe("dashboard", () => {
     const v = await signedIn(t, c.apiKey);
     expect(await v.page("/dashboard/storage")).toContain("No bucket is set");
     const body = s3.storageBody();
-    const bad = await v.submit("/dashboard/storage", "/dashboard/storage", { ...body, bucket: "No Such", force_path_style: "true" } as Record<string, string>);
+    const bad = await v.submit("/dashboard/storage", "/dashboard/storage", {
+      ...body,
+      bucket: "No Such",
+      force_path_style: "true",
+    } as Record<string, string>);
     expect(bad.status).toBe(422);
     expect(await bad.text()).toContain("bucket: must be 3-63 characters");
-    const saved = await v.submit("/dashboard/storage", "/dashboard/storage", { ...body, force_path_style: "true" } as Record<string, string>);
+    const saved = await v.submit("/dashboard/storage", "/dashboard/storage", {
+      ...body,
+      force_path_style: "true",
+    } as Record<string, string>);
     const html = await saved.text();
     expect(saved.status).toBe(200);
     expect(html).toContain("Bucket saved");
-    expect(html).not.toContain("S3RVER\"><");
-    expect(await t.request(c.apiKey, "/openapi/v1/storage").then((r) => r.json())).toMatchObject({ data: { bucket: "outputs", force_path_style: true } });
+    expect(html).not.toContain('S3RVER"><');
+    expect(await t.request(c.apiKey, "/openapi/v1/storage").then((r) => r.json())).toMatchObject({
+      data: { bucket: "outputs", force_path_style: true },
+    });
     const removed = await v.submit("/dashboard/storage", "/dashboard/storage/remove");
     expect(await removed.text()).toContain("Bucket removed");
     expect((await t.request(c.apiKey, "/openapi/v1/storage")).status).toBe(404);
@@ -378,12 +490,21 @@ describe("dashboard", () => {
     const t = relay();
     const c = t.client();
     await setBucket(t, c.apiKey);
-    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { images: [{ url: files.url("/out/a.png") }] }, t.clock.now());
+    const task = await succeedTask(
+      t.store,
+      t.relay.lifecycle,
+      c.id,
+      { images: [{ url: files.url("/out/a.png") }] },
+      t.clock.now(),
+    );
     await mirrorOf(t).runOnce();
     const v = await signedIn(t, c.apiKey);
     const res = await v.get(`/dashboard/tasks/${task.id}`);
     const html = await res.text();
-    expect(res.headers.get("content-security-policy"), html.slice(html.indexOf("<main"), html.indexOf("<main") + 1500)).toContain("img-src 'self';");
+    expect(
+      res.headers.get("content-security-policy"),
+      html.slice(html.indexOf("<main"), html.indexOf("<main") + 1500),
+    ).toContain("img-src 'self';");
     expect(html).toContain(`src="/dashboard/tasks/${task.id}/files/0"`);
     const file = await v.get(`/dashboard/tasks/${task.id}/files/0`);
     expect(file.status).toBe(200);

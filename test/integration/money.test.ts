@@ -18,7 +18,10 @@ const BALANCE = 1_000_000;
 /** A relay whose upstream is the simulator (its prices, charges and refunds), on the relay's clock. */
 function withSimulator(env: Record<string, string> = {}) {
   const { t } = suite.setup(env);
-  const { app, state } = createSimulator({ clock: t.clock, accounts: [{ apiKey: UPSTREAM_KEY, maxConcurrent: 100, readsPerMinute: 0, balance: BALANCE }] });
+  const { app, state } = createSimulator({
+    clock: t.clock,
+    accounts: [{ apiKey: UPSTREAM_KEY, maxConcurrent: 100, readsPerMinute: 0, balance: BALANCE }],
+  });
   suite.server.use(http.all(`${UPSTREAM_URL}/*`, ({ request }) => app.fetch(request)));
   return { t, charged: () => BALANCE - state.balance(UPSTREAM_KEY) };
 }
@@ -37,11 +40,22 @@ async function runToEnd(t: TestRelay, ids: string[]): Promise<void> {
 async function burst(t: TestRelay, apiKey: string, type: "image" | "video", body: Record<string, unknown>) {
   const responses = await Promise.all(
     Array.from({ length: 20 }, (_, i) =>
-      t.request(apiKey, `/openapi/v1/${type}s/generations`, { method: "POST", json: body, idempotencyKey: `burst-${type}-${i}` }),
+      t.request(apiKey, `/openapi/v1/${type}s/generations`, {
+        method: "POST",
+        json: body,
+        idempotencyKey: `burst-${type}-${i}`,
+      }),
     ),
   );
-  const bodies = (await Promise.all(responses.map((r) => r.json()))) as Array<{ data?: { id: string }; error?: { code: string } }>;
-  return { statuses: responses.map((r) => r.status), accepted: bodies.filter((b) => b.data).map((b) => b.data!.id), errors: bodies.filter((b) => b.error).map((b) => b.error!.code) };
+  const bodies = (await Promise.all(responses.map((r) => r.json()))) as Array<{
+    data?: { id: string };
+    error?: { code: string };
+  }>;
+  return {
+    statuses: responses.map((r) => r.status),
+    accepted: bodies.filter((b) => b.data).map((b) => b.data!.id),
+    errors: bodies.filter((b) => b.error).map((b) => b.error!.code),
+  };
 }
 
 describe("credit limit: a budget that holds under a burst of 20 concurrent creations", () => {
@@ -91,7 +105,12 @@ describe("credit limit: a budget that holds under a burst of 20 concurrent creat
   it("videos, price unknown (v-video-pro 1080p, 1,000 each): the limit of 2,500 is never overspent", async () => {
     const { t, charged } = withSimulator();
     const { apiKey, id } = t.client("capped", { creditLimit: 2_500 });
-    const { accepted } = await burst(t, apiKey, "video", videoBody({ model: "v-video-pro", resolution: "1080p", video_mode: "t2v" }));
+    const { accepted } = await burst(
+      t,
+      apiKey,
+      "video",
+      videoBody({ model: "v-video-pro", resolution: "1080p", video_mode: "t2v" }),
+    );
     expect(accepted).toHaveLength(20);
     await runToEnd(t, accepted);
     expect(charged()).toBe(2_000);
@@ -102,11 +121,17 @@ describe("credit limit: a budget that holds under a burst of 20 concurrent creat
     const { t, charged } = withSimulator();
     const { apiKey } = t.client("capped", { creditLimit: 100 });
     for (let i = 0; i < 3; i++) {
-      const res = await t.request(apiKey, "/openapi/v1/videos/generations", { method: "POST", json: videoBody({ resolution: "480p" }), idempotencyKey: `video-${i}-key` });
+      const res = await t.request(apiKey, "/openapi/v1/videos/generations", {
+        method: "POST",
+        json: videoBody({ resolution: "480p" }),
+        idempotencyKey: `video-${i}-key`,
+      });
       expect(res.status).toBe(402);
       const body = (await res.json()) as { error: { code: string; message: string } };
       expect(body.error.code).toBe("insufficient_points");
-      expect(body.error.message).toBe("This task costs 500 points and does not fit your credit limit on this relay (0 charged and 0 reserved of a limit of 100).");
+      expect(body.error.message).toBe(
+        "This task costs 500 points and does not fit your credit limit on this relay (0 charged and 0 reserved of a limit of 100).",
+      );
     }
     expect(charged()).toBe(0);
   });
@@ -121,10 +146,20 @@ describe("credit limit: a budget that holds under a burst of 20 concurrent creat
     expect(await t.relay.pruner.runOnce()).toBe(2);
     expect(creditPosition(t.database.db, id)).toMatchObject({ charged: 40 });
     expect(ledgerOf(t.database.db, id).map((e) => e.charged)).toEqual([20, 20]);
-    const res = await t.request(apiKey, "/openapi/v1/images/generations", { method: "POST", json: imageBody({ quality: "low", size: "1K" }), idempotencyKey: "after-pruning" });
+    const res = await t.request(apiKey, "/openapi/v1/images/generations", {
+      method: "POST",
+      json: imageBody({ quality: "low", size: "1K" }),
+      idempotencyKey: "after-pruning",
+    });
     expect(res.status).toBe(402);
     const usage = (await (await t.request(apiKey, "/openapi/v1/usage")).json()) as { data: Record<string, unknown> };
-    expect(usage.data).toMatchObject({ points_charged: 40, points_refunded: 0, points_reserved: 0, points_spent: 40, credit_limit: 40 });
+    expect(usage.data).toMatchObject({
+      points_charged: 40,
+      points_refunded: 0,
+      points_reserved: 0,
+      points_spent: 40,
+      credit_limit: 40,
+    });
   });
 
   it("lowering the limit takes effect for waiting tasks: one that no longer fits ends failed, never submitted", async () => {
@@ -150,12 +185,24 @@ describe("catalog-aware intake: what the upstream would refuse is refused before
     const { t } = withSimulator();
     const { apiKey } = t.client();
     await warmCatalog(t, apiKey);
-    const unknown = await t.request(apiKey, "/openapi/v1/images/generations", { method: "POST", json: imageBody({ model: "no-such-model" }), idempotencyKey: "unknown-model" });
+    const unknown = await t.request(apiKey, "/openapi/v1/images/generations", {
+      method: "POST",
+      json: imageBody({ model: "no-such-model" }),
+      idempotencyKey: "unknown-model",
+    });
     expect(unknown.status).toBe(422);
-    const body = (await unknown.json()) as { error: { code: string; details: Array<{ field: string; message: string }> } };
+    const body = (await unknown.json()) as {
+      error: { code: string; details: Array<{ field: string; message: string }> };
+    };
     expect(body.error.code).toBe("validation_error");
-    expect(body.error.details).toEqual([{ field: "model", message: "is not a image model in the upstream's catalog; one of: p-image, flux-lite" }]);
-    const mode = await t.request(apiKey, "/openapi/v1/videos/generations", { method: "POST", json: videoBody({ video_mode: "zzz" }), idempotencyKey: "bad-video-mode" });
+    expect(body.error.details).toEqual([
+      { field: "model", message: "is not a image model in the upstream's catalog; one of: p-image, flux-lite" },
+    ]);
+    const mode = await t.request(apiKey, "/openapi/v1/videos/generations", {
+      method: "POST",
+      json: videoBody({ video_mode: "zzz" }),
+      idempotencyKey: "bad-video-mode",
+    });
     expect(mode.status).toBe(422);
     expect(((await mode.json()) as { error: { details: unknown } }).error.details).toEqual([
       { field: "video_mode", message: "is not supported by v-video; one of: t2v, i2v_first, i2v_last, multimodal_ref" },
@@ -168,9 +215,15 @@ describe("catalog-aware intake: what the upstream would refuse is refused before
     const { t } = withSimulator();
     const { apiKey } = t.client();
     await warmCatalog(t, apiKey);
-    const res = await t.request(apiKey, "/openapi/v1/videos/generations", { method: "POST", json: videoBody({ duration: 7, resolution: "4k" }), idempotencyKey: "bad-video-params" });
+    const res = await t.request(apiKey, "/openapi/v1/videos/generations", {
+      method: "POST",
+      json: videoBody({ duration: 7, resolution: "4k" }),
+      idempotencyKey: "bad-video-params",
+    });
     expect(res.status).toBe(422);
-    const fields = ((await res.json()) as { error: { details: Array<{ field: string }> } }).error.details.map((d) => d.field);
+    const fields = ((await res.json()) as { error: { details: Array<{ field: string }> } }).error.details.map(
+      (d) => d.field,
+    );
     expect(fields.sort()).toEqual(["duration", "resolution"]);
   });
 
@@ -179,7 +232,14 @@ describe("catalog-aware intake: what the upstream would refuse is refused before
     const { apiKey } = t.client();
     up.onCreate = () =>
       HttpResponse.json(
-        { error: { code: "validation_error", message: "video_mode is not supported", request_id: "req_422", details: [{ field: "video_mode", reason: "unsupported" }] } },
+        {
+          error: {
+            code: "validation_error",
+            message: "video_mode is not supported",
+            request_id: "req_422",
+            details: [{ field: "video_mode", reason: "unsupported" }],
+          },
+        },
         { status: 422 },
       );
     const id = await createTask(t, apiKey, { video_mode: "zzz" }, { type: "video" });
@@ -198,9 +258,16 @@ describe("a task the upstream may have charged is never ended by a transient con
   it("an HTML 404 from a proxy for 20 seconds does not write off in-flight videos; they finish charged", async () => {
     const { t, up } = suite.setup();
     const { apiKey } = t.client();
-    const ids = [await createTask(t, apiKey, {}, { type: "video" }), await createTask(t, apiKey, {}, { type: "video" })];
+    const ids = [
+      await createTask(t, apiKey, {}, { type: "video" }),
+      await createTask(t, apiKey, {}, { type: "video" }),
+    ];
     await t.relay.submitter.runOnce();
-    up.onRead = () => new HttpResponse("<html><body><h1>404 Not Found</h1><hr>nginx</body></html>", { status: 404, headers: { "Content-Type": "text/html" } });
+    up.onRead = () =>
+      new HttpResponse("<html><body><h1>404 Not Found</h1><hr>nginx</body></html>", {
+        status: 404,
+        headers: { "Content-Type": "text/html" },
+      });
     for (let i = 0; i < 10; i++) {
       t.clock.advance(2_000);
       await t.relay.poller.runOnce();
@@ -246,11 +313,19 @@ describe("a task the upstream may have charged is never ended by a transient con
     const id = await createTask(t, apiKey);
     // The first attempt reached the upstream (which created and charged the task), but the connection dropped.
     up.nextCreate.push(() => {
-      up.seed({ id: "up_orig", key: `genrelay-${id}`, type: "image", status: "processing", usage: { points_charged: 40 }, createdAt: t.clock.now() });
+      up.seed({
+        id: "up_orig",
+        key: `genrelay-${id}`,
+        type: "image",
+        status: "processing",
+        usage: { points_charged: 40 },
+        createdAt: t.clock.now(),
+      });
       return HttpResponse.error();
     });
     // Then network failures and 409s mixed, more than the 3 tries that used to end it failed.
-    const conflict = () => upstreamError(409, "idempotency_key_reused", "The original request is still being processed.", "req_409");
+    const conflict = () =>
+      upstreamError(409, "idempotency_key_reused", "The original request is still being processed.", "req_409");
     up.nextCreate.push(() => HttpResponse.error(), conflict, conflict, conflict, conflict, conflict, conflict);
     for (let i = 0; i < 30 && taskRow(t, id).phase === "waiting"; i++) {
       await t.relay.submitter.runOnce();
@@ -309,7 +384,11 @@ describe("operators stop spending from the CLI", () => {
     const o = vi.spyOn(process.stdout, "write").mockImplementation((chunk) => ((stdout += String(chunk)), true));
     const e = vi.spyOn(process.stderr, "write").mockImplementation((chunk) => ((stderr += String(chunk)), true));
     try {
-      const code = await runCli(argv, { DATABASE_PATH: t.config.databasePath, UPSTREAM_BASE_URL: UPSTREAM_URL, UPSTREAM_API_KEY: UPSTREAM_KEY });
+      const code = await runCli(argv, {
+        DATABASE_PATH: t.config.databasePath,
+        UPSTREAM_BASE_URL: UPSTREAM_URL,
+        UPSTREAM_API_KEY: UPSTREAM_KEY,
+      });
       return { code, stdout, stderr };
     } finally {
       o.mockRestore();
@@ -339,10 +418,15 @@ describe("operators stop spending from the CLI", () => {
     await createTask(t, apiKey, { quality: "low", size: "1K" });
     await createTask(t, apiKey, { quality: "low", size: "1K" });
     const listed = await cli(t, ["clients", "list", "--json"]);
-    expect(JSON.parse(listed.stdout)).toEqual([expect.objectContaining({ id, points_charged: 0, points_reserved: 40, points_spent: 0, credit_limit: 500 })]);
+    expect(JSON.parse(listed.stdout)).toEqual([
+      expect.objectContaining({ id, points_charged: 0, points_reserved: 40, points_spent: 0, credit_limit: 500 }),
+    ]);
     const revoked = await cli(t, ["clients", "revoke", id]);
     expect(revoked).toMatchObject({ code: 0 });
     expect(revoked.stdout).toContain("2 task(s) not yet submitted were canceled");
-    expect(JSON.parse((await cli(t, ["clients", "list", "--json"])).stdout)[0]).toMatchObject({ status: "revoked", points_reserved: 0 });
+    expect(JSON.parse((await cli(t, ["clients", "list", "--json"])).stdout)[0]).toMatchObject({
+      status: "revoked",
+      points_reserved: 0,
+    });
   });
 });

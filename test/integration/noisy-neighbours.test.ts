@@ -55,7 +55,10 @@ afterAll(async () => {
 });
 
 /** A relay on the dialect's store, in real time, no loop running until the test starts one. */
-async function relayOn(make: StoreFactory, env: Record<string, string> = {}): Promise<{ relay: Relay; store: Store; clock: SystemClock }> {
+async function relayOn(
+  make: StoreFactory,
+  env: Record<string, string> = {},
+): Promise<{ relay: Relay; store: Store; clock: SystemClock }> {
   const { store } = await make();
   const clock = new SystemClock();
   const config = loadConfig({
@@ -69,7 +72,13 @@ async function relayOn(make: StoreFactory, env: Record<string, string> = {}): Pr
     LOG_LEVEL: "silent",
     ...env,
   });
-  const relay = new Relay({ config, store, clock, logger: silentLogger, upstream: { baseUrl: "https://upstream.test", apiKey: "k" } });
+  const relay = new Relay({
+    config,
+    store,
+    clock,
+    logger: silentLogger,
+    upstream: { baseUrl: "https://upstream.test", apiKey: "k" },
+  });
   later(() => relay.stop(500));
   return { relay, store, clock };
 }
@@ -86,9 +95,17 @@ async function receiver(answer = ok): Promise<CountingReceiver> {
 }
 
 /** `count` tasks of the client that succeed now, with their task.succeeded webhooks to `callbackUrl` (or held for copies first). */
-async function succeeded(relay: Relay, store: Store, clientId: string, callbackUrl: string, count: number, output: unknown = { images: [{ url: "https://cdn.test/x.png" }] }) {
+async function succeeded(
+  relay: Relay,
+  store: Store,
+  clientId: string,
+  callbackUrl: string,
+  count: number,
+  output: unknown = { images: [{ url: "https://cdn.test/x.png" }] },
+) {
   const ids: string[] = [];
-  for (let i = 0; i < count; i++) ids.push((await succeedTask(store, relay.lifecycle, clientId, output, Date.now(), callbackUrl)).id);
+  for (let i = 0; i < count; i++)
+    ids.push((await succeedTask(store, relay.lifecycle, clientId, output, Date.now(), callbackUrl)).id);
   return ids;
 }
 
@@ -185,8 +202,15 @@ describe.each(dialects)("noisy neighbours on %s", (dialect, make) => {
     const hostile = await clientOf(store, "hostile", slowOps.url("/notices"));
     const victim = await clientOf(store, "victim", fastOps.url("/notices"));
     const deps = { store, clock, logger: silentLogger, onNotice: () => relay.loopsByName.notifier.nudge() };
-    const failing = (host: string) => ({ host, failing_since: new Date(Date.now() - 3_600_000).toISOString(), attempts: 9, pending_events: 1, last_error: "HTTP 500" });
-    for (let i = 0; i < 40; i++) await writeNotice(deps, hostile, "endpoint.failing", `h${i}.example:443`, failing(`h${i}.example:443`));
+    const failing = (host: string) => ({
+      host,
+      failing_since: new Date(Date.now() - 3_600_000).toISOString(),
+      attempts: 9,
+      pending_events: 1,
+      last_error: "HTTP 500",
+    });
+    for (let i = 0; i < 40; i++)
+      await writeNotice(deps, hostile, "endpoint.failing", `h${i}.example:443`, failing(`h${i}.example:443`));
     relay.loopsByName.notifier.start();
     await until("the hostile client's notices", () => slowOps.open() >= 7);
 
@@ -205,7 +229,11 @@ describe.each(dialects)("noisy neighbours on %s", (dialect, make) => {
     const silentBucket = await silentServer();
     const hostile = await clientOf(store, "hostile");
     const victim = await clientOf(store, "victim");
-    await setStorage({ store, config: relay.deps.config }, hostile.id, s3.storageBody({ endpoint: silentBucket.endpoint }));
+    await setStorage(
+      { store, config: relay.deps.config },
+      hostile.id,
+      s3.storageBody({ endpoint: silentBucket.endpoint }),
+    );
     await setStorage({ store, config: relay.deps.config }, victim.id, s3.storageBody());
     const hooks = await receiver(ok);
     const output = { images: [{ url: files.url("/a.png") }] };
@@ -223,7 +251,10 @@ describe.each(dialects)("noisy neighbours on %s", (dialect, make) => {
     expect(delay).not.toBeNull();
     expect(delay!).toBeLessThan(VICTIM_BOUND_MS);
     const [event] = await store.events.ofTask(task!);
-    expect(JSON.parse(event!.payload)).toMatchObject({ type: "task.succeeded", data: { files: [expect.objectContaining({ bytes: 1000 })] } });
+    expect(JSON.parse(event!.payload)).toMatchObject({
+      type: "task.succeeded",
+      data: { files: [expect.objectContaining({ bytes: 1000 })] },
+    });
     expect(silentBucket.maxOpen()).toBeLessThan(4);
   });
 
@@ -242,7 +273,10 @@ describe.each(dialects)("noisy neighbours on %s", (dialect, make) => {
     const since = Date.now();
     await succeeded(relay, store, c.id, origin.url("/fast/c"), 1);
     const delay = await victimDelay(got(origin, "/fast/c"), since);
-    report(`${dialect} connections, two clients' hanging webhooks on the victim's origin (${origin.open()} open)`, delay);
+    report(
+      `${dialect} connections, two clients' hanging webhooks on the victim's origin (${origin.open()} open)`,
+      delay,
+    );
     // Before #30: one pool of 16 connections per origin for everyone; the third client's webhook waited for a socket.
     expect(delay).not.toBeNull();
     expect(delay!).toBeLessThan(VICTIM_BOUND_MS);
@@ -256,7 +290,15 @@ describe.each(dialects)("noisy neighbours on %s", (dialect, make) => {
     const c = await clientOf(store, "c");
     await succeeded(relay, store, a.id, origin.url("/slow/hooks"), 9);
     const deps = { store, clock, logger: silentLogger, onNotice: () => relay.loopsByName.notifier.nudge() };
-    for (let i = 0; i < 8; i++) await writeNotice(deps, a, "delivery.exhausted", `x${i}.example:443`, { event_id: `evt_${i}`, task_id: `task_${i}`, type: "task.failed", host: `x${i}.example:443`, attempts: 2, last_error: "HTTP 500" });
+    for (let i = 0; i < 8; i++)
+      await writeNotice(deps, a, "delivery.exhausted", `x${i}.example:443`, {
+        event_id: `evt_${i}`,
+        task_id: `task_${i}`,
+        type: "task.failed",
+        host: `x${i}.example:443`,
+        attempts: 2,
+        last_error: "HTTP 500",
+      });
     relay.loopsByName.dispatcher.start();
     relay.loopsByName.notifier.start();
     await until("the client's hanging webhooks and notices", () => origin.open() >= 16);
@@ -268,7 +310,10 @@ describe.each(dialects)("noisy neighbours on %s", (dialect, make) => {
     await succeeded(relay, store, c.id, farOrigin, 1);
     const control = await victimDelay(got(fast, "/fast"), since);
     const delay = await victimDelay(got(origin, "/fast/c"), since);
-    report(`${dialect} connections, one client's hanging webhooks and notices on the victim's origin (${origin.open()} open; another origin: ${control} ms)`, delay);
+    report(
+      `${dialect} connections, one client's hanging webhooks and notices on the victim's origin (${origin.open()} open; another origin: ${control} ms)`,
+      delay,
+    );
     expect(delay).not.toBeNull();
     expect(delay!).toBeLessThan(VICTIM_BOUND_MS);
   });
@@ -276,7 +321,11 @@ describe.each(dialects)("noisy neighbours on %s", (dialect, make) => {
 
 describe("noisy neighbours in the dashboard", () => {
   it("previews (repro 4): previews of copies in a bucket that never answers hold at most the client's share of the preview slots; another client's preview is served", async () => {
-    const t = createTestRelay({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", RELAY_ENCRYPTION_KEY: KEY, WEBHOOK_RETRY_SCHEDULE: "0s" });
+    const t = createTestRelay({
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+      RELAY_ENCRYPTION_KEY: KEY,
+      WEBHOOK_RETRY_SCHEDULE: "0s",
+    });
     later(() => t.close());
     const silentBucket = await silentServer();
     const hostile = t.client("hostile");
@@ -287,7 +336,11 @@ describe("noisy neighbours in the dashboard", () => {
     const hostileTask = await succeedTask(t.store, t.relay.lifecycle, hostile.id, output, t.clock.now());
     const victimTask = await succeedTask(t.store, t.relay.lifecycle, victim.id, output, t.clock.now());
     expect(await t.relay.mirror.runOnce()).toBe(2);
-    await setStorage({ store: t.store, config: t.config }, hostile.id, s3.storageBody({ endpoint: silentBucket.endpoint }));
+    await setStorage(
+      { store: t.store, config: t.config },
+      hostile.id,
+      s3.storageBody({ endpoint: silentBucket.endpoint }),
+    );
 
     const h = await signedIn(t, hostile.apiKey);
     const v = await signedIn(t, victim.apiKey);
@@ -306,9 +359,15 @@ describe("noisy neighbours in the dashboard", () => {
     await until("the hostile client's previews to reach its bucket", () => silentBucket.open() >= 20);
 
     const since = Date.now();
-    const res = await Promise.race([v.get(`/dashboard/tasks/${victimTask.id}/files/0`), new Promise<null>((r) => setTimeout(() => r(null), PATIENCE_MS).unref())]);
+    const res = await Promise.race([
+      v.get(`/dashboard/tasks/${victimTask.id}/files/0`),
+      new Promise<null>((r) => setTimeout(() => r(null), PATIENCE_MS).unref()),
+    ]);
     const delay = res ? Date.now() - since : null;
-    report(`previews (hostile's bucket holds ${silentBucket.open()} requests, at most ${silentBucket.maxOpen()})`, delay);
+    report(
+      `previews (hostile's bucket holds ${silentBucket.open()} requests, at most ${silentBucket.maxOpen()})`,
+      delay,
+    );
     expect(res?.status).toBe(200);
     expect((await res!.arrayBuffer()).byteLength).toBe(1000);
     expect(delay!).toBeLessThan(VICTIM_BOUND_MS);

@@ -26,7 +26,16 @@ function handSender() {
   const sender = {
     send: (req: SendRequest) => new Promise<SendResult>((answer) => held.push({ req, answer })),
   } as unknown as WebhookSender;
-  const ok: SendResult = { ok: true, statusCode: 200, latencyMs: 1, error: null, blocked: false, responseBody: "", retryAfterMs: null, gone: false };
+  const ok: SendResult = {
+    ok: true,
+    statusCode: 200,
+    latencyMs: 1,
+    error: null,
+    blocked: false,
+    responseBody: "",
+    retryAfterMs: null,
+    gone: false,
+  };
   return { sender, held, ok };
 }
 
@@ -43,10 +52,19 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("the notifier's pool on 
     const config = loadConfig({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", WEBHOOK_FAILING_NOTICE_AFTER: "1h" });
     const deps = { store, clock, logger: silentLogger };
     const { sender, held, ok } = handSender();
-    const notifier = new Notifier({ store, clock, config, logger: silentLogger, sender, owner: new LeaseOwner(), health: new EndpointHealth(deps) });
+    const notifier = new Notifier({
+      store,
+      clock,
+      config,
+      logger: silentLogger,
+      sender,
+      owner: new LeaseOwner(),
+      health: new EndpointHealth(deps),
+    });
     const hostile = await client(store, "hostile", "https://ops.hostile.example/n");
     const victim = await client(store, "victim", "https://ops.victim.example/n");
-    for (let i = 0; i < 20; i++) await writeNotice(deps, hostile, "endpoint.failing", `h${i}.example:443`, { host: `h${i}.example:443` });
+    for (let i = 0; i < 20; i++)
+      await writeNotice(deps, hostile, "endpoint.failing", `h${i}.example:443`, { host: `h${i}.example:443` });
 
     const first = await notifier.tick();
     // A pool of 8 keeps 1 back: the hostile client, alone, holds 7.

@@ -16,13 +16,19 @@ interface Operation {
   operationId?: string;
   security?: unknown[];
   parameters?: { name: string; in: string; example?: unknown; schema?: { pattern?: string } }[];
-  responses: Record<string, { headers?: Record<string, { $ref?: string }>; content?: Record<string, { schema?: { $ref?: string } }> }>;
+  responses: Record<
+    string,
+    { headers?: Record<string, { $ref?: string }>; content?: Record<string, { schema?: { $ref?: string } }> }
+  >;
 }
 type Doc = {
   servers?: { url: string }[];
   paths: Record<string, Record<string, Operation>>;
   webhooks: Record<string, Record<string, Operation>>;
-  components: { headers?: Record<string, unknown>; schemas: Record<string, { properties?: Record<string, { enum?: string[] }> }> };
+  components: {
+    headers?: Record<string, unknown>;
+    schemas: Record<string, { properties?: Record<string, { enum?: string[] }> }>;
+  };
 };
 
 const METHODS = ["get", "put", "post", "delete", "patch"];
@@ -33,7 +39,9 @@ async function served(t: TestRelay): Promise<Doc> {
 
 function operations(doc: Doc): { where: string; path: string; method: string; op: Operation }[] {
   const of = (where: string, items: Record<string, Record<string, Operation>>) =>
-    Object.entries(items).flatMap(([path, item]) => METHODS.filter((m) => item[m]).map((method) => ({ where, path, method, op: item[method]! })));
+    Object.entries(items).flatMap(([path, item]) =>
+      METHODS.filter((m) => item[m]).map((method) => ({ where, path, method, op: item[method]! })),
+    );
   return [...of("paths", doc.paths), ...of("webhooks", doc.webhooks)];
 }
 
@@ -75,14 +83,24 @@ describe("/openapi.json against Redocly's recommended ruleset", () => {
   it("has no errors; its only warnings are the probes and this document having no 4xx answer", async () => {
     const { t } = suite.setup();
     const source = await (await t.request(null, "/openapi.json")).text();
-    const problems = await lintFromString({ source, absoluteRef: "openapi.json", config: await createConfig({ extends: ["recommended"] }) });
+    const problems = await lintFromString({
+      source,
+      absoluteRef: "openapi.json",
+      config: await createConfig({ extends: ["recommended"] }),
+    });
     const shown = problems.map((p) => `${p.severity} ${p.ruleId} ${p.location[0]?.pointer ?? ""}: ${p.message}`);
-    expect(shown.filter((p) => p.startsWith("error")), "errors").toEqual([]);
+    expect(
+      shown.filter((p) => p.startsWith("error")),
+      "errors",
+    ).toEqual([]);
     // GET /healthz, /readyz and /openapi.json take no input and no key: no client error exists to document, and
     // inventing one to quiet operation-4xx-response would make the document lie.
     expect(shown.filter((p) => p.startsWith("warn")).sort()).toEqual(
       ["/healthz", "/readyz", "/openapi.json"]
-        .map((path) => `warn operation-4xx-response #/paths/${path.replaceAll("/", "~1")}/get/responses: Operation must have at least one \`4XX\` response.`)
+        .map(
+          (path) =>
+            `warn operation-4xx-response #/paths/${path.replaceAll("/", "~1")}/get/responses: Operation must have at least one \`4XX\` response.`,
+        )
         .sort(),
     );
   }, 60_000);
@@ -92,8 +110,17 @@ describe("/openapi.json against Redocly's recommended ruleset", () => {
     const doc = await served(t);
     delete doc.servers;
     delete doc.paths["/healthz"]!.get!.security;
-    const problems = await lintFromString({ source: JSON.stringify(doc), absoluteRef: "openapi.json", config: await createConfig({ extends: ["recommended"] }) });
-    expect(problems.filter((p) => p.severity === "error").map((p) => p.ruleId).sort()).toEqual(["no-empty-servers", "security-defined"]);
+    const problems = await lintFromString({
+      source: JSON.stringify(doc),
+      absoluteRef: "openapi.json",
+      config: await createConfig({ extends: ["recommended"] }),
+    });
+    expect(
+      problems
+        .filter((p) => p.severity === "error")
+        .map((p) => p.ruleId)
+        .sort(),
+    ).toEqual(["no-empty-servers", "security-defined"]);
   }, 60_000);
 });
 
@@ -109,7 +136,9 @@ describe("operations, servers and security", () => {
     const { t } = suite.setup();
     expect((await served(t)).servers).toEqual([{ url: "/", description: "This relay" }]);
     const { t: behindProxy } = suite.setup({ PUBLIC_BASE_URL: "https://relay.example.com/genrelay" });
-    expect((await served(behindProxy)).servers).toEqual([{ url: "https://relay.example.com/genrelay", description: "This relay (PUBLIC_BASE_URL)" }]);
+    expect((await served(behindProxy)).servers).toEqual([
+      { url: "https://relay.example.com/genrelay", description: "This relay (PUBLIC_BASE_URL)" },
+    ]);
   });
 
   it("declares security on every operation: the bearer key under /openapi/v1, none for the probes, this document and the webhooks", async () => {
@@ -133,8 +162,12 @@ describe("operations, servers and security", () => {
 
   it("lists every error code the relay answers with, method_not_allowed included", async () => {
     const { t } = suite.setup();
-    const codes = (await served(t)).components.schemas.Error!.properties as unknown as { error: { properties: { code: { enum: string[] } } } };
-    expect(codes.error.properties.code.enum).toEqual(expect.arrayContaining(["validation_error", "not_found", "method_not_allowed", "storage_unavailable"]));
+    const codes = (await served(t)).components.schemas.Error!.properties as unknown as {
+      error: { properties: { code: { enum: string[] } } };
+    };
+    expect(codes.error.properties.code.enum).toEqual(
+      expect.arrayContaining(["validation_error", "not_found", "method_not_allowed", "storage_unavailable"]),
+    );
   });
 });
 
@@ -142,16 +175,25 @@ describe("response headers", () => {
   it("are documented: X-Request-Id on every answer, Location and Idempotent-Replayed on creations, Retry-After on every 429 and 503 error", async () => {
     const { t } = suite.setup();
     const doc = await served(t);
-    expect(Object.keys(doc.components.headers ?? {}).sort()).toEqual(["Age", "Idempotent-Replayed", "Location", "Retry-After", "X-Request-Id"]);
+    expect(Object.keys(doc.components.headers ?? {}).sort()).toEqual([
+      "Age",
+      "Idempotent-Replayed",
+      "Location",
+      "Retry-After",
+      "X-Request-Id",
+    ]);
     const headers = (r: { headers?: Record<string, { $ref?: string }> }) => Object.keys(r.headers ?? {});
     for (const o of operations(doc).filter((x) => x.where === "paths")) {
       for (const [status, response] of Object.entries(o.op.responses)) {
         const label = `${o.method} ${o.path} ${status}`;
         expect(headers(response), label).toContain("X-Request-Id");
-        for (const ref of Object.values(response.headers ?? {})) expect(ref.$ref, label).toMatch(/^#\/components\/headers\//);
+        for (const ref of Object.values(response.headers ?? {}))
+          expect(ref.$ref, label).toMatch(/^#\/components\/headers\//);
         const envelope = response.content?.["application/json"]?.schema?.$ref === "#/components/schemas/Error";
-        if (envelope && (status === "429" || status === "503")) expect(headers(response), label).toContain("Retry-After");
-        if (o.path.endsWith("/generations") && (status === "200" || status === "201")) expect(headers(response), label).toEqual(expect.arrayContaining(["Location", "Idempotent-Replayed"]));
+        if (envelope && (status === "429" || status === "503"))
+          expect(headers(response), label).toContain("Retry-After");
+        if (o.path.endsWith("/generations") && (status === "200" || status === "201"))
+          expect(headers(response), label).toEqual(expect.arrayContaining(["Location", "Idempotent-Replayed"]));
       }
     }
   });
@@ -159,7 +201,8 @@ describe("response headers", () => {
   it("are the ones sent: a creation's Location and Idempotent-Replayed, a 429's Retry-After, everyone's X-Request-Id", async () => {
     const { t } = suite.setup();
     const { apiKey } = t.client("one-waiting", { maxWaiting: 1 });
-    const create = (key: string) => t.request(apiKey, "/openapi/v1/images/generations", { method: "POST", json: imageBody(), idempotencyKey: key });
+    const create = (key: string) =>
+      t.request(apiKey, "/openapi/v1/images/generations", { method: "POST", json: imageBody(), idempotencyKey: key });
     const first = await create("headers-key-1");
     expect(first.status).toBe(201);
     expect(first.headers.get("location")).toMatch(/^http:\/\/relay\.test\/openapi\/v1\/tasks\/task_/);
@@ -168,7 +211,8 @@ describe("response headers", () => {
     const limited = await create("headers-key-2");
     expect(limited.status).toBe(429);
     expect(limited.headers.get("retry-after")).toMatch(/^\d+$/);
-    for (const res of [first, limited, await t.request(null, "/healthz"), await t.request(null, "/openapi.json")]) expect(res.headers.get("x-request-id")).toMatch(/^req_/);
+    for (const res of [first, limited, await t.request(null, "/healthz"), await t.request(null, "/openapi.json")])
+      expect(res.headers.get("x-request-id")).toMatch(/^req_/);
   });
 });
 
@@ -180,7 +224,9 @@ describe("405 method_not_allowed", () => {
     let checked = 0;
     for (const [path, item] of Object.entries(doc.paths)) {
       const documented = METHODS.filter((m) => item[m]).map((m) => m.toUpperCase());
-      const allow = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"].filter((m) => documented.includes(m) || (m === "HEAD" && documented.includes("GET"))).join(", ");
+      const allow = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+        .filter((m) => documented.includes(m) || (m === "HEAD" && documented.includes("GET")))
+        .join(", ");
       const concrete = path.replace(/\{\w+\}/g, "task_01jf3y8k2m9q7r5t3v1w0x6z4a");
       for (const method of ["GET", "POST", "PUT", "PATCH", "DELETE"].filter((m) => !documented.includes(m))) {
         const res = await t.request(apiKey, concrete, { method });
@@ -188,7 +234,13 @@ describe("405 method_not_allowed", () => {
         expect(res.status, label).toBe(405);
         expect(res.headers.get("allow"), label).toBe(allow);
         const requestId = res.headers.get("x-request-id");
-        expect(await res.json(), label).toEqual({ error: { code: "method_not_allowed", message: `${method} is not allowed on ${concrete}; use ${allow}.`, request_id: requestId } });
+        expect(await res.json(), label).toEqual({
+          error: {
+            code: "method_not_allowed",
+            message: `${method} is not allowed on ${concrete}; use ${allow}.`,
+            request_id: requestId,
+          },
+        });
         checked++;
       }
     }
@@ -206,7 +258,13 @@ describe("405 method_not_allowed", () => {
     ]) {
       const res = await t.request(apiKey, path!, { method });
       expect(res.status, `${method} ${path}`).toBe(404);
-      expect(await res.json()).toEqual({ error: { code: "not_found", message: `No route ${method} ${path}.`, request_id: res.headers.get("x-request-id") } });
+      expect(await res.json()).toEqual({
+        error: {
+          code: "not_found",
+          message: `No route ${method} ${path}.`,
+          request_id: res.headers.get("x-request-id"),
+        },
+      });
       expect(res.headers.get("allow")).toBeNull();
     }
     expect((await t.request(apiKey, "/openapi/v1/tasks")).status).toBe(200);
@@ -229,11 +287,18 @@ describe("a bad path parameter", () => {
     const bad = await t.request(apiKey, `/openapi/v1/tasks/${id}`);
     expect(bad.status).toBe(400);
     expect(await bad.json()).toEqual({
-      error: { code: "invalid_request", message: "A path parameter is invalid.", request_id: bad.headers.get("x-request-id"), details: [{ field: "id", message: expect.any(String) }] },
+      error: {
+        code: "invalid_request",
+        message: "A path parameter is invalid.",
+        request_id: bad.headers.get("x-request-id"),
+        details: [{ field: "id", message: expect.any(String) }],
+      },
     });
     const query = await t.request(apiKey, "/openapi/v1/tasks?limit=0");
     expect(query.status).toBe(400);
-    expect(((await query.json()) as { error: { message: string } }).error.message).toBe("A query parameter is invalid.");
+    expect(((await query.json()) as { error: { message: string } }).error.message).toBe(
+      "A query parameter is invalid.",
+    );
   });
 });
 
@@ -254,7 +319,9 @@ export const misspelled: Body<"createImageTask"> = { model: "p-image", mode: "ge
     const client = { name: "client.ts", source: CLIENT };
     const errors = await typeErrors(doc, client);
     expect(errors).toHaveLength(1);
-    expect(errors[0]).toMatch(/^client\.ts:8 Object literal may only specify known properties, (and|but) 'callbak_url' does not exist in type/);
+    expect(errors[0]).toMatch(
+      /^client\.ts:8 Object literal may only specify known properties, (and|but) 'callbak_url' does not exist in type/,
+    );
     // What the document said before: any extra field, which a generated client accepts.
     const loose = structuredClone(doc);
     loose.components.schemas.ImageGenerationRequest.additionalProperties = {};

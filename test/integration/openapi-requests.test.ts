@@ -21,7 +21,10 @@ import { upstreamSuite } from "../helpers/upstream-suite.js";
 const KEY = randomBytes(32).toString("base64");
 const suite = upstreamSuite({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "false", RELAY_ENCRYPTION_KEY: KEY });
 
-type Doc = { paths: Record<string, Record<string, { requestBody?: unknown }>>; components: Record<string, Record<string, unknown>> };
+type Doc = {
+  paths: Record<string, Record<string, { requestBody?: unknown }>>;
+  components: Record<string, Record<string, unknown>>;
+};
 type Body = Record<string, unknown>;
 
 const IMAGES = "/openapi/v1/images/generations";
@@ -47,7 +50,11 @@ const isUri = (s: string) => /^[A-Za-z][A-Za-z0-9+.-]*:[\x21-\x7e]*$/.test(s) &&
 function bodyValidator(doc: Doc, path: string, method: string): ValidateFunction {
   const ajv = new Ajv2020({ strict: false, allErrors: true });
   ajv.addFormat("uri", isUri);
-  ajv.addFormat("date-time", (s: string) => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(s) && !Number.isNaN(Date.parse(s)));
+  ajv.addFormat(
+    "date-time",
+    (s: string) =>
+      /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(s) && !Number.isNaN(Date.parse(s)),
+  );
   ajv.addSchema({ ...doc, $id: "openapi.json" });
   const pointer = `paths/${path.replaceAll("~", "~0").replaceAll("/", "~1")}/${method}/requestBody/content/application~1json/schema`;
   return ajv.compile({ $ref: `openapi.json#/${pointer}` });
@@ -66,7 +73,10 @@ function inlined(doc: Doc, node: unknown): unknown {
     const target = ref
       .slice(2)
       .split("/")
-      .reduce<unknown>((at, key) => (at as Record<string, unknown>)[key.replaceAll("~1", "/").replaceAll("~0", "~")], doc);
+      .reduce<unknown>(
+        (at, key) => (at as Record<string, unknown>)[key.replaceAll("~1", "/").replaceAll("~0", "~")],
+        doc,
+      );
     return inlined(doc, target);
   }
   return Object.fromEntries(
@@ -77,7 +87,12 @@ function inlined(doc: Doc, node: unknown): unknown {
 }
 
 const bodySchema = (doc: Doc, path: string, method: string) =>
-  inlined(doc, (doc.paths[path]![method]!.requestBody as { content: Record<string, { schema: unknown }> }).content["application/json"]!.schema) as Record<string, unknown>;
+  inlined(
+    doc,
+    (doc.paths[path]![method]!.requestBody as { content: Record<string, { schema: unknown }> }).content[
+      "application/json"
+    ]!.schema,
+  ) as Record<string, unknown>;
 
 /**
  * json-schema-faker's own `uri` generator knows three hosts and always a path; this one also makes
@@ -86,9 +101,15 @@ const bodySchema = (doc: Doc, path: string, method: string) =>
  */
 function uri(random: { int(min: number, max: number): number; pick<T>(list: T[]): T; bool(): boolean }): string {
   const labels = ["hooks", "api", "cdn", "s3", "files", "x1", "edge-2", "eu-west-1"];
-  const host = [random.pick(labels), ...(random.bool() ? [random.pick(labels)] : []), random.pick(["com", "org", "io", "net"])].join(".");
+  const host = [
+    random.pick(labels),
+    ...(random.bool() ? [random.pick(labels)] : []),
+    random.pick(["com", "org", "io", "net"]),
+  ].join(".");
   const port = random.int(0, 3) === 0 ? `:${random.int(1, 65535)}` : "";
-  const rest = random.bool() ? random.pick(["", "/"]) : random.pick(["/hooks/genrelay", "/a/b.png", "/v1/in?token=abc", "/p#frag"]);
+  const rest = random.bool()
+    ? random.pick(["", "/"])
+    : random.pick(["/hooks/genrelay", "/a/b.png", "/v1/in?token=abc", "/p#frag"]);
   return `https://${host}${port}${rest}`;
 }
 
@@ -103,8 +124,16 @@ const STRATA: Record<string, (s: Schema) => Schema> = {
   "as documented": (s) => s,
   "maps filled": (s) => {
     const properties = { ...(s.properties as Record<string, Schema>) };
-    for (const name of ["metadata", "callback_headers"]) if (properties[name]) properties[name] = { ...properties[name], minProperties: 1 };
-    return { ...s, properties, required: [...((s.required as string[] | undefined) ?? []), ...["metadata", "callback_headers"].filter((n) => properties[n])] };
+    for (const name of ["metadata", "callback_headers"])
+      if (properties[name]) properties[name] = { ...properties[name], minProperties: 1 };
+    return {
+      ...s,
+      properties,
+      required: [
+        ...((s.required as string[] | undefined) ?? []),
+        ...["metadata", "callback_headers"].filter((n) => properties[n]),
+      ],
+    };
   },
   "mode generate": (s) => {
     const properties = s.properties as Record<string, Schema>;
@@ -116,7 +145,12 @@ const STRATA: Record<string, (s: Schema) => Schema> = {
 };
 
 /** `count` bodies generated from the schema, a share from each stratum, with the ones the generator got wrong (ajv says invalid) set apart. */
-function generate(schema: Schema, validate: ValidateFunction, count: number, seed: number): { valid: Body[]; invalid: number } {
+function generate(
+  schema: Schema,
+  validate: ValidateFunction,
+  count: number,
+  seed: number,
+): { valid: Body[]; invalid: number } {
   const gen = createGeneratorSync({ seed, optionalsProbability: 0.6, formats: { uri } });
   const strata = Object.values(STRATA).map((narrow) => narrow(schema));
   const valid: Body[] = [];
@@ -163,7 +197,11 @@ function withCatalogValues(body: Body, type: "image" | "video", i: number): Body
 
 /** Sends a body; a fresh client for each request of the rate-limited operations. */
 async function send(t: TestRelay, apiKey: string, path: string, method: string, body: unknown): Promise<Response> {
-  return t.request(apiKey, path, { method: method.toUpperCase(), json: body, idempotencyKey: `gen-${randomBytes(8).toString("hex")}` });
+  return t.request(apiKey, path, {
+    method: method.toUpperCase(),
+    json: body,
+    idempotencyKey: `gen-${randomBytes(8).toString("hex")}`,
+  });
 }
 
 function withCatalog(env: Record<string, string> = {}) {
@@ -172,9 +210,28 @@ function withCatalog(env: Record<string, string> = {}) {
   return t;
 }
 
-const image = (extra: Body = {}) => ({ model: "p-image", mode: "generate", prompt: "a red fox in snow", count: 1, ...extra });
-const video = (extra: Body = {}) => ({ model: "v-video", video_mode: "t2v", prompt: "waves at night", duration: 5, ...extra });
-const storage = (extra: Body = {}) => ({ endpoint: "https://s3.eu-west-1.amazonaws.com", bucket: "outputs", region: "eu-west-1", access_key_id: "AKIAEXAMPLE", secret_access_key: "secret-example", ...extra });
+const image = (extra: Body = {}) => ({
+  model: "p-image",
+  mode: "generate",
+  prompt: "a red fox in snow",
+  count: 1,
+  ...extra,
+});
+const video = (extra: Body = {}) => ({
+  model: "v-video",
+  video_mode: "t2v",
+  prompt: "waves at night",
+  duration: 5,
+  ...extra,
+});
+const storage = (extra: Body = {}) => ({
+  endpoint: "https://s3.eu-west-1.amazonaws.com",
+  bucket: "outputs",
+  region: "eu-west-1",
+  access_key_id: "AKIAEXAMPLE",
+  secret_access_key: "secret-example",
+  ...extra,
+});
 const nineHeaders = Object.fromEntries(Array.from({ length: 9 }, (_, i) => [`x-h${i}`, "v"]));
 const seventeenKeys = Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, "v"]));
 
@@ -187,7 +244,10 @@ const REFUSED: Record<string, { method: string; bodies: [string, Body][] }> = {
       ["a near miss: callbak_url", image({ callbak_url: "https://hooks.example.com/x" })],
       ["a near miss: metdata", image({ metdata: { a: "b" } })],
       ["a near miss: callback_event", image({ callback_event: ["task.succeeded"] })],
-      ["a near miss in place of a required field: promt", { model: "p-image", mode: "generate", promt: "a red fox", count: 1 }],
+      [
+        "a near miss in place of a required field: promt",
+        { model: "p-image", mode: "generate", promt: "a red fox", count: 1 },
+      ],
       ["a near miss in another case: Callback-URL", image({ "Callback-URL": "https://hooks.example.com/x" })],
       ["a prompt of 2 characters", image({ prompt: "ab" })],
       ["a prompt of whitespace and 2 characters", image({ prompt: " \t a \n b  " })],
@@ -203,9 +263,15 @@ const REFUSED: Record<string, { method: string; bodies: [string, Body][] }> = {
       ["an http image URL", image({ mode: "edit", image_urls: ["http://cdn.example.com/a.png"] })],
       ["an image URL that is no URL", image({ mode: "edit", image_urls: ["a.png"] })],
       ["no image URLs", image({ mode: "edit", image_urls: [] })],
-      ["17 image URLs", image({ mode: "edit", image_urls: Array.from({ length: 17 }, (_, i) => `https://cdn.example.com/${i}.png`) })],
+      [
+        "17 image URLs",
+        image({ mode: "edit", image_urls: Array.from({ length: 17 }, (_, i) => `https://cdn.example.com/${i}.png`) }),
+      ],
       ["an image URL over 8 KiB", image({ mode: "edit", image_urls: [`https://cdn.example.com/${"a".repeat(8192)}`] })],
-      ["an image URL of fewer characters but over 8 KiB of UTF-8", image({ mode: "edit", image_urls: [`https://cdn.example.com/${"é".repeat(4100)}`] })],
+      [
+        "an image URL of fewer characters but over 8 KiB of UTF-8",
+        image({ mode: "edit", image_urls: [`https://cdn.example.com/${"é".repeat(4100)}`] }),
+      ],
       ["a resolution over 2048 characters", image({ resolution: "9".repeat(2049) })],
       ["a model id over 2048 characters", image({ model: "m".repeat(2049) })],
       ["an http callback_url", image({ callback_url: "http://hooks.example.com/x" })],
@@ -241,7 +307,10 @@ const REFUSED: Record<string, { method: string; bodies: [string, Body][] }> = {
       ["a near miss: callbackUrl", video({ callbackUrl: "https://hooks.example.com/x" })],
       ["a prompt of 2 characters", video({ prompt: " a  b " })],
       ["a repeated event", video({ callback_events: ["task.failed", "task.succeeded", "task.failed"] })],
-      ["an http source video", video({ video_mode: "v2v_edit", model: "v-video-pro", source_video_url: "http://cdn.example.com/a.mp4" })],
+      [
+        "an http source video",
+        video({ video_mode: "v2v_edit", model: "v-video-pro", source_video_url: "http://cdn.example.com/a.mp4" }),
+      ],
       ["a duration of 0", video({ duration: 0 })],
       ["a duration that is no number", video({ duration: "5" })],
       ["no video_mode", { model: "v-video", prompt: "waves at night" }],
@@ -305,22 +374,34 @@ describe("the documented request schemas refuse what intake refuses", () => {
   it("the cases cover every operation with a request body", async () => {
     const { t } = suite.setup();
     const doc = await served(t);
-    const withBody = Object.entries(doc.paths).flatMap(([path, item]) => Object.entries(item).filter(([, op]) => op.requestBody).map(([method]) => `${method} ${path}`));
-    expect(withBody.sort()).toEqual(Object.entries(REFUSED).map(([path, c]) => `${c.method} ${path}`).sort());
+    const withBody = Object.entries(doc.paths).flatMap(([path, item]) =>
+      Object.entries(item)
+        .filter(([, op]) => op.requestBody)
+        .map(([method]) => `${method} ${path}`),
+    );
+    expect(withBody.sort()).toEqual(
+      Object.entries(REFUSED)
+        .map(([path, c]) => `${c.method} ${path}`)
+        .sort(),
+    );
   });
 
-  describe.each(Object.entries(REFUSED).map(([path, c]) => ({ path, ...c })))("$method $path", ({ path, method, bodies }) => {
-    it.each(bodies)("%s: refused by the relay (4xx) and by the schema (ajv)", async (_label, body) => {
-      const t = withCatalog();
-      const { apiKey } = t.client();
-      if (path === IMAGES || path === VIDEOS) expect((await t.request(apiKey, "/openapi/v1/models")).status).toBe(200);
-      const doc = await served(t);
-      const res = await send(t, apiKey, path, method, body);
-      expect([400, 422], await res.clone().text()).toContain(res.status);
-      const validate = bodyValidator(doc, path, method);
-      expect(validate(body), "the documented schema accepts a body intake refuses").toBe(false);
-    });
-  });
+  describe.each(Object.entries(REFUSED).map(([path, c]) => ({ path, ...c })))(
+    "$method $path",
+    ({ path, method, bodies }) => {
+      it.each(bodies)("%s: refused by the relay (4xx) and by the schema (ajv)", async (_label, body) => {
+        const t = withCatalog();
+        const { apiKey } = t.client();
+        if (path === IMAGES || path === VIDEOS)
+          expect((await t.request(apiKey, "/openapi/v1/models")).status).toBe(200);
+        const doc = await served(t);
+        const res = await send(t, apiKey, path, method, body);
+        expect([400, 422], await res.clone().text()).toContain(res.status);
+        const validate = bodyValidator(doc, path, method);
+        expect(validate(body), "the documented schema accepts a body intake refuses").toBe(false);
+      });
+    },
+  );
 
   it("the same cases' valid neighbours pass both (the refusals above are for the stated reason)", async () => {
     const t = withCatalog();
@@ -328,10 +409,31 @@ describe("the documented request schemas refuse what intake refuses", () => {
     expect((await t.request(apiKey, "/openapi/v1/models")).status).toBe(200);
     const doc = await served(t);
     const valid: [string, string, Body][] = [
-      [IMAGES, "post", image({ prompt: " \t a \n b c", callback_events: ["task.succeeded", "task.failed"], callback_url: "https://hooks.example.com:8443/x?y=1" })],
-      [IMAGES, "post", image({ mode: "edit", image_urls: ["https://cdn.example.com/a.png"], metadata: { order: "1" }, callback_headers: { "X-Token": "a b" } })],
+      [
+        IMAGES,
+        "post",
+        image({
+          prompt: " \t a \n b c",
+          callback_events: ["task.succeeded", "task.failed"],
+          callback_url: "https://hooks.example.com:8443/x?y=1",
+        }),
+      ],
+      [
+        IMAGES,
+        "post",
+        image({
+          mode: "edit",
+          image_urls: ["https://cdn.example.com/a.png"],
+          metadata: { order: "1" },
+          callback_headers: { "X-Token": "a b" },
+        }),
+      ],
       [VIDEOS, "post", video({ video_mode: "i2v_first", image_urls: ["https://cdn.example.com/a.png"] })],
-      [SETTINGS, "put", { notification_url: "https://hooks.example.com/ops", callback_headers: { "X-Token": "t" }, signature: "hmac" }],
+      [
+        SETTINGS,
+        "put",
+        { notification_url: "https://hooks.example.com/ops", callback_headers: { "X-Token": "t" }, signature: "hmac" },
+      ],
       [SETTINGS, "put", { notification_url: null, callback_headers: null }],
       [RECOVER, "post", { since: "2026-01-01T00:00:00Z" }],
       [STORAGE, "put", storage({ prefix: "a/b.c/", public_base_url: "https://cdn.example.com/files" })],
@@ -349,13 +451,23 @@ describe("the documented request schemas refuse what intake refuses", () => {
 const SAMPLES = 60;
 
 describe("bodies generated from the documented schemas are accepted (Schemathesis-style)", () => {
-  async function acceptance(t: TestRelay, path: string, method: string, seed: number, prepare: (body: Body, i: number) => Body | Promise<Body>, client: () => string) {
+  async function acceptance(
+    t: TestRelay,
+    path: string,
+    method: string,
+    seed: number,
+    prepare: (body: Body, i: number) => Body | Promise<Body>,
+    client: () => string,
+  ) {
     const doc = await served(t);
     const validate = bodyValidator(doc, path, method);
     const { valid, invalid } = generate(bodySchema(doc, path, method), validate, SAMPLES, seed);
     // The generator is not perfect (a format it fills ignores a pattern beside it): what it gets wrong is set aside, and
     // enough must be left for the test to say something.
-    expect(valid.length, `${path}: ${invalid} of ${SAMPLES} generated bodies were not valid against the schema`).toBeGreaterThanOrEqual(SAMPLES / 3);
+    expect(
+      valid.length,
+      `${path}: ${invalid} of ${SAMPLES} generated bodies were not valid against the schema`,
+    ).toBeGreaterThanOrEqual(SAMPLES / 3);
     const refused: string[] = [];
     for (const [i, generated] of valid.entries()) {
       const body = await prepare(generated, i);
@@ -372,7 +484,16 @@ describe("bodies generated from the documented schemas are accepted (Schemathesi
   ] as const)("%s tasks, with no catalog cached: every generated body as it is", async (_kind, path) => {
     const { t } = suite.setup();
     const { apiKey } = t.client();
-    expect(await acceptance(t, path, "post", 1, (b) => b, () => apiKey)).toBeGreaterThan(0);
+    expect(
+      await acceptance(
+        t,
+        path,
+        "post",
+        1,
+        (b) => b,
+        () => apiKey,
+      ),
+    ).toBeGreaterThan(0);
   });
 
   it.each([
@@ -382,30 +503,73 @@ describe("bodies generated from the documented schemas are accepted (Schemathesi
     const t = withCatalog();
     const { apiKey } = t.client();
     expect((await t.request(apiKey, "/openapi/v1/models")).status).toBe(200);
-    expect(await acceptance(t, path, "post", 101, (b, i) => withCatalogValues(b, kind, i), () => apiKey)).toBeGreaterThan(0);
+    expect(
+      await acceptance(
+        t,
+        path,
+        "post",
+        101,
+        (b, i) => withCatalogValues(b, kind, i),
+        () => apiKey,
+      ),
+    ).toBeGreaterThan(0);
   });
 
   it("webhook settings", async () => {
     const { t } = suite.setup();
-    expect(await acceptance(t, SETTINGS, "put", 201, (b) => b, () => t.client().apiKey)).toBeGreaterThan(0);
+    expect(
+      await acceptance(
+        t,
+        SETTINGS,
+        "put",
+        201,
+        (b) => b,
+        () => t.client().apiKey,
+      ),
+    ).toBeGreaterThan(0);
   });
 
   it("deliveries/recover", async () => {
     const { t } = suite.setup();
     // A client per request: recovers are limited per client and minute.
-    expect(await acceptance(t, RECOVER, "post", 301, (b) => b, () => t.client().apiKey)).toBeGreaterThan(0);
+    expect(
+      await acceptance(
+        t,
+        RECOVER,
+        "post",
+        301,
+        (b) => b,
+        () => t.client().apiKey,
+      ),
+    ).toBeGreaterThan(0);
   });
 
   it("storage", async () => {
     const { t } = suite.setup();
-    expect(await acceptance(t, STORAGE, "put", 401, (b) => b, () => t.client().apiKey)).toBeGreaterThan(0);
+    expect(
+      await acceptance(
+        t,
+        STORAGE,
+        "put",
+        401,
+        (b) => b,
+        () => t.client().apiKey,
+      ),
+    ).toBeGreaterThan(0);
   });
 
   it("webhooks/test, sent to a loopback receiver in place of the generated URL (nothing leaves the machine)", async () => {
     const { t } = suite.setup({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" });
     const r = await suite.receiver();
     // A client per request: test events are limited per client and minute.
-    const n = await acceptance(t, TEST_WEBHOOK, "post", 501, (b) => ({ ...b, url: r.url("/hook") }), () => t.client().apiKey);
+    const n = await acceptance(
+      t,
+      TEST_WEBHOOK,
+      "post",
+      501,
+      (b) => ({ ...b, url: r.url("/hook") }),
+      () => t.client().apiKey,
+    );
     expect(r.requests).toHaveLength(n);
   });
 });

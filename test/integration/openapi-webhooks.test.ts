@@ -11,7 +11,16 @@ import { upstreamSuite } from "../helpers/upstream-suite.js";
  * ajv; this file checks the served document and the validator itself.
  */
 const suite = upstreamSuite();
-const TYPES = ["task.processing", "task.succeeded", "task.failed", "task.canceled", "ping", "endpoint.failing", "endpoint.recovered", "delivery.exhausted"];
+const TYPES = [
+  "task.processing",
+  "task.succeeded",
+  "task.failed",
+  "task.canceled",
+  "ping",
+  "endpoint.failing",
+  "endpoint.recovered",
+  "delivery.exhausted",
+];
 
 describe("/openapi.json webhooks", () => {
   it("has one entry per event type, the same the suite's receivers validate against", async () => {
@@ -35,7 +44,10 @@ describe("/openapi.json webhooks", () => {
     for (const type of TEST_EVENT_TYPES) {
       for (const task_type of ["image", "video"]) {
         if (sent.length > 0 && sent.length % 9 === 0) t.clock.advance(61_000); // the per-client test limit
-        const res = await t.request(apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/hook"), type, task_type } });
+        const res = await t.request(apiKey, "/openapi/v1/webhooks/test", {
+          method: "POST",
+          json: { url: r.url("/hook"), type, task_type },
+        });
         expect(res.status, await res.clone().text()).toBe(200);
         sent.push(type);
       }
@@ -50,7 +62,12 @@ describe("/openapi.json webhooks", () => {
 
   it("the schemas are exact: a body without id, with an extra field, or of another status fails", () => {
     const validators = webhookValidators(webhookDocument());
-    const ping = { id: "evt_01jf3y8k2m9q7r5t3v1w0x6z4a", type: "ping", timestamp: "2026-01-01T00:00:00.000Z", data: { client_id: "cli_1", message: "hi" } };
+    const ping = {
+      id: "evt_01jf3y8k2m9q7r5t3v1w0x6z4a",
+      type: "ping",
+      timestamp: "2026-01-01T00:00:00.000Z",
+      data: { client_id: "cli_1", message: "hi" },
+    };
     const v = validators.get("ping")!;
     expect(v(ping)).toBe(true);
     const { id: _id, ...noId } = ping;
@@ -66,9 +83,14 @@ describe("/docs' create examples are runnable", () => {
     const { t } = suite.setup({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "false" });
     const { apiKey } = t.client();
     const doc = (await (await t.request(null, "/openapi.json")).json()) as Record<string, any>;
-    const example = doc.components.schemas[kind === "image" ? "ImageGenerationRequest" : "VideoGenerationRequest"].example;
+    const example =
+      doc.components.schemas[kind === "image" ? "ImageGenerationRequest" : "VideoGenerationRequest"].example;
     expect(JSON.stringify(example)).not.toMatch(/additionalProp|"string"/);
-    const res = await t.request(apiKey, `/openapi/v1/${kind}s/generations`, { method: "POST", json: example, idempotencyKey: `docs-${randomBytes(4).toString("hex")}` });
+    const res = await t.request(apiKey, `/openapi/v1/${kind}s/generations`, {
+      method: "POST",
+      json: example,
+      idempotencyKey: `docs-${randomBytes(4).toString("hex")}`,
+    });
     expect(res.status, await res.clone().text()).toBe(201);
   });
 });

@@ -13,9 +13,19 @@ interface Operation {
   security?: Record<string, unknown>[];
   parameters?: { name: string; in: string; required?: boolean }[];
   requestBody?: { content: Record<string, unknown> };
-  responses: Record<string, { description?: string; content?: Record<string, { schema?: Record<string, unknown>; example?: unknown; examples?: unknown }> }>;
+  responses: Record<
+    string,
+    {
+      description?: string;
+      content?: Record<string, { schema?: Record<string, unknown>; example?: unknown; examples?: unknown }>;
+    }
+  >;
 }
-type Doc = { openapi: string; paths: Record<string, Record<string, Operation>>; components?: { schemas?: Record<string, unknown> } };
+type Doc = {
+  openapi: string;
+  paths: Record<string, Record<string, Operation>>;
+  components?: { schemas?: Record<string, unknown> };
+};
 
 const METHODS = ["get", "post", "put", "patch", "delete"] as const;
 /** Routes that are not part of the API the document describes (also the web dashboard and /docs/assets/…). */
@@ -50,13 +60,25 @@ describe("/openapi.json", () => {
     expect(doc.openapi).toMatch(/^3\.1\./);
     const registered = new Set(
       t.relay.app.routes
-        .filter((r) => r.method !== "ALL" && !r.path.includes("*") && !UNDOCUMENTED.has(r.path) && !/^\/(dashboard|docs)(\/|$)/.test(r.path))
+        .filter(
+          (r) =>
+            r.method !== "ALL" &&
+            !r.path.includes("*") &&
+            !UNDOCUMENTED.has(r.path) &&
+            !/^\/(dashboard|docs)(\/|$)/.test(r.path),
+        )
         .map((r) => `${r.method.toLowerCase()} ${r.path.replace(/:(\w+)/g, "{$1}")}`),
     );
     const documented = new Set(operations().map((o) => `${o.method} ${o.path}`));
     expect(registered.size).toBeGreaterThan(10);
-    expect([...registered].filter((r) => !documented.has(r)), "routes missing from the document").toEqual([]);
-    expect([...documented].filter((d) => !registered.has(d)), "documented operations the app does not serve").toEqual([]);
+    expect(
+      [...registered].filter((r) => !documented.has(r)),
+      "routes missing from the document",
+    ).toEqual([]);
+    expect(
+      [...documented].filter((d) => !registered.has(d)),
+      "documented operations the app does not serve",
+    ).toEqual([]);
   });
 
   it("gives every operation a summary, and every JSON body a schema or an example", () => {
@@ -68,7 +90,10 @@ describe("/openapi.json", () => {
         const json = response.content?.["application/json"];
         if (!response.content) continue;
         expect(json, `${label(o)} ${status} answers JSON`).toBeDefined();
-        const described = (json!.schema !== undefined && Object.keys(json!.schema).length > 0) || json!.example !== undefined || json!.examples !== undefined;
+        const described =
+          (json!.schema !== undefined && Object.keys(json!.schema).length > 0) ||
+          json!.example !== undefined ||
+          json!.examples !== undefined;
         expect(described, `${label(o)} ${status} has a schema or an example`).toBe(true);
       }
     }
@@ -79,10 +104,14 @@ describe("/openapi.json", () => {
     expect(doc.components?.schemas?.Error).toBeDefined();
     for (const o of apiOperations()) {
       expect(o.op.security, `${label(o)} requires the bearer key`).toEqual([{ bearerAuth: [] }]);
-      expect(Object.keys(o.op.responses), `${label(o)} documents 401 and 500`).toEqual(expect.arrayContaining(["401", "500"]));
+      expect(Object.keys(o.op.responses), `${label(o)} documents 401 and 500`).toEqual(
+        expect.arrayContaining(["401", "500"]),
+      );
       for (const [status, response] of Object.entries(o.op.responses)) {
         if (Number(status) < 400) continue;
-        expect(response.content?.["application/json"]?.schema, `${label(o)} ${status} is the error envelope`).toEqual({ $ref: "#/components/schemas/Error" });
+        expect(response.content?.["application/json"]?.schema, `${label(o)} ${status} is the error envelope`).toEqual({
+          $ref: "#/components/schemas/Error",
+        });
       }
     }
   });
@@ -108,14 +137,30 @@ describe("/openapi.json", () => {
       const m = method.toUpperCase();
       const list: Probe[] = [
         { name: "no API key", path: concrete, init: { method: m } },
-        { name: "an unknown API key", path: concrete, init: { method: m, headers: { Authorization: "Bearer grk_unknown_key_for_probe" } } },
-        { name: "a well-formed request", path: concrete, init: { method: m, headers: json, ...(op.requestBody ? { body: "{}" } : {}) } },
+        {
+          name: "an unknown API key",
+          path: concrete,
+          init: { method: m, headers: { Authorization: "Bearer grk_unknown_key_for_probe" } },
+        },
+        {
+          name: "a well-formed request",
+          path: concrete,
+          init: { method: m, headers: json, ...(op.requestBody ? { body: "{}" } : {}) },
+        },
       ];
       if (hasPathId) {
-        list.push({ name: "an id far too long", path: fill(LONG_ID), init: { method: m, headers: json, ...(op.requestBody ? { body: "{}" } : {}) } });
+        list.push({
+          name: "an id far too long",
+          path: fill(LONG_ID),
+          init: { method: m, headers: json, ...(op.requestBody ? { body: "{}" } : {}) },
+        });
       }
       for (const q of params.filter((p) => p.in === "query")) {
-        list.push({ name: `an invalid ${q.name}`, path: `${concrete}?${q.name}=!!invalid!!`, init: { method: m, headers: auth } });
+        list.push({
+          name: `an invalid ${q.name}`,
+          path: `${concrete}?${q.name}=!!invalid!!`,
+          init: { method: m, headers: auth },
+        });
       }
       for (const h of params.filter((p) => p.in === "header" && p.required)) {
         const headers: Record<string, string> = { ...json };
@@ -124,11 +169,38 @@ describe("/openapi.json", () => {
       }
       if (op.requestBody) {
         list.push(
-          { name: "a text/plain body", path: concrete, init: { method: m, headers: { ...json, "Content-Type": "text/plain" }, body: "hello" } },
+          {
+            name: "a text/plain body",
+            path: concrete,
+            init: { method: m, headers: { ...json, "Content-Type": "text/plain" }, body: "hello" },
+          },
           { name: "malformed JSON", path: concrete, init: { method: m, headers: json, body: "{not json" } },
           { name: "a JSON array", path: concrete, init: { method: m, headers: json, body: "[1,2]" } },
-          { name: "wrong field types", path: concrete, init: { method: m, headers: json, body: JSON.stringify({ model: 1, prompt: 2, url: 3, since: "yesterday", count: 5 }) } },
-          { name: "a private callback URL", path: concrete, init: { method: m, headers: json, body: JSON.stringify({ url: "https://127.0.0.1/hook", callback_url: "https://127.0.0.1/hook", model: "p-image", mode: "generate", prompt: "a red fox", count: 1 }) } },
+          {
+            name: "wrong field types",
+            path: concrete,
+            init: {
+              method: m,
+              headers: json,
+              body: JSON.stringify({ model: 1, prompt: 2, url: 3, since: "yesterday", count: 5 }),
+            },
+          },
+          {
+            name: "a private callback URL",
+            path: concrete,
+            init: {
+              method: m,
+              headers: json,
+              body: JSON.stringify({
+                url: "https://127.0.0.1/hook",
+                callback_url: "https://127.0.0.1/hook",
+                model: "p-image",
+                mode: "generate",
+                prompt: "a red fox",
+                count: 1,
+              }),
+            },
+          },
           { name: "a body over 1 MiB", path: concrete, init: { method: m, headers: json, body: BIG_BODY } },
         );
       }
@@ -142,7 +214,10 @@ describe("/openapi.json", () => {
           const res = await t.relay.app.request(`http://relay.test${probe.path}`, probe.init);
           const status = String(res.status);
           seen.push(`${label(o)} ${probe.name}: ${status}`);
-          expect(Object.keys(o.op.responses), `${label(o)} with ${probe.name} answered ${status}, which its document does not list`).toContain(status);
+          expect(
+            Object.keys(o.op.responses),
+            `${label(o)} with ${probe.name} answered ${status}, which its document does not list`,
+          ).toContain(status);
           if (res.status >= 400) {
             const body = (await res.json()) as { error?: { code?: string; request_id?: string } };
             expect(body.error?.code, `${label(o)} with ${probe.name}: error envelope`).toEqual(expect.any(String));
@@ -152,7 +227,10 @@ describe("/openapi.json", () => {
       }
       // The probes reach the interesting answers, not only 401s.
       const statuses = new Set(seen.map((s) => s.split(": ")[1]));
-      for (const expected of method === "post" ? ["401", "400", "404", "413", "415", "422"] : ["401", "400", "404", "200"]) expect(statuses).toContain(expected);
+      for (const expected of method === "post"
+        ? ["401", "400", "404", "413", "415", "422"]
+        : ["401", "400", "404", "200"])
+        expect(statuses).toContain(expected);
     });
 
     it("GET /openapi/v1/models without a key is 401, as documented", async () => {

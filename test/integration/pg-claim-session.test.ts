@@ -46,21 +46,33 @@ async function keyWith(s: Store, count: number) {
   return { events, key: { clientId, host: HOST } };
 }
 
-const claim = (s: Store, key: { clientId: string; host: string }, token: string, limit: number, maxPerKey: number, now = NOW) =>
-  s.events.claimOfKey(key, { now, leaseMs: 30_000, token, limit, maxPerKey });
+const claim = (
+  s: Store,
+  key: { clientId: string; host: string },
+  token: string,
+  limit: number,
+  maxPerKey: number,
+  now = NOW,
+) => s.events.claimOfKey(key, { now, leaseMs: 30_000, token, limit, maxPerKey });
 
 /** The claims' lock of this test's database (other test files run claims on the same server). */
-const CLAIMS_LOCK = "locktype = 'advisory' AND classid = $1 AND objid = 1 AND objsubid = 2 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+const CLAIMS_LOCK =
+  "locktype = 'advisory' AND classid = $1 AND objid = 1 AND objsubid = 2 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
 
 /** Sessions waiting for the claims' lock. */
 async function waitersForClaims(): Promise<number> {
-  const r = await admin.query(`SELECT count(*)::int AS n FROM pg_locks WHERE ${CLAIMS_LOCK} AND NOT granted`, [EVENT_CLAIM_LOCK]);
+  const r = await admin.query(`SELECT count(*)::int AS n FROM pg_locks WHERE ${CLAIMS_LOCK} AND NOT granted`, [
+    EVENT_CLAIM_LOCK,
+  ]);
   return (r.rows[0] as { n: number }).n;
 }
 
 /** The key's events leased at `now`, whoever holds them (what the cap is about). */
 async function leasedInDb(clientId: string, now = NOW): Promise<number> {
-  const r = await admin.query("SELECT count(*)::int AS n FROM events WHERE client_id = $1 AND delivery_status = 'pending' AND claimed_until >= $2", [clientId, now]);
+  const r = await admin.query(
+    "SELECT count(*)::int AS n FROM events WHERE client_id = $1 AND delivery_status = 'pending' AND claimed_until >= $2",
+    [clientId, now],
+  );
   return (r.rows[0] as { n: number }).n;
 }
 
@@ -74,7 +86,10 @@ describe("PostgreSQL claims under the lock kept between claims", () => {
     expect(fromB).toHaveLength(1);
     // a takes the lock back: b's lease is counted, the key is full.
     expect(await claim(a, key, "a:2", 5, 3)).toEqual([]);
-    await b.events.recordAttempt(fromB[0]!.id, "b:1", attemptOf(fromB[0]!, 200), { deliveryStatus: "succeeded", deliveredAt: NOW });
+    await b.events.recordAttempt(fromB[0]!.id, "b:1", attemptOf(fromB[0]!, 200), {
+      deliveryStatus: "succeeded",
+      deliveredAt: NOW,
+    });
     // b's lease ended: a, which found one of b's leases in this tenure, counts again and takes the slot.
     expect(await claim(a, key, "a:3", 5, 3)).toHaveLength(1);
     expect(await leasedInDb(key.clientId)).toBe(3);
@@ -84,7 +99,10 @@ describe("PostgreSQL claims under the lock kept between claims", () => {
     const a = await store();
     const { key } = await keyWith(a, 5);
     const [first, second] = await claim(a, key, "a:1", 5, 2);
-    await a.events.recordAttempt(first!.id, "a:1", attemptOf(first!, 200), { deliveryStatus: "succeeded", deliveredAt: NOW });
+    await a.events.recordAttempt(first!.id, "a:1", attemptOf(first!, 200), {
+      deliveryStatus: "succeeded",
+      deliveredAt: NOW,
+    });
     await a.events.release(second!.id, "a:1", {});
     const next = await claim(a, key, "a:2", 5, 2);
     expect(next).toHaveLength(2);
@@ -126,7 +144,8 @@ describe("PostgreSQL claims under the lock kept between claims", () => {
     expect(await claim(a, key, "a:1", 2, 3)).toHaveLength(2);
     // a holds the lock for a moment after its claim (unless it let it go already): its session is ended.
     const holders = await admin.query(`SELECT pid FROM pg_locks WHERE ${CLAIMS_LOCK} AND granted`, [EVENT_CLAIM_LOCK]);
-    for (const h of holders.rows as Array<{ pid: number }>) await admin.query("SELECT pg_terminate_backend($1)", [h.pid]);
+    for (const h of holders.rows as Array<{ pid: number }>)
+      await admin.query("SELECT pg_terminate_backend($1)", [h.pid]);
     // b gets the one slot left, at its first claim or (once in ~30 runs, cause not found: the killed
     // backend's lock or leases may still be visible for a moment) its second; never more than one.
     const first = await claim(b, key, "b:1", 5, 3);
@@ -152,7 +171,10 @@ describe("PostgreSQL claims under the lock kept between claims", () => {
         for (const e of got) {
           if (e.attempts === 0 && round % 2 === 0) await s.events.release(e.id, e.claimToken!, { attempts: 1 });
           else {
-            await s.events.recordAttempt(e.id, e.claimToken!, attemptOf(e, 200), { deliveryStatus: "succeeded", deliveredAt: NOW });
+            await s.events.recordAttempt(e.id, e.claimToken!, attemptOf(e, 200), {
+              deliveryStatus: "succeeded",
+              deliveredAt: NOW,
+            });
             delivered += 1;
           }
         }

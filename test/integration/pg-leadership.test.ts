@@ -50,7 +50,13 @@ async function store(): Promise<PgStore> {
  * a connection that stays open and idle, as a SIGSTOPped process's does (named like a store's
  * connections, `genrelay-…`, unless `app` says otherwise).
  */
-async function frozenLeader(account: string, holder: string, fence: number, leaseMs: number, app = `genrelay-${holder}`): Promise<pg.Client> {
+async function frozenLeader(
+  account: string,
+  holder: string,
+  fence: number,
+  leaseMs: number,
+  app = `genrelay-${holder}`,
+): Promise<pg.Client> {
   const c = new pg.Client({ connectionString: db.url, application_name: app });
   c.on("error", () => {});
   await c.connect();
@@ -64,12 +70,20 @@ async function frozenLeader(account: string, holder: string, fence: number, leas
 }
 
 /** Asks every `everyMs` until `s` leads the account; resolves with its fence and how long it took. */
-async function takeOver(s: Store, account: string, holder: string, leaseMs: number, withinMs: number, everyMs = 25): Promise<{ fence: LeaderFence; ms: number }> {
+async function takeOver(
+  s: Store,
+  account: string,
+  holder: string,
+  leaseMs: number,
+  withinMs: number,
+  everyMs = 25,
+): Promise<{ fence: LeaderFence; ms: number }> {
   const start = performance.now();
   for (;;) {
     const fence = await s.ops.leads(account, { holder, leaseMs });
     if (fence) return { fence, ms: performance.now() - start };
-    if (performance.now() - start > withinMs) throw new Error(`${holder} did not take ${account} over within ${withinMs} ms`);
+    if (performance.now() - start > withinMs)
+      throw new Error(`${holder} did not take ${account} over within ${withinMs} ms`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }
@@ -101,7 +115,9 @@ describe("account leadership on PostgreSQL: a lease with a fence", () => {
     // Its task leases went with it: claimable at once by the new leader, not when each lease ends.
     expect((await b.tasks.find(tasks[0]!.id))!).toMatchObject({ claimToken: null, claimedUntil: null });
     // So did its sessions, and the row lock its transaction held (not after its idle-in-transaction timeout).
-    const sessions = await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'genrelay-frozen'");
+    const sessions = await admin.query(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'genrelay-frozen'",
+    );
     expect(sessions.rows[0].n).toBe(0);
     const unlocked = performance.now();
     await b.tasks.reschedule(tasks[2]!.id, "nobody", {});
@@ -114,9 +130,15 @@ describe("account leadership on PostgreSQL: a lease with a fence", () => {
     expect(await b.tasks.claimIds([tasks[2]!.id], "waiting", { ...lease("frozen:4"), fence: old })).toEqual([]);
     const mine = await b.tasks.claimDue("waiting", account, { ...lease("live:1"), fence });
     expect(mine.map((t) => t.id).sort()).toEqual(tasks.map((t) => t.id).sort());
-    expect(await b.tasks.transition(claimed[0]!, { status: "failed", phase: "done", completedAt: NOW }, opts("frozen:1"))).toBeUndefined();
+    expect(
+      await b.tasks.transition(claimed[0]!, { status: "failed", phase: "done", completedAt: NOW }, opts("frozen:1")),
+    ).toBeUndefined();
     expect(await b.tasks.reschedule(claimed[1]!.id, "frozen:1", { nextRunAt: NOW + 1 })).toBeUndefined();
-    expect(await b.tasks.find(tasks[0]!.id)).toMatchObject({ status: "queued", phase: "waiting", claimToken: "live:1" });
+    expect(await b.tasks.find(tasks[0]!.id)).toMatchObject({
+      status: "queued",
+      phase: "waiting",
+      claimToken: "live:1",
+    });
   });
 
   it("a live leader keeps the account past its lease length by renewing it; when it closes, another takes over at once", async () => {
@@ -182,12 +204,17 @@ describe("account leadership on PostgreSQL: a lease with a fence", () => {
   it("one process asking twice at once (its submitter and poller) takes the account once: one fence for both", async () => {
     const a = await store();
     const account = fresh("acct");
-    const both = await Promise.all([a.ops.leads(account, { holder: "a", leaseMs: 20_000 }), a.ops.leads(account, { holder: "a", leaseMs: 20_000 })]);
+    const both = await Promise.all([
+      a.ops.leads(account, { holder: "a", leaseMs: 20_000 }),
+      a.ops.leads(account, { holder: "a", leaseMs: 20_000 }),
+    ]);
     expect(both).toEqual([
       { account, fence: 1 },
       { account, fence: 1 },
     ]);
-    expect((await admin.query("SELECT fence::int AS fence FROM account_leaders WHERE account = $1", [account])).rows).toEqual([{ fence: 1 }]);
+    expect(
+      (await admin.query("SELECT fence::int AS fence FROM account_leaders WHERE account = $1", [account])).rows,
+    ).toEqual([{ fence: 1 }]);
   });
 
   it("two processes asking at once for a lapsed lease: exactly one gets it", async () => {

@@ -35,8 +35,18 @@ async function setup(count: number) {
 async function createVia(i: Instance, apiKey: string, n: number, callbackUrl: string): Promise<string> {
   const res = await i.relay.app.request("http://relay.test/openapi/v1/images/generations", {
     method: "POST",
-    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "idempotency-key": `multi-task-${n}` },
-    body: JSON.stringify({ model: "p-image", mode: "generate", prompt: `task ${n}`, count: 1, callback_url: callbackUrl }),
+    headers: {
+      authorization: `Bearer ${apiKey}`,
+      "content-type": "application/json",
+      "idempotency-key": `multi-task-${n}`,
+    },
+    body: JSON.stringify({
+      model: "p-image",
+      mode: "generate",
+      prompt: `task ${n}`,
+      count: 1,
+      callback_url: callbackUrl,
+    }),
   });
   expect(res.status, await res.clone().text()).toBe(201);
   return ((await res.json()) as { data: { id: string } }).data.id;
@@ -54,7 +64,8 @@ describe("several instances on one PostgreSQL database", () => {
     const leader = instances[leaders.indexOf(true)]!;
 
     let crashed = false;
-    const delivered = () => new Set(receiver.requests.filter((r) => r.json.type === "task.succeeded").map((r) => r.json.data.id as string));
+    const delivered = () =>
+      new Set(receiver.requests.filter((r) => r.json.type === "task.succeeded").map((r) => r.json.data.id as string));
     for (let step = 0; step < 400 && delivered().size < ids.length; step++) {
       await round(instances);
       // Once some tasks are upstream, the leader dies like a kill -9: leases held, connections gone.
@@ -74,7 +85,9 @@ describe("several instances on one PostgreSQL database", () => {
     expect(upstream.state.stats().rate_limited).toBe(0);
     // Another instance took the account over.
     const survivors = instances.filter((i) => i.alive);
-    expect((await Promise.all(survivors.map((i) => i.relay.leadership.leads("default")))).filter(Boolean)).toHaveLength(1);
+    expect((await Promise.all(survivors.map((i) => i.relay.leadership.leads("default")))).filter(Boolean)).toHaveLength(
+      1,
+    );
     // The client's feed has every event, positions 1..N without a gap.
     const feed = await survivors[0]!.store.events.feed((await survivors[0]!.store.clients.list())[0]!.id, 0, 1_000);
     expect(feed.map((e) => e.clientSeq)).toEqual(feed.map((_, i) => i + 1));

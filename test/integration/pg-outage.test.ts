@@ -25,7 +25,18 @@ let url = "";
 beforeAll(async () => {
   server = await startPgServer({
     name: "pg-outage",
-    flags: ["-c", "fsync=off", "-c", "listen_addresses=127.0.0.1", "-c", `max_connections=${MAX_CONNECTIONS}`, "-c", "superuser_reserved_connections=0", "-c", "reserved_connections=0"],
+    flags: [
+      "-c",
+      "fsync=off",
+      "-c",
+      "listen_addresses=127.0.0.1",
+      "-c",
+      `max_connections=${MAX_CONNECTIONS}`,
+      "-c",
+      "superuser_reserved_connections=0",
+      "-c",
+      "reserved_connections=0",
+    ],
   });
   url = server.url;
   await migratePostgres(url);
@@ -74,7 +85,13 @@ async function relayOn(limits: { connectTimeoutMs: number; statementTimeoutMs: n
   const clock = new FakeClock();
   const store = new PgStore({ connectionString: url, max: 4, ...limits }, transitionRules);
   const config = loadConfig({ DATABASE_URL: url, UPSTREAM_BASE_URL: "http://upstream.invalid", UPSTREAM_API_KEY: "k" });
-  const relay = new Relay({ config, store, clock, logger: silentLogger, upstream: { baseUrl: "http://upstream.invalid", apiKey: "k" } });
+  const relay = new Relay({
+    config,
+    store,
+    clock,
+    logger: silentLogger,
+    upstream: { baseUrl: "http://upstream.invalid", apiKey: "k" },
+  });
   // The client is written through a store of its own, so the relay's pool has not connected yet.
   const setup = new PgStore({ connectionString: url, max: 1 }, transitionRules);
   const { row, apiKey } = newClient(clock.now(), { name: `c-${Math.random()}` });
@@ -85,11 +102,20 @@ async function relayOn(limits: { connectTimeoutMs: number; statementTimeoutMs: n
     Promise.resolve(
       relay.app.request("http://relay.test/openapi/v1/images/generations", {
         method: "POST",
-        headers: { Authorization: `Bearer ${apiKey}`, "Content-Type": "application/json", "Idempotency-Key": `outage-key-${n++}` },
+        headers: {
+          Authorization: `Bearer ${apiKey}`,
+          "Content-Type": "application/json",
+          "Idempotency-Key": `outage-key-${n++}`,
+        },
         body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a plain prompt", count: 1 }),
       }),
     );
-  const read = () => Promise.resolve(relay.app.request("http://relay.test/openapi/v1/tasks/task_nope", { headers: { Authorization: `Bearer ${apiKey}` } }));
+  const read = () =>
+    Promise.resolve(
+      relay.app.request("http://relay.test/openapi/v1/tasks/task_nope", {
+        headers: { Authorization: `Bearer ${apiKey}` },
+      }),
+    );
   return { store, relay, create, read };
 }
 

@@ -1,11 +1,26 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { claimDueEvents, findEvent, listTaskAttempts, nextEventDueAt, updateEvent, type EventRow } from "../../src/db/events.js";
+import {
+  claimDueEvents,
+  findEvent,
+  listTaskAttempts,
+  nextEventDueAt,
+  updateEvent,
+  type EventRow,
+} from "../../src/db/events.js";
 import { silentLogger } from "../../src/logger.js";
 import { destinationHost } from "../../src/webhooks/destination.js";
 import { Dispatcher, MAX_PAYLOAD_BYTES } from "../../src/workers/dispatcher.js";
 import { WorkerLoop } from "../../src/workers/loop.js";
 import { FakeClock } from "../helpers/fake-clock.js";
-import { countingReceiver, startDispatcherLoop, succeed, succeededTasks, SystemClock, waitFor, type CountingReceiver } from "../helpers/delivery.js";
+import {
+  countingReceiver,
+  startDispatcherLoop,
+  succeed,
+  succeededTasks,
+  SystemClock,
+  waitFor,
+  type CountingReceiver,
+} from "../helpers/delivery.js";
 import { upstreamSuite, WORKER_TEST_ENV } from "../helpers/upstream-suite.js";
 import { createTask, readTask } from "../helpers/flow.js";
 import { hang, ok, status, type Answer } from "../helpers/receiver.js";
@@ -34,7 +49,6 @@ async function receiver(answer: Answer = ok): Promise<CountingReceiver> {
   return countingReceiver((fn) => suite.cleanup(fn), answer);
 }
 
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe("receiver protection: a slow receiver does not delay other clients", () => {
@@ -57,7 +71,8 @@ describe("receiver protection: a slow receiver does not delay other clients", ()
       await waitFor("B's deliveries", () => events.every((e) => fast.arrivals.has(e.id)));
       return { events, latencies: events.map((e) => fast.arrivals.get(e.id)! - e.createdAt) };
     };
-    const summary = (ms: number[]) => `max ${Math.max(...ms)}, median ${[...ms].sort((x, y) => x - y)[Math.floor(ms.length / 2)]} (${ms.join(",")})`;
+    const summary = (ms: number[]) =>
+      `max ${Math.max(...ms)}, median ${[...ms].sort((x, y) => x - y)[Math.floor(ms.length / 2)]} (${ms.join(",")})`;
 
     startDispatcherLoop(t);
     // B's own latency, with nothing else going on (after a few deliveries that warm up the connection and the code paths).
@@ -76,7 +91,9 @@ describe("receiver protection: a slow receiver does not delay other clients", ()
     expect(doneAt - aStartedAt).toBeLessThan(2_000);
     expect(slow.open()).toBe(4);
     expect(Math.max(...loaded.latencies)).toBeLessThan(500);
-    console.info(`slow receiver: B latency (ms) alone: ${summary(baseline.latencies)}; while A hangs: ${summary(loaded.latencies)}; A attempts hanging: ${slow.open()}`);
+    console.info(
+      `slow receiver: B latency (ms) alone: ${summary(baseline.latencies)}; while A hangs: ${summary(loaded.latencies)}; A attempts hanging: ${slow.open()}`,
+    );
     const bEvents = [...baseline.events, ...loaded.events];
     expect(fast.requests).toHaveLength(25);
 
@@ -85,7 +102,9 @@ describe("receiver protection: a slow receiver does not delay other clients", ()
     expect(aRows.filter((e) => e.claimToken !== null)).toHaveLength(4);
     expect(aRows.filter((e) => e.attempts === 0 && e.claimToken === null)).toHaveLength(76);
     expect(slow.requests).toHaveLength(4);
-    await waitFor("B's attempts to be recorded", () => bEvents.every((e) => findEvent(t.database.db, e.id)!.deliveryStatus === "succeeded"));
+    await waitFor("B's attempts to be recorded", () =>
+      bEvents.every((e) => findEvent(t.database.db, e.id)!.deliveryStatus === "succeeded"),
+    );
   });
 
   it("without the host cap, the fair share alone still keeps a slot for B: A holds at most 64 less the reserve", async () => {
@@ -98,8 +117,21 @@ describe("receiver protection: a slow receiver does not delay other clients", ()
     const bTask = await createTask(t, b.apiKey, { callback_url: fast.url() });
 
     // The relay's own dispatcher stays stopped; this one has no useful cap.
-    const uncapped = new Dispatcher({ store: t.store, clock: t.clock, config: t.config, logger: silentLogger, sender: t.relay.sender, owner: t.relay.owner, maxPerHost: 1_000 });
-    const loop = new WorkerLoop({ name: "uncapped", clock: t.clock, logger: silentLogger, tick: () => uncapped.tick() });
+    const uncapped = new Dispatcher({
+      store: t.store,
+      clock: t.clock,
+      config: t.config,
+      logger: silentLogger,
+      sender: t.relay.sender,
+      owner: t.relay.owner,
+      maxPerHost: 1_000,
+    });
+    const loop = new WorkerLoop({
+      name: "uncapped",
+      clock: t.clock,
+      logger: silentLogger,
+      tick: () => uncapped.tick(),
+    });
     uncapped.onSettled = () => loop.nudge();
     loop.start();
     suite.cleanup(async () => {
@@ -136,7 +168,8 @@ describe("receiver protection: a slow receiver does not delay other clients", ()
 
     expect(busy.maxOpen()).toBe(8);
     expect(t.relay.dispatcher.inFlightTo(`${a.id}|${destinationHost(busy.url())}`)).toBe(0);
-    for (const e of [...aEvents, ...bEvents, ...elsewhere]) expect(findEvent(t.database.db, e.id)).toMatchObject({ deliveryStatus: "succeeded", attempts: 1 });
+    for (const e of [...aEvents, ...bEvents, ...elsewhere])
+      expect(findEvent(t.database.db, e.id)).toMatchObject({ deliveryStatus: "succeeded", attempts: 1 });
   });
 });
 
@@ -175,13 +208,24 @@ describe("receiver protection: circuit breaker per host", () => {
     const untried = aEvents.map((e) => findEvent(t.database.db, e.id)!).filter((e) => e.attempts === 0);
     expect(untried).toHaveLength(2);
     for (const e of untried) {
-      expect(e).toMatchObject({ deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: openedAt + 6_000, lastError: null });
+      expect(e).toMatchObject({
+        deliveryStatus: "pending",
+        roundAttempts: 0,
+        nextAttemptAt: openedAt + 6_000,
+        lastError: null,
+      });
       expect(listTaskAttempts(t.database.db, e.taskId)).toEqual([]);
     }
     // Said once per opening, not once per postponed event.
     const openings = warn.mock.calls.filter((c) => c[1] === "circuit open: deliveries to host paused");
     expect(openings).toHaveLength(1);
-    expect(openings[0]![0]).toMatchObject({ client_id: a.id, host: destinationHost(dead.url()), consecutive_failures: 5, cool_down_ms: 6_000, after_trial: false });
+    expect(openings[0]![0]).toMatchObject({
+      client_id: a.id,
+      host: destinationHost(dead.url()),
+      consecutive_failures: 5,
+      cool_down_ms: 6_000,
+      after_trial: false,
+    });
 
     // Half-open: the receiver is back; exactly one trial goes, and its success closes the circuit.
     dead.setAnswer(ok);
@@ -255,7 +299,12 @@ describe("receiver protection: the claim's host filter", () => {
     ];
     const events = await succeededTasks(t, client.apiKey, "https://placeholder.test/", urls.length);
     // Stored as intake stores them: normalised by the URL parser.
-    events.forEach((e, i) => updateEvent(t.database.db, e.id, { callbackUrl: new URL(urls[i]!).href, destinationHost: destinationHost(urls[i]!) }));
+    events.forEach((e, i) =>
+      updateEvent(t.database.db, e.id, {
+        callbackUrl: new URL(urls[i]!).href,
+        destinationHost: destinationHost(urls[i]!),
+      }),
+    );
 
     const claimed = claimDueEvents(t.database.db, {
       now: t.clock.now(),
@@ -265,7 +314,12 @@ describe("receiver protection: the claim's host filter", () => {
       excludeKeys: [`${client.id}|hooks.example.com:443`, `${client.id}|[::1]:4000`],
     });
     expect(claimed.map((e) => new URL(e.callbackUrl!).pathname).sort()).toEqual(["/", "/c", "/d", "/e", "/f", "/h"]);
-    expect(nextEventDueAt(t.database.db, { now: t.clock.now(), excludeKeys: urls.map((u) => `${client.id}|${destinationHost(u)}`) })).toBeNull();
+    expect(
+      nextEventDueAt(t.database.db, {
+        now: t.clock.now(),
+        excludeKeys: urls.map((u) => `${client.id}|${destinationHost(u)}`),
+      }),
+    ).toBeNull();
   });
 
   it("claims at most the host's room per host, looking past one host's backlog for the others", async () => {
@@ -342,7 +396,8 @@ describe("tenant isolation in delivery", () => {
     // At once, on the same clock tick: no cool-down, no half-open trial shared with the attacker.
     await t.relay.dispatcher.runOnce();
     expect(t.clock.now()).toBe(started);
-    for (const e of victimEvents) expect(findEvent(t.database.db, e.id)).toMatchObject({ deliveryStatus: "succeeded", attempts: 1 });
+    for (const e of victimEvents)
+      expect(findEvent(t.database.db, e.id)).toMatchObject({ deliveryStatus: "succeeded", attempts: 1 });
     expect(t.relay.dispatcher.breakers.state(`${victim.id}|${destinationHost(shared.url())}`)).toBe("closed");
     // The attacker's trial, when it comes, is drawn from its own events only.
     t.clock.advance(30_000);

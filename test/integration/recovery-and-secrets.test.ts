@@ -14,7 +14,14 @@ describe("recovery after a kill -9", () => {
     const { apiKey } = t.client();
     const id = await createTask(t, apiKey);
     // A previous process claimed the task and died.
-    const claimed = claimDueTasks(t.database.db, { phase: "waiting", account: "default", now: t.clock.now(), leaseMs: 35_000, token: "dead:1", limit: 10 });
+    const claimed = claimDueTasks(t.database.db, {
+      phase: "waiting",
+      account: "default",
+      now: t.clock.now(),
+      leaseMs: 35_000,
+      token: "dead:1",
+      limit: 10,
+    });
     expect(claimed.map((c) => c.id)).toEqual([id]);
     expect(nextDueAt(t.database.db, "waiting", t.clock.now())).toBe(t.clock.now() + 35_001);
     await t.relay.recover();
@@ -48,15 +55,25 @@ describe("secrets and tenants at rest", () => {
     const b = t.client("b");
     for (let i = 0; i < 3; i++) await t.relay.lifecycle.cancel(taskRow(t, await createTask(t, a.apiKey)), null);
     await t.relay.lifecycle.cancel(taskRow(t, await createTask(t, b.apiKey)), null);
-    const feed = (await (await t.request(b.apiKey, "/openapi/v1/events")).json()) as { data: unknown[]; next_cursor: string };
+    const feed = (await (await t.request(b.apiKey, "/openapi/v1/events")).json()) as {
+      data: unknown[];
+      next_cursor: string;
+    };
     expect(feed.data).toHaveLength(1);
     // B's cursor says "after B's first event", nothing about the three of A's written before it.
     expect(Buffer.from(feed.next_cursor, "base64url").toString()).toBe("c1");
-    const again = (await (await t.request(b.apiKey, `/openapi/v1/events?after=${feed.next_cursor}`)).json()) as { data: unknown[] };
+    const again = (await (await t.request(b.apiKey, `/openapi/v1/events?after=${feed.next_cursor}`)).json()) as {
+      data: unknown[];
+    };
     expect(again.data).toEqual([]);
-    const aFeed = (await (await t.request(a.apiKey, "/openapi/v1/events?limit=2")).json()) as { data: unknown[]; next_cursor: string };
+    const aFeed = (await (await t.request(a.apiKey, "/openapi/v1/events?limit=2")).json()) as {
+      data: unknown[];
+      next_cursor: string;
+    };
     expect(aFeed.data).toHaveLength(2);
-    const aRest = (await (await t.request(a.apiKey, `/openapi/v1/events?after=${aFeed.next_cursor}`)).json()) as { data: unknown[] };
+    const aRest = (await (await t.request(a.apiKey, `/openapi/v1/events?after=${aFeed.next_cursor}`)).json()) as {
+      data: unknown[];
+    };
     expect(aRest.data).toHaveLength(1);
   });
 });

@@ -28,7 +28,12 @@ describe("retention", () => {
     const db = t.database.db;
     const task = findTask(db, id)!;
     const now = t.clock.now();
-    transitionTask(db, task, { status: "succeeded", phase: "done", completedAt: now, updatedAt: now, nextRunAt: null }, { now });
+    transitionTask(
+      db,
+      task,
+      { status: "succeeded", phase: "done", completedAt: now, updatedAt: now, nextRunAt: null },
+      { now },
+    );
     const event = lastEventOfTask(db, id);
     if (event && deliveryStatus) updateEvent(db, event.id, { deliveryStatus });
   }
@@ -54,8 +59,10 @@ describe("retention", () => {
     t.clock.advance(1 * DAY + 1);
     expect(await t.relay.pruner.runOnce()).toBe(3);
     const db = t.database.db;
-    for (const gone of [oldDelivered, oldFailedDelivery, oldNoCallback]) expect(findClientTask(db, clientId, gone)).toBeUndefined();
-    for (const kept of [oldPendingDelivery, oldWaiting, recent]) expect(findClientTask(db, clientId, kept)).toBeDefined();
+    for (const gone of [oldDelivered, oldFailedDelivery, oldNoCallback])
+      expect(findClientTask(db, clientId, gone)).toBeUndefined();
+    for (const kept of [oldPendingDelivery, oldWaiting, recent])
+      expect(findClientTask(db, clientId, kept)).toBeDefined();
     expect(findEvent(db, deliveredEvent.id)).toBeUndefined();
     expect(await t.relay.pruner.runOnce()).toBe(0);
   });

@@ -25,7 +25,8 @@ describe("recover is rate-limited like redeliver", () => {
     cleanups.push(() => t.close());
     const hammer = t.client("hammer");
     const calm = t.client("calm");
-    const recover = (key: string) => t.request(key, "/openapi/v1/deliveries/recover", { method: "POST", json: { since } });
+    const recover = (key: string) =>
+      t.request(key, "/openapi/v1/deliveries/recover", { method: "POST", json: { since } });
     const codes: number[] = [];
     for (let i = 0; i < 10; i++) {
       codes.push((await recover(hammer.apiKey)).status);
@@ -36,7 +37,13 @@ describe("recover is rate-limited like redeliver", () => {
     expect(limited.status).toBe(429);
     // The first recover (10 s ago) leaves the one-minute window in 50 s.
     expect(limited.headers.get("retry-after")).toBe("50");
-    expect(await limited.json()).toEqual({ error: { code: "rate_limit", message: "At most 10 recovers a minute. Retry in 50 s.", request_id: expect.any(String) } });
+    expect(await limited.json()).toEqual({
+      error: {
+        code: "rate_limit",
+        message: "At most 10 recovers a minute. Retry in 50 s.",
+        request_id: expect.any(String),
+      },
+    });
     expect((await recover(calm.apiKey)).status).toBe(202);
     t.clock.advance(50_000);
     expect((await recover(hammer.apiKey)).status).toBe(202);
@@ -85,7 +92,11 @@ describe("rate limits hold across relay instances on one PostgreSQL", () => {
     expect(created.status).toBe(201);
     const taskId = ((await created.json()) as { data: { id: string } }).data.id;
     const store = instances[0]!.store;
-    await store.tasks.transition((await store.tasks.find(taskId))!, { status: "failed", phase: "done", completedAt: clock.now() }, { now: clock.now(), token: null, firstAttemptDelayMs: 0 });
+    await store.tasks.transition(
+      (await store.tasks.find(taskId))!,
+      { status: "failed", phase: "done", completedAt: clock.now() },
+      { now: clock.now(), token: null, firstAttemptDelayMs: 0 },
+    );
 
     const host = encodeURIComponent(destinationHost(receiver.url("/hook")));
     const actions: Record<string, (i: Instance) => Promise<Response>> = {
@@ -98,7 +109,10 @@ describe("rate limits hold across relay instances on one PostgreSQL", () => {
       // 30 calls in turn on the three instances: 10 pass in all, as on one relay.
       const codes: number[] = [];
       for (let n = 0; n < 30; n++) codes.push((await call(instances[n % 3]!)).status);
-      expect(codes.filter((c) => c < 300), action).toHaveLength(10);
+      expect(
+        codes.filter((c) => c < 300),
+        action,
+      ).toHaveLength(10);
       expect(codes.slice(10), action).toEqual(Array(20).fill(429));
     }
 

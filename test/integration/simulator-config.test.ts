@@ -9,7 +9,10 @@ describe("parseSimulatorEnv", () => {
       settings: {
         port: 8090,
         host: "127.0.0.1",
-        options: { accounts: [{ apiKey: "sandbox", balance: 1_000_000, maxConcurrent: 10, readsPerMinute: 120 }], timings: {} },
+        options: {
+          accounts: [{ apiKey: "sandbox", balance: 1_000_000, maxConcurrent: 10, readsPerMinute: 120 }],
+          timings: {},
+        },
       },
     });
   });
@@ -41,7 +44,10 @@ describe("parseSimulatorEnv", () => {
   });
 
   const bad: [Record<string, string>, RegExp][] = [
-    [{ SIM_PORT: "abc" }, /^genrelay simulator: invalid environment variable SIM_PORT: must be a whole number \(got "abc"\)$/],
+    [
+      { SIM_PORT: "abc" },
+      /^genrelay simulator: invalid environment variable SIM_PORT: must be a whole number \(got "abc"\)$/,
+    ],
     [{ SIM_PORT: "70000" }, /SIM_PORT: must be at most 65535/],
     [{ SIM_READS_PER_MINUTE: "-1" }, /SIM_READS_PER_MINUTE/],
     [{ SIM_MAX_CONCURRENT: "0" }, /SIM_MAX_CONCURRENT: must be at least 1/],

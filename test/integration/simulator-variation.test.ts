@@ -28,7 +28,17 @@ function setup(variation?: SimulatorVariation) {
     return ((await res.json()) as { data: { id: string } }).data.id;
   };
   const timelines = async () =>
-    ((await (await app.request("/_sim/tasks?api_key=sandbox")).json()) as { data: { id: string; outcome: string; created_at_ms: number; processing_at_ms: number; completed_at_ms: number }[] }).data;
+    (
+      (await (await app.request("/_sim/tasks?api_key=sandbox")).json()) as {
+        data: {
+          id: string;
+          outcome: string;
+          created_at_ms: number;
+          processing_at_ms: number;
+          completed_at_ms: number;
+        }[];
+      }
+    ).data;
   return { app, clock, create, timelines };
 }
 
@@ -49,7 +59,9 @@ describe("simulator variation", () => {
       const tasks = await timelines();
       clock.advance(60_000);
       const failedId = tasks.find((t) => t.outcome === "failed")!.id;
-      const read = (await (await app.request(`/openapi/v1/tasks/${failedId}`, { headers: auth })).json()) as { data: { status: string; error: { message: string } } };
+      const read = (await (await app.request(`/openapi/v1/tasks/${failedId}`, { headers: auth })).json()) as {
+        data: { status: string; error: { message: string } };
+      };
       expect(read.data.status).toBe("failed");
       expect(read.data.error.message).toContain("failure rate");
       return tasks;
@@ -62,12 +74,24 @@ describe("simulator variation", () => {
     const failed = tasks.filter((t) => t.outcome === "failed").length;
     expect(failed).toBeGreaterThan(20);
     expect(failed).toBeLessThan(60);
-    expect((await run()).map((t) => [t.completed_at_ms - t.created_at_ms, t.outcome])).toEqual(tasks.map((t) => [t.completed_at_ms - t.created_at_ms, t.outcome]));
+    expect((await run()).map((t) => [t.completed_at_ms - t.created_at_ms, t.outcome])).toEqual(
+      tasks.map((t) => [t.completed_at_ms - t.created_at_ms, t.outcome]),
+    );
   });
 
   it("reads the variation from the environment only when set", () => {
-    const parsed = parseSimulatorEnv({ SIM_IMAGE_PROCESSING_MAX_MS: "60000", SIM_VIDEO_PROCESSING_MAX_MS: "90000", SIM_FAILURE_RATE: "0.05", SIM_SEED: "15" });
-    expect(parsed.ok && parsed.settings.options.variation).toEqual({ imageProcessingMaxMs: 60_000, videoProcessingMaxMs: 90_000, failureRate: 0.05, seed: 15 });
+    const parsed = parseSimulatorEnv({
+      SIM_IMAGE_PROCESSING_MAX_MS: "60000",
+      SIM_VIDEO_PROCESSING_MAX_MS: "90000",
+      SIM_FAILURE_RATE: "0.05",
+      SIM_SEED: "15",
+    });
+    expect(parsed.ok && parsed.settings.options.variation).toEqual({
+      imageProcessingMaxMs: 60_000,
+      videoProcessingMaxMs: 90_000,
+      failureRate: 0.05,
+      seed: 15,
+    });
     const plain = parseSimulatorEnv({});
     expect(plain.ok && "variation" in plain.settings.options).toBe(false);
     for (const bad of ["5%", "1.5", "-0.1", "abc"]) {
@@ -91,8 +115,17 @@ describe("admin routes for benchmarks", () => {
     expect((await app.request(`/openapi/v1/tasks/${id}`, { headers: auth })).status).toBe(429); // 5 a minute
     clock.advance(60_000);
     expect((await app.request(`/openapi/v1/tasks/${id}`, { headers: auth })).status).toBe(200);
-    const reads = ((await (await app.request("/_sim/reads?api_key=sandbox")).json()) as { data: Record<string, unknown> }).data;
-    expect(reads).toMatchObject({ task_reads: 6, single_reads: 4, list_reads: 2, rate_limited: 1, max_reads_in_any_minute: 5, dropped: 0 });
+    const reads = (
+      (await (await app.request("/_sim/reads?api_key=sandbox")).json()) as { data: Record<string, unknown> }
+    ).data;
+    expect(reads).toMatchObject({
+      task_reads: 6,
+      single_reads: 4,
+      list_reads: 2,
+      rate_limited: 1,
+      max_reads_in_any_minute: 5,
+      dropped: 0,
+    });
     expect(reads.times).toHaveLength(6);
   });
 
@@ -103,7 +136,11 @@ describe("admin routes for benchmarks", () => {
     const b = await create();
     const tasks = await timelines();
     expect(tasks.map((t) => t.id)).toEqual([a, b]);
-    expect(tasks[1]).toMatchObject({ outcome: "succeeded", processing_at_ms: tasks[1]!.created_at_ms + 1_000, completed_at_ms: tasks[1]!.created_at_ms + 11_000 });
+    expect(tasks[1]).toMatchObject({
+      outcome: "succeeded",
+      processing_at_ms: tasks[1]!.created_at_ms + 1_000,
+      completed_at_ms: tasks[1]!.created_at_ms + 11_000,
+    });
     expect(tasks[1]!.created_at_ms - tasks[0]!.created_at_ms).toBe(500);
     expect((await app.request("/_sim/tasks")).status).toBe(400);
     expect((await app.request("/_sim/reads?api_key=nobody")).status).toBe(404);

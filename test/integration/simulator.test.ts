@@ -30,7 +30,11 @@ function setup(options: SimulatorOptions = {}) {
   const clock = new FakeClock(T0);
   const { app, state } = createSimulator({ clock, ...options });
 
-  const post = (path: string, body: unknown, opts: { key?: string | null; idem?: string | null; headers?: Record<string, string> } = {}) => {
+  const post = (
+    path: string,
+    body: unknown,
+    opts: { key?: string | null; idem?: string | null; headers?: Record<string, string> } = {},
+  ) => {
     const headers: Record<string, string> = { "content-type": "application/json", ...opts.headers };
     if (opts.key !== null) headers.authorization = `Bearer ${opts.key ?? "sandbox"}`;
     if (opts.idem !== null) headers["idempotency-key"] = opts.idem ?? newKey();
@@ -79,7 +83,11 @@ describe("authentication", () => {
       for (const authorization of [undefined, "Bearer nope", "Basic sandbox", "sandbox", "Bearer "]) {
         const headers: Record<string, string> = { "content-type": "application/json", "idempotency-key": newKey() };
         if (authorization !== undefined) headers.authorization = authorization;
-        const res = await app.request(path, { method, headers, ...(method === "POST" ? { body: JSON.stringify(imageBody()) } : {}) });
+        const res = await app.request(path, {
+          method,
+          headers,
+          ...(method === "POST" ? { body: JSON.stringify(imageBody()) } : {}),
+        });
         await expectError(res, 401, "invalid_api_key");
       }
     });
@@ -99,32 +107,151 @@ describe("authentication", () => {
 describe("request validation", () => {
   const invalidKey = (message: string) => [{ field: "Idempotency-Key", message }];
   const keyRule = "must be 8 to 128 characters of A-Z a-z 0-9 . _ : -";
-  type Case = { name: string; path?: string; body?: unknown; idem?: string | null; headers?: Record<string, string>; status: number; code: string; details?: unknown[] };
+  type Case = {
+    name: string;
+    path?: string;
+    body?: unknown;
+    idem?: string | null;
+    headers?: Record<string, string>;
+    status: number;
+    code: string;
+    details?: unknown[];
+  };
   const cases: Case[] = [
-    { name: "missing Idempotency-Key", idem: null, status: 400, code: "invalid_request", details: invalidKey("is required") },
-    { name: "Idempotency-Key too short", idem: "short", status: 400, code: "invalid_request", details: invalidKey(keyRule) },
-    { name: "Idempotency-Key too long", idem: "k".repeat(129), status: 400, code: "invalid_request", details: invalidKey(keyRule) },
-    { name: "Idempotency-Key with a space", idem: "abc def ghi", status: 400, code: "invalid_request", details: invalidKey(keyRule) },
-    { name: "Idempotency-Key with a slash", idem: "abc/def/ghi", status: 400, code: "invalid_request", details: invalidKey(keyRule) },
-    { name: "malformed JSON", body: "{\"model\":", status: 400, code: "invalid_request" },
+    {
+      name: "missing Idempotency-Key",
+      idem: null,
+      status: 400,
+      code: "invalid_request",
+      details: invalidKey("is required"),
+    },
+    {
+      name: "Idempotency-Key too short",
+      idem: "short",
+      status: 400,
+      code: "invalid_request",
+      details: invalidKey(keyRule),
+    },
+    {
+      name: "Idempotency-Key too long",
+      idem: "k".repeat(129),
+      status: 400,
+      code: "invalid_request",
+      details: invalidKey(keyRule),
+    },
+    {
+      name: "Idempotency-Key with a space",
+      idem: "abc def ghi",
+      status: 400,
+      code: "invalid_request",
+      details: invalidKey(keyRule),
+    },
+    {
+      name: "Idempotency-Key with a slash",
+      idem: "abc/def/ghi",
+      status: 400,
+      code: "invalid_request",
+      details: invalidKey(keyRule),
+    },
+    { name: "malformed JSON", body: '{"model":', status: 400, code: "invalid_request" },
     { name: "empty body", body: "", status: 400, code: "invalid_request" },
     { name: "JSON array body", body: "[]", status: 400, code: "invalid_request" },
     { name: "JSON null body", body: "null", status: 400, code: "invalid_request" },
-    { name: "JSON string body", body: "\"hello\"", status: 400, code: "invalid_request" },
+    { name: "JSON string body", body: '"hello"', status: 400, code: "invalid_request" },
     { name: "non-JSON content type", headers: { "content-type": "text/plain" }, status: 400, code: "invalid_request" },
-    { name: "missing model", body: imageBody({ model: undefined }), status: 422, code: "validation_error", details: [{ field: "model", message: "is required" }] },
-    { name: "unknown model", body: imageBody({ model: "dall-x" }), status: 422, code: "validation_error", details: [{ field: "model", message: "is not an image model of the catalog" }] },
-    { name: "video model on the image endpoint", body: imageBody({ model: "v-video" }), status: 422, code: "validation_error", details: [{ field: "model", message: "is not an image model of the catalog" }] },
-    { name: "numeric model", body: imageBody({ model: 7 }), status: 422, code: "validation_error", details: [{ field: "model", message: "must be a non-empty string" }] },
-    { name: "unknown mode", body: imageBody({ mode: "paint" }), status: 422, code: "validation_error", details: [{ field: "mode", message: "is not supported by this model; one of generate, edit" }] },
-    { name: "prompt of 2 visible characters", body: imageBody({ prompt: " a \n b " }), status: 422, code: "validation_error", details: [{ field: "prompt", message: "must contain at least 3 non-whitespace characters" }] },
-    { name: "missing prompt", body: imageBody({ prompt: undefined }), status: 422, code: "validation_error", details: [{ field: "prompt", message: "is required" }] },
-    { name: "count 2", body: imageBody({ count: 2 }), status: 422, code: "validation_error", details: [{ field: "count", message: "must be 1" }] },
-    { name: "count missing", body: imageBody({ count: undefined }), status: 422, code: "validation_error", details: [{ field: "count", message: "is required" }] },
-    { name: "edit without image_urls", body: imageBody({ mode: "edit" }), status: 422, code: "validation_error", details: [{ field: "image_urls", message: "is required when mode is edit (at least one URL)" }] },
-    { name: "image_urls not an array", body: imageBody({ mode: "edit", image_urls: "https://x.test/a.png" }), status: 422, code: "validation_error", details: [{ field: "image_urls", message: "must be an array of URL strings" }] },
-    { name: "size not offered", body: imageBody({ size: "8K" }), status: 422, code: "validation_error", details: [{ field: "size", message: "is not a size of this model; one of 1K, 2K, 4K" }] },
-    { name: "unknown quality", body: imageBody({ quality: "ultra" }), status: 422, code: "validation_error", details: [{ field: "quality", message: "is not a quality of this model; one of low, medium, high, xhigh, max, auto" }] },
+    {
+      name: "missing model",
+      body: imageBody({ model: undefined }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "model", message: "is required" }],
+    },
+    {
+      name: "unknown model",
+      body: imageBody({ model: "dall-x" }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "model", message: "is not an image model of the catalog" }],
+    },
+    {
+      name: "video model on the image endpoint",
+      body: imageBody({ model: "v-video" }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "model", message: "is not an image model of the catalog" }],
+    },
+    {
+      name: "numeric model",
+      body: imageBody({ model: 7 }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "model", message: "must be a non-empty string" }],
+    },
+    {
+      name: "unknown mode",
+      body: imageBody({ mode: "paint" }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "mode", message: "is not supported by this model; one of generate, edit" }],
+    },
+    {
+      name: "prompt of 2 visible characters",
+      body: imageBody({ prompt: " a \n b " }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "prompt", message: "must contain at least 3 non-whitespace characters" }],
+    },
+    {
+      name: "missing prompt",
+      body: imageBody({ prompt: undefined }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "prompt", message: "is required" }],
+    },
+    {
+      name: "count 2",
+      body: imageBody({ count: 2 }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "count", message: "must be 1" }],
+    },
+    {
+      name: "count missing",
+      body: imageBody({ count: undefined }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "count", message: "is required" }],
+    },
+    {
+      name: "edit without image_urls",
+      body: imageBody({ mode: "edit" }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "image_urls", message: "is required when mode is edit (at least one URL)" }],
+    },
+    {
+      name: "image_urls not an array",
+      body: imageBody({ mode: "edit", image_urls: "https://x.test/a.png" }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "image_urls", message: "must be an array of URL strings" }],
+    },
+    {
+      name: "size not offered",
+      body: imageBody({ size: "8K" }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "size", message: "is not a size of this model; one of 1K, 2K, 4K" }],
+    },
+    {
+      name: "unknown quality",
+      body: imageBody({ quality: "ultra" }),
+      status: 422,
+      code: "validation_error",
+      details: [
+        { field: "quality", message: "is not a quality of this model; one of low, medium, high, xhigh, max, auto" },
+      ],
+    },
     {
       name: "several bad fields at once",
       body: { model: "p-image", mode: "generate", prompt: "", count: 0 },
@@ -135,23 +262,113 @@ describe("request validation", () => {
         { field: "count", message: "must be 1" },
       ],
     },
-    { name: "http image URL", body: imageBody({ mode: "edit", image_urls: ["https://ok.test/a.png", "http://x.test/a.png"] }), status: 400, code: "invalid_media_url", details: [{ field: "image_urls[1]", message: "must be a public https URL" }] },
-    { name: "unparsable image URL", body: imageBody({ mode: "edit", image_urls: ["not a url"] }), status: 400, code: "invalid_media_url", details: [{ field: "image_urls[0]", message: "must be a public https URL" }] },
-    { name: "video: missing video_mode", path: VIDEO, body: videoBody({ video_mode: undefined }), status: 422, code: "validation_error", details: [{ field: "video_mode", message: "is required" }] },
-    { name: "video: mode the model lacks", path: VIDEO, body: videoBody({ video_mode: "v2v_edit" }), status: 422, code: "validation_error", details: [{ field: "video_mode", message: "is not supported by this model; one of t2v, i2v_first, i2v_last, multimodal_ref" }] },
-    { name: "video: unsupported duration", path: VIDEO, body: videoBody({ duration: 7 }), status: 422, code: "validation_error", details: [{ field: "duration", message: "is not a duration of this model; one of 5, 10" }] },
-    { name: "video: duration as string", path: VIDEO, body: videoBody({ duration: "5" }), status: 422, code: "validation_error", details: [{ field: "duration", message: "must be a number of seconds" }] },
-    { name: "video: resolution the model lacks", path: VIDEO, body: videoBody({ resolution: "1080p" }), status: 422, code: "validation_error", details: [{ field: "resolution", message: "is not a resolution of this model; one of 480p, 720p" }] },
-    { name: "video: image model", path: VIDEO, body: videoBody({ model: "p-image" }), status: 422, code: "validation_error", details: [{ field: "model", message: "is not a video model of the catalog" }] },
-    { name: "video: i2v_first without images", path: VIDEO, body: videoBody({ video_mode: "i2v_first" }), status: 422, code: "validation_error", details: [{ field: "image_urls", message: "is required when video_mode is i2v_first (at least one URL)" }] },
-    { name: "video: v2v_edit without source", path: VIDEO, body: videoBody({ model: "v-video-pro", video_mode: "v2v_edit" }), status: 422, code: "validation_error", details: [{ field: "source_video_url", message: "is required when video_mode is v2v_edit" }] },
-    { name: "video: ftp source video", path: VIDEO, body: videoBody({ model: "v-video-pro", video_mode: "v2v_edit", source_video_url: "ftp://x.test/v.mp4" }), status: 400, code: "invalid_media_url", details: [{ field: "source_video_url", message: "must be a public https URL" }] },
-    { name: "video: http first frame", path: VIDEO, body: videoBody({ video_mode: "i2v_first", image_urls: ["http://x.test/a.png"] }), status: 400, code: "invalid_media_url", details: [{ field: "image_urls[0]", message: "must be a public https URL" }] },
+    {
+      name: "http image URL",
+      body: imageBody({ mode: "edit", image_urls: ["https://ok.test/a.png", "http://x.test/a.png"] }),
+      status: 400,
+      code: "invalid_media_url",
+      details: [{ field: "image_urls[1]", message: "must be a public https URL" }],
+    },
+    {
+      name: "unparsable image URL",
+      body: imageBody({ mode: "edit", image_urls: ["not a url"] }),
+      status: 400,
+      code: "invalid_media_url",
+      details: [{ field: "image_urls[0]", message: "must be a public https URL" }],
+    },
+    {
+      name: "video: missing video_mode",
+      path: VIDEO,
+      body: videoBody({ video_mode: undefined }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "video_mode", message: "is required" }],
+    },
+    {
+      name: "video: mode the model lacks",
+      path: VIDEO,
+      body: videoBody({ video_mode: "v2v_edit" }),
+      status: 422,
+      code: "validation_error",
+      details: [
+        {
+          field: "video_mode",
+          message: "is not supported by this model; one of t2v, i2v_first, i2v_last, multimodal_ref",
+        },
+      ],
+    },
+    {
+      name: "video: unsupported duration",
+      path: VIDEO,
+      body: videoBody({ duration: 7 }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "duration", message: "is not a duration of this model; one of 5, 10" }],
+    },
+    {
+      name: "video: duration as string",
+      path: VIDEO,
+      body: videoBody({ duration: "5" }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "duration", message: "must be a number of seconds" }],
+    },
+    {
+      name: "video: resolution the model lacks",
+      path: VIDEO,
+      body: videoBody({ resolution: "1080p" }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "resolution", message: "is not a resolution of this model; one of 480p, 720p" }],
+    },
+    {
+      name: "video: image model",
+      path: VIDEO,
+      body: videoBody({ model: "p-image" }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "model", message: "is not a video model of the catalog" }],
+    },
+    {
+      name: "video: i2v_first without images",
+      path: VIDEO,
+      body: videoBody({ video_mode: "i2v_first" }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "image_urls", message: "is required when video_mode is i2v_first (at least one URL)" }],
+    },
+    {
+      name: "video: v2v_edit without source",
+      path: VIDEO,
+      body: videoBody({ model: "v-video-pro", video_mode: "v2v_edit" }),
+      status: 422,
+      code: "validation_error",
+      details: [{ field: "source_video_url", message: "is required when video_mode is v2v_edit" }],
+    },
+    {
+      name: "video: ftp source video",
+      path: VIDEO,
+      body: videoBody({ model: "v-video-pro", video_mode: "v2v_edit", source_video_url: "ftp://x.test/v.mp4" }),
+      status: 400,
+      code: "invalid_media_url",
+      details: [{ field: "source_video_url", message: "must be a public https URL" }],
+    },
+    {
+      name: "video: http first frame",
+      path: VIDEO,
+      body: videoBody({ video_mode: "i2v_first", image_urls: ["http://x.test/a.png"] }),
+      status: 400,
+      code: "invalid_media_url",
+      details: [{ field: "image_urls[0]", message: "must be a public https URL" }],
+    },
   ];
   for (const c of cases) {
     it(`${c.name} → ${c.status} ${c.code}`, async () => {
       const { post, state } = setup();
-      const res = await post(c.path ?? IMAGE, c.body ?? imageBody(), { ...(c.idem !== undefined ? { idem: c.idem } : {}), ...(c.headers ? { headers: c.headers } : {}) });
+      const res = await post(c.path ?? IMAGE, c.body ?? imageBody(), {
+        ...(c.idem !== undefined ? { idem: c.idem } : {}),
+        ...(c.headers ? { headers: c.headers } : {}),
+      });
       await expectError(res, c.status, c.code, c.details);
       expect(state.stats().tasks_created).toBe(0);
     });
@@ -159,15 +376,46 @@ describe("request validation", () => {
 
   it("accepts unknown fields and valid optional ones", async () => {
     const { post } = setup();
-    expect((await post(IMAGE, imageBody({ future_field: { a: 1 }, size: "4K", aspect_ratio: "16:9", mode: "edit", image_urls: ["https://x.test/a.png"] }))).status).toBe(201);
-    expect((await post(VIDEO, videoBody({ model: "v-video-pro", video_mode: "v2v_edit", source_video_url: "https://x.test/v.mp4", resolution: "1080p", duration: 5, extra: true }))).status).toBe(201);
+    expect(
+      (
+        await post(
+          IMAGE,
+          imageBody({
+            future_field: { a: 1 },
+            size: "4K",
+            aspect_ratio: "16:9",
+            mode: "edit",
+            image_urls: ["https://x.test/a.png"],
+          }),
+        )
+      ).status,
+    ).toBe(201);
+    expect(
+      (
+        await post(
+          VIDEO,
+          videoBody({
+            model: "v-video-pro",
+            video_mode: "v2v_edit",
+            source_video_url: "https://x.test/v.mp4",
+            resolution: "1080p",
+            duration: 5,
+            extra: true,
+          }),
+        )
+      ).status,
+    ).toBe(201);
   });
 
   it("answers an unknown route with 404 not_found and X-Request-Id", async () => {
     const { get, app } = setup();
     await expectError(await get("/openapi/v1/nope"), 404, "not_found");
     await expectError(await app.request("/"), 404, "not_found");
-    await expectError(await app.request("/openapi/v1/models", { method: "DELETE", headers: { authorization: "Bearer sandbox" } }), 404, "not_found");
+    await expectError(
+      await app.request("/openapi/v1/models", { method: "DELETE", headers: { authorization: "Bearer sandbox" } }),
+      404,
+      "not_found",
+    );
   });
 
   it("never answers arbitrary JSON bodies with a 5xx", async () => {
@@ -214,14 +462,20 @@ describe("idempotency", () => {
     const { post, clock } = setup();
     expect((await post(IMAGE, imageBody(), { idem: "later-key-1" })).status).toBe(201);
     clock.advance(10_000);
-    const again = (await (await post(IMAGE, imageBody(), { idem: "later-key-1" })).json()) as { data: { status: string } };
+    const again = (await (await post(IMAGE, imageBody(), { idem: "later-key-1" })).json()) as {
+      data: { status: string };
+    };
     expect(again.data.status).toBe("succeeded");
   });
 
   it("rejects the same key with a different body or endpoint: 409 idempotency_key_reused", async () => {
     const { post, state } = setup();
     await post(IMAGE, imageBody(), { idem: "reused-key-1" });
-    await expectError(await post(IMAGE, imageBody({ prompt: "another prompt" }), { idem: "reused-key-1" }), 409, "idempotency_key_reused");
+    await expectError(
+      await post(IMAGE, imageBody({ prompt: "another prompt" }), { idem: "reused-key-1" }),
+      409,
+      "idempotency_key_reused",
+    );
     await expectError(await post(VIDEO, imageBody(), { idem: "reused-key-1" }), 409, "idempotency_key_reused");
     expect(state.stats().tasks_created).toBe(1);
   });
@@ -229,7 +483,9 @@ describe("idempotency", () => {
   it("keys are per account", async () => {
     const { post, state } = setup({ accounts: [{ apiKey: "sandbox" }, { apiKey: "other" }] });
     expect((await post(IMAGE, imageBody(), { idem: "shared-key-1" })).status).toBe(201);
-    expect((await post(IMAGE, imageBody({ prompt: "different" }), { idem: "shared-key-1", key: "other" })).status).toBe(201);
+    expect((await post(IMAGE, imageBody({ prompt: "different" }), { idem: "shared-key-1", key: "other" })).status).toBe(
+      201,
+    );
     expect(state.stats().tasks_created).toBe(2);
   });
 
@@ -348,7 +604,12 @@ describe("limits", () => {
   });
 
   it("read windows are per account", async () => {
-    const { get } = setup({ accounts: [{ apiKey: "sandbox", readsPerMinute: 2 }, { apiKey: "other", readsPerMinute: 2 }] });
+    const { get } = setup({
+      accounts: [
+        { apiKey: "sandbox", readsPerMinute: 2 },
+        { apiKey: "other", readsPerMinute: 2 },
+      ],
+    });
     expect((await get("/openapi/v1/tasks")).status).toBe(200);
     expect((await get("/openapi/v1/tasks")).status).toBe(200);
     expect((await get("/openapi/v1/tasks")).status).toBe(429);
@@ -362,7 +623,13 @@ describe("task progression", () => {
     const id = await createImage({ size: "2K", aspect_ratio: "9:16" });
     const read = async () => (await get(`/openapi/v1/tasks/${id}`)).json();
     const data = (status: string, updated: number, completed: number | null) => ({
-      id, status, type: "image", model: "p-image", created_at: iso(T0), updated_at: iso(updated), completed_at: completed === null ? null : iso(completed),
+      id,
+      status,
+      type: "image",
+      model: "p-image",
+      created_at: iso(T0),
+      updated_at: iso(updated),
+      completed_at: completed === null ? null : iso(completed),
     });
     const usage = { points_charged: 70, points_refunded: 0 };
     expect(await read()).toEqual({ data: data("queued", T0, null), usage });
@@ -373,7 +640,11 @@ describe("task progression", () => {
     clock.advance(2_999);
     expect(((await read()) as { data: { status: string } }).data.status).toBe("processing");
     clock.advance(1);
-    const done = { data: data("succeeded", T0 + 4000, T0 + 4000), output: { images: [{ url: `${BASE}/files/${id}-0.png`, width: 1152, height: 2048 }] }, usage };
+    const done = {
+      data: data("succeeded", T0 + 4000, T0 + 4000),
+      output: { images: [{ url: `${BASE}/files/${id}-0.png`, width: 1152, height: 2048 }] },
+      usage,
+    };
     expect(await read()).toEqual(done);
     clock.advance(3_600_000);
     expect(await read()).toEqual(done);
@@ -382,7 +653,8 @@ describe("task progression", () => {
   it("video follows its own timings and reports its duration", async () => {
     const { get, clock, createVideo } = setup();
     const id = await createVideo({ duration: 10, resolution: "720p" });
-    const status = async () => ((await (await get(`/openapi/v1/tasks/${id}`)).json()) as { data: { status: string } }).data.status;
+    const status = async () =>
+      ((await (await get(`/openapi/v1/tasks/${id}`)).json()) as { data: { status: string } }).data.status;
     clock.advance(1_999);
     expect(await status()).toBe("queued");
     clock.advance(1);
@@ -400,11 +672,20 @@ describe("task progression", () => {
     const id = await createVideo({ prompt: "please sim:fail this", resolution: "720p" });
     expect(balance()).toBe(1_000_000 - 750);
     clock.advance(11_999);
-    expect(((await (await get(`/openapi/v1/tasks/${id}`)).json()) as { usage: unknown }).usage).toEqual({ points_charged: 750, points_refunded: 0 });
+    expect(((await (await get(`/openapi/v1/tasks/${id}`)).json()) as { usage: unknown }).usage).toEqual({
+      points_charged: 750,
+      points_refunded: 0,
+    });
     clock.advance(1);
     const failed = {
       data: {
-        id, status: "failed", type: "video", model: "v-video", created_at: iso(T0), updated_at: iso(T0 + 12_000), completed_at: iso(T0 + 12_000),
+        id,
+        status: "failed",
+        type: "video",
+        model: "v-video",
+        created_at: iso(T0),
+        updated_at: iso(T0 + 12_000),
+        completed_at: iso(T0 + 12_000),
         error: { code: "generation_failed", message: expect.any(String) },
       },
       usage: { points_charged: 750, points_refunded: 750 },
@@ -423,7 +704,9 @@ describe("task progression", () => {
     const body = (await res.json()) as { data: { id: string; status: string } };
     expect(body.data.status).toBe("queued");
     clock.advance(1);
-    expect(((await (await get(`/openapi/v1/tasks/${body.data.id}`)).json()) as { data: { status: string } }).data.status).toBe("succeeded");
+    expect(
+      ((await (await get(`/openapi/v1/tasks/${body.data.id}`)).json()) as { data: { status: string } }).data.status,
+    ).toBe("succeeded");
   });
 
   it("setTimings applies to tasks created afterwards", async () => {
@@ -432,7 +715,8 @@ describe("task progression", () => {
     state.setTimings({ imageQueuedMs: 10, imageProcessingMs: 10 });
     const after = await createImage();
     clock.advance(20);
-    const status = async (id: string) => ((await (await get(`/openapi/v1/tasks/${id}`)).json()) as { data: { status: string } }).data.status;
+    const status = async (id: string) =>
+      ((await (await get(`/openapi/v1/tasks/${id}`)).json()) as { data: { status: string } }).data.status;
     expect(await status(before)).toBe("queued");
     expect(await status(after)).toBe("succeeded");
   });
@@ -475,7 +759,13 @@ describe("task list", () => {
     expect(succeeded.data.map((t) => t.id)).toEqual([ids[2], ids[0]]);
     const first = succeeded.data[1]!;
     expect(first).toEqual({
-      id: ids[0], status: "succeeded", type: "image", model: "p-image", created_at: iso(T0), updated_at: iso(T0 + 4000), completed_at: iso(T0 + 4000),
+      id: ids[0],
+      status: "succeeded",
+      type: "image",
+      model: "p-image",
+      created_at: iso(T0),
+      updated_at: iso(T0 + 4000),
+      completed_at: iso(T0 + 4000),
       output: { images: [{ url: `${BASE}/files/${ids[0]}-0.png`, width: 1024, height: 1024 }] },
       usage: { points_charged: 40, points_refunded: 0 },
     });
@@ -490,11 +780,24 @@ describe("task list", () => {
     await createImage({ prompt: "x sim:fail" });
     clock.advance(4_000);
     const { data } = await page(get, "?status=failed");
-    expect(data[0]).toMatchObject({ status: "failed", error: { code: "generation_failed" }, usage: { points_charged: 40, points_refunded: 40 } });
+    expect(data[0]).toMatchObject({
+      status: "failed",
+      error: { code: "generation_failed" },
+      usage: { points_charged: 40, points_refunded: 40 },
+    });
     expect(data[0]).not.toHaveProperty("output");
   });
 
-  const bad = ["?limit=0", "?limit=101", "?limit=abc", "?limit=1.5", "?limit=", "?type=audio", "?status=done", "?cursor=bm9wZQ"];
+  const bad = [
+    "?limit=0",
+    "?limit=101",
+    "?limit=abc",
+    "?limit=1.5",
+    "?limit=",
+    "?type=audio",
+    "?status=done",
+    "?cursor=bm9wZQ",
+  ];
   for (const query of bad) {
     it(`${query} → 400 invalid_request`, async () => {
       const { get } = setup();
@@ -522,13 +825,20 @@ describe("catalog", () => {
     const body = (await res.json()) as { data: { image_models: { id: string }[]; video_models: { id: string }[] } };
     expect(body.data.image_models.map((m) => m.id)).toEqual(expect.arrayContaining(["p-image", "flux-lite"]));
     expect(body.data.image_models.find((m) => m.id === "p-image")).toMatchObject({
-      name: expect.any(String), modes: ["generate", "edit"], sizes: ["1K", "2K", "4K"], aspect_ratios: expect.arrayContaining(["1:1"]),
+      name: expect.any(String),
+      modes: ["generate", "edit"],
+      sizes: ["1K", "2K", "4K"],
+      aspect_ratios: expect.arrayContaining(["1:1"]),
     });
     expect(body.data.video_models.find((m) => m.id === "v-video")).toMatchObject({
-      video_modes: ["t2v", "i2v_first", "i2v_last", "multimodal_ref"], durations: [5, 10], resolutions: ["480p", "720p"],
+      video_modes: ["t2v", "i2v_first", "i2v_last", "multimodal_ref"],
+      durations: [5, 10],
+      resolutions: ["480p", "720p"],
     });
     expect(body.data.video_models.find((m) => m.id === "v-video-pro")).toMatchObject({
-      video_modes: ["t2v", "i2v_first", "v2v_edit"], durations: [5], resolutions: ["720p", "1080p"],
+      video_modes: ["t2v", "i2v_first", "v2v_edit"],
+      durations: [5],
+      resolutions: ["720p", "1080p"],
     });
   });
 });
@@ -541,24 +851,79 @@ describe("admin endpoints", () => {
     await post(IMAGE, imageBody(), { idem: "admin-key-1" });
     const stats = await (await app.request("/_sim/stats")).json();
     expect(stats).toEqual({
-      tasks_created: 2, create_requests: 3, replays: 1, task_reads: 0, rate_limited: 0, concurrent_limited: 0,
-      per_account: { sandbox: { tasks_created: 2, create_requests: 3, replays: 1, task_reads: 0, rate_limited: 0, concurrent_limited: 0, running: 2, balance: 1_000_000 - 80 } },
+      tasks_created: 2,
+      create_requests: 3,
+      replays: 1,
+      task_reads: 0,
+      rate_limited: 0,
+      concurrent_limited: 0,
+      per_account: {
+        sandbox: {
+          tasks_created: 2,
+          create_requests: 3,
+          replays: 1,
+          task_reads: 0,
+          rate_limited: 0,
+          concurrent_limited: 0,
+          running: 2,
+          balance: 1_000_000 - 80,
+        },
+      },
       creations_per_key_max: 1,
     });
     const json = { "content-type": "application/json" };
-    const setBal = await app.request("/_sim/balance", { method: "POST", headers: json, body: JSON.stringify({ api_key: "sandbox", balance: 5 }) });
+    const setBal = await app.request("/_sim/balance", {
+      method: "POST",
+      headers: json,
+      body: JSON.stringify({ api_key: "sandbox", balance: 5 }),
+    });
     expect(await setBal.json()).toEqual({ data: { balance: 5 } });
     expect((await post(IMAGE, imageBody())).status).toBe(402);
-    await expectError(await app.request("/_sim/balance", { method: "POST", headers: json, body: JSON.stringify({ api_key: "nobody", balance: 5 }) }), 404, "not_found");
-    await expectError(await app.request("/_sim/balance", { method: "POST", headers: json, body: JSON.stringify({ api_key: "sandbox", balance: -1 }) }), 400, "invalid_request", [
-      { field: "balance", message: expect.any(String) },
-    ]);
-    const timings = await app.request("/_sim/timings", { method: "POST", headers: json, body: JSON.stringify({ imageQueuedMs: 5 }) });
-    expect(await timings.json()).toEqual({ data: { imageQueuedMs: 5, imageProcessingMs: 3000, videoQueuedMs: 2000, videoProcessingMs: 10000 } });
-    expect((await app.request("/_sim/timings", { method: "POST", headers: json, body: JSON.stringify({ imageQueuedMS: 5 }) })).status).toBe(400);
-    const added = await app.request("/_sim/accounts", { method: "POST", headers: json, body: JSON.stringify({ api_key: "new-one", balance: 7 }) });
+    await expectError(
+      await app.request("/_sim/balance", {
+        method: "POST",
+        headers: json,
+        body: JSON.stringify({ api_key: "nobody", balance: 5 }),
+      }),
+      404,
+      "not_found",
+    );
+    await expectError(
+      await app.request("/_sim/balance", {
+        method: "POST",
+        headers: json,
+        body: JSON.stringify({ api_key: "sandbox", balance: -1 }),
+      }),
+      400,
+      "invalid_request",
+      [{ field: "balance", message: expect.any(String) }],
+    );
+    const timings = await app.request("/_sim/timings", {
+      method: "POST",
+      headers: json,
+      body: JSON.stringify({ imageQueuedMs: 5 }),
+    });
+    expect(await timings.json()).toEqual({
+      data: { imageQueuedMs: 5, imageProcessingMs: 3000, videoQueuedMs: 2000, videoProcessingMs: 10000 },
+    });
+    expect(
+      (
+        await app.request("/_sim/timings", {
+          method: "POST",
+          headers: json,
+          body: JSON.stringify({ imageQueuedMS: 5 }),
+        })
+      ).status,
+    ).toBe(400);
+    const added = await app.request("/_sim/accounts", {
+      method: "POST",
+      headers: json,
+      body: JSON.stringify({ api_key: "new-one", balance: 7 }),
+    });
     expect(added.status).toBe(201);
-    expect((await app.request("/openapi/v1/models", { headers: { authorization: "Bearer new-one" } })).status).toBe(200);
+    expect((await app.request("/openapi/v1/models", { headers: { authorization: "Bearer new-one" } })).status).toBe(
+      200,
+    );
     expect((await app.request(`/files/${id}-0.png`)).status).toBe(404); // not succeeded yet
   });
 });

@@ -53,10 +53,16 @@ describe("list sweeps", () => {
   });
 
   /** Submits `n` tasks; returns relay id → upstream id. */
-  async function inFlight(t: ReturnType<typeof setup>["t"], up: ReturnType<typeof setup>["up"], apiKey: string, n: number) {
+  async function inFlight(
+    t: ReturnType<typeof setup>["t"],
+    up: ReturnType<typeof setup>["up"],
+    apiKey: string,
+    n: number,
+  ) {
     const ids: string[] = [];
     for (let i = 0; i < n; i++) ids.push(await createTask(t, apiKey));
-    for (let i = 0; i < 30 && ids.some((id) => taskRow(t, id).phase === "waiting"); i++) await t.relay.submitter.runOnce();
+    for (let i = 0; i < 30 && ids.some((id) => taskRow(t, id).phase === "waiting"); i++)
+      await t.relay.submitter.runOnce();
     for (const task of up.tasks.values()) task.status = "processing";
     return ids.map((id) => ({ id, up: up.taskOf(id)! }));
   }
@@ -91,12 +97,15 @@ describe("list sweeps", () => {
     expect(second.map((r) => r.status)).toEqual([null, null]);
     for (const { id, up: task } of next) {
       expect(taskRow(t, id).status).toBe("succeeded");
-      expect((await readTask(t, client.apiKey, id)).output).toEqual({ images: [{ url: `https://cdn.test/${task.id}.png` }] });
+      expect((await readTask(t, client.apiKey, id)).output).toEqual({
+        images: [{ url: `https://cdn.test/${task.id}.png` }],
+      });
     }
     // Nothing ends for a sweep: back to the active list alone (the cheaper when no output is needed).
     expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual([null, null]);
     expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual(["processing", "processing"]);
-    for (const [i, { id }] of tasks.entries()) expect(taskRow(t, id).status).toBe(i % 15 === 0 || i % 15 === 7 ? "succeeded" : "processing");
+    for (const [i, { id }] of tasks.entries())
+      expect(taskRow(t, id).status).toBe(i % 15 === 0 || i % 15 === 7 ? "succeeded" : "processing");
   });
 
   it("an unfiltered list that leaves out a task of ours is not used again; nothing is missed", async () => {
@@ -122,7 +131,13 @@ describe("list sweeps", () => {
     /** List reads over 60 s of fake time in 250 ms steps, 20 image tasks in flight, 20 reads a minute. */
     async function listReads(learnedMs: number | null): Promise<number> {
       const { t, up } = setup({ UPSTREAM_READS_PER_MINUTE: "20" });
-      if (learnedMs !== null) await t.store.accounts.saveDurationSamples("image", "p-image", [learnedMs, learnedMs, learnedMs], t.clock.now());
+      if (learnedMs !== null)
+        await t.store.accounts.saveDurationSamples(
+          "image",
+          "p-image",
+          [learnedMs, learnedMs, learnedMs],
+          t.clock.now(),
+        );
       await inFlight(t, up, t.client().apiKey, 20);
       const before = up.reads.length;
       for (let i = 0; i < 240; i++) {
@@ -167,9 +182,20 @@ describe("fair admission", () => {
     const a = insertTestClient(t.database.db, t.clock, { name: "flood" }).client;
     const b = insertTestClient(t.database.db, t.clock, { name: "small" }).client;
     const deps = t.relay.deps;
-    for (let i = 0; i < 1_000; i++) await createTaskService(deps, { client: a, type: "image", body: imageBody(), idempotencyKey: `flood-${i}-key` });
+    for (let i = 0; i < 1_000; i++)
+      await createTaskService(deps, { client: a, type: "image", body: imageBody(), idempotencyKey: `flood-${i}-key` });
     const bIds: string[] = [];
-    for (let i = 0; i < 10; i++) bIds.push((await createTaskService(deps, { client: b, type: "image", body: imageBody(), idempotencyKey: `small-${i}-key` })).task.id);
+    for (let i = 0; i < 10; i++)
+      bIds.push(
+        (
+          await createTaskService(deps, {
+            client: b,
+            type: "image",
+            body: imageBody(),
+            idempotencyKey: `small-${i}-key`,
+          })
+        ).task.id,
+      );
 
     // Run slots: submit, then finish what runs, until B's ten are all upstream.
     const submittedOrder: string[] = [];
@@ -204,12 +230,18 @@ describe("per-client limits and accounts", () => {
     expect(up.creates).toHaveLength(2);
     t.clock.advance(3_000);
     await t.relay.poller.runOnce();
-    const res = await t.request(apiKey, "/openapi/v1/images/generations", { method: "POST", json: imageBody(), idempotencyKey: "over-the-limit" });
+    const res = await t.request(apiKey, "/openapi/v1/images/generations", {
+      method: "POST",
+      json: imageBody(),
+      idempotencyKey: "over-the-limit",
+    });
     expect(res.status).toBe(402);
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe("insufficient_points");
     await t.relay.submitter.runOnce();
     expect(up.creates).toHaveLength(2);
-    const usage = (await (await t.request(apiKey, "/openapi/v1/usage")).json()) as { data: { points_spent: number; credit_limit: number } };
+    const usage = (await (await t.request(apiKey, "/openapi/v1/usage")).json()) as {
+      data: { points_spent: number; credit_limit: number };
+    };
     expect(usage.data).toMatchObject({ points_spent: 40, credit_limit: 40 });
   });
 
@@ -218,7 +250,11 @@ describe("per-client limits and accounts", () => {
     const { apiKey } = t.client("queue-capped", { maxWaiting: 2 });
     await createTask(t, apiKey);
     await createTask(t, apiKey);
-    const res = await t.request(apiKey, "/openapi/v1/images/generations", { method: "POST", json: imageBody(), idempotencyKey: "third-task-key" });
+    const res = await t.request(apiKey, "/openapi/v1/images/generations", {
+      method: "POST",
+      json: imageBody(),
+      idempotencyKey: "third-task-key",
+    });
     expect(res.status).toBe(429);
     expect(res.headers.get("retry-after")).toBe("5");
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe("concurrent_limit");
@@ -231,14 +267,20 @@ describe("per-client limits and accounts", () => {
   it("a client's own upstream key is stored encrypted and used for its tasks, with a budget of its own", async () => {
     const encryptionKey = randomBytes(32).toString("base64");
     const { t, up } = setup({ RELAY_ENCRYPTION_KEY: encryptionKey });
-    const own = insertTestClient(t.database.db, t.clock, { name: "own-key", upstreamKey: "client-own-upstream-key", encryptionKey: t.config.encryptionKey });
+    const own = insertTestClient(t.database.db, t.clock, {
+      name: "own-key",
+      upstreamKey: "client-own-upstream-key",
+      encryptionKey: t.config.encryptionKey,
+    });
     expect(own.client.upstreamKeyEncrypted).not.toContain("client-own-upstream-key");
     expect(own.client.upstreamAccount).toBe(own.client.id);
     const shared = t.client("shared");
     await createTask(t, own.apiKey);
     await createTask(t, shared.apiKey);
     await t.relay.submitter.runOnce();
-    expect(up.creates.map((c) => c.auth).sort()).toEqual([`Bearer ${UPSTREAM_KEY}`, "Bearer client-own-upstream-key"].sort());
+    expect(up.creates.map((c) => c.auth).sort()).toEqual(
+      [`Bearer ${UPSTREAM_KEY}`, "Bearer client-own-upstream-key"].sort(),
+    );
     expect(t.relay.budget.used(own.client.id)).toBe(0);
     t.clock.advance(3_000);
     await t.relay.poller.runOnce();

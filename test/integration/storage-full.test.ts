@@ -30,7 +30,8 @@ function fill(t: TestRelay): () => void {
   sqlite.pragma(`max_page_count = ${pages}`);
   // Use up what is free inside the file, so the next write that needs a page fails.
   try {
-    for (let i = 0; i < 10_000; i++) sqlite.prepare("INSERT INTO health_probe (at, pad) VALUES (0, zeroblob(4000))").run();
+    for (let i = 0; i < 10_000; i++)
+      sqlite.prepare("INSERT INTO health_probe (at, pad) VALUES (0, zeroblob(4000))").run();
   } catch (err) {
     expect((err as { code: string }).code).toBe("SQLITE_FULL");
   }
@@ -46,9 +47,15 @@ describe("a full database", () => {
     const { apiKey } = t.client();
     const free = fill(t);
     const lines: unknown[] = [];
-    const spy = (await import("vitest")).vi.spyOn(t.relay.deps.logger, "error").mockImplementation(((obj: unknown) => void lines.push(obj)) as never);
+    const spy = (await import("vitest")).vi
+      .spyOn(t.relay.deps.logger, "error")
+      .mockImplementation(((obj: unknown) => void lines.push(obj)) as never);
     for (let i = 0; i < 20; i++) {
-      const res = await t.request(apiKey, "/openapi/v1/images/generations", { method: "POST", json: imageBody({ prompt: bigPrompt(i) }), idempotencyKey: `full-disk-${i}` });
+      const res = await t.request(apiKey, "/openapi/v1/images/generations", {
+        method: "POST",
+        json: imageBody({ prompt: bigPrompt(i) }),
+        idempotencyKey: `full-disk-${i}`,
+      });
       expect(res.status).toBe(503);
       expect(res.headers.get("retry-after")).toBe("5");
       expect(((await res.json()) as { error: { code: string } }).error.code).toBe("storage_unavailable");

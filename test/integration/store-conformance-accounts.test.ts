@@ -1,5 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { conformance, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, NOW, type Probe } from "../helpers/conformance.js";
+import {
+  conformance,
+  fresh,
+  hostileTests,
+  HOSTILE_NUMBERS,
+  HOSTILE_TEXT,
+  NOW,
+  type Probe,
+} from "../helpers/conformance.js";
 
 /** AccountStore conformance (checklist: store-conformance.md): upstream accounts, the read budget, duration samples, on both drivers. */
 const suite = conformance();
@@ -21,7 +29,11 @@ describe.each(suite.dialects)("AccountStore on %s", (_name, h) => {
       updatedAt: NOW + 1,
     });
     await store.accounts.updateState(account, { readsPausedUntil: null }, NOW + 2);
-    expect(await store.accounts.state(account)).toMatchObject({ learnedMaxConcurrent: 4, readsPausedUntil: null, updatedAt: NOW + 2 });
+    expect(await store.accounts.state(account)).toMatchObject({
+      learnedMaxConcurrent: 4,
+      readsPausedUntil: null,
+      updatedAt: NOW + 2,
+    });
   });
 
   it("takeRead spends the window's budget, and the window slides; readsSince and pruneReads see one account", async () => {
@@ -45,7 +57,9 @@ describe.each(suite.dialects)("AccountStore on %s", (_name, h) => {
   it("takeRead: 30 takers in 3 processes at once get exactly the 10 reads the window allows", async () => {
     const { store, another } = await h.fresh();
     const others = [store, await another(), await another()];
-    const taken = await Promise.all(Array.from({ length: 30 }, (_, i) => others[i % 3]!.accounts.takeRead("acct", NOW + i, 10, MINUTE)));
+    const taken = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => others[i % 3]!.accounts.takeRead("acct", NOW + i, 10, MINUTE)),
+    );
     expect(taken.filter(Boolean)).toHaveLength(10);
     expect(await store.accounts.readsSince("acct", 0)).toHaveLength(10);
   });
@@ -53,7 +67,11 @@ describe.each(suite.dialects)("AccountStore on %s", (_name, h) => {
   it("updateState: 12 processes creating one account's row at once all succeed into one row", async () => {
     const { store, another } = await h.fresh();
     const others = [store, await another(), await another()];
-    await Promise.all(Array.from({ length: 12 }, (_, i) => others[i % 3]!.accounts.updateState("acct", { learnedMaxConcurrent: i + 1 }, NOW + i)));
+    await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        others[i % 3]!.accounts.updateState("acct", { learnedMaxConcurrent: i + 1 }, NOW + i),
+      ),
+    );
     const state = (await store.accounts.state("acct"))!;
     expect(state.learnedMaxConcurrent! - 1).toBe(state.updatedAt - NOW);
   });
@@ -72,7 +90,9 @@ describe.each(suite.dialects)("AccountStore on %s", (_name, h) => {
   it("saveDurationSamples: concurrent savers of one model never fail; one of their lists stands", async () => {
     const { store, another } = await h.fresh();
     const others = [store, await another()];
-    await Promise.all(Array.from({ length: 10 }, (_, i) => others[i % 2]!.accounts.saveDurationSamples("image", "m", [i], NOW + i)));
+    await Promise.all(
+      Array.from({ length: 10 }, (_, i) => others[i % 2]!.accounts.saveDurationSamples("image", "m", [i], NOW + i)),
+    );
     const [kept] = await store.accounts.durationSamples("image", "m");
     expect(kept).toBeGreaterThanOrEqual(0);
     expect(kept).toBeLessThan(10);
@@ -81,23 +101,59 @@ describe.each(suite.dialects)("AccountStore on %s", (_name, h) => {
 
 describe("AccountStore with hostile values: both drivers answer alike", () => {
   const text: Array<Probe<string>> = [
-    { op: "updateState(account)", roundTrip: true, run: async (s, v) => (await s.accounts.updateState(v, { learnedMaxConcurrent: 1 }, NOW), (await s.accounts.state(v))?.id) },
+    {
+      op: "updateState(account)",
+      roundTrip: true,
+      run: async (s, v) => (
+        await s.accounts.updateState(v, { learnedMaxConcurrent: 1 }, NOW), (await s.accounts.state(v))?.id
+      ),
+    },
     { op: "state", run: (s, v) => s.accounts.state(v) },
-    { op: "takeRead(account)", run: async (s, v) => [await s.accounts.takeRead(v, NOW, 5, MINUTE), await s.accounts.readsSince(v, 0)] },
+    {
+      op: "takeRead(account)",
+      run: async (s, v) => [await s.accounts.takeRead(v, NOW, 5, MINUTE), await s.accounts.readsSince(v, 0)],
+    },
     { op: "readsSince", run: (s, v) => s.accounts.readsSince(v, 0) },
     { op: "pruneReads", run: (s, v) => s.accounts.pruneReads(v, NOW) },
     { op: "durationSamples", run: (s, v) => s.accounts.durationSamples("image", v) },
-    { op: "saveDurationSamples(model)", run: async (s, v) => (await s.accounts.saveDurationSamples("image", v, [1], NOW), await s.accounts.durationSamples("image", v)) },
+    {
+      op: "saveDurationSamples(model)",
+      run: async (s, v) => (
+        await s.accounts.saveDurationSamples("image", v, [1], NOW), await s.accounts.durationSamples("image", v)
+      ),
+    },
   ];
   hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
-    { op: "updateState(learnedMaxConcurrent)", roundTrip: true, run: async (s, v) => { const a = fresh("acct"); await s.accounts.updateState(a, { learnedMaxConcurrent: v }, NOW); return (await s.accounts.state(a))!.learnedMaxConcurrent; } },
-    { op: "takeRead(at)", run: async (s, v) => { const a = fresh("acct"); return [await s.accounts.takeRead(a, v, 5, MINUTE), await s.accounts.readsSince(a, -2)]; } },
+    {
+      op: "updateState(learnedMaxConcurrent)",
+      roundTrip: true,
+      run: async (s, v) => {
+        const a = fresh("acct");
+        await s.accounts.updateState(a, { learnedMaxConcurrent: v }, NOW);
+        return (await s.accounts.state(a))!.learnedMaxConcurrent;
+      },
+    },
+    {
+      op: "takeRead(at)",
+      run: async (s, v) => {
+        const a = fresh("acct");
+        return [await s.accounts.takeRead(a, v, 5, MINUTE), await s.accounts.readsSince(a, -2)];
+      },
+    },
     { op: "takeRead(limit)", run: (s, v) => s.accounts.takeRead(fresh("acct"), NOW, v, MINUTE) },
     { op: "readsSince(since)", run: (s, v) => s.accounts.readsSince(fresh("acct"), v) },
     { op: "pruneReads(before)", run: (s, v) => s.accounts.pruneReads(fresh("acct"), v) },
-    { op: "saveDurationSamples(samples)", roundTrip: true, run: async (s, v) => { const m = fresh("model"); await s.accounts.saveDurationSamples("image", m, [v], NOW); return (await s.accounts.durationSamples("image", m))[0]; } },
+    {
+      op: "saveDurationSamples(samples)",
+      roundTrip: true,
+      run: async (s, v) => {
+        const m = fresh("model");
+        await s.accounts.saveDurationSamples("image", m, [v], NOW);
+        return (await s.accounts.durationSamples("image", m))[0];
+      },
+    },
   ];
   hostileTests(suite, numbers, HOSTILE_NUMBERS);
 });

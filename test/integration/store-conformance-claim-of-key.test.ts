@@ -1,6 +1,18 @@
 import { describe, expect, it } from "vitest";
 import type { Store } from "../../src/store/store.js";
-import { client, conformance, eventsOf, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, NOW, opts, task, type Probe } from "../helpers/conformance.js";
+import {
+  client,
+  conformance,
+  eventsOf,
+  fresh,
+  hostileTests,
+  HOSTILE_NUMBERS,
+  HOSTILE_TEXT,
+  NOW,
+  opts,
+  task,
+  type Probe,
+} from "../helpers/conformance.js";
 
 /** EventStore.claimOfKey conformance (checklist: store-conformance.md): the refill of one delivery key, on both drivers. */
 const suite = conformance();
@@ -12,8 +24,20 @@ async function keyWith(store: Store, count: number) {
   return { events, key: { clientId, host: `${host}.example:443` } };
 }
 
-const claimKey = (store: Store, key: { clientId: string; host: string }, token: string, limit: number, extra: { now?: number; maxPerKey?: number } = {}) =>
-  store.events.claimOfKey(key, { now: extra.now ?? NOW, leaseMs: 30_000, token, limit, maxPerKey: extra.maxPerKey ?? 100 });
+const claimKey = (
+  store: Store,
+  key: { clientId: string; host: string },
+  token: string,
+  limit: number,
+  extra: { now?: number; maxPerKey?: number } = {},
+) =>
+  store.events.claimOfKey(key, {
+    now: extra.now ?? NOW,
+    leaseMs: 30_000,
+    token,
+    limit,
+    maxPerKey: extra.maxPerKey ?? 100,
+  });
 
 describe.each(suite.dialects)("EventStore.claimOfKey on %s", (_name, h) => {
   it("claims up to `limit` of one key's due events, oldest due first, under a lease; other keys are left alone", async () => {
@@ -21,7 +45,9 @@ describe.each(suite.dialects)("EventStore.claimOfKey on %s", (_name, h) => {
     const { events, key } = await keyWith(store, 3);
     const other = await keyWith(store, 1);
     const first = await claimKey(store, key, "k:1", 2);
-    expect(first.map((e) => [e.id, e.claimToken, e.claimedUntil])).toEqual(events.slice(0, 2).map((e) => [e.id, "k:1", NOW + 30_000]));
+    expect(first.map((e) => [e.id, e.claimToken, e.claimedUntil])).toEqual(
+      events.slice(0, 2).map((e) => [e.id, "k:1", NOW + 30_000]),
+    );
     expect((await claimKey(store, key, "k:2", 5)).map((e) => e.id)).toEqual([events[2]!.id]);
     expect(await claimKey(store, key, "k:3", 5)).toEqual([]);
     expect(await claimKey(store, key, "k:4", 0)).toEqual([]);
@@ -54,7 +80,10 @@ describe.each(suite.dialects)("EventStore.claimOfKey on %s", (_name, h) => {
     const { store, another } = await h.fresh();
     const { key } = await keyWith(store, 10);
     const other = await another();
-    const [a, b] = await Promise.all([claimKey(store, key, "a:1", 4, { maxPerKey: 6 }), claimKey(other, key, "b:1", 4, { maxPerKey: 6 })]);
+    const [a, b] = await Promise.all([
+      claimKey(store, key, "a:1", 4, { maxPerKey: 6 }),
+      claimKey(other, key, "b:1", 4, { maxPerKey: 6 }),
+    ]);
     const ids = [...a!, ...b!].map((e) => e.id);
     expect(new Set(ids).size).toBe(ids.length);
     expect(ids.length).toBe(6);
@@ -65,7 +94,9 @@ describe.each(suite.dialects)("EventStore.claimOfKey on %s", (_name, h) => {
     const { events, key } = await keyWith(store, 2);
     await claimKey(store, key, "dead:1", 2);
     expect(await claimKey(store, key, "live:1", 2, { now: NOW + 30_000 })).toEqual([]);
-    expect((await claimKey(store, key, "live:1", 2, { now: NOW + 30_001 })).map((e) => e.id)).toEqual(events.map((e) => e.id));
+    expect((await claimKey(store, key, "live:1", 2, { now: NOW + 30_001 })).map((e) => e.id)).toEqual(
+      events.map((e) => e.id),
+    );
   });
 });
 
@@ -77,7 +108,10 @@ describe("EventStore.claimOfKey with hostile values: both drivers answer alike",
 
   const numbers: Array<Probe<number>> = [
     { op: "claimOfKey(limit)", run: async (s, v) => (await claimKey(s, (await keyWith(s, 2)).key, "k:x", v)).length },
-    { op: "claimOfKey(now)", run: async (s, v) => (await claimKey(s, (await keyWith(s, 1)).key, "k:x", 5, { now: v })).length },
+    {
+      op: "claimOfKey(now)",
+      run: async (s, v) => (await claimKey(s, (await keyWith(s, 1)).key, "k:x", 5, { now: v })).length,
+    },
   ];
   // maxPerKey is left out: the contract itself has SQLite (one process) ignore it.
   hostileTests(suite, numbers, HOSTILE_NUMBERS);

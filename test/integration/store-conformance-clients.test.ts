@@ -1,11 +1,23 @@
 import { describe, expect, it } from "vitest";
 import { newClient } from "../../src/services/clients.js";
-import { client, conformance, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, NOW, opts, task, type Probe } from "../helpers/conformance.js";
+import {
+  client,
+  conformance,
+  fresh,
+  hostileTests,
+  HOSTILE_NUMBERS,
+  HOSTILE_TEXT,
+  NOW,
+  opts,
+  task,
+  type Probe,
+} from "../helpers/conformance.js";
 
 /** ClientStore conformance (checklist: store-conformance.md): clients and their credit books, on both drivers. */
 const suite = conformance();
 
-const newRow = (extra: { creditLimit?: number; maxRunning?: number } = {}) => newClient(NOW, { name: fresh("client"), ...extra }).row;
+const newRow = (extra: { creditLimit?: number; maxRunning?: number } = {}) =>
+  newClient(NOW, { name: fresh("client"), ...extra }).row;
 
 describe.each(suite.dialects)("ClientStore on %s", (_name, h) => {
   it("insert gives the row with its defaults; find, findByKeyHash and list read it back", async () => {
@@ -57,10 +69,16 @@ describe.each(suite.dialects)("ClientStore on %s", (_name, h) => {
   it("updateWith reads the row and applies the change's patch in one step, returning its result", async () => {
     const store = await h.shared();
     const c = await client(store);
-    const out = await store.clients.updateWith(c.id, (seen) => ({ patch: { name: `${seen.name}!` }, result: seen.name }));
+    const out = await store.clients.updateWith(c.id, (seen) => ({
+      patch: { name: `${seen.name}!` },
+      result: seen.name,
+    }));
     expect(out).toEqual({ client: { ...c, name: `${c.name}!` }, result: c.name });
     // A change with nothing to write returns the row as it is.
-    expect(await store.clients.updateWith(c.id, () => ({ patch: {}, result: 7 }))).toEqual({ client: { ...c, name: `${c.name}!` }, result: 7 });
+    expect(await store.clients.updateWith(c.id, () => ({ patch: {}, result: 7 }))).toEqual({
+      client: { ...c, name: `${c.name}!` },
+      result: 7,
+    });
     expect(await store.clients.updateWith("cli_nobody", () => ({ patch: { name: "x" }, result: 1 }))).toBeUndefined();
   });
 
@@ -68,7 +86,14 @@ describe.each(suite.dialects)("ClientStore on %s", (_name, h) => {
     const { store, another } = await h.fresh();
     const c = await client(store);
     const others = [store, await another(), await another()];
-    await Promise.all(Array.from({ length: 20 }, (_, i) => others[i % 3]!.clients.updateWith(c.id, (seen) => ({ patch: { maxWaiting: (seen.maxWaiting ?? 0) + 1 }, result: null }))));
+    await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        others[i % 3]!.clients.updateWith(c.id, (seen) => ({
+          patch: { maxWaiting: (seen.maxWaiting ?? 0) + 1 },
+          result: null,
+        })),
+      ),
+    );
     expect((await store.clients.find(c.id))!.maxWaiting).toBe(20);
   });
 
@@ -94,16 +119,32 @@ describe.each(suite.dialects)("ClientStore on %s", (_name, h) => {
   it("creditPosition and ledger follow reservations, charges and refunds", async () => {
     const store = await h.shared();
     const c = await client(store, { creditLimit: 1_000 });
-    expect(await store.clients.creditPosition(c.id)).toEqual({ charged: 0, refunded: 0, reserved: 0, limit: 1_000, revoked: false });
+    expect(await store.clients.creditPosition(c.id)).toEqual({
+      charged: 0,
+      refunded: 0,
+      reserved: 0,
+      limit: 1_000,
+      revoked: false,
+    });
     expect(await store.clients.creditPosition("cli_nobody")).toBeUndefined();
     const { task: a } = await store.tasks.create(task(c.id, fresh("a"), { reserve: 40 }));
     const { task: b } = await store.tasks.create(task(c.id, fresh("b"), { reserve: 60 }));
     expect((await store.clients.creditPosition(c.id))!.reserved).toBe(100);
     await store.tasks.transition(a, { status: "succeeded", phase: "done", pointsCharged: 35 }, opts(null, NOW + 1));
-    const bDone = await store.tasks.transition(b, { status: "failed", phase: "done", pointsCharged: 60 }, opts(null, NOW + 2));
+    const bDone = await store.tasks.transition(
+      b,
+      { status: "failed", phase: "done", pointsCharged: 60 },
+      opts(null, NOW + 2),
+    );
     await store.tasks.transition(bDone!, { pointsRefunded: 60 }, opts(null, NOW + 3));
     await store.clients.update(c.id, { revokedAt: NOW + 4 });
-    expect(await store.clients.creditPosition(c.id)).toEqual({ charged: 95, refunded: 60, reserved: 0, limit: 1_000, revoked: true });
+    expect(await store.clients.creditPosition(c.id)).toEqual({
+      charged: 95,
+      refunded: 60,
+      reserved: 0,
+      limit: 1_000,
+      revoked: true,
+    });
     expect(await store.clients.ledger(c.id)).toEqual([
       { taskId: a.id, charged: 35, refunded: 0, at: NOW + 1 },
       { taskId: b.id, charged: 60, refunded: 0, at: NOW + 2 },
@@ -115,13 +156,23 @@ describe.each(suite.dialects)("ClientStore on %s", (_name, h) => {
 
 describe("ClientStore with hostile values: both drivers answer alike", () => {
   const text: Array<Probe<string>> = [
-    { op: "insert(name)", roundTrip: true, run: async (s, v) => (await s.clients.insert({ ...newRow(), name: v })).name },
+    {
+      op: "insert(name)",
+      roundTrip: true,
+      run: async (s, v) => (await s.clients.insert({ ...newRow(), name: v })).name,
+    },
     {
       op: "insert(apiKeyHash)",
       roundTrip: true,
-      run: async (s, v) => (await s.clients.findByKeyHash((await s.clients.insert({ ...newRow(), apiKeyHash: v })).apiKeyHash))?.apiKeyHash,
+      run: async (s, v) =>
+        (await s.clients.findByKeyHash((await s.clients.insert({ ...newRow(), apiKeyHash: v })).apiKeyHash))
+          ?.apiKeyHash,
     },
-    { op: "update(notificationUrl)", roundTrip: true, run: async (s, v) => (await s.clients.update((await client(s)).id, { notificationUrl: v }))!.notificationUrl },
+    {
+      op: "update(notificationUrl)",
+      roundTrip: true,
+      run: async (s, v) => (await s.clients.update((await client(s)).id, { notificationUrl: v }))!.notificationUrl,
+    },
     { op: "find(id)", run: (s, v) => s.clients.find(v) },
     { op: "findByKeyHash", run: (s, v) => s.clients.findByKeyHash(v) },
     { op: "update(id)", run: (s, v) => s.clients.update(v, { name: "x" }) },
@@ -133,9 +184,26 @@ describe("ClientStore with hostile values: both drivers answer alike", () => {
   hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
-    { op: "insert(creditLimit)", roundTrip: true, run: async (s, v) => (await s.clients.find((await s.clients.insert({ ...newRow(), creditLimit: v })).id))!.creditLimit },
-    { op: "update(maxRunning)", roundTrip: true, run: async (s, v) => (await s.clients.update((await client(s)).id, { maxRunning: v }))!.maxRunning },
-    { op: "markAdmitted(at)", roundTrip: true, run: async (s, v) => { const c = await client(s); await s.clients.markAdmitted(c.id, v); return (await s.clients.find(c.id))!.lastAdmittedAt; } },
+    {
+      op: "insert(creditLimit)",
+      roundTrip: true,
+      run: async (s, v) =>
+        (await s.clients.find((await s.clients.insert({ ...newRow(), creditLimit: v })).id))!.creditLimit,
+    },
+    {
+      op: "update(maxRunning)",
+      roundTrip: true,
+      run: async (s, v) => (await s.clients.update((await client(s)).id, { maxRunning: v }))!.maxRunning,
+    },
+    {
+      op: "markAdmitted(at)",
+      roundTrip: true,
+      run: async (s, v) => {
+        const c = await client(s);
+        await s.clients.markAdmitted(c.id, v);
+        return (await s.clients.find(c.id))!.lastAdmittedAt;
+      },
+    },
   ];
   hostileTests(suite, numbers, HOSTILE_NUMBERS);
 });

@@ -1,6 +1,15 @@
 import { describe, expect, it } from "vitest";
 import type { Store } from "../../src/store/store.js";
-import { client, conformance, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, NOW, type Probe } from "../helpers/conformance.js";
+import {
+  client,
+  conformance,
+  fresh,
+  hostileTests,
+  HOSTILE_NUMBERS,
+  HOSTILE_TEXT,
+  NOW,
+  type Probe,
+} from "../helpers/conformance.js";
 
 /** EndpointStore conformance (checklist: store-conformance.md): the health of delivery keys, on both drivers. */
 const suite = conformance();
@@ -21,8 +30,26 @@ describe.each(suite.dialects)("EndpointStore on %s", (_name, h) => {
     await store.endpoints.recordFailure(a, NOW + 20, "HTTP 500");
     await store.endpoints.recordFailure(a, NOW + 30, null);
     expect(await store.endpoints.failingOf(a.clientId)).toEqual([
-      { clientId: a.clientId, host: b.host, failingSince: NOW + 10, failedAttempts: 1, lastError: "HTTP 502", lastSuccessAt: null, noticeSentAt: null, updatedAt: NOW + 10 },
-      { clientId: a.clientId, host: a.host, failingSince: NOW + 20, failedAttempts: 2, lastError: null, lastSuccessAt: null, noticeSentAt: null, updatedAt: NOW + 30 },
+      {
+        clientId: a.clientId,
+        host: b.host,
+        failingSince: NOW + 10,
+        failedAttempts: 1,
+        lastError: "HTTP 502",
+        lastSuccessAt: null,
+        noticeSentAt: null,
+        updatedAt: NOW + 10,
+      },
+      {
+        clientId: a.clientId,
+        host: a.host,
+        failingSince: NOW + 20,
+        failedAttempts: 2,
+        lastError: null,
+        lastSuccessAt: null,
+        noticeSentAt: null,
+        updatedAt: NOW + 30,
+      },
     ]);
     expect(await store.endpoints.failingOf("cli_nobody")).toEqual([]);
   });
@@ -37,7 +64,9 @@ describe.each(suite.dialects)("EndpointStore on %s", (_name, h) => {
     expect(await store.endpoints.recordSuccess(key, NOW + 4)).toBeNull();
     expect(await store.endpoints.failingOf(key.clientId)).toEqual([]);
     await store.endpoints.recordFailure(key, NOW + 5, "timeout");
-    expect(await store.endpoints.failingOf(key.clientId)).toMatchObject([{ failingSince: NOW + 5, failedAttempts: 1, noticeSentAt: null, lastSuccessAt: NOW + 3 }]);
+    expect(await store.endpoints.failingOf(key.clientId)).toMatchObject([
+      { failingSince: NOW + 5, failedAttempts: 1, noticeSentAt: null, lastSuccessAt: NOW + 3 },
+    ]);
   });
 
   it("dueForNotice: runs begun by `before`, not noticed, of clients someone can be told about (not revoked), oldest first, up to the limit", async () => {
@@ -48,9 +77,19 @@ describe.each(suite.dialects)("EndpointStore on %s", (_name, h) => {
     const revoked = await keyOf(store);
     const noticed = await keyOf(store);
     await store.clients.update(revoked.clientId, { revokedAt: NOW });
-    for (const [key, at] of [[young, NOW + 20], [old, NOW + 10], [silent, NOW], [revoked, NOW], [noticed, NOW]] as const) await store.endpoints.recordFailure(key, at, "HTTP 500");
+    for (const [key, at] of [
+      [young, NOW + 20],
+      [old, NOW + 10],
+      [silent, NOW],
+      [revoked, NOW],
+      [noticed, NOW],
+    ] as const)
+      await store.endpoints.recordFailure(key, at, "HTTP 500");
     await store.endpoints.markNoticed(noticed, NOW, NOW + 1);
-    expect((await store.endpoints.dueForNotice(NOW + 20, 10)).map((r) => r.clientId)).toEqual([old.clientId, young.clientId]);
+    expect((await store.endpoints.dueForNotice(NOW + 20, 10)).map((r) => r.clientId)).toEqual([
+      old.clientId,
+      young.clientId,
+    ]);
     expect((await store.endpoints.dueForNotice(NOW + 19, 10)).map((r) => r.clientId)).toEqual([old.clientId]);
     expect((await store.endpoints.dueForNotice(NOW + 20, 1)).map((r) => r.host)).toEqual([old.host]);
     expect(await store.endpoints.dueForNotice(NOW + 9, 10)).toEqual([]);
@@ -71,7 +110,9 @@ describe.each(suite.dialects)("EndpointStore on %s", (_name, h) => {
     const { store, another } = await h.fresh();
     const key = await keyOf(store);
     const others = [store, await another(), await another()];
-    await Promise.all(Array.from({ length: 21 }, (_, i) => others[i % 3]!.endpoints.recordFailure(key, NOW + i, `HTTP 50${i % 4}`)));
+    await Promise.all(
+      Array.from({ length: 21 }, (_, i) => others[i % 3]!.endpoints.recordFailure(key, NOW + i, `HTTP 50${i % 4}`)),
+    );
     const [run] = await store.endpoints.failingOf(key.clientId);
     expect(run!.failedAttempts).toBe(21);
     expect(run!.failingSince).toBeGreaterThanOrEqual(NOW);
@@ -83,27 +124,77 @@ describe.each(suite.dialects)("EndpointStore on %s", (_name, h) => {
     const key = await keyOf(store);
     const others = [store, await another(), await another()];
     await store.endpoints.recordFailure(key, NOW, "HTTP 500");
-    const marks = await Promise.all(Array.from({ length: 9 }, (_, i) => others[i % 3]!.endpoints.markNoticed(key, NOW, NOW + 1 + i)));
+    const marks = await Promise.all(
+      Array.from({ length: 9 }, (_, i) => others[i % 3]!.endpoints.markNoticed(key, NOW, NOW + 1 + i)),
+    );
     expect(marks.filter(Boolean)).toHaveLength(1);
-    const ends = await Promise.all(Array.from({ length: 9 }, (_, i) => others[i % 3]!.endpoints.recordSuccess(key, NOW + 100 + i)));
-    expect(ends.filter((e) => e !== null)).toEqual([{ failingSince: NOW, noticeSentAt: NOW + 1 + marks.indexOf(true) }]);
+    const ends = await Promise.all(
+      Array.from({ length: 9 }, (_, i) => others[i % 3]!.endpoints.recordSuccess(key, NOW + 100 + i)),
+    );
+    expect(ends.filter((e) => e !== null)).toEqual([
+      { failingSince: NOW, noticeSentAt: NOW + 1 + marks.indexOf(true) },
+    ]);
   });
 });
 
 describe("EndpointStore with hostile values: both drivers answer alike", () => {
   const text: Array<Probe<string>> = [
-    { op: "recordFailure(host)", roundTrip: true, run: async (s, v) => { const k = await keyOf(s); await s.endpoints.recordFailure({ ...k, host: v }, NOW, null); return (await s.endpoints.failingOf(k.clientId))[0]?.host; } },
-    { op: "recordFailure(error)", roundTrip: true, run: async (s, v) => { const k = await keyOf(s); await s.endpoints.recordFailure(k, NOW, v); return (await s.endpoints.failingOf(k.clientId))[0]?.lastError; } },
-    { op: "recordSuccess(host)", run: async (s, v) => s.endpoints.recordSuccess({ ...(await keyOf(s)), host: v }, NOW) },
-    { op: "markNoticed(host)", run: async (s, v) => s.endpoints.markNoticed({ ...(await keyOf(s)), host: v }, NOW, NOW) },
+    {
+      op: "recordFailure(host)",
+      roundTrip: true,
+      run: async (s, v) => {
+        const k = await keyOf(s);
+        await s.endpoints.recordFailure({ ...k, host: v }, NOW, null);
+        return (await s.endpoints.failingOf(k.clientId))[0]?.host;
+      },
+    },
+    {
+      op: "recordFailure(error)",
+      roundTrip: true,
+      run: async (s, v) => {
+        const k = await keyOf(s);
+        await s.endpoints.recordFailure(k, NOW, v);
+        return (await s.endpoints.failingOf(k.clientId))[0]?.lastError;
+      },
+    },
+    {
+      op: "recordSuccess(host)",
+      run: async (s, v) => s.endpoints.recordSuccess({ ...(await keyOf(s)), host: v }, NOW),
+    },
+    {
+      op: "markNoticed(host)",
+      run: async (s, v) => s.endpoints.markNoticed({ ...(await keyOf(s)), host: v }, NOW, NOW),
+    },
     { op: "failingOf", run: (s, v) => s.endpoints.failingOf(v) },
   ];
   hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
-    { op: "recordFailure(now)", roundTrip: true, run: async (s, v) => { const k = await keyOf(s); await s.endpoints.recordFailure(k, v, null); return (await s.endpoints.failingOf(k.clientId))[0]?.failingSince; } },
-    { op: "recordSuccess(now)", run: async (s, v) => { const k = await keyOf(s); await s.endpoints.recordFailure(k, NOW, null); return s.endpoints.recordSuccess(k, v); } },
-    { op: "markNoticed(failingSince)", run: async (s, v) => { const k = await keyOf(s); await s.endpoints.recordFailure(k, NOW, null); return s.endpoints.markNoticed(k, v, NOW); } },
+    {
+      op: "recordFailure(now)",
+      roundTrip: true,
+      run: async (s, v) => {
+        const k = await keyOf(s);
+        await s.endpoints.recordFailure(k, v, null);
+        return (await s.endpoints.failingOf(k.clientId))[0]?.failingSince;
+      },
+    },
+    {
+      op: "recordSuccess(now)",
+      run: async (s, v) => {
+        const k = await keyOf(s);
+        await s.endpoints.recordFailure(k, NOW, null);
+        return s.endpoints.recordSuccess(k, v);
+      },
+    },
+    {
+      op: "markNoticed(failingSince)",
+      run: async (s, v) => {
+        const k = await keyOf(s);
+        await s.endpoints.recordFailure(k, NOW, null);
+        return s.endpoints.markNoticed(k, v, NOW);
+      },
+    },
     { op: "dueForNotice(before)", run: async (s, v) => (await s.endpoints.dueForNotice(v, 0)).length },
     { op: "dueForNotice(limit)", run: async (s, v) => (await s.endpoints.dueForNotice(0, v)).length },
   ];

@@ -1,5 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { conformance, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, NOW, type Probe } from "../helpers/conformance.js";
+import {
+  conformance,
+  fresh,
+  hostileTests,
+  HOSTILE_NUMBERS,
+  HOSTILE_TEXT,
+  NOW,
+  type Probe,
+} from "../helpers/conformance.js";
 
 /**
  * RateLimitStore conformance (checklist: store-conformance.md): per-client sliding windows counted
@@ -15,11 +23,22 @@ describe.each(suite.dialects)("RateLimitStore on %s", (_name, h) => {
     const verdicts = [];
     for (let i = 0; i < 4; i++) verdicts.push(await store.limits.take(client, "redeliver", NOW + i * 1_000, 3, MINUTE));
     // The fourth waits for the first to leave the window: NOW + MINUTE.
-    expect(verdicts).toEqual([{ allowed: true }, { allowed: true }, { allowed: true }, { allowed: false, retryAt: NOW + MINUTE }]);
+    expect(verdicts).toEqual([
+      { allowed: true },
+      { allowed: true },
+      { allowed: true },
+      { allowed: false, retryAt: NOW + MINUTE },
+    ]);
     // A refusal is not counted: the window still holds three, the first leaving at NOW + MINUTE.
-    expect(await store.limits.take(client, "redeliver", NOW + MINUTE - 1, 3, MINUTE)).toEqual({ allowed: false, retryAt: NOW + MINUTE });
+    expect(await store.limits.take(client, "redeliver", NOW + MINUTE - 1, 3, MINUTE)).toEqual({
+      allowed: false,
+      retryAt: NOW + MINUTE,
+    });
     expect(await store.limits.take(client, "redeliver", NOW + MINUTE, 3, MINUTE)).toEqual({ allowed: true });
-    expect(await store.limits.take(client, "redeliver", NOW + MINUTE, 3, MINUTE)).toEqual({ allowed: false, retryAt: NOW + 1_000 + MINUTE });
+    expect(await store.limits.take(client, "redeliver", NOW + MINUTE, 3, MINUTE)).toEqual({
+      allowed: false,
+      retryAt: NOW + 1_000 + MINUTE,
+    });
     // Another action of the client, and the same action of another client, have windows of their own.
     expect(await store.limits.take(client, "recover", NOW + MINUTE, 3, MINUTE)).toEqual({ allowed: true });
     expect(await store.limits.take(fresh("cli"), "redeliver", NOW + MINUTE, 3, MINUTE)).toEqual({ allowed: true });
@@ -30,14 +49,23 @@ describe.each(suite.dialects)("RateLimitStore on %s", (_name, h) => {
     const client = fresh("cli");
     for (let i = 0; i < 5; i++) await store.limits.take(client, "ping", NOW + i, 10, MINUTE);
     // Five counted at NOW..NOW+4; a limit of 2 lets one more in once four have left (NOW + 3 leaves last of them).
-    expect(await store.limits.take(client, "ping", NOW + 10, 2, MINUTE)).toEqual({ allowed: false, retryAt: NOW + 3 + MINUTE });
-    expect(await store.limits.take(client, "ping", NOW + 10, 0, MINUTE)).toEqual({ allowed: false, retryAt: NOW + 4 + MINUTE });
+    expect(await store.limits.take(client, "ping", NOW + 10, 2, MINUTE)).toEqual({
+      allowed: false,
+      retryAt: NOW + 3 + MINUTE,
+    });
+    expect(await store.limits.take(client, "ping", NOW + 10, 0, MINUTE)).toEqual({
+      allowed: false,
+      retryAt: NOW + 4 + MINUTE,
+    });
   });
 
   it("take: 30 takers in 3 processes at once get exactly the limit, and so does the next window", async () => {
     const { store, another } = await h.fresh();
     const others = [store, await another(), await another()];
-    const round = (at: number) => Promise.all(Array.from({ length: 30 }, (_, i) => others[i % 3]!.limits.take("cli_x", "retry", at + (i % 5), 10, MINUTE)));
+    const round = (at: number) =>
+      Promise.all(
+        Array.from({ length: 30 }, (_, i) => others[i % 3]!.limits.take("cli_x", "retry", at + (i % 5), 10, MINUTE)),
+      );
     expect((await round(NOW)).filter((v) => v.allowed)).toHaveLength(10);
     expect((await round(NOW + 5)).filter((v) => v.allowed)).toHaveLength(0);
     expect((await round(NOW + 5 + MINUTE)).filter((v) => v.allowed)).toHaveLength(10);

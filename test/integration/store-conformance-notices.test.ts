@@ -1,6 +1,17 @@
 import { describe, expect, it } from "vitest";
 import type { NewNoticeRow, Store } from "../../src/store/store.js";
-import { client, conformance, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, lease, NOW, seq, type Probe } from "../helpers/conformance.js";
+import {
+  client,
+  conformance,
+  fresh,
+  hostileTests,
+  HOSTILE_NUMBERS,
+  HOSTILE_TEXT,
+  lease,
+  NOW,
+  seq,
+  type Probe,
+} from "../helpers/conformance.js";
 
 /** NoticeStore conformance (checklist: store-conformance.md): operational notices and their outbox, on both drivers. */
 const suite = conformance();
@@ -30,7 +41,15 @@ describe.each(suite.dialects)("NoticeStore on %s", (_name, h) => {
     const second = await notice(store, { clientId: first.clientId, createdAt: NOW + 1 });
     const listed = await store.notices.ofClient(first.clientId, 10);
     expect(listed.map((n) => n.id)).toEqual([second.id, first.id]);
-    expect(listed[1]).toEqual({ ...first, attempts: 0, claimedUntil: null, claimToken: null, lastStatusCode: null, lastError: null, deliveredAt: null });
+    expect(listed[1]).toEqual({
+      ...first,
+      attempts: 0,
+      claimedUntil: null,
+      claimToken: null,
+      lastStatusCode: null,
+      lastError: null,
+      deliveredAt: null,
+    });
     expect((await store.notices.ofClient(first.clientId, 1)).map((n) => n.id)).toEqual([second.id]);
     expect(await store.notices.ofClient("cli_nobody", 10)).toEqual([]);
   });
@@ -76,8 +95,20 @@ describe.each(suite.dialects)("NoticeStore on %s", (_name, h) => {
     const row = await notice(store);
     await claim(store, "n:1");
     await store.notices.record(row.id, "n:other", { deliveryStatus: "failed" });
-    await store.notices.record(row.id, "n:1", { deliveryStatus: "succeeded", attempts: 1, lastStatusCode: 204, deliveredAt: NOW });
-    expect((await store.notices.ofClient(row.clientId, 1))[0]).toMatchObject({ deliveryStatus: "succeeded", attempts: 1, lastStatusCode: 204, deliveredAt: NOW, claimToken: null, claimedUntil: null });
+    await store.notices.record(row.id, "n:1", {
+      deliveryStatus: "succeeded",
+      attempts: 1,
+      lastStatusCode: 204,
+      deliveredAt: NOW,
+    });
+    expect((await store.notices.ofClient(row.clientId, 1))[0]).toMatchObject({
+      deliveryStatus: "succeeded",
+      attempts: 1,
+      lastStatusCode: 204,
+      deliveredAt: NOW,
+      claimToken: null,
+      claimedUntil: null,
+    });
   });
 
   it("nextDueAt: the earliest pending notice's time, or its lease's end while it is leased; null with none pending", async () => {
@@ -104,7 +135,8 @@ describe.each(suite.dialects)("NoticeStore on %s", (_name, h) => {
   it("prune removes settled notices created before `before`, one batch at a time; pending ones stay", async () => {
     const { store } = await h.fresh();
     const c = await client(store);
-    for (const status of ["succeeded", "failed", "succeeded"] as const) await notice(store, { clientId: c.id, deliveryStatus: status, createdAt: NOW });
+    for (const status of ["succeeded", "failed", "succeeded"] as const)
+      await notice(store, { clientId: c.id, deliveryStatus: status, createdAt: NOW });
     const pending = await notice(store, { clientId: c.id, createdAt: NOW });
     const young = await notice(store, { clientId: c.id, deliveryStatus: "succeeded", createdAt: NOW + 10 });
     expect(await store.notices.prune(NOW + 10, 2)).toBe(2);
@@ -132,28 +164,77 @@ describe.each(suite.dialects)("NoticeStore on %s", (_name, h) => {
     const [again] = await claim(store, "live:1", 10, NOW + 30_001);
     expect(again).toMatchObject({ id: row.id, claimToken: "live:1" });
     await store.notices.record(row.id, "dead:1", { deliveryStatus: "failed" });
-    expect((await store.notices.ofClient(row.clientId, 1))[0]).toMatchObject({ deliveryStatus: "pending", claimToken: "live:1" });
+    expect((await store.notices.ofClient(row.clientId, 1))[0]).toMatchObject({
+      deliveryStatus: "pending",
+      claimToken: "live:1",
+    });
   });
 });
 
 describe("NoticeStore with hostile values: both drivers answer alike", () => {
   const text: Array<Probe<string>> = [
-    { op: "insert(payload)", roundTrip: true, run: async (s, v) => (await s.notices.ofClient((await notice(s, { payload: v })).clientId, 1))[0]?.payload },
-    { op: "insert(id)", roundTrip: true, run: async (s, v) => (await s.notices.ofClient((await notice(s, { id: v })).clientId, 1))[0]?.id },
+    {
+      op: "insert(payload)",
+      roundTrip: true,
+      run: async (s, v) => (await s.notices.ofClient((await notice(s, { payload: v })).clientId, 1))[0]?.payload,
+    },
+    {
+      op: "insert(id)",
+      roundTrip: true,
+      run: async (s, v) => (await s.notices.ofClient((await notice(s, { id: v })).clientId, 1))[0]?.id,
+    },
     { op: "record(id)", run: (s, v) => s.notices.record(v, "n:1", { deliveryStatus: "failed" }) },
-    { op: "record(lastError)", roundTrip: true, run: async (s, v) => { const row = await claimedNotice(s); await s.notices.record(row.id, "n:mine", { lastError: v }); return (await s.notices.ofClient(row.clientId, 1))[0]!.lastError; } },
+    {
+      op: "record(lastError)",
+      roundTrip: true,
+      run: async (s, v) => {
+        const row = await claimedNotice(s);
+        await s.notices.record(row.id, "n:mine", { lastError: v });
+        return (await s.notices.ofClient(row.clientId, 1))[0]!.lastError;
+      },
+    },
     { op: "ofClient", run: (s, v) => s.notices.ofClient(v, 10) },
   ];
   hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
-    { op: "insert(nextAttemptAt)", roundTrip: true, run: async (s, v) => (await s.notices.ofClient((await notice(s, { nextAttemptAt: v })).clientId, 1))[0]?.nextAttemptAt },
+    {
+      op: "insert(nextAttemptAt)",
+      roundTrip: true,
+      run: async (s, v) =>
+        (await s.notices.ofClient((await notice(s, { nextAttemptAt: v })).clientId, 1))[0]?.nextAttemptAt,
+    },
     { op: "ofClient(limit)", run: async (s, v) => (await s.notices.ofClient((await notice(s)).clientId, v)).length },
-    { op: "nextDueAt(now)", global: true, run: async (s, v) => (await notice(s, { nextAttemptAt: NOW }), s.notices.nextDueAt(v)) },
-    { op: "claimDue(now)", global: true, run: async (s, v) => (await notice(s, { nextAttemptAt: NOW }), (await s.notices.claimDue({ now: v, leaseMs: 0, token: "n:x", limit: 10 })).map((n) => n.nextAttemptAt)) },
-    { op: "claimDue(limit)", global: true, run: async (s, v) => (await notice(s), (await s.notices.claimDue({ now: NOW, leaseMs: 1, token: "n:x", limit: v })).length) },
-    { op: "prune(before)", global: true, run: async (s, v) => (await notice(s, { deliveryStatus: "failed" }), s.notices.prune(v, 10)) },
-    { op: "prune(batch)", global: true, run: async (s, v) => (await notice(s, { deliveryStatus: "failed" }), s.notices.prune(NOW + 1, v)) },
+    {
+      op: "nextDueAt(now)",
+      global: true,
+      run: async (s, v) => (await notice(s, { nextAttemptAt: NOW }), s.notices.nextDueAt(v)),
+    },
+    {
+      op: "claimDue(now)",
+      global: true,
+      run: async (s, v) => (
+        await notice(s, { nextAttemptAt: NOW }),
+        (await s.notices.claimDue({ now: v, leaseMs: 0, token: "n:x", limit: 10 })).map((n) => n.nextAttemptAt)
+      ),
+    },
+    {
+      op: "claimDue(limit)",
+      global: true,
+      run: async (s, v) => (
+        await notice(s), (await s.notices.claimDue({ now: NOW, leaseMs: 1, token: "n:x", limit: v })).length
+      ),
+    },
+    {
+      op: "prune(before)",
+      global: true,
+      run: async (s, v) => (await notice(s, { deliveryStatus: "failed" }), s.notices.prune(v, 10)),
+    },
+    {
+      op: "prune(batch)",
+      global: true,
+      run: async (s, v) => (await notice(s, { deliveryStatus: "failed" }), s.notices.prune(NOW + 1, v)),
+    },
   ];
   hostileTests(suite, numbers, HOSTILE_NUMBERS);
 });

@@ -3,7 +3,22 @@ import { newClient } from "../../src/services/clients.js";
 import type { NudgeTarget } from "../../src/store/store.js";
 import { destinationHost } from "../../src/webhooks/destination.js";
 import { memoryStore } from "../helpers/memory-store.js";
-import { claimEvents, client, conformance, eventsOf, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, lease, NOW, opts, task, tasksOf, type Probe } from "../helpers/conformance.js";
+import {
+  claimEvents,
+  client,
+  conformance,
+  eventsOf,
+  fresh,
+  hostileTests,
+  HOSTILE_NUMBERS,
+  HOSTILE_TEXT,
+  lease,
+  NOW,
+  opts,
+  task,
+  tasksOf,
+  type Probe,
+} from "../helpers/conformance.js";
 
 /**
  * OpsStore conformance (checklist: store-conformance.md): leadership, nudges, recovery, lease
@@ -55,13 +70,27 @@ describe.each(suite.dialects)("OpsStore on %s", (name, h) => {
       return;
     }
     expect(claimed).toEqual([]);
-    expect(await store.tasks.claimFairly(account, { ...lease("first:2", 1, NOW + 5), fence: { account: fresh("acct"), fence: first.fence } })).toEqual([]);
-    expect((await store.tasks.claimIds([tasks[1]!.id], "waiting", { ...lease("first:3", 1, NOW + 5), fence: first })).map((t) => t.id)).toEqual([tasks[1]!.id]);
+    expect(
+      await store.tasks.claimFairly(account, {
+        ...lease("first:2", 1, NOW + 5),
+        fence: { account: fresh("acct"), fence: first.fence },
+      }),
+    ).toEqual([]);
+    expect(
+      (await store.tasks.claimIds([tasks[1]!.id], "waiting", { ...lease("first:3", 1, NOW + 5), fence: first })).map(
+        (t) => t.id,
+      ),
+    ).toEqual([tasks[1]!.id]);
     // Another process that does not lead the account claims nothing with the leader's fence once it is gone.
     await store.close();
     const other = await another();
-    expect(await other.ops.leads(account, { holder: "second", leaseMs: 20_000 })).toEqual({ account, fence: first.fence + 1 });
-    expect(await other.tasks.claimDue("waiting", account, { ...lease("first:4", 5, NOW + 5), fence: first })).toEqual([]);
+    expect(await other.ops.leads(account, { holder: "second", leaseMs: 20_000 })).toEqual({
+      account,
+      fence: first.fence + 1,
+    });
+    expect(await other.tasks.claimDue("waiting", account, { ...lease("first:4", 5, NOW + 5), fence: first })).toEqual(
+      [],
+    );
   });
 
   it("listen: another process's writes wake this one's loops by name (SQLite: one process, nothing to hear)", async () => {
@@ -96,7 +125,10 @@ describe.each(suite.dialects)("OpsStore on %s", (name, h) => {
     await store.events.requeueLastOfTask(events[1]!.taskId, { destinationHost: "" });
     const released = await store.ops.recover(destinationHost);
     expect((await store.events.find(events[1]!.id))!.destinationHost).toBe("hooks.example:8443");
-    const leases = [(await store.tasks.find(tasks[0]!.id))!.claimToken, (await store.events.find(events[0]!.id))!.claimToken];
+    const leases = [
+      (await store.tasks.find(tasks[0]!.id))!.claimToken,
+      (await store.events.find(events[0]!.id))!.claimToken,
+    ];
     if (name === "sqlite") {
       expect(released).toBe(2);
       expect(leases).toEqual([null, null]);
@@ -154,9 +186,26 @@ describe.each(suite.dialects)("OpsStore on %s", (name, h) => {
     await store.events.release(failing!.id, "d:1", { deliveryStatus: "failed" });
     const g = await store.ops.gauges();
     const sorted = <T>(rows: T[]) => rows.map((r) => JSON.stringify(r)).sort();
-    expect(sorted(g.tasksByStatus)).toEqual(sorted([{ status: "queued", n: 2 }, { status: "processing", n: 1 }, { status: "succeeded", n: 1 }]));
-    expect(sorted(g.tasksByAccountPhase)).toEqual(sorted([{ account: "acct-a", phase: "waiting", n: 1 }, { account: "acct-a", phase: "submitted", n: 1 }, { account: "acct-b", phase: "waiting", n: 1 }]));
-    expect(sorted(g.eventsByStatus)).toEqual(sorted([{ status: "failed", n: 1 }, { status: "pending", n: 1 }]));
+    expect(sorted(g.tasksByStatus)).toEqual(
+      sorted([
+        { status: "queued", n: 2 },
+        { status: "processing", n: 1 },
+        { status: "succeeded", n: 1 },
+      ]),
+    );
+    expect(sorted(g.tasksByAccountPhase)).toEqual(
+      sorted([
+        { account: "acct-a", phase: "waiting", n: 1 },
+        { account: "acct-a", phase: "submitted", n: 1 },
+        { account: "acct-b", phase: "waiting", n: 1 },
+      ]),
+    );
+    expect(sorted(g.eventsByStatus)).toEqual(
+      sorted([
+        { status: "failed", n: 1 },
+        { status: "pending", n: 1 },
+      ]),
+    );
   });
 
   it("close: every operation after it fails at once, none hangs", async () => {
@@ -175,13 +224,15 @@ describe.each(suite.dialects)("OpsStore on %s", (name, h) => {
 });
 
 describe("OpsStore with hostile values: both drivers answer alike", () => {
-  const text: Array<Probe<string>> = [
-    { op: "releaseLeases(prefix)", run: (s, v) => s.ops.releaseLeases(v) },
-  ];
+  const text: Array<Probe<string>> = [{ op: "releaseLeases(prefix)", run: (s, v) => s.ops.releaseLeases(v) }];
   hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
-    { op: "probeWrite(now)", global: true, run: async (s, v) => ((await s.ops.probeWrite(v)) === null ? "writable" : "not writable") },
+    {
+      op: "probeWrite(now)",
+      global: true,
+      run: async (s, v) => ((await s.ops.probeWrite(v)) === null ? "writable" : "not writable"),
+    },
   ];
   hostileTests(suite, numbers, HOSTILE_NUMBERS);
 });

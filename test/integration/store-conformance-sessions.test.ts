@@ -1,12 +1,29 @@
 import { describe, expect, it } from "vitest";
 import type { NewSessionRow, Store } from "../../src/store/store.js";
-import { client, conformance, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, NOW, type Probe } from "../helpers/conformance.js";
+import {
+  client,
+  conformance,
+  fresh,
+  hostileTests,
+  HOSTILE_NUMBERS,
+  HOSTILE_TEXT,
+  NOW,
+  type Probe,
+} from "../helpers/conformance.js";
 
 /** SessionStore conformance (checklist: store-conformance.md): dashboard sessions, on both drivers. */
 const suite = conformance();
 
 async function session(store: Store, extra: Partial<NewSessionRow> = {}): Promise<NewSessionRow> {
-  const row = { tokenHash: fresh("tok"), clientId: (await client(store)).id, csrfToken: fresh("csrf"), createdAt: NOW, lastSeenAt: NOW, expiresAt: NOW + 60_000, ...extra };
+  const row = {
+    tokenHash: fresh("tok"),
+    clientId: (await client(store)).id,
+    csrfToken: fresh("csrf"),
+    createdAt: NOW,
+    lastSeenAt: NOW,
+    expiresAt: NOW + 60_000,
+    ...extra,
+  };
   await store.sessions.open(row, NOW);
   return row;
 }
@@ -42,7 +59,9 @@ describe.each(suite.dialects)("SessionStore on %s", (_name, h) => {
     const { store, another } = await h.fresh();
     const row = await session(store);
     const others = [store, await another(), await another()];
-    await Promise.all(Array.from({ length: 20 }, (_, i) => others[i % 3]!.sessions.revoke(row.tokenHash, NOW + 100 + i)));
+    await Promise.all(
+      Array.from({ length: 20 }, (_, i) => others[i % 3]!.sessions.revoke(row.tokenHash, NOW + 100 + i)),
+    );
     const revokedAt = (await store.sessions.find(row.tokenHash))!.revokedAt!;
     expect(revokedAt).toBeGreaterThanOrEqual(NOW + 100);
     expect(revokedAt).toBeLessThan(NOW + 120);
@@ -54,7 +73,14 @@ describe.each(suite.dialects)("SessionStore on %s", (_name, h) => {
     const { store, another } = await h.fresh();
     const c = await client(store);
     const other = await another();
-    const row = (csrf: string) => ({ tokenHash: "tok-same", clientId: c.id, csrfToken: csrf, createdAt: NOW, lastSeenAt: NOW, expiresAt: NOW + 60_000 });
+    const row = (csrf: string) => ({
+      tokenHash: "tok-same",
+      clientId: c.id,
+      csrfToken: csrf,
+      createdAt: NOW,
+      lastSeenAt: NOW,
+      expiresAt: NOW + 60_000,
+    });
     const results = await Promise.allSettled([store.sessions.open(row("a"), NOW), other.sessions.open(row("b"), NOW)]);
     expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(1);
     expect(["a", "b"]).toContain((await store.sessions.find("tok-same"))!.csrfToken);
@@ -72,8 +98,16 @@ describe.each(suite.dialects)("SessionStore on %s", (_name, h) => {
 
 describe("SessionStore with hostile values: both drivers answer alike", () => {
   const text: Array<Probe<string>> = [
-    { op: "open(tokenHash)", roundTrip: true, run: async (s, v) => (await s.sessions.find((await session(s, { tokenHash: v })).tokenHash))?.tokenHash },
-    { op: "open(csrfToken)", roundTrip: true, run: async (s, v) => (await s.sessions.find((await session(s, { csrfToken: v })).tokenHash))?.csrfToken },
+    {
+      op: "open(tokenHash)",
+      roundTrip: true,
+      run: async (s, v) => (await s.sessions.find((await session(s, { tokenHash: v })).tokenHash))?.tokenHash,
+    },
+    {
+      op: "open(csrfToken)",
+      roundTrip: true,
+      run: async (s, v) => (await s.sessions.find((await session(s, { csrfToken: v })).tokenHash))?.csrfToken,
+    },
     { op: "find", run: (s, v) => s.sessions.find(v) },
     { op: "touch", run: (s, v) => s.sessions.touch(v, NOW) },
     { op: "revoke", run: (s, v) => s.sessions.revoke(v, NOW) },
@@ -81,8 +115,20 @@ describe("SessionStore with hostile values: both drivers answer alike", () => {
   hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
-    { op: "open(expiresAt)", roundTrip: true, run: async (s, v) => (await s.sessions.find((await session(s, { expiresAt: v })).tokenHash))?.expiresAt },
-    { op: "touch(now)", roundTrip: true, run: async (s, v) => { const row = await session(s); await s.sessions.touch(row.tokenHash, v); return (await s.sessions.find(row.tokenHash))!.lastSeenAt; } },
+    {
+      op: "open(expiresAt)",
+      roundTrip: true,
+      run: async (s, v) => (await s.sessions.find((await session(s, { expiresAt: v })).tokenHash))?.expiresAt,
+    },
+    {
+      op: "touch(now)",
+      roundTrip: true,
+      run: async (s, v) => {
+        const row = await session(s);
+        await s.sessions.touch(row.tokenHash, v);
+        return (await s.sessions.find(row.tokenHash))!.lastSeenAt;
+      },
+    },
   ];
   hostileTests(suite, numbers, HOSTILE_NUMBERS);
 });

@@ -39,36 +39,48 @@ describe.each(suite.dialects)("TaskStore stored bytes on %s", (_name, h) => {
   it.each([
     ["batched", true],
     ["per request", false],
-  ] as const)("create (%s) adds each task's stored bytes to its client's; a replay adds nothing", async (_path, batched) => {
-    const store = await h.shared();
-    const c = await client(store);
-    const other = await client(store);
-    expect(await store.tasks.storedBytesOfClient(c.id)).toBe(0);
-    await Promise.all([store.tasks.create(sized(c.id, "a", 1_000, null, batched)), store.tasks.create(sized(c.id, "b", 2_345, null, batched)), store.tasks.create(sized(other.id, "c", 7, null, batched))]);
-    const replay = await store.tasks.create(sized(c.id, "a", 1_000, null, batched));
-    expect(replay.replayed).toBe(true);
-    expect(await store.tasks.storedBytesOfClient(c.id)).toBe(3_345);
-    expect(await store.tasks.storedBytesOfClient(other.id)).toBe(7);
-    expect(await storedOfRows(store, c.id)).toBe(3_345);
-  });
+  ] as const)(
+    "create (%s) adds each task's stored bytes to its client's; a replay adds nothing",
+    async (_path, batched) => {
+      const store = await h.shared();
+      const c = await client(store);
+      const other = await client(store);
+      expect(await store.tasks.storedBytesOfClient(c.id)).toBe(0);
+      await Promise.all([
+        store.tasks.create(sized(c.id, "a", 1_000, null, batched)),
+        store.tasks.create(sized(c.id, "b", 2_345, null, batched)),
+        store.tasks.create(sized(other.id, "c", 7, null, batched)),
+      ]);
+      const replay = await store.tasks.create(sized(c.id, "a", 1_000, null, batched));
+      expect(replay.replayed).toBe(true);
+      expect(await store.tasks.storedBytesOfClient(c.id)).toBe(3_345);
+      expect(await store.tasks.storedBytesOfClient(other.id)).toBe(7);
+      expect(await storedOfRows(store, c.id)).toBe(3_345);
+    },
+  );
 
   it.each([
     ["batched", true],
     ["per request", false],
-  ] as const)("a burst of 40 concurrent creations (%s) against a bound of 10 tasks' bytes creates exactly 10", async (_path, batched) => {
-    const store = await h.shared();
-    const c = await client(store);
-    // A task stored before the burst: the bound counts it.
-    await store.tasks.create(sized(c.id, fresh("before"), 500, null, batched));
-    const limit = 500 + 10 * 1_000;
-    const results = await Promise.allSettled(Array.from({ length: 40 }, (_, i) => store.tasks.create(sized(c.id, `burst-${i}`, 1_000, limit, batched))));
-    const created = results.filter((r) => r.status === "fulfilled");
-    const refused = results.filter((r) => r.status === "rejected");
-    expect(created).toHaveLength(10);
-    for (const r of refused) expect((r as PromiseRejectedResult).reason).toBeInstanceOf(OverBound);
-    expect(await store.tasks.storedBytesOfClient(c.id)).toBe(limit);
-    expect(await storedOfRows(store, c.id)).toBe(limit);
-  });
+  ] as const)(
+    "a burst of 40 concurrent creations (%s) against a bound of 10 tasks' bytes creates exactly 10",
+    async (_path, batched) => {
+      const store = await h.shared();
+      const c = await client(store);
+      // A task stored before the burst: the bound counts it.
+      await store.tasks.create(sized(c.id, fresh("before"), 500, null, batched));
+      const limit = 500 + 10 * 1_000;
+      const results = await Promise.allSettled(
+        Array.from({ length: 40 }, (_, i) => store.tasks.create(sized(c.id, `burst-${i}`, 1_000, limit, batched))),
+      );
+      const created = results.filter((r) => r.status === "fulfilled");
+      const refused = results.filter((r) => r.status === "rejected");
+      expect(created).toHaveLength(10);
+      for (const r of refused) expect((r as PromiseRejectedResult).reason).toBeInstanceOf(OverBound);
+      expect(await store.tasks.storedBytesOfClient(c.id)).toBe(limit);
+      expect(await storedOfRows(store, c.id)).toBe(limit);
+    },
+  );
 
   it("a batch that passes one client's bound leaves the other clients of the batch created", async () => {
     const store = await h.shared();
@@ -79,7 +91,14 @@ describe.each(suite.dialects)("TaskStore stored bytes on %s", (_name, h) => {
       store.tasks.create(sized(full.id, fresh("x"), 200, 1_000, true)),
       ...Array.from({ length: 5 }, (_, i) => store.tasks.create(sized(room.id, `r-${i}`, 100, 1_000, true))),
     ]);
-    expect(results.map((r) => r.status)).toEqual(["rejected", "fulfilled", "fulfilled", "fulfilled", "fulfilled", "fulfilled"]);
+    expect(results.map((r) => r.status)).toEqual([
+      "rejected",
+      "fulfilled",
+      "fulfilled",
+      "fulfilled",
+      "fulfilled",
+      "fulfilled",
+    ]);
     expect(await store.tasks.storedBytesOfClient(full.id)).toBe(900);
     expect(await store.tasks.storedBytesOfClient(room.id)).toBe(500);
   });
@@ -110,12 +129,23 @@ describe.each(suite.dialects)("TaskStore stored bytes on %s", (_name, h) => {
       ["small", small],
     ] as const) {
       const { task: t } = await store.tasks.create(sized(c.id, key, 0, null, false));
-      await store.tasks.transition(t, { status: "succeeded", phase: "done", outputJson: output, completedAt: NOW }, opts());
+      await store.tasks.transition(
+        t,
+        { status: "succeeded", phase: "done", outputJson: output, completedAt: NOW },
+        opts(),
+      );
     }
     const listed = await store.tasks.list({ clientId: c.id, limit: 10, outputMaxBytes: 1_000 });
-    const byOutput = Object.fromEntries(listed.map((t) => [t.idempotencyKey, { outputJson: t.outputJson, outputOmitted: t.outputOmitted }]));
-    expect(byOutput).toEqual({ big: { outputJson: null, outputOmitted: true }, small: { outputJson: small, outputOmitted: false } });
+    const byOutput = Object.fromEntries(
+      listed.map((t) => [t.idempotencyKey, { outputJson: t.outputJson, outputOmitted: t.outputOmitted }]),
+    );
+    expect(byOutput).toEqual({
+      big: { outputJson: null, outputOmitted: true },
+      small: { outputJson: small, outputOmitted: false },
+    });
     // Without the bound, the list reads outputs as they are.
-    expect((await store.tasks.list({ clientId: c.id, limit: 10 })).map((t) => t.outputJson).sort()).toEqual([big, small].sort());
+    expect((await store.tasks.list({ clientId: c.id, limit: 10 })).map((t) => t.outputJson).sort()).toEqual(
+      [big, small].sort(),
+    );
   });
 });

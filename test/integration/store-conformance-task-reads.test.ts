@@ -1,6 +1,20 @@
 import { describe, expect, it } from "vitest";
 import type { Store, TaskRow } from "../../src/store/store.js";
-import { client, clientOn, conformance, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, lease, NOW, opts, task, tasksOf, type Probe } from "../helpers/conformance.js";
+import {
+  client,
+  clientOn,
+  conformance,
+  fresh,
+  hostileTests,
+  HOSTILE_NUMBERS,
+  HOSTILE_TEXT,
+  lease,
+  NOW,
+  opts,
+  task,
+  tasksOf,
+  type Probe,
+} from "../helpers/conformance.js";
 
 /** TaskStore conformance, reads (checklist: store-conformance.md): lookups, lists, counts and the dashboard's reads, on both drivers. */
 const suite = conformance();
@@ -20,7 +34,11 @@ describe.each(suite.dialects)("TaskStore reads on %s", (_name, h) => {
     const upstreamId = fresh("up");
     const t = (await store.tasks.transition(await taskOf(store, c.id), { upstreamTaskId: upstreamId }, opts()))!;
     const other = await clientOn(store, fresh("acct"));
-    const u = (await store.tasks.transition(await taskOf(store, other.id, { upstreamAccount: other.upstreamAccount }), { upstreamTaskId: upstreamId }, opts()))!;
+    const u = (await store.tasks.transition(
+      await taskOf(store, other.id, { upstreamAccount: other.upstreamAccount }),
+      { upstreamTaskId: upstreamId },
+      opts(),
+    ))!;
     expect(await store.tasks.find(t.id)).toEqual(t);
     expect(await store.tasks.findOfClient(c.id, t.id)).toEqual(t);
     expect(await store.tasks.findOfClient(other.id, t.id)).toBeUndefined();
@@ -35,7 +53,11 @@ describe.each(suite.dialects)("TaskStore reads on %s", (_name, h) => {
     const c = await client(store);
     const a = await taskOf(store, c.id, { metadataJson: JSON.stringify({ order: "A-1" }) });
     const b = await taskOf(store, c.id, { type: "video" });
-    const d = (await store.tasks.transition(await taskOf(store, c.id), { status: "failed", phase: "done", upstreamTaskId: fresh("up") }, opts()))!;
+    const d = (await store.tasks.transition(
+      await taskOf(store, c.id),
+      { status: "failed", phase: "done", upstreamTaskId: fresh("up") },
+      opts(),
+    ))!;
     await taskOf(store, (await client(store)).id, { metadataJson: JSON.stringify({ order: "A-1" }) });
     expect(ids(await store.tasks.list({ clientId: c.id, limit: 10 }))).toEqual([d.id, b.id, a.id]);
     expect(ids(await store.tasks.list({ clientId: c.id, limit: 2 }))).toEqual([d.id, b.id]);
@@ -73,7 +95,9 @@ describe.each(suite.dialects)("TaskStore reads on %s", (_name, h) => {
     expect(await store.tasks.waitingAhead(account, tasks[3]!.id)).toBe(2);
     expect(await store.tasks.waitingAhead(account, tasks[0]!.id)).toBe(0);
     expect(ids(await store.tasks.unsubmittedOfClient(clientId, NOW))).toEqual([tasks[3]!.id]);
-    expect(ids(await store.tasks.unsubmittedOfClient(clientId, NOW + 30_001)).sort()).toEqual([tasks[2]!.id, tasks[3]!.id].sort());
+    expect(ids(await store.tasks.unsubmittedOfClient(clientId, NOW + 30_001)).sort()).toEqual(
+      [tasks[2]!.id, tasks[3]!.id].sort(),
+    );
   });
 
   it("countsOfClient, hourlyCounts and recentCallbackUrls", async () => {
@@ -86,8 +110,20 @@ describe.each(suite.dialects)("TaskStore reads on %s", (_name, h) => {
     const late = await taskOf(store, c.id, { callbackUrl: "https://b.example/y" }, t0 + HOUR + 1);
     await store.tasks.transition(late, { status: "succeeded", phase: "done" }, opts());
     await taskOf(store, c.id, { callbackUrl: "https://a.example/x" }, t0 + HOUR + 2);
-    expect(await store.tasks.countsOfClient(c.id)).toEqual({ queued: 3, processing: 0, succeeded: 1, failed: 0, canceled: 0 });
-    expect(await store.tasks.countsOfClient("cli_nobody")).toEqual({ queued: 0, processing: 0, succeeded: 0, failed: 0, canceled: 0 });
+    expect(await store.tasks.countsOfClient(c.id)).toEqual({
+      queued: 3,
+      processing: 0,
+      succeeded: 1,
+      failed: 0,
+      canceled: 0,
+    });
+    expect(await store.tasks.countsOfClient("cli_nobody")).toEqual({
+      queued: 0,
+      processing: 0,
+      succeeded: 0,
+      failed: 0,
+      canceled: 0,
+    });
     const hourly = await store.tasks.hourlyCounts(c.id, t0 + 6);
     expect(hourly.sort((x, y) => x.hour - y.hour || x.status.localeCompare(y.status))).toEqual([
       { hour: t0, status: "queued", n: 1 },
@@ -105,8 +141,15 @@ describe("TaskStore reads with hostile values: both drivers answer alike", () =>
     { op: "findOfClient(id)", run: async (s, v) => s.tasks.findOfClient((await client(s)).id, v) },
     { op: "findOfClient(clientId)", run: async (s, v) => s.tasks.findOfClient(v, (await tasksOf(s, 1)).tasks[0]!.id) },
     { op: "findByAnyId", run: (s, v) => s.tasks.findByAnyId(v) },
-    { op: "list(search)", run: async (s, v) => s.tasks.list({ clientId: (await tasksOf(s, 1)).clientId, limit: 10, search: v }) },
-    { op: "list(beforeId past every id)", run: async (s, v) => (await s.tasks.list({ clientId: (await tasksOf(s, 1)).clientId, limit: 10, beforeId: `zz${v}` })).length },
+    {
+      op: "list(search)",
+      run: async (s, v) => s.tasks.list({ clientId: (await tasksOf(s, 1)).clientId, limit: 10, search: v }),
+    },
+    {
+      op: "list(beforeId past every id)",
+      run: async (s, v) =>
+        (await s.tasks.list({ clientId: (await tasksOf(s, 1)).clientId, limit: 10, beforeId: `zz${v}` })).length,
+    },
     { op: "listForSupport(clientId)", run: (s, v) => s.tasks.listForSupport({ clientId: v, limit: 10 }) },
     { op: "waitingAhead(account)", run: (s, v) => s.tasks.waitingAhead(v, "task_zzz") },
     { op: "unsubmittedOfClient", run: (s, v) => s.tasks.unsubmittedOfClient(v, NOW) },
@@ -117,10 +160,23 @@ describe("TaskStore reads with hostile values: both drivers answer alike", () =>
   hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
-    { op: "list(limit)", run: async (s, v) => (await s.tasks.list({ clientId: (await tasksOf(s, 2)).clientId, limit: v })).length },
-    { op: "listForSupport(limit)", run: async (s, v) => (await s.tasks.listForSupport({ clientId: (await tasksOf(s, 2)).clientId, limit: v })).length },
-    { op: "hourlyCounts(since)", run: async (s, v) => (await s.tasks.hourlyCounts((await tasksOf(s, 1)).clientId, v)).length },
-    { op: "unsubmittedOfClient(now)", run: async (s, v) => (await s.tasks.unsubmittedOfClient((await tasksOf(s, 1)).clientId, v)).length },
+    {
+      op: "list(limit)",
+      run: async (s, v) => (await s.tasks.list({ clientId: (await tasksOf(s, 2)).clientId, limit: v })).length,
+    },
+    {
+      op: "listForSupport(limit)",
+      run: async (s, v) =>
+        (await s.tasks.listForSupport({ clientId: (await tasksOf(s, 2)).clientId, limit: v })).length,
+    },
+    {
+      op: "hourlyCounts(since)",
+      run: async (s, v) => (await s.tasks.hourlyCounts((await tasksOf(s, 1)).clientId, v)).length,
+    },
+    {
+      op: "unsubmittedOfClient(now)",
+      run: async (s, v) => (await s.tasks.unsubmittedOfClient((await tasksOf(s, 1)).clientId, v)).length,
+    },
   ];
   hostileTests(suite, numbers, HOSTILE_NUMBERS);
 });

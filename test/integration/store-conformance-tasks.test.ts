@@ -1,7 +1,18 @@
 import { describe, expect, it } from "vitest";
 import { transitionRules } from "../../src/core/transition.js";
 import type { IntakeContext, Store, SubmissionContext, TaskRow } from "../../src/store/store.js";
-import { client, conformance, fresh, hostileTests, HOSTILE_NUMBERS, HOSTILE_TEXT, NOW, opts, task, type Probe } from "../helpers/conformance.js";
+import {
+  client,
+  conformance,
+  fresh,
+  hostileTests,
+  HOSTILE_NUMBERS,
+  HOSTILE_TEXT,
+  NOW,
+  opts,
+  task,
+  type Probe,
+} from "../helpers/conformance.js";
 
 /**
  * TaskStore conformance, intake and state changes (checklist: store-conformance.md): create,
@@ -67,12 +78,17 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     const { task: original } = await store.tasks.create(task(c.id, "same-key", { reserve: 5 }));
     let asked = false;
     const again = await store.tasks.create(
-      task(c.id, "same-key", {}, {
-        admit: () => {
-          asked = true;
-          return 99;
+      task(
+        c.id,
+        "same-key",
+        {},
+        {
+          admit: () => {
+            asked = true;
+            return 99;
+          },
         },
-      }),
+      ),
     );
     expect(again).toEqual({ task: original, replayed: true });
     expect(asked).toBe(false);
@@ -106,11 +122,16 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
   it("create: a refusal from admit stores nothing and reaches the caller", async () => {
     const store = await h.shared();
     const c = await client(store, { creditLimit: 10 });
-    const req = task(c.id, fresh("k"), {}, {
-      admit: () => {
-        throw new Error("over the credit limit");
+    const req = task(
+      c.id,
+      fresh("k"),
+      {},
+      {
+        admit: () => {
+          throw new Error("over the credit limit");
+        },
       },
-    });
+    );
     await expect(store.tasks.create(req)).rejects.toThrow("over the credit limit");
     expect(await store.tasks.find(req.row.id)).toBeUndefined();
     expect(await store.clients.creditPosition(c.id)).toMatchObject({ reserved: 0 });
@@ -122,7 +143,9 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     const { store, another } = await h.fresh();
     const c = await client(store);
     const others = [store, await another(), await another()];
-    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => others[i % 3]!.tasks.create(task(c.id, "raced", { reserve: 1 }))));
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => others[i % 3]!.tasks.create(task(c.id, "raced", { reserve: 1 }))),
+    );
     expect(results.filter((r) => !r.replayed)).toHaveLength(1);
     expect(new Set(results.map((r) => r.task.id)).size).toBe(1);
     expect((await store.clients.creditPosition(c.id))!.reserved).toBe(1);
@@ -137,7 +160,9 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
       if (p.charged - p.refunded + p.reserved + 10 > p.limit!) throw new Error("over the limit");
       return 10;
     };
-    const results = await Promise.allSettled(Array.from({ length: 30 }, (_, i) => others[i % 3]!.tasks.create(task(c.id, `credit-${i}`, {}, { admit }))));
+    const results = await Promise.allSettled(
+      Array.from({ length: 30 }, (_, i) => others[i % 3]!.tasks.create(task(c.id, `credit-${i}`, {}, { admit }))),
+    );
     expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(10);
     expect((await store.clients.creditPosition(c.id))!.reserved).toBe(100);
     expect(await store.tasks.list({ clientId: c.id, limit: 100 })).toHaveLength(10);
@@ -151,7 +176,9 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
       if (ctx.waiting >= 5) throw new Error("too many waiting");
       return 0;
     };
-    const results = await Promise.allSettled(Array.from({ length: 12 }, (_, i) => others[i % 3]!.tasks.create(task(c.id, `wait-${i}`, {}, { admit }))));
+    const results = await Promise.allSettled(
+      Array.from({ length: 12 }, (_, i) => others[i % 3]!.tasks.create(task(c.id, `wait-${i}`, {}, { admit }))),
+    );
     expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(5);
   });
 
@@ -159,18 +186,32 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     const store = await h.shared();
     const c = await client(store);
     const { task: t } = await store.tasks.create(task(c.id, fresh("k"), { reserve: 20 }));
-    const running = await store.tasks.transition(t, { status: "processing", phase: "submitted", upstreamTaskId: fresh("up") }, opts(null, NOW + 1));
+    const running = await store.tasks.transition(
+      t,
+      { status: "processing", phase: "submitted", upstreamTaskId: fresh("up") },
+      opts(null, NOW + 1),
+    );
     expect(running).toMatchObject({ status: "processing", eventSequence: 1, pointsReserved: 20 });
     const polled = await store.tasks.transition(running!, { pollCount: 1 }, opts(null, NOW + 2));
     expect(polled).toMatchObject({ pollCount: 1, eventSequence: 1 });
-    const done = await store.tasks.transition(polled!, { status: "succeeded", phase: "done", pointsCharged: 15, completedAt: NOW + 3 }, opts(null, NOW + 3));
+    const done = await store.tasks.transition(
+      polled!,
+      { status: "succeeded", phase: "done", pointsCharged: 15, completedAt: NOW + 3 },
+      opts(null, NOW + 3),
+    );
     expect(done).toMatchObject({ status: "succeeded", eventSequence: 2, pointsReserved: 0, pointsCharged: 15 });
     const events = await store.events.ofTask(t.id);
-    expect(events.map((e) => [e.type, e.sequence, e.clientSeq, e.deliveryStatus, e.nextAttemptAt, e.destinationHost])).toEqual([
+    expect(
+      events.map((e) => [e.type, e.sequence, e.clientSeq, e.deliveryStatus, e.nextAttemptAt, e.destinationHost]),
+    ).toEqual([
       ["task.processing", 1, 1, "pending", NOW + 1, "hooks.example:443"],
       ["task.succeeded", 2, 2, "pending", NOW + 3, "hooks.example:443"],
     ]);
-    expect(JSON.parse(events[1]!.payload)).toMatchObject({ id: events[1]!.id, type: "task.succeeded", data: { id: t.id, status: "succeeded", previous_status: "processing" } });
+    expect(JSON.parse(events[1]!.payload)).toMatchObject({
+      id: events[1]!.id,
+      type: "task.succeeded",
+      data: { id: t.id, status: "succeeded", previous_status: "processing" },
+    });
     expect(await store.clients.creditPosition(c.id)).toMatchObject({ charged: 15, reserved: 0 });
     expect(await store.tasks.transition({ ...t, id: "task_nobody" }, { status: "failed" }, opts())).toBeUndefined();
   });
@@ -181,7 +222,9 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     const mine = await leased(store, t, "w:1");
     expect(await store.tasks.transition(mine, { status: "processing" }, opts("w:2"))).toBeUndefined();
     expect((await store.tasks.find(t.id))!.status).toBe("queued");
-    expect(await store.tasks.transition(mine, { status: "processing", claimToken: null, claimedUntil: null }, opts("w:1"))).toMatchObject({ status: "processing", claimToken: null });
+    expect(
+      await store.tasks.transition(mine, { status: "processing", claimToken: null, claimedUntil: null }, opts("w:1")),
+    ).toMatchObject({ status: "processing", claimToken: null });
   });
 
   it("transition: credits coming back wake the client's waiting tasks held for later", async () => {
@@ -208,7 +251,9 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     req.row = { ...req.row, priceKey: fresh("price") };
     const { task: t } = await store.tasks.create(req);
     const before = await footprint(store, t);
-    await expect(failing.tasks.transition(t, { status: "succeeded", phase: "done", pointsCharged: 25 }, opts())).rejects.toThrow("event failed midway");
+    await expect(
+      failing.tasks.transition(t, { status: "succeeded", phase: "done", pointsCharged: 25 }, opts()),
+    ).rejects.toThrow("event failed midway");
     expect(await footprint(store, t)).toEqual(before);
     // Not learned either: the next creation with the price key sees none.
     let learned: number | null | undefined;
@@ -223,7 +268,11 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     const c = await client(store);
     const { task: t } = await store.tasks.create(task(c.id, "one"));
     const others = [store, await another(), await another()];
-    await Promise.all(Array.from({ length: 12 }, (_, i) => others[i % 3]!.tasks.transition(t, { status: "processing", phase: "submitted" }, opts())));
+    await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        others[i % 3]!.tasks.transition(t, { status: "processing", phase: "submitted" }, opts()),
+      ),
+    );
     expect((await store.events.ofTask(t.id)).map((e) => [e.type, e.clientSeq])).toEqual([["task.processing", 1]]);
     expect((await store.tasks.find(t.id))!.eventSequence).toBe(1);
   });
@@ -233,7 +282,14 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     const { task: t } = await store.tasks.create(task((await client(store)).id, fresh("k")));
     await leased(store, t, "w:1");
     expect(await store.tasks.reschedule(t.id, "w:2", { nextRunAt: NOW + 9 })).toBeUndefined();
-    expect(await store.tasks.reschedule(t.id, "w:1", { nextRunAt: NOW + 10, pollCount: 3, claimToken: null, claimedUntil: null })).toMatchObject({ nextRunAt: NOW + 10, pollCount: 3, claimToken: null });
+    expect(
+      await store.tasks.reschedule(t.id, "w:1", {
+        nextRunAt: NOW + 10,
+        pollCount: 3,
+        claimToken: null,
+        claimedUntil: null,
+      }),
+    ).toMatchObject({ nextRunAt: NOW + 10, pollCount: 3, claimToken: null });
     expect(await store.tasks.reschedule(t.id, "w:1", { nextRunAt: NOW + 11 })).toBeUndefined();
     expect(await store.tasks.reschedule("task_nobody", "w:1", { nextRunAt: NOW })).toBeUndefined();
   });
@@ -262,9 +318,25 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     await store.tasks.create(task(c.id, fresh("k"), { reserve: 7 }));
     const mine = await leased(store, t, "s:1");
     let seen: SubmissionContext | undefined;
-    const result = await store.tasks.beginSubmission(t.id, "s:1", (ctx) => ((seen = ctx), { kind: "wait", transition: false, patch: { nextRunAt: NOW + 60_000, claimToken: null, claimedUntil: null } }), opts("s:1"));
-    expect(seen).toEqual({ task: mine, position: { charged: 0, refunded: 0, reserved: 62, limit: 1_000, revoked: false }, learnedPrice: null, reservations: { inFlight: 30, ahead: 20, others: 57 } });
-    expect(result).toEqual({ kind: "wait", task: { ...mine, nextRunAt: NOW + 60_000, claimToken: null, claimedUntil: null } });
+    const result = await store.tasks.beginSubmission(
+      t.id,
+      "s:1",
+      (ctx) => (
+        (seen = ctx),
+        { kind: "wait", transition: false, patch: { nextRunAt: NOW + 60_000, claimToken: null, claimedUntil: null } }
+      ),
+      opts("s:1"),
+    );
+    expect(seen).toEqual({
+      task: mine,
+      position: { charged: 0, refunded: 0, reserved: 62, limit: 1_000, revoked: false },
+      learnedPrice: null,
+      reservations: { inFlight: 30, ahead: 20, others: 57 },
+    });
+    expect(result).toEqual({
+      kind: "wait",
+      task: { ...mine, nextRunAt: NOW + 60_000, claimToken: null, claimedUntil: null },
+    });
     expect(await store.events.ofTask(t.id)).toEqual([]);
   });
 
@@ -273,12 +345,38 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     const c = await client(store, { creditLimit: 1_000 });
     const { task: t } = await store.tasks.create(task(c.id, fresh("k"), { reserve: 5 }));
     await leased(store, t, "s:1");
-    const result = await store.tasks.beginSubmission(t.id, "s:1", () => ({ kind: "go", transition: true, patch: { status: "processing", phase: "submitted", submitAttempts: 1, pointsReserved: 9 } }), opts("s:1"));
-    expect(result).toMatchObject({ kind: "go", task: { status: "processing", submitAttempts: 1, pointsReserved: 9, eventSequence: 1 } });
+    const result = await store.tasks.beginSubmission(
+      t.id,
+      "s:1",
+      () => ({
+        kind: "go",
+        transition: true,
+        patch: { status: "processing", phase: "submitted", submitAttempts: 1, pointsReserved: 9 },
+      }),
+      opts("s:1"),
+    );
+    expect(result).toMatchObject({
+      kind: "go",
+      task: { status: "processing", submitAttempts: 1, pointsReserved: 9, eventSequence: 1 },
+    });
     expect((await store.clients.creditPosition(c.id))!.reserved).toBe(9);
     let asked = false;
-    expect(await store.tasks.beginSubmission(t.id, "s:stale", () => ((asked = true), { kind: "go", transition: false, patch: {} }), opts("s:stale"))).toBeNull();
-    expect(await store.tasks.beginSubmission("task_nobody", "s:1", () => ((asked = true), { kind: "go", transition: false, patch: {} }), opts("s:1"))).toBeNull();
+    expect(
+      await store.tasks.beginSubmission(
+        t.id,
+        "s:stale",
+        () => ((asked = true), { kind: "go", transition: false, patch: {} }),
+        opts("s:stale"),
+      ),
+    ).toBeNull();
+    expect(
+      await store.tasks.beginSubmission(
+        "task_nobody",
+        "s:1",
+        () => ((asked = true), { kind: "go", transition: false, patch: {} }),
+        opts("s:1"),
+      ),
+    ).toBeNull();
     expect(asked).toBe(false);
   });
 
@@ -305,9 +403,18 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     const store = await h.shared();
     const { task: t } = await store.tasks.create(task((await client(store)).id, fresh("k")));
     const old = await leased(store, t, "dead:1");
-    expect(await store.tasks.claimIds([t.id], "waiting", { now: NOW + 30_000, leaseMs: 30_000, token: "live:1" })).toEqual([]);
+    expect(
+      await store.tasks.claimIds([t.id], "waiting", { now: NOW + 30_000, leaseMs: 30_000, token: "live:1" }),
+    ).toEqual([]);
     await leased(store, t, "live:1", NOW + 30_001);
-    expect(await store.tasks.beginSubmission(t.id, "dead:1", () => ({ kind: "go", transition: true, patch: { status: "processing" } }), opts("dead:1"))).toBeNull();
+    expect(
+      await store.tasks.beginSubmission(
+        t.id,
+        "dead:1",
+        () => ({ kind: "go", transition: true, patch: { status: "processing" } }),
+        opts("dead:1"),
+      ),
+    ).toBeNull();
     expect(await store.tasks.transition(old, { status: "failed", phase: "done" }, opts("dead:1"))).toBeUndefined();
     expect(await store.tasks.reschedule(t.id, "dead:1", { nextRunAt: 0 })).toBeUndefined();
     expect(await store.tasks.find(t.id)).toMatchObject({ status: "queued", claimToken: "live:1", nextRunAt: NOW });
@@ -318,16 +425,28 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     const c = await client(store);
     const { task: t } = await store.tasks.create(task(c.id, fresh("k")));
     let seen: TaskRow | undefined;
-    expect(await store.tasks.decideAndTransition(t.id, c.id, (current) => ((seen = current), null), opts())).toEqual({ before: t, after: t });
+    expect(await store.tasks.decideAndTransition(t.id, c.id, (current) => ((seen = current), null), opts())).toEqual({
+      before: t,
+      after: t,
+    });
     expect(seen).toEqual(t);
-    const out = await store.tasks.decideAndTransition(t.id, c.id, () => ({ status: "canceled", phase: "done" }), opts());
+    const out = await store.tasks.decideAndTransition(
+      t.id,
+      c.id,
+      () => ({ status: "canceled", phase: "done" }),
+      opts(),
+    );
     expect(out).toMatchObject({ before: t, after: { status: "canceled", eventSequence: 1 } });
     expect((await store.events.ofTask(t.id)).map((e) => e.type)).toEqual(["task.canceled"]);
-    expect(await store.tasks.decideAndTransition(t.id, (await client(store)).id, () => ({ status: "failed" }), opts())).toBeNull();
+    expect(
+      await store.tasks.decideAndTransition(t.id, (await client(store)).id, () => ({ status: "failed" }), opts()),
+    ).toBeNull();
     expect(await store.tasks.decideAndTransition("task_nobody", null, () => ({ status: "failed" }), opts())).toBeNull();
     const { task: u } = await store.tasks.create(task(c.id, fresh("k")));
     await leased(store, u, "w:1");
-    expect(await store.tasks.decideAndTransition(u.id, null, () => ({ status: "canceled", phase: "done" }), opts("w:2"))).toBeNull();
+    expect(
+      await store.tasks.decideAndTransition(u.id, null, () => ({ status: "canceled", phase: "done" }), opts("w:2")),
+    ).toBeNull();
     expect((await store.tasks.find(u.id))!.status).toBe("queued");
   });
 
@@ -337,9 +456,14 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     const { task: t } = await store.tasks.create(task(c.id, fresh("k"), { reserve: 5 }));
     const before = await footprint(store, t);
     await expect(
-      store.tasks.decideAndTransition(t.id, c.id, () => {
-        throw new Error("cancel failed");
-      }, opts()),
+      store.tasks.decideAndTransition(
+        t.id,
+        c.id,
+        () => {
+          throw new Error("cancel failed");
+        },
+        opts(),
+      ),
     ).rejects.toThrow("cancel failed");
     expect(await footprint(store, t)).toEqual(before);
   });
@@ -349,8 +473,11 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     const c = await client(store);
     const { task: t } = await store.tasks.create(task(c.id, "cancel-me"));
     const others = [store, await another(), await another()];
-    const cancel = (current: TaskRow) => (current.status === "queued" ? { status: "canceled" as const, phase: "done" as const } : null);
-    const results = await Promise.all(Array.from({ length: 9 }, (_, i) => others[i % 3]!.tasks.decideAndTransition(t.id, c.id, cancel, opts())));
+    const cancel = (current: TaskRow) =>
+      current.status === "queued" ? { status: "canceled" as const, phase: "done" as const } : null;
+    const results = await Promise.all(
+      Array.from({ length: 9 }, (_, i) => others[i % 3]!.tasks.decideAndTransition(t.id, c.id, cancel, opts())),
+    );
     expect(results.filter((r) => r!.before.status === "queued")).toHaveLength(1);
     expect(results.every((r) => r!.after.status === "canceled")).toBe(true);
     expect((await store.events.ofTask(t.id)).map((e) => e.type)).toEqual(["task.canceled"]);
@@ -365,24 +492,89 @@ describe("TaskStore intake and state changes with hostile values: both drivers a
     return (await s.tasks.create(req)).task;
   };
   const text: Array<Probe<string>> = [
-    { op: "create(idempotencyKey)", roundTrip: true, run: async (s, v) => (await s.tasks.find((await created(s, { idempotencyKey: v })).id))?.idempotencyKey },
-    { op: "create(metadataJson)", roundTrip: true, run: async (s, v) => (await s.tasks.find((await created(s, { metadataJson: v })).id))?.metadataJson },
-    { op: "create(requestJson)", roundTrip: true, run: async (s, v) => (await s.tasks.find((await created(s, { requestJson: v })).id))?.requestJson },
-    { op: "transition(errorJson)", roundTrip: true, run: async (s, v) => (await s.tasks.transition(await created(s, {}), { errorJson: v }, opts()))?.errorJson },
-    { op: "transition(upstreamTaskId)", roundTrip: true, run: async (s, v) => (await s.tasks.transition(await created(s, {}), { upstreamTaskId: v }, opts()))?.upstreamTaskId },
-    { op: "transition(id)", run: async (s, v) => s.tasks.transition({ ...(await created(s, {})), id: v }, { status: "failed" }, opts()) },
-    { op: "reschedule(token)", run: async (s, v) => s.tasks.reschedule((await created(s, {})).id, v, { pollCount: 1 }) },
-    { op: "beginSubmission(id)", run: (s, v) => s.tasks.beginSubmission(v, "s:1", () => ({ kind: "go", transition: false, patch: {} }), opts("s:1")) },
-    { op: "decideAndTransition(id)", run: (s, v) => s.tasks.decideAndTransition(v, null, () => ({ status: "failed" }), opts()) },
+    {
+      op: "create(idempotencyKey)",
+      roundTrip: true,
+      run: async (s, v) => (await s.tasks.find((await created(s, { idempotencyKey: v })).id))?.idempotencyKey,
+    },
+    {
+      op: "create(metadataJson)",
+      roundTrip: true,
+      run: async (s, v) => (await s.tasks.find((await created(s, { metadataJson: v })).id))?.metadataJson,
+    },
+    {
+      op: "create(requestJson)",
+      roundTrip: true,
+      run: async (s, v) => (await s.tasks.find((await created(s, { requestJson: v })).id))?.requestJson,
+    },
+    {
+      op: "transition(errorJson)",
+      roundTrip: true,
+      run: async (s, v) => (await s.tasks.transition(await created(s, {}), { errorJson: v }, opts()))?.errorJson,
+    },
+    {
+      op: "transition(upstreamTaskId)",
+      roundTrip: true,
+      run: async (s, v) =>
+        (await s.tasks.transition(await created(s, {}), { upstreamTaskId: v }, opts()))?.upstreamTaskId,
+    },
+    {
+      op: "transition(id)",
+      run: async (s, v) => s.tasks.transition({ ...(await created(s, {})), id: v }, { status: "failed" }, opts()),
+    },
+    {
+      op: "reschedule(token)",
+      run: async (s, v) => s.tasks.reschedule((await created(s, {})).id, v, { pollCount: 1 }),
+    },
+    {
+      op: "beginSubmission(id)",
+      run: (s, v) =>
+        s.tasks.beginSubmission(v, "s:1", () => ({ kind: "go", transition: false, patch: {} }), opts("s:1")),
+    },
+    {
+      op: "decideAndTransition(id)",
+      run: (s, v) => s.tasks.decideAndTransition(v, null, () => ({ status: "failed" }), opts()),
+    },
   ];
   hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
-    { op: "create(admit's reservation)", roundTrip: true, run: async (s, v) => (await s.tasks.create(task((await client(s)).id, fresh("k"), { reserve: v }))).task.pointsReserved },
-    { op: "create(nextRunAt)", roundTrip: true, run: async (s, v) => (await s.tasks.find((await created(s, { nextRunAt: v })).id))?.nextRunAt },
-    { op: "transition(pointsCharged)", run: async (s, v) => { const t = await created(s, {}); const after = await s.tasks.transition(t, { status: "succeeded", phase: "done", pointsCharged: v }, opts()); return [after?.pointsCharged, (await s.clients.creditPosition(t.clientId))?.charged]; } },
-    { op: "transition(now)", run: async (s, v) => { const t = await created(s, {}); await s.tasks.transition(t, { status: "processing" }, opts(null, v)); return (await s.events.lastOfTask(t.id))?.nextAttemptAt; } },
-    { op: "reschedule(nextRunAt)", roundTrip: true, run: async (s, v) => { const t = await created(s, {}); await leased(s, t, "w:1"); return (await s.tasks.reschedule(t.id, "w:1", { nextRunAt: v }))?.nextRunAt; } },
+    {
+      op: "create(admit's reservation)",
+      roundTrip: true,
+      run: async (s, v) =>
+        (await s.tasks.create(task((await client(s)).id, fresh("k"), { reserve: v }))).task.pointsReserved,
+    },
+    {
+      op: "create(nextRunAt)",
+      roundTrip: true,
+      run: async (s, v) => (await s.tasks.find((await created(s, { nextRunAt: v })).id))?.nextRunAt,
+    },
+    {
+      op: "transition(pointsCharged)",
+      run: async (s, v) => {
+        const t = await created(s, {});
+        const after = await s.tasks.transition(t, { status: "succeeded", phase: "done", pointsCharged: v }, opts());
+        return [after?.pointsCharged, (await s.clients.creditPosition(t.clientId))?.charged];
+      },
+    },
+    {
+      op: "transition(now)",
+      run: async (s, v) => {
+        const t = await created(s, {});
+        await s.tasks.transition(t, { status: "processing" }, opts(null, v));
+        return (await s.events.lastOfTask(t.id))?.nextAttemptAt;
+      },
+    },
+    {
+      op: "reschedule(nextRunAt)",
+      roundTrip: true,
+      run: async (s, v) => {
+        const t = await created(s, {});
+        await leased(s, t, "w:1");
+        return (await s.tasks.reschedule(t.id, "w:1", { nextRunAt: v }))?.nextRunAt;
+      },
+    },
   ];
   hostileTests(suite, numbers, HOSTILE_NUMBERS);
 });

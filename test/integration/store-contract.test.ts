@@ -20,7 +20,8 @@ const dialects = storeDialects((fn) => cleanups.push(fn));
 
 const NOW = CONTRACT_NOW;
 const client = contractClient;
-const request = (clientId: string, key: string, reserve = 0, overrides: Partial<NewTaskRequest> = {}) => contractTask(clientId, key, { reserve }, overrides);
+const request = (clientId: string, key: string, reserve = 0, overrides: Partial<NewTaskRequest> = {}) =>
+  contractTask(clientId, key, { reserve }, overrides);
 
 const lease = (token: string, limit = 100) => ({ now: NOW, leaseMs: 30_000, token, limit });
 const opts = (token: string | null = null) => ({ now: NOW, token, firstAttemptDelayMs: 0 });
@@ -43,7 +44,14 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
     const same = Array.from({ length: 10 }, () => store.tasks.create(request(c.id, "burst-same", 0, plain)));
     // A key no index row can hold on PostgreSQL (SQLite takes it): it may fail, but only by itself.
     const huge = store.tasks.create(request(c.id, "k".repeat(1024 * 1024), 0, plain));
-    const [created, replays, outlier] = await Promise.all([Promise.all(distinct), Promise.all(same), huge.then(() => "created", () => "refused")]);
+    const [created, replays, outlier] = await Promise.all([
+      Promise.all(distinct),
+      Promise.all(same),
+      huge.then(
+        () => "created",
+        () => "refused",
+      ),
+    ]);
     expect(created.every((r) => !r.replayed)).toBe(true);
     expect(replays.filter((r) => !r.replayed)).toHaveLength(1);
     expect(new Set(replays.map((r) => r.task.id)).size).toBe(1);
@@ -86,9 +94,17 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
     const [claimed] = await store.tasks.claimDue("waiting", "default", lease("w:1"));
     expect(claimed!.id).toBe(task.id);
     expect(await store.tasks.transition(claimed!, { status: "processing" }, opts("w:other"))).toBeUndefined();
-    const running = await store.tasks.transition(claimed!, { status: "processing", phase: "submitted", claimToken: null, claimedUntil: null }, opts("w:1"));
+    const running = await store.tasks.transition(
+      claimed!,
+      { status: "processing", phase: "submitted", claimToken: null, claimedUntil: null },
+      opts("w:1"),
+    );
     expect(running).toMatchObject({ status: "processing", eventSequence: 1, claimToken: null });
-    const done = await store.tasks.transition(running!, { status: "succeeded", phase: "done", pointsCharged: 12, pointsRefunded: 0 }, opts());
+    const done = await store.tasks.transition(
+      running!,
+      { status: "succeeded", phase: "done", pointsCharged: 12, pointsRefunded: 0 },
+      opts(),
+    );
     expect(done).toMatchObject({ status: "succeeded", pointsReserved: 0, eventSequence: 2 });
     expect(await store.clients.creditPosition(c.id)).toMatchObject({ charged: 12, refunded: 0, reserved: 0 });
     const events = await store.events.ofTask(task.id);
@@ -104,7 +120,10 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
     const c = await client(store);
     for (let i = 0; i < 30; i++) await store.tasks.create(request(c.id, `claim-${i}`));
     const other = await another();
-    const [a, b] = await Promise.all([store.tasks.claimDue("waiting", "default", lease("a:1", 20)), other.tasks.claimDue("waiting", "default", lease("b:1", 20))]);
+    const [a, b] = await Promise.all([
+      store.tasks.claimDue("waiting", "default", lease("a:1", 20)),
+      other.tasks.claimDue("waiting", "default", lease("b:1", 20)),
+    ]);
     const ids = [...a!, ...b!].map((t) => t.id);
     expect(new Set(ids).size).toBe(ids.length);
     expect(ids.length).toBe(30);
@@ -121,14 +140,25 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
       "s:1",
       (ctx) => {
         seen = { reserved: ctx.position?.reserved, attempts: ctx.task.submitAttempts };
-        return { kind: "go" as const, transition: true, patch: { submitAttempts: ctx.task.submitAttempts + 1, pointsReserved: 40 } };
+        return {
+          kind: "go" as const,
+          transition: true,
+          patch: { submitAttempts: ctx.task.submitAttempts + 1, pointsReserved: 40 },
+        };
       },
       opts("s:1"),
     );
     expect(seen).toEqual({ reserved: 20, attempts: 0 });
     expect(result).toMatchObject({ kind: "go", task: { submitAttempts: 1, pointsReserved: 40 } });
     expect((await store.clients.creditPosition(c.id))?.reserved).toBe(40);
-    expect(await store.tasks.beginSubmission(claimed!.id, "s:stale", () => ({ kind: "go" as const, transition: true, patch: {} }), opts("s:stale"))).toBeNull();
+    expect(
+      await store.tasks.beginSubmission(
+        claimed!.id,
+        "s:stale",
+        () => ({ kind: "go" as const, transition: true, patch: {} }),
+        opts("s:stale"),
+      ),
+    ).toBeNull();
   });
 
   it("events: claims respect the per-key cap across claimers; an attempt is recorded with the lease released", async () => {
@@ -138,7 +168,8 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
       const { task } = await store.tasks.create(request(c.id, `ev-${i}`));
       await store.tasks.transition(task, { status: "succeeded", phase: "done" }, opts());
     }
-    const claim = (s: Store, token: string) => s.events.claimDue({ ...lease(token, 10), excludeKeys: [], keyRoom: () => 10, maxPerKey: 2 });
+    const claim = (s: Store, token: string) =>
+      s.events.claimDue({ ...lease(token, 10), excludeKeys: [], keyRoom: () => 10, maxPerKey: 2 });
     const first = await claim(store, "d:1");
     const other = await another();
     const second = await claim(other, "d:2");
@@ -154,17 +185,37 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
     await store.events.recordAttempt(
       e.id,
       "d:1",
-      { id: `att_${e.id}`, eventId: e.id, taskId: e.taskId, clientId: e.clientId, eventType: e.type, url: e.callbackUrl!, attemptedAt: NOW, statusCode: 200, latencyMs: 5, outcome: "succeeded", error: null, responseBody: null },
+      {
+        id: `att_${e.id}`,
+        eventId: e.id,
+        taskId: e.taskId,
+        clientId: e.clientId,
+        eventType: e.type,
+        url: e.callbackUrl!,
+        attemptedAt: NOW,
+        statusCode: 200,
+        latencyMs: 5,
+        outcome: "succeeded",
+        error: null,
+        responseBody: null,
+      },
       { deliveryStatus: "succeeded", deliveredAt: NOW, attempts: 1 },
     );
-    expect(await store.events.find(e.id)).toMatchObject({ deliveryStatus: "succeeded", claimToken: null, claimedUntil: null, attempts: 1 });
+    expect(await store.events.find(e.id)).toMatchObject({
+      deliveryStatus: "succeeded",
+      claimToken: null,
+      claimedUntil: null,
+      attempts: 1,
+    });
     expect((await store.events.attemptsOfTask(e.taskId)).map((a) => a.statusCode)).toEqual([200]);
   });
 
   it("the read budget: 30 takers at once get exactly the 10 reads the window allows", async () => {
     const { store, another } = await make();
     const others = [store, await another(), await another()];
-    const taken = await Promise.all(Array.from({ length: 30 }, (_, i) => others[i % 3]!.accounts.takeRead("acct", NOW + i, 10, 61_000)));
+    const taken = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => others[i % 3]!.accounts.takeRead("acct", NOW + i, 10, 61_000)),
+    );
     expect(taken.filter(Boolean)).toHaveLength(10);
     // Which ten won depends on the race; a minute after the last of them, the window is empty again.
     expect(await store.accounts.takeRead("acct", NOW + 29 + 61_000, 10, 61_000)).toBe(true);
@@ -198,11 +249,18 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
     const { task: pending } = await store.tasks.create(request(c.id, "pending-one"));
     await store.tasks.transition(pending, { status: "failed", phase: "done", completedAt: NOW }, opts());
     // The first event is settled (delivered), the second still pending.
-    const [claimed] = await store.events.claimDue({ ...lease("p:1", 1), excludeKeys: [], keyRoom: () => 1, maxPerKey: 8 });
+    const [claimed] = await store.events.claimDue({
+      ...lease("p:1", 1),
+      excludeKeys: [],
+      keyRoom: () => 1,
+      maxPerKey: 8,
+    });
     await store.events.release(claimed!.id, "p:1", { deliveryStatus: "succeeded" });
     expect(await store.tasks.pruneFinished(NOW + 1, 10)).toBe(1);
     expect(await store.tasks.find(claimed!.taskId)).toBeUndefined();
-    expect((await store.tasks.find(claimed!.taskId === old.id ? pending.id : old.id)) as TaskRow | undefined).toBeDefined();
+    expect(
+      (await store.tasks.find(claimed!.taskId === old.id ? pending.id : old.id)) as TaskRow | undefined,
+    ).toBeDefined();
   });
 
   it("dashboard reads (#21): the 'delivery failing' task filter and the count of events retrying", async () => {
@@ -215,14 +273,32 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
       await store.tasks.transition(task, { status: "succeeded", phase: "done" }, opts());
       ids[name] = task.id;
     }
-    const claimed = await store.events.claimDue({ ...lease("df:1"), excludeKeys: [], keyRoom: () => 10, maxPerKey: 10 });
+    const claimed = await store.events.claimDue({
+      ...lease("df:1"),
+      excludeKeys: [],
+      keyRoom: () => 10,
+      maxPerKey: 10,
+    });
     const attempt = async (name: string, statusCode: number, patch: Record<string, unknown>) => {
       const e = claimed.find((x) => x.taskId === ids[name])!;
       const ok = statusCode < 300;
       await store.events.recordAttempt(
         e.id,
         "df:1",
-        { id: `att_${e.id}`, eventId: e.id, taskId: e.taskId, clientId: e.clientId, eventType: e.type, url: e.callbackUrl!, attemptedAt: NOW, statusCode, latencyMs: 5, outcome: ok ? "succeeded" : "failed", error: ok ? null : `HTTP ${statusCode}`, responseBody: null },
+        {
+          id: `att_${e.id}`,
+          eventId: e.id,
+          taskId: e.taskId,
+          clientId: e.clientId,
+          eventType: e.type,
+          url: e.callbackUrl!,
+          attemptedAt: NOW,
+          statusCode,
+          latencyMs: 5,
+          outcome: ok ? "succeeded" : "failed",
+          error: ok ? null : `HTTP ${statusCode}`,
+          responseBody: null,
+        },
         { attempts: 1, lastStatusCode: statusCode, lastAttemptAt: NOW, ...patch },
       );
     };
@@ -235,7 +311,9 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
     await redeliverLast(store, ids.redelivered!, NOW);
     const failing = await store.tasks.list({ clientId: c.id, limit: 10, deliveryFailing: true });
     expect(failing.map((t) => t.id)).toEqual([ids.exhausted, ids.retrying]);
-    expect((await store.tasks.list({ clientId: c.id, limit: 1, deliveryFailing: true })).map((t) => t.id)).toEqual([ids.exhausted]);
+    expect((await store.tasks.list({ clientId: c.id, limit: 1, deliveryFailing: true })).map((t) => t.id)).toEqual([
+      ids.exhausted,
+    ]);
     expect(await store.tasks.list({ clientId: c.id, limit: 10, deliveryFailing: true, status: "failed" })).toEqual([]);
     expect(await store.tasks.list({ clientId: c.id, limit: 10 })).toHaveLength(5);
     expect(await store.events.retryingOfClient(c.id)).toBe(1);
@@ -261,7 +339,10 @@ describe("the events feed on PostgreSQL never skips a late commit", () => {
       return conn;
     };
     const insertEvent = async (conn: pg.Client, seqNo: number): Promise<number> => {
-      const pos = Number((await conn.query("UPDATE clients SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq", [c.id])).rows[0].event_seq);
+      const pos = Number(
+        (await conn.query("UPDATE clients SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq", [c.id]))
+          .rows[0].event_seq,
+      );
       await conn.query(
         `INSERT INTO events (id, client_id, client_seq, task_id, type, sequence, payload, delivery_status, created_at)
          VALUES ($1, $2, $3, $4, 'task.processing', $5, '{}', 'none', $6)`,

@@ -18,10 +18,23 @@ afterEach(async () => {
 
 const opts = { now: NOW, token: null, firstAttemptDelayMs: 0 };
 const claimAll = (store: Store, token: string, extra: Partial<Parameters<Store["events"]["claimDue"]>[0]> = {}) =>
-  store.events.claimDue({ now: NOW, leaseMs: 30_000, token, limit: 100, excludeKeys: [], keyRoom: () => 100, maxPerKey: 100, ...extra });
+  store.events.claimDue({
+    now: NOW,
+    leaseMs: 30_000,
+    token,
+    limit: 100,
+    excludeKeys: [],
+    keyRoom: () => 100,
+    maxPerKey: 100,
+    ...extra,
+  });
 
 /** `count` succeeded tasks of a new client, each with its pending task.succeeded event. */
-async function eventsOf(store: Store, count: number, callbackUrl = "https://hooks.example/x"): Promise<{ clientId: string; events: EventRow[] }> {
+async function eventsOf(
+  store: Store,
+  count: number,
+  callbackUrl = "https://hooks.example/x",
+): Promise<{ clientId: string; events: EventRow[] }> {
   const c = await contractClient(store);
   const events: EventRow[] = [];
   for (let i = 0; i < count; i++) {
@@ -40,7 +53,20 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     const lifecycle = new DeliveryLifecycle({ store, clock: new FakeClock(NOW), retryScheduleMs: [0, 1000] });
     const bodies = ["ok\u0000", "bad \uD800 half", "x".repeat(10 * 1024 * 1024), "é".repeat(5000)];
     // All four settle in the same turn: one group commit on each driver.
-    await Promise.all(claimed.map((e, i) => lifecycle.recordAttempt(e, NOW, sendResult({ ok: true, statusCode: 200, responseBody: bodies[i]!, error: i === 0 ? "NUL\u0000in error" : null }))));
+    await Promise.all(
+      claimed.map((e, i) =>
+        lifecycle.recordAttempt(
+          e,
+          NOW,
+          sendResult({
+            ok: true,
+            statusCode: 200,
+            responseBody: bodies[i]!,
+            error: i === 0 ? "NUL\u0000in error" : null,
+          }),
+        ),
+      ),
+    );
     for (const e of events) {
       expect(await store.events.find(e.id)).toMatchObject({ deliveryStatus: "succeeded", claimToken: null });
       const [attempt] = await store.events.attemptsOfTask(e.taskId);
@@ -59,12 +85,27 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     await eventsOf(store, 3);
     const claimed = await claimAll(store, "d:1");
     const attempt = (e: EventRow, body: string) => ({
-      id: `att_${e.id}`, eventId: e.id, taskId: e.taskId, clientId: e.clientId, eventType: e.type, url: e.callbackUrl!,
-      attemptedAt: NOW, statusCode: 200, latencyMs: 5, outcome: "succeeded", error: null, responseBody: body,
+      id: `att_${e.id}`,
+      eventId: e.id,
+      taskId: e.taskId,
+      clientId: e.clientId,
+      eventType: e.type,
+      url: e.callbackUrl!,
+      attemptedAt: NOW,
+      statusCode: 200,
+      latencyMs: 5,
+      outcome: "succeeded",
+      error: null,
+      responseBody: body,
     });
     // Straight to the store, past the core's cleaning: PostgreSQL refuses NUL in text, SQLite takes it.
     const results = await Promise.allSettled(
-      claimed.map((e, i) => store.events.recordAttempt(e.id, "d:1", attempt(e, i === 1 ? "bad\u0000" : "fine"), { deliveryStatus: "succeeded", attempts: 1 })),
+      claimed.map((e, i) =>
+        store.events.recordAttempt(e.id, "d:1", attempt(e, i === 1 ? "bad\u0000" : "fine"), {
+          deliveryStatus: "succeeded",
+          attempts: 1,
+        }),
+      ),
     );
     expect(results[0]!.status).toBe("fulfilled");
     expect(results[2]!.status).toBe("fulfilled");
@@ -82,9 +123,13 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     const rest = await claimAll(store, "d:2", { excludeClients: [a.clientId] });
     expect(rest).toEqual([]);
     // The room is asked before each pick, with what the claim took so far.
-    const roomed = await claimAll(store, "d:3", { clientRoom: (id, picked) => (id === a.clientId ? 2 - (picked.get(id) ?? 0) : 0) });
+    const roomed = await claimAll(store, "d:3", {
+      clientRoom: (id, picked) => (id === a.clientId ? 2 - (picked.get(id) ?? 0) : 0),
+    });
     expect(roomed.map((e) => e.clientId)).toEqual([a.clientId, a.clientId]);
-    expect(await store.events.nextDueAt({ now: NOW, excludeKeys: [], excludeClients: [a.clientId, b.clientId] })).toBeNull();
+    expect(
+      await store.events.nextDueAt({ now: NOW, excludeKeys: [], excludeClients: [a.clientId, b.clientId] }),
+    ).toBeNull();
   });
 
   it("a paused key's trial is an event already attempted; retry-now makes the key's events due; pending counts them", async () => {
@@ -93,11 +138,20 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     const host = "hooks.example:8443";
     // The second event was attempted once; all three are postponed to a trial a minute away.
     for (const e of await claimAll(store, "d:1")) {
-      await store.events.release(e.id, "d:1", e.id === events[1]!.id ? { attempts: 1, roundAttempts: 1, nextAttemptAt: NOW } : {});
+      await store.events.release(
+        e.id,
+        "d:1",
+        e.id === events[1]!.id ? { attempts: 1, roundAttempts: 1, nextAttemptAt: NOW } : {},
+      );
     }
     expect(await store.events.postponeKey(clientId, host, NOW + 60_000, NOW)).toBe(3);
-    expect(await store.events.claimTrial({ clientId, host }, { now: NOW, leaseMs: 30_000, token: "t:0" })).toBeUndefined();
-    const trial = await store.events.claimTrial({ clientId, host }, { now: NOW + 60_000, leaseMs: 30_000, token: "t:1" });
+    expect(
+      await store.events.claimTrial({ clientId, host }, { now: NOW, leaseMs: 30_000, token: "t:0" }),
+    ).toBeUndefined();
+    const trial = await store.events.claimTrial(
+      { clientId, host },
+      { now: NOW + 60_000, leaseMs: 30_000, token: "t:1" },
+    );
     expect(trial?.id).toBe(events[1]!.id);
     expect(await store.events.pendingOfKey({ clientId, host })).toBe(3);
     // Retry-now: the two unleased ones are due at once (the trial's lease is left alone).
@@ -110,16 +164,25 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     const { clientId } = await eventsOf(store, 1);
     const key = { clientId, host: "hooks.example:443" };
     // Only clients with someone to tell are listed for a notice.
-    await store.endpoints.recordFailure({ clientId: (await contractClient(store)).id, host: key.host }, NOW, "HTTP 500");
+    await store.endpoints.recordFailure(
+      { clientId: (await contractClient(store)).id, host: key.host },
+      NOW,
+      "HTTP 500",
+    );
     await store.clients.update(clientId, { notificationUrl: "https://ops.example/notices" });
     expect(await store.endpoints.recordSuccess(key, NOW)).toBeNull();
     await store.endpoints.recordFailure(key, NOW, "HTTP 500");
     await store.endpoints.recordFailure(key, NOW + 1_000, "timeout after 15000 ms");
-    expect(await store.endpoints.failingOf(clientId)).toMatchObject([{ host: key.host, failingSince: NOW, failedAttempts: 2, lastError: "timeout after 15000 ms" }]);
+    expect(await store.endpoints.failingOf(clientId)).toMatchObject([
+      { host: key.host, failingSince: NOW, failedAttempts: 2, lastError: "timeout after 15000 ms" },
+    ]);
     expect(await store.endpoints.dueForNotice(NOW - 1, 10)).toEqual([]);
     expect(await store.endpoints.dueForNotice(NOW, 10)).toHaveLength(1);
     const other = await another();
-    const marks = await Promise.all([store.endpoints.markNoticed(key, NOW, NOW + 5), other.endpoints.markNoticed(key, NOW, NOW + 5)]);
+    const marks = await Promise.all([
+      store.endpoints.markNoticed(key, NOW, NOW + 5),
+      other.endpoints.markNoticed(key, NOW, NOW + 5),
+    ]);
     expect(marks.filter(Boolean)).toHaveLength(1);
     expect(await store.endpoints.dueForNotice(NOW, 10)).toEqual([]);
     expect(await store.endpoints.recordSuccess(key, NOW + 9_000)).toEqual({ failingSince: NOW, noticeSentAt: NOW + 5 });
@@ -127,13 +190,24 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     // A new run starts afresh; what the dispatcher reports is cleaned before it is stored.
     const health = new EndpointHealth({ store, clock: new FakeClock(NOW + 10_000), logger: silentLogger });
     await health.observe(key, "failure", "\u0000 HTTP 502");
-    expect(await store.endpoints.failingOf(clientId)).toMatchObject([{ failingSince: NOW + 10_000, failedAttempts: 1, noticeSentAt: null, lastError: "\uFFFD HTTP 502" }]);
+    expect(await store.endpoints.failingOf(clientId)).toMatchObject([
+      { failingSince: NOW + 10_000, failedAttempts: 1, noticeSentAt: null, lastError: "\uFFFD HTTP 502" },
+    ]);
   });
 
   it("notices: an outbox of their own, claimed by one claimer, recorded under the lease", async () => {
     const { store, another } = await make();
     const { clientId } = await eventsOf(store, 1);
-    const row = (id: string, at: number) => ({ id, clientId, type: "endpoint.failing", payload: "{}", url: "https://ops.example/n", deliveryStatus: "pending" as const, nextAttemptAt: at, createdAt: at });
+    const row = (id: string, at: number) => ({
+      id,
+      clientId,
+      type: "endpoint.failing",
+      payload: "{}",
+      url: "https://ops.example/n",
+      deliveryStatus: "pending" as const,
+      nextAttemptAt: at,
+      createdAt: at,
+    });
     await store.notices.insert(row("evt_n1", NOW));
     await store.notices.insert(row("evt_n2", NOW + 60_000));
     expect(await store.notices.nextDueAt(NOW)).toBe(NOW);
@@ -166,14 +240,21 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Large outputs on %s", (
     const big = JSON.stringify({ images: [{ url: `https://files.example/${"x".repeat(300 * 1024)}.png` }] });
     const small = JSON.stringify({ images: [{ url: "https://files.example/a.png" }] });
     const ended: Record<string, string> = {};
-    for (const [key, output] of [["big", big], ["small", small]] as const) {
+    for (const [key, output] of [
+      ["big", big],
+      ["small", small],
+    ] as const) {
       const { task } = await store.tasks.create(contractTask(c.id, `out-${key}`));
       await store.tasks.transition(task, { status: "succeeded", phase: "done", outputJson: output }, opts);
       ended[key] = task.id;
     }
     const bigEvent = (await store.events.lastOfTask(ended.big!))!;
     expect(Buffer.byteLength(bigEvent.payload)).toBeLessThan(8 * 1024);
-    expect(JSON.parse(bigEvent.payload).data).toMatchObject({ status: "succeeded", output: null, output_omitted: true });
+    expect(JSON.parse(bigEvent.payload).data).toMatchObject({
+      status: "succeeded",
+      output: null,
+      output_omitted: true,
+    });
     expect((await store.tasks.find(ended.big!))!.outputJson).toBe(big);
     const smallEvent = (await store.events.lastOfTask(ended.small!))!;
     expect(JSON.parse(smallEvent.payload).data.output).toEqual(JSON.parse(small));
@@ -182,7 +263,14 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Large outputs on %s", (
 });
 
 describe.each(storeDialects((fn) => cleanups.push(fn)))("Store reads with hostile values on %s", (_name, make) => {
-  const hostile = ["task_\u0000", "a\u0000b", "\u0000", "x".repeat(1024 * 1024), "bad \uD800 half", "'; DROP TABLE tasks; --"];
+  const hostile = [
+    "task_\u0000",
+    "a\u0000b",
+    "\u0000",
+    "x".repeat(1024 * 1024),
+    "bad \uD800 half",
+    "'; DROP TABLE tasks; --",
+  ];
 
   it("reads by an id or a search text holding NUL, broken UTF-16, SQL or 1 MiB find nothing, on both drivers alike", async () => {
     const { store } = await make();
@@ -212,13 +300,30 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Delivery re-queues on %
     const { store } = await make();
     const { clientId, events } = await eventsOf(store, 3);
     for (const e of await claimAll(store, "d:1")) {
-      await store.events.release(e.id, "d:1", { deliveryStatus: "failed", failedAt: NOW, roundAttempts: 8, attempts: 8 });
+      await store.events.release(e.id, "d:1", {
+        deliveryStatus: "failed",
+        failedAt: NOW,
+        roundAttempts: 8,
+        attempts: 8,
+      });
     }
     const again = await redeliverLast(store, events[0]!.taskId, NOW + 10);
-    expect(again).toMatchObject({ id: events[0]!.id, deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: NOW + 10, failedAt: null, claimToken: null, attempts: 8 });
+    expect(again).toMatchObject({
+      id: events[0]!.id,
+      deliveryStatus: "pending",
+      roundAttempts: 0,
+      nextAttemptAt: NOW + 10,
+      failedAt: null,
+      claimToken: null,
+      attempts: 8,
+    });
     expect(await redeliverLast(store, "task_nothing", NOW)).toBeUndefined();
     expect(await recoverFailed(store, clientId, NOW + 1, NOW + 20)).toBe(0); // created before `since`
     expect(await recoverFailed(store, clientId, NOW, NOW + 20)).toBe(2);
-    expect((await store.events.find(events[2]!.id))!).toMatchObject({ deliveryStatus: "pending", roundAttempts: 0, nextAttemptAt: NOW + 20 });
+    expect((await store.events.find(events[2]!.id))!).toMatchObject({
+      deliveryStatus: "pending",
+      roundAttempts: 0,
+      nextAttemptAt: NOW + 20,
+    });
   });
 });

@@ -429,7 +429,11 @@ const errorRows: ErrorRow[] = [
   },
 ];
 
-function respond(row: { status: number; body: string | Record<string, unknown>; headers?: Record<string, string> }): Response {
+function respond(row: {
+  status: number;
+  body: string | Record<string, unknown>;
+  headers?: Record<string, string>;
+}): Response {
   if (typeof row.body === "string") {
     return new HttpResponse(row.body, { status: row.status, headers: row.headers });
   }
@@ -802,7 +806,10 @@ describe('UPSTREAM_MAX_BODY_BYTES: a body over the limit is refused while it str
     let closedEarly = false;
     const chunk = Buffer.alloc(64 * 1024, "a");
     const srv = createServer((req, res) => {
-      res.writeHead(opts.status ?? 200, { "Content-Type": "application/json", ...(opts.contentLength ? { "Content-Length": String(total) } : {}) });
+      res.writeHead(opts.status ?? 200, {
+        "Content-Type": "application/json",
+        ...(opts.contentLength ? { "Content-Length": String(total) } : {}),
+      });
       const head = Buffer.from('{"data":{"id":"big","status":"succeeded"},"output":{"text":"');
       const tail = Buffer.from('"}}');
       res.write(head);
@@ -836,7 +843,9 @@ describe('UPSTREAM_MAX_BODY_BYTES: a body over the limit is refused while it str
     const up = await streamingUpstream(50 * MiB);
     try {
       const before = process.memoryUsage();
-      const e = await failure(client({ baseUrl: up.url, fetch: realFetch, timeoutMs: 10_000, maxBodyBytes: 1 * MiB }).getTask("big"));
+      const e = await failure(
+        client({ baseUrl: up.url, fetch: realFetch, timeoutMs: 10_000, maxBodyBytes: 1 * MiB }).getTask("big"),
+      );
       const after = process.memoryUsage();
       expect(fields(e)).toEqual({
         kind: "malformed",
@@ -861,7 +870,9 @@ describe('UPSTREAM_MAX_BODY_BYTES: a body over the limit is refused while it str
   it("a declared Content-Length over the limit is refused before the body is read", async () => {
     const up = await streamingUpstream(50 * MiB, { contentLength: true });
     try {
-      const e = await failure(client({ baseUrl: up.url, fetch: realFetch, timeoutMs: 10_000, maxBodyBytes: 1 * MiB }).getTask("big"));
+      const e = await failure(
+        client({ baseUrl: up.url, fetch: realFetch, timeoutMs: 10_000, maxBodyBytes: 1 * MiB }).getTask("big"),
+      );
       expect(e.code).toBe("response_too_large");
       await expect.poll(() => up.closedEarly()).toBe(true);
       expect(up.written()).toBeLessThan(16 * MiB);
@@ -893,7 +904,12 @@ describe('UPSTREAM_MAX_BODY_BYTES: a body over the limit is refused while it str
             pulled += 1;
             if (pulled === 1) controller.enqueue(new TextEncoder().encode('{"data":['));
             else if (pulled > 800) controller.close();
-            else controller.enqueue(new TextEncoder().encode(`${JSON.stringify({ id: `t${pulled}`, status: "running", output: "x".repeat(64 * 1024) })},`));
+            else
+              controller.enqueue(
+                new TextEncoder().encode(
+                  `${JSON.stringify({ id: `t${pulled}`, status: "running", output: "x".repeat(64 * 1024) })},`,
+                ),
+              );
           },
         });
         return new HttpResponse(stream, { status: 200, headers: { "Content-Type": "application/json" } });

@@ -25,19 +25,30 @@ async function failure(p: Promise<unknown>): Promise<UpstreamError> {
 describe("an upstream that answers, then drips its body", () => {
   let drip: Awaited<ReturnType<typeof startDripServer>>;
   beforeAll(async () => {
-    drip = await startDripServer({ intervalMs: 50, headers: { "Content-Type": "application/json", "Content-Length": "4096" } });
+    drip = await startDripServer({
+      intervalMs: 50,
+      headers: { "Content-Type": "application/json", "Content-Length": "4096" },
+    });
   });
   afterAll(async () => {
     await drip.close();
   });
 
   it("ends as a retryable timeout once the body moves below the minimum rate, well before the total deadline", async () => {
-    const client = new UpstreamClient({ baseUrl: drip.url, apiKey: "k", fetch: realFetch, timeoutMs: 10_000, minBodyRate: { bytes: 1024, windowMs: 400 } });
+    const client = new UpstreamClient({
+      baseUrl: drip.url,
+      apiKey: "k",
+      fetch: realFetch,
+      timeoutMs: 10_000,
+      minBodyRate: { bytes: 1024, windowMs: 400 },
+    });
     const started = performance.now();
     const e = await failure(client.getTask("dripping"));
     const ms = performance.now() - started;
     expect(e).toMatchObject({ kind: "timeout", code: "timeout", retryable: true });
-    expect(e.message).toMatch(/^GET \/openapi\/v1\/tasks\/dripping timed out: the answer to GET \/openapi\/v1\/tasks\/dripping moved \d+ bytes in \d+ ms, below the minimum of 1024 bytes per 400 ms$/);
+    expect(e.message).toMatch(
+      /^GET \/openapi\/v1\/tasks\/dripping timed out: the answer to GET \/openapi\/v1\/tasks\/dripping moved \d+ bytes in \d+ ms, below the minimum of 1024 bytes per 400 ms$/,
+    );
     expect(ms).toBeGreaterThanOrEqual(390);
     expect(ms).toBeLessThan(2_500);
     await drip.allClosed();
@@ -52,7 +63,12 @@ describe("the total deadline runs on timers a test controls", () => {
   it("a call that never settles ends at timeoutMs of fake time, and leaves no timer behind", async () => {
     vi.useFakeTimers();
     const hanging: typeof fetch = () => new Promise<Response>(() => undefined);
-    const client = new UpstreamClient({ baseUrl: "https://upstream.test", apiKey: "k", fetch: hanging, timeoutMs: 30_000 });
+    const client = new UpstreamClient({
+      baseUrl: "https://upstream.test",
+      apiKey: "k",
+      fetch: hanging,
+      timeoutMs: 30_000,
+    });
     const call = failure(client.getModels());
     await vi.advanceTimersByTimeAsync(29_999);
     let settled = false;
@@ -60,7 +76,12 @@ describe("the total deadline runs on timers a test controls", () => {
     await vi.advanceTimersByTimeAsync(0);
     expect(settled).toBe(false);
     await vi.advanceTimersByTimeAsync(1);
-    expect(await call).toMatchObject({ kind: "timeout", code: "timeout", retryable: true, message: "GET /openapi/v1/models timed out after 30000 ms" });
+    expect(await call).toMatchObject({
+      kind: "timeout",
+      code: "timeout",
+      retryable: true,
+      message: "GET /openapi/v1/models timed out after 30000 ms",
+    });
     expect(vi.getTimerCount()).toBe(0);
   });
 });

@@ -33,7 +33,12 @@ async function startReceiver(handler: (req: Received, res: http.ServerResponse) 
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
-      const received: Received = { method: req.method ?? "", url: req.url ?? "", headers: req.headers, body: Buffer.concat(chunks).toString("utf8") };
+      const received: Received = {
+        method: req.method ?? "",
+        url: req.url ?? "",
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString("utf8"),
+      };
       receiver.requests.push(received);
       handler(received, res);
     });
@@ -95,7 +100,9 @@ describe("WebhookSender against real loopback receivers", () => {
     expect(got).toMatchObject({ method: "POST", url: "/hook?x=1", body });
     expect(got?.headers["user-agent"]).toBe("genrelay/0.1");
     expect(got?.headers["content-type"]).toBe("application/json");
-    expect(new Webhook(secret).verify(got?.body ?? "", got?.headers as Record<string, string>)).toEqual(JSON.parse(body));
+    expect(new Webhook(secret).verify(got?.body ?? "", got?.headers as Record<string, string>)).toEqual(
+      JSON.parse(body),
+    );
     // Results carry no header values.
     expect(JSON.stringify(result)).not.toContain(headers["webhook-signature"]);
   });
@@ -124,7 +131,15 @@ describe("WebhookSender against real loopback receivers", () => {
     });
     const sender = newSender({ allowPrivateNetworks: true });
     const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 5_000 });
-    expect(result).toMatchObject({ ok: false, statusCode: 500, error: "HTTP 500", blocked: false, responseBody: '{"error":"boom"}', gone: false, retryAfterMs: null });
+    expect(result).toMatchObject({
+      ok: false,
+      statusCode: 500,
+      error: "HTTP 500",
+      blocked: false,
+      responseBody: '{"error":"boom"}',
+      gone: false,
+      retryAfterMs: null,
+    });
   });
 
   it("reports 410 as gone", async () => {
@@ -173,7 +188,13 @@ describe("WebhookSender against real loopback receivers", () => {
     const receiver = await startReceiver(() => {});
     const sender = newSender({ allowPrivateNetworks: true });
     const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 300 });
-    expect(result).toMatchObject({ ok: false, statusCode: null, error: "timeout after 300 ms", blocked: false, responseBody: null });
+    expect(result).toMatchObject({
+      ok: false,
+      statusCode: null,
+      error: "timeout after 300 ms",
+      blocked: false,
+      responseBody: null,
+    });
     expect(result.latencyMs).toBeGreaterThanOrEqual(250);
     expect(result.latencyMs).toBeLessThan(3_000);
     expect(receiver.requests).toHaveLength(1);
@@ -186,7 +207,12 @@ describe("WebhookSender against real loopback receivers", () => {
     });
     const sender = newSender({ allowPrivateNetworks: true });
     const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 300 });
-    expect(result).toMatchObject({ ok: false, statusCode: 200, error: "timeout after 300 ms", responseBody: "partial" });
+    expect(result).toMatchObject({
+      ok: false,
+      statusCode: 200,
+      error: "timeout after 300 ms",
+      responseBody: "partial",
+    });
     expect(result.latencyMs).toBeLessThan(3_000);
   });
 
@@ -201,8 +227,19 @@ describe("WebhookSender against real loopback receivers", () => {
     const port = receiver.port;
     await receiver.close();
     const sender = newSender({ allowPrivateNetworks: true });
-    const result = await sender.send({ url: `http://127.0.0.1:${port}/hook`, headers: headersFor(), body, timeoutMs: 5_000 });
-    expect(result).toMatchObject({ ok: false, statusCode: null, error: "connection refused", blocked: false, responseBody: null });
+    const result = await sender.send({
+      url: `http://127.0.0.1:${port}/hook`,
+      headers: headersFor(),
+      body,
+      timeoutMs: 5_000,
+    });
+    expect(result).toMatchObject({
+      ok: false,
+      statusCode: null,
+      error: "connection refused",
+      blocked: false,
+      responseBody: null,
+    });
   });
 
   it("reaches a hostname through the injected resolver and reuses the pooled connection", async () => {
@@ -223,7 +260,10 @@ describe("WebhookSender against real loopback receivers", () => {
     const second = await sender.send({ url, headers: headersFor(), body, timeoutMs: 5_000 });
     expect(first).toMatchObject({ ok: true, statusCode: 200, responseBody: "ok" });
     expect(second).toMatchObject({ ok: true, statusCode: 200 });
-    expect(receiver.requests.map((r) => r.headers.host)).toEqual([`receiver.test:${receiver.port}`, `receiver.test:${receiver.port}`]);
+    expect(receiver.requests.map((r) => r.headers.host)).toEqual([
+      `receiver.test:${receiver.port}`,
+      `receiver.test:${receiver.port}`,
+    ]);
     expect(resolved).toEqual(["receiver.test"]);
     expect(receiver.connections).toBe(1);
   });
@@ -267,12 +307,30 @@ describe("WebhookSender against real loopback receivers", () => {
 
 describe("WebhookSender SSRF guard (private networks not allowed)", () => {
   it.each([
-    ["https://127.0.0.1:PORT/hook", "blocked: 127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://2130706433:PORT/hook", "blocked: 127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://127.1:PORT/hook", "blocked: 127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://[::ffff:127.0.0.1]:PORT/hook", "blocked: ::ffff:127.0.0.1 is ipv4-mapped loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://localhost:PORT/hook", "blocked: host localhost is a private name (.localhost); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["http://127.0.0.1:PORT/hook", "blocked: scheme http: is not allowed (https only, unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, for development)"],
+    [
+      "https://127.0.0.1:PORT/hook",
+      "blocked: 127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://2130706433:PORT/hook",
+      "blocked: 127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://127.1:PORT/hook",
+      "blocked: 127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://[::ffff:127.0.0.1]:PORT/hook",
+      "blocked: ::ffff:127.0.0.1 is ipv4-mapped loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://localhost:PORT/hook",
+      "blocked: host localhost is a private name (.localhost); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "http://127.0.0.1:PORT/hook",
+      "blocked: scheme http: is not allowed (https only, unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, for development)",
+    ],
   ])("blocks %s before any connection", async (template, error) => {
     const receiver = await startReceiver((_req, res) => res.end("ok"));
     const resolved: string[] = [];
@@ -283,7 +341,12 @@ describe("WebhookSender SSRF guard (private networks not allowed)", () => {
         return toLoopback();
       },
     });
-    const result = await sender.send({ url: template.replace("PORT", String(receiver.port)), headers: headersFor(), body, timeoutMs: 2_000 });
+    const result = await sender.send({
+      url: template.replace("PORT", String(receiver.port)),
+      headers: headersFor(),
+      body,
+      timeoutMs: 2_000,
+    });
     expectNothingSent(result, error);
     expect(receiver.connections).toBe(0);
     expect(resolved).toEqual([]);
@@ -293,8 +356,19 @@ describe("WebhookSender SSRF guard (private networks not allowed)", () => {
     ["loopback", [{ address: "127.0.0.1", family: 4 }], "127.0.0.1, which is loopback"],
     ["private", [{ address: "10.0.0.7", family: 4 }], "10.0.0.7, which is private (RFC 1918)"],
     ["metadata", [{ address: "169.254.169.254", family: 4 }], "169.254.169.254, which is link-local"],
-    ["ipv4-mapped loopback", [{ address: "::ffff:127.0.0.1", family: 6 }], "::ffff:127.0.0.1, which is ipv4-mapped loopback"],
-    ["public and private", [{ address: "93.184.216.34", family: 4 }, { address: "127.0.0.1", family: 4 }], "127.0.0.1, which is loopback"],
+    [
+      "ipv4-mapped loopback",
+      [{ address: "::ffff:127.0.0.1", family: 6 }],
+      "::ffff:127.0.0.1, which is ipv4-mapped loopback",
+    ],
+    [
+      "public and private",
+      [
+        { address: "93.184.216.34", family: 4 },
+        { address: "127.0.0.1", family: 4 },
+      ],
+      "127.0.0.1, which is loopback",
+    ],
   ])("blocks a hostname that resolves to %s, with no connection", async (_label, answers, detail) => {
     const receiver = await startReceiver((_req, res) => res.end("ok"));
     let lookups = 0;
@@ -305,7 +379,12 @@ describe("WebhookSender SSRF guard (private networks not allowed)", () => {
         return answers;
       },
     });
-    const result = await sender.send({ url: `https://hooks.example.com:${receiver.port}/hook`, headers: headersFor(), body, timeoutMs: 2_000 });
+    const result = await sender.send({
+      url: `https://hooks.example.com:${receiver.port}/hook`,
+      headers: headersFor(),
+      body,
+      timeoutMs: 2_000,
+    });
     expectNothingSent(result, `blocked: hooks.example.com resolves to ${detail}`);
     expect(lookups).toBe(1);
     expect(receiver.connections).toBe(0);
@@ -313,7 +392,10 @@ describe("WebhookSender SSRF guard (private networks not allowed)", () => {
 
   it("defeats DNS rebinding: public when validated, loopback at delivery, blocked at delivery", async () => {
     const receiver = await startReceiver((_req, res) => res.end("ok"));
-    const answers = [[{ address: "93.184.216.34", family: 4 as const }], [{ address: "127.0.0.1", family: 4 as const }]];
+    const answers = [
+      [{ address: "93.184.216.34", family: 4 as const }],
+      [{ address: "127.0.0.1", family: 4 as const }],
+    ];
     let calls = 0;
     const rebinding = async () => answers[Math.min(calls++, answers.length - 1)] ?? [];
 
@@ -324,23 +406,36 @@ describe("WebhookSender SSRF guard (private networks not allowed)", () => {
 
     // Delivery time: the name now points at loopback; the socket's own lookup refuses it.
     const sender = newSender({ allowPrivateNetworks: false, resolve: rebinding });
-    const result = await sender.send({ url: `https://rebind.example.com:${receiver.port}/hook`, headers: headersFor(), body, timeoutMs: 2_000 });
+    const result = await sender.send({
+      url: `https://rebind.example.com:${receiver.port}/hook`,
+      headers: headersFor(),
+      body,
+      timeoutMs: 2_000,
+    });
     expectNothingSent(result, "blocked: rebind.example.com resolves to 127.0.0.1, which is loopback");
     expect(calls).toBe(2);
     expect(receiver.connections).toBe(0);
   });
 });
 
-describe("connections per tenant and origin (docs/contract.md, \"Connections per tenant\")", () => {
+describe('connections per tenant and origin (docs/contract.md, "Connections per tenant")', () => {
   it("one tenant's requests hanging on every connection it may open to an origin do not hold another tenant's", async () => {
     const held: http.ServerResponse[] = [];
     const receiver = await startReceiver((req, res) => (req.url === "/slow" ? held.push(res) : res.end("ok")));
     const sender = newSender({ allowPrivateNetworks: true, connections: 2 });
-    const slow = [1, 2, 3].map(() => sender.send({ url: receiver.url("/slow"), headers: headersFor(), body, timeoutMs: 5_000, tenant: "cli_a" }));
+    const slow = [1, 2, 3].map(() =>
+      sender.send({ url: receiver.url("/slow"), headers: headersFor(), body, timeoutMs: 5_000, tenant: "cli_a" }),
+    );
     await expect.poll(() => held.length).toBe(2);
     // Before #30: one pool per origin for everyone; this waited for a slow request to end.
     const started = Date.now();
-    const other = await sender.send({ url: receiver.url("/fast"), headers: headersFor(), body, timeoutMs: 2_000, tenant: "cli_b" });
+    const other = await sender.send({
+      url: receiver.url("/fast"),
+      headers: headersFor(),
+      body,
+      timeoutMs: 2_000,
+      tenant: "cli_b",
+    });
     expect(other).toMatchObject({ ok: true, statusCode: 200 });
     expect(Date.now() - started).toBeLessThan(1_000);
     // The same tenant's next request waits for one of its own connections.
@@ -355,7 +450,9 @@ describe("connections per tenant and origin (docs/contract.md, \"Connections per
     const receiver = await startReceiver((_req, res) => res.end("ok"));
     const sender = newSender({ allowPrivateNetworks: true, maxTenants: 2 });
     for (const tenant of ["a", "b", "c", "a", "d"]) {
-      expect((await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 2_000, tenant })).ok).toBe(true);
+      expect(
+        (await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 2_000, tenant })).ok,
+      ).toBe(true);
       expect(sender.tenantPools).toBeLessThanOrEqual(2);
     }
   });
@@ -364,7 +461,13 @@ describe("connections per tenant and origin (docs/contract.md, \"Connections per
     const receiver = await startReceiver((_req, res) => res.end("ok"));
     const sender = newSender({ allowPrivateNetworks: false, resolve: toLoopback });
     for (const tenant of ["cli_a", "cli_b", undefined]) {
-      const result = await sender.send({ url: `https://hooks.example.com:${receiver.port}/hook`, headers: headersFor(), body, timeoutMs: 2_000, ...(tenant ? { tenant } : {}) });
+      const result = await sender.send({
+        url: `https://hooks.example.com:${receiver.port}/hook`,
+        headers: headersFor(),
+        body,
+        timeoutMs: 2_000,
+        ...(tenant ? { tenant } : {}),
+      });
       expectNothingSent(result, "blocked: hooks.example.com resolves to 127.0.0.1, which is loopback");
     }
     expect(receiver.connections).toBe(0);

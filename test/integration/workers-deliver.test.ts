@@ -16,7 +16,13 @@ const AFTER_1M = 72_001;
  * A task that went through the whole pipeline: created, submitted, read as processing (when
  * `processing`), then read as succeeded. Its events are written but not yet delivered.
  */
-async function finishedTask(t: TestRelay, up: FakeUpstream, apiKey: string, extra: Record<string, unknown>, opts: { processing?: boolean } = {}) {
+async function finishedTask(
+  t: TestRelay,
+  up: FakeUpstream,
+  apiKey: string,
+  extra: Record<string, unknown>,
+  opts: { processing?: boolean } = {},
+) {
   const id = await createTask(t, apiKey, { metadata: { order: "1234" }, ...extra });
   await t.relay.submitter.runOnce();
   const upId = up.taskOf(id)!.id;
@@ -25,7 +31,11 @@ async function finishedTask(t: TestRelay, up: FakeUpstream, apiKey: string, extr
     t.clock.advance(2_000);
     await t.relay.poller.runOnce();
   }
-  up.set(upId, { status: "succeeded", output: { images: [{ url: "https://cdn.test/fox.png" }] }, usage: { points_charged: 20, points_refunded: 0 } });
+  up.set(upId, {
+    status: "succeeded",
+    output: { images: [{ url: "https://cdn.test/fox.png" }] },
+    usage: { points_charged: 20, points_refunded: 0 },
+  });
   t.clock.advance(opts.processing ? 60_000 : 2_000);
   await t.relay.poller.runOnce();
   expect((await readTask(t, apiKey, id)).data.status).toBe("succeeded");
@@ -56,7 +66,11 @@ describe("dispatcher: one delivery", () => {
     expect(got.headers["webhook-timestamp"]).toBe(String(Math.floor(t.clock.now() / 1000)));
     expect(got.headers["webhook-signature"]).toMatch(/^v1,[A-Za-z0-9+/]+=*$/);
 
-    const body = verifyAt(client.secret, got, t.clock.now()) as { type: string; timestamp: string; data: Record<string, any> };
+    const body = verifyAt(client.secret, got, t.clock.now()) as {
+      type: string;
+      timestamp: string;
+      data: Record<string, any>;
+    };
     expect(Object.keys(body).sort()).toEqual(["data", "id", "timestamp", "type"]);
     // The body's id is the webhook-id header, for tools that see only the body (docs/contract.md, "Webhook body").
     expect((body as { id?: string }).id).toBe(got.headers["webhook-id"]);
@@ -80,7 +94,12 @@ describe("dispatcher: one delivery", () => {
     expect(() => verifyAt(t.client("other").secret, got, t.clock.now())).toThrow();
 
     const view = await readTask(t, client.apiKey, id);
-    expect(view.data.callback.delivery).toEqual({ status: "succeeded", attempts: 1, last_attempt_at: new Date(t.clock.now()).toISOString(), last_status_code: 200 });
+    expect(view.data.callback.delivery).toEqual({
+      status: "succeeded",
+      attempts: 1,
+      last_attempt_at: new Date(t.clock.now()).toISOString(),
+      last_status_code: 200,
+    });
     // Nothing left to send.
     t.clock.advance(60 * 60_000);
     expect(await t.relay.dispatcher.runOnce()).toBe(0);
@@ -95,7 +114,11 @@ describe("dispatcher: one delivery", () => {
 
     await t.relay.dispatcher.runOnce();
     const firstAt = t.clock.now();
-    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({ status: "pending", attempts: 1, last_status_code: 500 });
+    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      status: "pending",
+      attempts: 1,
+      last_status_code: 500,
+    });
 
     // Not before the schedule's 5 s (less 20% jitter).
     t.clock.advance(3_999);
@@ -112,7 +135,11 @@ describe("dispatcher: one delivery", () => {
     verifyAt(client.secret, first!, firstAt);
     verifyAt(client.secret, second!, t.clock.now());
 
-    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({ status: "succeeded", attempts: 2, last_status_code: 200 });
+    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      status: "succeeded",
+      attempts: 2,
+      last_status_code: 200,
+    });
     const attempts = await deliveries(t, client.apiKey, id);
     expect(attempts).toEqual([
       {
@@ -153,7 +180,11 @@ describe("dispatcher: one delivery", () => {
     await t.relay.dispatcher.runOnce();
 
     expect(r.requests).toHaveLength(1);
-    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({ status: "failed", attempts: 1, last_status_code: 410 });
+    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      status: "failed",
+      attempts: 1,
+      last_status_code: 410,
+    });
   });
 
   it("a receiver that never answers: the attempt times out (WEBHOOK_TIMEOUT_MS) and is recorded as failed", async () => {
@@ -168,9 +199,18 @@ describe("dispatcher: one delivery", () => {
 
     expect(r.requests).toHaveLength(1);
     const [attempt] = await deliveries(t, client.apiKey, id);
-    expect(attempt).toMatchObject({ outcome: "failed", status_code: null, error: "timeout after 300 ms", response_body: null });
+    expect(attempt).toMatchObject({
+      outcome: "failed",
+      status_code: null,
+      error: "timeout after 300 ms",
+      response_body: null,
+    });
     expect(attempt.latency_ms).toBeGreaterThanOrEqual(250);
-    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({ status: "pending", attempts: 1, last_status_code: null });
+    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      status: "pending",
+      attempts: 1,
+      last_status_code: null,
+    });
   });
 
   it("exhausts the schedule: delivery failed, attempts = schedule length, then silence", async () => {
@@ -222,14 +262,19 @@ describe("dispatcher: one delivery", () => {
     t.clock.advance(60_000);
     const res = await t.request(client.apiKey, `/openapi/v1/tasks/${id}/redeliver`, { method: "POST" });
     expect(res.status).toBe(202);
-    expect(await res.json()).toEqual({ data: { event_id: r.requests[0]!.headers["webhook-id"], event_type: "task.succeeded", status: "pending" } });
+    expect(await res.json()).toEqual({
+      data: { event_id: r.requests[0]!.headers["webhook-id"], event_type: "task.succeeded", status: "pending" },
+    });
     await t.relay.dispatcher.runOnce();
 
     expect(r.requests).toHaveLength(2);
     expect(r.requests[1]!.headers["webhook-id"]).toBe(r.requests[0]!.headers["webhook-id"]);
     expect(r.requests[1]!.body).toBe(r.requests[0]!.body);
     verifyAt(client.secret, r.requests[1]!, t.clock.now());
-    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({ status: "succeeded", attempts: 2 });
+    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      status: "succeeded",
+      attempts: 2,
+    });
     expect((await deliveries(t, client.apiKey, id)).map((a) => a.outcome)).toEqual(["succeeded", "succeeded"]);
   });
 
@@ -241,15 +286,24 @@ describe("dispatcher: one delivery", () => {
     await t.relay.dispatcher.runOnce();
     t.clock.advance(AFTER_5S);
     await t.relay.dispatcher.runOnce();
-    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({ status: "failed", attempts: 2 });
+    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      status: "failed",
+      attempts: 2,
+    });
 
     expect((await t.request(client.apiKey, `/openapi/v1/tasks/${id}/redeliver`, { method: "POST" })).status).toBe(202);
     await t.relay.dispatcher.runOnce();
-    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({ status: "pending", attempts: 3 });
+    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      status: "pending",
+      attempts: 3,
+    });
     r.fallback = ok;
     t.clock.advance(AFTER_5S);
     await t.relay.dispatcher.runOnce();
-    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({ status: "succeeded", attempts: 4 });
+    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      status: "succeeded",
+      attempts: 4,
+    });
   });
 });
 
@@ -259,7 +313,12 @@ describe("dispatcher: leases", () => {
     const r = await receiver();
     const client = t.client();
     const id = await finishedTask(t, up, client.apiKey, { callback_url: r.url() });
-    const [claimed] = claimDueEvents(t.database.db, { now: t.clock.now(), leaseMs: 10_000, token: "dead:1", limit: 10 });
+    const [claimed] = claimDueEvents(t.database.db, {
+      now: t.clock.now(),
+      leaseMs: 10_000,
+      token: "dead:1",
+      limit: 10,
+    });
     expect(claimed!.taskId).toBe(id);
 
     expect(await t.relay.dispatcher.runOnce()).toBe(0);
@@ -268,7 +327,10 @@ describe("dispatcher: leases", () => {
     expect(r.requests[0]!.headers["webhook-id"]).toBe(claimed!.id);
     // The dead worker's late bookkeeping cannot overwrite the delivery.
     expect(updateLeasedEvent(t.database.db, claimed!.id, "dead:1", { deliveryStatus: "failed" })).toBe(false);
-    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({ status: "succeeded", attempts: 1 });
+    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      status: "succeeded",
+      attempts: 1,
+    });
   });
 });
 
@@ -278,7 +340,13 @@ describe("dispatcher: order, secrets, isolation", () => {
     const r = await receiver();
     r.answers.push(status(500));
     const client = t.client();
-    const id = await finishedTask(t, up, client.apiKey, { callback_url: r.url(), callback_events: ["task.processing", "task.succeeded"] }, { processing: true });
+    const id = await finishedTask(
+      t,
+      up,
+      client.apiKey,
+      { callback_url: r.url(), callback_events: ["task.processing", "task.succeeded"] },
+      { processing: true },
+    );
 
     // Both events are due; only the first goes.
     expect(await t.relay.dispatcher.runOnce()).toBe(1);
@@ -334,7 +402,10 @@ describe("dispatcher: order, secrets, isolation", () => {
     const { t } = setup();
     const r = await receiver();
     const client = t.client();
-    const res = await t.request(client.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } });
+    const res = await t.request(client.apiKey, "/openapi/v1/webhooks/test", {
+      method: "POST",
+      json: { url: r.url("/ping") },
+    });
     expect(res.status).toBe(200);
     const { data } = (await res.json()) as { data: Record<string, unknown> };
     expect(data).toEqual({
@@ -348,11 +419,21 @@ describe("dispatcher: order, secrets, isolation", () => {
     });
     expect(r.requests).toHaveLength(1);
     expect(r.requests[0]!.headers["webhook-id"]).toBe(data.webhook_id);
-    expect(verifyAt(client.secret, r.requests[0]!, t.clock.now())).toMatchObject({ type: "ping", data: { client_id: client.id } });
+    expect(verifyAt(client.secret, r.requests[0]!, t.clock.now())).toMatchObject({
+      type: "ping",
+      data: { client_id: client.id },
+    });
 
     r.answers.push(status(500));
-    const failed = await t.request(client.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } });
-    expect(((await failed.json()) as { data: unknown }).data).toMatchObject({ succeeded: false, status_code: 500, error: "HTTP 500" });
+    const failed = await t.request(client.apiKey, "/openapi/v1/webhooks/test", {
+      method: "POST",
+      json: { url: r.url("/ping") },
+    });
+    expect(((await failed.json()) as { data: unknown }).data).toMatchObject({
+      succeeded: false,
+      status_code: 500,
+      error: "HTTP 500",
+    });
   });
 
   it("POST /webhooks/test is rate-limited per client (429 rate_limit with Retry-After), other clients unaffected", async () => {
@@ -361,25 +442,43 @@ describe("dispatcher: order, secrets, isolation", () => {
     const a = t.client("a");
     const b = t.client("b");
     for (let i = 0; i < 10; i++) {
-      expect((await t.request(a.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } })).status).toBe(200);
+      expect(
+        (await t.request(a.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } }))
+          .status,
+      ).toBe(200);
     }
-    const limited = await t.request(a.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } });
+    const limited = await t.request(a.apiKey, "/openapi/v1/webhooks/test", {
+      method: "POST",
+      json: { url: r.url("/ping") },
+    });
     expect(limited.status).toBe(429);
     expect(limited.headers.get("retry-after")).toBe("60");
     expect(((await limited.json()) as { error: { code: string } }).error.code).toBe("rate_limit");
     expect(r.requests).toHaveLength(10);
-    expect((await t.request(b.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } })).status).toBe(200);
+    expect(
+      (await t.request(b.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } }))
+        .status,
+    ).toBe(200);
     t.clock.advance(60_001);
-    expect((await t.request(a.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } })).status).toBe(200);
+    expect(
+      (await t.request(a.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/ping") } }))
+        .status,
+    ).toBe(200);
   });
 
   it("POST /webhooks/test obeys the per-host cap and the breaker: 429 while the client's key is full or open", async () => {
     const { t } = setup({ WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "1" });
     const r = await receiver(hang);
     const client = t.client();
-    const first = t.request(client.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/slow") } });
+    const first = t.request(client.apiKey, "/openapi/v1/webhooks/test", {
+      method: "POST",
+      json: { url: r.url("/slow") },
+    });
     for (let i = 0; i < 50 && r.requests.length === 0; i++) await new Promise((resolve) => setTimeout(resolve, 10));
-    const second = await t.request(client.apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: r.url("/slow") } });
+    const second = await t.request(client.apiKey, "/openapi/v1/webhooks/test", {
+      method: "POST",
+      json: { url: r.url("/slow") },
+    });
     expect(second.status).toBe(429);
     expect(r.requests).toHaveLength(1);
     expect(((await (await first).json()) as { data: { error: string } }).data.error).toMatch(/timeout/);
@@ -399,7 +498,13 @@ describe("dispatcher: order, secrets, isolation", () => {
     const { t, up } = setup();
     const r = await receiver();
     const client = t.client();
-    const first = await finishedTask(t, up, client.apiKey, { callback_url: r.url(), callback_events: ["task.processing", "task.succeeded"] }, { processing: true });
+    const first = await finishedTask(
+      t,
+      up,
+      client.apiKey,
+      { callback_url: r.url(), callback_events: ["task.processing", "task.succeeded"] },
+      { processing: true },
+    );
     const second = await finishedTask(t, up, client.apiKey, {});
     await t.relay.dispatcher.runOnce();
 
@@ -410,7 +515,10 @@ describe("dispatcher: order, secrets, isolation", () => {
       ["task.processing", first],
       ["task.succeeded", first],
     ]);
-    expect(page1.data[0]).toMatchObject({ id: r.requests[0]!.headers["webhook-id"], delivery: { status: "succeeded", attempts: 1, last_status_code: 200 } });
+    expect(page1.data[0]).toMatchObject({
+      id: r.requests[0]!.headers["webhook-id"],
+      delivery: { status: "succeeded", attempts: 1, last_status_code: 200 },
+    });
     expect(page1.data[0].timestamp).toEqual(expect.any(String));
 
     res = await t.request(client.apiKey, `/openapi/v1/events?limit=2&after=${page1.next_cursor}`);
@@ -451,7 +559,9 @@ describe("dispatcher: order, secrets, isolation", () => {
     ] as const) {
       const res = await t.request(b.apiKey, path, { method });
       expect(res.status, `${method} ${path}`).toBe(404);
-      expect(await res.json()).toEqual({ error: { code: "task_not_found", message: expect.any(String), request_id: expect.any(String) } });
+      expect(await res.json()).toEqual({
+        error: { code: "task_not_found", message: expect.any(String), request_id: expect.any(String) },
+      });
     }
     await t.relay.dispatcher.runOnce();
     expect(ra.requests).toHaveLength(1);
@@ -465,23 +575,39 @@ describe("dispatcher: order, secrets, isolation", () => {
     const createdFrom = new Date(t.clock.now()).toISOString();
     const id = await finishedTask(t, up, client.apiKey, { callback_url: r.url() });
     await t.relay.dispatcher.runOnce();
-    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({ status: "failed", attempts: 1 });
+    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      status: "failed",
+      attempts: 1,
+    });
 
     r.fallback = ok;
     t.clock.advance(60 * 60_000);
     const later = new Date(t.clock.now()).toISOString();
-    let res = await t.request(client.apiKey, "/openapi/v1/deliveries/recover", { method: "POST", json: { since: later } });
+    let res = await t.request(client.apiKey, "/openapi/v1/deliveries/recover", {
+      method: "POST",
+      json: { since: later },
+    });
     expect(res.status).toBe(202);
     expect(await res.json()).toEqual({ data: { requeued: 0 } });
-    res = await t.request(other.apiKey, "/openapi/v1/deliveries/recover", { method: "POST", json: { since: createdFrom } });
+    res = await t.request(other.apiKey, "/openapi/v1/deliveries/recover", {
+      method: "POST",
+      json: { since: createdFrom },
+    });
     expect(await res.json()).toEqual({ data: { requeued: 0 } });
 
-    res = await t.request(client.apiKey, "/openapi/v1/deliveries/recover", { method: "POST", json: { since: createdFrom } });
+    res = await t.request(client.apiKey, "/openapi/v1/deliveries/recover", {
+      method: "POST",
+      json: { since: createdFrom },
+    });
     expect(await res.json()).toEqual({ data: { requeued: 1 } });
     await t.relay.dispatcher.runOnce();
 
     expect(r.requests).toHaveLength(2);
     expect(r.requests[1]!.headers["webhook-id"]).toBe(r.requests[0]!.headers["webhook-id"]);
-    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({ status: "succeeded", attempts: 2, last_status_code: 200 });
+    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      status: "succeeded",
+      attempts: 2,
+      last_status_code: 200,
+    });
   });
 });

@@ -9,12 +9,17 @@ import { maxInWindow } from "../../src/bench/scheduling-sim.js";
 
 const { setup, receiver } = upstreamSuite();
 
-
 /** Creates tasks and submits them all upstream; returns relay task id → upstream task id. */
-async function submitted(t: TestRelay, up: FakeUpstream, apiKey: string, bodies: Array<Record<string, unknown>>): Promise<Array<{ id: string; up: string }>> {
+async function submitted(
+  t: TestRelay,
+  up: FakeUpstream,
+  apiKey: string,
+  bodies: Array<Record<string, unknown>>,
+): Promise<Array<{ id: string; up: string }>> {
   const ids: string[] = [];
   for (const extra of bodies) ids.push(await createTask(t, apiKey, extra));
-  for (let i = 0; i < 20 && ids.some((id) => taskRow(t, id).phase === "waiting"); i++) await t.relay.submitter.runOnce();
+  for (let i = 0; i < 20 && ids.some((id) => taskRow(t, id).phase === "waiting"); i++)
+    await t.relay.submitter.runOnce();
   return ids.map((id) => ({ id, up: up.taskOf(id)!.id }));
 }
 
@@ -40,7 +45,14 @@ describe("poller: what a read shows", () => {
     expect(r.requests.map((x) => x.url)).toEqual(["/sub"]);
     expect(verifyAt(client.secret, r.requests[0]!, t.clock.now())).toMatchObject({
       type: "task.processing",
-      data: { id: sub!.id, status: "processing", previous_status: "queued", sequence: 1, metadata: { k: "v" }, output: null },
+      data: {
+        id: sub!.id,
+        status: "processing",
+        previous_status: "queued",
+        sequence: 1,
+        metadata: { k: "v" },
+        output: null,
+      },
     });
 
     // Still processing on the next read: no new event.
@@ -69,12 +81,19 @@ describe("poller: what a read shows", () => {
     const view = await readTask(t, client.apiKey, task!.id);
     expect(view.output).toEqual(output);
     expect(view.usage).toEqual({ points_charged: 70, points_refunded: 0 });
-    expect(view.data).toMatchObject({ status: "succeeded", error: null, completed_at: new Date(t.clock.now()).toISOString() });
+    expect(view.data).toMatchObject({
+      status: "succeeded",
+      error: null,
+      completed_at: new Date(t.clock.now()).toISOString(),
+    });
     expect(taskRow(t, task!.id)).toMatchObject({ phase: "done", nextRunAt: null });
 
     await t.relay.dispatcher.runOnce();
     const body = verifyAt(client.secret, r.requests[0]!, t.clock.now()) as { data: Record<string, unknown> };
-    expect(body).toMatchObject({ type: "task.succeeded", data: { id: task!.id, status: "succeeded", previous_status: "queued", metadata: { order: "1234" } } });
+    expect(body).toMatchObject({
+      type: "task.succeeded",
+      data: { id: task!.id, status: "succeeded", previous_status: "queued", metadata: { order: "1234" } },
+    });
     expect(body.data.output).toEqual(output);
     expect(body.data.usage).toEqual({ points_charged: 70, points_refunded: 0 });
 
@@ -88,11 +107,22 @@ describe("poller: what a read shows", () => {
     const { t, up } = setup();
     const client = t.client();
     const [task] = await submitted(t, up, client.apiKey, [{}]);
-    up.nextRead.push((call) => HttpResponse.json({ id: call.id, status: "completed", output: { video: "https://cdn.test/v.mp4" }, usage: { points_charged: 500 } }));
+    up.nextRead.push((call) =>
+      HttpResponse.json({
+        id: call.id,
+        status: "completed",
+        output: { video: "https://cdn.test/v.mp4" },
+        usage: { points_charged: 500 },
+      }),
+    );
     t.clock.advance(2_000);
     await t.relay.poller.runOnce();
     const view = await readTask(t, client.apiKey, task!.id);
-    expect(view).toMatchObject({ data: { status: "succeeded" }, output: { video: "https://cdn.test/v.mp4" }, usage: { points_charged: 500, points_refunded: null } });
+    expect(view).toMatchObject({
+      data: { status: "succeeded" },
+      output: { video: "https://cdn.test/v.mp4" },
+      usage: { points_charged: 500, points_refunded: null },
+    });
   });
 
   it("failed: refund and the upstream error are kept, task.failed delivered", async () => {
@@ -160,7 +190,10 @@ describe("poller: what a read shows", () => {
     const { t, up } = setup();
     const client = t.client();
     const [task] = await submitted(t, up, client.apiKey, [{}]);
-    up.nextRead.push(() => upstreamError(503, "service_unavailable", "busy", "req_b"), () => HttpResponse.error());
+    up.nextRead.push(
+      () => upstreamError(503, "service_unavailable", "busy", "req_b"),
+      () => HttpResponse.error(),
+    );
     up.set(task!.up, { status: "succeeded", output: { images: ["x"] } });
     for (let i = 0; i < 3; i++) {
       t.clock.advance(60_000);
@@ -189,7 +222,8 @@ describe("poller: what a read shows", () => {
       t.clock.advance(500);
       const tick = await t.relay.poller.runOnce();
       // While paused, due tasks do not make the worker spin: it sleeps until the pause ends.
-      if (t.clock.now() >= limitedAt + 1_000 && t.clock.now() < limitedAt + 20_000) expect(tick.nextDueAt).toBe(limitedAt + 20_000);
+      if (t.clock.now() >= limitedAt + 1_000 && t.clock.now() < limitedAt + 20_000)
+        expect(tick.nextDueAt).toBe(limitedAt + 20_000);
     }
     const during = up.reads.slice(before).filter((x) => x.at < limitedAt + 20_000);
     expect(during).toEqual([]);
@@ -211,48 +245,55 @@ describe("poller: the read budget", () => {
     };
   }
 
-
   it.each([
     { lists: true, name: "list sweeps" },
     { lists: false, name: "single reads only (list body not understood)" },
-  ])("UPSTREAM_READS_PER_MINUTE=10 with 50 tasks in flight, $name: never more than 10 reads in any 60 s, and every task ends", async ({ lists }) => {
-    const { t, up } = setup({ UPSTREAM_READS_PER_MINUTE: "10" });
-    up.listSupported = lists;
-    const client = t.client();
-    const tasks = await submitted(
-      t,
-      up,
-      client.apiKey,
-      Array.from({ length: 50 }, () => ({})),
-    );
-    // Each upstream task runs 30 s from its creation, then succeeds (whether read singly or in a list).
-    const progress = () => {
-      for (const task of up.tasks.values()) {
-        if (task.status === "succeeded") continue;
-        if (t.clock.now() - task.createdAt! >= 30_000) up.set(task.id, { status: "succeeded", output: { images: [`https://cdn.test/${task.id}.png`] }, usage: { points_charged: 20 } });
-        else up.set(task.id, { status: "processing" });
+  ])(
+    "UPSTREAM_READS_PER_MINUTE=10 with 50 tasks in flight, $name: never more than 10 reads in any 60 s, and every task ends",
+    async ({ lists }) => {
+      const { t, up } = setup({ UPSTREAM_READS_PER_MINUTE: "10" });
+      up.listSupported = lists;
+      const client = t.client();
+      const tasks = await submitted(
+        t,
+        up,
+        client.apiKey,
+        Array.from({ length: 50 }, () => ({})),
+      );
+      // Each upstream task runs 30 s from its creation, then succeeds (whether read singly or in a list).
+      const progress = () => {
+        for (const task of up.tasks.values()) {
+          if (task.status === "succeeded") continue;
+          if (t.clock.now() - task.createdAt! >= 30_000)
+            up.set(task.id, {
+              status: "succeeded",
+              output: { images: [`https://cdn.test/${task.id}.png`] },
+              usage: { points_charged: 20 },
+            });
+          else up.set(task.id, { status: "processing" });
+        }
+      };
+
+      const random = lcg(7);
+      const start = t.clock.now();
+      while (t.clock.now() - start < 10 * 60_000) {
+        t.clock.advance(100 + Math.floor(random() * 2_900));
+        progress();
+        await t.relay.poller.runOnce();
       }
-    };
 
-    const random = lcg(7);
-    const start = t.clock.now();
-    while (t.clock.now() - start < 10 * 60_000) {
-      t.clock.advance(100 + Math.floor(random() * 2_900));
-      progress();
-      await t.relay.poller.runOnce();
-    }
-
-    const times = up.reads.map((x) => x.at);
-    expect(maxInWindow(times, 60_000)).toBeLessThanOrEqual(10);
-    for (const task of tasks) expect(taskRow(t, task.id).status).toBe("succeeded");
-    if (lists) {
-      // List pages cover many tasks a read: far fewer reads than tasks.
-      expect(times.length).toBeGreaterThan(0);
-      expect(times.length).toBeLessThan(50);
-    } else {
-      // One read per task at least, and the budget used, not wasted, while work remains.
-      expect(times.length).toBeGreaterThanOrEqual(50);
-      expect(maxInWindow(times, 60_000)).toBe(10);
-    }
-  });
+      const times = up.reads.map((x) => x.at);
+      expect(maxInWindow(times, 60_000)).toBeLessThanOrEqual(10);
+      for (const task of tasks) expect(taskRow(t, task.id).status).toBe("succeeded");
+      if (lists) {
+        // List pages cover many tasks a read: far fewer reads than tasks.
+        expect(times.length).toBeGreaterThan(0);
+        expect(times.length).toBeLessThan(50);
+      } else {
+        // One read per task at least, and the budget used, not wasted, while work remains.
+        expect(times.length).toBeGreaterThanOrEqual(50);
+        expect(maxInWindow(times, 60_000)).toBe(10);
+      }
+    },
+  );
 });

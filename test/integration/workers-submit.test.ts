@@ -11,24 +11,37 @@ import { imageBody, UPSTREAM_KEY } from "../helpers/relay.js";
 
 const { setup, receiver } = upstreamSuite();
 
-
 const keysOf = (up: FakeUpstream) => up.creates.map((c) => c.key);
 
 describe("submitter: accepted upstream", () => {
   it("201: stores upstream_task_id, sends the upstream body with Idempotency-Key genrelay-<task id>", async () => {
     const { t, up } = setup();
     const client = t.client();
-    const id = await createTask(t, client.apiKey, { callback_url: "http://127.0.0.1:9/hook", metadata: { order: "42" }, style: "noir" });
+    const id = await createTask(t, client.apiKey, {
+      callback_url: "http://127.0.0.1:9/hook",
+      metadata: { order: "42" },
+      style: "noir",
+    });
 
     await t.relay.submitter.runOnce();
 
     expect(up.creates).toEqual([
       // Relay fields stay in the relay; unknown upstream fields pass through.
-      { type: "image", key: `genrelay-${id}`, auth: `Bearer ${UPSTREAM_KEY}`, body: { ...imageBody(), style: "noir" }, at: t.clock.now() },
+      {
+        type: "image",
+        key: `genrelay-${id}`,
+        auth: `Bearer ${UPSTREAM_KEY}`,
+        body: { ...imageBody(), style: "noir" },
+        at: t.clock.now(),
+      },
     ]);
     const view = await readTask(t, client.apiKey, id);
     expect(view.data).toMatchObject({ id, status: "queued", upstream_task_id: "up_1", error: null });
-    expect(taskRow(t, id)).toMatchObject({ phase: "submitted", submitAttempts: 1, upstreamIdempotencyKey: `genrelay-${id}` });
+    expect(taskRow(t, id)).toMatchObject({
+      phase: "submitted",
+      submitAttempts: 1,
+      upstreamIdempotencyKey: `genrelay-${id}`,
+    });
 
     // Nothing more to submit.
     await t.relay.submitter.runOnce();
@@ -65,8 +78,19 @@ describe("submitter: replays and leases", () => {
     const r = await receiver();
     const client = t.client();
     const id = await createTask(t, client.apiKey, { callback_url: r.url() });
-    const error = { code: "generation_failed", message: "The model could not render this prompt.", request_id: "req_gen" };
-    up.seed({ id: "up_done", key: `genrelay-${id}`, type: "image", status: "failed", usage: { points_charged: 20, points_refunded: 20 }, error });
+    const error = {
+      code: "generation_failed",
+      message: "The model could not render this prompt.",
+      request_id: "req_gen",
+    };
+    up.seed({
+      id: "up_done",
+      key: `genrelay-${id}`,
+      type: "image",
+      status: "failed",
+      usage: { points_charged: 20, points_refunded: 20 },
+      error,
+    });
 
     await t.relay.submitter.runOnce();
 
@@ -75,7 +99,10 @@ describe("submitter: replays and leases", () => {
     expect(view.usage).toEqual({ points_charged: 20, points_refunded: 20 });
     expect(taskRow(t, id)).toMatchObject({ phase: "done", nextRunAt: null });
     await t.relay.dispatcher.runOnce();
-    expect(verifyAt(client.secret, r.requests[0]!, t.clock.now())).toMatchObject({ type: "task.failed", data: { id, error } });
+    expect(verifyAt(client.secret, r.requests[0]!, t.clock.now())).toMatchObject({
+      type: "task.failed",
+      data: { id, error },
+    });
     // Never polled: it is over.
     t.clock.advance(60_000);
     await t.relay.poller.runOnce();
@@ -87,7 +114,13 @@ describe("submitter: replays and leases", () => {
     const client = t.client();
     const id = await createTask(t, client.apiKey);
     const dead = new LeaseOwner("dead");
-    const [claimed] = claimFairly(t.database.db, { account: "default", now: t.clock.now(), leaseMs: 15_000, token: dead.token(), limit: 1 });
+    const [claimed] = claimFairly(t.database.db, {
+      account: "default",
+      now: t.clock.now(),
+      leaseMs: 15_000,
+      token: dead.token(),
+      limit: 1,
+    });
     expect(claimed!.id).toBe(id);
     updateLeasedTask(t.database.db, id, claimed!.claimToken!, { submitAttempts: 1 });
 
@@ -100,7 +133,9 @@ describe("submitter: replays and leases", () => {
     await t.relay.submitter.runOnce();
     expect(keysOf(up)).toEqual([`genrelay-${id}`]);
     expect(taskRow(t, id)).toMatchObject({ phase: "submitted", upstreamTaskId: "up_1", submitAttempts: 2 });
-    expect(updateLeasedTask(t.database.db, id, claimed!.claimToken!, { status: "failed", phase: "done" })).toBeUndefined();
+    expect(
+      updateLeasedTask(t.database.db, id, claimed!.claimToken!, { status: "failed", phase: "done" }),
+    ).toBeUndefined();
     expect(taskRow(t, id).phase).toBe("submitted");
   });
 });
@@ -110,7 +145,10 @@ describe("submitter: retryable failures keep the task queued and reuse the key",
     ["503 service_unavailable", () => upstreamError(503, "service_unavailable", "Try later.", "req_503")],
     ["500 without a body", () => new HttpResponse(null, { status: 500 })],
     ["network error", () => HttpResponse.error()],
-    ["malformed 201 body (not JSON)", () => new HttpResponse("<html>oops</html>", { status: 201, headers: { "Content-Type": "text/html" } })],
+    [
+      "malformed 201 body (not JSON)",
+      () => new HttpResponse("<html>oops</html>", { status: 201, headers: { "Content-Type": "text/html" } }),
+    ],
     ["malformed 201 body (no task id)", () => HttpResponse.json({ ok: true }, { status: 201 })],
   ];
 
@@ -161,7 +199,8 @@ describe("submitter: retryable failures keep the task queued and reuse the key",
     expect(view.data.status).toBe("failed");
     expect(view.data.error).toEqual({
       code: "upstream_outcome_unknown",
-      message: "The upstream may have created and charged this task, but it could not be reached for 24 hours (last: service_unavailable). Check the upstream account before retrying.",
+      message:
+        "The upstream may have created and charged this task, but it could not be reached for 24 hours (last: service_unavailable). Check the upstream account before retrying.",
       request_id: "req_down",
     });
     expect(new Set(keysOf(up))).toEqual(new Set([`genrelay-${id}`]));
@@ -192,7 +231,10 @@ describe("submitter: final upstream errors end the task failed", () => {
     expect(up.creates.length).toBeGreaterThan(12);
     expect(up.creates.length).toBeLessThan(40);
     const view = await readTask(t, client.apiKey, id);
-    expect(view.data).toMatchObject({ status: "failed", error: { code: "upstream_outcome_unknown", request_id: "req_409" } });
+    expect(view.data).toMatchObject({
+      status: "failed",
+      error: { code: "upstream_outcome_unknown", request_id: "req_409" },
+    });
     expect(view.data.error.message).toMatch(/409 idempotency_key_reused for 3\d minutes/);
     expect(view.usage).toEqual({ points_charged: null, points_refunded: null });
   });
@@ -201,7 +243,9 @@ describe("submitter: final upstream errors end the task failed", () => {
     const { t, up } = setup();
     const client = t.client();
     const id = await createTask(t, client.apiKey);
-    up.nextCreate.push(() => upstreamError(409, "idempotency_key_reused", "The original is still processing.", "req_409"));
+    up.nextCreate.push(() =>
+      upstreamError(409, "idempotency_key_reused", "The original is still processing.", "req_409"),
+    );
     await t.relay.submitter.runOnce();
     expect(taskRow(t, id).phase).toBe("waiting");
     t.clock.advance(10_000);
@@ -209,34 +253,52 @@ describe("submitter: final upstream errors end the task failed", () => {
     expect(taskRow(t, id)).toMatchObject({ phase: "submitted", upstreamTaskId: "up_1" });
   });
 
-  it.each(cases)("%i %s: failed with the upstream error kept, and task.failed delivered", async (status, code, message) => {
-    const { t, up } = setup();
-    const r = await receiver();
-    const client = t.client();
-    const id = await createTask(t, client.apiKey, { callback_url: r.url(), metadata: { order: "7" } });
-    up.nextCreate.push(() => upstreamError(status, code, message, `req_${status}`));
+  it.each(cases)(
+    "%i %s: failed with the upstream error kept, and task.failed delivered",
+    async (status, code, message) => {
+      const { t, up } = setup();
+      const r = await receiver();
+      const client = t.client();
+      const id = await createTask(t, client.apiKey, { callback_url: r.url(), metadata: { order: "7" } });
+      up.nextCreate.push(() => upstreamError(status, code, message, `req_${status}`));
 
-    await t.relay.submitter.runOnce();
+      await t.relay.submitter.runOnce();
 
-    const view = await readTask(t, client.apiKey, id);
-    expect(view.data).toMatchObject({ status: "failed", upstream_task_id: null, error: { code, message, request_id: `req_${status}` } });
-    expect(view.data.completed_at).toBe(new Date(t.clock.now()).toISOString());
-    expect(taskRow(t, id).phase).toBe("done");
+      const view = await readTask(t, client.apiKey, id);
+      expect(view.data).toMatchObject({
+        status: "failed",
+        upstream_task_id: null,
+        error: { code, message, request_id: `req_${status}` },
+      });
+      expect(view.data.completed_at).toBe(new Date(t.clock.now()).toISOString());
+      expect(taskRow(t, id).phase).toBe("done");
 
-    // Never retried.
-    t.clock.advance(10 * 60_000);
-    await t.relay.submitter.runOnce();
-    expect(up.creates).toHaveLength(1);
+      // Never retried.
+      t.clock.advance(10 * 60_000);
+      await t.relay.submitter.runOnce();
+      expect(up.creates).toHaveLength(1);
 
-    await t.relay.dispatcher.runOnce();
-    expect(r.requests).toHaveLength(1);
-    const got = r.requests[0]!;
-    expect(verifyAt(client.secret, got, t.clock.now())).toMatchObject({
-      type: "task.failed",
-      data: { id, status: "failed", error: { code, message, request_id: `req_${status}` }, metadata: { order: "7" }, previous_status: "queued", sequence: 1 },
-    });
-    expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({ status: "succeeded", attempts: 1, last_status_code: 200 });
-  });
+      await t.relay.dispatcher.runOnce();
+      expect(r.requests).toHaveLength(1);
+      const got = r.requests[0]!;
+      expect(verifyAt(client.secret, got, t.clock.now())).toMatchObject({
+        type: "task.failed",
+        data: {
+          id,
+          status: "failed",
+          error: { code, message, request_id: `req_${status}` },
+          metadata: { order: "7" },
+          previous_status: "queued",
+          sequence: 1,
+        },
+      });
+      expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+        status: "succeeded",
+        attempts: 1,
+        last_status_code: 200,
+      });
+    },
+  );
 });
 
 describe("submitter: upstream limits", () => {
@@ -317,7 +379,12 @@ describe("submitter: upstream limits", () => {
 
     t.clock.advance(1);
     await t.relay.submitter.runOnce();
-    expect(up.creates.slice(1).map((c) => c.key).sort()).toEqual([`genrelay-${id}`, `genrelay-${other}`].sort());
+    expect(
+      up.creates
+        .slice(1)
+        .map((c) => c.key)
+        .sort(),
+    ).toEqual([`genrelay-${id}`, `genrelay-${other}`].sort());
     expect(up.creates.every((c, i) => i === 0 || c.at >= up.creates[0]!.at + 30_000)).toBe(true);
   });
 
@@ -372,7 +439,12 @@ describe("submitter: upstream limits", () => {
     for (let round = 0; round < 40 && up.creates.length < 33; round++) {
       const before = up.creates.length;
       await t.relay.submitter.runOnce();
-      batches.push(up.creates.slice(before).map((c) => c.key!.replace("genrelay-", "")).sort());
+      batches.push(
+        up.creates
+          .slice(before)
+          .map((c) => c.key!.replace("genrelay-", ""))
+          .sort(),
+      );
       expect(up.running()).toBeLessThanOrEqual(2);
       up.finishAll("succeeded");
       t.clock.advance(2_000);
@@ -405,12 +477,19 @@ describe("submitter: expiry", () => {
 
     expect(up.creates).toHaveLength(0);
     const view = await readTask(t, client.apiKey, id);
-    expect(view.data).toMatchObject({ status: "canceled", upstream_task_id: null, error: { code: "expired", request_id: null } });
+    expect(view.data).toMatchObject({
+      status: "canceled",
+      upstream_task_id: null,
+      error: { code: "expired", request_id: null },
+    });
     expect(view.data.error.message).toMatch(/expired/);
     expect(view.usage).toEqual({ points_charged: 0, points_refunded: 0 });
 
     await t.relay.dispatcher.runOnce();
-    expect(verifyAt(client.secret, r.requests[0]!, t.clock.now())).toMatchObject({ type: "task.canceled", data: { id, status: "canceled", error: { code: "expired" } } });
+    expect(verifyAt(client.secret, r.requests[0]!, t.clock.now())).toMatchObject({
+      type: "task.canceled",
+      data: { id, status: "canceled", error: { code: "expired" } },
+    });
   });
 
   it("a task not yet expired is submitted normally", async () => {
@@ -431,7 +510,11 @@ describe("submitter: expiry", () => {
     t.clock.advance(10_000);
     await t.relay.submitter.runOnce();
     expect(keysOf(up)).toEqual([`genrelay-${id}`, `genrelay-${id}`]);
-    expect((await readTask(t, client.apiKey, id)).data).toMatchObject({ status: "queued", upstream_task_id: "up_1", error: null });
+    expect((await readTask(t, client.apiKey, id)).data).toMatchObject({
+      status: "queued",
+      upstream_task_id: "up_1",
+      error: null,
+    });
   });
 
   it("a task that expires while the account is full ends at its expiry, not when capacity frees", async () => {
@@ -447,6 +530,9 @@ describe("submitter: expiry", () => {
     await t.relay.submitter.runOnce();
 
     expect(keysOf(up)).toEqual([`genrelay-${running}`]);
-    expect((await readTask(t, client.apiKey, waiting)).data).toMatchObject({ status: "canceled", error: { code: "expired" } });
+    expect((await readTask(t, client.apiKey, waiting)).data).toMatchObject({
+      status: "canceled",
+      error: { code: "expired" },
+    });
   });
 });

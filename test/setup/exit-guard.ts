@@ -17,7 +17,11 @@ export default class ExitGuard implements Reporter {
     });
   }
 
-  onTestRunEnd(modules: ReadonlyArray<TestModule>, unhandledErrors: ReadonlyArray<SerializedError>, reason: TestRunEndReason): void {
+  onTestRunEnd(
+    modules: ReadonlyArray<TestModule>,
+    unhandledErrors: ReadonlyArray<SerializedError>,
+    reason: TestRunEndReason,
+  ): void {
     if (reason !== "passed" || unhandledErrors.length > 0 || modules.some((m) => !m.ok())) this.failed = true;
   }
 }

@@ -31,7 +31,18 @@ export default async function setup(project: TestProject): Promise<() => Promise
   } else {
     const server = await startPgServer({
       name: "pg",
-      flags: ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"],
+      flags: [
+        "-c",
+        "fsync=off",
+        "-c",
+        "synchronous_commit=off",
+        "-c",
+        "full_page_writes=off",
+        "-c",
+        "listen_addresses=127.0.0.1",
+        "-c",
+        "max_connections=300",
+      ],
     });
     adminUrl = server.url;
     stop = () => server.close();

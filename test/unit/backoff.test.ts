@@ -29,10 +29,15 @@ describe("poll spacing", () => {
 
   it("backs off with age when overdue or unknown, within its bounds", () => {
     fc.assert(
-      fc.property(fc.constantFrom("image" as const, "video" as const), fc.integer({ min: 0, max: 86_400_000 }), fc.option(fc.integer({ min: 1, max: 3_600_000 })), (type, age, expected) => {
-        const delay = nextPollDelay(type, age, expected);
-        return delay >= 1_000 && delay <= 60_000;
-      }),
+      fc.property(
+        fc.constantFrom("image" as const, "video" as const),
+        fc.integer({ min: 0, max: 86_400_000 }),
+        fc.option(fc.integer({ min: 1, max: 3_600_000 })),
+        (type, age, expected) => {
+          const delay = nextPollDelay(type, age, expected);
+          return delay >= 1_000 && delay <= 60_000;
+        },
+      ),
     );
     expect(nextPollDelay("video", 400_000, null)).toBe(60_000);
     expect(nextPollDelay("image", 20_000, null)).toBe(5_000);

@@ -1,5 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { breakerOutcome, CircuitBreakers, type BreakerOutcome, type Permit } from "../../src/webhooks/circuit-breaker.js";
+import {
+  breakerOutcome,
+  CircuitBreakers,
+  type BreakerOutcome,
+  type Permit,
+} from "../../src/webhooks/circuit-breaker.js";
 import { destinationHost, hostUrlPrefixes } from "../../src/webhooks/destination.js";
 import { sendResult, type SendResult } from "../../src/webhooks/sender.js";
 import { FakeClock } from "../helpers/fake-clock.js";
@@ -37,7 +42,14 @@ describe("CircuitBreakers", () => {
     const b = new CircuitBreakers(clock);
     const transitions = fail(b, 5);
     expect(transitions.slice(0, 4)).toEqual([null, null, null, null]);
-    expect(transitions[4]).toEqual({ kind: "opened", host: HOST, until: clock.now() + 30_000, coolDownMs: 30_000, failures: 5, afterTrial: false });
+    expect(transitions[4]).toEqual({
+      kind: "opened",
+      host: HOST,
+      until: clock.now() + 30_000,
+      coolDownMs: 30_000,
+      failures: 5,
+      afterTrial: false,
+    });
     expect(b.state(HOST)).toBe("open");
     expect(b.allowance(HOST)).toBe(0);
     expect(b.refusedHosts()).toEqual([HOST]);
@@ -80,7 +92,11 @@ describe("CircuitBreakers", () => {
     for (let i = 0; i < 7; i++) {
       clock.advance(b.nextTrialAt()! - clock.now());
       const t = attempt(b, "failure");
-      expect(t).toMatchObject({ kind: "opened", afterTrial: true, until: clock.now() + (t as { coolDownMs: number }).coolDownMs });
+      expect(t).toMatchObject({
+        kind: "opened",
+        afterTrial: true,
+        until: clock.now() + (t as { coolDownMs: number }).coolDownMs,
+      });
       coolDowns.push((t as { coolDownMs: number }).coolDownMs);
     }
     expect(coolDowns).toEqual([60_000, 120_000, 240_000, 480_000, 600_000, 600_000, 600_000]);
@@ -212,9 +228,18 @@ describe("destinationHost", () => {
   });
 
   it("every normalised URL of a host starts with one of its prefixes", () => {
-    for (const url of ["https://a.test/", "https://a.test:443/x", "http://a.test:443/?q", "http://[::1]:4000/h", "https://a.test:8443/p"]) {
+    for (const url of [
+      "https://a.test/",
+      "https://a.test:443/x",
+      "http://a.test:443/?q",
+      "http://[::1]:4000/h",
+      "https://a.test:8443/p",
+    ]) {
       const href = new URL(url).href;
-      expect(hostUrlPrefixes(destinationHost(href)).some((p) => href.startsWith(p)), href).toBe(true);
+      expect(
+        hostUrlPrefixes(destinationHost(href)).some((p) => href.startsWith(p)),
+        href,
+      ).toBe(true);
     }
     expect(hostUrlPrefixes("a.test:443")).toEqual(["http://a.test:443/", "https://a.test/"]);
     expect(hostUrlPrefixes("a.test:80")).toEqual(["http://a.test/", "https://a.test:80/"]);

@@ -53,7 +53,25 @@ describe("loadConfig defaults", () => {
 
   it("treats an empty variable as unset", () => {
     const env = Object.fromEntries(
-      ["PORT", "HOST", "DATABASE_PATH", "UPSTREAM_BASE_URL", "UPSTREAM_API_KEY", "UPSTREAM_READS_PER_MINUTE", "WEBHOOK_ALLOW_PRIVATE_NETWORKS", "WEBHOOK_TIMEOUT_MS", "WEBHOOK_MAX_IN_FLIGHT_PER_HOST", "WEBHOOK_RETRY_SCHEDULE", "UPSTREAM_MAX_CONCURRENT", "UPSTREAM_TIMEOUT_MS", "RELAY_ENCRYPTION_KEY", "TASK_RETENTION_DAYS", "LOG_LEVEL", "PUBLIC_BASE_URL", "METRICS_TOKEN"].map((k) => [k, ""]),
+      [
+        "PORT",
+        "HOST",
+        "DATABASE_PATH",
+        "UPSTREAM_BASE_URL",
+        "UPSTREAM_API_KEY",
+        "UPSTREAM_READS_PER_MINUTE",
+        "WEBHOOK_ALLOW_PRIVATE_NETWORKS",
+        "WEBHOOK_TIMEOUT_MS",
+        "WEBHOOK_MAX_IN_FLIGHT_PER_HOST",
+        "WEBHOOK_RETRY_SCHEDULE",
+        "UPSTREAM_MAX_CONCURRENT",
+        "UPSTREAM_TIMEOUT_MS",
+        "RELAY_ENCRYPTION_KEY",
+        "TASK_RETENTION_DAYS",
+        "LOG_LEVEL",
+        "PUBLIC_BASE_URL",
+        "METRICS_TOKEN",
+      ].map((k) => [k, ""]),
     );
     expect(loadConfig(env)).toEqual(loadConfig({}));
   });
@@ -143,7 +161,8 @@ describe("loadConfig defaults", () => {
   });
 
   it("accepts every pino level", () => {
-    for (const level of ["fatal", "error", "warn", "info", "debug", "trace", "silent"]) expect(loadConfig({ LOG_LEVEL: level }).logLevel).toBe(level);
+    for (const level of ["fatal", "error", "warn", "info", "debug", "trace", "silent"])
+      expect(loadConfig({ LOG_LEVEL: level }).logLevel).toBe(level);
   });
 });
 
@@ -191,26 +210,47 @@ describe("loadConfig refuses a bad variable with one line naming it", () => {
   });
 
   it("shows the bad value, except for keys", () => {
-    expect(problems({ PORT: "http" })).toEqual(['invalid environment variable PORT: must be a whole number (got "http")']);
+    expect(problems({ PORT: "http" })).toEqual([
+      'invalid environment variable PORT: must be a whole number (got "http")',
+    ]);
     const [line] = problems({ RELAY_ENCRYPTION_KEY: "c2VjcmV0LWJ1dC1zaG9ydA==" });
     expect(line).toMatch(/^invalid environment variable RELAY_ENCRYPTION_KEY: must be 32 bytes/);
     expect(line).not.toContain("c2VjcmV0LWJ1dC1zaG9ydA==");
   });
 
   it("never shows a METRICS_TOKEN", () => {
-    expect(problems({ METRICS_TOKEN: "almost secret" })).toEqual(["invalid environment variable METRICS_TOKEN: must be printable ASCII without spaces"]);
+    expect(problems({ METRICS_TOKEN: "almost secret" })).toEqual([
+      "invalid environment variable METRICS_TOKEN: must be printable ASCII without spaces",
+    ]);
   });
 
   it("lists every bad variable, one line each", () => {
-    const lines = problems({ PORT: "x", LOG_LEVEL: "loud", WEBHOOK_RETRY_SCHEDULE: "soon", RELAY_ENCRYPTION_KEY: "k", WEBHOOK_ALLOW_PRIVATE_NETWORKS: "perhaps", UPSTREAM_BASE_URL: "nope" });
+    const lines = problems({
+      PORT: "x",
+      LOG_LEVEL: "loud",
+      WEBHOOK_RETRY_SCHEDULE: "soon",
+      RELAY_ENCRYPTION_KEY: "k",
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: "perhaps",
+      UPSTREAM_BASE_URL: "nope",
+    });
     expect(lines.map((l) => /^invalid environment variable (\w+): /.exec(l)?.[1]).sort()).toEqual(
-      ["LOG_LEVEL", "PORT", "RELAY_ENCRYPTION_KEY", "UPSTREAM_BASE_URL", "WEBHOOK_ALLOW_PRIVATE_NETWORKS", "WEBHOOK_RETRY_SCHEDULE"].sort(),
+      [
+        "LOG_LEVEL",
+        "PORT",
+        "RELAY_ENCRYPTION_KEY",
+        "UPSTREAM_BASE_URL",
+        "WEBHOOK_ALLOW_PRIVATE_NETWORKS",
+        "WEBHOOK_RETRY_SCHEDULE",
+      ].sort(),
     );
   });
 
   it("names UPSTREAM_API_KEY beside other problems", () => {
     const lines = problems({ UPSTREAM_BASE_URL: "https://api.example.com", PORT: "x" });
-    expect(lines.map((l) => /^invalid environment variable (\w+): /.exec(l)?.[1]).sort()).toEqual(["PORT", "UPSTREAM_API_KEY"]);
+    expect(lines.map((l) => /^invalid environment variable (\w+): /.exec(l)?.[1]).sort()).toEqual([
+      "PORT",
+      "UPSTREAM_API_KEY",
+    ]);
   });
 });
 
@@ -240,9 +280,12 @@ describe("schedule parsing", () => {
     expect(loadConfig({ WEBHOOK_RETRY_SCHEDULE: text }).webhookRetryScheduleMs).toEqual(expected);
   });
 
-  it.each(["", " ", ",", "1s,", ",1s", "1s,,2s", "5x", "-1s", "1d", "s", "1 2s", "1e3", "NaN", "Infinity"])("%j is refused", (text) => {
-    expect(parseSchedule(text)).toBeNull();
-  });
+  it.each(["", " ", ",", "1s,", ",1s", "1s,,2s", "5x", "-1s", "1d", "s", "1 2s", "1e3", "NaN", "Infinity"])(
+    "%j is refused",
+    (text) => {
+      expect(parseSchedule(text)).toBeNull();
+    },
+  );
 
   it.each([
     ["5m", 300_000],

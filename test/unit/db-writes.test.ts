@@ -23,7 +23,9 @@ export function writesEndingInGet(source: string): string[] {
 
 describe("writes commit or raise", () => {
   it("no write statement in src/ is read with .get()", () => {
-    const offenders = sourceFiles("src").flatMap((file) => writesEndingInGet(readFileSync(file, "utf8")).map((s) => `${file}: ${s}`));
+    const offenders = sourceFiles("src").flatMap((file) =>
+      writesEndingInGet(readFileSync(file, "utf8")).map((s) => `${file}: ${s}`),
+    );
     expect(offenders).toEqual([]);
   });
 

@@ -20,7 +20,11 @@ describe("startDeadline", () => {
     expect(d.signal.aborted).toBe(true);
     expect(d.remaining()).toBe(0);
     expect(d.signal.reason).toBeInstanceOf(DeadlineError);
-    expect(d.signal.reason).toMatchObject({ kind: "total", retryable: true, message: "the bucket took longer than its deadline of 1000 ms" });
+    expect(d.signal.reason).toMatchObject({
+      kind: "total",
+      retryable: true,
+      message: "the bucket took longer than its deadline of 1000 ms",
+    });
   });
 
   it("never aborts once disposed, and leaves no timer behind", () => {
@@ -66,7 +70,11 @@ describe("startDeadline", () => {
   it("uses injected timers when given them", () => {
     let now = 0;
     const pending: Array<{ at: number; fn: () => void }> = [];
-    const timers = { now: () => now, setTimeout: (fn: () => void, ms: number) => pending.push({ at: now + ms, fn }), clearTimeout: () => {} };
+    const timers = {
+      now: () => now,
+      setTimeout: (fn: () => void, ms: number) => pending.push({ at: now + ms, fn }),
+      clearTimeout: () => {},
+    };
     const d = startDeadline(50, { what: "x", timers });
     now = 40;
     expect(d.remaining()).toBe(10);
@@ -103,7 +111,10 @@ describe("RateWatch", () => {
     expect(slow).not.toHaveBeenCalled();
     vi.advanceTimersByTime(1);
     expect(slow).toHaveBeenCalledOnce();
-    expect(slow.mock.calls[0]![0]).toMatchObject({ kind: "rate", message: "the body moved 99 bytes in 1000 ms, below the minimum of 100 bytes per 1000 ms" });
+    expect(slow.mock.calls[0]![0]).toMatchObject({
+      kind: "rate",
+      message: "the body moved 99 bytes in 1000 ms, below the minimum of 100 bytes per 1000 ms",
+    });
     vi.advanceTimersByTime(10_000);
     expect(slow).toHaveBeenCalledOnce();
     expect(vi.getTimerCount()).toBe(0);
@@ -172,7 +183,9 @@ describe("RateGuard", () => {
     const err = await failed;
     expect(err).toBeInstanceOf(DeadlineError);
     expect(err).toMatchObject({ kind: "rate" });
-    expect((err as Error).message).toMatch(/^the output URL moved (9|10) bytes in 1000 ms, below the minimum of 1024 bytes per 1000 ms$/);
+    expect((err as Error).message).toMatch(
+      /^the output URL moved (9|10) bytes in 1000 ms, below the minimum of 1024 bytes per 1000 ms$/,
+    );
     expect(guard.destroyed).toBe(true);
   });
 
@@ -193,9 +206,11 @@ describe("RateGuard", () => {
     const make = (everyMs: number) => {
       const guard = new RateGuard({ bytes: 8 * 1024, windowMs: 1_000 }, { what: "the bucket", blame: "reader" });
       const reader = slowReader(everyMs);
-      const source = Readable.from((function* () {
-        for (let i = 0; i < 1_000; i++) yield Buffer.alloc(1_024);
-      })());
+      const source = Readable.from(
+        (function* () {
+          for (let i = 0; i < 1_000; i++) yield Buffer.alloc(1_024);
+        })(),
+      );
       source.pipe(guard).pipe(reader);
       const errors: unknown[] = [];
       guard.on("error", (e) => errors.push(e));
@@ -224,11 +239,18 @@ describe("RateGuard", () => {
   it("a signal that aborts destroys it with the signal's reason; onClose runs once and no timer is left", async () => {
     const d = startDeadline(2_000, { what: "the preview" });
     const onClose = vi.fn();
-    const guard = new RateGuard({ bytes: 1, windowMs: 60_000 }, { what: "x", blame: "writer", signal: d.signal, onClose: () => (onClose(), d.dispose()) });
+    const guard = new RateGuard(
+      { bytes: 1, windowMs: 60_000 },
+      { what: "x", blame: "writer", signal: d.signal, onClose: () => (onClose(), d.dispose()) },
+    );
     const failed = new Promise<unknown>((r) => guard.once("error", r));
     guard.resume();
     await vi.advanceTimersByTimeAsync(2_000);
-    expect(await failed).toMatchObject({ name: "DeadlineError", kind: "total", message: "the preview took longer than its deadline of 2000 ms" });
+    expect(await failed).toMatchObject({
+      name: "DeadlineError",
+      kind: "total",
+      message: "the preview took longer than its deadline of 2000 ms",
+    });
     await vi.advanceTimersByTimeAsync(0);
     expect(onClose).toHaveBeenCalledOnce();
     expect(vi.getTimerCount()).toBe(0);

@@ -5,7 +5,16 @@ import { describe, expect, it } from "vitest";
 import { COMMANDS } from "../../src/cli/help.js";
 import { Metrics } from "../../src/metrics.js";
 import type { Store } from "../../src/store/store.js";
-import { allBlocks, documentFiles, fencedBlocks, ROOT, SHELL_LANGS, shellCommands, type FencedBlock, type ShellCommand } from "../helpers/doc-blocks.js";
+import {
+  allBlocks,
+  documentFiles,
+  fencedBlocks,
+  ROOT,
+  SHELL_LANGS,
+  shellCommands,
+  type FencedBlock,
+  type ShellCommand,
+} from "../helpers/doc-blocks.js";
 import { webhookBodyProblems } from "../helpers/webhook-schema.js";
 
 /**
@@ -48,7 +57,9 @@ describe("fenced blocks of README.md and docs/", () => {
     const problems: string[] = [];
     for (const b of blocks) {
       if (PROGRAM_LANGS.has(b.lang) && b.mirrors === null) {
-        problems.push(`${where(b)}: a \`\`\`${b.lang} block that no test runs: move it to examples/ and mark it <!-- example: examples/… -->`);
+        problems.push(
+          `${where(b)}: a \`\`\`${b.lang} block that no test runs: move it to examples/ and mark it <!-- example: examples/… -->`,
+        );
       }
       if (b.mirrors === null) continue;
       if (!b.mirrors.startsWith("examples/") || !existsSync(join(ROOT, b.mirrors))) {
@@ -78,16 +89,24 @@ describe("fenced blocks of README.md and docs/", () => {
 
   it.skipIf(!hasPython())("the Python examples parse (python3, ast.parse)", () => {
     for (const f of examples.filter((name) => name.endsWith(".py"))) {
-      execFileSync("python3", ["-c", "import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])", join(ROOT, "examples", f)]);
+      execFileSync("python3", [
+        "-c",
+        "import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])",
+        join(ROOT, "examples", f),
+      ]);
     }
   });
 });
 
 describe("shell blocks name only what exists", () => {
-  const commands = blocks.filter((b) => SHELL_LANGS.has(b.lang)).flatMap((b) => shellCommands(b.body).map((c) => ({ block: b, command: c })));
+  const commands = blocks
+    .filter((b) => SHELL_LANGS.has(b.lang))
+    .flatMap((b) => shellCommands(b.body).map((c) => ({ block: b, command: c })));
 
   it("splits a block into its commands as sh does", () => {
-    expect(shellCommands("A=1 npm ci && npm run x -- a 'b c' # note\ncurl -s \\\n  -d '{\n}' u\n").map((c) => c.words)).toEqual([
+    expect(
+      shellCommands("A=1 npm ci && npm run x -- a 'b c' # note\ncurl -s \\\n  -d '{\n}' u\n").map((c) => c.words),
+    ).toEqual([
       ["A=1", "npm", "ci"],
       ["npm", "run", "x", "--", "a", "b c"],
       ["curl", "-s", "-d", "{\n}", "u"],
@@ -95,12 +114,22 @@ describe("shell blocks name only what exists", () => {
   });
 
   it("every npm script, CLI command and option, environment variable, file and tool named exists", () => {
-    const problems = commands.flatMap(({ block, command }) => shellProblems(command).map((p) => `${where(block)}: ${command.text.slice(0, 60)}: ${p}`));
+    const problems = commands.flatMap(({ block, command }) =>
+      shellProblems(command).map((p) => `${where(block)}: ${command.text.slice(0, 60)}: ${p}`),
+    );
     expect(problems).toEqual([]);
   });
 
   it("the checker refuses a missing script, command, option, variable or file", () => {
-    const bad = ["npm run nope", "npm run cli -- clients fly", "npm run cli -- clients create --nmae x", "NOT_A_SETTING=1 npm start", "node dist/nope.js", "sh examples/nope.sh", "frobnicate"];
+    const bad = [
+      "npm run nope",
+      "npm run cli -- clients fly",
+      "npm run cli -- clients create --nmae x",
+      "NOT_A_SETTING=1 npm start",
+      "node dist/nope.js",
+      "sh examples/nope.sh",
+      "frobnicate",
+    ];
     for (const line of bad) expect(shellProblems(shellCommands(line)[0]!), line).not.toEqual([]);
   });
 });
@@ -126,10 +155,13 @@ describe("configuration snippets name only what exists", () => {
   it("alert rules use the relay's metric names and labels", () => {
     const metrics = new Map<string, string[]>();
     const registry = new Metrics({ store: {} as Store, reads: () => [] }).registry;
-    for (const m of registry.getMetricsAsArray() as unknown as Array<{ name: string; labelNames?: string[] }>) metrics.set(m.name, m.labelNames ?? []);
+    for (const m of registry.getMetricsAsArray() as unknown as Array<{ name: string; labelNames?: string[] }>)
+      metrics.set(m.name, m.labelNames ?? []);
     const problems: string[] = [];
     for (const b of blocks.filter((x) => x.lang === "yaml" || x.lang === "yml")) {
-      for (const [, name, labels] of b.body.matchAll(/\b(genrelay_[a-z_]+?)(?:_bucket|_sum|_count)?\b(?:\{([^}]*)\})?/g)) {
+      for (const [, name, labels] of b.body.matchAll(
+        /\b(genrelay_[a-z_]+?)(?:_bucket|_sum|_count)?\b(?:\{([^}]*)\})?/g,
+      )) {
         const known = metrics.get(name!) ?? metrics.get(name!.replace(/_(bucket|sum|count)$/, ""));
         if (!known) {
           problems.push(`${where(b)}: no metric ${name}`);
@@ -145,20 +177,28 @@ describe("configuration snippets name only what exists", () => {
   });
 
   it("files a snippet runs (dist/….js) are built from a source file", () => {
-    const problems = blocks.flatMap((b) => [...b.body.matchAll(/\bdist\/([\w/-]+)\.js\b/g)].filter(([, p]) => !existsSync(join(ROOT, "src", `${p}.ts`))).map(([m]) => `${where(b)}: ${m} is built from no src/ file`));
+    const problems = blocks.flatMap((b) =>
+      [...b.body.matchAll(/\bdist\/([\w/-]+)\.js\b/g)]
+        .filter(([, p]) => !existsSync(join(ROOT, "src", `${p}.ts`)))
+        .map(([m]) => `${where(b)}: ${m} is built from no src/ file`),
+    );
     expect(problems).toEqual([]);
   });
 
   it("SQL blocks create a role before the database it owns", () => {
     const problems: string[] = [];
     for (const b of blocks.filter((x) => x.lang === "sql")) {
-      const statements = b.body.split(";").map((s) => s.trim()).filter(Boolean);
+      const statements = b.body
+        .split(";")
+        .map((s) => s.trim())
+        .filter(Boolean);
       const roles = new Set<string>();
       for (const s of statements) {
         const role = /^CREATE ROLE (\w+) LOGIN PASSWORD '[^']*'$/.exec(s);
         const db = /^CREATE DATABASE (\w+) OWNER (\w+)$/.exec(s);
         if (role) roles.add(role[1]!);
-        else if (db && !roles.has(db[2]!)) problems.push(`${where(b)}: ${db[1]} is owned by ${db[2]}, which the block does not create`);
+        else if (db && !roles.has(db[2]!))
+          problems.push(`${where(b)}: ${db[1]} is owned by ${db[2]}, which the block does not create`);
         else if (!db) problems.push(`${where(b)}: a statement this test does not know: ${s}`);
       }
     }
@@ -171,7 +211,20 @@ describe("configuration snippets name only what exists", () => {
 const scripts = (JSON.parse(read("package.json")) as { scripts: Record<string, string> }).scripts;
 const NPM_BUILTINS = new Set(["ci", "install", "prune"]);
 /** Tools a document may call without a check of their own (docker is checked where it runs our CLI). */
-const TOOLS = new Set(["curl", "docker", "openssl", "git", "npx", "pg_dump", "psql", "echo", "set", "sed", "cat", "date"]);
+const TOOLS = new Set([
+  "curl",
+  "docker",
+  "openssl",
+  "git",
+  "npx",
+  "pg_dump",
+  "psql",
+  "echo",
+  "set",
+  "sed",
+  "cat",
+  "date",
+]);
 
 /** Where an environment variable a document sets must be read: the relay, the examples, the compose file, the test setup. */
 const variableSources = (() => {
@@ -191,7 +244,9 @@ const variableSources = (() => {
 function variableProblem(assignment: string): string[] {
   const name = /^([A-Za-z_][A-Za-z0-9_]*)=/.exec(assignment)?.[1];
   if (!name || !/^[A-Z][A-Z0-9_]*$/.test(name)) return [];
-  return new RegExp(`\\b${name}\\b`).test(variableSources) ? [] : [`${name} is read by nothing (src/, examples/, docker-compose.yml)`];
+  return new RegExp(`\\b${name}\\b`).test(variableSources)
+    ? []
+    : [`${name} is read by nothing (src/, examples/, docker-compose.yml)`];
 }
 
 function cliProblems(args: string[]): string[] {
@@ -201,7 +256,9 @@ function cliProblems(args: string[]): string[] {
   const command = sub === undefined ? undefined : commands[sub];
   if (!command) return [`no CLI command "${group} ${sub ?? ""}"`];
   const flags = args.slice(2).flatMap((w) => w.match(/--[a-z][a-z-]*/g) ?? []);
-  return flags.filter((f) => f !== "--help" && !new RegExp(`${f}(?![a-z-])`).test(command.usage)).map((f) => `"${group} ${sub}" has no option ${f}`);
+  return flags
+    .filter((f) => f !== "--help" && !new RegExp(`${f}(?![a-z-])`).test(command.usage))
+    .map((f) => `"${group} ${sub}" has no option ${f}`);
 }
 
 function nodeProblems(args: string[]): string[] {
@@ -243,7 +300,8 @@ function shellProblems(command: ShellCommand): string[] {
     case "docker": {
       for (let i = 0; i < args.length - 1; i++) if (args[i] === "-e") problems.push(...variableProblem(args[i + 1]!));
       const exec = args[0] === "compose" && args[1] === "exec" ? args[2] : undefined;
-      if (exec !== undefined && !new RegExp(`^  ${exec}:`, "m").test(read("docker-compose.yml"))) problems.push(`docker-compose.yml has no service ${exec}`);
+      if (exec !== undefined && !new RegExp(`^  ${exec}:`, "m").test(read("docker-compose.yml")))
+        problems.push(`docker-compose.yml has no service ${exec}`);
       const node = args.indexOf("node");
       return node >= 0 ? [...problems, ...nodeProblems(args.slice(node + 1))] : problems;
     }

@@ -28,7 +28,8 @@ function files(): string[] {
     const absolute = join(ROOT, path);
     if (!existsSync(absolute)) return;
     if (statSync(absolute).isDirectory()) {
-      for (const entry of readdirSync(absolute)) if (entry !== "node_modules" && !entry.startsWith(".")) walk(`${path}/${entry}`);
+      for (const entry of readdirSync(absolute))
+        if (entry !== "node_modules" && !entry.startsWith(".")) walk(`${path}/${entry}`);
     } else if (TEXT.test(path)) found.push(path);
   };
   for (const path of SCANNED) walk(path);
@@ -61,20 +62,28 @@ function headings(file: string): string[] {
 function joinedLines(text: string): string[] {
   const lines = text.split("\n");
   return lines.map((line, i) =>
-    /docs\/[\w./-]+\.md,\s*["“'][^"”']*$/.test(line) && i + 1 < lines.length ? `${line} ${lines[i + 1]!.replace(/^\s*(\*|\/\/|#)?\s*/, "")}` : line,
+    /docs\/[\w./-]+\.md,\s*["“'][^"”']*$/.test(line) && i + 1 < lines.length
+      ? `${line} ${lines[i + 1]!.replace(/^\s*(\*|\/\/|#)?\s*/, "")}`
+      : line,
   );
 }
 
 /** What is wrong with one line of a file: its citations that point outside the repository or nowhere. */
 function citationProblems(file: string, line: string): string[] {
   const problems: string[] = [];
-  if (OUTSIDE.some((p) => p.test(line))) problems.push("cites a document outside the repository: cite docs/contract.md or docs/upstream.md");
+  if (OUTSIDE.some((p) => p.test(line)))
+    problems.push("cites a document outside the repository: cite docs/contract.md or docs/upstream.md");
   for (const m of line.matchAll(SECTION)) {
-    if (!QUALIFIED.test(line.slice(0, m.index))) problems.push(`"${m[0]}" names no file: write e.g. docs/contract.md, "Webhooks"`);
+    if (!QUALIFIED.test(line.slice(0, m.index)))
+      problems.push(`"${m[0]}" names no file: write e.g. docs/contract.md, "Webhooks"`);
   }
   const targets: Array<{ path: string; anchor?: string; heading?: string }> = [];
   for (const m of line.matchAll(DOC_PATH)) {
-    targets.push({ path: m[1]!.replace(/^(\.\.\/)+/, ""), ...(m[2] ? { anchor: m[2].slice(1) } : {}), ...(m[3] ? { heading: m[3] } : {}) });
+    targets.push({
+      path: m[1]!.replace(/^(\.\.\/)+/, ""),
+      ...(m[2] ? { anchor: m[2].slice(1) } : {}),
+      ...(m[3] ? { heading: m[3] } : {}),
+    });
   }
   if (file.endsWith(".md")) {
     for (const m of line.matchAll(MD_LINK)) {
@@ -87,8 +96,10 @@ function citationProblems(file: string, line: string): string[] {
       problems.push(`cites ${t.path}, which does not exist`);
       continue;
     }
-    if (t.heading !== undefined && !headings(t.path).includes(t.heading)) problems.push(`cites "${t.heading}" of ${t.path}, which has no such heading`);
-    if (t.anchor !== undefined && !headings(t.path).map(slug).includes(t.anchor)) problems.push(`cites #${t.anchor} of ${t.path}, which has no such heading`);
+    if (t.heading !== undefined && !headings(t.path).includes(t.heading))
+      problems.push(`cites "${t.heading}" of ${t.path}, which has no such heading`);
+    if (t.anchor !== undefined && !headings(t.path).map(slug).includes(t.anchor))
+      problems.push(`cites #${t.anchor} of ${t.path}, which has no such heading`);
   }
   return problems;
 }
@@ -142,7 +153,14 @@ describe("citations", () => {
   const scanned = files();
 
   it("scans the code, the tests, the docs, the benchmarks and the scripts", () => {
-    for (const f of ["src/config.ts", "test/helpers/relay.ts", "docs/contract.md", "README.md", "examples/receive-hmac.mjs"]) expect(scanned).toContain(f);
+    for (const f of [
+      "src/config.ts",
+      "test/helpers/relay.ts",
+      "docs/contract.md",
+      "README.md",
+      "examples/receive-hmac.mjs",
+    ])
+      expect(scanned).toContain(f);
     expect(scanned.some((f) => f.startsWith("bench/"))).toBe(true);
   });
 
@@ -150,7 +168,8 @@ describe("citations", () => {
     const offenders: string[] = [];
     for (const file of scanned) {
       joinedLines(readFileSync(join(ROOT, file), "utf8")).forEach((line, i) => {
-        for (const p of citationProblems(file, line)) offenders.push(`${file}:${i + 1}: ${p}\n    ${line.trim().slice(0, 160)}`);
+        for (const p of citationProblems(file, line))
+          offenders.push(`${file}:${i + 1}: ${p}\n    ${line.trim().slice(0, 160)}`);
       });
     }
     expect(offenders, `${offenders.length} citations to fix:\n${offenders.join("\n")}`).toEqual([]);
@@ -202,7 +221,9 @@ describe("citations", () => {
     ];
     for (const line of bad) expect(citationProblems("src/x.ts", line), line).not.toEqual([]);
     expect(citationProblems("docs/x.md", "see [the guide](nowhere.md)")).not.toEqual([]);
-    expect(joinedLines(' * (docs/contract.md, "The published\n * contract").')[0]).toBe(' * (docs/contract.md, "The published contract").');
+    expect(joinedLines(' * (docs/contract.md, "The published\n * contract").')[0]).toBe(
+      ' * (docs/contract.md, "The published contract").',
+    );
     const good = [
       `// docs/contract.md, "Webhooks"`,
       `// (docs/upstream.md, "Errors")`,

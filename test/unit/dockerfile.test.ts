@@ -96,7 +96,10 @@ const instructions = parseDockerfile(dockerfile);
 const { args, stages: allStages } = stages(instructions);
 const runtime = allStages.at(-1)!;
 const build = allStages.find((s) => s.name === "build");
-const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string>; type?: string };
+const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as {
+  scripts: Record<string, string>;
+  type?: string;
+};
 const dockerignore = existsSync(join(ROOT, ".dockerignore"))
   ? readFileSync(join(ROOT, ".dockerignore"), "utf8")
       .split("\n")
@@ -138,12 +141,16 @@ describe("Dockerfile", () => {
   });
 
   it("copies only sources that exist in the repository and are not excluded by .dockerignore", () => {
-    const contextCopies = instructions.filter((i) => (i.keyword === "COPY" || i.keyword === "ADD") && !copyParts(i.args).flags.from);
+    const contextCopies = instructions.filter(
+      (i) => (i.keyword === "COPY" || i.keyword === "ADD") && !copyParts(i.args).flags.from,
+    );
     expect(contextCopies.length).toBeGreaterThan(0);
     for (const ins of contextCopies) {
       for (const src of copyParts(ins.args).sources) {
         const path = normalize(join(ROOT, src));
-        expect(relative(ROOT, path).startsWith(".."), `line ${ins.line}: ${src} is outside the build context`).toBe(false);
+        expect(relative(ROOT, path).startsWith(".."), `line ${ins.line}: ${src} is outside the build context`).toBe(
+          false,
+        );
         expect(existsSync(path), `line ${ins.line}: COPY source ${src} does not exist`).toBe(true);
         const top = relative(ROOT, path).split(/[\\/]/)[0]!;
         expect(dockerignore, `line ${ins.line}: ${src} is excluded by .dockerignore`).not.toContain(top);
@@ -157,14 +164,18 @@ describe("Dockerfile", () => {
       expect([...copied.keys()], `build stage copies ${needed}`).toContain(needed);
     }
     // A tsconfig the build extends must be copied too.
-    const buildTsconfig = JSON.parse(readFileSync(join(ROOT, "tsconfig.build.json"), "utf8")) as { extends?: string; compilerOptions: { outDir: string; rootDir: string } };
+    const buildTsconfig = JSON.parse(readFileSync(join(ROOT, "tsconfig.build.json"), "utf8")) as {
+      extends?: string;
+      compilerOptions: { outDir: string; rootDir: string };
+    };
     if (buildTsconfig.extends) expect([...copied.keys()]).toContain(posix.normalize(buildTsconfig.extends));
     expect(statSync(join(ROOT, "src")).isDirectory()).toBe(true);
 
     const runs = find(build!, "RUN").map((i) => i.args);
     expect(runs.some((r) => /\bnpm ci\b/.test(r))).toBe(true);
     for (const run of [...runs, ...find(runtime, "RUN").map((i) => i.args)]) {
-      for (const m of run.matchAll(/\bnpm run ([\w:-]+)/g)) expect(Object.keys(pkg.scripts), `npm run ${m[1]}`).toContain(m[1]);
+      for (const m of run.matchAll(/\bnpm run ([\w:-]+)/g))
+        expect(Object.keys(pkg.scripts), `npm run ${m[1]}`).toContain(m[1]);
     }
     // npm ci installs from the lockfile, so it must come after the lockfile is copied.
     const lockCopy = build!.instructions.findIndex((i) => i.keyword === "COPY" && i.args.includes("package-lock.json"));
@@ -175,7 +186,9 @@ describe("Dockerfile", () => {
 
   it("starts dist/main.js, which the build script produces from src/main.ts, with migrations where the server looks", () => {
     // The build script compiles rootDir src into outDir dist: src/main.ts becomes dist/main.js.
-    const tsconfig = JSON.parse(readFileSync(join(ROOT, "tsconfig.build.json"), "utf8")) as { compilerOptions: { outDir: string; rootDir: string } };
+    const tsconfig = JSON.parse(readFileSync(join(ROOT, "tsconfig.build.json"), "utf8")) as {
+      compilerOptions: { outDir: string; rootDir: string };
+    };
     expect(pkg.scripts.build).toMatch(/\btsc -p tsconfig\.build\.json\b/);
     expect(tsconfig.compilerOptions).toMatchObject({ rootDir: "src", outDir: "dist" });
     expect(pkg.type).toBe("module");
@@ -185,16 +198,24 @@ describe("Dockerfile", () => {
     expect(lastOf(runtime, "CMD")!.args.startsWith("[")).toBe(true);
     const entry = cmd[1]!;
     expect(entry).toBe("dist/main.js");
-    const source = join(ROOT, tsconfig.compilerOptions.rootDir, relative(tsconfig.compilerOptions.outDir, entry).replace(/\.js$/, ".ts"));
+    const source = join(
+      ROOT,
+      tsconfig.compilerOptions.rootDir,
+      relative(tsconfig.compilerOptions.outDir, entry).replace(/\.js$/, ".ts"),
+    );
     expect(existsSync(source), `${entry} is built from ${relative(ROOT, source)}`).toBe(true);
-    expect(existsSync(join(ROOT, "src", "cli.ts")), "dist/cli.js (the CLI in the image) is built from src/cli.ts").toBe(true);
+    expect(existsSync(join(ROOT, "src", "cli.ts")), "dist/cli.js (the CLI in the image) is built from src/cli.ts").toBe(
+      true,
+    );
 
     const runtimeCopies = copiedInto(runtime);
     expect(runtimeCopies.get("dist")).toEqual({ from: "build", sources: ["/app/dist"] });
     expect(runtimeCopies.get("node_modules")).toEqual({ from: "build", sources: ["/app/node_modules"] });
     expect(runtimeCopies.has("package.json")).toBe(true); // "type": "module" for dist/*.js
     // src/db/open.ts finds migrations two levels above dist/db/, i.e. beside dist/.
-    expect(readFileSync(join(ROOT, "src/db/open.ts"), "utf8")).toMatch(/MIGRATIONS_FOLDER = join\(dirname\(fileURLToPath\(import\.meta\.url\)\), "\.\.", "\.\.", "migrations"\)/);
+    expect(readFileSync(join(ROOT, "src/db/open.ts"), "utf8")).toMatch(
+      /MIGRATIONS_FOLDER = join\(dirname\(fileURLToPath\(import\.meta\.url\)\), "\.\.", "\.\.", "migrations"\)/,
+    );
     expect(runtimeCopies.get("migrations")?.sources).toEqual(["migrations"]);
     expect(existsSync(join(ROOT, "migrations", "meta", "_journal.json"))).toBe(true);
     // Both stages work in the same folder, so /app/dist and /app/node_modules are what the build made.
@@ -217,12 +238,18 @@ describe("Dockerfile", () => {
     const volume = lastOf(runtime, "VOLUME")!.args;
     expect(words(volume)).toContain("/data");
     // The non-root user must be able to write the volume.
-    expect(find(runtime, "RUN").some((i) => /mkdir -p \/data/.test(i.args) && new RegExp(`chown ${user}(:${user})? /data`).test(i.args))).toBe(true);
+    expect(
+      find(runtime, "RUN").some(
+        (i) => /mkdir -p \/data/.test(i.args) && new RegExp(`chown ${user}(:${user})? /data`).test(i.args),
+      ),
+    ).toBe(true);
   });
 
   it("exposes the port it listens on and checks /healthz on it", () => {
     const env = envOf(runtime);
-    const exposed = lastOf(runtime, "EXPOSE")!.args.split(/\s+/).map((p) => p.replace(/\/tcp$/, ""));
+    const exposed = lastOf(runtime, "EXPOSE")!
+      .args.split(/\s+/)
+      .map((p) => p.replace(/\/tcp$/, ""));
     expect(exposed).toContain(env.get("PORT") ?? "8080");
 
     const health = lastOf(runtime, "HEALTHCHECK")!.args;

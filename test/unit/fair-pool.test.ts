@@ -134,7 +134,10 @@ describe("FairPool.acquire: waiting for a slot", () => {
 });
 
 /** One step of a random schedule: a client asks for a slot under one of its keys, takes all it may, or some slot is released. */
-type Op = { kind: "acquire" | "greedy"; client: number; key: number } | { kind: "release"; at: number; hold: boolean } | { kind: "unhold"; key: number; client: number };
+type Op =
+  | { kind: "acquire" | "greedy"; client: number; key: number }
+  | { kind: "release"; at: number; hold: boolean }
+  | { kind: "unhold"; key: number; client: number };
 
 const ops: fc.Arbitrary<Op[]> = fc.array(
   fc.oneof(
@@ -181,7 +184,8 @@ describe("FairPool: properties over any schedule", () => {
           expect(pool.inUse).toBeLessThanOrEqual(pool.size);
           for (const c of clients) {
             expect(pool.inFlightOf(c)).toBeLessThanOrEqual(general);
-            for (const k of [0, 1, 2]) expect(pool.inFlightTo(`${c}|${k}`) + pool.heldFor(`${c}|${k}`)).toBeLessThanOrEqual(pool.maxPerKey);
+            for (const k of [0, 1, 2])
+              expect(pool.inFlightTo(`${c}|${k}`) + pool.heldFor(`${c}|${k}`)).toBeLessThanOrEqual(pool.maxPerKey);
           }
         }
       }),
@@ -191,23 +195,27 @@ describe("FairPool: properties over any schedule", () => {
 
   it("a victim holding fewer than the reserve's level always gets a slot, whatever a greedy client holds and releases", () => {
     fc.assert(
-      fc.property(fc.integer({ min: 2, max: 80 }), fc.array(fc.oneof(fc.constant("grab" as const), fc.nat()), { maxLength: 100 }), (size, schedule) => {
-        const pool = new FairPool({ size });
-        const hostile: Slot[] = [];
-        const victim: Slot[] = [];
-        for (const step of schedule) {
-          if (step === "grab") hostile.push(...grab(pool, "hostile"));
-          else if (step % 3 === 0 && hostile.length > 0) hostile.splice(step % hostile.length, 1)[0]!.release();
-          else if (step % 3 === 1 && victim.length > 0) victim.pop()!.release();
-          // The victim's work became due: it is never refused while it holds fewer than its guaranteed slots.
-          if (victim.length < Math.min(pool.reserveLevel, pool.reserve)) {
-            const slot = pool.tryAcquire("victim", `victim|${victim.length}`);
-            expect(slot).not.toBeNull();
-            victim.push(slot!);
+      fc.property(
+        fc.integer({ min: 2, max: 80 }),
+        fc.array(fc.oneof(fc.constant("grab" as const), fc.nat()), { maxLength: 100 }),
+        (size, schedule) => {
+          const pool = new FairPool({ size });
+          const hostile: Slot[] = [];
+          const victim: Slot[] = [];
+          for (const step of schedule) {
+            if (step === "grab") hostile.push(...grab(pool, "hostile"));
+            else if (step % 3 === 0 && hostile.length > 0) hostile.splice(step % hostile.length, 1)[0]!.release();
+            else if (step % 3 === 1 && victim.length > 0) victim.pop()!.release();
+            // The victim's work became due: it is never refused while it holds fewer than its guaranteed slots.
+            if (victim.length < Math.min(pool.reserveLevel, pool.reserve)) {
+              const slot = pool.tryAcquire("victim", `victim|${victim.length}`);
+              expect(slot).not.toBeNull();
+              victim.push(slot!);
+            }
+            hostile.push(...grab(pool, "hostile"));
           }
-          hostile.push(...grab(pool, "hostile"));
-        }
-      }),
+        },
+      ),
       { numRuns: 300 },
     );
   });

@@ -29,7 +29,9 @@ describe("GroupCommit", () => {
     expect(count()).toBe(1);
     await expect(queued).resolves.toBeDefined();
     database.close();
-    await expect(commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('late')`))).rejects.toBeInstanceOf(StoreClosedError);
+    await expect(commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('late')`))).rejects.toBeInstanceOf(
+      StoreClosedError,
+    );
   });
 
   it("runs work queued in one turn in a single transaction, and settles only after the commit", async () => {

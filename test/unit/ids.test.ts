@@ -9,7 +9,10 @@ describe("newId", () => {
   });
 
   it("sorts in creation order, also within one millisecond", () => {
-    const ids = [...Array.from({ length: 500 }, () => newId("evt", 5_000)), ...Array.from({ length: 500 }, () => newId("evt", 5_001))];
+    const ids = [
+      ...Array.from({ length: 500 }, () => newId("evt", 5_000)),
+      ...Array.from({ length: 500 }, () => newId("evt", 5_001)),
+    ];
     expect([...ids].sort()).toEqual(ids);
     expect(new Set(ids).size).toBe(ids.length);
   });

@@ -8,14 +8,22 @@ import { describe, expect, it } from "vitest";
  */
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((d) =>
-    d.isDirectory() ? sourceFiles(join(dir, d.name)) : d.name.endsWith(".ts") ? [join(dir, d.name).split(sep).join("/")] : [],
+    d.isDirectory()
+      ? sourceFiles(join(dir, d.name))
+      : d.name.endsWith(".ts")
+        ? [join(dir, d.name).split(sep).join("/")]
+        : [],
   );
 }
 
 /** Every module a file imports (static `import`/`export … from` and dynamic `import()`), resolved to `src/…` for relative ones. */
 export function importsOf(file: string, source: string): string[] {
-  const specs = [...source.matchAll(/(?:^|\n)\s*(?:import|export)[^;]*?from\s+"([^"]+)"|import\(\s*"([^"]+)"\s*\)/g)].map((m) => m[1] ?? m[2]!);
-  return specs.map((spec) => (spec.startsWith(".") ? posix.normalize(posix.join(posix.dirname(file), spec)).replace(/\.js$/, ".ts") : spec));
+  const specs = [
+    ...source.matchAll(/(?:^|\n)\s*(?:import|export)[^;]*?from\s+"([^"]+)"|import\(\s*"([^"]+)"\s*\)/g),
+  ].map((m) => m[1] ?? m[2]!);
+  return specs.map((spec) =>
+    spec.startsWith(".") ? posix.normalize(posix.join(posix.dirname(file), spec)).replace(/\.js$/, ".ts") : spec,
+  );
 }
 
 interface Rule {
@@ -25,19 +33,62 @@ interface Rule {
 }
 
 const under = (dir: string) => (path: string) => path.startsWith(`src/${dir}/`);
-const oneOf = (...dirs: string[]) => (path: string) => dirs.some((d) => path === `src/${d}` || path.startsWith(`src/${d}/`));
+const oneOf =
+  (...dirs: string[]) =>
+  (path: string) =>
+    dirs.some((d) => path === `src/${d}` || path.startsWith(`src/${d}/`));
 
 const RULES: Rule[] = [
-  { name: "no SQL outside src/db/", files: (f) => !under("db")(f), forbidden: (t) => t === "drizzle-orm" || t.startsWith("drizzle-orm/") || t === "better-sqlite3" },
-  { name: "db/ implements the store: it imports no rules, services or delivery code", files: under("db"), forbidden: oneOf("webhooks", "services", "core", "workers", "http", "relay.ts") },
-  { name: "upstream/ is a leaf: no storage", files: under("upstream"), forbidden: oneOf("db", "store", "core", "services", "workers", "relay.ts") },
-  { name: "the simulator does not import the relay", files: under("simulator"), forbidden: oneOf("db", "store", "core", "services", "workers", "http", "webhooks", "relay.ts") },
-  { name: "workers and services reach storage only through the Store", files: (f) => oneOf("workers", "services", "core", "http")(f), forbidden: oneOf("db") },
-  { name: "store/ is the contract: it owns its row types and imports no driver", files: under("store"), forbidden: oneOf("db", "services", "workers", "http", "core", "relay.ts") },
-  { name: "core/ holds the rules: it imports no services, workers or HTTP", files: under("core"), forbidden: oneOf("services", "workers", "http", "relay.ts") },
-  { name: "nothing in the product imports the benchmark harness", files: (f) => !under("bench")(f), forbidden: oneOf("bench") },
-  { name: "the PostgreSQL driver maps through its own schema, never SQLite's", files: under("db/pg"), forbidden: (t) => t === "src/db/schema.ts" },
-  { name: "the SQLite driver never imports the PostgreSQL schema", files: (f) => under("db")(f) && !under("db/pg")(f), forbidden: (t) => t === "src/db/pg/schema.ts" },
+  {
+    name: "no SQL outside src/db/",
+    files: (f) => !under("db")(f),
+    forbidden: (t) => t === "drizzle-orm" || t.startsWith("drizzle-orm/") || t === "better-sqlite3",
+  },
+  {
+    name: "db/ implements the store: it imports no rules, services or delivery code",
+    files: under("db"),
+    forbidden: oneOf("webhooks", "services", "core", "workers", "http", "relay.ts"),
+  },
+  {
+    name: "upstream/ is a leaf: no storage",
+    files: under("upstream"),
+    forbidden: oneOf("db", "store", "core", "services", "workers", "relay.ts"),
+  },
+  {
+    name: "the simulator does not import the relay",
+    files: under("simulator"),
+    forbidden: oneOf("db", "store", "core", "services", "workers", "http", "webhooks", "relay.ts"),
+  },
+  {
+    name: "workers and services reach storage only through the Store",
+    files: (f) => oneOf("workers", "services", "core", "http")(f),
+    forbidden: oneOf("db"),
+  },
+  {
+    name: "store/ is the contract: it owns its row types and imports no driver",
+    files: under("store"),
+    forbidden: oneOf("db", "services", "workers", "http", "core", "relay.ts"),
+  },
+  {
+    name: "core/ holds the rules: it imports no services, workers or HTTP",
+    files: under("core"),
+    forbidden: oneOf("services", "workers", "http", "relay.ts"),
+  },
+  {
+    name: "nothing in the product imports the benchmark harness",
+    files: (f) => !under("bench")(f),
+    forbidden: oneOf("bench"),
+  },
+  {
+    name: "the PostgreSQL driver maps through its own schema, never SQLite's",
+    files: under("db/pg"),
+    forbidden: (t) => t === "src/db/schema.ts",
+  },
+  {
+    name: "the SQLite driver never imports the PostgreSQL schema",
+    files: (f) => under("db")(f) && !under("db/pg")(f),
+    forbidden: (t) => t === "src/db/pg/schema.ts",
+  },
 ];
 
 function violations(files: Array<{ file: string; source: string }>): string[] {
@@ -52,11 +103,18 @@ function violations(files: Array<{ file: string; source: string }>): string[] {
 
 /** Hand-built status patches and lease releases, which belong to the lifecycle verbs (src/core/). */
 export function handBuiltChanges(source: string): string[] {
-  return [...source.matchAll(/\b(claimToken|claimedUntil):\s*null|\bstatus:\s*"(queued|processing|succeeded|failed|canceled)"|\bdeliveryStatus:\s*"/g)].map((m) => m[0]);
+  return [
+    ...source.matchAll(
+      /\b(claimToken|claimedUntil):\s*null|\bstatus:\s*"(queued|processing|succeeded|failed|canceled)"|\bdeliveryStatus:\s*"/g,
+    ),
+  ].map((m) => m[0]);
 }
 
 describe("layers", () => {
-  const files = sourceFiles("src").map((file) => ({ file: relative(".", file).split(sep).join("/"), source: readFileSync(file, "utf8") }));
+  const files = sourceFiles("src").map((file) => ({
+    file: relative(".", file).split(sep).join("/"),
+    source: readFileSync(file, "utf8"),
+  }));
 
   it("every import in src/ follows the layering rules", () => {
     expect(files.length).toBeGreaterThan(50);
@@ -64,24 +122,39 @@ describe("layers", () => {
   });
 
   it("workers build no status patch and release no lease by hand: they call a verb", () => {
-    const offenders = files.filter((f) => f.file.startsWith("src/workers/")).flatMap((f) => handBuiltChanges(f.source).map((m) => `${f.file}: ${m}`));
+    const offenders = files
+      .filter((f) => f.file.startsWith("src/workers/"))
+      .flatMap((f) => handBuiltChanges(f.source).map((m) => `${f.file}: ${m}`));
     expect(offenders).toEqual([]);
   });
 
   it("the checks recognise what they forbid", () => {
-    expect(importsOf("src/workers/x.ts", 'import { a } from "../db/tasks.js";\nexport { b } from "./y.js";\nawait import("drizzle-orm");')).toEqual([
-      "src/db/tasks.ts",
-      "src/workers/y.ts",
-      "drizzle-orm",
-    ]);
+    expect(
+      importsOf(
+        "src/workers/x.ts",
+        'import { a } from "../db/tasks.js";\nexport { b } from "./y.js";\nawait import("drizzle-orm");',
+      ),
+    ).toEqual(["src/db/tasks.ts", "src/workers/y.ts", "drizzle-orm"]);
     expect(violations([{ file: "src/workers/x.ts", source: 'import { sql } from "drizzle-orm";' }])).toHaveLength(1);
-    expect(violations([{ file: "src/db/x.ts", source: 'import { destinationHost } from "../webhooks/destination.js";' }])).toHaveLength(1);
-    expect(violations([{ file: "src/upstream/x.ts", source: 'import type { TaskStatus } from "../db/schema.js";' }])).toHaveLength(1);
-    expect(violations([{ file: "src/simulator/x.ts", source: 'import { Relay } from "../relay.js";' }])).toHaveLength(1);
+    expect(
+      violations([{ file: "src/db/x.ts", source: 'import { destinationHost } from "../webhooks/destination.js";' }]),
+    ).toHaveLength(1);
+    expect(
+      violations([{ file: "src/upstream/x.ts", source: 'import type { TaskStatus } from "../db/schema.js";' }]),
+    ).toHaveLength(1);
+    expect(violations([{ file: "src/simulator/x.ts", source: 'import { Relay } from "../relay.js";' }])).toHaveLength(
+      1,
+    );
     expect(violations([{ file: "src/db/pg/x.ts", source: 'import { tasks } from "../schema.js";' }])).toHaveLength(1);
-    expect(violations([{ file: "src/db/sqlite/x.ts", source: 'import { tasks } from "../pg/schema.js";' }])).toHaveLength(1);
+    expect(
+      violations([{ file: "src/db/sqlite/x.ts", source: 'import { tasks } from "../pg/schema.js";' }]),
+    ).toHaveLength(1);
     expect(violations([{ file: "src/db/pg/x.ts", source: 'import { tasks } from "./schema.js";' }])).toHaveLength(0);
-    expect(violations([{ file: "src/db/x.ts", source: 'import type { Store } from "../store/store.js";' }])).toHaveLength(0);
-    expect(handBuiltChanges('update(db, id, token, { claimToken: null, claimedUntil: null, status: "failed" })')).toEqual(["claimToken: null", "claimedUntil: null", 'status: "failed"']);
+    expect(
+      violations([{ file: "src/db/x.ts", source: 'import type { Store } from "../store/store.js";' }]),
+    ).toHaveLength(0);
+    expect(
+      handBuiltChanges('update(db, id, token, { claimToken: null, claimedUntil: null, status: "failed" })'),
+    ).toEqual(["claimToken: null", "claimedUntil: null", 'status: "failed"']);
   });
 });

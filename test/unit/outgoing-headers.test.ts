@@ -9,7 +9,14 @@ const KEY = randomBytes(32);
 
 function client(defaults: Record<string, string> | null): ClientRow {
   const { row } = newClient(1_700_000_000_000, { name: "c", encryptionKey: KEY });
-  return { ...row, callbackHeaders: sealHeaders(defaults, KEY), signatureScheme: "hmac", signingKey: null, previousSigningKey: null, previousSigningKeyExpiresAt: null } as unknown as ClientRow;
+  return {
+    ...row,
+    callbackHeaders: sealHeaders(defaults, KEY),
+    signatureScheme: "hmac",
+    signingKey: null,
+    previousSigningKey: null,
+    previousSigningKeyExpiresAt: null,
+  } as unknown as ClientRow;
 }
 
 describe("outgoingHeaders: callback headers", () => {
@@ -28,8 +35,20 @@ describe("outgoingHeaders: callback headers", () => {
   });
 
   it("never lets a stored header replace the relay's own (rows written before the name checks)", () => {
-    const sneaky = JSON.stringify({ "webhook-signature": "v1,forged", "content-type": "text/plain", "user-agent": "x", "x-ok": "1" });
-    const h = outgoingHeaders({ client: client(null), id: "evt_2", at: 1_700_000_000_000, body: "{}", encryptionKey: KEY, callbackHeaders: sneaky });
+    const sneaky = JSON.stringify({
+      "webhook-signature": "v1,forged",
+      "content-type": "text/plain",
+      "user-agent": "x",
+      "x-ok": "1",
+    });
+    const h = outgoingHeaders({
+      client: client(null),
+      id: "evt_2",
+      at: 1_700_000_000_000,
+      body: "{}",
+      encryptionKey: KEY,
+      callbackHeaders: sneaky,
+    });
     expect(h["webhook-signature"]).toMatch(/^v1,(?!forged)/);
     expect(h["content-type"]).toBe("application/json");
     expect(h["user-agent"]).toMatch(/^genrelay/);
@@ -37,13 +56,49 @@ describe("outgoingHeaders: callback headers", () => {
   });
 
   it("drops hop-by-hop and unsendable names stored before intake refused them (Expect made every attempt fail)", () => {
-    const stored = JSON.stringify({ expect: "100-continue", "keep-alive": "timeout=5", "proxy-authorization": "Basic x", te: "trailers", trailer: "x", upgrade: "h2c", host: "evil.example", "content-length": "1", "x-ok": "1" });
-    const h = outgoingHeaders({ client: client(null), id: "evt_4", at: 1_700_000_000_000, body: "{}", encryptionKey: KEY, callbackHeaders: stored });
-    expect(Object.keys(h).sort()).toEqual(["content-type", "user-agent", "webhook-id", "webhook-signature", "webhook-timestamp", "x-ok"]);
+    const stored = JSON.stringify({
+      expect: "100-continue",
+      "keep-alive": "timeout=5",
+      "proxy-authorization": "Basic x",
+      te: "trailers",
+      trailer: "x",
+      upgrade: "h2c",
+      host: "evil.example",
+      "content-length": "1",
+      "x-ok": "1",
+    });
+    const h = outgoingHeaders({
+      client: client(null),
+      id: "evt_4",
+      at: 1_700_000_000_000,
+      body: "{}",
+      encryptionKey: KEY,
+      callbackHeaders: stored,
+    });
+    expect(Object.keys(h).sort()).toEqual([
+      "content-type",
+      "user-agent",
+      "webhook-id",
+      "webhook-signature",
+      "webhook-timestamp",
+      "x-ok",
+    ]);
   });
 
   it("without callback headers: exactly the signed headers", () => {
-    const h = outgoingHeaders({ client: client(null), id: "evt_3", at: 1_700_000_000_000, body: "{}", encryptionKey: KEY });
-    expect(Object.keys(h).sort()).toEqual(["content-type", "user-agent", "webhook-id", "webhook-signature", "webhook-timestamp"]);
+    const h = outgoingHeaders({
+      client: client(null),
+      id: "evt_3",
+      at: 1_700_000_000_000,
+      body: "{}",
+      encryptionKey: KEY,
+    });
+    expect(Object.keys(h).sort()).toEqual([
+      "content-type",
+      "user-agent",
+      "webhook-id",
+      "webhook-signature",
+      "webhook-timestamp",
+    ]);
   });
 });

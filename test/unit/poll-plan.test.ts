@@ -48,12 +48,31 @@ function view(patch: Partial<AccountView> = {}): AccountView {
 }
 
 function task(n: number, patch: Partial<InFlightTask> = {}): InFlightTask {
-  return { id: `task_${n}`, upstreamTaskId: `up_${n}`, status: "processing", submittedAt: NOW - 60_000, type: "image", model: "m", ...patch };
+  return {
+    id: `task_${n}`,
+    upstreamTaskId: `up_${n}`,
+    status: "processing",
+    submittedAt: NOW - 60_000,
+    type: "image",
+    model: "m",
+    ...patch,
+  };
 }
 
 function remote(id: string, status: TaskStatus | null, patch: Partial<UpstreamTask> = {}): UpstreamTask {
   const ended = status === "succeeded";
-  return { id, status, output: ended ? { images: ["x"] } : null, usage: { pointsCharged: status && status !== "queued" && status !== "processing" ? 10 : null, pointsRefunded: null }, error: null, raw: {}, ...patch };
+  return {
+    id,
+    status,
+    output: ended ? { images: ["x"] } : null,
+    usage: {
+      pointsCharged: status && status !== "queued" && status !== "processing" ? 10 : null,
+      pointsRefunded: null,
+    },
+    error: null,
+    raw: {},
+    ...patch,
+  };
 }
 
 function result(seen: UpstreamTask[], patch: Partial<SweepResult> = {}): SweepResult {
@@ -69,13 +88,19 @@ describe("planSweep: whether this tick sweeps the account's list", () => {
     expect(planSweep(view({ strategy: "round-robin" }), { available: 100, perMinute: 100 })).toEqual({ kind: "skip" });
     expect(planSweep(view({ running: 2 }), { available: 100, perMinute: 100 })).toEqual({ kind: "skip" });
     expect(planSweep(view({ running: 0 }), { available: 100, perMinute: 100 })).toEqual({ kind: "skip" });
-    expect(planSweep(view({ state: state({ unsupportedUntil: NOW + 1 }) }), { available: 100, perMinute: 100 })).toEqual({ kind: "skip" });
+    expect(
+      planSweep(view({ state: state({ unsupportedUntil: NOW + 1 }) }), { available: 100, perMinute: 100 }),
+    ).toEqual({ kind: "skip" });
     // The retry time itself: the list is tried again.
-    expect(planSweep(view({ running: 3, state: state({ unsupportedUntil: NOW }) }), { available: 100, perMinute: 100 })).toEqual({ kind: "sweep", sweep: "active" });
+    expect(
+      planSweep(view({ running: 3, state: state({ unsupportedUntil: NOW }) }), { available: 100, perMinute: 100 }),
+    ).toEqual({ kind: "sweep", sweep: "active" });
   });
 
   it("later: sweeps cover the account but the next one is not due", () => {
-    expect(planSweep(view({ state: state({ nextSweepAt: NOW + 1 }) }), { available: 100, perMinute: 100 })).toEqual({ kind: "later" });
+    expect(planSweep(view({ state: state({ nextSweepAt: NOW + 1 }) }), { available: 100, perMinute: 100 })).toEqual({
+      kind: "later",
+    });
   });
 
   it("sweep when the budget holds the reads the last sweep of that kind took (two when unmeasured), else wait for them", () => {
@@ -88,7 +113,9 @@ describe("planSweep: whether this tick sweeps the account's list", () => {
     // Never more than the whole budget: a sweep dearer than a minute's reads waits for the minute.
     expect(planSweep(measured, { available: 5, perMinute: 5 })).toEqual({ kind: "sweep", sweep: "active" });
     // A cost of one read still waits for two.
-    expect(planSweep(view({ state: state({ cost: { active: 1, all: null } }) }), { available: 1, perMinute: 100 })).toEqual({ kind: "wait", reads: 2 });
+    expect(
+      planSweep(view({ state: state({ cost: { active: 1, all: null } }) }), { available: 1, perMinute: 100 }),
+    ).toEqual({ kind: "wait", reads: 2 });
   });
 });
 
@@ -116,9 +143,14 @@ describe("planSingles: which tasks are read one by one", () => {
   });
 
   it("due tasks, at most SINGLE_BATCH and what the budget has, while no sweep covers the account", () => {
-    expect(planSingles(view({ strategy: "round-robin" }), 100, ["task_1"])).toEqual({ kind: "due", limit: SINGLE_BATCH });
+    expect(planSingles(view({ strategy: "round-robin" }), 100, ["task_1"])).toEqual({
+      kind: "due",
+      limit: SINGLE_BATCH,
+    });
     expect(planSingles(view({ running: 2 }), 7, [])).toEqual({ kind: "due", limit: 7 });
-    expect(planSingles(view({ state: state({ nextSweepAt: NOW - 1, unsupportedUntil: NOW + 1 }) }), 3, ["task_1"])).toEqual({ kind: "due", limit: 3 });
+    expect(
+      planSingles(view({ state: state({ nextSweepAt: NOW - 1, unsupportedUntil: NOW + 1 }) }), 3, ["task_1"]),
+    ).toEqual({ kind: "due", limit: 3 });
     // Sweeps would cover it but none has run yet: nothing is flagged, the tasks are read singly meanwhile.
     expect(planSingles(view({ state: state({ nextSweepAt: 0 }) }), 3, [])).toEqual({ kind: "due", limit: 3 });
   });
@@ -129,7 +161,10 @@ describe("planSingles: which tasks are read one by one", () => {
     expect(planSingles(view(), 100, flagged)).toEqual({ kind: "ids", ids: flagged.slice(0, SINGLE_BATCH) });
     expect(planSingles(view(), 100, new Set<string>())).toEqual({ kind: "ids", ids: [] });
     // Swept before, next sweep later: still covered.
-    expect(planSingles(view({ state: state({ nextSweepAt: NOW + 30_000 }) }), 5, ["task_9"])).toEqual({ kind: "ids", ids: ["task_9"] });
+    expect(planSingles(view({ state: state({ nextSweepAt: NOW + 30_000 }) }), 5, ["task_9"])).toEqual({
+      kind: "ids",
+      ids: ["task_9"],
+    });
   });
 
   it("sweepsCover agrees with planSweep: no sweep is planned where sweeps do not cover", () => {
@@ -204,20 +239,42 @@ describe("what the list reads tell", () => {
 
   it("afterHarvest: the active cost when not cut short, whether succeeded items carry output, the candidates still unseen", () => {
     const candidates = new Set(["up_1", "up_2", "up_3"]);
-    const withOutput = afterHarvest(state(), result([remote("up_1", "succeeded"), remote("up_2", "failed")], { reads: 4 }), candidates, 10);
+    const withOutput = afterHarvest(
+      state(),
+      result([remote("up_1", "succeeded"), remote("up_2", "failed")], { reads: 4 }),
+      candidates,
+      10,
+    );
     expect(withOutput).toEqual({ active: 4, harvestUseful: true, unseen: new Set(["up_3"]) });
-    const bare = afterHarvest(state({ cost: { active: 2, all: null } }), result([remote("up_1", "succeeded", { output: null })], { reads: 10 }), candidates, 10);
+    const bare = afterHarvest(
+      state({ cost: { active: 2, all: null } }),
+      result([remote("up_1", "succeeded", { output: null })], { reads: 10 }),
+      candidates,
+      10,
+    );
     expect(bare).toEqual({ active: 2, harvestUseful: false, unseen: new Set(["up_2", "up_3"]) });
     // Only failed ones found: nothing learned about outputs.
-    expect(afterHarvest(state({ harvestUseful: true }), result([remote("up_2", "failed")]), candidates, 10).harvestUseful).toBe(true);
+    expect(
+      afterHarvest(state({ harvestUseful: true }), result([remote("up_2", "failed")]), candidates, 10).harvestUseful,
+    ).toBe(true);
   });
 });
 
 describe("sweepOutcome: what a sweep means for each task", () => {
-  const input = (inFlight: InFlightTask[], r: SweepResult, candidates: string[] = []) => ({ inFlight, result: r, candidates: new Set(candidates), now: NOW, share: 1, budget: BUDGET });
+  const input = (inFlight: InFlightTask[], r: SweepResult, candidates: string[] = []) => ({
+    inFlight,
+    result: r,
+    candidates: new Set(candidates),
+    now: NOW,
+    share: 1,
+    budget: BUDGET,
+  });
 
   it("a list body not understood: single reads only for LIST_RETRY_MS", () => {
-    expect(sweepOutcome(input([task(1)], result([], { unsupported: true })))).toEqual({ kind: "unsupported", unsupportedUntil: NOW + LIST_RETRY_MS });
+    expect(sweepOutcome(input([task(1)], result([], { unsupported: true })))).toEqual({
+      kind: "unsupported",
+      unsupportedUntil: NOW + LIST_RETRY_MS,
+    });
   });
 
   it("each task: settled or changed tasks are recorded, ended ones the list cannot settle are flagged, the rest wait for the next sweep", () => {
@@ -272,23 +329,42 @@ describe("sweepOutcome: what a sweep means for each task", () => {
   });
 
   it("zero tasks in flight: nothing recorded or flagged", () => {
-    expect(sweepOutcome(input([], result([remote("up_x", "succeeded")])))).toMatchObject({ ended: 0, covered: 0, changed: [], flag: [] });
+    expect(sweepOutcome(input([], result([remote("up_x", "succeeded")])))).toMatchObject({
+      ended: 0,
+      covered: 0,
+      changed: [],
+      flag: [],
+    });
   });
 });
 
 describe("after a failed sweep", () => {
   it("a transport error or a 5xx: the list again in five seconds", () => {
     expect(sweepFailed(null, NOW)).toEqual({ nextSweepAt: NOW + 5_000, pauseUntil: null, unsupportedUntil: null });
-    expect(sweepFailed(failure({}), NOW)).toEqual({ nextSweepAt: NOW + 5_000, pauseUntil: null, unsupportedUntil: null });
+    expect(sweepFailed(failure({}), NOW)).toEqual({
+      nextSweepAt: NOW + 5_000,
+      pauseUntil: null,
+      unsupportedUntil: null,
+    });
   });
 
   it("a 429 pauses the account's reads (Retry-After, else ten seconds)", () => {
-    expect(sweepFailed(failure({ status: 429, code: "rate_limit", retryAfterMs: 3_000 }), NOW)).toEqual({ nextSweepAt: NOW + 3_000, pauseUntil: NOW + 3_000, unsupportedUntil: null });
-    expect(sweepFailed(failure({ status: 429, code: "rate_limit" }), NOW)).toEqual({ nextSweepAt: NOW + 5_000, pauseUntil: NOW + 10_000, unsupportedUntil: null });
+    expect(sweepFailed(failure({ status: 429, code: "rate_limit", retryAfterMs: 3_000 }), NOW)).toEqual({
+      nextSweepAt: NOW + 3_000,
+      pauseUntil: NOW + 3_000,
+      unsupportedUntil: null,
+    });
+    expect(sweepFailed(failure({ status: 429, code: "rate_limit" }), NOW)).toEqual({
+      nextSweepAt: NOW + 5_000,
+      pauseUntil: NOW + 10_000,
+      unsupportedUntil: null,
+    });
   });
 
   it("a page too large: single reads only for LIST_RETRY_MS", () => {
-    expect(sweepFailed(failure({ status: 200, code: "response_too_large" }), NOW).unsupportedUntil).toBe(NOW + LIST_RETRY_MS);
+    expect(sweepFailed(failure({ status: 200, code: "response_too_large" }), NOW).unsupportedUntil).toBe(
+      NOW + LIST_RETRY_MS,
+    );
   });
 });
 
@@ -309,34 +385,81 @@ describe("single reads", () => {
   });
 
   it("readFailed: an answer too large ends the task, saying it may have been charged", () => {
-    expect(readFailed({ pollCount: 0 }, failure({ status: 200, code: "response_too_large", message: "answer over 8 MiB" }), NOW, undefined)).toEqual({
+    expect(
+      readFailed(
+        { pollCount: 0 },
+        failure({ status: 200, code: "response_too_large", message: "answer over 8 MiB" }),
+        NOW,
+        undefined,
+      ),
+    ).toEqual({
       kind: "too_large",
-      error: { code: "upstream_response_too_large", message: "answer over 8 MiB. The task may have been charged: check the upstream account.", request_id: "req_1" },
+      error: {
+        code: "upstream_response_too_large",
+        message: "answer over 8 MiB. The task may have been charged: check the upstream account.",
+        request_id: "req_1",
+      },
     });
   });
 
   it("readFailed: a 429 pauses until Retry-After (ten seconds without one)", () => {
-    expect(readFailed({ pollCount: 3 }, failure({ status: 429, code: "rate_limit", retryAfterMs: 2_500 }), NOW, undefined)).toEqual({ kind: "paused", until: NOW + 2_500 });
-    expect(readFailed({ pollCount: 3 }, failure({ status: 429, code: "rate_limit" }), NOW, NOW - 1)).toEqual({ kind: "paused", until: NOW + 10_000 });
+    expect(
+      readFailed({ pollCount: 3 }, failure({ status: 429, code: "rate_limit", retryAfterMs: 2_500 }), NOW, undefined),
+    ).toEqual({ kind: "paused", until: NOW + 2_500 });
+    expect(readFailed({ pollCount: 3 }, failure({ status: 429, code: "rate_limit" }), NOW, NOW - 1)).toEqual({
+      kind: "paused",
+      until: NOW + 10_000,
+    });
   });
 
   it("readFailed: 5xx, network errors and HTML 404s back off by the reads made, up to a minute, and start no 404 run", () => {
-    expect(readFailed({ pollCount: 0 }, failure({}), NOW, undefined)).toEqual({ kind: "retry", at: NOW + 2_000, pollCount: 1 });
-    expect(readFailed({ pollCount: 3 }, null, NOW, undefined)).toEqual({ kind: "retry", at: NOW + 16_000, pollCount: 4 });
-    expect(readFailed({ pollCount: 5 }, failure({}), NOW, undefined)).toEqual({ kind: "retry", at: NOW + 60_000, pollCount: 6 });
-    expect(readFailed({ pollCount: 40 }, failure({}), NOW, undefined)).toEqual({ kind: "retry", at: NOW + 60_000, pollCount: 41 });
-    expect(readFailed({ pollCount: 0 }, failure({ status: 404, code: "http_404" }), NOW, NOW - LOST_AFTER_MS)).toEqual({ kind: "retry", at: NOW + 2_000, pollCount: 1 });
+    expect(readFailed({ pollCount: 0 }, failure({}), NOW, undefined)).toEqual({
+      kind: "retry",
+      at: NOW + 2_000,
+      pollCount: 1,
+    });
+    expect(readFailed({ pollCount: 3 }, null, NOW, undefined)).toEqual({
+      kind: "retry",
+      at: NOW + 16_000,
+      pollCount: 4,
+    });
+    expect(readFailed({ pollCount: 5 }, failure({}), NOW, undefined)).toEqual({
+      kind: "retry",
+      at: NOW + 60_000,
+      pollCount: 6,
+    });
+    expect(readFailed({ pollCount: 40 }, failure({}), NOW, undefined)).toEqual({
+      kind: "retry",
+      at: NOW + 60_000,
+      pollCount: 41,
+    });
+    expect(readFailed({ pollCount: 0 }, failure({ status: 404, code: "http_404" }), NOW, NOW - LOST_AFTER_MS)).toEqual({
+      kind: "retry",
+      at: NOW + 2_000,
+      pollCount: 1,
+    });
   });
 
   it("readFailed: JSON 404 task_not_found starts or continues a run; a task past LOST_AFTER_MS of them is lost", () => {
     const notFound = failure({ status: 404, code: "task_not_found" });
-    expect(readFailed({ pollCount: 0 }, notFound, NOW, undefined)).toEqual({ kind: "retry", at: NOW + 2_000, pollCount: 1, notFoundSince: NOW });
-    expect(readFailed({ pollCount: 1 }, notFound, NOW, NOW - LOST_AFTER_MS + 1)).toEqual({ kind: "retry", at: NOW + 4_000, pollCount: 2, notFoundSince: NOW - LOST_AFTER_MS + 1 });
+    expect(readFailed({ pollCount: 0 }, notFound, NOW, undefined)).toEqual({
+      kind: "retry",
+      at: NOW + 2_000,
+      pollCount: 1,
+      notFoundSince: NOW,
+    });
+    expect(readFailed({ pollCount: 1 }, notFound, NOW, NOW - LOST_AFTER_MS + 1)).toEqual({
+      kind: "retry",
+      at: NOW + 4_000,
+      pollCount: 2,
+      notFoundSince: NOW - LOST_AFTER_MS + 1,
+    });
     expect(readFailed({ pollCount: 9 }, notFound, NOW, NOW - LOST_AFTER_MS)).toEqual({
       kind: "lost",
       error: {
         code: "task_not_found",
-        message: "The upstream answered 404 task_not_found for this task for 10 minutes; it is taken as lost. It may have been charged: check the upstream account.",
+        message:
+          "The upstream answered 404 task_not_found for this task for 10 minutes; it is taken as lost. It may have been charged: check the upstream account.",
         request_id: "req_1",
       },
     });
@@ -358,32 +481,48 @@ describe("nextTickAt", () => {
 describe("properties", () => {
   const arbState = fc.record({
     nextSweepAt: fc.integer({ min: NOW - 120_000, max: NOW + 120_000 }),
-    cost: fc.record({ active: fc.option(fc.integer({ min: 0, max: 300 })), all: fc.option(fc.oneof(fc.integer({ min: 0, max: 300 }), fc.constant(Infinity))) }),
+    cost: fc.record({
+      active: fc.option(fc.integer({ min: 0, max: 300 })),
+      all: fc.option(fc.oneof(fc.integer({ min: 0, max: 300 }), fc.constant(Infinity))),
+    }),
     lastEnded: fc.nat(50),
     unsupportedUntil: fc.oneof(fc.constant(0), fc.integer({ min: NOW - 60_000, max: NOW + 60_000 })),
     harvestUseful: fc.option(fc.boolean()),
     warned: fc.boolean(),
   });
-  const arbView = fc.record({ strategy: fc.constantFrom("adaptive" as const, "round-robin" as const), running: fc.nat(1_000), now: fc.constant(NOW), state: arbState });
+  const arbView = fc.record({
+    strategy: fc.constantFrom("adaptive" as const, "round-robin" as const),
+    running: fc.nat(1_000),
+    now: fc.constant(NOW),
+    state: arbState,
+  });
 
   it("a plan never spends more reads than the budget grants: sweeps only with their reads free and capped by what is free, singles within what is free", () => {
     fc.assert(
-      fc.property(arbView, fc.integer({ min: 2, max: 1_000 }), fc.integer({ min: -5, max: 1_000 }), fc.boolean(), fc.nat(2), fc.array(fc.string(), { maxLength: 60 }), (v, perMinute, free, due, waiting, flagged) => {
-        const available = Math.min(free, perMinute);
-        const step = planSweep(v, { available, perMinute });
-        if (step.kind === "sweep") {
-          expect(sweepReadCap(available, sweepShare(due, waiting))).toBeLessThanOrEqual(available);
-        }
-        if (step.kind === "wait") expect(step.reads).toBeGreaterThan(available);
-        if (step.kind !== "skip") expect(sweepsCover(v)).toBe(true);
-        const singles = planSingles(v, available, flagged);
-        if (available <= 0) expect(singles.kind).toBe("wait");
-        if (singles.kind === "due") expect(singles.limit).toBeLessThanOrEqual(Math.min(available, SINGLE_BATCH));
-        if (singles.kind === "ids") {
-          expect(singles.ids.length).toBeLessThanOrEqual(Math.min(available, SINGLE_BATCH));
-          expect(singles.ids.every((id) => flagged.includes(id))).toBe(true);
-        }
-      }),
+      fc.property(
+        arbView,
+        fc.integer({ min: 2, max: 1_000 }),
+        fc.integer({ min: -5, max: 1_000 }),
+        fc.boolean(),
+        fc.nat(2),
+        fc.array(fc.string(), { maxLength: 60 }),
+        (v, perMinute, free, due, waiting, flagged) => {
+          const available = Math.min(free, perMinute);
+          const step = planSweep(v, { available, perMinute });
+          if (step.kind === "sweep") {
+            expect(sweepReadCap(available, sweepShare(due, waiting))).toBeLessThanOrEqual(available);
+          }
+          if (step.kind === "wait") expect(step.reads).toBeGreaterThan(available);
+          if (step.kind !== "skip") expect(sweepsCover(v)).toBe(true);
+          const singles = planSingles(v, available, flagged);
+          if (available <= 0) expect(singles.kind).toBe("wait");
+          if (singles.kind === "due") expect(singles.limit).toBeLessThanOrEqual(Math.min(available, SINGLE_BATCH));
+          if (singles.kind === "ids") {
+            expect(singles.ids.length).toBeLessThanOrEqual(Math.min(available, SINGLE_BATCH));
+            expect(singles.ids.every((id) => flagged.includes(id))).toBe(true);
+          }
+        },
+      ),
     );
   });
 
@@ -392,36 +531,62 @@ describe("properties", () => {
     n: fc.nat(30),
     hasUpstream: fc.boolean(),
     stored: fc.constantFrom<TaskStatus>("queued", "processing"),
-    listed: fc.option(fc.record({ status: fc.constantFrom(...statuses), output: fc.boolean(), charged: fc.option(fc.nat(100)) })),
+    listed: fc.option(
+      fc.record({ status: fc.constantFrom(...statuses), output: fc.boolean(), charged: fc.option(fc.nat(100)) }),
+    ),
     candidate: fc.boolean(),
   });
 
   it("every in-flight task the sweep saw end is recorded or flagged for one single read, never both; every other task was seen running or waits for the next sweep, which is scheduled", () => {
     fc.assert(
-      fc.property(fc.uniqueArray(arbTask, { selector: (t) => t.n, maxLength: 30 }), fc.nat(20), fc.constantFrom(0.5, 0.75, 1), (specs, reads, share) => {
-        const inFlight = specs.map((s) => task(s.n, { upstreamTaskId: s.hasUpstream ? `up_${s.n}` : null, status: s.stored }));
-        const seen = specs.flatMap((s) => (s.hasUpstream && s.listed ? [remote(`up_${s.n}`, s.listed.status, { output: s.listed.output ? { x: 1 } : null, usage: { pointsCharged: s.listed.charged, pointsRefunded: null } })] : []));
-        const candidates = specs.filter((s) => s.hasUpstream && s.candidate && !s.listed).map((s) => `up_${s.n}`);
-        const out = sweepOutcome({ inFlight, result: result(seen, { reads }), candidates: new Set(candidates), now: NOW, share, budget: BUDGET });
-        if (out.kind !== "read") throw new Error("a sweep that was understood");
-        const changed = new Set(out.changed);
-        const flag = new Set(out.flag);
-        expect(changed.size).toBe(out.changed.length);
-        expect(flag.size).toBe(out.flag.length);
-        expect([...changed].filter((id) => flag.has(id))).toEqual([]);
-        for (const s of specs) {
-          const id = `task_${s.n}`;
-          const status = s.hasUpstream ? (s.listed?.status ?? null) : null;
-          const ended = status === "succeeded" || status === "failed" || status === "canceled";
-          const running = status === "queued" || status === "processing";
-          if (ended || (s.hasUpstream && candidates.includes(`up_${s.n}`))) expect(changed.has(id) || flag.has(id)).toBe(true);
-          else if (!changed.has(id) && !flag.has(id)) expect(running || !s.listed || !s.hasUpstream).toBe(true);
-          if (running) expect(flag.has(id)).toBe(false);
-        }
-        expect(out.nextSweepAt - NOW).toBeGreaterThanOrEqual(MIN_SWEEP_INTERVAL_MS);
-        expect(out.nextSweepAt - NOW).toBeLessThanOrEqual(MAX_SWEEP_INTERVAL_MS);
-        expect(out.coveredUntil).toBeGreaterThan(out.nextSweepAt);
-      }),
+      fc.property(
+        fc.uniqueArray(arbTask, { selector: (t) => t.n, maxLength: 30 }),
+        fc.nat(20),
+        fc.constantFrom(0.5, 0.75, 1),
+        (specs, reads, share) => {
+          const inFlight = specs.map((s) =>
+            task(s.n, { upstreamTaskId: s.hasUpstream ? `up_${s.n}` : null, status: s.stored }),
+          );
+          const seen = specs.flatMap((s) =>
+            s.hasUpstream && s.listed
+              ? [
+                  remote(`up_${s.n}`, s.listed.status, {
+                    output: s.listed.output ? { x: 1 } : null,
+                    usage: { pointsCharged: s.listed.charged, pointsRefunded: null },
+                  }),
+                ]
+              : [],
+          );
+          const candidates = specs.filter((s) => s.hasUpstream && s.candidate && !s.listed).map((s) => `up_${s.n}`);
+          const out = sweepOutcome({
+            inFlight,
+            result: result(seen, { reads }),
+            candidates: new Set(candidates),
+            now: NOW,
+            share,
+            budget: BUDGET,
+          });
+          if (out.kind !== "read") throw new Error("a sweep that was understood");
+          const changed = new Set(out.changed);
+          const flag = new Set(out.flag);
+          expect(changed.size).toBe(out.changed.length);
+          expect(flag.size).toBe(out.flag.length);
+          expect([...changed].filter((id) => flag.has(id))).toEqual([]);
+          for (const s of specs) {
+            const id = `task_${s.n}`;
+            const status = s.hasUpstream ? (s.listed?.status ?? null) : null;
+            const ended = status === "succeeded" || status === "failed" || status === "canceled";
+            const running = status === "queued" || status === "processing";
+            if (ended || (s.hasUpstream && candidates.includes(`up_${s.n}`)))
+              expect(changed.has(id) || flag.has(id)).toBe(true);
+            else if (!changed.has(id) && !flag.has(id)) expect(running || !s.listed || !s.hasUpstream).toBe(true);
+            if (running) expect(flag.has(id)).toBe(false);
+          }
+          expect(out.nextSweepAt - NOW).toBeGreaterThanOrEqual(MIN_SWEEP_INTERVAL_MS);
+          expect(out.nextSweepAt - NOW).toBeLessThanOrEqual(MAX_SWEEP_INTERVAL_MS);
+          expect(out.coveredUntil).toBeGreaterThan(out.nextSweepAt);
+        },
+      ),
     );
   });
 
@@ -429,7 +594,13 @@ describe("properties", () => {
     fc.assert(
       fc.property(
         fc.nat(100),
-        fc.option(fc.record({ status: fc.constantFrom(404, 429, 500, 502, 200), code: fc.constantFrom("task_not_found", "rate_limit", "internal_error", "response_too_large", "http_404"), retryAfterMs: fc.option(fc.integer({ min: 1, max: 60_000 })) })),
+        fc.option(
+          fc.record({
+            status: fc.constantFrom(404, 429, 500, 502, 200),
+            code: fc.constantFrom("task_not_found", "rate_limit", "internal_error", "response_too_large", "http_404"),
+            retryAfterMs: fc.option(fc.integer({ min: 1, max: 60_000 })),
+          }),
+        ),
         fc.option(fc.integer({ min: 0, max: 2 * LOST_AFTER_MS }), { nil: undefined }),
         (pollCount, e, runFor) => {
           const err = e === null ? null : failure(e);

@@ -25,14 +25,19 @@ afterEach(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-
 describe("ReadBudget", () => {
   it("property: over random take() timings, no 60 s window holds more than perMinute reads, and a refusal is always justified", async () => {
     let run = 0;
     await fc.assert(
       fc.asyncProperty(
         fc.integer({ min: 1, max: 15 }),
-        fc.array(fc.record({ gap: fc.oneof(fc.integer({ min: 0, max: 2_000 }), fc.integer({ min: 0, max: 70_000 })), tries: fc.integer({ min: 1, max: 6 }) }), { minLength: 1, maxLength: 120 }),
+        fc.array(
+          fc.record({
+            gap: fc.oneof(fc.integer({ min: 0, max: 2_000 }), fc.integer({ min: 0, max: 70_000 })),
+            tries: fc.integer({ min: 1, max: 6 }),
+          }),
+          { minLength: 1, maxLength: 120 },
+        ),
         fc.boolean(),
         async (perMinute, steps, restartHalfway) => {
           // One account per run on the shared database: runs cannot see each other's reads.

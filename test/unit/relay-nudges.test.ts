@@ -14,8 +14,19 @@ let store: SqliteStore;
 let relay: Relay;
 beforeEach(() => {
   store = memoryStore();
-  const config = loadConfig({ DATABASE_PATH: ":memory:", UPSTREAM_BASE_URL: "https://upstream.test", UPSTREAM_API_KEY: "k", LOG_LEVEL: "silent" });
-  relay = new Relay({ config, store, clock: new FakeClock(), logger: silentLogger, upstream: { baseUrl: "https://upstream.test", apiKey: "k" } });
+  const config = loadConfig({
+    DATABASE_PATH: ":memory:",
+    UPSTREAM_BASE_URL: "https://upstream.test",
+    UPSTREAM_API_KEY: "k",
+    LOG_LEVEL: "silent",
+  });
+  relay = new Relay({
+    config,
+    store,
+    clock: new FakeClock(),
+    logger: silentLogger,
+    upstream: { baseUrl: "https://upstream.test", apiKey: "k" },
+  });
 });
 afterEach(async () => {
   vi.restoreAllMocks();
@@ -38,7 +49,11 @@ describe("nudges reach their worker by name", () => {
     for (const [name, loop] of Object.entries(relay.loopsByName)) expect(loop.name).toBe(name);
     // Someone reorders the list (a new loop first, say): no nudge may follow a position.
     (relay.loops as WorkerLoop[]).reverse();
-    for (const target of TARGETS) expect(nudgedBy(() => relay.deps.nudges[target]!()), target).toEqual([target]);
+    for (const target of TARGETS)
+      expect(
+        nudgedBy(() => relay.deps.nudges[target]!()),
+        target,
+      ).toEqual([target]);
     // The workers' own wake-ups after a settled attempt go to their loops too.
     expect(nudgedBy(() => relay.dispatcher.onSettled())).toEqual(["dispatcher"]);
     expect(nudgedBy(() => relay.notifier.onSettled())).toEqual(["notifier"]);

@@ -1,6 +1,12 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { fieldCountProblem, knownFields, meantField, nearMissProblems, type NearMissWork } from "../../src/services/intake-fields.js";
+import {
+  fieldCountProblem,
+  knownFields,
+  meantField,
+  nearMissProblems,
+  type NearMissWork,
+} from "../../src/services/intake-fields.js";
 import { REQUEST_BOUNDS, storedBytesOf, storedRequestProblems } from "../../src/services/request-bounds.js";
 
 /**
@@ -11,7 +17,9 @@ import { REQUEST_BOUNDS, storedBytesOf, storedRequestProblems } from "../../src/
 
 /** Optimal string alignment distance, the whole table: the oracle the banded one must agree with. */
 function osa(a: string, b: string): number {
-  const d = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  const d = Array.from({ length: a.length + 1 }, (_, i) =>
+    Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)),
+  );
   for (let i = 1; i <= a.length; i++) {
     for (let j = 1; j <= b.length; j++) {
       const cost = a[i - 1] === b[j - 1] ? 0 : 1;
@@ -50,9 +58,13 @@ describe("near-miss suggestions: O(fields), whatever the names", () => {
 
   it("suggest what the whole-table distance suggested (random names near the known ones)", () => {
     const near = fc.oneof(
-      fc.constantFrom(...image).chain((f) =>
-        fc.tuple(fc.nat(f.length), fc.constantFrom("", "x", "_", "-", "A"), fc.nat(3)).map(([at, ins, drop]) => f.slice(0, at) + ins + f.slice(at + drop)),
-      ),
+      fc
+        .constantFrom(...image)
+        .chain((f) =>
+          fc
+            .tuple(fc.nat(f.length), fc.constantFrom("", "x", "_", "-", "A"), fc.nat(3))
+            .map(([at, ins, drop]) => f.slice(0, at) + ins + f.slice(at + drop)),
+        ),
       fc.string({ maxLength: 40 }),
     );
     fc.assert(
@@ -61,7 +73,9 @@ describe("near-miss suggestions: O(fields), whatever the names", () => {
       }),
       { numRuns: 3000 },
     );
-    expect(["callbak_url", "metdata", "promt", "callbackUrl", "image_url", "seed"].map((n) => meantField(n, image))).toEqual(["callback_url", "metadata", "prompt", "callback_url", "image_urls", null]);
+    expect(
+      ["callbak_url", "metdata", "promt", "callbackUrl", "image_url", "seed"].map((n) => meantField(n, image)),
+    ).toEqual(["callback_url", "metadata", "prompt", "callback_url", "image_urls", null]);
   });
 
   it("repro 2: 12,000 field names cost at most a bounded number of cells each (the unbounded table cost up to 81·22 per known field)", () => {
@@ -70,7 +84,14 @@ describe("near-miss suggestions: O(fields), whatever the names", () => {
       let worst = 0;
       for (let i = 0; i < 12_000; i++) {
         const before = work.cells;
-        meantField(`${"callback_url_".repeat(7).slice(0, Math.max(0, length - 5))}${String(i).padStart(5, "0")}`.slice(0, length), image, work);
+        meantField(
+          `${"callback_url_".repeat(7).slice(0, Math.max(0, length - 5))}${String(i).padStart(5, "0")}`.slice(
+            0,
+            length,
+          ),
+          image,
+          work,
+        );
         worst = Math.max(worst, work.cells - before);
       }
       expect(worst).toBeLessThanOrEqual(PER_NAME);
@@ -84,7 +105,10 @@ describe("near-miss suggestions: O(fields), whatever the names", () => {
     const body: Record<string, unknown> = { model: "p-image", mode: "generate", prompt: "a fox", count: 1 };
     for (let i = 0; i < 12_000; i++) body[`callbak_url${i}`] = i;
     const work: NearMissWork = { cells: 0 };
-    expect(fieldCountProblem(body)).toEqual({ field: "(fields)", message: `at most ${REQUEST_BOUNDS.maxFields} fields are accepted in a request body` });
+    expect(fieldCountProblem(body)).toEqual({
+      field: "(fields)",
+      message: `at most ${REQUEST_BOUNDS.maxFields} fields are accepted in a request body`,
+    });
     expect(nearMissProblems("image", body, work)).toEqual([]);
     expect(work.cells).toBe(0);
     expect(storedRequestProblems(body)).toEqual([fieldCountProblem(body)]);
@@ -107,26 +131,40 @@ describe("what a task stores: one rule over every field", () => {
 
   it("repro 13: image_urls of 1 MiB and a resolution of 895 KiB are refused, naming the field", () => {
     const urls = Array.from({ length: 17 }, (_, i) => `https://cdn.example.com/${i}.png`);
-    expect(storedRequestProblems({ ...base, image_urls: urls })).toEqual([{ field: "image_urls", message: `must have at most ${REQUEST_BOUNDS.maxArrayItems} items` }]);
+    expect(storedRequestProblems({ ...base, image_urls: urls })).toEqual([
+      { field: "image_urls", message: `must have at most ${REQUEST_BOUNDS.maxArrayItems} items` },
+    ]);
     const long = [`https://cdn.example.com/${"a".repeat(1024 * 1024)}.png`];
-    expect(storedRequestProblems({ ...base, image_urls: long })).toEqual([{ field: "image_urls.0", message: `must be at most ${REQUEST_BOUNDS.maxStringBytes} bytes (UTF-8)` }]);
-    expect(storedRequestProblems({ ...base, resolution: "9".repeat(895 * 1024) })).toEqual([{ field: "resolution", message: `must be at most ${REQUEST_BOUNDS.maxStringBytes} bytes (UTF-8)` }]);
+    expect(storedRequestProblems({ ...base, image_urls: long })).toEqual([
+      { field: "image_urls.0", message: `must be at most ${REQUEST_BOUNDS.maxStringBytes} bytes (UTF-8)` },
+    ]);
+    expect(storedRequestProblems({ ...base, resolution: "9".repeat(895 * 1024) })).toEqual([
+      { field: "resolution", message: `must be at most ${REQUEST_BOUNDS.maxStringBytes} bytes (UTF-8)` },
+    ]);
   });
 
   it("any field at any depth, counted in UTF-8 bytes; the prompt keeps its own bound", () => {
     const cjk = "漢".repeat(Math.floor(REQUEST_BOUNDS.maxStringBytes / 3) + 1);
     expect(cjk.length).toBeLessThan(REQUEST_BOUNDS.maxStringBytes);
-    expect(storedRequestProblems({ ...base, style: { names: [cjk] } })).toEqual([{ field: "style.names.0", message: `must be at most ${REQUEST_BOUNDS.maxStringBytes} bytes (UTF-8)` }]);
+    expect(storedRequestProblems({ ...base, style: { names: [cjk] } })).toEqual([
+      { field: "style.names.0", message: `must be at most ${REQUEST_BOUNDS.maxStringBytes} bytes (UTF-8)` },
+    ]);
     expect(storedRequestProblems({ ...base, prompt: "p".repeat(32_768) })).toEqual([]);
     let deep: unknown = "x".repeat(REQUEST_BOUNDS.maxStringBytes + 1);
     for (let i = 0; i < 60; i++) deep = [deep];
-    expect(storedRequestProblems({ ...base, deep })).toEqual([{ field: `deep${".0".repeat(60)}`, message: `must be at most ${REQUEST_BOUNDS.maxStringBytes} bytes (UTF-8)` }]);
+    expect(storedRequestProblems({ ...base, deep })).toEqual([
+      { field: `deep${".0".repeat(60)}`, message: `must be at most ${REQUEST_BOUNDS.maxStringBytes} bytes (UTF-8)` },
+    ]);
     const wide = Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`k${i}`, i]));
-    expect(storedRequestProblems({ ...base, params: wide })).toEqual([{ field: "params", message: `must have at most ${REQUEST_BOUNDS.maxObjectKeys} keys` }]);
+    expect(storedRequestProblems({ ...base, params: wide })).toEqual([
+      { field: "params", message: `must have at most ${REQUEST_BOUNDS.maxObjectKeys} keys` },
+    ]);
   });
 
   it("names at most 20 problems, however many values are bad", () => {
-    const bad = Object.fromEntries(Array.from({ length: 60 }, (_, i) => [`p${i}`, "x".repeat(REQUEST_BOUNDS.maxStringBytes + 1)]));
+    const bad = Object.fromEntries(
+      Array.from({ length: 60 }, (_, i) => [`p${i}`, "x".repeat(REQUEST_BOUNDS.maxStringBytes + 1)]),
+    );
     expect(storedRequestProblems(bad)).toHaveLength(20);
   });
 

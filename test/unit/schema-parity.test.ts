@@ -65,16 +65,28 @@ describe("schema parity: SQLite and Postgres", () => {
     expectTypeOf<typeof pg.tasks.$inferInsert>().toEqualTypeOf<typeof sqlite.tasks.$inferInsert>();
     expectTypeOf<typeof pg.events.$inferSelect>().toEqualTypeOf<typeof sqlite.events.$inferSelect>();
     expectTypeOf<typeof pg.events.$inferInsert>().toEqualTypeOf<typeof sqlite.events.$inferInsert>();
-    expectTypeOf<typeof pg.deliveryAttempts.$inferSelect>().toEqualTypeOf<typeof sqlite.deliveryAttempts.$inferSelect>();
-    expectTypeOf<typeof pg.deliveryAttempts.$inferInsert>().toEqualTypeOf<typeof sqlite.deliveryAttempts.$inferInsert>();
-    expectTypeOf<typeof pg.upstreamAccounts.$inferSelect>().toEqualTypeOf<typeof sqlite.upstreamAccounts.$inferSelect>();
-    expectTypeOf<typeof pg.upstreamAccounts.$inferInsert>().toEqualTypeOf<typeof sqlite.upstreamAccounts.$inferInsert>();
+    expectTypeOf<typeof pg.deliveryAttempts.$inferSelect>().toEqualTypeOf<
+      typeof sqlite.deliveryAttempts.$inferSelect
+    >();
+    expectTypeOf<typeof pg.deliveryAttempts.$inferInsert>().toEqualTypeOf<
+      typeof sqlite.deliveryAttempts.$inferInsert
+    >();
+    expectTypeOf<typeof pg.upstreamAccounts.$inferSelect>().toEqualTypeOf<
+      typeof sqlite.upstreamAccounts.$inferSelect
+    >();
+    expectTypeOf<typeof pg.upstreamAccounts.$inferInsert>().toEqualTypeOf<
+      typeof sqlite.upstreamAccounts.$inferInsert
+    >();
     expectTypeOf<typeof pg.upstreamReads.$inferSelect>().toEqualTypeOf<typeof sqlite.upstreamReads.$inferSelect>();
     expectTypeOf<typeof pg.upstreamReads.$inferInsert>().toEqualTypeOf<typeof sqlite.upstreamReads.$inferInsert>();
     expectTypeOf<typeof pg.durationStats.$inferSelect>().toEqualTypeOf<typeof sqlite.durationStats.$inferSelect>();
     expectTypeOf<typeof pg.durationStats.$inferInsert>().toEqualTypeOf<typeof sqlite.durationStats.$inferInsert>();
-    expectTypeOf<typeof pg.dashboardSessions.$inferSelect>().toEqualTypeOf<typeof sqlite.dashboardSessions.$inferSelect>();
-    expectTypeOf<typeof pg.dashboardSessions.$inferInsert>().toEqualTypeOf<typeof sqlite.dashboardSessions.$inferInsert>();
+    expectTypeOf<typeof pg.dashboardSessions.$inferSelect>().toEqualTypeOf<
+      typeof sqlite.dashboardSessions.$inferSelect
+    >();
+    expectTypeOf<typeof pg.dashboardSessions.$inferInsert>().toEqualTypeOf<
+      typeof sqlite.dashboardSessions.$inferInsert
+    >();
     expectTypeOf<typeof pg.creditLedger.$inferSelect>().toEqualTypeOf<typeof sqlite.creditLedger.$inferSelect>();
     expectTypeOf<typeof pg.creditLedger.$inferInsert>().toEqualTypeOf<typeof sqlite.creditLedger.$inferInsert>();
     expectTypeOf<typeof pg.learnedPrices.$inferSelect>().toEqualTypeOf<typeof sqlite.learnedPrices.$inferSelect>();
@@ -89,28 +101,55 @@ describe("schema parity: SQLite and Postgres", () => {
     const sqliteTables = new Map(tablesOf(sqlite).map((t) => [getTableName(t), sqliteTableConfig(t as never)]));
     const pgTables = new Map(tablesOf(pg).map((t) => [getTableName(t), pgTableConfig(t as never)]));
 
-    expect([...pgTables.keys()].filter((n) => !PG_ONLY_TABLES.includes(n)).sort()).toEqual([...sqliteTables.keys()].sort());
+    expect([...pgTables.keys()].filter((n) => !PG_ONLY_TABLES.includes(n)).sort()).toEqual(
+      [...sqliteTables.keys()].sort(),
+    );
     for (const [name, lite] of sqliteTables) {
       const post = pgTables.get(name)!;
       const pgOnlyColumns: string[] = PG_ONLY_COLUMNS[name] ?? [];
       const pgColumns = post.columns.map((c) => c.name).filter((c) => !pgOnlyColumns.includes(c));
       expect(pgColumns, `columns of ${name}`).toEqual(lite.columns.map((c) => c.name));
       expect(
-        post.columns.filter((c) => !pgOnlyColumns.includes(c.name)).map((c) => [c.name, c.primary, c.notNull, c.hasDefault]),
+        post.columns
+          .filter((c) => !pgOnlyColumns.includes(c.name))
+          .map((c) => [c.name, c.primary, c.notNull, c.hasDefault]),
         `keys, nullability and defaults of ${name}`,
       ).toEqual(lite.columns.map((c) => [c.name, c.primary, c.notNull, c.hasDefault]));
 
       // Postgres may carry a SQLite unique index as a unique constraint (events_id_uq, see schema).
       const pgOnlyIndexes: string[] = PG_ONLY_INDEXES[name] ?? [];
-      const pgIndexes = [...post.indexes.map((i) => i.config.name ?? ""), ...post.uniqueConstraints.map((u) => u.getName() ?? "")]
+      const pgIndexes = [
+        ...post.indexes.map((i) => i.config.name ?? ""),
+        ...post.uniqueConstraints.map((u) => u.getName() ?? ""),
+      ]
         .filter((n) => !pgOnlyIndexes.includes(n))
         .sort();
       expect(pgIndexes, `indexes of ${name}`).toEqual(lite.indexes.map((i) => i.config.name).sort());
       expect(
-        post.foreignKeys.map((fk) => fk.reference().columns.map((c) => c.name).join(",") + "->" + getTableName(fk.reference().foreignTable)).sort(),
+        post.foreignKeys
+          .map(
+            (fk) =>
+              fk
+                .reference()
+                .columns.map((c) => c.name)
+                .join(",") +
+              "->" +
+              getTableName(fk.reference().foreignTable),
+          )
+          .sort(),
         `foreign keys of ${name}`,
       ).toEqual(
-        lite.foreignKeys.map((fk) => fk.reference().columns.map((c) => c.name).join(",") + "->" + getTableName(fk.reference().foreignTable)).sort(),
+        lite.foreignKeys
+          .map(
+            (fk) =>
+              fk
+                .reference()
+                .columns.map((c) => c.name)
+                .join(",") +
+              "->" +
+              getTableName(fk.reference().foreignTable),
+          )
+          .sort(),
       );
     }
   });

@@ -138,12 +138,22 @@ describe("parseHostAsIp", () => {
     expect(parseHostAsIp(host)).toBe(ip);
   });
 
-  it.each(["example.com", "localhost", "foo.123", "1.2.3.256", "1.2.3.4.5", "[example.com]", "[::1", "a:b", "::ffff:0x7f.0.0.1", "", "127.0.0.1/x", "x@127.0.0.1"])(
-    "%s is not an IP literal",
-    (host) => {
-      expect(parseHostAsIp(host)).toBeNull();
-    },
-  );
+  it.each([
+    "example.com",
+    "localhost",
+    "foo.123",
+    "1.2.3.256",
+    "1.2.3.4.5",
+    "[example.com]",
+    "[::1",
+    "a:b",
+    "::ffff:0x7f.0.0.1",
+    "",
+    "127.0.0.1/x",
+    "x@127.0.0.1",
+  ])("%s is not an IP literal", (host) => {
+    expect(parseHostAsIp(host)).toBeNull();
+  });
 
   it("agrees with the WHATWG URL parser on decimal, hex and octal spellings of any IPv4 address (property)", () => {
     fc.assert(
@@ -164,38 +174,116 @@ describe("validateCallbackUrl", () => {
   const lax = { allowPrivateNetworks: true };
 
   it("accepts a public https URL and returns it normalised, fragment stripped", () => {
-    expect(validateCallbackUrl("https://hooks.example.com/genrelay?x=1", strict)).toEqual({ ok: true, url: "https://hooks.example.com/genrelay?x=1" });
-    expect(validateCallbackUrl("HTTPS://Hooks.Example.COM:8443/a/../b#frag", strict)).toEqual({ ok: true, url: "https://hooks.example.com:8443/b" });
+    expect(validateCallbackUrl("https://hooks.example.com/genrelay?x=1", strict)).toEqual({
+      ok: true,
+      url: "https://hooks.example.com/genrelay?x=1",
+    });
+    expect(validateCallbackUrl("HTTPS://Hooks.Example.COM:8443/a/../b#frag", strict)).toEqual({
+      ok: true,
+      url: "https://hooks.example.com:8443/b",
+    });
     expect(validateCallbackUrl("https://8.8.8.8/hook", strict)).toEqual({ ok: true, url: "https://8.8.8.8/hook" });
-    expect(validateCallbackUrl("https://[2606:4700:4700::1111]/hook", strict)).toEqual({ ok: true, url: "https://[2606:4700:4700::1111]/hook" });
-    expect(validateCallbackUrl("https://bücher.example/hook", strict)).toEqual({ ok: true, url: "https://xn--bcher-kva.example/hook" });
+    expect(validateCallbackUrl("https://[2606:4700:4700::1111]/hook", strict)).toEqual({
+      ok: true,
+      url: "https://[2606:4700:4700::1111]/hook",
+    });
+    expect(validateCallbackUrl("https://bücher.example/hook", strict)).toEqual({
+      ok: true,
+      url: "https://xn--bcher-kva.example/hook",
+    });
   });
 
   it.each([
-    ["https://2130706433/", "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://0x7f000001/", "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://0177.0.0.1/", "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://127.1/", "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://127.0.0.1./", "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://%31%32%37.0.0.1/", "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://169.254.169.254/latest/meta-data/", "169.254.169.254 is link-local; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://10.1.2.3:8443/", "10.1.2.3 is private (RFC 1918); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://0/", "0.0.0.0 is unspecified (0.0.0.0/8); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://[::ffff:127.0.0.1]/", "::ffff:127.0.0.1 is ipv4-mapped loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
+    [
+      "https://2130706433/",
+      "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://0x7f000001/",
+      "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://0177.0.0.1/",
+      "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://127.1/",
+      "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://127.0.0.1./",
+      "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://%31%32%37.0.0.1/",
+      "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://169.254.169.254/latest/meta-data/",
+      "169.254.169.254 is link-local; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://10.1.2.3:8443/",
+      "10.1.2.3 is private (RFC 1918); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://0/",
+      "0.0.0.0 is unspecified (0.0.0.0/8); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://[::ffff:127.0.0.1]/",
+      "::ffff:127.0.0.1 is ipv4-mapped loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
     ["https://[::1]/", "::1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
     ["https://[::]/", ":: is unspecified; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://[fd00::1]/", "fd00::1 is unique-local; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://[64:ff9b::7f00:1]/", "64:ff9b::7f00:1 is nat64 loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://localhost/", "host localhost is a private name (.localhost); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://localhost./", "host localhost. is a private name (.localhost); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://LOCALHOST/", "host localhost is a private name (.localhost); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://foo.localhost/", "host foo.localhost is a private name (.localhost); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://printer.local/", "host printer.local is a private name (.local); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://metadata.google.internal/", "host metadata.google.internal is a private name (.internal); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://router.home.arpa/", "host router.home.arpa is a private name (.home.arpa); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://intranet/", "host intranet is a single-label name; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["https://intranet./", "host intranet. is a single-label name; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)"],
-    ["http://hooks.example.com/", "scheme http: is not allowed (https only, unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, for development)"],
+    [
+      "https://[fd00::1]/",
+      "fd00::1 is unique-local; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://[64:ff9b::7f00:1]/",
+      "64:ff9b::7f00:1 is nat64 loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://localhost/",
+      "host localhost is a private name (.localhost); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://localhost./",
+      "host localhost. is a private name (.localhost); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://LOCALHOST/",
+      "host localhost is a private name (.localhost); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://foo.localhost/",
+      "host foo.localhost is a private name (.localhost); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://printer.local/",
+      "host printer.local is a private name (.local); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://metadata.google.internal/",
+      "host metadata.google.internal is a private name (.internal); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://router.home.arpa/",
+      "host router.home.arpa is a private name (.home.arpa); allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://intranet/",
+      "host intranet is a single-label name; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "https://intranet./",
+      "host intranet. is a single-label name; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+    ],
+    [
+      "http://hooks.example.com/",
+      "scheme http: is not allowed (https only, unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, for development)",
+    ],
     ["https://user:pass@hooks.example.com/", "contains credentials (user or password)"],
     ["https://user@hooks.example.com/", "contains credentials (user or password)"],
     [`https://hooks.example.com/${"a".repeat(2030)}`, "longer than 2048 characters"],
@@ -221,16 +309,26 @@ describe("validateCallbackUrl", () => {
     expect(validateCallbackUrl(raw + "a", strict).ok).toBe(false);
   });
 
-  it.each([[undefined], [null], [42], [{ url: "https://hooks.example.com/" }], [["https://hooks.example.com/"]], [new URL("https://hooks.example.com/")]])(
-    "refuses the non-string %j",
-    (raw) => {
-      expect(validateCallbackUrl(raw, strict)).toEqual({ ok: false, reason: "not a string" });
-    },
-  );
+  it.each([
+    [undefined],
+    [null],
+    [42],
+    [{ url: "https://hooks.example.com/" }],
+    [["https://hooks.example.com/"]],
+    [new URL("https://hooks.example.com/")],
+  ])("refuses the non-string %j", (raw) => {
+    expect(validateCallbackUrl(raw, strict)).toEqual({ ok: false, reason: "not a string" });
+  });
 
   it("accepts loopback and private http URLs when private networks are allowed", () => {
-    expect(validateCallbackUrl("http://127.0.0.1:9000/hook", lax)).toEqual({ ok: true, url: "http://127.0.0.1:9000/hook" });
-    expect(validateCallbackUrl("http://localhost:9000/hook", lax)).toEqual({ ok: true, url: "http://localhost:9000/hook" });
+    expect(validateCallbackUrl("http://127.0.0.1:9000/hook", lax)).toEqual({
+      ok: true,
+      url: "http://127.0.0.1:9000/hook",
+    });
+    expect(validateCallbackUrl("http://localhost:9000/hook", lax)).toEqual({
+      ok: true,
+      url: "http://localhost:9000/hook",
+    });
     expect(validateCallbackUrl("http://[::1]:9000/", lax)).toEqual({ ok: true, url: "http://[::1]:9000/" });
     expect(validateCallbackUrl("http://2130706433/", lax)).toEqual({ ok: true, url: "http://127.0.0.1/" });
     expect(validateCallbackUrl("https://10.0.0.1/", lax)).toEqual({ ok: true, url: "https://10.0.0.1/" });
@@ -238,7 +336,10 @@ describe("validateCallbackUrl", () => {
 
   it("still refuses what is never a webhook URL when private networks are allowed", () => {
     expect(validateCallbackUrl("ftp://127.0.0.1/", lax)).toEqual({ ok: false, reason: "scheme ftp: is not allowed" });
-    expect(validateCallbackUrl("http://u:p@127.0.0.1/", lax)).toEqual({ ok: false, reason: "contains credentials (user or password)" });
+    expect(validateCallbackUrl("http://u:p@127.0.0.1/", lax)).toEqual({
+      ok: false,
+      reason: "contains credentials (user or password)",
+    });
     expect(validateCallbackUrl(7, lax)).toEqual({ ok: false, reason: "not a string" });
   });
 });
@@ -267,7 +368,10 @@ describe("createGuardedLookup", () => {
   it("answers with the first address (of the wanted family) without options.all", async () => {
     const lookup = createGuardedLookup({ allowPrivateNetworks: false, resolve: resolverOf(publicPair) });
     expect(await lookupAll(lookup, "hooks.example.com", {})).toEqual({ address: "93.184.216.34", family: 4 });
-    expect(await lookupAll(lookup, "hooks.example.com", { family: 6 })).toEqual({ address: "2606:2800:220:1:248:1893:25c8:1946", family: 6 });
+    expect(await lookupAll(lookup, "hooks.example.com", { family: 6 })).toEqual({
+      address: "2606:2800:220:1:248:1893:25c8:1946",
+      family: 6,
+    });
   });
 
   it.each<[string, Answer[], string]>([
@@ -276,8 +380,22 @@ describe("createGuardedLookup", () => {
     ["metadata", [{ address: "169.254.169.254", family: 4 }], "169.254.169.254, which is link-local"],
     ["ipv6 loopback", [{ address: "::1", family: 6 }], "::1, which is loopback"],
     ["ipv4-mapped", [{ address: "::ffff:127.0.0.1", family: 6 }], "::ffff:127.0.0.1, which is ipv4-mapped loopback"],
-    ["public then private", [{ address: "93.184.216.34", family: 4 }, { address: "192.168.0.10", family: 4 }], "192.168.0.10, which is private (RFC 1918)"],
-    ["private AAAA beside public A", [{ address: "93.184.216.34", family: 4 }, { address: "fd00::1", family: 6 }], "fd00::1, which is unique-local"],
+    [
+      "public then private",
+      [
+        { address: "93.184.216.34", family: 4 },
+        { address: "192.168.0.10", family: 4 },
+      ],
+      "192.168.0.10, which is private (RFC 1918)",
+    ],
+    [
+      "private AAAA beside public A",
+      [
+        { address: "93.184.216.34", family: 4 },
+        { address: "fd00::1", family: 6 },
+      ],
+      "fd00::1, which is unique-local",
+    ],
   ])("fails with EBLOCKED when any answer is %s", async (_label, answers, detail) => {
     const lookup = createGuardedLookup({ allowPrivateNetworks: false, resolve: resolverOf(answers) });
     await expect(lookupAll(lookup, "evil.example.com")).rejects.toMatchObject({
@@ -288,16 +406,25 @@ describe("createGuardedLookup", () => {
   });
 
   it("lets private answers through when private networks are allowed", async () => {
-    const lookup = createGuardedLookup({ allowPrivateNetworks: true, resolve: resolverOf([{ address: "127.0.0.1", family: 4 }]) });
+    const lookup = createGuardedLookup({
+      allowPrivateNetworks: true,
+      resolve: resolverOf([{ address: "127.0.0.1", family: 4 }]),
+    });
     expect(await lookupAll(lookup, "receiver.test")).toEqual([{ address: "127.0.0.1", family: 4 }]);
   });
 
   it("refuses answers that are not IP addresses, and reports empty answers and resolver errors", async () => {
-    const bogus = createGuardedLookup({ allowPrivateNetworks: true, resolve: async () => [{ address: "localhost", family: 4 }] });
+    const bogus = createGuardedLookup({
+      allowPrivateNetworks: true,
+      resolve: async () => [{ address: "localhost", family: 4 }],
+    });
     await expect(lookupAll(bogus, "x.example.com")).rejects.toMatchObject({ code: "EBLOCKED" });
     const empty = createGuardedLookup({ allowPrivateNetworks: false, resolve: async () => [] });
     await expect(lookupAll(empty, "x.example.com")).rejects.toMatchObject({ code: "ENOTFOUND" });
-    const wrongFamily = createGuardedLookup({ allowPrivateNetworks: false, resolve: resolverOf([{ address: "8.8.8.8", family: 4 }]) });
+    const wrongFamily = createGuardedLookup({
+      allowPrivateNetworks: false,
+      resolve: resolverOf([{ address: "8.8.8.8", family: 4 }]),
+    });
     await expect(lookupAll(wrongFamily, "x.example.com", { family: 6 })).rejects.toMatchObject({ code: "ENOTFOUND" });
     const failing = createGuardedLookup({
       allowPrivateNetworks: false,
@@ -315,6 +442,9 @@ describe("createGuardedLookup", () => {
 
   it("vets an odd numeric spelling the system resolver accepts (inet_aton: 127.1)", async () => {
     const lookup = createGuardedLookup({ allowPrivateNetworks: false });
-    await expect(lookupAll(lookup, "127.1")).rejects.toMatchObject({ code: "EBLOCKED", message: expect.stringContaining("loopback") });
+    await expect(lookupAll(lookup, "127.1")).rejects.toMatchObject({
+      code: "EBLOCKED",
+      message: expect.stringContaining("loopback"),
+    });
   });
 });

@@ -55,17 +55,39 @@ function task(over: Partial<TaskRow> = {}): TaskRow {
 
 describe("planTransition", () => {
   it("a new status: the event's sequence goes into the row's patch, the event is due after the first-attempt delay", () => {
-    const plan = planTransition(transitionRules, task(), { status: "processing", phase: "submitted", updatedAt: NOW }, opts);
-    expect(plan.event).toMatchObject({ type: "task.processing", sequence: 3, taskId: "task_1", nextAttemptAt: NOW + 250, deliveryStatus: "pending" });
+    const plan = planTransition(
+      transitionRules,
+      task(),
+      { status: "processing", phase: "submitted", updatedAt: NOW },
+      opts,
+    );
+    expect(plan.event).toMatchObject({
+      type: "task.processing",
+      sequence: 3,
+      taskId: "task_1",
+      nextAttemptAt: NOW + 250,
+      deliveryStatus: "pending",
+    });
     expect(plan.patch).toEqual({ status: "processing", phase: "submitted", updatedAt: NOW, eventSequence: 3 });
-    expect(plan.after).toEqual({ ...task(), status: "processing", phase: "submitted", updatedAt: NOW, eventSequence: 3 });
+    expect(plan.after).toEqual({
+      ...task(),
+      status: "processing",
+      phase: "submitted",
+      updatedAt: NOW,
+      eventSequence: 3,
+    });
     expect(JSON.parse(plan.event!.payload).data.sequence).toBe(3);
     // Nothing charged, nothing released: the books are untouched.
     expect(plan.credit).toBeNull();
   });
 
   it("a charge ends the reservation: the books get the charge and the released points, the price is learned, waiting tasks wake", () => {
-    const plan = planTransition(transitionRules, task({ status: "processing", phase: "submitted" }), { status: "succeeded", phase: "done", pointsCharged: 25 }, opts);
+    const plan = planTransition(
+      transitionRules,
+      task({ status: "processing", phase: "submitted" }),
+      { status: "succeeded", phase: "done", pointsCharged: 25 },
+      opts,
+    );
     expect(plan.patch.pointsReserved).toBe(0);
     expect(plan.credit).toEqual({ charged: 25, refunded: 0, reserved: -30 });
     expect(plan.learn).toEqual({ priceKey: "image:p-image", points: 25 });
@@ -82,7 +104,12 @@ describe("planTransition", () => {
   });
 
   it("undefined leaves a column as it is; a lone surrogate is planned as U+FFFD (what both drivers store)", () => {
-    const plan = planTransition(transitionRules, task(), { upstreamTaskId: undefined, errorJson: "bad \ud800 text" }, opts);
+    const plan = planTransition(
+      transitionRules,
+      task(),
+      { upstreamTaskId: undefined, errorJson: "bad \ud800 text" },
+      opts,
+    );
     expect("upstreamTaskId" in plan.patch).toBe(false);
     expect(plan.patch.errorJson).toBe("bad \ufffd text");
     expect(plan.after.errorJson).toBe("bad \ufffd text");
@@ -102,7 +129,8 @@ describe("planTransition", () => {
       fc.property(patchArb, fc.nat(20), (patch, seq) => {
         const before = task({ eventSequence: seq, status: "processing", phase: "submitted" });
         const plan = planTransition(transitionRules, before, patch as Partial<TaskRow>, opts);
-        for (const [k, v] of Object.entries(patch)) if (v !== undefined) expect(plan.after[k as keyof TaskRow]).toEqual(v);
+        for (const [k, v] of Object.entries(patch))
+          if (v !== undefined) expect(plan.after[k as keyof TaskRow]).toEqual(v);
         expect(plan.after).toEqual({ ...before, ...plan.patch });
         if (plan.event) expect(plan.event.sequence).toBe(seq + 1);
         else expect(plan.after.eventSequence).toBe(seq);

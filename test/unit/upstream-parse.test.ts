@@ -142,11 +142,20 @@ describe("parseTask", () => {
     for (const bad of [-100000, -1, 40.5, 1e19, 2 ** 31, Number.NaN, "-5", "40.5", "1e3", "forty", "", null, {}]) {
       expect(parseTask({ id: "t", usage: { points_charged: bad } })?.usage.pointsCharged, String(bad)).toBeNull();
     }
-    expect(parseTask({ id: "t", usage: { points_charged: 0, points_refunded: 1.5 } })?.usage).toEqual({ pointsCharged: 0, pointsRefunded: null });
+    expect(parseTask({ id: "t", usage: { points_charged: 0, points_refunded: 1.5 } })?.usage).toEqual({
+      pointsCharged: 0,
+      pointsRefunded: null,
+    });
     // A numeric string is read as its number.
-    expect(parseTask({ id: "t", usage: { points_charged: "40", points_refunded: " 10 " } })?.usage).toEqual({ pointsCharged: 40, pointsRefunded: 10 });
+    expect(parseTask({ id: "t", usage: { points_charged: "40", points_refunded: " 10 " } })?.usage).toEqual({
+      pointsCharged: 40,
+      pointsRefunded: 10,
+    });
     // A refund above the charge would give the client room nobody paid for.
-    expect(parseTask({ id: "t", usage: { points_charged: 20, points_refunded: 30 } })?.usage).toEqual({ pointsCharged: 20, pointsRefunded: null });
+    expect(parseTask({ id: "t", usage: { points_charged: 20, points_refunded: 30 } })?.usage).toEqual({
+      pointsCharged: 20,
+      pointsRefunded: null,
+    });
     // Field by field: a top-level usage without a number does not hide data.usage.
     expect(
       parseTask({ id: "t", usage: { points_charged: 30 }, data: { usage: { points_refunded: 30 } } })?.usage,
@@ -163,7 +172,9 @@ describe("parseTask", () => {
   });
 
   it("keeps no NUL of an upstream error's text", () => {
-    expect(parseTask({ id: "t", error: { code: "bad\u0000code", message: "a\u0000b", request_id: "r\u0000" } })?.error).toEqual({
+    expect(
+      parseTask({ id: "t", error: { code: "bad\u0000code", message: "a\u0000b", request_id: "r\u0000" } })?.error,
+    ).toEqual({
       code: "upstream_error",
       message: "a\ufffdb",
       request_id: null,
@@ -422,10 +433,16 @@ describe("properties: arbitrary JSON never throws", () => {
 
   it("parseErrorBody on any text, JSON or not", () => {
     fc.assert(
-      fc.property(fc.oneof(fc.string(), json.map((v) => JSON.stringify(v) ?? "")), (text) => {
-        const parsed = parseErrorBody(text);
-        expect(parsed.code === null || typeof parsed.code === "string").toBe(true);
-      }),
+      fc.property(
+        fc.oneof(
+          fc.string(),
+          json.map((v) => JSON.stringify(v) ?? ""),
+        ),
+        (text) => {
+          const parsed = parseErrorBody(text);
+          expect(parsed.code === null || typeof parsed.code === "string").toBe(true);
+        },
+      ),
       { numRuns: 1000 },
     );
   });

@@ -60,8 +60,16 @@ function row(over: Partial<TaskRow> = {}): TaskRow {
 }
 
 /** The body of the event a task's end writes, as the stores write it. */
-function endEvent(before: TaskRow, patch: Partial<TaskRow>): { payload: string; body: { data: Record<string, unknown> } } {
-  const plan = planTransition(transitionRules, before, { phase: "done", completedAt: NOW, updatedAt: NOW, ...patch }, { now: NOW, token: null, firstAttemptDelayMs: 0 });
+function endEvent(
+  before: TaskRow,
+  patch: Partial<TaskRow>,
+): { payload: string; body: { data: Record<string, unknown> } } {
+  const plan = planTransition(
+    transitionRules,
+    before,
+    { phase: "done", completedAt: NOW, updatedAt: NOW, ...patch },
+    { now: NOW, token: null, firstAttemptDelayMs: 0 },
+  );
   const payload = plan.event!.payload;
   return { payload, body: JSON.parse(payload) as { data: Record<string, unknown> } };
 }
@@ -85,7 +93,10 @@ const file = (i: number, pad = 0) => ({
 describe("repro 5: webhooks whose body passes 256 KiB for reasons the output-size rule missed", () => {
   it("a 300,000-character upstream error message: stored cut to 16 KiB, flagged, and the webhook fits", () => {
     const message = "upstream exploded: ".padEnd(300_000, "x");
-    const { payload, body } = endEvent(row(), { status: "failed", errorJson: JSON.stringify({ code: "upstream_error", message, request_id: "req_1" }) });
+    const { payload, body } = endEvent(row(), {
+      status: "failed",
+      errorJson: JSON.stringify({ code: "upstream_error", message, request_id: "req_1" }),
+    });
     expectSendable(payload);
     const error = body.data.error as { code: string; message: string; message_truncated?: boolean };
     expect(error.code).toBe("upstream_error");
@@ -98,7 +109,12 @@ describe("repro 5: webhooks whose body passes 256 KiB for reasons the output-siz
     const output = JSON.stringify({ text: "漢".repeat(90_000) });
     expect(output.length).toBeLessThan(192 * 1024);
     expect(bytes(output)).toBeGreaterThan(WEBHOOK_BODY_MAX_BYTES);
-    const { payload, body } = endEvent(row(), { status: "succeeded", outputJson: output, pointsCharged: 40, pointsRefunded: 0 });
+    const { payload, body } = endEvent(row(), {
+      status: "succeeded",
+      outputJson: output,
+      pointsCharged: 40,
+      pointsRefunded: 0,
+    });
     expectSendable(payload);
     expect(body.data).toMatchObject({ status: "succeeded", output: null, output_omitted: true });
   });
@@ -106,7 +122,11 @@ describe("repro 5: webhooks whose body passes 256 KiB for reasons the output-siz
   it("64 copied files with long URLs: as many as fit are carried, the rest left out with files_truncated", () => {
     const files = Array.from({ length: 64 }, (_, i) => file(i, 3_000));
     const output = JSON.stringify({ images: files.map((f) => ({ url: f.source_url })) });
-    const { payload, body } = endEvent(row({ phase: "mirroring" }), { status: "succeeded", outputJson: output, filesJson: JSON.stringify(files) });
+    const { payload, body } = endEvent(row({ phase: "mirroring" }), {
+      status: "succeeded",
+      outputJson: output,
+      filesJson: JSON.stringify(files),
+    });
     expectSendable(payload);
     const carried = body.data.files as Array<{ key: string }>;
     expect(body.data).toMatchObject({ output: null, output_omitted: true, files_truncated: true });
@@ -125,7 +145,14 @@ describe("repro 5: webhooks whose body passes 256 KiB for reasons the output-siz
 });
 
 describe("JSON bytes of text", () => {
-  const text = fc.string({ unit: fc.oneof(fc.constantFrom("\"", "\\", "\n", "\u0001", "\u2028", "\uD800", "\uDC00"), fc.constantFrom("a", "é", "漢", "😀"), fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c))), maxLength: 200 });
+  const text = fc.string({
+    unit: fc.oneof(
+      fc.constantFrom('"', "\\", "\n", "\u0001", "\u2028", "\uD800", "\uDC00"),
+      fc.constantFrom("a", "é", "漢", "😀"),
+      fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)),
+    ),
+    maxLength: 200,
+  });
 
   it("jsonStringBytes is the UTF-8 length of JSON.stringify", () => {
     fc.assert(
@@ -142,7 +169,11 @@ describe("JSON bytes of text", () => {
         expect(s.startsWith(cut)).toBe(true);
         expect(jsonStringBytes(cut)).toBeLessThanOrEqual(Math.max(2, budget));
         if (cut.length < s.length) {
-          const next = s.slice(0, cut.length + (/[\uD800-\uDBFF]/.test(s[cut.length]!) && /[\uDC00-\uDFFF]/.test(s[cut.length + 1] ?? "") ? 2 : 1));
+          const next = s.slice(
+            0,
+            cut.length +
+              (/[\uD800-\uDBFF]/.test(s[cut.length]!) && /[\uDC00-\uDFFF]/.test(s[cut.length + 1] ?? "") ? 2 : 1),
+          );
           expect(jsonStringBytes(next)).toBeGreaterThan(budget);
         }
       }),
@@ -156,21 +187,46 @@ describe("no webhook body ever exceeds 256 KiB, whatever the task holds", () => 
       fc.string({ maxLength: 64 }),
       // Lengths up to max, a third of them in its upper half: large tasks are what this is about.
       fc
-        .tuple(fc.constantFrom("a", "é", "漢", "😀", "\"", "\u0001", "\uD800"), fc.oneof(fc.nat(max), fc.integer({ min: Math.floor(max / 2), max })))
+        .tuple(
+          fc.constantFrom("a", "é", "漢", "😀", '"', "\u0001", "\uD800"),
+          fc.oneof(fc.nat(max), fc.integer({ min: Math.floor(max / 2), max })),
+        )
         .map(([unit, n]) => unit.repeat(Math.floor(n / unit.length))),
     );
   const json: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
-    value: fc.oneof({ depthSize: "small" }, heavy(300_000), fc.integer(), fc.constant(null), fc.array(tie("value"), { maxLength: 4 }), fc.dictionary(fc.string({ maxLength: 8 }), tie("value"), { maxKeys: 4 })),
+    value: fc.oneof(
+      { depthSize: "small" },
+      heavy(300_000),
+      fc.integer(),
+      fc.constant(null),
+      fc.array(tie("value"), { maxLength: 4 }),
+      fc.dictionary(fc.string({ maxLength: 8 }), tie("value"), { maxKeys: 4 }),
+    ),
   })).value;
-  const metadata = fc.dictionary(fc.string({ minLength: 1, maxLength: 16 }), heavy(300), { maxKeys: 16 }).filter((m) => bytes(JSON.stringify(m)) <= 4096);
+  const metadata = fc
+    .dictionary(fc.string({ minLength: 1, maxLength: 16 }), heavy(300), { maxKeys: 16 })
+    .filter((m) => bytes(JSON.stringify(m)) <= 4096);
   const files = fc.array(
-    fc.record({ i: fc.nat(1000), pad: fc.integer({ min: 0, max: 4000 }), error: fc.option(heavy(2_000), { nil: undefined }) }).map(({ i, pad, error }) => ({ ...file(i, pad), ...(error === undefined ? {} : { error }) })),
+    fc
+      .record({
+        i: fc.nat(1000),
+        pad: fc.integer({ min: 0, max: 4000 }),
+        error: fc.option(heavy(2_000), { nil: undefined }),
+      })
+      .map(({ i, pad, error }) => ({ ...file(i, pad), ...(error === undefined ? {} : { error }) })),
     { minLength: 0, maxLength: 64, size: "max" },
   );
   const ending = fc.record({
     status: fc.constantFrom("succeeded", "failed", "canceled", "processing"),
     output: json,
-    error: fc.option(fc.record({ code: fc.string({ minLength: 1, maxLength: 256 }), message: heavy(400_000), request_id: fc.option(fc.string({ maxLength: 256 }), { nil: null }) }), { nil: null }),
+    error: fc.option(
+      fc.record({
+        code: fc.string({ minLength: 1, maxLength: 256 }),
+        message: heavy(400_000),
+        request_id: fc.option(fc.string({ maxLength: 256 }), { nil: null }),
+      }),
+      { nil: null },
+    ),
     files: fc.option(files, { nil: null }),
     metadata: fc.option(metadata, { nil: null }),
     model: heavy(8 * 1024),
@@ -190,7 +246,8 @@ describe("no webhook body ever exceeds 256 KiB, whatever the task holds", () => 
         });
         const { payload, body } = endEvent(before, {
           status: e.status as TaskRow["status"],
-          outputJson: e.status === "succeeded" ? JSON.stringify(e.output === undefined ? null : { result: e.output }) : null,
+          outputJson:
+            e.status === "succeeded" ? JSON.stringify(e.output === undefined ? null : { result: e.output }) : null,
           errorJson: e.error ? JSON.stringify(e.error) : null,
           filesJson: e.files ? JSON.stringify(e.files) : null,
           ...(e.status === "processing" ? { phase: "submitted", completedAt: null } : {}),
@@ -198,7 +255,8 @@ describe("no webhook body ever exceeds 256 KiB, whatever the task holds", () => 
         expectSendable(payload);
         const data = body.data;
         // What was left out says so; what was not is carried as the task holds it.
-        if (data.output_omitted !== true && e.status === "succeeded") expect(data.output).toEqual({ result: e.output === undefined ? null : e.output });
+        if (data.output_omitted !== true && e.status === "succeeded")
+          expect(data.output).toEqual({ result: e.output === undefined ? null : e.output });
         if (data.files_truncated !== true && e.files) expect(data.files).toEqual(e.files);
         if (e.metadata) expect(data.metadata).toEqual(e.metadata);
         if (data.output_omitted) cut.output++;
@@ -225,9 +283,20 @@ describe("fitTaskData: one rule, whatever wraps the data", () => {
   });
 
   it("rows stored before the bounds (a 300,000-character error, a 1 MiB model name) are cut to fit as well", () => {
-    const message = "\"quoted\" 漢 😀 ".repeat(30_000);
-    const flat = flatTask(row({ status: "failed", model: "m".repeat(1024 * 1024), errorJson: JSON.stringify({ code: "upstream_error", message, request_id: null }) }));
-    const wrap = (data: typeof flat) => ({ id: "evt_01jf3y8k2m9q7r5t3v1w0x6z4a", type: "task.failed", timestamp: new Date(NOW).toISOString(), data: { ...data, sequence: 2, previous_status: "processing" } });
+    const message = '"quoted" 漢 😀 '.repeat(30_000);
+    const flat = flatTask(
+      row({
+        status: "failed",
+        model: "m".repeat(1024 * 1024),
+        errorJson: JSON.stringify({ code: "upstream_error", message, request_id: null }),
+      }),
+    );
+    const wrap = (data: typeof flat) => ({
+      id: "evt_01jf3y8k2m9q7r5t3v1w0x6z4a",
+      type: "task.failed",
+      timestamp: new Date(NOW).toISOString(),
+      data: { ...data, sequence: 2, previous_status: "processing" },
+    });
     const { data, json } = fitTaskData(flat, WEBHOOK_BODY_MAX_BYTES, wrap);
     expect(bytes(json)).toBeLessThanOrEqual(WEBHOOK_BODY_MAX_BYTES);
     expect(webhookBodyProblems(json)).toEqual([]);

@@ -33,14 +33,18 @@ describe("signatureHeader", () => {
   it("matches an independently computed HMAC for a generated secret and a unicode body", () => {
     const secret = generateWebhookSecret();
     const body = JSON.stringify({ type: "task.succeeded", data: { prompt: "café ☕ 日本" } });
-    expect(signatureHeader([secret], "evt_1", 1_700_000_000, body)).toBe(expectedSignature(secret, "evt_1", 1_700_000_000, body));
+    expect(signatureHeader([secret], "evt_1", 1_700_000_000, body)).toBe(
+      expectedSignature(secret, "evt_1", 1_700_000_000, body),
+    );
   });
 
   it("emits one space-separated signature per secret, in order", () => {
     const a = generateWebhookSecret();
     const b = generateWebhookSecret();
     const header = signatureHeader([a, b], "evt_2", 1_700_000_000, "{}");
-    expect(header).toBe(`${expectedSignature(a, "evt_2", 1_700_000_000, "{}")} ${expectedSignature(b, "evt_2", 1_700_000_000, "{}")}`);
+    expect(header).toBe(
+      `${expectedSignature(a, "evt_2", 1_700_000_000, "{}")} ${expectedSignature(b, "evt_2", 1_700_000_000, "{}")}`,
+    );
   });
 
   it("refuses no secrets, a secret without the whsec_ prefix, bad base64 and a fractional timestamp, without echoing the secret", () => {

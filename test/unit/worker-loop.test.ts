@@ -51,7 +51,10 @@ describe("WorkerLoop nudges", () => {
 
   it("nudges during a tick make exactly one more tick", async () => {
     vi.useFakeTimers();
-    const { loop, starts } = counted({ coalesceMs: 5, during: (n) => n === 1 && [1, 2, 3].forEach(() => loop.nudge()) });
+    const { loop, starts } = counted({
+      coalesceMs: 5,
+      during: (n) => n === 1 && [1, 2, 3].forEach(() => loop.nudge()),
+    });
     loops.push(loop);
     loop.start();
     await vi.advanceTimersByTimeAsync(5);

@@ -18,14 +18,27 @@ export function pgAccounts(s: PgStore): AccountStore {
       s.tx(async (c) => {
         // The account row's lock serialises takers across instances: two leaders overlapping for a
         // moment still cannot spend more than the window allows between them.
-        await q("INSERT INTO upstream_accounts (id, updated_at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING", [account, at], c);
+        await q(
+          "INSERT INTO upstream_accounts (id, updated_at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
+          [account, at],
+          c,
+        );
         await q("SELECT id FROM upstream_accounts WHERE id = $1 FOR UPDATE", [account], c);
-        const used = Number((await one("SELECT count(*) AS n FROM upstream_reads WHERE account = $1 AND at > $2", [account, at - windowMs], c))!.n);
+        const used = Number(
+          (await one(
+            "SELECT count(*) AS n FROM upstream_reads WHERE account = $1 AND at > $2",
+            [account, at - windowMs],
+            c,
+          ))!.n,
+        );
         if (used >= limit) return false;
         await q("INSERT INTO upstream_reads (account, at) VALUES ($1, $2)", [account, at], c);
         return true;
       }),
-    readsSince: async (account, since) => (await q("SELECT at FROM upstream_reads WHERE account = $1 AND at > $2 ORDER BY at", [account, since])).map((r) => Number(r.at)),
+    readsSince: async (account, since) =>
+      (await q("SELECT at FROM upstream_reads WHERE account = $1 AND at > $2 ORDER BY at", [account, since])).map((r) =>
+        Number(r.at),
+      ),
     pruneReads: async (account, before) => {
       await s.pool.query("DELETE FROM upstream_reads WHERE account = $1 AND at < $2", [account, before]);
     },

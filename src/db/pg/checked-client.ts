@@ -38,7 +38,12 @@ export function checkedQuery(native: Query, self: unknown, args: unknown[]): unk
   const [first, second] = args;
   try {
     if (typeof first === "string" && Array.isArray(second)) args[1] = bindPg(first, second);
-    else if (first !== null && typeof first === "object" && typeof (first as pg.QueryConfig).text === "string" && Array.isArray((first as pg.QueryConfig).values)) {
+    else if (
+      first !== null &&
+      typeof first === "object" &&
+      typeof (first as pg.QueryConfig).text === "string" &&
+      Array.isArray((first as pg.QueryConfig).values)
+    ) {
       args[0] = { ...first, values: bindPg((first as pg.QueryConfig).text, (first as pg.QueryConfig).values!) };
     }
   } catch (err) {

@@ -43,7 +43,10 @@ export interface Claimed {
   rows: Row[];
   waiting: boolean;
 }
-export const claimedOf = (answer: Row[]): Claimed => ({ rows: answer.filter((r) => r.seq !== null), waiting: answer[0]?.claims_waiting === true });
+export const claimedOf = (answer: Row[]): Claimed => ({
+  rows: answer.filter((r) => r.seq !== null),
+  waiting: answer[0]?.claims_waiting === true,
+});
 
 interface Lease {
   key: string;
@@ -177,7 +180,11 @@ export class ClaimSession {
   /** Rows a claim returned (events columns): now leased by this store. */
   leased(rows: Row[]): void {
     for (const r of rows) {
-      this.own.set(r.id as string, { key: deliveryKey(r.client_id as string, r.destination_host as string), token: r.claim_token as string, until: Number(r.claimed_until) });
+      this.own.set(r.id as string, {
+        key: deliveryKey(r.client_id as string, r.destination_host as string),
+        token: r.claim_token as string,
+        until: Number(r.claimed_until),
+      });
     }
   }
 

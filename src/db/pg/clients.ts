@@ -26,18 +26,25 @@ export function pgClients(s: PgStore): ClientStore {
         const { patch, result } = change(client);
         const set = C.set(patch, 2);
         if (!set.sql) return { client, result };
-        return { client: C.row((await one(`UPDATE clients SET ${set.sql} WHERE id = $1 RETURNING *`, [id, ...set.values], c))!), result };
+        return {
+          client: C.row(
+            (await one(`UPDATE clients SET ${set.sql} WHERE id = $1 RETURNING *`, [id, ...set.values], c))!,
+          ),
+          result,
+        };
       }),
     markAdmitted: async (id, at) => {
       await s.pool.query("UPDATE clients SET last_admitted_at = $2 WHERE id = $1", [id, at]);
     },
     creditPosition: (id) => s.creditPositionIn(s.pool, id, false),
     ledger: async (id) =>
-      (await q("SELECT task_id, charged, refunded, at FROM credit_ledger WHERE client_id = $1 ORDER BY id", [id])).map((r) => ({
-        taskId: r.task_id as string,
-        charged: Number(r.charged),
-        refunded: Number(r.refunded),
-        at: Number(r.at),
-      })),
+      (await q("SELECT task_id, charged, refunded, at FROM credit_ledger WHERE client_id = $1 ORDER BY id", [id])).map(
+        (r) => ({
+          taskId: r.task_id as string,
+          charged: Number(r.charged),
+          refunded: Number(r.refunded),
+          at: Number(r.at),
+        }),
+      ),
   };
 }

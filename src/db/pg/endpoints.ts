@@ -8,7 +8,6 @@ import type { PgStore } from "./pg-store.js";
  * Rows come back with snake_case names and are mapped by the column list below.
  */
 
-
 const camel = (name: string) => name.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
 const snake = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
@@ -39,7 +38,12 @@ export function pgEndpointStore(s: PgStore): EndpointStore {
         [key.clientId, key.host, now],
       );
       const r = rows[0];
-      return r ? { failingSince: Number(r.failing_since), noticeSentAt: r.notice_sent_at === null ? null : Number(r.notice_sent_at) } : null;
+      return r
+        ? {
+            failingSince: Number(r.failing_since),
+            noticeSentAt: r.notice_sent_at === null ? null : Number(r.notice_sent_at),
+          }
+        : null;
     },
     dueForNotice: async (before, limit) =>
       (
@@ -49,9 +53,7 @@ export function pgEndpointStore(s: PgStore): EndpointStore {
            ORDER BY e.failing_since LIMIT $2`,
           [before, limit],
         )
-      ).map(
-        (r) => mapRow<EndpointHealthRow>(r),
-      ),
+      ).map((r) => mapRow<EndpointHealthRow>(r)),
     markNoticed: async (key: DeliveryKey, failingSince, at) =>
       (
         await pool.query(
@@ -60,13 +62,17 @@ export function pgEndpointStore(s: PgStore): EndpointStore {
         )
       ).rowCount === 1,
     failingOf: async (clientId) =>
-      (await q("SELECT * FROM endpoint_health WHERE client_id = $1 AND failing_since IS NOT NULL ORDER BY failing_since", [clientId])).map((r) =>
-        mapRow<EndpointHealthRow>(r),
-      ),
+      (
+        await q(
+          "SELECT * FROM endpoint_health WHERE client_id = $1 AND failing_since IS NOT NULL ORDER BY failing_since",
+          [clientId],
+        )
+      ).map((r) => mapRow<EndpointHealthRow>(r)),
   };
 }
 
-const CLAIMABLE = "delivery_status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)";
+const CLAIMABLE =
+  "delivery_status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)";
 /** How far past `limit` a claim looks for other clients' notices when the first ones are over their client's room. */
 const NOTICE_SCAN_FACTOR = 4;
 
@@ -75,7 +81,10 @@ export function pgNoticeStore(s: PgStore, notify: () => Promise<void>): NoticeSt
   return {
     insert: async (row) => {
       const entries = Object.entries(row).filter(([, v]) => v !== undefined);
-      await q(`INSERT INTO notices (${entries.map(([k]) => snake(k)).join(", ")}) VALUES (${entries.map((_, i) => `$${i + 1}`).join(", ")})`, entries.map(([, v]) => v));
+      await q(
+        `INSERT INTO notices (${entries.map(([k]) => snake(k)).join(", ")}) VALUES (${entries.map((_, i) => `$${i + 1}`).join(", ")})`,
+        entries.map(([, v]) => v),
+      );
       await notify();
     },
     claimDue: async (o) => {
@@ -108,15 +117,18 @@ export function pgNoticeStore(s: PgStore, notify: () => Promise<void>): NoticeSt
          RETURNING *`,
         [o.now, o.now + o.leaseMs, o.token, picked],
       );
-      return rows.map((r) => mapRow<NoticeRow>(r)).sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || (a.id < b.id ? -1 : 1));
+      return rows
+        .map((r) => mapRow<NoticeRow>(r))
+        .sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || (a.id < b.id ? -1 : 1));
     },
     record: async (id, token, patch) => {
-      const entries = Object.entries({ ...patch, claimedUntil: null, claimToken: null }).filter(([, v]) => v !== undefined);
-      await q(`UPDATE notices SET ${entries.map(([k], i) => `${snake(k)} = $${i + 3}`).join(", ")} WHERE id = $1 AND claim_token = $2`, [
-        id,
-        token,
-        ...entries.map(([, v]) => v),
-      ]);
+      const entries = Object.entries({ ...patch, claimedUntil: null, claimToken: null }).filter(
+        ([, v]) => v !== undefined,
+      );
+      await q(
+        `UPDATE notices SET ${entries.map(([k], i) => `${snake(k)} = $${i + 3}`).join(", ")} WHERE id = $1 AND claim_token = $2`,
+        [id, token, ...entries.map(([, v]) => v)],
+      );
     },
     nextDueAt: async (now) => {
       // As SQLite's nextNoticeDueAt: the earliest unleased notice, or a lease's end when sooner.
@@ -139,6 +151,11 @@ export function pgNoticeStore(s: PgStore, notify: () => Promise<void>): NoticeSt
         )
       ).rowCount ?? 0,
     ofClient: async (clientId, limit) =>
-      (await q("SELECT * FROM notices WHERE client_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2", [clientId, limit])).map((r) => mapRow<NoticeRow>(r)),
+      (
+        await q("SELECT * FROM notices WHERE client_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2", [
+          clientId,
+          limit,
+        ])
+      ).map((r) => mapRow<NoticeRow>(r)),
   };
 }

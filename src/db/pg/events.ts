@@ -44,7 +44,10 @@ const claimOfKey = (counted: boolean) => {
       SELECT count(*) AS n, count(*) FILTER (WHERE claim_token = ANY($9::text[])) AS own FROM events
       WHERE client_id = $2 AND destination_host = $3 AND delivery_status = 'pending' AND claimed_until >= $1),
     `;
-  return { name: "genrelay_claim_of_key_counted", text: claimStatement(leased + claim, "l.n AS leased, l.own AS own_leased, ", "leased l") };
+  return {
+    name: "genrelay_claim_of_key_counted",
+    text: claimStatement(leased + claim, "l.n AS leased, l.own AS own_leased, ", "leased l"),
+  };
 };
 const CLAIM_OF_KEY = claimOfKey(false);
 const CLAIM_OF_KEY_COUNTED = claimOfKey(true);
@@ -55,7 +58,8 @@ const LEASED_OF_KEYS = `SELECT k.client_id, k.destination_host, l.n, l.own FROM 
     WHERE e.client_id = k.client_id AND e.destination_host = k.destination_host AND e.delivery_status = 'pending' AND e.claimed_until >= $1) l`;
 
 /** Claimed rows in the order they go out: due time, then seq. */
-const inDueOrder = (rows: EventRow[]): EventRow[] => rows.sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
+const inDueOrder = (rows: EventRow[]): EventRow[] =>
+  rows.sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
 
 /** The EventStore on PostgreSQL: the outbox, claims under the per-key cap, attempts, trials, re-queues and the feed. */
 export function pgEvents(s: PgStore): EventStore {
@@ -79,7 +83,9 @@ export function pgEvents(s: PgStore): EventStore {
       return session.run(async (c) => {
         // What every instance has in flight per key counts against the shared cap: counted per key
         // (through events_key_due_idx) unless this tenure knows it.
-        const keys = new Map(candidates.map((c0) => [deliveryKey(c0.client_id as string, c0.destination_host as string), c0]));
+        const keys = new Map(
+          candidates.map((c0) => [deliveryKey(c0.client_id as string, c0.destination_host as string), c0]),
+        );
         const leased = new Map<string, number>();
         for (const key of keys.keys()) {
           const known = session.knownLeased(key, o.now);
@@ -88,14 +94,22 @@ export function pgEvents(s: PgStore): EventStore {
         const uncounted = [...keys].filter(([key]) => !leased.has(key)).map(([, c0]) => c0);
         if (uncounted.length > 0) {
           const own = session.ownOf(null, o.now);
-          for (const r of await q(LEASED_OF_KEYS, [o.now, uncounted.map((p0) => p0.client_id), uncounted.map((p0) => p0.destination_host), own], c)) {
+          for (const r of await q(
+            LEASED_OF_KEYS,
+            [o.now, uncounted.map((p0) => p0.client_id), uncounted.map((p0) => p0.destination_host), own],
+            c,
+          )) {
             const key = deliveryKey(r.client_id as string, r.destination_host as string);
             leased.set(key, Number(r.n));
             session.counted(key, Number(r.n), Number(r.own));
           }
         }
         const picked = pickWithinRoom(
-          candidates.map((c0) => ({ seq: Number(c0.seq), clientId: c0.client_id as string, host: c0.destination_host as string })),
+          candidates.map((c0) => ({
+            seq: Number(c0.seq),
+            clientId: c0.client_id as string,
+            host: c0.destination_host as string,
+          })),
           o.limit,
           (key) => Math.min(o.keyRoom(key), o.maxPerKey - (leased.get(key) ?? 0)),
           o.clientRoom,
@@ -122,7 +136,8 @@ export function pgEvents(s: PgStore): EventStore {
       if (rows.length === 0) return null;
       const excluded = new Set(o.excludeKeys);
       const clientsOut = new Set(o.excludeClients ?? []);
-      for (const r of rows) if (!excluded.has(r.key as string) && !clientsOut.has(r.client_id as string)) return Number(r.at);
+      for (const r of rows)
+        if (!excluded.has(r.key as string) && !clientsOut.has(r.client_id as string)) return Number(r.at);
       return rows.length < 200 ? null : o.now + 1_000;
     },
     recordAttempt: (eventId, token, attempt, patch) =>
@@ -173,10 +188,17 @@ export function pgEvents(s: PgStore): EventStore {
         const window = limit * WINDOW_PER_EVENT;
         const answer = (
           known !== undefined
-            ? await c.query({ ...CLAIM_OF_KEY, values: [...values, Math.max(0, Math.min(limit, o.maxPerKey - known)), window] })
-            : await c.query({ ...CLAIM_OF_KEY_COUNTED, values: [...values, limit, window, o.maxPerKey, session.ownOf(k, o.now)] })
+            ? await c.query({
+                ...CLAIM_OF_KEY,
+                values: [...values, Math.max(0, Math.min(limit, o.maxPerKey - known)), window],
+              })
+            : await c.query({
+                ...CLAIM_OF_KEY_COUNTED,
+                values: [...values, limit, window, o.maxPerKey, session.ownOf(k, o.now)],
+              })
         ).rows as Row[];
-        if (known === undefined && answer[0]) session.counted(k, Number(answer[0].leased), Number(answer[0].own_leased));
+        if (known === undefined && answer[0])
+          session.counted(k, Number(answer[0].leased), Number(answer[0].own_leased));
         const { rows, waiting } = claimedOf(answer);
         session.leased(rows);
         return { result: inDueOrder(E.rows(rows)), waiting };
@@ -195,10 +217,19 @@ export function pgEvents(s: PgStore): EventStore {
       return n;
     },
     pendingOfKey: async (key) =>
-      Number((await one("SELECT count(*) AS n FROM events WHERE client_id = $1 AND destination_host = $2 AND delivery_status = 'pending'", [key.clientId, key.host]))!.n),
+      Number(
+        (await one(
+          "SELECT count(*) AS n FROM events WHERE client_id = $1 AND destination_host = $2 AND delivery_status = 'pending'",
+          [key.clientId, key.host],
+        ))!.n,
+      ),
     requeueLastOfTask: async (taskId, round) => {
       const requeued = await s.tx(async (c) => {
-        const last = await one("SELECT id FROM events WHERE task_id = $1 ORDER BY sequence DESC LIMIT 1 FOR UPDATE", [taskId], c);
+        const last = await one(
+          "SELECT id FROM events WHERE task_id = $1 ORDER BY sequence DESC LIMIT 1 FOR UPDATE",
+          [taskId],
+          c,
+        );
         if (!last) return undefined;
         const set = E.set(round, 2);
         const r = await one(`UPDATE events SET ${set.sql} WHERE id = $1 RETURNING *`, [last.id, ...set.values], c);
@@ -212,22 +243,52 @@ export function pgEvents(s: PgStore): EventStore {
     requeueFailed: async (clientId, since, round) => {
       const set = E.set(round, 3);
       const n =
-        (await s.pool.query(`UPDATE events SET ${set.sql} WHERE client_id = $1 AND delivery_status = 'failed' AND created_at >= $2`, [clientId, since, ...set.values])).rowCount ?? 0;
+        (
+          await s.pool.query(
+            `UPDATE events SET ${set.sql} WHERE client_id = $1 AND delivery_status = 'failed' AND created_at >= $2`,
+            [clientId, since, ...set.values],
+          )
+        ).rowCount ?? 0;
       if (n > 0) await s.pool.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
       return n;
     },
-    retryingOfClient: async (clientId) => Number((await one(`SELECT count(*) AS n FROM events e WHERE e.client_id = $1 AND ${retryingEvent("e")}`, [clientId]))!.n),
+    retryingOfClient: async (clientId) =>
+      Number(
+        (await one(`SELECT count(*) AS n FROM events e WHERE e.client_id = $1 AND ${retryingEvent("e")}`, [clientId]))!
+          .n,
+      ),
     find: async (id) => opt(E, await one("SELECT * FROM events WHERE id = $1", [id])),
-    lastOfTask: async (taskId) => opt(E, await one("SELECT * FROM events WHERE task_id = $1 ORDER BY sequence DESC LIMIT 1", [taskId])),
+    lastOfTask: async (taskId) =>
+      opt(E, await one("SELECT * FROM events WHERE task_id = $1 ORDER BY sequence DESC LIMIT 1", [taskId])),
     lastOfTasks: async (taskIds) => {
       const map = new Map<string, EventRow>();
       if (taskIds.length === 0) return map;
-      for (const r of E.rows(await q("SELECT DISTINCT ON (task_id) * FROM events WHERE task_id = ANY($1::text[]) ORDER BY task_id, sequence DESC", [taskIds]))) map.set(r.taskId, r);
+      for (const r of E.rows(
+        await q(
+          "SELECT DISTINCT ON (task_id) * FROM events WHERE task_id = ANY($1::text[]) ORDER BY task_id, sequence DESC",
+          [taskIds],
+        ),
+      ))
+        map.set(r.taskId, r);
       return map;
     },
     ofTask: async (taskId) => E.rows(await q("SELECT * FROM events WHERE task_id = $1 ORDER BY sequence", [taskId])),
-    attemptsOfTask: async (taskId) => A.rows(await q("SELECT * FROM delivery_attempts WHERE task_id = $1 ORDER BY attempted_at, id", [taskId])),
-    feed: async (clientId, afterPos, limit) => E.rows(await q("SELECT * FROM events WHERE client_id = $1 AND client_seq > $2 ORDER BY client_seq LIMIT $3", [clientId, afterPos, limit])),
-    clientSeqAtOrBefore: async (clientId, seq) => Number((await one("SELECT coalesce(max(client_seq), 0) AS pos FROM events WHERE client_id = $1 AND seq <= $2", [clientId, seq]))!.pos),
+    attemptsOfTask: async (taskId) =>
+      A.rows(await q("SELECT * FROM delivery_attempts WHERE task_id = $1 ORDER BY attempted_at, id", [taskId])),
+    feed: async (clientId, afterPos, limit) =>
+      E.rows(
+        await q("SELECT * FROM events WHERE client_id = $1 AND client_seq > $2 ORDER BY client_seq LIMIT $3", [
+          clientId,
+          afterPos,
+          limit,
+        ]),
+      ),
+    clientSeqAtOrBefore: async (clientId, seq) =>
+      Number(
+        (await one("SELECT coalesce(max(client_seq), 0) AS pos FROM events WHERE client_id = $1 AND seq <= $2", [
+          clientId,
+          seq,
+        ]))!.pos,
+      ),
   };
 }

@@ -65,7 +65,8 @@ export class PgIntakeBatches {
     for (const item of batch) {
       try {
         // No cap and no credit limit: nothing to decide but the reservation, which is none.
-        if (item.req.admit({ waiting: 0, position: undefined, learnedPrice: null }) !== 0) throw new Error("a creation without a credit limit reserved points");
+        if (item.req.admit({ waiting: 0, position: undefined, learnedPrice: null }) !== 0)
+          throw new Error("a creation without a credit limit reserved points");
         admitted.push(item);
       } catch (err) {
         item.reject(err);
@@ -116,7 +117,8 @@ export class PgIntakeBatches {
     const tuples = reqs.map((req) => {
       const row = { ...req.row, pointsReserved: 0 } as Record<string, unknown>;
       const limit = req.storedBytesLimit;
-      if (limit !== null && limit !== undefined) bounds.set(req.row.clientId, Math.min(limit, bounds.get(req.row.clientId) ?? Infinity));
+      if (limit !== null && limit !== undefined)
+        bounds.set(req.row.clientId, Math.min(limit, bounds.get(req.row.clientId) ?? Infinity));
       const params = COLUMNS.map(([key]) => {
         values.push(row[key] ?? DEFAULTS[key] ?? null);
         return `$${values.length}`;
@@ -136,7 +138,8 @@ export class PgIntakeBatches {
          SELECT ins.*, counted.client_stored_bytes FROM ins JOIN counted USING (client_id)`,
         values,
       );
-      if (written.some((r) => Number(r.client_stored_bytes) > (bounds.get(r.client_id as string) ?? Infinity))) throw new OverStorageBound();
+      if (written.some((r) => Number(r.client_stored_bytes) > (bounds.get(r.client_id as string) ?? Infinity)))
+        throw new OverStorageBound();
       return written;
     });
     return new Map(rows.map((r) => [r.id as string, r]));

@@ -159,7 +159,8 @@ export class PgLeadership {
       this.held.set(account, { fence: Number(taken.fence), validUntil: sentAt + validFor(as.leaseMs) });
       this.startTimer();
       const previous = taken.previous as string | null;
-      if (previous && previous !== as.holder) await this.endPrevious(client, previous, taken.previous_app as string | null);
+      if (previous && previous !== as.holder)
+        await this.endPrevious(client, previous, taken.previous_app as string | null);
     } catch {
       this.dropAll();
     }
@@ -173,7 +174,8 @@ export class PgLeadership {
    * account stays taken.
    */
   private async endPrevious(client: pg.Client, holder: string, app: string | null): Promise<void> {
-    if (app && app.startsWith(INSTANCE_PREFIX) && app !== this.deps.applicationName) await client.query(END_SESSIONS, [app]).catch(() => {});
+    if (app && app.startsWith(INSTANCE_PREFIX) && app !== this.deps.applicationName)
+      await client.query(END_SESSIONS, [app]).catch(() => {});
     await this.deps.releaseLeases(holder).catch(() => {});
   }
 
@@ -193,7 +195,10 @@ export class PgLeadership {
       const client = await this.connection();
       const sentAt = performance.now();
       const kept = new Set(
-        ((await client.query(RENEW, [lease.holder, lease.leaseMs, held.map(([a]) => a), held.map(([, h]) => h.fence)])).rows as Row[]).map((r) => r.account as string),
+        (
+          (await client.query(RENEW, [lease.holder, lease.leaseMs, held.map(([a]) => a), held.map(([, h]) => h.fence)]))
+            .rows as Row[]
+        ).map((r) => r.account as string),
       );
       for (const [account, h] of held) {
         // Another process took it (this one was frozen past its lease): the fence moved on.

@@ -1,7 +1,15 @@
 import { getTableColumns } from "drizzle-orm";
 import type { Table } from "drizzle-orm";
 import pg from "pg";
-import type { AttemptRow, ClientRow, EventRow, ReservationsAround, SessionRow, TaskRow, UpstreamAccountRow } from "../../store/store.js";
+import type {
+  AttemptRow,
+  ClientRow,
+  EventRow,
+  ReservationsAround,
+  SessionRow,
+  TaskRow,
+  UpstreamAccountRow,
+} from "../../store/store.js";
 import { clients, dashboardSessions, deliveryAttempts, events, tasks, upstreamAccounts } from "./schema.js";
 
 /**
@@ -61,7 +69,10 @@ export class Mapper<T> {
       names.push(name);
       values.push(value);
     }
-    return { sql: `INSERT INTO ${table} (${names.join(", ")}) VALUES (${values.map((_, i) => `$${i + 1}`).join(", ")})`, values };
+    return {
+      sql: `INSERT INTO ${table} (${names.join(", ")}) VALUES (${values.map((_, i) => `$${i + 1}`).join(", ")})`,
+      values,
+    };
   }
 }
 
@@ -89,7 +100,6 @@ export const types = {
     return pg.types.getTypeParser(oid, format as "text");
   },
 } as pg.CustomTypesConfig;
-
 
 export function opt<R>(m: Mapper<R>, raw: Row | undefined): R | undefined {
   return raw ? m.row(raw) : undefined;

@@ -63,7 +63,6 @@ export interface PgStoreOptions extends PgLimits {
   max?: number;
 }
 
-
 export class PgStore implements Store {
   readonly dialect = "postgres" as const;
   readonly pool: pg.Pool;
@@ -90,17 +89,27 @@ export class PgStore implements Store {
    * under the store's value rules by the pool and its connections (checked-client.ts), like every
    * other query here: a NUL compared with stored text matches nothing, one to write is refused.
    */
-  readonly q = (sql: string, values: unknown[] = [], on: Queryable = this.pool): Promise<Row[]> => on.query(sql, values).then((r) => r.rows as Row[]);
+  readonly q = (sql: string, values: unknown[] = [], on: Queryable = this.pool): Promise<Row[]> =>
+    on.query(sql, values).then((r) => r.rows as Row[]);
   /** One statement's first row. */
-  readonly one = async (sql: string, values: unknown[] = [], on: Queryable = this.pool): Promise<Row | undefined> => (await this.q(sql, values, on))[0];
+  readonly one = async (sql: string, values: unknown[] = [], on: Queryable = this.pool): Promise<Row | undefined> =>
+    (await this.q(sql, values, on))[0];
 
   constructor(
     readonly options: PgStoreOptions,
     readonly rules: TransitionRules,
   ) {
-    this.connection = { ...options, applicationName: options.applicationName ?? `${INSTANCE_PREFIX}${randomBytes(6).toString("hex")}` };
+    this.connection = {
+      ...options,
+      applicationName: options.applicationName ?? `${INSTANCE_PREFIX}${randomBytes(6).toString("hex")}`,
+    };
     // Bounded waits, and no connection that dies (server restart) can crash the process: see open.ts.
-    this.pool = newPgPool({ ...pgClientConfig(options.connectionString, this.connection), max: options.max ?? 10, types, Client: CheckedClient });
+    this.pool = newPgPool({
+      ...pgClientConfig(options.connectionString, this.connection),
+      max: options.max ?? 10,
+      types,
+      Client: CheckedClient,
+    });
     checkPoolQueries(this.pool);
 
     // One file per area, each operation under the contract's name (tasks.ts, events.ts, ...).
@@ -124,7 +133,14 @@ export class PgStore implements Store {
   }
 
   /** Attempts settling in the same turn of the event loop, written together by flushAttempts. */
-  attempts: Array<{ eventId: string; token: string; attempt: Row; patch: Row; resolve: () => void; reject: (err: unknown) => void }> = [];
+  attempts: Array<{
+    eventId: string;
+    token: string;
+    attempt: Row;
+    patch: Row;
+    resolve: () => void;
+    reject: (err: unknown) => void;
+  }> = [];
 
   /**
    * Group commit for delivery attempts: every attempt that settled in the same turn is written by
@@ -152,16 +168,24 @@ export class PgStore implements Store {
   }
 
   /** One statement: the attempts' rows, and each event's patch with its lease released while its token holds. */
-  async writeAttempts(c: Queryable, batch: Array<{ eventId: string; token: string; attempt: Row; patch: Row }>): Promise<void> {
+  async writeAttempts(
+    c: Queryable,
+    batch: Array<{ eventId: string; token: string; attempt: Row; patch: Row }>,
+  ): Promise<void> {
     const values: unknown[] = [];
-    const tuples = batch.map(({ attempt }) => `(${ATTEMPT_COLUMNS.map(([key]) => `$${values.push(attempt[key] ?? null)}`).join(", ")})`);
+    const tuples = batch.map(
+      ({ attempt }) => `(${ATTEMPT_COLUMNS.map(([key]) => `$${values.push(attempt[key] ?? null)}`).join(", ")})`,
+    );
     const updates = batch.map((b, i) => {
       const at = values.length;
       const set = E.set({ ...b.patch, ...RELEASED }, at + 3);
       values.push(b.eventId, b.token, ...set.values);
       return `, e${i} AS (UPDATE events SET ${set.sql} WHERE id = $${at + 1} AND claim_token = $${at + 2})`;
     });
-    await c.query(`WITH a AS (INSERT INTO delivery_attempts (${ATTEMPT_COLUMNS.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")})${updates.join("")} SELECT 1`, values);
+    await c.query(
+      `WITH a AS (INSERT INTO delivery_attempts (${ATTEMPT_COLUMNS.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")})${updates.join("")} SELECT 1`,
+      values,
+    );
   }
 
   /** Runs `work` in one transaction on one pooled connection. */
@@ -185,7 +209,13 @@ export class PgStore implements Store {
   }
 
   /** The state change of TaskStore.transition inside `c`'s transaction; `locked`: the row as already read FOR UPDATE. */
-  async transitionIn(c: pg.PoolClient, id: string, patch: Partial<NewTaskRow>, o: TransitionOptions, locked?: TaskRow): Promise<TaskRow | undefined> {
+  async transitionIn(
+    c: pg.PoolClient,
+    id: string,
+    patch: Partial<NewTaskRow>,
+    o: TransitionOptions,
+    locked?: TaskRow,
+  ): Promise<TaskRow | undefined> {
     const before = locked ?? (await this.lockTask(c, id));
     if (!before || (o.token && before.claimToken !== o.token)) return undefined;
     // Planned once (store/transition-plan.ts), applied here; the row is locked, so the plan's row is the stored one.
@@ -210,7 +240,12 @@ export class PgStore implements Store {
     }
     if (!plan.event) return plan.after;
     // The client's row lock (held to commit) orders its feed positions by commit: see the class comment.
-    const seq = Number(((await c.query("UPDATE clients SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq", [clientId])).rows[0] as Row).event_seq);
+    const seq = Number(
+      (
+        (await c.query("UPDATE clients SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq", [clientId]))
+          .rows[0] as Row
+      ).event_seq,
+    );
     const ins = E.insert("events", { ...plan.event, clientSeq: seq });
     await c.query(ins.sql, ins.values);
     await c.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
@@ -222,9 +257,20 @@ export class PgStore implements Store {
     return r ? T.row(r) : undefined;
   }
 
-  async updateLeased(c: Queryable, id: string, token: string, patch: Partial<NewTaskRow>): Promise<TaskRow | undefined> {
+  async updateLeased(
+    c: Queryable,
+    id: string,
+    token: string,
+    patch: Partial<NewTaskRow>,
+  ): Promise<TaskRow | undefined> {
     const set = T.set(patch, 3);
-    const r = (await c.query(`UPDATE tasks SET ${set.sql} WHERE id = $1 AND claim_token = $2 RETURNING *`, [id, token, ...set.values])).rows[0] as Row | undefined;
+    const r = (
+      await c.query(`UPDATE tasks SET ${set.sql} WHERE id = $1 AND claim_token = $2 RETURNING *`, [
+        id,
+        token,
+        ...set.values,
+      ])
+    ).rows[0] as Row | undefined;
     return r ? T.row(r) : undefined;
   }
 
@@ -237,7 +283,12 @@ export class PgStore implements Store {
    * Claims tasks matching `where` ($1 lease end, $2 token, $3 now, $4… extra) with SKIP LOCKED; a
    * claim made as an account's leader takes nothing once its fence is stale (leadership.ts).
    */
-  async claimTasks(where: string, extra: unknown[], o: { now: number; leaseMs: number; token: string; limit: number; fence?: LeaderFence | undefined }, order = ""): Promise<TaskRow[]> {
+  async claimTasks(
+    where: string,
+    extra: unknown[],
+    o: { now: number; leaseMs: number; token: string; limit: number; fence?: LeaderFence | undefined },
+    order = "",
+  ): Promise<TaskRow[]> {
     if (o.limit <= 0) return [];
     const limitParam = 4 + extra.length;
     const fence = o.fence ? ` AND ${fenced(limitParam + 1, limitParam + 2)}` : "";
@@ -258,7 +309,10 @@ export class PgStore implements Store {
    */
   async creditPositionIn(c: Queryable, clientId: string, lock: boolean): Promise<CreditPosition | undefined> {
     const r = (
-      await c.query(`SELECT points_charged, points_refunded, points_reserved, credit_limit, revoked_at FROM clients WHERE id = $1${lock ? " FOR NO KEY UPDATE" : ""}`, [clientId])
+      await c.query(
+        `SELECT points_charged, points_refunded, points_reserved, credit_limit, revoked_at FROM clients WHERE id = $1${lock ? " FOR NO KEY UPDATE" : ""}`,
+        [clientId],
+      )
     ).rows[0] as Row | undefined;
     if (!r) return undefined;
     return {
@@ -271,7 +325,9 @@ export class PgStore implements Store {
   }
 
   async learnedPriceIn(c: Queryable, priceKey: string): Promise<number | null> {
-    const r = (await c.query("SELECT points FROM learned_prices WHERE price_key = $1", [priceKey])).rows[0] as Row | undefined;
+    const r = (await c.query("SELECT points FROM learned_prices WHERE price_key = $1", [priceKey])).rows[0] as
+      | Row
+      | undefined;
     return r ? Number(r.points) : null;
   }
 
@@ -288,14 +344,23 @@ export class PgStore implements Store {
     return { inFlight: Number(r.in_flight), ahead: Number(r.ahead), others: Number(r.others) };
   }
 
-  async applyCredits(c: Queryable, clientId: string, taskId: string, change: { charged: number; refunded: number; reserved: number }, at: number): Promise<void> {
+  async applyCredits(
+    c: Queryable,
+    clientId: string,
+    taskId: string,
+    change: { charged: number; refunded: number; reserved: number },
+    at: number,
+  ): Promise<void> {
     if (change.charged === 0 && change.refunded === 0 && change.reserved === 0) return;
     await c.query(
       `UPDATE clients SET points_charged = points_charged + $2, points_refunded = points_refunded + $3, points_reserved = greatest(0, points_reserved + $4) WHERE id = $1`,
       [clientId, change.charged, change.refunded, change.reserved],
     );
     if (change.charged !== 0 || change.refunded !== 0) {
-      await c.query("INSERT INTO credit_ledger (client_id, task_id, charged, refunded, at) VALUES ($1, $2, $3, $4, $5)", [clientId, taskId, change.charged, change.refunded, at]);
+      await c.query(
+        "INSERT INTO credit_ledger (client_id, task_id, charged, refunded, at) VALUES ($1, $2, $3, $4, $5)",
+        [clientId, taskId, change.charged, change.refunded, at],
+      );
     }
   }
 

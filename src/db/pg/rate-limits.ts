@@ -13,13 +13,30 @@ export function pgRateLimits(s: PgStore): RateLimitStore {
   return {
     take: (clientId, action, now, limit, windowMs) =>
       s.tx(async (c) => {
-        await q("SELECT pg_advisory_xact_lock($1, hashtext($2 || '|' || $3))", [RATE_LIMIT_LOCK_SPACE, clientId, action], c);
-        await q("DELETE FROM rate_limit_hits WHERE client_id = $1 AND action = $2 AND at <= $3", [clientId, action, now - windowMs], c);
-        const counted = (await q("SELECT at FROM rate_limit_hits WHERE client_id = $1 AND action = $2 AND at > $3 ORDER BY at", [clientId, action, now - windowMs], c)).map((r) =>
-          Number(r.at),
+        await q(
+          "SELECT pg_advisory_xact_lock($1, hashtext($2 || '|' || $3))",
+          [RATE_LIMIT_LOCK_SPACE, clientId, action],
+          c,
         );
+        await q(
+          "DELETE FROM rate_limit_hits WHERE client_id = $1 AND action = $2 AND at <= $3",
+          [clientId, action, now - windowMs],
+          c,
+        );
+        const counted = (
+          await q(
+            "SELECT at FROM rate_limit_hits WHERE client_id = $1 AND action = $2 AND at > $3 ORDER BY at",
+            [clientId, action, now - windowMs],
+            c,
+          )
+        ).map((r) => Number(r.at));
         const verdict = slidingVerdict(counted, limit, windowMs, now);
-        if (verdict.allowed) await q("INSERT INTO rate_limit_hits (client_id, action, at) VALUES ($1, $2, $3)", [clientId, action, now], c);
+        if (verdict.allowed)
+          await q(
+            "INSERT INTO rate_limit_hits (client_id, action, at) VALUES ($1, $2, $3)",
+            [clientId, action, now],
+            c,
+          );
         return verdict;
       }),
   };

@@ -41,7 +41,9 @@ export const clients = pgTable(
     revokedAt: ms("revoked_at"),
     notificationUrl: text("notification_url"),
     callbackHeaders: text("callback_headers"),
-    signatureScheme: text("signature_scheme", { enum: ["hmac", "ed25519"] }).notNull().default("hmac"),
+    signatureScheme: text("signature_scheme", { enum: ["hmac", "ed25519"] })
+      .notNull()
+      .default("hmac"),
     signingKey: text("signing_key"),
     previousSigningKey: text("previous_signing_key"),
     previousSigningKeyExpiresAt: ms("previous_signing_key_expires_at"),
@@ -167,7 +169,10 @@ export const deliveryAttempts = pgTable(
     error: text("error"),
     responseBody: text("response_body"),
   },
-  (t) => [index("delivery_attempts_task_idx").on(t.taskId, t.attemptedAt), index("delivery_attempts_event_idx").on(t.eventId)],
+  (t) => [
+    index("delivery_attempts_task_idx").on(t.taskId, t.attemptedAt),
+    index("delivery_attempts_event_idx").on(t.eventId),
+  ],
 );
 
 export const upstreamAccounts = pgTable("upstream_accounts", {
@@ -249,7 +254,10 @@ export const dashboardSessions = pgTable(
     expiresAt: ms("expires_at").notNull(),
     revokedAt: ms("revoked_at"),
   },
-  (t) => [index("dashboard_sessions_client_idx").on(t.clientId), index("dashboard_sessions_expires_idx").on(t.expiresAt)],
+  (t) => [
+    index("dashboard_sessions_client_idx").on(t.clientId),
+    index("dashboard_sessions_expires_idx").on(t.expiresAt),
+  ],
 );
 
 export const creditLedger = pgTable(
@@ -293,7 +301,10 @@ export const endpointHealth = pgTable(
     noticeSentAt: ms("notice_sent_at"),
     updatedAt: ms("updated_at").notNull(),
   },
-  (t) => [uniqueIndex("endpoint_health_key_uq").on(t.clientId, t.host), index("endpoint_health_failing_idx").on(t.failingSince)],
+  (t) => [
+    uniqueIndex("endpoint_health_key_uq").on(t.clientId, t.host),
+    index("endpoint_health_failing_idx").on(t.failingSince),
+  ],
 );
 
 export const notices = pgTable(
@@ -316,5 +327,8 @@ export const notices = pgTable(
     deliveredAt: ms("delivered_at"),
     createdAt: ms("created_at").notNull(),
   },
-  (t) => [index("notices_due_idx").on(t.deliveryStatus, t.nextAttemptAt), index("notices_client_idx").on(t.clientId, t.createdAt)],
+  (t) => [
+    index("notices_due_idx").on(t.deliveryStatus, t.nextAttemptAt),
+    index("notices_client_idx").on(t.clientId, t.createdAt),
+  ],
 );

@@ -17,7 +17,10 @@ export function pgSessions(s: PgStore): SessionStore {
       await s.pool.query("UPDATE dashboard_sessions SET last_seen_at = $2 WHERE token_hash = $1", [hash, now]);
     },
     revoke: async (hash, now) => {
-      await s.pool.query("UPDATE dashboard_sessions SET revoked_at = $2 WHERE token_hash = $1 AND revoked_at IS NULL", [hash, now]);
+      await s.pool.query("UPDATE dashboard_sessions SET revoked_at = $2 WHERE token_hash = $1 AND revoked_at IS NULL", [
+        hash,
+        now,
+      ]);
     },
   };
 }

@@ -1,5 +1,12 @@
 import type pg from "pg";
-import { DELIVERY_STATUSES, TASK_PHASES, TASK_STATUSES, type DeliveryStatus, type TaskPhase, type TaskStatus } from "../../statuses.js";
+import {
+  DELIVERY_STATUSES,
+  TASK_PHASES,
+  TASK_STATUSES,
+  type DeliveryStatus,
+  type TaskPhase,
+  type TaskStatus,
+} from "../../statuses.js";
 
 export interface PgDatabaseStats {
   /** Rows per table of the public schema (drizzle's migration log is in its own schema). */
@@ -11,7 +18,8 @@ export interface PgDatabaseStats {
   bytes: number;
 }
 
-const zeros = <K extends string>(keys: readonly K[]) => Object.fromEntries(keys.map((k) => [k, 0])) as Record<K, number>;
+const zeros = <K extends string>(keys: readonly K[]) =>
+  Object.fromEntries(keys.map((k) => [k, 0])) as Record<K, number>;
 
 /** `db stats` on PostgreSQL: the same counts as on SQLite, read in one REPEATABLE READ transaction so they agree. */
 export async function pgDatabaseStats(pool: pg.Pool): Promise<PgDatabaseStats> {
@@ -19,16 +27,23 @@ export async function pgDatabaseStats(pool: pg.Pool): Promise<PgDatabaseStats> {
   try {
     await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
     const tables: Record<string, number> = {};
-    for (const { name } of (await c.query("SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")).rows as { name: string }[]) {
+    for (const { name } of (
+      await c.query("SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")
+    ).rows as { name: string }[]) {
       tables[name] = Number((await c.query(`SELECT count(*) AS n FROM "${name.replaceAll('"', '""')}"`)).rows[0].n);
     }
     const byStatus = zeros(TASK_STATUSES);
-    for (const r of (await c.query("SELECT status AS k, count(*) AS n FROM tasks GROUP BY status")).rows) byStatus[r.k as TaskStatus] = Number(r.n);
+    for (const r of (await c.query("SELECT status AS k, count(*) AS n FROM tasks GROUP BY status")).rows)
+      byStatus[r.k as TaskStatus] = Number(r.n);
     const byPhase = zeros(TASK_PHASES);
-    for (const r of (await c.query("SELECT phase AS k, count(*) AS n FROM tasks GROUP BY phase")).rows) byPhase[r.k as TaskPhase] = Number(r.n);
+    for (const r of (await c.query("SELECT phase AS k, count(*) AS n FROM tasks GROUP BY phase")).rows)
+      byPhase[r.k as TaskPhase] = Number(r.n);
     const deliveries = { ...zeros(DELIVERY_STATUSES), oldest_pending_at: null as number | null };
-    for (const r of (await c.query("SELECT delivery_status AS k, count(*) AS n FROM events GROUP BY delivery_status")).rows) deliveries[r.k as DeliveryStatus] = Number(r.n);
-    const oldest = (await c.query("SELECT min(created_at) AS at FROM events WHERE delivery_status = 'pending'")).rows[0].at;
+    for (const r of (await c.query("SELECT delivery_status AS k, count(*) AS n FROM events GROUP BY delivery_status"))
+      .rows)
+      deliveries[r.k as DeliveryStatus] = Number(r.n);
+    const oldest = (await c.query("SELECT min(created_at) AS at FROM events WHERE delivery_status = 'pending'")).rows[0]
+      .at;
     deliveries.oldest_pending_at = oldest === null ? null : Number(oldest);
     const bytes = Number((await c.query("SELECT pg_database_size(current_database()) AS b")).rows[0].b);
     await c.query("COMMIT");

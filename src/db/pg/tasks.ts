@@ -32,22 +32,48 @@ export function pgTasks(s: PgStore): TaskStore {
   const single: TaskStore["create"] = (req) =>
     s.tx(async (c) => {
       const { row } = req;
-      const existing = await one("SELECT * FROM tasks WHERE client_id = $1 AND idempotency_key = $2", [row.clientId, row.idempotencyKey], c);
+      const existing = await one(
+        "SELECT * FROM tasks WHERE client_id = $1 AND idempotency_key = $2",
+        [row.clientId, row.idempotencyKey],
+        c,
+      );
       if (existing) return { task: T.row(existing), replayed: true };
       // With a cap or a credit limit, the client's row lock serialises its creations, so the checks
       // see each other; without either there is nothing to decide and creations run side by side.
-      const position = req.needs.waiting || req.needs.credit ? await s.creditPositionIn(c, row.clientId, true) : undefined;
-      const waiting = req.needs.waiting ? Number((await one("SELECT count(*) AS n FROM tasks WHERE client_id = $1 AND phase = 'waiting'", [row.clientId], c))!.n) : 0;
+      const position =
+        req.needs.waiting || req.needs.credit ? await s.creditPositionIn(c, row.clientId, true) : undefined;
+      const waiting = req.needs.waiting
+        ? Number(
+            (await one(
+              "SELECT count(*) AS n FROM tasks WHERE client_id = $1 AND phase = 'waiting'",
+              [row.clientId],
+              c,
+            ))!.n,
+          )
+        : 0;
       const learnedPrice = req.needs.credit && row.priceKey ? await s.learnedPriceIn(c, row.priceKey) : null;
       // With a storage bound, the client's client_storage row is locked (made if it is the first)
       // until this commits: concurrent creations of the client read it one after the other.
       const storedBytes = req.storedBytesLimit != null ? await lockStoredBytes(c, row.clientId) : undefined;
-      const reserved = req.admit({ waiting, position: req.needs.credit ? position : undefined, learnedPrice, storedBytes });
+      const reserved = req.admit({
+        waiting,
+        position: req.needs.credit ? position : undefined,
+        learnedPrice,
+        storedBytes,
+      });
       const ins = T.insert("tasks", { ...row, pointsReserved: reserved });
-      const inserted = await one(`${ins.sql} ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING *`, ins.values, c);
+      const inserted = await one(
+        `${ins.sql} ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING *`,
+        ins.values,
+        c,
+      );
       if (!inserted) {
         // A concurrent creation with the same key committed first: it is the original.
-        const original = await one("SELECT * FROM tasks WHERE client_id = $1 AND idempotency_key = $2", [row.clientId, row.idempotencyKey], c);
+        const original = await one(
+          "SELECT * FROM tasks WHERE client_id = $1 AND idempotency_key = $2",
+          [row.clientId, row.idempotencyKey],
+          c,
+        );
         return { task: T.row(original!), replayed: true };
       }
       await q(ADD_STORED_BYTES, [row.clientId, Number(inserted.stored_bytes)], c);
@@ -56,14 +82,22 @@ export function pgTasks(s: PgStore): TaskStore {
       return { task: T.row(inserted), replayed: false };
     });
   // Creations without a cap or credit limit are group-committed (one multi-row INSERT per turn).
-  const batches = new PgIntakeBatches({ q: (sql, values) => q(sql, values), tx: (work) => s.tx((c) => work((sql, values) => q(sql, values, c))), single });
+  const batches = new PgIntakeBatches({
+    q: (sql, values) => q(sql, values),
+    tx: (work) => s.tx((c) => work((sql, values) => q(sql, values, c))),
+    single,
+  });
   return {
     create: (req) => batches.create(req),
     transition: (task, patch, o) => s.tx((c) => s.transitionIn(c, task.id, patch, o)),
     reschedule: async (id, token, patch) => {
       const set = T.set(patch, 3);
       if (!set.sql) return opt(T, await one("SELECT * FROM tasks WHERE id = $1 AND claim_token = $2", [id, token]));
-      const r = await one(`UPDATE tasks SET ${set.sql} WHERE id = $1 AND claim_token = $2 RETURNING *`, [id, token, ...set.values]);
+      const r = await one(`UPDATE tasks SET ${set.sql} WHERE id = $1 AND claim_token = $2 RETURNING *`, [
+        id,
+        token,
+        ...set.values,
+      ]);
       return r ? T.row(r) : undefined;
     },
     beginSubmission: (id, token, decide, o) =>
@@ -74,15 +108,26 @@ export function pgTasks(s: PgStore): TaskStore {
         if (current.claimToken !== token) return null;
         const position = await s.creditPositionIn(c, current.clientId, true);
         const learnedPrice = current.priceKey ? await s.learnedPriceIn(c, current.priceKey) : null;
-        const needsAround = position !== undefined && position.limit !== null && !position.revoked && current.submitAttempts === 0;
-        const reservations = needsAround ? await s.reservationsAround(c, current.clientId, current.id) : NO_RESERVATIONS;
+        const needsAround =
+          position !== undefined && position.limit !== null && !position.revoked && current.submitAttempts === 0;
+        const reservations = needsAround
+          ? await s.reservationsAround(c, current.clientId, current.id)
+          : NO_RESERVATIONS;
         const step = decide({ task: current, position, learnedPrice, reservations });
-        const task = step.transition ? await s.transitionIn(c, id, step.patch, o, current) : await s.updateLeased(c, id, token, step.patch);
+        const task = step.transition
+          ? await s.transitionIn(c, id, step.patch, o, current)
+          : await s.updateLeased(c, id, token, step.patch);
         return task ? { kind: step.kind, task } : null;
       }),
     decideAndTransition: (id, clientId, decide, o) =>
       s.tx(async (c) => {
-        const raw = await one(clientId === null ? "SELECT * FROM tasks WHERE id = $1 FOR UPDATE" : "SELECT * FROM tasks WHERE id = $1 AND client_id = $2 FOR UPDATE", clientId === null ? [id] : [id, clientId], c);
+        const raw = await one(
+          clientId === null
+            ? "SELECT * FROM tasks WHERE id = $1 FOR UPDATE"
+            : "SELECT * FROM tasks WHERE id = $1 AND client_id = $2 FOR UPDATE",
+          clientId === null ? [id] : [id, clientId],
+          c,
+        );
         if (!raw) return null;
         const before = T.row(raw);
         const patch = decide(before);
@@ -91,8 +136,16 @@ export function pgTasks(s: PgStore): TaskStore {
         return after ? { before, after } : null;
       }),
     find: async (id) => opt(T, await one("SELECT * FROM tasks WHERE id = $1", [id])),
-    findOfClient: async (clientId, id) => opt(T, await one("SELECT * FROM tasks WHERE id = $1 AND client_id = $2", [id, clientId])),
-    findByUpstreamId: async (account, upstreamTaskId) => opt(T, await one("SELECT * FROM tasks WHERE upstream_account = $1 AND upstream_task_id = $2", [account, upstreamTaskId])),
+    findOfClient: async (clientId, id) =>
+      opt(T, await one("SELECT * FROM tasks WHERE id = $1 AND client_id = $2", [id, clientId])),
+    findByUpstreamId: async (account, upstreamTaskId) =>
+      opt(
+        T,
+        await one("SELECT * FROM tasks WHERE upstream_account = $1 AND upstream_task_id = $2", [
+          account,
+          upstreamTaskId,
+        ]),
+      ),
     findByAnyId: async (id) => {
       const byId = await one("SELECT * FROM tasks WHERE id = $1", [id]);
       if (byId) return [T.row(byId)];
@@ -110,7 +163,8 @@ export function pgTasks(s: PgStore): TaskStore {
       if (q0.status) add((n) => `status = $${n}`, q0.status);
       if (q0.search) {
         add(
-          (n) => `(id = $${n} OR upstream_task_id = $${n} OR (metadata_json IS NOT NULL AND EXISTS (SELECT 1 FROM jsonb_each_text(metadata_json::jsonb) m WHERE m.value = $${n})))`,
+          (n) =>
+            `(id = $${n} OR upstream_task_id = $${n} OR (metadata_json IS NOT NULL AND EXISTS (SELECT 1 FROM jsonb_each_text(metadata_json::jsonb) m WHERE m.value = $${n})))`,
           q0.search,
         );
       }
@@ -123,34 +177,73 @@ export function pgTasks(s: PgStore): TaskStore {
         columns = `${LISTED_COLUMNS}, CASE WHEN ${over} THEN NULL ELSE output_json END AS output_json, ${over} AS output_omitted`;
       }
       values.push(q0.limit);
-      const rows = await q(`SELECT ${columns} FROM tasks WHERE ${where.join(" AND ")} ORDER BY id DESC LIMIT $${values.length}`, values);
-      return rows.map((r) => (r.output_omitted === undefined ? T.row(r) : { ...T.row(r), outputOmitted: r.output_omitted === true }));
+      const rows = await q(
+        `SELECT ${columns} FROM tasks WHERE ${where.join(" AND ")} ORDER BY id DESC LIMIT $${values.length}`,
+        values,
+      );
+      return rows.map((r) =>
+        r.output_omitted === undefined ? T.row(r) : { ...T.row(r), outputOmitted: r.output_omitted === true },
+      );
     },
-    storedBytesOfClient: async (clientId) => Number((await one("SELECT stored_bytes FROM client_storage WHERE client_id = $1", [clientId]))?.stored_bytes ?? 0),
+    storedBytesOfClient: async (clientId) =>
+      Number(
+        (await one("SELECT stored_bytes FROM client_storage WHERE client_id = $1", [clientId]))?.stored_bytes ?? 0,
+      ),
     listForSupport: async (q0) => {
       const where: string[] = [];
       const values: unknown[] = [];
       if (q0.clientId) where.push(`client_id = $${values.push(q0.clientId)}`);
       if (q0.status) where.push(`status = $${values.push(q0.status)}`);
       values.push(q0.limit);
-      return T.rows(await q(`SELECT * FROM tasks ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY id DESC LIMIT $${values.length}`, values));
+      return T.rows(
+        await q(
+          `SELECT * FROM tasks ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY id DESC LIMIT $${values.length}`,
+          values,
+        ),
+      );
     },
-    waitingAhead: async (account, id) => Number((await one("SELECT count(*) AS n FROM tasks WHERE phase = 'waiting' AND upstream_account = $1 AND id < $2", [account, id]))!.n),
+    waitingAhead: async (account, id) =>
+      Number(
+        (await one("SELECT count(*) AS n FROM tasks WHERE phase = 'waiting' AND upstream_account = $1 AND id < $2", [
+          account,
+          id,
+        ]))!.n,
+      ),
     unsubmittedOfClient: async (clientId, now) =>
-      T.rows(await q(`SELECT * FROM tasks WHERE client_id = $1 AND phase = 'waiting' AND submit_attempts = 0 AND ${unclaimed(2)}`, [clientId, now])),
+      T.rows(
+        await q(
+          `SELECT * FROM tasks WHERE client_id = $1 AND phase = 'waiting' AND submit_attempts = 0 AND ${unclaimed(2)}`,
+          [clientId, now],
+        ),
+      ),
     countsOfClient: async (clientId) => {
       const counts: Record<string, number> = { queued: 0, processing: 0, succeeded: 0, failed: 0, canceled: 0 };
-      for (const r of await q("SELECT status, count(*) AS n FROM tasks WHERE client_id = $1 GROUP BY status", [clientId])) counts[r.status as string] = Number(r.n);
+      for (const r of await q("SELECT status, count(*) AS n FROM tasks WHERE client_id = $1 GROUP BY status", [
+        clientId,
+      ]))
+        counts[r.status as string] = Number(r.n);
       return counts;
     },
     hourlyCounts: async (clientId, since) =>
-      (await q("SELECT (created_at / 3600000) * 3600000 AS hour, status, count(*) AS n FROM tasks WHERE client_id = $1 AND created_at >= $2 GROUP BY 1, 2", [clientId, since])).map((r) => ({
+      (
+        await q(
+          "SELECT (created_at / 3600000) * 3600000 AS hour, status, count(*) AS n FROM tasks WHERE client_id = $1 AND created_at >= $2 GROUP BY 1, 2",
+          [clientId, since],
+        )
+      ).map((r) => ({
         hour: Number(r.hour),
         status: r.status as TaskRow["status"],
         n: Number(r.n),
       })),
     recentCallbackUrls: async (clientId) => [
-      ...new Set((await q("SELECT callback_url FROM tasks WHERE client_id = $1 AND callback_url IS NOT NULL ORDER BY id DESC LIMIT 500", [clientId])).map((r) => r.callback_url as string)),
+      ...new Set(
+        (
+          await q(
+            "SELECT callback_url FROM tasks WHERE client_id = $1 AND callback_url IS NOT NULL ORDER BY id DESC LIMIT 500",
+            [clientId],
+          )
+        ).map((r) => r.callback_url as string),
+      ),
     ],
     claimFairly: async (account, o) => {
       if (o.limit <= 0) return [];
@@ -178,44 +271,79 @@ export function pgTasks(s: PgStore): TaskStore {
       }
       const picked = interleave(queues, o.limit);
       if (picked.length === 0) return [];
-      const claimed = await s.claimTasks(`id = ANY($4::text[]) AND phase = 'waiting' AND next_run_at <= $3`, [picked], o);
+      const claimed = await s.claimTasks(
+        `id = ANY($4::text[]) AND phase = 'waiting' AND next_run_at <= $3`,
+        [picked],
+        o,
+      );
       const order = new Map(picked.map((id, i) => [id, i]));
       return claimed.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
     },
     claimDue: async (phase, account, o) =>
-      (await s.claimTasks(`phase = $4 AND upstream_account = $5 AND next_run_at <= $3`, [phase, account], o, "ORDER BY next_run_at, id")).sort(
-        (a, b) => (a.nextRunAt ?? 0) - (b.nextRunAt ?? 0) || (a.id < b.id ? -1 : 1),
-      ),
-    claimIds: async (ids, phase, o) => (ids.length === 0 ? [] : s.claimTasks(`id = ANY($4::text[]) AND phase = $5`, [ids, phase], { ...o, limit: ids.length })),
-    claimExpired: async (o) => s.claimTasks(`phase = 'waiting' AND submit_attempts = 0 AND expires_at <= $3`, [], o, "ORDER BY expires_at"),
+      (
+        await s.claimTasks(
+          `phase = $4 AND upstream_account = $5 AND next_run_at <= $3`,
+          [phase, account],
+          o,
+          "ORDER BY next_run_at, id",
+        )
+      ).sort((a, b) => (a.nextRunAt ?? 0) - (b.nextRunAt ?? 0) || (a.id < b.id ? -1 : 1)),
+    claimIds: async (ids, phase, o) =>
+      ids.length === 0
+        ? []
+        : s.claimTasks(`id = ANY($4::text[]) AND phase = $5`, [ids, phase], { ...o, limit: ids.length }),
+    claimExpired: async (o) =>
+      s.claimTasks(`phase = 'waiting' AND submit_attempts = 0 AND expires_at <= $3`, [], o, "ORDER BY expires_at"),
     claimAcrossClients: async (phase, o) => {
       if (o.limit <= 0) return [];
       const due = `phase = $1 AND next_run_at <= $2 AND ${unclaimed(2)}`;
-      const candidates = await q(`SELECT client_id, min(next_run_at) AS first FROM tasks WHERE ${due} GROUP BY client_id`, [phase, o.now]);
-      candidates.sort((a, b) => o.rank(a.client_id as string) - o.rank(b.client_id as string) || Number(a.first) - Number(b.first));
+      const candidates = await q(
+        `SELECT client_id, min(next_run_at) AS first FROM tasks WHERE ${due} GROUP BY client_id`,
+        [phase, o.now],
+      );
+      candidates.sort(
+        (a, b) => o.rank(a.client_id as string) - o.rank(b.client_id as string) || Number(a.first) - Number(b.first),
+      );
       // As SQLite's (db/round-robin.ts): clients in rank order, one task each per turn, each within its room; a client with none is not read.
       const queued: Array<{ id: string; clientId: string; host: string }> = [];
       for (const cand of candidates) {
         const clientId = cand.client_id as string;
         if (o.clientRoom && o.clientRoom(clientId, new Map()) <= 0) continue;
-        const ids = await q(`SELECT id FROM tasks WHERE ${due} AND client_id = $3 ORDER BY next_run_at, id LIMIT $4`, [phase, o.now, clientId, o.limit]);
+        const ids = await q(`SELECT id FROM tasks WHERE ${due} AND client_id = $3 ORDER BY next_run_at, id LIMIT $4`, [
+          phase,
+          o.now,
+          clientId,
+          o.limit,
+        ]);
         for (const r of ids) queued.push({ id: r.id as string, clientId, host: "" });
       }
       const picked = pickWithinRoom(queued, o.limit, () => Infinity, o.clientRoom).map((t) => t.id);
       if (picked.length === 0) return [];
-      const claimed = await s.claimTasks(`id = ANY($4::text[]) AND phase = $5 AND next_run_at <= $3`, [picked, phase], o);
+      const claimed = await s.claimTasks(
+        `id = ANY($4::text[]) AND phase = $5 AND next_run_at <= $3`,
+        [picked, phase],
+        o,
+      );
       const order = new Map(picked.map((id, i) => [id, i]));
       return claimed.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
     },
     nextDueAt: async (phase, now) => {
-      const due = await one(`SELECT next_run_at AS at FROM tasks WHERE phase = $1 AND next_run_at IS NOT NULL AND ${unclaimed(2)} ORDER BY next_run_at LIMIT 1`, [phase, now]);
-      const lease = await one("SELECT min(claimed_until) AS at FROM tasks WHERE phase = $1 AND claimed_until >= $2", [phase, now]);
+      const due = await one(
+        `SELECT next_run_at AS at FROM tasks WHERE phase = $1 AND next_run_at IS NOT NULL AND ${unclaimed(2)} ORDER BY next_run_at LIMIT 1`,
+        [phase, now],
+      );
+      const lease = await one("SELECT min(claimed_until) AS at FROM tasks WHERE phase = $1 AND claimed_until >= $2", [
+        phase,
+        now,
+      ]);
       const a = due ? Number(due.at) : null;
       const b = lease?.at === null || lease?.at === undefined ? null : Number(lease.at) + 1;
       return a === null ? b : b === null ? a : Math.min(a, b);
     },
     nextExpiryAt: async () => {
-      const r = await one("SELECT expires_at AS at FROM tasks WHERE phase = 'waiting' AND expires_at IS NOT NULL AND submit_attempts = 0 ORDER BY expires_at LIMIT 1");
+      const r = await one(
+        "SELECT expires_at AS at FROM tasks WHERE phase = 'waiting' AND expires_at IS NOT NULL AND submit_attempts = 0 ORDER BY expires_at LIMIT 1",
+      );
       return r ? Number(r.at) : null;
     },
     accountsWithDue: async (phase, now) =>
@@ -227,10 +355,22 @@ export function pgTasks(s: PgStore): TaskStore {
           [phase, now],
         )
       ).map((r) => r.account as string),
-    accountsInFlight: async () => (await q("SELECT DISTINCT upstream_account AS account FROM tasks WHERE phase = 'submitted'")).map((r) => r.account as string),
-    countRunning: async (account) => Number((await one("SELECT count(*) AS n FROM tasks WHERE phase = 'submitted' AND upstream_account = $1", [account]))!.n),
+    accountsInFlight: async () =>
+      (await q("SELECT DISTINCT upstream_account AS account FROM tasks WHERE phase = 'submitted'")).map(
+        (r) => r.account as string,
+      ),
+    countRunning: async (account) =>
+      Number(
+        (await one("SELECT count(*) AS n FROM tasks WHERE phase = 'submitted' AND upstream_account = $1", [account]))!
+          .n,
+      ),
     listInFlight: async (account) =>
-      (await q("SELECT id, upstream_task_id, status, submitted_at, type, model FROM tasks WHERE phase = 'submitted' AND upstream_account = $1", [account])).map((r) => ({
+      (
+        await q(
+          "SELECT id, upstream_task_id, status, submitted_at, type, model FROM tasks WHERE phase = 'submitted' AND upstream_account = $1",
+          [account],
+        )
+      ).map((r) => ({
         id: r.id as string,
         upstreamTaskId: r.upstream_task_id as string | null,
         status: r.status as TaskRow["status"],

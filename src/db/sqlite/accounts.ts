@@ -20,7 +20,11 @@ export function sqliteAccounts(s: SqliteStore): AccountStore {
     readsSince: async (account, since) => readsSince(db, account, since),
     pruneReads: async (account, before) => pruneReads(db, account, before),
     durationSamples: async (type, model) => {
-      const row = db.select().from(durationStats).where(and(eq(durationStats.type, type), eq(durationStats.model, model))).get();
+      const row = db
+        .select()
+        .from(durationStats)
+        .where(and(eq(durationStats.type, type), eq(durationStats.model, model)))
+        .get();
       return row ? (JSON.parse(row.samplesJson) as number[]) : [];
     },
     saveDurationSamples: async (type, model, samples, now) => {

@@ -26,7 +26,10 @@ export function addClientStoredBytes(db: Db, clientId: string, bytes: number): v
     db
       .insert(clientStorage)
       .values({ clientId: sql.placeholder("clientId"), storedBytes: sql.placeholder("bytes") })
-      .onConflictDoUpdate({ target: clientStorage.clientId, set: { storedBytes: sql`${clientStorage.storedBytes} + excluded.stored_bytes` } })
+      .onConflictDoUpdate({
+        target: clientStorage.clientId,
+        set: { storedBytes: sql`${clientStorage.storedBytes} + excluded.stored_bytes` },
+      })
       .prepare(),
   ).run({ clientId, bytes });
 }

@@ -1,5 +1,11 @@
 import type { EndpointStore } from "../../store/store.js";
-import { endpointsDueForNotice, failingEndpointsOf, markEndpointNoticed, recordEndpointFailure, recordEndpointSuccess } from "../endpoints.js";
+import {
+  endpointsDueForNotice,
+  failingEndpointsOf,
+  markEndpointNoticed,
+  recordEndpointFailure,
+  recordEndpointSuccess,
+} from "../endpoints.js";
 import type { SqliteStore } from "../sqlite-store.js";
 
 /** The EndpointStore on SQLite: the health of delivery keys. */

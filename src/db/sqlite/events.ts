@@ -1,6 +1,25 @@
 import type { EventStore } from "../../store/store.js";
 import { countRetryingEvents } from "../dashboard.js";
-import { claimDueEvents, clientSeqAtOrBefore, findEvent, insertAttempt, lastEventOfTask, lastEventsOfTasks, listClientEvents, listTaskAttempts, nextEventDueAt, postponeKeyEvents, claimTrialEvent, claimKeyEvents, leasedOfKey, retryKeyEventsNow, pendingEventsOfKey, requeueFailedEvents, updateEvent, updateLeasedEvent } from "../events.js";
+import {
+  claimDueEvents,
+  clientSeqAtOrBefore,
+  findEvent,
+  insertAttempt,
+  lastEventOfTask,
+  lastEventsOfTasks,
+  listClientEvents,
+  listTaskAttempts,
+  nextEventDueAt,
+  postponeKeyEvents,
+  claimTrialEvent,
+  claimKeyEvents,
+  leasedOfKey,
+  retryKeyEventsNow,
+  pendingEventsOfKey,
+  requeueFailedEvents,
+  updateEvent,
+  updateLeasedEvent,
+} from "../events.js";
 import { listTaskEvents } from "../support.js";
 import type { SqliteStore } from "../sqlite-store.js";
 
@@ -27,7 +46,10 @@ export function sqliteEvents(s: SqliteStore): EventStore {
     postponeKey: async (clientId, host, until, now) => postponeKeyEvents(db, clientId, host, until, now),
     claimTrial: async (key, o) => claimTrialEvent(db, key, o),
     // As on PostgreSQL: the key's leased events count against maxPerKey (also a CLI or a second process's leases).
-    claimOfKey: (key, o) => s.attemptCommits.runAtomic(() => claimKeyEvents(db, key, { ...o, limit: Math.min(o.limit, o.maxPerKey - leasedOfKey(db, key, o.now)) })),
+    claimOfKey: (key, o) =>
+      s.attemptCommits.runAtomic(() =>
+        claimKeyEvents(db, key, { ...o, limit: Math.min(o.limit, o.maxPerKey - leasedOfKey(db, key, o.now)) }),
+      ),
     retryKeyNow: async (key, now) => retryKeyEventsNow(db, key, now),
     pendingOfKey: async (key) => pendingEventsOfKey(db, key),
     requeueLastOfTask: async (taskId, round) =>

@@ -1,5 +1,12 @@
 import type { NoticeStore } from "../../store/store.js";
-import { claimDueNotices, insertNotice, nextNoticeDueAt, noticesOfClient, pruneNotices, recordNotice } from "../endpoints.js";
+import {
+  claimDueNotices,
+  insertNotice,
+  nextNoticeDueAt,
+  noticesOfClient,
+  pruneNotices,
+  recordNotice,
+} from "../endpoints.js";
 import type { SqliteStore } from "../sqlite-store.js";
 
 /** The NoticeStore on SQLite: operational notices and their outbox. */

@@ -21,7 +21,9 @@ export function sqliteOps(s: SqliteStore): OpsStore {
     releaseLeases: async (prefix) => releaseLeasesOf(db, prefix),
     probeWrite: async (now) => probeWrite(s.database, now),
     gauges: async () => ({
-      tasksByStatus: db.all<{ status: string; n: number }>(sql`SELECT status, count(*) AS n FROM tasks GROUP BY status`),
+      tasksByStatus: db.all<{ status: string; n: number }>(
+        sql`SELECT status, count(*) AS n FROM tasks GROUP BY status`,
+      ),
       tasksByAccountPhase: db.all<{ account: string; phase: string; n: number }>(
         sql`SELECT upstream_account AS account, phase, count(*) AS n FROM tasks WHERE phase IN ('waiting', 'submitted') GROUP BY upstream_account, phase`,
       ),

@@ -11,7 +11,9 @@ export function sqliteRateLimits(s: SqliteStore): RateLimitStore {
     take: async (clientId, action, now, limit, windowMs) =>
       db.transaction((tx) => {
         const key = and(eq(rateLimitHits.clientId, clientId), eq(rateLimitHits.action, action));
-        tx.delete(rateLimitHits).where(and(key, lte(rateLimitHits.at, now - windowMs))).run();
+        tx.delete(rateLimitHits)
+          .where(and(key, lte(rateLimitHits.at, now - windowMs)))
+          .run();
         const counted = tx
           .select({ at: rateLimitHits.at })
           .from(rateLimitHits)

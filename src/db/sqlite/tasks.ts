@@ -6,7 +6,22 @@ import { clientStoredBytes } from "./client-storage.js";
 import { claimAcrossClients } from "../round-robin.js";
 import { findTasksByAnyId, listTasksForSupport } from "../support.js";
 import { findTaskByUpstreamId } from "../tasks.js";
-import { accountsInFlight, accountsWithDueTasks, claimDueTasks, claimExpiredWaiting, claimTasks, countRunning, findClientTask, findTask, listInFlight, nextDueAt, nextExpiryAt, unsubmittedOfClient, updateLeasedTask, waitingAhead } from "../tasks.js";
+import {
+  accountsInFlight,
+  accountsWithDueTasks,
+  claimDueTasks,
+  claimExpiredWaiting,
+  claimTasks,
+  countRunning,
+  findClientTask,
+  findTask,
+  listInFlight,
+  nextDueAt,
+  nextExpiryAt,
+  unsubmittedOfClient,
+  updateLeasedTask,
+  waitingAhead,
+} from "../tasks.js";
 import { taskCounts } from "../usage.js";
 import type { SqliteStore } from "../sqlite-store.js";
 
@@ -18,18 +33,23 @@ export function sqliteTasks(s: SqliteStore): TaskStore {
     create: (req) => s.intakeCommits.runAtomic((tx) => s.createIn(db, tx, req)),
     // The workers' writes share one group commit (s.attemptCommits): transitions, submissions, claims
     // and attempt records settling in the same turn of the event loop cost one fsync together.
-    transition: (task, patch, o) => s.attemptCommits.run((tx) => transition(tx, task, patch, o.now, o.token, o.firstAttemptDelayMs)),
+    transition: (task, patch, o) =>
+      s.attemptCommits.run((tx) => transition(tx, task, patch, o.now, o.token, o.firstAttemptDelayMs)),
     // An empty patch changes nothing (drizzle refuses to build its UPDATE): the row while the lease holds.
     reschedule: (id, token, patch) =>
       s.attemptCommits.runAtomic(() =>
-        Object.values(patch).some((v) => v !== undefined) ? updateLeasedTask(db, id, token, patch) : [findTask(db, id)].find((t) => t?.claimToken === token),
+        Object.values(patch).some((v) => v !== undefined)
+          ? updateLeasedTask(db, id, token, patch)
+          : [findTask(db, id)].find((t) => t?.claimToken === token),
       ),
     beginSubmission: (id, token, decide, o) =>
       s.attemptCommits.run((tx) => {
         const current = findTask(tx, id);
         if (!current || current.claimToken !== token) return null;
         const step = decide(s.submissionContext(tx, current));
-        const task = step.transition ? transition(tx, current, step.patch, o.now, token, o.firstAttemptDelayMs) : updateLeasedTask(tx, id, token, step.patch);
+        const task = step.transition
+          ? transition(tx, current, step.patch, o.now, token, o.firstAttemptDelayMs)
+          : updateLeasedTask(tx, id, token, step.patch);
         return task ? { kind: step.kind, task } : null;
       }),
     decideAndTransition: (id, clientId, decide, o) =>

@@ -131,8 +131,13 @@ export const ASSET_PATHS = {
   js: `/dashboard/assets/app.${short(JS)}.js`,
 };
 
-export function registerAssets(app: Hono<any>): void { // eslint-disable-line @typescript-eslint/no-explicit-any
+export function registerAssets(app: Hono<any>): void {
+  // eslint-disable-line @typescript-eslint/no-explicit-any
   const immutable = { "Cache-Control": "public, max-age=31536000, immutable" };
-  app.get(ASSET_PATHS.css.replace("/dashboard", ""), (c) => c.body(CSS, 200, { ...immutable, "Content-Type": "text/css; charset=utf-8" }));
-  app.get(ASSET_PATHS.js.replace("/dashboard", ""), (c) => c.body(JS, 200, { ...immutable, "Content-Type": "text/javascript; charset=utf-8" }));
+  app.get(ASSET_PATHS.css.replace("/dashboard", ""), (c) =>
+    c.body(CSS, 200, { ...immutable, "Content-Type": "text/css; charset=utf-8" }),
+  );
+  app.get(ASSET_PATHS.js.replace("/dashboard", ""), (c) =>
+    c.body(JS, 200, { ...immutable, "Content-Type": "text/javascript; charset=utf-8" }),
+  );
 }

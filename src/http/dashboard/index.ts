@@ -10,7 +10,18 @@ import { registerTaskPages, tasksPage } from "./routes-tasks.js";
 import { registerWebhookPages } from "./routes-webhooks.js";
 import { registerStoragePages } from "./routes-storage.js";
 import { registerSettingsPages } from "./routes-settings.js";
-import { clearSessionCookie, clientAddress, currentSession, requireSession, setSessionCookie, SIGNIN_COOKIE, SignInLimiter, signInToken, tokensEqual, type DashEnv } from "./session.js";
+import {
+  clearSessionCookie,
+  clientAddress,
+  currentSession,
+  requireSession,
+  setSessionCookie,
+  SIGNIN_COOKIE,
+  SignInLimiter,
+  signInToken,
+  tokensEqual,
+  type DashEnv,
+} from "./session.js";
 import { signInPage } from "./views-signin.js";
 import { getCookie } from "hono/cookie";
 
@@ -21,7 +32,8 @@ export type { HostHealth } from "./views-webhooks.js";
 export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
   const app = new Hono<DashEnv>();
   const limiter = new SignInLimiter(deps.clock);
-  const refuse = (c: Parameters<typeof errorPage>[0], status: 401 | 403, message: string) => errorPage(c, status, message);
+  const refuse = (c: Parameters<typeof errorPage>[0], status: 401 | 403, message: string) =>
+    errorPage(c, status, message);
   const auth = requireSession(deps, refuse);
 
   // Forms carry a URL or a date, never much: a small limit keeps body parsing cheap.
@@ -45,18 +57,26 @@ export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
 
   registerAssets(app);
 
-  app.get("/", async (c, next) => {
-    const found = await currentSession(c, deps);
-    if (found) return auth(c, next);
-    securityHeaders(c);
-    return c.html(signInPage(signInToken(c, deps)));
-  }, tasksPage(deps));
+  app.get(
+    "/",
+    async (c, next) => {
+      const found = await currentSession(c, deps);
+      if (found) return auth(c, next);
+      securityHeaders(c);
+      return c.html(signInPage(signInToken(c, deps)));
+    },
+    tasksPage(deps),
+  );
 
   app.post("/sign-in", async (c) => {
     const ip = clientAddress(c);
     const form = await c.req.parseBody();
     if (!tokensEqual(typeof form.csrf === "string" ? form.csrf : undefined, getCookie(c, SIGNIN_COOKIE))) {
-      return errorPage(c, 403, "The sign-in form has expired or did not come from the dashboard. Reload it and try again.");
+      return errorPage(
+        c,
+        403,
+        "The sign-in form has expired or did not come from the dashboard. Reload it and try again.",
+      );
     }
     const signedIn = typeof form.api_key === "string" ? await signIn(deps, form.api_key.trim()) : null;
     securityHeaders(c);
@@ -66,7 +86,13 @@ export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
       const wait = limiter.retryAfter(ip);
       if (wait > 0) {
         c.header("Retry-After", String(wait));
-        return c.html(signInPage(signInToken(c, deps), `Too many failed sign-ins from your address. Try again in ${Math.ceil(wait / 60)} min (a valid key still signs in).`), 429);
+        return c.html(
+          signInPage(
+            signInToken(c, deps),
+            `Too many failed sign-ins from your address. Try again in ${Math.ceil(wait / 60)} min (a valid key still signs in).`,
+          ),
+          429,
+        );
       }
       limiter.fail(ip);
       return c.html(signInPage(signInToken(c, deps), "That API key is not valid, or its client was revoked."), 401);

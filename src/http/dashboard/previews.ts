@@ -53,7 +53,8 @@ export function findPreviews(output: unknown): Preview[] {
       for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], key });
     } else if (value !== null && typeof value === "object") {
       const entries = Object.entries(value as Record<string, unknown>);
-      for (let i = entries.length - 1; i >= 0; i--) stack.push({ value: entries[i]![1], key: `${key}.${entries[i]![0]}` });
+      for (let i = entries.length - 1; i >= 0; i--)
+        stack.push({ value: entries[i]![1], key: `${key}.${entries[i]![0]}` });
     }
   }
   return found;
@@ -69,7 +70,13 @@ function asPreview(value: string, key: string): Preview | null {
   }
   if (!SAFE_ORIGIN.test(url.origin) || url.username || url.password) return null;
   // The extension decides; without one, the JSON path does ("video.url" is a video).
-  const kind = VIDEO_EXT.test(url.pathname) ? "video" : IMAGE_EXT.test(url.pathname) ? "image" : /video/i.test(key) ? "video" : "image";
+  const kind = VIDEO_EXT.test(url.pathname)
+    ? "video"
+    : IMAGE_EXT.test(url.pathname)
+      ? "image"
+      : /video/i.test(key)
+        ? "video"
+        : "image";
   return { url: url.href, kind, origin: url.origin };
 }
 

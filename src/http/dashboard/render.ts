@@ -62,7 +62,9 @@ export async function render(
 
 /** A service's refusal as one line for a form's error box: its message and each field's problem. */
 export function refusalText(err: ApiError): string {
-  const details = Array.isArray(err.details) ? (err.details as Array<{ field: string; message: string }>).map((d) => `${d.field}: ${d.message}`).join("; ") : "";
+  const details = Array.isArray(err.details)
+    ? (err.details as Array<{ field: string; message: string }>).map((d) => `${d.field}: ${d.message}`).join("; ")
+    : "";
   return details && !err.message.includes(details) ? `${err.message} ${details}` : err.message;
 }
 

@@ -44,7 +44,9 @@ export function registerStoragePages(app: Hono<DashEnv>, deps: DashboardDeps, au
   app.post("/storage", auth, async (c) => {
     const form = await c.req.parseBody();
     const text = (name: string) => (typeof form[name] === "string" ? (form[name] as string).trim() : "");
-    const typed = Object.fromEntries(["endpoint", "bucket", "region", "prefix", "access_key_id", "public_base_url"].map((k) => [k, text(k)]));
+    const typed = Object.fromEntries(
+      ["endpoint", "bucket", "region", "prefix", "access_key_id", "public_base_url"].map((k) => [k, text(k)]),
+    );
     const input = {
       ...typed,
       secret_access_key: typeof form.secret_access_key === "string" ? form.secret_access_key : "",
@@ -62,19 +64,31 @@ export function registerStoragePages(app: Hono<DashEnv>, deps: DashboardDeps, au
 
   app.post("/storage/remove", auth, async (c) => {
     const removed = await deleteStorage(deps, c.get("client").id);
-    return show(c, removed ? { saved: "Bucket removed. Copies already made stay in it." } : { error: "No bucket is set." });
+    return show(
+      c,
+      removed ? { saved: "Bucket removed. Copies already made stay in it." } : { error: "No bucket is set." },
+    );
   });
 
   // A copy, streamed from the bucket through the relay: previews stay on the dashboard's own origin.
   app.get("/tasks/:id/files/:n", auth, async (c) => {
     const n = Number(c.req.param("n"));
     if (!Number.isInteger(n) || n < 0) throw new ApiError("not_found", "This task has no such copy.");
-    const copy = await readCopy(deps, c.get("client").id, c.req.param("id"), n, { slots, waitMs: PREVIEW_WAIT_MS, signal: c.req.raw.signal });
+    const copy = await readCopy(deps, c.get("client").id, c.req.param("id"), n, {
+      slots,
+      waitMs: PREVIEW_WAIT_MS,
+      signal: c.req.raw.signal,
+    });
     copy.body.once("close", copy.done);
     const inline = INLINE.test(copy.file.content_type);
     const headers: Record<string, string> = {
       "Content-Type": inline ? copy.file.content_type : "application/octet-stream",
-      "Content-Disposition": inline ? "inline" : `attachment; filename="${copy.file.key.split("/").pop()!.replace(/[^\w.-]/g, "_")}"`,
+      "Content-Disposition": inline
+        ? "inline"
+        : `attachment; filename="${copy.file.key
+            .split("/")
+            .pop()!
+            .replace(/[^\w.-]/g, "_")}"`,
       "Content-Security-Policy": "default-src 'none'; sandbox",
       "X-Content-Type-Options": "nosniff",
       "Cache-Control": "private, max-age=300",

@@ -41,7 +41,11 @@ export function tasksPage(deps: DashboardDeps) {
       search: f.q,
       deliveryFailing: f.delivery === "failing",
     });
-    return render(c, deps, { title: "Tasks", section: "tasks", body: tasksBody(items, f, nextBefore, deps.clock.now()) });
+    return render(c, deps, {
+      title: "Tasks",
+      section: "tasks",
+      body: tasksBody(items, f, nextBefore, deps.clock.now()),
+    });
   };
 }
 
@@ -50,10 +54,17 @@ const NOTICES: Record<string, string> = {
   canceled: "The task is canceled. It was never submitted upstream, so nothing is charged.",
 };
 
-async function taskPage(deps: DashboardDeps, c: Context<DashEnv>, id: string, message?: { kind: "ok" | "error"; text: string }, status = 200) {
+async function taskPage(
+  deps: DashboardDeps,
+  c: Context<DashEnv>,
+  id: string,
+  message?: { kind: "ok" | "error"; text: string },
+  status = 200,
+) {
   const detail = await dashboardTask(deps, c.get("client").id, id);
   // Copies in the client's bucket, served by the relay, come first: the upstream's URLs expire.
-  const previews = mirroredPreviews(detail.task) ?? findPreviews(detail.task.outputJson ? JSON.parse(detail.task.outputJson) : null);
+  const previews =
+    mirroredPreviews(detail.task) ?? findPreviews(detail.task.outputJson ? JSON.parse(detail.task.outputJson) : null);
   // Keep refreshing while the task runs or a delivery is still pending.
   const moving = !TERMINAL_STATUSES.has(detail.task.status) || detail.delivery.status === "pending";
   return render(c, deps, {
@@ -78,7 +89,11 @@ export function registerTaskPages(app: Hono<DashEnv>, deps: DashboardDeps, auth:
     const task = await requireClientTask(deps, c.get("client").id, c.req.param("id"));
     const refusal = cancelRefusal(task, deps.clock.now());
     if (refusal !== null) return taskPage(deps, c, task.id, { kind: "error", text: refusal }, 409);
-    return render(c, deps, { title: `Cancel ${task.id}`, section: "tasks", body: cancelConfirmBody(task, c.get("session").csrfToken) });
+    return render(c, deps, {
+      title: `Cancel ${task.id}`,
+      section: "tasks",
+      body: cancelConfirmBody(task, c.get("session").csrfToken),
+    });
   });
 
   // Same rules as the API: the services decide, and their refusals (409 cannot_cancel, a task
@@ -90,10 +105,14 @@ export function registerTaskPages(app: Hono<DashEnv>, deps: DashboardDeps, auth:
         const instead = await run(c, id);
         if (instead) return instead;
       } catch (err) {
-        if (err instanceof ApiError && err.code !== "task_not_found") return taskPage(deps, c, id, { kind: "error", text: err.message }, err.status);
+        if (err instanceof ApiError && err.code !== "task_not_found")
+          return taskPage(deps, c, id, { kind: "error", text: err.message }, err.status);
         throw err;
       }
-      return c.redirect(`/dashboard/tasks/${encodeURIComponent(id)}?done=${verb === "cancel" ? "canceled" : "redelivered"}`, 303);
+      return c.redirect(
+        `/dashboard/tasks/${encodeURIComponent(id)}?done=${verb === "cancel" ? "canceled" : "redelivered"}`,
+        303,
+      );
     });
   action("redeliver", async (c, id) => {
     await deps.deliveries.redeliver(c.get("client").id, id);
@@ -101,7 +120,8 @@ export function registerTaskPages(app: Hono<DashEnv>, deps: DashboardDeps, auth:
   });
   action("cancel", async (c, id) => {
     // Only the confirm page's form says yes; any other POST (an old form, a bare request) asks first.
-    if ((await c.req.parseBody()).confirm !== "yes") return c.redirect(`/dashboard/tasks/${encodeURIComponent(id)}/cancel`, 303);
+    if ((await c.req.parseBody()).confirm !== "yes")
+      return c.redirect(`/dashboard/tasks/${encodeURIComponent(id)}/cancel`, 303);
     await cancelTask(deps, c.get("client").id, id);
     return null;
   });

@@ -25,10 +25,16 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
     const { store } = deps;
     // Failing hosts first (longest failing first), then the hosts of the client's recent callbacks.
     const failing = await store.endpoints.failingOf(clientId);
-    const names = [...new Set([...failing.map((f) => f.host), ...(await callbackUrls(deps, clientId)).map(destinationHost)])];
+    const names = [
+      ...new Set([...failing.map((f) => f.host), ...(await callbackUrls(deps, clientId)).map(destinationHost)]),
+    ];
     const byHost = new Map(failing.map((f) => [f.host, f]));
     const hosts = await Promise.all(
-      names.map(async (host) => ({ host, failing: byHost.get(host) ?? null, pending: await store.events.pendingOfKey({ clientId, host }) })),
+      names.map(async (host) => ({
+        host,
+        failing: byHost.get(host) ?? null,
+        pending: await store.events.pendingOfKey({ clientId, host }),
+      })),
     );
     const view: WebhooksView = {
       csrf: c.get("session").csrfToken,
@@ -46,7 +52,11 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
     return typeof value === "string" ? value : "";
   };
   /** A refusal from a service (bad URL, rate limit) is shown on the page with the API's status. */
-  const orError = async (c: Context<DashEnv>, extra: Partial<WebhooksView>, run: () => Promise<Partial<WebhooksView>> | Partial<WebhooksView>) => {
+  const orError = async (
+    c: Context<DashEnv>,
+    extra: Partial<WebhooksView>,
+    run: () => Promise<Partial<WebhooksView>> | Partial<WebhooksView>,
+  ) => {
     try {
       return show(c, { ...extra, ...(await run()) });
     } catch (err) {
@@ -59,14 +69,21 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
 
   app.post("/webhooks/test", auth, async (c) => {
     const url = (await form(c, "url")).trim();
-    return orError(c, { testUrl: url }, async () => ({ ping: await deps.deliveries.testWebhook(c.get("client").id, url) }));
+    return orError(c, { testUrl: url }, async () => ({
+      ping: await deps.deliveries.testWebhook(c.get("client").id, url),
+    }));
   });
 
   app.post("/webhooks/rotate", auth, (c) =>
     orError(c, {}, async () => {
       const rotated = await deps.deliveries.rotateSecret(c.get("client").id);
-      if ("public_key" in rotated) return { rotatedKey: { publicKey: rotated.public_key, previousExpiresAt: Date.parse(rotated.previous_key_expires_at) } };
-      return { rotated: { secret: rotated.webhook_secret, previousExpiresAt: Date.parse(rotated.previous_secret_expires_at) } };
+      if ("public_key" in rotated)
+        return {
+          rotatedKey: { publicKey: rotated.public_key, previousExpiresAt: Date.parse(rotated.previous_key_expires_at) },
+        };
+      return {
+        rotated: { secret: rotated.webhook_secret, previousExpiresAt: Date.parse(rotated.previous_secret_expires_at) },
+      };
     }),
   );
 
@@ -80,7 +97,9 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
   app.post("/webhooks/recover", auth, async (c) => {
     const since = parseSince(await form(c, "since"));
     if (since === null) return show(c, { error: "Give the time as YYYY-MM-DDTHH:MM (UTC)." }, 400);
-    return orError(c, {}, async () => ({ recovered: (await deps.deliveries.recover(c.get("client").id, since)).requeued }));
+    return orError(c, {}, async () => ({
+      recovered: (await deps.deliveries.recover(c.get("client").id, since)).requeued,
+    }));
   });
 
   app.get("/usage", auth, async (c) => {

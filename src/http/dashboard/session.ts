@@ -60,7 +60,10 @@ export function tokensEqual(a: string | undefined, b: string | undefined): boole
 }
 
 /** The session of this request, or null; resolveSession also refuses a revoked client. */
-export async function currentSession(c: Context, deps: ServiceDeps): Promise<{ session: SessionRow; client: ClientRow; token: string } | null> {
+export async function currentSession(
+  c: Context,
+  deps: ServiceDeps,
+): Promise<{ session: SessionRow; client: ClientRow; token: string } | null> {
   const token = getCookie(c, SESSION_COOKIE);
   if (!token) return null;
   const found = await resolveSession(deps, token);
@@ -71,7 +74,10 @@ export async function currentSession(c: Context, deps: ServiceDeps): Promise<{ s
  * Pages need a live session: a GET without one goes to the sign-in page (303), a POST is refused.
  * Every POST must carry the session's CSRF token in its `csrf` field, else 403.
  */
-export function requireSession(deps: ServiceDeps, refuse: (c: Context, status: 401 | 403, message: string) => Response | Promise<Response>): MiddlewareHandler<DashEnv> {
+export function requireSession(
+  deps: ServiceDeps,
+  refuse: (c: Context, status: 401 | 403, message: string) => Response | Promise<Response>,
+): MiddlewareHandler<DashEnv> {
   return async (c, next) => {
     const found = await currentSession(c, deps);
     if (!found) {
@@ -81,7 +87,12 @@ export function requireSession(deps: ServiceDeps, refuse: (c: Context, status: 4
     if (c.req.method === "POST") {
       const form = await c.req.parseBody();
       const sent = typeof form.csrf === "string" ? form.csrf : undefined;
-      if (!tokensEqual(sent, found.session.csrfToken)) return refuse(c, 403, "This form has expired or did not come from the dashboard. Reload the page and try again.");
+      if (!tokensEqual(sent, found.session.csrfToken))
+        return refuse(
+          c,
+          403,
+          "This form has expired or did not come from the dashboard. Reload the page and try again.",
+        );
     }
     c.set("session", found.session);
     c.set("client", found.client);

@@ -36,14 +36,17 @@ ${v.error ? notice("error", v.error) : ""}
 </section>
 <section class="panel" aria-labelledby="h-headers"><h2 id="h-headers">Default callback headers</h2>
   <p class="muted">Sent with every attempt of every task's webhooks (a task's own <code>callback_headers</code> override same-named ones): a token that an n8n, Make or Zapier catch hook checks. Values are ${v.sealed ? "encrypted at rest and " : ""}never shown again; only names are listed.</p>
-  ${names.length > 0
-    ? html`<div class="table-wrap"><table class="stack" id="callback-headers"><caption class="sr-only">Default callback headers (names only)</caption><thead><tr><th scope="col">Header</th><th scope="col">Value</th><th scope="col">Action</th></tr></thead><tbody>
+  ${
+    names.length > 0
+      ? html`<div class="table-wrap"><table class="stack" id="callback-headers"><caption class="sr-only">Default callback headers (names only)</caption><thead><tr><th scope="col">Header</th><th scope="col">Value</th><th scope="col">Action</th></tr></thead><tbody>
     ${names.map(
-      (name) => html`<tr><td data-label="Header" class="mono">${name}</td><td data-label="Value" class="muted">set (hidden)</td><td data-label="Action"><form method="post" action="/dashboard/settings/headers/remove">${csrfField(v.csrf)}<input type="hidden" name="name" value="${name}"><button class="btn secondary" type="submit" aria-label="Remove ${name}">Remove</button></form></td></tr>`,
+      (name) =>
+        html`<tr><td data-label="Header" class="mono">${name}</td><td data-label="Value" class="muted">set (hidden)</td><td data-label="Action"><form method="post" action="/dashboard/settings/headers/remove">${csrfField(v.csrf)}<input type="hidden" name="name" value="${name}"><button class="btn secondary" type="submit" aria-label="Remove ${name}">Remove</button></form></td></tr>`,
     )}
   </tbody></table></div>
   <form method="post" action="/dashboard/settings/headers/clear">${csrfField(v.csrf)}<button class="btn secondary" type="submit">Clear all headers</button></form>`
-    : html`<p>No default callback headers are set.</p>`}
+      : html`<p>No default callback headers are set.</p>`
+  }
   <form class="row" method="post" action="/dashboard/settings/headers">${csrfField(v.csrf)}
     <div><label for="header_name">Header name</label><input id="header_name" name="name" type="text" required maxlength="64" value="${v.typedName ?? ""}" placeholder="X-Webhook-Token" spellcheck="false" autocomplete="off"></div>
     <div class="grow"><label for="header_value">Value</label><input id="header_value" name="value" type="password" required maxlength="1024" autocomplete="off"></div>
@@ -58,10 +61,12 @@ ${v.error ? notice("error", v.error) : ""}
     </fieldset>
     <button class="btn" type="submit">Save signature</button>
   </form>
-  ${s.public_key
-    ? html`<p><label for="public-key">Public key</label><output id="public-key" class="secret mono">${s.public_key}</output></p>
+  ${
+    s.public_key
+      ? html`<p><label for="public-key">Public key</label><output id="public-key" class="secret mono">${s.public_key}</output></p>
   ${s.previous_public_key ? html`<p class="muted">The previous key <code>${s.previous_public_key}</code> still signs beside it until ${time(Date.parse(s.previous_public_key_expires_at!))}.</p>` : ""}
   <p class="muted">Verify each <code>v1a</code> signature over <code>{webhook-id}.{webhook-timestamp}.{body}</code> with this key; see the receiving guide.</p>`
-    : ""}
+      : ""
+  }
 </section>`;
 }

@@ -16,7 +16,10 @@ export interface TaskFilters {
 }
 
 /** Run time: creation to completion, or so far for a task still running. */
-export function taskDuration(t: { createdAt: number; completedAt: number | null; status: TaskStatus }, now: number): string {
+export function taskDuration(
+  t: { createdAt: number; completedAt: number | null; status: TaskStatus },
+  now: number,
+): string {
   if (t.completedAt !== null) return duration(t.completedAt - t.createdAt);
   return TERMINAL_STATUSES.has(t.status) ? "—" : `${duration(now - t.createdAt)} so far`;
 }
@@ -28,7 +31,14 @@ function option(value: string, label: string, selected: string | undefined): Htm
 export function tasksBody(items: TaskListItem[], filters: TaskFilters, nextBefore: string | null, now: number): Html {
   const query = (extra: Record<string, string>) => {
     const p = new URLSearchParams();
-    for (const [k, v] of Object.entries({ status: filters.status, type: filters.type, delivery: filters.delivery, q: filters.q, ...extra })) if (v) p.set(k, v);
+    for (const [k, v] of Object.entries({
+      status: filters.status,
+      type: filters.type,
+      delivery: filters.delivery,
+      q: filters.q,
+      ...extra,
+    }))
+      if (v) p.set(k, v);
     const s = p.toString();
     return s ? `/dashboard?${s}` : "/dashboard";
   };
@@ -76,7 +86,8 @@ function parse(text: string | null): unknown {
 /** When a pending event goes out next: on-call's first question about a webhook that has not arrived. */
 function nextAttempt(e: EventRow, now: number): Html | string {
   if (e.deliveryStatus !== "pending") return "";
-  if (e.claimedUntil !== null && e.claimedUntil > now) return html` <span class="muted next-attempt">sending now</span>`;
+  if (e.claimedUntil !== null && e.claimedUntil > now)
+    return html` <span class="muted next-attempt">sending now</span>`;
   if (e.nextAttemptAt === null) return "";
   const wait = e.nextAttemptAt - now;
   return html` <span class="muted next-attempt">next attempt ${wait <= 0 ? "due now" : html`${time(e.nextAttemptAt)} (in ${duration(wait)})`}</span>`;
@@ -89,7 +100,8 @@ function answerBody(body: string | null): Html | string {
 }
 
 function timelineRow(entry: TimelineEntry, now: number): Html {
-  if (entry.kind === "created") return html`<tr><td>${time(entry.at)}</td><td>task created</td><td></td><td></td><td></td><td></td></tr>`;
+  if (entry.kind === "created")
+    return html`<tr><td>${time(entry.at)}</td><td>task created</td><td></td><td></td><td></td><td></td></tr>`;
   if (entry.kind === "event") {
     const e = entry.event;
     return html`<tr><td>${time(entry.at)}</td><td>event <strong>${e.type}</strong></td><td>${badge(e.deliveryStatus)}${nextAttempt(e, now)}</td><td></td><td></td><td class="mono">${e.id}</td></tr>`;
@@ -99,10 +111,17 @@ function timelineRow(entry: TimelineEntry, now: number): Html {
 <td>${badge(a.outcome)} ${a.statusCode ?? ""}</td><td>${a.latencyMs === null ? "—" : `${a.latencyMs} ms`}</td><td class="hide-sm">${a.url}</td><td class="mono">${a.eventId}</td></tr>`;
 }
 
-export function taskBody(d: TaskDetail, previews: Preview[], now: number, csrf: string, message?: { kind: "ok" | "error"; text: string }): Html {
+export function taskBody(
+  d: TaskDetail,
+  previews: Preview[],
+  now: number,
+  csrf: string,
+  message?: { kind: "ok" | "error"; text: string },
+): Html {
   const { task, delivery } = d;
   const request = parse(task.requestJson) as Record<string, unknown> | string;
-  const prompt = typeof request === "object" && request !== null && typeof request.prompt === "string" ? request.prompt : null;
+  const prompt =
+    typeof request === "object" && request !== null && typeof request.prompt === "string" ? request.prompt : null;
   const output = parse(task.outputJson);
   const error = parse(task.errorJson) as { code?: string; message?: string } | null;
   const canRedeliver = task.callbackUrl !== null && d.events.length > 0;
@@ -131,11 +150,16 @@ ${message ? notice(message.kind, message.text) : ""}
   <h3>Metadata</h3><pre>${task.metadataJson ? pretty(parse(task.metadataJson)) : "none"}</pre>
 </section>
 <section aria-labelledby="h-output"><h2 id="h-output">Output</h2>
-  ${previews.length > 0 ? html`<p class="muted">${previews.every((p) => p.origin === "'self'") ? "Previews are the copies in your bucket." : "Previews load from the upstream's host."}</p><div class="previews">${previews.map((p) =>
-    p.kind === "video"
-      ? html`<video src="${p.url}" controls preload="metadata" aria-label="Video output"></video>`
-      : html`<a href="${p.url}"><img src="${p.url}" alt="Image output of ${task.id}" loading="lazy"></a>`,
-  )}</div>` : ""}
+  ${
+    previews.length > 0
+      ? html`<p class="muted">${previews.every((p) => p.origin === "'self'") ? "Previews are the copies in your bucket." : "Previews load from the upstream's host."}</p><div class="previews">${previews.map(
+          (p) =>
+            p.kind === "video"
+              ? html`<video src="${p.url}" controls preload="metadata" aria-label="Video output"></video>`
+              : html`<a href="${p.url}"><img src="${p.url}" alt="Image output of ${task.id}" loading="lazy"></a>`,
+        )}</div>`
+      : ""
+  }
   ${output === null ? html`<p class="muted">No output yet.</p>` : html`<pre>${pretty(output)}</pre>`}
   ${outputLinks(output, previews)}
 </section>

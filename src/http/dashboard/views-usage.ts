@@ -14,7 +14,8 @@ export interface UsageView {
 
 export function usageBody(u: UsageView, hours: number[], counts: HourlyCount[]): Html {
   const used = u.points_spent + u.points_reserved;
-  const card = (label: string, value: number | string) => html`<div class="card"><div class="muted">${label}</div><div class="n">${value}</div></div>`;
+  const card = (label: string, value: number | string) =>
+    html`<div class="card"><div class="muted">${label}</div><div class="n">${value}</div></div>`;
   return html`<h1>Usage</h1>
 <div class="cards">
   ${card("Charged", u.points_charged)}${card("Refunded", u.points_refunded)}${card("Reserved", u.points_reserved)}
@@ -54,7 +55,11 @@ export function hourlyChart(hours: number[], counts: HourlyCount[]): Html {
   }
   const totals = hours.map((h) => Object.values(byHour.get(h)!).reduce((a, b) => a + b, 0));
   const max = Math.max(1, ...totals);
-  const W = 720, H = 200, left = 36, bottom = 24, top = 10;
+  const W = 720,
+    H = 200,
+    left = 36,
+    bottom = 24,
+    top = 10;
   const plotH = H - bottom - top;
   const slot = (W - left) / hours.length;
   const barW = Math.max(2, slot * 0.7);
@@ -67,7 +72,10 @@ export function hourlyChart(hours: number[], counts: HourlyCount[]): Html {
       y -= height;
       return html`<rect class="s-${s}" x="${x.toFixed(1)}" y="${y.toFixed(1)}" width="${barW.toFixed(1)}" height="${height.toFixed(1)}"><title>${hourLabel(h)} UTC: ${n} ${s}</title></rect>`;
     });
-    const label = i % 3 === 0 ? html`<text x="${(left + i * slot + slot / 2).toFixed(1)}" y="${H - 8}" text-anchor="middle">${hourLabel(h)}</text>` : "";
+    const label =
+      i % 3 === 0
+        ? html`<text x="${(left + i * slot + slot / 2).toFixed(1)}" y="${H - 8}" text-anchor="middle">${hourLabel(h)}</text>`
+        : "";
     return html`${parts}${label}`;
   });
   const total = totals.reduce((a, b) => a + b, 0);

@@ -101,7 +101,10 @@ function hostsTable(v: WebhooksView, health: Map<string, HostHealthRow>): Html {
   const row = ({ host, failing, pending }: CallbackHost) => {
     const h = health.get(host);
     const since = failing?.failingSince ?? null;
-    const state = since !== null ? html`${badge("failing")} <span class="muted">since ${time(since)} (${duration(v.now - since)})</span>` : badge("ok");
+    const state =
+      since !== null
+        ? html`${badge("failing")} <span class="muted">since ${time(since)} (${duration(v.now - since)})</span>`
+        : badge("ok");
     const retry =
       since !== null || pending > 0
         ? html`<form method="post" action="/dashboard/webhooks/hosts/retry">${csrfField(v.csrf)}<input type="hidden" name="host" value="${host}"><button class="btn secondary" type="submit" aria-label="Retry now: ${host}">Retry now</button></form>`

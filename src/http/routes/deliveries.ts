@@ -52,11 +52,19 @@ const EventItemSchema = z
     type: z.string(),
     timestamp: z.string(),
     data: z.record(z.string(), z.unknown()),
-    delivery: z.object({ status: z.string(), attempts: z.number().int(), last_status_code: z.number().int().nullable() }),
+    delivery: z.object({
+      status: z.string(),
+      attempts: z.number().int(),
+      last_status_code: z.number().int().nullable(),
+    }),
   })
   .openapi("EventItem");
 
-export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceDeps, deliveries: DeliveryService): void {
+export function registerDeliveryRoutes(
+  app: OpenAPIHono<AppEnv>,
+  _deps: ServiceDeps,
+  deliveries: DeliveryService,
+): void {
   app.openapi(
     apiRoute({
       method: "get",
@@ -66,7 +74,10 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       summary: "Every delivery attempt of a task's events",
       security,
       request: { params: TaskIdParam },
-      responses: { 200: { description: "Attempts, oldest first", content: json(z.object({ data: z.array(AttemptSchema) })) }, ...errorResponses(400, 401, 404) },
+      responses: {
+        200: { description: "Attempts, oldest first", content: json(z.object({ data: z.array(AttemptSchema) })) },
+        ...errorResponses(400, 401, 404),
+      },
     }),
     async (c) => c.json({ data: await deliveries.listAttempts(c.get("client").id, c.req.valid("param").id) }, 200),
   );
@@ -84,7 +95,9 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       responses: {
         202: {
           description: "Queued for delivery",
-          content: json(z.object({ data: z.object({ event_id: z.string(), event_type: z.string(), status: z.string() }) })),
+          content: json(
+            z.object({ data: z.object({ event_id: z.string(), event_type: z.string(), status: z.string() }) }),
+          ),
         },
         ...errorResponses(400, 401, 404, 429),
       },
@@ -99,9 +112,16 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       operationId: "listFailingHosts",
       tags: ["Webhooks"],
       summary: "Your callback hosts answering no 2xx now",
-      description: "Each host (hostname:port) since its first failure after its last 2xx, with failed attempts, pending events and the last error.",
+      description:
+        "Each host (hostname:port) since its first failure after its last 2xx, with failed attempts, pending events and the last error.",
       security,
-      responses: { 200: { description: "Failing hosts, longest failing first", content: json(z.object({ data: z.array(FailingHostSchema) })) }, ...errorResponses(401) },
+      responses: {
+        200: {
+          description: "Failing hosts, longest failing first",
+          content: json(z.object({ data: z.array(FailingHostSchema) })),
+        },
+        ...errorResponses(401),
+      },
     }),
     async (c) => c.json({ data: await deliveries.failingHosts(c.get("client").id) }, 200),
   );
@@ -117,11 +137,20 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       security,
       request: {
         params: z.object({
-          host: z.string().max(300).openapi({ param: { name: "host", in: "path", description: "hostname:port, URL-encoded" }, example: "hooks.example.com:443" }),
+          host: z
+            .string()
+            .max(300)
+            .openapi({
+              param: { name: "host", in: "path", description: "hostname:port, URL-encoded" },
+              example: "hooks.example.com:443",
+            }),
         }),
       },
       responses: {
-        202: { description: "How many events were made due", content: json(z.object({ data: z.object({ host: z.string(), requeued: z.number().int() }) })) },
+        202: {
+          description: "How many events were made due",
+          content: json(z.object({ data: z.object({ host: z.string(), requeued: z.number().int() }) })),
+        },
         ...errorResponses(400, 401, 429),
       },
     }),
@@ -142,18 +171,36 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
           content: json(
             ownBody({
               url: publicUrl("Where the test event goes.").openapi({ example: "https://example.com/hooks" }),
-              type: z.enum(TEST_EVENT_TYPES, { error: `must be one of ${TEST_EVENT_TYPES.join(", ")}` }).optional().openapi({ description: "Default ping. A task or notice type sends a realistic sample of that event (data.sample: true), so a low-code tool can learn its structure." }),
-              task_type: z.enum(["image", "video"], { error: "must be image or video" }).optional().openapi({ description: "For task event samples: an image task (default) or a video task, of the catalog's first model of that kind." }),
+              type: z
+                .enum(TEST_EVENT_TYPES, { error: `must be one of ${TEST_EVENT_TYPES.join(", ")}` })
+                .optional()
+                .openapi({
+                  description:
+                    "Default ping. A task or notice type sends a realistic sample of that event (data.sample: true), so a low-code tool can learn its structure.",
+                }),
+              task_type: z
+                .enum(["image", "video"], { error: "must be image or video" })
+                .optional()
+                .openapi({
+                  description:
+                    "For task event samples: an image task (default) or a video task, of the catalog's first model of that kind.",
+                }),
             }),
           ),
         },
       },
       description: `Signed like every webhook and sent with your default callback headers. Status and latency only, never the receiver's body. At most ${PINGS_PER_MINUTE} a minute per client, and under the same per-host cap and circuit breaker as deliveries: 429 rate_limit otherwise.`,
-      responses: { 200: { description: "The attempt's result", content: json(z.object({ data: PingResultSchema })) }, ...errorResponses(400, 401, 413, 415, 422, 429) },
+      responses: {
+        200: { description: "The attempt's result", content: json(z.object({ data: PingResultSchema })) },
+        ...errorResponses(400, 401, 413, 415, 422, 429),
+      },
     }),
     async (c) => {
       const body = c.req.valid("json");
-      return c.json({ data: await deliveries.testWebhook(c.get("client").id, body.url, body.type, body.task_type) }, 200);
+      return c.json(
+        { data: await deliveries.testWebhook(c.get("client").id, body.url, body.type, body.task_type) },
+        200,
+      );
     },
   );
 
@@ -174,7 +221,11 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
             z.object({
               data: z.union([
                 z.object({ webhook_secret: z.string(), previous_secret_expires_at: z.string() }),
-                z.object({ signature: z.literal("ed25519"), public_key: z.string(), previous_key_expires_at: z.string() }),
+                z.object({
+                  signature: z.literal("ed25519"),
+                  public_key: z.string(),
+                  previous_key_expires_at: z.string(),
+                }),
               ]),
             }),
           ),
@@ -192,16 +243,30 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
       operationId: "listEvents",
       tags: ["Webhooks"],
       summary: "Your webhook events in order (pull feed)",
-      description: "For receivers that were down, or development without a public URL. Keep next_cursor and pass it as after.",
+      description:
+        "For receivers that were down, or development without a public URL. Keep next_cursor and pass it as after.",
       security,
       request: {
         query: z.object({
-          after: z.string().max(100).optional().openapi({ param: { name: "after", in: "query" } }),
-          limit: z.coerce.number().int().min(1).max(100).default(50).openapi({ param: { name: "limit", in: "query" } }),
+          after: z
+            .string()
+            .max(100)
+            .optional()
+            .openapi({ param: { name: "after", in: "query" } }),
+          limit: z.coerce
+            .number()
+            .int()
+            .min(1)
+            .max(100)
+            .default(50)
+            .openapi({ param: { name: "limit", in: "query" } }),
         }),
       },
       responses: {
-        200: { description: "Events after the cursor", content: json(z.object({ data: z.array(EventItemSchema), next_cursor: z.string() })) },
+        200: {
+          description: "Events after the cursor",
+          content: json(z.object({ data: z.array(EventItemSchema), next_cursor: z.string() })),
+        },
         ...errorResponses(400, 401),
       },
     }),
@@ -224,13 +289,27 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
         body: {
           required: true,
           content: json(
-            ownBody({ since: z.iso.datetime({ offset: true, error: "must be an ISO-8601 date-time" }).openapi({ example: "2026-01-01T00:00:00Z", description: "Failed deliveries of events since this time are queued again." }) }),
+            ownBody({
+              since: z.iso
+                .datetime({ offset: true, error: "must be an ISO-8601 date-time" })
+                .openapi({
+                  example: "2026-01-01T00:00:00Z",
+                  description: "Failed deliveries of events since this time are queued again.",
+                }),
+            }),
           ),
         },
       },
-      responses: { 202: { description: "How many were re-queued", content: json(z.object({ data: z.object({ requeued: z.number().int() }) })) }, ...errorResponses(400, 401, 413, 415, 422, 429) },
+      responses: {
+        202: {
+          description: "How many were re-queued",
+          content: json(z.object({ data: z.object({ requeued: z.number().int() }) })),
+        },
+        ...errorResponses(400, 401, 413, 415, 422, 429),
+      },
     }),
-    async (c) => c.json({ data: await deliveries.recover(c.get("client").id, Date.parse(c.req.valid("json").since)) }, 202),
+    async (c) =>
+      c.json({ data: await deliveries.recover(c.get("client").id, Date.parse(c.req.valid("json").since)) }, 202),
   );
 
   app.openapi(
@@ -250,8 +329,14 @@ export function registerDeliveryRoutes(app: OpenAPIHono<AppEnv>, _deps: ServiceD
                 tasks: z.record(z.string(), z.number().int()),
                 points_charged: z.number(),
                 points_refunded: z.number(),
-                points_reserved: z.number().openapi({ description: "Held by your waiting and in-flight tasks until their charge is known" }),
-                points_spent: z.number().openapi({ description: "Charged minus refunded; with points_reserved it never exceeds credit_limit" }),
+                points_reserved: z
+                  .number()
+                  .openapi({ description: "Held by your waiting and in-flight tasks until their charge is known" }),
+                points_spent: z
+                  .number()
+                  .openapi({
+                    description: "Charged minus refunded; with points_reserved it never exceeds credit_limit",
+                  }),
                 credit_limit: z.number().nullable(),
               }),
             }),

@@ -5,7 +5,13 @@ import { createTask } from "../../services/intake.js";
 import { viewOf } from "../../services/tasks.js";
 import type { AppEnv } from "../context.js";
 import { apiRoute, headerRefs } from "../schema-rules.js";
-import { errorResponses, idempotencyHeaders, ImageGenerationBody, TaskViewSchema, VideoGenerationBody } from "../schemas.js";
+import {
+  errorResponses,
+  idempotencyHeaders,
+  ImageGenerationBody,
+  TaskViewSchema,
+  VideoGenerationBody,
+} from "../schemas.js";
 
 const security = [{ bearerAuth: [] }];
 
@@ -30,7 +36,10 @@ function generationRoute(type: "image" | "video") {
     security,
     request: {
       headers: idempotencyHeaders(type),
-      body: { required: true, content: { "application/json": { schema: type === "image" ? ImageGenerationBody : VideoGenerationBody } } },
+      body: {
+        required: true,
+        content: { "application/json": { schema: type === "image" ? ImageGenerationBody : VideoGenerationBody } },
+      },
     },
     responses: {
       201: {

@@ -12,7 +12,8 @@ export function registerModelRoutes(app: OpenAPIHono<AppEnv>, catalog: CatalogCa
       operationId: "listModels",
       tags: ["Models"],
       summary: "The upstream model catalog (cached)",
-      description: "Verbatim from the upstream, refreshed in the background; served stale when the upstream fails, with an Age header.",
+      description:
+        "Verbatim from the upstream, refreshed in the background; served stale when the upstream fails, with an Age header.",
       security: [{ bearerAuth: [] }],
       responses: {
         200: {
@@ -22,7 +23,10 @@ export function registerModelRoutes(app: OpenAPIHono<AppEnv>, catalog: CatalogCa
             "application/json": {
               schema: z
                 .record(z.string(), z.unknown())
-                .openapi({ description: "The upstream's catalog body, verbatim: its models and their capabilities, in the upstream's own shape." }),
+                .openapi({
+                  description:
+                    "The upstream's catalog body, verbatim: its models and their capabilities, in the upstream's own shape.",
+                }),
             },
           },
         },

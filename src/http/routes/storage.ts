@@ -48,17 +48,22 @@ const StorageUpdate = ownBody({
   prefix: input.prefix.meta({
     pattern: PREFIX_PATTERN,
     example: "genrelay/",
-    description: "Objects are written to <prefix><task_id>/<n><ext>. No leading /, no . or .. segment, no control character or backslash.",
+    description:
+      "Objects are written to <prefix><task_id>/<n><ext>. No leading /, no . or .. segment, no control character or backslash.",
   }),
-  secret_access_key: input.secret_access_key.meta({ description: "Sealed with RELAY_ENCRYPTION_KEY; never shown again." }),
+  secret_access_key: input.secret_access_key.meta({
+    description: "Sealed with RELAY_ENCRYPTION_KEY; never shown again.",
+  }),
   public_base_url: input.public_base_url.meta({
     format: "uri",
     pattern: "^https?://[^?]*$",
-    description: "When set, files[i].url is this + key instead of a presigned URL: an absolute http(s) URL without a query.",
+    description:
+      "When set, files[i].url is this + key instead of a presigned URL: an absolute http(s) URL without a query.",
   }),
-  url_expires_in: input.url_expires_in.meta({ description: `Seconds a presigned files[i].url stays valid; default and most ${MAX_URL_EXPIRES_IN} (7 days).` }),
-})
-  .openapi("StorageUpdate");
+  url_expires_in: input.url_expires_in.meta({
+    description: `Seconds a presigned files[i].url stays valid; default and most ${MAX_URL_EXPIRES_IN} (7 days).`,
+  }),
+}).openapi("StorageUpdate");
 
 /** PUT/GET/DELETE /openapi/v1/storage: the client's bucket for copies of outputs (docs/contract.md, "Outputs"). */
 export function registerStorageRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
@@ -72,7 +77,10 @@ export function registerStorageRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDep
       tags: ["Storage"],
       summary: "Your bucket for copies of outputs (without its secret)",
       security,
-      responses: { 200: { description: "The bucket", content: json(z.object({ data: StorageSchema })) }, ...errorResponses(401, 404) },
+      responses: {
+        200: { description: "The bucket", content: json(z.object({ data: StorageSchema })) },
+        ...errorResponses(401, 404),
+      },
     }),
     async (c) => {
       const storage = await getStorage(deps, c.get("client").id);
@@ -92,7 +100,13 @@ export function registerStorageRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDep
         "Every http(s) URL of a succeeded task's output is streamed into <prefix><task_id>/<n><ext>; the event and task reads then carry data.files. Needs RELAY_ENCRYPTION_KEY on the relay (409 encryption_key_required otherwise).",
       security,
       request: { body: { content: json(StorageUpdate), required: true } },
-      responses: { 200: { description: "The bucket as stored (without its secret)", content: json(z.object({ data: StorageSchema })) }, ...errorResponses(400, 401, 409, 413, 415, 422) },
+      responses: {
+        200: {
+          description: "The bucket as stored (without its secret)",
+          content: json(z.object({ data: StorageSchema })),
+        },
+        ...errorResponses(400, 401, 409, 413, 415, 422),
+      },
     }),
     async (c) => c.json({ data: await setStorage(deps, c.get("client").id, await c.req.json()) }, 200),
   );

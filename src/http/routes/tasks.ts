@@ -32,7 +32,10 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       summary: "List your tasks, newest first",
       security,
       request: { query: TaskListQuery },
-      responses: { 200: { description: "A page of tasks", content: { "application/json": { schema: TaskListSchema } } }, ...errorResponses(400, 401) },
+      responses: {
+        200: { description: "A page of tasks", content: { "application/json": { schema: TaskListSchema } } },
+        ...errorResponses(400, 401),
+      },
     }),
     async (c) => c.json(await listTaskViews(deps, c.get("client").id, c.req.valid("query")), 200),
   );
@@ -44,10 +47,14 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       operationId: "cancelTask",
       tags: ["Tasks"],
       summary: "Cancel a task not yet submitted upstream",
-      description: "A task still waiting in the relay becomes canceled and is never charged. Once submitted, the upstream has no cancel: 409 cannot_cancel.",
+      description:
+        "A task still waiting in the relay becomes canceled and is never charged. Once submitted, the upstream has no cancel: 409 cannot_cancel.",
       security,
       request: { params: TaskIdParam },
-      responses: { 200: { description: "The canceled task", content: taskJson }, ...errorResponses(400, 401, 404, 409) },
+      responses: {
+        200: { description: "The canceled task", content: taskJson },
+        ...errorResponses(400, 401, 404, 409),
+      },
     }),
     async (c) => c.json(await cancelTask(deps, c.get("client").id, c.req.valid("param").id), 200),
   );

@@ -10,30 +10,58 @@ const json = <T extends z.ZodType>(schema: T) => ({ "application/json": { schema
 
 const SettingsSchema = z
   .object({
-    notification_url: z.string().nullable().openapi({ description: "Where endpoint.failing, endpoint.recovered and delivery.exhausted notices go; null: none." }),
-    callback_headers: z.array(z.string()).nullable().openapi({ description: "The names of the default callback headers (values are never shown again); null: none." }),
+    notification_url: z
+      .string()
+      .nullable()
+      .openapi({
+        description: "Where endpoint.failing, endpoint.recovered and delivery.exhausted notices go; null: none.",
+      }),
+    callback_headers: z
+      .array(z.string())
+      .nullable()
+      .openapi({
+        description: "The names of the default callback headers (values are never shown again); null: none.",
+      }),
     signature: z.enum(["hmac", "ed25519"]),
-    public_key: z.string().optional().openapi({ description: "With ed25519: whpk_<base64 of the raw 32-byte Ed25519 public key>; verify v1a signatures with it." }),
-    previous_public_key: z.string().optional().openapi({ description: "During a key rotation's 24-hour overlap: the previous key, still signing beside the new one." }),
+    public_key: z
+      .string()
+      .optional()
+      .openapi({
+        description:
+          "With ed25519: whpk_<base64 of the raw 32-byte Ed25519 public key>; verify v1a signatures with it.",
+      }),
+    previous_public_key: z
+      .string()
+      .optional()
+      .openapi({
+        description: "During a key rotation's 24-hour overlap: the previous key, still signing beside the new one.",
+      }),
     previous_public_key_expires_at: z.string().optional(),
   })
   .openapi("WebhookSettings");
 
 const SettingsUpdate = ownBody(
   {
-    notification_url: publicUrl("Where endpoint.failing, endpoint.recovered and delivery.exhausted notices go; null removes it.")
+    notification_url: publicUrl(
+      "Where endpoint.failing, endpoint.recovered and delivery.exhausted notices go; null removes it.",
+    )
       .max(2048, { error: "at most 2048 characters" })
       .nullable()
       .optional()
       .openapi({ example: "https://example.com/hooks/genrelay-ops" }),
-    callback_headers: CallbackHeadersSchema.nullable().optional().openapi({ description: "Replaces every default header; null removes them. A task's own callback_headers override same-named defaults." }),
+    callback_headers: CallbackHeadersSchema.nullable()
+      .optional()
+      .openapi({
+        description:
+          "Replaces every default header; null removes them. A task's own callback_headers override same-named defaults.",
+      }),
     signature: z.enum(["hmac", "ed25519"], { error: "must be hmac or ed25519" }).optional().openapi({
-      description: "hmac: v1 signatures with your whsec_ secret. ed25519: v1a signatures made with a key pair the relay holds; GET shows its public_key.",
+      description:
+        "hmac: v1 signatures with your whsec_ secret. ed25519: v1a signatures made with a key pair the relay holds; GET shows its public_key.",
     }),
   },
   "setting",
-)
-  .openapi("WebhookSettingsUpdate");
+).openapi("WebhookSettingsUpdate");
 
 /** GET/PUT /openapi/v1/webhooks/settings: the client's webhook defaults (docs/contract.md, "Receivers"). */
 export function registerWebhookSettingsRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
@@ -45,7 +73,10 @@ export function registerWebhookSettingsRoutes(app: OpenAPIHono<AppEnv>, deps: Se
       tags: ["Webhooks"],
       summary: "Your webhook defaults: notification URL, callback header names, signature scheme",
       security,
-      responses: { 200: { description: "The settings", content: json(z.object({ data: SettingsSchema })) }, ...errorResponses(401) },
+      responses: {
+        200: { description: "The settings", content: json(z.object({ data: SettingsSchema })) },
+        ...errorResponses(401),
+      },
     }),
     async (c) => c.json({ data: await getWebhookSettings(deps, c.get("client").id) }, 200),
   );
@@ -61,7 +92,10 @@ export function registerWebhookSettingsRoutes(app: OpenAPIHono<AppEnv>, deps: Se
         "notification_url passes the same checks as callback_url. callback_headers: at most 8, names HTTP tokens (never host, connection, content-*, transfer-encoding, te, upgrade, user-agent, webhook-*), values at most 1024 visible ASCII characters; stored sealed and never shown again. Choosing ed25519 the first time makes the key pair.",
       security,
       request: { body: { required: true, content: json(SettingsUpdate) } },
-      responses: { 200: { description: "The settings now", content: json(z.object({ data: SettingsSchema })) }, ...errorResponses(400, 401, 413, 415, 422) },
+      responses: {
+        200: { description: "The settings now", content: json(z.object({ data: SettingsSchema })) },
+        ...errorResponses(400, 401, 413, 415, 422),
+      },
     }),
     async (c) => c.json({ data: await updateWebhookSettings(deps, c.get("client").id, c.req.valid("json")) }, 200),
   );
