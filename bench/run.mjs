@@ -61,7 +61,7 @@ import { benchPostgres, startPostgres } from "./postgres.mjs";
 import { benchPrototypes } from "./prototypes.mjs";
 import { benchMirror } from "./mirror.mjs";
 import { findProfile, summariseProfile } from "./lib/profile.mjs";
-import { markdown, num, printTable, tableRows } from "./lib/report.mjs";
+import { markdown, printTable, tableRows } from "./lib/report.mjs";
 import {
   countBenchTasks,
   deleteBenchTasks,
@@ -71,11 +71,11 @@ import {
   seedPendingEvents,
   seedWaitingTasks,
 } from "./lib/seed.mjs";
-import { distribution, median, ratio, round } from "./lib/stats.mjs";
+import { distribution, median, round } from "./lib/stats.mjs";
 
 const QUICK = ["1", "true", "yes"].includes((process.env.BENCH_QUICK ?? "").toLowerCase());
 const OUT = process.env.BENCH_OUT || join(BENCH, "results.json");
-const MD_OUT = OUT.replace(/\.json$/i, "") + ".md";
+const MD_OUT = `${OUT.replace(/\.json$/i, "")}.md`;
 const envInt = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
 const PARTIAL = ["latency", "scheduling", "postgres", "profiles", "mirror", "fairness", "prototypes"];
 const ONLY = (process.env.BENCH_ONLY ?? "")
@@ -142,7 +142,7 @@ if (process.argv.includes("--report")) {
   const results = JSON.parse(readFileSync(file, "utf8"));
   const rows = tableRows(results.benchmarks);
   printTable(rows);
-  const md = file.replace(/\.json$/i, "") + ".md";
+  const md = `${file.replace(/\.json$/i, "")}.md`;
   writeFileSync(md, markdown(results, rows));
   process.stdout.write(`\nwrote ${md}\n`);
   process.exit(0);

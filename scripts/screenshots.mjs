@@ -44,7 +44,7 @@ const relay = new Relay({
   logger: silentLogger,
   upstream: { baseUrl: simulator.url, apiKey: "sandbox" },
 });
-relay.start();
+await relay.start();
 const server = serve({ fetch: relay.app.fetch, port: 0, hostname: "127.0.0.1" });
 await new Promise((resolve) => server.once("listening", resolve));
 const base = `http://127.0.0.1:${server.address().port}`;

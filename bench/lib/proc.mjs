@@ -124,7 +124,7 @@ export function createClient(databasePath, name = "bench", dist = DIST) {
         if (err) return reject(new Error(`clients create failed: ${err.message}\n${stderr}`));
         try {
           resolve(JSON.parse(stdout.trim().split("\n").pop()));
-        } catch (e) {
+        } catch (_e) {
           reject(new Error(`clients create printed no JSON: ${stdout}\n${stderr}`));
         }
       },

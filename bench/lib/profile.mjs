@@ -30,7 +30,7 @@ function category(frame) {
   const dist = url.lastIndexOf("/dist/");
   if (dist >= 0) {
     const parts = url.slice(dist + "/dist/".length).split("/");
-    return `genrelay ${parts.length > 1 ? parts[0] + "/" : parts[0]}`;
+    return `genrelay ${parts.length > 1 ? `${parts[0]}/` : parts[0]}`;
   }
   return url;
 }
@@ -68,7 +68,7 @@ export function summariseProfile(path, top = 15) {
     const seen = new Set();
     for (let cur = id; cur !== undefined; cur = parent.get(cur)) {
       const f = byId.get(cur)?.callFrame;
-      if (!f || !f.url.includes("/dist/") || f.url.includes("/node_modules/")) continue;
+      if (!f?.url.includes("/dist/") || f.url.includes("/node_modules/")) continue;
       const key = `${f.functionName || "(anonymous)"} ${shortUrl(f.url)}:${f.lineNumber + 1}`;
       if (seen.has(key)) continue;
       seen.add(key);

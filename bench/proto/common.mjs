@@ -357,7 +357,7 @@ export function webhookSigner(secret) {
 export function onStop(close) {
   for (const signal of ["SIGTERM", "SIGINT"]) {
     process.once(signal, () => {
-      Promise.resolve(close()).finally(() => process.exit(0));
+      void Promise.resolve(close()).finally(() => process.exit(0));
     });
   }
 }

@@ -75,7 +75,7 @@ async function write(items) {
 }
 
 // MODE=batch: the rows queued during one turn go out as one statement, up to pool.options.max at a time.
-let queued = [];
+const queued = [];
 let scheduled = false;
 let inFlight = 0;
 function flush() {

@@ -59,7 +59,9 @@ function noNul(value: unknown, ctx: z.RefinementCtx, path: (string | number)[] =
   if (typeof value === "string") {
     if (hasNul(value)) ctx.addIssue({ code: "custom", path, message: "must not contain NUL (\\u0000)" });
   } else if (Array.isArray(value)) {
-    value.forEach((v, i) => noNul(v, ctx, [...path, i]));
+    value.forEach((v, i) => {
+      noNul(v, ctx, [...path, i]);
+    });
   } else if (typeof value === "object" && value !== null) {
     for (const [k, v] of Object.entries(value)) {
       if (hasNul(k)) ctx.addIssue({ code: "custom", path, message: "field names must not contain NUL (\\u0000)" });
@@ -338,12 +340,10 @@ export const ERROR_CODES = Object.keys(ERROR_STATUS) as [ErrorCode, ...ErrorCode
 export const ErrorSchema = z
   .object({
     error: z.object({
-      code: z
-        .enum(ERROR_CODES)
-        .openapi({
-          example: "validation_error",
-          description: "What went wrong, one of the relay's codes (the upstream's table plus the relay's own).",
-        }),
+      code: z.enum(ERROR_CODES).openapi({
+        example: "validation_error",
+        description: "What went wrong, one of the relay's codes (the upstream's table plus the relay's own).",
+      }),
       message: z.string(),
       request_id: z.string(),
       details: z.unknown().optional(),

@@ -16,13 +16,11 @@ const EventId = z
     description: "Equals the webhook-id header (the same on every retry): deduplicate on it.",
     example: "evt_01jf3y8k2m9q7r5t3v1w0x6z4a",
   });
-const Timestamp = z
-  .string()
-  .openapi({
-    description: "When the event was written (ISO-8601, UTC).",
-    example: "2026-01-01T12:00:00.000Z",
-    format: "date-time",
-  });
+const Timestamp = z.string().openapi({
+  description: "When the event was written (ISO-8601, UTC).",
+  example: "2026-01-01T12:00:00.000Z",
+  format: "date-time",
+});
 const Sample = z
   .literal(true)
   .optional()
@@ -54,29 +52,20 @@ function taskEventData(status: (typeof TASK_STATUSES)[number]) {
         code: z.string(),
         message: z.string(),
         request_id: z.string().nullable(),
-        message_truncated: z
-          .literal(true)
-          .optional()
-          .openapi({
-            description:
-              "Present (true) when the message was cut: stored cut (over 16 KiB), or cut to keep the body within 256 KiB.",
-          }),
+        message_truncated: z.literal(true).optional().openapi({
+          description:
+            "Present (true) when the message was cut: stored cut (over 16 KiB), or cut to keep the body within 256 KiB.",
+        }),
       })
       .nullable(),
-    output_omitted: z
-      .literal(true)
-      .optional()
-      .openapi({
-        description:
-          "Present (true) when the output would take the body over 256 KiB (serialized UTF-8): output is null here; read it with GET /openapi/v1/tasks/{id}.",
-      }),
-    files_truncated: z
-      .literal(true)
-      .optional()
-      .openapi({
-        description:
-          "Present (true) when files were left out, from the end, to keep the body within 256 KiB; GET /openapi/v1/tasks/{id} lists them all.",
-      }),
+    output_omitted: z.literal(true).optional().openapi({
+      description:
+        "Present (true) when the output would take the body over 256 KiB (serialized UTF-8): output is null here; read it with GET /openapi/v1/tasks/{id}.",
+    }),
+    files_truncated: z.literal(true).optional().openapi({
+      description:
+        "Present (true) when files were left out, from the end, to keep the body within 256 KiB; GET /openapi/v1/tasks/{id} lists them all.",
+    }),
     sample: Sample,
   });
 }

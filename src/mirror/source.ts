@@ -179,7 +179,10 @@ export class Meter extends Transform {
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
     this.bytes += chunk.length;
-    if (this.bytes > this.maxBytes) return done(tooLarge(this.maxBytes, null));
+    if (this.bytes > this.maxBytes) {
+      done(tooLarge(this.maxBytes, null));
+      return;
+    }
     this.hash.update(chunk);
     done(null, chunk);
   }

@@ -42,7 +42,11 @@ function checkMediaUrls(body: Record<string, unknown>): void {
     }
     if (!ok) problems.push({ field, message: "must be an absolute https URL" });
   };
-  if (Array.isArray(body.image_urls)) body.image_urls.forEach((u, i) => check(`image_urls.${i}`, u));
+  if (Array.isArray(body.image_urls)) {
+    body.image_urls.forEach((u, i) => {
+      check(`image_urls.${i}`, u);
+    });
+  }
   if (body.source_video_url !== undefined) check("source_video_url", body.source_video_url);
   if (problems.length > 0) throw new ApiError("invalid_media_url", "A media URL is not a public https URL.", problems);
 }

@@ -95,14 +95,14 @@ export class CircuitBreakers {
 
   state(host: string): BreakerState {
     const b = this.byHost.get(host);
-    if (!b || !b.open) return "closed";
+    if (!b?.open) return "closed";
     return this.clock.now() < b.openUntil ? "open" : "half-open";
   }
 
   /** When an open circuit lets its trial through, or null when it is not open now. */
   openUntil(host: string): number | null {
     const b = this.byHost.get(host);
-    return b && b.open && this.clock.now() < b.openUntil ? b.openUntil : null;
+    return b?.open && this.clock.now() < b.openUntil ? b.openUntil : null;
   }
 
   /** Consecutive failures counted against the host while closed. */

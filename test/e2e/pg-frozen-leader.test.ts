@@ -177,8 +177,8 @@ describe.skipIf(!built)("a frozen leader on PostgreSQL", () => {
     let heldTask = "";
     /** Each instance's lines when the leader was stopped. */
     let linesAtStop: number[] = [];
-    const stopped = new Promise<number>((resolve) =>
-      proxies.forEach((p, i) =>
+    const stopped = new Promise<number>((resolve) => {
+      proxies.forEach((p, i) => {
         p.holdNextCreate(async (taskId) => {
           if (stoppedAt > 0) return;
           heldTask = taskId;
@@ -186,9 +186,9 @@ describe.skipIf(!built)("a frozen leader on PostgreSQL", () => {
           stoppedAt = Date.now();
           linesAtStop = relays.map((r) => r.child.lines.length);
           resolve(i);
-        }),
-      ),
-    );
+        });
+      });
+    });
     // (A creation may wait until the takeover: the stopped leader may hold the client's row lock in a transaction.)
     const via = relays.filter((r) => r !== likely);
     let slowest = 0;
@@ -205,7 +205,9 @@ describe.skipIf(!built)("a frozen leader on PostgreSQL", () => {
     // Another instance takes the account over once the stopped one's lease has lapsed.
     await until(
       () => others.some((r) => r.child.lines.slice(linesAtStop[relays.indexOf(r)]).some((l) => leading.test(l))),
-      (fn) => others.forEach((r) => r.child.proc.stdout!.on("data", () => setImmediate(fn))),
+      (fn) => {
+        for (const r of others) r.child.proc.stdout!.on("data", () => setImmediate(fn));
+      },
       LEASE_MS + RECHECK_MS + SLACK_MS + 5_000,
       () => "another instance leading",
     );

@@ -4,7 +4,7 @@ import { silentLogger } from "../../src/logger.js";
 import { pgStore } from "../../src/open-store.js";
 import { Relay } from "../../src/relay.js";
 import { createSimulator } from "../../src/simulator/app.js";
-import { FakeClock } from "./fake-clock.js";
+import type { FakeClock } from "./fake-clock.js";
 
 export interface UpstreamLog {
   /** Idempotency-Key of every create POST that reached the simulator. */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { FakeUpstream } from "../helpers/fake-upstream.js";
+import type { FakeUpstream } from "../helpers/fake-upstream.js";
 import { csrfOf, signedIn } from "../helpers/dashboard.js";
 import { createTask, readTask } from "../helpers/flow.js";
 import { status } from "../helpers/receiver.js";
@@ -36,7 +36,7 @@ describe("dashboard: tasks page", () => {
     expect(page).not.toContain(theirs);
     const row = page.slice(page.indexOf(`/dashboard/tasks/${first}`));
     expect(row).toMatch(
-      /^[^]*?<td data-label="Type">video<\/td><td data-label="Model">v-video<\/td><td data-label="Status"><span class="badge b-queued">queued<\/span><\/td>\s*<td data-label="Delivery"><span class="badge b-none">none<\/span><\/td>\s*<td data-label="Created"><time datetime="2026-01-01T12:00:00.000Z">2026-01-01 12:00:00 UTC<\/time><\/td><td data-label="Duration">5.0 s so far<\/td><\/tr>/,
+      /^[\s\S]*?<td data-label="Type">video<\/td><td data-label="Model">v-video<\/td><td data-label="Status"><span class="badge b-queued">queued<\/span><\/td>\s*<td data-label="Delivery"><span class="badge b-none">none<\/span><\/td>\s*<td data-label="Created"><time datetime="2026-01-01T12:00:00.000Z">2026-01-01 12:00:00 UTC<\/time><\/td><td data-label="Duration">5.0 s so far<\/td><\/tr>/,
     );
     // Another client's task is a 404 under this session, exactly like an unknown id.
     for (const id of [theirs, "task_00000000000000000000000000"]) {
@@ -123,7 +123,7 @@ describe("dashboard: task page", () => {
     expect(eventId).toBeDefined();
     const attempts = [
       ...page.matchAll(
-        /<td>attempt: task.succeeded[^]*?<td><span class="badge b-(\w+)">\w+<\/span> (\d+)<\/td><td>(\d+) ms<\/td><td class="hide-sm">([^<]+)<\/td><td class="mono">(evt_\w+)<\/td>/g,
+        /<td>attempt: task.succeeded[\s\S]*?<td><span class="badge b-(\w+)">\w+<\/span> (\d+)<\/td><td>(\d+) ms<\/td><td class="hide-sm">([^<]+)<\/td><td class="mono">(evt_\w+)<\/td>/g,
       ),
     ];
     expect(attempts.map((m) => [m[1], m[2], m[4], m[5]])).toEqual([
@@ -151,7 +151,7 @@ describe("dashboard: task page", () => {
     expect(pending).toContain('<meta name="genrelay-refresh" content="3000">');
     await t.relay.dispatcher.runOnce();
     const after = await v.page(`/dashboard/tasks/${id}`);
-    const ids = [...after.matchAll(/<td>attempt: task.succeeded[^]*?<td class="mono">(evt_\w+)<\/td>/g)].map(
+    const ids = [...after.matchAll(/<td>attempt: task.succeeded[\s\S]*?<td class="mono">(evt_\w+)<\/td>/g)].map(
       (m) => m[1],
     );
     expect(ids).toHaveLength(2);

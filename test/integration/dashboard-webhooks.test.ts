@@ -15,7 +15,7 @@ const { setup, receiver } = upstreamSuite();
 const hostRows = (page: string) =>
   [
     ...page.matchAll(
-      /<tr><td data-label="Host" class="mono">([^<]+)<\/td><td data-label="State"><span class="badge b-(\w+)">[^]*?<td data-label="Failed attempts">([^<]*)<\/td>\s*<td data-label="Last error">([^<]*)<\/td>\s*<td data-label="Pending events">(\d+)<\/td>\s*<td data-label="Circuit breaker"><span class="badge b-([\w-]+)">[^]*?<td data-label="Action">([^]*?)<\/td><\/tr>/g,
+      /<tr><td data-label="Host" class="mono">([^<]+)<\/td><td data-label="State"><span class="badge b-(\w+)">[\s\S]*?<td data-label="Failed attempts">([^<]*)<\/td>\s*<td data-label="Last error">([^<]*)<\/td>\s*<td data-label="Pending events">(\d+)<\/td>\s*<td data-label="Circuit breaker"><span class="badge b-([\w-]+)">[\s\S]*?<td data-label="Action">([\s\S]*?)<\/td><\/tr>/g,
     ),
   ].map((m) => ({
     host: m[1],
@@ -287,7 +287,7 @@ describe("dashboard: usage page", () => {
       /<label for="budget">Spent plus reserved: \d+ of 1000 points<\/label>\s*<meter id="budget" min="0" max="1000"/,
     );
     // The chart: 24 hours, one succeeded bar at 12:00 and a two-task queued bar at 15:00.
-    const svg = /<svg class="chart"[^]*?<\/svg>/.exec(page)![0];
+    const svg = /<svg class="chart"[\s\S]*?<\/svg>/.exec(page)![0];
     expect(svg).toContain('role="img"');
     expect(svg).toContain('<desc id="chart-desc">3 tasks in total; the busiest hour had 2.</desc>');
     const rects = [

@@ -20,7 +20,7 @@ import { startReceiver, verifyAt } from "../helpers/receiver.js";
 import { signedIn } from "../helpers/dashboard.js";
 
 const KEY = Buffer.alloc(32, 9).toString("base64");
-const PNG = Buffer.from("89504e470d0a1a0a" + "00".repeat(992), "hex"); // 1,000 bytes
+const PNG = Buffer.from(`89504e470d0a1a0a${"00".repeat(992)}`, "hex"); // 1,000 bytes
 const sha = (b: Buffer) => createHash("sha256").update(b).digest("hex");
 
 let s3: TestS3;

@@ -11,7 +11,7 @@ import { silentLogger } from "../../src/logger.js";
 import { destinationHost } from "../../src/webhooks/destination.js";
 import { Dispatcher, MAX_PAYLOAD_BYTES } from "../../src/workers/dispatcher.js";
 import { WorkerLoop } from "../../src/workers/loop.js";
-import { FakeClock } from "../helpers/fake-clock.js";
+import type { FakeClock } from "../helpers/fake-clock.js";
 import {
   countingReceiver,
   startDispatcherLoop,
@@ -299,12 +299,12 @@ describe("receiver protection: the claim's host filter", () => {
     ];
     const events = await succeededTasks(t, client.apiKey, "https://placeholder.test/", urls.length);
     // Stored as intake stores them: normalised by the URL parser.
-    events.forEach((e, i) =>
+    events.forEach((e, i) => {
       updateEvent(t.database.db, e.id, {
         callbackUrl: new URL(urls[i]!).href,
         destinationHost: destinationHost(urls[i]!),
-      }),
-    );
+      });
+    });
 
     const claimed = claimDueEvents(t.database.db, {
       now: t.clock.now(),

@@ -18,14 +18,14 @@ const suite = conformance();
 async function keyOf(store: Store, notified = true) {
   const c = await client(store);
   if (notified) await store.clients.update(c.id, { notificationUrl: "https://ops.example/n" });
-  return { clientId: c.id, host: fresh("hooks.example") + ":443" };
+  return { clientId: c.id, host: `${fresh("hooks.example")}:443` };
 }
 
 describe.each(suite.dialects)("EndpointStore on %s", (_name, h) => {
   it("recordFailure opens a run once and counts attempts; failingOf lists the client's failing keys, longest first", async () => {
     const store = await h.shared();
     const a = await keyOf(store);
-    const b = { ...a, host: fresh("other.example") + ":443" };
+    const b = { ...a, host: `${fresh("other.example")}:443` };
     await store.endpoints.recordFailure(b, NOW + 10, "HTTP 502");
     await store.endpoints.recordFailure(a, NOW + 20, "HTTP 500");
     await store.endpoints.recordFailure(a, NOW + 30, null);

@@ -805,7 +805,7 @@ describe('UPSTREAM_MAX_BODY_BYTES: a body over the limit is refused while it str
     let written = 0;
     let closedEarly = false;
     const chunk = Buffer.alloc(64 * 1024, "a");
-    const srv = createServer((req, res) => {
+    const srv = createServer((_req, res) => {
       res.writeHead(opts.status ?? 200, {
         "Content-Type": "application/json",
         ...(opts.contentLength ? { "Content-Length": String(total) } : {}),

@@ -117,10 +117,10 @@ describe("WebhookSender against real loopback receivers", () => {
   });
 
   it("never splits a multi-byte character at the 4 KiB cut", async () => {
-    const receiver = await startReceiver((_req, res) => res.end("x" + "é".repeat(5000)));
+    const receiver = await startReceiver((_req, res) => res.end(`x${"é".repeat(5000)}`));
     const sender = newSender({ allowPrivateNetworks: true });
     const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 5_000 });
-    expect(result.responseBody).toBe("x" + "é".repeat(2047));
+    expect(result.responseBody).toBe(`x${"é".repeat(2047)}`);
     expect(Buffer.byteLength(result.responseBody ?? "")).toBeLessThanOrEqual(4096);
   });
 

@@ -1,10 +1,10 @@
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 import { describe, expect, it } from "vitest";
 import { claimDueEvents, updateLeasedEvent } from "../../src/db/events.js";
-import { FakeUpstream } from "../helpers/fake-upstream.js";
+import type { FakeUpstream } from "../helpers/fake-upstream.js";
 import { createTask, readTask } from "../helpers/flow.js";
 import { hang, ok, status, verifyAt } from "../helpers/receiver.js";
-import { type TestRelay } from "../helpers/relay.js";
+import type { TestRelay } from "../helpers/relay.js";
 
 const { setup, receiver } = upstreamSuite();
 

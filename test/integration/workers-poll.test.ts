@@ -1,10 +1,10 @@
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 import { HttpResponse } from "msw";
 import { describe, expect, it } from "vitest";
-import { FakeUpstream, upstreamError } from "../helpers/fake-upstream.js";
+import { type FakeUpstream, upstreamError } from "../helpers/fake-upstream.js";
 import { createTask, readTask, taskRow } from "../helpers/flow.js";
 import { verifyAt } from "../helpers/receiver.js";
-import { type TestRelay } from "../helpers/relay.js";
+import type { TestRelay } from "../helpers/relay.js";
 import { maxInWindow } from "../../src/bench/scheduling-sim.js";
 
 const { setup, receiver } = upstreamSuite();

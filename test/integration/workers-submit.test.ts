@@ -2,7 +2,7 @@ import { upstreamSuite } from "../helpers/upstream-suite.js";
 import { HttpResponse } from "msw";
 import { describe, expect, it, vi } from "vitest";
 import { createTask, readTask, taskRow } from "../helpers/flow.js";
-import { FakeUpstream, upstreamError } from "../helpers/fake-upstream.js";
+import { type FakeUpstream, upstreamError } from "../helpers/fake-upstream.js";
 import { verifyAt } from "../helpers/receiver.js";
 import { updateLeasedTask } from "../../src/db/tasks.js";
 import { claimFairly } from "../../src/db/admission.js";

@@ -14,7 +14,7 @@ function sourceFiles(dir: string): string[] {
 }
 
 /** Statements (split on `;`) that write and end in `.get(`. */
-export function writesEndingInGet(source: string): string[] {
+function writesEndingInGet(source: string): string[] {
   return source
     .split(";")
     .filter((stmt) => /\.(insert|update|delete)\s*\(/.test(stmt) && /\.get\s*\(/.test(stmt))

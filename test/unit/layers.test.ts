@@ -17,7 +17,7 @@ function sourceFiles(dir: string): string[] {
 }
 
 /** Every module a file imports (static `import`/`export … from` and dynamic `import()`), resolved to `src/…` for relative ones. */
-export function importsOf(file: string, source: string): string[] {
+function importsOf(file: string, source: string): string[] {
   const specs = [
     ...source.matchAll(/(?:^|\n)\s*(?:import|export)[^;]*?from\s+"([^"]+)"|import\(\s*"([^"]+)"\s*\)/g),
   ].map((m) => m[1] ?? m[2]!);
@@ -102,7 +102,7 @@ function violations(files: Array<{ file: string; source: string }>): string[] {
 }
 
 /** Hand-built status patches and lease releases, which belong to the lifecycle verbs (src/core/). */
-export function handBuiltChanges(source: string): string[] {
+function handBuiltChanges(source: string): string[] {
   return [
     ...source.matchAll(
       /\b(claimToken|claimedUntil):\s*null|\bstatus:\s*"(queued|processing|succeeded|failed|canceled)"|\bdeliveryStatus:\s*"/g,

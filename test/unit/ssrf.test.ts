@@ -306,7 +306,7 @@ describe("validateCallbackUrl", () => {
     const base = "https://hooks.example.com/";
     const raw = base + "a".repeat(2048 - base.length);
     expect(validateCallbackUrl(raw, strict)).toEqual({ ok: true, url: raw });
-    expect(validateCallbackUrl(raw + "a", strict).ok).toBe(false);
+    expect(validateCallbackUrl(`${raw}a`, strict).ok).toBe(false);
   });
 
   it.each([

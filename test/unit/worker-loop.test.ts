@@ -53,7 +53,9 @@ describe("WorkerLoop nudges", () => {
     vi.useFakeTimers();
     const { loop, starts } = counted({
       coalesceMs: 5,
-      during: (n) => n === 1 && [1, 2, 3].forEach(() => loop.nudge()),
+      during: (n) => {
+        if (n === 1) for (let i = 0; i < 3; i++) loop.nudge();
+      },
     });
     loops.push(loop);
     loop.start();

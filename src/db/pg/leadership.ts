@@ -174,7 +174,7 @@ export class PgLeadership {
    * account stays taken.
    */
   private async endPrevious(client: pg.Client, holder: string, app: string | null): Promise<void> {
-    if (app && app.startsWith(INSTANCE_PREFIX) && app !== this.deps.applicationName)
+    if (app?.startsWith(INSTANCE_PREFIX) && app !== this.deps.applicationName)
       await client.query(END_SESSIONS, [app]).catch(() => {});
     await this.deps.releaseLeases(holder).catch(() => {});
   }

@@ -178,13 +178,10 @@ export function registerDeliveryRoutes(
                   description:
                     "Default ping. A task or notice type sends a realistic sample of that event (data.sample: true), so a low-code tool can learn its structure.",
                 }),
-              task_type: z
-                .enum(["image", "video"], { error: "must be image or video" })
-                .optional()
-                .openapi({
-                  description:
-                    "For task event samples: an image task (default) or a video task, of the catalog's first model of that kind.",
-                }),
+              task_type: z.enum(["image", "video"], { error: "must be image or video" }).optional().openapi({
+                description:
+                  "For task event samples: an image task (default) or a video task, of the catalog's first model of that kind.",
+              }),
             }),
           ),
         },
@@ -290,12 +287,10 @@ export function registerDeliveryRoutes(
           required: true,
           content: json(
             ownBody({
-              since: z.iso
-                .datetime({ offset: true, error: "must be an ISO-8601 date-time" })
-                .openapi({
-                  example: "2026-01-01T00:00:00Z",
-                  description: "Failed deliveries of events since this time are queued again.",
-                }),
+              since: z.iso.datetime({ offset: true, error: "must be an ISO-8601 date-time" }).openapi({
+                example: "2026-01-01T00:00:00Z",
+                description: "Failed deliveries of events since this time are queued again.",
+              }),
             }),
           ),
         },
@@ -332,11 +327,9 @@ export function registerDeliveryRoutes(
                 points_reserved: z
                   .number()
                   .openapi({ description: "Held by your waiting and in-flight tasks until their charge is known" }),
-                points_spent: z
-                  .number()
-                  .openapi({
-                    description: "Charged minus refunded; with points_reserved it never exceeds credit_limit",
-                  }),
+                points_spent: z.number().openapi({
+                  description: "Charged minus refunded; with points_reserved it never exceeds credit_limit",
+                }),
                 credit_limit: z.number().nullable(),
               }),
             }),

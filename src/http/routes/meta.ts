@@ -21,12 +21,10 @@ export function registerModelRoutes(app: OpenAPIHono<AppEnv>, catalog: CatalogCa
           headers: headerRefs("Age"),
           content: {
             "application/json": {
-              schema: z
-                .record(z.string(), z.unknown())
-                .openapi({
-                  description:
-                    "The upstream's catalog body, verbatim: its models and their capabilities, in the upstream's own shape.",
-                }),
+              schema: z.record(z.string(), z.unknown()).openapi({
+                description:
+                  "The upstream's catalog body, verbatim: its models and their capabilities, in the upstream's own shape.",
+              }),
             },
           },
         },

@@ -10,32 +10,19 @@ const json = <T extends z.ZodType>(schema: T) => ({ "application/json": { schema
 
 const SettingsSchema = z
   .object({
-    notification_url: z
-      .string()
-      .nullable()
-      .openapi({
-        description: "Where endpoint.failing, endpoint.recovered and delivery.exhausted notices go; null: none.",
-      }),
-    callback_headers: z
-      .array(z.string())
-      .nullable()
-      .openapi({
-        description: "The names of the default callback headers (values are never shown again); null: none.",
-      }),
+    notification_url: z.string().nullable().openapi({
+      description: "Where endpoint.failing, endpoint.recovered and delivery.exhausted notices go; null: none.",
+    }),
+    callback_headers: z.array(z.string()).nullable().openapi({
+      description: "The names of the default callback headers (values are never shown again); null: none.",
+    }),
     signature: z.enum(["hmac", "ed25519"]),
-    public_key: z
-      .string()
-      .optional()
-      .openapi({
-        description:
-          "With ed25519: whpk_<base64 of the raw 32-byte Ed25519 public key>; verify v1a signatures with it.",
-      }),
-    previous_public_key: z
-      .string()
-      .optional()
-      .openapi({
-        description: "During a key rotation's 24-hour overlap: the previous key, still signing beside the new one.",
-      }),
+    public_key: z.string().optional().openapi({
+      description: "With ed25519: whpk_<base64 of the raw 32-byte Ed25519 public key>; verify v1a signatures with it.",
+    }),
+    previous_public_key: z.string().optional().openapi({
+      description: "During a key rotation's 24-hour overlap: the previous key, still signing beside the new one.",
+    }),
     previous_public_key_expires_at: z.string().optional(),
   })
   .openapi("WebhookSettings");
@@ -49,12 +36,10 @@ const SettingsUpdate = ownBody(
       .nullable()
       .optional()
       .openapi({ example: "https://example.com/hooks/genrelay-ops" }),
-    callback_headers: CallbackHeadersSchema.nullable()
-      .optional()
-      .openapi({
-        description:
-          "Replaces every default header; null removes them. A task's own callback_headers override same-named defaults.",
-      }),
+    callback_headers: CallbackHeadersSchema.nullable().optional().openapi({
+      description:
+        "Replaces every default header; null removes them. A task's own callback_headers override same-named defaults.",
+    }),
     signature: z.enum(["hmac", "ed25519"], { error: "must be hmac or ed25519" }).optional().openapi({
       description:
         "hmac: v1 signatures with your whsec_ secret. ed25519: v1a signatures made with a key pair the relay holds; GET shows its public_key.",
