@@ -1,0 +1,431 @@
+import { execFileSync, spawnSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import type { IDataObject, INodeExecutionData, INodePropertyOptions, INodeType } from "n8n-workflow";
+import { Webhook } from "standardwebhooks";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type EndpointsStub, endpointsStub } from "../helpers/endpoints-stub.js";
+import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
+import {
+  type ContextOptions,
+  type GenrelayPackage,
+  HttpError,
+  PACKAGE_DIR,
+  type WebhookServer,
+  executeContext,
+  hookContext,
+  loadOptionsContext,
+  loadPackage,
+  startWebhookServer,
+  testCredential,
+} from "../helpers/n8n-harness.js";
+
+/** A JSON answer of the relay, as the tests read it. */
+const body = async (response: Response): Promise<any> => response.json();
+/**
+ * The n8n community node package in integrations/n8n-nodes-genrelay (docs/contract.md, "Planned":
+ * connectors built and tested by `npm test`): built with tsc, linted with n8n's node linter, and run
+ * through n8n's function contexts (test/helpers/n8n-harness.ts) against a real relay on loopback.
+ *
+ * The endpoints API is not served by the relay yet: the trigger's webhook methods talk to
+ * `endpointsStub` (test/helpers/endpoints-stub.ts), which answers those four routes and passes
+ * everything else to the relay. Delete the stub and use `live.url` once the relay serves them.
+ */
+
+const TSC = join(PACKAGE_DIR, "..", "..", "node_modules", "typescript", "bin", "tsc");
+const ESLINT = join(PACKAGE_DIR, "..", "..", "node_modules", "eslint", "bin", "eslint.js");
+
+/**
+ * The package's linter (its npm script "lint") in a process of its own: eslint-plugin-n8n-nodes-base
+ * takes NODE_ENV=test, which vitest sets, for its own test run and then checks other things.
+ */
+function lint(args: string[], input?: string) {
+  const { NODE_ENV: _, VITEST: __, ...env } = process.env;
+  return spawnSync(process.execPath, [ESLINT, ...args], {
+    cwd: PACKAGE_DIR,
+    env,
+    input,
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+}
+
+let pkg: GenrelayPackage;
+let live: LiveRelay;
+let stub: EndpointsStub;
+let client: { id: string; apiKey: string; secret: string };
+
+beforeAll(async () => {
+  // The package's own build (its npm script "build"): tsc, then the icons beside the built files.
+  execFileSync(process.execPath, [TSC, "-p", join(PACKAGE_DIR, "tsconfig.json")], { cwd: PACKAGE_DIR, stdio: "pipe" });
+  execFileSync(process.execPath, [join(PACKAGE_DIR, "copy-icons.mjs")], { cwd: PACKAGE_DIR, stdio: "pipe" });
+  pkg = loadPackage();
+  live = await startLiveRelay();
+  stub = await endpointsStub(live.url);
+  client = live.client("n8n");
+}, 60_000);
+
+afterAll(async () => {
+  await stub?.close();
+  await live?.close();
+});
+
+const options = (overrides: Partial<ContextOptions> = {}): ContextOptions => ({
+  credentialType: new pkg.GenrelayApi(),
+  credentials: { baseUrl: `${stub.url}/`, apiKey: client.apiKey, webhookSecret: client.secret },
+  ...overrides,
+});
+
+const relayGet = async (path: string, apiKey = client.apiKey) =>
+  fetch(`${stub.url}${path}`, { headers: { Authorization: `Bearer ${apiKey}` } });
+
+describe("the package as n8n loads it", () => {
+  it("lists its built credential and nodes in package.json's n8n section, each with its icons", () => {
+    const manifest = JSON.parse(readFileSync(join(PACKAGE_DIR, "package.json"), "utf8"));
+    expect(manifest.keywords).toContain("n8n-community-node-package");
+    expect(manifest.peerDependencies).toEqual({ "n8n-workflow": "*" });
+    expect(manifest.n8n.n8nNodesApiVersion).toBe(1);
+    for (const file of [...manifest.n8n.nodes, ...manifest.n8n.credentials])
+      expect(existsSync(join(PACKAGE_DIR, file)), file).toBe(true);
+    const icons = [
+      new pkg.Genrelay().description.icon,
+      new pkg.GenrelayTrigger().description.icon,
+      new pkg.GenrelayApi().icon,
+    ];
+    for (const [icon, from] of icons.map((i, n) => [i, n < 2 ? "dist/nodes/Genrelay" : "dist/credentials"] as const)) {
+      for (const path of Object.values(icon as Record<string, string>))
+        expect(existsSync(join(PACKAGE_DIR, from, path.replace(/^file:/, ""))), path).toBe(true);
+    }
+    expect(new pkg.GenrelayApi().properties.map((p) => p.name)).toEqual(["baseUrl", "apiKey", "webhookSecret"]);
+  });
+
+  it("passes n8n's node linter (eslint-plugin-n8n-nodes-base and the community-nodes rules)", () => {
+    const config = JSON.parse(lint(["--print-config", "nodes/Genrelay/GenrelayTrigger.node.ts"]).stdout);
+    expect(Object.keys(config.rules)).toEqual(
+      expect.arrayContaining([
+        "n8n-nodes-base/node-class-description-name-unsuffixed-trigger-node",
+        "@n8n/community-nodes/webhook-lifecycle-complete",
+      ]),
+    );
+    const run = lint(["--format", "json", "nodes", "credentials", "package.json"]);
+    const results = JSON.parse(run.stdout) as Array<{
+      filePath: string;
+      messages: Array<{ line: number; ruleId: string; message: string }>;
+    }>;
+    expect(results.length).toBeGreaterThanOrEqual(7);
+    expect(results.flatMap((r) => r.messages.map((m) => `${r.filePath}:${m.line} ${m.ruleId}: ${m.message}`))).toEqual(
+      [],
+    );
+    expect(run.status).toBe(0);
+  }, 60_000);
+
+  it("the linter refuses a trigger that breaks n8n's conventions", () => {
+    const file = "nodes/Genrelay/GenrelayTrigger.node.ts";
+    const broken = readFileSync(join(PACKAGE_DIR, file), "utf8")
+      .replace('displayName: "Genrelay Trigger"', 'displayName: "Genrelay events"')
+      .replace("async delete(", "async remove(");
+    const run = lint(["--format", "json", "--stdin", "--stdin-filename", file], broken);
+    const rules = (JSON.parse(run.stdout) as Array<{ messages: Array<{ ruleId: string }> }>).flatMap((r) =>
+      r.messages.map((m) => m.ruleId),
+    );
+    expect(rules).toEqual(
+      expect.arrayContaining([
+        "@n8n/community-nodes/webhook-lifecycle-complete",
+        "@n8n/community-nodes/trigger-node-conventions",
+        "n8n-nodes-base/node-class-description-display-name-unsuffixed-trigger-node",
+      ]),
+    );
+    expect(run.status).toBe(1);
+  }, 60_000);
+});
+
+describe("credential GenrelayApi", () => {
+  it("its test request passes with the client's API key and fails with another", async () => {
+    const credential = new pkg.GenrelayApi();
+    await expect(testCredential(credential, options().credentials)).resolves.toMatchObject({ data: [] });
+    const refused = await testCredential(credential, { ...options().credentials, apiKey: "grk_not_a_key" }).catch(
+      (e: unknown) => e,
+    );
+    expect(refused).toBeInstanceOf(HttpError);
+    expect((refused as HttpError).statusCode).toBe(401);
+    expect((refused as HttpError).body).toMatchObject({ error: { code: "invalid_api_key" } });
+  });
+});
+
+describe("action node Genrelay, against the relay", () => {
+  const run = async (
+    items: Record<string, unknown>[],
+    extra: { executionId?: string; continueOnFail?: boolean } = {},
+  ) => {
+    const node = new pkg.Genrelay();
+    const [output] = await (node.execute as (this: unknown) => Promise<INodeExecutionData[][]>).call(
+      executeContext({ ...options(), items, ...extra }),
+    );
+    return output!;
+  };
+
+  it("offers the catalog's models as options, loaded from /openapi/v1/models", async () => {
+    const node = new pkg.Genrelay();
+    const load = node.methods!.loadOptions!;
+    const images = (await load.getImageModels!.call(loadOptionsContext(options()) as never)) as INodePropertyOptions[];
+    const videos = (await load.getVideoModels!.call(loadOptionsContext(options()) as never)) as INodePropertyOptions[];
+    expect(images).toEqual([
+      { name: "Flux Lite", value: "flux-lite", description: "flux-lite" },
+      { name: "P Image", value: "p-image", description: "p-image" },
+    ]);
+    expect(videos.map((o) => o.value)).toEqual(["v-video", "v-video-pro"]);
+  });
+
+  it("creates an image task, one per execution and item (its Idempotency-Key), and gets it", async () => {
+    const params = {
+      resource: "task",
+      operation: "createImage",
+      model: "p-image",
+      mode: "generate",
+      prompt: "a lighthouse at dawn",
+      additionalFields: { metadata: '{"order":"n8n-1"}' },
+    };
+    const [first] = await run([params], { executionId: "7001" });
+    expect(first!.json).toMatchObject({
+      type: "image",
+      status: "queued",
+      model: "p-image",
+      metadata: { order: "n8n-1" },
+      output: null,
+    });
+    expect(first!.json.id).toMatch(/^task_/);
+    expect(first!.pairedItem).toEqual({ item: 0 });
+    // n8n retrying the node in the same execution replays the task; another execution makes another.
+    const [again] = await run([params], { executionId: "7001" });
+    const [other] = await run([params], { executionId: "7002" });
+    expect(again!.json.id).toBe(first!.json.id);
+    expect(other!.json.id).not.toBe(first!.json.id);
+
+    const [read] = await run([{ resource: "task", operation: "get", taskId: first!.json.id }]);
+    expect(read!.json).toMatchObject({ id: first!.json.id, type: "image", model: "p-image" });
+    expect(read!.json).toHaveProperty("usage");
+  });
+
+  it("creates a video task with its mode and duration", async () => {
+    const [task] = await run([
+      {
+        resource: "task",
+        operation: "createVideo",
+        model: "v-video",
+        videoMode: "t2v",
+        prompt: "waves at night",
+        duration: 5,
+        additionalFields: { resolution: "720p" },
+      },
+    ]);
+    expect(task!.json).toMatchObject({ type: "video", status: "queued", model: "v-video" });
+  });
+
+  it("lists tasks: up to a limit, or all of them, with filters", async () => {
+    const some = await run([{ resource: "task", operation: "getAll", returnAll: false, limit: 1, filters: {} }]);
+    expect(some).toHaveLength(1);
+    const all = await run([{ resource: "task", operation: "getAll", returnAll: true, filters: { type: "video" } }]);
+    expect(all.length).toBeGreaterThanOrEqual(1);
+    expect(all.every((item) => item.json.type === "video")).toBe(true);
+  });
+
+  it("turns the relay's errors into node errors, or into items with continueOnFail", async () => {
+    const missing = { resource: "task", operation: "get", taskId: "task_does_not_exist" };
+    await expect(run([missing])).rejects.toThrow(/task_not_found/);
+    const [item] = await run([missing], { continueOnFail: true });
+    expect(item!.json.error).toMatch(/task_not_found/);
+    await expect(
+      run([{ resource: "task", operation: "createImage", model: "p-image", prompt: "x", additionalFields: {} }]),
+    ).rejects.toThrow(/validation_error|invalid_request/);
+    await expect(
+      run([
+        {
+          resource: "task",
+          operation: "createImage",
+          model: "p-image",
+          prompt: "a fox",
+          additionalFields: { metadata: "{not json" },
+        },
+      ]),
+    ).rejects.toThrow(/Metadata is not JSON/);
+  });
+});
+
+describe("trigger node GenrelayTrigger", () => {
+  let trigger: INodeType;
+  let server: WebhookServer;
+  const terminal = ["task.succeeded", "task.failed", "task.canceled"];
+
+  beforeAll(async () => {
+    trigger = new pkg.GenrelayTrigger();
+    server = await startWebhookServer(trigger, options({ parameters: { events: terminal } }));
+  });
+  afterAll(async () => server?.close());
+
+  const methods = () => trigger.webhookMethods!.default!;
+  const hooks = (staticData: IDataObject, events = terminal) =>
+    hookContext({ ...options({ parameters: { events } }), webhookUrl: server.url, staticData }) as never;
+
+  describe("webhook methods (endpoints API: endpointsStub)", () => {
+    it("activation subscribes the webhook URL as an endpoint and keeps its id; deactivation removes it", async () => {
+      const staticData: IDataObject = {};
+      expect(await methods().checkExists!.call(hooks(staticData))).toBe(false);
+      expect(await methods().create!.call(hooks(staticData))).toBe(true);
+      expect(staticData.endpointId).toMatch(/^ep_/);
+
+      const read = await relayGet(`/openapi/v1/webhooks/endpoints/${staticData.endpointId}`);
+      expect(read.status).toBe(200);
+      expect((await body(read)).data).toMatchObject({
+        id: staticData.endpointId,
+        url: server.url,
+        events: [...terminal].sort(),
+      });
+      const other = live.client("someone-else");
+      expect((await relayGet(`/openapi/v1/webhooks/endpoints/${staticData.endpointId}`, other.apiKey)).status).toBe(
+        404,
+      );
+
+      expect(await methods().checkExists!.call(hooks(staticData))).toBe(true);
+      const id = staticData.endpointId;
+      expect(await methods().delete!.call(hooks(staticData))).toBe(true);
+      expect(staticData.endpointId).toBeUndefined();
+      expect((await relayGet(`/openapi/v1/webhooks/endpoints/${id}`)).status).toBe(404);
+      expect(await methods().delete!.call(hooks(staticData))).toBe(true);
+    });
+
+    it("an endpoint removed elsewhere is made again; one for other events is replaced", async () => {
+      const staticData: IDataObject = {};
+      await methods().create!.call(hooks(staticData));
+      const first = staticData.endpointId as string;
+      await fetch(`${stub.url}/openapi/v1/webhooks/endpoints/${first}`, {
+        method: "DELETE",
+        headers: { Authorization: `Bearer ${client.apiKey}` },
+      });
+      expect(await methods().checkExists!.call(hooks(staticData))).toBe(false);
+      expect(staticData.endpointId).toBeUndefined();
+
+      await methods().create!.call(hooks(staticData));
+      const second = staticData.endpointId as string;
+      expect(await methods().checkExists!.call(hooks(staticData, ["task.succeeded"]))).toBe(false);
+      expect((await relayGet(`/openapi/v1/webhooks/endpoints/${second}`)).status).toBe(404);
+      await methods().create!.call(hooks(staticData, ["task.succeeded"]));
+      const third = await body(await relayGet(`/openapi/v1/webhooks/endpoints/${staticData.endpointId}`));
+      expect(third.data.events).toEqual(["task.succeeded"]);
+      // A deactivation that finds the endpoint already gone still succeeds.
+      await fetch(`${stub.url}/openapi/v1/webhooks/endpoints/${staticData.endpointId}`, {
+        method: "DELETE",
+        headers: { Authorization: `Bearer ${client.apiKey}` },
+      });
+      expect(await methods().delete!.call(hooks(staticData))).toBe(true);
+    });
+
+    it("a refused API key fails activation with the relay's error", async () => {
+      const refused = hookContext({
+        ...options({ parameters: { events: terminal } }),
+        credentials: { ...options().credentials, apiKey: "grk_wrong" },
+        webhookUrl: server.url,
+        staticData: {},
+      });
+      await expect(methods().create!.call(refused as never)).rejects.toThrow(/invalid_api_key/);
+    });
+  });
+
+  describe("webhook(): Standard Webhooks signature, checked before anything is emitted", () => {
+    const sign = (secret: string, id: string, body: string, at: Date) => new Webhook(secret).sign(id, at, body);
+    const post = (body: string, headers: Record<string, string>) =>
+      fetch(server.url, { method: "POST", headers: { "Content-Type": "application/json", ...headers }, body });
+    const event = (type = "task.succeeded") => ({
+      id: `evt_${Math.random().toString(36).slice(2)}`,
+      type,
+      timestamp: new Date().toISOString(),
+      data: { id: "task_x", status: "succeeded" },
+    });
+    const signedHeaders = (id: string, body: string, secret = client.secret, at = new Date()) => ({
+      "webhook-id": id,
+      "webhook-timestamp": String(Math.floor(at.getTime() / 1000)),
+      "webhook-signature": sign(secret, id, body, at),
+    });
+
+    it("emits a genuine webhook, signed independently with the standardwebhooks package", async () => {
+      const e = event();
+      const body = JSON.stringify(e);
+      const emitted = server.nextEmission();
+      const response = await post(body, signedHeaders(e.id, body));
+      expect(response.status).toBe(200);
+      expect((await emitted)[0]!.json).toEqual(e);
+    });
+
+    it("refuses with 401, and emits nothing, a tampered body, a wrong secret, a stale or future timestamp, missing headers", async () => {
+      const e = event();
+      const body = JSON.stringify(e);
+      const before = server.emitted.length;
+      const sixMinutes = 6 * 60 * 1000;
+      const otherSecret = `whsec_${Buffer.from("another client's secret, 32 bytes").toString("base64")}`;
+      const cases: Array<[string, string, Record<string, string>]> = [
+        ["tampered body", body.replace("succeeded", "failed"), signedHeaders(e.id, body)],
+        ["wrong secret", body, signedHeaders(e.id, body, otherSecret)],
+        ["stale timestamp", body, signedHeaders(e.id, body, client.secret, new Date(Date.now() - sixMinutes))],
+        ["future timestamp", body, signedHeaders(e.id, body, client.secret, new Date(Date.now() + sixMinutes))],
+        ["another webhook-id", body, { ...signedHeaders(e.id, body), "webhook-id": "evt_other" }],
+        ["no signature", body, { "webhook-id": e.id, "webhook-timestamp": String(Math.floor(Date.now() / 1000)) }],
+      ];
+      for (const [what, sent, headers] of cases) {
+        const response = await post(sent, headers);
+        expect(response.status, what).toBe(401);
+        expect(await response.json(), what).toMatchObject({ error: { code: "invalid_signature" } });
+      }
+      expect(server.emitted.length).toBe(before);
+    });
+
+    it("accepts the second signature of a rotation, and answers 200 without emitting an event it does not listen to", async () => {
+      const e = event();
+      const body = JSON.stringify(e);
+      const headers = signedHeaders(e.id, body);
+      const stale = signedHeaders(
+        e.id,
+        body,
+        `whsec_${Buffer.from("the secret before the rotation..").toString("base64")}`,
+      );
+      const emitted = server.nextEmission();
+      expect(
+        (
+          await post(body, {
+            ...headers,
+            "webhook-signature": `${stale["webhook-signature"]} ${headers["webhook-signature"]}`,
+          })
+        ).status,
+      ).toBe(200);
+      expect((await emitted)[0]!.json.id).toBe(e.id);
+
+      const before = server.emitted.length;
+      const processing = event("task.processing");
+      const pBody = JSON.stringify(processing);
+      expect((await post(pBody, signedHeaders(processing.id, pBody))).status).toBe(200);
+      expect(server.emitted.length).toBe(before);
+    });
+
+    it("emits the relay's own signed webhook of a finished task", async () => {
+      const emitted = server.nextEmission();
+      const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${client.apiKey}`,
+          "Content-Type": "application/json",
+          "Idempotency-Key": "n8n-trigger-e2e-1",
+        },
+        body: JSON.stringify({
+          model: "p-image",
+          mode: "generate",
+          prompt: "a red fox in snow",
+          count: 1,
+          callback_url: server.url,
+        }),
+      });
+      expect(created.status).toBe(201);
+      const task = (await body(created)).data;
+      const [item] = await emitted;
+      expect(item!.json).toMatchObject({ type: "task.succeeded", data: { id: task.id, status: "succeeded" } });
+      expect(String(item!.json.id)).toMatch(/^evt_/);
+    });
+  });
+});

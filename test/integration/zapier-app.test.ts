@@ -1,0 +1,321 @@
+import { createRequire } from "node:module";
+import net from "node:net";
+import { Webhook } from "standardwebhooks";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type EndpointsStub, endpointsStub } from "../helpers/endpoints-stub.js";
+import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
+import { type Receiver, startReceiver } from "../helpers/receiver.js";
+
+/** A JSON answer of the relay, as the tests read it. */
+const body = async (response: Response): Promise<any> => response.json();
+/**
+ * The Zapier Platform app in integrations/zapier (docs/contract.md, "Planned": connectors built and
+ * tested by `npm test`), run by zapier-platform-core's own app tester against a real relay on
+ * loopback, and validated with the platform's app schema.
+ *
+ * The endpoints API is not served by the relay yet: the app's base URL is `endpointsStub`
+ * (test/helpers/endpoints-stub.ts), which answers those four routes and passes every other request
+ * to the relay. Delete the stub and use `live.url` once the relay serves them.
+ *
+ * zapier-platform-core sends its logs to Zapier only when it has a logging token (LOGGING_TOKEN or
+ * one in the event, which the tester never sets), and calls Zapier's RPC only for cursors, stashed
+ * files and definition overrides, which the app does not use. The last test checks that no socket
+ * left loopback.
+ */
+
+const require = createRequire(import.meta.url);
+// No logging token or endpoint: nothing for the core's logger to send anywhere.
+for (const name of ["LOGGING_TOKEN", "LOGGING_ENDPOINT", "ZAPIER_BASE_ENDPOINT", "ZAPIER_DEPLOY_KEY"])
+  delete process.env[name];
+const zapier = require("zapier-platform-core") as {
+  version: string;
+  createAppTester(app: unknown): (method: unknown, bundle?: Record<string, unknown>) => Promise<any>;
+  createAppHandler(app: unknown): (event: Record<string, unknown>) => Promise<{ results: unknown }>;
+};
+const app = require("../../integrations/zapier/index.js");
+const appTester = zapier.createAppTester(app);
+
+/** Every host a socket of this process connected to while these tests ran. */
+const connectedTo: string[] = [];
+const originalConnect = net.Socket.prototype.connect;
+
+let live: LiveRelay;
+let stub: EndpointsStub;
+let client: { id: string; apiKey: string; secret: string };
+let authData: Record<string, string>;
+
+beforeAll(async () => {
+  net.Socket.prototype.connect = function (this: net.Socket, ...args: unknown[]) {
+    // net.connect() hands its normalized arguments over as one array; a direct call passes them as they are.
+    const [first, second] = (Array.isArray(args[0]) ? args[0] : args) as [unknown, unknown];
+    const options = typeof first === "object" && first !== null ? (first as net.NetConnectOpts) : undefined;
+    const host = options
+      ? "path" in options && options.path
+        ? `unix:${options.path}`
+        : ((options as net.TcpNetConnectOpts).host ?? "localhost")
+      : typeof second === "string"
+        ? second
+        : "localhost";
+    connectedTo.push(String(host));
+    return (originalConnect as (...a: unknown[]) => net.Socket).apply(this, args);
+  } as typeof net.Socket.prototype.connect;
+  live = await startLiveRelay();
+  stub = await endpointsStub(live.url);
+  client = live.client("zapier");
+  authData = { base_url: stub.url, api_key: client.apiKey };
+}, 60_000);
+
+afterAll(async () => {
+  net.Socket.prototype.connect = originalConnect;
+  await stub?.close();
+  await live?.close();
+});
+
+const triggers = app.triggers;
+const creates = app.creates;
+const taskFinished = triggers.task_finished.operation;
+
+describe("the app's definition", () => {
+  it("validates against the platform's app schema (zapier-platform-core's validate command)", async () => {
+    const validate = (definition: unknown) => zapier.createAppHandler(definition)({ command: "validate", bundle: {} });
+    expect((await validate(app)).results).toEqual([]);
+    expect(app.platformVersion).toBe(zapier.version);
+    // The same check fails a definition the platform would refuse.
+    const broken = {
+      ...app,
+      triggers: { ...triggers, task_finished: { ...triggers.task_finished, noun: undefined, display: { label: "" } } },
+    };
+    expect((await validate(broken)).results).not.toEqual([]);
+  });
+
+  it("has the trigger and creates the connector promises", () => {
+    expect(taskFinished.type).toBe("hook");
+    expect(Object.keys(creates).sort()).toEqual(["create_image_task", "create_video_task"]);
+    expect(app.authentication.type).toBe("custom");
+    expect(app.authentication.fields.map((f: { key: string }) => f.key)).toEqual([
+      "base_url",
+      "api_key",
+      "webhook_secret",
+    ]);
+  });
+});
+
+describe("authentication", () => {
+  it("its connection test passes with the client's API key and fails with another", async () => {
+    await expect(appTester(app.authentication.test, { authData })).resolves.toMatchObject({ data: [] });
+    await expect(
+      appTester(app.authentication.test, { authData: { ...authData, api_key: "grk_not_a_key" } }),
+    ).rejects.toThrow(/invalid_api_key/);
+  });
+});
+
+describe("creates", () => {
+  const image = { model: "p-image", prompt: "a lighthouse at dawn", mode: "generate", metadata: { order: "zap-1" } };
+
+  it("Create image task: a new Idempotency-Key on each run, or the user's own", async () => {
+    const first = await appTester(creates.create_image_task.operation.perform, { authData, inputData: image });
+    expect(first).toMatchObject({
+      type: "image",
+      status: "queued",
+      model: "p-image",
+      metadata: { order: "zap-1" },
+      output: null,
+    });
+    expect(first.id).toMatch(/^task_/);
+    const second = await appTester(creates.create_image_task.operation.perform, { authData, inputData: image });
+    expect(second.id).not.toBe(first.id);
+
+    const keyed = { ...image, idempotency_key: "zap-order-1234" };
+    const once = await appTester(creates.create_image_task.operation.perform, { authData, inputData: keyed });
+    const replayed = await appTester(creates.create_image_task.operation.perform, { authData, inputData: keyed });
+    expect(replayed.id).toBe(once.id);
+  });
+
+  it("Create video task", async () => {
+    const task = await appTester(creates.create_video_task.operation.perform, {
+      authData,
+      inputData: { model: "v-video", prompt: "waves at night", video_mode: "t2v", duration: "5", resolution: "720p" },
+    });
+    expect(task).toMatchObject({ type: "video", status: "queued", model: "v-video" });
+  });
+
+  it("a refused creation shows the relay's error", async () => {
+    await expect(
+      appTester(creates.create_image_task.operation.perform, { authData, inputData: { ...image, prompt: "x" } }),
+    ).rejects.toThrow(/validation_error.*\(request req_/);
+  });
+
+  it("the Model dropdowns list the catalog's models", async () => {
+    expect(await appTester(triggers.image_model.operation.perform, { authData })).toEqual([
+      { id: "p-image", name: "P Image" },
+      { id: "flux-lite", name: "Flux Lite" },
+    ]);
+    expect(
+      (await appTester(triggers.video_model.operation.perform, { authData })).map((m: { id: string }) => m.id),
+    ).toEqual(["v-video", "v-video-pro"]);
+  });
+});
+
+describe("trigger Task finished", () => {
+  let receiver: Receiver;
+  beforeAll(async () => {
+    receiver = await startReceiver();
+  });
+  afterAll(async () => receiver?.close());
+
+  const endpoint = (id: string) =>
+    fetch(`${stub.url}/openapi/v1/webhooks/endpoints/${id}`, { headers: { Authorization: `Bearer ${client.apiKey}` } });
+
+  it("subscribes the Zap's hook URL through the endpoints API and unsubscribes it (endpointsStub)", async () => {
+    const targetUrl = "https://hooks.zapier.com/hooks/standard/123456/abcdef/";
+    const subscribeData = await appTester(taskFinished.performSubscribe, {
+      authData,
+      targetUrl,
+      inputData: { events: ["task.succeeded", "task.failed"] },
+    });
+    expect(subscribeData.id).toMatch(/^ep_/);
+    const read = await endpoint(subscribeData.id);
+    expect((await body(read)).data).toMatchObject({ url: targetUrl, events: ["task.failed", "task.succeeded"] });
+
+    const all = await appTester(taskFinished.performSubscribe, { authData, targetUrl, inputData: {} });
+    expect((await body(await endpoint(all.id))).data.events).toEqual([
+      "task.canceled",
+      "task.failed",
+      "task.succeeded",
+    ]);
+
+    await appTester(taskFinished.performUnsubscribe, { authData, subscribeData });
+    expect((await endpoint(subscribeData.id)).status).toBe(404);
+    // Unsubscribing what is already gone succeeds: turning the Zap off wants it gone.
+    await expect(appTester(taskFinished.performUnsubscribe, { authData, subscribeData })).resolves.toEqual({});
+    await appTester(taskFinished.performUnsubscribe, { authData, subscribeData: all });
+  });
+
+  it("perform returns the hook's payload", async () => {
+    const event = {
+      id: "evt_01hook",
+      type: "task.succeeded",
+      timestamp: "2026-01-01T12:00:00.000Z",
+      data: { id: "task_1", status: "succeeded" },
+    };
+    expect(await appTester(taskFinished.perform, { authData, cleanedRequest: event, inputData: {} })).toEqual([event]);
+    // An event the Zap does not listen to starts nothing.
+    expect(
+      await appTester(taskFinished.perform, {
+        authData,
+        cleanedRequest: event,
+        inputData: { events: ["task.failed"] },
+      }),
+    ).toEqual([]);
+  });
+
+  it("with the webhook secret, perform checks the signature (signed independently with standardwebhooks)", async () => {
+    const withSecret = { ...authData, webhook_secret: client.secret };
+    const event = {
+      id: "evt_01signed",
+      type: "task.failed",
+      timestamp: new Date().toISOString(),
+      data: { id: "task_2", status: "failed" },
+    };
+    const content = JSON.stringify(event);
+    const at = new Date();
+    const signed = {
+      "Http-Webhook-Id": event.id,
+      "Http-Webhook-Timestamp": String(Math.floor(at.getTime() / 1000)),
+      "Http-Webhook-Signature": new Webhook(client.secret).sign(event.id, at, content),
+    };
+    const hook = (headers: Record<string, string>, body = content) => ({
+      authData: withSecret,
+      inputData: {},
+      cleanedRequest: JSON.parse(body),
+      rawRequest: { method: "POST", headers, content: body, querystring: "" },
+    });
+
+    expect(await appTester(taskFinished.perform, hook(signed))).toEqual([event]);
+    const lower = Object.fromEntries(
+      Object.entries(signed).map(([k, v]) => [k.replace(/^Http-/, "").toLowerCase(), v]),
+    );
+    expect(await appTester(taskFinished.perform, hook(lower))).toEqual([event]);
+
+    const stale = new Date(Date.now() - 6 * 60 * 1000);
+    const refused: Array<[string, ReturnType<typeof hook>]> = [
+      ["tampered body", hook(signed, content.replace("failed", "succeeded"))],
+      [
+        "wrong secret",
+        hook({
+          ...signed,
+          "Http-Webhook-Signature": new Webhook(
+            `whsec_${Buffer.from("not this client's secret").toString("base64")}`,
+          ).sign(event.id, at, content),
+        }),
+      ],
+      [
+        "stale timestamp",
+        hook({
+          ...signed,
+          "Http-Webhook-Timestamp": String(Math.floor(stale.getTime() / 1000)),
+          "Http-Webhook-Signature": new Webhook(client.secret).sign(event.id, stale, content),
+        }),
+      ],
+      [
+        "no signature",
+        hook({ "Http-Webhook-Id": event.id, "Http-Webhook-Timestamp": signed["Http-Webhook-Timestamp"] }),
+      ],
+    ];
+    for (const [what, bundle] of refused) {
+      const error = await appTester(taskFinished.perform, bundle).catch((e: Error) => e);
+      expect(error, what).toBeInstanceOf(Error);
+      expect((error as Error).name, what).toBe("HaltedError");
+      expect((error as Error).message, what).toMatch(/signature did not verify/);
+    }
+  });
+
+  it("performList samples the latest finished tasks from /openapi/v1/events, terminal events only", async () => {
+    const delivered = receiver.next();
+    const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
+      method: "POST",
+      headers: {
+        Authorization: `Bearer ${client.apiKey}`,
+        "Content-Type": "application/json",
+        "Idempotency-Key": "zapier-sample-1",
+      },
+      body: JSON.stringify({
+        model: "p-image",
+        mode: "generate",
+        prompt: "a red fox in snow",
+        count: 1,
+        callback_url: receiver.url(),
+        callback_events: ["task.processing", "task.succeeded"],
+      }),
+    });
+    const task = (await body(created)).data;
+    // task.processing is delivered first, then task.succeeded: wait for the terminal one.
+    await delivered;
+    const finished = () =>
+      receiver.requests.find((r) => r.json.type === "task.succeeded" && r.json.data.id === task.id);
+    while (!finished()) await receiver.next();
+    const webhook = finished()!;
+
+    const samples = await appTester(taskFinished.performList, { authData, inputData: {} });
+    expect(samples[0]).toEqual({
+      id: webhook.headers["webhook-id"],
+      type: "task.succeeded",
+      timestamp: webhook.json.timestamp,
+      data: webhook.json.data,
+    });
+    expect(samples[0].data.id).toBe(task.id);
+    expect(
+      samples.every((s: { type: string }) => ["task.succeeded", "task.failed", "task.canceled"].includes(s.type)),
+    ).toBe(true);
+    expect(await appTester(taskFinished.performList, { authData, inputData: { events: ["task.canceled"] } })).toEqual(
+      [],
+    );
+  });
+});
+
+describe("zapier-platform-core on this machine", () => {
+  it("made no connection beyond loopback while these tests ran", () => {
+    expect(connectedTo.length).toBeGreaterThan(0);
+    expect(connectedTo.filter((host) => !["127.0.0.1", "localhost", "::1"].includes(host))).toEqual([]);
+  });
+});
