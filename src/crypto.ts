@@ -51,3 +51,21 @@ export function canonicalJson(value: unknown): string {
 export function sha256Hex(text: string): string {
   return createHash("sha256").update(text, "utf8").digest("hex");
 }
+
+/** Secrets at rest: AES-256-GCM under RELAY_ENCRYPTION_KEY when it is set, marked by this prefix. */
+const SEALED = "enc:v1:";
+
+export function sealSecret(secret: string, key: Buffer | null): string {
+  return key ? SEALED + encryptSecret(secret, key) : secret;
+}
+
+/** The plain secret of a stored value (sealed or, from before the key was set, plain). */
+export function openSecret(stored: string, key: Buffer | null): string {
+  if (!stored.startsWith(SEALED)) return stored;
+  if (!key) throw new Error("a webhook secret is encrypted: RELAY_ENCRYPTION_KEY must be set to sign webhooks");
+  return decryptSecret(stored.slice(SEALED.length), key);
+}
+
+export function isSealed(stored: string): boolean {
+  return stored.startsWith(SEALED);
+}

@@ -11,7 +11,7 @@ import { CatalogCache } from "./services/catalog.js";
 import { DeliveryService } from "./services/deliveries.js";
 import type { ServiceDeps } from "./services/deps.js";
 import { nudgesByName } from "./core/nudges.js";
-import { UpstreamAccounts } from "./services/upstream-accounts.js";
+import { UpstreamAccounts } from "./upstream/accounts.js";
 import type { Resolver } from "./webhooks/ssrf.js";
 import { WebhookSender } from "./webhooks/sender.js";
 import { Dispatcher } from "./workers/dispatcher.js";
@@ -22,13 +22,13 @@ import { Pruner } from "./workers/pruner.js";
 import { Mirror } from "./workers/mirror.js";
 import { outputUrls } from "./mirror/output-urls.js";
 import { Notifier } from "./workers/notifier.js";
-import { EndpointHealth } from "./services/notices.js";
+import { EndpointHealth } from "./core/endpoint-health.js";
 import { ReadBudget } from "./workers/read-budget.js";
 import { Submitter } from "./workers/submitter.js";
 import { Leadership } from "./workers/leadership.js";
 import { DurationStats } from "./workers/duration-stats.js";
 import { Lifecycle } from "./core/lifecycle.js";
-import { StorageHealth } from "./services/storage-health.js";
+import { StorageHealth } from "./store/storage-health.js";
 
 /** The relay's worker loops; each is built once under its name and reached by it (nudges, readiness, tests). */
 export type LoopName = "submitter" | "poller" | "dispatcher" | "notifier" | "pruner" | "catalog" | "mirror";

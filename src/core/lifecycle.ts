@@ -30,7 +30,7 @@ export interface LifecycleDeps {
 
 const released = { claimToken: null, claimedUntil: null } as const;
 
-/** Whether a waiting task may go upstream now (services/credits decides; the lifecycle acts on it). */
+/** Whether a waiting task may go upstream now (core/credits decides; the lifecycle acts on it). */
 export type SubmissionVerdict =
   | { kind: "go"; reserve: number }
   | { kind: "wait" }

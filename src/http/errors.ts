@@ -3,7 +3,7 @@ import { HTTPException } from "hono/http-exception";
 import type { ZodError } from "zod";
 import { ApiError, ERROR_STATUS, type ErrorCode } from "../services/errors.js";
 import type { Logger } from "../logger.js";
-import { isStorageFailure, type StorageHealth } from "../services/storage-health.js";
+import { isStorageFailure, type StorageHealth } from "../store/storage-health.js";
 import { StoreValueError } from "../store/values.js";
 
 export interface ErrorBody {

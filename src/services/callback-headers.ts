@@ -1,5 +1,16 @@
 import type { FieldProblem } from "./errors.js";
-import { openSecret, sealSecret } from "./clients.js";
+import { isReservedHeader, RESERVED_HEADER_MESSAGE } from "../webhooks/callback-headers.js";
+
+/** Which names are reserved, and the sealed form every attempt opens, are webhooks/callback-headers.ts. */
+export {
+  headerNames,
+  isReservedHeader,
+  openHeaders,
+  RESERVED_HEADER_MESSAGE,
+  RESERVED_HEADER_PREFIXES,
+  RESERVED_HEADERS,
+  sealHeaders,
+} from "../webhooks/callback-headers.js";
 
 /**
  * Callback headers (docs/contract.md, "Callback headers"): a token a Zapier, Make or n8n catch hook checks, since those cannot
@@ -12,35 +23,6 @@ export const MAX_CALLBACK_HEADERS = 8;
 export const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}$/;
 /** Visible ASCII, with spaces allowed inside (`Bearer abc`), never at either end. */
 export const HEADER_VALUE = /^[\x21-\x7e](?:[\x20-\x7e]{0,1022}[\x21-\x7e])?$/;
-/**
- * Names a callback header never has: the hop-by-hop headers (RFC 9110 §7.6.1, and the older
- * Keep-Alive, Proxy-* and Trailers), those the HTTP client computes or refuses to send (Host,
- * Content-*, Expect: undici throws on it, so every attempt would fail and count against the host's
- * breaker), and the relay's own (User-Agent, Webhook-*). Outgoing headers drop them too, for rows
- * stored before a name was added here.
- */
-export const RESERVED_HEADERS = [
-  "host",
-  "connection",
-  "keep-alive",
-  "te",
-  "trailer",
-  "trailers",
-  "transfer-encoding",
-  "upgrade",
-  "expect",
-  "http2-settings",
-  "user-agent",
-] as const;
-export const RESERVED_HEADER_PREFIXES = ["content-", "proxy-", "webhook-"] as const;
-export const RESERVED_HEADER_MESSAGE =
-  "is set by the relay or by the connection (hop-by-hop) and cannot be sent as a callback header: never host, connection, keep-alive, proxy-*, te, trailer, transfer-encoding, upgrade, expect, content-*, user-agent or webhook-*";
-const RESERVED = new Set<string>(RESERVED_HEADERS);
-
-export function isReservedHeader(name: string): boolean {
-  const n = name.toLowerCase();
-  return RESERVED.has(n) || RESERVED_HEADER_PREFIXES.some((p) => n.startsWith(p));
-}
 
 /** Every problem of a `callback_headers` value, each naming the header (never its value). */
 export function callbackHeaderProblems(value: unknown, field = "callback_headers"): FieldProblem[] {
@@ -69,27 +51,4 @@ export function callbackHeaderProblems(value: unknown, field = "callback_headers
       problems.push({ field: at, message: "must be 1 to 1024 visible ASCII characters (spaces only inside)" });
   }
   return problems;
-}
-
-/** The stored form of a header set: sealed JSON with lower-case names, or null when there is none. */
-export function sealHeaders(headers: Record<string, string> | null | undefined, key: Buffer | null): string | null {
-  if (!headers || Object.keys(headers).length === 0) return null;
-  const lower = Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]));
-  return sealSecret(JSON.stringify(lower), key);
-}
-
-/** The plain headers of a stored set (empty when none). */
-export function openHeaders(stored: string | null | undefined, key: Buffer | null): Record<string, string> {
-  if (!stored) return {};
-  return JSON.parse(openSecret(stored, key)) as Record<string, string>;
-}
-
-/** What may be shown of a stored set: its names. Read without opening it when it is plain JSON. */
-export function headerNames(stored: string | null | undefined, key: Buffer | null): string[] {
-  if (!stored) return [];
-  try {
-    return Object.keys(openHeaders(stored, key)).sort();
-  } catch {
-    return [];
-  }
 }

@@ -1,7 +1,7 @@
 import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
 import { ApiError } from "./errors.js";
-import type { UpstreamAccounts } from "./upstream-accounts.js";
+import type { UpstreamAccounts } from "../upstream/accounts.js";
 
 interface Entry {
   body: unknown;

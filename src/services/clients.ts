@@ -1,8 +1,20 @@
-import { API_KEY_PREFIX, decryptSecret, digestsEqual, encryptSecret, generateApiKey, hashApiKey } from "../crypto.js";
+import {
+  API_KEY_PREFIX,
+  digestsEqual,
+  encryptSecret,
+  generateApiKey,
+  hashApiKey,
+  isSealed,
+  sealSecret,
+} from "../crypto.js";
 import { newId } from "../ids.js";
 import type { ClientRow, NewClientRow, TaskRow } from "../store/store.js";
 import type { ServiceDeps } from "./deps.js";
 import { generateWebhookSecret } from "../webhooks/sign.js";
+
+/** Sealing and the signing keys live beside their users (crypto.ts, webhooks/); services re-use them. */
+export { isSealed, openSecret, sealSecret } from "../crypto.js";
+export { activeSecrets, activeSigningKeys } from "../webhooks/signing-keys.js";
 
 /** How long a rotated-out secret keeps signing beside the new one. */
 export const SECRET_GRACE_MS = 24 * 60 * 60 * 1000;
@@ -18,24 +30,6 @@ export interface CreatedClient {
   apiKey: string;
   /** The plain `whsec_` secret (the row may hold it encrypted). */
   webhookSecret: string;
-}
-
-/** Webhook secrets at rest: AES-256-GCM under RELAY_ENCRYPTION_KEY when it is set, marked by this prefix. */
-const SEALED = "enc:v1:";
-
-export function sealSecret(secret: string, key: Buffer | null): string {
-  return key ? SEALED + encryptSecret(secret, key) : secret;
-}
-
-/** The plain secret of a stored value (sealed or, from before the key was set, plain). */
-export function openSecret(stored: string, key: Buffer | null): string {
-  if (!stored.startsWith(SEALED)) return stored;
-  if (!key) throw new Error("a webhook secret is encrypted: RELAY_ENCRYPTION_KEY must be set to sign webhooks");
-  return decryptSecret(stored.slice(SEALED.length), key);
-}
-
-export function isSealed(stored: string): boolean {
-  return stored.startsWith(SEALED);
 }
 
 export interface NewClient {
@@ -144,32 +138,6 @@ export async function rotateSecret(
     result: null,
   }));
   return rotated ? { client: rotated.client, secret, previousExpiresAt: now + SECRET_GRACE_MS } : undefined;
-}
-
-/**
- * The keys that sign a client's messages now, by its scheme: the current one, plus the previous
- * during its grace period (`whsec_` secrets for hmac, `whsk_` signing keys for ed25519).
- */
-export function activeSigningKeys(client: ClientRow, now: number, encryptionKey: Buffer | null = null): string[] {
-  if (client.signatureScheme !== "ed25519" || !client.signingKey) return activeSecrets(client, now, encryptionKey);
-  const keys = [openSecret(client.signingKey, encryptionKey)];
-  if (
-    client.previousSigningKey &&
-    client.previousSigningKeyExpiresAt !== null &&
-    client.previousSigningKeyExpiresAt > now
-  ) {
-    keys.push(openSecret(client.previousSigningKey, encryptionKey));
-  }
-  return keys;
-}
-
-/** The secrets that sign a webhook now: the current one, plus the previous during its grace period. */
-export function activeSecrets(client: ClientRow, now: number, encryptionKey: Buffer | null = null): string[] {
-  const secrets = [openSecret(client.webhookSecret, encryptionKey)];
-  if (client.previousWebhookSecret && client.previousSecretExpiresAt !== null && client.previousSecretExpiresAt > now) {
-    secrets.push(openSecret(client.previousWebhookSecret, encryptionKey));
-  }
-  return secrets;
 }
 
 export function updateClientLimits(

@@ -2,7 +2,7 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import type { Lifecycle } from "../core/lifecycle.js";
-import type { StorageHealth } from "./storage-health.js";
+import type { StorageHealth } from "../store/storage-health.js";
 import type { Store } from "../store/store.js";
 import type { Nudges } from "../core/nudges.js";
 

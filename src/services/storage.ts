@@ -1,33 +1,19 @@
 import { z } from "zod";
-import { MAX_URL_EXPIRES_IN, type BucketConfig } from "../mirror/bucket.js";
+import { MAX_URL_EXPIRES_IN } from "../mirror/bucket.js";
 import type { ClientRow } from "../store/store.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
-import { openSecret, sealSecret } from "./clients.js";
+import { sealSecret } from "../crypto.js";
+import { readStored, type StorageView, type StoredBucket } from "../mirror/stored-bucket.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError, type FieldProblem } from "./errors.js";
+
+export { openStorage, type StorageView } from "../mirror/stored-bucket.js";
 
 /**
  * A client's bucket (docs/contract.md, "Outputs"): where its outputs are copied. Stored in clients.storage_config as
  * JSON with the secret access key sealed under RELAY_ENCRYPTION_KEY (required to set one); never
  * shown again once set.
  */
-
-/** What GET shows: everything but the secret. */
-export interface StorageView {
-  endpoint: string;
-  bucket: string;
-  region: string;
-  prefix: string;
-  access_key_id: string;
-  force_path_style: boolean;
-  public_base_url: string | null;
-  url_expires_in: number;
-}
-
-interface Stored extends StorageView {
-  /** Sealed (enc:v1:…). */
-  secret_access_key: string;
-}
 
 const printable = (max: number) =>
   z
@@ -109,18 +95,9 @@ export function parseStorageInput(
   return { ...v, endpoint: endpointUrl, public_base_url: publicBase };
 }
 
-function viewOf(stored: Stored): StorageView {
+function viewOf(stored: StoredBucket): StorageView {
   const { secret_access_key: _secret, ...view } = stored;
   return view;
-}
-
-function readStored(text: string | null): Stored | null {
-  if (!text) return null;
-  try {
-    return JSON.parse(text) as Stored;
-  } catch {
-    return null;
-  }
 }
 
 function requireKey(key: Buffer | null): Buffer {
@@ -141,7 +118,7 @@ export async function setStorage(
 ): Promise<StorageView> {
   const key = requireKey(deps.config.encryptionKey);
   const v = parseStorageInput(input, deps.config.webhookAllowPrivateNetworks);
-  const stored: Stored = {
+  const stored: StoredBucket = {
     endpoint: v.endpoint,
     bucket: v.bucket,
     region: v.region,
@@ -175,21 +152,4 @@ export async function deleteStorage(deps: Pick<ServiceDeps, "store">, clientId: 
     result: client.storageConfig !== null,
   }));
   return changed?.result ?? false;
-}
-
-/** The client's bucket, opened for the mirror (the secret in memory only); null when none is set. */
-export function openStorage(client: Pick<ClientRow, "storageConfig">, key: Buffer | null): BucketConfig | null {
-  const stored = readStored(client.storageConfig);
-  if (!stored) return null;
-  return {
-    endpoint: stored.endpoint,
-    bucket: stored.bucket,
-    region: stored.region,
-    prefix: stored.prefix,
-    accessKeyId: stored.access_key_id,
-    secretAccessKey: openSecret(stored.secret_access_key, key),
-    forcePathStyle: stored.force_path_style,
-    publicBaseUrl: stored.public_base_url,
-    urlExpiresIn: stored.url_expires_in,
-  };
 }

@@ -1,6 +1,6 @@
 /**
  * The published price tables (docs/upstream.md, "Charging": the discounted price, what the account is charged).
- * Data only: the relay's price estimates (services/pricing.ts) and the simulator both read them.
+ * Data only: the relay's price estimates (core/pricing.ts) and the simulator both read them.
  */
 
 /** Model P: credits per image by quality and size. */

@@ -1,6 +1,6 @@
 import type { ClientRow } from "../store/store.js";
-import { activeSigningKeys } from "../services/clients.js";
-import { isReservedHeader, openHeaders } from "../services/callback-headers.js";
+import { isReservedHeader, openHeaders } from "./callback-headers.js";
+import { activeSigningKeys } from "./signing-keys.js";
 import { webhookHeaders } from "./sign.js";
 
 /**

@@ -5,7 +5,7 @@ import { DeliveryLifecycle } from "../core/delivery.js";
 import { FairPool } from "../core/fair-pool.js";
 import type { ClientRow, EventRow, Store } from "../store/store.js";
 import { deliveryKey, splitDeliveryKey } from "../store/delivery-key.js";
-import type { EndpointHealth } from "../services/notices.js";
+import type { EndpointHealth } from "../core/endpoint-health.js";
 import {
   breakerOutcome,
   CircuitBreakers,

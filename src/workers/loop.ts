@@ -1,6 +1,6 @@
 import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
-import { isStorageFailure, type StorageHealth } from "../services/storage-health.js";
+import { isStorageFailure, type StorageHealth } from "../store/storage-health.js";
 
 export interface TickResult {
   /** Whether this tick claimed anything; an idle tick never loops again at once. */

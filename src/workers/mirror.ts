@@ -6,7 +6,7 @@ import { Bucket, type BucketDeadlines } from "../mirror/bucket.js";
 import { copyFile, CopyError, type FileRecord } from "../mirror/copy.js";
 import { outputUrls } from "../mirror/output-urls.js";
 import { SourceFetcher, validateSourceUrl, type SourceOptions } from "../mirror/source.js";
-import { openStorage } from "../services/storage.js";
+import { openStorage } from "../mirror/stored-bucket.js";
 import type { Store, TaskRow } from "../store/store.js";
 import type { Resolver } from "../webhooks/ssrf.js";
 import type { TickResult } from "./loop.js";

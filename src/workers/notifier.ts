@@ -1,7 +1,7 @@
 import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
-import type { EndpointHealth } from "../services/notices.js";
+import type { EndpointHealth } from "../core/endpoint-health.js";
 import type { NoticeRow, Store } from "../store/store.js";
 import { FairPool } from "../core/fair-pool.js";
 import { NoticeLifecycle } from "../core/notices.js";

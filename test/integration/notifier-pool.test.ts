@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.js";
 import { silentLogger } from "../../src/logger.js";
 import { newClient } from "../../src/services/clients.js";
-import { EndpointHealth, writeNotice } from "../../src/services/notices.js";
+import { EndpointHealth, writeNotice } from "../../src/core/endpoint-health.js";
 import type { Store } from "../../src/store/store.js";
 import type { SendRequest, SendResult, WebhookSender } from "../../src/webhooks/sender.js";
 import { Notifier } from "../../src/workers/notifier.js";

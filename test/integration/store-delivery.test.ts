@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { DeliveryLifecycle, recoverFailed, redeliverLast } from "../../src/core/delivery.js";
 import { silentLogger } from "../../src/logger.js";
-import { EndpointHealth } from "../../src/services/notices.js";
+import { EndpointHealth } from "../../src/core/endpoint-health.js";
 import type { EventRow, Store } from "../../src/store/store.js";
 import { sendResult } from "../../src/webhooks/sender.js";
 import { FakeClock } from "../helpers/fake-clock.js";

@@ -75,6 +75,16 @@ const RULES: Rule[] = [
     forbidden: oneOf("services", "workers", "http", "relay.ts"),
   },
   {
+    name: "webhooks/ signs and delivers: it imports no services (secrets and header rules are its own or crypto.ts)",
+    files: under("webhooks"),
+    forbidden: oneOf("services"),
+  },
+  {
+    name: "workers/ call the rules directly: they import no services (credit policy is core/credits.ts)",
+    files: under("workers"),
+    forbidden: oneOf("services"),
+  },
+  {
     name: "nothing in the product imports the benchmark harness",
     files: (f) => !under("bench")(f),
     forbidden: oneOf("bench"),
@@ -82,7 +92,7 @@ const RULES: Rule[] = [
   {
     name: "the PostgreSQL driver maps through its own schema, never SQLite's",
     files: under("db/pg"),
-    forbidden: (t) => t === "src/db/schema.ts",
+    forbidden: (t) => t === "src/db/sqlite/schema.ts",
   },
   {
     name: "the SQLite driver never imports the PostgreSQL schema",
@@ -145,7 +155,9 @@ describe("layers", () => {
     expect(violations([{ file: "src/simulator/x.ts", source: 'import { Relay } from "../relay.js";' }])).toHaveLength(
       1,
     );
-    expect(violations([{ file: "src/db/pg/x.ts", source: 'import { tasks } from "../schema.js";' }])).toHaveLength(1);
+    expect(
+      violations([{ file: "src/db/pg/x.ts", source: 'import { tasks } from "../sqlite/schema.js";' }]),
+    ).toHaveLength(1);
     expect(
       violations([{ file: "src/db/sqlite/x.ts", source: 'import { tasks } from "../pg/schema.js";' }]),
     ).toHaveLength(1);
@@ -153,6 +165,21 @@ describe("layers", () => {
     expect(
       violations([{ file: "src/db/x.ts", source: 'import type { Store } from "../store/store.js";' }]),
     ).toHaveLength(0);
+    expect(
+      violations([
+        { file: "src/webhooks/x.ts", source: 'import { activeSigningKeys } from "../services/clients.js";' },
+      ]),
+    ).toEqual([
+      "src/webhooks/x.ts imports src/services/clients.ts: webhooks/ signs and delivers: it imports no services (secrets and header rules are its own or crypto.ts)",
+    ]);
+    expect(
+      violations([{ file: "src/workers/x.ts", source: 'import type { Nudges } from "../services/deps.js";' }]),
+    ).toEqual([
+      "src/workers/x.ts imports src/services/deps.ts: workers/ call the rules directly: they import no services (credit policy is core/credits.ts)",
+    ]);
+    expect(
+      violations([{ file: "src/workers/x.ts", source: 'import { decideSubmission } from "../core/credits.js";' }]),
+    ).toEqual([]);
     expect(
       handBuiltChanges('update(db, id, token, { claimToken: null, claimedUntil: null, status: "failed" })'),
     ).toEqual(["claimToken: null", "claimedUntil: null", 'status: "failed"']);

@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { ApiError } from "../../services/errors.js";
-import { isStorageFailure } from "../../services/storage-health.js";
+import { isStorageFailure } from "../../store/storage-health.js";
 import { isUnstorableText } from "../errors.js";
 import { signIn, signOut } from "../../services/dashboard.js";
 import { registerAssets } from "./assets.js";

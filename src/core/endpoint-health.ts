@@ -1,6 +1,6 @@
 import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
-import { ERROR_BYTES, storableText } from "../core/stored-text.js";
+import { ERROR_BYTES, storableText } from "./stored-text.js";
 import { newId } from "../ids.js";
 import { deliveryKey } from "../store/delivery-key.js";
 import type { ClientRow, DeliveryKey, EventRow, Store } from "../store/store.js";

@@ -5,7 +5,7 @@ import { P_IMAGE_PRICES, V_VIDEO_5S_PRICES } from "../upstream/price-tables.js";
  * What a task will cost, before it is submitted: from the published price tables where they
  * apply (docs/upstream.md, "Charging", the discounted price), otherwise from what the upstream charged for an
  * earlier task with the same price key (learned_prices). Unknown is a valid answer: the credit
- * budget is then conservative (core of it in services/credits.ts).
+ * budget is then conservative (core of it in core/credits.ts).
  */
 
 /** Fields that only change what is generated, never its price. */

@@ -1,9 +1,13 @@
 import type { Config } from "../config.js";
 import { decryptSecret } from "../crypto.js";
-import type { Store } from "../store/store.js";
-import { UpstreamClient } from "../upstream/client.js";
+import { UpstreamClient } from "./client.js";
 
 export const DEFAULT_ACCOUNT = "default";
+
+/** The one lookup this needs of the store (upstream/ imports no storage): a client's sealed upstream key. */
+export interface UpstreamKeys {
+  clients: { find(id: string): Promise<{ upstreamKeyEncrypted: string | null } | undefined> };
+}
 
 /**
  * Resolves an upstream account id ("default" or a client id that carries its own key) to a client
@@ -13,7 +17,7 @@ export class UpstreamAccounts {
   private readonly clients = new Map<string, UpstreamClient>();
 
   constructor(
-    private readonly store: Store,
+    private readonly store: UpstreamKeys,
     private readonly config: Config,
     private readonly baseUrl: string,
     private readonly defaultKey: string,
