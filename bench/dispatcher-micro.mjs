@@ -7,7 +7,7 @@ import { serveIpc } from "./lib/proc.mjs";
 
 const { systemClock } = await distImport("clock.js");
 const { loadConfig } = await distImport("config.js");
-const { openDatabase } = await distImport("db/open.js");
+const { openDatabase } = await distImport("db/sqlite/open.js");
 const { sqliteStore } = await distImport("open-store.js");
 const { silentLogger } = await distImport("logger.js");
 const { WebhookSender } = await distImport("webhooks/sender.js");

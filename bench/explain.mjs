@@ -140,7 +140,7 @@ serveIpc({
     instrument();
     const { systemClock } = await distImport("clock.js");
     const { loadConfig } = await distImport("config.js");
-    const { openDatabase } = await distImport("db/open.js");
+    const { openDatabase } = await distImport("db/sqlite/open.js");
     const { silentLogger } = await distImport("logger.js");
     const { Relay } = await distImport("relay.js");
     const config = loadConfig({

@@ -11,7 +11,7 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadConfig } from "../src/config.js";
-import { openDatabase } from "../src/db/open.js";
+import { openDatabase } from "../src/db/sqlite/open.js";
 import { silentLogger } from "../src/logger.js";
 import { sqliteStore } from "../src/open-store.js";
 import { Relay } from "../src/relay.js";

@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import puppeteer from "puppeteer-core";
 import { systemClock } from "../dist/clock.js";
 import { loadConfig } from "../dist/config.js";
-import { openDatabase } from "../dist/db/open.js";
+import { openDatabase } from "../dist/db/sqlite/open.js";
 import { silentLogger } from "../dist/logger.js";
 import { Relay } from "../dist/relay.js";
 import { createClient } from "../dist/services/clients.js";

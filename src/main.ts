@@ -2,7 +2,7 @@ import { serve } from "@hono/node-server";
 import type { Server } from "node:http";
 import { systemClock } from "./clock.js";
 import { ConfigError, loadConfig, sandboxRefusal, type Config } from "./config.js";
-import { takeServerLock } from "./db/server-lock.js";
+import { takeServerLock } from "./db/sqlite/server-lock.js";
 import { openStore } from "./open-store.js";
 import { gracefulHttp } from "./http/graceful.js";
 import { createLogger } from "./logger.js";

@@ -1,9 +1,9 @@
 import type { Config } from "./config.js";
 import { transitionRules } from "./core/transition.js";
-import { openDatabase, type Database_ } from "./db/open.js";
-import { SqliteStore } from "./db/sqlite-store.js";
+import { openDatabase, type Database_ } from "./db/sqlite/open.js";
+import { SqliteStore } from "./db/sqlite/store.js";
 import { migratePostgres } from "./db/pg/open.js";
-import { PgStore } from "./db/pg/pg-store.js";
+import { PgStore } from "./db/pg/store.js";
 import type { Store } from "./store/store.js";
 
 /** The store on an open SQLite database, with the core's transition rules. */

@@ -1,5 +1,5 @@
 // Writes rows straight into a migrated genrelay database with better-sqlite3 (one transaction,
-// prepared statements), matching src/db/schema.ts. Ids come from dist/ids.js and webhook bodies from
+// prepared statements), matching src/db/sqlite/schema.ts. Ids come from dist/ids.js and webhook bodies from
 // dist/core/task-view.js, so seeded rows look like the relay's own.
 import Database from "better-sqlite3";
 import { createHash } from "node:crypto";

@@ -9,7 +9,7 @@
  */
 import type { Clock } from "../clock.js";
 import { loadConfig } from "../config.js";
-import { openDatabase } from "../db/open.js";
+import { openDatabase } from "../db/sqlite/open.js";
 import { sqliteStore } from "../open-store.js";
 import { silentLogger } from "../logger.js";
 import { Relay } from "../relay.js";

@@ -1,5 +1,5 @@
 import type { Config } from "../config.js";
-import type { Database_ } from "../db/open.js";
+import type { Database_ } from "../db/sqlite/open.js";
 import type { Store } from "../store/store.js";
 import { systemClock } from "../clock.js";
 import { Lifecycle } from "../core/lifecycle.js";

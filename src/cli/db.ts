@@ -1,7 +1,7 @@
-import { BackupError, backupDatabase } from "../db/backup.js";
-import type { PgStore } from "../db/pg/pg-store.js";
+import { BackupError, backupDatabase } from "../db/sqlite/backup.js";
+import type { PgStore } from "../db/pg/store.js";
 import { pgDatabaseStats } from "../db/pg/stats.js";
-import { databaseFileSizes, databaseStats } from "../db/stats.js";
+import { databaseFileSizes, databaseStats } from "../db/sqlite/stats.js";
 import { iso, out, parse, positionalsAtMost, UsageError } from "./common.js";
 import type { CliContext } from "./context.js";
 

@@ -1,6 +1,6 @@
 import { existsSync } from "node:fs";
 import { ConfigError, loadConfig, type Config } from "../config.js";
-import { openDatabase, type Database_ } from "../db/open.js";
+import { openDatabase, type Database_ } from "../db/sqlite/open.js";
 import { pgStore, sqliteStore } from "../open-store.js";
 import type { Store } from "../store/store.js";
 import { runClients } from "./clients.js";

@@ -1,5 +1,5 @@
 import { sql } from "drizzle-orm";
-import type { Db } from "./open.js";
+import type { Db } from "./sqlite/open.js";
 import { interleave } from "../store/fairness.js";
 import { claimDueTasks, type TaskRow } from "./tasks.js";
 

@@ -9,11 +9,11 @@ import {
   wellFormed,
   type ValueUse,
 } from "../store/values.js";
-import * as schema from "./schema.js";
+import * as schema from "./sqlite/schema.js";
 
 /**
  * The store's value rules (src/store/values.ts) applied where parameters are bound, on both
- * drivers alike: SQLite's statement wrapper (open.ts) and PostgreSQL's connections (pg-store.ts)
+ * drivers alike: SQLite's statement wrapper (sqlite/open.ts) and PostgreSQL's connections (pg/store.ts)
  * call `bindValues` with the statement's text. Each placeholder's use is read from the SQL once
  * per text (`planOf`): a value in an INSERT's VALUES or SELECT list or an UPDATE's SET is written;
  * one after LIMIT/OFFSET is a limit; everything else (WHERE, ON, a subquery, a function) is

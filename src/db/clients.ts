@@ -1,7 +1,7 @@
 import { asc, eq, sql } from "drizzle-orm";
-import type { Db } from "./open.js";
-import type { DbOrTx } from "./tx.js";
-import { clients } from "./schema.js";
+import type { Db } from "./sqlite/open.js";
+import type { DbOrTx } from "./sqlite/tx.js";
+import { clients } from "./sqlite/schema.js";
 
 import type { ClientRow, NewClientRow } from "../store/rows.js";
 

@@ -1,7 +1,7 @@
 import { and, eq, sql } from "drizzle-orm";
 import type { CreditPosition, LedgerEntry, ReservationsAround } from "../store/store.js";
-import type { DbOrTx } from "./tx.js";
-import { clients, creditLedger, learnedPrices, tasks } from "./schema.js";
+import type { DbOrTx } from "./sqlite/tx.js";
+import { clients, creditLedger, learnedPrices, tasks } from "./sqlite/schema.js";
 
 export function creditPosition(db: DbOrTx, clientId: string): CreditPosition | undefined {
   const row = db

@@ -1,7 +1,7 @@
 import { and, desc, eq, getTableColumns, gte, isNotNull, isNull, lt, or, sql, type SQL } from "drizzle-orm";
 import type { ListedTask, TaskListQuery } from "../store/store.js";
-import type { DbOrTx } from "./tx.js";
-import { dashboardSessions, events, tasks } from "./schema.js";
+import type { DbOrTx } from "./sqlite/tx.js";
+import { dashboardSessions, events, tasks } from "./sqlite/schema.js";
 
 /**
  * The dashboard's own queries: its sessions, and reads the API does not offer (search, hourly

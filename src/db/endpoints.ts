@@ -1,6 +1,6 @@
 import { and, asc, desc, eq, gte, inArray, isNotNull, isNull, lt, lte, notInArray, or, sql } from "drizzle-orm";
-import type { Db } from "./open.js";
-import { clients, endpointHealth, notices } from "./schema.js";
+import type { Db } from "./sqlite/open.js";
+import { clients, endpointHealth, notices } from "./sqlite/schema.js";
 
 import type { EndpointHealthRow, NewNoticeRow, NoticeRow } from "../store/rows.js";
 import { pickWithinRoom, type ClientRoom } from "../store/fairness.js";

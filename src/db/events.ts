@@ -17,10 +17,10 @@ import {
 } from "drizzle-orm";
 import { pickWithinRoom, type ClientRoom } from "../store/fairness.js";
 import { deliveryKey } from "../store/delivery-key.js";
-import type { Db } from "./open.js";
-import { insertEveryColumn, jsonList, patchShape, prepared } from "./prepared.js";
-import type { DbOrTx } from "./tx.js";
-import { clients, deliveryAttempts, events } from "./schema.js";
+import type { Db } from "./sqlite/open.js";
+import { insertEveryColumn, jsonList, patchShape, prepared } from "./sqlite/prepared.js";
+import type { DbOrTx } from "./sqlite/tx.js";
+import { clients, deliveryAttempts, events } from "./sqlite/schema.js";
 
 import type { AttemptRow, EventRow, NewAttemptRow, NewEventRow } from "../store/rows.js";
 

@@ -1,6 +1,6 @@
 import { sql } from "drizzle-orm";
-import type { Database_ } from "./open.js";
-import { healthProbe } from "./schema.js";
+import type { Database_ } from "./sqlite/open.js";
+import { healthProbe } from "./sqlite/schema.js";
 
 /**
  * /readyz's storage probe: a write that needs fresh pages (a 16 KiB row), committed and then

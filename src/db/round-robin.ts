@@ -1,8 +1,8 @@
 import { sql } from "drizzle-orm";
-import type { Db } from "./open.js";
+import type { Db } from "./sqlite/open.js";
 import { pickWithinRoom, type ClientRoom } from "../store/fairness.js";
 import { claimTasks, type TaskRow } from "./tasks.js";
-import type { TaskPhase } from "./schema.js";
+import type { TaskPhase } from "./sqlite/schema.js";
 
 /**
  * Due, unleased tasks of a phase, round-robin across clients (TaskStore.claimAcrossClients): every

@@ -1,8 +1,8 @@
 import { and, asc, desc, eq, type SQL } from "drizzle-orm";
 import type { SupportTaskQuery } from "../store/store.js";
-import type { DbOrTx } from "./tx.js";
+import type { DbOrTx } from "./sqlite/tx.js";
 import type { EventRow } from "./events.js";
-import { events, tasks } from "./schema.js";
+import { events, tasks } from "./sqlite/schema.js";
 import type { TaskRow } from "./tasks.js";
 
 /**

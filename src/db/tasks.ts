@@ -1,9 +1,9 @@
 import { and, asc, eq, gt, gte, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
-import type { Db } from "./open.js";
-import { insertEveryColumn, patchShape, prepared } from "./prepared.js";
+import type { Db } from "./sqlite/open.js";
+import { insertEveryColumn, patchShape, prepared } from "./sqlite/prepared.js";
 import type { InFlightTask } from "../store/store.js";
-import type { DbOrTx } from "./tx.js";
-import { clients, tasks, type TaskPhase } from "./schema.js";
+import type { DbOrTx } from "./sqlite/tx.js";
+import { clients, tasks, type TaskPhase } from "./sqlite/schema.js";
 
 import type { NewTaskRow, TaskRow } from "../store/rows.js";
 

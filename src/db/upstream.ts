@@ -1,7 +1,7 @@
 import { and, eq, gt, lt } from "drizzle-orm";
-import type { Db } from "./open.js";
-import type { DbOrTx } from "./tx.js";
-import { upstreamAccounts, upstreamReads } from "./schema.js";
+import type { Db } from "./sqlite/open.js";
+import type { DbOrTx } from "./sqlite/tx.js";
+import { upstreamAccounts, upstreamReads } from "./sqlite/schema.js";
 
 import type { UpstreamAccountRow } from "../store/rows.js";
 

@@ -1,6 +1,6 @@
 import { eq, sql } from "drizzle-orm";
-import type { DbOrTx } from "./tx.js";
-import { tasks } from "./schema.js";
+import type { DbOrTx } from "./sqlite/tx.js";
+import { tasks } from "./sqlite/schema.js";
 
 /** A client's retained tasks by status (credits come from the ledger: db/credits.ts). */
 export function taskCounts(db: DbOrTx, clientId: string): Record<string, number> {

@@ -2,7 +2,7 @@ import type { TaskPhase, TaskStatus } from "../statuses.js";
 
 /**
  * The rows the store hands out and takes, owned by the contract (as River's rivertype): both
- * drivers map to these. The SQLite schema (src/db/schema.ts) and the PostgreSQL schema
+ * drivers map to these. The SQLite schema (src/db/sqlite/schema.ts) and the PostgreSQL schema
  * (src/db/pg/schema.ts) are held to them by test/unit/schema-parity.test.ts (checked by tsc), so a
  * column added to a schema and not here, or the other way round, fails the build's type check.
  * `New…Row` are what an insert takes: columns with a default or that may be null are optional.

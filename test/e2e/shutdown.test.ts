@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { systemClock } from "../../src/clock.js";
-import { openDatabase } from "../../src/db/open.js";
+import { openDatabase } from "../../src/db/sqlite/open.js";
 import { DIST, startNode, type Child } from "./process.js";
 import { insertTestClient } from "../helpers/relay.js";
 

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { systemClock } from "../../src/clock.js";
 import { loadConfig } from "../../src/config.js";
-import { openDatabase } from "../../src/db/open.js";
+import { openDatabase } from "../../src/db/sqlite/open.js";
 import { silentLogger } from "../../src/logger.js";
 import { Relay } from "../../src/relay.js";
 import { insertClient } from "../../src/db/clients.js";

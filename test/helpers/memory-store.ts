@@ -1,5 +1,5 @@
-import { openDatabase } from "../../src/db/open.js";
-import type { SqliteStore } from "../../src/db/sqlite-store.js";
+import { openDatabase } from "../../src/db/sqlite/open.js";
+import type { SqliteStore } from "../../src/db/sqlite/store.js";
 import { sqliteStore } from "../../src/open-store.js";
 
 /**

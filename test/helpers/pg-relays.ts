@@ -1,5 +1,5 @@
 import { loadConfig } from "../../src/config.js";
-import type { PgStore } from "../../src/db/pg/pg-store.js";
+import type { PgStore } from "../../src/db/pg/store.js";
 import { silentLogger } from "../../src/logger.js";
 import { pgStore } from "../../src/open-store.js";
 import { Relay } from "../../src/relay.js";

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { openDatabase } from "../../src/db/open.js";
+import { openDatabase } from "../../src/db/sqlite/open.js";
 import { pgStore, sqliteStore } from "../../src/open-store.js";
 import { newClient } from "../../src/services/clients.js";
 import type { NewTaskRequest, Store } from "../../src/store/store.js";

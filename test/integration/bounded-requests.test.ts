@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { WEBHOOK_BODY_MAX_BYTES } from "../../src/core/body-limit.js";
 import { loadConfig } from "../../src/config.js";
-import { openDatabase } from "../../src/db/open.js";
+import { openDatabase } from "../../src/db/sqlite/open.js";
 import { silentLogger } from "../../src/logger.js";
 import { pgStore, sqliteStore } from "../../src/open-store.js";
 import { Relay } from "../../src/relay.js";

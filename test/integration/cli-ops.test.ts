@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { systemClock } from "../../src/clock.js";
 import { hashApiKey } from "../../src/crypto.js";
 import { insertAttempt, insertEvent, lastEventOfTask, updateEvent } from "../../src/db/events.js";
-import { openDatabase, type Database_ } from "../../src/db/open.js";
+import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
 import { findTask, insertTask } from "../../src/db/tasks.js";
 import { newId } from "../../src/ids.js";
 import { CLI_PATH, runCliInProcess, type CliRun } from "../helpers/cli.js";

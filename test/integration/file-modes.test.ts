@@ -3,8 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { systemClock } from "../../src/clock.js";
-import { backupDatabase } from "../../src/db/backup.js";
-import { openDatabase, type Database_ } from "../../src/db/open.js";
+import { backupDatabase } from "../../src/db/sqlite/backup.js";
+import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
 import { insertTestClient } from "../helpers/relay.js";
 
 /** The database holds webhook secrets: what the relay creates is readable by its own user only. */

@@ -6,7 +6,7 @@ import { HttpResponse } from "msw";
 import pino from "pino";
 import { describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.js";
-import { openDatabase } from "../../src/db/open.js";
+import { openDatabase } from "../../src/db/sqlite/open.js";
 import { pgStore, sqliteStore } from "../../src/open-store.js";
 import { Relay } from "../../src/relay.js";
 import { newClient } from "../../src/services/clients.js";

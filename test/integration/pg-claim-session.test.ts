@@ -2,7 +2,7 @@ import pg from "pg";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { redeliverLast } from "../../src/core/delivery.js";
 import { EVENT_CLAIM_LOCK } from "../../src/db/pg/mapping.js";
-import type { PgStore } from "../../src/db/pg/pg-store.js";
+import type { PgStore } from "../../src/db/pg/store.js";
 import { pgStore } from "../../src/open-store.js";
 import type { EventRow, Store } from "../../src/store/store.js";
 import { attemptOf, eventsOf, NOW } from "../helpers/conformance.js";

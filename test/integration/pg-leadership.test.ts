@@ -1,7 +1,7 @@
 import pg from "pg";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { EVENT_CLAIM_LOCK } from "../../src/db/pg/mapping.js";
-import type { PgStore } from "../../src/db/pg/pg-store.js";
+import type { PgStore } from "../../src/db/pg/store.js";
 import { pgStore } from "../../src/open-store.js";
 import type { LeaderFence, Store } from "../../src/store/store.js";
 import { eventsOf, fresh, lease as leaseAt, NOW, opts, tasksOf } from "../helpers/conformance.js";

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.js";
 import { transitionRules } from "../../src/core/transition.js";
 import { migratePostgres } from "../../src/db/pg/open.js";
-import { PgStore } from "../../src/db/pg/pg-store.js";
+import { PgStore } from "../../src/db/pg/store.js";
 import { silentLogger } from "../../src/logger.js";
 import { Relay } from "../../src/relay.js";
 import { newClient } from "../../src/services/clients.js";

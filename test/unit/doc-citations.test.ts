@@ -118,11 +118,7 @@ const NOT_POINTERS = /^(?:\.\.\/)*(?:dist|node_modules|docs)\//;
  * Pointers known to be stale, each to be mended by whoever owns the file that holds it (then drop
  * it here: the check fails while an entry is no longer found, so the list cannot outlive its use).
  */
-const KNOWN_MISSING = new Map([
-  // PgStore's class comment; the feed's test is test/integration/store-contract.test.ts, "the events
-  // feed on PostgreSQL never skips a late commit".
-  ["test/integration/pg-store.test.ts", "src/db/pg/"],
-]);
+const KNOWN_MISSING = new Map<string, string>([]);
 
 /** The part of a line that is prose: all of a Markdown line, a comment's text in code. */
 function prose(file: string, line: string): string {

@@ -212,9 +212,9 @@ describe("Dockerfile", () => {
     expect(runtimeCopies.get("dist")).toEqual({ from: "build", sources: ["/app/dist"] });
     expect(runtimeCopies.get("node_modules")).toEqual({ from: "build", sources: ["/app/node_modules"] });
     expect(runtimeCopies.has("package.json")).toBe(true); // "type": "module" for dist/*.js
-    // src/db/open.ts finds migrations two levels above dist/db/, i.e. beside dist/.
-    expect(readFileSync(join(ROOT, "src/db/open.ts"), "utf8")).toMatch(
-      /MIGRATIONS_FOLDER = join\(dirname\(fileURLToPath\(import\.meta\.url\)\), "\.\.", "\.\.", "migrations"\)/,
+    // src/db/sqlite/open.ts finds migrations three levels above dist/db/sqlite/, i.e. beside dist/.
+    expect(readFileSync(join(ROOT, "src/db/sqlite/open.ts"), "utf8")).toMatch(
+      /MIGRATIONS_FOLDER = join\(dirname\(fileURLToPath\(import\.meta\.url\)\), "\.\.", "\.\.", "\.\.", "migrations"\)/,
     );
     expect(runtimeCopies.get("migrations")?.sources).toEqual(["migrations"]);
     expect(existsSync(join(ROOT, "migrations", "meta", "_journal.json"))).toBe(true);

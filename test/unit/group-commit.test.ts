@@ -3,8 +3,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { GroupCommit, StoreClosedError } from "../../src/db/group-commit.js";
-import { openDatabase, type Database_ } from "../../src/db/open.js";
+import { GroupCommit, StoreClosedError } from "../../src/db/sqlite/group-commit.js";
+import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
 
 describe("GroupCommit", () => {
   let dir: string;

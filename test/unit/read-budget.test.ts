@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { openDatabase, type Database_ } from "../../src/db/open.js";
+import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
 import { sqliteStore } from "../../src/open-store.js";
 import type { Store } from "../../src/store/store.js";
 import { ReadBudget } from "../../src/workers/read-budget.js";

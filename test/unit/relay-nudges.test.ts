@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { loadConfig } from "../../src/config.js";
 import { nudgesByName, type Nudges, type Wakeable } from "../../src/core/nudges.js";
-import type { SqliteStore } from "../../src/db/sqlite-store.js";
+import type { SqliteStore } from "../../src/db/sqlite/store.js";
 import { silentLogger } from "../../src/logger.js";
 import { Relay } from "../../src/relay.js";
 import type { WorkerLoop } from "../../src/workers/loop.js";

@@ -3,7 +3,7 @@ import { getTableConfig as pgTableConfig } from "drizzle-orm/pg-core";
 import { getTableConfig as sqliteTableConfig } from "drizzle-orm/sqlite-core";
 import { describe, expect, expectTypeOf, it } from "vitest";
 import * as pg from "../../src/db/pg/schema.js";
-import * as sqlite from "../../src/db/schema.js";
+import * as sqlite from "../../src/db/sqlite/schema.js";
 import type * as rows from "../../src/store/rows.js";
 
 /**

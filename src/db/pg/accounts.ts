@@ -1,10 +1,10 @@
 import type { AccountStore } from "../../store/store.js";
 import { finiteNumbers } from "../../store/values.js";
 import { U, opt } from "./mapping.js";
-import type { PgStore } from "./pg-store.js";
+import type { PgContext } from "./context.js";
 
 /** The AccountStore on PostgreSQL: upstream accounts, learned limits, the shared read budget, duration samples. */
-export function pgAccounts(s: PgStore): AccountStore {
+export function pgAccounts(s: PgContext): AccountStore {
   const { q, one } = s;
   return {
     state: async (account) => opt(U, await one("SELECT * FROM upstream_accounts WHERE id = $1", [account])),

@@ -1,9 +1,9 @@
 import type { ClientStore } from "../../store/store.js";
 import { C, opt } from "./mapping.js";
-import type { PgStore } from "./pg-store.js";
+import type { PgContext } from "./context.js";
 
 /** The ClientStore on PostgreSQL: clients and their credit books. */
-export function pgClients(s: PgStore): ClientStore {
+export function pgClients(s: PgContext): ClientStore {
   const { q, one } = s;
   return {
     insert: async (row) => {

@@ -1,7 +1,7 @@
 import type { DeliveryKey, EndpointHealthRow, EndpointStore, NoticeRow, NoticeStore } from "../../store/store.js";
 import { pickWithinRoom } from "../../store/fairness.js";
 import type { Row } from "./mapping.js";
-import type { PgStore } from "./pg-store.js";
+import type { PgContext } from "./context.js";
 
 /**
  * The endpoint-health and notice operations on PostgreSQL (the SQLite ones are in ../endpoints.ts).
@@ -17,7 +17,7 @@ function mapRow<T>(raw: Row): T {
   return out as T;
 }
 
-export function pgEndpointStore(s: PgStore): EndpointStore {
+export function pgEndpointStore(s: PgContext): EndpointStore {
   const { q, pool } = s;
   return {
     recordFailure: async (key, now, error) => {
@@ -76,7 +76,7 @@ const CLAIMABLE =
 /** How far past `limit` a claim looks for other clients' notices when the first ones are over their client's room. */
 const NOTICE_SCAN_FACTOR = 4;
 
-export function pgNoticeStore(s: PgStore, notify: () => Promise<void>): NoticeStore {
+export function pgNoticeStore(s: PgContext, notify: () => Promise<void>): NoticeStore {
   const { q, pool } = s;
   return {
     insert: async (row) => {

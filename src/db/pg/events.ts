@@ -4,7 +4,7 @@ import { claimedOf, claimStatement } from "./claim-session.js";
 import { deliveryKey } from "../../store/delivery-key.js";
 import { retryingEvent } from "../dashboard.js";
 import { pickWithinRoom } from "../../store/fairness.js";
-import type { PgStore } from "./pg-store.js";
+import type { PgContext } from "./context.js";
 
 /**
  * An event that may be claimed at `$1` (now): pending, due, unleased, and no earlier event of its
@@ -62,7 +62,7 @@ const inDueOrder = (rows: EventRow[]): EventRow[] =>
   rows.sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
 
 /** The EventStore on PostgreSQL: the outbox, claims under the per-key cap, attempts, trials, re-queues and the feed. */
-export function pgEvents(s: PgStore): EventStore {
+export function pgEvents(s: PgContext): EventStore {
   const { q, one } = s;
   // Every claim runs through it: under the claims' lock, which it keeps between claims (see claim-session.ts).
   const session = s.claims;

@@ -1,8 +1,8 @@
 import type { OpsStore } from "../../store/store.js";
-import type { PgStore } from "./pg-store.js";
+import type { PgContext } from "./context.js";
 
 /** The OpsStore on PostgreSQL: leadership, LISTEN, recovery, lease release, the write probe, gauges. */
-export function pgOps(s: PgStore): OpsStore {
+export function pgOps(s: PgContext): OpsStore {
   const { q } = s;
   return {
     leads: (account, as) => s.leads(account, as),

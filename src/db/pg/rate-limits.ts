@@ -1,14 +1,14 @@
 import type { RateLimitStore } from "../../store/store.js";
 import { slidingVerdict } from "../../store/rate-window.js";
 import { RATE_LIMIT_LOCK_SPACE } from "./mapping.js";
-import type { PgStore } from "./pg-store.js";
+import type { PgContext } from "./context.js";
 
 /**
  * The RateLimitStore on PostgreSQL: per-client sliding windows in rate_limit_hits. A take holds a
  * transaction-level advisory lock on its (client, action) while it counts and inserts, so takers
  * on every instance see each other's counts (without it, two could both count nine of ten).
  */
-export function pgRateLimits(s: PgStore): RateLimitStore {
+export function pgRateLimits(s: PgContext): RateLimitStore {
   const { q } = s;
   return {
     take: (clientId, action, now, limit, windowMs) =>

@@ -3,7 +3,7 @@ import { TASK_PHASES, TASK_STATUSES } from "../../statuses.js";
 import { DELIVERY_STATUSES } from "../../statuses.js";
 
 /**
- * The PostgreSQL schema: the same tables, columns and row types as the SQLite schema (../schema.ts,
+ * The PostgreSQL schema: the same tables, columns and row types as the SQLite schema (../sqlite/schema.ts,
  * where every column is documented), held to it by test/unit/schema-parity.test.ts. Integers are
  * `bigint` in number mode (epoch milliseconds overflow int4); the pool parses int8 as a number.
  * Differences, on purpose:

@@ -1,9 +1,9 @@
 import type { SessionStore } from "../../store/store.js";
 import { S, opt } from "./mapping.js";
-import type { PgStore } from "./pg-store.js";
+import type { PgContext } from "./context.js";
 
 /** The SessionStore on PostgreSQL: dashboard sessions. */
-export function pgSessions(s: PgStore): SessionStore {
+export function pgSessions(s: PgContext): SessionStore {
   const { q, one } = s;
   return {
     open: (row, now) =>

@@ -3,7 +3,7 @@ import { T, unclaimed, NO_RESERVATIONS, CHANNEL, opt, columnsOf, type Queryable,
 import { tasks } from "./schema.js";
 import { DELIVERY_FAILING_TASK } from "../dashboard.js";
 import { interleave, pickWithinRoom } from "../../store/fairness.js";
-import type { PgStore } from "./pg-store.js";
+import type { PgContext } from "./context.js";
 import { PgIntakeBatches } from "./intake.js";
 
 /** Every column of a task but its output, for list reads that may leave the output in the database. */
@@ -26,7 +26,7 @@ async function lockStoredBytes(c: Queryable, clientId: string): Promise<number> 
 }
 
 /** The TaskStore on PostgreSQL: claims, intake, transitions, submissions, reads and pruning. */
-export function pgTasks(s: PgStore): TaskStore {
+export function pgTasks(s: PgContext): TaskStore {
   const { q, one } = s;
   /** A creation in a transaction of its own: the idempotency check, the cap and budget decision under the client's row lock, the insert. */
   const single: TaskStore["create"] = (req) =>

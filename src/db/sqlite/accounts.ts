@@ -1,12 +1,12 @@
 import type { AccountStore } from "../../store/store.js";
 import { finiteNumbers } from "../../store/values.js";
-import { durationStats } from "../schema.js";
+import { durationStats } from "./schema.js";
 import { getAccountState, pruneReads, readsSince, recordRead, upsertAccountState } from "../upstream.js";
 import { and, eq } from "drizzle-orm";
-import type { SqliteStore } from "../sqlite-store.js";
+import type { SqliteContext } from "./context.js";
 
 /** The AccountStore on SQLite: upstream accounts, learned limits, the read budget, duration samples. */
-export function sqliteAccounts(s: SqliteStore): AccountStore {
+export function sqliteAccounts(s: SqliteContext): AccountStore {
   const db = s.database.db;
   return {
     state: async (account) => getAccountState(db, account),

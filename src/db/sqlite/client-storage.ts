@@ -1,8 +1,8 @@
 import { eq, sql } from "drizzle-orm";
-import type { Db } from "../open.js";
-import { prepared } from "../prepared.js";
-import { clientStorage } from "../schema.js";
-import type { DbOrTx } from "../tx.js";
+import type { Db } from "./open.js";
+import { prepared } from "./prepared.js";
+import { clientStorage } from "./schema.js";
+import type { DbOrTx } from "./tx.js";
 
 /**
  * Each client's stored bytes on SQLite (client_storage; docs/contract.md, "Bounded requests"): one row per client, read and

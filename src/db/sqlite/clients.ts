@@ -1,10 +1,10 @@
 import type { ClientStore } from "../../store/store.js";
 import { findClient, findClientByKeyHash, insertClient, listClients, markAdmitted, updateClient } from "../clients.js";
 import { creditPosition, ledgerOf } from "../credits.js";
-import type { SqliteStore } from "../sqlite-store.js";
+import type { SqliteContext } from "./context.js";
 
 /** The ClientStore on SQLite: clients and their credit books. */
-export function sqliteClients(s: SqliteStore): ClientStore {
+export function sqliteClients(s: SqliteContext): ClientStore {
   const db = s.database.db;
   return {
     insert: async (row) => insertClient(db, row),

@@ -6,10 +6,10 @@ import {
   recordEndpointFailure,
   recordEndpointSuccess,
 } from "../endpoints.js";
-import type { SqliteStore } from "../sqlite-store.js";
+import type { SqliteContext } from "./context.js";
 
 /** The EndpointStore on SQLite: the health of delivery keys. */
-export function sqliteEndpoints(s: SqliteStore): EndpointStore {
+export function sqliteEndpoints(s: SqliteContext): EndpointStore {
   const db = s.database.db;
   return {
     recordFailure: async (key, now, error) => recordEndpointFailure(db, key, now, error),

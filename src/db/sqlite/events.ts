@@ -21,13 +21,13 @@ import {
   updateLeasedEvent,
 } from "../events.js";
 import { listTaskEvents } from "../support.js";
-import type { SqliteStore } from "../sqlite-store.js";
+import type { SqliteContext } from "./context.js";
 
 /** What hands a lease back with a write. */
 const RELEASED = { claimToken: null, claimedUntil: null } as const;
 
 /** The EventStore on SQLite: the outbox, claims under the per-key cap, attempts, trials, re-queues and the feed. */
-export function sqliteEvents(s: SqliteStore): EventStore {
+export function sqliteEvents(s: SqliteContext): EventStore {
   const db = s.database.db;
   return {
     // Claims share the attempt records' group commit (one fsync for everything settling and starting

@@ -7,10 +7,10 @@ import {
   pruneNotices,
   recordNotice,
 } from "../endpoints.js";
-import type { SqliteStore } from "../sqlite-store.js";
+import type { SqliteContext } from "./context.js";
 
 /** The NoticeStore on SQLite: operational notices and their outbox. */
-export function sqliteNotices(s: SqliteStore): NoticeStore {
+export function sqliteNotices(s: SqliteContext): NoticeStore {
   const db = s.database.db;
   return {
     insert: async (row) => insertNotice(db, row),

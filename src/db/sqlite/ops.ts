@@ -4,10 +4,10 @@ import { probeWrite } from "../health.js";
 import { releaseAllTaskLeases } from "../tasks.js";
 import { releaseLeasesOf } from "./release-leases.js";
 import { sql } from "drizzle-orm";
-import type { SqliteStore } from "../sqlite-store.js";
+import type { SqliteContext } from "./context.js";
 
 /** The OpsStore on SQLite: leadership (one process), recovery, lease release, the write probe, gauges. */
-export function sqliteOps(s: SqliteStore): OpsStore {
+export function sqliteOps(s: SqliteContext): OpsStore {
   const db = s.database.db;
   return {
     // One process: always the leader, and nothing to fence (claims ignore the fence).

@@ -1,11 +1,11 @@
 import { and, asc, eq, gt, lte } from "drizzle-orm";
 import type { RateLimitStore } from "../../store/store.js";
 import { slidingVerdict } from "../../store/rate-window.js";
-import { rateLimitHits } from "../schema.js";
-import type { SqliteStore } from "../sqlite-store.js";
+import { rateLimitHits } from "./schema.js";
+import type { SqliteContext } from "./context.js";
 
 /** The RateLimitStore on SQLite: per-client sliding windows in rate_limit_hits, one transaction a take. */
-export function sqliteRateLimits(s: SqliteStore): RateLimitStore {
+export function sqliteRateLimits(s: SqliteContext): RateLimitStore {
   const db = s.database.db;
   return {
     take: async (clientId, action, now, limit, windowMs) =>

@@ -1,6 +1,6 @@
 import { sql } from "drizzle-orm";
-import type { Db } from "../open.js";
-import { events, tasks } from "../schema.js";
+import type { Db } from "./open.js";
+import { events, tasks } from "./schema.js";
 
 /**
  * Releases every lease of one owner (graceful shutdown), so a restart need not wait for expiry. The

@@ -1,9 +1,9 @@
 import type { SessionStore } from "../../store/store.js";
 import { deleteEndedSessions, findSession, insertSession, revokeSession, touchSession } from "../dashboard.js";
-import type { SqliteStore } from "../sqlite-store.js";
+import type { SqliteContext } from "./context.js";
 
 /** The SessionStore on SQLite: dashboard sessions. */
-export function sqliteSessions(s: SqliteStore): SessionStore {
+export function sqliteSessions(s: SqliteContext): SessionStore {
   const db = s.database.db;
   return {
     open: async (row, now) =>

@@ -23,10 +23,10 @@ import {
   waitingAhead,
 } from "../tasks.js";
 import { taskCounts } from "../usage.js";
-import type { SqliteStore } from "../sqlite-store.js";
+import type { SqliteContext } from "./context.js";
 
 /** The TaskStore on SQLite: tasks: intake, transitions, submissions, claims, reads and pruning. */
-export function sqliteTasks(s: SqliteStore): TaskStore {
+export function sqliteTasks(s: SqliteContext): TaskStore {
   const db = s.database.db;
   const transition = s.transition;
   return {

@@ -7,7 +7,7 @@ import { closeSync, mkdirSync, openSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as schema from "./schema.js";
-import { bindSqliteArgs, bindsNothing, planOf } from "./bound-values.js";
+import { bindSqliteArgs, bindsNothing, planOf } from "../bound-values.js";
 
 export type Db = BetterSQLite3Database<typeof schema>;
 
@@ -84,8 +84,8 @@ function createPrivately(path: string): void {
   }
 }
 
-/** `migrations/` sits two levels above both src/db/ and dist/db/. */
-export const MIGRATIONS_FOLDER = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "migrations");
+/** `migrations/` sits three levels above both src/db/sqlite/ and dist/db/sqlite/. */
+export const MIGRATIONS_FOLDER = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "migrations");
 
 /**
  * Opens (creating folder and file when needed) and migrates the database.

@@ -6,7 +6,7 @@ import {
   type DeliveryStatus,
   type TaskPhase,
   type TaskStatus,
-} from "../statuses.js";
+} from "../../statuses.js";
 
 export { DELIVERY_STATUSES, TASK_PHASES, TASK_STATUSES, type DeliveryStatus, type TaskPhase, type TaskStatus };
 

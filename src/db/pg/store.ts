@@ -36,6 +36,13 @@ import { pgRateLimits } from "./rate-limits.js";
 import { pgSessions } from "./sessions.js";
 import { pgTasks } from "./tasks.js";
 import { deliveryAttempts } from "./schema.js";
+import type { PendingAttempt, PgContext } from "./context.js";
+
+export interface PgStoreOptions extends PgLimits {
+  connectionString: string;
+  /** Pool size (connections for requests and workers; two more are dedicated to leadership and LISTEN). */
+  max?: number;
+}
 
 /**
  * The store on PostgreSQL, shared by any number of relay processes. The same operations as
@@ -54,16 +61,10 @@ import { deliveryAttempts } from "./schema.js";
  * The pull feed needs no snapshot trick: a client's feed position is taken by an UPDATE of its
  * row, which holds the row's lock until commit, so a position is only ever committed after every
  * lower one of that client (or rolled back and reused): a reader never passes an event that is
- * still to commit. test/integration/pg-store.test.ts interleaves two transactions to hold this.
+ * still to commit. test/integration/store-contract.test.ts ("the events feed on PostgreSQL never skips
+ * a late commit") interleaves two transactions to hold this.
  */
-
-export interface PgStoreOptions extends PgLimits {
-  connectionString: string;
-  /** Pool size (connections for requests and workers; two more are dedicated to leadership and LISTEN). */
-  max?: number;
-}
-
-export class PgStore implements Store {
+export class PgStore implements Store, PgContext {
   readonly dialect = "postgres" as const;
   readonly pool: pg.Pool;
   /** Event claims, under the claims' lock kept between them (claim-session.ts). */
@@ -133,14 +134,7 @@ export class PgStore implements Store {
   }
 
   /** Attempts settling in the same turn of the event loop, written together by flushAttempts. */
-  attempts: Array<{
-    eventId: string;
-    token: string;
-    attempt: Row;
-    patch: Row;
-    resolve: () => void;
-    reject: (err: unknown) => void;
-  }> = [];
+  attempts: PendingAttempt[] = [];
 
   /**
    * Group commit for delivery attempts: every attempt that settled in the same turn is written by

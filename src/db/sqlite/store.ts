@@ -14,9 +14,9 @@ import type {
   TaskStore,
   TransitionOptions,
   TransitionRules,
-} from "../store/store.js";
-import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reservationsAround } from "./credits.js";
-import { insertEventPrepared } from "./events.js";
+} from "../../store/store.js";
+import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reservationsAround } from "../credits.js";
+import { insertEventPrepared } from "../events.js";
 import { GroupCommit } from "./group-commit.js";
 import type { Database_, Db } from "./open.js";
 import {
@@ -28,19 +28,20 @@ import {
   writeTask,
   type NewTaskRow,
   type TaskRow,
-} from "./tasks.js";
-import { planTransition } from "../store/transition-plan.js";
+} from "../tasks.js";
+import { planTransition } from "../../store/transition-plan.js";
 import type { DbOrTx } from "./tx.js";
-import { sqliteTasks } from "./sqlite/tasks.js";
-import { addClientStoredBytes, clientStoredBytes } from "./sqlite/client-storage.js";
-import { sqliteEvents } from "./sqlite/events.js";
-import { sqliteClients } from "./sqlite/clients.js";
-import { sqliteAccounts } from "./sqlite/accounts.js";
-import { sqliteEndpoints } from "./sqlite/endpoints.js";
-import { sqliteNotices } from "./sqlite/notices.js";
-import { sqliteSessions } from "./sqlite/sessions.js";
-import { sqliteOps } from "./sqlite/ops.js";
-import { sqliteRateLimits } from "./sqlite/rate-limits.js";
+import { sqliteTasks } from "./tasks.js";
+import { addClientStoredBytes, clientStoredBytes } from "./client-storage.js";
+import { sqliteEvents } from "./events.js";
+import { sqliteClients } from "./clients.js";
+import { sqliteAccounts } from "./accounts.js";
+import { sqliteEndpoints } from "./endpoints.js";
+import { sqliteNotices } from "./notices.js";
+import { sqliteSessions } from "./sessions.js";
+import { sqliteOps } from "./ops.js";
+import type { SqliteContext } from "./context.js";
+import { sqliteRateLimits } from "./rate-limits.js";
 
 const NO_RESERVATIONS = { inFlight: 0, ahead: 0, others: 0 };
 
@@ -75,7 +76,7 @@ export function transitionIn(
  * returns a settled promise: a transaction never spans an await, so no other work interleaves
  * with it. Creations and delivery attempts go through group commit (one fsync per batch).
  */
-export class SqliteStore implements Store {
+export class SqliteStore implements Store, SqliteContext {
   readonly dialect = "sqlite" as const;
   readonly tasks: TaskStore;
   readonly events: EventStore;

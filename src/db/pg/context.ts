@@ -1,0 +1,68 @@
+import type pg from "pg";
+import type {
+  CreditPosition,
+  LeaderFence,
+  LeaderLease,
+  NewTaskRow,
+  NudgeTarget,
+  ReservationsAround,
+  TaskRow,
+  TransitionOptions,
+} from "../../store/store.js";
+import type { ClaimSession } from "./claim-session.js";
+import type { Queryable, Row } from "./mapping.js";
+
+/** One delivery attempt waiting for the next group write (PgContext.flushAttempts). */
+export interface PendingAttempt {
+  eventId: string;
+  token: string;
+  attempt: Row;
+  patch: Row;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+
+/**
+ * What the PostgreSQL area files (tasks.ts, events.ts, ...) use of their store: the pool, its
+ * transactions and the steps several areas share. PgStore (store.ts) implements it; the area files
+ * import this leaf, not the store, so the store ↔ area-file imports run one way.
+ */
+export interface PgContext {
+  readonly pool: pg.Pool;
+  /** Event claims, under the claims' lock kept between them (claim-session.ts). */
+  readonly claims: ClaimSession;
+  /** One statement's rows, on the pool or inside a transaction's connection. */
+  readonly q: (sql: string, values?: unknown[], on?: Queryable) => Promise<Row[]>;
+  /** One statement's first row. */
+  readonly one: (sql: string, values?: unknown[], on?: Queryable) => Promise<Row | undefined>;
+  attempts: PendingAttempt[];
+  flushAttempts(): Promise<void>;
+  tx<R>(work: (c: pg.PoolClient) => Promise<R>): Promise<R>;
+  transitionIn(
+    c: pg.PoolClient,
+    id: string,
+    patch: Partial<NewTaskRow>,
+    o: TransitionOptions,
+    locked?: TaskRow,
+  ): Promise<TaskRow | undefined>;
+  updateLeased(c: Queryable, id: string, token: string, patch: Partial<NewTaskRow>): Promise<TaskRow | undefined>;
+  updateLeasedEvent(c: Queryable, id: string, token: string, patch: Row): Promise<void>;
+  claimTasks(
+    where: string,
+    extra: unknown[],
+    o: { now: number; leaseMs: number; token: string; limit: number; fence?: LeaderFence | undefined },
+    order?: string,
+  ): Promise<TaskRow[]>;
+  creditPositionIn(c: Queryable, clientId: string, lock: boolean): Promise<CreditPosition | undefined>;
+  learnedPriceIn(c: Queryable, priceKey: string): Promise<number | null>;
+  reservationsAround(c: Queryable, clientId: string, taskId: string): Promise<ReservationsAround>;
+  applyCredits(
+    c: Queryable,
+    clientId: string,
+    taskId: string,
+    change: { charged: number; refunded: number; reserved: number },
+    at: number,
+  ): Promise<void>;
+  leads(account: string, as: LeaderLease): Promise<LeaderFence | null>;
+  listen(nudge: (target: NudgeTarget) => void): Promise<void>;
+}

@@ -1,0 +1,28 @@
+import type { CreateResult, NewTaskRequest, NewTaskRow, SubmissionContext, TaskRow } from "../../store/store.js";
+import type { GroupCommit } from "./group-commit.js";
+import type { Database_, Db } from "./open.js";
+import type { DbOrTx } from "./tx.js";
+
+/**
+ * What the SQLite area files (tasks.ts, events.ts, ...) use of their store: the database, its two
+ * group commits and the steps several areas share. SqliteStore (store.ts) implements it; the area
+ * files import this leaf, not the store, so the store ↔ area-file imports run one way.
+ */
+export interface SqliteContext {
+  readonly database: Database_;
+  /** Creations, one fsync per batch. */
+  readonly intakeCommits: GroupCommit;
+  /** Transitions, submissions, claims and attempt records, one fsync per batch. */
+  readonly attemptCommits: GroupCommit;
+  /** A lease-guarded state change inside `tx` (the areas' shared step). */
+  readonly transition: (
+    tx: DbOrTx,
+    task: TaskRow,
+    patch: Partial<NewTaskRow>,
+    now: number,
+    token: string | null,
+    firstAttemptDelayMs: number,
+  ) => TaskRow | undefined;
+  submissionContext(tx: DbOrTx, task: TaskRow): SubmissionContext;
+  createIn(db: Db, tx: DbOrTx, req: NewTaskRequest): CreateResult;
+}
