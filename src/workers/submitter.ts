@@ -4,10 +4,18 @@ import type { Logger } from "../logger.js";
 import type { Metrics } from "../metrics.js";
 import type { Lifecycle } from "../core/lifecycle.js";
 import { decideSubmission } from "../core/credits.js";
+import {
+  accountCapacity,
+  admission,
+  BLOCKED_RECHECK_MS,
+  concurrentLimitPlan,
+  expiresUnsent,
+  failurePlan,
+} from "../core/submit-plan.js";
 import type { Store, TaskRow, UpstreamAccountRow } from "../store/store.js";
 import type { Nudges } from "../core/nudges.js";
 import type { UpstreamAccounts } from "../upstream/accounts.js";
-import { UpstreamError, isConcurrentLimit } from "../upstream/errors.js";
+import { UpstreamError } from "../upstream/errors.js";
 import type { CreateResult } from "../upstream/types.js";
 import { isStorageFailure, isUpstreamIdTaken } from "../store/storage-health.js";
 import { Leadership, LEADER_RECHECK_MS } from "./leadership.js";
@@ -31,22 +39,10 @@ export interface SubmitterOptions {
   metrics?: Metrics | undefined;
 }
 
-/** After this long failing to reach the upstream, a task ends failed instead of retrying forever. */
-const GIVE_UP_AFTER_MS = 24 * 60 * 60 * 1000;
-/** A learned concurrency limit is re-probed after this long (other apps on the account may have finished). */
-const LEARNED_LIMIT_TTL_MS = 10 * 60 * 1000;
-/** A task blocked by concurrency is looked at again at least this often, even without a nudge. */
-const BLOCKED_RECHECK_MS = 30_000;
-/** How long 409 "still being created" answers to a task's own key are retried before its fate is called unknown. */
-export const CONFLICT_WINDOW_MS = 30 * 60_000;
-const CONFLICT_MIN_DELAY_MS = 5_000;
-const CONFLICT_MAX_DELAY_MS = 2 * 60_000;
 /** A claim outlasts the upstream request it covers, so a live worker never loses its lease mid-call. */
 const LEASE_MARGIN_MS = 5_000;
 
-export function submitBackoffMs(attempt: number): number {
-  return Math.min(5 * 60_000, 1_000 * 2 ** Math.max(0, attempt - 1));
-}
+export { CONFLICT_WINDOW_MS, submitBackoffMs } from "../core/submit-plan.js";
 
 /**
  * Sends waiting tasks upstream with their fixed Idempotency-Key, within each account's concurrency,
@@ -68,16 +64,8 @@ export class Submitter {
    * concurrent_limit taught (other apps may share the account), else none.
    */
   async capacity(account: string, known?: UpstreamAccountRow | undefined): Promise<number> {
-    const configured = this.opts.config.upstreamMaxConcurrent ?? Number.POSITIVE_INFINITY;
     const state = known ?? (await this.opts.store.accounts.state(account));
-    if (
-      state?.learnedMaxConcurrent &&
-      state.learnedAt &&
-      this.opts.clock.now() - state.learnedAt < LEARNED_LIMIT_TTL_MS
-    ) {
-      return Math.min(configured, state.learnedMaxConcurrent);
-    }
-    return configured;
+    return accountCapacity(this.opts.config.upstreamMaxConcurrent, state, this.opts.clock.now());
   }
 
   /**
@@ -119,13 +107,23 @@ export class Submitter {
         later(state.submitPausedUntil);
         continue;
       }
-      const free = (await this.capacity(account, state)) - (await store.tasks.countRunning(account));
-      const limit = Math.min(this.opts.batchSize ?? 16, Math.max(0, free));
-      if (limit <= 0) {
-        later(now + BLOCKED_RECHECK_MS);
-        this.full.set(account, now + BLOCKED_RECHECK_MS);
+      const plan = admission({
+        now,
+        state,
+        capacity: await this.capacity(account, state),
+        running: await store.tasks.countRunning(account),
+        batchSize: this.opts.batchSize ?? 16,
+      });
+      if (plan.kind === "paused") {
+        later(plan.until);
         continue;
       }
+      if (plan.kind === "full") {
+        later(plan.recheckAt);
+        this.full.set(account, plan.recheckAt);
+        continue;
+      }
+      const limit = plan.limit;
       // Made as the account's leader: nothing is claimed if another instance has taken it meanwhile.
       const claimed = await store.tasks.claimFairly(account, {
         now,
@@ -165,7 +163,7 @@ export class Submitter {
     const token = task.claimToken!;
     const now = clock.now();
     // Only a task never offered upstream can expire: after an attempt, the upstream may hold (and charge) it.
-    if (task.expiresAt !== null && task.expiresAt <= now && task.submitAttempts === 0) {
+    if (expiresUnsent(task, now)) {
       await this.expire(task);
       return;
     }
@@ -289,89 +287,62 @@ export class Submitter {
     // Refused outright (429), so nothing was created upstream: the attempt and its reservation are
     // undone, and the task may still expire or be canceled.
     const undo = { submitAttempts: before.submitAttempts, pointsReserved: before.pointsReserved };
-    if (e !== null && isConcurrentLimit(e as unknown)) {
-      this.opts.metrics?.concurrentLimitWaits.inc();
-      // Not a failure: the account is full. Remember its size and wait for a running task to end.
-      const running = await store.tasks.countRunning(task.upstreamAccount);
-      await store.accounts.updateState(
-        task.upstreamAccount,
-        { learnedMaxConcurrent: Math.max(1, running), learnedAt: now },
-        now,
-      );
-      // When our own tasks fill the account, the learned capacity holds this one back and the end of one
-      // of them nudges us: it keeps its place in line. When none of ours runs (other apps fill the
-      // account), nothing will nudge: look again later rather than at once.
-      await lifecycle.retryLater(task, token, running > 0 ? null : now + BLOCKED_RECHECK_MS, undo);
-      logger.info({ ...log, outcome: "concurrent_limit", running }, "submission");
-      return;
-    }
-    if (e && e.status === 429) {
-      const until = now + (e.retryAfterMs ?? 5_000);
-      await store.accounts.updateState(task.upstreamAccount, { submitPausedUntil: until }, now);
-      await lifecycle.retryLater(task, token, until, undo);
-      logger.warn({ ...log, outcome: "rate_limit", retry_in_ms: until - now }, "submission");
-      return;
-    }
-    if (e !== null && e.status === 409) {
-      // 409 on our own task-derived key: the upstream is still creating the original from an earlier
-      // attempt ("retry later", docs/upstream.md, "Errors"), which it may have charged. Retried with the same key,
-      // on its own clock (not the network-failure count), until a replay returns the task.
-      const since = task.conflictSince ?? now;
-      if (now - since < CONFLICT_WINDOW_MS) {
-        const delay = Math.max(
-          e.retryAfterMs ?? 0,
-          Math.min(CONFLICT_MAX_DELAY_MS, Math.max(CONFLICT_MIN_DELAY_MS, (now - since) / 2)),
-        );
-        await lifecycle.retryLater(task, token, now + delay, { conflictSince: since });
-        logger.warn({ ...log, outcome: "retry", code: e.code, retry_in_ms: delay }, "submission");
+    const plan = failurePlan(
+      e && { status: e.status, code: e.code, retryable: e.retryable, retryAfterMs: e.retryAfterMs },
+      task,
+      now,
+      String(err),
+    );
+    switch (plan.kind) {
+      case "concurrent_limit": {
+        this.opts.metrics?.concurrentLimitWaits.inc();
+        // Not a failure: the account is full. Remember its size and wait for a running task to end.
+        const running = await store.tasks.countRunning(task.upstreamAccount);
+        const next = concurrentLimitPlan(running, now);
+        await store.accounts.updateState(task.upstreamAccount, next.learned, now);
+        await lifecycle.retryLater(task, token, next.retryAt, undo);
+        logger.info({ ...log, outcome: "concurrent_limit", running }, "submission");
         return;
       }
-      await this.giveUp(
-        task,
-        token,
-        e,
-        log,
-        `it kept answering 409 ${e.code} for ${Math.round((now - since) / 60_000)} minutes`,
-      );
-      return;
+      case "rate_limit":
+        await store.accounts.updateState(task.upstreamAccount, { submitPausedUntil: plan.until }, now);
+        await lifecycle.retryLater(task, token, plan.until, undo);
+        logger.warn({ ...log, outcome: "rate_limit", retry_in_ms: plan.until - now }, "submission");
+        return;
+      case "conflict_retry":
+        await lifecycle.retryLater(task, token, plan.at, { conflictSince: plan.conflictSince });
+        logger.warn({ ...log, outcome: "retry", code: e?.code, retry_in_ms: plan.delay }, "submission");
+        return;
+      case "unusable":
+        // A 2xx the relay cannot use: the upstream accepted (and may have charged) the task, and
+        // every replay of its key brings the same answer. Ended, never offered again.
+        await lifecycle.failUnusable(task, token, {
+          code: "upstream_invalid_response",
+          message: `The upstream accepted this task but its answer cannot be used (${e?.message}). It may have been charged: check the upstream account.`,
+          request_id: e?.requestId ?? null,
+        });
+        logger.error(
+          { ...log, outcome: "failed", code: "upstream_invalid_response", cause: e?.code },
+          "upstream defect: creation answer unusable",
+        );
+        return;
+      case "refused": {
+        // A 4xx refusal (400, 402, 422…): the upstream created nothing and charged nothing.
+        const u = e!;
+        const info = { ...u.toInfo(), ...(u.details !== undefined ? { details: u.details } : {}) };
+        await lifecycle.fail(task, token, info);
+        logger.warn({ ...log, outcome: "failed", code: info.code, upstream_status: u.status }, "submission");
+        return;
+      }
+      case "unknown":
+        await this.giveUp(task, token, e, log, plan.why);
+        return;
+      case "retry": {
+        await lifecycle.retryLater(task, token, plan.at);
+        const level = e?.status === 401 ? "error" : "warn";
+        logger[level]({ ...log, outcome: "retry", code: e?.code ?? "error", retry_in_ms: plan.delay }, "submission");
+      }
     }
-    if (e !== null && (e.code === "invalid_task_id" || e.code === "response_too_large")) {
-      // A 2xx the relay cannot use: the upstream accepted (and may have charged) the task, and
-      // every replay of its key brings the same answer. Ended, never offered again.
-      await lifecycle.failUnusable(task, token, {
-        code: "upstream_invalid_response",
-        message: `The upstream accepted this task but its answer cannot be used (${e.message}). It may have been charged: check the upstream account.`,
-        request_id: e.requestId,
-      });
-      logger.error(
-        { ...log, outcome: "failed", code: "upstream_invalid_response", cause: e.code },
-        "upstream defect: creation answer unusable",
-      );
-      return;
-    }
-    // 401 means our own key is wrong, not the caller's request: keep retrying, loudly.
-    const final = e !== null && !e.retryable && e.status !== 401;
-    if (final) {
-      // A 4xx refusal (400, 402, 422…): the upstream created nothing and charged nothing.
-      const info = { ...e.toInfo(), ...(e.details !== undefined ? { details: e.details } : {}) };
-      await lifecycle.fail(task, token, info);
-      logger.warn({ ...log, outcome: "failed", code: info.code, upstream_status: e.status }, "submission");
-      return;
-    }
-    if (now - task.createdAt > GIVE_UP_AFTER_MS) {
-      await this.giveUp(
-        task,
-        token,
-        e,
-        log,
-        `it could not be reached for ${Math.round(GIVE_UP_AFTER_MS / 3_600_000)} hours (last: ${e?.code ?? String(err)})`,
-      );
-      return;
-    }
-    const delay = Math.max(submitBackoffMs(task.submitAttempts), e?.retryAfterMs ?? 0);
-    await lifecycle.retryLater(task, token, now + delay);
-    const level = e?.status === 401 ? "error" : "warn";
-    logger[level]({ ...log, outcome: "retry", code: e?.code ?? "error", retry_in_ms: delay }, "submission");
   }
 
   /**
