@@ -1,5 +1,5 @@
 import { and, eq, sql } from "drizzle-orm";
-import type { CreditPosition, LedgerEntry, ReservationsAround } from "../store/store.js";
+import type { CreditPosition, ReservationsAround } from "../store/store.js";
 import type { DbOrTx } from "./sqlite/tx.js";
 import { clients, creditLedger, learnedPrices, tasks } from "./sqlite/schema.js";
 
@@ -85,18 +85,4 @@ export function reservationsAround(db: DbOrTx, clientId: string, taskId: string)
     .where(and(eq(tasks.clientId, clientId), sql`${tasks.phase} <> 'done'`, sql`${tasks.id} <> ${taskId}`))
     .get();
   return { inFlight: row?.inFlight ?? 0, ahead: row?.ahead ?? 0, others: row?.others ?? 0 };
-}
-
-export function ledgerOf(db: DbOrTx, clientId: string): LedgerEntry[] {
-  return db
-    .select({
-      taskId: creditLedger.taskId,
-      charged: creditLedger.charged,
-      refunded: creditLedger.refunded,
-      at: creditLedger.at,
-    })
-    .from(creditLedger)
-    .where(eq(creditLedger.clientId, clientId))
-    .orderBy(creditLedger.id)
-    .all();
 }

@@ -1,7 +1,7 @@
-import { and, desc, eq, getTableColumns, gte, isNotNull, isNull, lt, or, sql, type SQL } from "drizzle-orm";
+import { and, desc, eq, getTableColumns, gte, isNotNull, lt, or, sql, type SQL } from "drizzle-orm";
 import type { ListedTask, TaskListQuery } from "../store/store.js";
 import type { DbOrTx } from "./sqlite/tx.js";
-import { dashboardSessions, events, tasks } from "./sqlite/schema.js";
+import { events, tasks } from "./sqlite/schema.js";
 
 /**
  * The dashboard's own queries: its sessions, and reads the API does not offer (search, hourly
@@ -13,32 +13,6 @@ import type { HourlyCount, NewSessionRow, SessionRow } from "../store/rows.js";
 export type { HourlyCount, NewSessionRow, SessionRow };
 
 // Writes use .run(), never a read of a RETURNING row: that would hide a failed commit (see db-writes.test.ts).
-export function insertSession(db: DbOrTx, row: NewSessionRow): void {
-  db.insert(dashboardSessions).values(row).run();
-}
-
-export function findSession(db: DbOrTx, tokenHash: string): SessionRow | undefined {
-  return db.select().from(dashboardSessions).where(eq(dashboardSessions.tokenHash, tokenHash)).get();
-}
-
-export function touchSession(db: DbOrTx, tokenHash: string, now: number): void {
-  db.update(dashboardSessions).set({ lastSeenAt: now }).where(eq(dashboardSessions.tokenHash, tokenHash)).run();
-}
-
-export function revokeSession(db: DbOrTx, tokenHash: string, now: number): void {
-  db.update(dashboardSessions)
-    .set({ revokedAt: now })
-    .where(and(eq(dashboardSessions.tokenHash, tokenHash), isNull(dashboardSessions.revokedAt)))
-    .run();
-}
-
-/** Sessions past their end are useless; sign-in deletes them so the table does not grow forever. */
-export function deleteEndedSessions(db: DbOrTx, now: number): number {
-  return db
-    .delete(dashboardSessions)
-    .where(or(lt(dashboardSessions.expiresAt, now), isNotNull(dashboardSessions.revokedAt)))
-    .run().changes;
-}
 
 /**
  * An event whose delivery is retrying: pending again after an attempt that got no 2xx (a

@@ -9,7 +9,7 @@ import { loadConfig } from "../../src/config.js";
 import { openDatabase } from "../../src/db/sqlite/open.js";
 import { silentLogger } from "../../src/logger.js";
 import { Relay } from "../../src/relay.js";
-import { insertClient } from "../../src/db/clients.js";
+import { insert as insertClient } from "../../src/db/sqlite/clients.js";
 import { sqliteStore } from "../../src/open-store.js";
 import { newClient } from "../../src/services/clients.js";
 import { startSimulator } from "../../src/simulator/server.js";

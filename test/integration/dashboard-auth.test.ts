@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { findSession } from "../../src/db/dashboard.js";
+import { find as findSession } from "../../src/db/sqlite/sessions.js";
 import { revokeClient } from "../../src/services/clients.js";
 import { csrfOf, setCookies, signedIn, Visitor } from "../helpers/dashboard.js";
 import { createTestRelay, type TestRelay } from "../helpers/relay.js";

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { Webhook } from "standardwebhooks";
-import { findClient } from "../../src/db/clients.js";
+import { find as findClient } from "../../src/db/sqlite/clients.js";
 import { csrfOf, signedIn } from "../helpers/dashboard.js";
 import { createTask, readTask } from "../helpers/flow.js";
 import type { FakeUpstream } from "../helpers/fake-upstream.js";

@@ -1,6 +1,7 @@
 import { http, HttpResponse } from "msw";
 import { describe, expect, it } from "vitest";
-import { creditPosition, ledgerOf } from "../../src/db/credits.js";
+import { creditPosition } from "../../src/db/credits.js";
+import { ledger as ledgerOf } from "../../src/db/sqlite/clients.js";
 import { listTaskEvents } from "../../src/db/support.js";
 import { createSimulator } from "../../src/simulator/app.js";
 import { createTask, readTask, taskRow } from "../helpers/flow.js";
@@ -363,7 +364,7 @@ describe("revoking a client stops its spending", () => {
     const { apiKey, id: clientId } = t.client();
     const id = await createTask(t, apiKey);
     // Revoked between the claim and the upstream call: the submission's own transaction sees it.
-    const { updateClient } = await import("../../src/db/clients.js");
+    const { update: updateClient } = await import("../../src/db/sqlite/clients.js");
     const original = t.relay.lifecycle.beginSubmission.bind(t.relay.lifecycle);
     t.relay.lifecycle.beginSubmission = (task, token, decide, until) => {
       updateClient(t.database.db, clientId, { revokedAt: t.clock.now() });

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { findClient } from "../../src/db/clients.js";
+import { find as findClient } from "../../src/db/sqlite/clients.js";
 import { claimDueTasks, nextDueAt } from "../../src/db/tasks.js";
 import { createTask, taskRow } from "../helpers/flow.js";
 import { verifyAt } from "../helpers/receiver.js";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { findClient } from "../../src/db/clients.js";
+import { find as findClient } from "../../src/db/sqlite/clients.js";
 import { revokeClient, rotateSecret } from "../../src/services/clients.js";
 import { createTask, taskRow } from "../helpers/flow.js";
 import { imageBody, type TestRelay, insertTestClient } from "../helpers/relay.js";

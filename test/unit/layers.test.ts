@@ -122,7 +122,6 @@ const DRIVER_DEBTS = new Set(
   [
     "admission",
     "bound-values",
-    "clients",
     "credits",
     "dashboard",
     "endpoints",
