@@ -2,7 +2,7 @@ import type { EventRow, EventStore } from "../../store/store.js";
 import { E, A, RELEASED, CHANNEL, opt, type Row } from "./mapping.js";
 import { claimedOf, claimStatement } from "./claim-session.js";
 import { deliveryKey } from "../../store/delivery-key.js";
-import { retryingEvent } from "../dashboard.js";
+import { retryingEvent } from "../kit/delivery-failing.js";
 import { pickWithinRoom } from "../../store/fairness.js";
 import type { PgContext } from "./context.js";
 

@@ -1,7 +1,7 @@
 import type { TaskRow, TaskStore } from "../../store/store.js";
 import { T, unclaimed, NO_RESERVATIONS, CHANNEL, opt, columnsOf, type Queryable, type Row } from "./mapping.js";
 import { tasks } from "./schema.js";
-import { DELIVERY_FAILING_TASK } from "../dashboard.js";
+import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
 import { interleave, pickWithinRoom } from "../../store/fairness.js";
 import type { PgContext } from "./context.js";
 import { PgIntakeBatches } from "./intake.js";
