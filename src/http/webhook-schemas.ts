@@ -166,9 +166,12 @@ export function registerWebhookDocs(app: OpenAPIHono<any>): void {
       request: { headers: SIGNED_HEADERS, body: { required: true, content: { "application/json": { schema } } } },
       responses: {
         200: {
-          description: "Any 2xx within WEBHOOK_TIMEOUT_MS acknowledges the event; anything else but 410 is retried.",
+          description:
+            "Any 2xx within WEBHOOK_TIMEOUT_MS acknowledges the event. Anything else is retried, unless it is a 410 or carries the header webhook-delivery: abort.",
         },
-        410: { description: "Gone: the relay stops retrying this event." },
+        410: {
+          description: "Gone: the relay stops retrying this event (so does any non-2xx with webhook-delivery: abort).",
+        },
       },
     });
   }

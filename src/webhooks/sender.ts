@@ -25,6 +25,10 @@ export interface SendResult {
   blocked: boolean;
   responseBody: string | null;
   retryAfterMs: number | null;
+  /**
+   * The receiver ended the event's retries for good: `410 Gone`, or any other non-2xx answer with
+   * `webhook-delivery: abort` (docs/contract.md, "Ending retries from the receiver").
+   */
   gone: boolean;
 }
 
@@ -40,6 +44,8 @@ class AttemptTimeout extends Error {
 interface Progress {
   statusCode: number | null;
   retryAfter: string | null;
+  /** The answer's `webhook-delivery` header, lower-cased and trimmed. */
+  delivery: string | null;
   responseBody: string | null;
 }
 
@@ -132,7 +138,7 @@ export class WebhookSender {
     const checked = validateCallbackUrl(req.url, { allowPrivateNetworks: this.allowPrivateNetworks });
     if (!checked.ok) return result({ blocked: true, error: `blocked: ${checked.reason}` });
 
-    const progress: Progress = { statusCode: null, retryAfter: null, responseBody: null };
+    const progress: Progress = { statusCode: null, retryAfter: null, delivery: null, responseBody: null };
     const controller = new AbortController();
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
@@ -159,7 +165,7 @@ export class WebhookSender {
         statusCode: progress.statusCode,
         responseBody: progress.responseBody,
         retryAfterMs: parseRetryAfter(progress.retryAfter, this.now()),
-        gone: progress.statusCode === 410,
+        gone: endedByReceiver(progress.statusCode, progress.delivery),
       });
     } finally {
       clearTimeout(timer);
@@ -169,10 +175,10 @@ export class WebhookSender {
     return result({
       ok: status >= 200 && status < 300,
       statusCode: status,
-      error: statusError(status),
+      error: statusError(status, progress.delivery),
       responseBody: progress.responseBody,
       retryAfterMs: parseRetryAfter(progress.retryAfter, this.now()),
-      gone: status === 410,
+      gone: endedByReceiver(status, progress.delivery),
     });
   }
 
@@ -197,6 +203,8 @@ export class WebhookSender {
     progress.statusCode = response.statusCode;
     const retryAfter = response.headers["retry-after"];
     progress.retryAfter = (Array.isArray(retryAfter) ? retryAfter[0] : retryAfter) ?? null;
+    const delivery = response.headers["webhook-delivery"];
+    progress.delivery = ((Array.isArray(delivery) ? delivery[0] : delivery) ?? "").trim().toLowerCase() || null;
 
     // Read at most RESPONSE_BODY_LIMIT bytes, then drop the rest (and with it the socket)
     // rather than download whatever the receiver chooses to send.
@@ -291,10 +299,21 @@ class TenantAgents {
   }
 }
 
-function statusError(status: number): string | null {
+/**
+ * The one rule for a receiver ending an event's retries: `410 Gone`, or `webhook-delivery: abort`
+ * on any answer that is not a 2xx (a 2xx already delivers the event, so the header changes nothing).
+ */
+export function endedByReceiver(status: number | null, delivery: string | null): boolean {
+  if (status === null || (status >= 200 && status < 300)) return false;
+  return status === 410 || delivery === "abort";
+}
+
+function statusError(status: number, delivery: string | null): string | null {
   if (status >= 200 && status < 300) return null;
-  if (status >= 300 && status < 400) return `redirect (${status}) not followed`;
   if (status === 410) return "gone (410): the receiver asked for no more deliveries";
+  if (endedByReceiver(status, delivery))
+    return `aborted (HTTP ${status}, webhook-delivery: abort): the receiver asked for no more deliveries`;
+  if (status >= 300 && status < 400) return `redirect (${status}) not followed`;
   return `HTTP ${status}`;
 }
 
