@@ -3,7 +3,7 @@ import type { SupportTaskQuery } from "../store/store.js";
 import type { DbOrTx } from "./sqlite/tx.js";
 import type { EventRow } from "./events.js";
 import { events, tasks } from "./sqlite/schema.js";
-import type { TaskRow } from "./tasks.js";
+import type { TaskRow } from "../store/store.js";
 
 /**
  * Lookups for the operator's support commands (`tasks list`, `tasks show`): across every client,

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "vitest";
-import { findTask, type TaskRow } from "../../src/db/tasks.js";
+import { find as findTask } from "../../src/db/sqlite/tasks.js";
+import type { TaskRow } from "../../src/store/store.js";
 import { imageBody, videoBody, type TestRelay } from "./relay.js";
 
 /** Creates a task through the API (expects 201) and returns its id. */

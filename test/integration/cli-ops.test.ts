@@ -8,7 +8,7 @@ import { systemClock } from "../../src/clock.js";
 import { hashApiKey } from "../../src/crypto.js";
 import { insertAttempt, insertEvent, lastEventOfTask, updateEvent } from "../../src/db/events.js";
 import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
-import { findTask, insertTask } from "../../src/db/tasks.js";
+import { find as findTask, insertTask } from "../../src/db/sqlite/tasks.js";
 import { newId } from "../../src/ids.js";
 import { CLI_PATH, runCliInProcess, type CliRun } from "../helpers/cli.js";
 import { createTestRelay, imageBody, type TestRelay, insertTestClient, transitionTask } from "../helpers/relay.js";

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { find as findClient } from "../../src/db/sqlite/clients.js";
-import { claimDueTasks, nextDueAt } from "../../src/db/tasks.js";
+import { claimDue as claimDueTasks, nextDueAt } from "../../src/db/sqlite/task-claims.js";
 import { createTask, taskRow } from "../helpers/flow.js";
 import { verifyAt } from "../helpers/receiver.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";

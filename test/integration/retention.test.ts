@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { findTask, findClientTask } from "../../src/db/tasks.js";
+import { find as findTask, findOfClient as findClientTask } from "../../src/db/sqlite/tasks.js";
 import { findEvent, lastEventOfTask, updateEvent } from "../../src/db/events.js";
 import { createTestRelay, imageBody, type TestRelay, transitionTask } from "../helpers/relay.js";
 

@@ -4,8 +4,8 @@ import { describe, expect, it, vi } from "vitest";
 import { createTask, readTask, taskRow } from "../helpers/flow.js";
 import { type FakeUpstream, upstreamError } from "../helpers/fake-upstream.js";
 import { verifyAt } from "../helpers/receiver.js";
-import { updateLeasedTask } from "../../src/db/tasks.js";
-import { claimFairly } from "../../src/db/admission.js";
+import { updateLeasedTask } from "../../src/db/sqlite/tasks.js";
+import { claimFairly } from "../../src/db/sqlite/task-claims.js";
 import { LeaseOwner } from "../../src/workers/owner.js";
 import { imageBody, UPSTREAM_KEY } from "../helpers/relay.js";
 

@@ -120,7 +120,6 @@ const DRIVER_LEAVES = ["statuses.ts"];
  */
 const DRIVER_DEBTS = new Set(
   [
-    "admission",
     "bound-values",
     "credits",
     "dashboard",
@@ -128,9 +127,7 @@ const DRIVER_DEBTS = new Set(
     "events",
     "health",
     "retention",
-    "round-robin",
     "support",
-    "tasks",
     "upstream",
     "usage",
   ].map((name) => `src/db/${name}.ts`),

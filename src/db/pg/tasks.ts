@@ -304,7 +304,7 @@ export function pgTasks(s: PgContext): TaskStore {
       candidates.sort(
         (a, b) => o.rank(a.client_id as string) - o.rank(b.client_id as string) || Number(a.first) - Number(b.first),
       );
-      // As SQLite's (db/round-robin.ts): clients in rank order, one task each per turn, each within its room; a client with none is not read.
+      // As SQLite's (db/sqlite/task-claims.ts): clients in rank order, one task each per turn, each within its room; a client with none is not read.
       const queued: Array<{ id: string; clientId: string; host: string }> = [];
       for (const cand of candidates) {
         const clientId = cand.client_id as string;

@@ -1,7 +1,7 @@
 import type { OpsStore } from "../../store/store.js";
 import { eventsWithoutDestination, releaseAllEventLeases, setDestination } from "../events.js";
 import { probeWrite } from "../health.js";
-import { releaseAllTaskLeases } from "../tasks.js";
+import { releaseAllTaskLeases } from "./tasks.js";
 import { releaseLeasesOf } from "./release-leases.js";
 import { sql } from "drizzle-orm";
 import type { SqliteContext } from "./context.js";

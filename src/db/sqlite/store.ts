@@ -6,11 +6,13 @@ import type {
   EventStore,
   NoticeStore,
   NewTaskRequest,
+  NewTaskRow,
   OpsStore,
   RateLimitStore,
   SessionStore,
   Store,
   SubmissionContext,
+  TaskRow,
   TaskStore,
   TransitionOptions,
   TransitionRules,
@@ -26,9 +28,7 @@ import {
   insertTaskPrepared,
   wakeWaitingOfClient,
   writeTask,
-  type NewTaskRow,
-  type TaskRow,
-} from "../tasks.js";
+} from "./tasks.js";
 import { planTransition } from "../../store/transition-plan.js";
 import type { DbOrTx } from "./tx.js";
 import { sqliteTasks } from "./tasks.js";

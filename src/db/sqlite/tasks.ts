@@ -1,38 +1,23 @@
-import { and, desc, eq, getTableColumns, gte, isNotNull, lt, or, sql, type SQL } from "drizzle-orm";
-import type { HourlyCount, ListedTask, TaskListQuery, TaskStore } from "../../store/store.js";
+import { and, desc, eq, getTableColumns, gt, gte, isNotNull, lt, sql, or, type SQL } from "drizzle-orm";
+import type { HourlyCount, ListedTask, NewTaskRow, TaskListQuery, TaskRow, TaskStore } from "../../store/store.js";
 import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
-import { claimFairly } from "../admission.js";
 import { pruneFinishedTasks } from "../retention.js";
-import { clientStoredBytes } from "./client-storage.js";
-import { claimAcrossClients } from "../round-robin.js";
 import { findTasksByAnyId, listTasksForSupport } from "../support.js";
-import { findTaskByUpstreamId } from "../tasks.js";
-import {
-  accountsInFlight,
-  accountsWithDueTasks,
-  claimDueTasks,
-  claimExpiredWaiting,
-  claimTasks,
-  countRunning,
-  findClientTask,
-  findTask,
-  listInFlight,
-  nextDueAt,
-  nextExpiryAt,
-  unsubmittedOfClient,
-  updateLeasedTask,
-  waitingAhead,
-} from "../tasks.js";
 import { taskCounts } from "../usage.js";
+import { clientStoredBytes } from "./client-storage.js";
 import type { SqliteContext } from "./context.js";
-import { tasks } from "./schema.js";
+import type { Db } from "./open.js";
+import { insertEveryColumn, patchShape, prepared } from "./prepared.js";
+import { type TaskPhase, tasks } from "./schema.js";
+import { sqliteTaskClaims, unclaimed } from "./task-claims.js";
 import type { DbOrTx } from "./tx.js";
 
-/** The TaskStore on SQLite: tasks: intake, transitions, submissions, claims, reads and pruning. */
+/** The TaskStore on SQLite: intake, transitions, submissions, reads and pruning; the claims are task-claims.ts. */
 export function sqliteTasks(s: SqliteContext): TaskStore {
   const db = s.database.db;
   const transition = s.transition;
   return {
+    ...sqliteTaskClaims(s),
     create: (req) => s.intakeCommits.runAtomic((tx) => s.createIn(db, tx, req)),
     // The workers' writes share one group commit (s.attemptCommits): transitions, submissions, claims
     // and attempt records settling in the same turn of the event loop cost one fsync together.
@@ -43,11 +28,11 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
       s.attemptCommits.runAtomic(() =>
         Object.values(patch).some((v) => v !== undefined)
           ? updateLeasedTask(db, id, token, patch)
-          : [findTask(db, id)].find((t) => t?.claimToken === token),
+          : [find(db, id)].find((t) => t?.claimToken === token),
       ),
     beginSubmission: (id, token, decide, o) =>
       s.attemptCommits.run((tx) => {
-        const current = findTask(tx, id);
+        const current = find(tx, id);
         if (!current || current.claimToken !== token) return null;
         const step = decide(s.submissionContext(tx, current));
         const task = step.transition
@@ -57,17 +42,17 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
       }),
     decideAndTransition: (id, clientId, decide, o) =>
       s.attemptCommits.run((tx) => {
-        const before = clientId === null ? findTask(tx, id) : findClientTask(tx, clientId, id);
+        const before = clientId === null ? find(tx, id) : findOfClient(tx, clientId, id);
         if (!before) return null;
         const patch = decide(before);
         if (patch === null) return { before, after: before };
         const after = transition(tx, before, patch, o.now, o.token, o.firstAttemptDelayMs);
         return after ? { before, after } : null;
       }),
-    find: async (id) => findTask(db, id),
-    findOfClient: async (clientId, id) => findClientTask(db, clientId, id),
+    find: async (id) => find(db, id),
+    findOfClient: async (clientId, id) => findOfClient(db, clientId, id),
     findByAnyId: async (id) => findTasksByAnyId(db, id),
-    findByUpstreamId: async (account, upstreamTaskId) => findTaskByUpstreamId(db, account, upstreamTaskId),
+    findByUpstreamId: async (account, upstreamTaskId) => findByUpstreamId(db, account, upstreamTaskId),
     list: async (q) => list(db, q),
     storedBytesOfClient: async (clientId) => clientStoredBytes(db, clientId),
     listForSupport: async (q) => listTasksForSupport(db, q),
@@ -76,20 +61,163 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
     countsOfClient: async (clientId) => taskCounts(db, clientId),
     hourlyCounts: async (clientId, since) => hourlyCounts(db, clientId, since),
     recentCallbackUrls: async (clientId) => recentCallbackUrls(db, clientId),
-    claimFairly: (account, o) => s.attemptCommits.runAtomic(() => claimFairly(db, { account, ...o })),
-    claimDue: (phase, account, o) => s.attemptCommits.runAtomic(() => claimDueTasks(db, { phase, account, ...o })),
-    // Several statements (chunks of ids): in a savepoint of its own.
-    claimIds: (ids, phase, o) => s.attemptCommits.run(() => claimTasks(db, { ids, phase, ...o })),
-    claimExpired: (o) => s.attemptCommits.runAtomic(() => claimExpiredWaiting(db, o)),
-    claimAcrossClients: (phase, o) => s.attemptCommits.run(() => claimAcrossClients(db, phase, o)),
-    nextDueAt: async (phase, now) => nextDueAt(db, phase, now),
-    nextExpiryAt: async () => nextExpiryAt(db),
-    accountsWithDue: async (phase, now) => accountsWithDueTasks(db, phase, now),
-    accountsInFlight: async () => accountsInFlight(db),
-    countRunning: async (account) => countRunning(db, account),
-    listInFlight: async (account) => listInFlight(db, account),
     pruneFinished: async (before, batch) => pruneFinishedTasks(db, before, batch),
   };
+}
+
+export function insertTask(db: DbOrTx, row: NewTaskRow): TaskRow {
+  return db.insert(tasks).values(row).returning().all()[0]!;
+}
+
+/** findTaskByIdempotencyKey on a statement prepared once (the intake's hot path). */
+export function findTaskByIdempotencyKeyPrepared(db: Db, clientId: string, key: string): TaskRow | undefined {
+  return prepared(db, "tasks.byIdempotencyKey", () =>
+    db
+      .select()
+      .from(tasks)
+      .where(and(eq(tasks.clientId, sql.placeholder("clientId")), eq(tasks.idempotencyKey, sql.placeholder("key"))))
+      .prepare(),
+  ).get({ clientId, key });
+}
+
+/** insertTask on a statement prepared once: every column bound (schema defaults filled in), and the bound row is the stored row. */
+export function insertTaskPrepared(db: Db, row: NewTaskRow): TaskRow {
+  return insertEveryColumn<TaskRow>(db, tasks, row);
+}
+
+export function find(db: DbOrTx, id: string): TaskRow | undefined {
+  return db.select().from(tasks).where(eq(tasks.id, id)).get();
+}
+
+/** A client's task, or undefined for an unknown id or another client's task (the two must look the same). */
+export function findOfClient(db: DbOrTx, clientId: string, id: string): TaskRow | undefined {
+  return db
+    .select()
+    .from(tasks)
+    .where(and(eq(tasks.id, id), eq(tasks.clientId, clientId)))
+    .get();
+}
+
+/**
+ * Updates a task only while the caller's lease holds (token matches), so a worker whose
+ * lease expired and was taken over cannot overwrite the newer owner's result.
+ */
+export function updateLeasedTask(
+  db: DbOrTx,
+  id: string,
+  token: string,
+  patch: Partial<NewTaskRow>,
+): TaskRow | undefined {
+  return db
+    .update(tasks)
+    .set(patch)
+    .where(and(eq(tasks.id, id), eq(tasks.claimToken, token)))
+    .returning()
+    .all()[0];
+}
+
+/**
+ * Writes a non-empty patch (while the lease `token` holds, when given) without reading the row
+ * back; true when it did. One statement per shape of patch, prepared once on the database (also
+ * inside a transaction open on it).
+ */
+export function writeTask(db: Db, id: string, token: string | null, patch: Partial<NewTaskRow>): boolean {
+  const shape = patchShape(patch);
+  const statement = prepared(db, `tasks.write:${token === null ? "any" : "leased"}:${shape.join(",")}`, () =>
+    db
+      .update(tasks)
+      .set(Object.fromEntries(shape.map((k) => [k, sql.placeholder(k)])) as Partial<NewTaskRow>)
+      .where(
+        token === null
+          ? eq(tasks.id, sql.placeholder("__id"))
+          : and(eq(tasks.id, sql.placeholder("__id")), eq(tasks.claimToken, sql.placeholder("__token"))),
+      )
+      .prepare(),
+  );
+  return statement.run({ ...patch, __id: id, __token: token }).changes > 0;
+}
+
+/** The task bound to an upstream id on an account, through tasks_upstream_task_uq (prepared once). */
+export function findByUpstreamId(db: Db, account: string, upstreamTaskId: string): TaskRow | undefined {
+  return prepared(db, "tasks.byUpstreamId", () =>
+    db
+      .select()
+      .from(tasks)
+      .where(
+        and(
+          eq(tasks.upstreamAccount, sql.placeholder("account")),
+          eq(tasks.upstreamTaskId, sql.placeholder("upstreamTaskId")),
+        ),
+      )
+      .prepare(),
+  ).get({ account, upstreamTaskId });
+}
+
+/** find on a statement prepared once (transitions read the row first). */
+export function findTaskPrepared(db: Db, id: string): TaskRow | undefined {
+  return prepared(db, "tasks.find", () =>
+    db
+      .select()
+      .from(tasks)
+      .where(eq(tasks.id, sql.placeholder("id")))
+      .prepare(),
+  ).get({ id });
+}
+
+export function countByPhaseForClient(db: Db, clientId: string, phase: TaskPhase): number {
+  const row = db
+    .select({ n: sql<number>`count(*)` })
+    .from(tasks)
+    .where(and(eq(tasks.clientId, clientId), eq(tasks.phase, phase)))
+    .get();
+  return row?.n ?? 0;
+}
+
+/** Waiting tasks of an account created before this one (ids are time-ordered): its queue position - 1. */
+export function waitingAhead(db: DbOrTx, account: string, id: string): number {
+  const row = db
+    .select({ n: sql<number>`count(*)` })
+    .from(tasks)
+    .where(and(eq(tasks.phase, "waiting"), eq(tasks.upstreamAccount, account), lt(tasks.id, id)))
+    .get();
+  return row?.n ?? 0;
+}
+
+/** A client's waiting tasks never offered upstream and not leased: revocation cancels them. */
+export function unsubmittedOfClient(db: DbOrTx, clientId: string, now: number): TaskRow[] {
+  return db
+    .select()
+    .from(tasks)
+    .where(and(eq(tasks.clientId, clientId), eq(tasks.phase, "waiting"), eq(tasks.submitAttempts, 0), unclaimed(now)))
+    .all();
+}
+
+/**
+ * Credits of a client came back (a reservation ended): its waiting tasks held back until later are
+ * due again now, so one that waited for room is looked at at once (account pauses and caps still apply).
+ */
+export function wakeWaitingOfClient(db: DbOrTx, clientId: string, now: number): void {
+  db.update(tasks)
+    .set({ nextRunAt: now })
+    .where(
+      and(
+        eq(tasks.clientId, clientId),
+        eq(tasks.phase, "waiting"),
+        eq(tasks.submitAttempts, 0),
+        gt(tasks.nextRunAt, now),
+        unclaimed(now),
+      ),
+    )
+    .run();
+}
+
+/** Releases every task lease (start of a single-process relay: any lease left is a dead process's). */
+export function releaseAllTaskLeases(db: Db): number {
+  return db
+    .update(tasks)
+    .set({ claimedUntil: null, claimToken: null })
+    .where(sql`${tasks.claimToken} IS NOT NULL`)
+    .run().changes;
 }
 
 /**
