@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { creditPosition } from "../../src/db/credits.js";
-import { listTasksForSupport } from "../../src/db/support.js";
+import { listForSupport as listTasksForSupport } from "../../src/db/sqlite/tasks.js";
 import type { FakeUpstream } from "../helpers/fake-upstream.js";
 import type { TestRelay } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";

@@ -1,10 +1,15 @@
-import { and, desc, eq, getTableColumns, gt, gte, isNotNull, lt, sql, or, type SQL } from "drizzle-orm";
-import type { HourlyCount, ListedTask, NewTaskRow, TaskListQuery, TaskRow, TaskStore } from "../../store/store.js";
+import { and, asc, desc, eq, getTableColumns, gt, gte, isNotNull, lt, sql, or, type SQL } from "drizzle-orm";
+import type {
+  HourlyCount,
+  ListedTask,
+  NewTaskRow,
+  SupportTaskQuery,
+  TaskListQuery,
+  TaskRow,
+  TaskStore,
+} from "../../store/store.js";
 import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
-import { pruneFinishedTasks } from "../retention.js";
-import { findTasksByAnyId, listTasksForSupport } from "../support.js";
-import { taskCounts } from "../usage.js";
-import { clientStoredBytes } from "./client-storage.js";
+import { clientStoredBytes, releaseClientStoredBytes } from "./client-storage.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { insertEveryColumn, patchShape, prepared } from "./prepared.js";
@@ -51,17 +56,17 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
       }),
     find: async (id) => find(db, id),
     findOfClient: async (clientId, id) => findOfClient(db, clientId, id),
-    findByAnyId: async (id) => findTasksByAnyId(db, id),
+    findByAnyId: async (id) => findByAnyId(db, id),
     findByUpstreamId: async (account, upstreamTaskId) => findByUpstreamId(db, account, upstreamTaskId),
     list: async (q) => list(db, q),
     storedBytesOfClient: async (clientId) => clientStoredBytes(db, clientId),
-    listForSupport: async (q) => listTasksForSupport(db, q),
+    listForSupport: async (q) => listForSupport(db, q),
     waitingAhead: async (account, id) => waitingAhead(db, account, id),
     unsubmittedOfClient: async (clientId, now) => unsubmittedOfClient(db, clientId, now),
-    countsOfClient: async (clientId) => taskCounts(db, clientId),
+    countsOfClient: async (clientId) => countsOfClient(db, clientId),
     hourlyCounts: async (clientId, since) => hourlyCounts(db, clientId, since),
     recentCallbackUrls: async (clientId) => recentCallbackUrls(db, clientId),
-    pruneFinished: async (before, batch) => pruneFinishedTasks(db, before, batch),
+    pruneFinished: async (before, batch) => pruneFinished(db, before, batch),
   };
 }
 
@@ -282,4 +287,74 @@ export function recentCallbackUrls(db: DbOrTx, clientId: string, scan = 500): st
     .limit(scan)
     .all();
   return [...new Set(rows.map((r) => r.url!))];
+}
+
+/**
+ * For the operator's support commands (`tasks show`), across every client: the task with this
+ * relay id, or else the tasks with this upstream task id. Upstream ids are unique per upstream
+ * account only, so more than one task can match on a relay with several. (No index serves
+ * upstream_task_id alone: acceptable for a support command, not for a hot path.)
+ */
+export function findByAnyId(db: DbOrTx, id: string): TaskRow[] {
+  const byId = db.select().from(tasks).where(eq(tasks.id, id)).get();
+  if (byId) return [byId];
+  return db.select().from(tasks).where(eq(tasks.upstreamTaskId, id)).orderBy(asc(tasks.id)).all();
+}
+
+/**
+ * For `tasks list`, across every client: tasks newest first (ids are time-ordered), optionally of
+ * one client and one status.
+ */
+export function listForSupport(db: DbOrTx, q: SupportTaskQuery): TaskRow[] {
+  const conditions: SQL[] = [];
+  if (q.clientId) conditions.push(eq(tasks.clientId, q.clientId));
+  if (q.status) conditions.push(eq(tasks.status, q.status));
+  return db
+    .select()
+    .from(tasks)
+    .where(conditions.length > 0 ? and(...conditions) : undefined)
+    .orderBy(desc(tasks.id))
+    .limit(q.limit)
+    .all();
+}
+
+/** A client's retained tasks by status (its credits come from the ledger: ClientStore.ledger). */
+export function countsOfClient(db: DbOrTx, clientId: string): Record<string, number> {
+  const rows = db
+    .select({ status: tasks.status, n: sql<number>`count(*)` })
+    .from(tasks)
+    .where(eq(tasks.clientId, clientId))
+    .groupBy(tasks.status)
+    .all();
+  const counts: Record<string, number> = { queued: 0, processing: 0, succeeded: 0, failed: 0, canceled: 0 };
+  for (const row of rows) counts[row.status] = row.n;
+  return counts;
+}
+
+/**
+ * Deletes up to `batch` finished tasks completed before `before` whose events are all settled
+ * (none still pending), with their events and delivery attempts (ON DELETE CASCADE); their stored
+ * bytes come off their clients' (client_storage).
+ * Small batches keep each write transaction short beside the live workers.
+ */
+export function pruneFinished(db: Db, before: number, batch: number): number {
+  return db.transaction((tx) => {
+    const ids = tx
+      .all<{ id: string }>(sql`
+        SELECT t.id FROM tasks t
+        WHERE t.phase = 'done' AND t.completed_at < ${before}
+          AND NOT EXISTS (SELECT 1 FROM events e WHERE e.task_id = t.id AND e.delivery_status = 'pending')
+        LIMIT ${batch}`)
+      .map((r) => r.id);
+    if (ids.length === 0) return 0;
+    const list = sql.join(
+      ids.map((id) => sql`${id}`),
+      sql`, `,
+    );
+    releaseClientStoredBytes(tx, ids);
+    tx.run(sql`DELETE FROM delivery_attempts WHERE event_id IN (SELECT id FROM events WHERE task_id IN (${list}))`);
+    tx.run(sql`DELETE FROM events WHERE task_id IN (${list})`);
+    tx.run(sql`DELETE FROM tasks WHERE id IN (${list})`);
+    return ids.length;
+  });
 }
