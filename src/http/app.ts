@@ -11,6 +11,7 @@ import { onError, validationFailure } from "./errors.js";
 import { bearerAuth, jsonBody, newRequestId, requestLog, tokenAuth } from "./middleware.js";
 import { registerDeliveryRoutes } from "./routes/deliveries.js";
 import { registerGenerationRoutes } from "./routes/generations.js";
+import { isPublicKeysRequest, registerJwksRoutes } from "./routes/jwks.js";
 import { registerHealthRoutes, type Readiness } from "./routes/health.js";
 import { registerModelRoutes } from "./routes/meta.js";
 import { registerTaskRoutes } from "./routes/tasks.js";
@@ -52,7 +53,10 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   app.onError(onError(deps.logger, deps.storage));
   app.notFound(notFoundHandler(app));
 
-  app.use("/openapi/v1/*", bearerAuth(deps));
+  // Every /openapi/v1 route takes an API key, but one: a client's published keys, which receivers
+  // fetch without one (routes/jwks.ts says exactly which requests those are).
+  const auth = bearerAuth(deps);
+  app.use("/openapi/v1/*", (c, next) => (isPublicKeysRequest(c) ? next() : auth(c, next)));
   app.on(
     "POST",
     [
@@ -70,6 +74,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   registerStorageRoutes(app, deps);
   registerDeliveryRoutes(app, deps, deps.deliveries);
   registerWebhookSettingsRoutes(app, deps);
+  registerJwksRoutes(app, deps);
   registerModelRoutes(app, deps.catalog);
   registerHealthRoutes(app, deps.readiness);
 

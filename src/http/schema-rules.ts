@@ -105,7 +105,14 @@ export function caseless(word: string): string {
     .join("");
 }
 
-export type ResponseHeaderName = "X-Request-Id" | "Location" | "Idempotent-Replayed" | "Retry-After" | "Age";
+export type ResponseHeaderName =
+  | "X-Request-Id"
+  | "Location"
+  | "Idempotent-Replayed"
+  | "Retry-After"
+  | "Age"
+  | "Cache-Control"
+  | "ETag";
 
 /** Response headers, documented once under components.headers and referenced by name. */
 export const RESPONSE_HEADERS: Record<ResponseHeaderName, { description: string; schema: Record<string, unknown> }> = {
@@ -130,6 +137,14 @@ export const RESPONSE_HEADERS: Record<ResponseHeaderName, { description: string;
   Age: {
     description: "Seconds since the catalog was fetched from the upstream (served stale while the upstream fails).",
     schema: { type: "integer", minimum: 0 },
+  },
+  "Cache-Control": {
+    description: "How long a shared cache may keep this answer (public keys: five minutes).",
+    schema: { type: "string", example: "public, max-age=300" },
+  },
+  ETag: {
+    description: "This answer's version: send it back in If-None-Match to get 304 while it has not changed.",
+    schema: { type: "string" },
   },
 };
 

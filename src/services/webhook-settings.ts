@@ -39,18 +39,32 @@ export function settingsView(client: ClientRow, key: Buffer | null, now: number)
     callback_headers: names.length > 0 ? names : null,
     signature: client.signatureScheme,
   };
-  if (client.signatureScheme === "ed25519" && client.signingKey) {
-    view.public_key = publicKeyOf(openSecret(client.signingKey, key));
-    if (
-      client.previousSigningKey &&
-      client.previousSigningKeyExpiresAt !== null &&
-      client.previousSigningKeyExpiresAt > now
-    ) {
-      view.previous_public_key = publicKeyOf(openSecret(client.previousSigningKey, key));
-      view.previous_public_key_expires_at = new Date(client.previousSigningKeyExpiresAt).toISOString();
+  const keys = publicKeys(client, key, now);
+  if (keys) {
+    view.public_key = keys.current;
+    if (keys.previous) {
+      view.previous_public_key = keys.previous.key;
+      view.previous_public_key_expires_at = new Date(keys.previous.expiresAt).toISOString();
     }
   }
   return view;
+}
+
+/**
+ * The `whpk_` public keys that verify an ed25519 client's `v1a` signatures now: the current one
+ * and, during a rotation's overlap, the previous one until it stops signing. Null for hmac.
+ * What settings show and what the JWKS publishes (docs/contract.md, "Published keys").
+ */
+export function publicKeys(
+  client: ClientRow,
+  key: Buffer | null,
+  now: number,
+): { current: string; previous?: { key: string; expiresAt: number } } | null {
+  if (client.signatureScheme !== "ed25519" || !client.signingKey) return null;
+  const current = publicKeyOf(openSecret(client.signingKey, key));
+  const expiresAt = client.previousSigningKeyExpiresAt;
+  if (!client.previousSigningKey || expiresAt === null || expiresAt <= now) return { current };
+  return { current, previous: { key: publicKeyOf(openSecret(client.previousSigningKey, key)), expiresAt } };
 }
 
 /** The patch a settings change makes, or the problems that refuse it (422 / 400 invalid_callback_url). */

@@ -468,6 +468,9 @@ const ROUTES: {
   { method: "DELETE", path: "/openapi/v1/storage" },
 ];
 
+/** The /openapi/v1 routes that take no API key (docs/contract.md, "Published keys"): any credential is ignored. */
+const PUBLIC_ROUTES: typeof ROUTES = [{ method: "GET", path: "/openapi/v1/webhooks/jwks/{client_id}" }];
+
 type Credential = (ctx: { valid: string; revoked: string }) => Record<string, string>;
 const CREDENTIALS: [string, Credential][] = [
   ["no Authorization header", () => ({})],
@@ -530,6 +533,18 @@ describe("authorisation matrix: every /openapi/v1 route refuses bad keys with 40
     });
   });
 
+  describe.each(PUBLIC_ROUTES.map((r) => ({ ...r, label: `${r.method} ${r.path}` })))("$label (public)", (route) => {
+    it.each(CREDENTIALS)("%s: answered as without one", async (_label, credential) => {
+      const res = await t.request(null, route.path.replace("{client_id}", "cli_unknown"), {
+        method: route.method,
+        headers: credential(ctx),
+      });
+      expect(res.status).toBe(404);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe("not_found");
+      expect(upstreamCalls).toEqual([]);
+    });
+  });
+
   it("covers every /openapi/v1 route in /openapi.json, and nothing else", async () => {
     const doc = (await (await t.request(null, "/openapi.json")).json()) as {
       paths: Record<string, Record<string, unknown>>;
@@ -538,7 +553,12 @@ describe("authorisation matrix: every /openapi/v1 route refuses bad keys with 40
       .filter(([path]) => path.startsWith("/openapi/v1/"))
       .flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`))
       .sort();
-    expect(documented).toEqual(ROUTES.map((r) => `${r.method} ${r.path}`).sort());
+    expect(documented).toEqual([...ROUTES, ...PUBLIC_ROUTES].map((r) => `${r.method} ${r.path}`).sort());
+    // What the document says of each: the bearer key, or (the public ones) none.
+    for (const r of [...ROUTES, ...PUBLIC_ROUTES])
+      expect((doc.paths[r.path]![r.method.toLowerCase()] as { security?: unknown }).security, r.path).toEqual(
+        PUBLIC_ROUTES.includes(r) ? [] : [{ bearerAuth: [] }],
+      );
   });
 });
 

@@ -18,7 +18,8 @@ import { startReceiver, type Received } from "../helpers/receiver.js";
 const EXAMPLES = join(ROOT, "examples");
 const run = promisify(execFile);
 
-type Scheme = "hmac" | "ed25519";
+/** jwks: an Ed25519 client whose receiver takes its keys from the published JWKS. */
+type Scheme = "hmac" | "ed25519" | "jwks";
 interface ReceiverExample {
   file: string;
   command: string;
@@ -32,6 +33,8 @@ const RECEIVERS: ReceiverExample[] = [
   { file: "receive-ed25519.mjs", command: process.execPath, scheme: "ed25519", missing: null },
   { file: "receive_hmac.py", command: "python3", scheme: "hmac", missing: pythonMissing() },
   { file: "receive_ed25519.py", command: "python3", scheme: "ed25519", missing: pythonMissing("cryptography") },
+  { file: "verify-jwks.mjs", command: process.execPath, scheme: "jwks", missing: null },
+  { file: "verify_jwks.py", command: "python3", scheme: "jwks", missing: pythonMissing("cryptography") },
 ];
 const SCRIPTS = ["create-task.sh"];
 
@@ -64,11 +67,7 @@ describe.each(RECEIVERS)("examples/$file", ({ file, command, scheme, missing }) 
     "verifies a real task's webhook, handles each event once, and refuses a tampered or foreign one",
     async () => {
       const client = await newClient(scheme);
-      const example = await startExample(
-        command,
-        file,
-        scheme === "hmac" ? { GENRELAY_WEBHOOK_SECRET: client.secret } : { GENRELAY_PUBLIC_KEY: client.publicKey! },
-      );
+      const example = await startExample(command, file, exampleEnv(scheme, client));
 
       // examples/create-task.sh, as the README runs it, with its webhook going to the example.
       const created = await run("sh", [join(EXAMPLES, "create-task.sh")], {
@@ -135,8 +134,18 @@ async function api(apiKey: string, method: string, path: string, body?: unknown)
   return res.json();
 }
 
+/** What an example is told: the client's secret, its public key, or where its published keys are. */
+function exampleEnv(
+  scheme: Scheme,
+  client: { id: string; secret: string; publicKey?: string },
+): Record<string, string> {
+  if (scheme === "hmac") return { GENRELAY_WEBHOOK_SECRET: client.secret };
+  if (scheme === "ed25519") return { GENRELAY_PUBLIC_KEY: client.publicKey! };
+  return { GENRELAY_JWKS_URL: `${live.url}/openapi/v1/webhooks/jwks/${client.id}` };
+}
+
 /** A client of the live relay, signing with `scheme` (an Ed25519 client's public key read from its settings). */
-async function newClient(scheme: Scheme): Promise<{ apiKey: string; secret: string; publicKey?: string }> {
+async function newClient(scheme: Scheme): Promise<{ id: string; apiKey: string; secret: string; publicKey?: string }> {
   const client = live.client(`examples-${scheme}`);
   if (scheme === "hmac") return client;
   const settings = await api(client.apiKey, "PUT", "/openapi/v1/webhooks/settings", { signature: "ed25519" });

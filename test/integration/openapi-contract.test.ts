@@ -61,6 +61,7 @@ const OPERATION_IDS: Record<string, string> = {
   "post /openapi/v1/deliveries/recover": "recoverDeliveries",
   "get /openapi/v1/usage": "getUsage",
   "get /openapi/v1/webhooks/settings": "getWebhookSettings",
+  "get /openapi/v1/webhooks/jwks/{client_id}": "getWebhookJwks",
   "put /openapi/v1/webhooks/settings": "updateWebhookSettings",
   "get /openapi/v1/storage": "getStorage",
   "put /openapi/v1/storage": "setStorage",
@@ -141,10 +142,12 @@ describe("operations, servers and security", () => {
     ]);
   });
 
-  it("declares security on every operation: the bearer key under /openapi/v1, none for the probes, this document and the webhooks", async () => {
+  it("declares security on every operation: the bearer key under /openapi/v1 but for the published keys, none for the probes, this document and the webhooks", async () => {
     const { t } = suite.setup();
     for (const o of operations(await served(t))) {
-      const expected = o.where === "paths" && o.path.startsWith("/openapi/v1/") ? [{ bearerAuth: [] }] : [];
+      const bearer =
+        o.where === "paths" && o.path.startsWith("/openapi/v1/") && !o.path.startsWith("/openapi/v1/webhooks/jwks/");
+      const expected = bearer ? [{ bearerAuth: [] }] : [];
       expect(o.op.security, `${o.method} ${o.path}`).toEqual(expected);
     }
   });
@@ -177,6 +180,8 @@ describe("response headers", () => {
     const doc = await served(t);
     expect(Object.keys(doc.components.headers ?? {}).sort()).toEqual([
       "Age",
+      "Cache-Control",
+      "ETag",
       "Idempotent-Replayed",
       "Location",
       "Retry-After",

@@ -1,0 +1,55 @@
+import { createHash } from "node:crypto";
+import type { ClientRow } from "../store/store.js";
+import type { ServiceDeps } from "./deps.js";
+import { ApiError } from "./errors.js";
+import { publicKeys } from "./webhook-settings.js";
+
+/**
+ * A client's published keys (docs/contract.md, "Published keys"): the Ed25519 public keys that
+ * verify its `v1a` signatures now, as an RFC 7517 JWK Set of RFC 8037 OKP keys. Read without an
+ * API key, so it only reads: one client lookup, no write, no upstream call.
+ */
+export interface Jwk {
+  kty: "OKP";
+  crv: "Ed25519";
+  /** RFC 7638 thumbprint of the key: the same key always has the same kid. */
+  kid: string;
+  /** base64url of the raw 32-byte public key. */
+  x: string;
+  use: "sig";
+  alg: "EdDSA";
+}
+
+export interface Jwks {
+  keys: Jwk[];
+}
+
+/** Longer than any id the relay makes: refused before the database is asked. */
+const MAX_CLIENT_ID = 64;
+
+/** The JWK of a `whpk_` public key (base64 of the raw 32 bytes). */
+export function jwkOf(publicKey: string): Jwk {
+  const x = Buffer.from(publicKey.slice("whpk_".length), "base64").toString("base64url");
+  // RFC 7638 §3.2: the required members of an OKP key, in lexicographic order, without white space.
+  const canonical = JSON.stringify({ crv: "Ed25519", kty: "OKP", x });
+  const kid = createHash("sha256").update(canonical).digest("base64url");
+  return { kty: "OKP", crv: "Ed25519", kid, x, use: "sig", alg: "EdDSA" };
+}
+
+/** The current key and, while a rotation overlaps, the previous one still signing beside it. */
+export function publishedKeys(client: ClientRow, encryptionKey: Buffer | null, now: number): Jwks | null {
+  const keys = client.revokedAt === null ? publicKeys(client, encryptionKey, now) : null;
+  if (!keys) return null;
+  return { keys: [keys.current, ...(keys.previous ? [keys.previous.key] : [])].map(jwkOf) };
+}
+
+/**
+ * The JWKS of `clientId`. An unknown, revoked or hmac client is the same 404: a caller without a
+ * key learns nothing about which ids exist.
+ */
+export async function getClientJwks(deps: Pick<ServiceDeps, "store" | "clock" | "config">, clientId: string) {
+  const client = clientId.length <= MAX_CLIENT_ID ? await deps.store.clients.find(clientId) : undefined;
+  const jwks = client ? publishedKeys(client, deps.config.encryptionKey, deps.clock.now()) : null;
+  if (!jwks) throw new ApiError("not_found", "No published keys for this client.");
+  return jwks;
+}
