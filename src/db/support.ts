@@ -1,6 +1,6 @@
 import { asc, eq } from "drizzle-orm";
 import type { DbOrTx } from "./sqlite/tx.js";
-import type { EventRow } from "./events.js";
+import type { EventRow } from "../store/rows.js";
 import { events } from "./sqlite/schema.js";
 
 /** Every event of a task, in the task's order (the operator's `tasks show`). */

@@ -1,5 +1,6 @@
 import type http from "node:http";
-import { lastEventOfTask, type EventRow } from "../../src/db/events.js";
+import { lastOfTask as lastEventOfTask } from "../../src/db/sqlite/events.js";
+import type { EventRow } from "../../src/store/rows.js";
 import { FakeClock } from "./fake-clock.js";
 import { createTask, taskRow } from "./flow.js";
 import { ok, startReceiver, type Answer, type Received, type Receiver } from "./receiver.js";

@@ -6,7 +6,12 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { systemClock } from "../../src/clock.js";
 import { hashApiKey } from "../../src/crypto.js";
-import { insertAttempt, insertEvent, lastEventOfTask, updateEvent } from "../../src/db/events.js";
+import {
+  insertAttempt,
+  insert as insertEvent,
+  lastOfTask as lastEventOfTask,
+  update as updateEvent,
+} from "../../src/db/sqlite/events.js";
 import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
 import { find as findTask, insertTask } from "../../src/db/sqlite/tasks.js";
 import { newId } from "../../src/ids.js";

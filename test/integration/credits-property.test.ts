@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { creditPosition } from "../../src/db/credits.js";
+import { creditPosition } from "../../src/db/sqlite/clients.js";
 import { listForSupport as listTasksForSupport } from "../../src/db/sqlite/tasks.js";
 import type { FakeUpstream } from "../helpers/fake-upstream.js";
 import type { TestRelay } from "../helpers/relay.js";

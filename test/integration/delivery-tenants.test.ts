@@ -1,6 +1,7 @@
 import { Webhook } from "standardwebhooks";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { findEvent, type EventRow } from "../../src/db/events.js";
+import { find as findEvent } from "../../src/db/sqlite/events.js";
+import type { EventRow } from "../../src/store/rows.js";
 import { silentLogger } from "../../src/logger.js";
 import { destinationHost } from "../../src/webhooks/destination.js";
 import {

@@ -1,6 +1,6 @@
 import { http, HttpResponse } from "msw";
 import { describe, expect, it } from "vitest";
-import { creditPosition } from "../../src/db/credits.js";
+import { creditPosition } from "../../src/db/sqlite/clients.js";
 import { ledger as ledgerOf } from "../../src/db/sqlite/clients.js";
 import { listTaskEvents } from "../../src/db/support.js";
 import { createSimulator } from "../../src/simulator/app.js";

@@ -1,12 +1,12 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { claimDue as claimDueEvents } from "../../src/db/sqlite/event-claims.js";
 import {
-  claimDueEvents,
-  findEvent,
-  listTaskAttempts,
-  nextEventDueAt,
-  updateEvent,
-  type EventRow,
-} from "../../src/db/events.js";
+  find as findEvent,
+  attemptsOfTask as listTaskAttempts,
+  nextDueAt as nextEventDueAt,
+  update as updateEvent,
+} from "../../src/db/sqlite/events.js";
+import type { EventRow } from "../../src/store/rows.js";
 import { silentLogger } from "../../src/logger.js";
 import { destinationHost } from "../../src/webhooks/destination.js";
 import { Dispatcher, MAX_PAYLOAD_BYTES } from "../../src/workers/dispatcher.js";

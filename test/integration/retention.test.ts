@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { find as findTask, findOfClient as findClientTask } from "../../src/db/sqlite/tasks.js";
-import { findEvent, lastEventOfTask, updateEvent } from "../../src/db/events.js";
+import { find as findEvent, lastOfTask as lastEventOfTask, update as updateEvent } from "../../src/db/sqlite/events.js";
 import { createTestRelay, imageBody, type TestRelay, transitionTask } from "../helpers/relay.js";
 
 const DAY = 24 * 60 * 60 * 1000;

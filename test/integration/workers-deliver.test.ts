@@ -1,6 +1,7 @@
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 import { describe, expect, it } from "vitest";
-import { claimDueEvents, updateLeasedEvent } from "../../src/db/events.js";
+import { claimDue as claimDueEvents } from "../../src/db/sqlite/event-claims.js";
+import { updateLeased as updateLeasedEvent } from "../../src/db/sqlite/events.js";
 import type { FakeUpstream } from "../helpers/fake-upstream.js";
 import { createTask, readTask } from "../helpers/flow.js";
 import { hang, ok, status, verifyAt } from "../helpers/receiver.js";

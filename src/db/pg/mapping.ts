@@ -104,3 +104,14 @@ export const types = {
 export function opt<R>(m: Mapper<R>, raw: Row | undefined): R | undefined {
   return raw ? m.row(raw) : undefined;
 }
+
+const camel = (name: string) => name.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+/** A camelCase key's snake_case column name. */
+export const snake = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+
+/** A row of a table without a Mapper (endpoint_health, notices): its snake_case names camelCased. */
+export function mapRow<T>(raw: Row): T {
+  const out: Row = {};
+  for (const [name, value] of Object.entries(raw)) out[camel(name)] = value;
+  return out as T;
+}

@@ -1,16 +1,17 @@
-import type { AccountStore } from "../../store/store.js";
+import type { AccountStore, UpstreamAccountRow } from "../../store/store.js";
 import { finiteNumbers } from "../../store/values.js";
-import { durationStats } from "./schema.js";
-import { getAccountState, pruneReads, readsSince, recordRead, upsertAccountState } from "../upstream.js";
-import { and, eq } from "drizzle-orm";
+import { durationStats, upstreamAccounts, upstreamReads } from "./schema.js";
+import type { Db } from "./open.js";
+import type { DbOrTx } from "./tx.js";
+import { and, eq, gt, lt } from "drizzle-orm";
 import type { SqliteContext } from "./context.js";
 
 /** The AccountStore on SQLite: upstream accounts, learned limits, the read budget, duration samples. */
 export function sqliteAccounts(s: SqliteContext): AccountStore {
   const db = s.database.db;
   return {
-    state: async (account) => getAccountState(db, account),
-    updateState: async (account, patch, now) => upsertAccountState(db, account, patch, now),
+    state: async (account) => state(db, account),
+    updateState: async (account, patch, now) => updateState(db, account, patch, now),
     takeRead: async (account, at, limit, windowMs) =>
       db.transaction((tx) => {
         if (readsSince(tx, account, at - windowMs).length >= limit) return false;
@@ -35,4 +36,40 @@ export function sqliteAccounts(s: SqliteContext): AccountStore {
         .run();
     },
   };
+}
+
+export function state(db: Db, id: string): UpstreamAccountRow | undefined {
+  return db.select().from(upstreamAccounts).where(eq(upstreamAccounts.id, id)).get();
+}
+
+export function updateState(
+  db: Db,
+  id: string,
+  patch: Partial<typeof upstreamAccounts.$inferInsert>,
+  now: number,
+): void {
+  db.insert(upstreamAccounts)
+    .values({ id, updatedAt: now, ...patch })
+    .onConflictDoUpdate({ target: upstreamAccounts.id, set: { ...patch, updatedAt: now } })
+    .run();
+}
+
+export function recordRead(db: DbOrTx, account: string, at: number): void {
+  db.insert(upstreamReads).values({ account, at }).run();
+}
+
+export function readsSince(db: DbOrTx, account: string, since: number): number[] {
+  return db
+    .select({ at: upstreamReads.at })
+    .from(upstreamReads)
+    .where(and(eq(upstreamReads.account, account), gt(upstreamReads.at, since)))
+    .orderBy(upstreamReads.at)
+    .all()
+    .map((r) => r.at);
+}
+
+export function pruneReads(db: Db, account: string, before: number): void {
+  db.delete(upstreamReads)
+    .where(and(eq(upstreamReads.account, account), lt(upstreamReads.at, before)))
+    .run();
 }

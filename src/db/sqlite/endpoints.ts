@@ -1,21 +1,100 @@
-import type { EndpointStore } from "../../store/store.js";
-import {
-  endpointsDueForNotice,
-  failingEndpointsOf,
-  markEndpointNoticed,
-  recordEndpointFailure,
-  recordEndpointSuccess,
-} from "../endpoints.js";
+import { and, asc, eq, isNotNull, isNull, lte, sql } from "drizzle-orm";
+import type { DeliveryKey, EndpointHealthRow, EndpointStore } from "../../store/store.js";
 import type { SqliteContext } from "./context.js";
+import type { Db } from "./open.js";
+import { clients, endpointHealth } from "./schema.js";
 
 /** The EndpointStore on SQLite: the health of delivery keys. */
 export function sqliteEndpoints(s: SqliteContext): EndpointStore {
   const db = s.database.db;
   return {
-    recordFailure: async (key, now, error) => recordEndpointFailure(db, key, now, error),
-    recordSuccess: async (key, now) => recordEndpointSuccess(db, key, now),
-    dueForNotice: async (before, limit) => endpointsDueForNotice(db, before, limit),
-    markNoticed: async (key, failingSince, at) => markEndpointNoticed(db, key, failingSince, at),
-    failingOf: async (clientId) => failingEndpointsOf(db, clientId),
+    recordFailure: async (key, now, error) => recordFailure(db, key, now, error),
+    recordSuccess: async (key, now) => recordSuccess(db, key, now),
+    dueForNotice: async (before, limit) => dueForNotice(db, before, limit),
+    markNoticed: async (key, failingSince, at) => markNoticed(db, key, failingSince, at),
+    failingOf: async (clientId) => failingOf(db, clientId),
   };
+}
+
+const ofKey = (k: DeliveryKey) => and(eq(endpointHealth.clientId, k.clientId), eq(endpointHealth.host, k.host));
+
+export function recordFailure(db: Db, key: DeliveryKey, now: number, error: string | null): void {
+  db.insert(endpointHealth)
+    .values({
+      clientId: key.clientId,
+      host: key.host,
+      failingSince: now,
+      failedAttempts: 1,
+      lastError: error,
+      updatedAt: now,
+    })
+    .onConflictDoUpdate({
+      target: [endpointHealth.clientId, endpointHealth.host],
+      set: {
+        failingSince: sql`coalesce(${endpointHealth.failingSince}, ${now})`,
+        failedAttempts: sql`${endpointHealth.failedAttempts} + 1`,
+        lastError: error,
+        updatedAt: now,
+      },
+    })
+    .run();
+}
+
+export function recordSuccess(
+  db: Db,
+  key: DeliveryKey,
+  now: number,
+): { failingSince: number; noticeSentAt: number | null } | null {
+  return db.transaction((tx) => {
+    const open = tx
+      .select({ failingSince: endpointHealth.failingSince, noticeSentAt: endpointHealth.noticeSentAt })
+      .from(endpointHealth)
+      .where(and(ofKey(key), isNotNull(endpointHealth.failingSince)))
+      .all()[0];
+    if (!open) return null;
+    tx.update(endpointHealth)
+      .set({ failingSince: null, failedAttempts: 0, noticeSentAt: null, lastSuccessAt: now, updatedAt: now })
+      .where(ofKey(key))
+      .run();
+    return { failingSince: open.failingSince!, noticeSentAt: open.noticeSentAt };
+  });
+}
+
+/** Only clients with a notification_url: the others have no one to tell (and are never marked). */
+export function dueForNotice(db: Db, before: number, limit: number): EndpointHealthRow[] {
+  return db
+    .select({ row: endpointHealth })
+    .from(endpointHealth)
+    .innerJoin(clients, eq(clients.id, endpointHealth.clientId))
+    .where(
+      and(
+        lte(endpointHealth.failingSince, before),
+        isNull(endpointHealth.noticeSentAt),
+        isNotNull(clients.notificationUrl),
+        isNull(clients.revokedAt),
+      ),
+    )
+    .orderBy(asc(endpointHealth.failingSince))
+    .limit(limit)
+    .all()
+    .map((r) => r.row);
+}
+
+export function markNoticed(db: Db, key: DeliveryKey, failingSince: number, at: number): boolean {
+  return (
+    db
+      .update(endpointHealth)
+      .set({ noticeSentAt: at })
+      .where(and(ofKey(key), eq(endpointHealth.failingSince, failingSince), isNull(endpointHealth.noticeSentAt)))
+      .run().changes > 0
+  );
+}
+
+export function failingOf(db: Db, clientId: string): EndpointHealthRow[] {
+  return db
+    .select()
+    .from(endpointHealth)
+    .where(and(eq(endpointHealth.clientId, clientId), isNotNull(endpointHealth.failingSince)))
+    .orderBy(asc(endpointHealth.failingSince))
+    .all();
 }

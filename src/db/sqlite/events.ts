@@ -1,70 +1,262 @@
-import type { EventStore } from "../../store/store.js";
-import { countRetryingEvents } from "../dashboard.js";
-import {
-  claimDueEvents,
-  clientSeqAtOrBefore,
-  findEvent,
-  insertAttempt,
-  lastEventOfTask,
-  lastEventsOfTasks,
-  listClientEvents,
-  listTaskAttempts,
-  nextEventDueAt,
-  postponeKeyEvents,
-  claimTrialEvent,
-  claimKeyEvents,
-  leasedOfKey,
-  retryKeyEventsNow,
-  pendingEventsOfKey,
-  requeueFailedEvents,
-  updateEvent,
-  updateLeasedEvent,
-} from "../events.js";
+import { and, asc, desc, eq, gt, gte, inArray, isNull, lt, lte, or, sql } from "drizzle-orm";
+import type { AttemptRow, DeliveryKey, EventRow, EventStore, NewAttemptRow, NewEventRow } from "../../store/store.js";
+import { deliveryKey } from "../../store/delivery-key.js";
+import { retryingEvent } from "../kit/delivery-failing.js";
 import { listTaskEvents } from "../support.js";
 import type { SqliteContext } from "./context.js";
+import { claimDue, claimOfKey, claimTrial, leasedOfKey } from "./event-claims.js";
+import type { Db } from "./open.js";
+import { insertEveryColumn, patchShape, prepared } from "./prepared.js";
+import { clients, deliveryAttempts, events } from "./schema.js";
+import type { DbOrTx } from "./tx.js";
 
 /** What hands a lease back with a write. */
 const RELEASED = { claimToken: null, claimedUntil: null } as const;
 
-/** The EventStore on SQLite: the outbox, claims under the per-key cap, attempts, trials, re-queues and the feed. */
+/**
+ * The EventStore on SQLite: the outbox, attempts, re-queues and the feed; the claims under the
+ * per-key cap are in event-claims.ts.
+ */
 export function sqliteEvents(s: SqliteContext): EventStore {
   const db = s.database.db;
   return {
     // Claims share the attempt records' group commit (one fsync for everything settling and starting
     // in a turn); each is one UPDATE after its reads, so atomic without a savepoint.
-    claimDue: (o) => s.attemptCommits.runAtomic(() => claimDueEvents(db, o)),
-    nextDueAt: async (o) => nextEventDueAt(db, o),
+    claimDue: (o) => s.attemptCommits.runAtomic(() => claimDue(db, o)),
+    nextDueAt: async (o) => nextDueAt(db, o),
     recordAttempt: (eventId, token, attempt, patch) =>
       // Prepared statements on the database run inside the group commit's open transaction.
       s.attemptCommits.run(() => {
         insertAttempt(db, attempt);
-        updateLeasedEvent(db, eventId, token, { ...patch, ...RELEASED });
+        updateLeased(db, eventId, token, { ...patch, ...RELEASED });
       }),
     release: async (eventId, token, patch) => {
-      updateLeasedEvent(db, eventId, token, { ...patch, ...RELEASED });
+      updateLeased(db, eventId, token, { ...patch, ...RELEASED });
     },
-    postponeKey: async (clientId, host, until, now) => postponeKeyEvents(db, clientId, host, until, now),
-    claimTrial: async (key, o) => claimTrialEvent(db, key, o),
+    postponeKey: async (clientId, host, until, now) => postponeKey(db, clientId, host, until, now),
+    claimTrial: async (key, o) => claimTrial(db, key, o),
     // As on PostgreSQL: the key's leased events count against maxPerKey (also a CLI or a second process's leases).
     claimOfKey: (key, o) =>
       s.attemptCommits.runAtomic(() =>
-        claimKeyEvents(db, key, { ...o, limit: Math.min(o.limit, o.maxPerKey - leasedOfKey(db, key, o.now)) }),
+        claimOfKey(db, key, { ...o, limit: Math.min(o.limit, o.maxPerKey - leasedOfKey(db, key, o.now)) }),
       ),
-    retryKeyNow: async (key, now) => retryKeyEventsNow(db, key, now),
-    pendingOfKey: async (key) => pendingEventsOfKey(db, key),
+    retryKeyNow: async (key, now) => retryKeyNow(db, key, now),
+    pendingOfKey: async (key) => pendingOfKey(db, key),
     requeueLastOfTask: async (taskId, round) =>
       db.transaction((tx) => {
-        const event = lastEventOfTask(tx, taskId);
-        return event ? updateEvent(tx, event.id, round) : undefined;
+        const event = lastOfTask(tx, taskId);
+        return event ? update(tx, event.id, round) : undefined;
       }),
-    requeueFailed: async (clientId, since, round) => requeueFailedEvents(db, clientId, since, round),
-    retryingOfClient: async (clientId) => countRetryingEvents(db, clientId),
-    find: async (id) => findEvent(db, id),
-    lastOfTask: async (taskId) => lastEventOfTask(db, taskId),
-    lastOfTasks: async (taskIds) => lastEventsOfTasks(db, taskIds),
+    requeueFailed: async (clientId, since, round) => requeueFailed(db, clientId, since, round),
+    retryingOfClient: async (clientId) => retryingOfClient(db, clientId),
+    find: async (id) => find(db, id),
+    lastOfTask: async (taskId) => lastOfTask(db, taskId),
+    lastOfTasks: async (taskIds) => lastOfTasks(db, taskIds),
     ofTask: async (taskId) => listTaskEvents(db, taskId),
-    attemptsOfTask: async (taskId) => listTaskAttempts(db, taskId),
-    feed: async (clientId, afterPos, limit) => listClientEvents(db, clientId, afterPos, limit),
+    attemptsOfTask: async (taskId) => attemptsOfTask(db, taskId),
+    feed: async (clientId, afterPos, limit) => feed(db, clientId, afterPos, limit),
     clientSeqAtOrBefore: async (clientId, seq) => clientSeqAtOrBefore(db, clientId, seq),
   };
+}
+
+export function insert(db: DbOrTx, row: NewEventRow): EventRow {
+  return db.insert(events).values(row).returning().all()[0]!;
+}
+
+/** Writes an outbox event (every column bound, on a statement prepared once), with the client's next feed position. */
+export function insertPrepared(db: Db, row: Omit<NewEventRow, "clientSeq">): void {
+  const clientSeq = prepared(db, "clients.nextEventSeq", () =>
+    db
+      .update(clients)
+      .set({ eventSeq: sql`${clients.eventSeq} + 1` })
+      .where(eq(clients.id, sql.placeholder("clientId")))
+      .returning({ seq: clients.eventSeq })
+      .prepare(),
+  ).all({ clientId: row.clientId })[0];
+  if (!clientSeq) throw new Error(`no client ${row.clientId}`);
+  insertEveryColumn(db, events, { ...row, clientSeq: clientSeq.seq }, ["seq"]);
+}
+
+export function find(db: DbOrTx, id: string): EventRow | undefined {
+  return db.select().from(events).where(eq(events.id, id)).get();
+}
+
+export function lastOfTask(db: DbOrTx, taskId: string): EventRow | undefined {
+  return db.select().from(events).where(eq(events.taskId, taskId)).orderBy(desc(events.sequence)).limit(1).get();
+}
+
+/** The newest event of each task, for the delivery summary on task reads. */
+export function lastOfTasks(db: DbOrTx, taskIds: string[]): Map<string, EventRow> {
+  const map = new Map<string, EventRow>();
+  if (taskIds.length === 0) return map;
+  const rows = db
+    .select()
+    .from(events)
+    .where(
+      and(
+        inArray(events.taskId, taskIds),
+        sql`${events.sequence} = (SELECT max(e2.sequence) FROM events e2 WHERE e2.task_id = ${events.taskId})`,
+      ),
+    )
+    .all();
+  for (const row of rows) map.set(row.taskId, row);
+  return map;
+}
+
+/**
+ * When the next unleased pending event is due, leaving out the given destination hosts. Walks the
+ * (delivery_status, next_attempt_at) index and looks at most `scan` rows deep, so a backlog queued
+ * behind a saturated host costs the same as none: past the scan it answers "recheck in a second"
+ * (leased events and saturated hosts wake the loop themselves when an attempt settles).
+ */
+export function nextDueAt(
+  db: Db,
+  opts: { now: number; excludeKeys?: string[]; excludeClients?: string[]; scan?: number },
+): number | null {
+  const rows = prepared(db, "events.nextDue", () =>
+    db
+      .select({ at: events.nextAttemptAt, clientId: events.clientId, host: events.destinationHost })
+      .from(events)
+      .where(
+        and(
+          eq(events.deliveryStatus, "pending"),
+          or(isNull(events.claimedUntil), lt(events.claimedUntil, sql.placeholder("now"))),
+        ),
+      )
+      .orderBy(asc(events.nextAttemptAt))
+      .limit(sql.placeholder("scan"))
+      .prepare(),
+  ).all({ now: opts.now, scan: opts.scan ?? 200 });
+  if (rows.length === 0) return null;
+  const excluded = new Set(opts.excludeKeys ?? []);
+  const clientsOut = new Set(opts.excludeClients ?? []);
+  for (const row of rows)
+    if (!excluded.has(deliveryKey(row.clientId, row.host)) && !clientsOut.has(row.clientId)) return row.at;
+  return rows.length < (opts.scan ?? 200) ? null : opts.now + 1_000;
+}
+
+/**
+ * Moves a delivery key's due, unleased pending events to `until` (the end of its circuit's
+ * cool-down): no attempt is recorded and the retry schedule is not advanced. One indexed update
+ * per opening, so the claim query never has to know which circuits are open. Returns how many moved.
+ */
+export function postponeKey(db: Db, clientId: string, host: string, until: number, now: number): number {
+  return db
+    .update(events)
+    .set({ nextAttemptAt: until })
+    .where(
+      and(
+        eq(events.clientId, clientId),
+        eq(events.destinationHost, host),
+        eq(events.deliveryStatus, "pending"),
+        lt(events.nextAttemptAt, until),
+        or(isNull(events.claimedUntil), lt(events.claimedUntil, now)),
+      ),
+    )
+    .run().changes;
+}
+
+/**
+ * Writes a patch to an event while the caller's lease holds; true when it did. `db` is the database
+ * (its statements, one per shape of patch, are prepared once), also inside its open transaction.
+ */
+export function updateLeased(db: Db, id: string, token: string, patch: Partial<NewEventRow>): boolean {
+  const shape = patchShape(patch);
+  const statement = prepared(db, `events.updateLeased:${shape.join(",")}`, () =>
+    db
+      .update(events)
+      .set(Object.fromEntries(shape.map((k) => [k, sql.placeholder(k)])) as Partial<NewEventRow>)
+      .where(and(eq(events.id, sql.placeholder("__id")), eq(events.claimToken, sql.placeholder("__token"))))
+      .prepare(),
+  );
+  return statement.run({ ...patch, __id: id, __token: token }).changes > 0;
+}
+
+export function update(db: DbOrTx, id: string, patch: Partial<NewEventRow>): EventRow | undefined {
+  return db.update(events).set(patch).where(eq(events.id, id)).returning().all()[0];
+}
+
+/** Records an attempt (prepared once; every column bound, absent ones as NULL). */
+export function insertAttempt(db: Db, row: NewAttemptRow): void {
+  insertEveryColumn(db, deliveryAttempts, row);
+}
+
+export function attemptsOfTask(db: DbOrTx, taskId: string): AttemptRow[] {
+  return db
+    .select()
+    .from(deliveryAttempts)
+    .where(eq(deliveryAttempts.taskId, taskId))
+    .orderBy(asc(deliveryAttempts.attemptedAt), asc(deliveryAttempts.id))
+    .all();
+}
+
+/** The pull feed: a client's events after a position in its own feed, in order. */
+export function feed(db: DbOrTx, clientId: string, afterPos: number, limit: number): EventRow[] {
+  return db
+    .select()
+    .from(events)
+    .where(and(eq(events.clientId, clientId), gt(events.clientSeq, afterPos)))
+    .orderBy(asc(events.clientSeq))
+    .limit(limit)
+    .all();
+}
+
+/** The client's feed position of its last event at or before a relay-wide seq (old cursors). */
+export function clientSeqAtOrBefore(db: DbOrTx, clientId: string, seq: number): number {
+  const row = db
+    .select({ pos: sql<number>`coalesce(max(${events.clientSeq}), 0)` })
+    .from(events)
+    .where(and(eq(events.clientId, clientId), lte(events.seq, seq)))
+    .get();
+  return row?.pos ?? 0;
+}
+
+/** Re-queues a client's failed deliveries created since a time with the core's new-round patch; returns how many. */
+export function requeueFailed(db: DbOrTx, clientId: string, since: number, round: Partial<NewEventRow>): number {
+  return db
+    .update(events)
+    .set(round)
+    .where(and(eq(events.clientId, clientId), eq(events.deliveryStatus, "failed"), gte(events.createdAt, since)))
+    .run().changes;
+}
+
+/** Retry-now: the key's pending, unleased events due at once (a paused key's included). */
+export function retryKeyNow(db: Db, key: DeliveryKey, now: number): number {
+  return db
+    .update(events)
+    .set({ nextAttemptAt: now })
+    .where(
+      and(
+        eq(events.clientId, key.clientId),
+        eq(events.destinationHost, key.host),
+        eq(events.deliveryStatus, "pending"),
+        or(isNull(events.claimedUntil), lt(events.claimedUntil, now)),
+      ),
+    )
+    .run().changes;
+}
+
+/** How many of the client's events are retrying (see retryingEvent): the dashboard's "delivery failing". */
+export function retryingOfClient(db: DbOrTx, clientId: string): number {
+  return db
+    .select({ n: sql<number>`count(*)` })
+    .from(events)
+    .where(and(eq(events.clientId, clientId), sql.raw(retryingEvent("events"))))
+    .get()!.n;
+}
+
+export function pendingOfKey(db: Db, key: DeliveryKey): number {
+  return (
+    db
+      .select({ n: sql<number>`count(*)` })
+      .from(events)
+      .where(
+        and(
+          eq(events.clientId, key.clientId),
+          eq(events.destinationHost, key.host),
+          eq(events.deliveryStatus, "pending"),
+        ),
+      )
+      .all()[0]?.n ?? 0
+  );
 }

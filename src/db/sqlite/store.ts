@@ -17,8 +17,8 @@ import type {
   TransitionOptions,
   TransitionRules,
 } from "../../store/store.js";
-import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reservationsAround } from "../credits.js";
-import { insertEventPrepared } from "../events.js";
+import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reservationsAround } from "./clients.js";
+import { insertPrepared as insertEventPrepared } from "./events.js";
 import { GroupCommit } from "./group-commit.js";
 import type { Database_, Db } from "./open.js";
 import {

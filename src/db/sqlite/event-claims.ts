@@ -1,0 +1,183 @@
+import { and, asc, eq, gte, inArray, isNull, lt, notInArray, or, sql, type Placeholder, type SQL } from "drizzle-orm";
+import type { ClaimOptions, DeliveryKey, EventClaimOptions, EventRow, NewEventRow } from "../../store/store.js";
+import { pickWithinRoom } from "../../store/fairness.js";
+import type { Db } from "./open.js";
+import { jsonList, prepared } from "./prepared.js";
+import { events } from "./schema.js";
+
+/**
+ * The EventStore's claims on SQLite: claimDue, claimOfKey and claimTrial, and the leases they take.
+ * Each is one UPDATE after its reads (sqliteEvents in events.ts runs them in the attempts' group commit).
+ */
+
+/**
+ * Deliveries are isolated per delivery key: a client and a destination host (`client_id|host`),
+ * so one client's failing or slow receiver never holds back another's, even on the same host.
+ */
+const deliveryKeySql = sql`(${events.clientId} || '|' || ${events.destinationHost})`;
+
+function notAtKeys(keys: string[] | undefined): SQL | undefined {
+  return keys && keys.length > 0 ? notInArray(deliveryKeySql, keys) : undefined;
+}
+
+/** Pending, due, not leased, and no earlier event of its task still pending (which keeps each task's events in order). */
+function claimable(now: number | Placeholder, byRowid = false): SQL {
+  // byRowid: the unary + keeps SQLite from walking the due index for these terms when the rows are
+  // named by seq (it would scan every pending event to find a handful).
+  const plus = byRowid ? sql.raw("+") : sql.empty();
+  return and(
+    sql`${plus}${events.deliveryStatus} = 'pending'`,
+    sql`${plus}${events.nextAttemptAt} <= ${now}`,
+    or(isNull(events.claimedUntil), lt(events.claimedUntil, now)),
+    sql`NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = ${events.taskId} AND e2.sequence < ${events.sequence} AND e2.delivery_status = 'pending')`,
+  )!;
+}
+
+function notOfClients(ids: string[] | undefined): SQL | undefined {
+  return ids && ids.length > 0 ? notInArray(events.clientId, ids) : undefined;
+}
+
+/** How far past `limit` to look for events of other hosts when the first ones are over their host's room. */
+const SCAN_FACTOR = 4;
+
+/**
+ * Claims pending events that are due under a lease, oldest due first. An event waits while an
+ * earlier event of the same task is still pending, which keeps each task's events in order.
+ * Without `keyRoom` (tests, the CLI) one UPDATE takes the oldest due.
+ */
+export function claimDue(
+  db: Db,
+  opts: ClaimOptions & Partial<Omit<EventClaimOptions, keyof ClaimOptions>>,
+): EventRow[] {
+  if (opts.limit <= 0) return [];
+  if (!opts.keyRoom) {
+    const where = and(claimable(opts.now), notAtKeys(opts.excludeKeys), notOfClients(opts.excludeClients));
+    const lease = { claimedUntil: opts.now + opts.leaseMs, claimToken: opts.token };
+    const due = db
+      .select({ seq: events.seq })
+      .from(events)
+      .where(where)
+      .orderBy(asc(events.nextAttemptAt), asc(events.seq))
+      .limit(opts.limit);
+    return db.update(events).set(lease).where(inArray(events.seq, due)).returning().all();
+  }
+  // Pick per host in code, then claim with the conditions checked again in the UPDATE: another
+  // process may have claimed a candidate in between, and it then simply is not returned.
+  const candidates = prepared(db, "events.claimCandidates", () =>
+    db
+      .select({ seq: events.seq, clientId: events.clientId, host: events.destinationHost })
+      .from(events)
+      .where(
+        and(
+          claimable(sql.placeholder("now")),
+          sql`${deliveryKeySql} NOT IN (SELECT value FROM json_each(${sql.placeholder("keys")}))`,
+          sql`${events.clientId} NOT IN (SELECT value FROM json_each(${sql.placeholder("clients")}))`,
+        ),
+      )
+      .orderBy(asc(events.nextAttemptAt), asc(events.seq))
+      .limit(sql.placeholder("limit"))
+      .prepare(),
+  ).all({
+    now: opts.now,
+    keys: jsonList(opts.excludeKeys ?? []),
+    clients: jsonList(opts.excludeClients ?? []),
+    limit: opts.limit * SCAN_FACTOR,
+  });
+  const picked = pickWithinRoom(candidates, opts.limit, opts.keyRoom, opts.clientRoom).map((c) => c.seq);
+  if (picked.length === 0) return [];
+  return lease(db, picked, opts).sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
+}
+
+/** How many of a key's pending events are leased now (the per-key cap's count), through events_key_due_idx. */
+export function leasedOfKey(db: Db, key: DeliveryKey, now: number): number {
+  return (
+    prepared(db, "events.leasedOfKey", () =>
+      db
+        .select({ n: sql<number>`count(*)` })
+        .from(events)
+        .where(
+          and(
+            eq(events.clientId, sql.placeholder("clientId")),
+            eq(events.destinationHost, sql.placeholder("host")),
+            eq(events.deliveryStatus, "pending"),
+            gte(events.claimedUntil, sql.placeholder("now")),
+          ),
+        )
+        .prepare(),
+    ).get({ clientId: key.clientId, host: key.host, now })?.n ?? 0
+  );
+}
+
+/** Leases the given events where they are still claimable (another claim may have taken one since it was picked). */
+function lease(db: Db, seqs: number[], opts: { now: number; leaseMs: number; token: string }): EventRow[] {
+  return prepared(db, "events.lease", () =>
+    db
+      .update(events)
+      .set({
+        claimedUntil: sql.placeholder("until"),
+        claimToken: sql.placeholder("token"),
+      } as unknown as Partial<NewEventRow>)
+      .where(
+        and(
+          sql`${events.seq} IN (SELECT value FROM json_each(${sql.placeholder("seqs")}))`,
+          claimable(sql.placeholder("now"), true),
+        ),
+      )
+      .returning()
+      .prepare(),
+  ).all({ seqs: jsonList(seqs), now: opts.now, until: opts.now + opts.leaseMs, token: opts.token });
+}
+
+/**
+ * The half-open trial of a paused key: one claimable event of the key, an already attempted one
+ * first (a receiver that fails every first attempt and takes the retry gets a trial it can pass).
+ */
+export function claimTrial(
+  db: Db,
+  key: DeliveryKey,
+  opts: { now: number; leaseMs: number; token: string },
+): EventRow | undefined {
+  return claimOfKey(db, key, { ...opts, limit: 1, attemptedFirst: true })[0];
+}
+
+/**
+ * Up to `limit` of one delivery key's claimable events under a lease, through events_key_due_idx:
+ * oldest due first, or (a breaker trial) an already attempted one first. The caller takes the
+ * key's leased events off `limit` (the per-key cap: see leasedOfKey).
+ */
+export function claimOfKey(
+  db: Db,
+  key: DeliveryKey,
+  opts: { now: number; leaseMs: number; token: string; limit: number; attemptedFirst?: boolean },
+): EventRow[] {
+  if (opts.limit <= 0) return [];
+  const order = opts.attemptedFirst
+    ? [sql`(${events.attempts} = 0)`, asc(events.nextAttemptAt), asc(events.seq)]
+    : [asc(events.nextAttemptAt), asc(events.seq)];
+  const picks = prepared(db, `events.keyPicks:${opts.attemptedFirst ? "attempted" : "due"}`, () =>
+    db
+      .select({ seq: events.seq })
+      .from(events)
+      .where(
+        and(
+          claimable(sql.placeholder("now")),
+          eq(events.clientId, sql.placeholder("clientId")),
+          eq(events.destinationHost, sql.placeholder("host")),
+        ),
+      )
+      .orderBy(...order)
+      .limit(sql.placeholder("limit"))
+      .prepare(),
+  ).all({ now: opts.now, clientId: key.clientId, host: key.host, limit: opts.limit });
+  if (picks.length === 0) return [];
+  return lease(
+    db,
+    picks.map((p) => p.seq),
+    opts,
+  ).sort(
+    (a, b) =>
+      (opts.attemptedFirst ? Number(a.attempts === 0) - Number(b.attempts === 0) : 0) ||
+      (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) ||
+      a.seq - b.seq,
+  );
+}
