@@ -1,4 +1,4 @@
-import type { TaskPhase, TaskStatus } from "../statuses.js";
+import type { DeliveryStatus, TaskPhase, TaskStatus } from "../statuses.js";
 
 /**
  * The rows the store hands out and takes, owned by the contract (as River's rivertype): both
@@ -99,7 +99,7 @@ export type EventRow = {
   callbackUrl: string | null;
   destinationHost: string;
   callbackHeaders: string | null;
-  deliveryStatus: "succeeded" | "failed" | "none" | "pending";
+  deliveryStatus: DeliveryStatus;
   attempts: number;
   roundAttempts: number;
   nextAttemptAt: number | null;
@@ -125,7 +125,7 @@ export type NewEventRow = {
   callbackUrl?: string | null | undefined;
   destinationHost?: string | undefined;
   callbackHeaders?: string | null | undefined;
-  deliveryStatus: "succeeded" | "failed" | "none" | "pending";
+  deliveryStatus: DeliveryStatus;
   attempts?: number | undefined;
   roundAttempts?: number | undefined;
   nextAttemptAt?: number | null | undefined;
@@ -273,7 +273,7 @@ export type NoticeRow = {
   type: string;
   payload: string;
   url: string;
-  deliveryStatus: "succeeded" | "failed" | "none" | "pending";
+  deliveryStatus: DeliveryStatus;
   attempts: number;
   nextAttemptAt: number | null;
   claimedUntil: number | null;
@@ -290,7 +290,7 @@ export type NewNoticeRow = {
   type: string;
   payload: string;
   url: string;
-  deliveryStatus: "succeeded" | "failed" | "none" | "pending";
+  deliveryStatus: DeliveryStatus;
   attempts?: number | undefined;
   nextAttemptAt?: number | null | undefined;
   claimedUntil?: number | null | undefined;

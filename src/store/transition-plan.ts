@@ -1,4 +1,5 @@
 import type { CreditChange, NewEventRow, NewTaskRow, TaskRow, TransitionOptions, TransitionRules } from "./store.js";
+import { wellFormed } from "./values.js";
 
 /**
  * Everything one task change writes, decided before anything is written: the drivers only apply
@@ -48,6 +49,3 @@ export function planTransition(
     event,
   };
 }
-
-/** String.prototype.toWellFormed (Node 20; ES2024, past this project's ES2023 lib). */
-const wellFormed = (text: string): string => (text as string & { toWellFormed(): string }).toWellFormed();
