@@ -102,6 +102,8 @@ async function main(): Promise<void> {
     stopping = true;
     // Requests first, while the database is open: each one in flight gets its answer. The listening
     // socket closes synchronously here, so once the line below is written no connection is accepted.
+    // Requests held by Prefer: wait answer at once with their task's state, so they never hold the drain up.
+    relay.releaseWaits();
     const drained = http.close(HTTP_DRAIN_MS);
     logger.info({ signal }, "shutting down: no new connections; finishing in-flight requests, then worker claims");
     void (async () => {

@@ -28,9 +28,13 @@ import { Submitter } from "./workers/submitter.js";
 import { Leadership } from "./workers/leadership.js";
 import { DurationStats } from "./workers/duration-stats.js";
 import { Lifecycle } from "./core/lifecycle.js";
+import { TaskWaiters } from "./core/task-waiters.js";
 import { StorageHealth } from "./store/storage-health.js";
 
 /** The relay's worker loops; each is built once under its name and reached by it (nudges, readiness, tests). */
+/** Requests one API key may hold with Prefer: wait at once (docs/contract.md, "Waiting for the result"). */
+export const HELD_WAITS_PER_CLIENT = 20;
+
 export type LoopName = "submitter" | "poller" | "dispatcher" | "notifier" | "pruner" | "catalog" | "mirror";
 
 export interface RelayOptions {
@@ -74,6 +78,8 @@ export class Relay {
   readonly lifecycle: Lifecycle;
   readonly catalog: CatalogCache;
   readonly storage: StorageHealth;
+  /** Requests held by Prefer: wait; woken by task transitions, released first on stop(). */
+  readonly waiters = new TaskWaiters({ perClient: HELD_WAITS_PER_CLIENT });
 
   constructor(private readonly opts: RelayOptions) {
     const { config, store, clock, logger } = opts;
@@ -98,6 +104,7 @@ export class Relay {
       mirrors: async (task, outputJson) =>
         outputUrls(outputJson).length > 0 &&
         ((await store.clients.find(task.clientId))?.storageConfig ?? null) !== null,
+      onTransition: (task) => this.waiters.wake(task.id),
     });
     this.catalog = new CatalogCache(accounts, clock, logger);
     this.health = new EndpointHealth({ store, clock, logger, onNotice: () => this.loopsByName?.notifier.nudge() });
@@ -111,6 +118,7 @@ export class Relay {
       lifecycle: this.lifecycle,
       catalog: this.catalog,
       storage: this.storage,
+      waiters: this.waiters,
     };
     // An account taken over from a frozen or dead leader has its tasks released: the loops look at once.
     const leadership = new Leadership(store, logger, { holder: this.owner.id, leaseMs: config.leaderLeaseMs }, () => {
@@ -239,9 +247,24 @@ export class Relay {
    */
   async start(): Promise<void> {
     await this.recover();
-    // Other instances sharing the store wake these loops when they write what the loops act on.
-    await this.opts.store.ops.listen((target) => this.deps.nudges[target]());
+    await this.listen();
     for (const loop of this.loops) loop.start();
+  }
+
+  /**
+   * Other instances sharing the store wake these loops when they write what the loops act on, and
+   * wake requests held here on a task they changed (a no-op on SQLite, where this process is alone).
+   */
+  async listen(): Promise<void> {
+    await this.opts.store.ops.listen(
+      (target) => this.deps.nudges[target](),
+      (taskId) => this.waiters.wake(taskId),
+    );
+  }
+
+  /** Answers every request held by Prefer: wait now, with its task as it is (shutdown: a quick HTTP drain). */
+  releaseWaits(): void {
+    this.waiters.releaseAll();
   }
 
   /** Takes over what a previous process left (see start()); separate so tests can run it alone. */
@@ -271,6 +294,7 @@ export class Relay {
 
   /** Stops claiming, waits for in-flight work up to the deadline, then releases every lease this process holds. */
   async stop(deadlineMs = 10_000): Promise<void> {
+    this.releaseWaits();
     const stopped = Promise.all(this.loops.map((l) => l.stop())).then(() =>
       Promise.all([this.dispatcher.drain(), this.notifier.drain()]),
     );

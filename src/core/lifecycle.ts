@@ -26,6 +26,11 @@ export interface LifecycleDeps {
    * task stays processing in phase `mirroring`, and task.succeeded is written when the copies are made.
    */
   mirrors?: (task: TaskRow, outputJson: string | null) => Promise<boolean>;
+  /**
+   * Told of every recorded transition, after its commit: requests held by Prefer: wait on this task
+   * are woken by it (core/task-waiters.ts). Other instances learn of it through the store's notification.
+   */
+  onTransition?: (task: TaskRow) => void;
 }
 
 const released = { claimToken: null, claimedUntil: null } as const;
@@ -127,6 +132,7 @@ export class Lifecycle {
   /** Wakes the workers a change concerns, and tells the duration stats about a success. */
   private async changed(task: TaskRow, updated: TaskRow, now: number): Promise<void> {
     const { nudges } = this.deps;
+    if (updated.status !== task.status || updated.phase !== task.phase) this.deps.onTransition?.(updated);
     if (updated.status !== task.status) nudges.dispatcher();
     if (updated.phase === "mirroring" && task.phase !== "mirroring") nudges.mirror?.();
     const ended = (phase: string) => phase === "done" || phase === "mirroring";

@@ -112,7 +112,8 @@ export type ResponseHeaderName =
   | "Retry-After"
   | "Age"
   | "Cache-Control"
-  | "ETag";
+  | "ETag"
+  | "Preference-Applied";
 
 /** Response headers, documented once under components.headers and referenced by name. */
 export const RESPONSE_HEADERS: Record<ResponseHeaderName, { description: string; schema: Record<string, unknown> }> = {
@@ -145,6 +146,11 @@ export const RESPONSE_HEADERS: Record<ResponseHeaderName, { description: string;
   ETag: {
     description: "This answer's version: send it back in If-None-Match to get 304 while it has not changed.",
     schema: { type: "string" },
+  },
+  "Preference-Applied": {
+    description:
+      "wait=N when the request's Prefer: wait=N was honoured (RFC 7240): the answer waited up to N seconds for the task to end or change.",
+    schema: { type: "string", pattern: "^wait=\\d+$", example: "wait=30" },
   },
 };
 

@@ -49,8 +49,29 @@ export function idempotencyHeaders(type: "image" | "video") {
         },
         example: `order-1234-${type}`,
       }),
+    Prefer: PreferHeader,
   });
 }
+
+/**
+ * Prefer (RFC 7240) on creation and task reads: `wait=N` (1 to 60) holds the answer until the task
+ * ends (or, on a read with ?status=, changes) or N seconds pass. Any string is accepted: a value the
+ * relay cannot honour is ignored, as RFC 7240 asks, never refused.
+ */
+export const PreferHeader = z
+  .string()
+  .max(1_000)
+  .optional()
+  .openapi({
+    param: {
+      name: "Prefer",
+      in: "header",
+      description:
+        "wait=N (1 to 60): answer once the task has ended (a read with ?status=: once its status differs from that one), or after N seconds, whichever comes first; the answer is the same as without it, plus Preference-Applied: wait=N. Another value is ignored. One API key may hold 20 such requests at once (429 rate_limit beyond).",
+      example: "wait=30",
+    },
+    example: "wait=30",
+  });
 
 const hasNul = (s: string) => s.includes("\u0000");
 
@@ -439,6 +460,20 @@ export const TaskListQuery = z.object({
     .enum(TASK_STATUSES, { error: `must be one of ${TASK_STATUSES.join(", ")}` })
     .optional()
     .openapi({ param: { name: "status", in: "query" } }),
+});
+
+/** A task read: the status the caller last saw, which a `Prefer: wait` waits to change. */
+export const TaskReadQuery = z.object({
+  status: z
+    .enum(TASK_STATUSES, { error: `must be one of ${TASK_STATUSES.join(", ")}` })
+    .optional()
+    .openapi({
+      param: {
+        name: "status",
+        in: "query",
+        description: "With Prefer: wait=N, the status you last saw: the answer comes as soon as the task's differs.",
+      },
+    }),
 });
 
 export const TaskIdParam = z.object({

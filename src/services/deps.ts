@@ -5,6 +5,7 @@ import type { Lifecycle } from "../core/lifecycle.js";
 import type { StorageHealth } from "../store/storage-health.js";
 import type { Store } from "../store/store.js";
 import type { Nudges } from "../core/nudges.js";
+import type { TaskWaiters } from "../core/task-waiters.js";
 
 export { noNudges, type Nudges } from "../core/nudges.js";
 
@@ -23,4 +24,6 @@ export interface ServiceDeps {
   catalog?: { peek(account: string): unknown | null };
   /** Storage failures seen (disk full, I/O): /readyz and the rate-limited log read it. */
   storage?: StorageHealth;
+  /** Requests held by Prefer: wait, woken by task transitions (the relay's; without it Prefer is ignored). */
+  waiters?: TaskWaiters;
 }

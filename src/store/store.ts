@@ -480,8 +480,11 @@ export interface OpsStore {
    * a process whose connection is gone (killed) loses it at once; close() gives it up.
    */
   leads(account: string, as: LeaderLease): Promise<LeaderFence | null>;
-  /** Wakes this process's loops when another process writes what they act on (a no-op on SQLite). */
-  listen(nudge: (target: NudgeTarget) => void): Promise<void>;
+  /**
+   * Wakes this process's loops when another process writes what they act on, and tells `taskChanged`
+   * of a task another process transitioned (requests held by Prefer: wait). A no-op on SQLite.
+   */
+  listen(nudge: (target: NudgeTarget) => void, taskChanged?: (taskId: string) => void): Promise<void>;
   /**
    * What a dead process left: on a single-process store every lease is released (no one else can
    * hold one); a shared store leaves leases to expire. Events from before destination_host get theirs.

@@ -184,6 +184,7 @@ describe("response headers", () => {
       "ETag",
       "Idempotent-Replayed",
       "Location",
+      "Preference-Applied",
       "Retry-After",
       "X-Request-Id",
     ]);

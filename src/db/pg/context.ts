@@ -64,5 +64,5 @@ export interface PgContext {
     at: number,
   ): Promise<void>;
   leads(account: string, as: LeaderLease): Promise<LeaderFence | null>;
-  listen(nudge: (target: NudgeTarget) => void): Promise<void>;
+  listen(nudge: (target: NudgeTarget) => void, taskChanged?: (taskId: string) => void): Promise<void>;
 }

@@ -6,7 +6,7 @@ export function pgOps(s: PgContext): OpsStore {
   const { q } = s;
   return {
     leads: (account, as) => s.leads(account, as),
-    listen: (nudge) => s.listen(nudge),
+    listen: (nudge, taskChanged) => s.listen(nudge, taskChanged),
     recover: async (hostOf) => {
       // Other instances may be alive: their leases are left to expire. Only the backfill runs.
       for (const r of await q(

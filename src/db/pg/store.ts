@@ -215,6 +215,9 @@ export class PgStore implements Store, PgContext {
     // Planned once (store/transition-plan.ts), applied here; the row is locked, so the plan's row is the stored one.
     const plan = planTransition(this.rules, before, patch, o);
     const { clientId } = plan.after;
+    // Delivered at commit: requests held by Prefer: wait on other instances read the task again.
+    if (plan.after.status !== before.status || plan.after.phase !== before.phase)
+      await c.query("SELECT pg_notify($1, $2)", [CHANNEL, `${TASK_CHANGED}${id}`]);
     const set = T.set(plan.patch, 2);
     if (set.sql) await c.query(`UPDATE tasks SET ${set.sql} WHERE id = $1`, [id, ...set.values]);
     if (plan.credit) await this.applyCredits(c, clientId, id, plan.credit, o.now);
@@ -363,7 +366,7 @@ export class PgStore implements Store, PgContext {
     return this.closed ? Promise.resolve(null) : this.leadership.leads(account, as);
   }
 
-  async listen(nudge: (target: NudgeTarget) => void): Promise<void> {
+  async listen(nudge: (target: NudgeTarget) => void, taskChanged?: (taskId: string) => void): Promise<void> {
     if (this.listener || this.closed) return;
     const client = new pg.Client(pgClientConfig(this.options.connectionString, this.connection));
     const reconnect = () => {
@@ -371,12 +374,13 @@ export class PgStore implements Store, PgContext {
       this.listener = null;
       client.end().catch(() => {});
       // The idle wake-up covers the gap; listen again shortly.
-      if (!this.closed) setTimeout(() => void this.listen(nudge).catch(() => {}), 1_000).unref();
+      if (!this.closed) setTimeout(() => void this.listen(nudge, taskChanged).catch(() => {}), 1_000).unref();
     };
     client.on("error", reconnect);
     client.on("end", reconnect);
     client.on("notification", (n) => {
       if (n.payload === "submitter" || n.payload === "poller" || n.payload === "dispatcher") nudge(n.payload);
+      else if (n.payload?.startsWith(TASK_CHANGED)) taskChanged?.(n.payload.slice(TASK_CHANGED.length));
     });
     this.listener = client;
     await client.connect();
@@ -402,6 +406,8 @@ export class PgStore implements Store, PgContext {
 }
 
 const ATTEMPT_COLUMNS = columnsOf(deliveryAttempts);
+/** A NOTIFY payload naming a task whose status or phase changed: the prefix and the id, nothing more. */
+const TASK_CHANGED = "task:";
 
 /** A batch in runs where no event appears twice, in order (an event's records keep their order). */
 function eachEventOnce<B extends { eventId: string }>(batch: B[]): B[][] {

@@ -2,6 +2,7 @@ import type { OpenAPIHono } from "@hono/zod-openapi";
 import type { Config } from "../../config.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import { createTask } from "../../services/intake.js";
+import { hasEnded, holdFor, waitForTask, waitPreference } from "../../services/task-wait.js";
 import { viewOf } from "../../services/tasks.js";
 import type { AppEnv } from "../context.js";
 import { apiRoute, headerRefs } from "../schema-rules.js";
@@ -43,13 +44,13 @@ function generationRoute(type: "image" | "video") {
     },
     responses: {
       201: {
-        description: "Task accepted (status queued)",
-        headers: headerRefs("Location", "Idempotent-Replayed"),
+        description: "Task accepted (status queued; with Prefer: wait, its state when it ended or the wait ran out)",
+        headers: headerRefs("Location", "Idempotent-Replayed", "Preference-Applied"),
         content: { "application/json": { schema: TaskViewSchema } },
       },
       200: {
         description: "Replay of the same Idempotency-Key and body: the original task",
-        headers: headerRefs("Location", "Idempotent-Replayed"),
+        headers: headerRefs("Location", "Idempotent-Replayed", "Preference-Applied"),
         content: { "application/json": { schema: TaskViewSchema } },
       },
       ...errorResponses(400, 401, 402, 409, 413, 415, 422, 429),
@@ -61,15 +62,24 @@ export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: Service
   for (const type of ["image", "video"] as const) {
     app.openapi(generationRoute(type), async (c) => {
       const body = c.req.valid("json") as Record<string, unknown>;
-      const { task, replayed } = await createTask(deps, {
-        client: c.get("client"),
-        type,
-        body,
-        idempotencyKey: c.req.valid("header")["Idempotency-Key"],
-      });
+      const headers = c.req.valid("header");
+      const client = c.get("client");
+      // Taken before the task is created, so a client over its bound gets 429 and no task.
+      const wait = deps.waiters ? waitPreference(headers.Prefer) : null;
+      const hold = wait !== null && deps.waiters ? holdFor(deps.waiters, client.id, wait) : null;
+      let created: Awaited<ReturnType<typeof createTask>>;
+      try {
+        created = await createTask(deps, { client, type, body, idempotencyKey: headers["Idempotency-Key"] });
+      } catch (err) {
+        hold?.release();
+        throw err;
+      }
+      const { replayed } = created;
+      const task = hold ? await waitForTask(deps, hold, client.id, created.task.id, hasEnded) : created.task;
       c.header("Location", absoluteUrl(deps.config, c.req.url, `/openapi/v1/tasks/${task.id}`));
       c.header("Idempotent-Replayed", String(replayed));
-      return c.json(await viewOf(deps, task, { withQueuePosition: false }), replayed ? 200 : 201);
+      if (hold) c.header("Preference-Applied", `wait=${wait}`);
+      return c.json(await viewOf(deps, task, { withQueuePosition: hold !== null }), replayed ? 200 : 201);
     });
   }
 }

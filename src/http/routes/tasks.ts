@@ -1,9 +1,18 @@
-import type { OpenAPIHono } from "@hono/zod-openapi";
+import { z, type OpenAPIHono } from "@hono/zod-openapi";
 import type { ServiceDeps } from "../../services/deps.js";
-import { cancelTask, getTaskView, listTaskViews } from "../../services/tasks.js";
+import { changedFrom, holdFor, waitForTask, waitPreference } from "../../services/task-wait.js";
+import { cancelTask, getTaskView, listTaskViews, viewOf } from "../../services/tasks.js";
 import type { AppEnv } from "../context.js";
-import { apiRoute } from "../schema-rules.js";
-import { errorResponses, TaskIdParam, TaskListQuery, TaskListSchema, TaskViewSchema } from "../schemas.js";
+import { apiRoute, headerRefs } from "../schema-rules.js";
+import {
+  errorResponses,
+  PreferHeader,
+  TaskIdParam,
+  TaskListQuery,
+  TaskListSchema,
+  TaskReadQuery,
+  TaskViewSchema,
+} from "../schemas.js";
 
 const security = [{ bearerAuth: [] }];
 const taskJson = { "application/json": { schema: TaskViewSchema } };
@@ -16,11 +25,25 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       operationId: "getTask",
       tags: ["Tasks"],
       summary: "Read a task",
+      description:
+        "With Prefer: wait=N the answer waits until the task ends or its status differs from ?status=, or N seconds pass.",
       security,
-      request: { params: TaskIdParam },
-      responses: { 200: { description: "The task", content: taskJson }, ...errorResponses(400, 401, 404) },
+      request: { params: TaskIdParam, query: TaskReadQuery, headers: z.object({ Prefer: PreferHeader }) },
+      responses: {
+        200: { description: "The task", headers: headerRefs("Preference-Applied"), content: taskJson },
+        ...errorResponses(400, 401, 404, 429),
+      },
     }),
-    async (c) => c.json(await getTaskView(deps, c.get("client").id, c.req.valid("param").id), 200),
+    async (c) => {
+      const clientId = c.get("client").id;
+      const { id } = c.req.valid("param");
+      const wait = deps.waiters ? waitPreference(c.req.valid("header").Prefer) : null;
+      if (wait === null || !deps.waiters) return c.json(await getTaskView(deps, clientId, id), 200);
+      const hold = holdFor(deps.waiters, clientId, wait);
+      const task = await waitForTask(deps, hold, clientId, id, changedFrom(c.req.valid("query").status));
+      c.header("Preference-Applied", `wait=${wait}`);
+      return c.json(await viewOf(deps, task), 200);
+    },
   );
 
   app.openapi(

@@ -1,0 +1,72 @@
+import type { Hold, TaskWaiters } from "../core/task-waiters.js";
+import type { TaskStatus } from "../statuses.js";
+import type { TaskRow } from "../store/store.js";
+import type { ServiceDeps } from "./deps.js";
+import { ApiError } from "./errors.js";
+import { requireClientTask } from "./tasks.js";
+
+export const MAX_WAIT_SECONDS = 60;
+
+/**
+ * The `wait` preference of a Prefer header (RFC 7240), 1 to 60 seconds, or null. A value the relay
+ * cannot honour is ignored, as RFC 7240 asks: the request answers at once, without Preference-Applied.
+ */
+export function waitPreference(header: string | undefined): number | null {
+  if (!header) return null;
+  for (const preference of header.split(",")) {
+    const [token = "", ...rest] = (preference.split(";")[0] ?? "").split("=");
+    if (token.trim().toLowerCase() !== "wait") continue;
+    const value = rest
+      .join("=")
+      .trim()
+      .replace(/^"(.*)"$/, "$1");
+    if (!/^\d{1,2}$/.test(value)) return null;
+    const seconds = Number(value);
+    return seconds >= 1 && seconds <= MAX_WAIT_SECONDS ? seconds : null;
+  }
+  return null;
+}
+
+/** A client's hold of `seconds`, or 429 rate_limit when it already holds as many as it may. */
+export function holdFor(waiters: TaskWaiters, clientId: string, seconds: number): Hold {
+  const hold = waiters.hold(clientId, seconds * 1000);
+  if (hold) return hold;
+  throw new ApiError(
+    "rate_limit",
+    `This API key already holds ${waiters.perClient} requests waiting with Prefer: wait; retry once one has answered, or poll without it.`,
+    undefined,
+    { "Retry-After": "1" },
+  );
+}
+
+export const hasEnded = (task: TaskRow) => task.phase === "done";
+
+/**
+ * Reads the client's task until `done` says so, its transition waking each read, or the hold's time
+ * is up: the task as it is then. The hold watches the task before the first read, so a transition
+ * between a read and the wait is never missed. The hold is released in every case.
+ */
+export async function waitForTask(
+  deps: Pick<ServiceDeps, "store">,
+  hold: Hold,
+  clientId: string,
+  taskId: string,
+  done: (task: TaskRow) => boolean,
+): Promise<TaskRow> {
+  try {
+    hold.watch(taskId);
+    for (;;) {
+      const task = await requireClientTask(deps, clientId, taskId);
+      if (hold.expired || done(task)) return task;
+      await hold.next();
+    }
+  } finally {
+    hold.release();
+  }
+}
+
+/** For a read with `?status=`: its status differs from the one the caller saw, or it ended. */
+export const changedFrom =
+  (seen: TaskStatus | undefined) =>
+  (task: TaskRow): boolean =>
+    hasEnded(task) || (seen !== undefined && task.status !== seen);

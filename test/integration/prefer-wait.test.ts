@@ -1,0 +1,226 @@
+import { setupServer } from "msw/node";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { createClient } from "../../src/services/clients.js";
+import { HELD_WAITS_PER_CLIENT, type Relay } from "../../src/relay.js";
+import { FakeClock } from "../helpers/fake-clock.js";
+import { freshPgDatabase } from "../helpers/pg.js";
+import { crash, simulatedUpstream, startInstance, type Instance } from "../helpers/pg-relays.js";
+import { createTestRelay, imageBody, type TestRelay } from "../helpers/relay.js";
+
+/**
+ * Prefer: wait (docs/contract.md, "Waiting for the result"): held requests are woken by the task's
+ * own transition — a cancel here, another instance's on PostgreSQL — and answer as without it.
+ */
+const server = setupServer();
+beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
+afterEach(() => server.resetHandlers());
+afterAll(() => server.close());
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+const requestId = expect.stringMatching(/^req_/);
+
+function relay(): TestRelay {
+  const t = createTestRelay();
+  cleanups.push(() => t.close());
+  return t;
+}
+
+async function createTask(t: TestRelay, apiKey: string, headers: Record<string, string> = {}): Promise<Response> {
+  return t.request(apiKey, "/openapi/v1/images/generations", {
+    method: "POST",
+    json: imageBody(),
+    idempotencyKey: `wait-${Math.random().toString(36).slice(2, 12)}`,
+    headers,
+  });
+}
+
+async function newTaskId(t: TestRelay, apiKey: string): Promise<string> {
+  const res = await createTask(t, apiKey);
+  expect(res.status).toBe(201);
+  return ((await res.json()) as Json).data.id as string;
+}
+
+const read = (t: TestRelay, apiKey: string, id: string, prefer: string | null, status?: string) =>
+  t.request(apiKey, `/openapi/v1/tasks/${id}${status ? `?status=${status}` : ""}`, {
+    headers: prefer === null ? {} : { Prefer: prefer },
+  });
+
+/** Resolves once `n` requests are held on the task (a typed condition, not a sleep). */
+const heldOn = (r: Relay, id: string, n = 1) =>
+  vi.waitFor(() => expect(r.waiters.watchers(id)).toBe(n), { timeout: 4_000, interval: 2 });
+
+describe("Prefer: wait on creation", () => {
+  it("answers once the task ends within N, in one request, with Preference-Applied", async () => {
+    const t = relay();
+    const { apiKey } = t.client();
+    const started = Date.now();
+    const pending = createTask(t, apiKey, { Prefer: "wait=30" });
+    let id = "";
+    await vi.waitFor(
+      async () => {
+        const list = (await (await t.request(apiKey, "/openapi/v1/tasks")).json()) as Json;
+        id = list.data[0]?.id ?? "";
+        expect(t.relay.waiters.watchers(id)).toBe(1);
+      },
+      { timeout: 4_000, interval: 2 },
+    );
+    expect((await t.request(apiKey, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" })).status).toBe(200);
+    const res = await pending;
+    expect(res.status).toBe(201);
+    expect(res.headers.get("preference-applied")).toBe("wait=30");
+    expect(res.headers.get("location")).toBe(`http://relay.test/openapi/v1/tasks/${id}`);
+    expect(((await res.json()) as Json).data.status).toBe("canceled");
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(t.relay.waiters.size).toBe(0);
+  });
+
+  it("answers at N with the task's current state when it does not end, same status code and body", async () => {
+    const t = relay();
+    const { apiKey } = t.client();
+    const started = Date.now();
+    const res = await createTask(t, apiKey, { Prefer: "respond-async, wait=1" });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(990);
+    expect(res.status).toBe(201);
+    expect(res.headers.get("preference-applied")).toBe("wait=1");
+    const body = (await res.json()) as Json;
+    expect(body.data.status).toBe("queued");
+    const plain = (await (await read(t, apiKey, body.data.id, null)).json()) as Json;
+    expect(body).toEqual(plain);
+  });
+});
+
+describe("Prefer: wait on a task read", () => {
+  it("with ?status=queued answers as soon as the status changes", async () => {
+    const t = relay();
+    const { apiKey } = t.client();
+    const id = await newTaskId(t, apiKey);
+    const started = Date.now();
+    const pending = read(t, apiKey, id, "wait=30", "queued");
+    await heldOn(t.relay, id);
+    await t.request(apiKey, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" });
+    const res = await pending;
+    expect(res.status).toBe(200);
+    expect(res.headers.get("preference-applied")).toBe("wait=30");
+    expect(((await res.json()) as Json).data.status).toBe("canceled");
+    expect(Date.now() - started).toBeLessThan(5_000);
+  });
+
+  it("answers at once when the status already differs from ?status=, and at N when nothing changes", async () => {
+    const t = relay();
+    const { apiKey } = t.client();
+    const id = await newTaskId(t, apiKey);
+    const differs = await read(t, apiKey, id, "wait=30", "processing");
+    expect(differs.headers.get("preference-applied")).toBe("wait=30");
+    expect(((await differs.json()) as Json).data.status).toBe("queued");
+    const started = Date.now();
+    const timedOut = await read(t, apiKey, id, "wait=1", "queued");
+    expect(Date.now() - started).toBeGreaterThanOrEqual(990);
+    expect(timedOut.status).toBe(200);
+    expect(timedOut.headers.get("preference-applied")).toBe("wait=1");
+    expect(((await timedOut.json()) as Json).data.status).toBe("queued");
+  });
+
+  it("ignores a Prefer it cannot honour (RFC 7240): no wait, no Preference-Applied", async () => {
+    const t = relay();
+    const { apiKey } = t.client();
+    const id = await newTaskId(t, apiKey);
+    for (const prefer of ["wait=0", "wait=61", "wait=abc", "wait", "wait=1.5", "handling=strict"]) {
+      const res = await read(t, apiKey, id, prefer, "queued");
+      expect(res.status, prefer).toBe(200);
+      expect(res.headers.get("preference-applied"), prefer).toBeNull();
+    }
+    expect(t.relay.waiters.size).toBe(0);
+    const honoured = await read(t, apiKey, id, "WAIT=1; x=y", "processing");
+    expect(honoured.headers.get("preference-applied")).toBe("wait=1");
+  });
+
+  it("holds a bounded number per client: one more gets 429 rate_limit, another client's wait still works", async () => {
+    const t = relay();
+    const flooder = t.client("flooder");
+    const other = t.client("other");
+    const id = await newTaskId(t, flooder.apiKey);
+    const held = Array.from({ length: HELD_WAITS_PER_CLIENT }, () => read(t, flooder.apiKey, id, "wait=60", "queued"));
+    await heldOn(t.relay, id, HELD_WAITS_PER_CLIENT);
+    const refused = await read(t, flooder.apiKey, id, "wait=60", "queued");
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("retry-after")).toBe("1");
+    expect(await refused.json()).toEqual({
+      error: { code: "rate_limit", message: expect.stringContaining("Prefer: wait"), request_id: requestId },
+    });
+    const creation = await createTask(t, flooder.apiKey, { Prefer: "wait=5" });
+    expect(creation.status).toBe(429);
+    expect(((await (await t.request(flooder.apiKey, "/openapi/v1/tasks")).json()) as Json).data).toHaveLength(1);
+
+    const otherId = await newTaskId(t, other.apiKey);
+    const pending = read(t, other.apiKey, otherId, "wait=30", "queued");
+    await heldOn(t.relay, otherId);
+    await t.request(other.apiKey, `/openapi/v1/tasks/${otherId}/cancel`, { method: "POST" });
+    expect(((await (await pending).json()) as Json).data.status).toBe("canceled");
+
+    // Ending the flooder's task answers all its held requests, and frees its slots.
+    await t.request(flooder.apiKey, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" });
+    for (const res of await Promise.all(held)) expect(((await res.json()) as Json).data.status).toBe("canceled");
+    expect(t.relay.waiters.size).toBe(0);
+    expect((await read(t, flooder.apiKey, id, "wait=1", "queued")).status).toBe(200);
+  });
+
+  it("stop() releases held requests at once with the task's current state", async () => {
+    const t = relay();
+    const { apiKey } = t.client();
+    const id = await newTaskId(t, apiKey);
+    const held = [read(t, apiKey, id, "wait=60", "queued"), read(t, apiKey, id, "wait=60")];
+    const creation = createTask(t, apiKey, { Prefer: "wait=60" });
+    await heldOn(t.relay, id, 2);
+    await vi.waitFor(() => expect(t.relay.waiters.size).toBe(3), { timeout: 4_000, interval: 2 });
+    const started = Date.now();
+    await t.relay.stop(1_000);
+    for (const res of [...(await Promise.all(held)), await creation]) {
+      expect(res.headers.get("preference-applied")).toBe("wait=60");
+      expect(((await res.json()) as Json).data.status).toBe("queued");
+    }
+    expect(Date.now() - started).toBeLessThan(2_000);
+    // While stopping, a new wait answers at once.
+    expect((await read(t, apiKey, id, "wait=60", "queued")).headers.get("preference-applied")).toBe("wait=60");
+  });
+});
+
+describe("Prefer: wait on PostgreSQL", () => {
+  it("a task transitioned by another instance wakes the request held here (LISTEN/NOTIFY)", async () => {
+    const db = await freshPgDatabase();
+    const clock = new FakeClock(Date.UTC(2026, 0, 1));
+    const upstream = simulatedUpstream(clock);
+    const instances: Instance[] = [];
+    cleanups.push(async () => {
+      for (const i of instances) if (i.alive) await crash(i);
+      await db.drop();
+    });
+    for (let n = 0; n < 2; n++) instances.push(await startInstance(db.url, clock, upstream.fetch));
+    const [a, b] = instances as [Instance, Instance];
+    await a.relay.listen();
+    const { apiKey } = await createClient({ store: a.store, clock }, { name: "pg-wait" });
+    const call = (i: Instance, path: string, init: RequestInit = {}) =>
+      i.relay.app.request(`http://relay.test${path}`, {
+        ...init,
+        headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", ...init.headers },
+      });
+    const created = await call(a, "/openapi/v1/images/generations", {
+      method: "POST",
+      headers: { "idempotency-key": "pg-wait-1" },
+      body: JSON.stringify(imageBody()),
+    });
+    const id = ((await created.json()) as Json).data.id as string;
+    const started = Date.now();
+    const pending = call(a, `/openapi/v1/tasks/${id}?status=queued`, { headers: { Prefer: "wait=30" } });
+    await heldOn(a.relay, id);
+    expect((await call(b, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" })).status).toBe(200);
+    const res = await pending;
+    expect(res.headers.get("preference-applied")).toBe("wait=30");
+    expect(((await res.json()) as Json).data.status).toBe("canceled");
+    expect(Date.now() - started).toBeLessThan(5_000);
+  });
+});

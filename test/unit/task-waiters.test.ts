@@ -1,0 +1,80 @@
+import { describe, expect, it } from "vitest";
+import { TaskWaiters, type WaitTimers } from "../../src/core/task-waiters.js";
+import { waitPreference } from "../../src/services/task-wait.js";
+
+/** Timers fired by hand: a hold's time runs out when the test says so. */
+function manualTimers(): WaitTimers & { fireAll(): void; pending: number } {
+  const live = new Map<number, () => void>();
+  let next = 0;
+  return {
+    set(fire) {
+      live.set(++next, fire);
+      return next;
+    },
+    clear(handle) {
+      live.delete(handle as number);
+    },
+    fireAll() {
+      for (const [h, fire] of [...live]) {
+        live.delete(h);
+        fire();
+      }
+    },
+    get pending() {
+      return live.size;
+    },
+  };
+}
+
+describe("waitPreference (RFC 7240)", () => {
+  it("reads wait=N from 1 to 60 among other preferences, and ignores what it cannot honour", () => {
+    expect(waitPreference("wait=1")).toBe(1);
+    expect(waitPreference("wait=60")).toBe(60);
+    expect(waitPreference("respond-async, wait=10")).toBe(10);
+    expect(waitPreference('Wait="5"; foo=bar')).toBe(5);
+    for (const bad of [undefined, "", "wait", "wait=", "wait=0", "wait=61", "wait=-1", "wait=1.5", "wait=abc", "x=1"])
+      expect(waitPreference(bad), String(bad)).toBeNull();
+  });
+});
+
+describe("TaskWaiters", () => {
+  it("a wake between two reads is kept; the hold's timer and slot are given back on release", async () => {
+    const timers = manualTimers();
+    const waiters = new TaskWaiters({ perClient: 2, timers });
+    const hold = waiters.hold("cli_a", 30_000)!;
+    hold.watch("task_1");
+    waiters.wake("task_1");
+    await hold.next();
+    expect(hold.expired).toBe(false);
+    waiters.wake("task_other");
+    let woken = false;
+    const next = hold.next().then(() => (woken = true));
+    await Promise.resolve();
+    expect(woken).toBe(false);
+    waiters.wake("task_1");
+    await next;
+    hold.release();
+    expect([waiters.size, waiters.watchers("task_1"), timers.pending]).toEqual([0, 0, 0]);
+  });
+
+  it("bounds each client on its own, and expires holds when their time is up or on releaseAll", async () => {
+    const timers = manualTimers();
+    const waiters = new TaskWaiters({ perClient: 2, timers });
+    const a = [waiters.hold("cli_a", 1_000)!, waiters.hold("cli_a", 1_000)!];
+    expect(waiters.hold("cli_a", 1_000)).toBeNull();
+    const b = waiters.hold("cli_b", 1_000)!;
+    expect(b).not.toBeNull();
+    timers.fireAll();
+    await Promise.all([...a, b].map((h) => h.next()));
+    expect([...a, b].every((h) => h.expired)).toBe(true);
+    for (const h of [...a, b]) h.release();
+    const c = waiters.hold("cli_a", 60_000)!;
+    const waiting = c.next();
+    waiters.releaseAll();
+    await waiting;
+    expect(c.expired).toBe(true);
+    c.release();
+    // Once stopping, a new hold is expired at once: its request answers without waiting.
+    expect(waiters.hold("cli_a", 60_000)!.expired).toBe(true);
+  });
+});
