@@ -1,6 +1,7 @@
 import { pickWithinRoom } from "../../store/fairness.js";
 import type { NoticeRow, NoticeStore } from "../../store/store.js";
 import type { PgContext } from "./context.js";
+import { NOTICE_SCAN_FACTOR } from "../kit/claim-window.js";
 import { mapRow, snake } from "./mapping.js";
 
 /**
@@ -10,8 +11,6 @@ import { mapRow, snake } from "./mapping.js";
 
 const CLAIMABLE =
   "delivery_status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)";
-/** How far past `limit` a claim looks for other clients' notices when the first ones are over their client's room. */
-const NOTICE_SCAN_FACTOR = 4;
 
 export function pgNoticeStore(s: PgContext, notify: () => Promise<void>): NoticeStore {
   const { q, pool } = s;

@@ -2,6 +2,7 @@ import { and, asc, desc, eq, gte, inArray, isNull, lt, lte, notInArray, or, sql 
 import { pickWithinRoom } from "../../store/fairness.js";
 import type { NewNoticeRow, NoticeClaimOptions, NoticeRow, NoticeStore } from "../../store/store.js";
 import type { SqliteContext } from "./context.js";
+import { NOTICE_SCAN_FACTOR } from "../kit/claim-window.js";
 import type { Db } from "./open.js";
 import { notices } from "./schema.js";
 
@@ -28,9 +29,6 @@ const claimableNotice = (now: number) =>
     lte(notices.nextAttemptAt, now),
     or(isNull(notices.claimedUntil), lt(notices.claimedUntil, now)),
   );
-
-/** How far past `limit` a claim looks for other clients' notices when the first ones are over their client's room. */
-const NOTICE_SCAN_FACTOR = 4;
 
 /**
  * Claims due notices under a lease, oldest first. With `clientRoom` (the notifier's fair pool), a
