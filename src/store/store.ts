@@ -29,7 +29,7 @@ export type * from "./rows.js";
  * budget, a lease) are passed in as pure functions and run inside the operation.
  *
  * Values (one rule on both drivers, applied where values are bound: src/store/values.ts, read per
- * placeholder by src/db/bound-values.ts; a refusal is a StoreValueError, code "invalid_value",
+ * placeholder by src/db/kit/bound-values.ts; a refusal is a StoreValueError, code "invalid_value",
  * which the API answers 400 invalid_request):
  * - text to write: NUL is refused; lone surrogates are stored as U+FFFD (and read back so); a
  *   column of an index takes at most MAX_KEY_BYTES (2,048) bytes of UTF-8;

@@ -350,7 +350,7 @@ export interface Defect {
 export const DEFECTS = {
   // D1-D14 (NUL, lone surrogates, 1 MiB keys, fractions, negative limits, NUL keys and lists, empty
   // patches, NaN samples, LIKE prefixes, a second close) are fixed by the store's value rules
-  // (src/store/values.ts, applied where values are bound: src/db/bound-values.ts): see store-conformance.md.
+  // (src/store/values.ts, applied where values are bound: src/db/kit/bound-values.ts): see store-conformance.md.
 } satisfies Record<string, Defect>;
 
 /**

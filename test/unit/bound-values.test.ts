@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { bindSqliteArgs, bindValues, planOf } from "../../src/db/bound-values.js";
+import { bindSqliteArgs, bindValues } from "../../src/db/kit/bound-values.js";
+import { planOf } from "../../src/db/sqlite/bound-values.js";
 import { MAX_KEY_BYTES, StoreValueError } from "../../src/store/values.js";
 
 /** Each placeholder's use as planOf reads it, in order (`-` for none). */

@@ -1,8 +1,9 @@
 import pg from "pg";
-import { bindValues, planOf, type Plan } from "../bound-values.js";
+import { bindValues, type Plan } from "../kit/bound-values.js";
+import { planOf } from "./bound-values.js";
 
 /**
- * PostgreSQL's side of the store's value rules (src/db/bound-values.ts): every statement's values
+ * PostgreSQL's side of the store's value rules (src/db/kit/bound-values.ts): every statement's values
  * are bound under them, on the pool (before a connection is taken, so a refused value costs none)
  * and on every connection (transactions), the same rules SQLite's statement wrapper applies.
  */
@@ -16,7 +17,7 @@ const bound = new WeakSet<unknown[]>();
 function planFor(sql: string): Plan {
   let plan = plans.get(sql);
   if (!plan) {
-    plan = planOf(sql, "postgres");
+    plan = planOf(sql);
     if (plans.size >= PLANS_KEPT) plans.delete(plans.keys().next().value!);
     plans.set(sql, plan);
   }

@@ -59,6 +59,3 @@ export function pgEndpointStore(s: PgContext): EndpointStore {
       ).map((r) => mapRow<EndpointHealthRow>(r)),
   };
 }
-
-/** Until db/pg/store.ts imports it from db/pg/notices.ts. */
-export { pgNoticeStore } from "./notices.js";

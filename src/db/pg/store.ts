@@ -21,7 +21,8 @@ import type {
   TransitionOptions,
   TransitionRules,
 } from "../../store/store.js";
-import { pgEndpointStore, pgNoticeStore } from "./endpoints.js";
+import { pgEndpointStore } from "./endpoints.js";
+import { pgNoticeStore } from "./notices.js";
 import { columnsOf, T, E, unclaimed, RELEASED, CHANNEL, types, type Row, type Queryable } from "./mapping.js";
 import { planTransition } from "../../store/transition-plan.js";
 import { INSTANCE_PREFIX, newPgPool, pgClientConfig, type PgLimits } from "./open.js";

@@ -7,7 +7,8 @@ import { closeSync, mkdirSync, openSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as schema from "./schema.js";
-import { bindSqliteArgs, bindsNothing, planOf } from "../bound-values.js";
+import { bindSqliteArgs, bindsNothing } from "../kit/bound-values.js";
+import { planOf } from "./bound-values.js";
 
 export type Db = BetterSQLite3Database<typeof schema>;
 
@@ -42,7 +43,7 @@ function cacheStatements(sqlite: Database.Database, size = 500): void {
 }
 
 /**
- * Every value a statement binds goes through the store's value rules first (src/db/bound-values.ts:
+ * Every value a statement binds goes through the store's value rules first (src/db/kit/bound-values.ts:
  * NUL refused where written and matching nothing where compared, whole numbers only, well-formed
  * text, bounded keys), the same rules PgStore's connections apply.
  */

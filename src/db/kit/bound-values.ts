@@ -1,5 +1,3 @@
-import { getTableConfig, type SQLiteColumn } from "drizzle-orm/sqlite-core";
-import { is, Table } from "drizzle-orm";
 import {
   checkNumber,
   checkWrittenText,
@@ -8,13 +6,12 @@ import {
   StoreValueError,
   wellFormed,
   type ValueUse,
-} from "../store/values.js";
-import * as schema from "./sqlite/schema.js";
+} from "../../store/values.js";
 
 /**
  * The store's value rules (src/store/values.ts) applied where parameters are bound, on both
- * drivers alike: SQLite's statement wrapper (sqlite/open.ts) and PostgreSQL's connections (pg/store.ts)
- * call `bindValues` with the statement's text. Each placeholder's use is read from the SQL once
+ * drivers alike: SQLite's statement wrapper (db/sqlite/open.ts) and PostgreSQL's connections
+ * (db/pg/checked-client.ts) call `bindValues` with the statement's text. Each placeholder's use is read from the SQL once
  * per text (`planOf`): a value in an INSERT's VALUES or SELECT list or an UPDATE's SET is written;
  * one after LIMIT/OFFSET is a limit; everything else (WHERE, ON, a subquery, a function) is
  * compared. Written text with NUL is refused; compared text with NUL can equal no stored text:
@@ -35,25 +32,39 @@ export interface Plan {
   named: Map<string, Slot>;
 }
 
-/** Text columns each table indexes (primary keys, unique and plain indexes), from the schema. */
-const KEY_COLUMNS: Map<string, Set<string>> = (() => {
+/**
+ * The text columns each table indexes (primary keys, unique and plain indexes), by table name:
+ * a written value there is held to MAX_KEY_BYTES. Each driver hands in its own, read from its
+ * schema (db/sqlite/bound-values.ts, db/pg/bound-values.ts): this file reads no dialect's schema.
+ */
+export type KeyColumns = ReadonlyMap<string, ReadonlySet<string>>;
+
+/** What keyColumnsOf reads of a table: drizzle's getTableConfig of either dialect. */
+export interface TableShape {
+  name: string;
+  columns: ReadonlyArray<{ name: string; dataType: string; primary: boolean; isUnique: boolean }>;
+  indexes: ReadonlyArray<{ config: { columns: readonly unknown[] } }>;
+  primaryKeys: ReadonlyArray<{ columns: readonly unknown[] }>;
+  uniqueConstraints: ReadonlyArray<{ columns: readonly unknown[] }>;
+}
+
+/** The key columns of a schema's tables (an index names a column by its name, whichever the dialect). */
+export function keyColumnsOf(tables: readonly TableShape[]): KeyColumns {
   const out = new Map<string, Set<string>>();
-  for (const value of Object.values(schema)) {
-    if (!is(value, Table)) continue;
-    const config = getTableConfig(value as Parameters<typeof getTableConfig>[0]);
-    const keys = new Set<string>();
+  for (const table of tables) {
+    const indexed = new Set<string>();
     const add = (c: unknown) => {
-      const col = c as SQLiteColumn;
-      if (col && typeof col === "object" && "name" in col && col.dataType === "string") keys.add(col.name);
+      if (c && typeof c === "object" && "name" in c && typeof c.name === "string") indexed.add(c.name);
     };
-    for (const col of config.columns) if (col.primary || col.isUnique) add(col);
-    for (const index of config.indexes) index.config.columns.forEach(add);
-    for (const pk of config.primaryKeys) pk.columns.forEach(add);
-    for (const u of config.uniqueConstraints) u.columns.forEach(add);
-    out.set(config.name, keys);
+    for (const col of table.columns) if (col.primary || col.isUnique) add(col);
+    for (const index of table.indexes) index.config.columns.forEach(add);
+    for (const pk of table.primaryKeys) pk.columns.forEach(add);
+    for (const u of table.uniqueConstraints) u.columns.forEach(add);
+    const text = table.columns.filter((c) => c.dataType === "string" && indexed.has(c.name)).map((c) => c.name);
+    out.set(table.name, new Set(text));
   }
   return out;
-})();
+}
 
 const RANK: Record<Use, number> = { compare: 0, limit: 1, list: 2, aligned: 3, write: 4 };
 
@@ -82,8 +93,11 @@ interface Frame {
 const TOKEN =
   /\s+|--[^\n]*|\/\*[\s\S]*?\*\/|'(?:[^']|'')*'|"((?:[^"]|"")*)"|\$(\d+)|\?(\d*)|[:@$]([A-Za-z_]\w*)|([A-Za-z_][\w$]*)|(::|.)/gy;
 
-/** Reads each placeholder's use from a statement's text (sqlite: `?`, `?NNN`, `:name`/`@name`/`$name`; postgres: `$n`). */
-export function planOf(sql: string, dialect: "sqlite" | "postgres"): Plan {
+/**
+ * Reads each placeholder's use from a statement's text (sqlite: `?`, `?NNN`, `:name`/`@name`/`$name`;
+ * postgres: `$n`), a written column's key flag from `keys` (the driver's).
+ */
+export function planOf(sql: string, dialect: "sqlite" | "postgres", keys: KeyColumns): Plan {
   const plan: Plan = { slots: [], named: new Map() };
   const stack: Frame[] = [{ mode: "compare" }];
   let next = 0;
@@ -117,7 +131,7 @@ export function planOf(sql: string, dialect: "sqlite" | "postgres"): Plan {
               ? "aligned"
               : "compare";
       const column = use === "write" ? (f.tuple ? f.tuple.columns?.[f.tuple.index] : f.column) : undefined;
-      put(column ? { use, column, key: KEY_COLUMNS.get(f.table ?? "")?.has(column) ?? false } : { use }, index);
+      put(column ? { use, column, key: keys.get(f.table ?? "")?.has(column) ?? false } : { use }, index);
       limitNext = false;
       lastWord = "";
       continue;
