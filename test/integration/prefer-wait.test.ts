@@ -1,11 +1,13 @@
+import { http } from "msw";
 import { setupServer } from "msw/node";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { createClient } from "../../src/services/clients.js";
+import { createSimulator } from "../../src/simulator/app.js";
 import { HELD_WAITS_PER_CLIENT, type Relay } from "../../src/relay.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { freshPgDatabase } from "../helpers/pg.js";
 import { crash, simulatedUpstream, startInstance, type Instance } from "../helpers/pg-relays.js";
-import { createTestRelay, imageBody, type TestRelay } from "../helpers/relay.js";
+import { createTestRelay, imageBody, UPSTREAM_KEY, UPSTREAM_URL, type TestRelay } from "../helpers/relay.js";
 
 /**
  * Prefer: wait (docs/contract.md, "Waiting for the result"): held requests are woken by the task's
@@ -54,21 +56,50 @@ const read = (t: TestRelay, apiKey: string, id: string, prefer: string | null, s
 const heldOn = (r: Relay, id: string, n = 1) =>
   vi.waitFor(() => expect(r.waiters.watchers(id)).toBe(n), { timeout: 4_000, interval: 2 });
 
+/** The id of the client's newest task, once a creation holding on it waits. */
+async function heldCreation(t: TestRelay, apiKey: string): Promise<string> {
+  let id = "";
+  await vi.waitFor(
+    async () => {
+      const list = (await (await t.request(apiKey, "/openapi/v1/tasks")).json()) as Json;
+      id = list.data[0]?.id ?? "";
+      expect(t.relay.waiters.watchers(id)).toBe(1);
+    },
+    { timeout: 4_000, interval: 2 },
+  );
+  return id;
+}
+
 describe("Prefer: wait on creation", () => {
+  it("a task the upstream finishes within N: one creation answers succeeded (simulator, workers on the fake clock)", async () => {
+    const t = relay();
+    const { app } = createSimulator({
+      clock: t.clock,
+      accounts: [{ apiKey: UPSTREAM_KEY, maxConcurrent: 100, readsPerMinute: 0, balance: 1_000_000 }],
+    });
+    server.use(http.all(`${UPSTREAM_URL}/*`, ({ request }) => app.fetch(request)));
+    const { apiKey } = t.client();
+    const pending = createTask(t, apiKey, { Prefer: "wait=30" });
+    const id = await heldCreation(t, apiKey);
+    for (let i = 0; i < 100 && t.relay.waiters.size > 0; i++) {
+      await t.relay.submitter.runOnce();
+      t.clock.advance(2_000);
+      await t.relay.poller.runOnce();
+    }
+    const res = await pending;
+    expect(res.status).toBe(201);
+    expect(res.headers.get("preference-applied")).toBe("wait=30");
+    const body = (await res.json()) as Json;
+    expect(body.data).toMatchObject({ id, status: "succeeded" });
+    expect(body.output).not.toBeNull();
+  });
+
   it("answers once the task ends within N, in one request, with Preference-Applied", async () => {
     const t = relay();
     const { apiKey } = t.client();
     const started = Date.now();
     const pending = createTask(t, apiKey, { Prefer: "wait=30" });
-    let id = "";
-    await vi.waitFor(
-      async () => {
-        const list = (await (await t.request(apiKey, "/openapi/v1/tasks")).json()) as Json;
-        id = list.data[0]?.id ?? "";
-        expect(t.relay.waiters.watchers(id)).toBe(1);
-      },
-      { timeout: 4_000, interval: 2 },
-    );
+    const id = await heldCreation(t, apiKey);
     expect((await t.request(apiKey, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" })).status).toBe(200);
     const res = await pending;
     expect(res.status).toBe(201);
