@@ -2,7 +2,7 @@ import { http, HttpResponse } from "msw";
 import { describe, expect, it } from "vitest";
 import { creditPosition } from "../../src/db/sqlite/clients.js";
 import { ledger as ledgerOf } from "../../src/db/sqlite/clients.js";
-import { listTaskEvents } from "../../src/db/support.js";
+import { ofTask as listTaskEvents } from "../../src/db/sqlite/events.js";
 import { createSimulator } from "../../src/simulator/app.js";
 import { createTask, readTask, taskRow } from "../helpers/flow.js";
 import { upstreamError } from "../helpers/fake-upstream.js";

@@ -114,13 +114,7 @@ const RULES: Rule[] = [
 
 /** Leaf utilities a driver may import beside db/kit/, store/ and its own folder (they import nothing of the relay). */
 const DRIVER_LEAVES = ["statuses.ts"];
-/**
- * The db/ root files the drivers still import while they are folded into db/sqlite/ and db/kit/
- * (issue #31): this list only shrinks; an entry no driver imports any more fails the test below.
- */
-const DRIVER_DEBTS = new Set(["support"].map((name) => `src/db/${name}.ts`));
-const driverMayImport = (own: string, target: string) =>
-  oneOf(own, "db/kit", "store", ...DRIVER_LEAVES)(target) || DRIVER_DEBTS.has(target);
+const driverMayImport = (own: string, target: string) => oneOf(own, "db/kit", "store", ...DRIVER_LEAVES)(target);
 
 /** The import circles among `files` (each as its files in order), found by a depth-first walk. */
 function circles(files: Array<{ file: string; source: string }>): string[][] {
@@ -177,13 +171,12 @@ describe("layers", () => {
     expect(circles(files.filter((f) => f.file.startsWith("src/db/")))).toEqual([]);
   });
 
-  it("every driver debt (a db/ root file a driver still imports) is still owed", () => {
-    const owed = new Set(
-      files
-        .filter((f) => under("db/sqlite")(f.file) || under("db/pg")(f.file))
-        .flatMap((f) => importsOf(f.file, f.source)),
-    );
-    expect([...DRIVER_DEBTS].filter((debt) => !owed.has(debt))).toEqual([]);
+  it("src/db/ is one folder per dialect and db/kit/: no query file at its root", () => {
+    const db = files.filter((f) => f.file.startsWith("src/db/"));
+    expect(db.length).toBeGreaterThan(20);
+    expect(
+      db.filter((f) => !(under("db/sqlite")(f.file) || under("db/pg")(f.file) || under("db/kit")(f.file))),
+    ).toEqual([]);
   });
 
   it("the driver rules and the circle finder recognise what they forbid", () => {

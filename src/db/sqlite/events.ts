@@ -2,7 +2,6 @@ import { and, asc, desc, eq, gt, gte, inArray, isNull, lt, lte, or, sql } from "
 import type { AttemptRow, DeliveryKey, EventRow, EventStore, NewAttemptRow, NewEventRow } from "../../store/store.js";
 import { deliveryKey } from "../../store/delivery-key.js";
 import { retryingEvent } from "../kit/delivery-failing.js";
-import { listTaskEvents } from "../support.js";
 import type { SqliteContext } from "./context.js";
 import { claimDue, claimOfKey, claimTrial, leasedOfKey } from "./event-claims.js";
 import type { Db } from "./open.js";
@@ -52,7 +51,7 @@ export function sqliteEvents(s: SqliteContext): EventStore {
     find: async (id) => find(db, id),
     lastOfTask: async (taskId) => lastOfTask(db, taskId),
     lastOfTasks: async (taskIds) => lastOfTasks(db, taskIds),
-    ofTask: async (taskId) => listTaskEvents(db, taskId),
+    ofTask: async (taskId) => ofTask(db, taskId),
     attemptsOfTask: async (taskId) => attemptsOfTask(db, taskId),
     feed: async (clientId, afterPos, limit) => feed(db, clientId, afterPos, limit),
     clientSeqAtOrBefore: async (clientId, seq) => clientSeqAtOrBefore(db, clientId, seq),
@@ -75,6 +74,11 @@ export function insertPrepared(db: Db, row: Omit<NewEventRow, "clientSeq">): voi
   ).all({ clientId: row.clientId })[0];
   if (!clientSeq) throw new Error(`no client ${row.clientId}`);
   insertEveryColumn(db, events, { ...row, clientSeq: clientSeq.seq }, ["seq"]);
+}
+
+/** Every event of a task, in the task's order (the operator's `tasks show`). */
+export function ofTask(db: DbOrTx, taskId: string): EventRow[] {
+  return db.select().from(events).where(eq(events.taskId, taskId)).orderBy(asc(events.sequence)).all();
 }
 
 export function find(db: DbOrTx, id: string): EventRow | undefined {

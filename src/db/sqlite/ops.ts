@@ -1,6 +1,6 @@
 import type { OpsStore } from "../../store/store.js";
 import { releaseAllTaskLeases } from "./tasks.js";
-import { releaseLeasesOf } from "./release-leases.js";
+import { releaseLeases } from "./release-leases.js";
 import { and, eq, sql } from "drizzle-orm";
 import type { SqliteContext } from "./context.js";
 import type { Database_, Db } from "./open.js";
@@ -18,7 +18,7 @@ export function sqliteOps(s: SqliteContext): OpsStore {
       for (const url of eventsWithoutDestination(db)) setDestination(db, url, hostOf(url));
       return released;
     },
-    releaseLeases: async (prefix) => releaseLeasesOf(db, prefix),
+    releaseLeases: async (prefix) => releaseLeases(db, prefix),
     probeWrite: async (now) => probeWrite(s.database, now),
     gauges: async () => ({
       tasksByStatus: db.all<{ status: string; n: number }>(

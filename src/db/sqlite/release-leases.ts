@@ -7,7 +7,7 @@ import { events, tasks } from "./schema.js";
  * owner's tokens are `<prefix>:…`, matched as a plain prefix of characters: LIKE would read `_` and
  * `%` in the prefix as wildcards, ignore case on SQLite and refuse a pattern over 50,000 bytes.
  */
-export function releaseLeasesOf(db: Db, ownerPrefix: string): number {
+export function releaseLeases(db: Db, ownerPrefix: string): number {
   const owner = `${ownerPrefix}:`;
   const released = (table: typeof tasks | typeof events) =>
     db
