@@ -44,6 +44,7 @@ export class Hold {
       this.signalled = false;
       return Promise.resolve();
     }
+    this.owner.parked++;
     return new Promise((resolve) => {
       this.resume = resolve;
     });
@@ -54,8 +55,10 @@ export class Hold {
     if (expire) this.expired = true;
     const resume = this.resume;
     this.resume = undefined;
-    if (resume) resume();
-    else this.signalled = true;
+    if (resume) {
+      this.owner.parked--;
+      resume();
+    } else this.signalled = true;
   }
 
   /** Gives the client's slot back; call once the answer is decided. */
@@ -69,6 +72,8 @@ export class TaskWaiters {
   private readonly byClient = new Map<string, number>();
   private readonly timers = new Map<Hold, unknown>();
   private stopping = false;
+  /** Holds waiting for a wake-up right now (their task read, nothing in flight): a gauge. */
+  parked = 0;
 
   constructor(
     private readonly opts: {

@@ -50,9 +50,10 @@ describe("TaskWaiters", () => {
     let woken = false;
     const next = hold.next().then(() => (woken = true));
     await Promise.resolve();
-    expect(woken).toBe(false);
+    expect([woken, waiters.parked]).toEqual([false, 1]);
     waiters.wake("task_1");
     await next;
+    expect(waiters.parked).toBe(0);
     hold.release();
     expect([waiters.size, waiters.watchers("task_1"), timers.pending]).toEqual([0, 0, 0]);
   });
