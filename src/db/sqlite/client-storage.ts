@@ -9,7 +9,7 @@ import type { DbOrTx } from "./tx.js";
  * counted up by intake inside the group commit's transaction (one writer: what it reads is what
  * the next creation sees), counted down by retention as it prunes. Prepared once: intake's hot path.
  */
-export function clientStoredBytes(db: Db, clientId: string): number {
+export function storedBytesOfClient(db: Db, clientId: string): number {
   const row = prepared(db, "clientStorage.read", () =>
     db
       .select({ n: clientStorage.storedBytes })

@@ -32,7 +32,7 @@ import {
 import { planTransition } from "../../store/transition-plan.js";
 import type { DbOrTx } from "./tx.js";
 import { sqliteTasks } from "./tasks.js";
-import { addClientStoredBytes, clientStoredBytes } from "./client-storage.js";
+import { addClientStoredBytes, storedBytesOfClient } from "./client-storage.js";
 import { sqliteEvents } from "./events.js";
 import { sqliteClients } from "./clients.js";
 import { sqliteAccounts } from "./accounts.js";
@@ -171,7 +171,7 @@ export class SqliteStore implements Store, SqliteContext {
       waiting: req.needs.waiting ? countByPhaseForClient(tx, row.clientId, "waiting") : 0,
       position: req.needs.credit ? creditPosition(tx, row.clientId) : undefined,
       learnedPrice: req.needs.credit && row.priceKey ? findLearnedPrice(tx, row.priceKey) : null,
-      storedBytes: req.storedBytesLimit != null ? clientStoredBytes(db, row.clientId) : undefined,
+      storedBytes: req.storedBytesLimit != null ? storedBytesOfClient(db, row.clientId) : undefined,
     });
     if (reserved === 0) {
       // Still atomic without a savepoint: the insert is the statement that can refuse a value (and

@@ -9,7 +9,7 @@ import type {
   TaskStore,
 } from "../../store/store.js";
 import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
-import { clientStoredBytes, releaseClientStoredBytes } from "./client-storage.js";
+import { storedBytesOfClient, releaseClientStoredBytes } from "./client-storage.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { insertEveryColumn, patchShape, prepared } from "./prepared.js";
@@ -59,7 +59,7 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
     findByAnyId: async (id) => findByAnyId(db, id),
     findByUpstreamId: async (account, upstreamTaskId) => findByUpstreamId(db, account, upstreamTaskId),
     list: async (q) => list(db, q),
-    storedBytesOfClient: async (clientId) => clientStoredBytes(db, clientId),
+    storedBytesOfClient: async (clientId) => storedBytesOfClient(db, clientId),
     listForSupport: async (q) => listForSupport(db, q),
     waitingAhead: async (account, id) => waitingAhead(db, account, id),
     unsubmittedOfClient: async (clientId, now) => unsubmittedOfClient(db, clientId, now),
