@@ -61,6 +61,11 @@ export class Hold {
     } else this.signalled = true;
   }
 
+  /** Ends the wait now (the caller went away): the slot is given back as soon as the request settles. */
+  expire(): void {
+    this.signal(true);
+  }
+
   /** Gives the client's slot back; call once the answer is decided. */
   release(): void {
     this.owner.release(this);

@@ -44,7 +44,8 @@ export const hasEnded = (task: TaskRow) => task.phase === "done";
 /**
  * Reads the client's task until `done` says so, its transition waking each read, or the hold's time
  * is up: the task as it is then. The hold watches the task before the first read, so a transition
- * between a read and the wait is never missed. The hold is released in every case.
+ * between a read and the wait is never missed. The hold is released in every case, and at once when
+ * `signal` aborts (the caller closed its connection), so a client that gives up keeps no slot.
  */
 export async function waitForTask(
   deps: Pick<ServiceDeps, "store">,
@@ -52,7 +53,11 @@ export async function waitForTask(
   clientId: string,
   taskId: string,
   done: (task: TaskRow) => boolean,
+  signal?: AbortSignal,
 ): Promise<TaskRow> {
+  const gone = () => hold.expire();
+  if (signal?.aborted) hold.expire();
+  signal?.addEventListener("abort", gone, { once: true });
   try {
     hold.watch(taskId);
     for (;;) {
@@ -61,6 +66,7 @@ export async function waitForTask(
       await hold.next();
     }
   } finally {
+    signal?.removeEventListener("abort", gone);
     hold.release();
   }
 }

@@ -200,6 +200,26 @@ describe("Prefer: wait on a task read", () => {
     expect((await read(t, flooder.apiKey, id, "wait=1", "queued")).status).toBe(200);
   });
 
+  it("a caller that goes away gives its slot back at once", async () => {
+    const t = relay();
+    const { apiKey } = t.client();
+    const id = await newTaskId(t, apiKey);
+    const gone = new AbortController();
+    const held = Array.from({ length: HELD_WAITS_PER_CLIENT }, () =>
+      t.request(apiKey, `/openapi/v1/tasks/${id}?status=queued`, {
+        headers: { Prefer: "wait=60" },
+        signal: gone.signal,
+      }),
+    );
+    await heldOn(t.relay, id, HELD_WAITS_PER_CLIENT);
+    gone.abort();
+    await Promise.allSettled(held);
+    await vi.waitFor(() => expect(t.relay.waiters.size).toBe(0), { timeout: 2_000, interval: 2 });
+    const again = await read(t, apiKey, id, "wait=1", "processing");
+    expect(again.status).toBe(200);
+    expect(again.headers.get("preference-applied")).toBe("wait=1");
+  });
+
   it("stop() releases held requests at once with the task's current state", async () => {
     const t = relay();
     const { apiKey } = t.client();

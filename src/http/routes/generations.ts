@@ -75,7 +75,9 @@ export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: Service
         throw err;
       }
       const { replayed } = created;
-      const task = hold ? await waitForTask(deps, hold, client.id, created.task.id, hasEnded) : created.task;
+      const task = hold
+        ? await waitForTask(deps, hold, client.id, created.task.id, hasEnded, c.req.raw.signal)
+        : created.task;
       c.header("Location", absoluteUrl(deps.config, c.req.url, `/openapi/v1/tasks/${task.id}`));
       c.header("Idempotent-Replayed", String(replayed));
       if (hold) c.header("Preference-Applied", `wait=${wait}`);

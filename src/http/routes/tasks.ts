@@ -40,7 +40,14 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       const wait = deps.waiters ? waitPreference(c.req.valid("header").Prefer) : null;
       if (wait === null || !deps.waiters) return c.json(await getTaskView(deps, clientId, id), 200);
       const hold = holdFor(deps.waiters, clientId, wait);
-      const task = await waitForTask(deps, hold, clientId, id, changedFrom(c.req.valid("query").status));
+      const task = await waitForTask(
+        deps,
+        hold,
+        clientId,
+        id,
+        changedFrom(c.req.valid("query").status),
+        c.req.raw.signal,
+      );
       c.header("Preference-Applied", `wait=${wait}`);
       return c.json(await viewOf(deps, task), 200);
     },
