@@ -1,9 +1,10 @@
-import type { EventRow, EventStore } from "../../store/store.js";
+import type { EventStore } from "../../store/store.js";
 import { E, opt, type Row } from "./mapping.js";
 import { claimedOf, claimStatement } from "./claim-session.js";
 import { deliveryKey } from "../../store/delivery-key.js";
 import { pickWithinRoom } from "../../store/fairness.js";
 import type { PgContext } from "./context.js";
+import { eventsInDueOrder } from "../kit/claim-order.js";
 
 /**
  * An event that may be claimed at `$1` (now): pending, due, unleased, and no earlier event of its
@@ -55,10 +56,6 @@ const CLAIM_OF_KEY_COUNTED = claimOfKey(true);
 const LEASED_OF_KEYS = `SELECT k.client_id, k.destination_host, l.n, l.own FROM unnest($2::text[], $3::text[]) AS k(client_id, destination_host)
   CROSS JOIN LATERAL (SELECT count(*) AS n, count(*) FILTER (WHERE e.claim_token = ANY($4::text[])) AS own FROM events e
     WHERE e.client_id = k.client_id AND e.destination_host = k.destination_host AND e.delivery_status = 'pending' AND e.claimed_until >= $1) l`;
-
-/** Claimed rows in the order they go out: due time, then seq. */
-const inDueOrder = (rows: EventRow[]): EventRow[] =>
-  rows.sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
 
 /** The claim side of the EventStore on PostgreSQL: due events under the per-key cap, a key's refill and its trial. */
 export function pgEventClaims(s: PgContext): Pick<EventStore, "claimDue" | "claimTrial" | "claimOfKey"> {
@@ -123,7 +120,7 @@ export function pgEventClaims(s: PgContext): Pick<EventStore, "claimDue" | "clai
           ),
         );
         session.leased(rows);
-        return { result: inDueOrder(E.rows(rows)), waiting };
+        return { result: eventsInDueOrder(E.rows(rows)), waiting };
       });
     },
     claimTrial: async (key, o) =>
@@ -166,7 +163,7 @@ export function pgEventClaims(s: PgContext): Pick<EventStore, "claimDue" | "clai
           session.counted(k, Number(answer[0].leased), Number(answer[0].own_leased));
         const { rows, waiting } = claimedOf(answer);
         session.leased(rows);
-        return { result: inDueOrder(E.rows(rows)), waiting };
+        return { result: eventsInDueOrder(E.rows(rows)), waiting };
       });
     },
   };

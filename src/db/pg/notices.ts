@@ -3,6 +3,7 @@ import type { NoticeRow, NoticeStore } from "../../store/store.js";
 import type { PgContext } from "./context.js";
 import { NOTICE_SCAN_FACTOR } from "../kit/claim-window.js";
 import { mapRow, snake } from "./mapping.js";
+import { noticesInDueOrder } from "../kit/claim-order.js";
 
 /**
  * The NoticeStore on PostgreSQL (SQLite's is db/sqlite/notices.ts): operational notices and their outbox.
@@ -53,9 +54,7 @@ export function pgNoticeStore(s: PgContext, notify: () => Promise<void>): Notice
          RETURNING *`,
         [o.now, o.now + o.leaseMs, o.token, picked],
       );
-      return rows
-        .map((r) => mapRow<NoticeRow>(r))
-        .sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || (a.id < b.id ? -1 : 1));
+      return noticesInDueOrder(rows.map((r) => mapRow<NoticeRow>(r)));
     },
     record: async (id, token, patch) => {
       const entries = Object.entries({ ...patch, claimedUntil: null, claimToken: null }).filter(

@@ -2,6 +2,8 @@ import type { TaskRow, TaskStore } from "../../store/store.js";
 import { interleave, pickWithinRoom } from "../../store/fairness.js";
 import type { PgContext } from "./context.js";
 import { unclaimed } from "./mapping.js";
+import { inPickedOrder } from "../kit/claim-order.js";
+import { wakeAt } from "../kit/due-time.js";
 
 /** The claim side of the TaskStore on PostgreSQL: leases on due tasks, due times, the accounts and counts the loops read. */
 export function pgTaskClaims(
@@ -53,8 +55,7 @@ export function pgTaskClaims(
         [picked],
         o,
       );
-      const order = new Map(picked.map((id, i) => [id, i]));
-      return claimed.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
+      return inPickedOrder(claimed, picked);
     },
     claimDue: async (phase, account, o) =>
       (
@@ -101,8 +102,7 @@ export function pgTaskClaims(
         [picked, phase],
         o,
       );
-      const order = new Map(picked.map((id, i) => [id, i]));
-      return claimed.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
+      return inPickedOrder(claimed, picked);
     },
     nextDueAt: async (phase, now) => {
       const due = await one(
@@ -113,9 +113,10 @@ export function pgTaskClaims(
         phase,
         now,
       ]);
-      const a = due ? Number(due.at) : null;
-      const b = lease?.at === null || lease?.at === undefined ? null : Number(lease.at) + 1;
-      return a === null ? b : b === null ? a : Math.min(a, b);
+      return wakeAt(
+        due ? Number(due.at) : null,
+        lease?.at === null || lease?.at === undefined ? null : Number(lease.at),
+      );
     },
     nextExpiryAt: async () => {
       const r = await one(

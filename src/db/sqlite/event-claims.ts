@@ -4,6 +4,7 @@ import { pickWithinRoom } from "../../store/fairness.js";
 import type { Db } from "./open.js";
 import { jsonList, prepared } from "./prepared.js";
 import { events } from "./schema.js";
+import { eventsInDueOrder } from "../kit/claim-order.js";
 
 /**
  * The EventStore's claims on SQLite: claimDue, claimOfKey and claimTrial, and the leases they take.
@@ -85,7 +86,7 @@ export function claimDue(
   });
   const picked = pickWithinRoom(candidates, opts.limit, opts.keyRoom, opts.clientRoom).map((c) => c.seq);
   if (picked.length === 0) return [];
-  return lease(db, picked, opts).sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || a.seq - b.seq);
+  return eventsInDueOrder(lease(db, picked, opts));
 }
 
 /** How many of a key's pending events are leased now (the per-key cap's count), through events_key_due_idx. */

@@ -5,6 +5,7 @@ import type { SqliteContext } from "./context.js";
 import { NOTICE_SCAN_FACTOR } from "../kit/claim-window.js";
 import type { Db } from "./open.js";
 import { notices } from "./schema.js";
+import { noticesInDueOrder } from "../kit/claim-order.js";
 
 /** The NoticeStore on SQLite: operational notices and their outbox. */
 export function sqliteNotices(s: SqliteContext): NoticeStore {
@@ -68,13 +69,14 @@ export function claimDue(db: Db, opts: NoticeClaimOptions): NoticeRow[] {
     opts.clientRoom,
   ).map((c) => c.id);
   if (picked.length === 0) return [];
-  return db
-    .update(notices)
-    .set(lease)
-    .where(and(inArray(notices.id, picked), claimableNotice(opts.now)))
-    .returning()
-    .all()
-    .sort((a, b) => (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) || (a.id < b.id ? -1 : 1));
+  return noticesInDueOrder(
+    db
+      .update(notices)
+      .set(lease)
+      .where(and(inArray(notices.id, picked), claimableNotice(opts.now)))
+      .returning()
+      .all(),
+  );
 }
 
 export function record(db: Db, id: string, token: string, patch: Partial<NewNoticeRow>): void {

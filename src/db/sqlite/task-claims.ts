@@ -4,6 +4,8 @@ import type { InFlightTask, TaskRow, TaskStore } from "../../store/store.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { clients, tasks, type TaskPhase } from "./schema.js";
+import { inPickedOrder } from "../kit/claim-order.js";
+import { wakeAt } from "../kit/due-time.js";
 
 /** The claim side of the TaskStore on SQLite: leases on due tasks, due times, the accounts and counts the loops read. */
 export function sqliteTaskClaims(
@@ -97,8 +99,7 @@ export function claimFairly(
     ids: picked,
   });
   // Submit in the order picked (claimDue returns rows in storage order).
-  const order = new Map(picked.map((id, i) => [id, i]));
-  return claimed.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
+  return inPickedOrder(claimed, picked);
 }
 
 /** Claims due tasks of one phase and account with a lease; one UPDATE … RETURNING. */
@@ -224,8 +225,7 @@ export function claimAcrossClients(
   // Clients in rank order, one task each per turn, each within its room.
   const picked = pickWithinRoom(queued, opts.limit, () => Infinity, opts.clientRoom).map((t) => t.id);
   const claimed = claimIds(db, { ids: picked, phase, now, leaseMs: opts.leaseMs, token: opts.token });
-  const order = new Map(picked.map((id, i) => [id, i]));
-  return claimed.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
+  return inPickedOrder(claimed, picked);
 }
 
 /**
@@ -247,10 +247,7 @@ export function nextDueAt(db: Db, phase: TaskPhase, now: number): number | null 
     .from(tasks)
     .where(and(eq(tasks.phase, phase), gte(tasks.claimedUntil, now)))
     .get();
-  const due = row?.at ?? null;
-  const expiry = lease?.at === null || lease?.at === undefined ? null : lease.at + 1;
-  if (due === null) return expiry;
-  return expiry === null ? due : Math.min(due, expiry);
+  return wakeAt(row?.at ?? null, lease?.at ?? null);
 }
 
 /** Earliest expiry among waiting tasks that can still expire, for the submitter to wake at. */
