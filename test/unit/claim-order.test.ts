@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { eventsInDueOrder, inPickedOrder, noticesInDueOrder } from "../../src/db/kit/claim-order.js";
 import { wakeAt } from "../../src/db/kit/due-time.js";
+import { clientRoom } from "../../src/db/kit/task-claims.js";
 
 describe("db/kit: the claim orders and the due time both drivers share", () => {
   it("inPickedOrder hands claimed rows back in the order they were picked", () => {
@@ -32,5 +33,13 @@ describe("db/kit: the claim orders and the due time both drivers share", () => {
     expect(wakeAt(100, 50)).toBe(51);
     expect(wakeAt(40, 50)).toBe(40);
     expect(wakeAt(51, 50)).toBe(51);
+  });
+
+  it("clientRoom: the claim's limit, bounded by the running cap less what runs; none or less at the cap", () => {
+    expect(clientRoom(null, 7, 5)).toBe(5);
+    expect(clientRoom(10, 7, 5)).toBe(3);
+    expect(clientRoom(10, 2, 5)).toBe(5);
+    expect(clientRoom(2, 2, 5)).toBe(0);
+    expect(clientRoom(2, 3, 5)).toBe(-1);
   });
 });

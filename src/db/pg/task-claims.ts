@@ -1,4 +1,5 @@
-import type { TaskRow, TaskStore } from "../../store/store.js";
+import type { TaskRow } from "../../store/store.js";
+import { clientRoom, type TaskClaimOperations } from "../kit/task-claims.js";
 import { interleave, pickWithinRoom } from "../../store/fairness.js";
 import type { PgContext } from "./context.js";
 import { unclaimed } from "./mapping.js";
@@ -6,22 +7,7 @@ import { inPickedOrder } from "../kit/claim-order.js";
 import { wakeAt } from "../kit/due-time.js";
 
 /** The claim side of the TaskStore on PostgreSQL: leases on due tasks, due times, the accounts and counts the loops read. */
-export function pgTaskClaims(
-  s: PgContext,
-): Pick<
-  TaskStore,
-  | "claimFairly"
-  | "claimDue"
-  | "claimIds"
-  | "claimExpired"
-  | "claimAcrossClients"
-  | "nextDueAt"
-  | "nextExpiryAt"
-  | "accountsWithDue"
-  | "accountsInFlight"
-  | "countRunning"
-  | "listInFlight"
-> {
+export function pgTaskClaims(s: PgContext): TaskClaimOperations {
   const { q, one } = s;
   return {
     claimFairly: async (account, o) => {
@@ -39,7 +25,7 @@ export function pgTaskClaims(
       const queues: string[][] = [];
       for (const cand of candidates) {
         const max = cand.max_running === null ? null : Number(cand.max_running);
-        const room = max === null ? o.limit : Math.min(o.limit, max - Number(cand.running));
+        const room = clientRoom(max, Number(cand.running), o.limit);
         if (room <= 0) continue;
         const ids = await q(
           `SELECT id FROM tasks WHERE phase = 'waiting' AND upstream_account = $1 AND client_id = $2 AND next_run_at <= $3 AND ${unclaimed(3)}

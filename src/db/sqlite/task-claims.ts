@@ -1,6 +1,7 @@
 import { and, asc, eq, gt, gte, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
 import { interleave, pickWithinRoom, type ClientRoom } from "../../store/fairness.js";
-import type { InFlightTask, TaskRow, TaskStore } from "../../store/store.js";
+import type { InFlightTask, TaskRow } from "../../store/store.js";
+import { clientRoom, type TaskClaimOperations } from "../kit/task-claims.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { clients, tasks, type TaskPhase } from "./schema.js";
@@ -8,22 +9,7 @@ import { inPickedOrder } from "../kit/claim-order.js";
 import { wakeAt } from "../kit/due-time.js";
 
 /** The claim side of the TaskStore on SQLite: leases on due tasks, due times, the accounts and counts the loops read. */
-export function sqliteTaskClaims(
-  s: SqliteContext,
-): Pick<
-  TaskStore,
-  | "claimFairly"
-  | "claimDue"
-  | "claimIds"
-  | "claimExpired"
-  | "claimAcrossClients"
-  | "nextDueAt"
-  | "nextExpiryAt"
-  | "accountsWithDue"
-  | "accountsInFlight"
-  | "countRunning"
-  | "listInFlight"
-> {
+export function sqliteTaskClaims(s: SqliteContext): TaskClaimOperations {
   const db = s.database.db;
   return {
     claimFairly: (account, o) => s.attemptCommits.runAtomic(() => claimFairly(db, { account, ...o })),
@@ -77,7 +63,7 @@ export function claimFairly(
     ORDER BY c.last_admitted_at, c.id`);
   const queues: string[][] = [];
   for (const c of candidates) {
-    const room = c.max_running === null ? opts.limit : Math.min(opts.limit, c.max_running - c.running);
+    const room = clientRoom(c.max_running, c.running, opts.limit);
     if (room <= 0) continue;
     const ids = db.all<{ id: string }>(sql`
       SELECT id FROM tasks

@@ -1,0 +1,25 @@
+import type { TaskStore } from "../../store/store.js";
+
+/** The claim side of the TaskStore, one file of its own on each driver (db/sqlite/task-claims.ts, db/pg/task-claims.ts). */
+export type TaskClaimOperations = Pick<
+  TaskStore,
+  | "claimFairly"
+  | "claimDue"
+  | "claimIds"
+  | "claimExpired"
+  | "claimAcrossClients"
+  | "nextDueAt"
+  | "nextExpiryAt"
+  | "accountsWithDue"
+  | "accountsInFlight"
+  | "countRunning"
+  | "listInFlight"
+>;
+
+/**
+ * How many of a client's due tasks a fair claim (TaskStore.claimFairly) may read and take: the
+ * claim's limit, bounded by the client's running cap less what it has running (none with no cap).
+ */
+export function clientRoom(maxRunning: number | null, running: number, limit: number): number {
+  return maxRunning === null ? limit : Math.min(limit, maxRunning - running);
+}
