@@ -23,6 +23,8 @@ export interface TaskData {
   metadata: Record<string, string> | null;
   callback: { url: string | null; events: string[]; delivery?: DeliverySummary };
   queue_position?: number;
+  /** When the task should end (core/eta.ts), ISO-8601; null when unknown and once ended. */
+  estimated_completion_at: string | null;
   /** Copies of the output's files in the client's bucket (docs/contract.md, "Outputs"), once made. */
   files?: FileRecord[];
   /** Some files were left out (from the end) to keep a body within its size; the task read has them all. */
@@ -66,7 +68,12 @@ export function deliverySummary(task: TaskRow, lastEvent: EventRow | undefined):
   };
 }
 
-export function taskData(task: TaskRow, delivery?: DeliverySummary, queuePosition?: number | null): TaskData {
+export function taskData(
+  task: TaskRow,
+  delivery?: DeliverySummary,
+  queuePosition?: number | null,
+  estimatedCompletionAt: number | null = null,
+): TaskData {
   const data: TaskData = {
     id: task.id,
     type: task.type,
@@ -79,6 +86,7 @@ export function taskData(task: TaskRow, delivery?: DeliverySummary, queuePositio
     error: parseJson(task.errorJson),
     metadata: parseJson(task.metadataJson),
     callback: { url: task.callbackUrl, events: parseJson<string[]>(task.callbackEvents) ?? [] },
+    estimated_completion_at: task.phase === "done" ? null : iso(estimatedCompletionAt),
   };
   if (delivery) data.callback.delivery = delivery;
   if (queuePosition !== undefined && queuePosition !== null) data.queue_position = queuePosition;
@@ -96,17 +104,31 @@ export function taskOutput(task: TaskRow): unknown {
   return parseJson(task.outputJson);
 }
 
-export function taskView(task: TaskRow, delivery?: DeliverySummary, queuePosition?: number | null): TaskView {
-  return { data: taskData(task, delivery, queuePosition), output: taskOutput(task), usage: taskUsage(task) };
+export function taskView(
+  task: TaskRow,
+  delivery?: DeliverySummary,
+  queuePosition?: number | null,
+  estimatedCompletionAt: number | null = null,
+): TaskView {
+  return {
+    data: taskData(task, delivery, queuePosition, estimatedCompletionAt),
+    output: taskOutput(task),
+    usage: taskUsage(task),
+  };
 }
 
 /**
  * The task flattened. `maxOutputBytes`: an output whose JSON is surely longer (more UTF-16 units
  * than that many bytes) is not parsed at all, and comes out as `output: null, output_omitted: true`,
  * as fitTaskData would leave it (core/body-limit.ts): a body held to that size never builds it.
+ * `estimatedCompletionAt`: the task's estimate (core/eta.ts), or null when not known.
  */
-export function flatTask(task: TaskRow, delivery?: DeliverySummary, opts: { maxOutputBytes?: number } = {}): FlatTask {
-  const data = taskData(task, delivery);
+export function flatTask(
+  task: TaskRow,
+  delivery?: DeliverySummary,
+  opts: { maxOutputBytes?: number; estimatedCompletionAt?: number | null } = {},
+): FlatTask {
+  const data = taskData(task, delivery, undefined, opts.estimatedCompletionAt ?? null);
   if (opts.maxOutputBytes !== undefined && task.outputJson !== null && task.outputJson.length > opts.maxOutputBytes) {
     return { ...data, output: null, usage: taskUsage(task), output_omitted: true };
   }

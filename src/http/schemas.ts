@@ -397,6 +397,12 @@ export const TaskDataSchema = z
       delivery: DeliverySummarySchema.optional(),
     }),
     queue_position: z.number().int().optional(),
+    estimated_completion_at: z.string().nullable().openapi({
+      format: "date-time",
+      description:
+        "When the task should end (ISO-8601, UTC), from the model's recent durations and, while waiting, its place in the upstream account's queue; never in the past. Null while unknown (too few tasks of the model have finished; a waiting task in a list) and once the task has ended.",
+      example: "2026-01-01T12:00:40.000Z",
+    }),
     files: z
       .array(
         z.object({

@@ -4,8 +4,10 @@ import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { deliverySummary, flatTask, taskView, type FlatTask, type TaskView } from "../core/task-view.js";
 import { fitTaskData, WEBHOOK_BODY_MAX_BYTES } from "../core/body-limit.js";
+import { estimateCompletion, medianDuration } from "../core/eta.js";
+import { accountCapacity } from "../core/submit-plan.js";
 
-type Deps = Pick<ServiceDeps, "store">;
+type Deps = Pick<ServiceDeps, "store" | "clock" | "config">;
 
 function notFound(): ApiError {
   return new ApiError("task_not_found", "No task with this id belongs to your API key.");
@@ -17,7 +19,39 @@ async function queuePosition(deps: Deps, task: TaskRow): Promise<number | null> 
   return (await deps.store.tasks.waitingAhead(task.upstreamAccount, task.id)) + 1;
 }
 
-export async function requireClientTask(deps: Deps, clientId: string, id: string): Promise<TaskRow> {
+/** Median durations of the models of `tasks` not yet ended, one stored read per (type, model). */
+async function mediansOf(deps: Deps, tasks: TaskRow[]): Promise<Map<string, number | null>> {
+  const medians = new Map<string, number | null>();
+  for (const t of tasks) {
+    const key = `${t.type}\u0000${t.model}`;
+    if (t.phase === "done" || medians.has(key)) continue;
+    medians.set(key, medianDuration(await deps.store.accounts.durationSamples(t.type, t.model)));
+  }
+  return medians;
+}
+const medianKey = (t: TaskRow) => `${t.type}\u0000${t.model}`;
+
+/**
+ * A task's estimated end (core/eta.ts): running tasks from the model's median; waiting ones also
+ * from their place in the account's queue (`ahead`; null: not counted, no estimate).
+ */
+async function estimateOf(deps: Deps, task: TaskRow, ahead: number | null): Promise<number | null> {
+  if (task.phase === "done") return null;
+  const medianMs = (await mediansOf(deps, [task])).get(medianKey(task)) ?? null;
+  if (medianMs === null) return null;
+  const now = deps.clock.now();
+  const capacity =
+    task.phase === "waiting"
+      ? accountCapacity(deps.config.upstreamMaxConcurrent, await deps.store.accounts.state(task.upstreamAccount), now)
+      : Number.POSITIVE_INFINITY;
+  return estimateCompletion({ phase: task.phase, submittedAt: task.submittedAt, now, medianMs, ahead, capacity });
+}
+
+export async function requireClientTask(
+  deps: Pick<ServiceDeps, "store">,
+  clientId: string,
+  id: string,
+): Promise<TaskRow> {
   const task = await deps.store.tasks.findOfClient(clientId, id);
   if (!task) throw notFound();
   return task;
@@ -31,11 +65,9 @@ export async function getTaskView(deps: Deps, clientId: string, id: string): Pro
 export async function viewOf(deps: Deps, task: TaskRow, opts: { withQueuePosition?: boolean } = {}): Promise<TaskView> {
   // A task without events (eventSequence 0), e.g. one just created, needs no event lookup.
   const last = task.eventSequence === 0 ? undefined : await deps.store.events.lastOfTask(task.id);
-  return taskView(
-    task,
-    deliverySummary(task, last),
-    opts.withQueuePosition === false ? null : await queuePosition(deps, task),
-  );
+  const position = opts.withQueuePosition === false ? null : await queuePosition(deps, task);
+  const eta = await estimateOf(deps, task, position === null ? null : position - 1);
+  return taskView(task, deliverySummary(task, last), position, eta);
 }
 
 /** A list item is held to a webhook body's size: a page of 100 builds at most 25 MiB, whatever the outputs. */
@@ -78,9 +110,24 @@ export async function listTaskViews(
   });
   const page = rows.slice(0, q.limit);
   const last = await deps.store.events.lastOfTasks(page.map((t) => t.id));
+  // Estimates from the medians loaded once per page (one read per model on it). A waiting item's
+  // place in its account's queue would cost a count per item: waiting items carry null here.
+  const medians = await mediansOf(deps, page);
+  const now = deps.clock.now();
   return {
     data: page.map((t) => {
-      const flat = flatTask(t, deliverySummary(t, last.get(t.id)), { maxOutputBytes: LIST_ITEM_MAX_BYTES });
+      const estimatedCompletionAt = estimateCompletion({
+        phase: t.phase,
+        submittedAt: t.submittedAt,
+        now,
+        medianMs: medians.get(medianKey(t)) ?? null,
+        ahead: null,
+        capacity: Number.POSITIVE_INFINITY,
+      });
+      const flat = flatTask(t, deliverySummary(t, last.get(t.id)), {
+        maxOutputBytes: LIST_ITEM_MAX_BYTES,
+        estimatedCompletionAt,
+      });
       return fitTaskData(
         t.outputOmitted ? { ...flat, output: null, output_omitted: true as const } : flat,
         LIST_ITEM_MAX_BYTES,

@@ -560,6 +560,7 @@ describe("creation: accepted", () => {
             events: ["task.succeeded", "task.failed", "task.canceled"],
             delivery: { status: "none", attempts: 0, last_attempt_at: null, last_status_code: null },
           },
+          estimated_completion_at: null,
         },
         output: null,
         usage: { points_charged: null, points_refunded: null },

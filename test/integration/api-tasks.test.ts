@@ -96,6 +96,7 @@ describe("GET /openapi/v1/tasks/{id}", () => {
           delivery: { status: "none", attempts: 0, last_attempt_at: null, last_status_code: null },
         },
         queue_position: 1,
+        estimated_completion_at: null,
       },
       output: null,
       usage: { points_charged: null, points_refunded: null },
@@ -134,10 +135,58 @@ describe("GET /openapi/v1/tasks/{id}", () => {
           events: ["task.succeeded", "task.failed", "task.canceled"],
           delivery: { status: "none", attempts: 0, last_attempt_at: null, last_status_code: null },
         },
+        estimated_completion_at: null,
       },
       output,
       usage: { points_charged: 20, points_refunded: 0 },
     });
+  });
+
+  it("estimates when a waiting or running task ends once the model's durations are learned; null once ended", async () => {
+    const { apiKey } = t.client();
+    const queued = await create(apiKey, "image");
+    // Unknown durations: no estimate.
+    expect((await get(apiKey, `/openapi/v1/tasks/${queued.data.id}`)).json.data.estimated_completion_at).toBeNull();
+    // What the poller stores as tasks of the model finish (workers/duration-stats.ts): a 10 s median.
+    await t.store.accounts.saveDurationSamples("image", "p-image", [8_000, 10_000, 30_000], t.clock.now());
+    const waiting = (await get(apiKey, `/openapi/v1/tasks/${queued.data.id}`)).json.data;
+    expect(waiting.queue_position).toBe(1);
+    expect(waiting.estimated_completion_at).toBe(new Date(t.clock.now() + 10_000).toISOString());
+
+    let status = "processing";
+    server.use(
+      http.post(`${UPSTREAM_URL}/openapi/v1/images/generations`, () =>
+        HttpResponse.json({ data: { id: "up_eta", status: "processing" } }, { status: 201 }),
+      ),
+      http.get(`${UPSTREAM_URL}/openapi/v1/tasks/up_eta`, () =>
+        HttpResponse.json({
+          data: { id: "up_eta", status },
+          output: status === "succeeded" ? { images: [] } : null,
+          usage: { points_charged: 20, points_refunded: 0 },
+        }),
+      ),
+    );
+    const submittedAt = t.clock.now();
+    await t.relay.submitter.runOnce();
+    t.clock.advance(3_000);
+    const running = (await get(apiKey, `/openapi/v1/tasks/${queued.data.id}`)).json.data;
+    expect(running.status).toBe("processing");
+    expect(running.estimated_completion_at).toBe(new Date(submittedAt + 10_000).toISOString());
+    expect(Date.parse(running.estimated_completion_at)).toBeGreaterThan(t.clock.now());
+    // List items carry it too (running: from the median loaded once for the page).
+    const listed = (await get(apiKey, "/openapi/v1/tasks")).json.data as Json[];
+    expect(listed.find((i) => i.id === queued.data.id)?.estimated_completion_at).toBe(running.estimated_completion_at);
+    // Overdue: never in the past.
+    t.clock.advance(20_000);
+    const overdue = (await get(apiKey, `/openapi/v1/tasks/${queued.data.id}`)).json.data;
+    expect(overdue.estimated_completion_at).toBe(new Date(t.clock.now()).toISOString());
+
+    status = "succeeded";
+    t.clock.advance(60_000);
+    await t.relay.poller.runOnce();
+    const ended = (await get(apiKey, `/openapi/v1/tasks/${queued.data.id}`)).json.data;
+    expect(ended.status).toBe("succeeded");
+    expect(ended.estimated_completion_at).toBeNull();
   });
 
   it("keeps the upstream's error code, message and request_id when submission is refused", async () => {
