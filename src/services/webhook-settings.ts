@@ -1,5 +1,6 @@
 import type { ClientRow } from "../store/store.js";
 import { generateSigningKey, publicKeyOf } from "../webhooks/sign.js";
+import { schemeOverlapping } from "../webhooks/signing-keys.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import { callbackHeaderProblems, headerNames, openHeaders, sealHeaders } from "./callback-headers.js";
 import { openSecret, SECRET_GRACE_MS, sealSecret } from "./clients.js";
@@ -28,6 +29,8 @@ export interface WebhookSettingsView {
   /** During a signing-key rotation's overlap: the previous key, still signing beside the new one, and until when. */
   previous_public_key?: string;
   previous_public_key_expires_at?: string;
+  /** For 24 hours after a switch of scheme: until when the other scheme's signature is still sent beside this one's. */
+  previous_signature_expires_at?: string;
 }
 
 type Deps = Pick<ServiceDeps, "store" | "clock" | "config">;
@@ -47,12 +50,16 @@ export function settingsView(client: ClientRow, key: Buffer | null, now: number)
       view.previous_public_key_expires_at = new Date(keys.previous.expiresAt).toISOString();
     }
   }
+  if (schemeOverlapping(client, now)) {
+    view.previous_signature_expires_at = new Date(client.previousSchemeExpiresAt!).toISOString();
+  }
   return view;
 }
 
 /**
  * The `whpk_` public keys that verify an ed25519 client's `v1a` signatures now: the current one
- * and, during a rotation's overlap, the previous one until it stops signing. Null for hmac.
+ * and, during a rotation's overlap, the previous one until it stops signing. Null for hmac, except
+ * for 24 hours after a switch from ed25519 to hmac, while v1a signatures are still sent.
  * What settings show and what the JWKS publishes (docs/contract.md, "Published keys").
  */
 export function publicKeys(
@@ -60,7 +67,8 @@ export function publicKeys(
   key: Buffer | null,
   now: number,
 ): { current: string; previous?: { key: string; expiresAt: number } } | null {
-  if (client.signatureScheme !== "ed25519" || !client.signingKey) return null;
+  const signsV1a = client.signatureScheme === "ed25519" || schemeOverlapping(client, now);
+  if (!signsV1a || !client.signingKey) return null;
   const current = publicKeyOf(openSecret(client.signingKey, key));
   const expiresAt = client.previousSigningKeyExpiresAt;
   if (!client.previousSigningKey || expiresAt === null || expiresAt <= now) return { current };
@@ -69,6 +77,7 @@ export function publicKeys(
 
 /** The patch a settings change makes, or the problems that refuse it (422 / 400 invalid_callback_url). */
 function settingsPatch(deps: Deps, client: ClientRow, input: WebhookSettingsInput): Partial<ClientRow> {
+  const now = deps.clock.now();
   const key = deps.config.encryptionKey;
   const patch: Partial<ClientRow> = {};
   if (input.notification_url !== undefined) {
@@ -90,8 +99,12 @@ function settingsPatch(deps: Deps, client: ClientRow, input: WebhookSettingsInpu
     if (problems.length > 0) throw new ApiError("validation_error", "Some callback headers are invalid.", problems);
     patch.callbackHeaders = sealHeaders(input.callback_headers, key);
   }
-  if (input.signature !== undefined) {
+  if (input.signature !== undefined && input.signature !== client.signatureScheme) {
     patch.signatureScheme = input.signature;
+    // The old scheme's signature keeps coming beside the new one for 24 hours, so receivers can move
+    // without losing webhooks; the same scheme again changes nothing. Switching back during the
+    // overlap starts a new one: the scheme left behind is again the one receivers may still verify.
+    patch.previousSchemeExpiresAt = now + SECRET_GRACE_MS;
     // The key pair is made once and kept: switching back and forth keeps the receiver's public key.
     if (input.signature === "ed25519" && !client.signingKey) patch.signingKey = sealSecret(generateSigningKey(), key);
   }

@@ -195,6 +195,7 @@ export type ClientRow = {
   signingKey: string | null;
   previousSigningKey: string | null;
   previousSigningKeyExpiresAt: number | null;
+  previousSchemeExpiresAt: number | null;
   storageConfig: string | null;
 };
 
@@ -224,6 +225,7 @@ export type NewClientRow = {
   signingKey?: string | null | undefined;
   previousSigningKey?: string | null | undefined;
   previousSigningKeyExpiresAt?: number | null | undefined;
+  previousSchemeExpiresAt?: number | null | undefined;
   storageConfig?: string | null | undefined;
 };
 

@@ -3,11 +3,26 @@ import type { ClientRow } from "../store/store.js";
 
 /**
  * The keys that sign a client's messages now, by its scheme: the current one, plus the previous
- * during its grace period (`whsec_` secrets for hmac, `whsk_` signing keys for ed25519).
+ * during its grace period (`whsec_` secrets for hmac, `whsk_` signing keys for ed25519). For 24 hours
+ * after a switch of scheme, the other scheme's current key signs too, after these (docs/contract.md,
+ * "Switching the scheme").
  */
 export function activeSigningKeys(client: ClientRow, now: number, encryptionKey: Buffer | null = null): string[] {
-  if (client.signatureScheme !== "ed25519" || !client.signingKey) return activeSecrets(client, now, encryptionKey);
-  const keys = [openSecret(client.signingKey, encryptionKey)];
+  const ed25519 = client.signatureScheme === "ed25519" && client.signingKey !== null;
+  const keys = ed25519 ? activeEd25519Keys(client, now, encryptionKey) : activeSecrets(client, now, encryptionKey);
+  if (!schemeOverlapping(client, now)) return keys;
+  if (ed25519) return [...keys, openSecret(client.webhookSecret, encryptionKey)];
+  return client.signingKey ? [...keys, openSecret(client.signingKey, encryptionKey)] : keys;
+}
+
+/** Whether the 24-hour overlap after a switch of signature scheme is still running. */
+export function schemeOverlapping(client: ClientRow, now: number): boolean {
+  return client.previousSchemeExpiresAt !== null && client.previousSchemeExpiresAt > now;
+}
+
+/** The `whsk_` keys of an ed25519 client: the current one, plus the previous during its grace period. */
+function activeEd25519Keys(client: ClientRow, now: number, encryptionKey: Buffer | null): string[] {
+  const keys = [openSecret(client.signingKey!, encryptionKey)];
   if (
     client.previousSigningKey &&
     client.previousSigningKeyExpiresAt !== null &&

@@ -28,6 +28,8 @@ async function ed25519Client(t: TestRelay, name = "ed") {
     json: { signature: "ed25519" },
   });
   expect(res.status).toBe(200);
+  // Past the switch's 24-hour overlap, when the hmac v1 signature still came beside v1a: v1a only.
+  t.clock.advance(24 * 60 * 60_000 + 1_000);
   return client;
 }
 
@@ -155,9 +157,12 @@ describe("GET /openapi/v1/webhooks/jwks/{client_id}", () => {
     const hmac = t.client("hmac");
     const revoked = await ed25519Client(t, "revoked");
     await revokeClient(t.relay.deps, revoked.id);
-    // A client that switched back to hmac keeps its key pair, but publishes nothing.
+    // A client that switched back to hmac keeps its key pair; it publishes it while v1a signatures
+    // still come (the 24-hour overlap of the switch), then nothing.
     const switched = await ed25519Client(t, "switched");
     await t.request(switched.apiKey, "/openapi/v1/webhooks/settings", { method: "PUT", json: { signature: "hmac" } });
+    await fetchJwks(t, switched.id);
+    t.clock.advance(24 * 60 * 60_000 + 1_000);
 
     for (const id of [
       hmac.id,

@@ -34,6 +34,7 @@ describe.each(suite.dialects)("ClientStore on %s", (_name, h) => {
       revokedAt: null,
       signatureScheme: "hmac",
       notificationUrl: null,
+      previousSchemeExpiresAt: null,
     });
     expect(await store.clients.find(row.id)).toEqual(inserted);
     expect(await store.clients.findByKeyHash(row.apiKeyHash)).toEqual(inserted);
@@ -58,6 +59,21 @@ describe.each(suite.dialects)("ClientStore on %s", (_name, h) => {
     expect(updated).toEqual({ ...c, notificationUrl: "https://ops.example/n", maxWaiting: 3 });
     expect(await store.clients.find(c.id)).toEqual(updated);
     expect(await store.clients.update("cli_nobody", { name: "x" })).toBeUndefined();
+  });
+
+  it("a switch of signature scheme stores its overlap's end in ms and reads it back; null clears it", async () => {
+    const store = await h.shared();
+    const c = await client(store);
+    const end = NOW + 86_400_000;
+    const switched = await store.clients.updateWith(c.id, () => ({
+      patch: { signatureScheme: "ed25519", previousSchemeExpiresAt: end },
+      result: null,
+    }));
+    expect(switched!.client).toEqual({ ...c, signatureScheme: "ed25519", previousSchemeExpiresAt: end });
+    expect((await store.clients.find(c.id))!.previousSchemeExpiresAt).toBe(end);
+    expect(await store.clients.update(c.id, { previousSchemeExpiresAt: null })).toMatchObject({
+      previousSchemeExpiresAt: null,
+    });
   });
 
   it("update with an empty patch returns the row unchanged", async () => {

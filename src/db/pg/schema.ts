@@ -47,6 +47,7 @@ export const clients = pgTable(
     signingKey: text("signing_key"),
     previousSigningKey: text("previous_signing_key"),
     previousSigningKeyExpiresAt: ms("previous_signing_key_expires_at"),
+    previousSchemeExpiresAt: ms("previous_scheme_expires_at"),
     storageConfig: text("storage_config"),
   },
   (t) => [uniqueIndex("clients_api_key_hash_uq").on(t.apiKeyHash)],

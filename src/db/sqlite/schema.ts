@@ -61,6 +61,8 @@ export const clients = sqliteTable(
     /** The signing key replaced by the last rotation; it keeps signing until previous_signing_key_expires_at. */
     previousSigningKey: text("previous_signing_key"),
     previousSigningKeyExpiresAt: integer("previous_signing_key_expires_at"),
+    /** After a switch of signature_scheme: until then the other scheme's current key signs beside the new one. */
+    previousSchemeExpiresAt: integer("previous_scheme_expires_at"),
     /** The client's S3-compatible bucket for output copies (JSON, sealed: it holds the secret key); null: none. */
     storageConfig: text("storage_config"),
   },

@@ -61,8 +61,9 @@ ${v.error ? notice("error", v.error) : ""}
     </fieldset>
     <button class="btn" type="submit">Save signature</button>
   </form>
+  ${s.previous_signature_expires_at ? html`<p class="muted">Since the switch, the previous scheme's signature (<code>${s.signature === "ed25519" ? "v1" : "v1a"}</code>) is still sent beside the new one until ${time(Date.parse(s.previous_signature_expires_at))}, so receivers can move.</p>` : ""}
   ${
-    s.public_key
+    s.signature === "ed25519" && s.public_key
       ? html`<p><label for="public-key">Public key</label><output id="public-key" class="secret mono">${s.public_key}</output></p>
   ${s.previous_public_key ? html`<p class="muted">The previous key <code>${s.previous_public_key}</code> still signs beside it until ${time(Date.parse(s.previous_public_key_expires_at!))}.</p>` : ""}
   <p class="muted">Verify each <code>v1a</code> signature over <code>{webhook-id}.{webhook-timestamp}.{body}</code> with this key; see the receiving guide.</p>`

@@ -24,6 +24,10 @@ const SettingsSchema = z
       description: "During a key rotation's 24-hour overlap: the previous key, still signing beside the new one.",
     }),
     previous_public_key_expires_at: z.string().optional(),
+    previous_signature_expires_at: z.string().optional().openapi({
+      description:
+        "For 24 hours after signature changes scheme: until when the previous scheme's signature (v1 or v1a) is still sent beside the new one's.",
+    }),
   })
   .openapi("WebhookSettings");
 

@@ -1,0 +1,1 @@
+ALTER TABLE `clients` ADD `previous_scheme_expires_at` integer;

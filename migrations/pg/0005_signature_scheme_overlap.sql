@@ -1,0 +1,1 @@
+ALTER TABLE "clients" ADD COLUMN "previous_scheme_expires_at" bigint;
