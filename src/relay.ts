@@ -100,6 +100,7 @@ export class Relay {
       nudges,
       firstAttemptDelayMs: config.webhookRetryScheduleMs[0] ?? 0,
       onSucceeded: (task, ms) => durations.record(task.type, task.model, ms),
+      expectedDuration: (task) => durations.expected(task.type, task.model),
       // A client with a bucket gets copies of the output's files before task.succeeded (docs/contract.md, "Outputs").
       mirrors: async (task, outputJson) =>
         outputUrls(outputJson).length > 0 &&

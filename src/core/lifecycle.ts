@@ -31,6 +31,8 @@ export interface LifecycleDeps {
    * are woken by it (core/task-waiters.ts). Other instances learn of it through the store's notification.
    */
   onTransition?: (task: TaskRow) => void;
+  /** The median duration of a task's model, or null while unknown: a task.processing event carries its estimated end. */
+  expectedDuration?: (task: TaskRow) => Promise<number | null>;
 }
 
 const released = { claimToken: null, claimedUntil: null } as const;
@@ -122,7 +124,11 @@ export class Lifecycle {
   }
 
   private async apply(task: TaskRow, patch: Partial<NewTaskRow>, token: string | null): Promise<TaskRow | undefined> {
-    const opts = this.options(token);
+    const starts = patch.status === "processing" && task.status !== "processing" && this.deps.expectedDuration;
+    const opts = {
+      ...this.options(token),
+      expectedDurationMs: starts ? await this.deps.expectedDuration!(task) : null,
+    };
     const updated = await this.deps.store.tasks.transition(task, await this.mirrorFirst(task, patch, opts.now), opts);
     if (!updated) return undefined;
     await this.changed(task, updated, opts.now);

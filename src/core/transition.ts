@@ -1,6 +1,7 @@
 import { newId } from "../ids.js";
 import type { TaskStatus } from "../statuses.js";
 import type { NewTaskRow, TransitionRules } from "../store/store.js";
+import { estimateCompletion } from "./eta.js";
 import { flatTask } from "./task-view.js";
 import { fitTaskData, WEBHOOK_BODY_MAX_BYTES } from "./body-limit.js";
 import { storableErrorJson } from "./stored-text.js";
@@ -53,7 +54,7 @@ export const transitionRules: TransitionRules = {
     };
   },
 
-  eventFor(before, after, now, firstAttemptDelayMs) {
+  eventFor(before, after, now, firstAttemptDelayMs, expectedDurationMs = null) {
     if (after.status === before.status) return null;
     const type = eventTypeFor(after.status);
     const subscribed = JSON.parse(after.callbackEvents) as string[];
@@ -61,7 +62,23 @@ export const transitionRules: TransitionRules = {
     const sequence = after.eventSequence + 1;
     const id = newId("evt", now);
     // `id` is the webhook-id header too, so tools that see only the body (Zapier) can deduplicate.
-    const flat = flatTask({ ...after, eventSequence: sequence }, undefined, { maxOutputBytes: WEBHOOK_BODY_MAX_BYTES });
+    // A running task's end from its model's median (docs/contract.md, "When will it finish"); a
+    // waiting task's needs its queue position, which the transaction does not count: null.
+    const estimatedCompletionAt =
+      after.phase === "waiting"
+        ? null
+        : estimateCompletion({
+            phase: after.phase,
+            submittedAt: after.submittedAt,
+            now,
+            medianMs: expectedDurationMs,
+            ahead: null,
+            capacity: Number.POSITIVE_INFINITY,
+          });
+    const flat = flatTask({ ...after, eventSequence: sequence }, undefined, {
+      maxOutputBytes: WEBHOOK_BODY_MAX_BYTES,
+      estimatedCompletionAt,
+    });
     const timestamp = new Date(now).toISOString();
     // The body is held to the size the dispatcher sends, by its bytes: whatever makes it too large
     // (an output, an error message, files) is left out or cut, with a flag, and the webhook still

@@ -142,6 +142,7 @@ export interface TransitionRules {
     after: TaskRow,
     now: number,
     firstAttemptDelayMs: number,
+    expectedDurationMs?: number | null,
   ): Omit<NewEventRow, "clientSeq"> | null;
 }
 
@@ -152,6 +153,11 @@ export interface TransitionOptions {
   token: string | null;
   /** Delay before the first delivery attempt of the event this change writes. */
   firstAttemptDelayMs: number;
+  /**
+   * The task's model's median duration when the caller knows it (core/eta.ts): the event of a task
+   * that starts running then carries its `estimated_completion_at`.
+   */
+  expectedDurationMs?: number | null;
 }
 
 /** What the submission decision sees, read inside the transaction that acts on it. */

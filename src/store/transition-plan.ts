@@ -37,7 +37,7 @@ export function planTransition(
   ) as Partial<NewTaskRow>;
   const changed = { ...before, ...set } as TaskRow;
   const { change, learn, wake } = rules.settle(before, changed);
-  const event = rules.eventFor(before, changed, opts.now, opts.firstAttemptDelayMs);
+  const event = rules.eventFor(before, changed, opts.now, opts.firstAttemptDelayMs, opts.expectedDurationMs ?? null);
   const credit = change.charged !== 0 || change.refunded !== 0 || change.reserved !== 0 ? change : null;
   if (!event) return { patch: set, after: changed, credit, learn, wake, event: null };
   return {

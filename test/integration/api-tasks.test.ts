@@ -189,6 +189,22 @@ describe("GET /openapi/v1/tasks/{id}", () => {
     expect(ended.estimated_completion_at).toBeNull();
   });
 
+  it("the task.processing event carries the estimated end from the model's learned median", async () => {
+    const { apiKey } = t.client();
+    await t.store.accounts.saveDurationSamples("image", "p-image", [8_000, 10_000, 30_000], t.clock.now());
+    const created = await create(apiKey, "image", { callback_events: ["task.processing", "task.succeeded"] });
+    server.use(
+      http.post(`${UPSTREAM_URL}/openapi/v1/images/generations`, () =>
+        HttpResponse.json({ data: { id: "up_eta_event", status: "processing" } }, { status: 201 }),
+      ),
+    );
+    const submittedAt = t.clock.now();
+    await t.relay.submitter.runOnce();
+    const feed = (await get(apiKey, "/openapi/v1/events")).json.data as Json[];
+    const processing = feed.find((e) => e.type === "task.processing" && e.data.id === created.data.id);
+    expect(processing?.data.estimated_completion_at).toBe(new Date(submittedAt + 10_000).toISOString());
+  });
+
   it("keeps the upstream's error code, message and request_id when submission is refused", async () => {
     const { apiKey } = t.client();
     server.use(

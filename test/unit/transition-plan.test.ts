@@ -54,6 +54,30 @@ function task(over: Partial<TaskRow> = {}): TaskRow {
 }
 
 describe("planTransition", () => {
+  it("a task that starts running: its event carries the estimated end from the model's median, null while unknown", () => {
+    const start = {
+      status: "processing" as const,
+      phase: "submitted" as const,
+      submittedAt: NOW - 4_000,
+      updatedAt: NOW,
+    };
+    const known = planTransition(transitionRules, task(), start, { ...opts, expectedDurationMs: 10_000 });
+    expect(JSON.parse(known.event!.payload).data.estimated_completion_at).toBe(new Date(NOW + 6_000).toISOString());
+    // Overdue: never an end in the past.
+    const overdue = planTransition(transitionRules, task(), start, { ...opts, expectedDurationMs: 1_000 });
+    expect(JSON.parse(overdue.event!.payload).data.estimated_completion_at).toBe(new Date(NOW).toISOString());
+    const unknown = planTransition(transitionRules, task(), start, opts);
+    expect(JSON.parse(unknown.event!.payload).data.estimated_completion_at).toBeNull();
+    // An ended task has none, whatever the caller knows.
+    const ended = planTransition(
+      transitionRules,
+      task({ status: "processing", phase: "submitted", submittedAt: NOW - 4_000 }),
+      { status: "succeeded", phase: "done", completedAt: NOW, updatedAt: NOW },
+      { ...opts, expectedDurationMs: 10_000 },
+    );
+    expect(JSON.parse(ended.event!.payload).data.estimated_completion_at).toBeNull();
+  });
+
   it("a new status: the event's sequence goes into the row's patch, the event is due after the first-attempt delay", () => {
     const plan = planTransition(
       transitionRules,

@@ -1,4 +1,11 @@
-import type { CreateResult, NewTaskRequest, NewTaskRow, SubmissionContext, TaskRow } from "../../store/store.js";
+import type {
+  CreateResult,
+  NewTaskRequest,
+  NewTaskRow,
+  SubmissionContext,
+  TaskRow,
+  TransitionOptions,
+} from "../../store/store.js";
 import type { GroupCommit } from "./group-commit.js";
 import type { Database_, Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
@@ -19,9 +26,7 @@ export interface SqliteContext {
     tx: DbOrTx,
     task: TaskRow,
     patch: Partial<NewTaskRow>,
-    now: number,
-    token: string | null,
-    firstAttemptDelayMs: number,
+    opts: TransitionOptions,
   ) => TaskRow | undefined;
   submissionContext(tx: DbOrTx, task: TaskRow): SubmissionContext;
   createIn(db: Db, tx: DbOrTx, req: NewTaskRequest): CreateResult;

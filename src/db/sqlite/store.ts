@@ -90,14 +90,8 @@ export class SqliteStore implements Store, SqliteContext {
   readonly intakeCommits: GroupCommit;
   readonly attemptCommits: GroupCommit;
   /** A lease-guarded state change inside `tx` (the areas' shared step). */
-  readonly transition = (
-    tx: DbOrTx,
-    task: TaskRow,
-    patch: Partial<NewTaskRow>,
-    now: number,
-    token: string | null,
-    firstAttemptDelayMs: number,
-  ) => this.transitionIn(tx, task.id, patch, now, token, firstAttemptDelayMs);
+  readonly transition = (tx: DbOrTx, task: TaskRow, patch: Partial<NewTaskRow>, opts: TransitionOptions) =>
+    this.transitionIn(tx, task.id, patch, opts);
 
   constructor(
     readonly database: Database_,
@@ -132,16 +126,9 @@ export class SqliteStore implements Store, SqliteContext {
     this.database.close();
   }
 
-  transitionIn(
-    _tx: DbOrTx,
-    id: string,
-    patch: Partial<NewTaskRow>,
-    now: number,
-    token: string | null,
-    firstAttemptDelayMs: number,
-  ): TaskRow | undefined {
+  transitionIn(_tx: DbOrTx, id: string, patch: Partial<NewTaskRow>, opts: TransitionOptions): TaskRow | undefined {
     // One connection: the database's prepared statements run inside the transaction `_tx` has open.
-    return transitionIn(this.database.db, this.rules, id, patch, { now, token, firstAttemptDelayMs });
+    return transitionIn(this.database.db, this.rules, id, patch, opts);
   }
 
   submissionContext(tx: DbOrTx, task: TaskRow): SubmissionContext {

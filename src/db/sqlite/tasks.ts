@@ -26,8 +26,7 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
     create: (req) => s.intakeCommits.runAtomic((tx) => s.createIn(db, tx, req)),
     // The workers' writes share one group commit (s.attemptCommits): transitions, submissions, claims
     // and attempt records settling in the same turn of the event loop cost one fsync together.
-    transition: (task, patch, o) =>
-      s.attemptCommits.run((tx) => transition(tx, task, patch, o.now, o.token, o.firstAttemptDelayMs)),
+    transition: (task, patch, o) => s.attemptCommits.run((tx) => transition(tx, task, patch, o)),
     // An empty patch changes nothing (drizzle refuses to build its UPDATE): the row while the lease holds.
     reschedule: (id, token, patch) =>
       s.attemptCommits.runAtomic(() =>
@@ -41,7 +40,7 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
         if (!current || current.claimToken !== token) return null;
         const step = decide(s.submissionContext(tx, current));
         const task = step.transition
-          ? transition(tx, current, step.patch, o.now, token, o.firstAttemptDelayMs)
+          ? transition(tx, current, step.patch, { ...o, token })
           : updateLeasedTask(tx, id, token, step.patch);
         return task ? { kind: step.kind, task } : null;
       }),
@@ -51,7 +50,7 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
         if (!before) return null;
         const patch = decide(before);
         if (patch === null) return { before, after: before };
-        const after = transition(tx, before, patch, o.now, o.token, o.firstAttemptDelayMs);
+        const after = transition(tx, before, patch, o);
         return after ? { before, after } : null;
       }),
     find: async (id) => find(db, id),
