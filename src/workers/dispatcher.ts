@@ -1,6 +1,7 @@
 import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
+import { WEBHOOK_BODY_MAX_BYTES } from "../core/body-limit.js";
 import { DeliveryLifecycle } from "../core/delivery.js";
 import { FairPool } from "../core/fair-pool.js";
 import type { ClientRow, EventRow, Store } from "../store/store.js";
@@ -38,8 +39,11 @@ export interface DispatcherOptions {
   onAttempt?: (event: EventRow, result: SendResult) => void;
 }
 
-/** Largest body the dispatcher sends (bodies carry output URLs, never media): a defensive bound. */
-export const MAX_PAYLOAD_BYTES = 256 * 1024;
+/**
+ * Largest body the dispatcher sends: the bound every event body is fitted to when it is written
+ * (core/body-limit.ts), checked again here for rows written before that rule.
+ */
+export const MAX_PAYLOAD_BYTES = WEBHOOK_BODY_MAX_BYTES;
 
 /** How soon after a refill the loop claims for everyone else (a new client's events wait at most this long for it). */
 const SWEEP_AFTER_REFILL_MS = 200;
