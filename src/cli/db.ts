@@ -59,29 +59,11 @@ async function stats(args: string[], ctx: CliContext): Promise<number> {
     out(JSON.stringify({ path, files, ...s, deliveries: { ...s.deliveries, oldest_pending_at: oldestPending } }));
     return 0;
   }
-  const pad = Math.max(...Object.keys(s.tables).map((t) => t.length), 10);
   out(`database  ${path}`);
   out(
     `size      ${formatBytes(files.total)} (file ${formatBytes(files.database)}, WAL ${formatBytes(files.wal)}, shm ${formatBytes(files.shm)}; ${s.pages.freelist_count} of ${s.pages.page_count} pages free)`,
   );
-  out("");
-  out("rows");
-  for (const [table, n] of Object.entries(s.tables)) out(`  ${table.padEnd(pad)}  ${n}`);
-  out("");
-  out(
-    `tasks by status  ${Object.entries(s.tasks_by_status)
-      .map(([k, n]) => `${k}=${n}`)
-      .join("  ")}`,
-  );
-  out(
-    `tasks by phase   ${Object.entries(s.tasks_by_phase)
-      .map(([k, n]) => `${k}=${n}`)
-      .join("  ")}`,
-  );
-  out(
-    `deliveries       pending=${s.deliveries.pending}  failed=${s.deliveries.failed}  succeeded=${s.deliveries.succeeded}  no_callback=${s.deliveries.none}`,
-  );
-  if (oldestPending) out(`oldest pending   ${oldestPending}`);
+  printCounts(s, oldestPending);
   return 0;
 }
 
@@ -99,8 +81,22 @@ async function pgStats(json: boolean, ctx: CliContext): Promise<number> {
     );
     return 0;
   }
-  const pad = Math.max(...Object.keys(s.tables).map((t) => t.length), 10);
   out(`database  PostgreSQL (DATABASE_URL), ${formatBytes(s.bytes)}`);
+  printCounts(s, oldestPending);
+  return 0;
+}
+
+/** The part of `db stats` both databases print alike: rows per table, tasks, deliveries. */
+function printCounts(
+  s: {
+    tables: Record<string, number>;
+    tasks_by_status: Record<string, number>;
+    tasks_by_phase: Record<string, number>;
+    deliveries: { pending: number; failed: number; succeeded: number; none: number };
+  },
+  oldestPending: string | null,
+): void {
+  const pad = Math.max(...Object.keys(s.tables).map((t) => t.length), 10);
   out("");
   out("rows");
   for (const [table, n] of Object.entries(s.tables)) out(`  ${table.padEnd(pad)}  ${n}`);
@@ -119,7 +115,6 @@ async function pgStats(json: boolean, ctx: CliContext): Promise<number> {
     `deliveries       pending=${s.deliveries.pending}  failed=${s.deliveries.failed}  succeeded=${s.deliveries.succeeded}  no_callback=${s.deliveries.none}`,
   );
   if (oldestPending) out(`oldest pending   ${oldestPending}`);
-  return 0;
 }
 
 /** `db <sub>`: backup, stats. */
