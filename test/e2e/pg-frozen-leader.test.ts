@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { afterEach, describe, expect, it } from "vitest";
 import { freshPgDatabase } from "../helpers/pg.js";
-import { DIST, startNode, startReceiver, until, type Child } from "./process.js";
+import { DIST, startNode, startReceiver, startRelayProcess, until, type Child } from "./process.js";
 
 /**
  * A frozen leader on PostgreSQL (docs/contract.md, "A frozen instance loses its roles"; issue #30
@@ -94,10 +94,9 @@ async function proxyTo(target: string): Promise<Proxy> {
 }
 
 async function startRelay(env: Record<string, string>): Promise<{ child: Child; url: string }> {
-  const child = startNode("main.js", env);
-  children.push(child);
-  const m = await child.waitForLine(/^.*"msg":"genrelay listening".*$/);
-  return { child, url: `http://127.0.0.1:${/"port":(\d+)/.exec(m[0])![1]}` };
+  const relay = await startRelayProcess(env);
+  children.push(relay.child);
+  return relay;
 }
 
 describe.skipIf(!built)("a frozen leader on PostgreSQL", () => {

@@ -74,6 +74,21 @@ export function startNode(script: string, env: Record<string, string>): Child {
   };
 }
 
+/** The built relay (dist/main.js) on a free port, once it says it listens; killed if it never does. */
+export async function startRelayProcess(env: Record<string, string>): Promise<{ child: Child; url: string }> {
+  const child = startNode("main.js", env);
+  let m: RegExpExecArray;
+  try {
+    m = await child.waitForLine(/^.*"msg":"genrelay listening".*$/);
+  } catch (err) {
+    await child.kill("SIGKILL"); // never leave a relay running behind a failed start
+    throw err;
+  }
+  const port = /"port":(\d+)/.exec(m[0])?.[1];
+  if (!port) throw new Error(`no port in ${m[0]}`);
+  return { child, url: `http://127.0.0.1:${port}` };
+}
+
 export interface ReceivedHook {
   headers: IncomingHttpHeaders;
   body: string;

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { DIST, startNode, startReceiver, until, type Child } from "./process.js";
+import { DIST, startNode, startReceiver, startRelayProcess, until, type Child } from "./process.js";
 
 /**
  * The built relay as a child process, against the simulator as its own process: the whole product
@@ -19,20 +19,6 @@ interface Setup {
   relayEnv: Record<string, string>;
   apiKey: string;
   secret: string;
-}
-
-async function startRelay(env: Record<string, string>): Promise<{ child: Child; url: string }> {
-  const child = startNode("main.js", env);
-  let m: RegExpExecArray;
-  try {
-    m = await child.waitForLine(/^.*"msg":"genrelay listening".*$/);
-  } catch (err) {
-    await child.kill("SIGKILL"); // never leave a relay running behind a failed start
-    throw err;
-  }
-  const port = /"port":(\d+)/.exec(m[0])?.[1];
-  if (!port) throw new Error(`no port in ${m[0]}`);
-  return { child, url: `http://127.0.0.1:${port}` };
 }
 
 describe.skipIf(!built)("relay end to end (built, as processes)", () => {
@@ -135,7 +121,7 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
 
   it("pushes a verified webhook for every image and video task, with the upstream's output and usage", async () => {
     const receiver = await startReceiver();
-    const { child, url } = await startRelay(setup.relayEnv);
+    const { child, url } = await startRelayProcess(setup.relayEnv);
     children.push(child);
     const ids = new Set<string>();
     for (let i = 0; i < 12; i++) ids.add(await create(url, i % 3 === 0 ? "video" : "image", i, receiver.url));
@@ -160,13 +146,13 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
 
   it("survives SIGKILL mid-work: every accepted task gets its webhook and the upstream sees one creation per task", async () => {
     const receiver = await startReceiver();
-    let relay = await startRelay(setup.relayEnv);
+    let relay = await startRelayProcess(setup.relayEnv);
     children.push(relay.child);
     const ids = new Set<string>();
     for (let i = 0; i < 30; i++) ids.add(await create(relay.url, i % 4 === 0 ? "video" : "image", i, receiver.url));
     // First kill: right after the last 201, while submissions are in flight.
     await relay.child.kill("SIGKILL");
-    relay = await startRelay(setup.relayEnv);
+    relay = await startRelayProcess(setup.relayEnv);
     children.push(relay.child);
     // Second kill: while polls and deliveries are under way, after the first webhook and before the last.
     await until(
@@ -178,7 +164,7 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
     expect(verifiedTerminal(receiver.hooks).size).toBeLessThan(ids.size);
     await relay.child.kill("SIGKILL");
 
-    relay = await startRelay(setup.relayEnv);
+    relay = await startRelayProcess(setup.relayEnv);
     children.push(relay.child);
     await until(
       () => [...ids].every((id) => verifiedTerminal(receiver.hooks).has(id)),
@@ -198,14 +184,14 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
   }, 120_000);
 
   it("stops gracefully on SIGTERM and exits 0", async () => {
-    const { child } = await startRelay(setup.relayEnv);
+    const { child } = await startRelayProcess(setup.relayEnv);
     expect(await child.kill("SIGTERM")).toBe(0);
     expect(child.lines.join("\n")).toMatch(/"msg":"stopped"/);
   }, 30_000);
 
   it("starts in sandbox mode with nothing configured: a warning, and a task runs to its end", async () => {
     const env = { PORT: "0", DATABASE_PATH: setup.relayEnv.DATABASE_PATH!, WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" };
-    const { child, url } = await startRelay(env);
+    const { child, url } = await startRelayProcess(env);
     children.push(child);
     expect(child.lines.join("\n")).toMatch(/SANDBOX MODE/);
     const res = await fetch(`${url}/openapi/v1/images/generations`, {
