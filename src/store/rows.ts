@@ -100,6 +100,8 @@ export type EventRow = {
   destinationHost: string;
   callbackHeaders: string | null;
   deliveryStatus: DeliveryStatus;
+  webhookId: string | null;
+  endpointId: string | null;
   attempts: number;
   roundAttempts: number;
   nextAttemptAt: number | null;
@@ -126,6 +128,8 @@ export type NewEventRow = {
   destinationHost?: string | undefined;
   callbackHeaders?: string | null | undefined;
   deliveryStatus: DeliveryStatus;
+  webhookId?: string | null | undefined;
+  endpointId?: string | null | undefined;
   attempts?: number | undefined;
   roundAttempts?: number | undefined;
   nextAttemptAt?: number | null | undefined;
@@ -136,6 +140,29 @@ export type NewEventRow = {
   lastError?: string | null | undefined;
   deliveredAt?: number | null | undefined;
   failedAt?: number | null | undefined;
+  createdAt: number;
+};
+
+/** A client's subscribed URL (webhook_endpoints); `events` is a JSON list, `headers` sealed JSON. */
+export type WebhookEndpointRow = {
+  id: string;
+  clientId: string;
+  url: string;
+  destinationHost: string;
+  events: string;
+  description: string | null;
+  headers: string | null;
+  createdAt: number;
+};
+
+export type NewWebhookEndpointRow = {
+  id: string;
+  clientId: string;
+  url: string;
+  destinationHost: string;
+  events: string;
+  description?: string | null | undefined;
+  headers?: string | null | undefined;
   createdAt: number;
 };
 

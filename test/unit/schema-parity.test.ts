@@ -47,6 +47,8 @@ describe("the Store contract's rows (src/store/rows.ts) are exactly the schema's
     expectTypeOf<rows.EndpointHealthRow>().toEqualTypeOf<typeof sqlite.endpointHealth.$inferSelect>();
     expectTypeOf<rows.NoticeRow>().toEqualTypeOf<typeof sqlite.notices.$inferSelect>();
     expectTypeOf<rows.NewNoticeRow>().toEqualTypeOf<typeof sqlite.notices.$inferInsert>();
+    expectTypeOf<rows.WebhookEndpointRow>().toEqualTypeOf<typeof sqlite.webhookEndpoints.$inferSelect>();
+    expectTypeOf<rows.NewWebhookEndpointRow>().toEqualTypeOf<typeof sqlite.webhookEndpoints.$inferInsert>();
   });
 });
 

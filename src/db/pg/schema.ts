@@ -129,6 +129,8 @@ export const events = pgTable(
     destinationHost: text("destination_host").notNull().default(""),
     callbackHeaders: text("callback_headers"),
     deliveryStatus: text("delivery_status", { enum: DELIVERY_STATUSES }).notNull(),
+    webhookId: text("webhook_id"),
+    endpointId: text("endpoint_id"),
     attempts: ms("attempts").notNull().default(0),
     roundAttempts: ms("round_attempts").notNull().default(0),
     nextAttemptAt: ms("next_attempt_at"),
@@ -204,6 +206,23 @@ export const rateLimitHits = pgTable(
     at: ms("at").notNull(),
   },
   (t) => [index("rate_limit_hits_key_at_idx").on(t.clientId, t.action, t.at)],
+);
+
+export const webhookEndpoints = pgTable(
+  "webhook_endpoints",
+  {
+    id: text("id").primaryKey(),
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id, { onDelete: "cascade" }),
+    url: text("url").notNull(),
+    destinationHost: text("destination_host").notNull(),
+    events: text("events").notNull(),
+    description: text("description"),
+    headers: text("headers"),
+    createdAt: ms("created_at").notNull(),
+  },
+  (t) => [index("webhook_endpoints_client_idx").on(t.clientId, t.createdAt)],
 );
 
 /**

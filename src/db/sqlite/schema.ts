@@ -164,6 +164,14 @@ export const events = sqliteTable(
     /** The task's callback headers (sealed JSON, copied from the task when the event is written), sent with every attempt. */
     callbackHeaders: text("callback_headers"),
     deliveryStatus: text("delivery_status", { enum: DELIVERY_STATUSES }).notNull(),
+    /**
+     * The `webhook-id` this row is sent under when it is not the row's own id: one event reaches
+     * the task's callback_url (the row whose id is the event's id, webhook_id null) and each
+     * subscribed endpoint (one row each, webhook_id the event's id), with the same id and body.
+     */
+    webhookId: text("webhook_id"),
+    /** The webhook_endpoints row this delivery goes to; null for the task's own callback_url. Not a foreign key: history outlives the endpoint. */
+    endpointId: text("endpoint_id"),
     /** Attempts made so far in total (all rounds). */
     attempts: integer("attempts").notNull().default(0),
     /** Position in the retry schedule of the current round; redelivery and recovery start a new round. */
@@ -269,6 +277,31 @@ export const clientStorage = sqliteTable("client_storage", {
     .references(() => clients.id, { onDelete: "cascade" }),
   storedBytes: integer("stored_bytes").notNull(),
 });
+
+/**
+ * A client's subscribed URLs (POST /openapi/v1/webhooks/endpoints): every event of the client's
+ * tasks whose type is in `events` is delivered to `url` as its own destination (one events row per
+ * endpoint, written with the event). Deleting one ends its pending deliveries.
+ */
+export const webhookEndpoints = sqliteTable(
+  "webhook_endpoints",
+  {
+    id: text("id").primaryKey(),
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id, { onDelete: "cascade" }),
+    url: text("url").notNull(),
+    /** `hostname:port` of url (webhooks/destination): the delivery key's host. */
+    destinationHost: text("destination_host").notNull(),
+    /** JSON list of the subscribed event types. */
+    events: text("events").notNull(),
+    description: text("description"),
+    /** Headers sent with every delivery (sealed JSON, as callback_headers), or null. */
+    headers: text("headers"),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [index("webhook_endpoints_client_idx").on(t.clientId, t.createdAt)],
+);
 
 /** Learned durations (ms from submission to terminal) per type and model, for adaptive polling. */
 export const durationStats = sqliteTable(
