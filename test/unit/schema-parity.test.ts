@@ -11,12 +11,13 @@ import type * as rows from "../../src/store/rows.js";
  * names and the same `$inferSelect` / `$inferInsert` types. The type half is checked by
  * `tsc --noEmit -p tsconfig.json` (the first step of `npm test`; test/ is in that tsconfig), the
  * names at run time. Postgres-only tables and columns are declared in the lists below, on purpose
- * (see src/db/pg/schema.ts): account_leaders, the account leases of several processes (SQLite has one).
+ * (see src/db/pg/schema.ts): account_leaders, the account leases of several processes (SQLite has one),
+ * and delivery_keys, the per-key lock of several processes' event claims (SQLite's claims are one process's).
  */
-const PG_ONLY_TABLES: string[] = ["account_leaders"];
+const PG_ONLY_TABLES: string[] = ["account_leaders", "delivery_keys"];
 const PG_ONLY_COLUMNS: Record<string, string[]> = {};
 const PG_ONLY_INDEXES: Record<string, string[]> = {};
-type PgOnlyTableKey = "accountLeaders";
+type PgOnlyTableKey = "accountLeaders" | "deliveryKeys";
 
 /** The exported tables of a schema module, each as its select or insert row type. */
 type Rows<M, Kind extends "$inferSelect" | "$inferInsert"> = {

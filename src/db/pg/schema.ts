@@ -1,4 +1,15 @@
-import { bigint, bigserial, customType, index, pgTable, text, unique, uniqueIndex } from "drizzle-orm/pg-core";
+import { sql } from "drizzle-orm";
+import {
+  bigint,
+  bigserial,
+  customType,
+  index,
+  pgTable,
+  primaryKey,
+  text,
+  unique,
+  uniqueIndex,
+} from "drizzle-orm/pg-core";
 import { TASK_PHASES, TASK_STATUSES } from "../../statuses.js";
 import { DELIVERY_STATUSES } from "../../statuses.js";
 
@@ -149,9 +160,29 @@ export const events = pgTable(
     index("events_client_seq_idx").on(t.clientId, t.seq),
     index("events_due_idx").on(t.deliveryStatus, t.nextAttemptAt),
     index("events_client_feed_idx").on(t.clientId, t.clientSeq),
-    // A key's pending events in due order: the per-key claim after a settled attempt, and the shared cap's leased count.
+    // A key's pending events in due order: the key's claim window (event-claims.ts).
     index("events_key_due_idx").on(t.clientId, t.destinationHost, t.deliveryStatus, t.nextAttemptAt),
+    // A key's leased events only (a release sets claimed_until back to null): the per-key cap's
+    // count walks what is in flight, not the key's backlog (event-claims.ts).
+    index("events_key_leased_idx")
+      .on(t.clientId, t.destinationHost, t.claimedUntil)
+      .where(sql`claimed_until IS NOT NULL AND delivery_status = 'pending'`),
   ],
+);
+
+/**
+ * One row per delivery key (client, destination host), created by the first claim of the key and
+ * holding nothing else: the lock that serialises claims of the same key across instances (a
+ * claim takes it FOR UPDATE for one statement, then counts the key's leases; event-claims.ts).
+ * Claims of different keys never wait for each other.
+ */
+export const deliveryKeys = pgTable(
+  "delivery_keys",
+  {
+    clientId: text("client_id").notNull(),
+    destinationHost: text("destination_host").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.clientId, t.destinationHost] })],
 );
 
 export const deliveryAttempts = pgTable(

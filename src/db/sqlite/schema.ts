@@ -1,3 +1,4 @@
+import { sql } from "drizzle-orm";
 import { blob, index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 import {
   DELIVERY_STATUSES,
@@ -192,8 +193,13 @@ export const events = sqliteTable(
     index("events_client_seq_idx").on(t.clientId, t.seq),
     index("events_due_idx").on(t.deliveryStatus, t.nextAttemptAt),
     index("events_client_feed_idx").on(t.clientId, t.clientSeq),
-    // A key's pending events in due order: the per-key claim after a settled attempt, and the shared cap's leased count.
+    // A key's pending events in due order: the per-key claim after a settled attempt.
     index("events_key_due_idx").on(t.clientId, t.destinationHost, t.deliveryStatus, t.nextAttemptAt),
+    // A key's leased events only (a release sets claimed_until back to null): the per-key cap's
+    // count walks what is in flight, not the key's backlog (event-claims.ts leasedOfKey).
+    index("events_key_leased_idx")
+      .on(t.clientId, t.destinationHost, t.claimedUntil)
+      .where(sql`claimed_until IS NOT NULL AND delivery_status = 'pending'`),
   ],
 );
 

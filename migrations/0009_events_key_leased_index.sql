@@ -1,0 +1,1 @@
+CREATE INDEX `events_key_leased_idx` ON `events` (`client_id`,`destination_host`,`claimed_until`) WHERE claimed_until IS NOT NULL AND delivery_status = 'pending';
