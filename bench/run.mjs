@@ -14,6 +14,10 @@
 //                   all with durable commits (fsync=on, synchronous_commit=on)
 //   9. prototypes   intake, delivery, CPU-ms per task end to end and PostgreSQL intake, each against a
 //                   minimal prototype of the same durable work (bench/prototypes.mjs, bench/proto/)
+//  10. scale-out   1, 2 and 3 instances on one durable PostgreSQL: delivery, intake and end to end, relay +
+//                   PostgreSQL CPU per unit, statements, WAL, lock waits (bench/scaleout.mjs);
+//                   BENCH_SCALEOUT_OLD_DIST=<dist of another commit> measures that build side by side
+//  11. eta         estimated_completion_at against the real end on the simulator (bench/eta.mjs)
 //   6. latency      completion->webhook in REAL time, 500 tasks of 20-60 s at 100 reads/min, against the
 //                   simulator's 120/min limit (bench/latency.mjs; about 2 minutes of wall time by itself)
 //   8. fairness     delivery under a tenant's slow receivers and to partly working receivers in REAL time
@@ -25,7 +29,7 @@
 //   BENCH_OUT=path.json    where to write the results (default bench/results.json; results.md beside it)
 //   BENCH_ROUNDS, BENCH_DURATION (s per intake measurement), BENCH_SCALE_ROWS, BENCH_PROFILE=0|1,
 //   BENCH_RELAY_LOG_LEVEL (default info, the relay's default), BENCH_KEEP=1 (keep the temp folder)
-//   BENCH_ONLY=latency[,scheduling,postgres,profiles,fairness,prototypes]  run only these benchmarks and merge them into the existing results
+//   BENCH_ONLY=latency[,scheduling,postgres,profiles,fairness,prototypes,scaleout,eta]  run only these benchmarks and merge them into the existing results
 //                          file (the other rows keep their figures; the entry records its own date and commit)
 import autocannon from "autocannon";
 import { execFileSync } from "node:child_process";
@@ -59,9 +63,10 @@ import { benchFairness } from "./fairness.mjs";
 import { benchLatency } from "./latency.mjs";
 import { benchPostgres, startPostgres } from "./postgres.mjs";
 import { benchPrototypes } from "./prototypes.mjs";
+import { benchScaleout } from "./scaleout.mjs";
 import { benchMirror } from "./mirror.mjs";
 import { findProfile, summariseProfile } from "./lib/profile.mjs";
-import { markdown, printTable, tableRows } from "./lib/report.mjs";
+import { markdown, pct, printTable, tableRows } from "./lib/report.mjs";
 import {
   countBenchTasks,
   deleteBenchTasks,
@@ -77,7 +82,17 @@ const QUICK = ["1", "true", "yes"].includes((process.env.BENCH_QUICK ?? "").toLo
 const OUT = process.env.BENCH_OUT || join(BENCH, "results.json");
 const MD_OUT = `${OUT.replace(/\.json$/i, "")}.md`;
 const envInt = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
-const PARTIAL = ["latency", "scheduling", "postgres", "profiles", "mirror", "fairness", "prototypes"];
+const PARTIAL = [
+  "latency",
+  "scheduling",
+  "postgres",
+  "profiles",
+  "mirror",
+  "fairness",
+  "prototypes",
+  "scaleout",
+  "eta",
+];
 const ONLY = (process.env.BENCH_ONLY ?? "")
   .split(",")
   .map((s) => s.trim())
@@ -1000,6 +1015,40 @@ function measuredNow() {
   };
 }
 
+/** 1, 2 and 3 instances on one PostgreSQL (its own server, pg_stat_statements preloaded): bench/scaleout.mjs. */
+async function scaleoutRow(receiver, sims) {
+  const result = await benchScaleout({
+    QUICK,
+    tmp,
+    log,
+    elapsed,
+    track,
+    sims,
+    receiver,
+    load,
+    creationBody,
+    PUBLIC_CALLBACK,
+    logLevel: RELAY_LOG_LEVEL,
+  });
+  result.measured = measuredNow();
+  if (process.env.BENCH_SCALEOUT_OLD_DIST)
+    result.measured.command = `BENCH_SCALEOUT_OLD_DIST=${process.env.BENCH_SCALEOUT_OLD_DIST} ${result.measured.command}`;
+  return result;
+}
+
+/** estimated_completion_at against the real end, simulated clock (bench/eta.mjs). */
+async function etaRow() {
+  log(`\n[${elapsed()}] estimated_completion_at error on the simulator (bench/eta.mjs, simulated clock)`);
+  const { benchEta } = await import("./eta.mjs");
+  const result = await benchEta({ tasks: QUICK ? 200 : 2000 });
+  for (const r of result.rows)
+    log(
+      `  ${r.estimates.padEnd(8)} ${r.n} estimates: median error ${pct(r.median_error_share)}, p90 ${pct(r.p90_error_share)} of the remaining time`,
+    );
+  result.measured = measuredNow();
+  return result;
+}
+
 async function postgresRows(receiver, sims, pgServer) {
   const result = await benchPostgres({
     CFG,
@@ -1048,6 +1097,12 @@ async function partial(info) {
     const { receiver, hold } = await sharedProcesses();
     results.benchmarks.prototypes = await prototypesRows(receiver, { hold, fast: track(await fastSimulator()) });
   }
+  if (ONLY.includes("scaleout")) {
+    await prepareSeeding();
+    const { receiver, hold } = await sharedProcesses();
+    results.benchmarks.scaleout = await scaleoutRow(receiver, { hold, fast: track(await fastSimulator()) });
+  }
+  if (ONLY.includes("eta")) results.benchmarks.eta = await etaRow();
   return results;
 }
 
@@ -1103,6 +1158,8 @@ async function main() {
   } finally {
     await pgServer.stop();
   }
+  benchmarks.scaleout = await scaleoutRow(receiver, sims);
+  benchmarks.eta = await etaRow();
   const { db: memoryDb, ...memoryResult } = await memory(sims);
   benchmarks.memory = memoryResult;
   await retimeWithBacklog(benchmarks.query_plans, db.client.id, memoryDb);

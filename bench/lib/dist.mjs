@@ -1,7 +1,8 @@
 // Which build the benchmarks run. At the start of a run, run.mjs copies dist/ and migrations/ into
 // bench/.snapshot/<pid>/ and every process and import of the run uses that copy: a rebuild of dist/
 // during the run (a developer's `npm run build`, another `npm test`) cannot mix two builds into one
-// set of figures. Children learn the path from BENCH_DIST.
+// set of figures. Children learn the path from BENCH_DIST; a run started with BENCH_DIST set uses that
+// build as it is (e.g. an old commit's snapshot in bench/.ab/).
 import { cpSync, mkdirSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -17,6 +18,8 @@ export function distImport(relative) {
 
 /** Copies dist/ and migrations/ (the migrator finds them at dist/db/../../migrations) and switches to the copy. */
 export function snapshotDist() {
+  // BENCH_DIST names a build already set aside (bench/.ab/<name>/dist): use it as it is.
+  if (process.env.BENCH_DIST) return null;
   const dir = join(ROOT, "bench", ".snapshot", String(process.pid));
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });

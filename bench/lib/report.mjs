@@ -85,6 +85,8 @@ export function tableRows(b) {
     ]);
   }
   rows.push(...prototypeRows(b.prototypes));
+  rows.push(...scaleoutRows(b.scaleout));
+  rows.push(...etaRows(b.eta));
   const m = b.memory;
   rows.push([
     `Memory (RSS, ${num(m.waiting)} waiting + ${num(m.in_flight)} in flight)`,
@@ -159,6 +161,51 @@ export function tableRows(b) {
     ]);
   }
   return rows;
+}
+
+/** bench/scaleout.mjs: relay + PostgreSQL CPU per unit at 1, 2, 3 instances; the old build beside it when measured. */
+function scaleoutRows(x) {
+  if (!x?.new) return [];
+  const names = { delivery: "webhook", intake: "creation", end_to_end: "task end to end" };
+  const rows = [];
+  for (const [kind, unit] of Object.entries(names)) {
+    const k = x.new[kind];
+    if (!k) continue;
+    const ns = Object.keys(k.instances);
+    const top = ns[ns.length - 1];
+    const ratio = k[`ratio_${top}_to_1`];
+    const cell = (c) =>
+      `${cpu(c.cpu_ms_per_unit)} (${num(c.rate)}/s${c.mean_sessions_waiting ? `, ${c.mean_sessions_waiting} waiting on locks` : ""})`;
+    const old = x.old?.[kind];
+    rows.push([
+      `PostgreSQL scale-out, relay + server CPU per ${unit}, ${ns.join("/")} instances`,
+      ns.map((n) => `${n}: ${cell(k.instances[n])}`).join("; "),
+      old
+        ? `old build: ${ns.map((n) => `${n}: ${cpu(old.instances[n]?.cpu_ms_per_unit)}`).join("; ")}, ${times(old[`ratio_${top}_to_1`])}`
+        : "1 instance",
+      times(ratio),
+      `≤ ${x.goal}×`,
+      mark(k.met),
+    ]);
+  }
+  return rows;
+}
+
+/** bench/eta.mjs: estimated_completion_at's error as a share of the real remaining time. */
+function etaRows(x) {
+  if (!x?.rows) return [];
+  const by = Object.fromEntries(x.rows.map((r) => [r.estimates, r]));
+  const show = (r) => (r ? `median ${pct(r.median_error_share)}, p90 ${pct(r.p90_error_share)}` : "—");
+  return [
+    [
+      "estimated_completion_at error (share of the real remaining time, simulator)",
+      `all: ${show(by.all)}`,
+      `waiting: ${show(by.waiting)}; running: ${show(by.running)}`,
+      "—",
+      "(measured)",
+      "",
+    ],
+  ];
 }
 
 const cpu = (x) => (x === null || x === undefined ? "—" : `${round(x, 2)} CPU-ms`);
@@ -279,6 +326,9 @@ export function markdown(results, rows) {
     `- **Scale**: the intake measurement on a database pre-loaded with ${num(b.scale.rows)} finished tasks, in the same rounds as the empty one.`,
     ...(b.postgres ? [`- **PostgreSQL**: ${b.postgres.method}${measuredText(b.postgres.measured)}`] : []),
   );
+  if (b.scaleout?.method)
+    lines.push(`- **PostgreSQL scale-out**: ${b.scaleout.method}${measuredText(b.scaleout.measured)}`);
+  if (b.eta?.method) lines.push(`- **estimated_completion_at**: ${b.eta.method}${measuredText(b.eta.measured)}`);
   const p = b.prototypes;
   if (p?.method) lines.push(`- **Against minimal prototypes (bench/proto/)**: ${p.method}${measuredText(p.measured)}`);
   const l = b.latency;

@@ -1,0 +1,343 @@
+// Scale-out row of `npm run bench` (BENCH_ONLY=scaleout): 1, 2 and 3 relay instances on ONE durable
+// PostgreSQL (fsync=on, synchronous_commit=on), for delivery, intake and end to end. Per unit of work:
+// the relays' CPU (/proc/<pid>/stat of each relay) plus the PostgreSQL server's CPU (the postmaster and
+// all its children, the bench's own admin backends left out), the statements run and their execution
+// time (pg_stat_statements, preloaded), the WAL written (pg_current_wal_lsn() before and after), and
+// lock waits (pg_locks sampled every 50 ms for locks not granted: how many sessions wait, on what).
+// The ratio of 3 instances to 1 is the figure issue #32 sets a goal for (≤ 1.15).
+//
+//   - delivery   an outbox of `events` task.succeeded events written before the relays start, held back
+//                (next attempt in an hour) until every instance is up; then released in one UPDATE and
+//                measured until the loopback receiver has them all (signed webhooks/s)
+//   - intake     autocannon on each instance (the connections split between them), the upstream held at
+//                one running task so the accepted tasks wait (creations/s)
+//   - end to end `tasks` creations spread over the instances, through the simulator at 0 ms to the
+//                webhook; CPU from the first creation to the last webhook (tasks/s)
+//
+// BENCH_SCALEOUT_OLD_DIST=<dist of another build> runs every measurement on that build too, side by side
+// (alternating which goes first), so one run gives before and after. Sizes: BENCH_SCALEOUT_EVENTS,
+// BENCH_SCALEOUT_TASKS, BENCH_DURATION (s of intake), BENCH_ROUNDS.
+import pg from "pg";
+import { join, resolve } from "node:path";
+import { DIST } from "./lib/dist.mjs";
+import { cpuMsOf, sleep, startRelay, treeCpuSnapshot } from "./lib/proc.mjs";
+import { count, seedOutbox, startPostgres } from "./postgres.mjs";
+import { median, round } from "./lib/stats.mjs";
+
+export const SCALEOUT_GOAL = 1.15;
+
+export function scaleoutConfig(QUICK) {
+  const env = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
+  return QUICK
+    ? {
+        instances: [1, 3],
+        rounds: env("BENCH_ROUNDS", 1),
+        delivery: { events: 60, windowS: 60, startS: 8 },
+        intake: { connections: 6, amount: 30, warmup: 0 },
+        e2e: { tasks: 18, connections: 6, drainS: 60 },
+      }
+    : {
+        instances: [1, 2, 3],
+        rounds: env("BENCH_ROUNDS", 1),
+        delivery: { events: env("BENCH_SCALEOUT_EVENTS", 4_000), windowS: 120, startS: 12 },
+        intake: { connections: 30, duration: env("BENCH_DURATION", 6), warmup: env("BENCH_WARMUP", 2) },
+        e2e: { tasks: env("BENCH_SCALEOUT_TASKS", 600), connections: 24, drainS: 180 },
+      };
+}
+
+/** pg_locks not granted, every `everyMs`: mean sessions waiting, share of samples with a wait, by lock type. */
+function lockSampler(client, everyMs = 50) {
+  let samples = 0;
+  let withWaits = 0;
+  let waiting = 0;
+  let peak = 0;
+  const byType = {};
+  let stopped = false;
+  const loop = (async () => {
+    while (!stopped) {
+      const { rows } = await client.query(
+        "SELECT locktype, mode, count(*)::int AS n FROM pg_locks WHERE NOT granted GROUP BY locktype, mode",
+      );
+      samples++;
+      let n = 0;
+      for (const r of rows) {
+        n += r.n;
+        const key = `${r.locktype} ${r.mode}`;
+        byType[key] = (byType[key] ?? 0) + r.n;
+      }
+      if (n > 0) withWaits++;
+      waiting += n;
+      peak = Math.max(peak, n);
+      await sleep(everyMs);
+    }
+  })();
+  return async () => {
+    stopped = true;
+    await loop;
+    return {
+      samples,
+      share_of_samples_with_a_wait: samples ? round(withWaits / samples, 3) : 0,
+      mean_sessions_waiting: samples ? round(waiting / samples, 2) : 0,
+      peak_sessions_waiting: peak,
+      by_type: Object.fromEntries(
+        Object.entries(byType)
+          .sort((a, b) => b[1] - a[1])
+          .map(([k, v]) => [k, round(v / samples, 3)]),
+      ),
+    };
+  };
+}
+
+/** A measurement window: relay + server CPU, statements, WAL and lock waits between start() and its end(). */
+async function window(server, admin, dbName, relays, excludePids) {
+  const oid = (await admin.query("SELECT oid FROM pg_database WHERE datname = $1", [dbName])).rows[0].oid;
+  const statements = server.statements;
+  if (statements) await admin.query("SELECT pg_stat_statements_reset()");
+  const lsn0 = (await admin.query("SELECT pg_current_wal_lsn() AS l")).rows[0].l;
+  const db0 = treeCpuSnapshot(server.pid());
+  const relay0 = relays.map((r) => cpuMsOf(r.pid));
+  const stopLocks = lockSampler(admin);
+  const t0 = performance.now();
+  return async (units) => {
+    const seconds = (performance.now() - t0) / 1000;
+    const relayMs = relays.reduce((s, r, i) => s + cpuMsOf(r.pid) - relay0[i], 0);
+    const db1 = treeCpuSnapshot(server.pid());
+    const locks = await stopLocks();
+    let dbMs = 0;
+    for (const [pid, cpu] of db1) if (!excludePids.includes(pid)) dbMs += cpu - (db0.get(pid) ?? 0);
+    const wal = Number((await admin.query("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1) AS b", [lsn0])).rows[0].b);
+    const per = (x) => (units > 0 ? round(x / units, 3) : null);
+    const out = {
+      units,
+      seconds: round(seconds, 2),
+      rate: round(units / Math.max(0.001, seconds), 1),
+      relay_cpu_ms_per_unit: per(relayMs),
+      pg_cpu_ms_per_unit: per(dbMs),
+      cpu_ms_per_unit: per(relayMs + dbMs),
+      wal_bytes_per_unit: units > 0 ? Math.round(wal / units) : null,
+      locks,
+    };
+    if (statements) {
+      const { rows } = await admin.query(
+        `SELECT query, calls::float8 AS calls, total_exec_time AS ms FROM pg_stat_statements
+          WHERE dbid = $1 ORDER BY total_exec_time DESC`,
+        [oid],
+      );
+      const calls = rows.reduce((s, r) => s + r.calls, 0);
+      const ms = rows.reduce((s, r) => s + r.ms, 0);
+      out.statements_per_unit = per(calls);
+      out.statement_ms_per_unit = per(ms);
+      out.top_statements = rows.slice(0, 6).map((r) => ({
+        query: r.query.replace(/\s+/g, " ").slice(0, 160),
+        calls_per_unit: per(r.calls),
+        ms_per_unit: per(r.ms),
+      }));
+    }
+    return out;
+  };
+}
+
+/**
+ * @param ctx { QUICK, tmp, log, elapsed, track, sims: { hold, fast }, receiver, load, creationBody, PUBLIC_CALLBACK, logLevel }
+ */
+export async function benchScaleout(ctx) {
+  const { QUICK, tmp, log, elapsed, track, sims, receiver, load, creationBody, PUBLIC_CALLBACK, logLevel } = ctx;
+  const cfg = scaleoutConfig(QUICK);
+  const oldDist = process.env.BENCH_SCALEOUT_OLD_DIST ? resolve(process.env.BENCH_SCALEOUT_OLD_DIST) : null;
+  const builds = oldDist
+    ? [
+        ["new", DIST],
+        ["old", oldDist],
+      ]
+    : [["new", DIST]];
+  log(
+    `\n[${elapsed()}] scale-out: ${cfg.instances.join(", ")} instance(s) on one durable PostgreSQL (delivery, intake, end to end)${oldDist ? `, A/B against ${oldDist}` : ""}; ${cfg.rounds} round(s)`,
+  );
+  const server = await startPostgres({ flags: ["shared_preload_libraries=pg_stat_statements"] });
+  const admin = new pg.Client({ connectionString: server.admin });
+  await admin.connect();
+  try {
+    await admin.query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+    server.statements = true;
+  } catch (err) {
+    log(`  pg_stat_statements unavailable (${err.message}): no statement counts`);
+    server.statements = false;
+  }
+  const adminPid = (await admin.query("SELECT pg_backend_pid() AS p")).rows[0].p;
+  const settings = await server.settings();
+  const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
+  const env = (url, upstream, extra = {}) => ({
+    DATABASE_URL: url,
+    UPSTREAM_BASE_URL: upstream,
+    UPSTREAM_API_KEY: "sandbox",
+    LOG_LEVEL: logLevel,
+    ...extra,
+  });
+  const startN = (n, url, upstream, extra, dist, tag) =>
+    Promise.all(
+      Array.from({ length: n }, (_, i) =>
+        startRelay(env(url, upstream, extra), join(tmp, `relay-scale-${tag}-${i}.log`), { dist }).then(track),
+      ),
+    );
+  const dbOf = (url) => new URL(url).pathname.slice(1);
+
+  const delivery = async (n, dist, tag) => {
+    const { url, client } = await server.migrated(`scale_d_${tag}`, { dist });
+    const events = cfg.delivery.events;
+    // Due a few seconds from now: every instance is up and idle by then, and each wakes for the due
+    // time on its own (an UPDATE releasing them would cost the server as much as a small share of the work).
+    const dueAt = Date.now() + cfg.delivery.startS * 1000;
+    await seedOutbox(url, client.id, events, hookUrl, { dueAt });
+    const relays = await startN(n, url, sims.hold.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }, dist, `d-${tag}`);
+    await receiver.call("reset");
+    try {
+      if (Date.now() > dueAt - 300) log(`  !! ${n} instance(s) took longer than ${cfg.delivery.startS} s to start`);
+      await sleep(Math.max(0, dueAt - 300 - Date.now()));
+      const end = await window(server, admin, dbOf(url), relays, [adminPid]);
+      const complete = await receiver.call("waitFor", { count: events, timeoutMs: cfg.delivery.windowS * 1000 });
+      const stats = await receiver.call("stats");
+      // The rate between the first and the last arrival (the window's CPU includes the wait for the due time).
+      return { ...(await end(stats.count)), rate: round(stats.rate ?? 0, 1), complete, unique: stats.unique };
+    } finally {
+      await Promise.all(relays.map((r) => r.stop()));
+    }
+  };
+
+  const intake = async (n, dist, tag) => {
+    const { url, client } = await server.migrated(`scale_i_${tag}`, { dist });
+    const relays = await startN(n, url, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: 1 }, dist, `i-${tag}`);
+    const per = Math.max(1, Math.floor(cfg.intake.connections / n));
+    const opts = (prefix) =>
+      relays.map((relay, i) => ({
+        url: relay.url,
+        apiKey: client.api_key,
+        keyPrefix: `${prefix}-${tag}-${i}-`,
+        body: creationBody(PUBLIC_CALLBACK),
+        connections: per,
+        ...(cfg.intake.amount ? { amount: Math.ceil(cfg.intake.amount / n) } : { duration: cfg.intake.duration }),
+      }));
+    try {
+      if (cfg.intake.warmup)
+        await Promise.all(opts("warm").map((o) => load({ ...o, amount: undefined, duration: cfg.intake.warmup })));
+      const end = await window(server, admin, dbOf(url), relays, [adminPid]);
+      const results = await Promise.all(opts("bench").map((o) => load(o)));
+      const accepted = results.reduce((s, r) => s + r.accepted, 0);
+      const out = await end(accepted);
+      const committed = await count(url, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE 'bench-%'", []);
+      return { ...out, durable: committed >= accepted, p99_ms: Math.max(...results.map((r) => r.p99_ms)) };
+    } finally {
+      await Promise.all(relays.map((r) => r.stop()));
+    }
+  };
+
+  const endToEnd = async (n, dist, tag) => {
+    const { url, client } = await server.migrated(`scale_e_${tag}`, { dist });
+    const relays = await startN(
+      n,
+      url,
+      sims.fast.url,
+      { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", UPSTREAM_READS_PER_MINUTE: 100_000 },
+      dist,
+      `e-${tag}`,
+    );
+    await receiver.call("reset");
+    try {
+      const end = await window(server, admin, dbOf(url), relays, [adminPid]);
+      const per = Math.max(1, Math.floor(cfg.e2e.connections / n));
+      await Promise.all(
+        relays.map((relay, i) =>
+          load({
+            url: relay.url,
+            apiKey: client.api_key,
+            keyPrefix: `bench-${tag}-${i}-`,
+            body: creationBody(hookUrl),
+            connections: per,
+            amount: Math.ceil(cfg.e2e.tasks / n),
+          }),
+        ),
+      );
+      const committed = await count(url, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE 'bench-%'", []);
+      const complete = await receiver.call("waitFor", { count: committed, timeoutMs: cfg.e2e.drainS * 1000 });
+      const stats = await receiver.call("stats");
+      return { ...(await end(stats.count)), committed, complete };
+    } finally {
+      await Promise.all(relays.map((r) => r.stop()));
+    }
+  };
+
+  const kinds = { delivery, intake, end_to_end: endToEnd };
+  const rounds = [];
+  try {
+    for (let r = 1; r <= cfg.rounds; r++) {
+      const entry = { round: r };
+      for (const [kind, fn] of Object.entries(kinds)) {
+        for (const n of cfg.instances) {
+          // Alternating which build goes first cancels slow drifts of the machine's load.
+          const order = (r + n) % 2 === 0 ? builds : [...builds].reverse();
+          for (const [build, dist] of order) {
+            const x = await fn(n, dist, `${build}_${kind.slice(0, 1)}${n}_r${r}`);
+            entry[build] ??= {};
+            entry[build][kind] ??= {};
+            entry[build][kind][n] = x;
+            log(
+              `  round ${r} ${build.padEnd(3)} ${kind.padEnd(10)} ${n} instance(s): ${x.rate}/s, ${x.cpu_ms_per_unit} CPU-ms/unit (relay ${x.relay_cpu_ms_per_unit} + PostgreSQL ${x.pg_cpu_ms_per_unit})${x.statements_per_unit !== undefined ? `, ${x.statements_per_unit} statements/unit` : ""}, ${x.wal_bytes_per_unit} WAL B/unit, ${x.locks.mean_sessions_waiting} sessions waiting on locks${x.complete === false ? " !! incomplete" : ""}`,
+            );
+          }
+        }
+      }
+      rounds.push(entry);
+    }
+  } finally {
+    await admin.end().catch(() => {});
+    await server.stop();
+  }
+
+  // Medians over rounds of every figure; the 3:1 (or largest:1) ratio of total CPU per unit.
+  const top = cfg.instances[cfg.instances.length - 1];
+  const summary = {};
+  for (const [build] of builds) {
+    summary[build] = {};
+    for (const kind of Object.keys(kinds)) {
+      const cells = {};
+      for (const n of cfg.instances) {
+        const xs = rounds.map((x) => x[build][kind][n]);
+        const med = (pick) => {
+          const v = xs.map(pick).filter((y) => typeof y === "number");
+          return v.length ? round(median(v), 3) : null;
+        };
+        cells[n] = {
+          rate: med((x) => x.rate),
+          cpu_ms_per_unit: med((x) => x.cpu_ms_per_unit),
+          relay_cpu_ms_per_unit: med((x) => x.relay_cpu_ms_per_unit),
+          pg_cpu_ms_per_unit: med((x) => x.pg_cpu_ms_per_unit),
+          statements_per_unit: med((x) => x.statements_per_unit),
+          statement_ms_per_unit: med((x) => x.statement_ms_per_unit),
+          wal_bytes_per_unit: med((x) => x.wal_bytes_per_unit),
+          mean_sessions_waiting: med((x) => x.locks.mean_sessions_waiting),
+          lock_types: xs[xs.length - 1].locks.by_type,
+          top_statements: xs[xs.length - 1].top_statements,
+          complete: xs.every((x) => x.complete !== false && x.durable !== false),
+        };
+      }
+      const ratio = round(
+        median(rounds.map((x) => x[build][kind][top].cpu_ms_per_unit / x[build][kind][1].cpu_ms_per_unit)),
+        3,
+      );
+      summary[build][kind] = { instances: cells, [`ratio_${top}_to_1`]: ratio, met: ratio <= SCALEOUT_GOAL };
+    }
+  }
+  return {
+    method: `1${cfg.instances
+      .slice(1)
+      .map((n) => `, ${n}`)
+      .join(
+        "",
+      )} instances of the built relay on one embedded PostgreSQL 18 (loopback, fsync=on, synchronous_commit=on, pg_stat_statements preloaded), a fresh database per measurement. Per unit: relay CPU (user + system of every instance, /proc/<pid>/stat) + PostgreSQL CPU (the postmaster and all its children, the bench's own backends left out) over the measured window; statements and their execution time from pg_stat_statements (this database only); WAL bytes from pg_current_wal_lsn() before and after; pg_locks sampled every 50 ms for locks not granted (mean sessions waiting, by lock type and mode). Delivery: ${cfg.delivery.events} task.succeeded events written before the instances start, due ${cfg.delivery.startS} s after the writing (every instance up and idle by then), CPU from just before the due time to the last arrival at the loopback receiver, rate between the first and the last arrival. Intake: autocannon per instance, ${cfg.intake.connections} connections split between them, ${cfg.intake.duration ? `${cfg.intake.duration} s after ${cfg.intake.warmup} s of warm-up` : `${cfg.intake.amount} requests`}, upstream held at one running task; every 201 checked to be a committed row. End to end: ${cfg.e2e.tasks} creations spread over the instances, simulator at 0 ms, from the first creation to the last webhook. ${cfg.rounds} round(s), medians; the ratio is ${top} instances' CPU per unit over one instance's (goal ≤ ${SCALEOUT_GOAL}).${oldDist ? ` "old" is ${oldDist}, measured side by side in the same run.` : ""}`,
+    settings,
+    statements: server.statements,
+    goal: SCALEOUT_GOAL,
+    builds: Object.fromEntries(builds.map(([b, d]) => [b, d])),
+    ...summary,
+    rounds,
+  };
+}
