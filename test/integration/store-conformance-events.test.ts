@@ -187,8 +187,8 @@ describe.each(suite.dialects)("EventStore on %s", (_name, h) => {
     } = await eventsOf(store, 1);
     const all = await store.events.ofTask(t.id);
     expect(all.map((e) => [e.type, e.sequence, e.clientSeq])).toEqual([
-      ["task.processing", 1, 1],
-      ["task.failed", 2, 2],
+      ["task.processing", 1, 0],
+      ["task.failed", 2, 0],
     ]);
     expect(await store.events.find(all[0]!.id)).toEqual(all[0]);
     expect(await store.events.lastOfTask(t.id)).toEqual(all[1]);
@@ -204,6 +204,11 @@ describe.each(suite.dialects)("EventStore on %s", (_name, h) => {
     expect(await store.events.lastOfTask("task_nobody")).toBeUndefined();
     expect(await store.events.ofTask("task_nobody")).toEqual([]);
     expect(await store.events.attemptsOfTask("task_nobody")).toEqual([]);
+    // Written without a feed position; reading the client's feed hands them out, in order.
+    expect((await store.events.feed(c.id, 0, 10)).map((e) => [e.type, e.clientSeq])).toEqual([
+      ["task.processing", 1],
+      ["task.failed", 2],
+    ]);
   });
 
   it("feed reads a client's events after a position, oldest first; clientSeqAtOrBefore maps a relay-wide seq to the client's position", async () => {

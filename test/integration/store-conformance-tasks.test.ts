@@ -24,11 +24,12 @@ const suite = conformance();
 /** Everything a failed step could have half-written: the task, its events, the client's books, a learned price. */
 async function footprint(store: Store, t: TaskRow) {
   return {
+    // The feed first: reading it places the client's events in it (their client_seq).
+    feed: await store.events.feed(t.clientId, 0, 100),
     task: await store.tasks.find(t.id),
     events: await store.events.ofTask(t.id),
     position: await store.clients.creditPosition(t.clientId),
     ledger: await store.clients.ledger(t.clientId),
-    feed: await store.events.feed(t.clientId, 0, 100),
   };
 }
 
@@ -204,8 +205,13 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
     expect(
       events.map((e) => [e.type, e.sequence, e.clientSeq, e.deliveryStatus, e.nextAttemptAt, e.destinationHost]),
     ).toEqual([
-      ["task.processing", 1, 1, "pending", NOW + 1, "hooks.example:443"],
-      ["task.succeeded", 2, 2, "pending", NOW + 3, "hooks.example:443"],
+      ["task.processing", 1, 0, "pending", NOW + 1, "hooks.example:443"],
+      ["task.succeeded", 2, 0, "pending", NOW + 3, "hooks.example:443"],
+    ]);
+    // Written without a feed position; reading the feed hands them out, in order.
+    expect((await store.events.feed(t.clientId, 0, 10)).map((e) => [e.type, e.clientSeq])).toEqual([
+      ["task.processing", 1],
+      ["task.succeeded", 2],
     ]);
     expect(JSON.parse(events[1]!.payload)).toMatchObject({
       id: events[1]!.id,
@@ -273,7 +279,7 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
         others[i % 3]!.tasks.transition(t, { status: "processing", phase: "submitted" }, opts()),
       ),
     );
-    expect((await store.events.ofTask(t.id)).map((e) => [e.type, e.clientSeq])).toEqual([["task.processing", 1]]);
+    expect((await store.events.ofTask(t.id)).map((e) => [e.type, e.clientSeq])).toEqual([["task.processing", 0]]);
     expect((await store.tasks.find(t.id))!.eventSequence).toBe(1);
   });
 

@@ -109,8 +109,8 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
     expect(await store.clients.creditPosition(c.id)).toMatchObject({ charged: 12, refunded: 0, reserved: 0 });
     const events = await store.events.ofTask(task.id);
     expect(events.map((e) => [e.type, e.sequence, e.clientSeq, e.destinationHost])).toEqual([
-      ["task.processing", 1, 1, "hooks.example:443"],
-      ["task.succeeded", 2, 2, "hooks.example:443"],
+      ["task.processing", 1, 0, "hooks.example:443"],
+      ["task.succeeded", 2, 0, "hooks.example:443"],
     ]);
     expect(await store.clients.ledger(c.id)).toEqual([{ taskId: task.id, charged: 12, refunded: 0, at: NOW }]);
   });
@@ -322,7 +322,7 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
 });
 
 describe("the events feed on PostgreSQL never skips a late commit", () => {
-  it("a transaction that took an earlier feed position commits first: the reader cannot pass it", async () => {
+  it("an event written earlier but committed later is placed after the ones a reader has passed", async () => {
     const db = await freshPgDatabase();
     const store = await pgStore(db.url, { migrate: false });
     cleanups.push(async () => {
@@ -331,44 +331,50 @@ describe("the events feed on PostgreSQL never skips a late commit", () => {
     });
     const c = await client(store);
     const { task } = await store.tasks.create(request(c.id, "feed-task"));
-    // Two writers on their own connections, doing what a transition does for its event (the same statements).
+    // Two writers on their own connections, writing an event as a transition does (no feed position yet).
     const writer = async () => {
       const conn = new pg.Client({ connectionString: db.url });
       await conn.connect();
       await conn.query("BEGIN");
       return conn;
     };
-    const insertEvent = async (conn: pg.Client, seqNo: number): Promise<number> => {
-      const pos = Number(
-        (await conn.query("UPDATE clients SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq", [c.id]))
-          .rows[0].event_seq,
-      );
-      await conn.query(
+    const insertEvent = (conn: pg.Client, seqNo: number) =>
+      conn.query(
         `INSERT INTO events (id, client_id, client_seq, task_id, type, sequence, payload, delivery_status, created_at)
-         VALUES ($1, $2, $3, $4, 'task.processing', $5, '{}', 'none', $6)`,
-        [`evt_${seqNo}`, c.id, pos, task.id, seqNo, NOW],
+         VALUES ($1, $2, 0, $3, 'task.processing', $4, '{}', 'none', $5)`,
+        [`evt_${seqNo}`, c.id, task.id, seqNo, NOW],
       );
-      return pos;
-    };
     const slow = await writer();
     const fast = await writer();
-    expect(await insertEvent(slow, 1)).toBe(1);
-    // The fast writer's position waits for the slow one's row lock: it cannot commit position 2 before 1 exists.
-    let fastPos: number | null = null;
-    const fastDone = insertEvent(fast, 2).then(async (pos) => {
-      fastPos = pos;
-      await fast.query("COMMIT");
-    });
-    await new Promise((r) => setImmediate(r));
-    const seen: number[] = (await store.events.feed(c.id, 0, 10)).map((e) => e.clientSeq);
-    expect(seen).toEqual([]);
-    expect(fastPos).toBeNull();
+    await insertEvent(slow, 1);
+    // The later writer does not wait for the earlier one: nothing of the client is locked by either.
+    await insertEvent(fast, 2);
+    await fast.query("COMMIT");
+    const first = await store.events.feed(c.id, 0, 10);
+    expect(first.map((e) => [e.id, e.clientSeq])).toEqual([["evt_2", 1]]);
     await slow.query("COMMIT");
-    await fastDone;
-    expect(fastPos).toBe(2);
-    // A reader that had read nothing, or position 1, reads on without a gap.
-    expect((await store.events.feed(c.id, 0, 10)).map((e) => e.clientSeq)).toEqual([1, 2]);
+    // The reader goes on from its cursor (position 1) and still gets the late commit.
+    expect((await store.events.feed(c.id, 1, 10)).map((e) => [e.id, e.clientSeq])).toEqual([["evt_1", 2]]);
+    expect((await store.events.feed(c.id, 0, 10)).map((e) => e.id)).toEqual(["evt_2", "evt_1"]);
     await slow.end();
     await fast.end();
+  });
+
+  it("positions continue after the client's last one handed out, also once its events are pruned", async () => {
+    const db = await freshPgDatabase();
+    const store = await pgStore(db.url, { migrate: false });
+    cleanups.push(async () => {
+      await store.close();
+      await db.drop();
+    });
+    const c = await client(store);
+    const { task } = await store.tasks.create(request(c.id, "feed-task"));
+    // A position handed out before (by an older relay's per-event counter, or a pruned event's).
+    await store.pool.query("UPDATE clients SET event_seq = 41 WHERE id = $1", [c.id]);
+    await store.tasks.transition(task, { status: "processing", phase: "submitted" }, opts());
+    expect((await store.events.feed(c.id, 0, 10)).map((e) => e.clientSeq)).toEqual([42]);
+    expect(
+      Number((await store.pool.query("SELECT event_seq FROM clients WHERE id = $1", [c.id])).rows[0].event_seq),
+    ).toBe(42);
   });
 });

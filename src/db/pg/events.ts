@@ -3,6 +3,7 @@ import { E, A, RELEASED, CHANNEL, opt } from "./mapping.js";
 import { retryingEvent } from "../kit/delivery-failing.js";
 import type { PgContext } from "./context.js";
 import { pgEventClaims } from "./event-claims.js";
+import { placeInFeed } from "./feed-positions.js";
 
 /** The EventStore on PostgreSQL: the outbox, attempts, re-queues and the feed; the claims are event-claims.ts. */
 export function pgEvents(s: PgContext): EventStore {
@@ -67,7 +68,7 @@ export function pgEvents(s: PgContext): EventStore {
     requeueLastOfTask: async (taskId, round) => {
       const requeued = await s.tx(async (c) => {
         const last = await one(
-          "SELECT id FROM events WHERE task_id = $1 ORDER BY sequence DESC LIMIT 1 FOR UPDATE",
+          "SELECT id FROM events WHERE task_id = $1 AND endpoint_id IS NULL ORDER BY sequence DESC LIMIT 1 FOR UPDATE",
           [taskId],
           c,
         );
@@ -100,13 +101,18 @@ export function pgEvents(s: PgContext): EventStore {
       ),
     find: async (id) => opt(E, await one("SELECT * FROM events WHERE id = $1", [id])),
     lastOfTask: async (taskId) =>
-      opt(E, await one("SELECT * FROM events WHERE task_id = $1 ORDER BY sequence DESC LIMIT 1", [taskId])),
+      opt(
+        E,
+        await one("SELECT * FROM events WHERE task_id = $1 AND endpoint_id IS NULL ORDER BY sequence DESC LIMIT 1", [
+          taskId,
+        ]),
+      ),
     lastOfTasks: async (taskIds) => {
       const map = new Map<string, EventRow>();
       if (taskIds.length === 0) return map;
       for (const r of E.rows(
         await q(
-          "SELECT DISTINCT ON (task_id) * FROM events WHERE task_id = ANY($1::text[]) ORDER BY task_id, sequence DESC",
+          "SELECT DISTINCT ON (task_id) * FROM events WHERE task_id = ANY($1::text[]) AND endpoint_id IS NULL ORDER BY task_id, sequence DESC",
           [taskIds],
         ),
       ))
@@ -116,20 +122,24 @@ export function pgEvents(s: PgContext): EventStore {
     ofTask: async (taskId) => E.rows(await q("SELECT * FROM events WHERE task_id = $1 ORDER BY sequence", [taskId])),
     attemptsOfTask: async (taskId) =>
       A.rows(await q("SELECT * FROM delivery_attempts WHERE task_id = $1 ORDER BY attempted_at, id", [taskId])),
-    feed: async (clientId, afterPos, limit) =>
-      E.rows(
+    feed: async (clientId, afterPos, limit) => {
+      await placeInFeed(s, clientId, limit);
+      return E.rows(
         await q("SELECT * FROM events WHERE client_id = $1 AND client_seq > $2 ORDER BY client_seq LIMIT $3", [
           clientId,
           afterPos,
           limit,
         ]),
-      ),
-    clientSeqAtOrBefore: async (clientId, seq) =>
-      Number(
+      );
+    },
+    clientSeqAtOrBefore: async (clientId, seq) => {
+      await placeInFeed(s, clientId, 1_000);
+      return Number(
         (await one("SELECT coalesce(max(client_seq), 0) AS pos FROM events WHERE client_id = $1 AND seq <= $2", [
           clientId,
           seq,
         ]))!.pos,
-      ),
+      );
+    },
   };
 }

@@ -50,8 +50,8 @@ export interface PgStoreOptions extends PgLimits {
  * SqliteStore, with what sharing needs:
  * - claims take rows with `FOR UPDATE SKIP LOCKED` under a lease and a claim token, so two
  *   instances never claim one row and a crashed instance's rows come back when the lease ends;
- * - a state change locks its task row, then its client's row (credits and the client's feed
- *   position), always in that order; other rows are touched with SKIP LOCKED, never waited on;
+ * - a state change locks its task row, then its client's row (credits), always in that order;
+ *   other rows are touched with SKIP LOCKED, never waited on;
  * - each upstream account has one leader (a lease row renewed through a dedicated connection, with
  *   a fence that claims made as leader carry: leadership.ts): only it submits and polls, a frozen
  *   leader loses the account after its lease, and the read budget is also decided in the database,
@@ -59,11 +59,9 @@ export interface PgStoreOptions extends PgLimits {
  * - per-key delivery caps count leased events in the database, so they hold across instances;
  * - writes that wake workers send NOTIFY; every instance LISTENs (its idle timer stays the fallback).
  *
- * The pull feed needs no snapshot trick: a client's feed position is taken by an UPDATE of its
- * row, which holds the row's lock until commit, so a position is only ever committed after every
- * lower one of that client (or rolled back and reused): a reader never passes an event that is
- * still to commit. test/integration/store-contract.test.ts ("the events feed on PostgreSQL never skips
- * a late commit") interleaves two transactions to hold this.
+ * The pull feed needs no lock here either: an event is written without a feed position, and the
+ * feed's reader places committed events after every position handed out before (feed-positions.ts),
+ * so a reader never passes an event that is still to commit.
  */
 export class PgStore implements Store, PgContext {
   readonly dialect = "postgres" as const;
@@ -237,14 +235,9 @@ export class PgStore implements Store, PgContext {
       );
     }
     if (!plan.event) return plan.after;
-    // The client's row lock (held to commit) orders its feed positions by commit: see the class comment.
-    const seq = Number(
-      (
-        (await c.query("UPDATE clients SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq", [clientId]))
-          .rows[0] as Row
-      ).event_seq,
-    );
-    const ins = E.insert("events", { ...plan.event, clientSeq: seq });
+    // No feed position yet (client_seq 0): the feed's reader hands it out (feed-positions.ts), so the
+    // event takes no lock on its client.
+    const ins = E.insert("events", { ...plan.event, clientSeq: 0 });
     await c.query(ins.sql, ins.values);
     await c.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
     return plan.after;

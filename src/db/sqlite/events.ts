@@ -4,9 +4,10 @@ import { deliveryKey } from "../../store/delivery-key.js";
 import { retryingEvent } from "../kit/delivery-failing.js";
 import type { SqliteContext } from "./context.js";
 import { claimDue, claimOfKey, claimTrial, leasedOfKey } from "./event-claims.js";
+import { placeInFeed } from "./feed-positions.js";
 import type { Db } from "./open.js";
 import { insertEveryColumn, patchShape, prepared } from "./prepared.js";
-import { clients, deliveryAttempts, events } from "./schema.js";
+import { deliveryAttempts, events } from "./schema.js";
 import type { DbOrTx } from "./tx.js";
 
 /** What hands a lease back with a write. */
@@ -53,8 +54,14 @@ export function sqliteEvents(s: SqliteContext): EventStore {
     lastOfTasks: async (taskIds) => lastOfTasks(db, taskIds),
     ofTask: async (taskId) => ofTask(db, taskId),
     attemptsOfTask: async (taskId) => attemptsOfTask(db, taskId),
-    feed: async (clientId, afterPos, limit) => feed(db, clientId, afterPos, limit),
-    clientSeqAtOrBefore: async (clientId, seq) => clientSeqAtOrBefore(db, clientId, seq),
+    feed: async (clientId, afterPos, limit) => {
+      placeInFeed(db, clientId, limit);
+      return feed(db, clientId, afterPos, limit);
+    },
+    clientSeqAtOrBefore: async (clientId, seq) => {
+      placeInFeed(db, clientId, 1_000);
+      return clientSeqAtOrBefore(db, clientId, seq);
+    },
   };
 }
 
@@ -62,18 +69,12 @@ export function insert(db: DbOrTx, row: NewEventRow): EventRow {
   return db.insert(events).values(row).returning().all()[0]!;
 }
 
-/** Writes an outbox event (every column bound, on a statement prepared once), with the client's next feed position. */
+/**
+ * Writes an outbox event (every column bound, on a statement prepared once), not yet placed in its
+ * client's feed (client_seq 0): the feed's reader hands out positions (feed-positions.ts).
+ */
 export function insertPrepared(db: Db, row: Omit<NewEventRow, "clientSeq">): void {
-  const clientSeq = prepared(db, "clients.nextEventSeq", () =>
-    db
-      .update(clients)
-      .set({ eventSeq: sql`${clients.eventSeq} + 1` })
-      .where(eq(clients.id, sql.placeholder("clientId")))
-      .returning({ seq: clients.eventSeq })
-      .prepare(),
-  ).all({ clientId: row.clientId })[0];
-  if (!clientSeq) throw new Error(`no client ${row.clientId}`);
-  insertEveryColumn(db, events, { ...row, clientSeq: clientSeq.seq }, ["seq"]);
+  insertEveryColumn(db, events, { ...row, clientSeq: 0 }, ["seq"]);
 }
 
 /** Every event of a task, in the task's order (the operator's `tasks show`). */
@@ -85,8 +86,15 @@ export function find(db: DbOrTx, id: string): EventRow | undefined {
   return db.select().from(events).where(eq(events.id, id)).get();
 }
 
+/** The task's newest event, by the row of its own callback (an endpoint's rows share its sequence). */
 export function lastOfTask(db: DbOrTx, taskId: string): EventRow | undefined {
-  return db.select().from(events).where(eq(events.taskId, taskId)).orderBy(desc(events.sequence)).limit(1).get();
+  return db
+    .select()
+    .from(events)
+    .where(and(eq(events.taskId, taskId), isNull(events.endpointId)))
+    .orderBy(desc(events.sequence))
+    .limit(1)
+    .get();
 }
 
 /** The newest event of each task, for the delivery summary on task reads. */
@@ -99,6 +107,7 @@ export function lastOfTasks(db: DbOrTx, taskIds: string[]): Map<string, EventRow
     .where(
       and(
         inArray(events.taskId, taskIds),
+        isNull(events.endpointId),
         sql`${events.sequence} = (SELECT max(e2.sequence) FROM events e2 WHERE e2.task_id = ${events.taskId})`,
       ),
     )
