@@ -278,6 +278,11 @@ export interface TaskStore {
   unsubmittedOfClient(clientId: string, now: number): Promise<TaskRow[]>;
   countsOfClient(clientId: string): Promise<Record<string, number>>;
   hourlyCounts(clientId: string, since: number): Promise<HourlyCount[]>;
+  /**
+   * waitingAhead of several tasks of one account in ONE query (a list page's waiting items): id ->
+   * waiting tasks of the account before it. An id no longer waiting is absent.
+   */
+  waitingAheadOfEach(account: string, ids: readonly string[]): Promise<Map<string, number>>;
   recentCallbackUrls(clientId: string): Promise<string[]>;
 
   /** Round-robin across the account's clients (each client's oldest first, clients at their running cap skipped), claimed under a lease. */

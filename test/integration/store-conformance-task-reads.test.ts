@@ -94,6 +94,11 @@ describe.each(suite.dialects)("TaskStore reads on %s", (_name, h) => {
     await store.tasks.claimIds([tasks[2]!.id], "waiting", lease("w:1"));
     expect(await store.tasks.waitingAhead(account, tasks[3]!.id)).toBe(2);
     expect(await store.tasks.waitingAhead(account, tasks[0]!.id)).toBe(0);
+    // The list page's form: every asked id still waiting, with the count a single waitingAhead gives.
+    const each = await store.tasks.waitingAheadOfEach(account, [tasks[3]!.id, tasks[0]!.id, tasks[1]!.id]);
+    expect(Object.fromEntries(each)).toEqual({ [tasks[1]!.id]: 0, [tasks[3]!.id]: 2 });
+    for (const [id, ahead] of each) expect(await store.tasks.waitingAhead(account, id)).toBe(ahead);
+    expect((await store.tasks.waitingAheadOfEach(account, [])).size).toBe(0);
     expect(ids(await store.tasks.unsubmittedOfClient(clientId, NOW))).toEqual([tasks[3]!.id]);
     expect(ids(await store.tasks.unsubmittedOfClient(clientId, NOW + 30_001)).sort()).toEqual(
       [tasks[2]!.id, tasks[3]!.id].sort(),
@@ -152,6 +157,10 @@ describe("TaskStore reads with hostile values: both drivers answer alike", () =>
     },
     { op: "listForSupport(clientId)", run: (s, v) => s.tasks.listForSupport({ clientId: v, limit: 10 }) },
     { op: "waitingAhead(account)", run: (s, v) => s.tasks.waitingAhead(v, "task_zzz") },
+    {
+      op: "waitingAheadOfEach(account, ids)",
+      run: async (s, v) => [...(await s.tasks.waitingAheadOfEach(v, [v, "task_zzz"]))],
+    },
     { op: "unsubmittedOfClient", run: (s, v) => s.tasks.unsubmittedOfClient(v, NOW) },
     { op: "countsOfClient", run: (s, v) => s.tasks.countsOfClient(v) },
     { op: "hourlyCounts", run: (s, v) => s.tasks.hourlyCounts(v, 0) },

@@ -210,6 +210,20 @@ export function pgTasks(s: PgContext): TaskStore {
           id,
         ]))!.n,
       ),
+    // One pass over the account's waiting tasks up to the page's last id, numbered; the page's ids kept.
+    waitingAheadOfEach: async (account, ids) => {
+      if (ids.length === 0) return new Map();
+      let last = ids[0]!;
+      for (const id of ids) if (id > last) last = id;
+      const rows = await q(
+        `SELECT id, ahead FROM (
+           SELECT id, row_number() OVER (ORDER BY id) - 1 AS ahead FROM tasks
+            WHERE phase = 'waiting' AND upstream_account = $1 AND id <= $2
+         ) w WHERE id = ANY($3::text[])`,
+        [account, last, [...ids]],
+      );
+      return new Map(rows.map((r) => [r.id as string, Number(r.ahead)]));
+    },
     unsubmittedOfClient: async (clientId, now) =>
       T.rows(
         await q(

@@ -61,6 +61,7 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
     storedBytesOfClient: async (clientId) => storedBytesOfClient(db, clientId),
     listForSupport: async (q) => listForSupport(db, q),
     waitingAhead: async (account, id) => waitingAhead(db, account, id),
+    waitingAheadOfEach: async (account, ids) => waitingAheadOfEach(db, account, ids),
     unsubmittedOfClient: async (clientId, now) => unsubmittedOfClient(db, clientId, now),
     countsOfClient: async (clientId) => countsOfClient(db, clientId),
     hourlyCounts: async (clientId, since) => hourlyCounts(db, clientId, since),
@@ -185,6 +186,25 @@ export function waitingAhead(db: DbOrTx, account: string, id: string): number {
     .where(and(eq(tasks.phase, "waiting"), eq(tasks.upstreamAccount, account), lt(tasks.id, id)))
     .get();
   return row?.n ?? 0;
+}
+
+/**
+ * waitingAhead of several tasks of one account at once: the account's waiting tasks up to the last
+ * id numbered in one pass (the same range one waitingAhead counts), only the asked ids returned.
+ */
+export function waitingAheadOfEach(db: DbOrTx, account: string, ids: readonly string[]): Map<string, number> {
+  if (ids.length === 0) return new Map();
+  let last = ids[0]!;
+  for (const id of ids) if (id > last) last = id;
+  const rows = db.all<{ id: string; ahead: number }>(sql`
+    SELECT id, ahead FROM (
+      SELECT id, row_number() OVER (ORDER BY id) - 1 AS ahead FROM tasks
+       WHERE phase = 'waiting' AND upstream_account = ${account} AND id <= ${last}
+    ) WHERE id IN (${sql.join(
+      ids.map((id) => sql`${id}`),
+      sql`, `,
+    )})`);
+  return new Map(rows.map((r) => [r.id, Number(r.ahead)]));
 }
 
 /** A client's waiting tasks never offered upstream and not leased: revocation cancels them. */
