@@ -191,6 +191,7 @@ export class Relay {
       encryptionKey: config.encryptionKey,
       allowPrivateNetworks: config.webhookAllowPrivateNetworks,
       maxBytes: config.mirrorMaxBytes,
+      publicBaseUrl: config.publicBaseUrl,
       ...(opts.resolve ? { resolve: opts.resolve } : {}),
       metrics: {
         fileCopied: (bytes, seconds) => {

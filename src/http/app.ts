@@ -16,6 +16,7 @@ import { registerHealthRoutes, type Readiness } from "./routes/health.js";
 import { registerModelRoutes } from "./routes/meta.js";
 import { registerTaskRoutes } from "./routes/tasks.js";
 import { registerStorageRoutes } from "./routes/storage.js";
+import { registerFileRoutes } from "./routes/files.js";
 import { registerWebhookSettingsRoutes } from "./routes/webhook-settings.js";
 import { registerWebhookDocs } from "./webhook-schemas.js";
 import { notFoundHandler } from "./not-found.js";
@@ -72,6 +73,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   registerGenerationRoutes(app, deps);
   registerTaskRoutes(app, deps);
   registerStorageRoutes(app, deps);
+  registerFileRoutes(app, deps);
   registerDeliveryRoutes(app, deps, deps.deliveries);
   registerWebhookSettingsRoutes(app, deps);
   registerJwksRoutes(app, deps);

@@ -5,6 +5,7 @@ import { ApiError, ERROR_STATUS, type ErrorCode } from "../services/errors.js";
 import type { Logger } from "../logger.js";
 import { isStorageFailure, type StorageHealth } from "../store/storage-health.js";
 import { StoreValueError } from "../store/values.js";
+import { loggedPath } from "./log-path.js";
 
 export interface ErrorBody {
   error: { code: ErrorCode; message: string; request_id: string; details?: unknown };
@@ -66,7 +67,7 @@ export function onError(logger: Logger, storage?: StorageHealth) {
     if (err instanceof ApiError) return errorResponse(c, err.code, err.message, err.details, err.headers);
     if (isStorageFailure(err)) {
       // Nothing was committed: say so, and when to come back. One log line per few seconds, not per request.
-      storage?.failed(err, `${c.req.method} ${c.req.path}`);
+      storage?.failed(err, `${c.req.method} ${loggedPath(c.req.path)}`);
       return errorResponse(
         c,
         "storage_unavailable",

@@ -123,7 +123,8 @@ export const RESPONSE_HEADERS: Record<ResponseHeaderName, { description: string;
     schema: { type: "string", pattern: "^req_[A-Za-z0-9_-]+$" },
   },
   Location: {
-    description: "Absolute URL of the task (GET /openapi/v1/tasks/{id}), under PUBLIC_BASE_URL when the relay has one.",
+    description:
+      "On a creation, the absolute URL of the task (GET /openapi/v1/tasks/{id}), under PUBLIC_BASE_URL when the relay has one. On GET /files/{token}, a URL of the copied file: presigned for 15 minutes, or the bucket's public_base_url + key.",
     schema: { type: "string", format: "uri" },
   },
   "Idempotent-Replayed": {
@@ -140,7 +141,8 @@ export const RESPONSE_HEADERS: Record<ResponseHeaderName, { description: string;
     schema: { type: "integer", minimum: 0 },
   },
   "Cache-Control": {
-    description: "How long a shared cache may keep this answer (public keys: five minutes).",
+    description:
+      "How long a cache may keep this answer (public keys: five minutes; a file link's redirect: no-store, never kept).",
     schema: { type: "string", example: "public, max-age=300" },
   },
   ETag: {

@@ -400,7 +400,7 @@ export const TaskDataSchema = z
     estimated_completion_at: z.string().nullable().openapi({
       format: "date-time",
       description:
-        "When the task should end (ISO-8601, UTC), from the model's recent durations and, while waiting, its place in the upstream account's queue; never in the past. Null while unknown (too few tasks of the model have finished; a waiting task in a list) and once the task has ended.",
+        "When the task should end (ISO-8601, UTC), from the model's recent durations and, while waiting, its place in the upstream account's queue; never in the past. Null while unknown (too few tasks of the model have finished) and once the task has ended.",
       example: "2026-01-01T12:00:40.000Z",
     }),
     files: z
@@ -415,6 +415,11 @@ export const TaskDataSchema = z
           bytes: z.number().int().optional(),
           sha256: z.string().optional(),
           content_type: z.string().optional(),
+          link: z.string().optional().openapi({
+            format: "uri",
+            description:
+              "With PUBLIC_BASE_URL set on the relay: the copy's lasting link, {PUBLIC_BASE_URL}/files/{token} (GET /files/{token}). It redirects to a freshly presigned URL for as long as the file is kept, so it outlives url; it ends (404) when the task is pruned or the bucket removed. Unguessable and for this file only: share it as you would the file.",
+          }),
           error: z.string().optional().openapi({ description: "Why this file could not be copied (after retries)." }),
         }),
       )

@@ -197,8 +197,11 @@ export class Bucket {
     }
   }
 
-  /** Where the caller fetches the copy: public_base_url + key, or a presigned GET valid url_expires_in seconds. */
-  async urlOf(key: string): Promise<string> {
+  /**
+   * Where the caller fetches the copy: public_base_url + key, or a presigned GET valid
+   * `expiresIn` seconds (url_expires_in unless given, at most 7 days) from `signingDate` (now unless given).
+   */
+  async urlOf(key: string, opts: { expiresIn?: number; signingDate?: Date } = {}): Promise<string> {
     const { publicBaseUrl, bucket, urlExpiresIn } = this.config;
     if (publicBaseUrl)
       return `${publicBaseUrl.replace(/\/+$/, "")}/${key.split("/").map(encodeURIComponent).join("/")}`;
@@ -208,7 +211,8 @@ export class Bucket {
     try {
       return await raceSignal(
         getSignedUrl(this.client, new GetObjectCommand({ Bucket: bucket, Key: key }), {
-          expiresIn: Math.min(urlExpiresIn, MAX_URL_EXPIRES_IN),
+          expiresIn: Math.min(opts.expiresIn ?? urlExpiresIn, MAX_URL_EXPIRES_IN),
+          ...(opts.signingDate ? { signingDate: opts.signingDate } : {}),
         }),
         deadline.signal,
       );

@@ -5,7 +5,16 @@ import { Meter, SourceError, type SourceFetcher } from "./source.js";
 
 /** One entry of `data.files` (docs/contract.md, "Outputs"): a copy, or why there is none. */
 export type FileRecord =
-  | { source_url: string; url: string; key: string; bytes: number; sha256: string; content_type: string }
+  | {
+      source_url: string;
+      url: string;
+      key: string;
+      bytes: number;
+      sha256: string;
+      content_type: string;
+      /** With PUBLIC_BASE_URL: the relay's lasting link to the copy (mirror/links.ts). */
+      link?: string;
+    }
   | { source_url: string; error: string };
 
 export interface Copied {

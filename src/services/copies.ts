@@ -2,6 +2,8 @@ import type { Readable } from "node:stream";
 import type { FairPool } from "../core/fair-pool.js";
 import { Bucket } from "../mirror/bucket.js";
 import type { FileRecord } from "../mirror/copy.js";
+import { LINK_URL_EXPIRES_IN, linkTokenValid, parseLinkToken } from "../mirror/links.js";
+import { openLinkKey } from "../mirror/stored-bucket.js";
 import type { TaskRow } from "../store/store.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
@@ -78,5 +80,58 @@ export async function readCopy(
   } catch (err) {
     close();
     throw new ApiError("service_unavailable", `The copy could not be read from the bucket: ${(err as Error).message}`);
+  }
+}
+
+/** One answer for every link that leads nowhere: which of the reasons it was is not told. */
+const noSuchLink = () =>
+  new ApiError(
+    "not_found",
+    "No such file: the link is unknown, or the file is no longer kept (task pruned or storage removed).",
+  );
+
+/**
+ * Where a file link (`GET /files/{token}`, docs/contract.md, "Links that last") sends its reader
+ * now: a URL of the copy presigned for LINK_URL_EXPIRES_IN seconds from the relay's clock (or the
+ * bucket's public_base_url + key). 404 when the token is not one, its task is gone (pruned), its
+ * client revoked, or its client's bucket removed (the link key with it) or replaced by another.
+ */
+export async function fileLinkTarget(
+  deps: Pick<ServiceDeps, "store" | "config" | "clock">,
+  token: string,
+): Promise<string> {
+  const parsed = parseLinkToken(token);
+  if (!parsed) throw noSuchLink();
+  const task = await deps.store.tasks.find(parsed.taskId);
+  if (!task) throw noSuchLink();
+  const client = await deps.store.clients.find(task.clientId);
+  if (!client || client.revokedAt !== null) throw noSuchLink();
+  let linkKey: string | null;
+  let config;
+  try {
+    linkKey = openLinkKey(client, deps.config.encryptionKey);
+    config = linkKey ? openStorage(client, deps.config.encryptionKey) : null;
+  } catch {
+    // Sealed under a key the relay no longer has: nothing this link can open.
+    throw noSuchLink();
+  }
+  if (!linkKey || !config || !linkTokenValid(linkKey, parsed)) throw noSuchLink();
+  const entry = copiedFiles(task).find((f) => f.n === parsed.n);
+  if (!entry) throw noSuchLink();
+  let bucket: Bucket;
+  try {
+    bucket = new Bucket(config, { allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks });
+  } catch {
+    throw noSuchLink();
+  }
+  try {
+    return await bucket.urlOf(entry.file.key, {
+      expiresIn: LINK_URL_EXPIRES_IN,
+      signingDate: new Date(deps.clock.now()),
+    });
+  } catch (err) {
+    throw new ApiError("service_unavailable", `The copy's URL could not be made: ${(err as Error).message}`);
+  } finally {
+    bucket.close();
   }
 }

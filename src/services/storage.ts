@@ -3,7 +3,7 @@ import { MAX_URL_EXPIRES_IN } from "../mirror/bucket.js";
 import type { ClientRow } from "../store/store.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import { sealSecret } from "../crypto.js";
-import { readStored, type StorageView, type StoredBucket } from "../mirror/stored-bucket.js";
+import { linkKeyFor, readStored, type StorageView, type StoredBucket } from "../mirror/stored-bucket.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError, type FieldProblem } from "./errors.js";
 
@@ -96,7 +96,7 @@ export function parseStorageInput(
 }
 
 function viewOf(stored: StoredBucket): StorageView {
-  const { secret_access_key: _secret, ...view } = stored;
+  const { secret_access_key: _secret, link_key: _links, ...view } = stored;
   return view;
 }
 
@@ -118,7 +118,7 @@ export async function setStorage(
 ): Promise<StorageView> {
   const key = requireKey(deps.config.encryptionKey);
   const v = parseStorageInput(input, deps.config.webhookAllowPrivateNetworks);
-  const stored: StoredBucket = {
+  const setting: StoredBucket = {
     endpoint: v.endpoint,
     bucket: v.bucket,
     region: v.region,
@@ -129,9 +129,14 @@ export async function setStorage(
     public_base_url: v.public_base_url,
     url_expires_in: v.url_expires_in,
   };
-  const client = await deps.store.clients.update(clientId, { storageConfig: JSON.stringify(stored) });
-  if (!client) throw new ApiError("not_found", "No such client.");
-  return viewOf(stored);
+  // The file links' key stays while the same bucket does (new credentials, another prefix): the
+  // links already handed out keep working. Another bucket, or one set after a DELETE, gets a new key.
+  const changed = await deps.store.clients.updateWith(clientId, (client) => {
+    const stored = { ...setting, link_key: linkKeyFor(readStored(client.storageConfig), setting, key) };
+    return { patch: { storageConfig: JSON.stringify(stored) }, result: stored };
+  });
+  if (!changed) throw new ApiError("not_found", "No such client.");
+  return viewOf(changed.result);
 }
 
 /** The client's bucket without its secret, or null when none is set. */

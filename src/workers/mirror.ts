@@ -6,7 +6,8 @@ import { Bucket, type BucketDeadlines } from "../mirror/bucket.js";
 import { copyFile, CopyError, type FileRecord } from "../mirror/copy.js";
 import { outputUrls } from "../mirror/output-urls.js";
 import { SourceFetcher, validateSourceUrl, type SourceOptions } from "../mirror/source.js";
-import { openStorage } from "../mirror/stored-bucket.js";
+import { fileLink } from "../mirror/links.js";
+import { ensureLinkKey, openLinkKey, openStorage } from "../mirror/stored-bucket.js";
 import type { Store, TaskRow } from "../store/store.js";
 import type { Resolver } from "../webhooks/ssrf.js";
 import type { TickResult } from "./loop.js";
@@ -29,6 +30,8 @@ export interface MirrorOptions {
   allowPrivateNetworks: boolean;
   /** MIRROR_MAX_BYTES. */
   maxBytes: number;
+  /** PUBLIC_BASE_URL: when set, each copy gets a lasting `link` (mirror/links.ts). */
+  publicBaseUrl?: string | null;
   metrics?: MirrorMetrics;
   resolve?: Resolver;
   /** Tasks copied at once, a FairPool shared by the clients (files of one task go one after another): bounds memory and sockets. */
@@ -213,10 +216,17 @@ export class Mirror {
         return;
       }
       const files: FileRecord[] = [];
-      for (const f of progress.files) {
+      const base = this.opts.publicBaseUrl;
+      const linkKey =
+        base && bucket && client
+          ? (openLinkKey(client, this.opts.encryptionKey) ??
+            (await ensureLinkKey(store, task.clientId, this.opts.encryptionKey)))
+          : null;
+      for (const [n, f] of progress.files.entries()) {
         if (f === null) continue;
         if ("sha256" in f) {
-          files.push({ ...f, url: await bucket!.urlOf(f.key) });
+          const link = linkKey ? { link: fileLink(base!, linkKey, task.id, n) } : {};
+          files.push({ ...f, url: await bucket!.urlOf(f.key), ...link });
         } else {
           this.opts.metrics?.fileFailed();
           files.push({ source_url: f.source_url, error: f.error });

@@ -136,7 +136,7 @@ export async function succeedTask(
   clientId: string,
   output: unknown,
   now: number,
-  callbackUrl = "http://127.0.0.1:9/hooks",
+  callbackUrl: string | null = "http://127.0.0.1:9/hooks",
 ): Promise<TaskRow> {
   const id = newId("task", now + seq++);
   const { task } = await store.tasks.create({

@@ -70,6 +70,7 @@ const OPERATION_IDS: Record<string, string> = {
   "get /healthz": "checkLiveness",
   "get /readyz": "checkReadiness",
   "get /openapi.json": "getOpenApiDocument",
+  "get /files/{token}": "getFileLink",
   "post task.processing": "onTaskProcessing",
   "post task.succeeded": "onTaskSucceeded",
   "post task.failed": "onTaskFailed",
@@ -95,14 +96,16 @@ describe("/openapi.json against Redocly's recommended ruleset", () => {
       "errors",
     ).toEqual([]);
     // GET /healthz, /readyz and /openapi.json take no input and no key: no client error exists to document, and
-    // inventing one to quiet operation-4xx-response would make the document lie.
+    // inventing one to quiet operation-4xx-response would make the document lie. GET /files/{token} is a
+    // redirect: its answer is 302, never a 2xx.
     expect(shown.filter((p) => p.startsWith("warn")).sort()).toEqual(
-      ["/healthz", "/readyz", "/openapi.json"]
-        .map(
+      [
+        ...["/healthz", "/readyz", "/openapi.json"].map(
           (path) =>
             `warn operation-4xx-response #/paths/${path.replaceAll("/", "~1")}/get/responses: Operation must have at least one \`4XX\` response.`,
-        )
-        .sort(),
+        ),
+        "warn operation-2xx-response #/paths/~1files~1{token}/get/responses: Operation must have at least one `2XX` response.",
+      ].sort(),
     );
   }, 60_000);
 
