@@ -2,6 +2,7 @@ import { sql } from "drizzle-orm";
 import {
   bigint,
   bigserial,
+  boolean,
   customType,
   index,
   pgTable,
@@ -118,6 +119,8 @@ export const tasks = pgTable(
     index("tasks_done_completed_idx").on(t.phase, t.completedAt),
     index("tasks_phase_lease_idx").on(t.phase, t.claimedUntil),
     index("tasks_client_phase_idx").on(t.clientId, t.phase),
+    // A client's reservations summed on read (db/pg/credit-books.ts): only the tasks holding one.
+    index("tasks_client_reserved_idx").on(t.clientId, t.pointsReserved).where(sql`points_reserved <> 0`),
   ],
 );
 
@@ -322,8 +325,16 @@ export const creditLedger = pgTable(
     charged: ms("charged").notNull(),
     refunded: ms("refunded").notNull(),
     at: ms("at").notNull(),
+    /**
+     * Counted in the client row's totals. PostgreSQL writes a charge as a row not yet rolled up and
+     * folds them into the totals later (db/pg/credit-books.ts); a row written otherwise is counted.
+     */
+    rolledUp: boolean("rolled_up").notNull().default(true),
   },
-  (t) => [index("credit_ledger_client_idx").on(t.clientId, t.id)],
+  (t) => [
+    index("credit_ledger_client_idx").on(t.clientId, t.id),
+    index("credit_ledger_unrolled_idx").on(t.clientId).where(sql`NOT rolled_up`),
+  ],
 );
 
 export const learnedPrices = pgTable("learned_prices", {

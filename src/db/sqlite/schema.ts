@@ -135,6 +135,7 @@ export const tasks = sqliteTable(
     index("tasks_done_completed_idx").on(t.phase, t.completedAt),
     index("tasks_phase_lease_idx").on(t.phase, t.claimedUntil),
     index("tasks_client_phase_idx").on(t.clientId, t.phase),
+    index("tasks_client_reserved_idx").on(t.clientId, t.pointsReserved).where(sql`points_reserved <> 0`),
   ],
 );
 
@@ -365,8 +366,13 @@ export const creditLedger = sqliteTable(
     charged: integer("charged").notNull(),
     refunded: integer("refunded").notNull(),
     at: integer("at").notNull(),
+    /** Counted in the client row's totals: always, on SQLite (its one writer keeps them at once). */
+    rolledUp: integer("rolled_up", { mode: "boolean" }).notNull().default(true),
   },
-  (t) => [index("credit_ledger_client_idx").on(t.clientId, t.id)],
+  (t) => [
+    index("credit_ledger_client_idx").on(t.clientId, t.id),
+    index("credit_ledger_unrolled_idx").on(t.clientId).where(sql`NOT rolled_up`),
+  ],
 );
 
 /** What a model with given price-relevant parameters costs, learned from usage.points_charged. */

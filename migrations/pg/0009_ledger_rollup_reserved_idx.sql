@@ -1,0 +1,3 @@
+ALTER TABLE "credit_ledger" ADD COLUMN "rolled_up" boolean DEFAULT true NOT NULL;--> statement-breakpoint
+CREATE INDEX "credit_ledger_unrolled_idx" ON "credit_ledger" USING btree ("client_id") WHERE NOT rolled_up;--> statement-breakpoint
+CREATE INDEX "tasks_client_reserved_idx" ON "tasks" USING btree ("client_id","points_reserved") WHERE points_reserved <> 0;
