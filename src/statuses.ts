@@ -12,6 +12,9 @@ export type TaskStatus = (typeof TASK_STATUSES)[number];
 export const TASK_PHASES = ["waiting", "submitted", "mirroring", "done"] as const;
 export type TaskPhase = (typeof TASK_PHASES)[number];
 
-/** Where an event's webhook stands: none (no callback_url), pending, succeeded or failed. */
-export const DELIVERY_STATUSES = ["none", "pending", "succeeded", "failed"] as const;
+/**
+ * Where an event's webhook stands: none (no callback_url), pending, succeeded or failed; ended: its
+ * endpoint was deleted while it was pending, so it is never attempted again.
+ */
+export const DELIVERY_STATUSES = ["none", "pending", "succeeded", "failed", "ended"] as const;
 export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];

@@ -61,7 +61,8 @@ export function deliverySummary(task: TaskRow, lastEvent: EventRow | undefined):
   if (!lastEvent || !task.callbackUrl)
     return { status: "none", attempts: 0, last_attempt_at: null, last_status_code: null };
   return {
-    status: lastEvent.deliveryStatus,
+    // The task's own callback row (an endpoint's row alone can be `ended`).
+    status: lastEvent.deliveryStatus === "ended" ? "failed" : lastEvent.deliveryStatus,
     attempts: lastEvent.attempts,
     last_attempt_at: iso(lastEvent.lastAttemptAt),
     last_status_code: lastEvent.lastStatusCode,

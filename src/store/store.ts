@@ -16,6 +16,8 @@ import type {
   SessionRow,
   TaskRow,
   UpstreamAccountRow,
+  NewWebhookEndpointRow,
+  WebhookEndpointRow,
 } from "./rows.js";
 
 export type * from "./rows.js";
@@ -52,6 +54,8 @@ export interface Store {
   readonly accounts: AccountStore;
   readonly sessions: SessionStore;
   readonly endpoints: EndpointStore;
+  /** The client's subscribed URLs (webhook_endpoints), not the delivery keys' health (`endpoints`). */
+  readonly webhookEndpoints: WebhookEndpointStore;
   readonly notices: NoticeStore;
   readonly limits: RateLimitStore;
   readonly ops: OpsStore;
@@ -401,6 +405,25 @@ export interface EndpointStore {
   markNoticed(key: DeliveryKey, failingSince: number, at: number): Promise<boolean>;
   /** The client's keys answering no 2xx now, longest failing first. */
   failingOf(clientId: string): Promise<EndpointHealthRow[]>;
+}
+
+/**
+ * A client's endpoints: URLs subscribed to its events (POST /openapi/v1/webhooks/endpoints). Every
+ * event a task change writes is also written once per endpoint of the client subscribed to its type
+ * (in the same transaction: src/store/endpoint-fanout.ts), each row its own destination.
+ */
+export interface WebhookEndpointStore {
+  /** Adds the endpoint unless the client has `max` already (then null), atomically. */
+  create(row: NewWebhookEndpointRow, max: number): Promise<WebhookEndpointRow | null>;
+  /** The client's endpoints, oldest first. */
+  list(clientId: string): Promise<WebhookEndpointRow[]>;
+  /** The client's endpoint, or undefined for an unknown id or another client's (the two look the same). */
+  find(clientId: string, id: string): Promise<WebhookEndpointRow | undefined>;
+  /**
+   * Removes the client's endpoint and ends its pending deliveries (`ended`: never claimed again;
+   * delivered and failed ones stay as history), in one transaction. False: not the client's.
+   */
+  remove(clientId: string, id: string, now: number): Promise<boolean>;
 }
 
 /** Operational notices to a client's notification_url, with their own small outbox. */

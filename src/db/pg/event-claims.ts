@@ -14,7 +14,7 @@ import { eventsInDueOrder } from "../kit/claim-order.js";
  * with a 5,000-event backlog, against 0.1 ms for an index walk that stops at the limit).
  */
 const CLAIMABLE = `delivery_status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)
-  AND NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = events.task_id AND e2.sequence < events.sequence AND e2.delivery_status = 'pending' OFFSET 0)`;
+  AND NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = events.task_id AND e2.sequence < events.sequence AND e2.endpoint_id IS NOT DISTINCT FROM events.endpoint_id AND e2.delivery_status = 'pending' OFFSET 0)`;
 
 /** How many due events a claim looks at per event it may take: the first ones in due order, ordered by (due time, seq) among themselves. */
 const WINDOW_PER_EVENT = 4;

@@ -5,6 +5,7 @@ import type {
   ClientStore,
   CreditPosition,
   EndpointStore,
+  WebhookEndpointStore,
   EventStore,
   LeaderFence,
   LeaderLease,
@@ -22,6 +23,7 @@ import type {
   TransitionRules,
 } from "../../store/store.js";
 import { pgEndpointStore } from "./endpoints.js";
+import { fanOutEvent, pgWebhookEndpoints } from "./webhook-endpoints.js";
 import { pgNoticeStore } from "./notices.js";
 import { columnsOf, T, E, unclaimed, RELEASED, CHANNEL, types, type Row, type Queryable } from "./mapping.js";
 import { planTransition } from "../../store/transition-plan.js";
@@ -71,6 +73,7 @@ export class PgStore implements Store, PgContext {
   readonly tasks: TaskStore;
   readonly events: EventStore;
   readonly endpoints: EndpointStore;
+  readonly webhookEndpoints: WebhookEndpointStore;
   readonly notices: NoticeStore;
   readonly clients: ClientStore;
   readonly accounts: AccountStore;
@@ -117,6 +120,7 @@ export class PgStore implements Store, PgContext {
     this.claims = new ClaimSession(this.pool);
     this.events = pgEvents(this);
     this.endpoints = pgEndpointStore(this);
+    this.webhookEndpoints = pgWebhookEndpoints(this);
     this.notices = pgNoticeStore(this, async () => {
       await this.pool.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
     });
@@ -239,6 +243,7 @@ export class PgStore implements Store, PgContext {
     // event takes no lock on its client.
     const ins = E.insert("events", { ...plan.event, clientSeq: 0 });
     await c.query(ins.sql, ins.values);
+    await fanOutEvent(c, this.q, plan.event);
     await c.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
     return plan.after;
   }

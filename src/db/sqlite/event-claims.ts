@@ -21,7 +21,7 @@ function notAtKeys(keys: string[] | undefined): SQL | undefined {
   return keys && keys.length > 0 ? notInArray(deliveryKeySql, keys) : undefined;
 }
 
-/** Pending, due, not leased, and no earlier event of its task still pending (which keeps each task's events in order). */
+/** Pending, due, not leased, and no earlier event of its task to the same destination still pending (each destination gets a task's events in order). */
 function claimable(now: number | Placeholder, byRowid = false): SQL {
   // byRowid: the unary + keeps SQLite from walking the due index for these terms when the rows are
   // named by seq (it would scan every pending event to find a handful).
@@ -30,7 +30,7 @@ function claimable(now: number | Placeholder, byRowid = false): SQL {
     sql`${plus}${events.deliveryStatus} = 'pending'`,
     sql`${plus}${events.nextAttemptAt} <= ${now}`,
     or(isNull(events.claimedUntil), lt(events.claimedUntil, now)),
-    sql`NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = ${events.taskId} AND e2.sequence < ${events.sequence} AND e2.delivery_status = 'pending')`,
+    sql`NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = ${events.taskId} AND e2.sequence < ${events.sequence} AND e2.endpoint_id IS ${events.endpointId} AND e2.delivery_status = 'pending')`,
   )!;
 }
 

@@ -16,6 +16,7 @@ import type {
   TaskStore,
   TransitionOptions,
   TransitionRules,
+  WebhookEndpointStore,
 } from "../../store/store.js";
 import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reservationsAround } from "./clients.js";
 import { insertPrepared as insertEventPrepared } from "./events.js";
@@ -42,6 +43,7 @@ import { sqliteSessions } from "./sessions.js";
 import { sqliteOps } from "./ops.js";
 import type { SqliteContext } from "./context.js";
 import { sqliteRateLimits } from "./rate-limits.js";
+import { fanOutEvent, sqliteWebhookEndpoints } from "./webhook-endpoints.js";
 
 const NO_RESERVATIONS = { inFlight: 0, ahead: 0, others: 0 };
 
@@ -67,7 +69,10 @@ export function transitionIn(
   if (plan.credit) applyCreditChange(db, clientId, id, plan.credit, now);
   if (plan.wake) wakeWaitingOfClient(db, clientId, now);
   if (plan.learn) learnPrice(db, plan.learn.priceKey, plan.learn.points, now);
-  if (plan.event) insertEventPrepared(db, plan.event);
+  if (plan.event) {
+    insertEventPrepared(db, plan.event);
+    fanOutEvent(db, plan.event);
+  }
   return plan.after;
 }
 
@@ -81,6 +86,7 @@ export class SqliteStore implements Store, SqliteContext {
   readonly tasks: TaskStore;
   readonly events: EventStore;
   readonly endpoints: EndpointStore;
+  readonly webhookEndpoints: WebhookEndpointStore;
   readonly notices: NoticeStore;
   readonly clients: ClientStore;
   readonly accounts: AccountStore;
@@ -110,6 +116,8 @@ export class SqliteStore implements Store, SqliteContext {
     this.accounts = sqliteAccounts(this);
 
     this.endpoints = sqliteEndpoints(this);
+
+    this.webhookEndpoints = sqliteWebhookEndpoints(this);
 
     this.notices = sqliteNotices(this);
 
