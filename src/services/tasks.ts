@@ -86,6 +86,32 @@ function decodeCursor(cursor: string): string {
   ]);
 }
 
+/**
+ * The queue places of a page's waiting items whose model has a known median, per upstream account:
+ * one waitingAheadOfEach and one account read per account on the page, whatever the number of items.
+ */
+async function queuesOf(
+  deps: Deps,
+  page: TaskRow[],
+  medians: Map<string, number | null>,
+  now: number,
+): Promise<Map<string, { ahead: Map<string, number>; capacity: number }>> {
+  const idsByAccount = new Map<string, string[]>();
+  for (const t of page) {
+    if (t.phase !== "waiting" || (medians.get(medianKey(t)) ?? null) === null) continue;
+    const ids = idsByAccount.get(t.upstreamAccount) ?? [];
+    ids.push(t.id);
+    idsByAccount.set(t.upstreamAccount, ids);
+  }
+  const queues = new Map<string, { ahead: Map<string, number>; capacity: number }>();
+  for (const [account, ids] of idsByAccount) {
+    const ahead = await deps.store.tasks.waitingAheadOfEach(account, ids);
+    const capacity = accountCapacity(deps.config.upstreamMaxConcurrent, await deps.store.accounts.state(account), now);
+    queues.set(account, { ahead, capacity });
+  }
+  return queues;
+}
+
 export async function listTaskViews(
   deps: Deps,
   clientId: string,
@@ -110,19 +136,21 @@ export async function listTaskViews(
   });
   const page = rows.slice(0, q.limit);
   const last = await deps.store.events.lastOfTasks(page.map((t) => t.id));
-  // Estimates from the medians loaded once per page (one read per model on it). A waiting item's
-  // place in its account's queue would cost a count per item: waiting items carry null here.
+  // Estimates from the medians loaded once per page (one read per model on it) and, for waiting items,
+  // their places in their accounts' queues: one grouped position query per account on the page.
   const medians = await mediansOf(deps, page);
   const now = deps.clock.now();
+  const queues = await queuesOf(deps, page, medians, now);
   return {
     data: page.map((t) => {
+      const queue = t.phase === "waiting" ? queues.get(t.upstreamAccount) : undefined;
       const estimatedCompletionAt = estimateCompletion({
         phase: t.phase,
         submittedAt: t.submittedAt,
         now,
         medianMs: medians.get(medianKey(t)) ?? null,
-        ahead: null,
-        capacity: Number.POSITIVE_INFINITY,
+        ahead: queue?.ahead.get(t.id) ?? null,
+        capacity: queue?.capacity ?? Number.POSITIVE_INFINITY,
       });
       const flat = flatTask(t, deliverySummary(t, last.get(t.id)), {
         maxOutputBytes: LIST_ITEM_MAX_BYTES,
