@@ -9,7 +9,6 @@ import type {
   TaskRow,
   TransitionOptions,
 } from "../../store/store.js";
-import type { ClaimSession } from "./claim-session.js";
 import type { Queryable, Row } from "./mapping.js";
 
 /** One delivery attempt waiting for the next group write (PgContext.flushAttempts). */
@@ -29,8 +28,6 @@ export interface PendingAttempt {
  */
 export interface PgContext {
   readonly pool: pg.Pool;
-  /** Event claims, under the claims' lock kept between them (claim-session.ts). */
-  readonly claims: ClaimSession;
   /** One statement's rows, on the pool or inside a transaction's connection. */
   readonly q: (sql: string, values?: unknown[], on?: Queryable) => Promise<Row[]>;
   /** One statement's first row. */

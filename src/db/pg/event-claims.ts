@@ -1,10 +1,42 @@
 import type { EventStore } from "../../store/store.js";
 import { E, opt, type Row } from "./mapping.js";
-import { claimedOf, claimStatement } from "./claim-session.js";
 import { deliveryKey } from "../../store/delivery-key.js";
 import { pickWithinRoom } from "../../store/fairness.js";
 import type { PgContext } from "./context.js";
 import { eventsInDueOrder } from "../kit/claim-order.js";
+import { EVENT_SCAN_FACTOR } from "../kit/claim-window.js";
+
+/**
+ * The claim side of the EventStore on PostgreSQL: due events under the per-key cap, a key's refill
+ * and its trial, by any number of instances on one database with no cluster-wide lock.
+ *
+ * The per-key cap (maxPerKey) holds across instances because claims of the SAME delivery key
+ * (client, destination host) are serialised, and only those: each claim takes its key's row in
+ * delivery_keys FOR UPDATE, then counts the key's leased events, then leases at most the rest of
+ * the cap, all in one transaction. Two things make that cheap and correct:
+ *
+ * - The count walks events_key_leased_idx, a partial index over leased events only (releases set
+ *   claimed_until back to null; a delivered or failed event leaves it): O(in flight), never the
+ *   key's backlog (the count it replaces walked every pending event of the key: 8 ms at thousands).
+ * - READ COMMITTED: a statement's snapshot is taken when the statement starts, so a count in the
+ *   statement that takes the lock would not see the leases of a claim that committed while this
+ *   one waited for (or just before it got) the lock, and the cap would be exceeded. The count must
+ *   start after the lock is held. So each claim is one call of a PL/pgSQL function
+ *   (migrations/pg/0008_event_claim_functions.sql): a VOLATILE function takes a fresh snapshot at
+ *   each statement inside it, so lock, count and lease are three statements in the call's one
+ *   transaction and one round trip. The call is a single statement: its locks end with it, so a
+ *   frozen or disconnected instance never holds a key's lock beyond its own statement.
+ *
+ * claimOfKey and claimTrial wait for their key's lock (one claim statement at most; they hold no
+ * other lock while they wait, so no wait cycle can form). claimDue locks the keys of the events it
+ * picked with SKIP LOCKED: a key another claim holds right now is left to that claim. Event rows
+ * are taken FOR UPDATE SKIP LOCKED as before, and the fair-share caps (keyRoom, clientRoom) are this
+ * process's own, applied when picking, before the call.
+ *
+ * Every statement is a named (prepared) statement, planned once per connection; the functions plan
+ * theirs once per connection too, as generic plans (a custom plan per call costs about 0.7 ms of
+ * planning, more than the claim).
+ */
 
 /**
  * An event that may be claimed at `$1` (now): pending, due, unleased, and no earlier event of its
@@ -16,155 +48,95 @@ import { eventsInDueOrder } from "../kit/claim-order.js";
 const CLAIMABLE = `delivery_status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)
   AND NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = events.task_id AND e2.sequence < events.sequence AND e2.endpoint_id IS NOT DISTINCT FROM events.endpoint_id AND e2.delivery_status = 'pending' OFFSET 0)`;
 
-/** How many due events a claim looks at per event it may take: the first ones in due order, ordered by (due time, seq) among themselves. */
-const WINDOW_PER_EVENT = 4;
-
 /**
- * A key's refill (claimOfKey): its first claimable events in due order, found by walking
- * events_key_due_idx. The walk locks a window of the first $7 events in the index's order (due
- * time, then the row's place), skipping rows another transaction holds; the window is ordered by
- * (due time, seq) and the first ones within the room are leased (the rest are unlocked at the
- * statement's end). Ties in due time beyond the window may go out of seq order; due order and each
- * task's order always hold.
- * $1 now, $2 client, $3 host, $4 lease end, $5 token, $6 limit, $7 window.
- *
- * Not counted, $6 is the key's room (its leases are known to the claims' session). Counted, the
- * key's leased events are counted first and bound the room ($8 maxPerKey less them), and the
- * answer says how many there are and how many of them are this store's (among $9, its tokens).
+ * claimDue's candidates: a window of the first claimable events in the due index's order ($3 of
+ * them, keys in $2 and clients in $4 left out), each with its key's leased events now (through
+ * events_key_leased_idx, once per key), read without any lock: the picks made from it are checked
+ * again under the keys' locks (genrelay_claim_events).
  */
-const claimOfKey = (counted: boolean) => {
-  const claim = `picked AS (
-      SELECT seq FROM (
-          SELECT seq, next_attempt_at FROM events WHERE client_id = $2 AND destination_host = $3 AND ${CLAIMABLE}
-          ORDER BY next_attempt_at LIMIT $7 FOR UPDATE SKIP LOCKED) window_
-      ORDER BY next_attempt_at, seq LIMIT ${counted ? "greatest(0, least($6, $8 - (SELECT n FROM leased)))" : "$6"}),
-    claimed AS (UPDATE events SET claimed_until = $4, claim_token = $5 WHERE seq = ANY(ARRAY(SELECT seq FROM picked)) RETURNING *)`;
-  if (!counted) return { name: "genrelay_claim_of_key", text: claimStatement(claim) };
-  const leased = `leased AS (
-      SELECT count(*) AS n, count(*) FILTER (WHERE claim_token = ANY($9::text[])) AS own FROM events
-      WHERE client_id = $2 AND destination_host = $3 AND delivery_status = 'pending' AND claimed_until >= $1),
-    `;
-  return {
-    name: "genrelay_claim_of_key_counted",
-    text: claimStatement(leased + claim, "l.n AS leased, l.own AS own_leased, ", "leased l"),
-  };
+const CANDIDATES = {
+  name: "genrelay_event_candidates",
+  text: `WITH c AS MATERIALIZED (
+      SELECT seq, client_id, destination_host, next_attempt_at FROM events WHERE ${CLAIMABLE}
+        AND NOT ((client_id || '|' || destination_host) = ANY($2::text[])) AND NOT (client_id = ANY($4::text[]))
+      ORDER BY next_attempt_at LIMIT $3),
+    k AS (SELECT DISTINCT client_id, destination_host FROM c)
+    SELECT c.seq, c.client_id, c.destination_host, c.next_attempt_at, l.n AS leased FROM c
+      JOIN (SELECT k.client_id, k.destination_host, (SELECT count(*) FROM events e WHERE e.client_id = k.client_id
+              AND e.destination_host = k.destination_host AND e.delivery_status = 'pending' AND e.claimed_until >= $1) AS n
+            FROM k) l ON l.client_id = c.client_id AND l.destination_host = c.destination_host`,
 };
-const CLAIM_OF_KEY = claimOfKey(false);
-const CLAIM_OF_KEY_COUNTED = claimOfKey(true);
 
-/** Leased events of keys ($2 clients, $3 hosts), and how many of them are this store's ($4 its tokens), at $1. */
-const LEASED_OF_KEYS = `SELECT k.client_id, k.destination_host, l.n, l.own FROM unnest($2::text[], $3::text[]) AS k(client_id, destination_host)
-  CROSS JOIN LATERAL (SELECT count(*) AS n, count(*) FILTER (WHERE e.claim_token = ANY($4::text[])) AS own FROM events e
-    WHERE e.client_id = k.client_id AND e.destination_host = k.destination_host AND e.delivery_status = 'pending' AND e.claimed_until >= $1) l`;
+/** $1 now, $2 seqs in picked order, $3 their clients, $4 their hosts, $5 lease end, $6 token, $7 maxPerKey. */
+const CLAIM_EVENTS = {
+  name: "genrelay_claim_events",
+  text: "SELECT * FROM genrelay_claim_events($1, $2::bigint[], $3::text[], $4::text[], $5, $6, $7)",
+};
 
-/** The claim side of the EventStore on PostgreSQL: due events under the per-key cap, a key's refill and its trial. */
+/** $1 now, $2 client, $3 host, $4 lease end, $5 token, $6 limit, $7 window, $8 maxPerKey (null: none), $9 trial. */
+const CLAIM_OF_KEY = {
+  name: "genrelay_claim_of_key",
+  text: "SELECT * FROM genrelay_claim_of_key($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+};
+
 export function pgEventClaims(s: PgContext): Pick<EventStore, "claimDue" | "claimTrial" | "claimOfKey"> {
-  const { q } = s;
-  // Every claim runs through it: under the claims' lock, which it keeps between claims (see claim-session.ts).
-  const session = s.claims;
+  const run = async (statement: { name: string; text: string }, values: unknown[]): Promise<Row[]> =>
+    (await s.pool.query({ ...statement, values })).rows as Row[];
   return {
     claimDue: async (o) => {
       if (o.limit <= 0) return [];
-      // A window of the first due events in the due index's order, ordered by (due time, seq) here;
-      // read before the claims' lock is taken (it walks past the backlogs of the keys left out).
       const candidates = (
-        await q(
-          `SELECT seq, client_id, destination_host, next_attempt_at FROM events WHERE ${CLAIMABLE}
-             AND NOT ((client_id || '|' || destination_host) = ANY($2::text[])) AND NOT (client_id = ANY($4::text[]))
-           ORDER BY next_attempt_at LIMIT $3`,
-          [o.now, o.excludeKeys, o.limit * WINDOW_PER_EVENT, o.excludeClients ?? []],
-        )
+        await run(CANDIDATES, [o.now, o.excludeKeys, o.limit * EVENT_SCAN_FACTOR, o.excludeClients ?? []])
       ).sort((a, b) => Number(a.next_attempt_at) - Number(b.next_attempt_at) || Number(a.seq) - Number(b.seq));
       if (candidates.length === 0) return [];
-      return session.run(async (c) => {
-        // What every instance has in flight per key counts against the shared cap: counted per key
-        // (through events_key_due_idx) unless this tenure knows it.
-        const keys = new Map(
-          candidates.map((c0) => [deliveryKey(c0.client_id as string, c0.destination_host as string), c0]),
-        );
-        const leased = new Map<string, number>();
-        for (const key of keys.keys()) {
-          const known = session.knownLeased(key, o.now);
-          if (known !== undefined) leased.set(key, known);
-        }
-        const uncounted = [...keys].filter(([key]) => !leased.has(key)).map(([, c0]) => c0);
-        if (uncounted.length > 0) {
-          const own = session.ownOf(null, o.now);
-          for (const r of await q(
-            LEASED_OF_KEYS,
-            [o.now, uncounted.map((p0) => p0.client_id), uncounted.map((p0) => p0.destination_host), own],
-            c,
-          )) {
-            const key = deliveryKey(r.client_id as string, r.destination_host as string);
-            leased.set(key, Number(r.n));
-            session.counted(key, Number(r.n), Number(r.own));
-          }
-        }
-        const picked = pickWithinRoom(
-          candidates.map((c0) => ({
-            seq: Number(c0.seq),
-            clientId: c0.client_id as string,
-            host: c0.destination_host as string,
-          })),
-          o.limit,
-          (key) => Math.min(o.keyRoom(key), o.maxPerKey - (leased.get(key) ?? 0)),
-          o.clientRoom,
-        ).map((c0) => c0.seq);
-        if (picked.length === 0) return { result: [] };
-        const { rows, waiting } = claimedOf(
-          await q(
-            claimStatement(`claimed AS (UPDATE events SET claimed_until = $3, claim_token = $4
-               WHERE seq = ANY(ARRAY(SELECT seq FROM events WHERE seq = ANY($2::bigint[]) AND ${CLAIMABLE} FOR UPDATE SKIP LOCKED)) RETURNING *)`),
-            [o.now, picked, o.now + o.leaseMs, o.token],
-            c,
-          ),
-        );
-        session.leased(rows);
-        return { result: eventsInDueOrder(E.rows(rows)), waiting };
-      });
+      // What every instance has in flight per key counts against the shared cap; the claim counts
+      // again under the keys' locks and takes no more than the cap allows then.
+      const leased = new Map<string, number>();
+      for (const c of candidates)
+        leased.set(deliveryKey(c.client_id as string, c.destination_host as string), Number(c.leased));
+      const picked = pickWithinRoom(
+        candidates.map((c) => ({
+          seq: Number(c.seq),
+          clientId: c.client_id as string,
+          host: c.destination_host as string,
+        })),
+        o.limit,
+        (key) => Math.min(o.keyRoom(key), o.maxPerKey - (leased.get(key) ?? 0)),
+        o.clientRoom,
+      );
+      if (picked.length === 0) return [];
+      const rows = await run(CLAIM_EVENTS, [
+        o.now,
+        picked.map((c) => c.seq),
+        picked.map((c) => c.clientId),
+        picked.map((c) => c.host),
+        o.now + o.leaseMs,
+        o.token,
+        o.maxPerKey,
+      ]);
+      return eventsInDueOrder(E.rows(rows));
     },
     claimTrial: async (key, o) =>
-      session.run(async (c) => {
-        const { rows, waiting } = claimedOf(
-          await q(
-            claimStatement(`claimed AS (UPDATE events SET claimed_until = $4, claim_token = $5
-               WHERE seq = (SELECT seq FROM events WHERE client_id = $2 AND destination_host = $3 AND ${CLAIMABLE}
-                            ORDER BY (attempts = 0), next_attempt_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *)`),
-            [o.now, key.clientId, key.host, o.now + o.leaseMs, o.token],
-            c,
-          ),
-        );
-        session.leased(rows);
-        return { result: opt(E, rows[0]), waiting };
-      }),
+      opt(
+        E,
+        (await run(CLAIM_OF_KEY, [o.now, key.clientId, key.host, o.now + o.leaseMs, o.token, 1, 1, null, true]))[0],
+      ),
     claimOfKey: async (key, o) => {
       // A limit past maxPerKey could never be used: capped before SQL.
       const limit = Math.min(o.limit, o.maxPerKey);
       if (limit <= 0) return [];
-      const k = deliveryKey(key.clientId, key.host);
-      return session.run(async (c) => {
-        // One statement, one commit: with no other session's lease of the key known in this tenure,
-        // the room is the cap less this store's own leases and nothing is counted.
-        const known = session.knownLeased(k, o.now);
-        const values = [o.now, key.clientId, key.host, o.now + o.leaseMs, o.token];
-        const window = limit * WINDOW_PER_EVENT;
-        const answer = (
-          known !== undefined
-            ? await c.query({
-                ...CLAIM_OF_KEY,
-                values: [...values, Math.max(0, Math.min(limit, o.maxPerKey - known)), window],
-              })
-            : await c.query({
-                ...CLAIM_OF_KEY_COUNTED,
-                values: [...values, limit, window, o.maxPerKey, session.ownOf(k, o.now)],
-              })
-        ).rows as Row[];
-        if (known === undefined && answer[0])
-          session.counted(k, Number(answer[0].leased), Number(answer[0].own_leased));
-        const { rows, waiting } = claimedOf(answer);
-        session.leased(rows);
-        return { result: eventsInDueOrder(E.rows(rows)), waiting };
-      });
+      const rows = await run(CLAIM_OF_KEY, [
+        o.now,
+        key.clientId,
+        key.host,
+        o.now + o.leaseMs,
+        o.token,
+        limit,
+        limit * EVENT_SCAN_FACTOR,
+        o.maxPerKey,
+        false,
+      ]);
+      return eventsInDueOrder(E.rows(rows));
     },
   };
 }

@@ -8,8 +8,6 @@ import { placeInFeed } from "./feed-positions.js";
 /** The EventStore on PostgreSQL: the outbox, attempts, re-queues and the feed; the claims are event-claims.ts. */
 export function pgEvents(s: PgContext): EventStore {
   const { q, one } = s;
-  // Attempts, releases and re-queues end the leases the claims' session knows (see claim-session.ts).
-  const session = s.claims;
   return {
     ...pgEventClaims(s),
     nextDueAt: async (o) => {
@@ -27,16 +25,11 @@ export function pgEvents(s: PgContext): EventStore {
     },
     recordAttempt: (eventId, token, attempt, patch) =>
       new Promise<void>((resolve, reject) => {
-        const written = () => {
-          session.ended(eventId, token);
-          resolve();
-        };
-        s.attempts.push({ eventId, token, attempt, patch, resolve: written, reject });
+        s.attempts.push({ eventId, token, attempt, patch, resolve, reject });
         if (s.attempts.length === 1) setImmediate(() => void s.flushAttempts());
       }),
     release: async (eventId, token, patch) => {
       await s.updateLeasedEvent(s.pool, eventId, token, { ...patch, ...RELEASED });
-      session.ended(eventId, token);
     },
     postponeKey: async (clientId, host, until, now) =>
       (
@@ -66,7 +59,7 @@ export function pgEvents(s: PgContext): EventStore {
         ))!.n,
       ),
     requeueLastOfTask: async (taskId, round) => {
-      const requeued = await s.tx(async (c) => {
+      return s.tx(async (c) => {
         const last = await one(
           "SELECT id FROM events WHERE task_id = $1 AND endpoint_id IS NULL ORDER BY sequence DESC LIMIT 1 FOR UPDATE",
           [taskId],
@@ -78,9 +71,6 @@ export function pgEvents(s: PgContext): EventStore {
         await q("SELECT pg_notify($1, 'dispatcher')", [CHANNEL], c);
         return opt(E, r);
       });
-      // A new round takes the lease away: if this store held it, it no longer does.
-      if (requeued && requeued.claimToken === null) session.ended(requeued.id);
-      return requeued;
     },
     requeueFailed: async (clientId, since, round) => {
       const set = E.set(round, 3);

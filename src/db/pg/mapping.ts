@@ -88,8 +88,6 @@ export const unclaimed = (param: number) => UNCLAIMED.replace("$NOW", `$${param}
 export const RELEASED = { claimToken: null, claimedUntil: null } as const;
 export const NO_RESERVATIONS: ReservationsAround = { inFlight: 0, ahead: 0, others: 0 };
 export const CHANNEL = "genrelay";
-/** Advisory lock (with key 1) that serialises event claims across instances (see event-claims.ts claimDue). */
-export const EVENT_CLAIM_LOCK = 0x67_72_65; // "gre"
 /** Advisory lock namespace of rate limits (the second key is hashtext of the client and action, see rate-limits.ts). */
 export const RATE_LIMIT_LOCK_SPACE = 0x67_72_72; // "grr"
 

@@ -32,7 +32,6 @@ import { CheckedClient, checkPoolQueries } from "./checked-client.js";
 import { pgAccounts } from "./accounts.js";
 import { pgClients } from "./clients.js";
 import { pgEvents } from "./events.js";
-import { ClaimSession } from "./claim-session.js";
 import { fenced, PgLeadership } from "./leadership.js";
 import { pgOps } from "./ops.js";
 import { pgRateLimits } from "./rate-limits.js";
@@ -68,8 +67,6 @@ export interface PgStoreOptions extends PgLimits {
 export class PgStore implements Store, PgContext {
   readonly dialect = "postgres" as const;
   readonly pool: pg.Pool;
-  /** Event claims, under the claims' lock kept between them (claim-session.ts). */
-  readonly claims: ClaimSession;
   readonly tasks: TaskStore;
   readonly events: EventStore;
   readonly endpoints: EndpointStore;
@@ -117,7 +114,6 @@ export class PgStore implements Store, PgContext {
 
     // One file per area, each operation under the contract's name (tasks.ts, events.ts, ...).
     this.tasks = pgTasks(this);
-    this.claims = new ClaimSession(this.pool);
     this.events = pgEvents(this);
     this.endpoints = pgEndpointStore(this);
     this.webhookEndpoints = pgWebhookEndpoints(this);
@@ -399,7 +395,6 @@ export class PgStore implements Store, PgContext {
     this.listener = null;
     await listener?.end().catch(() => {});
     await this.leadership.close();
-    await this.claims.close();
     await this.pool.end();
   }
 }

@@ -5,6 +5,7 @@ import type { Db } from "./open.js";
 import { jsonList, prepared } from "./prepared.js";
 import { events } from "./schema.js";
 import { eventsInDueOrder } from "../kit/claim-order.js";
+import { EVENT_SCAN_FACTOR } from "../kit/claim-window.js";
 
 /**
  * The EventStore's claims on SQLite: claimDue, claimOfKey and claimTrial, and the leases they take.
@@ -37,9 +38,6 @@ function claimable(now: number | Placeholder, byRowid = false): SQL {
 function notOfClients(ids: string[] | undefined): SQL | undefined {
   return ids && ids.length > 0 ? notInArray(events.clientId, ids) : undefined;
 }
-
-/** How far past `limit` to look for events of other hosts when the first ones are over their host's room. */
-const SCAN_FACTOR = 4;
 
 /**
  * Claims pending events that are due under a lease, oldest due first. An event waits while an
@@ -82,14 +80,19 @@ export function claimDue(
     now: opts.now,
     keys: jsonList(opts.excludeKeys ?? []),
     clients: jsonList(opts.excludeClients ?? []),
-    limit: opts.limit * SCAN_FACTOR,
+    limit: opts.limit * EVENT_SCAN_FACTOR,
   });
   const picked = pickWithinRoom(candidates, opts.limit, opts.keyRoom, opts.clientRoom).map((c) => c.seq);
   if (picked.length === 0) return [];
   return eventsInDueOrder(lease(db, picked, opts));
 }
 
-/** How many of a key's pending events are leased now (the per-key cap's count), through events_key_due_idx. */
+/**
+ * How many of a key's pending events are leased now (the per-key cap's count): a range of
+ * events_key_leased_idx, the partial index over leased events only, so it walks the key's leases
+ * (what is in flight), never its backlog. The literal `'pending'` is the index's own term: with it
+ * bound as a value instead, SQLite could not tell that the index covers the query.
+ */
 export function leasedOfKey(db: Db, key: DeliveryKey, now: number): number {
   return (
     prepared(db, "events.leasedOfKey", () =>
@@ -100,7 +103,7 @@ export function leasedOfKey(db: Db, key: DeliveryKey, now: number): number {
           and(
             eq(events.clientId, sql.placeholder("clientId")),
             eq(events.destinationHost, sql.placeholder("host")),
-            eq(events.deliveryStatus, "pending"),
+            sql`${events.deliveryStatus} = 'pending'`,
             gte(events.claimedUntil, sql.placeholder("now")),
           ),
         )
