@@ -3,6 +3,7 @@ import type { FairPool } from "../core/fair-pool.js";
 import { Bucket } from "../mirror/bucket.js";
 import type { FileRecord } from "../mirror/copy.js";
 import { LINK_URL_EXPIRES_IN, linkTokenValid, parseLinkToken } from "../mirror/links.js";
+import type { Presigners } from "../mirror/presigners.js";
 import { openLinkKey } from "../mirror/stored-bucket.js";
 import type { TaskRow } from "../store/store.js";
 import type { ServiceDeps } from "./deps.js";
@@ -99,29 +100,36 @@ const noSuchLink = () =>
 export async function fileLinkTarget(
   deps: Pick<ServiceDeps, "store" | "config" | "clock">,
   token: string,
+  opts: { presigners?: Presigners } = {},
 ): Promise<string> {
   const parsed = parseLinkToken(token);
   if (!parsed) throw noSuchLink();
   const task = await deps.store.tasks.find(parsed.taskId);
   if (!task) throw noSuchLink();
   const client = await deps.store.clients.find(task.clientId);
-  if (!client || client.revokedAt !== null) throw noSuchLink();
+  if (!client || client.revokedAt !== null || client.storageConfig === null) throw noSuchLink();
+  const setting = client.storageConfig;
   let linkKey: string | null;
-  let config;
   try {
     linkKey = openLinkKey(client, deps.config.encryptionKey);
-    config = linkKey ? openStorage(client, deps.config.encryptionKey) : null;
   } catch {
     // Sealed under a key the relay no longer has: nothing this link can open.
     throw noSuchLink();
   }
-  if (!linkKey || !config || !linkTokenValid(linkKey, parsed)) throw noSuchLink();
+  if (!linkKey || !linkTokenValid(linkKey, parsed)) throw noSuchLink();
   const entry = copiedFiles(task).find((f) => f.n === parsed.n);
   if (!entry) throw noSuchLink();
+  const options = { allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks };
+  const open = () => {
+    const config = openStorage(client, deps.config.encryptionKey);
+    if (!config) throw noSuchLink();
+    return config;
+  };
   let bucket: Bucket;
   try {
-    bucket = new Bucket(config, { allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks });
+    bucket = opts.presigners ? opts.presigners.get(client.id, setting, open) : new Bucket(open(), options);
   } catch {
+    // A setting the relay can no longer open (its key changed, an endpoint now refused): no copy to send to.
     throw noSuchLink();
   }
   try {
@@ -132,6 +140,6 @@ export async function fileLinkTarget(
   } catch (err) {
     throw new ApiError("service_unavailable", `The copy's URL could not be made: ${(err as Error).message}`);
   } finally {
-    bucket.close();
+    if (!opts.presigners) bucket.close();
   }
 }

@@ -1,5 +1,6 @@
 import { z, type OpenAPIHono } from "@hono/zod-openapi";
 import { LINK_TOKEN_PATTERN, LINK_URL_EXPIRES_IN } from "../../mirror/links.js";
+import { Presigners } from "../../mirror/presigners.js";
 import { fileLinkTarget } from "../../services/copies.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import type { AppEnv } from "../context.js";
@@ -15,6 +16,8 @@ const notFound = errorResponses(404)[404]!;
  * 7-day limit; it is never cached, so a removed bucket or a pruned task ends it at once.
  */
 export function registerFileRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
+  // One bucket handle per client, kept while its setting stays the same: presigning only, no socket.
+  const presigners = new Presigners({ allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks });
   app.openapi(
     apiRoute({
       method: "get",
@@ -47,7 +50,7 @@ export function registerFileRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       },
     }),
     async (c) => {
-      const location = await fileLinkTarget(deps, c.req.valid("param").token);
+      const location = await fileLinkTarget(deps, c.req.valid("param").token, { presigners });
       // Never stored by a cache: the next request must see a removed bucket, and get a fresh URL.
       return c.body(null, 302, { Location: location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer" });
     },
