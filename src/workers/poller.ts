@@ -64,7 +64,7 @@ export interface PollerOptions {
   owner: Pick<LeaseOwner, "token">;
   lifecycle: PollerLifecycle;
   /** Which accounts this instance leads (shared with the submitter); claims carry the account's fence. */
-  leadership: Pick<Leadership, "leads" | "fence">;
+  leadership: Pick<Leadership, "leads" | "fence" | "plans">;
   /** Learned durations (shared with the lifecycle, which records them). */
   durations: Pick<DurationStats, "expected" | "quantile">;
   metrics?: Metrics | undefined;
@@ -108,6 +108,8 @@ export class Poller {
 
   async runOnce(): Promise<TickResult> {
     const { tasks, clock } = this.opts;
+    // Planned once per cluster: an instance that leads no account reads nothing of the tasks; a takeover wakes it.
+    if (!(await this.opts.leadership.plans())) return { didWork: false, nextDueAt: null };
     let didWork = false;
     let wake: number | null = null;
     const later = (at: number) => {

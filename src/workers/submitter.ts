@@ -79,6 +79,9 @@ export class Submitter {
 
   async runOnce(): Promise<TickResult> {
     const { store, clock } = this.opts;
+    // Planned once per cluster: an instance that leads no account looks for no work (not even
+    // expiries); a takeover wakes it (leadership.ts).
+    if (!(await this.leadership.plans())) return { didWork: false, nextDueAt: null };
     const now = clock.now();
     this.full.clear();
     let didWork = false;

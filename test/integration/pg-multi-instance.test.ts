@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { maxInWindow } from "../../src/bench/scheduling-sim.js";
 import { createClient } from "../../src/services/clients.js";
+import { LEADER_RECHECK_MS } from "../../src/workers/leadership.js";
 import { freshPgDatabase } from "../helpers/pg.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { crash, round, simulatedUpstream, startInstance, type Instance } from "../helpers/pg-relays.js";
@@ -72,6 +73,13 @@ describe("several instances on one PostgreSQL database", () => {
       if (!crashed && upstream.log.creates.length >= 20) {
         await crash(leader);
         crashed = true;
+        // The others look at the leases every LEADER_RECHECK_MS of real time (they plan nothing meanwhile).
+        const survivors = instances.filter((i) => i.alive);
+        const deadline = performance.now() + LEADER_RECHECK_MS + 3_000;
+        while (!(await Promise.all(survivors.map((i) => i.relay.leadership.leads("default")))).some(Boolean)) {
+          if (performance.now() > deadline) throw new Error("no instance took the account over");
+          await new Promise((r) => setTimeout(r, 50));
+        }
       }
       clock.advance(1_000);
     }

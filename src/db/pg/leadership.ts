@@ -49,6 +49,14 @@ const TAKE = `WITH prev AS (SELECT holder, (SELECT a.application_name FROM pg_st
 const END_SESSIONS = `SELECT count(pg_terminate_backend(pid)) AS ended FROM pg_stat_activity
   WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()`;
 
+/**
+ * Every account's lease as $1 sees it: takeable when the lease lapsed, its holder's leader
+ * connection is gone, or it is $1's own (a row this process no longer counts as held). One look at
+ * the whole (small) table, so an instance watches every account's leader in one statement.
+ */
+const LEASES = `SELECT l.account, l.expires_at <= ${DB_NOW_MS} OR l.holder = $1 OR NOT ${HOLDER_ALIVE} AS takeable
+  FROM account_leaders l`;
+
 /** Extends $1's leases whose fence is still the one it holds ($3 accounts, $4 fences) by $2 ms; answers the accounts kept. */
 const RENEW = `UPDATE account_leaders l SET expires_at = ${DB_NOW_MS} + $2, holder_pid = pg_backend_pid()
   FROM unnest($3::text[], $4::bigint[]) AS h(account, fence)
@@ -116,6 +124,20 @@ export class PgLeadership {
     }
     const held = this.held.get(account);
     return held && this.valid(account) ? { account, fence: held.fence } : null;
+  }
+
+  /**
+   * Every account's lease but those this process holds: whether `holder` could take it now (see
+   * LEASES). What an instance asks every few seconds instead of one look per account
+   * (src/workers/leadership.ts).
+   */
+  async leases(holder: string): Promise<{ account: string; takeable: boolean }[]> {
+    if (this.closed) return [];
+    const client = await this.connection();
+    const rows = (await client.query(LEASES, [holder])).rows as Row[];
+    return rows
+      .map((r) => ({ account: r.account as string, takeable: r.takeable === true }))
+      .filter((l) => !this.valid(l.account));
   }
 
   /** Gives every lease up (the process stops), so others take over at once, and ends the connection. */
