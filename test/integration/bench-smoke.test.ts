@@ -127,6 +127,14 @@ describe.skipIf(!existsSync(MAIN))("npm run bench (BENCH_QUICK smoke run)", () =
       durable: true,
     });
     expect(b.postgres.settings).toEqual({ fsync: "on", synchronous_commit: "on" });
+    // Scale-out on one PostgreSQL (1 and 3 instances in the quick run): relay + server CPU per unit.
+    expect(b.scaleout.settings).toEqual({ fsync: "on", synchronous_commit: "on" });
+    for (const kind of ["delivery", "intake", "end_to_end"]) {
+      expect(b.scaleout.new[kind].instances[1]).toMatchObject({ cpu_ms_per_unit: expect.any(Number), complete: true });
+      expect(b.scaleout.new[kind].ratio_3_to_1).toEqual(expect.any(Number));
+    }
+    // estimated_completion_at against the real end on the simulator.
+    expect(b.eta.rows.map((r: { estimates: string }) => r.estimates)).toEqual(["waiting", "running", "all"]);
     expect(b.end_to_end.cpu_ms_per_task).toEqual(expect.any(Number));
     expect(results.table.length).toBeGreaterThanOrEqual(6);
 
