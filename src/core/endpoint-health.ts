@@ -107,7 +107,7 @@ export class EndpointHealth {
     const client = await this.deps.store.clients.find(event.clientId);
     if (!client) return;
     await writeNotice(this.deps, client, "delivery.exhausted", event.destinationHost, {
-      event_id: event.id,
+      event_id: event.webhookId ?? event.id,
       task_id: event.taskId,
       type: event.type,
       host: event.destinationHost,

@@ -18,6 +18,7 @@ import { registerTaskRoutes } from "./routes/tasks.js";
 import { registerStorageRoutes } from "./routes/storage.js";
 import { registerFileRoutes } from "./routes/files.js";
 import { registerWebhookSettingsRoutes } from "./routes/webhook-settings.js";
+import { registerWebhookEndpointRoutes } from "./routes/webhook-endpoints.js";
 import { registerWebhookDocs } from "./webhook-schemas.js";
 import { notFoundHandler } from "./not-found.js";
 import { apiRoute, RESPONSE_HEADERS } from "./schema-rules.js";
@@ -76,6 +77,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   registerFileRoutes(app, deps);
   registerDeliveryRoutes(app, deps, deps.deliveries);
   registerWebhookSettingsRoutes(app, deps);
+  registerWebhookEndpointRoutes(app, deps);
   registerJwksRoutes(app, deps);
   registerModelRoutes(app, deps.catalog);
   registerHealthRoutes(app, deps.readiness);

@@ -94,9 +94,13 @@ export class DeliveryService {
 
   async listAttempts(clientId: string, taskId: string) {
     const task = await requireClientTask(this.deps, clientId, taskId);
+    // An endpoint's attempts are logged against its own delivery row: shown under the event's id
+    // (the webhook-id every destination got) and the endpoint's id as the destination.
+    const rows = new Map((await this.deps.store.events.ofTask(task.id)).map((e) => [e.id, e]));
     return (await this.deps.store.events.attemptsOfTask(task.id)).map((a) => ({
       id: a.id,
-      event_id: a.eventId,
+      event_id: rows.get(a.eventId)?.webhookId ?? a.eventId,
+      destination: rows.get(a.eventId)?.endpointId ?? "callback",
       event_type: a.eventType,
       url: a.url,
       attempted_at: iso(a.attemptedAt)!,

@@ -481,7 +481,8 @@ export class Dispatcher {
         url: event.callbackUrl!,
         headers: outgoingHeaders({
           client,
-          id: event.id,
+          // An endpoint's row is sent under its event's id: every destination gets the same webhook-id.
+          id: event.webhookId ?? event.id,
           at: startedAt,
           body: event.payload,
           encryptionKey: config.encryptionKey,
@@ -545,7 +546,8 @@ export class Dispatcher {
     }
     logger.info(
       {
-        event_id: event.id,
+        event_id: event.webhookId ?? event.id,
+        destination: event.endpointId ?? "callback",
         task_id: event.taskId,
         client_id: event.clientId,
         type: event.type,

@@ -32,6 +32,7 @@ const VIDEOS = "/openapi/v1/videos/generations";
 const SETTINGS = "/openapi/v1/webhooks/settings";
 const TEST_WEBHOOK = "/openapi/v1/webhooks/test";
 const RECOVER = "/openapi/v1/deliveries/recover";
+const ENDPOINTS = "/openapi/v1/webhooks/endpoints";
 const STORAGE = "/openapi/v1/storage";
 
 async function served(t: TestRelay): Promise<Doc> {
@@ -338,6 +339,20 @@ const REFUSED: Record<string, { method: string; bodies: [string, Body][] }> = {
       ["a near miss: typ", { url: "https://hooks.example.com/x", typ: "ping" }],
       ["an unknown event type", { url: "https://hooks.example.com/x", type: "task.done" }],
       ["an unknown task_type", { url: "https://hooks.example.com/x", task_type: "audio" }],
+      ["an http url", { url: "http://hooks.example.com/x" }],
+      ["a url to an address", { url: "https://10.0.0.1/x" }],
+    ],
+  },
+  [ENDPOINTS]: {
+    method: "post",
+    bodies: [
+      ["no url", {}],
+      ["an unknown field", { url: "https://hooks.example.com/x", colour: "blue" }],
+      ["a near miss: evnets", { url: "https://hooks.example.com/x", evnets: ["task.failed"] }],
+      ["an unknown event type", { url: "https://hooks.example.com/x", events: ["task.done"] }],
+      ["no event types", { url: "https://hooks.example.com/x", events: [] }],
+      ["a description over 500 characters", { url: "https://hooks.example.com/x", description: "d".repeat(501) }],
+      ["a reserved header", { url: "https://hooks.example.com/x", headers: { "webhook-id": "x" } }],
       ["an http url", { url: "http://hooks.example.com/x" }],
       ["a url to an address", { url: "https://10.0.0.1/x" }],
     ],

@@ -146,6 +146,7 @@ describe("dispatcher: one delivery", () => {
       {
         id: expect.stringMatching(/^att_/),
         event_id: first!.headers["webhook-id"],
+        destination: "callback",
         event_type: "task.succeeded",
         url: r.url(),
         attempted_at: new Date(firstAt).toISOString(),
@@ -158,6 +159,7 @@ describe("dispatcher: one delivery", () => {
       {
         id: expect.stringMatching(/^att_/),
         event_id: first!.headers["webhook-id"],
+        destination: "callback",
         event_type: "task.succeeded",
         url: r.url(),
         attempted_at: new Date(t.clock.now()).toISOString(),

@@ -12,7 +12,11 @@ const json = <T extends z.ZodType>(schema: T) => ({ "application/json": { schema
 const AttemptSchema = z
   .object({
     id: z.string(),
-    event_id: z.string(),
+    event_id: z.string().openapi({ description: "The event's id: the webhook-id every destination of it got." }),
+    destination: z.string().openapi({
+      description: "Where this attempt went: \"callback\" (the task's callback_url) or an endpoint's id (ep_…).",
+      example: "callback",
+    }),
     event_type: z.string(),
     url: z.string(),
     attempted_at: z.string(),
