@@ -4,7 +4,7 @@ import { routePath } from "hono/route";
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { Logger } from "../logger.js";
 import type { Metrics } from "../metrics.js";
-import { authenticate } from "../services/clients.js";
+import { ApiKeyCache } from "../services/clients.js";
 import type { ServiceDeps } from "../services/deps.js";
 import type { AppEnv } from "./context.js";
 import { errorResponse } from "./errors.js";
@@ -56,11 +56,13 @@ export function requestLog(logger: Logger, metrics?: Metrics): MiddlewareHandler
   };
 }
 
-export function bearerAuth(deps: Pick<ServiceDeps, "store">): MiddlewareHandler<AppEnv> {
+/** The API key's active client, from this process's key cache (services/clients.ts: ApiKeyCache). */
+export function bearerAuth(deps: Pick<ServiceDeps, "store" | "clock">): MiddlewareHandler<AppEnv> {
+  const keys = new ApiKeyCache(deps);
   return async (c, next) => {
     const header = c.req.header("authorization") ?? "";
     const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    const client = match ? await authenticate(deps, match[1]!) : null;
+    const client = match ? await keys.authenticate(match[1]!) : null;
     if (!client)
       return errorResponse(
         c,

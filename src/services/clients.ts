@@ -81,7 +81,76 @@ export async function createClient(
  */
 export async function authenticate(deps: Pick<ServiceDeps, "store">, apiKey: string): Promise<ClientRow | null> {
   if (!apiKey.startsWith(API_KEY_PREFIX) || apiKey.length > 200) return null;
-  const digest = hashApiKey(apiKey);
+  return findActive(deps, hashApiKey(apiKey));
+}
+
+/**
+ * How long an authenticated key is kept at most before its client row is read again. Changes are
+ * seen sooner: at once when made through this process's store or, on SQLite, by another process
+ * (the CLI: ClientStore.pollChanges), and at the next notification when another instance made them
+ * on PostgreSQL; this bounds a change made while an instance's listener was reconnecting
+ * (docs/contract.md, "Authentication").
+ */
+export const API_KEY_CACHE_MS = 5_000;
+/** Keys kept at most; past it the oldest entry goes. */
+export const API_KEY_CACHE_SIZE = 10_000;
+
+/**
+ * The active clients of the keys this process authenticated recently, keyed by the key's SHA-256
+ * digest (never the key), so a request with a cached key reads no client row. Entries go when the
+ * store reports their client changed (ClientStore.watch: a revocation, a rotation, new limits or
+ * settings; on SQLite also any commit of another process), when API_KEY_CACHE_MS has passed, or
+ * when the map is full (the oldest). Unknown and
+ * revoked keys are never kept: each is looked up again.
+ */
+export class ApiKeyCache {
+  private readonly entries = new Map<string, { client: ClientRow; until: number }>();
+  /** Bumped by every change: a lookup that started before a change must not store what it read. */
+  private generation = 0;
+  readonly stop: () => void;
+
+  constructor(
+    private readonly deps: Pick<ServiceDeps, "store" | "clock">,
+    private readonly opts: { ttlMs?: number; size?: number } = {},
+  ) {
+    this.stop = deps.store.clients.watch((clientId) => this.forget(clientId));
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /** As authenticate(), from the cache when the key was authenticated within the bound. */
+  async authenticate(apiKey: string): Promise<ClientRow | null> {
+    if (!apiKey.startsWith(API_KEY_PREFIX) || apiKey.length > 200) return null;
+    const digest = hashApiKey(apiKey);
+    const now = this.deps.clock.now();
+    this.deps.store.clients.pollChanges();
+    const hit = this.entries.get(digest);
+    if (hit && hit.until > now && digestsEqual(hit.client.apiKeyHash, digest)) return hit.client;
+    if (hit) this.entries.delete(digest);
+    const generation = this.generation;
+    const client = await findActive(this.deps, digest);
+    if (client && generation === this.generation) {
+      if (this.entries.size >= (this.opts.size ?? API_KEY_CACHE_SIZE))
+        this.entries.delete(this.entries.keys().next().value!);
+      this.entries.set(digest, { client, until: now + (this.opts.ttlMs ?? API_KEY_CACHE_MS) });
+    }
+    return client;
+  }
+
+  /** The client's entries go (all of them for `null`); lookups in flight do not store what they read. */
+  forget(clientId: string | null): void {
+    this.generation++;
+    if (clientId === null) {
+      this.entries.clear();
+      return;
+    }
+    for (const [digest, entry] of this.entries) if (entry.client.id === clientId) this.entries.delete(digest);
+  }
+}
+
+async function findActive(deps: Pick<ServiceDeps, "store">, digest: string): Promise<ClientRow | null> {
   const client = await deps.store.clients.findByKeyHash(digest);
   if (!client || !digestsEqual(client.apiKeyHash, digest) || client.revokedAt !== null) return null;
   return client;

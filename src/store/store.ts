@@ -452,6 +452,19 @@ export interface ClientStore {
     change: (client: ClientRow) => { patch: Partial<NewClientRow>; result: T },
   ): Promise<{ client: ClientRow; result: T } | undefined>;
   markAdmitted(id: string, at: number): Promise<void>;
+  /**
+   * Calls `changed` after update/updateWith changed a client's row (its settings, limits, key's
+   * revocation): at once for a change made through this store, and on PostgreSQL for one another
+   * process made, while `ops.listen` runs (NOTIFY). `null`: any client may have changed (the
+   * listener reconnected). Returns the function that stops the calls.
+   */
+  watch(changed: (clientId: string | null) => void): () => void;
+  /**
+   * Looks, synchronously and cheaply, for client changes no notification carries, and reports them
+   * to the watchers as `null`: on SQLite another process's commit since the last look (the CLI
+   * beside the server: `PRAGMA data_version`); a no-op on PostgreSQL, whose listener carries them.
+   */
+  pollChanges(): void;
   creditPosition(id: string): Promise<CreditPosition | undefined>;
   ledger(id: string): Promise<LedgerEntry[]>;
 }
