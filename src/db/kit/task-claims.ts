@@ -23,3 +23,11 @@ export type TaskClaimOperations = Pick<
 export function clientRoom(maxRunning: number | null, running: number, limit: number): number {
   return maxRunning === null ? limit : Math.min(limit, maxRunning - running);
 }
+
+/**
+ * The granularity of a client's `last_admitted_at` (ClientStore.markAdmitted): it is written when it
+ * is older than this, not for every admission, so a client's admissions do not each write its row.
+ * Fair claims order clients by it (least recently admitted first), so admissions within one such
+ * span count as one: the order between two clients admitted within it may be stale by this much.
+ */
+export const ADMITTED_GRANULARITY_MS = 1_000;

@@ -37,7 +37,7 @@ const MAX_BATCH = 256;
  * batch, where a creation of its own takes a transaction of several). A row the insert skipped is
  * an idempotent replay, answered with the original. If the statement fails (a hostile value in one
  * row refuses the whole statement), each creation of the batch is tried alone, so it fails alone.
- * Creations with a cap or a credit limit take the per-request path, under the client's row lock.
+ * Creations with a cap or a credit limit take the per-request path, under the client's credit lock (credit-books.ts).
  *
  * The same statement adds the rows' stored bytes to their clients' (client_storage: one row write
  * per client per batch, not per task), in a transaction that is rolled back when a client would be

@@ -31,7 +31,6 @@ import { INSTANCE_PREFIX, newPgPool, pgClientConfig, type PgLimits } from "./ope
 import { CheckedClient, checkPoolQueries } from "./checked-client.js";
 import { pgAccounts } from "./accounts.js";
 import { pgClients } from "./clients.js";
-import { CLIENT_CHANGED, ClientChanges } from "../kit/client-changes.js";
 import { pgEvents } from "./events.js";
 import { fenced, PgLeadership } from "./leadership.js";
 import { pgOps } from "./ops.js";
@@ -39,6 +38,7 @@ import { pgRateLimits } from "./rate-limits.js";
 import { pgSessions } from "./sessions.js";
 import { pgTasks } from "./tasks.js";
 import { deliveryAttempts } from "./schema.js";
+import { lockCredit, readCredit, recordCharge } from "./credit-books.js";
 import type { PendingAttempt, PgContext } from "./context.js";
 
 export interface PgStoreOptions extends PgLimits {
@@ -52,8 +52,9 @@ export interface PgStoreOptions extends PgLimits {
  * SqliteStore, with what sharing needs:
  * - claims take rows with `FOR UPDATE SKIP LOCKED` under a lease and a claim token, so two
  *   instances never claim one row and a crashed instance's rows come back when the lease ends;
- * - a state change locks its task row, then its client's row (credits), always in that order;
- *   other rows are touched with SKIP LOCKED, never waited on;
+ * - a state change locks its task row and never its client's: the client's credit books are
+ *   summed on read and the deciders of one client take turns on its credit lock, nothing else
+ *   (credit-books.ts); other rows are touched with SKIP LOCKED, never waited on;
  * - each upstream account has one leader (a lease row renewed through a dedicated connection, with
  *   a fence that claims made as leader carry: leadership.ts): only it submits and polls, a frozen
  *   leader loses the account after its lease, and the read budget is also decided in the database,
@@ -84,8 +85,6 @@ export class PgStore implements Store, PgContext {
   readonly connection: PgLimits;
   listener: pg.Client | null = null;
   closed = false;
-  /** Told of client rows changed here and, through the listener, by other processes (API key caches). */
-  readonly clientChanges = new ClientChanges();
 
   /**
    * One statement's rows, on the pool or inside a transaction's connection. Its values are bound
@@ -123,7 +122,7 @@ export class PgStore implements Store, PgContext {
     this.notices = pgNoticeStore(this, async () => {
       await this.pool.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
     });
-    this.clients = pgClients(this, this.clientChanges);
+    this.clients = pgClients(this);
     this.accounts = pgAccounts(this);
     this.sessions = pgSessions(this);
     this.limits = pgRateLimits(this);
@@ -296,27 +295,10 @@ export class PgStore implements Store, PgContext {
     return T.rows(rows.rows as Row[]);
   }
 
-  /**
-   * The client's credit position; with `lock`, its row is locked until commit against the other
-   * deciders (creations with a cap or limit, submissions). FOR NO KEY UPDATE, not FOR UPDATE: it
-   * does not block the key-share lock a task or event insert takes on its client row, so creations
-   * of the client go on beside a decision, and beside a process frozen in the middle of one.
-   */
+  /** The client's credit position (credit-books.ts); with `lock`, under its credit lock. */
   async creditPositionIn(c: Queryable, clientId: string, lock: boolean): Promise<CreditPosition | undefined> {
-    const r = (
-      await c.query(
-        `SELECT points_charged, points_refunded, points_reserved, credit_limit, revoked_at FROM clients WHERE id = $1${lock ? " FOR NO KEY UPDATE" : ""}`,
-        [clientId],
-      )
-    ).rows[0] as Row | undefined;
-    if (!r) return undefined;
-    return {
-      charged: Number(r.points_charged),
-      refunded: Number(r.points_refunded),
-      reserved: Number(r.points_reserved),
-      limit: r.credit_limit === null ? null : Number(r.credit_limit),
-      revoked: r.revoked_at !== null,
-    };
+    if (lock) await lockCredit(c, clientId);
+    return (await readCredit(c, this.pool, clientId, null))?.position;
   }
 
   async learnedPriceIn(c: Queryable, priceKey: string): Promise<number | null> {
@@ -339,6 +321,7 @@ export class PgStore implements Store, PgContext {
     return { inFlight: Number(r.in_flight), ahead: Number(r.ahead), others: Number(r.others) };
   }
 
+  /** A charge or refund as a ledger row; the reservation is on the task row (credit-books.ts). */
   async applyCredits(
     c: Queryable,
     clientId: string,
@@ -346,17 +329,7 @@ export class PgStore implements Store, PgContext {
     change: { charged: number; refunded: number; reserved: number },
     at: number,
   ): Promise<void> {
-    if (change.charged === 0 && change.refunded === 0 && change.reserved === 0) return;
-    await c.query(
-      `UPDATE clients SET points_charged = points_charged + $2, points_refunded = points_refunded + $3, points_reserved = greatest(0, points_reserved + $4) WHERE id = $1`,
-      [clientId, change.charged, change.refunded, change.reserved],
-    );
-    if (change.charged !== 0 || change.refunded !== 0) {
-      await c.query(
-        "INSERT INTO credit_ledger (client_id, task_id, charged, refunded, at) VALUES ($1, $2, $3, $4, $5)",
-        [clientId, taskId, change.charged, change.refunded, at],
-      );
-    }
+    await recordCharge(c, clientId, taskId, change, at);
   }
 
   /** See OpsStore.leads and leadership.ts. */
@@ -379,13 +352,10 @@ export class PgStore implements Store, PgContext {
     client.on("notification", (n) => {
       if (n.payload === "submitter" || n.payload === "poller" || n.payload === "dispatcher") nudge(n.payload);
       else if (n.payload?.startsWith(TASK_CHANGED)) taskChanged?.(n.payload.slice(TASK_CHANGED.length));
-      else if (n.payload?.startsWith(CLIENT_CHANGED)) this.clientChanges.emit(n.payload.slice(CLIENT_CHANGED.length));
     });
     this.listener = client;
     await client.connect();
     await client.query(`LISTEN ${CHANNEL}`);
-    // Changes made while no one listened (before, or between two connections) were not heard.
-    this.clientChanges.emit(null);
   }
 
   /** Shutdown paths may both close: the second call waits for the first, it never ends the pool again. */

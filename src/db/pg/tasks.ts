@@ -5,6 +5,7 @@ import { tasks } from "./schema.js";
 import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
 import type { PgContext } from "./context.js";
 import { PgIntakeBatches } from "./intake.js";
+import { type CreditBooks, lockCredit, readCredit } from "./credit-books.js";
 
 /** Every column of a task but its output, for list reads that may leave the output in the database. */
 const LISTED_COLUMNS = columnsOf(tasks)
@@ -28,7 +29,7 @@ async function lockStoredBytes(c: Queryable, clientId: string): Promise<number> 
 /** The TaskStore on PostgreSQL: intake, transitions, submissions, reads and pruning; the claims are task-claims.ts. */
 export function pgTasks(s: PgContext): TaskStore {
   const { q, one } = s;
-  /** A creation in a transaction of its own: the idempotency check, the cap and budget decision under the client's row lock, the insert. */
+  /** A creation in a transaction of its own: the idempotency check, the cap and budget decision under the client's credit lock, the insert. */
   const single: TaskStore["create"] = (req) =>
     s.tx(async (c) => {
       const { row } = req;
@@ -38,8 +39,9 @@ export function pgTasks(s: PgContext): TaskStore {
         c,
       );
       if (existing) return { task: T.row(existing), replayed: true };
-      // With a cap or a credit limit, the client's row lock serialises its creations, so the checks
-      // see each other; without either there is nothing to decide and creations run side by side.
+      // With a cap or a credit limit, the client's credit lock serialises its deciders, so the checks
+      // see each other (credit-books.ts); without either there is nothing to decide and creations
+      // run side by side.
       const position =
         req.needs.waiting || req.needs.credit ? await s.creditPositionIn(c, row.clientId, true) : undefined;
       const waiting = req.needs.waiting
@@ -107,13 +109,19 @@ export function pgTasks(s: PgContext): TaskStore {
         if (!raw) return null;
         const current = T.row(raw);
         if (current.claimToken !== token) return null;
-        const position = await s.creditPositionIn(c, current.clientId, true);
+        // The books in one statement (credit-books.ts). Only a limited client's task that was never
+        // offered upstream is decided against them: under the client's credit lock, read again
+        // after it. Every other submission goes on without waiting for anything of its client.
+        const decides = (b: CreditBooks | undefined) =>
+          b !== undefined && b.position.limit !== null && !b.position.revoked && current.submitAttempts === 0;
+        let books = await readCredit(c, s.pool, current.clientId, current.id);
+        if (decides(books)) {
+          await lockCredit(c, current.clientId);
+          books = await readCredit(c, s.pool, current.clientId, current.id);
+        }
         const learnedPrice = current.priceKey ? await s.learnedPriceIn(c, current.priceKey) : null;
-        const needsAround =
-          position !== undefined && position.limit !== null && !position.revoked && current.submitAttempts === 0;
-        const reservations = needsAround
-          ? await s.reservationsAround(c, current.clientId, current.id)
-          : NO_RESERVATIONS;
+        const position = books?.position;
+        const reservations = decides(books) ? books!.reservations : NO_RESERVATIONS;
         const step = decide({ task: current, position, learnedPrice, reservations });
         const task = step.transition
           ? await s.transitionIn(c, id, step.patch, o, current)
