@@ -1,11 +1,15 @@
 import type { ClientStore } from "../../store/store.js";
-import { C, opt } from "./mapping.js";
+import { CLIENT_CHANGED, ClientChanges } from "../kit/client-changes.js";
+import { C, CHANNEL, opt, type Queryable } from "./mapping.js";
 import type { PgContext } from "./context.js";
 import { ADMITTED_GRANULARITY_MS } from "../kit/task-claims.js";
 
 /** The ClientStore on PostgreSQL: clients and their credit books. */
-export function pgClients(s: PgContext): ClientStore {
+export function pgClients(s: PgContext, changes = new ClientChanges()): ClientStore {
   const { q, one } = s;
+  // Other processes hear of a change at commit (their listener: PgStore.listen), this one at once.
+  const notify = (id: string, on: Queryable = s.pool) =>
+    q("SELECT pg_notify($1, $2)", [CHANNEL, `${CLIENT_CHANGED}${id}`], on);
   return {
     insert: async (row) => {
       const ins = C.insert("clients", row);
@@ -17,23 +21,34 @@ export function pgClients(s: PgContext): ClientStore {
     update: async (id, patch) => {
       const set = C.set(patch, 2);
       if (!set.sql) return opt(C, await one("SELECT * FROM clients WHERE id = $1", [id]));
-      return opt(C, await one(`UPDATE clients SET ${set.sql} WHERE id = $1 RETURNING *`, [id, ...set.values]));
+      const client = opt(C, await one(`UPDATE clients SET ${set.sql} WHERE id = $1 RETURNING *`, [id, ...set.values]));
+      if (client) {
+        changes.emit(id);
+        await notify(id);
+      }
+      return client;
     },
-    updateWith: (id, change) =>
-      s.tx(async (c) => {
+    updateWith: async (id, change) => {
+      const changed = await s.tx(async (c) => {
         const raw = await one("SELECT * FROM clients WHERE id = $1 FOR UPDATE", [id], c);
         if (!raw) return undefined;
         const client = C.row(raw);
         const { patch, result } = change(client);
         const set = C.set(patch, 2);
         if (!set.sql) return { client, result };
+        await notify(id, c);
         return {
           client: C.row(
             (await one(`UPDATE clients SET ${set.sql} WHERE id = $1 RETURNING *`, [id, ...set.values], c))!,
           ),
           result,
         };
-      }),
+      });
+      if (changed) changes.emit(id);
+      return changed;
+    },
+    watch: (changed) => changes.watch(changed),
+    pollChanges: () => {},
     // At most one write per client per ADMITTED_GRANULARITY_MS (db/kit/task-claims.ts), not one per admission.
     markAdmitted: async (id, at) => {
       await s.pool.query(

@@ -31,6 +31,7 @@ import { INSTANCE_PREFIX, newPgPool, pgClientConfig, type PgLimits } from "./ope
 import { CheckedClient, checkPoolQueries } from "./checked-client.js";
 import { pgAccounts } from "./accounts.js";
 import { pgClients } from "./clients.js";
+import { CLIENT_CHANGED, ClientChanges } from "../kit/client-changes.js";
 import { pgEvents } from "./events.js";
 import { fenced, PgLeadership } from "./leadership.js";
 import { pgOps } from "./ops.js";
@@ -85,6 +86,8 @@ export class PgStore implements Store, PgContext {
   readonly connection: PgLimits;
   listener: pg.Client | null = null;
   closed = false;
+  /** Told of client rows changed here and, through the listener, by other processes (API key caches). */
+  readonly clientChanges = new ClientChanges();
 
   /**
    * One statement's rows, on the pool or inside a transaction's connection. Its values are bound
@@ -122,7 +125,7 @@ export class PgStore implements Store, PgContext {
     this.notices = pgNoticeStore(this, async () => {
       await this.pool.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
     });
-    this.clients = pgClients(this);
+    this.clients = pgClients(this, this.clientChanges);
     this.accounts = pgAccounts(this);
     this.sessions = pgSessions(this);
     this.limits = pgRateLimits(this);
@@ -352,10 +355,13 @@ export class PgStore implements Store, PgContext {
     client.on("notification", (n) => {
       if (n.payload === "submitter" || n.payload === "poller" || n.payload === "dispatcher") nudge(n.payload);
       else if (n.payload?.startsWith(TASK_CHANGED)) taskChanged?.(n.payload.slice(TASK_CHANGED.length));
+      else if (n.payload?.startsWith(CLIENT_CHANGED)) this.clientChanges.emit(n.payload.slice(CLIENT_CHANGED.length));
     });
     this.listener = client;
     await client.connect();
     await client.query(`LISTEN ${CHANNEL}`);
+    // Changes made while no one listened (before, or between two connections) were not heard.
+    this.clientChanges.emit(null);
   }
 
   /** Shutdown paths may both close: the second call waits for the first, it never ends the pool again. */

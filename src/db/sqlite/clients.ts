@@ -8,6 +8,7 @@ import type {
   NewClientRow,
   ReservationsAround,
 } from "../../store/store.js";
+import { ClientChanges } from "../kit/client-changes.js";
 import { ADMITTED_GRANULARITY_MS } from "../kit/task-claims.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
@@ -17,19 +18,39 @@ import type { DbOrTx } from "./tx.js";
 /** The ClientStore on SQLite: clients and their credit books (with the learned prices the books are kept by). */
 export function sqliteClients(s: SqliteContext): ClientStore {
   const db = s.database.db;
+  const changes = new ClientChanges();
+  // Changes by other connections (the CLI beside the server): SQLite bumps this number for each of
+  // their commits, never for this connection's own.
+  const dataVersion = s.database.sqlite.prepare("PRAGMA data_version");
+  const version = () => (dataVersion.get() as { data_version: number }).data_version;
+  let seen = version();
   return {
     insert: async (row) => insert(db, row),
     find: async (id) => find(db, id),
     findByKeyHash: async (hash) => findByKeyHash(db, hash),
     list: async () => list(db),
-    update: async (id, patch) => update(db, id, patch),
-    updateWith: async (id, change) =>
-      db.transaction((tx) => {
+    update: async (id, patch) => {
+      const client = update(db, id, patch);
+      if (client) changes.emit(id);
+      return client;
+    },
+    updateWith: async (id, change) => {
+      const changed = db.transaction((tx) => {
         const client = find(tx, id);
         if (!client) return undefined;
         const { patch, result } = change(client);
         return { client: Object.keys(patch).length === 0 ? client : update(tx, id, patch)!, result };
-      }),
+      });
+      if (changed) changes.emit(id);
+      return changed;
+    },
+    watch: (changed) => changes.watch(changed),
+    pollChanges: () => {
+      const now = version();
+      if (now === seen) return;
+      seen = now;
+      changes.emit(null);
+    },
     // Once per submission: in the workers' group commit (one statement).
     markAdmitted: (id, at) => s.attemptCommits.runAtomic(() => markAdmitted(db, id, at)),
     creditPosition: async (id) => creditPosition(db, id),
@@ -78,10 +99,7 @@ export function markAdmitted(db: Db, id: string, at: number): void {
     .where(
       and(
         eq(clients.id, id),
-        or(
-          gt(clients.lastAdmittedAt, at),
-          lte(clients.lastAdmittedAt, sql`${at} - ${ADMITTED_GRANULARITY_MS}`),
-        ),
+        or(gt(clients.lastAdmittedAt, at), lte(clients.lastAdmittedAt, sql`${at} - ${ADMITTED_GRANULARITY_MS}`)),
       ),
     )
     .run();
