@@ -94,6 +94,11 @@ async function window(server, admin, dbName, relays, excludePids) {
   const statements = server.statements;
   if (statements) await admin.query("SELECT pg_stat_statements_reset()");
   const lsn0 = (await admin.query("SELECT pg_current_wal_lsn() AS l")).rows[0].l;
+  // Write transactions: the transaction ids handed out (read-only ones take none), each commit of
+  // one a WAL flush with synchronous_commit=on unless group-committed with another. The reading
+  // transaction takes one itself. Only this database is busy meanwhile.
+  const xid = async () => Number((await admin.query("SELECT txid_current() AS x")).rows[0].x);
+  const commits0 = await xid();
   const db0 = treeCpuSnapshot(server.pid());
   const relay0 = relays.map((r) => cpuMsOf(r.pid));
   const stopLocks = lockSampler(admin);
@@ -106,6 +111,7 @@ async function window(server, admin, dbName, relays, excludePids) {
     let dbMs = 0;
     for (const [pid, cpu] of db1) if (!excludePids.includes(pid)) dbMs += cpu - (db0.get(pid) ?? 0);
     const wal = Number((await admin.query("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1) AS b", [lsn0])).rows[0].b);
+    const commitCount = (await xid()) - commits0 - 1;
     const per = (x) => (units > 0 ? round(x / units, 3) : null);
     const out = {
       units,
@@ -115,6 +121,7 @@ async function window(server, admin, dbName, relays, excludePids) {
       pg_cpu_ms_per_unit: per(dbMs),
       cpu_ms_per_unit: per(relayMs + dbMs),
       wal_bytes_per_unit: units > 0 ? Math.round(wal / units) : null,
+      commits_per_unit: per(commitCount),
       locks,
     };
     if (statements) {
@@ -127,7 +134,7 @@ async function window(server, admin, dbName, relays, excludePids) {
       const ms = rows.reduce((s, r) => s + r.ms, 0);
       out.statements_per_unit = per(calls);
       out.statement_ms_per_unit = per(ms);
-      out.top_statements = rows.slice(0, 6).map((r) => ({
+      out.top_statements = rows.slice(0, 10).map((r) => ({
         query: r.query.replace(/\s+/g, " ").slice(0, 160),
         calls_per_unit: per(r.calls),
         ms_per_unit: per(r.ms),
@@ -280,7 +287,7 @@ export async function benchScaleout(ctx) {
             entry[build][kind] ??= {};
             entry[build][kind][n] = x;
             log(
-              `  round ${r} ${build.padEnd(3)} ${kind.padEnd(10)} ${n} instance(s): ${x.rate}/s, ${x.cpu_ms_per_unit} CPU-ms/unit (relay ${x.relay_cpu_ms_per_unit} + PostgreSQL ${x.pg_cpu_ms_per_unit})${x.statements_per_unit !== undefined ? `, ${x.statements_per_unit} statements/unit` : ""}, ${x.wal_bytes_per_unit} WAL B/unit, ${x.locks.mean_sessions_waiting} sessions waiting on locks${x.complete === false ? " !! incomplete" : ""}`,
+              `  round ${r} ${build.padEnd(3)} ${kind.padEnd(10)} ${n} instance(s): ${x.rate}/s, ${x.cpu_ms_per_unit} CPU-ms/unit (relay ${x.relay_cpu_ms_per_unit} + PostgreSQL ${x.pg_cpu_ms_per_unit})${x.statements_per_unit !== undefined ? `, ${x.statements_per_unit} statements/unit` : ""}, ${x.wal_bytes_per_unit} WAL B/unit, ${x.commits_per_unit} commits/unit, ${x.locks.mean_sessions_waiting} sessions waiting on locks${x.complete === false ? " !! incomplete" : ""}`,
             );
           }
         }
@@ -313,6 +320,7 @@ export async function benchScaleout(ctx) {
           statements_per_unit: med((x) => x.statements_per_unit),
           statement_ms_per_unit: med((x) => x.statement_ms_per_unit),
           wal_bytes_per_unit: med((x) => x.wal_bytes_per_unit),
+          commits_per_unit: med((x) => x.commits_per_unit),
           mean_sessions_waiting: med((x) => x.locks.mean_sessions_waiting),
           lock_types: xs[xs.length - 1].locks.by_type,
           top_statements: xs[xs.length - 1].top_statements,
@@ -332,7 +340,7 @@ export async function benchScaleout(ctx) {
       .map((n) => `, ${n}`)
       .join(
         "",
-      )} instances of the built relay on one embedded PostgreSQL 18 (loopback, fsync=on, synchronous_commit=on, pg_stat_statements preloaded), a fresh database per measurement. Per unit: relay CPU (user + system of every instance, /proc/<pid>/stat) + PostgreSQL CPU (the postmaster and all its children, the bench's own backends left out) over the measured window; statements and their execution time from pg_stat_statements (this database only); WAL bytes from pg_current_wal_lsn() before and after; pg_locks sampled every 50 ms for locks not granted (mean sessions waiting, by lock type and mode). Delivery: ${cfg.delivery.events} task.succeeded events written before the instances start, due ${cfg.delivery.startS} s after the writing (every instance up and idle by then), CPU from just before the due time to the last arrival at the loopback receiver, rate between the first and the last arrival. Intake: autocannon per instance, ${cfg.intake.connections} connections split between them, ${cfg.intake.duration ? `${cfg.intake.duration} s after ${cfg.intake.warmup} s of warm-up` : `${cfg.intake.amount} requests`}, upstream held at one running task; every 201 checked to be a committed row. End to end: ${cfg.e2e.tasks} creations spread over the instances, simulator at 0 ms, from the first creation to the last webhook. ${cfg.rounds} round(s), medians; the ratio is ${top} instances' CPU per unit over one instance's (goal ≤ ${SCALEOUT_GOAL}).${oldDist ? ` "old" is ${oldDist}, measured side by side in the same run.` : ""}`,
+      )} instances of the built relay on one embedded PostgreSQL 18 (loopback, fsync=on, synchronous_commit=on, pg_stat_statements preloaded), a fresh database per measurement. Per unit: relay CPU (user + system of every instance, /proc/<pid>/stat) + PostgreSQL CPU (the postmaster and all its children, the bench's own backends left out) over the measured window; statements and their execution time from pg_stat_statements (this database only); WAL bytes from pg_current_wal_lsn() before and after; write transactions (commits) from txid_current() before and after; pg_locks sampled every 50 ms for locks not granted (mean sessions waiting, by lock type and mode). Delivery: ${cfg.delivery.events} task.succeeded events written before the instances start, due ${cfg.delivery.startS} s after the writing (every instance up and idle by then), CPU from just before the due time to the last arrival at the loopback receiver, rate between the first and the last arrival. Intake: autocannon per instance, ${cfg.intake.connections} connections split between them, ${cfg.intake.duration ? `${cfg.intake.duration} s after ${cfg.intake.warmup} s of warm-up` : `${cfg.intake.amount} requests`}, upstream held at one running task; every 201 checked to be a committed row. End to end: ${cfg.e2e.tasks} creations spread over the instances, simulator at 0 ms, from the first creation to the last webhook. ${cfg.rounds} round(s), medians; the ratio is ${top} instances' CPU per unit over one instance's (goal ≤ ${SCALEOUT_GOAL}).${oldDist ? ` "old" is ${oldDist}, measured side by side in the same run.` : ""}`,
     settings,
     statements: server.statements,
     goal: SCALEOUT_GOAL,
