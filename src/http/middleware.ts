@@ -8,6 +8,7 @@ import { ApiKeyCache } from "../services/clients.js";
 import type { ServiceDeps } from "../services/deps.js";
 import type { AppEnv } from "./context.js";
 import { errorResponse } from "./errors.js";
+import { loggedPath } from "./log-path.js";
 
 export const MAX_BODY_BYTES = 1024 * 1024;
 export const MAX_JSON_DEPTH = 64;
@@ -38,7 +39,7 @@ export function requestLog(logger: Logger, metrics?: Metrics): MiddlewareHandler
     const line = {
       request_id: c.get("requestId"),
       method: c.req.method,
-      path: c.req.path,
+      path: loggedPath(c.req.path),
       status,
       ms: Math.round((performance.now() - started) * 10) / 10,
       client_id: c.get("client")?.id,

@@ -1,8 +1,11 @@
 import { createHash } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.js";
+import { Writable } from "node:stream";
+import { Hono } from "hono";
 import { Lifecycle } from "../../src/core/lifecycle.js";
-import { silentLogger } from "../../src/logger.js";
+import { requestLog } from "../../src/http/middleware.js";
+import { createLogger, silentLogger } from "../../src/logger.js";
 import { linkToken, newLinkKey } from "../../src/mirror/links.js";
 import { newClient } from "../../src/services/clients.js";
 import { fileLinkTarget } from "../../src/services/copies.js";
@@ -224,6 +227,28 @@ describe("GET /files/{token}", () => {
     const { files: copied } = await mirrored(t, c.id);
     expect(copied[0]).not.toHaveProperty("link");
     expect(copied[0]!.url).toContain("X-Amz-Signature=");
+  });
+});
+
+describe("request logs", () => {
+  it("never show a link's token: the path is logged as /files/{token}", async () => {
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk, _enc, done) {
+        lines.push(String(chunk));
+        done();
+      },
+    });
+    const app = new Hono();
+    app.use(requestLog(createLogger("info", sink)));
+    app.get("/files/:token", (c) => c.body(null, 302, { Location: "https://bucket.example/x" }));
+    app.get("/openapi/v1/tasks/:id", (c) => c.body(null, 404));
+    const token = `task_01jf3y8k2m9q7r5t3v1w0x6z4a.0.${"s".repeat(43)}`;
+    expect((await app.request(`/files/${token}`)).status).toBe(302);
+    expect((await app.request("/openapi/v1/tasks/task_x")).status).toBe(404);
+    const paths = lines.map((l) => JSON.parse(l).path);
+    expect(paths).toEqual(["/files/{token}", "/openapi/v1/tasks/task_x"]);
+    expect(lines.join("")).not.toContain("sss");
   });
 });
 
