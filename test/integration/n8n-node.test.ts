@@ -4,7 +4,6 @@ import { join } from "node:path";
 import type { IDataObject, INodeExecutionData, INodePropertyOptions, INodeType } from "n8n-workflow";
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type EndpointsStub, endpointsStub } from "../helpers/endpoints-stub.js";
 import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
 import {
   type ContextOptions,
@@ -23,13 +22,10 @@ import {
 /** A JSON answer of the relay, as the tests read it. */
 const body = async (response: Response): Promise<any> => response.json();
 /**
- * The n8n community node package in integrations/n8n-nodes-genrelay (docs/contract.md, "Planned":
- * connectors built and tested by `npm test`): built with tsc, linted with n8n's node linter, and run
- * through n8n's function contexts (test/helpers/n8n-harness.ts) against a real relay on loopback.
- *
- * The endpoints API is not served by the relay yet: the trigger's webhook methods talk to
- * `endpointsStub` (test/helpers/endpoints-stub.ts), which answers those four routes and passes
- * everything else to the relay. Delete the stub and use `live.url` once the relay serves them.
+ * The n8n community node package in integrations/n8n-nodes-genrelay (docs/contract.md, "Connectors"):
+ * built with tsc, linted with n8n's node linter, and run through n8n's function contexts
+ * (test/helpers/n8n-harness.ts) against a real relay on loopback, its endpoints API included: the
+ * endpoint the trigger registers receives the relay's signed webhooks, which its signature check accepts.
  */
 
 const TSC = join(PACKAGE_DIR, "..", "..", "node_modules", "typescript", "bin", "tsc");
@@ -52,7 +48,6 @@ function lint(args: string[], input?: string) {
 
 let pkg: GenrelayPackage;
 let live: LiveRelay;
-let stub: EndpointsStub;
 let client: { id: string; apiKey: string; secret: string };
 
 beforeAll(async () => {
@@ -61,23 +56,21 @@ beforeAll(async () => {
   execFileSync(process.execPath, [join(PACKAGE_DIR, "copy-icons.mjs")], { cwd: PACKAGE_DIR, stdio: "pipe" });
   pkg = loadPackage();
   live = await startLiveRelay();
-  stub = await endpointsStub(live.url);
   client = live.client("n8n");
 }, 60_000);
 
 afterAll(async () => {
-  await stub?.close();
   await live?.close();
 });
 
 const options = (overrides: Partial<ContextOptions> = {}): ContextOptions => ({
   credentialType: new pkg.GenrelayApi(),
-  credentials: { baseUrl: `${stub.url}/`, apiKey: client.apiKey, webhookSecret: client.secret },
+  credentials: { baseUrl: `${live.url}/`, apiKey: client.apiKey, webhookSecret: client.secret },
   ...overrides,
 });
 
 const relayGet = async (path: string, apiKey = client.apiKey) =>
-  fetch(`${stub.url}${path}`, { headers: { Authorization: `Bearer ${apiKey}` } });
+  fetch(`${live.url}${path}`, { headers: { Authorization: `Bearer ${apiKey}` } });
 
 describe("the package as n8n loads it", () => {
   it("lists its built credential and nodes in package.json's n8n section, each with its icons", () => {
@@ -266,7 +259,7 @@ describe("trigger node GenrelayTrigger", () => {
   const hooks = (staticData: IDataObject, events = terminal) =>
     hookContext({ ...options({ parameters: { events } }), webhookUrl: server.url, staticData }) as never;
 
-  describe("webhook methods (endpoints API: endpointsStub)", () => {
+  describe("webhook methods (the relay's endpoints API)", () => {
     it("activation subscribes the webhook URL as an endpoint and keeps its id; deactivation removes it", async () => {
       const staticData: IDataObject = {};
       expect(await methods().checkExists!.call(hooks(staticData))).toBe(false);
@@ -297,7 +290,7 @@ describe("trigger node GenrelayTrigger", () => {
       const staticData: IDataObject = {};
       await methods().create!.call(hooks(staticData));
       const first = staticData.endpointId as string;
-      await fetch(`${stub.url}/openapi/v1/webhooks/endpoints/${first}`, {
+      await fetch(`${live.url}/openapi/v1/webhooks/endpoints/${first}`, {
         method: "DELETE",
         headers: { Authorization: `Bearer ${client.apiKey}` },
       });
@@ -312,11 +305,43 @@ describe("trigger node GenrelayTrigger", () => {
       const third = await body(await relayGet(`/openapi/v1/webhooks/endpoints/${staticData.endpointId}`));
       expect(third.data.events).toEqual(["task.succeeded"]);
       // A deactivation that finds the endpoint already gone still succeeds.
-      await fetch(`${stub.url}/openapi/v1/webhooks/endpoints/${staticData.endpointId}`, {
+      await fetch(`${live.url}/openapi/v1/webhooks/endpoints/${staticData.endpointId}`, {
         method: "DELETE",
         headers: { Authorization: `Bearer ${client.apiKey}` },
       });
       expect(await methods().delete!.call(hooks(staticData))).toBe(true);
+    });
+
+    it("the endpoint it registers receives the relay's signed webhook of a task without callback_url, and emits it", async () => {
+      const staticData: IDataObject = {};
+      await methods().create!.call(hooks(staticData));
+      try {
+        const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
+          method: "POST",
+          headers: {
+            Authorization: `Bearer ${client.apiKey}`,
+            "Content-Type": "application/json",
+            "Idempotency-Key": "n8n-trigger-endpoint-1",
+          },
+          body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a fox", count: 1 }),
+        });
+        expect(created.status).toBe(201);
+        const task = (await body(created)).data;
+        // Earlier tests' tasks of this client may end meanwhile and reach the endpoint too.
+        const ofTask = () => server.emitted.flat().find((i) => (i.json.data as IDataObject)?.id === task.id);
+        while (!ofTask()) await server.nextEmission();
+        expect(ofTask()!.json).toMatchObject({ type: "task.succeeded", data: { id: task.id, status: "succeeded" } });
+        // The attempt is recorded once the trigger has answered: read the log when it is there.
+        let deliveries: Array<{ destination: string; outcome: string; event_id: string }> = [];
+        while (deliveries.length === 0) {
+          deliveries = (await body(await relayGet(`/openapi/v1/tasks/${task.id}/deliveries`))).data;
+          if (deliveries.length === 0) await new Promise((r) => setImmediate(r));
+        }
+        expect(deliveries.map((d) => [d.destination, d.outcome])).toEqual([[staticData.endpointId, "succeeded"]]);
+        expect(deliveries[0]!.event_id).toBe(ofTask()!.json.id);
+      } finally {
+        await methods().delete!.call(hooks(staticData));
+      }
     });
 
     it("a refused API key fails activation with the relay's error", async () => {

@@ -2,20 +2,16 @@ import { createRequire } from "node:module";
 import net from "node:net";
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type EndpointsStub, endpointsStub } from "../helpers/endpoints-stub.js";
 import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
 
 /** A JSON answer of the relay, as the tests read it. */
 const body = async (response: Response): Promise<any> => response.json();
 /**
- * The Zapier Platform app in integrations/zapier (docs/contract.md, "Planned": connectors built and
- * tested by `npm test`), run by zapier-platform-core's own app tester against a real relay on
- * loopback, and validated with the platform's app schema.
- *
- * The endpoints API is not served by the relay yet: the app's base URL is `endpointsStub`
- * (test/helpers/endpoints-stub.ts), which answers those four routes and passes every other request
- * to the relay. Delete the stub and use `live.url` once the relay serves them.
+ * The Zapier Platform app in integrations/zapier (docs/contract.md, "Connectors"), run by
+ * zapier-platform-core's own app tester against a real relay on loopback, its endpoints API
+ * included (the REST hook's endpoint receives the relay's signed webhooks, which perform accepts),
+ * and validated with the platform's app schema.
  *
  * zapier-platform-core sends its logs to Zapier only when it has a logging token (LOGGING_TOKEN or
  * one in the event, which the tester never sets), and calls Zapier's RPC only for cursors, stashed
@@ -40,7 +36,6 @@ const connectedTo: string[] = [];
 const originalConnect = net.Socket.prototype.connect;
 
 let live: LiveRelay;
-let stub: EndpointsStub;
 let client: { id: string; apiKey: string; secret: string };
 let authData: Record<string, string>;
 
@@ -60,14 +55,12 @@ beforeAll(async () => {
     return (originalConnect as (...a: unknown[]) => net.Socket).apply(this, args);
   } as typeof net.Socket.prototype.connect;
   live = await startLiveRelay();
-  stub = await endpointsStub(live.url);
   client = live.client("zapier");
-  authData = { base_url: stub.url, api_key: client.apiKey };
+  authData = { base_url: live.url, api_key: client.apiKey };
 }, 60_000);
 
 afterAll(async () => {
   net.Socket.prototype.connect = originalConnect;
-  await stub?.close();
   await live?.close();
 });
 
@@ -164,9 +157,9 @@ describe("trigger Task finished", () => {
   afterAll(async () => receiver?.close());
 
   const endpoint = (id: string) =>
-    fetch(`${stub.url}/openapi/v1/webhooks/endpoints/${id}`, { headers: { Authorization: `Bearer ${client.apiKey}` } });
+    fetch(`${live.url}/openapi/v1/webhooks/endpoints/${id}`, { headers: { Authorization: `Bearer ${client.apiKey}` } });
 
-  it("subscribes the Zap's hook URL through the endpoints API and unsubscribes it (endpointsStub)", async () => {
+  it("subscribes the Zap's hook URL through the endpoints API and unsubscribes it", async () => {
     const targetUrl = "https://hooks.zapier.com/hooks/standard/123456/abcdef/";
     const subscribeData = await appTester(taskFinished.performSubscribe, {
       authData,
@@ -310,6 +303,52 @@ describe("trigger Task finished", () => {
     expect(await appTester(taskFinished.performList, { authData, inputData: { events: ["task.canceled"] } })).toEqual(
       [],
     );
+  });
+});
+
+describe("the REST hook against the relay's deliveries", () => {
+  it("the endpoint performSubscribe registers receives the relay's signed webhook, which perform accepts", async () => {
+    const hook = await startReceiver();
+    try {
+      const subscribeData = await appTester(taskFinished.performSubscribe, {
+        authData,
+        targetUrl: hook.url("/zap"),
+        inputData: {},
+      });
+      const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${client.apiKey}`,
+          "Content-Type": "application/json",
+          "Idempotency-Key": "zapier-endpoint-1",
+        },
+        body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a fox", count: 1 }),
+      });
+      expect(created.status).toBe(201);
+      const task = (await body(created)).data;
+      // Earlier tests' tasks of this client may end meanwhile and reach the endpoint too.
+      const ofTask = () => hook.requests.find((r) => r.json.data?.id === task.id);
+      while (!ofTask()) await hook.next();
+      const request = ofTask()!;
+      expect(request.json).toMatchObject({ type: "task.succeeded", data: { id: task.id } });
+      const bundle = {
+        authData: { ...authData, webhook_secret: client.secret },
+        inputData: {},
+        cleanedRequest: request.json,
+        rawRequest: { method: "POST", headers: request.headers, content: request.body, querystring: "" },
+      };
+      expect(await appTester(taskFinished.perform, bundle)).toEqual([request.json]);
+      // The same delivery with its body changed is refused: perform checked the relay's signature.
+      const tampered = request.body.replace('"succeeded"', '"failed"');
+      const error = await appTester(taskFinished.perform, {
+        ...bundle,
+        rawRequest: { ...bundle.rawRequest, content: tampered },
+      }).catch((e: Error) => e);
+      expect((error as Error).message).toMatch(/signature did not verify/);
+      await appTester(taskFinished.performUnsubscribe, { authData, subscribeData });
+    } finally {
+      await hook.close();
+    }
   });
 });
 
