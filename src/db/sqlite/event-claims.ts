@@ -95,21 +95,27 @@ export function claimDue(
  */
 export function leasedOfKey(db: Db, key: DeliveryKey, now: number): number {
   return (
-    prepared(db, "events.leasedOfKey", () =>
-      db
-        .select({ n: sql<number>`count(*)` })
-        .from(events)
-        .where(
-          and(
-            eq(events.clientId, sql.placeholder("clientId")),
-            eq(events.destinationHost, sql.placeholder("host")),
-            sql`${events.deliveryStatus} = 'pending'`,
-            gte(events.claimedUntil, sql.placeholder("now")),
-          ),
-        )
-        .prepare(),
-    ).get({ clientId: key.clientId, host: key.host, now })?.n ?? 0
+    prepared(db, "events.leasedOfKey", () => leasedOfKeyQuery(db).prepare()).get({
+      clientId: key.clientId,
+      host: key.host,
+      now,
+    })?.n ?? 0
   );
+}
+
+/** leasedOfKey's statement, before it is prepared (test/unit/sqlite-event-claims.test.ts reads its plan). */
+export function leasedOfKeyQuery(db: Db) {
+  return db
+    .select({ n: sql<number>`count(*)` })
+    .from(events)
+    .where(
+      and(
+        eq(events.clientId, sql.placeholder("clientId")),
+        eq(events.destinationHost, sql.placeholder("host")),
+        sql`${events.deliveryStatus} = 'pending'`,
+        gte(events.claimedUntil, sql.placeholder("now")),
+      ),
+    );
 }
 
 /** Leases the given events where they are still claimable (another claim may have taken one since it was picked). */
