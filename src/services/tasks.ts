@@ -36,7 +36,9 @@ const medianKey = (t: TaskRow) => `${t.type}\u0000${t.model}`;
  * from their place in the account's queue (`ahead`; null: not counted, no estimate).
  */
 async function estimateOf(deps: Deps, task: TaskRow, ahead: number | null): Promise<number | null> {
-  if (task.phase === "done") return null;
+  // Without its place in the queue a waiting task has no estimate (core/eta.ts): nothing to read.
+  // Every creation answers through here, so this spares intake two stored reads.
+  if (task.phase === "done" || (task.phase === "waiting" && ahead === null)) return null;
   const medianMs = (await mediansOf(deps, [task])).get(medianKey(task)) ?? null;
   if (medianMs === null) return null;
   const now = deps.clock.now();
