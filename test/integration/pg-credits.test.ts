@@ -173,4 +173,28 @@ describe("PostgreSQL: no hot row per client", () => {
     expect([Number(row.rows[0].points_charged), Number(row.rows[0].points_refunded)]).toEqual([210, 70]);
     expect(await a!.clients.ledger(c.id)).toHaveLength(70);
   });
+
+  it("a price already learned is not written again by each completion that teaches it", async () => {
+    const { all } = await stores(1);
+    const store = all[0]!;
+    const c = await contractClient(store);
+    const complete = async (key: string, charged: number) => {
+      const req = contractTask(c.id, key);
+      const { task } = await store.tasks.create({ ...req, row: { ...req.row, priceKey: "pk-same" } });
+      await store.tasks.transition(
+        task,
+        { status: "succeeded", phase: "done", pointsCharged: charged, completedAt: NOW },
+        opts(),
+      );
+    };
+    const learned = async () =>
+      (await store.pool.query("SELECT points, xmin::text AS v FROM learned_prices WHERE price_key = 'pk-same'"))
+        .rows[0] as { points: string; v: string };
+    await complete("first", 12);
+    const first = await learned();
+    await complete("second", 12);
+    expect(await learned()).toEqual(first);
+    await complete("third", 14);
+    expect(Number((await learned()).points)).toBe(14);
+  });
 });

@@ -235,7 +235,11 @@ export class PgStore implements Store, PgContext {
     }
     if (plan.learn) {
       await c.query(
-        "INSERT INTO learned_prices (price_key, points, updated_at) VALUES ($1, $2, $3) ON CONFLICT (price_key) DO UPDATE SET points = EXCLUDED.points, updated_at = EXCLUDED.updated_at",
+        // Written only when the price changes: a model's completions all teach the same price, and an
+        // upsert of it by each would take the row's lock to commit, one completion after another.
+        `INSERT INTO learned_prices (price_key, points, updated_at)
+           SELECT $1::text, $2::bigint, $3::bigint WHERE NOT EXISTS (SELECT 1 FROM learned_prices WHERE price_key = $1 AND points = $2)
+         ON CONFLICT (price_key) DO UPDATE SET points = EXCLUDED.points, updated_at = EXCLUDED.updated_at`,
         [plan.learn.priceKey, plan.learn.points, o.now],
       );
     }
