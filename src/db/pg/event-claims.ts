@@ -33,6 +33,9 @@ import { EVENT_SCAN_FACTOR } from "../kit/claim-window.js";
  * are taken FOR UPDATE SKIP LOCKED as before, and the fair-share caps (keyRoom, clientRoom) are this
  * process's own, applied when picking, before the call.
  *
+ * A key's delivery_keys row is written by its first claim and kept (one per client and host ever
+ * claimed: small, and nothing else is in it).
+ *
  * Every statement is a named (prepared) statement, planned once per connection; the functions plan
  * theirs once per connection too, as generic plans (a custom plan per call costs about 0.7 ms of
  * planning, more than the claim).
@@ -43,7 +46,9 @@ import { EVENT_SCAN_FACTOR } from "../kit/claim-window.js";
  * task pending (each task's events go out in order). The task check is a probe of
  * events_task_seq_idx per row looked at: OFFSET 0 keeps the planner from turning it into an
  * anti-join over every pending event, which it sorts whole before taking the first few (14 ms
- * with a 5,000-event backlog, against 0.1 ms for an index walk that stops at the limit).
+ * with a 5,000-event backlog, against 0.1 ms for an index walk that stops at the limit). The claim
+ * functions (migrations/pg/0008_event_claim_functions.sql) write the same condition: a change here
+ * is a new migration that replaces them too.
  */
 const CLAIMABLE = `delivery_status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)
   AND NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = events.task_id AND e2.sequence < events.sequence AND e2.endpoint_id IS NOT DISTINCT FROM events.endpoint_id AND e2.delivery_status = 'pending' OFFSET 0)`;
