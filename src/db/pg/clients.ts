@@ -10,6 +10,8 @@ export function pgClients(s: PgContext, changes = new ClientChanges()): ClientSt
   // Other processes hear of a change at commit (their listener: PgStore.listen), this one at once.
   const notify = (id: string, on: Queryable = s.pool) =>
     q("SELECT pg_notify($1, $2)", [CHANNEL, `${CLIENT_CHANGED}${id}`], on);
+  /** When this process last wrote (or found written) each client's last_admitted_at. */
+  const admitted = new Map<string, number>();
   return {
     insert: async (row) => {
       const ins = C.insert("clients", row);
@@ -49,8 +51,13 @@ export function pgClients(s: PgContext, changes = new ClientChanges()): ClientSt
     },
     watch: (changed) => changes.watch(changed),
     pollChanges: () => {},
-    // At most one write per client per ADMITTED_GRANULARITY_MS (db/kit/task-claims.ts), not one per admission.
+    // At most one write per client per ADMITTED_GRANULARITY_MS (db/kit/task-claims.ts), not one per
+    // admission; within one, this process does not even ask (the statement's condition holds across processes).
     markAdmitted: async (id, at) => {
+      const last = admitted.get(id);
+      if (last !== undefined && at >= last && at - last < ADMITTED_GRANULARITY_MS) return;
+      if (admitted.size >= 10_000) admitted.clear();
+      admitted.set(id, at);
       await s.pool.query(
         "UPDATE clients SET last_admitted_at = $2 WHERE id = $1 AND (last_admitted_at > $2 OR last_admitted_at <= $2 - $3)",
         [id, at, ADMITTED_GRANULARITY_MS],
