@@ -276,6 +276,46 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     await page.browserContext().close();
   });
 
+  it("Webhooks: an endpoint added through the form receives the client's signed webhook; Remove takes it away (#33)", async () => {
+    const { apiKey, secret } = live.client("Endpoints Co");
+    const hook = await startReceiver();
+    const { page } = await signIn(apiKey);
+    await Promise.all([page.waitForNavigation(), page.click("nav a[href='/dashboard/webhooks']")]);
+    expect(await page.$("#no-endpoints")).not.toBeNull();
+    await page.type("#endpoint-url", hook.url("/endpoint"));
+    await page.type("#endpoint-description", "browser endpoint");
+    await page.click("input[name=events][value='task.failed']");
+    await Promise.all([
+      page.waitForNavigation(),
+      page.click("form[action='/dashboard/webhooks/endpoints'] button[type=submit]"),
+    ]);
+    expect(
+      await page.$$eval("#endpoints tbody td[data-label=Events]", (tds) => tds.map((td) => td.textContent)),
+    ).toEqual(["task.succeeded, task.canceled"]);
+    // A task canceled before it reaches the upstream: its task.canceled goes to the endpoint.
+    await live.relay.loops.find((l) => l.name === "submitter")!.stop();
+    const id = await createImage(apiKey, "browser-endpoint-1");
+    const canceled = await fetch(`${live.url}/openapi/v1/tasks/${id}/cancel`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${apiKey}` },
+    });
+    expect(canceled.status).toBe(200);
+    const arrived = () => hook.requests.find((r) => r.json.data?.id === id);
+    while (!arrived()) await hook.next();
+    expect(verifyAt(secret, arrived()!, Date.now())).toMatchObject({ type: "task.canceled", data: { id } });
+    await Promise.all([
+      page.waitForNavigation(),
+      page.click("form[action='/dashboard/webhooks/endpoints/delete'] button[type=submit]"),
+    ]);
+    expect(await page.$("#no-endpoints")).not.toBeNull();
+    const listed = (await (
+      await fetch(`${live.url}/openapi/v1/webhooks/endpoints`, { headers: { Authorization: `Bearer ${apiKey}` } })
+    ).json()) as { data: unknown[] };
+    expect(listed.data).toEqual([]);
+    await page.browserContext().close();
+    await hook.close();
+  });
+
   it("renders /docs with the relay's own Swagger UI files and no other host", async () => {
     const { page, requested } = await newPage();
     await page.goto(`${live.url}/docs`);

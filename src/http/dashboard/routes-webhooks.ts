@@ -1,6 +1,13 @@
 import type { Context, Hono, MiddlewareHandler } from "hono";
 import { callbackUrls, hourlyTasks } from "../../services/dashboard.js";
 import { ApiError } from "../../services/errors.js";
+import {
+  createEndpoint,
+  deleteEndpoint,
+  ENDPOINT_EVENT_TYPES,
+  type EndpointEventType,
+  listEndpoints,
+} from "../../services/webhook-endpoints.js";
 import { destinationHost } from "../../webhooks/destination.js";
 import { render, type DashboardDeps } from "./render.js";
 import type { DashEnv } from "./session.js";
@@ -25,8 +32,13 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
     const { store } = deps;
     // Failing hosts first (longest failing first), then the hosts of the client's recent callbacks.
     const failing = await store.endpoints.failingOf(clientId);
+    const endpoints = await listEndpoints(deps, clientId);
     const names = [
-      ...new Set([...failing.map((f) => f.host), ...(await callbackUrls(deps, clientId)).map(destinationHost)]),
+      ...new Set([
+        ...failing.map((f) => f.host),
+        ...(await callbackUrls(deps, clientId)).map(destinationHost),
+        ...endpoints.map((e) => destinationHost(e.url)),
+      ]),
     ];
     const byHost = new Map(failing.map((f) => [f.host, f]));
     const hosts = await Promise.all(
@@ -40,6 +52,7 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
       csrf: c.get("session").csrfToken,
       now: deps.clock.now(),
       hosts,
+      endpoints,
       health: deps.hostHealth ? deps.hostHealth(clientId, names) : null,
       retrying: await store.events.retryingOfClient(clientId),
       defaultSince: localUtc(deps.clock.now() - DAY_MS),
@@ -72,6 +85,32 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
     return orError(c, { testUrl: url }, async () => ({
       ping: await deps.deliveries.testWebhook(c.get("client").id, url),
     }));
+  });
+
+  // Endpoints: the same services as POST and DELETE /openapi/v1/webhooks/endpoints (a refusal is
+  // shown on the page with the API's status, the form keeping what was typed).
+  app.post("/webhooks/endpoints", auth, async (c) => {
+    const body = await c.req.parseBody({ all: true });
+    const text = (name: string) => (typeof body[name] === "string" ? (body[name] as string).trim() : "");
+    const picked = ([] as unknown[]).concat(body.events ?? []).filter((e): e is string => typeof e === "string");
+    const events = ENDPOINT_EVENT_TYPES.filter((e) => picked.includes(e));
+    const draft = { url: text("url"), description: text("description"), events: events as EndpointEventType[] };
+    return orError(c, { endpointDraft: draft }, async () => ({
+      endpointAdded: await createEndpoint(deps, c.get("client").id, {
+        url: draft.url,
+        events: events.length > 0 ? [...events] : undefined,
+        description: draft.description || null,
+      }),
+      endpointDraft: undefined,
+    }));
+  });
+
+  app.post("/webhooks/endpoints/delete", auth, async (c) => {
+    const id = (await form(c, "id")).trim();
+    return orError(c, {}, async () => {
+      await deleteEndpoint(deps, c.get("client").id, id);
+      return { endpointRemoved: id };
+    });
   });
 
   app.post("/webhooks/rotate", auth, (c) =>

@@ -1,5 +1,11 @@
 import { html } from "hono/html";
 import type { EndpointHealthRow } from "../../store/rows.js";
+import {
+  DEFAULT_ENDPOINT_EVENTS,
+  ENDPOINT_EVENT_TYPES,
+  type EndpointEventType,
+  type EndpointView,
+} from "../../services/webhook-endpoints.js";
 import { badge, csrfField, duration, notice, time, type Html } from "./layout.js";
 
 export interface HostHealthRow {
@@ -31,6 +37,8 @@ export interface WebhooksView {
   csrf: string;
   now: number;
   hosts: CallbackHost[];
+  /** The client's endpoints (subscribed URLs), oldest first. */
+  endpoints: EndpointView[];
   health: HostHealthRow[] | null;
   /** The client's events pending again after a failed attempt: what Recover does not touch. */
   retrying: number;
@@ -42,6 +50,10 @@ export interface WebhooksView {
   /** An Ed25519 client's rotation: the new public key (the signing key never leaves the relay). */
   rotatedKey?: { publicKey: string; previousExpiresAt: number };
   recovered?: number;
+  endpointAdded?: EndpointView;
+  endpointRemoved?: string;
+  /** The add form as it was sent, when it was refused. */
+  endpointDraft?: { url: string; description: string; events: EndpointEventType[] } | undefined;
   error?: string;
 }
 
@@ -57,6 +69,7 @@ ${v.error ? notice("error", v.error) : ""}
   </form>
   ${v.ping ? pingResult(v.ping) : ""}
 </section>
+${endpointsPanel(v)}
 <section class="panel" aria-labelledby="h-secret"><h2 id="h-secret">Signing secret</h2>
   ${
     v.rotated
@@ -82,6 +95,38 @@ ${v.error ? notice("error", v.error) : ""}
 <section aria-labelledby="h-hosts"><h2 id="h-hosts">Callback hosts</h2>
   ${v.retried ? notice("ok", retriedText(v.retried)) : ""}
   ${v.hosts.length === 0 ? html`<p class="panel">None yet: hosts appear once tasks carry a callback_url.</p>` : hostsTable(v, health)}
+</section>`;
+}
+
+function endpointsPanel(v: WebhooksView): Html {
+  const draft = v.endpointDraft;
+  const checked = (e: EndpointEventType) =>
+    (draft && draft.events.length > 0 ? draft.events : DEFAULT_ENDPOINT_EVENTS).includes(e as never);
+  const row = (e: EndpointView) =>
+    html`<tr><td data-label="URL" class="mono">${e.url}</td><td data-label="Events">${e.events.join(", ")}</td>
+<td data-label="Description">${e.description ?? "—"}</td><td data-label="Created">${time(Date.parse(e.created_at))}</td>
+<td data-label="Action"><form method="post" action="/dashboard/webhooks/endpoints/delete">${csrfField(v.csrf)}<input type="hidden" name="id" value="${e.id}"><button class="btn secondary" type="submit" aria-label="Remove endpoint ${e.url}">Remove</button></form></td></tr>`;
+  return html`<section class="panel" aria-labelledby="h-endpoints"><h2 id="h-endpoints">Endpoints</h2>
+  <p class="muted">Every event of your tasks whose type an endpoint subscribes to is delivered to it, beside the task's own callback_url: same webhook-id, body and signature, its own retries. Removing one ends its pending deliveries.</p>
+  ${v.endpointAdded ? notice("ok", `Endpoint ${v.endpointAdded.id} added.`) : ""}
+  ${v.endpointRemoved ? notice("ok", `Endpoint ${v.endpointRemoved} removed; its pending deliveries ended.`) : ""}
+  ${
+    v.endpoints.length === 0
+      ? html`<p id="no-endpoints">No endpoint yet.</p>`
+      : html`<div class="table-wrap"><table class="stack" id="endpoints"><caption class="sr-only">Your endpoints, oldest first</caption>
+<thead><tr><th scope="col">URL</th><th scope="col">Events</th><th scope="col">Description</th><th scope="col">Created</th><th scope="col"><span class="sr-only">Action</span></th></tr></thead>
+<tbody>${v.endpoints.map(row)}</tbody></table></div>`
+  }
+  <form method="post" action="/dashboard/webhooks/endpoints">${csrfField(v.csrf)}
+    <div class="row">
+      <div class="grow"><label for="endpoint-url">Endpoint URL</label><input id="endpoint-url" name="url" type="url" required value="${draft?.url ?? ""}" placeholder="https://example.com/webhooks" spellcheck="false"></div>
+      <div class="grow"><label for="endpoint-description">Description</label><input id="endpoint-description" name="description" maxlength="500" value="${draft?.description ?? ""}"></div>
+    </div>
+    <fieldset><legend>Events</legend>
+      ${ENDPOINT_EVENT_TYPES.map((e) => html`<label><input type="checkbox" name="events" value="${e}"${checked(e) ? html` checked` : ""}> <code>${e}</code></label> `)}
+    </fieldset>
+    <button class="btn" type="submit">Add endpoint</button>
+  </form>
 </section>`;
 }
 

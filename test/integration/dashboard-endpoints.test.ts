@@ -1,0 +1,86 @@
+import { describe, expect, it } from "vitest";
+import { csrfOf, signedIn, type Visitor } from "../helpers/dashboard.js";
+import { upstreamSuite } from "../helpers/upstream-suite.js";
+
+/** The dashboard's Webhooks page lists, adds and removes endpoints (docs/contract.md, "Endpoints"). */
+const { setup } = upstreamSuite();
+
+/** Posts the add form with its checkboxes as a browser does (one `events` field per box ticked). */
+async function addEndpoint(v: Visitor, fields: { url: string; description?: string; events?: string[] }) {
+  const form = new URLSearchParams({ csrf: csrfOf(await v.page("/dashboard/webhooks")), url: fields.url });
+  if (fields.description) form.append("description", fields.description);
+  for (const e of fields.events ?? []) form.append("events", e);
+  return v.request("/dashboard/webhooks/endpoints", {
+    method: "POST",
+    body: form,
+    headers: { "Content-Type": "application/x-www-form-urlencoded" },
+  });
+}
+
+const rows = (page: string) =>
+  [
+    ...page.matchAll(
+      /<tr><td data-label="URL" class="mono">([^<]+)<\/td><td data-label="Events">([^<]+)<\/td>\s*<td data-label="Description">([^<]*)<\/td>/g,
+    ),
+  ].map((m) => ({ url: m[1], events: m[2], description: m[3] }));
+
+describe("dashboard: endpoints on the webhooks page", () => {
+  it("adds an endpoint with its events ticked, lists it as the API does, and removes it", async () => {
+    const { t } = setup();
+    const { apiKey } = t.client();
+    const v = await signedIn(t, apiKey);
+    expect(await v.page("/dashboard/webhooks")).toContain('<p id="no-endpoints">No endpoint yet.</p>');
+    const added = await addEndpoint(v, {
+      url: "https://hooks.example.com/make",
+      description: "Make scenario",
+      events: ["task.succeeded", "task.failed"],
+    });
+    const page = await added.text();
+    expect(added.status, page.slice(0, 300)).toBe(200);
+    const listed = (await (await t.request(apiKey, "/openapi/v1/webhooks/endpoints")).json()) as { data: any[] };
+    expect(listed.data).toMatchObject([
+      {
+        url: "https://hooks.example.com/make",
+        events: ["task.succeeded", "task.failed"],
+        description: "Make scenario",
+      },
+    ]);
+    const id = listed.data[0].id as string;
+    expect(page).toContain(`Endpoint ${id} added.`);
+    expect(rows(page)).toEqual([
+      { url: "https://hooks.example.com/make", events: "task.succeeded, task.failed", description: "Make scenario" },
+    ]);
+    // Its host is one of the callback hosts the page watches.
+    expect(page).toContain('<td data-label="Host" class="mono">hooks.example.com:443</td>');
+
+    const removed = await v.submit("/dashboard/webhooks", "/dashboard/webhooks/endpoints/delete", { id });
+    const after = await removed.text();
+    expect(removed.status).toBe(200);
+    expect(after).toContain(`Endpoint ${id} removed`);
+    expect(rows(after)).toEqual([]);
+    expect((await t.request(apiKey, `/openapi/v1/webhooks/endpoints/${id}`)).status).toBe(404);
+  });
+
+  it("shows a refused URL with the API's status and keeps the form; another client's endpoint cannot be removed", async () => {
+    const { t } = setup({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "false" });
+    const a = t.client("a");
+    const b = t.client("b");
+    const v = await signedIn(t, b.apiKey);
+    const refused = await addEndpoint(v, { url: "http://127.0.0.1:9/x", events: ["task.canceled"] });
+    const page = await refused.text();
+    expect(refused.status).toBe(400);
+    expect(page).toMatch(/<div class="notice error" role="alert">url is not acceptable: [^<]+<\/div>/);
+    expect(page).toContain('value="http://127.0.0.1:9/x"');
+    expect(page).toMatch(/value="task.canceled" checked/);
+    expect(page).not.toMatch(/value="task.succeeded" checked/);
+
+    const created = await t.request(a.apiKey, "/openapi/v1/webhooks/endpoints", {
+      method: "POST",
+      json: { url: "https://hooks.example.com/a" },
+    });
+    const { id } = ((await created.json()) as { data: { id: string } }).data;
+    const res = await v.submit("/dashboard/webhooks", "/dashboard/webhooks/endpoints/delete", { id });
+    expect(res.status).toBe(404);
+    expect((await t.request(a.apiKey, `/openapi/v1/webhooks/endpoints/${id}`)).status).toBe(200);
+  });
+});
