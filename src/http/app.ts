@@ -1,5 +1,4 @@
 import { OpenAPIHono, z } from "@hono/zod-openapi";
-import { requestId } from "hono/request-id";
 import type { CatalogCache } from "../services/catalog.js";
 import type { ServiceDeps } from "../services/deps.js";
 import type { DeliveryService } from "../services/deliveries.js";
@@ -8,7 +7,7 @@ import type { AppEnv } from "./context.js";
 import { createDashboard, type HostHealth } from "./dashboard/index.js";
 import { registerDocs } from "./docs.js";
 import { onError, validationFailure } from "./errors.js";
-import { bearerAuth, jsonBody, newRequestId, requestLog, tokenAuth } from "./middleware.js";
+import { bearerAuth, jsonBody, requestIds, requestLog, tokenAuth } from "./middleware.js";
 import { registerDeliveryRoutes } from "./routes/deliveries.js";
 import { registerGenerationRoutes } from "./routes/generations.js";
 import { isPublicKeysRequest, registerJwksRoutes } from "./routes/jwks.js";
@@ -41,9 +40,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
     },
   });
 
-  // Always our own id (limitLength 0 ignores a caller's X-Request-Id): it is what support looks up,
-  // so a caller must not be able to choose it, reuse another request's, or inject text into logs.
-  app.use(requestId({ generator: newRequestId, limitLength: 0 }));
+  app.use(requestIds());
   app.use(requestLog(deps.logger, deps.metrics));
   // Sandbox mode (no UPSTREAM_BASE_URL): every answer says its results are simulated (docs/contract.md, "Intake").
   if (!deps.config.upstreamBaseUrl) {
