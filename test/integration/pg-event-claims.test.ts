@@ -191,6 +191,34 @@ describe("PostgreSQL event claims, serialised per key only", () => {
     }
   });
 
+  it("a claim that waited for its key counts the leases the holder committed meanwhile (READ COMMITTED: the count starts after the lock)", async () => {
+    const a = await store();
+    const { events, key } = await keyWith(a, 8);
+    for (const e of await claim(a, key, "a:0", 1, 8)) await a.events.release(e.id, "a:0", {});
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    try {
+      // Another instance's claim, as it would run: the key's lock, then three leases.
+      await holder.query("BEGIN");
+      await holder.query("SELECT 1 FROM delivery_keys WHERE client_id = $1 AND destination_host = $2 FOR UPDATE", [
+        key.clientId,
+        HOST,
+      ]);
+      await holder.query("UPDATE events SET claimed_until = $1, claim_token = 'other:1' WHERE id = ANY($2::text[])", [
+        NOW + 30_000,
+        events.slice(0, 3).map((e) => e.id),
+      ]);
+      const waiting = claim(a, key, "a:1", 5, 4);
+      while (!(await lockWaiters())) await new Promise((r) => setTimeout(r, 10));
+      await holder.query("COMMIT");
+      // A count in the statement that waited for the lock would see none of the three, and take four.
+      expect((await waiting).map((e) => e.id)).toEqual([events[3]!.id]);
+      expect(await leasedInDb(key.clientId)).toBe(4);
+    } finally {
+      await holder.end();
+    }
+  });
+
   it("a store's leases count for another store's claims of the key, and end when recorded", async () => {
     const [a, b] = [await store(), await store()];
     const { key } = await keyWith(a, 8);
