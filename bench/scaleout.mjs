@@ -88,6 +88,12 @@ function lockSampler(client, everyMs = 50) {
   };
 }
 
+/**
+ * Every window starts just after a checkpoint (and none comes during it: see the server's flags), so
+ * each pays the same full-page images on its first change of a page, whichever build or instance count.
+ */
+const checkpoint = (admin) => admin.query("CHECKPOINT");
+
 /** A measurement window: relay + server CPU, statements, WAL and lock waits between start() and its end(). */
 async function window(server, admin, dbName, relays, excludePids) {
   const oid = (await admin.query("SELECT oid FROM pg_database WHERE datname = $1", [dbName])).rows[0].oid;
@@ -160,7 +166,9 @@ export async function benchScaleout(ctx) {
   log(
     `\n[${elapsed()}] scale-out: ${cfg.instances.join(", ")} instance(s) on one durable PostgreSQL (delivery, intake, end to end)${oldDist ? `, A/B against ${oldDist}` : ""}; ${cfg.rounds} round(s)`,
   );
-  const server = await startPostgres({ flags: ["shared_preload_libraries=pg_stat_statements"] });
+  const server = await startPostgres({
+    flags: ["shared_preload_libraries=pg_stat_statements", "checkpoint_timeout=1h", "max_wal_size=4GB"],
+  });
   const admin = new pg.Client({ connectionString: server.admin });
   await admin.connect();
   try {
@@ -198,6 +206,7 @@ export async function benchScaleout(ctx) {
     const relays = await startN(n, url, sims.hold.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }, dist, `d-${tag}`);
     await receiver.call("reset");
     try {
+      await checkpoint(admin);
       if (Date.now() > dueAt - 300) log(`  !! ${n} instance(s) took longer than ${cfg.delivery.startS} s to start`);
       await sleep(Math.max(0, dueAt - 300 - Date.now()));
       const end = await window(server, admin, dbOf(url), relays, [adminPid]);
@@ -226,6 +235,7 @@ export async function benchScaleout(ctx) {
     try {
       if (cfg.intake.warmup)
         await Promise.all(opts("warm").map((o) => load({ ...o, amount: undefined, duration: cfg.intake.warmup })));
+      await checkpoint(admin);
       const end = await window(server, admin, dbOf(url), relays, [adminPid]);
       const results = await Promise.all(opts("bench").map((o) => load(o)));
       const accepted = results.reduce((s, r) => s + r.accepted, 0);
@@ -249,6 +259,7 @@ export async function benchScaleout(ctx) {
     );
     await receiver.call("reset");
     try {
+      await checkpoint(admin);
       const end = await window(server, admin, dbOf(url), relays, [adminPid]);
       const per = Math.max(1, Math.floor(cfg.e2e.connections / n));
       await Promise.all(
@@ -340,7 +351,7 @@ export async function benchScaleout(ctx) {
       .map((n) => `, ${n}`)
       .join(
         "",
-      )} instances of the built relay on one embedded PostgreSQL 18 (loopback, fsync=on, synchronous_commit=on, pg_stat_statements preloaded), a fresh database per measurement. Per unit: relay CPU (user + system of every instance, /proc/<pid>/stat) + PostgreSQL CPU (the postmaster and all its children, the bench's own backends left out) over the measured window; statements and their execution time from pg_stat_statements (this database only); WAL bytes from pg_current_wal_lsn() before and after; write transactions (commits) from txid_current() before and after; pg_locks sampled every 50 ms for locks not granted (mean sessions waiting, by lock type and mode). Delivery: ${cfg.delivery.events} task.succeeded events written before the instances start, due ${cfg.delivery.startS} s after the writing (every instance up and idle by then), CPU from just before the due time to the last arrival at the loopback receiver, rate between the first and the last arrival. Intake: autocannon per instance, ${cfg.intake.connections} connections split between them, ${cfg.intake.duration ? `${cfg.intake.duration} s after ${cfg.intake.warmup} s of warm-up` : `${cfg.intake.amount} requests`}, upstream held at one running task; every 201 checked to be a committed row. End to end: ${cfg.e2e.tasks} creations spread over the instances, simulator at 0 ms, from the first creation to the last webhook. ${cfg.rounds} round(s), medians; the ratio is ${top} instances' CPU per unit over one instance's (goal ≤ ${SCALEOUT_GOAL}).${oldDist ? ` "old" is ${oldDist}, measured side by side in the same run.` : ""}`,
+      )} instances of the built relay on one embedded PostgreSQL 18 (loopback, fsync=on, synchronous_commit=on, pg_stat_statements preloaded), a fresh database per measurement. Per unit: relay CPU (user + system of every instance, /proc/<pid>/stat) + PostgreSQL CPU (the postmaster and all its children, the bench's own backends left out) over the measured window; statements and their execution time from pg_stat_statements (this database only); WAL bytes from pg_current_wal_lsn() before and after (each window starts with a CHECKPOINT and none comes during it: checkpoint_timeout=1h, max_wal_size=4GB); write transactions (commits) from txid_current() before and after; pg_locks sampled every 50 ms for locks not granted (mean sessions waiting, by lock type and mode). Delivery: ${cfg.delivery.events} task.succeeded events written before the instances start, due ${cfg.delivery.startS} s after the writing (every instance up and idle by then), CPU from just before the due time to the last arrival at the loopback receiver, rate between the first and the last arrival. Intake: autocannon per instance, ${cfg.intake.connections} connections split between them, ${cfg.intake.duration ? `${cfg.intake.duration} s after ${cfg.intake.warmup} s of warm-up` : `${cfg.intake.amount} requests`}, upstream held at one running task; every 201 checked to be a committed row. End to end: ${cfg.e2e.tasks} creations spread over the instances, simulator at 0 ms, from the first creation to the last webhook. ${cfg.rounds} round(s), medians; the ratio is ${top} instances' CPU per unit over one instance's (goal ≤ ${SCALEOUT_GOAL}).${oldDist ? ` "old" is ${oldDist}, measured side by side in the same run.` : ""}`,
     settings,
     statements: server.statements,
     goal: SCALEOUT_GOAL,
