@@ -28,6 +28,8 @@
 //   BENCH_QUICK=1          a tiny run (a handful of requests, one round): checks the scripts still work
 //   BENCH_OUT=path.json    where to write the results (default bench/results.json; results.md beside it)
 //   BENCH_ROUNDS, BENCH_DURATION (s per intake measurement), BENCH_SCALE_ROWS, BENCH_PROFILE=0|1,
+//   BENCH_SCALEOUT_EVENTS, BENCH_SCALEOUT_TASKS (the scale-out row's outbox and end-to-end sizes),
+//   BENCH_SCALEOUT_OLD_DIST=<dist> (the scale-out row measures that build too, side by side),
 //   BENCH_RELAY_LOG_LEVEL (default info, the relay's default), BENCH_KEEP=1 (keep the temp folder)
 //   BENCH_ONLY=latency[,scheduling,postgres,profiles,fairness,prototypes,scaleout,eta]  run only these benchmarks and merge them into the existing results
 //                          file (the other rows keep their figures; the entry records its own date and commit)
@@ -1003,7 +1005,7 @@ async function prototypesRows(receiver, sims, pgServer) {
 /** When, on which commit and with which command a row was measured (rows merged by BENCH_ONLY keep their own). */
 function measuredNow() {
   // The command as run, with the sizes that shape the figures.
-  const sizes = ["BENCH_ROUNDS", "BENCH_DURATION", "BENCH_E2E_TASKS"]
+  const sizes = ["BENCH_ROUNDS", "BENCH_DURATION", "BENCH_E2E_TASKS", "BENCH_SCALEOUT_EVENTS", "BENCH_SCALEOUT_TASKS"]
     .filter((k) => process.env[k])
     .map((k) => `${k}=${process.env[k]} `)
     .join("");
