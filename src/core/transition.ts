@@ -54,11 +54,15 @@ export const transitionRules: TransitionRules = {
     };
   },
 
-  eventFor(before, after, now, firstAttemptDelayMs, expectedDurationMs = null) {
+  eventFor(before, after, now, firstAttemptDelayMs, expectedDurationMs = null, endpointEvents = []) {
     if (after.status === before.status) return null;
     const type = eventTypeFor(after.status);
-    const subscribed = JSON.parse(after.callbackEvents) as string[];
-    if (!type || !subscribed.includes(type)) return null;
+    if (!type) return null;
+    // The task's callback gets the types it subscribed to; the client's endpoints theirs (the event
+    // is then written for them, its own row `none`).
+    const subscribed = (JSON.parse(after.callbackEvents) as string[]).includes(type);
+    if (!subscribed && !endpointEvents.includes(type)) return null;
+    const toCallback = subscribed && after.callbackUrl !== null;
     const sequence = after.eventSequence + 1;
     const id = newId("evt", now);
     // `id` is the webhook-id header too, so tools that see only the body (Zapier) can deduplicate.
@@ -99,8 +103,8 @@ export const transitionRules: TransitionRules = {
       destinationHost: after.callbackUrl ? destinationHost(after.callbackUrl) : "",
       // The task's own headers (sealed) travel with its events: every attempt sends them.
       callbackHeaders: after.callbackHeaders,
-      deliveryStatus: after.callbackUrl ? "pending" : "none",
-      nextAttemptAt: after.callbackUrl ? now + firstAttemptDelayMs : null,
+      deliveryStatus: toCallback ? "pending" : "none",
+      nextAttemptAt: toCallback ? now + firstAttemptDelayMs : null,
       createdAt: now,
     };
   },

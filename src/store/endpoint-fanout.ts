@@ -10,6 +10,11 @@ export const DEFAULT_ENDPOINT_EVENTS = ["task.succeeded", "task.failed", "task.c
  */
 export const NOT_IN_FEED = -1;
 
+/** Every event type some endpoint of the list subscribes to. */
+export function subscribedTypes(endpoints: readonly WebhookEndpointRow[]): string[] {
+  return [...new Set(endpoints.flatMap((e) => JSON.parse(e.events) as string[]))];
+}
+
 /** An endpoint's delivery row id: the event's id and the endpoint's, so one event reaches one endpoint once. */
 export const endpointDeliveryId = (eventId: string, endpointId: string): string => `${eventId}_${endpointId}`;
 

@@ -147,6 +147,12 @@ export interface TransitionRules {
     now: number,
     firstAttemptDelayMs: number,
     expectedDurationMs?: number | null,
+    /**
+     * The event types the client's endpoints subscribe to (read by the store in the change's
+     * transaction): an event of one of them is written even when the task's own callback_events
+     * leave it out, its own row then `none` (the endpoints' rows carry it).
+     */
+    endpointEvents?: readonly string[],
   ): Omit<NewEventRow, "clientSeq"> | null;
 }
 

@@ -26,6 +26,8 @@ export function planTransition(
   before: TaskRow,
   patch: Partial<NewTaskRow>,
   opts: TransitionOptions,
+  /** The event types the client's endpoints subscribe to (see TransitionRules.eventFor). */
+  endpointEvents: readonly string[] = [],
 ): TransitionPlan {
   const prepared = rules.prepare(before, patch);
   // Undefined leaves a column as it is (as an UPDATE's SET would). Text is stored well-formed (a
@@ -37,7 +39,14 @@ export function planTransition(
   ) as Partial<NewTaskRow>;
   const changed = { ...before, ...set } as TaskRow;
   const { change, learn, wake } = rules.settle(before, changed);
-  const event = rules.eventFor(before, changed, opts.now, opts.firstAttemptDelayMs, opts.expectedDurationMs ?? null);
+  const event = rules.eventFor(
+    before,
+    changed,
+    opts.now,
+    opts.firstAttemptDelayMs,
+    opts.expectedDurationMs ?? null,
+    endpointEvents,
+  );
   const credit = change.charged !== 0 || change.refunded !== 0 || change.reserved !== 0 ? change : null;
   if (!event) return { patch: set, after: changed, credit, learn, wake, event: null };
   return {

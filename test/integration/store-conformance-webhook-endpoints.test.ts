@@ -111,6 +111,37 @@ describe.each(suite.dialects)("WebhookEndpointStore on %s", (_name, h) => {
     expect(rows.find((r) => r.endpointId === ep.id)!.nextAttemptAt).toBe(NOW);
   });
 
+  it("an endpoint gets a type the task's callback_events leave out: the event is written, the callback's row `none`", async () => {
+    const store = await h.shared();
+    const a = await client(store);
+    const ep = (await store.webhookEndpoints.create(endpointRow(a.id, { events: ["task.processing"] }), 10))!;
+    const req = task(a.id, fresh("t"), { callbackUrl: "https://hooks.example/cb" });
+    req.row = { ...req.row, callbackEvents: JSON.stringify(["task.succeeded"]) };
+    const { task: t } = await store.tasks.create(req);
+    const running = await store.tasks.transition(t, { status: "processing", phase: "submitted" }, opts());
+    const processing = await store.events.ofTask(t.id);
+    expect(processing.map((r) => [r.type, r.endpointId, r.deliveryStatus])).toEqual(
+      expect.arrayContaining([
+        ["task.processing", null, "none"],
+        ["task.processing", ep.id, "pending"],
+      ]),
+    );
+    expect(processing).toHaveLength(2);
+    // task.succeeded: the callback's, and no endpoint's (it subscribes to task.processing only).
+    await store.tasks.transition(running!, { status: "succeeded", phase: "done", completedAt: NOW }, opts());
+    const all = await store.events.ofTask(t.id);
+    expect(all.filter((r) => r.type === "task.succeeded").map((r) => [r.endpointId, r.deliveryStatus])).toEqual([
+      [null, "pending"],
+    ]);
+    // Without endpoints, a type the task leaves out is written for no one, as before.
+    const b = await client(store);
+    const reqB = task(b.id, fresh("t"), { callbackUrl: "https://hooks.example/cb" });
+    reqB.row = { ...reqB.row, callbackEvents: JSON.stringify(["task.succeeded"]) };
+    const { task: tb } = await store.tasks.create(reqB);
+    await store.tasks.transition(tb, { status: "processing", phase: "submitted" }, opts());
+    expect(await store.events.ofTask(tb.id)).toEqual([]);
+  });
+
   it("remove ends the endpoint's pending deliveries (never claimed again), keeps its delivered ones and the others'", async () => {
     const { store } = await h.fresh();
     const a = await client(store);

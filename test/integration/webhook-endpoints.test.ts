@@ -189,6 +189,29 @@ describe("delivery to endpoints", () => {
     ).toEqual(["task.failed", "task.succeeded"]);
   });
 
+  it("an endpoint subscribed to task.processing gets it though the task's callback did not ask for it; the callback does not", async () => {
+    const { t, up } = suite.setup();
+    const { apiKey } = t.client();
+    const cb = await suite.receiver();
+    const hook = await suite.receiver();
+    await createEndpoint(t, apiKey, { url: hook.url("/p"), events: ["task.processing", "task.succeeded"] });
+    const id = await createTask(t, apiKey, { callback_url: cb.url("/cb") });
+    await t.relay.submitter.runOnce();
+    up.set(up.taskOf(id)!.id, { status: "processing" });
+    t.clock.advance(2_000);
+    await t.relay.poller.runOnce();
+    up.set(up.taskOf(id)!.id, {
+      status: "succeeded",
+      output: { images: [{ url: "https://cdn.test/fox.png" }] },
+      usage: { points_charged: 20, points_refunded: 0 },
+    });
+    t.clock.advance(20_000);
+    await t.relay.poller.runOnce();
+    await deliverAll(t);
+    expect(posts(hook).map((r) => r.json.type)).toEqual(["task.processing", "task.succeeded"]);
+    expect(posts(cb).map((r) => r.json.type)).toEqual(["task.succeeded"]);
+  });
+
   it("a task without callback_url is delivered to the client's endpoint", async () => {
     const { t, up } = suite.setup();
     const { apiKey } = t.client();

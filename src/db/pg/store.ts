@@ -23,7 +23,8 @@ import type {
   TransitionRules,
 } from "../../store/store.js";
 import { pgEndpointStore } from "./endpoints.js";
-import { fanOutEvent, pgWebhookEndpoints } from "./webhook-endpoints.js";
+import { endpointsOf, fanOutEvent, pgWebhookEndpoints } from "./webhook-endpoints.js";
+import { subscribedTypes } from "../../store/endpoint-fanout.js";
 import { pgNoticeStore } from "./notices.js";
 import { columnsOf, T, E, unclaimed, RELEASED, CHANNEL, types, type Row, type Queryable } from "./mapping.js";
 import { planTransition } from "../../store/transition-plan.js";
@@ -217,7 +218,12 @@ export class PgStore implements Store, PgContext {
     const before = locked ?? (await this.lockTask(c, id));
     if (!before || (o.token && before.claimToken !== o.token)) return undefined;
     // Planned once (store/transition-plan.ts), applied here; the row is locked, so the plan's row is the stored one.
-    const plan = planTransition(this.rules, before, patch, o);
+    // A change of status writes an event: the client's endpoints decide which types are written and who gets them.
+    const endpoints =
+      patch.status !== undefined && patch.status !== before.status
+        ? await endpointsOf(c, this.q, before.clientId)
+        : undefined;
+    const plan = planTransition(this.rules, before, patch, o, subscribedTypes(endpoints ?? []));
     const { clientId } = plan.after;
     // Delivered at commit: requests held by Prefer: wait on other instances read the task again.
     if (plan.after.status !== before.status || plan.after.phase !== before.phase)
@@ -248,7 +254,7 @@ export class PgStore implements Store, PgContext {
     // event takes no lock on its client.
     const ins = E.insert("events", { ...plan.event, clientSeq: 0 });
     await c.query(ins.sql, ins.values);
-    await fanOutEvent(c, this.q, plan.event);
+    await fanOutEvent(c, this.q, plan.event, endpoints);
     await c.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
     return plan.after;
   }

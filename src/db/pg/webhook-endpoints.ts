@@ -64,7 +64,7 @@ export function pgWebhookEndpoints(s: PgContext): WebhookEndpointStore {
   };
 }
 
-async function endpointsOf(on: Queryable, q: PgContext["q"], clientId: string): Promise<WebhookEndpointRow[]> {
+export async function endpointsOf(on: Queryable, q: PgContext["q"], clientId: string): Promise<WebhookEndpointRow[]> {
   return (await q("SELECT * FROM webhook_endpoints WHERE client_id = $1 ORDER BY created_at, id", [clientId], on)).map(
     (r) => mapRow<WebhookEndpointRow>(r),
   );
@@ -79,10 +79,11 @@ export async function fanOutEvent(
   c: Queryable,
   q: PgContext["q"],
   event: Omit<NewEventRow, "clientSeq">,
+  endpoints?: readonly WebhookEndpointRow[],
 ): Promise<void> {
-  const endpoints = await endpointsOf(c, q, event.clientId);
-  if (endpoints.length === 0) return;
-  for (const row of endpointDeliveries(event, endpoints)) {
+  const to = endpoints ?? (await endpointsOf(c, q, event.clientId));
+  if (to.length === 0) return;
+  for (const row of endpointDeliveries(event, to)) {
     const ins = E.insert("events", { ...row, clientSeq: NOT_IN_FEED });
     await c.query(ins.sql, ins.values);
   }

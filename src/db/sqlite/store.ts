@@ -43,7 +43,8 @@ import { sqliteSessions } from "./sessions.js";
 import { sqliteOps } from "./ops.js";
 import type { SqliteContext } from "./context.js";
 import { sqliteRateLimits } from "./rate-limits.js";
-import { fanOutEvent, sqliteWebhookEndpoints } from "./webhook-endpoints.js";
+import { endpointsOf, fanOutEvent, sqliteWebhookEndpoints } from "./webhook-endpoints.js";
+import { subscribedTypes } from "../../store/endpoint-fanout.js";
 
 const NO_RESERVATIONS = { inFlight: 0, ahead: 0, others: 0 };
 
@@ -63,7 +64,10 @@ export function transitionIn(
   const before = findTaskPrepared(db, id);
   if (!before || (token && before.claimToken !== token)) return undefined;
   // Planned once (store/transition-plan.ts), applied here: one write of the row, then the books and the outbox.
-  const plan = planTransition(rules, before, patch, opts);
+  // A change of status writes an event: the client's endpoints decide which types are written and who gets them.
+  const endpoints =
+    patch.status !== undefined && patch.status !== before.status ? endpointsOf(db, before.clientId) : undefined;
+  const plan = planTransition(rules, before, patch, opts, subscribedTypes(endpoints ?? []));
   if (Object.keys(plan.patch).length > 0 && !writeTask(db, id, token, plan.patch)) return undefined;
   const { clientId } = plan.after;
   if (plan.credit) applyCreditChange(db, clientId, id, plan.credit, now);
@@ -71,7 +75,7 @@ export function transitionIn(
   if (plan.learn) learnPrice(db, plan.learn.priceKey, plan.learn.points, now);
   if (plan.event) {
     insertEventPrepared(db, plan.event);
-    fanOutEvent(db, plan.event);
+    fanOutEvent(db, plan.event, endpoints);
   }
   return plan.after;
 }

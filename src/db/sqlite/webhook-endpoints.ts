@@ -74,8 +74,11 @@ export function endpointsOf(db: Db, clientId: string): WebhookEndpointRow[] {
  * open transaction (the one that writes the event). The feed lists the event once, by its own row:
  * these are written at NOT_IN_FEED, a position the feed never hands out nor reads.
  */
-export function fanOutEvent(db: Db, event: Omit<NewEventRow, "clientSeq">): void {
-  const endpoints = endpointsOf(db, event.clientId);
+export function fanOutEvent(
+  db: Db,
+  event: Omit<NewEventRow, "clientSeq">,
+  endpoints: readonly WebhookEndpointRow[] = endpointsOf(db, event.clientId),
+): void {
   if (endpoints.length === 0) return;
   for (const row of endpointDeliveries(event, endpoints))
     insertEveryColumn(db, events, { ...row, clientSeq: NOT_IN_FEED }, ["seq"]);
