@@ -70,6 +70,10 @@ describe("PostgreSQL: no hot row per client", () => {
     const c = await contractClient(store, { creditLimit: 1_000 });
     const version = async () =>
       (await store.pool.query("SELECT xmin::text AS v FROM clients WHERE id = $1", [c.id])).rows[0].v as string;
+    // A known price: each submission reserves it (an unknown one would take the whole room).
+    await store.pool.query("INSERT INTO learned_prices (price_key, points, updated_at) VALUES ('pk-hot', 10, $1)", [
+      NOW,
+    ]);
     const before = await version();
     // Another transaction holds the lock an UPDATE of the client takes (an operator editing it, say).
     const holder = new pg.Client({ connectionString: url });
@@ -79,7 +83,8 @@ describe("PostgreSQL: no hot row per client", () => {
     await holder.query("SELECT 1 FROM clients WHERE id = $1 FOR NO KEY UPDATE", [c.id]);
 
     const lifecycle = async (i: number): Promise<TaskRow> => {
-      const { task } = await store.tasks.create(contractTask(c.id, `hot-${i}`, {}, { admit: admitPriced(10) }));
+      const req = contractTask(c.id, `hot-${i}`, {}, { admit: admitPriced(10) });
+      const { task } = await store.tasks.create({ ...req, row: { ...req.row, priceKey: "pk-hot" } });
       const [leased] = await store.tasks.claimIds([task.id], "waiting", { now: NOW, leaseMs: 30_000, token: `s:${i}` });
       const begun = await store.tasks.beginSubmission(task.id, `s:${i}`, submit, opts(`s:${i}`));
       expect(begun?.kind).toBe("go");

@@ -6,13 +6,8 @@ import { CHANNEL, T, columnsOf } from "./mapping.js";
 /** What a creation needs from the driver: one statement, and the per-request path for what a batch cannot take. */
 export interface IntakePort {
   q(sql: string, values: unknown[]): Promise<Record<string, unknown>[]>;
-  /** `work` in one transaction, its statements run by the `q` it is given; a throw rolls it back. */
-  tx<R>(work: (q: IntakePort["q"]) => Promise<R>): Promise<R>;
   single(req: NewTaskRequest): Promise<CreateResult>;
 }
-
-/** The batch would take a client past its storage bound: rolled back, and each creation decided alone. */
-class OverStorageBound extends Error {}
 
 interface Pending {
   req: NewTaskRequest;
@@ -40,9 +35,11 @@ const MAX_BATCH = 256;
  * Creations with a cap or a credit limit take the per-request path, under the client's credit lock (credit-books.ts).
  *
  * The same statement adds the rows' stored bytes to their clients' (client_storage: one row write
- * per client per batch, not per task), in a transaction that is rolled back when a client would be
- * over its storage bound: each creation of the batch is then decided alone, under that row's lock,
- * so a burst stops exactly at the bound.
+ * per client per batch, not per task) and fails, so writes nothing, when a client would be over its
+ * storage bound: each creation of the batch is then decided alone, under that row's lock, so a
+ * burst stops exactly at the bound. One statement, its own transaction: the client_storage row,
+ * which every batch of the client's creations on every instance updates, is locked for that
+ * statement and its commit only (no BEGIN and COMMIT round trips while it is held).
  */
 export class PgIntakeBatches {
   private queue: Pending[] = [];
@@ -109,7 +106,8 @@ export class PgIntakeBatches {
   /**
    * One multi-row INSERT, with its rows' stored bytes counted onto their clients in the same
    * statement (rows skipped as replays count nothing); the rows it wrote, by task id. Throws, having
-   * written nothing, when a client's total would pass its bound.
+   * written nothing, when a client's total would pass its bound: the statement's last step casts a
+   * text that is no number for such a row, only then (a column of the row, so never folded early).
    */
   private async insert(reqs: NewTaskRequest[]): Promise<Map<string, Record<string, unknown>>> {
     const values: unknown[] = [];
@@ -125,23 +123,23 @@ export class PgIntakeBatches {
       });
       return `(${params.join(", ")})`;
     });
-    const rows = await this.port.tx(async (q) => {
-      const written = await q(
-        `WITH ins AS (
-           INSERT INTO tasks (${COLUMNS.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")}
-           ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING *
-         ), counted AS (
-           INSERT INTO client_storage (client_id, stored_bytes) SELECT client_id, sum(stored_bytes) FROM ins GROUP BY client_id
-           ON CONFLICT (client_id) DO UPDATE SET stored_bytes = client_storage.stored_bytes + excluded.stored_bytes
-           RETURNING client_id, stored_bytes AS client_stored_bytes
-         )
-         SELECT ins.*, counted.client_stored_bytes FROM ins JOIN counted USING (client_id)`,
-        values,
-      );
-      if (written.some((r) => Number(r.client_stored_bytes) > (bounds.get(r.client_id as string) ?? Infinity)))
-        throw new OverStorageBound();
-      return written;
-    });
+    values.push([...bounds.keys()], [...bounds.values()]);
+    const rows = await this.port.q(
+      `WITH ins AS (
+         INSERT INTO tasks (${COLUMNS.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")}
+         ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING *
+       ), counted AS (
+         INSERT INTO client_storage (client_id, stored_bytes) SELECT client_id, sum(stored_bytes) FROM ins GROUP BY client_id
+         ON CONFLICT (client_id) DO UPDATE SET stored_bytes = client_storage.stored_bytes + excluded.stored_bytes
+         RETURNING client_id, stored_bytes AS client_stored_bytes
+       ), bound AS (
+         SELECT * FROM unnest($${values.length - 1}::text[], $${values.length}::bigint[]) AS b(client_id, max_bytes)
+       )
+       SELECT ins.*, counted.client_stored_bytes,
+              CASE WHEN counted.client_stored_bytes > bound.max_bytes THEN ('over the storage bound: ' || ins.client_id)::bigint END AS over_bound
+       FROM ins JOIN counted USING (client_id) LEFT JOIN bound USING (client_id)`,
+      values,
+    );
     return new Map(rows.map((r) => [r.id as string, r]));
   }
 }

@@ -86,7 +86,6 @@ export function pgTasks(s: PgContext): TaskStore {
   // Creations without a cap or credit limit are group-committed (one multi-row INSERT per turn).
   const batches = new PgIntakeBatches({
     q: (sql, values) => q(sql, values),
-    tx: (work) => s.tx((c) => work((sql, values) => q(sql, values, c))),
     single,
   });
   return {
