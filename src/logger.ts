@@ -25,6 +25,12 @@ const REDACT = [
   "*.key",
 ];
 
+/**
+ * Without a destination, lines go to stdout written asynchronously: a busy relay writes the lines
+ * of many requests in one write, off the event loop, instead of one blocking write per line (a
+ * file or pipe that is slow to take them would otherwise stall every request). pino writes what is
+ * still buffered when the process exits.
+ */
 export function createLogger(level: LevelWithSilent = "info", destination?: pino.DestinationStream): Logger {
   return pino(
     {
@@ -34,7 +40,7 @@ export function createLogger(level: LevelWithSilent = "info", destination?: pino
       redact: { paths: REDACT, censor: "[redacted]" },
       formatters: { level: (label) => ({ level: label }) },
     },
-    destination,
+    destination ?? pino.destination({ dest: 1, sync: false }),
   );
 }
 
