@@ -48,6 +48,13 @@ export const MAX_PAYLOAD_BYTES = WEBHOOK_BODY_MAX_BYTES;
 /** How soon after a refill the loop claims for everyone else (a new client's events wait at most this long for it). */
 const SWEEP_AFTER_REFILL_MS = 200;
 
+/**
+ * A key a claim found at its cap across instances (see Dispatcher.markSaturated) is left out of the
+ * loop's claims for this long at first, doubling each time it is found so again, up to the max.
+ */
+export const SATURATED_BACKOFF_MS = 100;
+export const SATURATED_BACKOFF_MAX_MS = 1_000;
+
 /** What one claim started, and whether it took as many events as it had room for. */
 interface Claimed {
   started: Promise<void>[];
@@ -88,6 +95,13 @@ export class Dispatcher {
   onSettled: () => void = () => {};
 
   private claiming: Promise<Claimed> | null = null;
+  /**
+   * Keys found at their cap across instances (other instances hold the rest of maxPerKey, which this
+   * pool cannot see): left out of the loop's claims and its next-due probe until `until`, so the
+   * loop does not claim them again and again to find nothing. `backoffMs` doubles while the key
+   * stays so; a claim that takes any of its events forgets it.
+   */
+  private readonly saturated = new Map<string, { until: number; backoffMs: number }>();
   /** The whole retry schedule's time: how long an event may wait for a paused host without spending retries on trials. */
   private readonly scheduleSpanMs: number;
   private readonly events: DeliveryLifecycle;
@@ -154,17 +168,53 @@ export class Dispatcher {
     if (this.slots.free <= 0) return null;
     // Saturated keys and clients wake the loop when an attempt settles (onSettled); open circuits
     // postponed their events to the trial time, so the due index and the next trial say when to wake.
+    // Keys saturated by other instances wake the loop when their back-off ends.
     const now = this.opts.clock.now();
     const due = await this.opts.store.events.nextDueAt({
       now,
-      excludeKeys: this.busyKeys(),
+      excludeKeys: this.excludedKeys(now),
       excludeClients: this.busyClients(),
     });
     const trialDue = this.breakers
       .dueTrials()
       .some((key) => this.slots.room(splitDeliveryKey(key)[0]) > 0 && this.keyRoom(key) > 0);
-    const trialAt = trialDue ? now : this.breakers.nextTrialAt();
-    return due === null ? trialAt : trialAt === null ? due : Math.min(due, trialAt);
+    let next = trialDue ? now : this.breakers.nextTrialAt();
+    if (due !== null) next = next === null ? due : Math.min(next, due);
+    for (const { until } of this.saturated.values()) next = next === null ? until : Math.min(next, until);
+    return next;
+  }
+
+  /** Keys the loop's claim and next-due probe leave out: busy here (busyKeys), or saturated by other instances until their back-off ends. */
+  private excludedKeys(now: number): string[] {
+    const keys = this.busyKeys();
+    for (const [key, { until }] of this.saturated) if (until > now && this.keyRoom(key) > 0) keys.push(key);
+    return keys;
+  }
+
+  /**
+   * After a claim of the due index: a key that had due events in the claim's window and room in
+   * this pool, whose client had room too, yet got none while the claim took less than it could,
+   * was refused by the store's count across instances (EventClaimOptions.maxPerKey: the other
+   * instances hold the rest of the cap), or its lock was held by another instance's claim of it.
+   * This pool cannot see those leases, so without a note the loop's next-due probe would find the
+   * key's backlog due now and claim it again every turn to find nothing (a statement or two per
+   * turn, every 25 ms, per instance). The note leaves the key out for a back-off (100 ms doubling to
+   * 1 s while it stays so); meanwhile this instance's own attempts of the key still refill it as
+   * they settle (refill counts the shared leases itself), so the key loses no throughput: it is at
+   * its cap across instances. A key that got some events, or had none in the window, is forgotten.
+   */
+  private noteSaturated(asked: ReadonlySet<string>, claimed: readonly EventRow[], full: boolean, now: number): void {
+    const got = new Set<string>();
+    for (const e of claimed) got.add(deliveryKey(e.clientId, e.destinationHost));
+    for (const key of [...this.saturated.keys()])
+      if (got.has(key) || (!asked.has(key) && (this.saturated.get(key)?.until ?? 0) <= now)) this.saturated.delete(key);
+    if (full) return;
+    for (const key of asked) {
+      if (got.has(key) || this.keyRoom(key) <= 0 || this.slots.room(splitDeliveryKey(key)[0]) <= 0) continue;
+      const before = this.saturated.get(key);
+      const backoffMs = before ? Math.min(SATURATED_BACKOFF_MAX_MS, before.backoffMs * 2) : SATURATED_BACKOFF_MS;
+      this.saturated.set(key, { until: now + backoffMs, backoffMs });
+    }
   }
 
   /** Clients that may start nothing now (their share: docs/contract.md, "Fair share" and "One fair pool"): none of their events are claimed (each has attempts in flight, so the list is bounded). */
@@ -220,13 +270,20 @@ export class Dispatcher {
     }
     if (room <= 0) return { started, full: true };
 
+    const now = clock.now();
+    // Keys the store was asked about with room here: those among them that got nothing may be at their cap across instances.
+    const asked = new Set<string>();
     const claimed = await store.events.claimDue({
-      now: clock.now(),
+      now,
       leaseMs,
       token: owner.token(),
       limit: room,
-      excludeKeys: this.busyKeys(),
-      keyRoom: (key) => this.keyRoom(key),
+      excludeKeys: this.excludedKeys(now),
+      keyRoom: (key) => {
+        const n = this.keyRoom(key);
+        if (n > 0) asked.add(key);
+        return n;
+      },
       maxPerKey: this.maxPerHost,
       excludeClients: this.busyClients(),
       clientRoom: (clientId, picked) => this.slots.room(clientId, picked),
@@ -235,7 +292,9 @@ export class Dispatcher {
       const work = this.start(event, await clientOf(event.clientId));
       if (work) started.push(this.track(event, work));
     }
-    return { started, full: claimed.length >= room };
+    const full = claimed.length >= room;
+    this.noteSaturated(asked, claimed, full, now);
+    return { started, full };
   }
 
   /**
