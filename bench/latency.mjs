@@ -318,6 +318,21 @@ export async function benchLatency({ quick = false, tmp, track = (c) => c, log =
 
     const latencies = [];
     const detection = [];
+    // Detection split at the first read (any page) the simulator received after the completion:
+    // the wait for the next sweep, then what the sweep took until the relay recorded the end.
+    const readTimes = [...reads.times].sort((a, b) => a - b);
+    const firstReadAfter = (at) => {
+      let lo = 0;
+      let hi = readTimes.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (readTimes[mid] < at) lo = mid + 1;
+        else hi = mid;
+      }
+      return lo < readTimes.length ? readTimes[lo] : null;
+    };
+    const waitForRead = [];
+    const afterRead = [];
     const deliveryMs = [];
     const byOutcome = { succeeded: [], failed: [] };
     let missing = 0;
@@ -335,6 +350,11 @@ export async function benchLatency({ quick = false, tmp, track = (c) => c, log =
       if (Number.isFinite(a.relayCompletedAt)) {
         detection.push(a.relayCompletedAt - t.completed_at_ms);
         deliveryMs.push(a.at - a.relayCompletedAt);
+        const read = firstReadAfter(t.completed_at_ms);
+        if (read !== null && read <= a.relayCompletedAt) {
+          waitForRead.push(read - t.completed_at_ms);
+          afterRead.push(a.relayCompletedAt - read);
+        }
       }
     }
     let signatureOk = true;
@@ -376,6 +396,7 @@ export async function benchLatency({ quick = false, tmp, track = (c) => c, log =
       completion_to_webhook_ms: dist,
       by_outcome_ms: { succeeded: distribution(byOutcome.succeeded), failed: distribution(byOutcome.failed) },
       detection_ms: distribution(detection),
+      detection_split_ms: { wait_for_read: distribution(waitForRead), read_to_recorded: distribution(afterRead) },
       delivery_ms: distribution(deliveryMs),
       reads: {
         total: reads.task_reads,
@@ -395,7 +416,7 @@ export async function benchLatency({ quick = false, tmp, track = (c) => c, log =
       met: budgetOk && p95Ok && complete,
     };
     log(
-      `  ${result.delivered}/${cfg.tasks} webhooks (${result.failed_tasks} failed tasks); completion->webhook p50 ${dist.p50} ms, p95 ${dist.p95} ms, max ${dist.max} ms (detection p50 ${result.detection_ms.p50} / p95 ${result.detection_ms.p95} ms, delivery p50 ${result.delivery_ms.p50} / p95 ${result.delivery_ms.p95} ms); ${result.reads.per_task} reads/task (${reads.list_reads} list + ${reads.single_reads} single); busiest minute ${busiestReads}/${READS_PER_MINUTE} reads; ${result.reads.bursts.count} read bursts of p50 ${result.reads.bursts.reads.p50} reads, p50 ${result.reads.bursts.start_to_start_ms.p50} ms apart${reads.rate_limited ? `, ${reads.rate_limited} answered 429` : ""}`,
+      `  ${result.delivered}/${cfg.tasks} webhooks (${result.failed_tasks} failed tasks); completion->webhook p50 ${dist.p50} ms, p95 ${dist.p95} ms, max ${dist.max} ms (detection p50 ${result.detection_ms.p50} / p95 ${result.detection_ms.p95} ms: the next read after p50 ${result.detection_split_ms.wait_for_read.p50} / p95 ${result.detection_split_ms.wait_for_read.p95}, then recorded after p50 ${result.detection_split_ms.read_to_recorded.p50} / p95 ${result.detection_split_ms.read_to_recorded.p95}; delivery p50 ${result.delivery_ms.p50} / p95 ${result.delivery_ms.p95} ms); ${result.reads.per_task} reads/task (${reads.list_reads} list + ${reads.single_reads} single); busiest minute ${busiestReads}/${READS_PER_MINUTE} reads; ${result.reads.bursts.count} read bursts of p50 ${result.reads.bursts.reads.p50} reads, p50 ${result.reads.bursts.start_to_start_ms.p50} ms apart${reads.rate_limited ? `, ${reads.rate_limited} answered 429` : ""}`,
     );
     if (!budgetOk)
       log(

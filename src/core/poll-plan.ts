@@ -34,6 +34,17 @@ export const SWEEP_SHARE_IDLE = 0.5;
 export const DUE_QUANTILE = 0.1;
 export const MIN_SWEEP_INTERVAL_MS = 1_000;
 export const MAX_SWEEP_INTERVAL_MS = 60_000;
+/**
+ * While the account is quiet (its last full sweep found no task ended), a
+ * probe, one page of the unfiltered list, stands in for the full sweep, every PROBE_READS reads'
+ * worth of the budget's pace (1.8 s at 100 a minute); anything it shows changed brings the full
+ * sweep at once. A full sweep still runs at least every QUIET_FULL_MS. While nothing ends, the
+ * reads a full sweep would spend are kept for when tasks do (see sweepInterval).
+ */
+export const PROBE_READS = 3;
+export const QUIET_FULL_MS = 15_000;
+/** How much faster than the budget's steady pace sweeps may go on reads an earlier quiet spell left unspent. */
+export const MAX_PACE_FACTOR = 3;
 /** Finished candidates worth reading the terminal lists for (fewer: single reads). */
 export const HARVEST_MIN = 3;
 /** After an unreadable list body, single reads only for this long, then the list is tried again. */
@@ -63,6 +74,16 @@ export interface ListState {
   /** null until a terminal list was read; false when its items came without output (harvest pointless). */
   harvestUseful: boolean | null;
   warned: boolean;
+  /** The last full sweep found no task ended: probes stand in for full sweeps (PROBE_READS). */
+  quiet: boolean;
+  /** When the last full sweep ended (0: none yet). */
+  lastFullAt: number;
+  /**
+   * The cursor of the unfiltered list's page where the last complete pass of it found the oldest
+   * task in flight (null: the first page): where probes read, those tasks being the likeliest to
+   * end first. Dropped when a probe with it fails.
+   */
+  tailCursor: string | null;
 }
 
 export function newListState(): ListState {
@@ -73,6 +94,9 @@ export function newListState(): ListState {
     unsupportedUntil: 0,
     harvestUseful: null,
     warned: false,
+    quiet: false,
+    lastFullAt: 0,
+    tailCursor: null,
   };
 }
 
@@ -86,6 +110,8 @@ export interface SweepResult {
   complete: boolean;
   /** The list body was not understood: the account must fall back to single reads. */
   unsupported: boolean;
+  /** An unfiltered pass only: the cursor its last page was read with (null: the first page). */
+  tailCursor?: string | null;
 }
 
 /** What the poller knows of an account when it plans a tick. */
@@ -111,11 +137,14 @@ export type SweepStep =
   | { kind: "skip" }
   | { kind: "later" }
   | { kind: "sweep"; sweep: SweepKind }
+  | { kind: "probe" }
   | { kind: "wait"; reads: number };
 
 export function planSweep(view: AccountView, budget: { available: number; perMinute: number }): SweepStep {
   if (!sweepsCover(view)) return { kind: "skip" };
   if (view.now < view.state.nextSweepAt) return { kind: "later" };
+  if (view.state.quiet && view.now - view.state.lastFullAt < QUIET_FULL_MS)
+    return budget.available >= 1 ? { kind: "probe" } : { kind: "wait", reads: 1 };
   const sweep = sweepKind(view.state);
   const need = Math.min(budget.perMinute, Math.max(2, view.state.cost[sweep] ?? 2));
   return budget.available >= need ? { kind: "sweep", sweep } : { kind: "wait", reads: need };
@@ -124,10 +153,14 @@ export function planSweep(view: AccountView, budget: { available: number; perMin
 /**
  * While tasks are ending (the last sweep found enough of them to make an active sweep read the
  * terminal lists), the unfiltered list unless it measured dearer than an active sweep with its
- * harvest; otherwise the active lists alone, which then need no harvest.
+ * harvest; when none ended, the unfiltered list too (unless it does not show every task);
+ * otherwise the active lists alone, which then need no harvest.
  */
 export function sweepKind(state: ListState): SweepKind {
   const { active, all } = state.cost;
+  // Nothing ended last time: both cost the pages down to the oldest task in flight; the unfiltered
+  // list's pass also finds where that task is, for the probes of a quiet spell (tailCursor).
+  if (state.lastEnded === 0 && all !== Infinity) return "all";
   if (state.lastEnded < HARVEST_MIN || all === Infinity || active === null || state.harvestUseful === false)
     return "active";
   return all === null || all <= active ? "all" : "active";
@@ -253,7 +286,31 @@ export type SweepOutcome =
       covered: number;
       changed: string[];
       flag: string[];
+      /** Nothing ended: probes stand in for the next full sweeps (PROBE_READS). */
+      quiet: boolean;
     };
+
+/**
+ * Whether a list item settles its task: ended, with its output when it succeeded, and its charge.
+ * Without either, one single read fetches what the list left out (docs/contract.md, "Upstream
+ * answers": never "free").
+ */
+export function settles(remote: UpstreamTask | undefined): boolean {
+  const status = remote?.status ?? null;
+  return (
+    status !== null &&
+    TERMINAL_STATUSES.has(status) &&
+    !(status === "succeeded" && (remote!.output === null || remote!.output === undefined)) &&
+    remote!.usage.pointsCharged !== null
+  );
+}
+
+/** The read budget as sweeps are paced by it; `readsInLast(ms)`: reads spent in the last `ms` (absent: none known). */
+export interface PaceBudget {
+  windowMs: number;
+  perMinute: number;
+  readsInLast?: (ms: number) => number;
+}
 
 export interface SweepOutcomeInput {
   inFlight: readonly InFlightTask[];
@@ -262,17 +319,76 @@ export interface SweepOutcomeInput {
   candidates: ReadonlySet<string>;
   now: number;
   share: number;
-  budget: { windowMs: number; perMinute: number };
+  budget: PaceBudget;
+  /** When the previous full sweep ended (0: none), to tell how fast tasks end. */
+  lastFullAt?: number;
 }
 
-export function sweepOutcome({ inFlight, result, candidates, now, share, budget }: SweepOutcomeInput): SweepOutcome {
+/**
+ * The time until the next full sweep. Paced over the budget's own window (a minute and its safety
+ * second) at the sweep's share, so a sweep at full share finds its reads free again when it is
+ * due. While tasks are ending, faster if the window has room: the reads the tasks in flight leave
+ * to the budget until they are expected to have ended (`remaining` of them, ending at
+ * `endedPerMs`), less one sweep's for after that, spread over that time. Reads left unspent in a quiet spell thus go to the
+ * completions that follow it, and the pace falls back to the window's once they are spent; the
+ * budget itself is never exceeded (a sweep waits for its reads: planSweep).
+ */
+export function sweepInterval(
+  reads: number,
+  share: number,
+  budget: PaceBudget,
+  ending?: { remaining: number; endedPerMs: number },
+): number {
+  const steady = (share * budget.perMinute) / budget.windowMs;
+  let rate = steady;
+  if (ending && ending.endedPerMs > 0 && ending.remaining > 0 && budget.readsInLast && share >= SWEEP_SHARE_DUE) {
+    const horizon = Math.min(budget.windowMs, Math.max(MIN_SWEEP_INTERVAL_MS, ending.remaining / ending.endedPerMs));
+    // Reads made before (now - window + horizon) have left the window by the horizon's end; one
+    // more sweep is kept for after it (the last of the tasks end later than their mean says).
+    const free = budget.perMinute - budget.readsInLast(budget.windowMs - horizon) - reads;
+    rate = Math.min(MAX_PACE_FACTOR * steady, Math.max(steady, free / horizon));
+  }
+  return Math.round(Math.min(MAX_SWEEP_INTERVAL_MS, Math.max(MIN_SWEEP_INTERVAL_MS, reads / rate)));
+}
+
+/** The pace of probes while the account is quiet: one read every PROBE_READS reads' worth of the budget's steady pace. */
+export function probeInterval(budget: PaceBudget): number {
+  return Math.max(MIN_SWEEP_INTERVAL_MS, (PROBE_READS * budget.windowMs) / budget.perMinute);
+}
+
+/**
+ * What a probe's page means. `ended`: it shows a task in flight ended (settles() ones were recorded
+ * already): the quiet spell is over, the full sweep runs at once. `changed`: tasks in flight it
+ * shows running in another status than recorded (queued to processing), recorded from the page;
+ * they do not end the spell. Otherwise the next probe is paced by probeInterval.
+ */
+export function probeOutcome(
+  inFlight: readonly InFlightTask[],
+  seen: ReadonlyMap<string, UpstreamTask>,
+  now: number,
+  budget: PaceBudget,
+): { ended: boolean; changed: string[]; nextSweepAt: number } {
+  let ended = false;
+  const changed: string[] = [];
+  for (const task of inFlight) {
+    const remote = task.upstreamTaskId ? seen.get(task.upstreamTaskId) : undefined;
+    if (!remote || remote.status === null || remote.status === task.status) continue;
+    if (TERMINAL_STATUSES.has(remote.status)) ended = true;
+    else changed.push(task.id);
+  }
+  return { ended, changed, nextSweepAt: ended ? now : now + probeInterval(budget) };
+}
+
+export function sweepOutcome({
+  inFlight,
+  result,
+  candidates,
+  now,
+  share,
+  budget,
+  lastFullAt = 0,
+}: SweepOutcomeInput): SweepOutcome {
   if (result.unsupported) return { kind: "unsupported", unsupportedUntil: now + LIST_RETRY_MS };
-  // Paced over the budget's own window (a minute and its safety second), so a sweep at full
-  // share finds its reads free again when it is due.
-  const interval = Math.min(
-    MAX_SWEEP_INTERVAL_MS,
-    Math.max(MIN_SWEEP_INTERVAL_MS, (result.reads * budget.windowMs) / (share * budget.perMinute)),
-  );
   let covered = 0;
   let ended = 0;
   const changed: string[] = [];
@@ -281,12 +397,7 @@ export function sweepOutcome({ inFlight, result, candidates, now, share, budget 
     const remote = task.upstreamTaskId ? result.seen.get(task.upstreamTaskId) : undefined;
     const status = remote?.status ?? null;
     const terminal = status !== null && TERMINAL_STATUSES.has(status);
-    // Ended with its output and a charge (or one read before): the list settles it. Without
-    // either, one single read fetches what the list left out (docs/contract.md, "Upstream answers": never "free").
-    const settled =
-      terminal &&
-      !(status === "succeeded" && (remote!.output === null || remote!.output === undefined)) &&
-      remote!.usage.pointsCharged !== null;
+    const settled = settles(remote);
     if (terminal || (task.upstreamTaskId && candidates.has(task.upstreamTaskId))) ended += 1;
     if (settled || (status !== null && !terminal)) {
       covered += 1;
@@ -295,14 +406,26 @@ export function sweepOutcome({ inFlight, result, candidates, now, share, budget 
       flag.push(task.id);
     }
   }
+  const interval = sweepInterval(
+    result.reads,
+    share,
+    budget,
+    lastFullAt > 0 && now > lastFullAt
+      ? { remaining: inFlight.length - ended, endedPerMs: ended / (now - lastFullAt) }
+      : undefined,
+  );
+  // Tasks only moving from queued to processing do not keep the sweeps at their pace: reads go
+  // where tasks end (a probe records such moves on its page; the full sweep within QUIET_FULL_MS).
+  const quiet = ended === 0 && flag.length === 0;
   return {
     kind: "read",
-    nextSweepAt: now + interval,
+    nextSweepAt: now + (quiet ? Math.min(interval, probeInterval(budget)) : interval),
     coveredUntil: now + 2 * interval + 5_000,
     ended,
     covered,
     changed,
     flag,
+    quiet,
   };
 }
 

@@ -1,11 +1,18 @@
 import type { SweepResult } from "../core/poll-plan.js";
 import type { TaskStatus } from "../statuses.js";
 import type { UpstreamClient } from "../upstream/client.js";
+import type { UpstreamTask } from "../upstream/types.js";
 
 export const LIST_PAGE_LIMIT = 100;
 
 /** The one upstream call sweeps make. */
 export type ListClient = Pick<UpstreamClient, "listTasks">;
+
+/**
+ * Told of each page's items as soon as it is read (with their status), before the next read: what
+ * a page settles is recorded while the sweep reads on, not after its last page.
+ */
+export type OnPage = (items: UpstreamTask[]) => void;
 
 export interface SweepPlan {
   /** Read the queued list too (only needed while some task is still known queued). */
@@ -23,11 +30,12 @@ export async function sweepActive(
   client: ListClient,
   plan: SweepPlan,
   take: () => Promise<boolean>,
+  onPage: OnPage = () => {},
 ): Promise<SweepResult> {
   const result: SweepResult = { seen: new Map(), reads: 0, complete: true, unsupported: false };
   const statuses: TaskStatus[] = plan.includeQueued ? ["queued", "processing"] : ["processing"];
   for (const status of statuses) {
-    const done = await readPages(client, status, plan.maxReads, take, result, () => false);
+    const done = await readPages(client, status, plan.maxReads, take, result, () => false, onPage);
     if (!done) result.complete = false;
     if (result.unsupported) return result;
   }
@@ -40,14 +48,41 @@ export async function harvestTerminal(
   maxReads: number,
   take: () => Promise<boolean>,
   result: SweepResult,
+  onPage: OnPage = () => {},
 ): Promise<void> {
   const allFound = () => [...candidates].every((id) => result.seen.has(id));
   const cap = result.reads + maxReads;
   for (const status of ["succeeded", "failed"] as const) {
     if (allFound()) return;
-    await readPages(client, status, cap, take, result, allFound);
+    await readPages(client, status, cap, take, result, allFound, onPage);
     if (result.unsupported) return;
   }
+}
+
+/**
+ * A probe: one page of the unfiltered list, one read, from `cursor` (the page where the last full
+ * sweep found the oldest task in flight: ListState.tailCursor) or the first. Stands in for a full
+ * sweep while nothing ends (poll-plan.ts, PROBE_READS): what it shows changed brings the full sweep.
+ */
+export async function probeList(
+  client: ListClient,
+  cursor: string | null,
+  take: () => Promise<boolean>,
+  onPage: OnPage,
+): Promise<SweepResult> {
+  const result: SweepResult = { seen: new Map(), reads: 0, complete: false, unsupported: false };
+  await readPages(
+    client,
+    undefined,
+    1,
+    take,
+    result,
+    () => true,
+    onPage,
+    () => {},
+    cursor ?? undefined,
+  );
+  return result;
 }
 
 /**
@@ -62,11 +97,13 @@ export async function sweepAll(
   wanted: Set<string>,
   maxReads: number,
   take: () => Promise<boolean>,
+  onPage: OnPage = () => {},
 ): Promise<SweepResult> {
   const result: SweepResult = { seen: new Map(), reads: 0, complete: false, unsupported: false };
   let missing = wanted.size;
   const enough = () => missing === 0;
-  await readPages(client, undefined, maxReads, take, result, enough, (id) => {
+  result.tailCursor = null;
+  await readPages(client, undefined, maxReads, take, result, enough, onPage, (id) => {
     if (wanted.has(id)) missing -= 1;
   });
   result.complete = missing === 0;
@@ -84,12 +121,15 @@ async function readPages(
   take: () => Promise<boolean>,
   result: SweepResult,
   enough: () => boolean,
+  onPage: OnPage,
   onNew: (id: string) => void = () => {},
+  from?: string,
 ): Promise<boolean> {
-  let cursor: string | undefined;
+  let cursor: string | undefined = from;
   for (;;) {
     if (result.reads >= maxReads || !(await take())) return false;
     result.reads += 1;
+    if (result.tailCursor !== undefined) result.tailCursor = cursor ?? null;
     const page = await client.listTasks({
       ...(status ? { status } : {}),
       limit: LIST_PAGE_LIMIT,
@@ -99,13 +139,16 @@ async function readPages(
       result.unsupported = true;
       return false;
     }
+    const items: UpstreamTask[] = [];
     for (const task of page.tasks) {
       // An item without a status is read as having the filter's status (unfiltered: unknown).
       const item = task.status === null && status ? { ...task, status } : task;
       if (item.status === null) continue;
       if (!result.seen.has(task.id)) onNew(task.id);
       result.seen.set(task.id, item);
+      items.push(item);
     }
+    onPage(items);
     // No cursor this reader knows counts as the end: a task of ours beyond it then looks ended and
     // gets a single read, which costs reads but never loses a task.
     if (!page.nextCursor || page.tasks.length === 0) return true;

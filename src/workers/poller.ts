@@ -16,13 +16,17 @@ import {
   oldestOfEachKind,
   planSingles,
   planSweep,
+  probeOutcome,
+  QUIET_FULL_MS,
   readFailed,
+  settles,
   sweepFailed,
   sweepOutcome,
   sweepReadCap,
   sweepShare,
   worthHarvesting,
   type ListState,
+  type PaceBudget,
   type PollStrategy,
   type SinglesStep,
   type SweepKind,
@@ -31,8 +35,9 @@ import {
 } from "../core/poll-plan.js";
 import type { UpstreamClient } from "../upstream/client.js";
 import { UpstreamError } from "../upstream/errors.js";
+import type { UpstreamTask } from "../upstream/types.js";
 import type { DurationStats } from "./duration-stats.js";
-import { harvestTerminal, sweepActive, sweepAll } from "./list-sweep.js";
+import { harvestTerminal, probeList, sweepActive, sweepAll } from "./list-sweep.js";
 import { LEADER_RECHECK_MS, type Leadership } from "./leadership.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
@@ -51,7 +56,7 @@ export interface PollerAccounts {
 export type PollerLifecycle = Pick<Lifecycle, "recordObservation" | "release" | "retryLater" | "fail" | "failUnusable">;
 export type PollerBudget = Pick<
   ReadBudget,
-  "load" | "available" | "nextAvailableAt" | "take" | "pause" | "perMinute" | "windowMs"
+  "load" | "available" | "nextAvailableAt" | "take" | "pause" | "perMinute" | "windowMs" | "readsInLast"
 >;
 
 export interface PollerOptions {
@@ -77,6 +82,58 @@ export interface PollerOptions {
 
 /** A claim outlasts the upstream read it covers. */
 const LEASE_MARGIN_MS = 5_000;
+/** Observations a sweep records at once. */
+const RECORD_CONCURRENCY = 8;
+
+/**
+ * The tasks a sweep's pages settled (ended, with output and charge: settles()), recorded as each
+ * page is read, while the sweep reads its next page: a task that ended is written (and its webhook
+ * due) one page read after it was seen, not after the sweep's last page and every record before it.
+ */
+class EarlyRecords {
+  private readonly byUpstream = new Map<string, InFlightTask>();
+  private readonly taken = new Set<string>();
+  private readonly pending: Promise<void>[] = [];
+  private failure: { err: unknown } | null = null;
+
+  constructor(
+    private readonly poller: Poller,
+    private readonly account: string,
+    inFlight: readonly InFlightTask[],
+  ) {
+    for (const t of inFlight) if (t.upstreamTaskId) this.byUpstream.set(t.upstreamTaskId, t);
+  }
+
+  /** Whether the relay task was recorded here (the sweep's outcome then leaves it out). */
+  has(taskId: string): boolean {
+    return this.taken.has(taskId);
+  }
+
+  page(items: UpstreamTask[]): void {
+    const seen = new Map<string, UpstreamTask>();
+    for (const item of items) {
+      const task = this.byUpstream.get(item.id);
+      if (!task || this.taken.has(task.id) || !settles(item)) continue;
+      this.taken.add(task.id);
+      seen.set(task.id, item);
+    }
+    if (seen.size === 0) return;
+    const now = this.poller.now();
+    this.pending.push(
+      this.poller
+        .record(this.account, [...seen.keys()], (row) => seen.get(row.id)!, now, now)
+        .catch((err: unknown) => {
+          this.failure ??= { err };
+        }),
+    );
+  }
+
+  /** Resolves once every early record is written; rejects with the first failure. */
+  async settled(): Promise<void> {
+    await Promise.all(this.pending);
+    if (this.failure) throw this.failure.err;
+  }
+}
 
 /**
  * Watches submitted tasks within each account's read budget. With several tasks in flight it
@@ -94,6 +151,11 @@ export class Poller {
 
   constructor(private readonly opts: PollerOptions) {
     this.strategy = opts.strategy ?? "adaptive";
+  }
+
+  /** The poller's clock (EarlyRecords records at its time). */
+  now(): number {
+    return this.opts.clock.now();
   }
 
   private leaseMs(): number {
@@ -145,7 +207,10 @@ export class Poller {
       { strategy: this.strategy, running, now: clock.now(), state },
       { available: budget.available(account), perMinute: budget.perMinute },
     );
-    if (step.kind === "sweep") {
+    if (step.kind === "probe") {
+      await this.probe(account, state);
+      didWork = true;
+    } else if (step.kind === "sweep") {
       await this.sweep(account, state, step.sweep);
       didWork = true;
       // Tasks the sweep saw end no longer run: the count decides whether sweeps still cover the account.
@@ -198,6 +263,69 @@ export class Poller {
     return false;
   }
 
+  /** The pacing view of the account's read budget. */
+  private pace(account: string): PaceBudget {
+    const { budget } = this.opts;
+    return {
+      windowMs: budget.windowMs,
+      perMinute: budget.perMinute,
+      readsInLast: (ms) => budget.readsInLast(account, ms),
+    };
+  }
+
+  /**
+   * A probe while the account is quiet (planSweep): one page of the list. What it settled is
+   * recorded; anything it shows changed ends the quiet spell, and the full sweep runs at once.
+   */
+  private async probe(account: string, state: ListState): Promise<void> {
+    const { tasks, clock, budget, logger, metrics } = this.opts;
+    const inFlight = await tasks.listInFlight(account);
+    if (inFlight.length === 0) return;
+    const early = new EarlyRecords(this, account, inFlight);
+    try {
+      const client = await this.opts.accounts.get(account);
+      const result = await probeList(
+        client,
+        state.tailCursor,
+        () => budget.take(account),
+        (items) => early.page(items),
+      );
+      metrics?.upstreamCalls.inc(
+        { endpoint: "list", outcome: result.unsupported ? "unrecognised" : "ok" },
+        result.reads,
+      );
+      await early.settled();
+      if (result.unsupported) {
+        state.quiet = false;
+        return;
+      }
+      const now = clock.now();
+      const probed = probeOutcome(inFlight, result.seen, now, this.pace(account));
+      await this.record(
+        account,
+        probed.changed.filter((id) => !early.has(id)),
+        (row) => result.seen.get(row.upstreamTaskId!)!,
+        // Read again by the next full sweep, at the latest QUIET_FULL_MS on.
+        now + QUIET_FULL_MS + 5_000,
+        now,
+      );
+      state.nextSweepAt = probed.nextSweepAt;
+      if (probed.ended) state.quiet = false;
+    } catch (err) {
+      await early.settled().catch(() => {});
+      const e = err instanceof UpstreamError ? err : null;
+      metrics?.upstreamCalls.inc({ endpoint: "list", outcome: e?.code ?? "error" });
+      const failed = sweepFailed(e, clock.now());
+      if (failed.pauseUntil !== null) await budget.pause(account, failed.pauseUntil);
+      // The full sweep decides what the list is worth next; a cursor kept from an earlier sweep
+      // may be what the upstream refused.
+      state.quiet = false;
+      state.tailCursor = null;
+      state.nextSweepAt = failed.nextSweepAt;
+      logger.warn({ account, code: e?.code ?? String(err) }, "upstream list probe failed");
+    }
+  }
+
   /**
    * One sweep of an account: the lists its kind reads (for an active sweep, the terminal lists too
    * when enough tasks ended), then what sweepOutcome makes of them. Only tasks whose state changed
@@ -211,23 +339,27 @@ export class Poller {
     const share = sweepShare(await this.anyDue(inFlight, startedAt), this.needsRead.get(account)?.size ?? 0);
     const take = () => budget.take(account);
     const maxReads = sweepReadCap(budget.available(account), share);
+    const early = new EarlyRecords(this, account, inFlight);
     try {
       const client = await this.opts.accounts.get(account);
       let result: SweepResult;
       let candidates: ReadonlySet<string> = new Set<string>();
+      const onPage = (items: UpstreamTask[]) => early.page(items);
       if (kind === "all") {
         const wanted = new Set(inFlight.flatMap((t) => (t.upstreamTaskId ? [t.upstreamTaskId] : [])));
-        result = await sweepAll(client, wanted, maxReads, take);
+        result = await sweepAll(client, wanted, maxReads, take, onPage);
         state.cost.all = costOfAll(state.cost.all, result, maxReads);
+        if (result.complete) state.tailCursor = result.tailCursor ?? null;
       } else {
         result = await sweepActive(
           client,
           { includeQueued: inFlight.some((t) => t.status === "queued"), maxReads },
           take,
+          onPage,
         );
         candidates = endedCandidates(inFlight, result, startedAt);
         if (worthHarvesting(result, candidates, state)) {
-          await harvestTerminal(client, candidates, maxReads - result.reads, take, result);
+          await harvestTerminal(client, candidates, maxReads - result.reads, take, result, onPage);
           const harvested = afterHarvest(state, result, candidates, maxReads);
           state.cost.active = harvested.active;
           state.harvestUseful = harvested.harvestUseful;
@@ -242,11 +374,21 @@ export class Poller {
       await this.applySweep(
         account,
         state,
-        sweepOutcome({ inFlight, result, candidates, now, share, budget }),
+        sweepOutcome({
+          inFlight,
+          result,
+          candidates,
+          now,
+          share,
+          budget: this.pace(account),
+          lastFullAt: state.lastFullAt,
+        }),
         result,
         now,
+        early,
       );
     } catch (err) {
+      await early.settled().catch(() => {});
       const e = err instanceof UpstreamError ? err : null;
       metrics?.upstreamCalls.inc({ endpoint: "list", outcome: e?.code ?? "error" });
       const failed = sweepFailed(e, clock.now());
@@ -264,9 +406,11 @@ export class Poller {
     outcome: SweepOutcome,
     result: SweepResult,
     now: number,
+    early: EarlyRecords,
   ): Promise<void> {
-    const { tasks, logger, metrics } = this.opts;
+    const { logger, metrics } = this.opts;
     if (outcome.kind === "unsupported") {
+      await early.settled();
       state.unsupportedUntil = outcome.unsupportedUntil;
       if (!state.warned)
         logger.warn({ account }, "upstream task list body not understood; falling back to single reads");
@@ -275,25 +419,52 @@ export class Poller {
     }
     state.nextSweepAt = outcome.nextSweepAt;
     state.lastEnded = outcome.ended;
+    state.quiet = outcome.quiet;
+    state.lastFullAt = now;
     let flagged = this.needsRead.get(account);
     if (!flagged) this.needsRead.set(account, (flagged = new Set()));
     for (const id of outcome.flag) flagged.add(id);
+    // What the pages settled was recorded as each page came (EarlyRecords); the rest now.
+    await Promise.all([
+      early.settled(),
+      this.record(
+        account,
+        outcome.changed.filter((id) => !early.has(id)),
+        (row) => result.seen.get(row.upstreamTaskId!)!,
+        outcome.coveredUntil,
+        now,
+      ),
+    ]);
+    if (outcome.covered > result.reads) metrics?.readsSaved.inc(outcome.covered - result.reads);
+  }
+
+  /**
+   * Claims the tasks and records what a sweep saw of each, a few at a time (each is its own
+   * transaction: one after the other, the last of a sweep that ended many waited for all of them).
+   */
+  async record(
+    account: string,
+    ids: string[],
+    seen: (row: TaskRow) => UpstreamTask,
+    nextRunAt: number,
+    now: number,
+  ): Promise<void> {
+    if (ids.length === 0) return;
     const token = this.opts.owner.token();
-    for (const row of await tasks.claimIds(outcome.changed, "submitted", {
+    const rows = await this.opts.tasks.claimIds(ids, "submitted", {
       now,
       leaseMs: this.leaseMs(),
       token,
       fence: this.opts.leadership.fence(account),
-    })) {
-      await this.opts.lifecycle.recordObservation(
-        row,
-        token,
-        result.seen.get(row.upstreamTaskId!)!,
-        outcome.coveredUntil,
-        false,
-      );
-    }
-    if (outcome.covered > result.reads) metrics?.readsSaved.inc(outcome.covered - result.reads);
+    });
+    let next = 0;
+    const worker = async () => {
+      while (next < rows.length) {
+        const row = rows[next++]!;
+        await this.opts.lifecycle.recordObservation(row, token, seen(row), nextRunAt, false);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(RECORD_CONCURRENCY, rows.length) }, worker));
   }
 
   private async readOne(task: TaskRow): Promise<void> {

@@ -104,6 +104,16 @@ export class ReadBudget {
     return Math.max(paused, windowFree);
   }
 
+  /** Reads spent in the last `ms` (at most the window), as this process knows them: sweeps pace on it. */
+  readsInLast(account: string, ms: number): number {
+    const now = this.clock.now();
+    const reads = this.window(account, now);
+    const since = now - ms;
+    let n = 0;
+    for (let i = reads.length - 1; i >= 0 && reads[i]! > since; i--) n++;
+    return n;
+  }
+
   /** Reads spent and allowed per account, for the accounts seen so far (metrics). */
   snapshot(): { account: string; used: number; budget: number }[] {
     return [...this.windows.keys()].map((account) => ({ account, used: this.used(account), budget: this.perMinute }));

@@ -9,6 +9,7 @@ import {
   isDue,
   LIST_RETRY_MS,
   LOST_AFTER_MS,
+  MAX_PACE_FACTOR,
   MAX_SWEEP_INTERVAL_MS,
   MIN_SWEEP_INTERVAL_MS,
   newListState,
@@ -17,9 +18,14 @@ import {
   oldestOfEachKind,
   planSingles,
   planSweep,
+  PROBE_READS,
+  probeInterval,
+  probeOutcome,
+  QUIET_FULL_MS,
   readFailed,
   SINGLE_BATCH,
   sweepFailed,
+  sweepInterval,
   sweepKind,
   sweepOutcome,
   sweepReadCap,
@@ -94,7 +100,7 @@ describe("planSweep: whether this tick sweeps the account's list", () => {
     // The retry time itself: the list is tried again.
     expect(
       planSweep(view({ running: 3, state: state({ unsupportedUntil: NOW }) }), { available: 100, perMinute: 100 }),
-    ).toEqual({ kind: "sweep", sweep: "active" });
+    ).toEqual({ kind: "sweep", sweep: "all" });
   });
 
   it("later: sweeps cover the account but the next one is not due", () => {
@@ -104,23 +110,50 @@ describe("planSweep: whether this tick sweeps the account's list", () => {
   });
 
   it("sweep when the budget holds the reads the last sweep of that kind took (two when unmeasured), else wait for them", () => {
-    expect(planSweep(view(), { available: 2, perMinute: 100 })).toEqual({ kind: "sweep", sweep: "active" });
-    expect(planSweep(view(), { available: 1, perMinute: 100 })).toEqual({ kind: "wait", reads: 2 });
-    expect(planSweep(view(), { available: 0, perMinute: 100 })).toEqual({ kind: "wait", reads: 2 });
-    const measured = view({ state: state({ cost: { active: 7, all: null } }) });
+    const few = view({ state: state({ nextSweepAt: NOW - 1, lastEnded: 1 }) });
+    expect(planSweep(few, { available: 2, perMinute: 100 })).toEqual({ kind: "sweep", sweep: "active" });
+    expect(planSweep(few, { available: 1, perMinute: 100 })).toEqual({ kind: "wait", reads: 2 });
+    expect(planSweep(few, { available: 0, perMinute: 100 })).toEqual({ kind: "wait", reads: 2 });
+    const measured = view({ state: state({ cost: { active: 7, all: null }, lastEnded: 1 }) });
     expect(planSweep(measured, { available: 6, perMinute: 100 })).toEqual({ kind: "wait", reads: 7 });
     expect(planSweep(measured, { available: 7, perMinute: 100 })).toEqual({ kind: "sweep", sweep: "active" });
     // Never more than the whole budget: a sweep dearer than a minute's reads waits for the minute.
     expect(planSweep(measured, { available: 5, perMinute: 5 })).toEqual({ kind: "sweep", sweep: "active" });
     // A cost of one read still waits for two.
     expect(
-      planSweep(view({ state: state({ cost: { active: 1, all: null } }) }), { available: 1, perMinute: 100 }),
+      planSweep(view({ state: state({ cost: { active: 1, all: null }, lastEnded: 1 }) }), {
+        available: 1,
+        perMinute: 100,
+      }),
     ).toEqual({ kind: "wait", reads: 2 });
+  });
+
+  it("probe while the account is quiet (one read, waiting for it when none is free); the full sweep once QUIET_FULL_MS has passed since the last", () => {
+    const quiet = (lastFullAt: number) => view({ state: state({ quiet: true, lastFullAt, nextSweepAt: NOW - 1 }) });
+    expect(planSweep(quiet(NOW - 1_000), { available: 1, perMinute: 100 })).toEqual({ kind: "probe" });
+    expect(planSweep(quiet(NOW - 1_000), { available: 0, perMinute: 100 })).toEqual({ kind: "wait", reads: 1 });
+    expect(planSweep(quiet(NOW - QUIET_FULL_MS), { available: 100, perMinute: 100 })).toEqual({
+      kind: "sweep",
+      sweep: "all",
+    });
+    // Not yet due: later, as for a sweep.
+    expect(
+      planSweep(view({ state: state({ quiet: true, lastFullAt: NOW, nextSweepAt: NOW + 1 }) }), {
+        available: 100,
+        perMinute: 100,
+      }),
+    ).toEqual({ kind: "later" });
   });
 });
 
 describe("sweepKind: the active lists or the unfiltered list", () => {
   const ending = { lastEnded: HARVEST_MIN, harvestUseful: true, cost: { active: 5, all: null } };
+  it("all when none ended last time (the pass finds where the oldest task in flight is), unless the unfiltered list is out", () => {
+    expect(sweepKind(state({ lastEnded: 0 }))).toBe("all");
+    expect(sweepKind(state({ lastEnded: 0, cost: { active: 3, all: 9 } }))).toBe("all");
+    expect(sweepKind(state({ lastEnded: 0, cost: { active: 3, all: Infinity } }))).toBe("active");
+  });
+
   it("active while few tasks end, the unfiltered list is out, the active cost is unmeasured, or harvests bring no output", () => {
     expect(sweepKind(state({ ...ending, lastEnded: HARVEST_MIN - 1 }))).toBe("active");
     expect(sweepKind(state({ ...ending, cost: { active: 5, all: Infinity } }))).toBe("active");
@@ -315,17 +348,78 @@ describe("sweepOutcome: what a sweep means for each task", () => {
       covered: 6,
       changed: ["task_2", "task_3", "task_6", "task_12"],
       flag: ["task_4", "task_5", "task_7", "task_10"],
+      quiet: false,
     });
   });
 
   it("paces sweeps over the budget's window at their share, between one second and a minute", () => {
     const at = (reads: number, share: number, perMinute: number) => {
-      const out = sweepOutcome({ ...input([], result([], { reads })), share, budget: { windowMs: 61_000, perMinute } });
+      // A task seen ended: not quiet, so the next full sweep is paced.
+      const out = sweepOutcome({
+        ...input([task(1)], result([remote("up_1", "succeeded")], { reads })),
+        share,
+        budget: { windowMs: 61_000, perMinute },
+      });
       return out.kind === "read" ? out.nextSweepAt - NOW : null;
     };
     expect(at(0, 1, 100)).toBe(MIN_SWEEP_INTERVAL_MS);
     expect(at(10, 0.5, 100)).toBe(12_200);
     expect(at(200, 0.5, 10)).toBe(MAX_SWEEP_INTERVAL_MS);
+    expect(sweepInterval(5, 1, BUDGET)).toBe(3_050);
+  });
+
+  it("quiet when nothing ended (tasks only starting to run do not count): a probe comes next, within probeInterval", () => {
+    const out = sweepOutcome({ ...input([task(1)], result([remote("up_1", "processing")], { reads: 10 })), share: 1 });
+    expect(out).toMatchObject({ kind: "read", quiet: true, nextSweepAt: NOW + probeInterval(BUDGET) });
+    expect(probeInterval(BUDGET)).toBe((PROBE_READS * 61_000) / 100);
+    const started = sweepOutcome(input([task(1, { status: "queued" })], result([remote("up_1", "processing")])));
+    expect(started).toMatchObject({ quiet: true, changed: ["task_1"] });
+    const ended = sweepOutcome(input([task(1)], result([remote("up_1", "succeeded")])));
+    expect(ended).toMatchObject({ quiet: false, changed: ["task_1"] });
+    const flagged = sweepOutcome(input([task(1)], result([]), ["up_1"]));
+    expect(flagged).toMatchObject({ quiet: false, flag: ["task_1"] });
+  });
+
+  it("while tasks end, reads a quiet spell left unspent go faster, less one sweep's, never below the steady pace nor above MAX_PACE_FACTOR times it", () => {
+    const steady = sweepInterval(5, 1, BUDGET);
+    const paced = (inWindow: number, remaining: number, endedPerS: number, share = 1) =>
+      sweepInterval(5, share, { ...BUDGET, readsInLast: () => inWindow }, { remaining, endedPerMs: endedPerS / 1000 });
+    // 30 reads in the window, 300 tasks ending at 10/s (30 s): (100 - 30 - 5) reads over 30 s.
+    expect(paced(30, 300, 10)).toBe(Math.round(5 / (65 / 30_000)));
+    expect(paced(30, 300, 10)).toBeLessThan(steady);
+    // A full window, or nothing ending, or not every read for sweeps: the steady pace.
+    expect(paced(100, 300, 10)).toBe(steady);
+    expect(paced(30, 300, 0)).toBe(steady);
+    expect(paced(30, 300, 10, 0.5)).toBe(sweepInterval(5, 0.5, BUDGET));
+    // An empty window and a few tasks ending at once: at most MAX_PACE_FACTOR times the steady pace.
+    expect(paced(0, 20, 20)).toBe(Math.max(MIN_SWEEP_INTERVAL_MS, Math.round(steady / MAX_PACE_FACTOR)));
+    // What the window counts is what will still be in it at the horizon's end.
+    let asked = 0;
+    sweepInterval(5, 1, { ...BUDGET, readsInLast: (ms) => ((asked = ms), 0) }, { remaining: 100, endedPerMs: 0.01 });
+    expect(asked).toBe(61_000 - 10_000);
+  });
+
+  it("probeOutcome: a task in flight shown ended brings the full sweep at once; one shown in another running status is recorded, and the next probe comes", () => {
+    const seen = (status: TaskStatus) => new Map([["up_1", remote("up_1", status)]]);
+    const next = NOW + probeInterval(BUDGET);
+    expect(probeOutcome([task(1)], seen("processing"), NOW, BUDGET)).toEqual({
+      ended: false,
+      changed: [],
+      nextSweepAt: next,
+    });
+    expect(probeOutcome([task(1)], seen("succeeded"), NOW, BUDGET)).toEqual({
+      ended: true,
+      changed: [],
+      nextSweepAt: NOW,
+    });
+    expect(probeOutcome([task(1)], seen("failed"), NOW, BUDGET).ended).toBe(true);
+    expect(probeOutcome([task(1, { status: "queued" })], seen("processing"), NOW, BUDGET)).toEqual({
+      ended: false,
+      changed: ["task_1"],
+      nextSweepAt: next,
+    });
+    // A task not on the page tells nothing.
+    expect(probeOutcome([task(2)], seen("succeeded"), NOW, BUDGET).ended).toBe(false);
   });
 
   it("zero tasks in flight: nothing recorded or flagged", () => {
@@ -489,6 +583,9 @@ describe("properties", () => {
     unsupportedUntil: fc.oneof(fc.constant(0), fc.integer({ min: NOW - 60_000, max: NOW + 60_000 })),
     harvestUseful: fc.option(fc.boolean()),
     warned: fc.boolean(),
+    quiet: fc.boolean(),
+    lastFullAt: fc.integer({ min: 0, max: NOW }),
+    tailCursor: fc.option(fc.string()),
   });
   const arbView = fc.record({
     strategy: fc.constantFrom("adaptive" as const, "round-robin" as const),

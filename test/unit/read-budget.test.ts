@@ -26,6 +26,22 @@ afterEach(() => {
 });
 
 describe("ReadBudget", () => {
+  it("readsInLast: the reads of the last `ms`, as sweeps pace on them", async () => {
+    const clock = new FakeClock();
+    const budget = new ReadBudget(store, clock, 100);
+    for (let i = 0; i < 5; i++) {
+      expect(await budget.take("acct_last")).toBe(true);
+      clock.advance(10_000);
+    }
+    // Reads at -50, -40, -30, -20 and -10 s.
+    expect(budget.readsInLast("acct_last", 25_000)).toBe(2);
+    expect(budget.readsInLast("acct_last", 50_000)).toBe(4);
+    expect(budget.readsInLast("acct_last", 61_000)).toBe(5);
+    clock.advance(20_000);
+    // The oldest has left the window.
+    expect(budget.readsInLast("acct_last", 61_000)).toBe(4);
+  });
+
   it("property: over random take() timings, no 60 s window holds more than perMinute reads, and a refusal is always justified", async () => {
     let run = 0;
     await fc.assert(
