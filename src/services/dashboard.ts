@@ -117,7 +117,9 @@ export async function dashboardTask(deps: ServiceDeps, clientId: string, id: str
   ];
   // Stable sort: at equal times an event stays before the attempts that sent it.
   timeline.sort((a, b) => a.at - b.at);
-  return { task, delivery: deliverySummary(task, events[events.length - 1]), events, timeline };
+  // The summary is the task's own callback's (an endpoint's rows share its events' sequences).
+  const own = events.filter((e) => e.endpointId === null);
+  return { task, delivery: deliverySummary(task, own[own.length - 1]), events, timeline };
 }
 
 export const HOUR_MS = 60 * 60 * 1000;

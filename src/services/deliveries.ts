@@ -4,6 +4,7 @@ import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import { outgoingHeaders } from "../webhooks/outgoing.js";
 import type { SendResult } from "../webhooks/sender.js";
 import type { ServiceDeps } from "./deps.js";
+import type { EventRow } from "../store/store.js";
 import { ApiError } from "./errors.js";
 import { rotateSecret } from "./clients.js";
 import { requireClientTask } from "./tasks.js";
@@ -208,11 +209,22 @@ export class DeliveryService {
     }
     const rows = await this.deps.store.events.feed(clientId, afterPos, limit);
     const lastPos = rows.length > 0 ? rows[rows.length - 1]!.clientSeq : afterPos;
+    // Each event's deliveries to the client's endpoints, beside its callback's (`delivery`).
+    const toEndpoints = new Map<string, EventRow[]>();
+    if (rows.length > 0)
+      for (const r of await this.deps.store.webhookEndpoints.deliveriesOfTasks([...new Set(rows.map((e) => e.taskId))]))
+        toEndpoints.set(r.webhookId!, [...(toEndpoints.get(r.webhookId!) ?? []), r]);
     return {
       data: rows.map((e) => ({
         id: e.id,
         ...(JSON.parse(e.payload) as { type: string; timestamp: string; data: Record<string, never> }),
         delivery: { status: e.deliveryStatus, attempts: e.attempts, last_status_code: e.lastStatusCode },
+        endpoints: (toEndpoints.get(e.id) ?? []).map((r) => ({
+          endpoint_id: r.endpointId!,
+          status: r.deliveryStatus,
+          attempts: r.attempts,
+          last_status_code: r.lastStatusCode,
+        })),
       })),
       // Always a cursor, even on an empty page: the caller keeps it and asks again later.
       next_cursor: Buffer.from(`c${lastPos}`).toString("base64url"),

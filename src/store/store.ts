@@ -430,6 +430,8 @@ export interface WebhookEndpointStore {
    * delivered and failed ones stay as history), in one transaction. False: not the client's.
    */
   remove(clientId: string, id: string, now: number): Promise<boolean>;
+  /** The endpoints' delivery rows of these tasks' events (endpoint_id set), in each task's order: the feed's per-destination view. */
+  deliveriesOfTasks(taskIds: string[]): Promise<EventRow[]>;
 }
 
 /** Operational notices to a client's notification_url, with their own small outbox. */

@@ -1,9 +1,11 @@
 import { describe, expect, it } from "vitest";
 import { csrfOf, signedIn, type Visitor } from "../helpers/dashboard.js";
+import { createTask } from "../helpers/flow.js";
+import { status } from "../helpers/receiver.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
 /** The dashboard's Webhooks page lists, adds and removes endpoints (docs/contract.md, "Endpoints"). */
-const { setup } = upstreamSuite();
+const { setup, receiver } = upstreamSuite();
 
 /** Posts the add form with its checkboxes as a browser does (one `events` field per box ticked). */
 async function addEndpoint(v: Visitor, fields: { url: string; description?: string; events?: string[] }) {
@@ -59,6 +61,32 @@ describe("dashboard: endpoints on the webhooks page", () => {
     expect(after).toContain(`Endpoint ${id} removed`);
     expect(rows(after)).toEqual([]);
     expect((await t.request(apiKey, `/openapi/v1/webhooks/endpoints/${id}`)).status).toBe(404);
+  });
+
+  it("the task page shows each delivery's destination; its delivery summary is the callback's", async () => {
+    const { t, up } = setup();
+    const { apiKey } = t.client();
+    const cb = await receiver();
+    const down = await receiver(status(503));
+    const created = await t.request(apiKey, "/openapi/v1/webhooks/endpoints", {
+      method: "POST",
+      json: { url: down.url("/down") },
+    });
+    const { id: endpointId } = ((await created.json()) as { data: { id: string } }).data;
+    const id = await createTask(t, apiKey, { callback_url: cb.url("/cb") });
+    await t.relay.submitter.runOnce();
+    up.set(up.taskOf(id)!.id, { status: "succeeded", output: {} });
+    t.clock.advance(3_000);
+    await t.relay.poller.runOnce();
+    await t.relay.dispatcher.runOnce();
+    const v = await signedIn(t, apiKey);
+    const page = await v.page(`/dashboard/tasks/${id}`);
+    expect(page).toContain(`attempt: task.succeeded <span class="muted destination">to ${endpointId}</span>`);
+    expect(page).toContain('attempt: task.succeeded <span class="muted destination">to callback</span>');
+    expect(page).toMatch(/<dt>Delivery<\/dt><dd><span class="badge b-succeeded">succeeded<\/span> 1 attempt/);
+    // Both rows show the one webhook-id the two destinations got.
+    const ids = [...page.matchAll(/<td class="mono">(evt_[0-9a-z]+)<\/td><\/tr>/g)].map((m) => m[1]);
+    expect(new Set(ids).size).toBe(1);
   });
 
   it("shows a refused URL with the API's status and keeps the form; another client's endpoint cannot be removed", async () => {

@@ -117,7 +117,7 @@ describe("dashboard: task page", () => {
     expect(page).toContain('<a href="http://plain.test/x.png" rel="noreferrer">');
     expect(page).toMatch(/<dt>Charged<\/dt><dd>20<\/dd><dt>Refunded<\/dt><dd>5<\/dd>/);
     const eventId =
-      /event <strong>task.succeeded<\/strong><\/td><td><span class="badge b-succeeded">succeeded<\/span><\/td><td><\/td><td><\/td><td class="mono">(evt_\w+)<\/td>/.exec(
+      /event <strong>task.succeeded<\/strong> <span class="muted destination">to callback<\/span><\/td><td><span class="badge b-succeeded">succeeded<\/span><\/td><td><\/td><td><\/td><td class="mono">(evt_\w+)<\/td>/.exec(
         page,
       )?.[1];
     expect(eventId).toBeDefined();

@@ -90,6 +90,11 @@ describe.each(suite.dialects)("WebhookEndpointStore on %s", (_name, h) => {
         taskId: own.taskId,
       });
     }
+    // The endpoints' rows of the task, for the feed's view of each destination.
+    expect((await store.webhookEndpoints.deliveriesOfTasks([own.taskId, "task_none"])).map((r) => r.id).sort()).toEqual(
+      byEndpoint.map((r) => r.id).sort(),
+    );
+    expect(await store.webhookEndpoints.deliveriesOfTasks([])).toEqual([]);
     // The task's delivery summary and redeliver see the callback's row; the feed lists the event once.
     expect((await store.events.lastOfTask(own.taskId))!.id).toBe(own.id);
     expect((await store.events.lastOfTasks([own.taskId])).get(own.taskId)!.id).toBe(own.id);

@@ -169,6 +169,14 @@ describe("delivery to endpoints", () => {
         [e2.id, c!.headers["webhook-id"], "succeeded"],
       ].sort(),
     );
+    // The feed lists the event once, with its callback's delivery and each endpoint's.
+    const feed = (await body(await t.request(apiKey, "/openapi/v1/events"), 200)).data;
+    expect(feed.map((e: any) => e.id)).toEqual([c!.headers["webhook-id"]]);
+    expect(feed[0].delivery).toEqual({ status: "succeeded", attempts: 1, last_status_code: 200 });
+    expect(feed[0].endpoints).toEqual([
+      { endpoint_id: e1.id, status: "succeeded", attempts: 1, last_status_code: 200 },
+      { endpoint_id: e2.id, status: "succeeded", attempts: 1, last_status_code: 200 },
+    ]);
   });
 
   it("event filters: an endpoint gets only the types it subscribes to", async () => {

@@ -44,6 +44,15 @@ export function pgWebhookEndpoints(s: PgContext): WebhookEndpointStore {
       const r = await one("SELECT * FROM webhook_endpoints WHERE client_id = $1 AND id = $2", [clientId, id]);
       return r ? mapRow<WebhookEndpointRow>(r) : undefined;
     },
+    deliveriesOfTasks: async (taskIds) =>
+      taskIds.length === 0
+        ? []
+        : E.rows(
+            await q(
+              "SELECT * FROM events WHERE task_id = ANY($1::text[]) AND endpoint_id IS NOT NULL ORDER BY task_id, sequence, seq",
+              [taskIds],
+            ),
+          ),
     remove: (clientId, id, _now) =>
       s.tx(async (c) => {
         const gone = (

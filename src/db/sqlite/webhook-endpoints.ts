@@ -1,4 +1,4 @@
-import { and, asc, eq, sql } from "drizzle-orm";
+import { and, asc, eq, inArray, isNotNull, sql } from "drizzle-orm";
 import { endpointDeliveries, NOT_IN_FEED } from "../../store/endpoint-fanout.js";
 import type { NewEventRow, WebhookEndpointRow, WebhookEndpointStore } from "../../store/store.js";
 import type { SqliteContext } from "./context.js";
@@ -31,6 +31,15 @@ export function sqliteWebhookEndpoints(s: SqliteContext): WebhookEndpointStore {
         .from(webhookEndpoints)
         .where(and(eq(webhookEndpoints.clientId, clientId), eq(webhookEndpoints.id, id)))
         .get(),
+    deliveriesOfTasks: async (taskIds) =>
+      taskIds.length === 0
+        ? []
+        : db
+            .select()
+            .from(events)
+            .where(and(inArray(events.taskId, taskIds), isNotNull(events.endpointId)))
+            .orderBy(asc(events.taskId), asc(events.sequence), asc(events.seq))
+            .all(),
     remove: async (clientId, id, _now) =>
       db.transaction((tx) => {
         const gone = tx

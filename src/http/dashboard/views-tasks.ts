@@ -99,16 +99,20 @@ function answerBody(body: string | null): Html | string {
   return html`<details class="answer"><summary>Answer body (${Buffer.byteLength(body)} bytes)</summary><pre>${body}</pre></details>`;
 }
 
-function timelineRow(entry: TimelineEntry, now: number): Html {
+/** Where a delivery row goes: the task's callback_url, or one of the client's endpoints. */
+const destinationOf = (e: EventRow | undefined): string => e?.endpointId ?? "callback";
+
+function timelineRow(entry: TimelineEntry, now: number, rows: Map<string, EventRow>): Html {
   if (entry.kind === "created")
     return html`<tr><td>${time(entry.at)}</td><td>task created</td><td></td><td></td><td></td><td></td></tr>`;
   if (entry.kind === "event") {
     const e = entry.event;
-    return html`<tr><td>${time(entry.at)}</td><td>event <strong>${e.type}</strong></td><td>${badge(e.deliveryStatus)}${nextAttempt(e, now)}</td><td></td><td></td><td class="mono">${e.id}</td></tr>`;
+    return html`<tr><td>${time(entry.at)}</td><td>event <strong>${e.type}</strong> <span class="muted destination">to ${destinationOf(e)}</span></td><td>${badge(e.deliveryStatus)}${nextAttempt(e, now)}</td><td></td><td></td><td class="mono">${e.webhookId ?? e.id}</td></tr>`;
   }
   const a = entry.attempt;
-  return html`<tr><td>${time(entry.at)}</td><td>attempt: ${a.eventType}${a.error ? html`<br><span class="muted">${a.error}</span>` : ""}${answerBody(a.responseBody)}</td>
-<td>${badge(a.outcome)} ${a.statusCode ?? ""}</td><td>${a.latencyMs === null ? "—" : `${a.latencyMs} ms`}</td><td class="hide-sm">${a.url}</td><td class="mono">${a.eventId}</td></tr>`;
+  const row = rows.get(a.eventId);
+  return html`<tr><td>${time(entry.at)}</td><td>attempt: ${a.eventType} <span class="muted destination">to ${destinationOf(row)}</span>${a.error ? html`<br><span class="muted">${a.error}</span>` : ""}${answerBody(a.responseBody)}</td>
+<td>${badge(a.outcome)} ${a.statusCode ?? ""}</td><td>${a.latencyMs === null ? "—" : `${a.latencyMs} ms`}</td><td class="hide-sm">${a.url}</td><td class="mono">${row?.webhookId ?? a.eventId}</td></tr>`;
 }
 
 export function taskBody(
@@ -119,6 +123,7 @@ export function taskBody(
   message?: { kind: "ok" | "error"; text: string },
 ): Html {
   const { task, delivery } = d;
+  const rows = new Map(d.events.map((e) => [e.id, e]));
   const request = parse(task.requestJson) as Record<string, unknown> | string;
   const prompt =
     typeof request === "object" && request !== null && typeof request.prompt === "string" ? request.prompt : null;
@@ -166,7 +171,7 @@ ${message ? notice(message.kind, message.text) : ""}
 <section aria-labelledby="h-timeline"><h2 id="h-timeline">Timeline</h2>
 <div class="table-wrap"><table>
   <thead><tr><th scope="col">Time</th><th scope="col">What</th><th scope="col">Result</th><th scope="col">Latency</th><th scope="col" class="hide-sm">URL</th><th scope="col">webhook-id</th></tr></thead>
-  <tbody>${d.timeline.map((entry) => timelineRow(entry, now))}</tbody>
+  <tbody>${d.timeline.map((entry) => timelineRow(entry, now, rows))}</tbody>
 </table></div></section>`;
 }
 

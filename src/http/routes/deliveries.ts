@@ -56,11 +56,25 @@ const EventItemSchema = z
     type: z.string(),
     timestamp: z.string(),
     data: z.record(z.string(), z.unknown()),
-    delivery: z.object({
-      status: z.string(),
-      attempts: z.number().int(),
-      last_status_code: z.number().int().nullable(),
-    }),
+    delivery: z
+      .object({
+        status: z.string(),
+        attempts: z.number().int(),
+        last_status_code: z.number().int().nullable(),
+      })
+      .openapi({ description: "The delivery to the task's own callback_url (none: it has none)." }),
+    endpoints: z
+      .array(
+        z.object({
+          endpoint_id: z.string(),
+          status: z
+            .string()
+            .openapi({ description: "pending, succeeded, failed, or ended (the endpoint was deleted)" }),
+          attempts: z.number().int(),
+          last_status_code: z.number().int().nullable(),
+        }),
+      )
+      .openapi({ description: "The deliveries of this event to your endpoints, one per endpoint it went to." }),
   })
   .openapi("EventItem");
 
