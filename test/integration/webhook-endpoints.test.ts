@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
+import { FakeUpstream } from "../helpers/fake-upstream.js";
 import { createTask } from "../helpers/flow.js";
-import type { FakeUpstream } from "../helpers/fake-upstream.js";
 import { status, verifyAt, type Receiver } from "../helpers/receiver.js";
-import type { TestRelay } from "../helpers/relay.js";
-import { upstreamSuite } from "../helpers/upstream-suite.js";
+import { createTestRelay, type TestRelay } from "../helpers/relay.js";
+import { upstreamSuite, WORKER_TEST_ENV } from "../helpers/upstream-suite.js";
 
 /**
  * Endpoints (docs/contract.md, "Endpoints"): a client's subscribed URLs, each its own destination of
@@ -228,6 +228,23 @@ describe("delivery to endpoints", () => {
     const id = await succeededTask(t, up, apiKey);
     await t.relay.dispatcher.runOnce();
     expect(posts(hook).map((r) => r.json.data.id)).toEqual([id]);
+  });
+
+  it("the address guard applies to an endpoint at delivery too: a public name that resolves to a private address is blocked", async () => {
+    const t = createTestRelay(
+      { ...WORKER_TEST_ENV, WEBHOOK_ALLOW_PRIVATE_NETWORKS: "false" },
+      { resolve: async () => [{ address: "10.0.0.7", family: 4 }] },
+    );
+    suite.cleanup(() => t.close());
+    suite.server.use(...new FakeUpstream(t.clock).handlers());
+    const { apiKey } = t.client();
+    const ep = await createEndpoint(t, apiKey, { url: "https://hooks.example.com/rebound" });
+    const id = await createTask(t, apiKey);
+    await body(await t.request(apiKey, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" }), 200);
+    await t.relay.dispatcher.runOnce();
+    const log = await attempts(t, apiKey, id);
+    expect(log.map((a) => [a.destination, a.outcome])).toEqual([[ep.id, "blocked"]]);
+    expect(log[0].error).toMatch(/10\.0\.0\.7|private|not allowed/i);
   });
 
   it("deleting an endpoint stops its pending deliveries; delivered history stays in the attempt log", async () => {
