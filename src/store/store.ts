@@ -426,8 +426,9 @@ export interface WebhookEndpointStore {
   /** The client's endpoint, or undefined for an unknown id or another client's (the two look the same). */
   find(clientId: string, id: string): Promise<WebhookEndpointRow | undefined>;
   /**
-   * Removes the client's endpoint and ends its pending deliveries (`ended`: never claimed again;
-   * delivered and failed ones stay as history), in one transaction. False: not the client's.
+   * Removes the client's endpoint and ends its pending and failed deliveries (`ended`: never claimed
+   * nor recovered again; delivered ones and every attempt stay as history), in one transaction.
+   * False: not the client's.
    */
   remove(clientId: string, id: string, now: number): Promise<boolean>;
   /** The endpoints' delivery rows of these tasks' events (endpoint_id set), in each task's order: the feed's per-destination view. */

@@ -162,16 +162,34 @@ describe.each(suite.dialects)("WebhookEndpointStore on %s", (_name, h) => {
     });
     for (const e of claimed.filter((x) => x.id !== delivered.id)) await store.events.release(e.id, "tok1", {});
     const second = await succeeded(store, a.id);
+    // Its delivery of a third event failed for good before the removal.
+    const third0 = await succeeded(store, a.id);
+    const failing = (await store.events.ofTask(third0.task.id)).find((r) => r.endpointId === gone.id)!;
+    const [leased] = await store.events
+      .claimOfKey(
+        { clientId: a.id, host: gone.destinationHost },
+        { now: NOW, leaseMs: 30_000, token: "tokf", limit: 10, maxPerKey: 10 },
+      )
+      .then((rows) => rows.filter((r) => r.id === failing.id));
+    await store.events.recordAttempt(leased!.id, "tokf", attemptOf(leased!, 500), {
+      deliveryStatus: "failed",
+      failedAt: NOW,
+    });
+    for (const r of await store.events.ofTask(second.task.id))
+      if (r.claimToken) await store.events.release(r.id, r.claimToken, {});
     expect(await store.webhookEndpoints.remove(a.id, gone.id, NOW)).toBe(true);
     const status = async (taskId: string, endpointId: string | null) =>
       (await store.events.ofTask(taskId)).find((r) => r.endpointId === endpointId)!.deliveryStatus;
     expect(await status(first.task.id, gone.id)).toBe("succeeded");
     expect(await status(second.task.id, gone.id)).toBe("ended");
+    expect(await status(third0.task.id, gone.id)).toBe("ended");
     expect(await status(second.task.id, kept.id)).toBe("pending");
     expect(await status(second.task.id, null)).toBe("pending");
     const again = await claimEvents(store, "tok2", { now: NOW + 60_000 });
     expect(again.some((e) => e.endpointId === gone.id)).toBe(false);
     expect(again.some((e) => e.endpointId === kept.id)).toBe(true);
+    // Nor does a recover of the client's failed deliveries send anything to it.
+    expect(await store.events.requeueFailed(a.id, 0, { deliveryStatus: "pending", nextAttemptAt: NOW })).toBe(0);
     // A new event of the client no longer reaches the removed endpoint.
     const third = await succeeded(store, a.id);
     expect(third.rows.map((r) => r.endpointId).sort()).toEqual([kept.id, null].sort());

@@ -62,10 +62,11 @@ export function pgWebhookEndpoints(s: PgContext): WebhookEndpointStore {
           ])
         ).rows[0] as { destination_host: string } | undefined;
         if (!gone) return false;
-        // Through events_key_due_idx (the endpoint's key); a lease still out can no longer record over them.
+        // Through events_key_due_idx (the endpoint's key); a lease still out can no longer record over
+        // them. Failed ones end too: a recover must not send them to a URL no longer subscribed.
         await c.query(
           `UPDATE events SET delivery_status = 'ended', next_attempt_at = NULL, claim_token = NULL, claimed_until = NULL
-           WHERE client_id = $1 AND destination_host = $2 AND delivery_status = 'pending' AND endpoint_id = $3`,
+           WHERE client_id = $1 AND destination_host = $2 AND delivery_status IN ('pending', 'failed') AND endpoint_id = $3`,
           [clientId, gone.destination_host, id],
         );
         return true;

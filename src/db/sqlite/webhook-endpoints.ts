@@ -49,14 +49,15 @@ export function sqliteWebhookEndpoints(s: SqliteContext): WebhookEndpointStore {
           .get();
         if (!gone) return false;
         // Through events_key_due_idx (the endpoint's key), then its own rows: a lease still out can
-        // no longer record over them (the claim token goes with the status).
+        // no longer record over them (the claim token goes with the status). Failed ones end too:
+        // a recover must not send them to a URL no longer subscribed.
         tx.update(events)
           .set({ deliveryStatus: "ended", nextAttemptAt: null, claimToken: null, claimedUntil: null })
           .where(
             and(
               eq(events.clientId, clientId),
               eq(events.destinationHost, gone.host),
-              eq(events.deliveryStatus, "pending"),
+              inArray(events.deliveryStatus, ["pending", "failed"]),
               eq(events.endpointId, id),
             ),
           )
