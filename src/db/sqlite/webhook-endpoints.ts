@@ -22,7 +22,7 @@ export function sqliteWebhookEndpoints(s: SqliteContext): WebhookEndpointStore {
             .where(eq(webhookEndpoints.clientId, row.clientId))
             .get()?.n ?? 0;
         if (n >= max) return null;
-        return tx.insert(webhookEndpoints).values(row).returning().get();
+        return tx.insert(webhookEndpoints).values(row).returning().all()[0]!;
       }),
     list: async (clientId) => endpointsOf(db, clientId),
     find: async (clientId, id) =>
@@ -30,7 +30,7 @@ export function sqliteWebhookEndpoints(s: SqliteContext): WebhookEndpointStore {
         .select()
         .from(webhookEndpoints)
         .where(and(eq(webhookEndpoints.clientId, clientId), eq(webhookEndpoints.id, id)))
-        .get(),
+        .all()[0],
     deliveriesOfTasks: async (taskIds) =>
       taskIds.length === 0
         ? []
@@ -46,7 +46,7 @@ export function sqliteWebhookEndpoints(s: SqliteContext): WebhookEndpointStore {
           .delete(webhookEndpoints)
           .where(and(eq(webhookEndpoints.clientId, clientId), eq(webhookEndpoints.id, id)))
           .returning({ host: webhookEndpoints.destinationHost })
-          .get();
+          .all()[0];
         if (!gone) return false;
         // Through events_key_due_idx (the endpoint's key), then its own rows: a lease still out can
         // no longer record over them (the claim token goes with the status). Failed ones end too:
