@@ -184,6 +184,12 @@ export class Dispatcher {
     return next;
   }
 
+  /** Whether the event's key is noted as held at its cap by other instances now (noteSaturated). */
+  private saturatedElsewhere(event: EventRow): boolean {
+    const note = this.saturated.get(deliveryKey(event.clientId, event.destinationHost));
+    return note !== undefined && note.until > this.opts.clock.now();
+  }
+
   /** Keys the loop's claim and next-due probe leave out: busy here (busyKeys), or saturated by other instances until their back-off ends. */
   private excludedKeys(now: number): string[] {
     const keys = this.busyKeys();
@@ -314,7 +320,9 @@ export class Dispatcher {
       if (this.refilling) {
         try {
           const refill = await this.claimAndStart(() => this.refill(event.clientId, event.destinationHost));
-          refilled = refill.started.length > 0 || refill.full;
+          // A key other instances hold at its cap (noteSaturated) is left out of the loop's claim
+          // anyway: the loop needs to run soon for everyone else, not at once for each such settle.
+          refilled = refill.started.length > 0 || refill.full || this.saturatedElsewhere(event);
         } catch (err) {
           this.opts.logger.error(
             { err, client_id: event.clientId, host: event.destinationHost },
