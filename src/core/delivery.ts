@@ -70,6 +70,11 @@ export function redeliverLast(store: Store, taskId: string, now: number): Promis
   return store.events.requeueLastOfTask(taskId, newRound(now));
 }
 
+/** Redeliver to endpoints: these endpoint rows of the task's last event queued again (same webhook-id and body); how many. */
+export function redeliverToEndpoints(store: Store, ids: string[], now: number): Promise<number> {
+  return store.webhookEndpoints.requeueDeliveries(ids, newRound(now));
+}
+
 /** Recover: the client's failed events since a time queued again; how many. */
 export function recoverFailed(store: Store, clientId: string, since: number, now: number): Promise<number> {
   return store.events.requeueFailed(clientId, since, newRound(now));

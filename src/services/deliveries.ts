@@ -1,4 +1,4 @@
-import { recoverFailed, redeliverLast } from "../core/delivery.js";
+import { recoverFailed, redeliverLast, redeliverToEndpoints } from "../core/delivery.js";
 import { newId } from "../ids.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import { outgoingHeaders } from "../webhooks/outgoing.js";
@@ -117,13 +117,31 @@ export class DeliveryService {
   async redeliver(clientId: string, taskId: string) {
     const { store, clock } = this.deps;
     const task = await requireClientTask(this.deps, clientId, taskId);
-    if (!task.callbackUrl) throw new ApiError("invalid_request", "This task has no callback_url to deliver to.");
+    // The last event goes again to every destination it had: the task's callback_url and the
+    // endpoints it went to that still exist.
+    const last = await store.events.lastOfTask(task.id);
+    const toEndpoints = last
+      ? (await store.webhookEndpoints.deliveriesOfTasks([task.id])).filter(
+          (r) => r.webhookId === last.id && r.deliveryStatus !== "ended",
+        )
+      : [];
+    if (!task.callbackUrl && toEndpoints.length === 0)
+      throw new ApiError("invalid_request", "This task has no callback_url or endpoint to deliver to.");
     await this.take("redeliver", clientId, clock.now());
-    const updated = await redeliverLast(store, task.id, clock.now());
+    const updated = task.callbackUrl ? await redeliverLast(store, task.id, clock.now()) : last;
     if (!updated)
       throw new ApiError("invalid_request", "This task has no event yet; it is sent when the task changes state.");
+    await redeliverToEndpoints(
+      store,
+      toEndpoints.map((r) => r.id),
+      clock.now(),
+    );
     this.deps.nudges.dispatcher();
-    return { event_id: updated.id, event_type: updated.type, status: updated.deliveryStatus };
+    return {
+      event_id: updated.id,
+      event_type: updated.type,
+      status: task.callbackUrl ? updated.deliveryStatus : "pending",
+    };
   }
 
   /**

@@ -433,6 +433,8 @@ export interface WebhookEndpointStore {
   remove(clientId: string, id: string, now: number): Promise<boolean>;
   /** The endpoints' delivery rows of these tasks' events (endpoint_id set), in each task's order: the feed's per-destination view. */
   deliveriesOfTasks(taskIds: string[]): Promise<EventRow[]>;
+  /** These endpoint delivery rows queued again (`round`: the core's new-round patch), unless ended; how many. */
+  requeueDeliveries(ids: string[], round: Partial<NewEventRow>): Promise<number>;
 }
 
 /** Operational notices to a client's notification_url, with their own small outbox. */

@@ -188,6 +188,15 @@ describe.each(suite.dialects)("WebhookEndpointStore on %s", (_name, h) => {
     const again = await claimEvents(store, "tok2", { now: NOW + 60_000 });
     expect(again.some((e) => e.endpointId === gone.id)).toBe(false);
     expect(again.some((e) => e.endpointId === kept.id)).toBe(true);
+    // A redeliver queues again the kept endpoint's row, never the removed one's, nor the callback's.
+    const rowsOf = async (taskId: string) => await store.events.ofTask(taskId);
+    const secondRows = await rowsOf(second.task.id);
+    const ids = secondRows.map((r) => r.id);
+    const round = { deliveryStatus: "pending" as const, roundAttempts: 0, nextAttemptAt: NOW + 5 };
+    expect(await store.webhookEndpoints.requeueDeliveries(ids, round)).toBe(1);
+    expect(await store.webhookEndpoints.requeueDeliveries([], round)).toBe(0);
+    expect((await rowsOf(second.task.id)).find((r) => r.endpointId === kept.id)!.nextAttemptAt).toBe(NOW + 5);
+    expect((await rowsOf(second.task.id)).find((r) => r.endpointId === gone.id)!.deliveryStatus).toBe("ended");
     // Nor does a recover of the client's failed deliveries send anything to it.
     expect(await store.events.requeueFailed(a.id, 0, { deliveryStatus: "pending", nextAttemptAt: NOW })).toBe(0);
     // A new event of the client no longer reaches the removed endpoint.

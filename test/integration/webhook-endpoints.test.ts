@@ -247,6 +247,45 @@ describe("delivery to endpoints", () => {
     expect(log[0].error).toMatch(/10\.0\.0\.7|private|not allowed/i);
   });
 
+  it("redeliver sends the last event again to the callback and to each endpoint it went to, under the same webhook-id", async () => {
+    const { t, up } = suite.setup();
+    const { apiKey } = t.client();
+    const hook = await suite.receiver();
+    const cb = await suite.receiver();
+    await createEndpoint(t, apiKey, { url: hook.url("/ep") });
+    // A task without callback_url: redelivered to its endpoint alone.
+    const alone = await succeededTask(t, up, apiKey);
+    await t.relay.dispatcher.runOnce();
+    const first = posts(hook)[0]!;
+    t.clock.advance(60_000);
+    const res = await body(await t.request(apiKey, `/openapi/v1/tasks/${alone}/redeliver`, { method: "POST" }), 202);
+    expect(res.data).toEqual({
+      event_id: first.headers["webhook-id"],
+      event_type: "task.succeeded",
+      status: "pending",
+    });
+    await t.relay.dispatcher.runOnce();
+    expect(posts(hook).map((r) => r.headers["webhook-id"])).toEqual([
+      first.headers["webhook-id"]!,
+      first.headers["webhook-id"]!,
+    ]);
+    expect(posts(hook)[1]!.body).toBe(first.body);
+    // With a callback too: both get it again.
+    const both = await succeededTask(t, up, apiKey, { callback_url: cb.url("/cb") });
+    await t.relay.dispatcher.runOnce();
+    t.clock.advance(60_000);
+    await body(await t.request(apiKey, `/openapi/v1/tasks/${both}/redeliver`, { method: "POST" }), 202);
+    await t.relay.dispatcher.runOnce();
+    expect(posts(cb)).toHaveLength(2);
+    expect(posts(hook).filter((r) => r.json.data.id === both)).toHaveLength(2);
+    // A task with neither is refused, as before.
+    const { apiKey: lone } = t.client("lone");
+    const none = await succeededTask(t, up, lone);
+    expect(
+      (await body(await t.request(lone, `/openapi/v1/tasks/${none}/redeliver`, { method: "POST" }), 400)).error.code,
+    ).toBe("invalid_request");
+  });
+
   it("deleting an endpoint stops its pending deliveries; delivered history stays in the attempt log", async () => {
     const { t, up } = suite.setup();
     const { apiKey } = t.client();

@@ -1,7 +1,7 @@
 import { endpointDeliveries, NOT_IN_FEED } from "../../store/endpoint-fanout.js";
 import type { NewEventRow, WebhookEndpointRow, WebhookEndpointStore } from "../../store/store.js";
 import type { PgContext } from "./context.js";
-import { E, mapRow, type Queryable } from "./mapping.js";
+import { CHANNEL, E, mapRow, type Queryable } from "./mapping.js";
 
 /** Advisory lock namespace of a client's endpoint count (the second key is hashtext of the client id). */
 const ENDPOINT_COUNT_LOCK = 0x67_72_77; // "grw"
@@ -53,6 +53,19 @@ export function pgWebhookEndpoints(s: PgContext): WebhookEndpointStore {
               [taskIds],
             ),
           ),
+    requeueDeliveries: async (ids, round) => {
+      if (ids.length === 0) return 0;
+      const set = E.set(round, 2);
+      const n =
+        (
+          await s.pool.query(
+            `UPDATE events SET ${set.sql} WHERE id = ANY($1::text[]) AND endpoint_id IS NOT NULL AND delivery_status <> 'ended'`,
+            [ids, ...set.values],
+          )
+        ).rowCount ?? 0;
+      if (n > 0) await s.pool.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
+      return n;
+    },
     remove: (clientId, id, _now) =>
       s.tx(async (c) => {
         const gone = (

@@ -1,4 +1,4 @@
-import { and, asc, eq, inArray, isNotNull, sql } from "drizzle-orm";
+import { and, asc, eq, inArray, isNotNull, ne, sql } from "drizzle-orm";
 import { endpointDeliveries, NOT_IN_FEED } from "../../store/endpoint-fanout.js";
 import type { NewEventRow, WebhookEndpointRow, WebhookEndpointStore } from "../../store/store.js";
 import type { SqliteContext } from "./context.js";
@@ -40,6 +40,14 @@ export function sqliteWebhookEndpoints(s: SqliteContext): WebhookEndpointStore {
             .where(and(inArray(events.taskId, taskIds), isNotNull(events.endpointId)))
             .orderBy(asc(events.taskId), asc(events.sequence), asc(events.seq))
             .all(),
+    requeueDeliveries: async (ids, round) =>
+      ids.length === 0
+        ? 0
+        : db
+            .update(events)
+            .set(round)
+            .where(and(inArray(events.id, ids), isNotNull(events.endpointId), ne(events.deliveryStatus, "ended")))
+            .run().changes,
     remove: async (clientId, id, _now) =>
       db.transaction((tx) => {
         const gone = tx
