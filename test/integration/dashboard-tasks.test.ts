@@ -168,7 +168,7 @@ describe("dashboard: task page", () => {
     expect(page).not.toContain(">Redeliver</button>");
     const res = await v.post(`/dashboard/tasks/${id}/redeliver`, { csrf: csrfOf(page) });
     expect(res.status).toBe(400);
-    expect(await res.text()).toContain("This task has no callback_url to deliver to.");
+    expect(await res.text()).toContain("This task has no callback_url or endpoint to deliver to.");
   });
 
   it("Cancel (#21) is offered only on a task never submitted upstream, asks on a page of its own, and cancels only from that page's form", async () => {
