@@ -129,7 +129,10 @@ export function taskBody(
     typeof request === "object" && request !== null && typeof request.prompt === "string" ? request.prompt : null;
   const output = parse(task.outputJson);
   const error = parse(task.errorJson) as { code?: string; message?: string } | null;
-  const canRedeliver = task.callbackUrl !== null && d.events.length > 0;
+  // Something to send it to: the task's callback_url, or an endpoint its events went to.
+  const canRedeliver =
+    d.events.length > 0 &&
+    (task.callbackUrl !== null || d.events.some((e) => e.endpointId !== null && e.deliveryStatus !== "ended"));
   const canCancel = cancelRefusal(task, now) === null;
   return html`<p><a href="/dashboard">← Tasks</a></p>
 <h1 class="mono">${task.id}</h1>
