@@ -143,7 +143,9 @@ export type SweepStep =
 export function planSweep(view: AccountView, budget: { available: number; perMinute: number }): SweepStep {
   if (!sweepsCover(view)) return { kind: "skip" };
   if (view.now < view.state.nextSweepAt) return { kind: "later" };
-  if (view.state.quiet && view.now - view.state.lastFullAt < QUIET_FULL_MS)
+  // A probe reads the unfiltered list: not where it leaves out tasks of ours (cost Infinity).
+  const { quiet, lastFullAt, cost } = view.state;
+  if (quiet && cost.all !== Infinity && view.now - lastFullAt < QUIET_FULL_MS)
     return budget.available >= 1 ? { kind: "probe" } : { kind: "wait", reads: 1 };
   const sweep = sweepKind(view.state);
   const need = Math.min(budget.perMinute, Math.max(2, view.state.cost[sweep] ?? 2));

@@ -136,6 +136,11 @@ describe("planSweep: whether this tick sweeps the account's list", () => {
       kind: "sweep",
       sweep: "all",
     });
+    // Not where the unfiltered list leaves out tasks of ours: the active lists' full sweep.
+    const blind = view({
+      state: state({ quiet: true, lastFullAt: NOW - 1_000, nextSweepAt: NOW - 1, cost: { active: 5, all: Infinity } }),
+    });
+    expect(planSweep(blind, { available: 100, perMinute: 100 })).toEqual({ kind: "sweep", sweep: "active" });
     // Not yet due: later, as for a sweep.
     expect(
       planSweep(view({ state: state({ quiet: true, lastFullAt: NOW, nextSweepAt: NOW + 1 }) }), {
