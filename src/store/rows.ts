@@ -209,6 +209,10 @@ export type ClientRow = {
   maxWaiting: number | null;
   maxRunning: number | null;
   creditLimit: number | null;
+  /**
+   * The books as stored on the row. On PostgreSQL only what is rolled up so far (db/pg/credit-books.ts):
+   * the client's position is ClientStore.creditPosition, never these three fields.
+   */
   pointsCharged: number;
   pointsRefunded: number;
   pointsReserved: number;

@@ -136,8 +136,9 @@ const LIMIT = 200;
 
 /** The client's books: spent (charged net of refunds) and reserved. */
 async function books(h: Harness, clientId: string) {
-  const c = (await h.store.clients.find(clientId))!;
-  return { spent: c.pointsCharged - c.pointsRefunded, reserved: c.pointsReserved };
+  // The position, not the client row: on PostgreSQL the row holds only the ledger rolled up so far.
+  const p = (await h.store.clients.creditPosition(clientId))!;
+  return { spent: p.charged - p.refunded, reserved: p.reserved };
 }
 
 /** What the upstream charged in total for the tasks it created (its real price is 40 each). */
