@@ -5,7 +5,6 @@ import type {
   LeaderLease,
   NewTaskRow,
   NudgeTarget,
-  ReservationsAround,
   TaskRow,
   TransitionOptions,
 } from "../../store/store.js";
@@ -52,7 +51,6 @@ export interface PgContext {
   ): Promise<TaskRow[]>;
   creditPositionIn(c: Queryable, clientId: string, lock: boolean): Promise<CreditPosition | undefined>;
   learnedPriceIn(c: Queryable, priceKey: string): Promise<number | null>;
-  reservationsAround(c: Queryable, clientId: string, taskId: string): Promise<ReservationsAround>;
   applyCredits(
     c: Queryable,
     clientId: string,

@@ -14,7 +14,6 @@ import type {
   NudgeTarget,
   OpsStore,
   RateLimitStore,
-  ReservationsAround,
   SessionStore,
   Store,
   TaskRow,
@@ -319,19 +318,6 @@ export class PgStore implements Store, PgContext {
       | Row
       | undefined;
     return r ? Number(r.points) : null;
-  }
-
-  async reservationsAround(c: Queryable, clientId: string, taskId: string): Promise<ReservationsAround> {
-    const r = (
-      await c.query(
-        `SELECT coalesce(sum(CASE WHEN phase = 'submitted' OR submit_attempts > 0 THEN points_reserved ELSE 0 END), 0) AS in_flight,
-                coalesce(sum(CASE WHEN NOT (phase = 'submitted' OR submit_attempts > 0) AND id < $2 THEN points_reserved ELSE 0 END), 0) AS ahead,
-                coalesce(sum(points_reserved), 0) AS others
-         FROM tasks WHERE client_id = $1 AND phase <> 'done' AND id <> $2`,
-        [clientId, taskId],
-      )
-    ).rows[0] as Row;
-    return { inFlight: Number(r.in_flight), ahead: Number(r.ahead), others: Number(r.others) };
   }
 
   /** A charge or refund as a ledger row; the reservation is on the task row (credit-books.ts). */
