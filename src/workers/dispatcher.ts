@@ -79,7 +79,9 @@ interface Claimed {
  * hosts: only keys at their cap or with a trial out are left out, and each of those holds an
  * attempt in flight, so the list is bounded by the in-flight cap. The pool's counts live in this
  * process's memory; a store shared by several instances also caps each key across all of them
- * (EventClaimOptions.maxPerKey, counted from the leased events).
+ * (EventClaimOptions.maxPerKey, counted from the leased events); a key a claim finds at that shared
+ * cap is left out of the loop's claims for a short back-off (noteSaturated), not claimed again at
+ * every turn of the loop.
  *
  * Claims never overlap (one at a time, see claimAndStart): the per-key room a claim is sized by
  * cannot be spent by another claim across the claim's await, and every start checks it again.
