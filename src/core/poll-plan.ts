@@ -78,6 +78,8 @@ export interface ListState {
   quiet: boolean;
   /** When the last full sweep ended (0: none yet). */
   lastFullAt: number;
+  /** Tasks running when the last full sweep was planned: more since (new submissions) bring a full sweep. */
+  fullRunning: number;
   /**
    * The cursor of the unfiltered list's page where the last complete pass of it found the oldest
    * task in flight (null: the first page): where probes read, those tasks being the likeliest to
@@ -96,6 +98,7 @@ export function newListState(): ListState {
     warned: false,
     quiet: false,
     lastFullAt: 0,
+    fullRunning: 0,
     tailCursor: null,
   };
 }
@@ -144,8 +147,10 @@ export function planSweep(view: AccountView, budget: { available: number; perMin
   if (!sweepsCover(view)) return { kind: "skip" };
   if (view.now < view.state.nextSweepAt) return { kind: "later" };
   // A probe reads the unfiltered list: not where it leaves out tasks of ours (cost Infinity).
-  const { quiet, lastFullAt, cost } = view.state;
-  if (quiet && cost.all !== Infinity && view.now - lastFullAt < QUIET_FULL_MS)
+  // Nor once tasks were submitted since the last full sweep: it has not seen them, nor where the
+  // oldest in flight now is.
+  const { quiet, lastFullAt, cost, fullRunning } = view.state;
+  if (quiet && cost.all !== Infinity && view.running <= fullRunning && view.now - lastFullAt < QUIET_FULL_MS)
     return budget.available >= 1 ? { kind: "probe" } : { kind: "wait", reads: 1 };
   const sweep = sweepKind(view.state);
   const need = Math.min(budget.perMinute, Math.max(2, view.state.cost[sweep] ?? 2));

@@ -211,6 +211,7 @@ export class Poller {
       await this.probe(account, state);
       didWork = true;
     } else if (step.kind === "sweep") {
+      state.fullRunning = running;
       await this.sweep(account, state, step.sweep);
       didWork = true;
       // Tasks the sweep saw end no longer run: the count decides whether sweeps still cover the account.

@@ -129,16 +129,28 @@ describe("planSweep: whether this tick sweeps the account's list", () => {
   });
 
   it("probe while the account is quiet (one read, waiting for it when none is free); the full sweep once QUIET_FULL_MS has passed since the last", () => {
-    const quiet = (lastFullAt: number) => view({ state: state({ quiet: true, lastFullAt, nextSweepAt: NOW - 1 }) });
+    const quiet = (lastFullAt: number) =>
+      view({ state: state({ quiet: true, lastFullAt, nextSweepAt: NOW - 1, fullRunning: 10 }) });
     expect(planSweep(quiet(NOW - 1_000), { available: 1, perMinute: 100 })).toEqual({ kind: "probe" });
     expect(planSweep(quiet(NOW - 1_000), { available: 0, perMinute: 100 })).toEqual({ kind: "wait", reads: 1 });
     expect(planSweep(quiet(NOW - QUIET_FULL_MS), { available: 100, perMinute: 100 })).toEqual({
       kind: "sweep",
       sweep: "all",
     });
+    // Tasks submitted since the last full sweep (10 then, 11 now): the full sweep.
+    expect(planSweep({ ...quiet(NOW - 1_000), running: 11 }, { available: 100, perMinute: 100 })).toEqual({
+      kind: "sweep",
+      sweep: "all",
+    });
     // Not where the unfiltered list leaves out tasks of ours: the active lists' full sweep.
     const blind = view({
-      state: state({ quiet: true, lastFullAt: NOW - 1_000, nextSweepAt: NOW - 1, cost: { active: 5, all: Infinity } }),
+      state: state({
+        quiet: true,
+        lastFullAt: NOW - 1_000,
+        nextSweepAt: NOW - 1,
+        fullRunning: 10,
+        cost: { active: 5, all: Infinity },
+      }),
     });
     expect(planSweep(blind, { available: 100, perMinute: 100 })).toEqual({ kind: "sweep", sweep: "active" });
     // Not yet due: later, as for a sweep.
@@ -590,6 +602,7 @@ describe("properties", () => {
     warned: fc.boolean(),
     quiet: fc.boolean(),
     lastFullAt: fc.integer({ min: 0, max: NOW }),
+    fullRunning: fc.nat(1_000),
     tailCursor: fc.option(fc.string()),
   });
   const arbView = fc.record({
