@@ -11,9 +11,11 @@
 #   4. creates a task (no callback_url): its task.succeeded webhook, signed by the relay and
 #      verified by the trigger inside n8n, must reach the recorder; a forged webhook must get 401.
 #
-# It needs a relay that serves the endpoints API (/openapi/v1/webhooks/endpoints) and stops with a
-# message when the relay does not. Deactivation (the endpoint removed) is tested by
-# test/integration/n8n-node.test.ts only.
+# The relay is this checkout's (dist/main.js, sandbox mode: the built-in simulator plays the
+# upstream), with the endpoints API of docs/contract.md, "Endpoints"; the script checks that it
+# answers before installing n8n. Deactivation (the endpoint removed) is tested by
+# test/integration/n8n-node.test.ts only. How to install and use the package:
+# docs/receiving-low-code.md, "The n8n node".
 #
 #   bash scripts/n8n-e2e.sh
 #
@@ -123,9 +125,10 @@ cat >"$WORK/workflow.json" <<EOF
 EOF
 "$N8N" import:credentials --input="$WORK/credentials.json" >>"$WORK/n8n.log" 2>&1 || fail "n8n import:credentials"
 "$N8N" import:workflow --input="$WORK/workflow.json" >>"$WORK/n8n.log" 2>&1 || fail "n8n import:workflow"
-# n8n 1.x activates with update:workflow; later versions publish.
-"$N8N" update:workflow --id=genrelayE2eFlow --active=true >>"$WORK/n8n.log" 2>&1 ||
-  "$N8N" publish:workflow --id=genrelayE2eFlow >>"$WORK/n8n.log" 2>&1 || fail "activating the workflow"
+# n8n 2.x activates by publishing (update:workflow is deprecated there and sets no active
+# version); 1.x has no publish:workflow and activates with update:workflow.
+"$N8N" publish:workflow --id=genrelayE2eFlow >>"$WORK/n8n.log" 2>&1 ||
+  "$N8N" update:workflow --id=genrelayE2eFlow --active=true >>"$WORK/n8n.log" 2>&1 || fail "activating the workflow"
 
 say "starting n8n on 127.0.0.1:$N8N_PORT"
 "$N8N" start >>"$WORK/n8n.log" 2>&1 &
