@@ -5,6 +5,7 @@ import type { IDataObject, INodeExecutionData, INodePropertyOptions, INodeType }
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
+import { startReceiver } from "../helpers/receiver.js";
 import {
   type ContextOptions,
   type GenrelayPackage,
@@ -89,7 +90,12 @@ describe("the package as n8n loads it", () => {
       for (const path of Object.values(icon as Record<string, string>))
         expect(existsSync(join(PACKAGE_DIR, from, path.replace(/^file:/, ""))), path).toBe(true);
     }
-    expect(new pkg.GenrelayApi().properties.map((p) => p.name)).toEqual(["baseUrl", "apiKey", "webhookSecret"]);
+    expect(new pkg.GenrelayApi().properties.map((p) => p.name)).toEqual([
+      "baseUrl",
+      "apiKey",
+      "webhookSecret",
+      "clientId",
+    ]);
   });
 
   it("passes n8n's node linter (eslint-plugin-n8n-nodes-base and the community-nodes rules)", () => {
@@ -451,6 +457,92 @@ describe("trigger node GenrelayTrigger", () => {
       const [item] = await emitted;
       expect(item!.json).toMatchObject({ type: "task.succeeded", data: { id: task.id, status: "succeeded" } });
       expect(String(item!.json.id)).toMatch(/^evt_/);
+    });
+  });
+  describe("webhook(): a client signing with ed25519 (v1a), verified with the keys the relay publishes", () => {
+    let edClient: { id: string; apiKey: string; secret: string };
+    let edServer: WebhookServer;
+    // No webhook secret: only the v1a signature, checked with the JWKS of the credential's client ID, can pass.
+    const edOptions = () =>
+      options({
+        credentials: {
+          baseUrl: `${live.url}/`,
+          apiKey: edClient.apiKey,
+          webhookSecret: "",
+          clientId: edClient.id,
+        } as never,
+        parameters: { events: terminal },
+      });
+
+    beforeAll(async () => {
+      edClient = live.client("n8n-ed25519");
+      const switched = await fetch(`${live.url}/openapi/v1/webhooks/settings`, {
+        method: "PUT",
+        headers: { Authorization: `Bearer ${edClient.apiKey}`, "Content-Type": "application/json" },
+        body: JSON.stringify({ signature: "ed25519" }),
+      });
+      expect(switched.status).toBe(200);
+      edServer = await startWebhookServer(trigger, edOptions());
+    });
+    afterAll(async () => edServer?.close());
+
+    it("the endpoint it registers receives the relay's v1a-signed webhook, which it emits; tampered, it is refused", async () => {
+      const staticData: IDataObject = {};
+      await methods().create!.call(hookContext({ ...edOptions(), webhookUrl: edServer.url, staticData }) as never);
+      try {
+        const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
+          method: "POST",
+          headers: {
+            Authorization: `Bearer ${edClient.apiKey}`,
+            "Content-Type": "application/json",
+            "Idempotency-Key": "n8n-trigger-ed25519-1",
+          },
+          body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a fox", count: 1 }),
+        });
+        expect(created.status).toBe(201);
+        const task = (await body(created)).data;
+        const ofTask = () => edServer.emitted.flat().find((i) => (i.json.data as IDataObject)?.id === task.id);
+        while (!ofTask()) await edServer.nextEmission();
+        expect(ofTask()!.json).toMatchObject({ type: "task.succeeded", data: { id: task.id, status: "succeeded" } });
+      } finally {
+        await methods().delete!.call(hookContext({ ...edOptions(), webhookUrl: edServer.url, staticData }) as never);
+      }
+      // A real webhook of the relay, caught as it was sent: its v1a signature verifies, and with one
+      // byte of the body changed it does not (nor with only its v1 HMAC signature left).
+      const hook = await startReceiver();
+      try {
+        const sent = await fetch(`${live.url}/openapi/v1/webhooks/test`, {
+          method: "POST",
+          headers: { Authorization: `Bearer ${edClient.apiKey}`, "Content-Type": "application/json" },
+          body: JSON.stringify({ url: hook.url("/catch"), type: "task.succeeded", task_type: "image" }),
+        });
+        expect(sent.status).toBe(200);
+        while (hook.requests.length === 0) await hook.next();
+        const caught = hook.requests[0]!;
+        expect(caught.headers["webhook-signature"]).toMatch(/(^| )v1a,/);
+        const replay = (raw: string, signature = caught.headers["webhook-signature"]!) =>
+          fetch(edServer.url, {
+            method: "POST",
+            headers: {
+              "Content-Type": "application/json",
+              "webhook-id": caught.headers["webhook-id"]!,
+              "webhook-timestamp": caught.headers["webhook-timestamp"]!,
+              "webhook-signature": signature,
+            },
+            body: raw,
+          });
+        const before = edServer.emitted.length;
+        expect((await replay(caught.body)).status).toBe(200);
+        expect(edServer.emitted.length).toBe(before + 1);
+        const tampered = await replay(caught.body.replace('"succeeded"', '"failed"'));
+        expect(tampered.status).toBe(401);
+        expect((await body(tampered)).error.code).toBe("invalid_signature");
+        const hmacOnly = caught.headers["webhook-signature"]!.split(" ").filter((e) => e.startsWith("v1,"));
+        expect((await replay(caught.body, hmacOnly.join(" ") || "v1,AAAA")).status).toBe(401);
+        expect(edServer.emitted.length).toBe(before + 1);
+      } finally {
+        await hook.close();
+      }
     });
   });
 });

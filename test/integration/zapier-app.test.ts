@@ -89,6 +89,7 @@ describe("the app's definition", () => {
       "base_url",
       "api_key",
       "webhook_secret",
+      "client_id",
     ]);
   });
 });
@@ -346,6 +347,66 @@ describe("the REST hook against the relay's deliveries", () => {
       }).catch((e: Error) => e);
       expect((error as Error).message).toMatch(/signature did not verify/);
       await appTester(taskFinished.performUnsubscribe, { authData, subscribeData });
+    } finally {
+      await hook.close();
+    }
+  });
+
+  it("for a client signing with ed25519, perform verifies the relay's v1a webhook with the published keys", async () => {
+    const edClient = live.client("zapier-ed25519");
+    const switched = await fetch(`${live.url}/openapi/v1/webhooks/settings`, {
+      method: "PUT",
+      headers: { Authorization: `Bearer ${edClient.apiKey}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ signature: "ed25519" }),
+    });
+    expect(switched.status).toBe(200);
+    // No webhook secret: only the v1a signature, checked with the JWKS of the connection's client ID, can pass.
+    const edAuth = { base_url: live.url, api_key: edClient.apiKey, client_id: edClient.id };
+    const hook = await startReceiver();
+    try {
+      const subscribeData = await appTester(taskFinished.performSubscribe, {
+        authData: edAuth,
+        targetUrl: hook.url("/zap-ed25519"),
+        inputData: {},
+      });
+      const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${edClient.apiKey}`,
+          "Content-Type": "application/json",
+          "Idempotency-Key": "zapier-endpoint-ed25519-1",
+        },
+        body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a fox", count: 1 }),
+      });
+      expect(created.status).toBe(201);
+      const task = (await body(created)).data;
+      const ofTask = () => hook.requests.find((r) => r.json.data?.id === task.id);
+      while (!ofTask()) await hook.next();
+      const request = ofTask()!;
+      expect(request.headers["webhook-signature"]).toMatch(/(^| )v1a,/);
+      const bundle = {
+        authData: edAuth,
+        inputData: {},
+        cleanedRequest: request.json,
+        rawRequest: { method: "POST", headers: request.headers, content: request.body, querystring: "" },
+      };
+      expect(await appTester(taskFinished.perform, bundle)).toEqual([request.json]);
+      // Changed by one word, or left with its v1 (HMAC) signature only, the same delivery is refused.
+      const tampered = await appTester(taskFinished.perform, {
+        ...bundle,
+        rawRequest: { ...bundle.rawRequest, content: request.body.replace('"succeeded"', '"failed"') },
+      }).catch((e: Error) => e);
+      expect((tampered as Error).message).toMatch(/signature did not verify: no v1a signature matches/);
+      const hmacOnly = request.headers["webhook-signature"]!.split(" ").filter((e) => e.startsWith("v1,"));
+      const unsigned = await appTester(taskFinished.perform, {
+        ...bundle,
+        rawRequest: {
+          ...bundle.rawRequest,
+          headers: { ...request.headers, "webhook-signature": hmacOnly.join(" ") || "v1,AAAA" },
+        },
+      }).catch((e: Error) => e);
+      expect((unsigned as Error).message).toMatch(/signature did not verify/);
+      await appTester(taskFinished.performUnsubscribe, { authData: edAuth, subscribeData });
     } finally {
       await hook.close();
     }

@@ -8,8 +8,9 @@ import type {
 
 /**
  * A genrelay client: the relay's address, the client's API key (sent as a bearer token on every
- * request) and the client's webhook secret, with which the trigger node checks each webhook's
- * Standard Webhooks signature.
+ * request), the client's webhook secret (HMAC `v1` signatures) and its ID (whose published Ed25519
+ * keys verify `v1a` signatures), with which the trigger node checks each webhook's Standard Webhooks
+ * signature.
  */
 export class GenrelayApi implements ICredentialType {
   name = "genrelayApi";
@@ -46,7 +47,16 @@ export class GenrelayApi implements ICredentialType {
       typeOptions: { password: true },
       default: "",
       description:
-        "The webhook secret of your genrelay client (whsec_…). The Genrelay Trigger node refuses any webhook whose signature it does not verify.",
+        "The webhook secret of your genrelay client (whsec_…), for its v1 (HMAC) signatures. The Genrelay Trigger node refuses any webhook whose signature it does not verify.",
+    },
+    {
+      displayName: "Client ID",
+      name: "clientId",
+      type: "string",
+      default: "",
+      placeholder: "cli_…",
+      description:
+        "The ID of your genrelay client (cli_…, printed by clients create). With it the Genrelay Trigger node also verifies v1a (Ed25519) signatures, with the keys the relay publishes for this client; needed when the client signs with ed25519.",
     },
   ];
 

@@ -1,9 +1,18 @@
 "use strict";
 
-const { createHmac, timingSafeEqual } = require("node:crypto");
+const { createHmac, createPublicKey, timingSafeEqual, verify } = require("node:crypto");
 
 /** How far a webhook's timestamp may be from this clock, as the Standard Webhooks libraries allow. */
 const TIMESTAMP_TOLERANCE_SECONDS = 5 * 60;
+
+/** How long a fetched JWKS is used as it is: its Cache-Control (max-age=300). */
+const JWKS_MAX_AGE_MS = 300_000;
+
+/** A JWKS is fetched again, when none of its keys verifies a signature, at most this often. */
+const JWKS_REFETCH_MS = 60_000;
+
+/** The keys of each JWKS URL, by kid, and when they were fetched: kept across runs of this process. */
+const jwksCache = new Map();
 
 /** A header of Zapier's raw request, whatever its case and whether or not Zapier prefixed it with `Http-`. */
 const header = (headers, name) => {
@@ -14,19 +23,51 @@ const header = (headers, name) => {
   return undefined;
 };
 
+/** Fetches a JWKS ({url, fetch}) and keeps its Ed25519 keys by kid (a key already known keeps its KeyObject). */
+const fetchKeys = async (jwks) => {
+  const fetchedAt = Date.now();
+  const known = jwksCache.get(jwks.url)?.keys || new Map();
+  const body = await jwks.fetch(jwks.url);
+  const keys = new Map();
+  for (const jwk of Array.isArray(body?.keys) ? body.keys : []) {
+    if (jwk.kty !== "OKP" || jwk.crv !== "Ed25519" || typeof jwk.x !== "string") continue;
+    const kid = typeof jwk.kid === "string" ? jwk.kid : jwk.x;
+    keys.set(kid, known.get(kid) || createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x: jwk.x }, format: "jwk" }));
+  }
+  jwksCache.set(jwks.url, { keys, fetchedAt });
+  return keys;
+};
+
+/** Whether one of the `v1a` signatures verifies `content` with one of the keys. */
+const signedBy = (signatures, content, keys) => {
+  for (const key of keys) {
+    for (const signature of signatures) {
+      try {
+        if (verify(null, content, key, Buffer.from(signature, "base64"))) return true;
+      } catch {
+        // not an Ed25519 signature: the next one may be
+      }
+    }
+  }
+  return false;
+};
+
 /**
  * Why a webhook fails its Standard Webhooks check, or null when it passes: `webhook-signature` holds
- * space-separated `v1,<base64 HMAC-SHA256>` entries of "{webhook-id}.{webhook-timestamp}.{raw body}"
- * keyed with the base64-decoded bytes after `whsec_`.
+ * space-separated signatures of "{webhook-id}.{webhook-timestamp}.{raw body}", and any one that
+ * verifies passes. `v1,<base64 HMAC-SHA256>` entries are keyed with the base64-decoded bytes after
+ * `whsec_` (`secret`); `v1a,<base64 Ed25519>` entries verify with a key of the client's published
+ * JWKS (`jwks`: {url, fetch}), kept by kid and fetched again when none of its keys verifies (a
+ * rotation; at most once a minute). During an overlap both keys, or both schemes, are listed.
  */
-const signatureProblem = (secret, headers, rawBody, nowSeconds) => {
+const signatureProblem = async ({ secret, jwks }, headers, rawBody, nowSeconds) => {
   const key = Buffer.from(
-    String(secret)
+    String(secret || "")
       .trim()
       .replace(/^whsec_/, ""),
     "base64",
   );
-  if (key.length === 0) return "no webhook secret";
+  if (key.length === 0 && !jwks) return "no webhook secret or client ID";
   if (typeof rawBody !== "string") return "no raw body";
   const id = header(headers, "webhook-id");
   const timestamp = header(headers, "webhook-timestamp");
@@ -36,14 +77,32 @@ const signatureProblem = (secret, headers, rawBody, nowSeconds) => {
   if (Math.abs(nowSeconds - Number(timestamp)) > TIMESTAMP_TOLERANCE_SECONDS) {
     return "webhook-timestamp is more than 5 minutes from this clock";
   }
-  const expected = createHmac("sha256", key).update(`${id}.${timestamp}.${rawBody}`).digest();
-  for (const entry of signatures.split(" ")) {
-    const [version, signature] = entry.split(",", 2);
-    if (version !== "v1" || !signature) continue;
-    const given = Buffer.from(signature, "base64");
-    if (given.length === expected.length && timingSafeEqual(given, expected)) return null;
+  const entries = signatures.split(" ").map((entry) => entry.split(",", 2));
+  const listed = (wanted) => entries.filter(([version, sig]) => version === wanted && sig).map(([, sig]) => sig);
+  if (key.length > 0) {
+    const expected = createHmac("sha256", key).update(`${id}.${timestamp}.${rawBody}`).digest();
+    for (const signature of listed("v1")) {
+      const given = Buffer.from(signature, "base64");
+      if (given.length === expected.length && timingSafeEqual(given, expected)) return null;
+    }
   }
-  return "no v1 signature matches";
+  const ed25519 = listed("v1a");
+  if (jwks && ed25519.length > 0) {
+    const content = Buffer.from(`${id}.${timestamp}.${rawBody}`);
+    const cached = jwksCache.get(jwks.url);
+    try {
+      const fresh = cached && Date.now() - cached.fetchedAt < JWKS_MAX_AGE_MS;
+      if (signedBy(ed25519, content, (fresh ? cached.keys : await fetchKeys(jwks)).values())) return null;
+      // No known key verifies: the client may have rotated its key since. Ask again, at most once a minute.
+      const last = jwksCache.get(jwks.url)?.fetchedAt || 0;
+      if (Date.now() - last >= JWKS_REFETCH_MS && signedBy(ed25519, content, (await fetchKeys(jwks)).values())) {
+        return null;
+      }
+    } catch (error) {
+      return `the client's published keys could not be read (${error.message})`;
+    }
+  }
+  return `no ${[key.length > 0 ? "v1" : "", jwks ? "v1a" : ""].filter(Boolean).join(" or ")} signature matches`;
 };
 
 module.exports = { TIMESTAMP_TOLERANCE_SECONDS, signatureProblem };

@@ -37,15 +37,34 @@ const performUnsubscribe = async (z, bundle) => {
 };
 
 /**
- * A webhook arrived at the Zap's hook URL. With a webhook secret in the connection, its signature
- * is checked on the raw body first, and a webhook that fails stops the run (the Zap's history shows
- * why) instead of starting it with data nobody can vouch for.
+ * The client's published Ed25519 keys (GET /openapi/v1/webhooks/jwks/{client_id}, no API key needed)
+ * on the connected relay, when the connection names its client ID; none otherwise.
  */
-const perform = (z, bundle) => {
+const jwksOf = (z, bundle) => {
+  const clientId = String(bundle.authData?.client_id || "").trim();
+  if (!clientId) return undefined;
+  return {
+    url: api(bundle, `/openapi/v1/webhooks/jwks/${encodeURIComponent(clientId)}`),
+    fetch: async (url) => {
+      const response = await z.request({ url, skipThrowForStatus: true });
+      if (response.status !== 200) throw new Error(`the relay answered ${response.status}`);
+      return response.data;
+    },
+  };
+};
+
+/**
+ * A webhook arrived at the Zap's hook URL. With a webhook secret or a client ID in the connection,
+ * its signature is checked on the raw body first (`v1` HMAC with the secret, `v1a` Ed25519 with the
+ * client's published keys; any one listed that verifies passes), and a webhook that fails stops the
+ * run (the Zap's history shows why) instead of starting it with data nobody can vouch for.
+ */
+const perform = async (z, bundle) => {
   const secret = bundle.authData?.webhook_secret;
-  if (secret) {
+  const jwks = jwksOf(z, bundle);
+  if (secret || jwks) {
     const raw = bundle.rawRequest || {};
-    const problem = signatureProblem(secret, raw.headers, raw.content, Math.floor(Date.now() / 1000));
+    const problem = await signatureProblem({ secret, jwks }, raw.headers, raw.content, Math.floor(Date.now() / 1000));
     if (problem) throw new z.errors.HaltedError(`The webhook's signature did not verify: ${problem}.`);
   }
   const event = bundle.cleanedRequest || {};

@@ -8,11 +8,30 @@ import {
   type JsonObject,
   NodeApiError,
   NodeConnectionTypes,
+  NodeOperationError,
 } from "n8n-workflow";
-import { verifyWebhook } from "./signature";
+import { type JwksSource, verifyWebhook } from "./signature";
 import { expectStatus, relayRequest } from "./transport";
 
 const ENDPOINTS = "/openapi/v1/webhooks/endpoints";
+
+/**
+ * The client's published Ed25519 keys (GET /openapi/v1/webhooks/jwks/{client_id}, no API key needed),
+ * read from the credential's relay when the credential names its client ID; none otherwise.
+ */
+function jwksOf(this: IWebhookFunctions, baseUrl: string, clientId: string): JwksSource | undefined {
+  if (clientId === "") return undefined;
+  const path = `/openapi/v1/webhooks/jwks/${encodeURIComponent(clientId)}`;
+  return {
+    url: `${baseUrl.replace(/\/+$/, "")}${path}`,
+    fetch: async () => {
+      const response = await relayRequest.call(this, "GET", path);
+      if (response.statusCode !== 200)
+        throw new NodeOperationError(this.getNode(), `The relay answered ${response.statusCode} for ${path}`);
+      return response.body;
+    },
+  };
+}
 
 function selectedEvents(this: IHookFunctions | IWebhookFunctions): string[] {
   return [...(this.getNodeParameter("events", []) as string[])].sort();
@@ -27,8 +46,10 @@ function matches(this: IHookFunctions, endpoint: IDataObject): boolean {
 /**
  * Starts a workflow on genrelay's task webhooks. Activating the workflow subscribes this node's
  * webhook URL as an endpoint of your genrelay client (its id is kept in the node's static data);
- * deactivating it removes the endpoint. Each webhook's Standard Webhooks signature is checked with
- * the credential's webhook secret before anything is emitted: a request that fails gets 401.
+ * deactivating it removes the endpoint. Each webhook's Standard Webhooks signature is checked before
+ * anything is emitted, `v1` (HMAC) with the credential's webhook secret and `v1a` (Ed25519) with the
+ * keys the relay publishes for the credential's client ID: a request none of whose signatures
+ * verifies gets 401.
  */
 export class GenrelayTrigger implements INodeType {
   description: INodeTypeDescription = {
@@ -115,8 +136,9 @@ export class GenrelayTrigger implements INodeType {
     const request = this.getRequestObject();
     const credentials = await this.getCredentials("genrelayApi");
     const rawBody: Buffer | undefined = Buffer.isBuffer(request.rawBody) ? request.rawBody : undefined;
-    const verdict = verifyWebhook(
+    const verdict = await verifyWebhook(
       String(credentials.webhookSecret ?? ""),
+      jwksOf.call(this, String(credentials.baseUrl ?? ""), String(credentials.clientId ?? "").trim()),
       this.getHeaderData(),
       rawBody,
       Math.floor(Date.now() / 1000),

@@ -5,12 +5,13 @@ import {
   type IHttpRequestMethods,
   type IHttpRequestOptions,
   type ILoadOptionsFunctions,
+  type IWebhookFunctions,
   type IN8nHttpFullResponse,
   type JsonObject,
   NodeApiError,
 } from "n8n-workflow";
 
-type Context = IExecuteFunctions | IHookFunctions | ILoadOptionsFunctions;
+type Context = IExecuteFunctions | IHookFunctions | ILoadOptionsFunctions | IWebhookFunctions;
 
 /** A relay answer: its status and its JSON body ({} when it has none, as a 204 does). */
 export interface RelayResponse {
