@@ -1,7 +1,8 @@
+import { createPublicKey, verify } from "node:crypto";
 import { createRequire } from "node:module";
 import net from "node:net";
 import { Webhook } from "standardwebhooks";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
 
@@ -407,6 +408,80 @@ describe("the REST hook against the relay's deliveries", () => {
       }).catch((e: Error) => e);
       expect((unsigned as Error).message).toMatch(/signature did not verify/);
       await appTester(taskFinished.performUnsubscribe, { authData: edAuth, subscribeData });
+    } finally {
+      await hook.close();
+    }
+  });
+
+  it("after a key rotation, a signature by the new key alone verifies once the JWKS is fetched again (at most once a minute)", async () => {
+    const rotating = live.client("zapier-rotation");
+    const call = (path: string, method: string, json?: unknown) =>
+      fetch(`${live.url}${path}`, {
+        method,
+        headers: { Authorization: `Bearer ${rotating.apiKey}`, "Content-Type": "application/json" },
+        ...(json === undefined ? {} : { body: JSON.stringify(json) }),
+      });
+    expect((await call("/openapi/v1/webhooks/settings", "PUT", { signature: "ed25519" })).status).toBe(200);
+    const auth = { base_url: live.url, api_key: rotating.apiKey, client_id: rotating.id };
+    const hook = await startReceiver();
+    try {
+      // A real webhook of the relay, caught as it was sent (a sample of task.succeeded, signed).
+      const catchOne = async () => {
+        const seen = hook.requests.length;
+        const sent = await call("/openapi/v1/webhooks/test", "POST", {
+          url: hook.url("/rotation"),
+          type: "task.succeeded",
+          task_type: "image",
+        });
+        expect(sent.status).toBe(200);
+        while (hook.requests.length === seen) await hook.next();
+        return hook.requests[seen]!;
+      };
+      const bundleOf = (r: { headers: Record<string, string>; body: string; json: any }, signature?: string) => ({
+        authData: auth,
+        inputData: {},
+        cleanedRequest: r.json,
+        rawRequest: {
+          method: "POST",
+          headers: { ...r.headers, "webhook-signature": signature ?? r.headers["webhook-signature"] },
+          content: r.body,
+          querystring: "",
+        },
+      });
+      const first = await catchOne();
+      expect(await appTester(taskFinished.perform, bundleOf(first))).toEqual([first.json]); // the JWKS, one key, cached
+      const rotated = await call("/openapi/v1/webhooks/secret/rotate", "POST");
+      expect(rotated.status).toBe(200);
+      const raw = Buffer.from(String((await body(rotated)).data.public_key).replace(/^whpk_/, ""), "base64");
+      const newKey = createPublicKey({
+        key: { kty: "OKP", crv: "Ed25519", x: raw.toString("base64url") },
+        format: "jwk",
+      });
+      const second = await catchOne();
+      const v1a = second.headers["webhook-signature"]!.split(" ").filter((e) => e.startsWith("v1a,"));
+      expect(v1a).toHaveLength(2); // the overlap: the new key and the old one both sign
+      const content = Buffer.from(
+        `${second.headers["webhook-id"]}.${second.headers["webhook-timestamp"]}.${second.body}`,
+      );
+      const byNew = v1a.find((e) => verify(null, content, newKey, Buffer.from(e.slice(4), "base64")))!;
+      const byOld = v1a.find((e) => e !== byNew)!;
+      expect(byNew).toBeDefined();
+      // As sent, and with the old key's signature alone, the cached key verifies it.
+      expect(await appTester(taskFinished.perform, bundleOf(second))).toEqual([second.json]);
+      expect(await appTester(taskFinished.perform, bundleOf(second, byOld))).toEqual([second.json]);
+      // The new key's alone: no cached key verifies, and the JWKS was read less than a minute ago.
+      const early = await appTester(taskFinished.perform, bundleOf(second, byNew)).catch((e: Error) => e);
+      expect((early as Error).message).toMatch(/no v1a signature matches/);
+      // A minute on, the JWKS is read again; it lists both keys, and the new one verifies.
+      vi.useFakeTimers({ toFake: ["Date"] });
+      vi.setSystemTime(Date.now() + 61_000);
+      try {
+        expect(await appTester(taskFinished.perform, bundleOf(second, byNew))).toEqual([second.json]);
+      } finally {
+        vi.useRealTimers();
+      }
+      const jwks = await body(await fetch(`${live.url}/openapi/v1/webhooks/jwks/${rotating.id}`));
+      expect(jwks.keys.map((k: { x: string }) => k.x)).toEqual([raw.toString("base64url"), expect.any(String)]);
     } finally {
       await hook.close();
     }
