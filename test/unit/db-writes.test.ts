@@ -13,11 +13,18 @@ function sourceFiles(dir: string): string[] {
   );
 }
 
-/** Statements (split on `;`) that write and end in `.get(`. */
+/**
+ * Statements (split on `;`) that write, return rows, and end in `.get(`: a drizzle write with
+ * `.returning(`, or SQL text with INSERT/UPDATE/DELETE … RETURNING (a prepared statement). A write
+ * without RETURNING cannot be read with `.get()` at all (better-sqlite3 throws), and a Map's
+ * `.delete(`/`.get(` in one statement is no write.
+ */
 function writesEndingInGet(source: string): string[] {
+  const drizzleWrite = /\.(insert|update|delete)\s*\([\s\S]*\.returning\s*\(/;
+  const sqlWrite = /\b(INSERT|UPDATE|DELETE)\b[\s\S]*\bRETURNING\b/;
   return source
     .split(";")
-    .filter((stmt) => /\.(insert|update|delete)\s*\(/.test(stmt) && /\.get\s*\(/.test(stmt))
+    .filter((stmt) => (drizzleWrite.test(stmt) || sqlWrite.test(stmt)) && /\.get\s*\(/.test(stmt))
     .map((stmt) => stmt.trim().slice(0, 120));
 }
 
@@ -33,5 +40,7 @@ describe("writes commit or raise", () => {
     expect(writesEndingInGet("return db.update(t).set(p).where(x).returning().get();")).toHaveLength(1);
     expect(writesEndingInGet("return db.update(t).set(p).where(x).returning().all()[0];")).toHaveLength(0);
     expect(writesEndingInGet("return db.select().from(t).get();")).toHaveLength(0);
+    expect(writesEndingInGet('return db.prepare("UPDATE t SET a = 1 RETURNING *").get();')).toHaveLength(1);
+    expect(writesEndingInGet("for (const k of m.keys()) if (m.get(k) === 0) m.delete(k);")).toHaveLength(0);
   });
 });
