@@ -1,9 +1,10 @@
 import { execFileSync, spawnSync } from "node:child_process";
+import { createPublicKey, verify } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { IDataObject, INodeExecutionData, INodePropertyOptions, INodeType } from "n8n-workflow";
 import { Webhook } from "standardwebhooks";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
 import { startReceiver } from "../helpers/receiver.js";
 import {
@@ -540,6 +541,69 @@ describe("trigger node GenrelayTrigger", () => {
         const hmacOnly = caught.headers["webhook-signature"]!.split(" ").filter((e) => e.startsWith("v1,"));
         expect((await replay(caught.body, hmacOnly.join(" ") || "v1,AAAA")).status).toBe(401);
         expect(edServer.emitted.length).toBe(before + 1);
+      } finally {
+        await hook.close();
+      }
+    });
+    it("after a key rotation, the new key's signature alone verifies once the JWKS is fetched again (at most once a minute)", async () => {
+      const call = (path: string, method: string, json?: unknown) =>
+        fetch(`${live.url}${path}`, {
+          method,
+          headers: { Authorization: `Bearer ${edClient.apiKey}`, "Content-Type": "application/json" },
+          ...(json === undefined ? {} : { body: JSON.stringify(json) }),
+        });
+      const hook = await startReceiver();
+      try {
+        const catchOne = async () => {
+          const seen = hook.requests.length;
+          const sent = await call("/openapi/v1/webhooks/test", "POST", {
+            url: hook.url("/rotation"),
+            type: "task.succeeded",
+            task_type: "image",
+          });
+          expect(sent.status).toBe(200);
+          while (hook.requests.length === seen) await hook.next();
+          return hook.requests[seen]!;
+        };
+        const replay = (caught: { headers: Record<string, string>; body: string }, signature: string) =>
+          fetch(edServer.url, {
+            method: "POST",
+            headers: {
+              "Content-Type": "application/json",
+              "webhook-id": caught.headers["webhook-id"]!,
+              "webhook-timestamp": caught.headers["webhook-timestamp"]!,
+              "webhook-signature": signature,
+            },
+            body: caught.body,
+          });
+        const first = await catchOne();
+        expect((await replay(first, first.headers["webhook-signature"]!)).status).toBe(200); // the JWKS is cached
+        const rotated = await call("/openapi/v1/webhooks/secret/rotate", "POST");
+        expect(rotated.status).toBe(200);
+        const raw = Buffer.from(String((await body(rotated)).data.public_key).replace(/^whpk_/, ""), "base64");
+        const newKey = createPublicKey({
+          key: { kty: "OKP", crv: "Ed25519", x: raw.toString("base64url") },
+          format: "jwk",
+        });
+        const second = await catchOne();
+        const v1a = second.headers["webhook-signature"]!.split(" ").filter((e) => e.startsWith("v1a,"));
+        expect(v1a).toHaveLength(2); // the overlap: the new key and the old one both sign
+        const content = Buffer.from(
+          `${second.headers["webhook-id"]}.${second.headers["webhook-timestamp"]}.${second.body}`,
+        );
+        const byNew = v1a.find((e) => verify(null, content, newKey, Buffer.from(e.slice(4), "base64")))!;
+        expect(byNew).toBeDefined();
+        expect((await replay(second, second.headers["webhook-signature"]!)).status).toBe(200);
+        expect((await replay(second, v1a.find((e) => e !== byNew)!)).status).toBe(200); // the old key, cached
+        // The new key's alone: no cached key verifies, and the JWKS was read less than a minute ago.
+        expect((await replay(second, byNew)).status).toBe(401);
+        vi.useFakeTimers({ toFake: ["Date"] });
+        vi.setSystemTime(Date.now() + 61_000);
+        try {
+          expect((await replay(second, byNew)).status).toBe(200); // read again: it lists both keys
+        } finally {
+          vi.useRealTimers();
+        }
       } finally {
         await hook.close();
       }
