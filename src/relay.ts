@@ -65,6 +65,8 @@ export class Relay {
   readonly notifier: Notifier;
   readonly health: EndpointHealth;
   readonly budget: ReadBudget;
+  /** Learned durations, written behind: flushed on stop(). */
+  private readonly durations: DurationStats;
   readonly sender: WebhookSender;
   readonly owner = new LeaseOwner();
   /** Which upstream accounts this instance leads, with their fences (shared by the submitter and the poller). */
@@ -94,6 +96,7 @@ export class Relay {
       ...(opts.resolve ? { resolve: opts.resolve } : {}),
     });
     const durations = new DurationStats(store, clock);
+    this.durations = durations;
     this.lifecycle = new Lifecycle({
       store,
       clock,
@@ -303,6 +306,7 @@ export class Relay {
     await Promise.race([stopped, new Promise((r) => setTimeout(r, deadlineMs).unref())]);
     // Copies still running stop here (a large file may take minutes); whoever claims them next starts again.
     await this.mirror.close();
+    await this.durations.flush().catch(() => {});
     this.leadership.close();
     await this.opts.store.ops.releaseLeases(this.owner.id);
     await this.sender.close();
