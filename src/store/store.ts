@@ -539,6 +539,13 @@ export interface OpsStore {
    */
   leads(account: string, as: LeaderLease): Promise<LeaderFence | null>;
   /**
+   * A store shared by several processes (PostgreSQL) only: every account's lease but the ones
+   * `as.holder` holds, in one statement, each with whether it could take it now (lapsed, or its
+   * holder's connection gone). Without it the store is one process's, which leads every account
+   * (src/workers/leadership.ts, TakeoverScan).
+   */
+  leases?(as: LeaderLease): Promise<{ account: string; takeable: boolean }[]>;
+  /**
    * Wakes this process's loops when another process writes what they act on, and tells `taskChanged`
    * of a task another process transitioned (requests held by Prefer: wait). A no-op on SQLite.
    */

@@ -1,5 +1,5 @@
 import type { Logger } from "../logger.js";
-import type { LeaderFence, LeaderLease, OpsStore, Store } from "../store/store.js";
+import type { LeaderFence, LeaderLease, Store } from "../store/store.js";
 
 /** An account another instance leads is looked at again this often: this one takes over if that leader dies or freezes. */
 export const LEADER_RECHECK_MS = 2_000;
@@ -51,8 +51,8 @@ export class Leadership {
     private readonly as: LeaderLease,
     private readonly onLead: () => void = () => {},
   ) {
-    const ops = store.ops as OpsStore & Partial<TakeoverScan>;
-    this.scan = typeof ops.leases === "function" ? { leases: (lease) => ops.leases!(lease) } : null;
+    const ops = store.ops;
+    this.scan = ops.leases ? { leases: (lease) => ops.leases!(lease) } : null;
   }
 
   /**

@@ -59,5 +59,7 @@ export interface PgContext {
     at: number,
   ): Promise<void>;
   leads(account: string, as: LeaderLease): Promise<LeaderFence | null>;
+  /** Every account's lease but `holder`'s, each with whether it could be taken now (OpsStore.leases). */
+  leases(as: LeaderLease): Promise<{ account: string; takeable: boolean }[]>;
   listen(nudge: (target: NudgeTarget) => void, taskChanged?: (taskId: string) => void): Promise<void>;
 }

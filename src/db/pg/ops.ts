@@ -1,15 +1,13 @@
-import type { LeaderLease, OpsStore } from "../../store/store.js";
+import type { OpsStore } from "../../store/store.js";
 import type { PgContext } from "./context.js";
-import type { PgLeadership } from "./leadership.js";
 
 /** The OpsStore on PostgreSQL: leadership, LISTEN, recovery, lease release, the write probe, gauges. */
 export function pgOps(s: PgContext): OpsStore {
   const { q } = s;
-  // `leases` is what a shared store adds to OpsStore.leads (src/workers/leadership.ts, TakeoverScan).
-  const ops: OpsStore & { leases(as: LeaderLease): Promise<{ account: string; takeable: boolean }[]> } = {
+  const ops: OpsStore = {
     leads: (account, as) => s.leads(account, as),
     // Every account's leader in one statement.
-    leases: (as) => (s as PgContext & { leadership: PgLeadership }).leadership.leases(as.holder),
+    leases: (as) => s.leases(as),
     listen: (nudge, taskChanged) => s.listen(nudge, taskChanged),
     recover: async (hostOf) => {
       // Other instances may be alive: their leases are left to expire. Only the backfill runs.

@@ -331,6 +331,11 @@ export class PgStore implements Store, PgContext {
     await recordCharge(c, clientId, taskId, change, at);
   }
 
+  /** See OpsStore.leases and leadership.ts. */
+  leases(as: LeaderLease): Promise<{ account: string; takeable: boolean }[]> {
+    return this.leadership.leases(as.holder);
+  }
+
   /** See OpsStore.leads and leadership.ts. */
   leads(account: string, as: LeaderLease): Promise<LeaderFence | null> {
     return this.closed ? Promise.resolve(null) : this.leadership.leads(account, as);
