@@ -86,6 +86,11 @@ export interface ListState {
    * end first. Dropped when a probe with it fails.
    */
   tailCursor: string | null;
+  /**
+   * The time between full passes at the last one's reads and share, at the budget's steady pace:
+   * probes never come less often (a probe saves reads only where a pass costs more than a page).
+   */
+  passMs: number;
 }
 
 export function newListState(): ListState {
@@ -100,6 +105,7 @@ export function newListState(): ListState {
     lastFullAt: 0,
     fullRunning: 0,
     tailCursor: null,
+    passMs: Number.POSITIVE_INFINITY,
   };
 }
 
@@ -295,6 +301,8 @@ export type SweepOutcome =
       flag: string[];
       /** Nothing ended: probes stand in for the next full sweeps (PROBE_READS). */
       quiet: boolean;
+      /** This pass's steady pace (sweepInterval without the ending tasks' speed-up): probes come at least this often. */
+      passMs: number;
     };
 
 /**
@@ -358,9 +366,14 @@ export function sweepInterval(
   return Math.round(Math.min(MAX_SWEEP_INTERVAL_MS, Math.max(MIN_SWEEP_INTERVAL_MS, reads / rate)));
 }
 
-/** The pace of probes while the account is quiet: one read every PROBE_READS reads' worth of the budget's steady pace. */
-export function probeInterval(budget: PaceBudget): number {
-  return Math.max(MIN_SWEEP_INTERVAL_MS, (PROBE_READS * budget.windowMs) / budget.perMinute);
+/**
+ * The pace of probes while the account is quiet: one read every PROBE_READS reads' worth of the
+ * budget's steady pace, and never slower than full passes would come at their steady pace
+ * (`passMs`): where a pass costs fewer reads than that, the probe would give away what the budget
+ * has for tasks that may end (a quiet spell saves reads only on passes of several pages).
+ */
+export function probeInterval(budget: PaceBudget, passMs = Number.POSITIVE_INFINITY): number {
+  return Math.min(passMs, Math.max(MIN_SWEEP_INTERVAL_MS, (PROBE_READS * budget.windowMs) / budget.perMinute));
 }
 
 /**
@@ -374,6 +387,7 @@ export function probeOutcome(
   seen: ReadonlyMap<string, UpstreamTask>,
   now: number,
   budget: PaceBudget,
+  passMs = Number.POSITIVE_INFINITY,
 ): { ended: boolean; changed: string[]; nextSweepAt: number } {
   let ended = false;
   const changed: string[] = [];
@@ -383,7 +397,7 @@ export function probeOutcome(
     if (TERMINAL_STATUSES.has(remote.status)) ended = true;
     else changed.push(task.id);
   }
-  return { ended, changed, nextSweepAt: ended ? now : now + probeInterval(budget) };
+  return { ended, changed, nextSweepAt: ended ? now : now + probeInterval(budget, passMs) };
 }
 
 export function sweepOutcome({
@@ -424,15 +438,17 @@ export function sweepOutcome({
   // Tasks only moving from queued to processing do not keep the sweeps at their pace: reads go
   // where tasks end (a probe records such moves on its page; the full sweep within QUIET_FULL_MS).
   const quiet = ended === 0 && flag.length === 0;
+  const passMs = sweepInterval(result.reads, share, budget);
   return {
     kind: "read",
-    nextSweepAt: now + (quiet ? Math.min(interval, probeInterval(budget)) : interval),
+    nextSweepAt: now + (quiet ? Math.min(interval, probeInterval(budget, passMs)) : interval),
     coveredUntil: now + 2 * interval + 5_000,
     ended,
     covered,
     changed,
     flag,
     quiet,
+    passMs,
   };
 }
 

@@ -301,7 +301,7 @@ export class Poller {
         return;
       }
       const now = clock.now();
-      const probed = probeOutcome(inFlight, result.seen, now, this.pace(account));
+      const probed = probeOutcome(inFlight, result.seen, now, this.pace(account), state.passMs);
       await this.record(
         account,
         probed.changed.filter((id) => !early.has(id)),
@@ -421,6 +421,7 @@ export class Poller {
     state.nextSweepAt = outcome.nextSweepAt;
     state.lastEnded = outcome.ended;
     state.quiet = outcome.quiet;
+    state.passMs = outcome.passMs;
     state.lastFullAt = now;
     let flagged = this.needsRead.get(account);
     if (!flagged) this.needsRead.set(account, (flagged = new Set()));

@@ -84,28 +84,40 @@ describe("list sweeps", () => {
     const { t, up } = setup();
     const client = t.client();
     const tasks = await inFlight(t, up, client.apiKey, 150);
-    finish(tasks.filter((_, i) => i % 15 === 0));
-    // First sweep: the queued list (the relay still knows them queued), the processing list (2 pages
-    // of 100) and, for the 10 that ended, the succeeded list.
-    const first = await sweepOnce(t, up);
-    expect(first.map((r) => r.status)).toEqual(["queued", "processing", "processing", "succeeded"]);
-    // Tasks keep ending: the next sweep reads the unfiltered list (2 pages: 150 tasks) and settles
-    // what ended with its output, without a terminal list or a single read.
-    const next = tasks.filter((_, i) => i % 15 === 7);
-    finish(next);
-    const second = await sweepOnce(t, up);
-    expect(second.map((r) => r.status)).toEqual([null, null]);
-    for (const { id, up: task } of next) {
-      expect(taskRow(t, id).status).toBe("succeeded");
-      expect((await readTask(t, client.apiKey, id)).output).toEqual({
-        images: [{ url: `https://cdn.test/${task.id}.png` }],
-      });
-    }
-    // Nothing ends for a sweep: back to the active list alone (the cheaper when no output is needed).
+    const settledWithOutput = async (ended: typeof tasks) => {
+      for (const { id, up: task } of ended) {
+        expect(taskRow(t, id).status).toBe("succeeded");
+        expect((await readTask(t, client.apiKey, id)).output).toEqual({
+          images: [{ url: `https://cdn.test/${task.id}.png` }],
+        });
+      }
+    };
+    // First sweep (nothing seen ending yet): the unfiltered list down to the oldest task in flight
+    // (2 pages of 100 for 150 tasks) settles the 10 that ended, with their output.
+    const first = tasks.filter((_, i) => i % 15 === 0);
+    finish(first);
     expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual([null, null]);
-    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual(["processing", "processing"]);
+    await settledWithOutput(first);
+    // Tasks keep ending: the active lists with the succeeded list are measured once (the processing
+    // list: 2 pages; the relay knows none queued any more)...
+    const second = tasks.filter((_, i) => i % 15 === 3);
+    finish(second);
+    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual(["processing", "processing", "succeeded"]);
+    await settledWithOutput(second);
+    // ...and cost more than the unfiltered pass: from then on, while tasks end, that pass alone
+    // settles what ended with its output, without a terminal list or a single read.
+    const third = tasks.filter((_, i) => i % 15 === 7);
+    finish(third);
+    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual([null, null]);
+    await settledWithOutput(third);
+    // Nothing ends: one more full pass finds so, then a probe (one page, from where the pass found
+    // the oldest task in flight) stands in for the next, and the full pass comes again within 15 s.
+    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual([null, null]);
+    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual([null]);
+    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual([null, null]);
+    expect(up.reads.filter((r) => r.id !== "(list)")).toHaveLength(0);
     for (const [i, { id }] of tasks.entries())
-      expect(taskRow(t, id).status).toBe(i % 15 === 0 || i % 15 === 7 ? "succeeded" : "processing");
+      expect(taskRow(t, id).status).toBe([0, 3, 7].includes(i % 15) ? "succeeded" : "processing");
   });
 
   it("an unfiltered list that leaves out a task of ours is not used again; nothing is missed", async () => {
@@ -114,16 +126,20 @@ describe("list sweeps", () => {
     const tasks = await inFlight(t, up, client.apiKey, 40);
     up.hiddenUnfiltered.add(tasks[30]!.up.id);
     finish(tasks.slice(0, 5));
-    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual(["queued", "processing", "succeeded"]);
-    finish(tasks.slice(5, 10));
-    // The unfiltered list ends without task 30 (still running): the ended tasks it showed are settled all the same.
+    // The first sweep reads the unfiltered list, which ends without task 30 (still running): the
+    // ended tasks it showed are settled all the same.
     expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual([null]);
-    for (const { id } of tasks.slice(5, 10)) expect(taskRow(t, id).status).toBe("succeeded");
+    for (const { id } of tasks.slice(0, 5)) expect(taskRow(t, id).status).toBe("succeeded");
+    finish(tasks.slice(5, 10));
+    // From then on the active lists (queued too: task 30 was not seen running), though tasks keep ending.
+    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual(["queued", "processing", "succeeded"]);
     finish(tasks.slice(10, 15));
-    // From then on the active lists, though tasks keep ending.
     expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual(["processing", "succeeded"]);
     finish(tasks.slice(15, 20));
     expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual(["processing", "succeeded"]);
+    // Nothing ends: no probe either (it would read the unfiltered list), the active list alone.
+    expect((await sweepOnce(t, up)).map((r) => r.status)).toEqual(["processing"]);
+    expect(up.reads.filter((r) => r.id !== "(list)")).toHaveLength(0);
     for (const [i, { id }] of tasks.entries()) expect(taskRow(t, id).status).toBe(i < 20 ? "succeeded" : "processing");
   });
 

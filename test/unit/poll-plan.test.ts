@@ -366,6 +366,7 @@ describe("sweepOutcome: what a sweep means for each task", () => {
       changed: ["task_2", "task_3", "task_6", "task_12"],
       flag: ["task_4", "task_5", "task_7", "task_10"],
       quiet: false,
+      passMs: 1_220,
     });
   });
 
@@ -437,6 +438,26 @@ describe("sweepOutcome: what a sweep means for each task", () => {
     });
     // A task not on the page tells nothing.
     expect(probeOutcome([task(2)], seen("succeeded"), NOW, BUDGET).ended).toBe(false);
+  });
+
+  it("probes never come less often than full passes would at their steady pace (a one-page pass: a probe saves nothing)", () => {
+    // A pass of one page at the whole budget: every 0.61 s of pace, clamped to MIN_SWEEP_INTERVAL_MS.
+    const onePage = sweepOutcome({
+      ...input([task(1)], result([remote("up_1", "processing")], { reads: 1 })),
+      share: 1,
+    });
+    expect(onePage).toMatchObject({ kind: "read", quiet: true, passMs: MIN_SWEEP_INTERVAL_MS });
+    expect(onePage.kind === "read" && onePage.nextSweepAt).toBe(NOW + MIN_SWEEP_INTERVAL_MS);
+    const slow = { windowMs: 61_000, perMinute: 20 };
+    // 20 reads a minute: a one-page pass every 3.05 s at the whole budget, 6.1 s at half; a probe's own pace is 9.15 s.
+    expect(probeInterval(slow)).toBe(9_150);
+    expect(probeInterval(slow, sweepInterval(1, 1, slow))).toBe(3_050);
+    expect(probeInterval(slow, sweepInterval(1, 0.5, slow))).toBe(6_100);
+    expect(
+      probeOutcome([task(1)], new Map([["up_1", remote("up_1", "processing")]]), NOW, slow, 3_050).nextSweepAt,
+    ).toBe(NOW + 3_050);
+    // Passes of several pages: the probes' own pace, faster than the passes'.
+    expect(probeInterval(BUDGET, sweepInterval(5, 1, BUDGET))).toBe(probeInterval(BUDGET));
   });
 
   it("zero tasks in flight: nothing recorded or flagged", () => {
@@ -604,6 +625,7 @@ describe("properties", () => {
     lastFullAt: fc.integer({ min: 0, max: NOW }),
     fullRunning: fc.nat(1_000),
     tailCursor: fc.option(fc.string()),
+    passMs: fc.oneof(fc.constant(Number.POSITIVE_INFINITY), fc.integer({ min: 1_000, max: 60_000 })),
   });
   const arbView = fc.record({
     strategy: fc.constantFrom("adaptive" as const, "round-robin" as const),
