@@ -5,7 +5,8 @@ import { retryingEvent } from "../kit/delivery-failing.js";
 import type { SqliteContext } from "./context.js";
 import { claimDue, claimOfKey, claimTrial, leasedOfKey } from "./event-claims.js";
 import { placeInFeed } from "./feed-positions.js";
-import type { Db } from "./open.js";
+import type { Database_, Db } from "./open.js";
+import type { Statement } from "better-sqlite3";
 import { insertEveryColumn, patchShape, prepared } from "./prepared.js";
 import { deliveryAttempts, events } from "./schema.js";
 import type { DbOrTx } from "./tx.js";
@@ -25,11 +26,14 @@ export function sqliteEvents(s: SqliteContext): EventStore {
     claimDue: (o) => s.attemptCommits.runAtomic(() => claimDue(db, o)),
     nextDueAt: async (o) => nextDueAt(db, o),
     recordAttempt: (eventId, token, attempt, patch) =>
-      // Prepared statements on the database run inside the group commit's open transaction.
-      s.attemptCommits.run(() => {
-        insertAttempt(db, attempt);
-        updateLeased(db, eventId, token, { ...patch, ...RELEASED });
-      }),
+      // Prepared statements on the database run inside the group commit's open transaction, under
+      // a savepoint of their own (prepared once: the group commit's generic one is built per unit).
+      s.attemptCommits.runAtomic(() =>
+        inSavepoint(s.database.sqlite, () => {
+          insertAttempt(db, attempt);
+          updateLeased(db, eventId, token, { ...patch, ...RELEASED });
+        }),
+      ),
     release: async (eventId, token, patch) => {
       updateLeased(db, eventId, token, { ...patch, ...RELEASED });
     },
@@ -167,6 +171,39 @@ export function postponeKey(db: Db, clientId: string, host: string, until: numbe
       ),
     )
     .run().changes;
+}
+
+const savepoints = new WeakMap<Database_["sqlite"], Record<"open" | "undo" | "close", Statement>>();
+
+/**
+ * Runs `work` (several writes) inside the open transaction as one unit: what it wrote is rolled
+ * back when it throws, the rest of the transaction kept. Its three statements are prepared once per
+ * database, where drizzle's nested transaction builds and looks up its savepoint's SQL every time.
+ */
+function inSavepoint<T>(sqlite: Database_["sqlite"], work: () => T): T {
+  let sp = savepoints.get(sqlite);
+  if (!sp) {
+    sp = {
+      open: sqlite.prepare("SAVEPOINT event_attempt"),
+      undo: sqlite.prepare("ROLLBACK TO SAVEPOINT event_attempt"),
+      close: sqlite.prepare("RELEASE SAVEPOINT event_attempt"),
+    };
+    savepoints.set(sqlite, sp);
+  }
+  sp.open.run();
+  let value: T;
+  try {
+    value = work();
+  } catch (error) {
+    // An error that ended the whole transaction (I/O, disk full) left no savepoint to roll back to.
+    if (sqlite.inTransaction) {
+      sp.undo.run();
+      sp.close.run();
+    }
+    throw error;
+  }
+  sp.close.run();
+  return value;
 }
 
 /**
