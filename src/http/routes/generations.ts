@@ -22,8 +22,19 @@ const security = [{ bearerAuth: [] }];
  */
 export function absoluteUrl(config: Pick<Config, "publicBaseUrl">, requestUrl: string, path: string): string {
   if (config.publicBaseUrl) return `${config.publicBaseUrl}${path}`;
-  return new URL(path, requestUrl).toString();
+  // A path of plain segments resolves to the request's scheme and authority followed by the path
+  // itself: those are parsed (and normalized) by URL once per distinct prefix, not once per answer.
+  const authorityAt = requestUrl.indexOf("//");
+  const pathAt = authorityAt < 0 ? -1 : requestUrl.indexOf("/", authorityAt + 2);
+  if (pathAt < 0 || !PLAIN_PATH.test(path)) return new URL(path, requestUrl).toString();
+  const prefix = requestUrl.slice(0, pathAt);
+  // One entry, the last prefix seen: the Host header is the caller's, so nothing may accumulate.
+  if (lastOrigin?.prefix !== prefix) lastOrigin = { prefix, origin: new URL("/", prefix).toString().slice(0, -1) };
+  return `${lastOrigin.origin}${path}`;
 }
+
+const PLAIN_PATH = /^(\/[A-Za-z0-9_-]+)+$/;
+let lastOrigin: { prefix: string; origin: string } | undefined;
 
 function generationRoute(type: "image" | "video") {
   return apiRoute({
