@@ -31,7 +31,8 @@ export function sqliteClients(s: SqliteContext): ClientStore {
   let polledAt = performance.now();
   return {
     insert: async (row) => insert(db, row),
-    find: async (id) => find(db, id),
+    // Once per delivery refill and per claimed client: prepared once, not built by drizzle per call.
+    find: async (id) => findPrepared(db, id),
     findByKeyHash: async (hash) => findByKeyHash(db, hash),
     list: async () => list(db),
     update: async (id, patch) => {
@@ -84,6 +85,21 @@ export function findByKeyHash(db: Db, apiKeyHash: string): ClientRow | undefined
     byKeyHash.set(db, statement);
   }
   return statement.get({ hash: apiKeyHash });
+}
+
+const byId = new WeakMap<Db, { get(p: Record<string, unknown>): ClientRow | undefined }>();
+
+function findPrepared(db: Db, id: string): ClientRow | undefined {
+  let statement = byId.get(db);
+  if (!statement) {
+    statement = db
+      .select()
+      .from(clients)
+      .where(eq(clients.id, sql.placeholder("id")))
+      .prepare();
+    byId.set(db, statement);
+  }
+  return statement.get({ id });
 }
 
 export function find(db: DbOrTx, id: string): ClientRow | undefined {
