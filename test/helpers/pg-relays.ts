@@ -4,6 +4,7 @@ import { silentLogger } from "../../src/logger.js";
 import { pgStore } from "../../src/open-store.js";
 import { Relay } from "../../src/relay.js";
 import { createSimulator } from "../../src/simulator/app.js";
+import { expect } from "vitest";
 import type { FakeClock } from "./fake-clock.js";
 
 export interface UpstreamLog {
@@ -88,4 +89,31 @@ export async function crash(instance: Instance): Promise<void> {
   instance.alive = false;
   await instance.relay.dispatcher.drain();
   await instance.store.close();
+}
+
+/** Creates an image task through instance `i`'s app (Idempotency-Key `<keyPrefix>-<n>`): its id. */
+export async function createVia(
+  i: Instance,
+  apiKey: string,
+  n: number,
+  callbackUrl: string,
+  keyPrefix: string,
+): Promise<string> {
+  const res = await i.relay.app.request("http://relay.test/openapi/v1/images/generations", {
+    method: "POST",
+    headers: {
+      authorization: `Bearer ${apiKey}`,
+      "content-type": "application/json",
+      "idempotency-key": `${keyPrefix}-${n}`,
+    },
+    body: JSON.stringify({
+      model: "p-image",
+      mode: "generate",
+      prompt: `task ${n}`,
+      count: 1,
+      callback_url: callbackUrl,
+    }),
+  });
+  expect(res.status, await res.clone().text()).toBe(201);
+  return ((await res.json()) as { data: { id: string } }).data.id;
 }

@@ -5,7 +5,7 @@ import type { Store } from "../../src/store/store.js";
 import { LEADER_RECHECK_MS } from "../../src/workers/leadership.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { freshPgDatabase } from "../helpers/pg.js";
-import { crash, round, simulatedUpstream, startInstance, type Instance } from "../helpers/pg-relays.js";
+import { crash, createVia, round, simulatedUpstream, startInstance, type Instance } from "../helpers/pg-relays.js";
 import { startReceiver, type Receiver } from "../helpers/receiver.js";
 
 /**
@@ -71,26 +71,6 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function createVia(i: Instance, apiKey: string, n: number, callbackUrl: string): Promise<string> {
-  const res = await i.relay.app.request("http://relay.test/openapi/v1/images/generations", {
-    method: "POST",
-    headers: {
-      authorization: `Bearer ${apiKey}`,
-      "content-type": "application/json",
-      "idempotency-key": `planning-task-${n}`,
-    },
-    body: JSON.stringify({
-      model: "p-image",
-      mode: "generate",
-      prompt: `task ${n}`,
-      count: 1,
-      callback_url: callbackUrl,
-    }),
-  });
-  expect(res.status, await res.clone().text()).toBe(201);
-  return ((await res.json()) as { data: { id: string } }).data.id;
-}
-
 describe("planning once per cluster: only the account's leader plans", () => {
   it("three instances, a frozen leader then a killed one: no query of planning on a non-leader, and planning moves with the lease within its time", async () => {
     const db = await freshPgDatabase();
@@ -122,7 +102,8 @@ describe("planning once per cluster: only the account's leader plans", () => {
     const { apiKey } = await createClient({ store: instances[0]!.store, clock }, { name: "planning" });
 
     const ids: string[] = [];
-    for (let n = 0; n < 30; n++) ids.push(await createVia(instances[n % 3]!, apiKey, n, receiver.url("/hook")));
+    for (let n = 0; n < 30; n++)
+      ids.push(await createVia(instances[n % 3]!, apiKey, n, receiver.url("/hook"), "planning-task"));
     const delivered = () =>
       new Set(receiver.requests.filter((r) => r.json.type === "task.succeeded").map((r) => r.json.data.id as string));
     const leaderIndex = () => counts.findIndex((c, i) => instances[i]!.alive && total(c) > 0);
@@ -165,7 +146,8 @@ describe("planning once per cluster: only the account's leader plans", () => {
     const before = counts.map(total);
     const more: string[] = [];
     const survivors = instances.filter((i) => i.alive);
-    for (let n = 30; n < 40; n++) more.push(await createVia(survivors[n % 2]!, apiKey, n, receiver.url("/hook")));
+    for (let n = 30; n < 40; n++)
+      more.push(await createVia(survivors[n % 2]!, apiKey, n, receiver.url("/hook"), "planning-task"));
     let handedAfter: number | null = null;
     const planned = () => counts.map((c, i) => total(c) - before[i]!);
     for (let step = 0; step < 2_000 && [...more].some((id) => !delivered().has(id)); step++) {

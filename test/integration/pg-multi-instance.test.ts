@@ -4,7 +4,7 @@ import { createClient } from "../../src/services/clients.js";
 import { LEADER_RECHECK_MS } from "../../src/workers/leadership.js";
 import { freshPgDatabase } from "../helpers/pg.js";
 import { FakeClock } from "../helpers/fake-clock.js";
-import { crash, round, simulatedUpstream, startInstance, type Instance } from "../helpers/pg-relays.js";
+import { crash, createVia, round, simulatedUpstream, startInstance, type Instance } from "../helpers/pg-relays.js";
 import { startReceiver, type Receiver } from "../helpers/receiver.js";
 
 /**
@@ -33,31 +33,12 @@ async function setup(count: number) {
   return { db, clock, upstream, receiver, instances, apiKey };
 }
 
-async function createVia(i: Instance, apiKey: string, n: number, callbackUrl: string): Promise<string> {
-  const res = await i.relay.app.request("http://relay.test/openapi/v1/images/generations", {
-    method: "POST",
-    headers: {
-      authorization: `Bearer ${apiKey}`,
-      "content-type": "application/json",
-      "idempotency-key": `multi-task-${n}`,
-    },
-    body: JSON.stringify({
-      model: "p-image",
-      mode: "generate",
-      prompt: `task ${n}`,
-      count: 1,
-      callback_url: callbackUrl,
-    }),
-  });
-  expect(res.status, await res.clone().text()).toBe(201);
-  return ((await res.json()) as { data: { id: string } }).data.id;
-}
-
 describe("several instances on one PostgreSQL database", () => {
   it("three instances share 60 tasks; the account leader dies mid-work: one creation per task, every webhook arrives, reads within budget, no feed gap", async () => {
     const { clock, upstream, receiver, instances, apiKey } = await setup(3);
     const ids: string[] = [];
-    for (let n = 0; n < 60; n++) ids.push(await createVia(instances[n % 3]!, apiKey, n, receiver.url("/hook")));
+    for (let n = 0; n < 60; n++)
+      ids.push(await createVia(instances[n % 3]!, apiKey, n, receiver.url("/hook"), "multi-task"));
 
     // Exactly one instance leads the default account.
     const leaders = await Promise.all(instances.map((i) => i.relay.leadership.leads("default")));
