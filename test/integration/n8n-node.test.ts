@@ -6,7 +6,7 @@ import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
 import { startReceiver } from "../helpers/receiver.js";
-import { v1aOfRotation } from "../helpers/v1a-rotation.js";
+import { catchTestWebhook, relayCall, v1aOfRotation } from "../helpers/v1a-rotation.js";
 import {
   type ContextOptions,
   type GenrelayPackage,
@@ -546,25 +546,10 @@ describe("trigger node GenrelayTrigger", () => {
       }
     });
     it("after a key rotation, the new key's signature alone verifies once the JWKS is fetched again (at most once a minute)", async () => {
-      const call = (path: string, method: string, json?: unknown) =>
-        fetch(`${live.url}${path}`, {
-          method,
-          headers: { Authorization: `Bearer ${edClient.apiKey}`, "Content-Type": "application/json" },
-          ...(json === undefined ? {} : { body: JSON.stringify(json) }),
-        });
+      const call = relayCall(live.url, edClient.apiKey);
       const hook = await startReceiver();
       try {
-        const catchOne = async () => {
-          const seen = hook.requests.length;
-          const sent = await call("/openapi/v1/webhooks/test", "POST", {
-            url: hook.url("/rotation"),
-            type: "task.succeeded",
-            task_type: "image",
-          });
-          expect(sent.status).toBe(200);
-          while (hook.requests.length === seen) await hook.next();
-          return hook.requests[seen]!;
-        };
+        const catchOne = () => catchTestWebhook(call, hook);
         const replay = (caught: { headers: Record<string, string>; body: string }, signature: string) =>
           fetch(edServer.url, {
             method: "POST",

@@ -4,7 +4,7 @@ import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
-import { v1aOfRotation } from "../helpers/v1a-rotation.js";
+import { catchTestWebhook, relayCall, v1aOfRotation } from "../helpers/v1a-rotation.js";
 
 /** A JSON answer of the relay, as the tests read it. */
 const body = async (response: Response): Promise<any> => response.json();
@@ -415,28 +415,12 @@ describe("the REST hook against the relay's deliveries", () => {
 
   it("after a key rotation, a signature by the new key alone verifies once the JWKS is fetched again (at most once a minute)", async () => {
     const rotating = live.client("zapier-rotation");
-    const call = (path: string, method: string, json?: unknown) =>
-      fetch(`${live.url}${path}`, {
-        method,
-        headers: { Authorization: `Bearer ${rotating.apiKey}`, "Content-Type": "application/json" },
-        ...(json === undefined ? {} : { body: JSON.stringify(json) }),
-      });
+    const call = relayCall(live.url, rotating.apiKey);
     expect((await call("/openapi/v1/webhooks/settings", "PUT", { signature: "ed25519" })).status).toBe(200);
     const auth = { base_url: live.url, api_key: rotating.apiKey, client_id: rotating.id };
     const hook = await startReceiver();
     try {
-      // A real webhook of the relay, caught as it was sent (a sample of task.succeeded, signed).
-      const catchOne = async () => {
-        const seen = hook.requests.length;
-        const sent = await call("/openapi/v1/webhooks/test", "POST", {
-          url: hook.url("/rotation"),
-          type: "task.succeeded",
-          task_type: "image",
-        });
-        expect(sent.status).toBe(200);
-        while (hook.requests.length === seen) await hook.next();
-        return hook.requests[seen]!;
-      };
+      const catchOne = () => catchTestWebhook(call, hook);
       const bundleOf = (r: { headers: Record<string, string>; body: string; json: any }, signature?: string) => ({
         authData: auth,
         inputData: {},
