@@ -14,6 +14,8 @@ import { nudgesByName } from "./core/nudges.js";
 import { UpstreamAccounts } from "./upstream/accounts.js";
 import type { Resolver } from "./webhooks/ssrf.js";
 import { WebhookSender } from "./webhooks/sender.js";
+import { Destinations } from "./destinations/index.js";
+import { httpDestination, WEBHOOK_KIND } from "./destinations/http.js";
 import { Dispatcher } from "./workers/dispatcher.js";
 import { WorkerLoop, type LoopOptions } from "./workers/loop.js";
 import { LeaseOwner } from "./workers/owner.js";
@@ -68,6 +70,8 @@ export class Relay {
   /** Learned durations, written behind: flushed on stop(). */
   private readonly durations: DurationStats;
   readonly sender: WebhookSender;
+  /** Where deliveries go, by the endpoint's kind: a new kind registers here (docs/architecture.md, "Destinations"). */
+  readonly destinations: Destinations;
   readonly owner = new LeaseOwner();
   /** Which upstream accounts this instance leads, with their fences (shared by the submitter and the poller). */
   readonly leadership: Leadership;
@@ -95,6 +99,10 @@ export class Relay {
       allowPrivateNetworks: config.webhookAllowPrivateNetworks,
       ...(opts.resolve ? { resolve: opts.resolve } : {}),
     });
+    this.destinations = new Destinations().register(
+      WEBHOOK_KIND,
+      httpDestination(this.sender, { allowPrivateNetworks: config.webhookAllowPrivateNetworks }),
+    );
     const durations = new DurationStats(store, clock);
     this.durations = durations;
     this.lifecycle = new Lifecycle({
@@ -166,6 +174,7 @@ export class Relay {
       config,
       logger,
       sender: this.sender,
+      destinations: this.destinations,
       owner: this.owner,
       maxPerHost: config.webhookMaxInFlightPerHost,
       maxInFlight: config.webhookMaxInFlight,

@@ -1,7 +1,7 @@
 import type { ClientRow } from "../store/store.js";
 import { isReservedHeader, openHeaders } from "./callback-headers.js";
 import { activeSigningKeys } from "./signing-keys.js";
-import { webhookHeaders } from "./sign.js";
+import { WEBHOOK_USER_AGENT, webhookHeaders } from "./sign.js";
 
 /**
  * The headers of one signed message to a client's receiver: task webhooks, test pings and
@@ -20,24 +20,60 @@ export interface OutgoingMessage {
   callbackHeaders?: string | null;
 }
 
+/** One signed message in parts, before any carrier's headers are made of it (a destination's message: destinations/index.ts). */
+export interface SignedParts {
+  /** `webhook-id`. */
+  id: string;
+  /** `webhook-timestamp`: whole seconds. */
+  timestamp: number;
+  /** `webhook-signature`. */
+  signature: string;
+  contentType: string;
+  /** The client's and the task's callback headers: lower-case names, reserved names dropped. */
+  headers: Record<string, string>;
+}
+
 /**
- * The client's default callback headers, under the task's own, under the relay's: content-type,
- * webhook-* and user-agent are never overridden (intake and settings refuse those names anyway;
- * this holds for rows written before that check too). Signed with HMAC (`v1`) or Ed25519 (`v1a`)
- * by the client's scheme.
+ * Signs one message: HMAC (`v1`) or Ed25519 (`v1a`) by the client's scheme, every active key during
+ * a rotation. Its extra headers are the client's default callback headers under the task's own;
+ * content-type, webhook-* and user-agent are never among them (intake and settings refuse those
+ * names anyway; this holds for rows written before that check too).
  */
-export function outgoingHeaders(msg: OutgoingMessage): Record<string, string> {
-  const signed = webhookHeaders(
-    activeSigningKeys(msg.client, msg.at, msg.encryptionKey),
-    msg.id,
-    Math.floor(msg.at / 1000),
-    msg.body,
-  );
+export function signOutgoing(msg: OutgoingMessage): SignedParts {
+  const timestamp = Math.floor(msg.at / 1000);
+  const signed = webhookHeaders(activeSigningKeys(msg.client, msg.at, msg.encryptionKey), msg.id, timestamp, msg.body);
   const extra = {
     ...openHeaders(msg.client.callbackHeaders, msg.encryptionKey),
     ...openHeaders(msg.callbackHeaders, msg.encryptionKey),
   };
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(extra)) if (!isReservedHeader(name)) headers[name.toLowerCase()] = value;
-  return { ...headers, ...signed };
+  return {
+    id: msg.id,
+    timestamp,
+    signature: signed["webhook-signature"]!,
+    contentType: signed["content-type"]!,
+    headers,
+  };
+}
+
+/** The HTTP headers of a signed message: its extra headers, under the trace context, under the relay's own. */
+export function httpHeaders(
+  parts: SignedParts & { traceparent?: string | undefined; tracestate?: string | undefined },
+): Record<string, string> {
+  return {
+    ...parts.headers,
+    ...(parts.traceparent ? { traceparent: parts.traceparent } : {}),
+    ...(parts.tracestate ? { tracestate: parts.tracestate } : {}),
+    "content-type": parts.contentType,
+    "webhook-id": parts.id,
+    "webhook-timestamp": String(parts.timestamp),
+    "webhook-signature": parts.signature,
+    "user-agent": WEBHOOK_USER_AGENT,
+  };
+}
+
+/** Every header of one signed HTTP message (test pings and notices; deliveries go through their destination). */
+export function outgoingHeaders(msg: OutgoingMessage): Record<string, string> {
+  return httpHeaders(signOutgoing(msg));
 }

@@ -16,7 +16,9 @@ import {
 } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
 import { sendResult, type SendResult, type WebhookSender } from "../webhooks/sender.js";
-import { outgoingHeaders } from "../webhooks/outgoing.js";
+import { Destinations } from "../destinations/index.js";
+import { httpDestination, WEBHOOK_KIND } from "../destinations/http.js";
+import { deliveryMessage } from "./delivery/message.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
 
@@ -25,7 +27,10 @@ export interface DispatcherOptions {
   clock: Clock;
   config: Config;
   logger: Logger;
-  sender: WebhookSender;
+  /** The HTTP transport of test pings, and of the `webhook` kind when `destinations` is not given. */
+  sender: Pick<WebhookSender, "send">;
+  /** Where attempts go, by the endpoint's kind (default: only `webhook`, through `sender`). */
+  destinations?: Destinations;
   owner: LeaseOwner;
   /** Deliveries in flight at once, across all receivers. */
   maxInFlight?: number;
@@ -107,8 +112,15 @@ export class Dispatcher {
   /** The whole retry schedule's time: how long an event may wait for a paused host without spending retries on trials. */
   private readonly scheduleSpanMs: number;
   private readonly events: DeliveryLifecycle;
+  private readonly destinations: Destinations;
 
   constructor(private readonly opts: DispatcherOptions) {
+    this.destinations =
+      opts.destinations ??
+      new Destinations().register(
+        WEBHOOK_KIND,
+        httpDestination(opts.sender, { allowPrivateNetworks: opts.config.webhookAllowPrivateNetworks }),
+      );
     this.events = new DeliveryLifecycle({
       store: opts.store,
       clock: opts.clock,
@@ -542,25 +554,13 @@ export class Dispatcher {
   }
 
   private async deliver(event: EventRow, client: ClientRow, permit: Permit): Promise<void> {
-    const { clock, config, sender } = this.opts;
+    const { clock, config } = this.opts;
     const startedAt = clock.now();
     let result: SendResult;
     try {
-      result = await sender.send({
-        url: event.callbackUrl!,
-        headers: outgoingHeaders({
-          client,
-          // An endpoint's row is sent under its event's id: every destination gets the same webhook-id.
-          id: event.webhookId ?? event.id,
-          at: startedAt,
-          body: event.payload,
-          encryptionKey: config.encryptionKey,
-          callbackHeaders: event.callbackHeaders,
-        }),
-        body: event.payload,
-        timeoutMs: config.webhookTimeoutMs,
-        tenant: event.clientId,
-      });
+      // Signed here, around the port: every kind carries the same signed message.
+      const message = deliveryMessage(event, client, startedAt, config.encryptionKey);
+      result = await this.destinations.send(message, { timeoutMs: config.webhookTimeoutMs });
     } catch (err) {
       // send() never throws; if signing did, the permit must still go back (a lost trial would keep the circuit shut).
       this.breakers.record(permit, "neutral");

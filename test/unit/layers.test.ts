@@ -80,6 +80,11 @@ const RULES: Rule[] = [
     forbidden: oneOf("services"),
   },
   {
+    name: "destinations/ carry a signed message: no storage, rules, services or workers",
+    files: under("destinations"),
+    forbidden: oneOf("db", "store", "core", "services", "workers", "http", "relay.ts"),
+  },
+  {
     name: "workers/ call the rules directly: they import no services (credit policy is core/credits.ts)",
     files: under("workers"),
     forbidden: oneOf("services"),
@@ -264,6 +269,14 @@ describe("layers", () => {
     ]);
     expect(
       violations([{ file: "src/workers/x.ts", source: 'import { decideSubmission } from "../core/credits.js";' }]),
+    ).toEqual([]);
+    expect(
+      violations([{ file: "src/destinations/x.ts", source: 'import type { EventRow } from "../store/rows.js";' }]),
+    ).toEqual([
+      "src/destinations/x.ts imports src/store/rows.ts: destinations/ carry a signed message: no storage, rules, services or workers",
+    ]);
+    expect(
+      violations([{ file: "src/destinations/x.ts", source: 'import { httpHeaders } from "../webhooks/outgoing.js";' }]),
     ).toEqual([]);
     expect(
       handBuiltChanges('update(db, id, token, { claimToken: null, claimedUntil: null, status: "failed" })'),

@@ -1,23 +1,13 @@
 import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { newClient } from "../../src/services/clients.js";
 import { sealHeaders } from "../../src/services/callback-headers.js";
 import { outgoingHeaders } from "../../src/webhooks/outgoing.js";
 import type { ClientRow } from "../../src/store/store.js";
+import { signingClient } from "../helpers/signing-client.js";
 
 const KEY = randomBytes(32);
 
-function client(defaults: Record<string, string> | null): ClientRow {
-  const { row } = newClient(1_700_000_000_000, { name: "c", encryptionKey: KEY });
-  return {
-    ...row,
-    callbackHeaders: sealHeaders(defaults, KEY),
-    signatureScheme: "hmac",
-    signingKey: null,
-    previousSigningKey: null,
-    previousSigningKeyExpiresAt: null,
-  } as unknown as ClientRow;
-}
+const client = (defaults: Record<string, string> | null): ClientRow => signingClient(defaults, KEY).row;
 
 describe("outgoingHeaders: callback headers", () => {
   it("sends the client's defaults under the task's own (same names overridden, case-insensitively)", () => {

@@ -1,0 +1,37 @@
+import type { DestinationMessage } from "../../destinations/index.js";
+import { WEBHOOK_KIND } from "../../destinations/http.js";
+import type { ClientRow, EventRow } from "../../store/store.js";
+import { signOutgoing } from "../../webhooks/outgoing.js";
+
+/**
+ * One attempt's message: the event signed for its client at `at`, before it reaches the destination
+ * port. Every kind gets the same signed parts, so the signing stays out of the kinds. An endpoint's
+ * row is sent under its event's id: every destination of one event gets the same webhook-id.
+ */
+export function deliveryMessage(
+  event: EventRow,
+  client: ClientRow,
+  at: number,
+  encryptionKey: Buffer | null,
+): DestinationMessage {
+  const signed = signOutgoing({
+    client,
+    id: event.webhookId ?? event.id,
+    at,
+    body: event.payload,
+    encryptionKey,
+    callbackHeaders: event.callbackHeaders,
+  });
+  return {
+    // Every stored event is a callback or an endpoint with a URL today: the `webhook` kind.
+    target: { kind: WEBHOOK_KIND, address: event.callbackUrl ?? "", tenant: event.clientId },
+    eventId: signed.id,
+    timestamp: signed.timestamp,
+    body: event.payload,
+    signature: signed.signature,
+    contentType: signed.contentType,
+    type: event.type,
+    taskId: event.taskId,
+    headers: signed.headers,
+  };
+}
