@@ -8,8 +8,9 @@ const taskFinished = require("./triggers/task_finished");
 const { imageModel, videoModel } = require("./triggers/models");
 const createImageTask = require("./creates/create_image_task");
 const createVideoTask = require("./creates/create_video_task");
+const cancelTask = require("./creates/cancel_task");
 
-/** genrelay on Zapier: an instant "Task finished" trigger (REST hooks) and two creates. */
+/** genrelay on Zapier: an instant "Task finished" trigger (REST hooks), two creates and Cancel Task. */
 module.exports = {
   version,
   platformVersion,
@@ -24,6 +25,7 @@ module.exports = {
   creates: {
     [createImageTask.key]: createImageTask,
     [createVideoTask.key]: createVideoTask,
+    [cancelTask.key]: cancelTask,
   },
   // Every request goes through z.request, which logs itself; patching node's http module as well
   // would only log those requests twice.

@@ -227,8 +227,12 @@ export interface WebhookServer {
  * A loopback HTTP server that hands each request to the trigger's webhook(), the way n8n's webhook
  * route does: the raw body as `req.rawBody`, the parsed JSON as `req.body`, the real response object.
  */
-export async function startWebhookServer(trigger: INodeType, options: ContextOptions): Promise<WebhookServer> {
+export async function startWebhookServer(
+  trigger: INodeType,
+  options: ContextOptions & { staticData?: IDataObject },
+): Promise<WebhookServer> {
   const emitter = new EventEmitter();
+  const staticData = options.staticData ?? {};
   const emitted: INodeExecutionData[][] = [];
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -248,6 +252,10 @@ export async function startWebhookServer(trigger: INodeType, options: ContextOpt
         getRequestObject: () => request,
         getResponseObject: () => res,
         getHeaderData: () => req.headers,
+        getWorkflowStaticData: (type: string) => {
+          if (type !== "node") throw new Error("the package keeps node static data only");
+          return staticData;
+        },
         getBodyData: () => body as IDataObject,
         getWebhookName: () => "default",
         getMode: () => "trigger",

@@ -1,4 +1,5 @@
 import { execFileSync, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { IDataObject, INodeExecutionData, INodePropertyOptions, INodeType } from "n8n-workflow";
@@ -6,6 +7,7 @@ import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
 import { startReceiver } from "../helpers/receiver.js";
+import { newSecret, type StandinRelay, startStandinRelay } from "../helpers/standin-relay.js";
 import { catchTestWebhook, relayCall, v1aOfRotation } from "../helpers/v1a-rotation.js";
 import {
   type ContextOptions,
@@ -584,5 +586,139 @@ describe("trigger node GenrelayTrigger", () => {
         await hook.close();
       }
     });
+  });
+});
+
+describe("trigger node GenrelayTrigger fails closed (against a stand-in relay that answers as told)", () => {
+  let trigger: INodeType;
+  let standin: StandinRelay;
+  let server: WebhookServer;
+  const secret = newSecret();
+  const terminal = ["task.succeeded", "task.failed", "task.canceled"];
+  const standinOptions = (credentials: Record<string, string>) =>
+    options({
+      credentials: { baseUrl: standin.url, apiKey: "grk_standin", ...credentials } as never,
+      parameters: { events: terminal },
+    });
+  const post = (body: string, headers: Record<string, string>) =>
+    fetch(server.url, { method: "POST", headers: { "Content-Type": "application/json", ...headers }, body });
+  const hmacSigned = (id: string, body: string) => {
+    const at = new Date();
+    return {
+      "webhook-id": id,
+      "webhook-timestamp": String(Math.floor(at.getTime() / 1000)),
+      "webhook-signature": new Webhook(secret).sign(id, at, body),
+    };
+  };
+  const succeeded = (id: string) =>
+    JSON.stringify({ id, type: "task.succeeded", timestamp: new Date().toISOString(), data: { id: "task_s" } });
+
+  beforeAll(async () => {
+    trigger = new pkg.GenrelayTrigger();
+    standin = await startStandinRelay();
+    // The credential holds the client's old secret too: it must not pass for a client that signs with ed25519.
+    server = await startWebhookServer(trigger, standinOptions({ webhookSecret: secret, clientId: "cli_standin" }));
+  });
+  afterAll(async () => {
+    await server?.close();
+    await standin?.close();
+  });
+
+  const activate = (credentials: Record<string, string>) =>
+    trigger.webhookMethods!.default!.create!.call(
+      hookContext({ ...standinOptions(credentials), webhookUrl: server.url, staticData: {} }) as never,
+    );
+
+  it("refuses activation with nothing to verify with, or without what the client's scheme needs", async () => {
+    standin.settings = { signature: "hmac" };
+    await expect(activate({ webhookSecret: "", clientId: "" })).rejects.toThrow(
+      "The trigger cannot verify webhooks: the credential has neither a webhook secret nor a client ID.",
+    );
+    standin.settings = { signature: "ed25519" };
+    await expect(activate({ webhookSecret: secret, clientId: "" })).rejects.toThrow(
+      "The trigger cannot verify webhooks: the client signs with ed25519: add its client ID (cli_…) to the credential.",
+    );
+    expect(standin.count("POST /openapi/v1/webhooks/endpoints")).toBe(0);
+  });
+
+  it("refuses v1 (HMAC) for a client that signs with ed25519 only, and accepts it during a switch's overlap", async () => {
+    standin.settings = { signature: "ed25519" };
+    const forged = succeeded("evt_pinned");
+    const refused = await post(forged, hmacSigned("evt_pinned", forged));
+    expect(refused.status).toBe(401);
+    expect(await refused.json()).toEqual({
+      error: { code: "invalid_signature", message: "no v1a signature matches" },
+    });
+    // A minute on the settings are read again: now inside a switch's overlap, where v1 still counts.
+    standin.settings = {
+      signature: "ed25519",
+      previous_signature_expires_at: new Date(Date.now() + 3_600_000).toISOString(),
+    };
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(Date.now() + 61_000);
+    try {
+      const emitted = server.nextEmission();
+      const body = succeeded("evt_overlap");
+      expect((await post(body, hmacSigned("evt_overlap", body))).status).toBe(200);
+      expect((await emitted)[0]!.json.id).toBe("evt_overlap");
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("asks a failing JWKS at most once a minute, however many forged v1a webhooks arrive", async () => {
+    standin.settings = { signature: "ed25519" };
+    standin.jwksStatus = 503;
+    const asked = () => standin.count("GET /openapi/v1/webhooks/jwks/cli_standin");
+    const before = asked();
+    for (let i = 0; i < 50; i++) {
+      const body = succeeded(`evt_forged_${i}`);
+      const at = String(Math.floor(Date.now() / 1000));
+      const forged = `v1a,${randomBytes(64).toString("base64")}`;
+      const response = await post(body, {
+        "webhook-id": `evt_forged_${i}`,
+        "webhook-timestamp": at,
+        "webhook-signature": forged,
+      });
+      expect(response.status).toBe(401);
+    }
+    expect(asked() - before).toBeLessThanOrEqual(1);
+  });
+
+  it("starts nothing for a webhook-id it accepted before: a replay answers 200 and emits nothing", async () => {
+    standin.settings = { signature: "hmac" };
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(Date.now() + 122_000); // past the settings read of the tests above
+    try {
+      const body = succeeded("evt_replayed");
+      const headers = hmacSigned("evt_replayed", body);
+      const emitted = server.nextEmission();
+      expect((await post(body, headers)).status).toBe(200);
+      expect((await emitted)[0]!.json.id).toBe("evt_replayed");
+      const before = server.emitted.length;
+      expect((await post(body, headers)).status).toBe(200);
+      expect(server.emitted.length).toBe(before);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("Cancel: POSTs the task's cancel route and returns the canceled task, flattened", async () => {
+    const context = executeContext({
+      ...standinOptions({ webhookSecret: secret }),
+      items: [{ resource: "task", operation: "cancel", taskId: "task_waiting" }],
+    });
+    const [items] = await new pkg.Genrelay().execute.call(context as never);
+    expect(items!.map((item) => item.json)).toEqual([
+      {
+        id: "task_waiting",
+        type: "image",
+        status: "canceled",
+        error: null,
+        output: null,
+        usage: { points_charged: 0, points_refunded: null },
+      },
+    ]);
+    expect(standin.count("POST /openapi/v1/tasks/task_waiting/cancel")).toBe(1);
   });
 });

@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
 import net from "node:net";
 import { Webhook } from "standardwebhooks";
@@ -57,7 +58,7 @@ beforeAll(async () => {
   } as typeof net.Socket.prototype.connect;
   live = await startLiveRelay();
   client = live.client("zapier");
-  authData = { base_url: live.url, api_key: client.apiKey };
+  authData = { base_url: live.url, api_key: client.apiKey, webhook_secret: client.secret };
 }, 60_000);
 
 afterAll(async () => {
@@ -84,7 +85,7 @@ describe("the app's definition", () => {
 
   it("has the trigger and creates the connector promises", () => {
     expect(taskFinished.type).toBe("hook");
-    expect(Object.keys(creates).sort()).toEqual(["create_image_task", "create_video_task"]);
+    expect(Object.keys(creates).sort()).toEqual(["cancel_task", "create_image_task", "create_video_task"]);
     expect(app.authentication.type).toBe("custom");
     expect(app.authentication.fields.map((f: { key: string }) => f.key)).toEqual([
       "base_url",
@@ -101,6 +102,16 @@ describe("authentication", () => {
     await expect(
       appTester(app.authentication.test, { authData: { ...authData, api_key: "grk_not_a_key" } }),
     ).rejects.toThrow(/invalid_api_key/);
+  });
+
+  it("refuses a connection with nothing to verify webhooks with, saying what to add", async () => {
+    const bare = { base_url: live.url, api_key: client.apiKey };
+    await expect(appTester(app.authentication.test, { authData: bare })).rejects.toThrow(
+      /Add the client's Webhook Secret \(whsec_…, for hmac signing\) or its Client ID/,
+    );
+    await expect(
+      appTester(app.authentication.test, { authData: { ...bare, client_id: client.id } }),
+    ).resolves.toMatchObject({ data: [] });
   });
 });
 
@@ -186,22 +197,26 @@ describe("trigger Task finished", () => {
     await appTester(taskFinished.performUnsubscribe, { authData, subscribeData: all });
   });
 
-  it("perform returns the hook's payload", async () => {
+  it("perform fails closed: an unsigned payload is refused, with a secret in the connection or without one", async () => {
     const event = {
       id: "evt_01hook",
       type: "task.succeeded",
       timestamp: "2026-01-01T12:00:00.000Z",
       data: { id: "task_1", status: "succeeded" },
     };
-    expect(await appTester(taskFinished.perform, { authData, cleanedRequest: event, inputData: {} })).toEqual([event]);
-    // An event the Zap does not listen to starts nothing.
-    expect(
-      await appTester(taskFinished.perform, {
-        authData,
+    const bare = { base_url: live.url, api_key: client.apiKey };
+    for (const [what, auth, reason] of [
+      ["no secret, no client ID", bare, /neither a webhook secret nor a client ID/],
+      ["a secret", authData, /no raw body/],
+    ] as const) {
+      const error = await appTester(taskFinished.perform, {
+        authData: auth,
         cleanedRequest: event,
-        inputData: { events: ["task.failed"] },
-      }),
-    ).toEqual([]);
+        inputData: {},
+      }).catch((e: Error) => e);
+      expect((error as Error).name, what).toBe("HaltedError");
+      expect((error as Error).message, what).toMatch(reason);
+    }
   });
 
   it("with the webhook secret, perform checks the signature (signed independently with standardwebhooks)", async () => {
@@ -226,11 +241,16 @@ describe("trigger Task finished", () => {
       rawRequest: { method: "POST", headers, content: body, querystring: "" },
     });
 
-    expect(await appTester(taskFinished.perform, hook(signed))).toEqual([event]);
     const lower = Object.fromEntries(
       Object.entries(signed).map(([k, v]) => [k.replace(/^Http-/, "").toLowerCase(), v]),
     );
+    // An event the Zap does not listen to starts nothing (and is not remembered as delivered).
+    expect(
+      await appTester(taskFinished.perform, { ...hook(lower), inputData: { events: ["task.succeeded"] } }),
+    ).toEqual([]);
     expect(await appTester(taskFinished.perform, hook(lower))).toEqual([event]);
+    // The same webhook again, header spellings aside, is a replay: it verifies, and starts nothing.
+    expect(await appTester(taskFinished.perform, hook(signed))).toEqual([]);
 
     const stale = new Date(Date.now() - 6 * 60 * 1000);
     const refused: Array<[string, ReturnType<typeof hook>]> = [
@@ -436,22 +456,27 @@ describe("the REST hook against the relay's deliveries", () => {
       expect(await appTester(taskFinished.perform, bundleOf(first))).toEqual([first.json]); // the JWKS, one key, cached
       const rotated = await call("/openapi/v1/webhooks/secret/rotate", "POST");
       expect(rotated.status).toBe(200);
-      const second = await catchOne();
       const publicKey = String((await body(rotated)).data.public_key);
-      const { v1a, byNew, byOld } = v1aOfRotation(second, publicKey);
-      expect(v1a).toHaveLength(2); // the overlap: the new key and the old one both sign
-      if (!byNew || !byOld) throw new Error("no v1a signature of the new key");
+      // Each check on a webhook of its own: a webhook-id accepted once is a duplicate afterwards.
+      const [second, third, fourth] = [await catchOne(), await catchOne(), await catchOne()];
+      const signatures = [second, third, fourth].map((caught) => v1aOfRotation(caught, publicKey));
+      for (const { v1a, byNew, byOld } of signatures) {
+        expect(v1a).toHaveLength(2); // the overlap: the new key and the old one both sign
+        if (!byNew || !byOld) throw new Error("no v1a signature of the new key");
+      }
       // As sent, and with the old key's signature alone, the cached key verifies it.
       expect(await appTester(taskFinished.perform, bundleOf(second))).toEqual([second.json]);
-      expect(await appTester(taskFinished.perform, bundleOf(second, byOld))).toEqual([second.json]);
+      expect(await appTester(taskFinished.perform, bundleOf(third, signatures[1]!.byOld))).toEqual([third.json]);
       // The new key's alone: no cached key verifies, and the JWKS was read less than a minute ago.
-      const early = await appTester(taskFinished.perform, bundleOf(second, byNew)).catch((e: Error) => e);
+      const early = await appTester(taskFinished.perform, bundleOf(fourth, signatures[2]!.byNew)).catch(
+        (e: Error) => e,
+      );
       expect((early as Error).message).toMatch(/no v1a signature matches/);
       // A minute on, the JWKS is read again; it lists both keys, and the new one verifies.
       vi.useFakeTimers({ toFake: ["Date"] });
       vi.setSystemTime(Date.now() + 61_000);
       try {
-        expect(await appTester(taskFinished.perform, bundleOf(second, byNew))).toEqual([second.json]);
+        expect(await appTester(taskFinished.perform, bundleOf(fourth, signatures[2]!.byNew))).toEqual([fourth.json]);
       } finally {
         vi.useRealTimers();
       }
@@ -461,6 +486,18 @@ describe("the REST hook against the relay's deliveries", () => {
     } finally {
       await hook.close();
     }
+  });
+});
+
+describe("the app's own tests", () => {
+  it("pass as `npm test` in the app runs them (what Zapier's `zapier test` runs)", () => {
+    const dir = new URL("../../integrations/zapier/", import.meta.url).pathname;
+    const scripts = require("../../integrations/zapier/package.json").scripts as Record<string, string>;
+    expect(scripts.test).toBe("node --test test/*.test.js");
+    const run = spawnSync("sh", ["-c", scripts.test], { cwd: dir, encoding: "utf8", timeout: 120_000 });
+    expect(run.stdout).toMatch(/^# fail 0$/m);
+    expect(Number(/^# pass (\d+)$/m.exec(run.stdout)?.[1])).toBeGreaterThanOrEqual(7);
+    expect(run.status, run.stdout + run.stderr).toBe(0);
   });
 });
 

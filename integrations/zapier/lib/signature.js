@@ -14,6 +14,16 @@ const JWKS_REFETCH_MS = 60_000;
 /** The keys of each JWKS URL, by kid, and when they were fetched: kept across runs of this process. */
 const jwksCache = new Map();
 
+/**
+ * When each JWKS URL was last asked for, whether the answer came or not: a relay that fails to
+ * answer (or a flood of forged `v1a` webhooks) costs one fetch a minute, never one per webhook.
+ */
+const jwksAskedAt = new Map();
+
+/** The webhook-ids accepted lately, with when each may be forgotten: a replay inside the tolerance is a duplicate. */
+const accepted = new Map();
+const ACCEPTED_MAX = 10_000;
+
 /** A header of Zapier's raw request, whatever its case and whether or not Zapier prefixed it with `Http-`. */
 const header = (headers, name) => {
   for (const [key, value] of Object.entries(headers || {})) {
@@ -26,6 +36,7 @@ const header = (headers, name) => {
 /** Fetches a JWKS ({url, fetch}) and keeps its Ed25519 keys by kid (a key already known keeps its KeyObject). */
 const fetchKeys = async (jwks) => {
   const fetchedAt = Date.now();
+  jwksAskedAt.set(jwks.url, fetchedAt);
   const known = jwksCache.get(jwks.url)?.keys || new Map();
   const body = await jwks.fetch(jwks.url);
   const keys = new Map();
@@ -60,14 +71,18 @@ const signedBy = (signatures, content, keys) => {
  * JWKS (`jwks`: {url, fetch}), kept by kid and fetched again when none of its keys verifies (a
  * rotation; at most once a minute). During an overlap both keys, or both schemes, are listed.
  */
-const signatureProblem = async ({ secret, jwks }, headers, rawBody, nowSeconds) => {
-  const key = Buffer.from(
+const signatureProblem = async ({ secret, jwks, schemes = SCHEMES }, headers, rawBody, nowSeconds) => {
+  const givenKey = Buffer.from(
     String(secret || "")
       .trim()
       .replace(/^whsec_/, ""),
     "base64",
   );
-  if (key.length === 0 && !jwks) return "no webhook secret or client ID";
+  if (givenKey.length === 0 && !jwks) return "the connection has neither a webhook secret nor a client ID";
+  // Only the schemes the client signs with count: a leaked old secret cannot pass for an ed25519 client.
+  const key = schemes.includes("hmac") ? givenKey : Buffer.alloc(0);
+  if (!schemes.includes("ed25519")) jwks = undefined;
+  if (key.length === 0 && !jwks) return missingFor(schemes);
   if (typeof rawBody !== "string") return "no raw body";
   const id = header(headers, "webhook-id");
   const timestamp = header(headers, "webhook-timestamp");
@@ -90,14 +105,15 @@ const signatureProblem = async ({ secret, jwks }, headers, rawBody, nowSeconds) 
   if (jwks && ed25519.length > 0) {
     const content = Buffer.from(`${id}.${timestamp}.${rawBody}`);
     const cached = jwksCache.get(jwks.url);
+    const mayAsk = () => Date.now() - (jwksAskedAt.get(jwks.url) || 0) >= JWKS_REFETCH_MS;
     try {
       const fresh = cached && Date.now() - cached.fetchedAt < JWKS_MAX_AGE_MS;
-      if (signedBy(ed25519, content, (fresh ? cached.keys : await fetchKeys(jwks)).values())) return null;
+      // Stale keys are asked for again at most once a minute, and used meanwhile.
+      if (!cached && !mayAsk()) return "the client's published keys could not be read lately; asked again in a minute";
+      const keys = fresh || (cached && !mayAsk()) ? cached.keys : await fetchKeys(jwks);
+      if (signedBy(ed25519, content, keys.values())) return null;
       // No known key verifies: the client may have rotated its key since. Ask again, at most once a minute.
-      const last = jwksCache.get(jwks.url)?.fetchedAt || 0;
-      if (Date.now() - last >= JWKS_REFETCH_MS && signedBy(ed25519, content, (await fetchKeys(jwks)).values())) {
-        return null;
-      }
+      if (mayAsk() && signedBy(ed25519, content, (await fetchKeys(jwks)).values())) return null;
     } catch (error) {
       return `the client's published keys could not be read (${error.message})`;
     }
@@ -105,4 +121,46 @@ const signatureProblem = async ({ secret, jwks }, headers, rawBody, nowSeconds) 
   return `no ${[key.length > 0 ? "v1" : "", jwks ? "v1a" : ""].filter(Boolean).join(" or ")} signature matches`;
 };
 
-module.exports = { TIMESTAMP_TOLERANCE_SECONDS, signatureProblem };
+/** The two signing schemes a genrelay client may use (GET /openapi/v1/webhooks/settings, `signature`). */
+const SCHEMES = ["hmac", "ed25519"];
+
+/** Why a connection cannot verify any signature of a client signing with `schemes`. */
+const missingFor = (schemes) =>
+  schemes.includes("hmac")
+    ? "the client signs with hmac: add its webhook secret (whsec_…) to the connection"
+    : "the client signs with ed25519: add its Client ID (cli_…) to the connection";
+
+/**
+ * The schemes whose signatures count for a client, from its webhook settings: the one it signs with
+ * and, during a switch's 24-hour overlap, the other one still sent beside it.
+ */
+const schemesOf = (settings, nowMs) => {
+  const current = SCHEMES.includes(settings?.signature) ? settings.signature : undefined;
+  if (!current) return SCHEMES;
+  const overlap = Date.parse(settings.previous_signature_expires_at || "");
+  return overlap > nowMs ? SCHEMES : [current];
+};
+
+/**
+ * Whether a verified webhook's id is new: an id accepted before is a duplicate (a replay, or a retry
+ * of a delivery whose answer was lost), remembered until its timestamp leaves the tolerance window.
+ */
+const firstDelivery = (id, timestampSeconds, nowMs) => {
+  for (const [known, until] of accepted) {
+    if (until > nowMs && accepted.size < ACCEPTED_MAX) break;
+    accepted.delete(known); // oldest first: Maps keep insertion order
+  }
+  if (accepted.has(id) && accepted.get(id) > nowMs) return false;
+  accepted.set(id, (Number(timestampSeconds) + TIMESTAMP_TOLERANCE_SECONDS) * 1000 + 60_000);
+  return true;
+};
+
+module.exports = {
+  SCHEMES,
+  TIMESTAMP_TOLERANCE_SECONDS,
+  firstDelivery,
+  header,
+  missingFor,
+  schemesOf,
+  signatureProblem,
+};

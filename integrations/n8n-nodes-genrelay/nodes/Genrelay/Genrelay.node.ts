@@ -106,7 +106,7 @@ export class Genrelay implements INodeType {
     group: ["transform"],
     version: 1,
     subtitle: '={{$parameter["operation"] + ": " + $parameter["resource"]}}',
-    description: "Create image and video generation tasks through genrelay, and read them",
+    description: "Create image and video generation tasks through genrelay, read them, and cancel them",
     defaults: { name: "Genrelay" },
     usableAsTool: true,
     inputs: [NodeConnectionTypes.Main],
@@ -146,9 +146,13 @@ export class Genrelay implements INodeType {
         let results: IDataObject[];
         if (operation === "createImage") results = [await createTask.call(this, "image", itemIndex)];
         else if (operation === "createVideo") results = [await createTask.call(this, "video", itemIndex)];
-        else if (operation === "get") {
+        else if (operation === "get" || operation === "cancel") {
+          // Cancel: a task still waiting in the relay ends canceled (never charged); a submitted one is 409 cannot_cancel.
           const id = encodeURIComponent(this.getNodeParameter("taskId", itemIndex) as string);
-          const response = await relayRequest.call(this, "GET", `/openapi/v1/tasks/${id}`);
+          const response =
+            operation === "get"
+              ? await relayRequest.call(this, "GET", `/openapi/v1/tasks/${id}`)
+              : await relayRequest.call(this, "POST", `/openapi/v1/tasks/${id}/cancel`);
           results = [flatten(expectStatus.call(this, response, [200]))];
         } else if (operation === "getAll") results = await listTasks.call(this, itemIndex);
         else throw new NodeOperationError(this.getNode(), `Unknown operation "${operation}"`, { itemIndex });

@@ -10,7 +10,15 @@ import {
   NodeConnectionTypes,
   NodeOperationError,
 } from "n8n-workflow";
-import { type JwksSource, verifyWebhook } from "./signature";
+import {
+  firstDelivery,
+  header,
+  type JwksSource,
+  type SigningScheme,
+  schemesOf,
+  verificationProblem,
+  verifyWebhook,
+} from "./signature";
 import { expectStatus, relayRequest } from "./transport";
 
 const ENDPOINTS = "/openapi/v1/webhooks/endpoints";
@@ -33,6 +41,28 @@ function jwksOf(this: IWebhookFunctions, baseUrl: string, clientId: string): Jwk
   };
 }
 
+/** How long a client's signing scheme, read from its webhook settings, is trusted before it is read again. */
+const SETTINGS_MAX_AGE_MS = 60_000;
+
+/**
+ * The schemes whose signatures count for the credential's client (`schemesOf`), read from its
+ * webhook settings at most once a minute and kept in the node's static data; the ones kept there
+ * (pinned at activation) while the relay cannot be read.
+ */
+async function signingSchemes(this: IHookFunctions | IWebhookFunctions): Promise<SigningScheme[] | undefined> {
+  const staticData = this.getWorkflowStaticData("node");
+  const pinned = Array.isArray(staticData.signatureSchemes)
+    ? (staticData.signatureSchemes as SigningScheme[])
+    : undefined;
+  if (pinned !== undefined && Date.now() - Number(staticData.signatureReadAt ?? 0) < SETTINGS_MAX_AGE_MS) return pinned;
+  const response = await relayRequest.call(this, "GET", "/openapi/v1/webhooks/settings").catch(() => undefined);
+  if (response?.statusCode !== 200) return pinned;
+  const schemes = schemesOf(response.body.data as IDataObject | undefined, Date.now());
+  staticData.signatureSchemes = schemes;
+  staticData.signatureReadAt = Date.now();
+  return schemes;
+}
+
 function selectedEvents(this: IHookFunctions | IWebhookFunctions): string[] {
   return [...(this.getNodeParameter("events", []) as string[])].sort();
 }
@@ -48,8 +78,9 @@ function matches(this: IHookFunctions, endpoint: IDataObject): boolean {
  * webhook URL as an endpoint of your genrelay client (its id is kept in the node's static data);
  * deactivating it removes the endpoint. Each webhook's Standard Webhooks signature is checked before
  * anything is emitted, `v1` (HMAC) with the credential's webhook secret and `v1a` (Ed25519) with the
- * keys the relay publishes for the credential's client ID: a request none of whose signatures
- * verifies gets 401.
+ * keys the relay publishes for the credential's client ID, in the scheme the client signs with (read
+ * from its webhook settings): a request none of whose signatures verifies gets 401, a credential with
+ * nothing to verify with is refused at activation, and a webhook-id seen before starts nothing.
  */
 export class GenrelayTrigger implements INodeType {
   description: INodeTypeDescription = {
@@ -103,6 +134,16 @@ export class GenrelayTrigger implements INodeType {
       },
 
       async create(this: IHookFunctions): Promise<boolean> {
+        // A trigger that could not tell a forged webhook from a real one is refused at activation.
+        const credentials = await this.getCredentials("genrelayApi");
+        const problem = verificationProblem(
+          String(credentials.webhookSecret ?? "").trim(),
+          String(credentials.clientId ?? "").trim(),
+          (await signingSchemes.call(this)) ?? ["hmac", "ed25519"],
+        );
+        if (problem !== undefined) {
+          throw new NodeOperationError(this.getNode(), `The trigger cannot verify webhooks: ${problem}.`);
+        }
         const workflow = this.getWorkflow();
         const body: IDataObject = {
           url: this.getNodeWebhookUrl("default"),
@@ -142,6 +183,7 @@ export class GenrelayTrigger implements INodeType {
       this.getHeaderData(),
       rawBody,
       Math.floor(Date.now() / 1000),
+      await signingSchemes.call(this),
     );
     if (!verdict.ok || rawBody === undefined) {
       const response = this.getResponseObject();
@@ -154,6 +196,10 @@ export class GenrelayTrigger implements INodeType {
     const event = JSON.parse(rawBody.toString("utf8")) as IDataObject;
     // An event this node does not listen to (a sample, or one sent to this URL by hand) starts nothing.
     if (!selectedEvents.call(this).includes(String(event.type))) return {};
+    // A webhook-id accepted before (a replay, or a retry whose answer was lost) starts nothing either.
+    const headers = this.getHeaderData() as Record<string, string | undefined>;
+    if (!firstDelivery(String(header(headers, "webhook-id")), String(header(headers, "webhook-timestamp")), Date.now()))
+      return {};
     return { workflowData: [this.helpers.returnJsonArray(event)] };
   }
 }

@@ -1,6 +1,6 @@
 import type { INodeProperties } from "n8n-workflow";
 
-const onOperation = (operation: string) => ({ show: { resource: ["task"], operation: [operation] } });
+const onOperation = (...operations: string[]) => ({ show: { resource: ["task"], operation: operations } });
 
 export const taskOperations: INodeProperties[] = [
   {
@@ -10,6 +10,12 @@ export const taskOperations: INodeProperties[] = [
     noDataExpression: true,
     displayOptions: { show: { resource: ["task"] } },
     options: [
+      {
+        name: "Cancel",
+        value: "cancel",
+        description: "Cancel a task still waiting in the relay; it is never charged",
+        action: "Cancel a task",
+      },
       {
         name: "Create Image Task",
         value: "createImage",
@@ -199,7 +205,7 @@ export const taskFields: INodeProperties[] = [
       },
     ],
   },
-  // ---- get
+  // ---- get, cancel
   {
     displayName: "Task ID",
     name: "taskId",
@@ -207,7 +213,7 @@ export const taskFields: INodeProperties[] = [
     required: true,
     default: "",
     placeholder: "task_01jf3y8k2m9q7r5t3v1w0x6z4a",
-    displayOptions: onOperation("get"),
+    displayOptions: onOperation("get", "cancel"),
   },
   // ---- get many
   {
