@@ -234,6 +234,34 @@ describe.each(["sqlite", "postgres"] as const)("bounded requests on %s (issue #3
     expect((await h.create(first.apiKey, image())).status).toBe(201);
   });
 
+  it("issue #38.3: outputs count toward the client's stored bytes; once they pass the bound, a creation is 429 storage_limit", async () => {
+    const h = await harness(dialect, { CLIENT_MAX_STORED_BYTES: "1MiB" });
+    const { id, apiKey } = await h.client();
+    const ids: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      const res = await h.create(apiKey, image());
+      expect(res.status).toBe(201);
+      ids.push(((await res.json()) as { data: { id: string } }).data.id);
+    }
+    const requests = await h.store.tasks.storedBytesOfClient(id);
+    expect(requests).toBeLessThan(4_096);
+    await h.run(1);
+    const output = { text: "漢".repeat(200_000) }; // 600,000 bytes of UTF-8 each
+    for (const taskId of ids) h.up.set(h.up.taskOf(taskId)!.id, { status: "succeeded", output });
+    await h.run(2);
+    const stored = await h.store.tasks.storedBytesOfClient(id);
+    expect(stored).toBeGreaterThan(requests + 2 * 600_000);
+    const res = await h.create(apiKey, image());
+    expect(res.status).toBe(429);
+    expect(res.headers.get("Retry-After")).toBe("3600");
+    const perTask = requests / 2;
+    expect(await errorOf(res)).toEqual({
+      code: "storage_limit",
+      message: `Your tasks store ${stored} bytes; this one (${perTask}) would pass your limit of ${1024 * 1024}. Finished tasks are removed after the retention period; retry then, or ask the operator for a higher CLIENT_MAX_STORED_BYTES.`,
+      request_id: expect.stringMatching(/^req_/),
+    });
+  });
+
   it("repro 8: list reads never build large outputs: each item is held to 256 KiB, large outputs omitted with output_omitted", async () => {
     const h = await harness(dialect);
     const { apiKey } = await h.client();

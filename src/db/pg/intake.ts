@@ -2,6 +2,7 @@ import { getTableColumns } from "drizzle-orm";
 import type { CreateResult, NewTaskRequest } from "../../store/store.js";
 import { tasks } from "./schema.js";
 import { CHANNEL, T, columnsOf } from "./mapping.js";
+import { loggedBytesOf } from "./storage-log.js";
 
 /** What a creation needs from the driver: one statement, and the per-request path for what a batch cannot take. */
 export interface IntakePort {
@@ -129,9 +130,10 @@ export class PgIntakeBatches {
          INSERT INTO tasks (${COLUMNS.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")}
          ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING *
        ), counted AS (
-         INSERT INTO client_storage (client_id, stored_bytes) SELECT client_id, sum(stored_bytes) FROM ins GROUP BY client_id
+         INSERT INTO client_storage (client_id, stored_bytes)
+         SELECT client_id, sum(stored_bytes) FROM ins GROUP BY client_id ORDER BY client_id
          ON CONFLICT (client_id) DO UPDATE SET stored_bytes = client_storage.stored_bytes + excluded.stored_bytes
-         RETURNING client_id, stored_bytes AS client_stored_bytes
+         RETURNING client_id, stored_bytes + ${loggedBytesOf("client_storage.client_id")} AS client_stored_bytes
        ), bound AS (
          SELECT * FROM unnest($${values.length - 1}::text[], $${values.length}::bigint[]) AS b(client_id, max_bytes)
        )

@@ -284,6 +284,23 @@ export const clientStorage = pgTable("client_storage", {
   storedBytes: ms("stored_bytes").notNull(),
 });
 
+/**
+ * What was written for a client after its task's creation (event rows per destination, attempts'
+ * stored answers, outputs and files) and what pruning took off, appended by triggers
+ * (migrations/pg/0011_stored_bytes_triggers.sql) so that no writer waits on another: a client's
+ * stored bytes are its client_storage row plus its rows here, which storage-log.ts folds into
+ * client_storage in the background.
+ */
+export const clientStorageLog = pgTable(
+  "client_storage_log",
+  {
+    id: bigserial("id", { mode: "number" }).primaryKey(),
+    clientId: text("client_id").notNull(),
+    bytes: ms("bytes").notNull(),
+  },
+  (t) => [index("client_storage_log_client_idx").on(t.clientId, t.bytes)],
+);
+
 export const durationStats = pgTable(
   "duration_stats",
   {

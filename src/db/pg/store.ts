@@ -41,6 +41,7 @@ import { pgTasks } from "./tasks.js";
 import { deliveryAttempts } from "./schema.js";
 import { lockCredit, readCredit, recordCharge } from "./credit-books.js";
 import type { PendingAttempt, PgContext } from "./context.js";
+import { foldStorageLog } from "./storage-log.js";
 
 export interface PgStoreOptions extends PgLimits {
   connectionString: string;
@@ -86,6 +87,7 @@ export class PgStore implements Store, PgContext {
   readonly connection: PgLimits;
   listener: pg.Client | null = null;
   closed = false;
+  private readonly folding: NodeJS.Timeout;
   /** Told of client rows changed here and, through the listener, by other processes (API key caches). */
   readonly clientChanges = new ClientChanges();
 
@@ -130,6 +132,9 @@ export class PgStore implements Store, PgContext {
     this.sessions = pgSessions(this);
     this.limits = pgRateLimits(this);
     this.ops = pgOps(this);
+    // What triggers logged for clients' stored bytes, folded into client_storage (storage-log.ts).
+    this.folding = setInterval(() => void foldStorageLog(this.pool).catch(() => {}), FOLD_EVERY_MS);
+    this.folding.unref();
     this.leadership = new PgLeadership({
       connect: () => new CheckedClient({ ...pgClientConfig(this.options.connectionString, this.connection), types }),
       applicationName: this.connection.applicationName!,
@@ -374,6 +379,7 @@ export class PgStore implements Store, PgContext {
 
   private async closeOnce(): Promise<void> {
     this.closed = true;
+    clearInterval(this.folding);
     const listener = this.listener;
     this.listener = null;
     await listener?.end().catch(() => {});
@@ -383,6 +389,8 @@ export class PgStore implements Store, PgContext {
 }
 
 const ATTEMPT_COLUMNS = columnsOf(deliveryAttempts);
+/** How often each instance folds the stored-bytes log: its rows per client stay few between two folds. */
+const FOLD_EVERY_MS = 2_000;
 /** A NOTIFY payload naming a task whose status or phase changed: the prefix and the id, nothing more. */
 const TASK_CHANGED = "task:";
 

@@ -1,11 +1,12 @@
 import type { TaskRow, TaskStore } from "../../store/store.js";
-import { T, unclaimed, NO_RESERVATIONS, CHANNEL, opt, columnsOf, type Queryable, type Row } from "./mapping.js";
+import { T, unclaimed, NO_RESERVATIONS, CHANNEL, opt, columnsOf } from "./mapping.js";
 import { pgTaskClaims } from "./task-claims.js";
 import { tasks } from "./schema.js";
 import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
 import type { PgContext } from "./context.js";
 import { PgIntakeBatches } from "./intake.js";
 import { type CreditBooks, lockCredit, readCredit } from "./credit-books.js";
+import { lockStoredBytes, storedBytesOfClient } from "./storage-log.js";
 
 /** Every column of a task but its output, for list reads that may leave the output in the database. */
 const LISTED_COLUMNS = columnsOf(tasks)
@@ -16,15 +17,6 @@ const LISTED_COLUMNS = columnsOf(tasks)
 /** A created task's stored bytes onto its client's (client_storage; the row made with the client's first task). */
 export const ADD_STORED_BYTES =
   "INSERT INTO client_storage (client_id, stored_bytes) VALUES ($1, $2) ON CONFLICT (client_id) DO UPDATE SET stored_bytes = client_storage.stored_bytes + excluded.stored_bytes";
-
-/** The client's stored bytes, its client_storage row locked until the transaction ends (made if missing: a no-op update locks and returns it). */
-async function lockStoredBytes(c: Queryable, clientId: string): Promise<number> {
-  const r = await c.query(
-    "INSERT INTO client_storage (client_id, stored_bytes) VALUES ($1, 0) ON CONFLICT (client_id) DO UPDATE SET stored_bytes = client_storage.stored_bytes RETURNING stored_bytes",
-    [clientId],
-  );
-  return Number((r.rows[0] as Row).stored_bytes);
-}
 
 /** The TaskStore on PostgreSQL: intake, transitions, submissions, reads and pruning; the claims are task-claims.ts. */
 export function pgTasks(s: PgContext): TaskStore {
@@ -193,10 +185,7 @@ export function pgTasks(s: PgContext): TaskStore {
         r.output_omitted === undefined ? T.row(r) : { ...T.row(r), outputOmitted: r.output_omitted === true },
       );
     },
-    storedBytesOfClient: async (clientId) =>
-      Number(
-        (await one("SELECT stored_bytes FROM client_storage WHERE client_id = $1", [clientId]))?.stored_bytes ?? 0,
-      ),
+    storedBytesOfClient: (clientId) => storedBytesOfClient(s.pool, clientId),
     listForSupport: async (q0) => {
       const where: string[] = [];
       const values: unknown[] = [];
@@ -280,13 +269,7 @@ export function pgTasks(s: PgContext): TaskStore {
           )
         ).map((r) => r.id as string);
         if (ids.length === 0) return 0;
-        await q(
-          `UPDATE client_storage s SET stored_bytes = s.stored_bytes - t.bytes
-             FROM (SELECT client_id, sum(stored_bytes) AS bytes FROM tasks WHERE id = ANY($1::text[]) GROUP BY client_id) t
-            WHERE s.client_id = t.client_id`,
-          [ids],
-          c,
-        );
+        // The deletes' triggers take what these rows held off their clients' stored bytes (client_storage_log).
         await q("DELETE FROM delivery_attempts WHERE task_id = ANY($1::text[])", [ids], c);
         await q("DELETE FROM events WHERE task_id = ANY($1::text[])", [ids], c);
         await q("DELETE FROM tasks WHERE id = ANY($1::text[])", [ids], c);

@@ -9,7 +9,7 @@ import type {
   TaskStore,
 } from "../../store/store.js";
 import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
-import { storedBytesOfClient, releaseClientStoredBytes } from "./client-storage.js";
+import { storedBytesOfClient } from "./client-storage.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { patchShape, prepared } from "./prepared.js";
@@ -399,8 +399,8 @@ export function countsOfClient(db: DbOrTx, clientId: string): Record<string, num
 
 /**
  * Deletes up to `batch` finished tasks completed before `before` whose events are all settled
- * (none still pending), with their events and delivery attempts (ON DELETE CASCADE); their stored
- * bytes come off their clients' (client_storage).
+ * (none still pending), with their events and delivery attempts (ON DELETE CASCADE); the deletes'
+ * triggers take what those rows held off their clients' stored bytes (migrations/0011_stored_bytes_triggers.sql).
  * Small batches keep each write transaction short beside the live workers.
  */
 export function pruneFinished(db: Db, before: number, batch: number): number {
@@ -417,7 +417,6 @@ export function pruneFinished(db: Db, before: number, batch: number): number {
       ids.map((id) => sql`${id}`),
       sql`, `,
     );
-    releaseClientStoredBytes(tx, ids);
     tx.run(sql`DELETE FROM delivery_attempts WHERE event_id IN (SELECT id FROM events WHERE task_id IN (${list}))`);
     tx.run(sql`DELETE FROM events WHERE task_id IN (${list})`);
     tx.run(sql`DELETE FROM tasks WHERE id IN (${list})`);
