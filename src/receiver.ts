@@ -21,11 +21,18 @@ function fail(line: string): never {
 function verifierFrom(secret: string | undefined): Webhook {
   if (!secret)
     fail("set WEBHOOK_SECRET to the client's webhook secret (whsec_…, printed by `npm run cli -- clients create`)");
-  try {
-    return new Webhook(secret);
-  } catch {
-    return fail("WEBHOOK_SECRET is not a webhook secret (expected whsec_ followed by base64)");
-  }
+  // The library takes any string (it base64-decodes what it is given), so `hello` would "verify" nothing
+  // the relay signed: refuse what is not a whsec_ secret of at least 128 bits, saying where to find one.
+  const base64 = secret.slice("whsec_".length);
+  if (
+    !secret.startsWith("whsec_") ||
+    !/^[A-Za-z0-9+/]+={0,2}$/.test(base64) ||
+    Buffer.from(base64, "base64").length < 16
+  )
+    return fail(
+      "WEBHOOK_SECRET is not a webhook secret (expected whsec_ followed by base64 of at least 16 bytes, as `npm run cli -- clients create` prints it)",
+    );
+  return new Webhook(secret);
 }
 
 function portFrom(value: string | undefined): number {

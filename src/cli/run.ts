@@ -1,5 +1,6 @@
 import { existsSync } from "node:fs";
 import { ConfigError, loadConfig, type Config } from "../config.js";
+import { meantField } from "../services/intake-fields.js";
 import { openDatabase, type Database_ } from "../db/sqlite/open.js";
 import { pgStore, sqliteStore } from "../open-store.js";
 import type { Store } from "../store/store.js";
@@ -15,6 +16,12 @@ const HANDLERS: Record<string, (sub: string, args: string[], ctx: CliContext) =>
   db: runDb,
   tasks: runTasks,
 };
+
+/** `unknown command: clients craete (did you mean "create"?)`: a typo names the command it was most likely meant as. */
+function unknownCommand(typed: string, prefix: string, known: string[]): number {
+  const meant = meantField(typed, known);
+  return fail(`unknown command: ${prefix}${typed}${meant ? ` (did you mean "${prefix}${meant}"?)` : ""}`, EXIT_USAGE);
+}
 
 function fail(message: string, code: number, hint = true): number {
   process.stderr.write(`genrelay: ${message}\n${hint ? "Run with --help for usage.\n" : ""}`);
@@ -36,7 +43,7 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
     return EXIT_OK;
   }
   const handler = HANDLERS[group];
-  if (!handler || !COMMANDS[group]) return fail(`unknown command: ${group}`, EXIT_USAGE);
+  if (!handler || !COMMANDS[group]) return unknownCommand(group, "", Object.keys(HANDLERS));
   if (!sub) {
     process.stderr.write(`${groupHelp(group)}\n`);
     return EXIT_USAGE;
@@ -45,7 +52,7 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
     process.stdout.write(`${groupHelp(group)}\n`);
     return EXIT_OK;
   }
-  if (!COMMANDS[group].commands[sub]) return fail(`unknown command: ${group} ${sub}`, EXIT_USAGE);
+  if (!COMMANDS[group].commands[sub]) return unknownCommand(sub, `${group} `, Object.keys(COMMANDS[group].commands));
   if (rest.includes("--help") || rest.includes("-h")) {
     process.stdout.write(`${commandHelp(group, sub)}\n`);
     return EXIT_OK;

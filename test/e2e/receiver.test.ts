@@ -67,4 +67,17 @@ describe.skipIf(!built)("npm run receiver", () => {
     await child.waitForLine(/^receiver: set WEBHOOK_SECRET to the client's webhook secret/);
     expect(await exited).toBe(2);
   });
+
+  it.each(["hello", "whsec_hello", "whsec_not base64!", `whsec_${Buffer.from("short").toString("base64")}`])(
+    "WEBHOOK_SECRET=%s is refused with a line naming what a secret looks like, exit 2",
+    async (secret) => {
+      const child = startNode("receiver.js", { WEBHOOK_SECRET: secret });
+      children.push(child);
+      const exited = new Promise<number | null>((resolve) => child.proc.once("exit", (code) => resolve(code)));
+      await child.waitForLine(
+        /^receiver: WEBHOOK_SECRET is not a webhook secret \(expected whsec_ followed by base64 of at least 16 bytes/,
+      );
+      expect(await exited).toBe(2);
+    },
+  );
 });

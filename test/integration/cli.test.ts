@@ -190,8 +190,11 @@ describe("usage errors", () => {
     [["clients", "rotate-secret"], /clients rotate-secret needs a client id/],
     [["clients", "rotate-secret", "cli_unknown"], /no client cli_unknown/],
     [["clients", "update", "cli_unknown", "--max-running", "2"], /no client cli_unknown/],
-    [["clients", "explode"], /unknown command: clients explode/],
-    [["servers", "list"], /unknown command: servers/],
+    [["clients", "explode"], /unknown command: clients explode\n/],
+    [["servers", "list"], /unknown command: servers\n/],
+    [["clients", "craete", "--name", "x"], /unknown command: clients craete \(did you mean "clients create"\?\)\n/],
+    [["client", "list"], /unknown command: client \(did you mean "clients"\?\)\n/],
+    [["tasks", "cancle"], /unknown command: tasks cancle \(did you mean "tasks cancel"\?\)\n/],
   ])("%j exits non-zero with a clear message on stderr", async (args, message) => {
     const run = await cli(args);
     expect(run.status).toBe(1);

@@ -708,7 +708,8 @@ describe("trigger node GenrelayTrigger fails closed (against a stand-in relay th
       ...standinOptions({ webhookSecret: secret }),
       items: [{ resource: "task", operation: "cancel", taskId: "task_waiting" }],
     });
-    const [items] = await new pkg.Genrelay().execute.call(context as never);
+    const node = new pkg.Genrelay();
+    const [items] = await (node.execute as (this: unknown) => Promise<INodeExecutionData[][]>).call(context);
     expect(items!.map((item) => item.json)).toEqual([
       {
         id: "task_waiting",

@@ -494,7 +494,7 @@ describe("the app's own tests", () => {
     const dir = new URL("../../integrations/zapier/", import.meta.url).pathname;
     const scripts = require("../../integrations/zapier/package.json").scripts as Record<string, string>;
     expect(scripts.test).toBe("node --test test/*.test.js");
-    const run = spawnSync("sh", ["-c", scripts.test], { cwd: dir, encoding: "utf8", timeout: 120_000 });
+    const run = spawnSync("sh", ["-c", String(scripts.test)], { cwd: dir, encoding: "utf8", timeout: 120_000 });
     expect(run.stdout).toMatch(/^# fail 0$/m);
     expect(Number(/^# pass (\d+)$/m.exec(run.stdout)?.[1])).toBeGreaterThanOrEqual(7);
     expect(run.status, run.stdout + run.stderr).toBe(0);
