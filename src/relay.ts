@@ -31,6 +31,8 @@ import { Leadership } from "./workers/leadership.js";
 import { DurationStats } from "./workers/duration-stats.js";
 import { Lifecycle } from "./core/lifecycle.js";
 import { TaskWaiters } from "./core/task-waiters.js";
+import { StreamHub } from "./core/stream-hub.js";
+import { STREAMS_PER_CLIENT } from "./services/streams.js";
 import { StorageHealth } from "./store/storage-health.js";
 
 /** The relay's worker loops; each is built once under its name and reached by it (nudges, readiness, tests). */
@@ -86,6 +88,8 @@ export class Relay {
   readonly storage: StorageHealth;
   /** Requests held by Prefer: wait; woken by task transitions, released first on stop(). */
   readonly waiters = new TaskWaiters({ perClient: HELD_WAITS_PER_CLIENT });
+  /** Open event streams (GET …/events); woken by task transitions, ended first on stop(). */
+  readonly streams = new StreamHub({ perClient: STREAMS_PER_CLIENT });
 
   constructor(private readonly opts: RelayOptions) {
     const { config, store, clock, logger } = opts;
@@ -116,7 +120,10 @@ export class Relay {
       mirrors: async (task, outputJson) =>
         outputUrls(outputJson).length > 0 &&
         ((await store.clients.find(task.clientId))?.storageConfig ?? null) !== null,
-      onTransition: (task) => this.waiters.wake(task.id),
+      onTransition: (task) => {
+        this.waiters.wake(task.id);
+        this.streams.wake({ taskId: task.id, clientId: task.clientId, account: task.upstreamAccount });
+      },
     });
     this.catalog = new CatalogCache(accounts, clock, logger);
     this.health = new EndpointHealth({ store, clock, logger, onNotice: () => this.loopsByName?.notifier.nudge() });
@@ -131,6 +138,7 @@ export class Relay {
       catalog: this.catalog,
       storage: this.storage,
       waiters: this.waiters,
+      streams: this.streams,
     };
     // An account taken over from a frozen or dead leader has its tasks released: the loops look at once.
     const leadership = new Leadership(store, logger, { holder: this.owner.id, leaseMs: config.leaderLeaseMs }, () => {
@@ -272,13 +280,20 @@ export class Relay {
   async listen(): Promise<void> {
     await this.opts.store.ops.listen(
       (target) => this.deps.nudges[target](),
-      (taskId) => this.waiters.wake(taskId),
+      (taskId) => {
+        this.waiters.wake(taskId);
+        this.streams.wake({ taskId });
+      },
     );
   }
 
-  /** Answers every request held by Prefer: wait now, with its task as it is (shutdown: a quick HTTP drain). */
+  /**
+   * Answers every request held by Prefer: wait now, with its task as it is, and ends every open
+   * event stream (shutdown: a quick HTTP drain; EventSource reconnects to another instance).
+   */
   releaseWaits(): void {
     this.waiters.releaseAll();
+    this.streams.closeAll();
   }
 
   /** Takes over what a previous process left (see start()); separate so tests can run it alone. */

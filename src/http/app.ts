@@ -18,6 +18,7 @@ import { registerStorageRoutes } from "./routes/storage.js";
 import { registerFileRoutes } from "./routes/files.js";
 import { registerWebhookSettingsRoutes } from "./routes/webhook-settings.js";
 import { registerWebhookEndpointRoutes } from "./routes/webhook-endpoints.js";
+import { registerStreamRoutes } from "./routes/streams.js";
 import { registerWebhookDocs } from "./webhook-schemas.js";
 import { notFoundHandler } from "./not-found.js";
 import { apiRoute, RESPONSE_HEADERS } from "./schema-rules.js";
@@ -73,6 +74,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   registerStorageRoutes(app, deps);
   registerFileRoutes(app, deps);
   registerDeliveryRoutes(app, deps, deps.deliveries);
+  registerStreamRoutes(app, deps, deps.deliveries);
   registerWebhookSettingsRoutes(app, deps);
   registerWebhookEndpointRoutes(app, deps);
   registerJwksRoutes(app, deps);

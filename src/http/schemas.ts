@@ -487,6 +487,13 @@ export const TaskReadQuery = z.object({
     }),
 });
 
+/** A position in the client's event feed: GET /openapi/v1/events's next_cursor (its event stream starts there too). */
+export const FeedAfterParam = z
+  .string()
+  .max(100)
+  .optional()
+  .openapi({ param: { name: "after", in: "query" } });
+
 export const TaskIdParam = z.object({
   id: z
     .string()

@@ -213,18 +213,7 @@ export class DeliveryService {
    * Cursors of the older relay-wide form (`e<seq>`) are still understood.
    */
   async listEvents(clientId: string, after: string | undefined, limit: number) {
-    let afterPos = 0;
-    if (after) {
-      const text = Buffer.from(after, "base64url").toString("utf8");
-      const own = /^c(\d{1,15})$/.exec(text);
-      const legacy = /^e(\d{1,15})$/.exec(text);
-      if (own) afterPos = Number(own[1]);
-      else if (legacy) afterPos = await this.deps.store.events.clientSeqAtOrBefore(clientId, Number(legacy[1]));
-      else
-        throw new ApiError("invalid_request", "after is not a cursor this API returned.", [
-          { field: "after", message: "unrecognised cursor" },
-        ]);
-    }
+    const afterPos = after ? await this.feedPosition(clientId, after) : 0;
     const rows = await this.deps.store.events.feed(clientId, afterPos, limit);
     const lastPos = rows.length > 0 ? rows[rows.length - 1]!.clientSeq : afterPos;
     // Each event's deliveries to the client's endpoints, beside its callback's (`delivery`).
@@ -247,6 +236,18 @@ export class DeliveryService {
       // Always a cursor, even on an empty page: the caller keeps it and asks again later.
       next_cursor: Buffer.from(`c${lastPos}`).toString("base64url"),
     };
+  }
+
+  /** The client's feed position a cursor of listEvents names (its event stream starts there too). */
+  async feedPosition(clientId: string, after: string): Promise<number> {
+    const text = Buffer.from(after, "base64url").toString("utf8");
+    const own = /^c(\d{1,15})$/.exec(text);
+    const legacy = /^e(\d{1,15})$/.exec(text);
+    if (own) return Number(own[1]);
+    if (legacy) return this.deps.store.events.clientSeqAtOrBefore(clientId, Number(legacy[1]));
+    throw new ApiError("invalid_request", "after is not a cursor this API returned.", [
+      { field: "after", message: "unrecognised cursor" },
+    ]);
   }
 
   /** Re-queues the client's failed deliveries since a time: each is a POST again, so it is rate-limited like redeliver. */

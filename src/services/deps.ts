@@ -6,6 +6,7 @@ import type { StorageHealth } from "../store/storage-health.js";
 import type { Store } from "../store/store.js";
 import type { Nudges } from "../core/nudges.js";
 import type { TaskWaiters } from "../core/task-waiters.js";
+import type { StreamHub } from "../core/stream-hub.js";
 
 export { noNudges, type Nudges } from "../core/nudges.js";
 
@@ -26,4 +27,6 @@ export interface ServiceDeps {
   storage?: StorageHealth;
   /** Requests held by Prefer: wait, woken by task transitions (the relay's; without it Prefer is ignored). */
   waiters?: TaskWaiters;
+  /** Open event streams, woken by task transitions as held requests are (the relay's; without it no stream routes). */
+  streams?: StreamHub;
 }

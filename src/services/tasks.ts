@@ -14,7 +14,7 @@ function notFound(): ApiError {
 }
 
 /** 1-based place among the account's waiting tasks, for a task still waiting in the relay. */
-async function queuePosition(deps: Deps, task: TaskRow): Promise<number | null> {
+async function queuePositionOf(deps: Deps, task: TaskRow): Promise<number | null> {
   if (task.phase !== "waiting") return null;
   return (await deps.store.tasks.waitingAhead(task.upstreamAccount, task.id)) + 1;
 }
@@ -49,6 +49,16 @@ async function estimateOf(deps: Deps, task: TaskRow, ahead: number | null): Prom
   return estimateCompletion({ phase: task.phase, submittedAt: task.submittedAt, now, medianMs, ahead, capacity });
 }
 
+/** A task's place in its account's queue (1-based, waiting tasks only) and its estimated end (a stream's task.progress). */
+export async function progressOf(
+  deps: Deps,
+  task: TaskRow,
+): Promise<{ queuePosition: number | null; estimatedCompletionAt: number | null }> {
+  const queuePosition = await queuePositionOf(deps, task);
+  const estimatedCompletionAt = await estimateOf(deps, task, queuePosition === null ? null : queuePosition - 1);
+  return { queuePosition, estimatedCompletionAt };
+}
+
 export async function requireClientTask(
   deps: Pick<ServiceDeps, "store">,
   clientId: string,
@@ -67,7 +77,7 @@ export async function getTaskView(deps: Deps, clientId: string, id: string): Pro
 export async function viewOf(deps: Deps, task: TaskRow, opts: { withQueuePosition?: boolean } = {}): Promise<TaskView> {
   // A task without events (eventSequence 0), e.g. one just created, needs no event lookup.
   const last = task.eventSequence === 0 ? undefined : await deps.store.events.lastOfTask(task.id);
-  const position = opts.withQueuePosition === false ? null : await queuePosition(deps, task);
+  const position = opts.withQueuePosition === false ? null : await queuePositionOf(deps, task);
   const eta = await estimateOf(deps, task, position === null ? null : position - 1);
   return taskView(task, deliverySummary(task, last), position, eta);
 }

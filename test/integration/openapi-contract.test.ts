@@ -58,6 +58,8 @@ const OPERATION_IDS: Record<string, string> = {
   "post /openapi/v1/webhooks/test": "sendTestWebhook",
   "post /openapi/v1/webhooks/secret/rotate": "rotateWebhookSecret",
   "get /openapi/v1/events": "listEvents",
+  "get /openapi/v1/tasks/{id}/events": "streamTaskEvents",
+  "get /openapi/v1/events/stream": "streamEvents",
   "post /openapi/v1/deliveries/recover": "recoverDeliveries",
   "get /openapi/v1/usage": "getUsage",
   "get /openapi/v1/webhooks/settings": "getWebhookSettings",

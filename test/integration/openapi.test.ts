@@ -83,13 +83,14 @@ describe("/openapi.json", () => {
     ).toEqual([]);
   });
 
-  it("gives every operation a summary, and every JSON body a schema or an example", () => {
+  it("gives every operation a summary, and every JSON body (or event stream) a schema or an example", () => {
     for (const o of operations()) {
       expect(o.op.summary?.trim(), `${label(o)} has a summary`).toBeTruthy();
       expect(Object.keys(o.op.responses).length, `${label(o)} documents a response`).toBeGreaterThan(0);
       for (const [status, response] of Object.entries(o.op.responses)) {
         expect(response.description?.trim(), `${label(o)} ${status} has a description`).toBeTruthy();
-        const json = response.content?.["application/json"];
+        // A live stream (docs/contract.md, "Live progress") is text/event-stream, described as such.
+        const json = response.content?.["application/json"] ?? response.content?.["text/event-stream"];
         if (!response.content) continue;
         expect(json, `${label(o)} ${status} answers JSON`).toBeDefined();
         const described =

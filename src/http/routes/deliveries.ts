@@ -4,7 +4,7 @@ import { TEST_EVENT_TYPES } from "../../services/sample-events.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import type { AppEnv } from "../context.js";
 import { apiRoute } from "../schema-rules.js";
-import { errorResponses, ownBody, publicUrl, TaskIdParam } from "../schemas.js";
+import { errorResponses, FeedAfterParam, ownBody, publicUrl, TaskIdParam } from "../schemas.js";
 
 const security = [{ bearerAuth: [] }];
 const json = <T extends z.ZodType>(schema: T) => ({ "application/json": { schema } });
@@ -263,11 +263,7 @@ export function registerDeliveryRoutes(
       security,
       request: {
         query: z.object({
-          after: z
-            .string()
-            .max(100)
-            .optional()
-            .openapi({ param: { name: "after", in: "query" } }),
+          after: FeedAfterParam,
           limit: z.coerce
             .number()
             .int()

@@ -1,0 +1,224 @@
+import { describe, expect, it, vi } from "vitest";
+import { STREAMS_PER_CLIENT } from "../../src/services/streams.js";
+import type { FakeUpstream } from "../helpers/fake-upstream.js";
+import { createTask } from "../helpers/flow.js";
+import type { TestRelay } from "../helpers/relay.js";
+import { upstreamSuite } from "../helpers/upstream-suite.js";
+import { type SseEvent, SseReader } from "../helpers/sse.js";
+
+/**
+ * Live progress (docs/contract.md, "Live progress"): a task's events as server-sent events, woken
+ * by its transitions, ended after the terminal one; a reconnect with Last-Event-ID misses and
+ * repeats nothing; the client's whole feed as a stream; a bounded number per API key.
+ */
+const suite = upstreamSuite({});
+const setup = () => suite.setup();
+
+type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+const ALL_EVENTS = ["task.processing", "task.succeeded", "task.failed", "task.canceled"];
+
+async function stream(t: TestRelay, apiKey: string, path: string, headers: Record<string, string> = {}) {
+  const res = await t.request(apiKey, path, { headers });
+  if (res.status !== 200) throw new Error(`${res.status} ${await res.text()}`);
+  expect(res.headers.get("content-type")).toBe("text/event-stream");
+  const reader = new SseReader(res);
+  suite.cleanup(() => reader.cancel());
+  return reader;
+}
+
+/** The feed's items as the stream shows them: the webhook body, without the feed's delivery state. */
+async function feed(t: TestRelay, apiKey: string): Promise<SseEvent[]> {
+  const body = (await (await t.request(apiKey, "/openapi/v1/events?limit=100")).json()) as Json;
+  return body.data.map(({ delivery: _d, endpoints: _e, ...event }: Json) => ({
+    id: event.id,
+    event: event.type,
+    data: event,
+  }));
+}
+const parsed = (events: SseEvent[]) => events.map((e) => ({ ...e, data: JSON.parse(e.data) }));
+const stored = (events: SseEvent[]) => events.filter((e) => e.event !== "task.progress");
+
+/** Submits, then plays the upstream's task through `statuses`, one poll each. */
+async function play(t: TestRelay, up: FakeUpstream, id: string, statuses: Array<Parameters<FakeUpstream["set"]>[1]>) {
+  await t.relay.submitter.runOnce();
+  for (const patch of statuses) {
+    up.set(up.taskOf(id)!.id, patch);
+    t.clock.advance(6_000);
+    await t.relay.poller.runOnce();
+  }
+}
+
+describe("GET /openapi/v1/tasks/{id}/events", () => {
+  it("streams every event in order, with progress, and ends after task.succeeded", async () => {
+    const { t, up } = setup();
+    const { apiKey } = t.client();
+    const id = await createTask(t, apiKey, { callback_events: ALL_EVENTS });
+    const s = await stream(t, apiKey, `/openapi/v1/tasks/${id}/events`);
+    const first = await s.next();
+    expect(first).toEqual({ event: "task.progress", data: expect.any(String) });
+    expect(JSON.parse(first!.data)).toEqual({
+      type: "task.progress",
+      timestamp: new Date(t.clock.now()).toISOString(),
+      data: { id, status: "queued", queue_position: 1, estimated_completion_at: null },
+    });
+    await play(t, up, id, [{ status: "processing" }, { status: "succeeded", output: { images: ["https://x/1.png"] } }]);
+    const rest = await s.rest();
+    expect(s.ended).toBe(true);
+    expect(rest.at(-1)?.event).toBe("task.succeeded");
+    expect(parsed(stored(rest))).toEqual(await feed(t, apiKey));
+    expect(stored(rest).map((e) => e.event)).toEqual(["task.processing", "task.succeeded"]);
+    expect(t.relay.streams.size).toBe(0);
+  });
+
+  it("ends after task.failed", async () => {
+    const { t, up } = setup();
+    const { apiKey } = t.client();
+    const id = await createTask(t, apiKey);
+    const s = await stream(t, apiKey, `/openapi/v1/tasks/${id}/events`);
+    await play(t, up, id, [{ status: "failed", error: { code: "content_policy", message: "refused" } }]);
+    const events = stored(await s.rest());
+    expect(events.map((e) => e.event)).toEqual(["task.failed"]);
+    expect(JSON.parse(events[0]!.data).data).toMatchObject({ id, status: "failed", error: { code: "content_policy" } });
+  });
+
+  it("ends after a cancel, and after an expiry (task.canceled, error.code expired)", async () => {
+    const { t } = setup();
+    const { apiKey } = t.client();
+    const canceled = await createTask(t, apiKey);
+    const expiring = await createTask(t, apiKey, { expires_after_seconds: 5 });
+    const a = await stream(t, apiKey, `/openapi/v1/tasks/${canceled}/events`);
+    const b = await stream(t, apiKey, `/openapi/v1/tasks/${expiring}/events`);
+    await vi.waitFor(() => expect(t.relay.streams.watchers({ task: expiring })).toBe(1));
+    expect((await t.request(apiKey, `/openapi/v1/tasks/${canceled}/cancel`, { method: "POST" })).status).toBe(200);
+    const ended = stored(await a.rest());
+    expect(ended.map((e) => e.event)).toEqual(["task.canceled"]);
+    t.clock.advance(5_000);
+    await t.relay.submitter.runOnce();
+    const expired = stored(await b.rest());
+    expect(expired.map((e) => e.event)).toEqual(["task.canceled"]);
+    expect(JSON.parse(expired[0]!.data).data.error).toMatchObject({ code: "expired" });
+  });
+
+  it("a task already ended: its events at once, then the end", async () => {
+    const { t } = setup();
+    const { apiKey } = t.client();
+    const id = await createTask(t, apiKey);
+    await t.request(apiKey, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" });
+    const events = await (await stream(t, apiKey, `/openapi/v1/tasks/${id}/events`)).rest();
+    expect(parsed(events)).toEqual(await feed(t, apiKey));
+  });
+
+  it("a reconnect with Last-Event-ID misses and repeats nothing", async () => {
+    const { t, up } = setup();
+    const { apiKey } = t.client();
+    const id = await createTask(t, apiKey, { callback_events: ALL_EVENTS });
+    const first = await stream(t, apiKey, `/openapi/v1/tasks/${id}/events`);
+    await play(t, up, id, [{ status: "processing" }]);
+    let processing: SseEvent | null = null;
+    while (processing?.event !== "task.processing") processing = await first.next();
+    await first.cancel();
+    await vi.waitFor(() => expect(t.relay.streams.size).toBe(0));
+    // While no one listens, the task ends.
+    up.set(up.taskOf(id)!.id, { status: "succeeded", output: { images: ["https://x/1.png"] } });
+    t.clock.advance(6_000);
+    await t.relay.poller.runOnce();
+    const again = stored(
+      await (await stream(t, apiKey, `/openapi/v1/tasks/${id}/events`, { "Last-Event-ID": processing.id! })).rest(),
+    );
+    expect([processing, ...again].map((e) => e.event)).toEqual(["task.processing", "task.succeeded"]);
+    expect(parsed([processing, ...again])).toEqual(await feed(t, apiKey));
+  });
+
+  it("refuses a Last-Event-ID of another task, and another client's task", async () => {
+    const { t } = setup();
+    const a = t.client("a");
+    const b = t.client("b");
+    const one = await createTask(t, a.apiKey);
+    const two = await createTask(t, a.apiKey);
+    await t.request(a.apiKey, `/openapi/v1/tasks/${one}/cancel`, { method: "POST" });
+    const [event] = await (await stream(t, a.apiKey, `/openapi/v1/tasks/${one}/events`)).rest();
+    const wrong = await t.request(a.apiKey, `/openapi/v1/tasks/${two}/events`, {
+      headers: { "Last-Event-ID": event!.id! },
+    });
+    expect(wrong.status).toBe(400);
+    expect(await wrong.json()).toEqual({
+      error: {
+        code: "invalid_request",
+        message: "Last-Event-ID is not the id of an event of this stream.",
+        request_id: expect.stringMatching(/^req_/),
+        details: [{ field: "Last-Event-ID", message: "unknown event id" }],
+      },
+    });
+    const foreign = await t.request(b.apiKey, `/openapi/v1/tasks/${one}/events`);
+    expect(foreign.status).toBe(404);
+    expect(((await foreign.json()) as Json).error.code).toBe("task_not_found");
+    expect(t.relay.streams.size).toBe(0);
+  });
+});
+
+describe("GET /openapi/v1/events/stream", () => {
+  it("streams the client's events from a feed position, and resumes after Last-Event-ID", async () => {
+    const { t } = setup();
+    const { apiKey } = t.client();
+    const other = t.client("other");
+    const before = await createTask(t, apiKey);
+    await t.request(apiKey, `/openapi/v1/tasks/${before}/cancel`, { method: "POST" });
+    const page = (await (await t.request(apiKey, "/openapi/v1/events")).json()) as Json;
+    // From the feed's cursor: only what comes after it.
+    const live = await stream(t, apiKey, `/openapi/v1/events/stream?after=${page.next_cursor}`);
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) ids.push(await createTask(t, apiKey));
+    const foreign = await createTask(t, other.apiKey);
+    await t.request(other.apiKey, `/openapi/v1/tasks/${foreign}/cancel`, { method: "POST" });
+    await t.request(apiKey, `/openapi/v1/tasks/${ids[0]}/cancel`, { method: "POST" });
+    const first = (await live.next())!;
+    await live.cancel();
+    for (const id of ids.slice(1)) await t.request(apiKey, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" });
+    const resumed = await stream(t, apiKey, "/openapi/v1/events/stream", { "Last-Event-ID": first.id! });
+    const got = [first, (await resumed.next())!, (await resumed.next())!];
+    expect(got.map((e) => JSON.parse(e.data).data.id)).toEqual(ids);
+    expect(parsed(got)).toEqual((await feed(t, apiKey)).slice(1));
+    // From the start of the feed with the feed's own first cursor semantics (after nothing).
+    const all = await stream(t, apiKey, `/openapi/v1/events/stream?after=${Buffer.from("c0").toString("base64url")}`);
+    const replay = [];
+    for (let i = 0; i < 4; i++) replay.push((await all.next())!);
+    expect(parsed(replay)).toEqual(await feed(t, apiKey));
+  });
+});
+
+describe("limits and shutdown", () => {
+  it(`holds at most ${STREAMS_PER_CLIENT} streams per API key: one more gets 429 with Retry-After`, async () => {
+    const { t } = setup();
+    const flooder = t.client("flooder");
+    const other = t.client("other");
+    const id = await createTask(t, flooder.apiKey);
+    for (let i = 0; i < STREAMS_PER_CLIENT; i++) await stream(t, flooder.apiKey, `/openapi/v1/tasks/${id}/events`);
+    const refused = await t.request(flooder.apiKey, "/openapi/v1/events/stream");
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("retry-after")).toBe("5");
+    expect(await refused.json()).toEqual({
+      error: {
+        code: "rate_limit",
+        message: `This API key already holds ${STREAMS_PER_CLIENT} open event streams; close one, or read GET /openapi/v1/events.`,
+        request_id: expect.stringMatching(/^req_/),
+      },
+    });
+    await stream(t, other.apiKey, "/openapi/v1/events/stream");
+    expect(t.relay.streams.ofClient(flooder.id)).toBe(STREAMS_PER_CLIENT);
+  });
+
+  it("stop ends every stream at once (SIGTERM)", async () => {
+    const { t } = setup();
+    const { apiKey } = t.client();
+    const id = await createTask(t, apiKey);
+    const a = await stream(t, apiKey, `/openapi/v1/tasks/${id}/events`);
+    const b = await stream(t, apiKey, "/openapi/v1/events/stream");
+    await vi.waitFor(() => expect(t.relay.streams.watchers({ task: id })).toBe(1));
+    t.relay.releaseWaits();
+    await a.rest();
+    await b.rest();
+    expect(t.relay.streams.size).toBe(0);
+    const late = await t.request(apiKey, "/openapi/v1/events/stream");
+    expect(late.status).toBe(503);
+  });
+});
