@@ -7,7 +7,7 @@ import type { AppEnv } from "./context.js";
 import { createDashboard, type HostHealth } from "./dashboard/index.js";
 import { registerDocs } from "./docs.js";
 import { onError, validationFailure } from "./errors.js";
-import { bearerAuth, jsonBody, requestIds, requestLog, tokenAuth } from "./middleware.js";
+import { bearerAuth, boundedBodies, requestIds, requestLog, tokenAuth } from "./middleware.js";
 import { registerDeliveryRoutes } from "./routes/deliveries.js";
 import { registerGenerationRoutes } from "./routes/generations.js";
 import { isPublicKeysRequest, registerJwksRoutes } from "./routes/jwks.js";
@@ -21,7 +21,8 @@ import { registerWebhookEndpointRoutes } from "./routes/webhook-endpoints.js";
 import { registerStreamRoutes } from "./routes/streams.js";
 import { registerWebhookDocs } from "./webhook-schemas.js";
 import { notFoundHandler } from "./not-found.js";
-import { apiRoute, RESPONSE_HEADERS } from "./schema-rules.js";
+import { apiRoute, headerRefs, RESPONSE_HEADERS } from "./schema-rules.js";
+import { errorResponses } from "./schemas.js";
 import type { ZodError } from "zod";
 
 export interface AppDeps extends ServiceDeps {
@@ -31,6 +32,12 @@ export interface AppDeps extends ServiceDeps {
   metrics?: Metrics;
   hostHealth?: HostHealth;
 }
+
+/**
+ * The only paths whose bodies are not bounded as the API's JSON (middleware.ts, boundedBodies):
+ * the dashboard's forms, which it limits to 64 KiB itself.
+ */
+const OWN_BODY_LIMITS = ["/dashboard/"];
 
 /** Builds the HTTP app; opening the database, listening and workers belong to main.ts. */
 export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
@@ -57,17 +64,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   // fetch without one (routes/jwks.ts says exactly which requests those are).
   const auth = bearerAuth(deps);
   app.use("/openapi/v1/*", (c, next) => (isPublicKeysRequest(c) ? next() : auth(c, next)));
-  app.on(
-    "POST",
-    [
-      "/openapi/v1/images/generations",
-      "/openapi/v1/videos/generations",
-      "/openapi/v1/webhooks/test",
-      "/openapi/v1/deliveries/recover",
-    ],
-    ...jsonBody(),
-  );
-  app.on("PUT", ["/openapi/v1/webhooks/settings"], ...jsonBody());
+  app.use(boundedBodies(OWN_BODY_LIMITS));
 
   registerGenerationRoutes(app, deps);
   registerTaskRoutes(app, deps);
@@ -98,10 +95,26 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   for (const [name, header] of Object.entries(RESPONSE_HEADERS))
     app.openAPIRegistry.registerComponent("headers", name, header);
   registerWebhookDocs(app);
+  documentBodyBounds(app);
   registerOpenApiDocument(app, deps);
   registerDocs(app);
   app.route("/dashboard", createDashboard(deps));
   return app;
+}
+
+/**
+ * Every body-carrying operation documents what boundedBodies answers for any of them (malformed or
+ * too deeply nested JSON, too large, not JSON), so a route added tomorrow documents it too.
+ */
+function documentBodyBounds(app: OpenAPIHono<AppEnv>): void {
+  const bounds = errorResponses(400, 413, 415);
+  for (const definition of app.openAPIRegistry.definitions) {
+    if (definition.type !== "route" || !["post", "put", "patch"].includes(definition.route.method)) continue;
+    const responses = definition.route.responses as Record<string, unknown>;
+    for (const [status, response] of Object.entries(bounds)) {
+      responses[status] ??= { ...response, headers: headerRefs("X-Request-Id") };
+    }
+  }
 }
 
 const TAGS = [

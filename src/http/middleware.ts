@@ -138,11 +138,18 @@ export function tokenAuth(token: string, realm: string): MiddlewareHandler<AppEn
   };
 }
 
+/** The methods whose requests carry a body: each one is bounded unless its path opts out by name. */
+const BODY_METHODS = new Set(["POST", "PUT", "PATCH"]);
+
 /**
- * Bodies are JSON of at most 1 MiB; anything else is refused before a validator sees it. One
- * middleware, not one per check: every layer of hono's middleware chain costs its own promise.
+ * Every POST/PUT/PATCH body is JSON of at most 1 MiB nested at most 64 levels, refused before a
+ * validator sees it, whatever route it is for (a route added tomorrow, an unknown path, a method
+ * the path does not answer). Only the path prefixes in `ownLimits` opt out, by name: they parse
+ * their bodies themselves under a limit of their own (the dashboard's forms). A request with no
+ * body at all goes on: whether its route needs one is its validator's business.
+ * One middleware, not one per check: every layer of hono's middleware chain costs its own promise.
  */
-export function jsonBody(): MiddlewareHandler<AppEnv>[] {
+export function boundedBodies(ownLimits: readonly string[]): MiddlewareHandler<AppEnv> {
   // A chunked body is counted as it is read, and refused once it passes the limit. A body with a
   // declared length skips this: it is checked below, Node's parser stops at that length, and
   // hono's bodyLimit would build a full web Request and stream to ask whether there is a body
@@ -164,21 +171,26 @@ export function jsonBody(): MiddlewareHandler<AppEnv>[] {
     await next();
     return undefined;
   };
-  const body: MiddlewareHandler<AppEnv> = async (c, next) => {
-    const type = (c.req.header("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
-    if (!/^application\/([\w.-]+\+)?json$/.test(type)) {
-      return errorResponse(c, "unsupported_media_type", "Send the body as JSON with Content-Type: application/json.");
-    }
+  const isJson = (c: Context<AppEnv>) =>
+    /^application\/([\w.-]+\+)?json$/.test((c.req.header("content-type") ?? "").split(";")[0]!.trim().toLowerCase());
+  const notJson = (c: Context<AppEnv>) =>
+    errorResponse(c, "unsupported_media_type", "Send the body as JSON with Content-Type: application/json.");
+  return async (c, next) => {
+    if (!BODY_METHODS.has(c.req.method) || ownLimits.some((prefix) => c.req.path.startsWith(prefix))) return next();
+    const length = c.req.header("content-length");
+    const chunked = c.req.header("transfer-encoding") !== undefined;
     // A declared length over the limit is refused before the body is touched: asking hono for the
     // body makes @hono/node-server wrap the socket in a web stream that pauses it, and a connection
     // left with unread bytes cannot carry the next request.
-    const length = c.req.header("content-length");
-    if (length !== undefined && c.req.header("transfer-encoding") === undefined) {
+    if (length !== undefined && !chunked) {
       if (Number(length) > MAX_BODY_BYTES) return payloadTooLarge(c);
-      return parse(c, next);
+      if (Number(length) === 0) return next();
+      return isJson(c) ? parse(c, next) : notJson(c);
     }
+    // Neither header: over HTTP/1.1 that is no body (a request built in process may still have one).
+    if (!chunked && c.req.raw.body === null) return next();
+    if (!isJson(c)) return notJson(c);
     // bodyLimit answers with what its `next` resolves to: parse's refusal, if any.
     return counted(c, (() => parse(c, next)) as unknown as () => Promise<void>);
   };
-  return [body];
 }

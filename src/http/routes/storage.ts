@@ -4,7 +4,6 @@ import { ApiError } from "../../services/errors.js";
 import { deleteStorage, getStorage, setStorage, StorageInput } from "../../services/storage.js";
 import { MAX_URL_EXPIRES_IN } from "../../mirror/bucket.js";
 import type { AppEnv } from "../context.js";
-import { jsonBody } from "../middleware.js";
 import { apiRoute } from "../schema-rules.js";
 import { errorResponses, ORIGIN_PATTERN, ownBody } from "../schemas.js";
 
@@ -67,8 +66,6 @@ const StorageUpdate = ownBody({
 
 /** PUT/GET/DELETE /openapi/v1/storage: the client's bucket for copies of outputs (docs/contract.md, "Outputs"). */
 export function registerStorageRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
-  app.on("PUT", [PATH], ...jsonBody());
-
   app.openapi(
     apiRoute({
       method: "get",
