@@ -3,6 +3,7 @@ import type { Server } from "node:http";
 import { setFlagsFromString } from "node:v8";
 import { systemClock } from "./clock.js";
 import { ConfigError, loadConfig, sandboxRefusal, type Config } from "./config.js";
+import { pgConnectProblem } from "./db/pg/connect-errors.js";
 import { takeServerLock } from "./db/sqlite/server-lock.js";
 import { openStore } from "./open-store.js";
 import { gracefulHttp } from "./http/graceful.js";
@@ -40,6 +41,16 @@ function databaseName(config: Config): string {
   }
 }
 
+/**
+ * Sandbox mode on PostgreSQL: each instance would run its own in-process simulator, so a task
+ * submitted by one is unknown to the simulator of the instance that takes its account over (after
+ * a kill -9 it stays queued for ever). Refused in one line naming the fix: one simulator for all.
+ */
+function sharedSandboxRefusal(config: Pick<Config, "databaseUrl" | "upstreamBaseUrl">): string | null {
+  if (!config.databaseUrl || config.upstreamBaseUrl) return null;
+  return 'DATABASE_URL is set but UPSTREAM_BASE_URL is not: every instance would run its own in-process simulator, and tasks would be stranded when another instance takes them over; run one simulator for all (npm run simulator) and set UPSTREAM_BASE_URL=http://127.0.0.1:8090 and UPSTREAM_API_KEY=sandbox on every instance (docs/deployment.md, "Trying several instances")';
+}
+
 async function main(): Promise<void> {
   let config: Config;
   try {
@@ -51,7 +62,7 @@ async function main(): Promise<void> {
     }
     throw err;
   }
-  const refusal = sandboxRefusal(process.env, config);
+  const refusal = sandboxRefusal(process.env, config) ?? sharedSandboxRefusal(config);
   if (refusal) {
     process.stderr.write(`genrelay: ${refusal}\n`);
     process.exit(2);
@@ -70,7 +81,15 @@ async function main(): Promise<void> {
       "WEBHOOK_ALLOW_PRIVATE_NETWORKS=true: webhooks may go to loopback and private addresses; for development and tests only",
     );
   }
-  const store = await openStore(config);
+  let store: Awaited<ReturnType<typeof openStore>>;
+  try {
+    store = await openStore(config);
+  } catch (err) {
+    const problem = config.databaseUrl ? pgConnectProblem(err, config.databaseUrl, process.env) : null;
+    if (!problem) throw err;
+    process.stderr.write(`genrelay: ${problem}\n`);
+    process.exit(1);
+  }
 
   let upstream = { baseUrl: config.upstreamBaseUrl ?? "", apiKey: config.upstreamApiKey ?? "" };
   let simulator: Awaited<ReturnType<typeof startSimulator>> | null = null;

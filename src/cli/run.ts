@@ -2,6 +2,7 @@ import { existsSync } from "node:fs";
 import { ConfigError, loadConfig, type Config } from "../config.js";
 import { meantField } from "../services/intake-fields.js";
 import { openDatabase, type Database_ } from "../db/sqlite/open.js";
+import { pgConnectProblem } from "../db/pg/connect-errors.js";
 import { pgStore, sqliteStore } from "../open-store.js";
 import type { Store } from "../store/store.js";
 import { runClients } from "./clients.js";
@@ -92,7 +93,10 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
         try {
           store ??= await pgStore(config.databaseUrl);
         } catch (err) {
-          throw new ConfigProblem(`cannot open the database at DATABASE_URL: ${(err as Error).message}`);
+          throw new ConfigProblem(
+            pgConnectProblem(err, config.databaseUrl, env) ??
+              `cannot open the database at DATABASE_URL: ${(err as Error).message}`,
+          );
         }
         return store;
       }
