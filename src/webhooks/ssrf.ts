@@ -144,7 +144,7 @@ export const MAX_CALLBACK_URL_LENGTH = 2048;
 // home.arpa (RFC 8375) and the common .localdomain. A public receiver never has them.
 const PRIVATE_SUFFIXES = ["localhost", "local", "internal", "home.arpa", "localdomain"];
 
-function hostnameRefusal(hostname: string): string | null {
+export function hostnameRefusal(hostname: string): string | null {
   const ip = parseHostAsIp(hostname);
   if (ip !== null) {
     const verdict = checkAddress(ip);

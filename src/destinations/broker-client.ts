@@ -1,0 +1,75 @@
+import { raceSignal, startDeadline } from "../net/deadline.js";
+import type { SendResult } from "../webhooks/sender.js";
+import { BrokerAddressBlocked, type BrokerGuardOptions, brokerResolver } from "./broker-address.js";
+import { ConnectionCache } from "./connections.js";
+import { confirmed, publishFailed } from "./queue-message.js";
+
+export interface QueueClientOptions extends BrokerGuardOptions {
+  /** Deadline to open a connection (default 10 s). */
+  connectTimeoutMs?: number;
+  /** A connection unused this long is closed (default 60 s). */
+  idleMs?: number;
+}
+
+/** One publish: which connection, how to open it, how to send on it. */
+export interface Publish<C> {
+  /** The client and broker (and credentials): whose connection this is. */
+  key: string;
+  /** Names the broker in errors: `RabbitMQ at host:port`. */
+  broker: string;
+  timeoutMs: number;
+  open: (signal: AbortSignal) => Promise<C>;
+  /** Sends and resolves with the broker's confirmation, as the attempt log shows it. */
+  send: (conn: C, signal: AbortSignal) => Promise<string>;
+}
+
+/**
+ * What every queue client shares: the address guard, the connection cache (per client and
+ * broker, connect deadline, idle close) and the publish deadline, whose passing drops the
+ * connection so a stalled broker frees the attempt's slot and the next attempt starts afresh.
+ * A publish never throws: it answers a SendResult like an HTTP attempt.
+ */
+export abstract class BrokerClient<C> {
+  protected readonly connections: ConnectionCache<C>;
+  protected readonly resolve: (hostname: string) => Promise<string>;
+  protected readonly connectTimeoutMs: number;
+
+  constructor(opts: QueueClientOptions, close: (conn: C) => unknown) {
+    this.resolve = brokerResolver(opts);
+    this.connectTimeoutMs = opts.connectTimeoutMs ?? 10_000;
+    this.connections = new ConnectionCache<C>({ close, ...(opts.idleMs !== undefined ? { idleMs: opts.idleMs } : {}) });
+  }
+
+  /** Connections open now (reused, closed when idle). */
+  get openConnections(): number {
+    return this.connections.size;
+  }
+
+  close(): Promise<void> {
+    return this.connections.closeAll();
+  }
+
+  protected async publishWith(p: Publish<C>): Promise<SendResult> {
+    const startedAt = Date.now();
+    const deadline = startDeadline(p.timeoutMs, { what: `publishing to ${p.broker}` });
+    try {
+      const answer = await this.connections.use(
+        p.key,
+        p.broker,
+        Math.min(this.connectTimeoutMs, p.timeoutMs),
+        p.open,
+        (conn) => raceSignal(p.send(conn, deadline.signal), deadline.signal),
+      );
+      return confirmed(startedAt, Date.now(), answer);
+    } catch (err) {
+      return publishFailed(startedAt, Date.now(), err, err instanceof BrokerAddressBlocked);
+    } finally {
+      deadline.dispose();
+    }
+  }
+}
+
+/** `host:port` of a broker URL, the scheme's default port filled in. */
+export function brokerHostOf(url: URL, defaultPort: string): string {
+  return `${url.hostname}:${url.port || defaultPort}`;
+}

@@ -1,0 +1,139 @@
+import amqp, { type ChannelModel } from "amqplib";
+import { Webhook } from "standardwebhooks";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AmqpDestination } from "../../src/destinations/amqp.js";
+import { generateWebhookSecret } from "../../src/webhooks/sign.js";
+import { blackHole, type ProcessBroker, signedMessage, startRabbit } from "../helpers/brokers.js";
+
+/** The RabbitMQ client against a real broker (docs/destinations.md, "amqp"). */
+describe("AmqpDestination", () => {
+  let rabbit: ProcessBroker;
+  let admin: ChannelModel;
+  const secret = generateWebhookSecret();
+
+  beforeAll(async () => {
+    rabbit = await startRabbit();
+    admin = await amqp.connect(rabbit.url);
+    const ch = await admin.createChannel();
+    await ch.assertExchange("events", "topic", { durable: true });
+    await ch.assertQueue("succeeded", { durable: true });
+    await ch.bindQueue("succeeded", "events", "task.succeeded");
+    await ch.close();
+  }, 90_000);
+  afterAll(async () => {
+    await admin?.close().catch(() => {});
+    await rabbit?.close();
+  });
+
+  const client = () => new AmqpDestination({ allowPrivateNetworks: true });
+
+  it("publishes the webhook confirmed, and a consumer verifies it with standardwebhooks", async () => {
+    const dest = client();
+    const signed = signedMessage(secret);
+    const result = await dest.publish({ url: rabbit.url, exchange: "events", routingKey: null }, signed, 5_000);
+    expect(result).toMatchObject({ ok: true, error: null });
+    expect(result.responseBody).toBe('confirmed by RabbitMQ: exchange "events", routing key "task.succeeded"');
+    const ch = await admin.createChannel();
+    const got = await ch.get("succeeded", { noAck: true });
+    await ch.close();
+    expect(got).not.toBe(false);
+    if (!got) return;
+    expect(got.content.toString("utf8")).toBe(signed.body);
+    const headers = got.properties.headers as Record<string, string>;
+    expect(Object.keys(headers).sort()).toEqual([
+      "content-type",
+      "webhook-id",
+      "webhook-signature",
+      "webhook-timestamp",
+    ]);
+    expect(got.properties.messageId).toBe(signed.id);
+    expect(got.properties.deliveryMode).toBe(2);
+    expect(new Webhook(secret).verify(got.content.toString("utf8"), headers)).toEqual(JSON.parse(signed.body));
+    // One connection, reused by the next publish.
+    expect(dest.openConnections).toBe(1);
+    expect((await dest.publish({ url: rabbit.url, exchange: "events", routingKey: null }, signed, 5_000)).ok).toBe(
+      true,
+    );
+    expect(dest.openConnections).toBe(1);
+    await dest.close();
+  });
+
+  it("an unroutable message is a failed attempt naming 'no queue bound'", async () => {
+    const dest = client();
+    const result = await dest.publish(
+      { url: rabbit.url, exchange: "events", routingKey: "nobody.listens" },
+      signedMessage(secret),
+      5_000,
+    );
+    expect(result).toMatchObject({ ok: false, blocked: false });
+    expect(result.error).toBe(
+      'no queue bound: RabbitMQ returned the message (312 NO_ROUTE) from exchange "events" with routing key "nobody.listens"',
+    );
+    await dest.close();
+  });
+
+  it("an unknown exchange is a failed attempt naming it, and the next publish works", async () => {
+    const dest = client();
+    const result = await dest.publish(
+      { url: rabbit.url, exchange: "nope", routingKey: null },
+      signedMessage(secret),
+      5_000,
+    );
+    expect(result.ok).toBe(false);
+    expect(result.error).toMatch(/^unknown exchange "nope": .*NOT_FOUND - no exchange 'nope' in vhost '\/'/);
+    const again = await dest.publish(
+      { url: rabbit.url, exchange: "events", routingKey: null },
+      signedMessage(secret),
+      5_000,
+    );
+    expect(again.ok).toBe(true);
+    await dest.close();
+  });
+
+  it("the address guard refuses a loopback broker unless private networks are allowed", async () => {
+    const dest = new AmqpDestination({ allowPrivateNetworks: false });
+    const result = await dest.publish(
+      { url: rabbit.url, exchange: "events", routingKey: null },
+      signedMessage(secret),
+      5_000,
+    );
+    expect(result).toMatchObject({ ok: false, blocked: true, error: "broker address 127.0.0.1 is loopback" });
+    await dest.close();
+  });
+
+  it("a broker that stalls mid-publish is a deadline failure; the next attempt opens a fresh connection", async () => {
+    const dest = client();
+    const target = { url: rabbit.url, exchange: "events", routingKey: null };
+    expect((await dest.publish(target, signedMessage(secret), 5_000)).ok).toBe(true);
+    await rabbit.freeze();
+    try {
+      const stalled = await dest.publish(target, signedMessage(secret), 300);
+      expect(stalled).toMatchObject({
+        ok: false,
+        error: `publishing to RabbitMQ at 127.0.0.1:${rabbit.port} took longer than its deadline of 300 ms`,
+      });
+      expect(dest.openConnections).toBe(0);
+    } finally {
+      rabbit.thaw();
+    }
+    expect((await dest.publish(target, signedMessage(secret), 5_000)).ok).toBe(true);
+    await dest.close();
+  });
+
+  it("a broker that never answers is a deadline failure that lets go of the connection", async () => {
+    const hole = await blackHole();
+    const dest = new AmqpDestination({ allowPrivateNetworks: true, connectTimeoutMs: 300 });
+    const result = await dest.publish(
+      { url: `amqp://guest:guest@127.0.0.1:${hole.port}`, exchange: "events", routingKey: null },
+      signedMessage(secret),
+      5_000,
+    );
+    expect(result.ok).toBe(false);
+    expect(result.error).toBe(
+      `connecting to RabbitMQ at 127.0.0.1:${hole.port} took longer than its deadline of 300 ms`,
+    );
+    expect(dest.openConnections).toBe(0);
+    await hole.close();
+    await dest.close();
+  });
+});
