@@ -14,7 +14,7 @@ import { generateWebhookSecret } from "../webhooks/sign.js";
 
 /** Sealing and the signing keys live beside their users (crypto.ts, webhooks/); services re-use them. */
 export { isSealed, openSecret, sealSecret } from "../crypto.js";
-export { activeSecrets, activeSigningKeys } from "../webhooks/signing-keys.js";
+export { activeSigningKeys } from "../webhooks/signing-keys.js";
 
 /** How long a rotated-out secret keeps signing beside the new one. */
 export const SECRET_GRACE_MS = 24 * 60 * 60 * 1000;

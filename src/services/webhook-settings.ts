@@ -1,6 +1,6 @@
 import type { ClientRow } from "../store/store.js";
 import { generateSigningKey, publicKeyOf } from "../webhooks/sign.js";
-import { schemeOverlapping } from "../webhooks/signing-keys.js";
+import { schemeOverlapping, signingSlots } from "../webhooks/signing-keys.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import { callbackHeaderProblems, headerNames, openHeaders, sealHeaders } from "./callback-headers.js";
 import { openSecret, SECRET_GRACE_MS, sealSecret } from "./clients.js";
@@ -57,9 +57,9 @@ export function settingsView(client: ClientRow, key: Buffer | null, now: number)
 }
 
 /**
- * The `whpk_` public keys that verify an ed25519 client's `v1a` signatures now: the current one
- * and, during a rotation's overlap, the previous one until it stops signing. Null for hmac, except
- * for 24 hours after a switch from ed25519 to hmac, while v1a signatures are still sent.
+ * The `whpk_` public keys that verify a client's `v1a` signatures now: the keys signingSlots says
+ * sign (the current one while ed25519 is the scheme or a switch's overlap runs; the previous one
+ * until its rotation's overlap ends). Null when no v1a signature is sent.
  * What settings show and what the JWKS publishes (docs/contract.md, "Published keys").
  */
 export function publicKeys(
@@ -67,12 +67,12 @@ export function publicKeys(
   key: Buffer | null,
   now: number,
 ): { current: string; previous?: { key: string; expiresAt: number } } | null {
-  const signsV1a = client.signatureScheme === "ed25519" || schemeOverlapping(client, now);
-  if (!signsV1a || !client.signingKey) return null;
-  const current = publicKeyOf(openSecret(client.signingKey, key));
-  const expiresAt = client.previousSigningKeyExpiresAt;
-  if (!client.previousSigningKey || expiresAt === null || expiresAt <= now) return { current };
-  return { current, previous: { key: publicKeyOf(openSecret(client.previousSigningKey, key)), expiresAt } };
+  const slots = signingSlots(client, now);
+  if (!slots.includes("signingKey")) return null;
+  const current = publicKeyOf(openSecret(client.signingKey!, key));
+  if (!slots.includes("previousSigningKey")) return { current };
+  const previous = publicKeyOf(openSecret(client.previousSigningKey!, key));
+  return { current, previous: { key: previous, expiresAt: client.previousSigningKeyExpiresAt! } };
 }
 
 /** The patch a settings change makes, or the problems that refuse it (422 / 400 invalid_callback_url). */

@@ -1,43 +1,39 @@
 import { openSecret } from "../crypto.js";
 import type { ClientRow } from "../store/store.js";
 
+/** Where a client's signing keys are kept: a `whsec_` secret (v1) and a `whsk_` key (v1a), each current and previous. */
+type KeySlot = "webhookSecret" | "previousWebhookSecret" | "signingKey" | "previousSigningKey";
+
 /**
- * The keys that sign a client's messages now, by its scheme: the current one, plus the previous
- * during its grace period (`whsec_` secrets for hmac, `whsk_` signing keys for ed25519). For 24 hours
- * after a switch of scheme, the other scheme's current key signs too, after these (docs/contract.md,
- * "Switching the scheme").
+ * Which of a client's keys sign its messages now, by one rule: every key signs while its own
+ * window runs, and no later change shortens a window that is running but a second rotation of the
+ * same kind, which replaces the previous key on purpose (docs/contract.md, "Rotation and switching
+ * the scheme").
+ * - The current key of the client's scheme: always.
+ * - The other scheme's current key: for 24 hours after the last switch of scheme.
+ * - A previous key (`whsec_` or `whsk_`): until its own rotation's 24-hour overlap ends, whatever
+ *   the scheme is now, so a switch right after a rotation keeps the pre-rotation key signing.
+ * The client's own scheme first, its current key before its previous one.
  */
-export function activeSigningKeys(client: ClientRow, now: number, encryptionKey: Buffer | null = null): string[] {
+export function signingSlots(client: ClientRow, now: number): KeySlot[] {
+  const running = (until: number | null) => until !== null && until > now;
   const ed25519 = client.signatureScheme === "ed25519" && client.signingKey !== null;
-  const keys = ed25519 ? activeEd25519Keys(client, now, encryptionKey) : activeSecrets(client, now, encryptionKey);
-  if (!schemeOverlapping(client, now)) return keys;
-  if (ed25519) return [...keys, openSecret(client.webhookSecret, encryptionKey)];
-  return client.signingKey ? [...keys, openSecret(client.signingKey, encryptionKey)] : keys;
+  const overlapping = running(client.previousSchemeExpiresAt);
+  const hmac: KeySlot[] = [];
+  if (!ed25519 || overlapping) hmac.push("webhookSecret");
+  if (client.previousWebhookSecret && running(client.previousSecretExpiresAt)) hmac.push("previousWebhookSecret");
+  const v1a: KeySlot[] = [];
+  if (client.signingKey && (ed25519 || overlapping)) v1a.push("signingKey");
+  if (client.previousSigningKey && running(client.previousSigningKeyExpiresAt)) v1a.push("previousSigningKey");
+  return ed25519 ? [...v1a, ...hmac] : [...hmac, ...v1a];
+}
+
+/** The keys that sign a client's messages now (signingSlots), opened. */
+export function activeSigningKeys(client: ClientRow, now: number, encryptionKey: Buffer | null = null): string[] {
+  return signingSlots(client, now).map((slot) => openSecret(client[slot]!, encryptionKey));
 }
 
 /** Whether the 24-hour overlap after a switch of signature scheme is still running. */
 export function schemeOverlapping(client: ClientRow, now: number): boolean {
   return client.previousSchemeExpiresAt !== null && client.previousSchemeExpiresAt > now;
-}
-
-/** The `whsk_` keys of an ed25519 client: the current one, plus the previous during its grace period. */
-function activeEd25519Keys(client: ClientRow, now: number, encryptionKey: Buffer | null): string[] {
-  const keys = [openSecret(client.signingKey!, encryptionKey)];
-  if (
-    client.previousSigningKey &&
-    client.previousSigningKeyExpiresAt !== null &&
-    client.previousSigningKeyExpiresAt > now
-  ) {
-    keys.push(openSecret(client.previousSigningKey, encryptionKey));
-  }
-  return keys;
-}
-
-/** The secrets that sign a webhook now: the current one, plus the previous during its grace period. */
-export function activeSecrets(client: ClientRow, now: number, encryptionKey: Buffer | null = null): string[] {
-  const secrets = [openSecret(client.webhookSecret, encryptionKey)];
-  if (client.previousWebhookSecret && client.previousSecretExpiresAt !== null && client.previousSecretExpiresAt > now) {
-    secrets.push(openSecret(client.previousWebhookSecret, encryptionKey));
-  }
-  return secrets;
 }

@@ -135,3 +135,78 @@ describe("switching the signature scheme keeps the old signature for 24 hours", 
     expect(versions(await webhook(t, apiKey))).toEqual(["v1a"]);
   });
 });
+
+/**
+ * Issue #39 item 1: a rotation's 24-hour overlap and a switch's overlap are separate windows, and
+ * no later change shortens one that is running. A receiver still on the pre-rotation secret keeps
+ * verifying (standardwebhooks) until that rotation's own day ends, whatever the scheme does meanwhile.
+ */
+describe("rotation and scheme switches: every running overlap lasts its 24 hours (issue #39)", () => {
+  const rotate = async (t: TestRelay, apiKey: string) => {
+    const res = await t.request(apiKey, "/openapi/v1/webhooks/secret/rotate", { method: "POST" });
+    const json = (await res.json()) as { data: Record<string, string> };
+    expect(res.status, JSON.stringify(json)).toBe(200);
+    return json.data;
+  };
+
+  it("rotate, then switch to ed25519 7 s later: the pre-rotation secret verifies until the rotation's day ends", async () => {
+    const { t } = suite.setup();
+    const { apiKey, secret: old } = t.client();
+    const rotatedAt = t.clock.now();
+    const fresh = (await rotate(t, apiKey)).webhook_secret!;
+    t.clock.advance(7_000);
+    const publicKey = (await settings(t, apiKey, { signature: "ed25519" })).public_key!;
+
+    const during = await webhook(t, apiKey);
+    expect(versions(during)).toEqual(["v1a", "v1", "v1"]);
+    expect(hmacVerifies(t, old, during)).toBe(true);
+    expect(hmacVerifies(t, fresh, during)).toBe(true);
+    expect(ed25519Verifies(publicKey, during)).toBe(1);
+
+    t.clock.set(rotatedAt + DAY - 1_000);
+    expect(hmacVerifies(t, old, await webhook(t, apiKey))).toBe(true);
+    // The rotation's day is over: the old secret stops; the switch's overlap (7 s later) still sends the new one.
+    t.clock.set(rotatedAt + DAY + 1_000);
+    const after = await webhook(t, apiKey);
+    expect(versions(after)).toEqual(["v1a", "v1"]);
+    expect(hmacVerifies(t, old, after)).toBe(false);
+    expect(hmacVerifies(t, fresh, after)).toBe(true);
+  });
+
+  it("switch to ed25519, then rotate: the v1 overlap and the previous v1a key both last their day", async () => {
+    const { t } = suite.setup();
+    const { apiKey, secret: old } = t.client();
+    const switchedAt = t.clock.now();
+    const first = (await settings(t, apiKey, { signature: "ed25519" })).public_key!;
+    t.clock.advance(7_000);
+    const second = (await rotate(t, apiKey)).public_key!;
+
+    const during = await webhook(t, apiKey);
+    expect(versions(during)).toEqual(["v1a", "v1a", "v1"]);
+    expect(hmacVerifies(t, old, during)).toBe(true);
+    expect(ed25519Verifies(first, during)).toBe(1);
+    expect(ed25519Verifies(second, during)).toBe(1);
+
+    t.clock.set(switchedAt + DAY + 1_000);
+    const later = await webhook(t, apiKey);
+    expect(versions(later)).toEqual(["v1a", "v1a"]);
+    expect(hmacVerifies(t, old, later)).toBe(false);
+    expect(ed25519Verifies(first, later)).toBe(1);
+  });
+
+  it("rotate, then hmac → ed25519 → hmac: the pre-rotation secret verifies at every step of its day", async () => {
+    const { t } = suite.setup();
+    const { apiKey, secret: old } = t.client();
+    const rotatedAt = t.clock.now();
+    await rotate(t, apiKey);
+    for (const scheme of ["ed25519", "hmac"] as const) {
+      t.clock.advance(3_600_000);
+      await settings(t, apiKey, { signature: scheme });
+      expect(hmacVerifies(t, old, await webhook(t, apiKey)), `after switching to ${scheme}`).toBe(true);
+    }
+    t.clock.set(rotatedAt + DAY - 1_000);
+    expect(hmacVerifies(t, old, await webhook(t, apiKey))).toBe(true);
+    t.clock.set(rotatedAt + DAY + 1_000);
+    expect(hmacVerifies(t, old, await webhook(t, apiKey))).toBe(false);
+  });
+});
