@@ -280,9 +280,9 @@ export class Relay {
   async listen(): Promise<void> {
     await this.opts.store.ops.listen(
       (target) => this.deps.nudges[target](),
-      (taskId) => {
+      (taskId, clientId, account) => {
         this.waiters.wake(taskId);
-        this.streams.wake({ taskId });
+        this.streams.wake({ taskId, clientId, account });
       },
     );
   }

@@ -57,8 +57,12 @@ export class Subscription {
   next(): Promise<StreamWake> {
     if (this.closed) return Promise.resolve({ closed: true });
     if (this.pending.size > 0) return Promise.resolve(this.take());
+    this.hub.parked++;
     return new Promise((resolve) => {
-      this.resume = resolve;
+      this.resume = (wake) => {
+        this.hub.parked--;
+        resolve(wake);
+      };
     });
   }
 
@@ -100,6 +104,8 @@ export class StreamHub {
   private readonly open = new Set<Subscription>();
   private keepAlive: unknown;
   private stopping = false;
+  /** Streams waiting for a change right now (everything read, nothing in flight): a gauge. */
+  parked = 0;
 
   constructor(
     private readonly opts: {

@@ -527,6 +527,9 @@ export interface GaugeCounts {
 /** The worker loops a change concerns, for the other processes sharing the store. */
 export type NudgeTarget = "submitter" | "poller" | "dispatcher";
 
+/** Told of a task another process transitioned: its id, its client and its upstream account (event streams wake by each). */
+export type TaskChanged = (taskId: string, clientId?: string, account?: string) => void;
+
 export interface OpsStore {
   /**
    * Whether the process `as.holder` leads the upstream account (runs its submissions and polling):
@@ -547,9 +550,9 @@ export interface OpsStore {
   leases?(as: LeaderLease): Promise<{ account: string; takeable: boolean }[]>;
   /**
    * Wakes this process's loops when another process writes what they act on, and tells `taskChanged`
-   * of a task another process transitioned (requests held by Prefer: wait). A no-op on SQLite.
+   * of a task another process transitioned (requests held by Prefer: wait, event streams). A no-op on SQLite.
    */
-  listen(nudge: (target: NudgeTarget) => void, taskChanged?: (taskId: string) => void): Promise<void>;
+  listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged): Promise<void>;
   /**
    * What a dead process left: on a single-process store every lease is released (no one else can
    * hold one); a shared store leaves leases to expire. Events from before destination_host get theirs.

@@ -5,6 +5,7 @@ import type {
   LeaderLease,
   NewTaskRow,
   NudgeTarget,
+  TaskChanged,
   TaskRow,
   TransitionOptions,
 } from "../../store/store.js";
@@ -61,5 +62,5 @@ export interface PgContext {
   leads(account: string, as: LeaderLease): Promise<LeaderFence | null>;
   /** Every account's lease but `holder`'s, each with whether it could be taken now (OpsStore.leases). */
   leases(as: LeaderLease): Promise<{ account: string; takeable: boolean }[]>;
-  listen(nudge: (target: NudgeTarget) => void, taskChanged?: (taskId: string) => void): Promise<void>;
+  listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged): Promise<void>;
 }

@@ -16,6 +16,7 @@ import type {
   RateLimitStore,
   SessionStore,
   Store,
+  TaskChanged,
   TaskRow,
   TaskStore,
   TransitionOptions,
@@ -229,9 +230,10 @@ export class PgStore implements Store, PgContext {
         : undefined;
     const plan = planTransition(this.rules, before, patch, o, subscribedTypes(endpoints ?? []));
     const { clientId } = plan.after;
-    // Delivered at commit: requests held by Prefer: wait on other instances read the task again.
+    // Delivered at commit: requests held by Prefer: wait and event streams on other instances read
+    // the task again (streams of its client and of its account's queue too).
     if (plan.after.status !== before.status || plan.after.phase !== before.phase)
-      await c.query("SELECT pg_notify($1, $2)", [CHANNEL, `${TASK_CHANGED}${id}`]);
+      await c.query("SELECT pg_notify($1, $2)", [CHANNEL, taskChangedPayload(plan.after)]);
     const set = T.set(plan.patch, 2);
     if (set.sql) await c.query(`UPDATE tasks SET ${set.sql} WHERE id = $1`, [id, ...set.values]);
     if (plan.credit) await this.applyCredits(c, clientId, id, plan.credit, o.now);
@@ -346,7 +348,7 @@ export class PgStore implements Store, PgContext {
     return this.closed ? Promise.resolve(null) : this.leadership.leads(account, as);
   }
 
-  async listen(nudge: (target: NudgeTarget) => void, taskChanged?: (taskId: string) => void): Promise<void> {
+  async listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged): Promise<void> {
     if (this.listener || this.closed) return;
     const client = new pg.Client(pgClientConfig(this.options.connectionString, this.connection));
     const reconnect = () => {
@@ -360,8 +362,10 @@ export class PgStore implements Store, PgContext {
     client.on("end", reconnect);
     client.on("notification", (n) => {
       if (n.payload === "submitter" || n.payload === "poller" || n.payload === "dispatcher") nudge(n.payload);
-      else if (n.payload?.startsWith(TASK_CHANGED)) taskChanged?.(n.payload.slice(TASK_CHANGED.length));
-      else if (n.payload?.startsWith(CLIENT_CHANGED)) this.clientChanges.emit(n.payload.slice(CLIENT_CHANGED.length));
+      else if (n.payload?.startsWith(TASK_CHANGED)) {
+        const [taskId = "", clientId, account] = n.payload.slice(TASK_CHANGED.length).split(" ");
+        taskChanged?.(taskId, clientId, account === undefined ? undefined : decodeURIComponent(account));
+      } else if (n.payload?.startsWith(CLIENT_CHANGED)) this.clientChanges.emit(n.payload.slice(CLIENT_CHANGED.length));
     });
     this.listener = client;
     await client.connect();
@@ -391,8 +395,13 @@ export class PgStore implements Store, PgContext {
 const ATTEMPT_COLUMNS = columnsOf(deliveryAttempts);
 /** How often each instance folds the stored-bytes log: its rows per client stay few between two folds. */
 const FOLD_EVERY_MS = 2_000;
-/** A NOTIFY payload naming a task whose status or phase changed: the prefix and the id, nothing more. */
+/**
+ * A NOTIFY payload naming a task whose status or phase changed: the prefix, the id, its client and
+ * its upstream account (URI-encoded), space-separated; nothing of its content.
+ */
 const TASK_CHANGED = "task:";
+const taskChangedPayload = (t: TaskRow) =>
+  `${TASK_CHANGED}${t.id} ${t.clientId} ${encodeURIComponent(t.upstreamAccount)}`;
 
 /** A batch in runs where no event appears twice, in order (an event's records keep their order). */
 function eachEventOnce<B extends { eventId: string }>(batch: B[]): B[][] {
