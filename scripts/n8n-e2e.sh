@@ -65,8 +65,9 @@ if [ "$major" -lt 22 ]; then
 fi
 
 say "building the relay and the node package"
-(cd "$ROOT" && npm run build >/dev/null && npm run build --workspace n8n-nodes-genrelay >/dev/null)
-(cd "$ROOT" && npm pack --workspace n8n-nodes-genrelay --pack-destination "$WORK" >/dev/null 2>&1)
+(cd "$ROOT" && npm run build >/dev/null && node scripts/connectors.mjs)
+(cd "$ROOT/integrations/n8n-nodes-genrelay" && npm run build >/dev/null)
+(cd "$ROOT/integrations/n8n-nodes-genrelay" && npm pack --pack-destination "$WORK" >/dev/null 2>&1)
 
 say "starting the relay (sandbox mode) on $RELAY"
 export DATABASE_PATH="$WORK/relay.db"

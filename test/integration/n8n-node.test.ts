@@ -5,6 +5,7 @@ import { join } from "node:path";
 import type { IDataObject, INodeExecutionData, INodePropertyOptions, INodeType } from "n8n-workflow";
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { installConnectors } from "../helpers/connectors.js";
 import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
 import { startReceiver } from "../helpers/receiver.js";
 import { newSecret, type StandinRelay, startStandinRelay } from "../helpers/standin-relay.js";
@@ -32,8 +33,9 @@ const body = async (response: Response): Promise<any> => response.json();
  * endpoint the trigger registers receives the relay's signed webhooks, which its signature check accepts.
  */
 
-const TSC = join(PACKAGE_DIR, "..", "..", "node_modules", "typescript", "bin", "tsc");
-const ESLINT = join(PACKAGE_DIR, "..", "..", "node_modules", "eslint", "bin", "eslint.js");
+// The package's own tools, installed in its own node_modules by scripts/connectors.mjs (npm test's pretest).
+const TSC = join(PACKAGE_DIR, "node_modules", "typescript", "bin", "tsc");
+const ESLINT = join(PACKAGE_DIR, "node_modules", "eslint", "bin", "eslint.js");
 
 /**
  * The package's linter (its npm script "lint") in a process of its own: eslint-plugin-n8n-nodes-base
@@ -55,6 +57,7 @@ let live: LiveRelay;
 let client: { id: string; apiKey: string; secret: string };
 
 beforeAll(async () => {
+  installConnectors();
   // The package's own build (its npm script "build"): tsc, then the icons beside the built files.
   execFileSync(process.execPath, [TSC, "-p", join(PACKAGE_DIR, "tsconfig.json")], { cwd: PACKAGE_DIR, stdio: "pipe" });
   execFileSync(process.execPath, [join(PACKAGE_DIR, "copy-icons.mjs")], { cwd: PACKAGE_DIR, stdio: "pipe" });

@@ -3,6 +3,7 @@ import { createRequire } from "node:module";
 import net from "node:net";
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { installConnectors } from "../helpers/connectors.js";
 import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
 import { catchTestWebhook, relayCall, v1aOfRotation } from "../helpers/v1a-rotation.js";
@@ -21,7 +22,9 @@ const body = async (response: Response): Promise<any> => response.json();
  * left loopback.
  */
 
-const require = createRequire(import.meta.url);
+// The app's own dependencies live in its own node_modules (scripts/connectors.mjs, npm test's pretest).
+installConnectors();
+const require = createRequire(new URL("../../integrations/zapier/index.js", import.meta.url));
 // No logging token or endpoint: nothing for the core's logger to send anywhere.
 for (const name of ["LOGGING_TOKEN", "LOGGING_ENDPOINT", "ZAPIER_BASE_ENDPOINT", "ZAPIER_DEPLOY_KEY"])
   delete process.env[name];
@@ -30,7 +33,7 @@ const zapier = require("zapier-platform-core") as {
   createAppTester(app: unknown): (method: unknown, bundle?: Record<string, unknown>) => Promise<any>;
   createAppHandler(app: unknown): (event: Record<string, unknown>) => Promise<{ results: unknown }>;
 };
-const app = require("../../integrations/zapier/index.js");
+const app = require("./index.js");
 const appTester = zapier.createAppTester(app);
 
 /** Every host a socket of this process connected to while these tests ran. */
@@ -492,7 +495,7 @@ describe("the REST hook against the relay's deliveries", () => {
 describe("the app's own tests", () => {
   it("pass as `npm test` in the app runs them (what Zapier's `zapier test` runs)", () => {
     const dir = new URL("../../integrations/zapier/", import.meta.url).pathname;
-    const scripts = require("../../integrations/zapier/package.json").scripts as Record<string, string>;
+    const scripts = require("./package.json").scripts as Record<string, string>;
     expect(scripts.test).toBe("node --test test/*.test.js");
     const run = spawnSync("sh", ["-c", String(scripts.test)], { cwd: dir, encoding: "utf8", timeout: 120_000 });
     expect(run.stdout).toMatch(/^# fail 0$/m);

@@ -297,6 +297,8 @@ function shellProblems(command: ShellCommand): string[] {
     case "sh":
     case "bash":
       return existsSync(join(ROOT, args[0] ?? "")) ? problems : [...problems, `no file ${args[0] ?? ""}`];
+    case "cd":
+      return existsSync(join(ROOT, args[0] ?? "")) ? problems : [...problems, `no folder ${args[0] ?? ""}`];
     case "docker": {
       for (let i = 0; i < args.length - 1; i++) if (args[i] === "-e") problems.push(...variableProblem(args[i + 1]!));
       const exec = args[0] === "compose" && args[1] === "exec" ? args[2] : undefined;
