@@ -3,7 +3,6 @@ import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import { WEBHOOK_BODY_MAX_BYTES } from "../core/body-limit.js";
 import { DeliveryLifecycle } from "../core/delivery.js";
-import { FairPool } from "../core/fair-pool.js";
 import type { ClientRow, EventRow, Store } from "../store/store.js";
 import { deliveryKey, splitDeliveryKey } from "../store/delivery-key.js";
 import type { EndpointHealth } from "../core/endpoint-health.js";
@@ -19,8 +18,8 @@ import { sendResult, type SendResult, type WebhookSender } from "../webhooks/sen
 import { Destinations } from "../destinations/index.js";
 import { httpDestination, WEBHOOK_KIND } from "../destinations/http.js";
 import { deliveryMessage } from "./delivery/message.js";
-import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
+import { PooledWorker } from "./pooled-loop.js";
 
 export interface DispatcherOptions {
   store: Store;
@@ -60,10 +59,14 @@ const SWEEP_AFTER_REFILL_MS = 200;
 export const SATURATED_BACKOFF_MS = 100;
 export const SATURATED_BACKOFF_MAX_MS = 1_000;
 
-/** What one claim started, and whether it took as many events as it had room for. */
-interface Claimed {
-  started: Promise<void>[];
-  full: boolean;
+/**
+ * One claimed event to start: a delivery, or a paused key's trial (its breaker permit already
+ * taken). `client` is the event's client as the claim found it.
+ */
+interface Claim {
+  event: EventRow;
+  client: ClientRow | undefined;
+  trial?: Permit;
 }
 
 /**
@@ -88,20 +91,12 @@ interface Claimed {
  * cap is left out of the loop's claims for a short back-off (noteSaturated), not claimed again at
  * every turn of the loop.
  *
- * Claims never overlap (one at a time, see claimAndStart): the per-key room a claim is sized by
+ * Claims never overlap (one at a time, workers/pooled-loop.ts): the per-key room a claim is sized by
  * cannot be spent by another claim across the claim's await, and every start checks it again.
  */
-export class Dispatcher {
-  /** Deliveries and bookkeeping started and not yet settled (drain waits for them). */
-  private readonly inFlight = new Set<Promise<void>>();
+export class Dispatcher extends PooledWorker<Claim> {
   private readonly maxPerHost: number;
-  /** The attempts' slots: each client's share, the reserve, the per-key cap, slots held for a key's refill (see withSlot). */
-  readonly slots: FairPool;
   readonly breakers: CircuitBreakers;
-  /** Called when a delivery finishes, so the loop can claim more (set by main). */
-  onSettled: () => void = () => {};
-
-  private claiming: Promise<Claimed> | null = null;
   /**
    * Keys found at their cap across instances (other instances hold the rest of maxPerKey, which this
    * pool cannot see): left out of the loop's claims and its next-due probe until `until`, so the
@@ -115,6 +110,10 @@ export class Dispatcher {
   private readonly destinations: Destinations;
 
   constructor(private readonly opts: DispatcherOptions) {
+    // The pool's slots: each client's share, the reserve, the per-key cap, slots held for a key's refill (see withSlot).
+    const maxPerHost = Math.max(1, opts.maxPerHost ?? 8);
+    super({ size: Math.max(1, opts.maxInFlight ?? 64), maxPerKey: maxPerHost });
+    this.maxPerHost = maxPerHost;
     this.destinations =
       opts.destinations ??
       new Destinations().register(
@@ -128,8 +127,6 @@ export class Dispatcher {
       ...(opts.random ? { random: opts.random } : {}),
     });
     this.scheduleSpanMs = opts.config.webhookRetryScheduleMs.reduce((sum, ms) => sum + ms, 0);
-    this.maxPerHost = Math.max(1, opts.maxPerHost ?? 8);
-    this.slots = new FairPool({ size: Math.max(1, opts.maxInFlight ?? 64), maxPerKey: this.maxPerHost });
     // The first pause lasts until the schedule's first retry is due at the latest (its delay plus
     // the 20% jitter; 1 s to 30 s): a receiver that fails first attempts but takes retries gets its
     // trial, an attempted event, when that retry was due anyway, and no retry is left behind it.
@@ -138,34 +135,6 @@ export class Dispatcher {
       Math.max(1_000, Math.ceil((opts.config.webhookRetryScheduleMs[1] ?? 30_000) * 1.2)),
     );
     this.breakers = new CircuitBreakers(opts.clock, { coolDownMs: firstRetryMs, ...opts.breaker });
-  }
-
-  get activeCount(): number {
-    return this.inFlight.size;
-  }
-
-  /** Claims what is due and starts delivering it; does not wait for the deliveries (production loop). */
-  async tick(): Promise<TickResult> {
-    this.refilling = true;
-    const { started, full } = await this.claimAndStart();
-    // A claim that filled its room loops again at once (more may be due). One that took less than
-    // it could has taken everything claimable: a tick at once would only walk the due index past
-    // the saturated hosts' backlog to find nothing, so the next due time decides (settling
-    // attempts and new events nudge the loop anyway).
-    return { didWork: started.length > 0, nextDueAt: full ? this.opts.clock.now() : await this.nextDueAt() };
-  }
-
-  /** Claims what is due, delivers it and waits for every attempt to be recorded (tests). */
-  async runOnce(): Promise<number> {
-    const { started } = await this.claimAndStart();
-    await Promise.all(started);
-    return started.length;
-  }
-
-  /** Waits for in-flight deliveries (graceful shutdown); a settling attempt no longer refills its key. */
-  async drain(): Promise<void> {
-    this.refilling = false;
-    while (this.inFlight.size > 0) await Promise.all([...this.inFlight]);
   }
 
   /** Attempts in flight for one delivery key (`clientId|host`) now. */
@@ -178,7 +147,14 @@ export class Dispatcher {
     return this.slots.inFlightOf(clientId);
   }
 
-  private async nextDueAt(): Promise<number | null> {
+  /**
+   * A claim that filled its room loops again at once (more may be due). One that took less than
+   * it could has taken everything claimable: a tick at once would only walk the due index past
+   * the saturated hosts' backlog to find nothing, so the next due time decides (settling
+   * attempts and new events nudge the loop anyway).
+   */
+  async nextDueAt(full: boolean): Promise<number | null> {
+    if (full) return this.opts.clock.now();
     if (this.slots.free <= 0) return null;
     // Saturated keys and clients wake the loop when an attempt settles (onSettled); open circuits
     // postponed their events to the trial time, so the due index and the next trial say when to wake.
@@ -257,38 +233,27 @@ export class Dispatcher {
     return busy;
   }
 
-  /** One claim at a time: a second caller waits for the running claim and claims after it. */
-  private async claimAndStart(claim: () => Promise<Claimed> = () => this.claimOnce()): Promise<Claimed> {
-    while (this.claiming) await this.claiming.catch(() => null);
-    this.claiming = claim();
-    try {
-      return await this.claiming;
-    } finally {
-      this.claiming = null;
-    }
-  }
-
-  private async claimOnce(): Promise<Claimed> {
+  /** Paused keys' due trials first, then the due index within each key's and client's room. */
+  async claim(start: (claim: Claim) => void): Promise<{ full: boolean }> {
     const { store, clock, config, owner } = this.opts;
     let room = this.slots.free;
-    if (room <= 0) return { started: [], full: false };
+    if (room <= 0) return { full: false };
     const clients = new Map<string, ClientRow | undefined>();
     const clientOf = async (id: string) => {
       if (!clients.has(id)) clients.set(id, await store.clients.find(id));
       return clients.get(id);
     };
-    const started: Promise<void>[] = [];
     const leaseMs = config.webhookTimeoutMs + 5_000;
 
     // Paused keys whose cool-down is over get their trial first, each drawn from the key's own events.
     for (const key of this.breakers.dueTrials()) {
       if (room <= 0) break;
-      const trial = await this.startTrial(key, leaseMs, clientOf);
+      const trial = await this.claimTrial(key, leaseMs, clientOf);
       if (!trial) continue;
-      started.push(trial.work);
+      start(trial);
       room -= 1;
     }
-    if (room <= 0) return { started, full: true };
+    if (room <= 0) return { full: true };
 
     const now = clock.now();
     // Keys the store was asked about with room here: those among them that got nothing may be at their cap across instances.
@@ -308,52 +273,42 @@ export class Dispatcher {
       excludeClients: this.busyClients(),
       clientRoom: (clientId, picked) => this.slots.room(clientId, picked),
     });
-    for (const event of claimed) {
-      const work = this.start(event, await clientOf(event.clientId));
-      if (work) started.push(this.track(event, work));
-    }
+    for (const event of claimed) start({ event, client: await clientOf(event.clientId) });
     const full = claimed.length >= room;
     this.noteSaturated(asked, claimed, full, now);
-    return { started, full };
+    return { full };
+  }
+
+  failed(claim: Claim, err: unknown): void {
+    this.opts.logger.error({ err, event_id: claim.event.id }, "delivery bookkeeping failed");
   }
 
   /**
-   * Counts a started delivery in the pool until it settles. Then the slot it frees goes first to the
-   * same key's next due events (one indexed claim of that key, within its cap and its client's
-   * share), and the loop is woken for everything else: a steady stream to one receiver costs no
-   * scan of the whole due index per webhook.
+   * A delivery settled: the slot it frees goes first to the same key's next due events (one
+   * indexed claim of that key, within its cap and its client's share), and the loop is woken for
+   * everything else: a steady stream to one receiver costs no scan of the whole due index per webhook.
+   * A refilled slot leaves the pool as full as it was: the loop's claim of everything else (other
+   * clients' due events, which may need the reserve) runs soon, not once per webhook.
    */
-  private track(event: EventRow, work: Promise<void>): Promise<void> {
-    const promise = work.catch((err: unknown) => {
-      this.opts.logger.error({ err, event_id: event.id }, "delivery bookkeeping failed");
-    });
-    this.inFlight.add(promise);
-    void promise.finally(async () => {
-      this.inFlight.delete(promise);
-      let refilled = false;
-      if (this.refilling) {
-        try {
-          const refill = await this.claimAndStart(() => this.refill(event.clientId, event.destinationHost));
-          // A key other instances hold at its cap (noteSaturated) is left out of the loop's claim
-          // anyway: the loop needs to run soon for everyone else, not at once for each such settle.
-          refilled = refill.started.length > 0 || refill.full || this.saturatedElsewhere(event);
-        } catch (err) {
-          this.opts.logger.error(
-            { err, client_id: event.clientId, host: event.destinationHost },
-            "claiming a key's next events failed; the loop claims them",
-          );
-        }
-      }
-      // A refilled slot leaves the pool as full as it was: the loop's claim of everything else
-      // (other clients' due events, which may need the reserve) runs soon, not once per webhook.
-      if (refilled) this.sweepSoon();
-      else this.onSettled();
-    });
-    return promise;
+  async refill({ event }: Claim): Promise<boolean> {
+    try {
+      const refill = await this.loop.claimAndStart((start) =>
+        this.claimOfKey(event.clientId, event.destinationHost, start),
+      );
+      // A key other instances hold at its cap (noteSaturated) is left out of the loop's claim
+      // anyway: the loop needs to run soon for everyone else, not at once for each such settle.
+      if (!(refill.started.length > 0 || refill.full || this.saturatedElsewhere(event))) return false;
+      this.sweepSoon();
+      return true;
+    } catch (err) {
+      this.opts.logger.error(
+        { err, client_id: event.clientId, host: event.destinationHost },
+        "claiming a key's next events failed; the loop claims them",
+      );
+      return false;
+    }
   }
 
-  /** Whether a settled attempt refills its key at once (the production loop; runOnce() in tests claims by itself). */
-  private refilling = false;
   private sweepTimer: NodeJS.Timeout | null = null;
 
   /** Wakes the loop within SWEEP_AFTER_REFILL_MS, once for any number of refills meanwhile. */
@@ -361,13 +316,13 @@ export class Dispatcher {
     if (this.sweepTimer) return;
     this.sweepTimer = setTimeout(() => {
       this.sweepTimer = null;
-      this.onSettled();
+      this.loop.onSettled();
     }, SWEEP_AFTER_REFILL_MS);
     this.sweepTimer.unref();
   }
 
-  /** The next due events of one key, for the slot its settled attempt freed and held (see track, withSlot). */
-  private async refill(clientId: string, host: string): Promise<Claimed> {
+  /** The next due events of one key, for the slot its settled attempt freed and held (see refill, withSlot). */
+  private async claimOfKey(clientId: string, host: string, start: (claim: Claim) => void): Promise<{ full: boolean }> {
     const { store, clock, config, owner } = this.opts;
     const key = deliveryKey(clientId, host);
     const held = this.slots.heldFor(key);
@@ -378,9 +333,9 @@ export class Dispatcher {
     };
     try {
       // Another settle's refill already used the slot (it claimed for every slot held then): the key is full again.
-      if (this.keyRoom(key) + held <= 0) return { started: [], full: true };
+      if (this.keyRoom(key) + held <= 0) return { full: true };
       const room = Math.min(this.keyRoom(key) + held, this.slots.room(clientId), this.slots.free);
-      if (room <= 0) return { started: [], full: false };
+      if (room <= 0) return { full: false };
       const claimed = await store.events.claimOfKey(
         { clientId, host },
         {
@@ -391,14 +346,10 @@ export class Dispatcher {
           maxPerKey: this.maxPerHost,
         },
       );
-      const started: Promise<void>[] = [];
       const client = claimed.length > 0 ? await store.clients.find(clientId) : undefined;
       release();
-      for (const event of claimed) {
-        const work = this.start(event, client);
-        if (work) started.push(this.track(event, work));
-      }
-      return { started, full: claimed.length >= room };
+      for (const event of claimed) start({ event, client });
+      return { full: claimed.length >= room };
     } finally {
       release();
     }
@@ -410,11 +361,11 @@ export class Dispatcher {
    * again a cool-down later, so a paused key with nothing to send costs no query per tick. Any
    * failure hands the permit back, so a database error never leaves the key refused for good.
    */
-  private async startTrial(
+  private async claimTrial(
     key: string,
     leaseMs: number,
     clientOf: (id: string) => Promise<ClientRow | undefined>,
-  ): Promise<{ work: Promise<void> } | null> {
+  ): Promise<Claim | null> {
     const { store, clock, owner } = this.opts;
     const [clientId, host] = splitDeliveryKey(key);
     if (this.slots.room(clientId) <= 0 || this.keyRoom(key) <= 0) return null;
@@ -441,23 +392,22 @@ export class Dispatcher {
       );
       return null;
     }
-    // Wrapped: an async function returning the delivery's promise would wait for the delivery.
+    return { event, client, trial: permit };
+  }
+
+  /** Starts one claimed event: a paused key's trial under its permit, or a delivery (start). */
+  run({ event, client, trial }: Claim): Promise<void> | null {
+    if (!trial) return this.start(event, client);
     if (!client || !event.callbackUrl) {
-      this.breakers.record(permit, "neutral");
-      return { work: this.track(event, this.events.fail(event, client ? "no callback_url" : "client not found")) };
+      this.breakers.record(trial, "neutral");
+      return this.events.fail(event, client ? "no callback_url" : "client not found");
     }
     const size = Buffer.byteLength(event.payload, "utf8");
     if (size > MAX_PAYLOAD_BYTES) {
-      this.breakers.record(permit, "neutral");
-      return { work: this.track(event, this.refuseOversized(event, size)) };
+      this.breakers.record(trial, "neutral");
+      return this.refuseOversized(event, size);
     }
-    const sendable = event;
-    return {
-      work: this.track(
-        sendable,
-        this.withSlot(sendable, () => this.deliver(sendable, client, permit), true),
-      ),
-    };
+    return this.withSlot(event, () => this.deliver(event, client, trial), true);
   }
 
   /**
@@ -495,7 +445,7 @@ export class Dispatcher {
     refills = false,
     slot = this.slots.take(at.clientId, deliveryKey(at.clientId, at.destinationHost)),
   ): Promise<T> {
-    return work().finally(() => slot.release({ holdKey: refills && this.refilling }));
+    return work().finally(() => slot.release({ holdKey: refills && this.loop.accepting }));
   }
 
   /**
@@ -541,7 +491,7 @@ export class Dispatcher {
     const { store, clock } = this.opts;
     this.breakers.endCoolDown(deliveryKey(clientId, host));
     const n = await store.events.retryKeyNow({ clientId, host }, clock.now());
-    this.onSettled();
+    this.loop.onSettled();
     return n;
   }
 

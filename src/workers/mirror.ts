@@ -1,6 +1,5 @@
 import type { Clock } from "../clock.js";
 import type { Lifecycle } from "../core/lifecycle.js";
-import { FairPool, type Slot } from "../core/fair-pool.js";
 import type { Logger } from "../logger.js";
 import { Bucket, type BucketDeadlines } from "../mirror/bucket.js";
 import { copyFile, CopyError, type FileRecord } from "../mirror/copy.js";
@@ -12,6 +11,7 @@ import type { Store, TaskRow } from "../store/store.js";
 import type { Resolver } from "../webhooks/ssrf.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
+import { PooledWorker } from "./pooled-loop.js";
 
 /** What the mirror reports, for /metrics. */
 export interface MirrorMetrics {
@@ -71,18 +71,15 @@ export const MIRROR_RETRY_SCHEDULE_MS = [10_000, 60_000, 300_000];
  * by the one transition guarded by the lease. A copy that fails is tried again on the retry
  * schedule; after the last round it goes out as `files[i].error`, so no event waits for ever.
  */
-export class Mirror {
-  private readonly inFlight = new Map<string, { clientId: string; done: Promise<void>; abort: AbortController }>();
+export class Mirror extends PooledWorker<TaskRow> {
+  /** Each copy's abort, by task id: close() stops them. */
+  private readonly aborts = new Map<string, AbortController>();
   private readonly source: SourceFetcher;
-  /** The copies' slots: each client's share, the reserve for clients below theirs (core/fair-pool.ts). */
-  readonly slots: FairPool;
   private readonly leaseMs: number;
   private readonly schedule: number[];
-  /** Told when a copy ends (a slot is free): the loop ticks again. */
-  onSettled: () => void = () => {};
 
   constructor(private readonly opts: MirrorOptions) {
-    this.slots = new FairPool({ size: opts.concurrency ?? 4 });
+    super({ size: opts.concurrency ?? 4 });
     this.leaseMs = opts.leaseMs ?? 60_000;
     this.schedule = opts.retryScheduleMs ?? MIRROR_RETRY_SCHEDULE_MS;
     this.source = new SourceFetcher({
@@ -95,28 +92,31 @@ export class Mirror {
   }
 
   /** Claims what fits in the free slots and starts copying it (not awaited). */
-  async tick(): Promise<TickResult> {
+  override async tick(): Promise<TickResult> {
     // Full: the next settle nudges the loop; looking for due rows now would only spin.
     if (this.slots.free <= 0) return { didWork: false, nextDueAt: null };
-    const { started, full } = await this.claimAndStart();
+    return this.loop.tick();
+  }
+
+  async nextDueAt(full: boolean): Promise<number | null> {
     const now = this.opts.clock.now();
     const due = await this.opts.store.tasks.nextDueAt("mirroring", now);
     // Due tasks a claim with room left behind are of clients at their share: a settle wakes the loop
     // for them, a new task nudges it; a second is the longest they wait otherwise (no spinning on them).
-    return { didWork: started > 0, nextDueAt: due !== null && due <= now && !full ? now + 1_000 : due };
+    return due !== null && due <= now && !full ? now + 1_000 : due;
   }
 
-  /** One claim, then waits for the copies it started (tests); how many it started. */
-  async runOnce(): Promise<number> {
-    const { started } = await this.claimAndStart();
+  /** One claim, then waits for the copies in flight (tests); how many it started. */
+  override async runOnce(): Promise<number> {
+    const started = await this.loop.runOnce();
     await this.drain();
     return started;
   }
 
-  /** Claims due tasks within each client's room in the pool and starts them; `full` when the claim took all it had room for. */
-  private async claimAndStart(): Promise<{ started: number; full: boolean }> {
+  /** Claims due tasks within each client's room in the pool, the client with the fewest copies here first. */
+  async claim(start: (task: TaskRow) => void): Promise<{ full: boolean }> {
     const room = this.slots.free;
-    if (room <= 0) return { started: 0, full: false };
+    if (room <= 0) return { full: false };
     const claimed = await this.opts.store.tasks.claimAcrossClients("mirroring", {
       now: this.opts.clock.now(),
       leaseMs: this.leaseMs,
@@ -125,40 +125,36 @@ export class Mirror {
       rank: (clientId) => this.slots.inFlightOf(clientId),
       clientRoom: (clientId, picked) => this.slots.room(clientId, picked),
     });
-    // Sized by the claim (clientRoom), so each slot is there. A client's copies share one key: its bucket.
-    for (const task of claimed) this.start(task, this.slots.take(task.clientId, task.clientId));
-    return { started: claimed.length, full: claimed.length >= room };
-  }
-
-  async drain(): Promise<void> {
-    await Promise.allSettled([...this.inFlight.values()].map((t) => t.done));
+    for (const task of claimed) start(task);
+    return { full: claimed.length >= room };
   }
 
   /** Stops the copies in flight (their leases are released by the caller) and the source pool. */
   async close(): Promise<void> {
-    for (const t of this.inFlight.values()) t.abort.abort();
-    await this.drain();
+    for (const abort of this.aborts.values()) abort.abort();
+    await this.loop.close();
     await this.source.close();
   }
 
-  private start(task: TaskRow, slot: Slot): void {
+  /** One task's copy round in its slot: sized by the claim (clientRoom), so the slot is there; a client's copies share one key, its bucket. */
+  run(task: TaskRow): Promise<void> {
+    const slot = this.slots.take(task.clientId, task.clientId);
     const abort = new AbortController();
-    const done = this.run(task, task.claimToken!, abort)
-      .catch((err: unknown) =>
-        this.opts.logger.error(
-          { err, task_id: task.id },
-          "mirror: copy round failed; the task is tried again when its lease ends",
-        ),
-      )
-      .finally(() => {
-        slot.release();
-        this.inFlight.delete(task.id);
-        this.onSettled();
-      });
-    this.inFlight.set(task.id, { clientId: task.clientId, done, abort });
+    this.aborts.set(task.id, abort);
+    return this.copyRound(task, task.claimToken!, abort).finally(() => {
+      slot.release();
+      this.aborts.delete(task.id);
+    });
   }
 
-  private async run(task: TaskRow, token: string, abort: AbortController): Promise<void> {
+  failed(task: TaskRow, err: unknown): void {
+    this.opts.logger.error(
+      { err, task_id: task.id },
+      "mirror: copy round failed; the task is tried again when its lease ends",
+    );
+  }
+
+  private async copyRound(task: TaskRow, token: string, abort: AbortController): Promise<void> {
     const { store, clock, lifecycle, logger } = this.opts;
     const urls = outputUrls(task.outputJson);
     const progress = readProgress(task.filesJson, urls);

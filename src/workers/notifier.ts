@@ -3,12 +3,11 @@ import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import type { EndpointHealth } from "../core/endpoint-health.js";
 import type { NoticeRow, Store } from "../store/store.js";
-import { FairPool } from "../core/fair-pool.js";
 import { NoticeLifecycle } from "../core/notices.js";
 import { outgoingHeaders } from "../webhooks/outgoing.js";
 import type { WebhookSender } from "../webhooks/sender.js";
-import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
+import { PooledWorker } from "./pooled-loop.js";
 
 export interface NotifierOptions {
   store: Store;
@@ -32,15 +31,11 @@ export interface NotifierOptions {
  * client's many notices to a slow notification_url hold at most its share, and another client's
  * notice finds a slot at once.
  */
-export class Notifier {
-  private readonly inFlight = new Set<Promise<void>>();
-  /** The notices' slots: each client's share, the reserve for clients below theirs (core/fair-pool.ts). */
-  readonly slots: FairPool;
-
+export class Notifier extends PooledWorker<NoticeRow> {
   private readonly notices: NoticeLifecycle;
 
   constructor(private readonly opts: NotifierOptions) {
-    this.slots = new FairPool({ size: opts.maxInFlight ?? 8 });
+    super({ size: opts.maxInFlight ?? 8 });
     this.notices = new NoticeLifecycle({
       store: opts.store,
       clock: opts.clock,
@@ -54,40 +49,25 @@ export class Notifier {
     return Math.min(60_000, Math.max(1_000, Math.floor(this.opts.config.webhookFailingNoticeAfterMs / 4)));
   }
 
-  /** Called when a notice settles, so the loop can claim more (set by the relay). */
-  onSettled: () => void = () => {};
-
-  async tick(): Promise<TickResult> {
-    const { started, full } = await this.claimAndStart();
+  async nextDueAt(full: boolean): Promise<number | null> {
     const now = this.opts.clock.now();
     const next = now + this.scanEveryMs;
     // Full: a settling notice wakes the loop (onSettled); only the next scan is worth a timer.
-    if (this.slots.free <= 0) return { didWork: started.length > 0, nextDueAt: next };
+    if (this.slots.free <= 0) return next;
     const due = await this.opts.store.notices.nextDueAt(now);
-    if (due === null) return { didWork: started.length > 0, nextDueAt: next };
+    if (due === null) return next;
     // Due notices a claim with room left behind are of clients at their share: a settle wakes the
     // loop for them; a second is the longest they wait otherwise (no spinning on them meanwhile).
     const dueAt = due <= now && !full ? now + 1_000 : Math.max(due, now);
-    return { didWork: started.length > 0, nextDueAt: Math.min(dueAt, next) };
+    return Math.min(dueAt, next);
   }
 
-  /** Writes what is due and delivers it, waiting for every attempt (tests). */
-  async runOnce(): Promise<number> {
-    const { started } = await this.claimAndStart();
-    await Promise.all(started);
-    return started.length;
-  }
-
-  async drain(): Promise<void> {
-    await Promise.all([...this.inFlight]);
-  }
-
-  /** Claims due notices within each client's room in the pool and starts them; `full` when the claim took all it had room for. */
-  private async claimAndStart(): Promise<{ started: Promise<void>[]; full: boolean }> {
-    const { store, clock, config, owner, logger, health } = this.opts;
+  /** Writes the failing notices due, then claims due notices within each client's room in the pool. */
+  async claim(start: (notice: NoticeRow) => void): Promise<{ full: boolean }> {
+    const { store, clock, config, owner, health } = this.opts;
     await health.noticeFailing(config.webhookFailingNoticeAfterMs);
     const room = this.slots.free;
-    if (room <= 0) return { started: [], full: false };
+    if (room <= 0) return { full: false };
     const now = clock.now();
     const claimed = await store.notices.claimDue({
       now,
@@ -97,21 +77,18 @@ export class Notifier {
       excludeClients: this.slots.busyClients(),
       clientRoom: (clientId, picked) => this.slots.room(clientId, picked),
     });
-    const started = claimed.map((notice) => {
-      // Sized by the claim (clientRoom), so the slot is there.
-      const slot = this.slots.take(notice.clientId, notice.clientId);
-      const work = this.deliver(notice).catch((err: unknown) =>
-        logger.error({ err, notice_id: notice.id }, "notice bookkeeping failed"),
-      );
-      this.inFlight.add(work);
-      void work.finally(() => {
-        slot.release();
-        this.inFlight.delete(work);
-        this.onSettled();
-      });
-      return work;
-    });
-    return { started, full: claimed.length >= room };
+    for (const notice of claimed) start(notice);
+    return { full: claimed.length >= room };
+  }
+
+  /** One notice in its slot, sized by the claim (clientRoom), so the slot is there. */
+  run(notice: NoticeRow): Promise<void> {
+    const slot = this.slots.take(notice.clientId, notice.clientId);
+    return this.deliver(notice).finally(() => slot.release());
+  }
+
+  failed(notice: NoticeRow, err: unknown): void {
+    this.opts.logger.error({ err, notice_id: notice.id }, "notice bookkeeping failed");
   }
 
   private async deliver(notice: NoticeRow): Promise<void> {
