@@ -5,7 +5,8 @@ import { pgStore } from "../../src/open-store.js";
 import { Relay } from "../../src/relay.js";
 import { createSimulator } from "../../src/simulator/app.js";
 import { expect } from "vitest";
-import type { FakeClock } from "./fake-clock.js";
+import { FakeClock } from "./fake-clock.js";
+import { freshPgDatabase } from "./pg.js";
 
 export interface UpstreamLog {
   /** Idempotency-Key of every create POST that reached the simulator. */
@@ -74,6 +75,28 @@ export async function startInstance(
   });
   await relay.recover();
   return { relay, store, alive: true };
+}
+
+/**
+ * `count` instances on a fresh database sharing one fake clock and simulated upstream, `env` added
+ * to each one's configuration; `stop` crashes the live ones and drops the database.
+ */
+export async function startInstances(count: number, env: Record<string, string> = {}) {
+  const db = await freshPgDatabase();
+  const clock = new FakeClock(Date.UTC(2026, 0, 1));
+  const upstream = simulatedUpstream(clock);
+  const instances: Instance[] = [];
+  const stop = async () => {
+    for (const i of instances) if (i.alive) await crash(i);
+    await db.drop();
+  };
+  try {
+    for (let i = 0; i < count; i++) instances.push(await startInstance(db.url, clock, upstream.fetch, env));
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { db, clock, upstream, instances, stop };
 }
 
 /** One round of every live instance's workers, side by side (claims race for real on the database). */

@@ -13,12 +13,13 @@ import type * as rows from "../../src/store/rows.js";
  * names at run time. Postgres-only tables and columns are declared in the lists below, on purpose
  * (see src/db/pg/schema.ts): account_leaders, the account leases of several processes (SQLite has one),
  * and delivery_keys, the per-key lock of several processes' event claims (SQLite's claims are one process's).
- * client_storage_log: what triggers count for a client without waiting on another writer (SQLite has one writer).
+ * client_storage_log and client_storage_grants: stored bytes counted and decided without one row every
+ * instance's writes wait on (SQLite has one writer).
  */
-const PG_ONLY_TABLES: string[] = ["account_leaders", "delivery_keys", "client_storage_log"];
+const PG_ONLY_TABLES: string[] = ["account_leaders", "delivery_keys", "client_storage_log", "client_storage_grants"];
 const PG_ONLY_COLUMNS: Record<string, string[]> = {};
 const PG_ONLY_INDEXES: Record<string, string[]> = {};
-type PgOnlyTableKey = "accountLeaders" | "deliveryKeys" | "clientStorageLog";
+type PgOnlyTableKey = "accountLeaders" | "deliveryKeys" | "clientStorageLog" | "clientStorageGrants";
 
 /** The exported tables of a schema module, each as its select or insert row type. */
 type Rows<M, Kind extends "$inferSelect" | "$inferInsert"> = {

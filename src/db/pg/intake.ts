@@ -8,6 +8,8 @@ import { loggedBytesOf } from "./storage-log.js";
 export interface IntakePort {
   q(sql: string, values: unknown[]): Promise<Record<string, unknown>[]>;
   single(req: NewTaskRequest): Promise<CreateResult>;
+  /** This instance's name in client_storage_grants. */
+  holder: string;
 }
 
 interface Pending {
@@ -35,12 +37,11 @@ const MAX_BATCH = 256;
  * row refuses the whole statement), each creation of the batch is tried alone, so it fails alone.
  * Creations with a cap or a credit limit take the per-request path, under the client's credit lock (credit-books.ts).
  *
- * The same statement adds the rows' stored bytes to their clients' (client_storage: one row write
- * per client per batch, not per task) and fails, so writes nothing, when a client would be over its
- * storage bound: each creation of the batch is then decided alone, under that row's lock, so a
- * burst stops exactly at the bound. One statement, its own transaction: the client_storage row,
- * which every batch of the client's creations on every instance updates, is locked for that
- * statement and its commit only (no BEGIN and COMMIT round trips while it is held).
+ * The same statement appends the rows' stored bytes to client_storage_log and, for a client with a
+ * bound, spends them from this instance's grant (storage-grants.ts): rows no other instance writes,
+ * so batches of several instances never wait on each other. When a client's grant does not cover
+ * its rows, the statement fails, so writes nothing, and each creation of the batch is decided alone
+ * (which asks for more room, or decides against the exact figure once room runs out).
  */
 export class PgIntakeBatches {
   private queue: Pending[] = [];
@@ -105,10 +106,12 @@ export class PgIntakeBatches {
   }
 
   /**
-   * One multi-row INSERT, with its rows' stored bytes counted onto their clients in the same
-   * statement (rows skipped as replays count nothing); the rows it wrote, by task id. Throws, having
-   * written nothing, when a client's total would pass its bound: the statement's last step casts a
-   * text that is no number for such a row, only then (a column of the row, so never folded early).
+   * One multi-row INSERT, its rows' stored bytes logged and spent from this instance's grants in
+   * the same statement (rows skipped as replays count nothing); the rows it wrote, by task id.
+   * Throws, having written nothing, when a bounded client's grant does not cover its rows, or what
+   * it stores already leaves no room for them: the
+   * statement's last step casts a text that is no number for such a row, only then (a column of the
+   * row, so never folded early).
    */
   private async insert(reqs: NewTaskRequest[]): Promise<Map<string, Record<string, unknown>>> {
     const values: unknown[] = [];
@@ -124,22 +127,32 @@ export class PgIntakeBatches {
       });
       return `(${params.join(", ")})`;
     });
-    values.push([...bounds.keys()], [...bounds.values()]);
+    values.push([...bounds.keys()], [...bounds.values()], this.port.holder);
+    const [clientsParam, limitsParam, holderParam] = [values.length - 2, values.length - 1, values.length];
     const rows = await this.port.q(
       `WITH ins AS (
          INSERT INTO tasks (${COLUMNS.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")}
          ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING *
-       ), counted AS (
-         INSERT INTO client_storage (client_id, stored_bytes)
-         SELECT client_id, sum(stored_bytes) FROM ins GROUP BY client_id ORDER BY client_id
-         ON CONFLICT (client_id) DO UPDATE SET stored_bytes = client_storage.stored_bytes + excluded.stored_bytes
-         RETURNING client_id, stored_bytes + ${loggedBytesOf("client_storage.client_id")} AS client_stored_bytes
+       ), per_client AS (
+         SELECT client_id, sum(stored_bytes) AS bytes FROM ins GROUP BY client_id
+       ), logged AS (
+         INSERT INTO client_storage_log (client_id, bytes) SELECT client_id, bytes FROM per_client WHERE bytes <> 0 RETURNING client_id
        ), bound AS (
-         SELECT * FROM unnest($${values.length - 1}::text[], $${values.length}::bigint[]) AS b(client_id, max_bytes)
+         SELECT * FROM unnest($${clientsParam}::text[], $${limitsParam}::bigint[]) AS b(client_id, max_bytes)
+       ), spent AS (
+         -- Spent from this instance's grant, and only while what is stored (a snapshot: bytes written
+         -- since the grant, outputs say, count) leaves room for the rows.
+         UPDATE client_storage_grants g SET allowance = g.allowance - p.bytes FROM per_client p JOIN bound b USING (client_id)
+         WHERE g.client_id = p.client_id AND g.holder = $${holderParam}
+           AND coalesce((SELECT stored_bytes FROM client_storage s WHERE s.client_id = p.client_id), 0)
+               + ${loggedBytesOf("p.client_id")} + p.bytes <= b.max_bytes
+         RETURNING g.client_id, g.allowance
        )
-       SELECT ins.*, counted.client_stored_bytes,
-              CASE WHEN counted.client_stored_bytes > bound.max_bytes THEN ('over the storage bound: ' || ins.client_id)::bigint END AS over_bound
-       FROM ins JOIN counted USING (client_id) LEFT JOIN bound USING (client_id)`,
+       SELECT ins.*,
+              CASE WHEN ins.client_id = ANY($${clientsParam}::text[]) AND per_client.bytes > 0
+                        AND coalesce(spent.allowance, -1) < 0
+                   THEN ('past the storage grant: ' || ins.client_id)::bigint END AS over_grant
+       FROM ins JOIN per_client USING (client_id) LEFT JOIN spent USING (client_id)`,
       values,
     );
     return new Map(rows.map((r) => [r.id as string, r]));

@@ -301,6 +301,24 @@ export const clientStorageLog = pgTable(
   (t) => [index("client_storage_log_client_idx").on(t.clientId, t.bytes)],
 );
 
+/**
+ * Room under a client's stored-bytes bound handed to one instance (`holder`, its application name)
+ * ahead of its creations (storage-grants.ts): a batch spends from its own row, so creations of
+ * several instances never wait on one another; the bound is decided against stored bytes plus every
+ * grant, under the client's client_storage row lock, only when a grant runs out.
+ */
+export const clientStorageGrants = pgTable(
+  "client_storage_grants",
+  {
+    clientId: text("client_id")
+      .notNull()
+      .references(() => clients.id, { onDelete: "cascade" }),
+    holder: text("holder").notNull(),
+    allowance: ms("allowance").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.clientId, t.holder] })],
+);
+
 export const durationStats = pgTable(
   "duration_stats",
   {

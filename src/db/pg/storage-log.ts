@@ -13,17 +13,6 @@ import type { Queryable, Row } from "./mapping.js";
 export const loggedBytesOf = (param: string) =>
   `(SELECT coalesce(sum(l.bytes), 0) FROM client_storage_log l WHERE l.client_id = ${param})`;
 
-/** The client's stored bytes (its row, made if missing, locked until the transaction ends, plus its log). */
-export async function lockStoredBytes(c: Queryable, clientId: string): Promise<number> {
-  const r = await c.query(
-    `INSERT INTO client_storage (client_id, stored_bytes) VALUES ($1, 0)
-     ON CONFLICT (client_id) DO UPDATE SET stored_bytes = client_storage.stored_bytes
-     RETURNING stored_bytes + ${loggedBytesOf("$1")} AS stored_bytes`,
-    [clientId],
-  );
-  return Number((r.rows[0] as Row).stored_bytes);
-}
-
 /** The client's stored bytes, without a lock. */
 export async function storedBytesOfClient(c: Queryable, clientId: string): Promise<number> {
   const r = await c.query(

@@ -43,6 +43,7 @@ import { deliveryAttempts } from "./schema.js";
 import { lockCredit, readCredit, recordCharge } from "./credit-books.js";
 import type { PendingAttempt, PgContext } from "./context.js";
 import { foldStorageLog } from "./storage-log.js";
+import { returnGrants } from "./storage-grants.js";
 
 export interface PgStoreOptions extends PgLimits {
   connectionString: string;
@@ -89,6 +90,7 @@ export class PgStore implements Store, PgContext {
   listener: pg.Client | null = null;
   closed = false;
   private readonly folding: NodeJS.Timeout;
+  readonly storageHolder: string;
   /** Told of client rows changed here and, through the listener, by other processes (API key caches). */
   readonly clientChanges = new ClientChanges();
 
@@ -111,6 +113,7 @@ export class PgStore implements Store, PgContext {
       ...options,
       applicationName: options.applicationName ?? `${INSTANCE_PREFIX}${randomBytes(6).toString("hex")}`,
     };
+    this.storageHolder = this.connection.applicationName!;
     // Bounded waits, and no connection that dies (server restart) can crash the process: see open.ts.
     this.pool = newPgPool({
       ...pgClientConfig(options.connectionString, this.connection),
@@ -388,6 +391,8 @@ export class PgStore implements Store, PgContext {
     this.listener = null;
     await listener?.end().catch(() => {});
     await this.leadership.close();
+    // Room granted to this instance goes back to its clients (storage-grants.ts).
+    await returnGrants(this.pool, this.storageHolder).catch(() => {});
     await this.pool.end();
   }
 }

@@ -6,7 +6,8 @@ import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
 import type { PgContext } from "./context.js";
 import { PgIntakeBatches } from "./intake.js";
 import { type CreditBooks, lockCredit, readCredit } from "./credit-books.js";
-import { lockStoredBytes, storedBytesOfClient } from "./storage-log.js";
+import { storedBytesOfClient } from "./storage-log.js";
+import { admitStoredBytes, refundGrant } from "./storage-grants.js";
 
 /** Every column of a task but its output, for list reads that may leave the output in the database. */
 const LISTED_COLUMNS = columnsOf(tasks)
@@ -14,9 +15,8 @@ const LISTED_COLUMNS = columnsOf(tasks)
   .filter((name) => name !== "output_json")
   .join(", ");
 
-/** A created task's stored bytes onto its client's (client_storage; the row made with the client's first task). */
-export const ADD_STORED_BYTES =
-  "INSERT INTO client_storage (client_id, stored_bytes) VALUES ($1, $2) ON CONFLICT (client_id) DO UPDATE SET stored_bytes = client_storage.stored_bytes + excluded.stored_bytes";
+/** A created task's stored bytes onto its client's (client_storage_log: appending waits on no one). */
+const LOG_STORED_BYTES = "INSERT INTO client_storage_log (client_id, bytes) VALUES ($1, $2)";
 
 /** The TaskStore on PostgreSQL: intake, transitions, submissions, reads and pruning; the claims are task-claims.ts. */
 export function pgTasks(s: PgContext): TaskStore {
@@ -46,9 +46,12 @@ export function pgTasks(s: PgContext): TaskStore {
           )
         : 0;
       const learnedPrice = req.needs.credit && row.priceKey ? await s.learnedPriceIn(c, row.priceKey) : null;
-      // With a storage bound, the client's client_storage row is locked (made if it is the first)
-      // until this commits: concurrent creations of the client read it one after the other.
-      const storedBytes = req.storedBytesLimit != null ? await lockStoredBytes(c, row.clientId) : undefined;
+      // With a storage bound: spent from this instance's grant, or (when room runs out) the exact
+      // figure with every grant taken back, locked until this commits (storage-grants.ts).
+      const bounded = req.storedBytesLimit != null;
+      const storedBytes = bounded
+        ? await admitStoredBytes(c, row.clientId, s.storageHolder, row.storedBytes ?? 0, req.storedBytesLimit!)
+        : undefined;
       const reserved = req.admit({
         waiting,
         position: req.needs.credit ? position : undefined,
@@ -68,9 +71,11 @@ export function pgTasks(s: PgContext): TaskStore {
           [row.clientId, row.idempotencyKey],
           c,
         );
+        if (bounded && storedBytes === undefined)
+          await refundGrant(c, row.clientId, s.storageHolder, row.storedBytes ?? 0);
         return { task: T.row(original!), replayed: true };
       }
-      await q(ADD_STORED_BYTES, [row.clientId, Number(inserted.stored_bytes)], c);
+      await q(LOG_STORED_BYTES, [row.clientId, Number(inserted.stored_bytes)], c);
       await s.applyCredits(c, row.clientId, row.id, { charged: 0, refunded: 0, reserved }, row.createdAt);
       await q("SELECT pg_notify($1, 'submitter')", [CHANNEL], c);
       return { task: T.row(inserted), replayed: false };
@@ -79,6 +84,7 @@ export function pgTasks(s: PgContext): TaskStore {
   const batches = new PgIntakeBatches({
     q: (sql, values) => q(sql, values),
     single,
+    holder: s.storageHolder,
   });
   return {
     ...pgTaskClaims(s),
