@@ -93,6 +93,8 @@ export class Relay {
 
   constructor(private readonly opts: RelayOptions) {
     const { config, store, clock, logger } = opts;
+    // Event streams read again on a resync as held waits do (a LISTEN session lost and back).
+    this.waiters.onResync(() => this.streams.wakeAll());
     // Looked up when a nudge comes: the loops are built last, from the workers below.
     const nudges = nudgesByName((name) => this.loopsByName?.[name]);
     const accounts = new UpstreamAccounts(store, config, opts.upstream.baseUrl, opts.upstream.apiKey, opts.fetch);
@@ -284,6 +286,8 @@ export class Relay {
         this.waiters.wake(taskId);
         this.streams.wake({ taskId, clientId, account });
       },
+      // The LISTEN session was lost and is back: what was notified meanwhile was not heard.
+      () => this.waiters.resync(),
     );
   }
 

@@ -126,6 +126,24 @@ export class TaskWaiters {
     if (holds) for (const hold of holds) hold.signal();
   }
 
+  /**
+   * Wake-ups may have been missed (on PostgreSQL, the LISTEN session was lost and is open again):
+   * every held request reads its task once more, so a transition made during the gap is seen.
+   * Each subscriber of onResync (event streams) is told too.
+   */
+  resync(): void {
+    for (const holds of this.byTask.values()) for (const hold of holds) hold.signal();
+    for (const listener of this.resyncListeners) listener();
+  }
+
+  /** Called on every resync (see resync); returns the function that stops the calls. */
+  onResync(listener: () => void): () => void {
+    this.resyncListeners.add(listener);
+    return () => this.resyncListeners.delete(listener);
+  }
+
+  private readonly resyncListeners = new Set<() => void>();
+
   /** Shutdown: every held request answers now, and new ones do not wait, so the HTTP drain is quick. */
   releaseAll(): void {
     this.stopping = true;

@@ -551,8 +551,10 @@ export interface OpsStore {
   /**
    * Wakes this process's loops when another process writes what they act on, and tells `taskChanged`
    * of a task another process transitioned (requests held by Prefer: wait, event streams). A no-op on SQLite.
+   * `resynced` is called each time the listening session is open again after it was lost: whatever
+   * was notified in between was not heard, so every watcher reads its state once more.
    */
-  listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged): Promise<void>;
+  listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged, resynced?: () => void): Promise<void>;
   /**
    * What a dead process left: on a single-process store every lease is released (no one else can
    * hold one); a shared store leaves leases to expire. Events from before destination_host get theirs.

@@ -140,3 +140,34 @@ export async function createVia(
   expect(res.status, await res.clone().text()).toBe(201);
   return ((await res.json()) as { data: { id: string } }).data.id;
 }
+
+/**
+ * Two instances on a fresh database with the simulated upstream, for a test that `cleanups` ends
+ * (the instances as a crash leaves them, then the database dropped).
+ */
+export async function startPair(cleanups: Array<() => Promise<void>>): Promise<{
+  a: Instance;
+  b: Instance;
+  clock: FakeClock;
+}> {
+  const db = await freshPgDatabase();
+  const clock = new FakeClock(Date.UTC(2026, 0, 1));
+  const upstream = simulatedUpstream(clock);
+  const instances: Instance[] = [];
+  cleanups.push(async () => {
+    for (const i of instances) if (i.alive) await crash(i);
+    await db.drop();
+  });
+  for (let n = 0; n < 2; n++) instances.push(await startInstance(db.url, clock, upstream.fetch));
+  const [a, b] = instances as [Instance, Instance];
+  return { a, b, clock };
+}
+
+/** A request to instance `i`'s app with the client's key (JSON body). */
+export const callAs =
+  (apiKey: string) =>
+  async (i: Instance, path: string, init: RequestInit = {}): Promise<Response> =>
+    i.relay.app.request(`http://relay.test${path}`, {
+      ...init,
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", ...init.headers },
+    });

@@ -11,8 +11,7 @@ import {
 import { ClientChanges } from "../../src/db/kit/client-changes.js";
 import type { ClientRow, Store } from "../../src/store/store.js";
 import { FakeClock } from "../helpers/fake-clock.js";
-import { freshPgDatabase } from "../helpers/pg.js";
-import { crash, simulatedUpstream, startInstance, type Instance } from "../helpers/pg-relays.js";
+import { startPair, type Instance } from "../helpers/pg-relays.js";
 import { createTestRelay, imageBody, type TestRelay } from "../helpers/relay.js";
 
 /**
@@ -157,16 +156,7 @@ describe("ApiKeyCache", () => {
 
 describe("API key cache on PostgreSQL", () => {
   it("a key revoked on instance A is refused by instance B once B hears the notification", async () => {
-    const db = await freshPgDatabase();
-    const clock = new FakeClock(Date.UTC(2026, 0, 1));
-    const upstream = simulatedUpstream(clock);
-    const instances: Instance[] = [];
-    cleanups.push(async () => {
-      for (const i of instances) if (i.alive) await crash(i);
-      await db.drop();
-    });
-    for (let n = 0; n < 2; n++) instances.push(await startInstance(db.url, clock, upstream.fetch));
-    const [a, b] = instances as [Instance, Instance];
+    const { a, b, clock } = await startPair(cleanups);
     await b.relay.listen();
     const one = await createClient({ store: a.store, clock }, { name: "revoked" });
     const two = await createClient({ store: a.store, clock }, { name: "limited" });

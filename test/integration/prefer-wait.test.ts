@@ -4,9 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest
 import { createClient } from "../../src/services/clients.js";
 import { createSimulator } from "../../src/simulator/app.js";
 import { HELD_WAITS_PER_CLIENT, type Relay } from "../../src/relay.js";
-import { FakeClock } from "../helpers/fake-clock.js";
-import { freshPgDatabase } from "../helpers/pg.js";
-import { crash, simulatedUpstream, startInstance, type Instance } from "../helpers/pg-relays.js";
+import { callAs, startPair } from "../helpers/pg-relays.js";
 import { createTestRelay, imageBody, UPSTREAM_KEY, UPSTREAM_URL, type TestRelay } from "../helpers/relay.js";
 
 /**
@@ -242,23 +240,10 @@ describe("Prefer: wait on a task read", () => {
 
 describe("Prefer: wait on PostgreSQL", () => {
   it("a task transitioned by another instance wakes the request held here (LISTEN/NOTIFY)", async () => {
-    const db = await freshPgDatabase();
-    const clock = new FakeClock(Date.UTC(2026, 0, 1));
-    const upstream = simulatedUpstream(clock);
-    const instances: Instance[] = [];
-    cleanups.push(async () => {
-      for (const i of instances) if (i.alive) await crash(i);
-      await db.drop();
-    });
-    for (let n = 0; n < 2; n++) instances.push(await startInstance(db.url, clock, upstream.fetch));
-    const [a, b] = instances as [Instance, Instance];
+    const { a, b, clock } = await startPair(cleanups);
     await a.relay.listen();
     const { apiKey } = await createClient({ store: a.store, clock }, { name: "pg-wait" });
-    const call = (i: Instance, path: string, init: RequestInit = {}) =>
-      i.relay.app.request(`http://relay.test${path}`, {
-        ...init,
-        headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", ...init.headers },
-      });
+    const call = callAs(apiKey);
     const created = await call(a, "/openapi/v1/images/generations", {
       method: "POST",
       headers: { "idempotency-key": "pg-wait-1" },
@@ -273,5 +258,43 @@ describe("Prefer: wait on PostgreSQL", () => {
     expect(res.headers.get("preference-applied")).toBe("wait=30");
     expect(((await res.json()) as Json).data.status).toBe("canceled");
     expect(Date.now() - started).toBeLessThan(5_000);
+  });
+
+  it("transitions while the LISTEN session is lost are seen once it is back: each held wait answers within 2 s", async () => {
+    const { a, b, clock } = await startPair(cleanups);
+    await a.relay.listen();
+    let resyncs = 0;
+    a.relay.waiters.onResync(() => resyncs++);
+    const { apiKey } = await createClient({ store: a.store, clock }, { name: "pg-wait-gap" });
+    const call = callAs(apiKey);
+    const ids: string[] = [];
+    for (let n = 0; n < 6; n++) {
+      const created = await call(a, "/openapi/v1/images/generations", {
+        method: "POST",
+        headers: { "idempotency-key": `pg-wait-gap-${n}` },
+        body: JSON.stringify(imageBody()),
+      });
+      ids.push(((await created.json()) as Json).data.id as string);
+    }
+    const answered = ids.map((id) =>
+      call(a, `/openapi/v1/tasks/${id}?status=queued`, { headers: { Prefer: "wait=8" } }).then(async (res) => ({
+        at: Date.now(),
+        status: ((await res.json()) as Json).data.status as string,
+      })),
+    );
+    for (const id of ids) await heldOn(a.relay, id);
+    // The LISTEN session dies on the server's side; the instance notices, and listens again 1 s later.
+    const listener = a.store.listener!;
+    await b.store.q("SELECT pg_terminate_backend($1)", [(listener as unknown as { processID: number }).processID]);
+    await vi.waitFor(() => expect(a.store.listener).not.toBe(listener), { timeout: 4_000, interval: 2 });
+    const canceledAt: number[] = [];
+    for (const id of ids) {
+      expect((await call(b, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" })).status).toBe(200);
+      canceledAt.push(Date.now());
+    }
+    const results = await Promise.all(answered);
+    expect(results.map((r) => r.status)).toEqual(ids.map(() => "canceled"));
+    for (const [n, r] of results.entries()) expect(r.at - canceledAt[n]!).toBeLessThan(2_000);
+    expect(resyncs).toBe(1);
   });
 });

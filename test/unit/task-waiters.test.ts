@@ -78,4 +78,22 @@ describe("TaskWaiters", () => {
     // Once stopping, a new hold is expired at once: its request answers without waiting.
     expect(waiters.hold("cli_a", 60_000)!.expired).toBe(true);
   });
+
+  it("resync wakes every held request once, not expired, and tells its subscribers", async () => {
+    const waiters = new TaskWaiters({ perClient: 5, timers: manualTimers() });
+    const [a, b] = [waiters.hold("cli_a", 60_000)!, waiters.hold("cli_b", 60_000)!];
+    a.watch("task_1");
+    b.watch("task_2");
+    let told = 0;
+    const stop = waiters.onResync(() => told++);
+    const woken = Promise.all([a.next(), b.next()]);
+    waiters.resync();
+    await woken;
+    expect([a.expired, b.expired, told, waiters.parked]).toEqual([false, false, 1, 0]);
+    stop();
+    waiters.resync();
+    expect(told).toBe(1);
+    // The wake-up is kept for a hold that was reading its task meanwhile: its next wait returns at once.
+    await a.next();
+  });
 });

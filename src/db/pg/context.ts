@@ -64,5 +64,5 @@ export interface PgContext {
   leads(account: string, as: LeaderLease): Promise<LeaderFence | null>;
   /** Every account's lease but `holder`'s, each with whether it could be taken now (OpsStore.leases). */
   leases(as: LeaderLease): Promise<{ account: string; takeable: boolean }[]>;
-  listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged): Promise<void>;
+  listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged, resynced?: () => void): Promise<void>;
 }

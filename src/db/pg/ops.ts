@@ -8,7 +8,7 @@ export function pgOps(s: PgContext): OpsStore {
     leads: (account, as) => s.leads(account, as),
     // Every account's leader in one statement.
     leases: (as) => s.leases(as),
-    listen: (nudge, taskChanged) => s.listen(nudge, taskChanged),
+    listen: (nudge, taskChanged, resynced) => s.listen(nudge, taskChanged, resynced),
     recover: async (hostOf) => {
       // Other instances may be alive: their leases are left to expire. Only the backfill runs.
       for (const r of await q(

@@ -351,15 +351,24 @@ export class PgStore implements Store, PgContext {
     return this.closed ? Promise.resolve(null) : this.leadership.leads(account, as);
   }
 
-  async listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged): Promise<void> {
+  /**
+   * One dedicated LISTEN session, opened again 1 s after it is lost (a server restart, a failover,
+   * pg_terminate_backend). What was notified while no one listened was not heard: once the session
+   * is back, every loop is nudged, every client's cached key is dropped and `resynced` tells every
+   * watcher (held waits, event streams) to read its state once more, so no wake-up is lost.
+   */
+  async listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged, resynced?: () => void): Promise<void> {
     if (this.listener || this.closed) return;
+    const reopening = this.listenedBefore;
+    this.listenedBefore = true;
     const client = new pg.Client(pgClientConfig(this.options.connectionString, this.connection));
     const reconnect = () => {
       if (this.listener !== client) return;
       this.listener = null;
       client.end().catch(() => {});
       // The idle wake-up covers the gap; listen again shortly.
-      if (!this.closed) setTimeout(() => void this.listen(nudge, taskChanged).catch(() => {}), 1_000).unref();
+      if (!this.closed)
+        setTimeout(() => void this.listen(nudge, taskChanged, resynced).catch(() => {}), LISTEN_RETRY_MS).unref();
     };
     client.on("error", reconnect);
     client.on("end", reconnect);
@@ -371,11 +380,24 @@ export class PgStore implements Store, PgContext {
       } else if (n.payload?.startsWith(CLIENT_CHANGED)) this.clientChanges.emit(n.payload.slice(CLIENT_CHANGED.length));
     });
     this.listener = client;
-    await client.connect();
-    await client.query(`LISTEN ${CHANNEL}`);
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${CHANNEL}`);
+    } catch (err) {
+      // A session that never opened is retried like one that was lost (the server is still away).
+      reconnect();
+      throw err;
+    }
     // Changes made while no one listened (before, or between two connections) were not heard.
     this.clientChanges.emit(null);
+    if (reopening) {
+      for (const target of ["submitter", "poller", "dispatcher"] as const) nudge(target);
+      resynced?.();
+    }
   }
+
+  /** Whether a LISTEN session was tried before: the next one to open is a re-open (see listen). */
+  private listenedBefore = false;
 
   /** Shutdown paths may both close: the second call waits for the first, it never ends the pool again. */
   private closing: Promise<void> | undefined;
@@ -400,6 +422,8 @@ export class PgStore implements Store, PgContext {
 const ATTEMPT_COLUMNS = columnsOf(deliveryAttempts);
 /** How often each instance folds the stored-bytes log: its rows per client stay few between two folds. */
 const FOLD_EVERY_MS = 2_000;
+/** How long after a lost LISTEN session the next is opened. */
+const LISTEN_RETRY_MS = 1_000;
 /**
  * A NOTIFY payload naming a task whose status or phase changed: the prefix, the id, its client and
  * its upstream account (URI-encoded), space-separated; nothing of its content.
