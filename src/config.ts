@@ -42,6 +42,34 @@ const url = z
  * Where callers reach the relay (behind a proxy): an origin, optionally with a path prefix. Location
  * headers are built from it, never from the request's Host header, which any caller can set.
  */
+/**
+ * Browser origins allowed to read the event streams (docs/contract.md, "Live progress"): a comma-
+ * separated list of exact origins (`https://app.example.com`), each scheme, host and port only.
+ */
+const corsOrigins = z.string().transform((v, ctx) => {
+  const origins = v
+    .split(",")
+    .map((o) => o.trim())
+    .filter((o) => o !== "");
+  for (const o of origins) {
+    let ok = false;
+    try {
+      const u = new URL(o);
+      ok = (u.protocol === "https:" || u.protocol === "http:") && u.origin === o;
+    } catch {
+      ok = false;
+    }
+    if (!ok) {
+      ctx.addIssue({
+        code: "custom",
+        message: `"${o}" is not an origin: list origins such as https://app.example.com, comma-separated (scheme, host and port; no path)`,
+      });
+      return z.NEVER;
+    }
+  }
+  return origins;
+});
+
 const publicBaseUrl = z
   .string()
   .superRefine((v, ctx) => {
@@ -143,6 +171,7 @@ const EnvSchema = z
     LOG_LEVEL: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(", ")}` }).default("info"),
     PUBLIC_BASE_URL: publicBaseUrl.optional(),
     METRICS_TOKEN: bearerToken.optional(),
+    STREAM_CORS_ORIGINS: corsOrigins.default([]),
     MIRROR_MAX_BYTES: int(1, Number.MAX_SAFE_INTEGER).default(1024 ** 3),
     LEADER_LEASE: duration(500, 10 * 60_000).default(20_000),
     SANDBOX: bool.optional(),
@@ -190,6 +219,8 @@ export interface Config {
   publicBaseUrl: string | null;
   /** null: /metrics is open (keep it off the public internet). */
   metricsToken: string | null;
+  /** Browser origins that may read the event streams (CORS on those routes only); empty: none. */
+  streamCorsOrigins: string[];
   /** Largest output file copied into a client's bucket (docs/contract.md, "Outputs"); a larger one gets files[i].error. */
   mirrorMaxBytes: number;
   /** The most one client's tasks may store from their requests (bytes); a creation past it is 429 storage_limit (docs/contract.md, "Bounded requests"). */
@@ -261,6 +292,7 @@ function toConfig(env: Env): Config {
     logLevel: env.LOG_LEVEL,
     publicBaseUrl: env.PUBLIC_BASE_URL ?? null,
     metricsToken: env.METRICS_TOKEN ?? null,
+    streamCorsOrigins: env.STREAM_CORS_ORIGINS,
     mirrorMaxBytes: env.MIRROR_MAX_BYTES,
     clientMaxStoredBytes: env.CLIENT_MAX_STORED_BYTES,
     leaderLeaseMs: env.LEADER_LEASE,

@@ -18,7 +18,7 @@ import { registerStorageRoutes } from "./routes/storage.js";
 import { registerFileRoutes } from "./routes/files.js";
 import { registerWebhookSettingsRoutes } from "./routes/webhook-settings.js";
 import { registerWebhookEndpointRoutes } from "./routes/webhook-endpoints.js";
-import { registerStreamRoutes } from "./routes/streams.js";
+import { isStreamTokenRequest, registerStreamRoutes, streamCors } from "./routes/streams.js";
 import { registerWebhookDocs } from "./webhook-schemas.js";
 import { notFoundHandler } from "./not-found.js";
 import { apiRoute, headerRefs, RESPONSE_HEADERS } from "./schema-rules.js";
@@ -62,8 +62,11 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
 
   // Every /openapi/v1 route takes an API key, but one: a client's published keys, which receivers
   // fetch without one (routes/jwks.ts says exactly which requests those are).
+  // A browser's task stream carries a stream token instead (routes/streams.ts checks it); CORS
+  // answers its preflight before any key is asked for.
+  streamCors(app, deps.config);
   const auth = bearerAuth(deps);
-  app.use("/openapi/v1/*", (c, next) => (isPublicKeysRequest(c) ? next() : auth(c, next)));
+  app.use("/openapi/v1/*", (c, next) => (isPublicKeysRequest(c) || isStreamTokenRequest(c) ? next() : auth(c, next)));
   app.use(boundedBodies(OWN_BODY_LIMITS));
 
   registerGenerationRoutes(app, deps);

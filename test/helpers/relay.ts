@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadConfig, type Config } from "../../src/config.js";
 import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
-import { silentLogger } from "../../src/logger.js";
+import { silentLogger, type Logger } from "../../src/logger.js";
 import { Relay } from "../../src/relay.js";
 import { insert as insertClient } from "../../src/db/sqlite/clients.js";
 import { sqliteStore } from "../../src/open-store.js";
@@ -45,7 +45,13 @@ export interface TestRelay {
  */
 export function createTestRelay(
   env: Record<string, string> = {},
-  opts: { upstream?: { baseUrl: string; apiKey: string }; resolve?: Resolver; clock?: FakeClock } = {},
+  opts: {
+    upstream?: { baseUrl: string; apiKey: string };
+    resolve?: Resolver;
+    clock?: FakeClock;
+    /** Where the relay logs (default: nowhere). */
+    logger?: Logger;
+  } = {},
 ): TestRelay {
   const dir = mkdtempSync(join(tmpdir(), "genrelay-test-"));
   const config = loadConfig({
@@ -61,7 +67,7 @@ export function createTestRelay(
     config,
     store,
     clock,
-    logger: silentLogger,
+    logger: opts.logger ?? silentLogger,
     upstream: opts.upstream ?? { baseUrl: UPSTREAM_URL, apiKey: UPSTREAM_KEY },
     ...(opts.resolve ? { resolve: opts.resolve } : {}),
   });

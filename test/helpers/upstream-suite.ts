@@ -4,6 +4,7 @@ import { FakeUpstream } from "./fake-upstream.js";
 import { startReceiver, type Answer, type Receiver } from "./receiver.js";
 import type { FakeClock } from "./fake-clock.js";
 import { createTestRelay, type TestRelay } from "./relay.js";
+import type { Logger } from "../../src/logger.js";
 
 /** Short webhook timings so delivery tests run in milliseconds; loopback receivers allowed. */
 export const WORKER_TEST_ENV = {
@@ -30,7 +31,10 @@ export function upstreamSuite(defaultEnv: Record<string, string> = WORKER_TEST_E
 
   return {
     server,
-    setup(env: Record<string, string> = {}, opts: { clock?: FakeClock } = {}): { t: TestRelay; up: FakeUpstream } {
+    setup(
+      env: Record<string, string> = {},
+      opts: { clock?: FakeClock; logger?: Logger } = {},
+    ): { t: TestRelay; up: FakeUpstream } {
       const t = createTestRelay({ ...defaultEnv, ...env }, opts);
       cleanups.push(() => t.close());
       const up = new FakeUpstream(t.clock);

@@ -521,6 +521,7 @@ const ROUTES: {
   { method: "GET", path: "/openapi/v1/models" },
   { method: "GET", path: "/openapi/v1/events" },
   { method: "GET", path: "/openapi/v1/tasks/{id}/events" },
+  { method: "POST", path: "/openapi/v1/tasks/{id}/stream-tokens" },
   { method: "GET", path: "/openapi/v1/events/stream" },
   { method: "GET", path: "/openapi/v1/usage" },
   { method: "POST", path: "/openapi/v1/webhooks/test", init: { json: { url: "https://10.0.0.1/hook" } } },

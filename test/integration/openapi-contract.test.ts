@@ -59,6 +59,7 @@ const OPERATION_IDS: Record<string, string> = {
   "post /openapi/v1/webhooks/secret/rotate": "rotateWebhookSecret",
   "get /openapi/v1/events": "listEvents",
   "get /openapi/v1/tasks/{id}/events": "streamTaskEvents",
+  "post /openapi/v1/tasks/{id}/stream-tokens": "createStreamToken",
   "get /openapi/v1/events/stream": "streamEvents",
   "post /openapi/v1/deliveries/recover": "recoverDeliveries",
   "get /openapi/v1/usage": "getUsage",

@@ -1,4 +1,6 @@
+import { Writable } from "node:stream";
 import { describe, expect, it, vi } from "vitest";
+import { createLogger, type Logger } from "../../src/logger.js";
 import { STREAMS_PER_CLIENT } from "../../src/services/streams.js";
 import type { FakeUpstream } from "../helpers/fake-upstream.js";
 import { createTask } from "../helpers/flow.js";
@@ -12,12 +14,12 @@ import { type SseEvent, SseReader } from "../helpers/sse.js";
  * repeats nothing; the client's whole feed as a stream; a bounded number per API key.
  */
 const suite = upstreamSuite({});
-const setup = () => suite.setup();
+const setup = (env: Record<string, string> = {}, opts: { logger?: Logger } = {}) => suite.setup(env, opts);
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 const ALL_EVENTS = ["task.processing", "task.succeeded", "task.failed", "task.canceled"];
 
-async function stream(t: TestRelay, apiKey: string, path: string, headers: Record<string, string> = {}) {
+async function stream(t: TestRelay, apiKey: string | null, path: string, headers: Record<string, string> = {}) {
   const res = await t.request(apiKey, path, { headers });
   if (res.status !== 200) throw new Error(`${res.status} ${await res.text()}`);
   expect(res.headers.get("content-type")).toBe("text/event-stream");
@@ -220,5 +222,109 @@ describe("limits and shutdown", () => {
     expect(t.relay.streams.size).toBe(0);
     const late = await t.request(apiKey, "/openapi/v1/events/stream");
     expect(late.status).toBe(503);
+  });
+});
+
+describe("browser access: stream tokens and CORS", () => {
+  const refusedBody = {
+    error: {
+      code: "invalid_api_key",
+      message: "The stream token is unknown, expired, or reads another task's stream.",
+      request_id: expect.stringMatching(/^req_/),
+    },
+  };
+
+  it("a token reads its task's stream without a key for 15 minutes, and no other task's; it is never logged", async () => {
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk, _enc, done) {
+        lines.push(String(chunk));
+        done();
+      },
+    });
+    const { t } = setup({}, { logger: createLogger("info", sink) });
+    const { apiKey } = t.client();
+    const other = t.client("other");
+    const id = await createTask(t, apiKey);
+    const second = await createTask(t, apiKey);
+    const created = await t.request(apiKey, `/openapi/v1/tasks/${id}/stream-tokens`, { method: "POST" });
+    expect(created.status).toBe(201);
+    const { data } = (await created.json()) as Json;
+    expect(data).toEqual({
+      token: expect.stringMatching(/^gst_[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43}$/),
+      expires_at: new Date(t.clock.now() + 15 * 60_000).toISOString(),
+      url: `http://relay.test/openapi/v1/tasks/${id}/events?token=${data.token}`,
+    });
+    const path = (task: string, token = data.token as string) => `/openapi/v1/tasks/${task}/events?token=${token}`;
+
+    await t.request(apiKey, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" });
+    const events = stored(await (await stream(t, null, path(id))).rest());
+    expect(events.map((e) => e.event)).toEqual(["task.canceled"]);
+
+    for (const [label, res] of [
+      ["another task", await t.request(null, path(second))],
+      ["a token changed by one character", await t.request(null, path(id, `${data.token.slice(0, -1)}A`))],
+      ["no token at all", await t.request(null, path(id, ""))],
+    ] as const) {
+      expect(res.status, label).toBe(401);
+      expect(await res.json(), label).toEqual(refusedBody);
+    }
+    // Another client's task: no token for it.
+    const foreign = await t.request(other.apiKey, `/openapi/v1/tasks/${id}/stream-tokens`, { method: "POST" });
+    expect(foreign.status).toBe(404);
+    // A token reads nothing else: not the client's feed stream, not a task read.
+    expect((await t.request(null, `/openapi/v1/events/stream?token=${data.token}`)).status).toBe(401);
+    expect((await t.request(null, `/openapi/v1/tasks/${id}?token=${data.token}`)).status).toBe(401);
+
+    t.clock.advance(15 * 60_000);
+    const expired = await t.request(null, path(id));
+    expect(expired.status).toBe(401);
+    expect(await expired.json()).toEqual(refusedBody);
+
+    const logged = lines.join("");
+    expect(logged).toContain(`/openapi/v1/tasks/${id}/events`);
+    expect(logged).not.toContain(data.token.slice(4, 40));
+  });
+
+  it("CORS on the stream routes only, for the configured origins", async () => {
+    const { t } = setup({ STREAM_CORS_ORIGINS: "https://app.example.com" });
+    const { apiKey } = t.client();
+    const id = await createTask(t, apiKey);
+    const { data } = (await (
+      await t.request(apiKey, `/openapi/v1/tasks/${id}/stream-tokens`, { method: "POST" })
+    ).json()) as Json;
+    const allowed = await t.request(null, `/openapi/v1/tasks/${id}/events?token=${data.token}`, {
+      headers: { Origin: "https://app.example.com" },
+    });
+    expect(allowed.status).toBe(200);
+    expect(allowed.headers.get("access-control-allow-origin")).toBe("https://app.example.com");
+    await allowed.body?.cancel();
+    const stranger = await t.request(null, `/openapi/v1/tasks/${id}/events?token=${data.token}`, {
+      headers: { Origin: "https://evil.example" },
+    });
+    expect(stranger.headers.get("access-control-allow-origin")).toBeNull();
+    await stranger.body?.cancel();
+    const preflight = await t.request(null, "/openapi/v1/events/stream", {
+      method: "OPTIONS",
+      headers: {
+        Origin: "https://app.example.com",
+        "Access-Control-Request-Method": "GET",
+        "Access-Control-Request-Headers": "authorization",
+      },
+    });
+    expect(preflight.status).toBe(204);
+    expect(preflight.headers.get("access-control-allow-origin")).toBe("https://app.example.com");
+    expect(preflight.headers.get("access-control-allow-headers")).toBe("Authorization,Last-Event-ID");
+    // Every other route: no CORS.
+    const read = await t.request(apiKey, `/openapi/v1/tasks/${id}`, { headers: { Origin: "https://app.example.com" } });
+    expect(read.headers.get("access-control-allow-origin")).toBeNull();
+    // Without STREAM_CORS_ORIGINS, none at all.
+    const { t: plain } = setup();
+    const key = plain.client().apiKey;
+    const res = await plain.request(key, "/openapi/v1/events/stream", {
+      headers: { Origin: "https://app.example.com" },
+    });
+    expect(res.headers.get("access-control-allow-origin")).toBeNull();
+    await res.body?.cancel();
   });
 });

@@ -41,6 +41,7 @@ describe("loadConfig defaults", () => {
       logLevel: "info",
       publicBaseUrl: null,
       metricsToken: null,
+      streamCorsOrigins: [],
       mirrorMaxBytes: 1024 ** 3,
       clientMaxStoredBytes: 1024 ** 3,
       leaderLeaseMs: 20_000,
@@ -71,6 +72,7 @@ describe("loadConfig defaults", () => {
         "LOG_LEVEL",
         "PUBLIC_BASE_URL",
         "METRICS_TOKEN",
+        "STREAM_CORS_ORIGINS",
       ].map((k) => [k, ""]),
     );
     expect(loadConfig(env)).toEqual(loadConfig({}));
@@ -104,6 +106,7 @@ describe("loadConfig defaults", () => {
         LOG_LEVEL: "debug",
         PUBLIC_BASE_URL: "https://relay.example.com/genrelay/",
         METRICS_TOKEN: "prom-scrape-token-1",
+        STREAM_CORS_ORIGINS: "https://app.example.com, http://localhost:5173",
         MIRROR_MAX_BYTES: "5000000",
         CLIENT_MAX_STORED_BYTES: "64MiB",
         LEADER_LEASE: "5s",
@@ -131,6 +134,7 @@ describe("loadConfig defaults", () => {
       logLevel: "debug",
       publicBaseUrl: "https://relay.example.com/genrelay",
       metricsToken: "prom-scrape-token-1",
+      streamCorsOrigins: ["https://app.example.com", "http://localhost:5173"],
       mirrorMaxBytes: 5_000_000,
       clientMaxStoredBytes: 64 * 1024 * 1024,
       leaderLeaseMs: 5_000,
@@ -202,6 +206,9 @@ describe("loadConfig refuses a bad variable with one line naming it", () => {
     ["PUBLIC_BASE_URL", { PUBLIC_BASE_URL: "https://user:pw@relay.example.com" }],
     ["METRICS_TOKEN", { METRICS_TOKEN: "has a space" }],
     ["METRICS_TOKEN", { METRICS_TOKEN: "tab\tinside" }],
+    ["STREAM_CORS_ORIGINS", { STREAM_CORS_ORIGINS: "app.example.com" }],
+    ["STREAM_CORS_ORIGINS", { STREAM_CORS_ORIGINS: "https://app.example.com/page" }],
+    ["STREAM_CORS_ORIGINS", { STREAM_CORS_ORIGINS: "https://a.example.com,*" }],
   ])("%s (%j)", (name, env) => {
     const lines = problems(env);
     expect(lines).toHaveLength(1);

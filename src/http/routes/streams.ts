@@ -12,11 +12,64 @@ import {
   type Send,
   taskStreamStart,
 } from "../../services/streams.js";
+import { clientOfStreamToken, issueStreamToken } from "../../services/stream-tokens.js";
+import { iso } from "../../core/task-view.js";
+import type { Config } from "../../config.js";
+import { cors } from "hono/cors";
+import type { MiddlewareHandler } from "hono";
 import type { AppEnv } from "../context.js";
+import { absoluteUrl } from "./generations.js";
 import { apiRoute } from "../schema-rules.js";
 import { errorResponses, FeedAfterParam, TaskIdParam } from "../schemas.js";
 
 const security = [{ bearerAuth: [] }];
+
+const TASK_STREAM = /^\/openapi\/v1\/tasks\/[^/]+\/events$/;
+
+/**
+ * A task stream read with `?token=` and no Authorization header (a browser's EventSource, which
+ * cannot send one): the route checks the token itself, so the API-key middleware lets it through.
+ */
+export function isStreamTokenRequest(c: {
+  req: {
+    method: string;
+    path: string;
+    query(name: string): string | undefined;
+    header(name: string): string | undefined;
+  };
+}): boolean {
+  return (
+    c.req.method === "GET" &&
+    TASK_STREAM.test(c.req.path) &&
+    c.req.query("token") !== undefined &&
+    c.req.header("authorization") === undefined
+  );
+}
+
+/** CORS for the stream routes only, for the origins STREAM_CORS_ORIGINS lists (none: no CORS at all). */
+export function streamCors(app: OpenAPIHono<AppEnv>, config: Pick<Config, "streamCorsOrigins">): void {
+  if (config.streamCorsOrigins.length === 0) return;
+  const allow: MiddlewareHandler = cors({
+    origin: config.streamCorsOrigins,
+    allowMethods: ["GET"],
+    allowHeaders: ["Authorization", "Last-Event-ID"],
+    maxAge: 600,
+  });
+  app.use("/openapi/v1/tasks/:id/events", allow);
+  app.use("/openapi/v1/events/stream", allow);
+}
+
+const StreamTokenSchema = z
+  .object({
+    data: z.object({
+      token: z.string().openapi({ description: "Pass it as ?token= to the task's event stream; never logged." }),
+      expires_at: z.string().openapi({ description: "15 minutes from now (ISO-8601)." }),
+      url: z
+        .string()
+        .openapi({ description: "The task's event stream with the token, ready for new EventSource(url)." }),
+    }),
+  })
+  .openapi("StreamToken");
 
 const LastEventIdHeader = z
   .string()
@@ -82,6 +135,20 @@ export function registerStreamRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps
       security,
       request: {
         params: TaskIdParam,
+        query: z.object({
+          token: z
+            .string()
+            .max(500)
+            .optional()
+            .openapi({
+              param: {
+                name: "token",
+                in: "query",
+                description:
+                  "A stream token of POST /openapi/v1/tasks/{id}/stream-tokens, instead of the Authorization header (EventSource cannot send one).",
+              },
+            }),
+        }),
         headers: z.object({ "Last-Event-ID": LastEventIdHeader }),
       },
       responses: {
@@ -90,8 +157,9 @@ export function registerStreamRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps
       },
     }),
     async (c) => {
-      const clientId = c.get("client").id;
       const { id } = c.req.valid("param");
+      const token = c.req.valid("query").token;
+      const clientId = (c.get("client") ?? (await clientOfStreamToken(deps, token ?? "", id))).id;
       const after = await taskStreamStart(deps, clientId, id, c.req.valid("header")["Last-Event-ID"]);
       const sub = openStream(hub, clientId);
       return serve(c, sub, (send) => followTask(deps, sub, clientId, id, after, send)) as never;
@@ -128,6 +196,30 @@ export function registerStreamRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps
       );
       const sub = openStream(hub, clientId);
       return serve(c, sub, (send) => followClient(deps, sub, clientId, after, send)) as never;
+    },
+  );
+
+  app.openapi(
+    apiRoute({
+      method: "post",
+      path: "/openapi/v1/tasks/{id}/stream-tokens",
+      operationId: "createStreamToken",
+      tags: ["Tasks"],
+      summary: "A token a browser follows one task's event stream with",
+      description:
+        "Valid 15 minutes, for this task's stream only (GET /openapi/v1/tasks/{id}/events?token=…); hand it to the page, never your API key. Its stream counts against your key's open streams.",
+      security,
+      request: { params: TaskIdParam },
+      responses: {
+        201: { description: "The token", content: { "application/json": { schema: StreamTokenSchema } } },
+        ...errorResponses(400, 401, 404),
+      },
+    }),
+    async (c) => {
+      const { id } = c.req.valid("param");
+      const { token, expiresAt } = await issueStreamToken(deps, c.get("client"), id);
+      const url = `${absoluteUrl(deps.config, c.req.url, `/openapi/v1/tasks/${id}/events`)}?token=${token}`;
+      return c.json({ data: { token, expires_at: iso(expiresAt)!, url } }, 201);
     },
   );
 }
