@@ -115,4 +115,21 @@ describe("event streams on PostgreSQL", () => {
     expect(queries.count).toBeGreaterThan(0);
     expect(queries.count).toBeLessThan(12);
   });
+
+  it("a lost LISTEN session loses no event: the streams read again once it is back", async () => {
+    const { a, b, call, create, open } = await twoInstances();
+    const id = await create(a);
+    const task = await open(a, `/openapi/v1/tasks/${id}/events`);
+    const all = await open(a, "/openapi/v1/events/stream");
+    expect((await task.next())?.event).toBe("task.progress");
+    await vi.waitFor(() => expect(a.relay.streams.parked).toBe(2));
+    // The LISTEN session dies on the server's side; the transition is recorded while no one listens.
+    const listener = a.store.listener!;
+    await b.store.q("SELECT pg_terminate_backend($1)", [(listener as unknown as { processID: number }).processID]);
+    await vi.waitFor(() => expect(a.store.listener).not.toBe(listener), { timeout: 4_000, interval: 2 });
+    expect((await call(b, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" })).status).toBe(200);
+    const ended = (await task.rest()).filter((e) => e.event !== "task.progress");
+    expect(ended.map((e) => e.event)).toEqual(["task.canceled"]);
+    expect((await all.next())?.id).toBe(ended[0]!.id);
+  });
 });
