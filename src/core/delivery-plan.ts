@@ -1,0 +1,154 @@
+/**
+ * The dispatcher's decisions, as pure functions of what it knows (no store, no clock, no socket):
+ * which delivery keys a claim leaves out, how much room a key or its refill has, how long a key
+ * saturated by other instances is left out, when the loop wakes, how long a circuit's first pause
+ * lasts and whether a failed trial spends a retry. src/workers/dispatcher.ts gathers the inputs,
+ * calls these, and carries out what they return (docs/decisions/0006, 0008).
+ */
+
+/**
+ * A key a claim found at its cap across instances is left out of the loop's claims for this long
+ * at first, doubling each time it is found so again, up to the max.
+ */
+export const SATURATED_BACKOFF_MS = 100;
+export const SATURATED_BACKOFF_MAX_MS = 1_000;
+
+/** A key noted as held at its cap by other instances: left out until `until`; `backoffMs` doubles while it stays so. */
+export interface SaturationNote {
+  until: number;
+  backoffMs: number;
+}
+
+/** How many more attempts may start for a key now: the rest of its cap in the pool (less slots held for its refill), or its breaker's allowance. */
+export function keyRoom(poolRoom: number, breakerAllowance: number): number {
+  return Math.min(poolRoom, breakerAllowance);
+}
+
+/**
+ * Keys none of whose events may be claimed now: at their cap, or with their breaker's trial out.
+ * Every such key has an attempt in flight (it is among the pool's keys), so the list is never
+ * longer than the pool.
+ */
+export function busyKeys(poolKeys: Iterable<string>, roomOf: (key: string) => number): string[] {
+  const busy: string[] = [];
+  for (const key of poolKeys) if (roomOf(key) <= 0) busy.push(key);
+  return busy;
+}
+
+/**
+ * Keys the loop's claim and next-due probe leave out: busy here, or noted as saturated by other
+ * instances until their back-off ends (a key with no room here is already among the busy ones).
+ */
+export function excludedKeys(
+  poolKeys: Iterable<string>,
+  saturated: ReadonlyMap<string, SaturationNote>,
+  now: number,
+  roomOf: (key: string) => number,
+): string[] {
+  const keys = busyKeys(poolKeys, roomOf);
+  for (const [key, { until }] of saturated) if (until > now && roomOf(key) > 0) keys.push(key);
+  return keys;
+}
+
+/** Whether a key is noted as held at its cap by other instances now. */
+export function saturatedNow(note: SaturationNote | undefined, now: number): boolean {
+  return note !== undefined && note.until > now;
+}
+
+/** The back-off of a key found saturated again (or for the first time). */
+export function nextSaturationBackoff(before: SaturationNote | undefined): number {
+  return before ? Math.min(SATURATED_BACKOFF_MAX_MS, before.backoffMs * 2) : SATURATED_BACKOFF_MS;
+}
+
+/**
+ * The saturation notes after a claim of the due index. A key that had due events in the claim's
+ * window and room here (its client too), yet got none while the claim took less than it could,
+ * was refused by the store's count across instances (EventClaimOptions.maxPerKey) or its lock was
+ * held by another instance's claim: this pool cannot see those leases, so without a note the
+ * loop's next-due probe would find the key's backlog due now and claim it again every turn to
+ * find nothing. The note leaves it out for a back-off; meanwhile this instance's own attempts of
+ * the key still refill it as they settle, so the key loses no throughput: it is at its cap across
+ * instances. A key that got some events, or was not asked about and whose back-off is over, is forgotten.
+ */
+export function noteSaturation(
+  saturated: ReadonlyMap<string, SaturationNote>,
+  claim: {
+    /** Keys the store was asked about with room here. */
+    asked: ReadonlySet<string>;
+    /** Keys the claim took events of. */
+    got: ReadonlySet<string>;
+    /** The claim took as many as it had room for. */
+    full: boolean;
+    now: number;
+    /** Whether the key and its client still have room here. */
+    hasRoom: (key: string) => boolean;
+  },
+): Map<string, SaturationNote> {
+  const { asked, got, full, now, hasRoom } = claim;
+  const next = new Map<string, SaturationNote>();
+  for (const [key, note] of saturated) if (!got.has(key) && (asked.has(key) || note.until > now)) next.set(key, note);
+  if (full) return next;
+  for (const key of asked) {
+    if (got.has(key) || !hasRoom(key)) continue;
+    const backoffMs = nextSaturationBackoff(next.get(key));
+    next.set(key, { until: now + backoffMs, backoffMs });
+  }
+  return next;
+}
+
+/**
+ * When the loop wakes after a claim that took less than it could: now when a paused key's trial is
+ * due and has room, else the earliest of the next trial, the due index's next event and the end
+ * of a saturation back-off (keys and clients at their share here wake it as attempts settle).
+ */
+export function wakeAt(at: {
+  now: number;
+  trialDueWithRoom: boolean;
+  nextTrialAt: number | null;
+  due: number | null;
+  saturatedUntil: Iterable<number>;
+}): number | null {
+  let next = at.trialDueWithRoom ? at.now : at.nextTrialAt;
+  if (at.due !== null) next = next === null ? at.due : Math.min(next, at.due);
+  for (const until of at.saturatedUntil) next = next === null ? until : Math.min(next, until);
+  return next;
+}
+
+/**
+ * How many of a key's next events a settled attempt's refill may claim: the key's room plus the
+ * slots held for it, within its client's room and the pool's. `full` when another settle's refill
+ * already used the held slot (it claimed for every slot held then): the key is full again.
+ */
+export function refillRoom(r: {
+  keyRoom: number;
+  held: number;
+  clientRoom: number;
+  free: number;
+}): { full: true } | { full: false; room: number } {
+  if (r.keyRoom + r.held <= 0) return { full: true };
+  return { full: false, room: Math.max(0, Math.min(r.keyRoom + r.held, r.clientRoom, r.free)) };
+}
+
+/**
+ * A circuit's first pause: until the schedule's first retry is due at the latest (its delay plus
+ * the 20% jitter; 1 s to 30 s), so a receiver that fails first attempts but takes retries gets its
+ * trial, an attempted event, when that retry was due anyway, and no retry is left behind it.
+ */
+export function firstCoolDownMs(retryScheduleMs: readonly number[]): number {
+  return Math.min(30_000, Math.max(1_000, Math.ceil((retryScheduleMs[1] ?? 30_000) * 1.2)));
+}
+
+/**
+ * Until when a failed trial's event waits without spending a retry: the new pause's end, while the
+ * event has waited less than its whole retry schedule; past that (or for an attempt that was no
+ * trial, or a trial that did not reopen the circuit) null, and the attempt spends a retry, so an
+ * event to a host that stays down ends failed (and delivery.exhausted) in time.
+ */
+export function pausedTrialUntil(t: {
+  trial: boolean;
+  reopenedUntil: number | null;
+  waitedMs: number;
+  scheduleSpanMs: number;
+}): number | null {
+  return t.trial && t.reopenedUntil !== null && t.waitedMs < t.scheduleSpanMs ? t.reopenedUntil : null;
+}
