@@ -32,20 +32,40 @@ export interface SourceOptions {
   totalTimeoutMs?: number;
   /** Slowest the output host may send the body while the copy waits for it (DOWNLOAD_DEADLINES). */
   minRate?: MinRate;
+  /**
+   * The rate a download with a declared Content-Length is given time for, and a grace for the
+   * rest of the copy: its deadline is `graceMs + length / bytesPerSecond` when that is sooner than
+   * `totalTimeoutMs` (DOWNLOAD_DEADLINES).
+   */
+  sizedFor?: SizedFor;
   connectTimeoutMs?: number;
   timers?: Timers;
 }
 
+export interface SizedFor {
+  bytesPerSecond: number;
+  graceMs: number;
+}
+
 /**
- * A download's deadlines (docs/decisions/0009-deadlines.md): an output of MIRROR_MAX_BYTES (1 GiB)
- * fits in 30 minutes at 600 KB/s; a host that sends less than 32 KiB in 30 s while the copy waits
- * for it (a drip of a byte every few seconds keeps an idle timeout quiet) is cut off within 30 s.
+ * A download's deadlines (docs/decisions/0009-deadlines.md). A copy holds a slot of the mirror's
+ * fair pool for as long as it lasts, so the time a file may take follows from its size: a declared
+ * Content-Length gets 30 s plus its bytes at 128 KiB/s (an output of MIRROR_MAX_BYTES, 1 GiB, still
+ * fits in the 30 minutes at 600 KB/s), and a host that sends less than 1 MiB in 30 s (a quarter of
+ * that rate) while the copy waits for it is cut off within 30 s. Before, a host dripping just above
+ * 32 KiB per 30 s held its slot for the whole 30 minutes whatever the file's size.
  */
 export const DOWNLOAD_DEADLINES = {
   totalTimeoutMs: 30 * 60_000,
-  minRate: { bytes: 32 * 1024, windowMs: 30_000 },
+  minRate: { bytes: 1024 * 1024, windowMs: 30_000 },
+  sizedFor: { bytesPerSecond: 128 * 1024, graceMs: 30_000 },
   connectTimeoutMs: 10_000,
 } as const;
+
+/** How long a download of `length` bytes may take: the grace plus its bytes at the sized rate, at most `totalMs`. */
+export function sizedDeadlineMs(length: number, totalMs: number, sizedFor: SizedFor): number {
+  return Math.min(totalMs, sizedFor.graceMs + Math.ceil((length / sizedFor.bytesPerSecond) * 1000));
+}
 
 /**
  * Reads output files through the same SSRF guard as webhook delivery: the URL is checked
@@ -119,6 +139,15 @@ export class SourceFetcher {
       deadline.dispose();
       body.destroy();
       throw tooLarge(this.opts.maxBytes, contentLength);
+    }
+    if (contentLength !== null) {
+      // The slot this copy holds is held for what the file's size needs, not the largest file's.
+      const total = this.opts.totalTimeoutMs ?? DOWNLOAD_DEADLINES.totalTimeoutMs;
+      const sizedFor = this.opts.sizedFor ?? DOWNLOAD_DEADLINES.sizedFor;
+      deadline.tighten(
+        sizedDeadlineMs(contentLength, total, sizedFor),
+        `${contentLength} bytes at ${sizedFor.bytesPerSecond} bytes/s`,
+      );
     }
     const guarded = new RateGuard(this.opts.minRate ?? DOWNLOAD_DEADLINES.minRate, {
       what: "the output URL",

@@ -60,6 +60,12 @@ export interface Deadline {
   remaining(): number;
   /** Ends the call now, for a reason found along the way (a body below its rate, say). */
   abort(reason: unknown): void;
+  /**
+   * Makes the deadline `ms` from the call's start when that is sooner than it is (never later):
+   * for a call whose size is learnt along the way (a download's Content-Length). The error then
+   * names the new deadline and `why`.
+   */
+  tighten(ms: number, why: string): void;
   /** The call is over: stops the timer and lets go of the parent; the signal never aborts after this. */
   dispose(): void;
 }
@@ -74,7 +80,8 @@ export function startDeadline(ms: number, opts: { what: string; parent?: AbortSi
     throw new RangeError(`deadline for ${opts.what}: ${ms} is not a positive number of milliseconds`);
   const timers = opts.timers ?? systemTimers;
   const controller = new AbortController();
-  const endsAt = timers.now() + ms;
+  const startedAt = timers.now();
+  let endsAt = startedAt + ms;
   let disposed = false;
   const abort = (reason: unknown) => {
     if (disposed || controller.signal.aborted) return;
@@ -82,7 +89,7 @@ export function startDeadline(ms: number, opts: { what: string; parent?: AbortSi
     cleanup();
   };
   const onParent = () => abort(opts.parent!.reason);
-  const handle = timers.setTimeout(
+  let handle = timers.setTimeout(
     () => abort(new DeadlineError(`${opts.what} took longer than its deadline of ${ms} ms`, "total")),
     ms,
   );
@@ -96,6 +103,15 @@ export function startDeadline(ms: number, opts: { what: string; parent?: AbortSi
     signal: controller.signal,
     remaining: () => (controller.signal.aborted ? 0 : Math.max(0, endsAt - timers.now())),
     abort,
+    tighten: (total, why) => {
+      if (disposed || controller.signal.aborted || !(total >= 0) || startedAt + total >= endsAt) return;
+      endsAt = startedAt + total;
+      timers.clearTimeout(handle);
+      handle = timers.setTimeout(
+        () => abort(new DeadlineError(`${opts.what} took longer than its deadline of ${total} ms (${why})`, "total")),
+        Math.max(0, endsAt - timers.now()),
+      );
+    },
     dispose: () => {
       if (disposed) return;
       disposed = true;

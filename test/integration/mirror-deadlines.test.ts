@@ -4,7 +4,7 @@ import { Lifecycle } from "../../src/core/lifecycle.js";
 import { silentLogger } from "../../src/logger.js";
 import { Bucket, type BucketConfig, type BucketDeadlines } from "../../src/mirror/bucket.js";
 import { copyFile, type Copied } from "../../src/mirror/copy.js";
-import { SourceFetcher } from "../../src/mirror/source.js";
+import { SourceFetcher, type SourceOptions } from "../../src/mirror/source.js";
 import { newClient } from "../../src/services/clients.js";
 import { noNudges } from "../../src/services/deps.js";
 import { setStorage } from "../../src/services/storage.js";
@@ -98,12 +98,13 @@ function bucketOf(endpoint: string): BucketConfig {
 }
 
 /** One copy through copyFile with the test deadlines; what it ended with and how long it took. */
-async function copyOnce(sourceUrl: string, endpoint: string) {
+async function copyOnce(sourceUrl: string, endpoint: string, download: Partial<SourceOptions> = {}) {
   const source = new SourceFetcher({
     allowPrivateNetworks: true,
     idleTimeoutMs: 500,
     maxBytes: 1024 ** 3,
     ...DOWNLOAD,
+    ...download,
   });
   const bucket = new Bucket(bucketOf(endpoint), { allowPrivateNetworks: true, deadlines: BUCKET });
   cleanups.push(async () => {
@@ -123,6 +124,13 @@ async function copyOnce(sourceUrl: string, endpoint: string) {
     (err: unknown) => ({ err: err as Failure }),
   );
   return { ...outcome, ms: performance.now() - started };
+}
+
+/** The copy failed on its total deadline of `ms`, not before, and let go of its slot soon after. */
+function expectEndedAtDeadline(r: Awaited<ReturnType<typeof copyOnce>>, ms: number, message: string): void {
+  expect(r.err).toMatchObject({ name: "CopyError", retryable: true, kind: "deadline", message });
+  expect(r.ms).toBeGreaterThanOrEqual(ms - 50);
+  expect(r.ms).toBeLessThan(HELD_AT_MOST_MS);
 }
 
 describe("one copy against a hostile party ends within its deadline as a retryable failure", () => {
@@ -160,14 +168,30 @@ describe("one copy against a hostile party ends within its deadline as a retryab
 
   it("an output host fast enough for the minimum rate but never done: the total deadline", async () => {
     const r = await copyOnce(files.url("/endless.bin"), s3.endpoint);
-    expect(r.err).toMatchObject({
-      name: "CopyError",
-      retryable: true,
-      kind: "deadline",
-      message: "the output URL took longer than its deadline of 3000 ms",
+    expectEndedAtDeadline(r, 3_000, "the output URL took longer than its deadline of 3000 ms");
+  });
+
+  it("an output host with a Content-Length, fast enough for the minimum rate: the deadline its size needs, not the total", async () => {
+    // 20 KiB declared, sized at 10 KiB/s with a grace of 200 ms: 2.2 s, before the 3 s total. It sends 5 KiB/s,
+    // above the minimum rate, so the file would take 4 s: a host holding its copy slot as long as the rates let it.
+    const sized = await startFileServer({
+      "/sized-endless.bin": (_req, res) => {
+        res.writeHead(200, { "Content-Type": "application/octet-stream", "Content-Length": String(20 * 1024) });
+        const timer = setInterval(() => res.write(Buffer.alloc(512, 3)), 100);
+        res.on("close", () => clearInterval(timer));
+      },
     });
-    expect(r.ms).toBeGreaterThanOrEqual(3_000 - 50);
-    expect(r.ms).toBeLessThan(HELD_AT_MOST_MS);
+    cleanups.push(() => sized.close());
+    const r = await copyOnce(sized.url("/sized-endless.bin"), s3.endpoint, {
+      minRate: { bytes: 1024, windowMs: 600 },
+      sizedFor: { bytesPerSecond: 10 * 1024, graceMs: 200 },
+    });
+    expectEndedAtDeadline(
+      r,
+      2_200,
+      "the output URL took longer than its deadline of 2200 ms (20480 bytes at 10240 bytes/s)",
+    );
+    expect(r.ms).toBeLessThan(3_000);
   });
 
   it("a healthy copy under the same deadlines goes through", async () => {

@@ -62,6 +62,37 @@ describe("startDeadline", () => {
     expect(vi.getTimerCount()).toBe(0);
   });
 
+  it("tighten brings the deadline forward, counted from the call's start, and never puts it back", () => {
+    const d = startDeadline(60_000, { what: "the output URL" });
+    vi.advanceTimersByTime(1_000);
+    d.tighten(120_000, "ignored: later than the deadline");
+    expect(d.remaining()).toBe(59_000);
+    d.tighten(5_000, "100 bytes at 25 bytes/s");
+    expect(d.remaining()).toBe(4_000);
+    expect(vi.getTimerCount()).toBe(1);
+    vi.advanceTimersByTime(3_999);
+    expect(d.signal.aborted).toBe(false);
+    vi.advanceTimersByTime(1);
+    expect(d.signal.reason).toMatchObject({
+      kind: "total",
+      retryable: true,
+      message: "the output URL took longer than its deadline of 5000 ms (100 bytes at 25 bytes/s)",
+    });
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it("tighten to a moment already past aborts at once; after dispose it does nothing", () => {
+    const late = startDeadline(60_000, { what: "x" });
+    vi.advanceTimersByTime(2_000);
+    late.tighten(1_000, "why");
+    vi.advanceTimersByTime(0);
+    expect(late.signal.reason).toMatchObject({ message: "x took longer than its deadline of 1000 ms (why)" });
+    const done = startDeadline(60_000, { what: "y" });
+    done.dispose();
+    done.tighten(1, "why");
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
   it("refuses a deadline that is not a positive number", () => {
     expect(() => startDeadline(0, { what: "x" })).toThrow(RangeError);
     expect(() => startDeadline(Number.NaN, { what: "x" })).toThrow(RangeError);
