@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import type { FakeUpstream } from "../helpers/fake-upstream.js";
 import { csrfOf, signedIn } from "../helpers/dashboard.js";
 import { createTask, readTask } from "../helpers/flow.js";
+import { freePort } from "../helpers/ports.js";
 import { status } from "../helpers/receiver.js";
 import type { TestRelay } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
@@ -246,6 +247,7 @@ describe("dashboard: task page", () => {
       `<span class="badge b-pending">pending</span> <span class="muted next-attempt">next attempt <time datetime="${new Date(due).toISOString()}">`,
     );
     expect(page).toContain(`(in ${(wait / 1000).toFixed(1)} s)</span>`);
+    expect(page).toMatch(/<span class="muted last-failure">last attempt failed: [^<]*503[^<]*<\/span>/);
     t.clock.advance(wait + 1);
     expect(await v.page(`/dashboard/tasks/${id}`)).toContain(
       '<span class="muted next-attempt">next attempt due now</span>',
@@ -255,6 +257,19 @@ describe("dashboard: task page", () => {
     const after = await v.page(`/dashboard/tasks/${id}`);
     expect(after).not.toContain("next attempt");
     expect(after).toContain("<summary>Answer body (2 bytes)</summary><pre>ok</pre>");
+  });
+
+  it("a pending event says why its last attempt failed: a receiver that refuses connections is named, not a bare pending (#39)", async () => {
+    const { t, up } = setup();
+    const { apiKey } = t.client();
+    const closed = await freePort(); // nothing listens there: the connection is refused
+    const id = await createTask(t, apiKey, { callback_url: `http://127.0.0.1:${closed}/hook` });
+    await succeed(t, up, apiKey, id, { images: [{ url: "https://cdn.test/a.png" }] });
+    await t.relay.dispatcher.runOnce();
+    const [attempt] = await t.store.events.attemptsOfTask(id);
+    expect(attempt?.error).toMatch(/refused/i);
+    const page = await (await signedIn(t, apiKey)).page(`/dashboard/tasks/${id}`);
+    expect(page).toContain(`<br><span class="muted last-failure">last attempt failed: ${attempt!.error}</span>`);
   });
 
   it("filters 'delivery failing': tasks whose last webhook failed or is retrying after a failed attempt (#21)", async () => {

@@ -3,7 +3,7 @@ import { TASK_STATUSES, type TaskStatus } from "../../statuses.js";
 import { TERMINAL_STATUSES } from "../../core/transition.js";
 import type { TaskDetail, TaskListItem, TimelineEntry } from "../../services/dashboard.js";
 import { cancelRefusal } from "../../services/tasks.js";
-import type { EventRow, TaskRow } from "../../store/store.js";
+import type { AttemptRow, EventRow, TaskRow } from "../../store/store.js";
 import { badge, csrfField, duration, notice, time, type Html } from "./layout.js";
 import { isWebUrl, type Preview } from "./previews.js";
 
@@ -102,12 +102,29 @@ function answerBody(body: string | null): Html | string {
 /** Where a delivery row goes: the task's callback_url, or one of the client's endpoints. */
 const destinationOf = (e: EventRow | undefined): string => e?.endpointId ?? "callback";
 
-function timelineRow(entry: TimelineEntry, now: number, rows: Map<string, EventRow>): Html {
+/**
+ * Why a pending event has not arrived yet: its last attempt's error or status (a receiver that refuses
+ * connections reads "connection refused", not a bare "pending"), or nothing before its first attempt.
+ */
+function lastFailure(e: EventRow, lastAttempts: Map<string, AttemptRow>): Html | string {
+  if (e.deliveryStatus !== "pending") return "";
+  const a = lastAttempts.get(e.id);
+  if (!a || a.outcome === "success") return "";
+  const why = a.error ?? (a.statusCode !== null ? `the receiver answered ${a.statusCode}` : a.outcome);
+  return html`<br><span class="muted last-failure">last attempt failed: ${why}</span>`;
+}
+
+function timelineRow(
+  entry: TimelineEntry,
+  now: number,
+  rows: Map<string, EventRow>,
+  lastAttempts: Map<string, AttemptRow>,
+): Html {
   if (entry.kind === "created")
     return html`<tr><td>${time(entry.at)}</td><td>task created</td><td></td><td></td><td></td><td></td></tr>`;
   if (entry.kind === "event") {
     const e = entry.event;
-    return html`<tr><td>${time(entry.at)}</td><td>event <strong>${e.type}</strong> <span class="muted destination">to ${destinationOf(e)}</span></td><td>${badge(e.deliveryStatus)}${nextAttempt(e, now)}</td><td></td><td></td><td class="mono">${e.webhookId ?? e.id}</td></tr>`;
+    return html`<tr><td>${time(entry.at)}</td><td>event <strong>${e.type}</strong> <span class="muted destination">to ${destinationOf(e)}</span></td><td>${badge(e.deliveryStatus)}${nextAttempt(e, now)}${lastFailure(e, lastAttempts)}</td><td></td><td></td><td class="mono">${e.webhookId ?? e.id}</td></tr>`;
   }
   const a = entry.attempt;
   const row = rows.get(a.eventId);
@@ -124,6 +141,9 @@ export function taskBody(
 ): Html {
   const { task, delivery } = d;
   const rows = new Map(d.events.map((e) => [e.id, e]));
+  // The timeline is oldest first, so each event's last attempt is the one set last.
+  const lastAttempts = new Map<string, AttemptRow>();
+  for (const entry of d.timeline) if (entry.kind === "attempt") lastAttempts.set(entry.attempt.eventId, entry.attempt);
   const request = parse(task.requestJson) as Record<string, unknown> | string;
   const prompt =
     typeof request === "object" && request !== null && typeof request.prompt === "string" ? request.prompt : null;
@@ -174,7 +194,7 @@ ${message ? notice(message.kind, message.text) : ""}
 <section aria-labelledby="h-timeline"><h2 id="h-timeline">Timeline</h2>
 <div class="table-wrap"><table>
   <thead><tr><th scope="col">Time</th><th scope="col">What</th><th scope="col">Result</th><th scope="col">Latency</th><th scope="col" class="hide-sm">URL</th><th scope="col">webhook-id</th></tr></thead>
-  <tbody>${d.timeline.map((entry) => timelineRow(entry, now, rows))}</tbody>
+  <tbody>${d.timeline.map((entry) => timelineRow(entry, now, rows, lastAttempts))}</tbody>
 </table></div></section>`;
 }
 
