@@ -1,9 +1,4 @@
-import type { Clock } from "../clock.js";
-import type { Config } from "../config.js";
-import type { Logger } from "../logger.js";
-import type { Metrics } from "../metrics.js";
-import type { InFlightTask, Store, TaskRow } from "../store/store.js";
-import type { Lifecycle } from "../core/lifecycle.js";
+import type { InFlightTask, TaskRow } from "../store/store.js";
 import {
   afterHarvest,
   costOfAll,
@@ -11,15 +6,12 @@ import {
   endedCandidates,
   isDue,
   newListState,
-  nextReadAt,
   nextTickAt,
   oldestOfEachKind,
   planSingles,
   planSweep,
   probeOutcome,
   QUIET_FULL_MS,
-  readFailed,
-  settles,
   sweepFailed,
   sweepOutcome,
   sweepReadCap,
@@ -33,107 +25,21 @@ import {
   type SweepOutcome,
   type SweepResult,
 } from "../core/poll-plan.js";
-import type { UpstreamClient } from "../upstream/client.js";
 import { UpstreamError } from "../upstream/errors.js";
 import type { UpstreamTask } from "../upstream/types.js";
-import type { DurationStats } from "./duration-stats.js";
 import { harvestTerminal, probeList, sweepActive, sweepAll } from "./list-sweep.js";
-import { LEADER_RECHECK_MS, type Leadership } from "./leadership.js";
+import { LEADER_RECHECK_MS } from "./leadership.js";
 import type { TickResult } from "./loop.js";
-import type { LeaseOwner } from "./owner.js";
-import type { ReadBudget } from "./read-budget.js";
+import { EarlyRecords } from "./poll/early-records.js";
+import type { PollerOptions } from "./poll/ports.js";
+import { SingleReads } from "./poll/single-reads.js";
 
 export type { PollStrategy } from "../core/poll-plan.js";
-
-/** The poller's ports: only the store operations, upstream calls and verbs it uses. */
-export type PollerTasks = Pick<
-  Store["tasks"],
-  "accountsInFlight" | "countRunning" | "listInFlight" | "claimDue" | "claimIds" | "nextDueAt"
->;
-export interface PollerAccounts {
-  get(account: string): Promise<Pick<UpstreamClient, "getTask" | "listTasks">>;
-}
-export type PollerLifecycle = Pick<Lifecycle, "recordObservation" | "release" | "retryLater" | "fail" | "failUnusable">;
-export type PollerBudget = Pick<
-  ReadBudget,
-  "load" | "available" | "nextAvailableAt" | "take" | "pause" | "perMinute" | "windowMs" | "readsInLast"
->;
-
-export interface PollerOptions {
-  tasks: PollerTasks;
-  clock: Clock;
-  config: Pick<Config, "upstreamTimeoutMs">;
-  logger: Logger;
-  accounts: PollerAccounts;
-  budget: PollerBudget;
-  owner: Pick<LeaseOwner, "token">;
-  lifecycle: PollerLifecycle;
-  /** Which accounts this instance leads (shared with the submitter); claims carry the account's fence. */
-  leadership: Pick<Leadership, "leads" | "fence" | "plans">;
-  /** Learned durations (shared with the lifecycle, which records them). */
-  durations: Pick<DurationStats, "expected" | "quantile">;
-  metrics?: Metrics | undefined;
-  /**
-   * adaptive (default): list sweeps for many in-flight tasks, single reads timed by learned durations.
-   * round-robin: one single read per task in turn — the naive baseline the benchmarks compare against.
-   */
-  strategy?: PollStrategy;
-}
 
 /** A claim outlasts the upstream read it covers. */
 const LEASE_MARGIN_MS = 5_000;
 /** Observations a sweep records at once. */
 const RECORD_CONCURRENCY = 8;
-
-/**
- * The tasks a sweep's pages settled (ended, with output and charge: settles()), recorded as each
- * page is read, while the sweep reads its next page: a task that ended is written (and its webhook
- * due) one page read after it was seen, not after the sweep's last page and every record before it.
- */
-class EarlyRecords {
-  private readonly byUpstream = new Map<string, InFlightTask>();
-  private readonly taken = new Set<string>();
-  private readonly pending: Promise<void>[] = [];
-  private failure: { err: unknown } | null = null;
-
-  constructor(
-    private readonly poller: Poller,
-    private readonly account: string,
-    inFlight: readonly InFlightTask[],
-  ) {
-    for (const t of inFlight) if (t.upstreamTaskId) this.byUpstream.set(t.upstreamTaskId, t);
-  }
-
-  /** Whether the relay task was recorded here (the sweep's outcome then leaves it out). */
-  has(taskId: string): boolean {
-    return this.taken.has(taskId);
-  }
-
-  page(items: UpstreamTask[]): void {
-    const seen = new Map<string, UpstreamTask>();
-    for (const item of items) {
-      const task = this.byUpstream.get(item.id);
-      if (!task || this.taken.has(task.id) || !settles(item)) continue;
-      this.taken.add(task.id);
-      seen.set(task.id, item);
-    }
-    if (seen.size === 0) return;
-    const now = this.poller.now();
-    this.pending.push(
-      this.poller
-        .record(this.account, [...seen.keys()], (row) => seen.get(row.id)!, now, now)
-        .catch((err: unknown) => {
-          this.failure ??= { err };
-        }),
-    );
-  }
-
-  /** Resolves once every early record is written; rejects with the first failure. */
-  async settled(): Promise<void> {
-    await Promise.all(this.pending);
-    if (this.failure) throw this.failure.err;
-  }
-}
 
 /**
  * Watches submitted tasks within each account's read budget. With several tasks in flight it
@@ -142,8 +48,7 @@ class EarlyRecords {
  * Every read passes ReadBudget.take(), so the budget holds however many tasks are in flight.
  */
 export class Poller {
-  /** Per task: when the current run of JSON 404 task_not_found answers began. */
-  private readonly notFound = new Map<string, number>();
+  private readonly singles: SingleReads;
   private readonly lists = new Map<string, ListState>();
   /** Per account: relay task ids a sweep found ended, whose result a single read must fetch. */
   private readonly needsRead = new Map<string, Set<string>>();
@@ -151,6 +56,7 @@ export class Poller {
 
   constructor(private readonly opts: PollerOptions) {
     this.strategy = opts.strategy ?? "adaptive";
+    this.singles = new SingleReads(opts, this.strategy);
   }
 
   /** The poller's clock (EarlyRecords records at its time). */
@@ -236,7 +142,7 @@ export class Poller {
         { worker: "poller" },
         Math.max(0, clock.now() - (task.nextRunAt ?? clock.now())) / 1000,
       );
-    await Promise.all(claimed.map((task) => this.readOne(task)));
+    await Promise.all(claimed.map((task) => this.singles.readOne(task)));
     return didWork;
   }
 
@@ -282,7 +188,11 @@ export class Poller {
     const { tasks, clock, budget, logger, metrics } = this.opts;
     const inFlight = await tasks.listInFlight(account);
     if (inFlight.length === 0) return;
-    const early = new EarlyRecords(this, account, inFlight);
+    const early = new EarlyRecords(
+      (ids, seen, now) => this.record(account, ids, seen, now, now),
+      () => this.now(),
+      inFlight,
+    );
     try {
       const client = await this.opts.accounts.get(account);
       const result = await probeList(
@@ -340,7 +250,11 @@ export class Poller {
     const share = sweepShare(await this.anyDue(inFlight, startedAt), this.needsRead.get(account)?.size ?? 0);
     const take = () => budget.take(account);
     const maxReads = sweepReadCap(budget.available(account), share);
-    const early = new EarlyRecords(this, account, inFlight);
+    const early = new EarlyRecords(
+      (ids, seen, now) => this.record(account, ids, seen, now, now),
+      () => this.now(),
+      inFlight,
+    );
     try {
       const client = await this.opts.accounts.get(account);
       let result: SweepResult;
@@ -467,60 +381,5 @@ export class Poller {
       }
     };
     await Promise.all(Array.from({ length: Math.min(RECORD_CONCURRENCY, rows.length) }, worker));
-  }
-
-  private async readOne(task: TaskRow): Promise<void> {
-    const { clock, budget, metrics, lifecycle } = this.opts;
-    const token = task.claimToken!;
-    if (!(await budget.take(task.upstreamAccount))) {
-      await lifecycle.release(task, token);
-      return;
-    }
-    try {
-      const remote = await (await this.opts.accounts.get(task.upstreamAccount)).getTask(task.upstreamTaskId!);
-      metrics?.upstreamCalls.inc({ endpoint: "read", outcome: "ok" });
-      this.notFound.delete(task.id);
-      const now = clock.now();
-      const expected =
-        this.strategy === "round-robin" ? null : await this.opts.durations.expected(task.type, task.model);
-      await lifecycle.recordObservation(task, token, remote, nextReadAt(task, now, this.strategy, expected));
-    } catch (err) {
-      await this.readFailed(task, token, err);
-    }
-  }
-
-  /** Carries out what readFailed makes of a failed single read. */
-  private async readFailed(task: TaskRow, token: string, err: unknown): Promise<void> {
-    const { clock, budget, logger, metrics, lifecycle } = this.opts;
-    const now = clock.now();
-    const e = err instanceof UpstreamError ? err : null;
-    metrics?.upstreamCalls.inc({ endpoint: "read", outcome: e?.code ?? "error" });
-    const log = {
-      task_id: task.id,
-      upstream_task_id: task.upstreamTaskId,
-      account: task.upstreamAccount,
-      code: e?.code ?? String(err),
-    };
-    const plan = readFailed(task, e, now, this.notFound.get(task.id));
-    switch (plan.kind) {
-      case "too_large":
-        await lifecycle.failUnusable(task, token, plan.error);
-        logger.error(log, "upstream task answer larger than UPSTREAM_MAX_BODY_BYTES; ending the task failed");
-        return;
-      case "paused":
-        await budget.pause(task.upstreamAccount, plan.until);
-        await lifecycle.retryLater(task, token, plan.until);
-        logger.warn({ ...log, retry_in_ms: plan.until - now }, "upstream read limited; pausing reads for this account");
-        return;
-      case "lost":
-        this.notFound.delete(task.id);
-        await lifecycle.fail(task, token, plan.error);
-        logger.warn(log, "upstream no longer knows the task; ending it failed");
-        return;
-      case "retry":
-        if (plan.notFoundSince !== undefined) this.notFound.set(task.id, plan.notFoundSince);
-        await lifecycle.retryLater(task, token, plan.at, { pollCount: plan.pollCount });
-        logger.warn({ ...log, retry_in_ms: plan.at - now }, "upstream read failed");
-    }
   }
 }

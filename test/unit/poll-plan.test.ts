@@ -760,7 +760,13 @@ describe("properties", () => {
 
 describe("the poller's ports", () => {
   it("the poller and its list reader import no services and take no whole Store", () => {
-    for (const file of ["src/workers/poller.ts", "src/workers/list-sweep.ts"]) {
+    for (const file of [
+      "src/workers/poller.ts",
+      "src/workers/list-sweep.ts",
+      "src/workers/poll/ports.ts",
+      "src/workers/poll/single-reads.ts",
+      "src/workers/poll/early-records.ts",
+    ]) {
       const source = readFileSync(file, "utf8");
       expect(source, file).not.toMatch(/from "\.\.\/services\//);
       expect(source, file).not.toMatch(/:\s*Store\b/);
