@@ -16,7 +16,14 @@ let fetchedAt = 0;
 async function refreshKeys() {
   fetchedAt = Date.now();
   const res = await fetch(process.env.GENRELAY_JWKS_URL);
-  if (!res.ok) throw new Error(`JWKS answered ${res.status}`);
+  if (!res.ok) {
+    // The relay's error says why (an hmac client has no keys, and how to switch): print it, not a stack.
+    const reason = await res.json().then(
+      (body) => body.error?.message,
+      () => undefined,
+    );
+    throw new Error(`the JWKS answered ${res.status}${reason ? `: ${reason}` : ""}`);
+  }
   const jwks = await res.json();
   keys = jwks.keys
     .filter((jwk) => jwk.kty === "OKP" && jwk.crv === "Ed25519")
@@ -69,7 +76,10 @@ const server = createServer(async (req, res) => {
   res.writeHead(204).end();
 });
 
-await refreshKeys();
+await refreshKeys().catch((err) => {
+  console.error(`cannot start: ${err.message}`);
+  process.exit(1);
+});
 server.listen(Number(process.env.PORT ?? 3000), process.env.HOST ?? "127.0.0.1", () => {
   const { address, port } = server.address();
   console.log(`listening on http://${address}:${port}/hooks/genrelay`);

@@ -12,6 +12,7 @@ import { registerDeliveryRoutes } from "./routes/deliveries.js";
 import { registerGenerationRoutes } from "./routes/generations.js";
 import { isPublicKeysRequest, registerJwksRoutes } from "./routes/jwks.js";
 import { registerHealthRoutes, type Readiness } from "./routes/health.js";
+import { registerRootRoute } from "./routes/root.js";
 import { registerModelRoutes } from "./routes/meta.js";
 import { registerTaskRoutes } from "./routes/tasks.js";
 import { registerStorageRoutes } from "./routes/storage.js";
@@ -80,6 +81,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   registerJwksRoutes(app, deps);
   registerModelRoutes(app, deps.catalog);
   registerHealthRoutes(app, deps.readiness);
+  registerRootRoute(app);
 
   if (deps.metrics) {
     const metrics = deps.metrics;

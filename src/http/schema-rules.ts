@@ -151,7 +151,7 @@ export const RESPONSE_HEADERS: Record<ResponseHeaderName, { description: string;
   },
   "Preference-Applied": {
     description:
-      "wait=N when the request's Prefer: wait=N was honoured (RFC 7240): the answer waited up to N seconds for the task to end or change.",
+      "wait=N when the request's Prefer: wait was honoured (RFC 7240): the answer waited up to N seconds for the task to end or change. N is what was honoured: a wait over 60 is honoured as wait=60.",
     schema: { type: "string", pattern: "^wait=\\d+$", example: "wait=30" },
   },
 };

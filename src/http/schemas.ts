@@ -187,7 +187,10 @@ const relayFields = {
     .optional()
     .openapi({ description: "Event types to send, each once; default: the three terminal ones." }),
   metadata: MetadataSchema.optional(),
-  callback_headers: CallbackHeadersSchema.optional(),
+  callback_headers: CallbackHeadersSchema.optional().openapi({
+    description:
+      "Headers sent with every attempt of this task's webhooks (the rules of CallbackHeaders). They need somewhere to go: a callback_url on the task or at least one endpoint of the client (POST /openapi/v1/webhooks/endpoints); otherwise 422 validation_error naming callback_headers. The schema cannot see the client's endpoints, so it does not require callback_url.",
+  }),
   expires_after_seconds: z
     .number()
     .int()

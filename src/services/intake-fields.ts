@@ -95,8 +95,28 @@ const normalized = (name: string) =>
     .toLowerCase()
     .replace(/[-\s.]/g, "_");
 
-/** The other endpoint's name for a field (`mode` on a video request means `video_mode`). */
-const CROSS: Record<string, string> = { mode: "video_mode", video_mode: "mode", ratio: "aspect_ratio" };
+/**
+ * Other names a field goes by: the other endpoint's (`mode` on a video request means `video_mode`)
+ * and what other webhook APIs call the relay's callback fields (`webhook_url`, `notify_url`), which
+ * no edit distance would find.
+ */
+const ALIASES: Record<string, string> = {
+  mode: "video_mode",
+  video_mode: "mode",
+  ratio: "aspect_ratio",
+  webhook_url: "callback_url",
+  webhook: "callback_url",
+  webhook_uri: "callback_url",
+  notify_url: "callback_url",
+  notification_url: "callback_url",
+  callback: "callback_url",
+  callback_uri: "callback_url",
+  hook_url: "callback_url",
+  webhook_events: "callback_events",
+  events: "callback_events",
+  webhook_headers: "callback_headers",
+  headers: "callback_headers",
+};
 
 /**
  * The known field `name` was most likely meant as, or null when it is no near miss: the same name
@@ -107,7 +127,8 @@ const CROSS: Record<string, string> = { mode: "video_mode", video_mode: "mode", 
 export function meantField(name: string, known: readonly string[], work?: NearMissWork): string | null {
   if (name.length > MAX_NEAR_MISS_NAME || known.includes(name)) return null;
   const n = normalized(name);
-  if (CROSS[n] && known.includes(CROSS[n])) return CROSS[n];
+  const alias = ALIASES[n];
+  if (alias && known.includes(alias)) return alias;
   let best: { field: string; distance: number } | null = null;
   for (const field of known) {
     if (n === field) return field;

@@ -114,6 +114,18 @@ function prepareTask(deps: ServiceDeps, input: CreateTaskInput): PreparedTask {
   };
 }
 
+/**
+ * Callback headers travel only with webhooks: on a task with no callback_url, sent to none of the
+ * client's endpoints, they would be stored and never used, the caller's catch hook never called.
+ * Read only in that case, so a creation with a callback_url costs no lookup.
+ */
+async function requireDestination(deps: ServiceDeps, input: CreateTaskInput): Promise<void> {
+  if ((await deps.store.webhookEndpoints.list(input.client.id)).length > 0) return;
+  const message =
+    "callback_headers are sent only with this task's webhooks, and it has nowhere to send them: add a callback_url, or subscribe an endpoint first (POST /openapi/v1/webhooks/endpoints).";
+  throw new ApiError("validation_error", message, [{ field: "callback_headers", message }]);
+}
+
 /** The row to store, and the decision intake makes inside the store's transaction (caps, credit budget, stored bytes). */
 function newTaskRequest(now: number, p: PreparedTask, maxClientBytes: number): NewTaskRequest {
   const { client, type, body, idempotencyKey } = p.input;
@@ -191,6 +203,7 @@ function newTaskRequest(now: number, p: PreparedTask, maxClientBytes: number): N
  */
 export async function createTask(deps: ServiceDeps, input: CreateTaskInput): Promise<CreateTaskResult> {
   const prepared = prepareTask(deps, input);
+  if (prepared.callbackHeaders !== null && prepared.callbackUrl === null) await requireDestination(deps, input);
   const result = await deps.store.tasks.create(
     newTaskRequest(deps.clock.now(), prepared, deps.config.clientMaxStoredBytes),
   );

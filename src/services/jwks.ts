@@ -44,12 +44,16 @@ export function publishedKeys(client: ClientRow, encryptionKey: Buffer | null, n
 }
 
 /**
- * The JWKS of `clientId`. An unknown, revoked or hmac client is the same 404: a caller without a
- * key learns nothing about which ids exist.
+ * Why there are no keys, naming the fix for the one case a client can fix itself. The same for an
+ * unknown, revoked or hmac client: a caller without a key learns nothing about which ids exist.
  */
+export const NO_PUBLISHED_KEYS =
+  'No published keys for this client id: it is unknown, revoked, or signs with hmac (v1 signatures, verified with its whsec_ secret, not with keys). A client switches to Ed25519 with PUT /openapi/v1/webhooks/settings {"signature":"ed25519"}; its keys are published here from then on.';
+
+/** The JWKS of `clientId`, or 404 not_found (NO_PUBLISHED_KEYS). */
 export async function getClientJwks(deps: Pick<ServiceDeps, "store" | "clock" | "config">, clientId: string) {
   const client = clientId.length <= MAX_CLIENT_ID ? await deps.store.clients.find(clientId) : undefined;
   const jwks = client ? publishedKeys(client, deps.config.encryptionKey, deps.clock.now()) : null;
-  if (!jwks) throw new ApiError("not_found", "No published keys for this client.");
+  if (!jwks) throw new ApiError("not_found", NO_PUBLISHED_KEYS);
   return jwks;
 }

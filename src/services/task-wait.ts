@@ -8,8 +8,10 @@ import { requireClientTask } from "./tasks.js";
 export const MAX_WAIT_SECONDS = 60;
 
 /**
- * The `wait` preference of a Prefer header (RFC 7240), 1 to 60 seconds, or null. A value the relay
- * cannot honour is ignored, as RFC 7240 asks: the request answers at once, without Preference-Applied.
+ * The `wait` preference of a Prefer header (RFC 7240) in seconds, or null. A longer wait than 60 s
+ * is honoured as 60 (what Preference-Applied then says), so a caller asking 999 learns the cap from
+ * the answer rather than getting no wait without a word; a value that is no wait at all (0, a
+ * fraction, a word) is ignored, as RFC 7240 asks: the request answers at once, without Preference-Applied.
  */
 export function waitPreference(header: string | undefined): number | null {
   if (!header) return null;
@@ -20,9 +22,9 @@ export function waitPreference(header: string | undefined): number | null {
       .join("=")
       .trim()
       .replace(/^"(.*)"$/, "$1");
-    if (!/^\d{1,2}$/.test(value)) return null;
+    if (!/^\d{1,9}$/.test(value)) return null;
     const seconds = Number(value);
-    return seconds >= 1 && seconds <= MAX_WAIT_SECONDS ? seconds : null;
+    return seconds >= 1 ? Math.min(seconds, MAX_WAIT_SECONDS) : null;
   }
   return null;
 }

@@ -119,6 +119,24 @@ describe.each(RECEIVERS)("examples/$file", ({ file, command, scheme, missing }) 
   );
 });
 
+describe("examples/verify-jwks.mjs for an hmac client (issue #39)", () => {
+  it("prints why the relay has no keys for it and exits 1, without a stack trace", async () => {
+    const client = await newClient("hmac");
+    const failed = await run(process.execPath, [join(EXAMPLES, "verify-jwks.mjs")], {
+      env: { PATH: process.env.PATH, ...exampleEnv("jwks", client), PORT: "0" },
+    }).then(
+      () => null,
+      (err: { code: number; stdout: string; stderr: string }) => err,
+    );
+    expect(failed).toMatchObject({
+      code: 1,
+      stdout: "",
+      stderr:
+        'cannot start: the JWKS answered 404: No published keys for this client id: it is unknown, revoked, or signs with hmac (v1 signatures, verified with its whsec_ secret, not with keys). A client switches to Ed25519 with PUT /openapi/v1/webhooks/settings {"signature":"ed25519"}; its keys are published here from then on.\n',
+    });
+  });
+});
+
 // --- the relay's side ---------------------------------------------------------------------
 
 async function api(apiKey: string, method: string, path: string, body?: unknown): Promise<any> {

@@ -49,6 +49,10 @@ describe("near-miss fields are refused with the field meant", () => {
     ["image", "callback_event", "callback_events", ["task.succeeded"]],
     ["video", "callbackUrl", "callback_url", "https://example.com/hook"],
     ["video", "image_url", "image_urls", ["https://cdn.example.com/a.png"]],
+    // Other APIs' names for the callback (issue #39): no edit distance finds them, an alias does.
+    ["image", "webhook_url", "callback_url", "https://example.com/hook"],
+    ["video", "notify_url", "callback_url", "https://example.com/hook"],
+    ["image", "webhookUrl", "callback_url", "https://example.com/hook"],
   ] as const)("%s %s → did you mean %s", async (kind, field, meant, value) => {
     const { t } = withSimulator();
     const { apiKey } = t.client();
@@ -172,6 +176,33 @@ describe("callback_headers on a creation", () => {
       (JSON.parse(text) as { error: { details: Array<{ field: string }> } }).error.details.map((d) => d.field),
     ).toEqual([field]);
     if (field !== "callback_headers") expect(text).not.toContain("line\nbreak");
+  });
+
+  it("without a callback_url and with no endpoint: 422 saying why, nothing stored; with an endpoint: accepted", async () => {
+    const { t } = withSimulator({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" });
+    const { id, apiKey } = t.client();
+    const body = imageBody({ callback_headers: { "X-Zap-Token": "zap-token-1" } });
+    const res = await post(t, apiKey, "image", body);
+    const message =
+      "callback_headers are sent only with this task's webhooks, and it has nowhere to send them: add a callback_url, or subscribe an endpoint first (POST /openapi/v1/webhooks/endpoints).";
+    expect({ status: res.status, body: await res.json() }).toEqual({
+      status: 422,
+      body: {
+        error: {
+          code: "validation_error",
+          message,
+          request_id: res.headers.get("x-request-id"),
+          details: [{ field: "callback_headers", message }],
+        },
+      },
+    });
+    expect(await t.store.tasks.list({ clientId: id, limit: 10 })).toEqual([]);
+    const endpoint = await t.request(apiKey, "/openapi/v1/webhooks/endpoints", {
+      method: "POST",
+      json: { url: "http://127.0.0.1:9/hook" },
+    });
+    expect(endpoint.status).toBe(201);
+    expect((await post(t, apiKey, "image", body)).status).toBe(201);
   });
 
   it("are stored sealed on the task and its events, and shown by no read", async () => {

@@ -177,7 +177,9 @@ describe("GET /openapi/v1/webhooks/jwks/{client_id}", () => {
       expect(await res.json(), id).toEqual({
         error: {
           code: "not_found",
-          message: "No published keys for this client.",
+          // Names why an hmac client has none and how it gets some, without telling which case this is.
+          message:
+            'No published keys for this client id: it is unknown, revoked, or signs with hmac (v1 signatures, verified with its whsec_ secret, not with keys). A client switches to Ed25519 with PUT /openapi/v1/webhooks/settings {"signature":"ed25519"}; its keys are published here from then on.',
           request_id: res.headers.get("x-request-id"),
         },
       });
@@ -185,12 +187,27 @@ describe("GET /openapi/v1/webhooks/jwks/{client_id}", () => {
     }
   });
 
-  it("exempts only GET of this exact path from the API key", async () => {
+  it("answers another method on this exact path with 405 and Allow, not 401 (issue #39)", async () => {
+    const { t } = setup();
+    const client = await ed25519Client(t);
+    for (const method of ["POST", "PUT", "DELETE", "PATCH"]) {
+      const res = await t.relay.app.request(`http://relay.test${jwksPath(client.id)}`, { method });
+      expect(res.status, method).toBe(405);
+      expect(res.headers.get("allow"), method).toBe("GET, HEAD");
+      expect(await res.json(), method).toEqual({
+        error: {
+          code: "method_not_allowed",
+          message: `${method} is not allowed on ${jwksPath(client.id)}; use GET, HEAD.`,
+          request_id: res.headers.get("x-request-id"),
+        },
+      });
+    }
+  });
+
+  it("exempts only this exact path from the API key", async () => {
     const { t } = setup();
     const client = await ed25519Client(t);
     for (const [method, path] of [
-      ["POST", jwksPath(client.id)],
-      ["DELETE", jwksPath(client.id)],
       ["GET", `${jwksPath(client.id)}/`],
       ["GET", `${jwksPath(client.id)}/more`],
       ["GET", "/openapi/v1/webhooks/jwks"],

@@ -77,6 +77,7 @@ const OPERATION_IDS: Record<string, string> = {
   "get /healthz": "checkLiveness",
   "get /readyz": "checkReadiness",
   "get /openapi.json": "getOpenApiDocument",
+  "get /": "getRoot",
   "get /files/{token}": "getFileLink",
   "post task.processing": "onTaskProcessing",
   "post task.succeeded": "onTaskSucceeded",
@@ -102,12 +103,12 @@ describe("/openapi.json against Redocly's recommended ruleset", () => {
       shown.filter((p) => p.startsWith("error")),
       "errors",
     ).toEqual([]);
-    // GET /healthz, /readyz and /openapi.json take no input and no key: no client error exists to document, and
+    // GET /, /healthz, /readyz and /openapi.json take no input and no key: no client error exists to document, and
     // inventing one to quiet operation-4xx-response would make the document lie. GET /files/{token} is a
     // redirect: its answer is 302, never a 2xx.
     expect(shown.filter((p) => p.startsWith("warn")).sort()).toEqual(
       [
-        ...["/healthz", "/readyz", "/openapi.json"].map(
+        ...["/", "/healthz", "/readyz", "/openapi.json"].map(
           (path) =>
             `warn operation-4xx-response #/paths/${path.replaceAll("/", "~1")}/get/responses: Operation must have at least one \`4XX\` response.`,
         ),

@@ -205,6 +205,16 @@ async function send(t: TestRelay, apiKey: string, path: string, method: string, 
   });
 }
 
+/**
+ * Callback headers need a destination (a callback_url or an endpoint of the client), which a schema
+ * cannot see: the clients that send generated bodies have an endpoint, so the schema's bodies stand alone.
+ */
+async function withEndpoint(t: TestRelay, apiKey: string): Promise<string> {
+  const res = await t.request(apiKey, ENDPOINTS, { method: "POST", json: { url: "https://hooks.example.com/ep" } });
+  expect(res.status, await res.clone().text()).toBe(201);
+  return apiKey;
+}
+
 function withCatalog(env: Record<string, string> = {}) {
   const { t } = suite.setup(env);
   suite.server.use(http.get(`${UPSTREAM_URL}/openapi/v1/models`, () => HttpResponse.json(catalogBody())));
@@ -420,7 +430,7 @@ describe("the documented request schemas refuse what intake refuses", () => {
 
   it("the same cases' valid neighbours pass both (the refusals above are for the stated reason)", async () => {
     const t = withCatalog();
-    const { apiKey } = t.client();
+    const apiKey = await withEndpoint(t, t.client().apiKey);
     expect((await t.request(apiKey, "/openapi/v1/models")).status).toBe(200);
     const doc = await served(t);
     const valid: [string, string, Body][] = [
@@ -498,7 +508,7 @@ describe("bodies generated from the documented schemas are accepted (Schemathesi
     ["video", VIDEOS],
   ] as const)("%s tasks, with no catalog cached: every generated body as it is", async (_kind, path) => {
     const { t } = suite.setup();
-    const { apiKey } = t.client();
+    const apiKey = await withEndpoint(t, t.client().apiKey);
     expect(
       await acceptance(
         t,
@@ -516,7 +526,7 @@ describe("bodies generated from the documented schemas are accepted (Schemathesi
     ["video", VIDEOS],
   ] as const)("%s tasks, with the catalog cached: the catalog's values where it decides", async (kind, path) => {
     const t = withCatalog();
-    const { apiKey } = t.client();
+    const apiKey = await withEndpoint(t, t.client().apiKey);
     expect((await t.request(apiKey, "/openapi/v1/models")).status).toBe(200);
     expect(
       await acceptance(

@@ -154,11 +154,24 @@ describe("Prefer: wait on a task read", () => {
     expect(((await timedOut.json()) as Json).data.status).toBe("queued");
   });
 
+  it("a wait over the cap (wait=999) is held up to 60 s and answered with Preference-Applied: wait=60", async () => {
+    const t = relay();
+    const { apiKey } = t.client();
+    const id = await newTaskId(t, apiKey);
+    const pending = read(t, apiKey, id, "wait=999", "queued");
+    await heldOn(t.relay, id);
+    await t.request(apiKey, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" });
+    const res = await pending;
+    expect(res.status).toBe(200);
+    expect(res.headers.get("preference-applied")).toBe("wait=60");
+    expect(((await res.json()) as Json).data.status).toBe("canceled");
+  });
+
   it("ignores a Prefer it cannot honour (RFC 7240): no wait, no Preference-Applied", async () => {
     const t = relay();
     const { apiKey } = t.client();
     const id = await newTaskId(t, apiKey);
-    for (const prefer of ["wait=0", "wait=61", "wait=abc", "wait", "wait=1.5", "handling=strict"]) {
+    for (const prefer of ["wait=0", "wait=abc", "wait", "wait=1.5", "handling=strict"]) {
       const res = await read(t, apiKey, id, prefer, "queued");
       expect(res.status, prefer).toBe(200);
       expect(res.headers.get("preference-applied"), prefer).toBeNull();

@@ -32,7 +32,10 @@ describe("waitPreference (RFC 7240)", () => {
     expect(waitPreference("wait=60")).toBe(60);
     expect(waitPreference("respond-async, wait=10")).toBe(10);
     expect(waitPreference('Wait="5"; foo=bar')).toBe(5);
-    for (const bad of [undefined, "", "wait", "wait=", "wait=0", "wait=61", "wait=-1", "wait=1.5", "wait=abc", "x=1"])
+    // Longer than the cap: honoured as the cap, which Preference-Applied then names.
+    expect(waitPreference("wait=61")).toBe(60);
+    expect(waitPreference("wait=999")).toBe(60);
+    for (const bad of [undefined, "", "wait", "wait=", "wait=0", "wait=-1", "wait=1.5", "wait=abc", "x=1"])
       expect(waitPreference(bad), String(bad)).toBeNull();
   });
 });

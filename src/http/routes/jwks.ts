@@ -9,13 +9,15 @@ import { errorResponses } from "../schemas.js";
 
 /**
  * The one route under /openapi/v1 that takes no API key (docs/contract.md, "Published keys"):
- * receivers fetch a client's Ed25519 public keys from here. Exempted from bearer auth by method
- * and by this exact shape (one path segment after jwks/), so no other path can slip through it.
+ * receivers fetch a client's Ed25519 public keys from here. Exempted from bearer auth by this exact
+ * shape (one path segment after jwks/), so no other path can slip through it. Every method is:
+ * the route serves only GET and HEAD, so any other gets the app's 405 with Allow rather than a 401
+ * that would send the caller looking for a key it does not need.
  */
 const PUBLIC_KEYS_PATH = /^\/openapi\/v1\/webhooks\/jwks\/[^/]+$/;
 
 export function isPublicKeysRequest(c: Context): boolean {
-  return (c.req.method === "GET" || c.req.method === "HEAD") && PUBLIC_KEYS_PATH.test(c.req.path);
+  return PUBLIC_KEYS_PATH.test(c.req.path);
 }
 
 /** Keys change only on a rotation, and the previous one keeps signing for 24 hours: five minutes of caching is safe. */
@@ -51,7 +53,7 @@ export function registerJwksRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       tags: ["Webhooks"],
       summary: "A client's Ed25519 webhook public keys, as a JWKS (no API key)",
       description:
-        "RFC 7517 JWK Set of RFC 8037 OKP keys that verify the client's v1a signatures: its current key and, during a rotation's 24-hour overlap, the previous one. Public and cacheable; an unknown, revoked or hmac client is 404.",
+        "RFC 7517 JWK Set of RFC 8037 OKP keys that verify the client's v1a signatures: its current key and, during a rotation's 24-hour overlap, the previous one. Public and cacheable; an unknown, revoked or hmac client is the same 404, whose message says what each case means and how a client switches to ed25519. Methods other than GET and HEAD: 405 with Allow.",
       security: [],
       request: {
         params: z.object({
@@ -67,7 +69,11 @@ export function registerJwksRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
           content: { "application/json": { schema: JwksSchema } },
         },
         304: { description: "Not modified: If-None-Match named this ETag", headers: headerRefs("ETag") },
-        404: { ...notFound, description: "No such client, revoked, or not signing with ed25519 (not_found)" },
+        404: {
+          ...notFound,
+          description:
+            'No such client, revoked, or signing with hmac (not_found): the message names the three cases and the fix for the last (PUT /openapi/v1/webhooks/settings {"signature":"ed25519"})',
+        },
         ...errorResponses(),
       },
     }),
