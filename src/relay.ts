@@ -16,6 +16,8 @@ import type { Resolver } from "./webhooks/ssrf.js";
 import { WebhookSender } from "./webhooks/sender.js";
 import { Destinations } from "./destinations/index.js";
 import { httpDestination, WEBHOOK_KIND } from "./destinations/http.js";
+import { queueKinds } from "./destinations/queues.js";
+import { queueTargets } from "./services/queue-endpoints.js";
 import { Dispatcher } from "./workers/dispatcher.js";
 import { WorkerLoop, type LoopOptions } from "./workers/loop.js";
 import { LeaseOwner } from "./workers/owner.js";
@@ -74,6 +76,8 @@ export class Relay {
   readonly sender: WebhookSender;
   /** Where deliveries go, by the endpoint's kind: a new kind registers here (docs/architecture.md, "Destinations"). */
   readonly destinations: Destinations;
+  /** Closes the queue kinds' broker connections (stop()). */
+  private readonly closeQueues: () => Promise<void>;
   readonly owner = new LeaseOwner();
   /** Which upstream accounts this instance leads, with their fences (shared by the submitter and the poller). */
   readonly leadership: Leadership;
@@ -105,10 +109,18 @@ export class Relay {
       allowPrivateNetworks: config.webhookAllowPrivateNetworks,
       ...(opts.resolve ? { resolve: opts.resolve } : {}),
     });
+    // The queue kinds (docs/destinations.md) read an endpoint's sealed settings by its id.
+    const queues = queueKinds({
+      allowPrivateNetworks: config.webhookAllowPrivateNetworks,
+      ...(opts.resolve ? { resolve: opts.resolve } : {}),
+      targets: queueTargets({ store, config }),
+    });
+    this.closeQueues = queues.close;
     this.destinations = new Destinations().register(
       WEBHOOK_KIND,
       httpDestination(this.sender, { allowPrivateNetworks: config.webhookAllowPrivateNetworks }),
     );
+    for (const [kind, entry] of Object.entries(queues.kinds)) this.destinations.register(kind, entry);
     const durations = new DurationStats(store, clock);
     this.durations = durations;
     this.lifecycle = new Lifecycle({
@@ -338,5 +350,6 @@ export class Relay {
     this.leadership.close();
     await this.opts.store.ops.releaseLeases(this.owner.id);
     await this.sender.close();
+    await this.closeQueues();
   }
 }

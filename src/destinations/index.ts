@@ -17,6 +17,8 @@ export interface DestinationTarget {
   address: string;
   /** Whose message (the client id): a kind keeps each tenant's connections apart. */
   tenant: string;
+  /** The endpoint it is for (null: the task's own callback URL): a queue kind reads its sealed settings by it. */
+  endpoint?: string | null;
 }
 
 /**

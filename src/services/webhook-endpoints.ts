@@ -5,6 +5,12 @@ import { destinationHost } from "../webhooks/destination.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import { callbackHeaderProblems, sealHeaders } from "./callback-headers.js";
 import type { ServiceDeps } from "./deps.js";
+import {
+  type QueueEndpointInput,
+  type QueueEndpointShown,
+  queueEndpointFields,
+  queueEndpointShown,
+} from "./queue-endpoints.js";
 import { ApiError } from "./errors.js";
 
 /**
@@ -21,42 +27,75 @@ export const MAX_ENDPOINTS = 20;
 export const MAX_DESCRIPTION = 500;
 export { DEFAULT_ENDPOINT_EVENTS, ENDPOINT_EVENT_TYPES };
 
-export interface EndpointInput {
-  url: string;
+interface CommonInput {
   events?: EndpointEventType[] | undefined;
   description?: string | null | undefined;
-  headers?: Record<string, string> | null | undefined;
 }
 
-/** What the API shows of an endpoint: never its headers' values (nor their names, as for a task's). */
-export interface EndpointView {
+type WebhookInput = CommonInput & {
+  type?: "webhook" | undefined;
+  url: string;
+  headers?: Record<string, string> | null | undefined;
+};
+
+export type EndpointInput = WebhookInput | (CommonInput & QueueEndpointInput);
+
+const isQueueInput = (input: EndpointInput): input is CommonInput & QueueEndpointInput =>
+  input.type === "amqp" || input.type === "nats" || input.type === "sqs";
+
+/**
+ * What the API shows of an endpoint: never its headers' values (nor their names, as for a task's),
+ * never a queue endpoint's credentials (its url without them, and its other settings).
+ */
+export type EndpointView = {
   id: string;
   url: string;
   events: EndpointEventType[];
   description: string | null;
   created_at: string;
-}
+} & ({ type?: never } | QueueEndpointShown);
 
 type Deps = Pick<ServiceDeps, "store" | "clock" | "config">;
 
 export function endpointView(row: WebhookEndpointRow): EndpointView {
+  const shown = queueEndpointShown(row);
   return {
     id: row.id,
-    url: row.url,
+    // An SQS endpoint's address is its queue URL under the kind's scheme (sqs+https://…): shown as the queue URL.
+    url: shown?.type === "sqs" ? shown.queue_url : row.url,
     events: JSON.parse(row.events) as EndpointEventType[],
     description: row.description,
     created_at: new Date(row.createdAt).toISOString(),
+    // A `webhook` endpoint shows the fields it always has (no `type`); a queue one its kind and settings.
+    ...shown,
   };
 }
 
-/** Creates an endpoint: the URL passes the callback URL checks, the headers the callback_headers rules. */
-export async function createEndpoint(deps: Deps, clientId: string, input: EndpointInput): Promise<EndpointView> {
+/** Where an endpoint delivers: a callback URL (checked as callback_url is), or a queue's settings. */
+function endpointTarget(deps: Deps, input: EndpointInput) {
+  if (isQueueInput(input)) return queueEndpointFields(deps, input);
   const verdict = validateCallbackUrl(input.url, { allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks });
   if (!verdict.ok) {
     throw new ApiError("invalid_callback_url", `url is not acceptable: ${verdict.reason}.`, [
       { field: "url", message: verdict.reason },
     ]);
   }
+  const problems = callbackHeaderProblems(input.headers, "headers");
+  if (problems.length > 0) throw new ApiError("validation_error", "Some headers are invalid.", problems);
+  return {
+    url: verdict.url,
+    destinationHost: destinationHost(verdict.url),
+    kind: "webhook",
+    headers: sealHeaders(input.headers, deps.config.encryptionKey),
+  };
+}
+
+/**
+ * Creates an endpoint: a `webhook` one's URL passes the callback URL checks and its headers the
+ * callback_headers rules; a queue one's settings the checks of services/queue-endpoints.ts.
+ */
+export async function createEndpoint(deps: Deps, clientId: string, input: EndpointInput): Promise<EndpointView> {
+  const target = endpointTarget(deps, input);
   const events = input.events ? [...new Set(input.events)] : [...DEFAULT_ENDPOINT_EVENTS];
   const unknown = events.filter((e) => !(ENDPOINT_EVENT_TYPES as readonly string[]).includes(e));
   if (events.length === 0 || unknown.length > 0)
@@ -68,18 +107,14 @@ export async function createEndpoint(deps: Deps, clientId: string, input: Endpoi
     throw new ApiError("validation_error", "description is too long.", [
       { field: "description", message: `at most ${MAX_DESCRIPTION} characters` },
     ]);
-  const problems = callbackHeaderProblems(input.headers, "headers");
-  if (problems.length > 0) throw new ApiError("validation_error", "Some headers are invalid.", problems);
   const now = deps.clock.now();
   const row = await deps.store.webhookEndpoints.create(
     {
       id: newId("ep", now),
       clientId,
-      url: verdict.url,
-      destinationHost: destinationHost(verdict.url),
+      ...target,
       events: JSON.stringify(events),
       description,
-      headers: sealHeaders(input.headers, deps.config.encryptionKey),
       createdAt: now,
     },
     MAX_ENDPOINTS,

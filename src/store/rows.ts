@@ -152,6 +152,10 @@ export type WebhookEndpointRow = {
   events: string;
   description: string | null;
   headers: string | null;
+  /** `webhook`, `amqp`, `nats` or `sqs`. */
+  kind: string;
+  /** A queue kind's settings as JSON, its credentials sealed inside (services/queue-endpoints.ts); null for `webhook`. */
+  destination: string | null;
   createdAt: number;
 };
 
@@ -163,6 +167,8 @@ export type NewWebhookEndpointRow = {
   events: string;
   description?: string | null | undefined;
   headers?: string | null | undefined;
+  kind?: string | undefined;
+  destination?: string | null | undefined;
   createdAt: number;
 };
 

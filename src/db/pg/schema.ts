@@ -254,6 +254,8 @@ export const webhookEndpoints = pgTable(
     events: text("events").notNull(),
     description: text("description"),
     headers: text("headers"),
+    kind: text("kind").notNull().default("webhook"),
+    destination: text("destination"),
     createdAt: ms("created_at").notNull(),
   },
   (t) => [index("webhook_endpoints_client_idx").on(t.clientId, t.createdAt)],

@@ -24,8 +24,8 @@ export function pgWebhookEndpoints(s: PgContext): WebhookEndpointStore {
         );
         if (n >= max) return null;
         const r = await c.query(
-          `INSERT INTO webhook_endpoints (id, client_id, url, destination_host, events, description, headers, created_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *`,
+          `INSERT INTO webhook_endpoints (id, client_id, url, destination_host, events, description, headers, kind, destination, created_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING *`,
           [
             row.id,
             row.clientId,
@@ -34,6 +34,8 @@ export function pgWebhookEndpoints(s: PgContext): WebhookEndpointStore {
             row.events,
             row.description ?? null,
             row.headers ?? null,
+            row.kind ?? "webhook",
+            row.destination ?? null,
             row.createdAt,
           ],
         );

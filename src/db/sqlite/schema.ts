@@ -305,6 +305,10 @@ export const webhookEndpoints = sqliteTable(
     description: text("description"),
     /** Headers sent with every delivery (sealed JSON, as callback_headers), or null. */
     headers: text("headers"),
+    /** `webhook`, or a queue kind (`amqp`, `nats`, `sqs`: docs/destinations.md). */
+    kind: text("kind").notNull().default("webhook"),
+    /** A queue kind's settings (JSON; its credentials sealed inside), or null for `webhook`. */
+    destination: text("destination"),
     createdAt: integer("created_at").notNull(),
   },
   (t) => [index("webhook_endpoints_client_idx").on(t.clientId, t.createdAt)],

@@ -1,5 +1,6 @@
 import type { DestinationMessage } from "../../destinations/index.js";
 import { WEBHOOK_KIND } from "../../destinations/http.js";
+import { kindOfAddress } from "../../destinations/queues.js";
 import type { ClientRow, EventRow } from "../../store/store.js";
 import { signOutgoing } from "../../webhooks/outgoing.js";
 
@@ -23,8 +24,13 @@ export function deliveryMessage(
     callbackHeaders: event.callbackHeaders,
   });
   return {
-    // Every stored event is a callback or an endpoint with a URL today: the `webhook` kind.
-    target: { kind: WEBHOOK_KIND, address: event.callbackUrl ?? "", tenant: event.clientId },
+    // A callback URL is the `webhook` kind; an endpoint's stored address names its kind (destinations/queues.ts).
+    target: {
+      kind: event.endpointId && event.callbackUrl ? kindOfAddress(event.callbackUrl) : WEBHOOK_KIND,
+      address: event.callbackUrl ?? "",
+      tenant: event.clientId,
+      endpoint: event.endpointId,
+    },
     eventId: signed.id,
     timestamp: signed.timestamp,
     body: event.payload,

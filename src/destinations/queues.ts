@@ -1,0 +1,99 @@
+import { sendResult } from "../webhooks/sender.js";
+import { hostnameRefusal, type Resolver } from "../webhooks/ssrf.js";
+import { AmqpDestination, type AmqpTarget } from "./amqp.js";
+import type { QueueClientOptions } from "./broker-client.js";
+import type { Destination, DestinationKind, DestinationMessage } from "./index.js";
+import { NatsDestination, type NatsTarget } from "./nats.js";
+import type { QueueMessage } from "./queue-message.js";
+import { SqsDestination, type SqsTarget } from "./sqs.js";
+
+/**
+ * The queue kinds (docs/destinations.md): `amqp`, `nats` and `sqs`, each a Destination over its
+ * broker client. An endpoint of a queue kind is stored with an address that names its kind and
+ * broker without credentials (`amqp://host:port/vhost`, `nats://host:port`,
+ * `sqs+https://sqs.region.amazonaws.com/account/queue`); its settings and credentials are sealed
+ * with the endpoint, and looked up by the endpoint's id when a message is sent (`targets`).
+ */
+export const QUEUE_KINDS = ["amqp", "nats", "sqs"] as const;
+export type QueueKind = (typeof QUEUE_KINDS)[number];
+
+export type QueueTarget =
+  | { kind: "amqp"; amqp: AmqpTarget }
+  | { kind: "nats"; nats: NatsTarget }
+  | { kind: "sqs"; sqs: SqsTarget };
+
+/** The kind a stored address names: a queue kind by its scheme, else `webhook`. */
+export function kindOfAddress(address: string): string {
+  const scheme = address.slice(0, address.indexOf(":")).toLowerCase();
+  if (scheme === "amqp" || scheme === "amqps") return "amqp";
+  if (scheme === "nats" || scheme === "tls") return "nats";
+  if (scheme === "sqs+https" || scheme === "sqs+http") return "sqs";
+  return "webhook";
+}
+
+/** The queue headers of a signed message: the Standard Webhooks three, content-type, and the trace context when there is one. */
+export function queueMessage(message: DestinationMessage): QueueMessage {
+  const headers: Record<string, string> = {
+    "webhook-id": message.eventId,
+    "webhook-timestamp": String(message.timestamp),
+    "webhook-signature": message.signature,
+    "content-type": message.contentType,
+  };
+  if (message.traceparent) headers.traceparent = message.traceparent;
+  if (message.tracestate) headers.tracestate = message.tracestate;
+  return {
+    tenant: message.target.tenant,
+    id: message.eventId,
+    type: message.type,
+    taskId: message.taskId ?? message.eventId,
+    body: message.body,
+    headers,
+  };
+}
+
+export interface QueueKindsOptions extends QueueClientOptions {
+  /** The endpoint's settings and credentials, opened, by client and endpoint id; null when it is gone. */
+  targets: (tenant: string, endpointId: string) => Promise<QueueTarget | null>;
+  resolve?: Resolver;
+}
+
+/** The three queue kinds, ready to register, and a close for shutdown. */
+export function queueKinds(opts: QueueKindsOptions): {
+  kinds: Record<QueueKind, DestinationKind>;
+  close: () => Promise<void>;
+} {
+  const amqp = new AmqpDestination(opts);
+  const nats = new NatsDestination(opts);
+  const sqs = new SqsDestination(opts);
+  const refuse = (address: string): string | null => {
+    if (opts.allowPrivateNetworks) return null;
+    try {
+      const host = new URL(address).hostname;
+      return host === "" ? "the broker address has no host" : hostnameRefusal(host);
+    } catch {
+      return "the broker address does not parse";
+    }
+  };
+  const destination = (kind: QueueKind): Destination => ({
+    send: async (message, deadline) => {
+      const endpoint = message.target.endpoint;
+      const target = endpoint ? await opts.targets(message.target.tenant, endpoint).catch(() => null) : null;
+      if (!target || target.kind !== kind)
+        return sendResult({ error: `the ${kind} endpoint's settings could not be read (endpoint removed?)` });
+      const queued = queueMessage(message);
+      if (target.kind === "amqp") return amqp.publish(target.amqp, queued, deadline.timeoutMs);
+      if (target.kind === "nats") return nats.publish(target.nats, queued, deadline.timeoutMs);
+      return sqs.publish(target.sqs, queued, deadline.timeoutMs);
+    },
+  });
+  return {
+    kinds: {
+      amqp: { refuse, destination: destination("amqp") },
+      nats: { refuse, destination: destination("nats") },
+      sqs: { refuse, destination: destination("sqs") },
+    },
+    close: async () => {
+      await Promise.all([amqp.close(), nats.close(), sqs.close()]);
+    },
+  };
+}

@@ -1,0 +1,320 @@
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import { CreateQueueCommand, ReceiveMessageCommand, SQSClient } from "@aws-sdk/client-sqs";
+import amqp, { type ChannelModel } from "amqplib";
+import { http, passthrough } from "msw";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { randomBytes } from "node:crypto";
+import type { FakeUpstream } from "../helpers/fake-upstream.js";
+import { createTask } from "../helpers/flow.js";
+import { type ProcessBroker, type SqsBroker, startNats, startRabbit, startSqs } from "../helpers/brokers.js";
+import { type Received, verifyAt } from "../helpers/receiver.js";
+import type { TestRelay } from "../helpers/relay.js";
+import { upstreamSuite, WORKER_TEST_ENV } from "../helpers/upstream-suite.js";
+
+/**
+ * Queue endpoints end to end (docs/destinations.md): created through the API, a task's
+ * `task.succeeded` published by the dispatcher to a real RabbitMQ, NATS JetStream and SQS-compatible
+ * server, each message verified with standardwebhooks and the client's secret; the broker's answer
+ * (or why it refused) in the attempt log. PostgreSQL's side: pg-queue-endpoints.test.ts.
+ */
+const suite = upstreamSuite({ ...WORKER_TEST_ENV, WEBHOOK_TIMEOUT_MS: "5000" });
+const PATH = "/openapi/v1/webhooks/endpoints";
+const PAST_SCHEDULE = 2 * 60 * 60_000;
+
+let rabbit: ProcessBroker;
+let nats: ProcessBroker;
+let sqs: SqsBroker;
+let admin: ChannelModel;
+let sqsAdmin: SQSClient;
+let queueUrl: string;
+
+beforeAll(async () => {
+  [rabbit, nats, sqs] = await Promise.all([startRabbit(), startNats(), startSqs()]);
+  suite.server.use(sqsPassthrough());
+  admin = await amqp.connect(rabbit.url);
+  const ch = await admin.createChannel();
+  await ch.assertExchange("genrelay", "topic", { durable: true });
+  await ch.assertQueue("app", { durable: true });
+  await ch.bindQueue("app", "genrelay", "task.#");
+  await ch.close();
+  const nc = await connect({ servers: nats.url });
+  await (await jetstreamManager(nc)).streams.add({ name: "EVENTS", subjects: ["genrelay.>"] });
+  await nc.close();
+  sqsAdmin = new SQSClient({
+    region: sqs.region,
+    endpoint: sqs.url,
+    credentials: { accessKeyId: sqs.accessKeyId, secretAccessKey: sqs.secretAccessKey },
+  });
+  queueUrl = (await sqsAdmin.send(new CreateQueueCommand({ QueueName: "app-events" }))).QueueUrl!;
+}, 90_000);
+afterAll(async () => {
+  await admin?.close().catch(() => {});
+  sqsAdmin?.destroy();
+  await Promise.all([rabbit?.close(), nats?.close(), sqs?.close()]);
+});
+
+async function body(res: Response, expected: number): Promise<any> {
+  const text = await res.text();
+  expect(res.status, text).toBe(expected);
+  return text ? JSON.parse(text) : null;
+}
+
+/** msw refuses unknown requests; SQS calls go to the loopback server. */
+const sqsPassthrough = () => http.all(`${sqs.url}/*`, () => passthrough());
+
+/** A relay whose SQS calls reach the loopback server. */
+function setup(env: Record<string, string> = {}) {
+  const { t, up } = suite.setup(env);
+  suite.server.use(sqsPassthrough());
+  return { t, up };
+}
+
+async function succeededTask(t: TestRelay, up: FakeUpstream, apiKey: string) {
+  const id = await createTask(t, apiKey);
+  await t.relay.submitter.runOnce();
+  up.set(up.taskOf(id)!.id, {
+    status: "succeeded",
+    output: { images: [{ url: "https://cdn.test/fox.png" }] },
+    usage: { points_charged: 20, points_refunded: 0 },
+  });
+  t.clock.advance(2_000);
+  await t.relay.poller.runOnce();
+  return id;
+}
+
+async function deliverAll(t: TestRelay, rounds = 3) {
+  for (let round = 0; round < rounds; round++) {
+    await t.relay.dispatcher.runOnce();
+    t.clock.advance(PAST_SCHEDULE);
+  }
+}
+
+/** standardwebhooks' verify at the moment the message was sent (the relay's clock is fake), as a consumer on arrival. */
+const verifyMessage = (secret: string, text: string, headers: Record<string, string>) =>
+  verifyAt(secret, { body: text, headers } as unknown as Received, Number(headers["webhook-timestamp"]) * 1000);
+
+const attempts = async (t: TestRelay, apiKey: string, id: string) =>
+  (await body(await t.request(apiKey, `/openapi/v1/tasks/${id}/deliveries`), 200)).data;
+
+const amqpEndpoint = (routingKey?: string) => ({
+  type: "amqp",
+  url: rabbit.url,
+  exchange: "genrelay",
+  ...(routingKey ? { routing_key: routingKey } : {}),
+});
+const sqsEndpoint = () => ({
+  type: "sqs",
+  queue_url: queueUrl,
+  region: sqs.region,
+  access_key_id: sqs.accessKeyId,
+  secret_access_key: "s3cr3t-never-shown",
+  endpoint: sqs.url,
+});
+
+describe("queue endpoints: the API", () => {
+  it("creates each kind (201) with its settings, never its credentials, sealed at rest", async () => {
+    const key = randomBytes(32).toString("base64");
+    const { t } = setup({ RELAY_ENCRYPTION_KEY: key });
+    const { apiKey } = t.client();
+    const a = (await body(await t.request(apiKey, PATH, { method: "POST", json: amqpEndpoint() }), 201)).data;
+    expect(a).toEqual({
+      id: a.id,
+      type: "amqp",
+      url: `amqp://127.0.0.1:${rabbit.port}`,
+      exchange: "genrelay",
+      routing_key: null,
+      events: ["task.succeeded", "task.failed", "task.canceled"],
+      description: null,
+      created_at: new Date(t.clock.now()).toISOString(),
+    });
+    const n = (
+      await body(
+        await t.request(apiKey, PATH, {
+          method: "POST",
+          json: { type: "nats", url: `nats://app:pa55word@127.0.0.1:${nats.port}`, token: "tok-never-shown" },
+        }),
+        201,
+      )
+    ).data;
+    expect(n).toMatchObject({ type: "nats", url: `nats://127.0.0.1:${nats.port}`, subject: null });
+    const s = (await body(await t.request(apiKey, PATH, { method: "POST", json: sqsEndpoint() }), 201)).data;
+    expect(s).toMatchObject({
+      type: "sqs",
+      url: queueUrl,
+      queue_url: queueUrl,
+      region: "us-east-1",
+      access_key_id: "test",
+      endpoint: sqs.url,
+    });
+    const listed = JSON.stringify(await body(await t.request(apiKey, PATH), 200));
+    const stored = JSON.stringify(t.database.sqlite.prepare("SELECT * FROM webhook_endpoints").all());
+    for (const secret of ["guest:guest", "pa55word", "tok-never-shown", "s3cr3t-never-shown"]) {
+      expect(listed).not.toContain(secret);
+      expect(stored).not.toContain(secret);
+    }
+  });
+
+  it("refuses bad settings with 422 validation_error naming each field", async () => {
+    const { t } = setup();
+    const { apiKey } = t.client();
+    const post = async (json: unknown) => body(await t.request(apiKey, PATH, { method: "POST", json }), 422);
+    expect(await post({ type: "amqp", url: "http://mq.example.com", exchange: "x y" })).toEqual({
+      error: {
+        code: "validation_error",
+        message: "Some amqp settings are invalid.",
+        request_id: expect.any(String),
+        details: [
+          { field: "url", message: "scheme must be amqp:// or amqps://" },
+          { field: "exchange", message: "at most 255 letters, digits, '-', '_', '.', ':' or '/'" },
+        ],
+      },
+    });
+    expect(await post({ type: "nats", url: "nats://nats.example.com:4222", subject: "genrelay.*" })).toEqual({
+      error: {
+        code: "validation_error",
+        message: "Some nats settings are invalid.",
+        request_id: expect.any(String),
+        details: [{ field: "subject", message: "a subject: dot-separated tokens, no wildcards (* >) or whitespace" }],
+      },
+    });
+    expect((await post({ ...sqsEndpoint(), region: "Mars" })).error.details).toEqual([
+      { field: "region", message: "an AWS region such as eu-west-1" },
+    ]);
+    expect((await post({ type: "kafka", url: "kafka://x" })).error).toMatchObject({
+      code: "validation_error",
+      details: [{ field: "type", message: "must be one of webhook, amqp, nats, sqs" }],
+    });
+    expect((await post({ type: "amqp", url: "amqp://mq.example.com" })).error.details).toEqual([
+      { field: "exchange", message: expect.any(String) },
+    ]);
+  });
+
+  it("refuses a loopback broker unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true", async () => {
+    const { t } = setup({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "false" });
+    const { apiKey } = t.client();
+    const res = await body(await t.request(apiKey, PATH, { method: "POST", json: amqpEndpoint() }), 422);
+    expect(res).toEqual({
+      error: {
+        code: "validation_error",
+        message: "Some amqp settings are invalid.",
+        request_id: expect.any(String),
+        details: [
+          {
+            field: "url",
+            message: "127.0.0.1 is loopback; allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only)",
+          },
+        ],
+      },
+    });
+  });
+});
+
+describe("queue endpoints: delivery", () => {
+  it("task.succeeded reaches RabbitMQ, NATS and SQS as a message standardwebhooks verifies", async () => {
+    const { t, up } = setup();
+    const { apiKey, secret } = t.client();
+    for (const json of [amqpEndpoint(), { type: "nats", url: nats.url }, sqsEndpoint()])
+      await body(await t.request(apiKey, PATH, { method: "POST", json }), 201);
+    const id = await succeededTask(t, up, apiKey);
+    await deliverAll(t);
+
+    const ch = await admin.createChannel();
+    const fromRabbit = await ch.get("app", { noAck: true });
+    await ch.close();
+    expect(fromRabbit).not.toBe(false);
+    const nc = await connect({ servers: nats.url });
+    const fromNats = await (await jetstreamManager(nc)).streams.getMessage("EVENTS", {
+      last_by_subj: "genrelay.task.succeeded",
+    });
+    await nc.close();
+    const [fromSqs] =
+      (await sqsAdmin.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MessageAttributeNames: ["All"] })))
+        .Messages ?? [];
+
+    const received: Array<[string, Record<string, string>]> = [];
+    if (fromRabbit) received.push([fromRabbit.content.toString("utf8"), fromRabbit.properties.headers as never]);
+    if (fromNats) {
+      const h: Record<string, string> = {};
+      for (const [name, values] of fromNats.header) h[name.toLowerCase()] = values[0]!;
+      received.push([fromNats.string(), h]);
+    }
+    if (fromSqs) {
+      const h: Record<string, string> = {};
+      for (const [name, v] of Object.entries(fromSqs.MessageAttributes ?? {})) h[name] = v.StringValue!;
+      received.push([fromSqs.Body!, h]);
+    }
+    expect(received).toHaveLength(3);
+    const ids = new Set<string>();
+    for (const [text, headers] of received) {
+      const event = verifyMessage(secret, text, headers) as {
+        id: string;
+        type: string;
+        data: { id: string; status: string };
+      };
+      expect(event).toMatchObject({ type: "task.succeeded", data: { id, status: "succeeded" } });
+      expect(headers["webhook-id"]).toBe(event.id);
+      ids.add(event.id);
+    }
+    // One event, one webhook-id, at every destination.
+    expect(ids.size).toBe(1);
+    const log = await attempts(t, apiKey, id);
+    expect(JSON.stringify(log)).toContain("confirmed by RabbitMQ");
+    expect(JSON.stringify(log)).toContain('PubAck: stream \\"EVENTS\\"');
+    expect(JSON.stringify(log)).toContain("MD5s match");
+  });
+
+  it("an unroutable AMQP message and a missing JetStream stream are failed attempts naming why", async () => {
+    const { t, up } = setup();
+    const { apiKey } = t.client();
+    await body(await t.request(apiKey, PATH, { method: "POST", json: amqpEndpoint("nobody.listens") }), 201);
+    await body(
+      await t.request(apiKey, PATH, {
+        method: "POST",
+        json: { type: "nats", url: nats.url, subject: "nowhere.events" },
+      }),
+      201,
+    );
+    const id = await succeededTask(t, up, apiKey);
+    await t.relay.dispatcher.runOnce();
+    const log = JSON.stringify(await attempts(t, apiKey, id));
+    expect(log).toContain(
+      'no queue bound: RabbitMQ returned the message (312 NO_ROUTE) from exchange \\"genrelay\\" with routing key \\"nobody.listens\\"',
+    );
+    expect(log).toContain(
+      'no JetStream stream for subject \\"nowhere.events\\" (no responders): create a stream that captures it',
+    );
+  });
+
+  it("a broker stopped mid-run, then restarted, gets the message with the same webhook-id", async () => {
+    const { t, up } = setup();
+    const { apiKey, secret } = t.client();
+    await body(
+      await t.request(apiKey, PATH, {
+        method: "POST",
+        json: { type: "nats", url: nats.url, subject: "genrelay.outage" },
+      }),
+      201,
+    );
+    await nats.stop();
+    let id: string;
+    try {
+      id = await succeededTask(t, up, apiKey);
+      await t.relay.dispatcher.runOnce();
+      const failed = await attempts(t, apiKey, id);
+      expect(JSON.stringify(failed)).not.toContain("PubAck");
+    } finally {
+      await nats.start();
+    }
+    await deliverAll(t, 4);
+    const nc = await connect({ servers: nats.url });
+    const stored = await (await jetstreamManager(nc)).streams.getMessage("EVENTS", { last_by_subj: "genrelay.outage" });
+    await nc.close();
+    expect(stored).not.toBeNull();
+    const h: Record<string, string> = {};
+    for (const [name, values] of stored!.header) h[name.toLowerCase()] = values[0]!;
+    const event = verifyMessage(secret, stored!.string(), h) as { id: string; data: { id: string } };
+    expect(event.data.id).toBe(id);
+    expect(h["nats-msg-id"]).toBe(event.id);
+  });
+});
