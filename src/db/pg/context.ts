@@ -64,5 +64,11 @@ export interface PgContext {
   leads(account: string, as: LeaderLease): Promise<LeaderFence | null>;
   /** Every account's lease but `holder`'s, each with whether it could be taken now (OpsStore.leases). */
   leases(as: LeaderLease): Promise<{ account: string; takeable: boolean }[]>;
+  /**
+   * Wakes the submitter of the accounts of tasks just committed: this process's own when it leads
+   * every one of them and listens (no NOTIFY, whose queue lock every committing instance takes),
+   * else the leaders elsewhere through NOTIFY.
+   */
+  wakeSubmitter(accounts: Iterable<string>): Promise<void>;
   listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged, resynced?: () => void): Promise<void>;
 }

@@ -1,7 +1,7 @@
 import { getTableColumns } from "drizzle-orm";
 import type { CreateResult, NewTaskRequest } from "../../store/store.js";
 import { tasks } from "./schema.js";
-import { CHANNEL, T, columnsOf } from "./mapping.js";
+import { T, columnsOf } from "./mapping.js";
 import { loggedBytesOf } from "./storage-log.js";
 
 /** What a creation needs from the driver: one statement, and the per-request path for what a batch cannot take. */
@@ -10,6 +10,8 @@ export interface IntakePort {
   single(req: NewTaskRequest): Promise<CreateResult>;
   /** This instance's name in client_storage_grants. */
   holder: string;
+  /** Wakes the submitter of these accounts (PgContext.wakeSubmitter). */
+  wake(accounts: Iterable<string>): Promise<void>;
 }
 
 interface Pending {
@@ -102,7 +104,8 @@ export class PgIntakeBatches {
         for (const item of replays) item.reject(err);
       }
     }
-    if (inserted.size > 0) void this.port.q("SELECT pg_notify($1, 'submitter')", [CHANNEL]).catch(() => {});
+    if (inserted.size > 0)
+      void this.port.wake(new Set([...inserted.values()].map((r) => r.upstream_account as string))).catch(() => {});
   }
 
   /**

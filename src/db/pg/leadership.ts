@@ -126,6 +126,11 @@ export class PgLeadership {
     return held && this.valid(account) ? { account, fence: held.fence } : null;
   }
 
+  /** Whether this process leads `account` now, without asking the database (a lease it holds, still valid). */
+  holds(account: string): boolean {
+    return !this.closed && this.valid(account);
+  }
+
   /**
    * Every account's lease but those this process holds: whether `holder` could take it now (see
    * LEASES). What an instance asks every few seconds instead of one look per account

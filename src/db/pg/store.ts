@@ -65,6 +65,7 @@ export interface PgStoreOptions extends PgLimits {
  *   under the account row's lock, so it holds even while two leaders briefly overlap;
  * - per-key delivery caps count leased events in the database, so they hold across instances;
  * - writes that wake workers send NOTIFY; every instance LISTENs (its idle timer stays the fallback).
+ *   A creation on the instance that leads its account nudges its own submitter instead (wakeSubmitter).
  *
  * The pull feed needs no lock here either: an event is written without a feed position, and the
  * feed's reader places committed events after every position handed out before (feed-positions.ts),
@@ -351,6 +352,17 @@ export class PgStore implements Store, PgContext {
     return this.closed ? Promise.resolve(null) : this.leadership.leads(account, as);
   }
 
+  /** The nudge of this process's workers, once they listen (wakeSubmitter). */
+  private localNudge: ((target: NudgeTarget) => void) | undefined;
+
+  async wakeSubmitter(accounts: Iterable<string>): Promise<void> {
+    const nudge = this.localNudge;
+    let local = nudge !== undefined && this.listener !== null;
+    for (const account of accounts) if (local && !this.leadership.holds(account)) local = false;
+    if (local) nudge!("submitter");
+    else await this.pool.query("SELECT pg_notify($1, 'submitter')", [CHANNEL]);
+  }
+
   /**
    * One dedicated LISTEN session, opened again 1 s after it is lost (a server restart, a failover,
    * pg_terminate_backend). What was notified while no one listened was not heard: once the session
@@ -358,6 +370,7 @@ export class PgStore implements Store, PgContext {
    * watcher (held waits, event streams) to read its state once more, so no wake-up is lost.
    */
   async listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged, resynced?: () => void): Promise<void> {
+    this.localNudge = nudge;
     if (this.listener || this.closed) return;
     const reopening = this.listenedBefore;
     this.listenedBefore = true;

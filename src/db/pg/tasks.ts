@@ -1,5 +1,5 @@
 import type { TaskRow, TaskStore } from "../../store/store.js";
-import { T, unclaimed, NO_RESERVATIONS, CHANNEL, opt, columnsOf } from "./mapping.js";
+import { T, unclaimed, NO_RESERVATIONS, opt, columnsOf } from "./mapping.js";
 import { pgTaskClaims } from "./task-claims.js";
 import { tasks } from "./schema.js";
 import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
@@ -22,7 +22,7 @@ const LOG_STORED_BYTES = "INSERT INTO client_storage_log (client_id, bytes) VALU
 export function pgTasks(s: PgContext): TaskStore {
   const { q, one } = s;
   /** A creation in a transaction of its own: the idempotency check, the cap and budget decision under the client's credit lock, the insert. */
-  const single: TaskStore["create"] = (req) =>
+  const decideAndInsert: TaskStore["create"] = (req) =>
     s.tx(async (c) => {
       const { row } = req;
       const existing = await one(
@@ -77,14 +77,20 @@ export function pgTasks(s: PgContext): TaskStore {
       }
       await q(LOG_STORED_BYTES, [row.clientId, Number(inserted.stored_bytes)], c);
       await s.applyCredits(c, row.clientId, row.id, { charged: 0, refunded: 0, reserved }, row.createdAt);
-      await q("SELECT pg_notify($1, 'submitter')", [CHANNEL], c);
       return { task: T.row(inserted), replayed: false };
     });
+  const single: TaskStore["create"] = async (req) => {
+    const created = await decideAndInsert(req);
+    // After the commit, so a submitter woken here sees the task.
+    if (!created.replayed) await s.wakeSubmitter([created.task.upstreamAccount]).catch(() => {});
+    return created;
+  };
   // Creations without a cap or credit limit are group-committed (one multi-row INSERT per turn).
   const batches = new PgIntakeBatches({
     q: (sql, values) => q(sql, values),
     single,
     holder: s.storageHolder,
+    wake: (accounts) => s.wakeSubmitter(accounts),
   });
   return {
     ...pgTaskClaims(s),
