@@ -50,6 +50,19 @@ export function idempotencyHeaders(type: "image" | "video") {
         example: `order-1234-${type}`,
       }),
     Prefer: PreferHeader,
+    "Cancel-After": z
+      .string()
+      .max(100)
+      .optional()
+      .openapi({
+        param: {
+          name: "Cancel-After",
+          in: "header",
+          description:
+            "Replicate's spelling of expires_after_seconds: a duration such as 90s, 5m or 1h30m (1 s to 7 days). A task still waiting in the relay this long after creation ends canceled (error.code expired).",
+          example: "5m",
+        },
+      }),
   });
 }
 

@@ -2,6 +2,7 @@ import type { OpenAPIHono } from "@hono/zod-openapi";
 import type { Config } from "../../config.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import { createTask } from "../../services/intake.js";
+import { withCancelAfter } from "../../services/cancel-after.js";
 import { hasEnded, holdFor, waitForTask, waitPreference } from "../../services/task-wait.js";
 import { viewOf } from "../../services/tasks.js";
 import type { AppEnv } from "../context.js";
@@ -72,8 +73,8 @@ function generationRoute(type: "image" | "video") {
 export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
   for (const type of ["image", "video"] as const) {
     app.openapi(generationRoute(type), async (c) => {
-      const body = c.req.valid("json") as Record<string, unknown>;
       const headers = c.req.valid("header");
+      const body = withCancelAfter(c.req.valid("json") as Record<string, unknown>, headers["Cancel-After"]);
       const client = c.get("client");
       // Taken before the task is created, so a client over its bound gets 429 and no task.
       const wait = deps.waiters ? waitPreference(headers.Prefer) : null;
