@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { parseDuration, parseSchedule } from "./duration.js";
+import { baseUrlProblem } from "./net/base-url.js";
 
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 
@@ -82,10 +83,10 @@ const publicBaseUrl = z
     }
     if (u.protocol !== "http:" && u.protocol !== "https:")
       ctx.addIssue({ code: "custom", message: "must be an absolute http(s) URL such as https://relay.example.com" });
-    else if (u.search !== "" || u.hash !== "" || /[?#]/.test(v))
-      ctx.addIssue({ code: "custom", message: "must not have a query or fragment" });
-    else if (u.username !== "" || u.password !== "")
-      ctx.addIssue({ code: "custom", message: "must not contain credentials" });
+    else {
+      const problem = baseUrlProblem(u);
+      if (problem !== null) ctx.addIssue({ code: "custom", message: problem });
+    }
   })
   .transform((v) => {
     const u = new URL(v);

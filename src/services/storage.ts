@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { MAX_URL_EXPIRES_IN } from "../mirror/bucket.js";
 import type { ClientRow } from "../store/store.js";
+import { baseUrlProblem } from "../net/base-url.js";
 import { validateCallbackUrl } from "../webhooks/ssrf.js";
 import { sealSecret } from "../crypto.js";
 import { linkKeyFor, readStored, type StorageView, type StoredBucket } from "../mirror/stored-bucket.js";
@@ -76,7 +77,7 @@ export function parseStorageInput(
   if (!endpoint.ok) found.push({ field: "endpoint", message: endpoint.reason });
   else {
     const u = new URL(endpoint.url);
-    if (u.search !== "" || (u.pathname !== "/" && u.pathname !== ""))
+    if (baseUrlProblem(new URL(v.endpoint)) !== null || (u.pathname !== "/" && u.pathname !== ""))
       found.push({
         field: "endpoint",
         message: "must be an origin such as https://s3.us-east-1.amazonaws.com (no path or query)",
@@ -86,10 +87,10 @@ export function parseStorageInput(
   let publicBase: string | null = null;
   if (v.public_base_url !== null) {
     const base = validateCallbackUrl(v.public_base_url, { allowPrivateNetworks: true });
-    if (!base.ok) found.push({ field: "public_base_url", message: base.reason });
-    else if (new URL(base.url).search !== "")
-      found.push({ field: "public_base_url", message: "must not have a query" });
-    else publicBase = base.url.replace(/\/+$/, "");
+    // Judged as given (validateCallbackUrl drops a fragment): keys are appended to it as a path.
+    const problem = base.ok ? baseUrlProblem(new URL(v.public_base_url)) : base.reason;
+    if (problem !== null) found.push({ field: "public_base_url", message: problem });
+    else publicBase = (base as { url: string }).url.replace(/\/+$/, "");
   }
   if (found.length > 0) throw new ApiError("validation_error", "The bucket setting is not valid.", found);
   return { ...v, endpoint: endpointUrl, public_base_url: publicBase };

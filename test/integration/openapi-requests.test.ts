@@ -390,6 +390,10 @@ const REFUSED: Record<string, { method: string; bodies: [string, Body][] }> = {
       ["a prefix with a backslash", storage({ prefix: "a\\b" })],
       ["an access key with a space", storage({ access_key_id: "AKIA EXAMPLE" })],
       ["a public_base_url with a query", storage({ public_base_url: "https://cdn.example.com/?v=1" })],
+      // Issue #38: an empty query or fragment would turn every appended key into query text.
+      ["a public_base_url with an empty query", storage({ public_base_url: "https://evil.example/phish?" })],
+      ["a public_base_url with a fragment", storage({ public_base_url: "https://cdn.example.com/files#" })],
+      ["a public_base_url with credentials", storage({ public_base_url: "https://user:pw@cdn.example.com/files" })],
       ["url_expires_in over 7 days", storage({ url_expires_in: 604_801 })],
     ],
   },

@@ -55,9 +55,9 @@ const StorageUpdate = ownBody({
   }),
   public_base_url: input.public_base_url.meta({
     format: "uri",
-    pattern: "^https?://[^?]*$",
+    pattern: "^https?://[^?#@]*$",
     description:
-      "When set, files[i].url is this + key instead of a presigned URL: an absolute http(s) URL without a query.",
+      "When set, files[i].url is this + key instead of a presigned URL: an absolute http(s) URL without credentials, a query or a fragment (not even an empty ? or #).",
   }),
   url_expires_in: input.url_expires_in.meta({
     description: `Seconds a presigned files[i].url stays valid; default and most ${MAX_URL_EXPIRES_IN} (7 days).`,
