@@ -83,6 +83,9 @@ export const BUCKET_DEADLINES: BucketDeadlines = {
  * (the endpoint is the caller's choice, like a callback URL), checked again on every open in case
  * the relay's configuration changed since the bucket was set.
  */
+/** A logger for the AWS SDK that says nothing: see the S3Client's construction below. */
+const QUIET_SDK_LOGGER = { trace() {}, debug() {}, info() {}, warn() {}, error() {} };
+
 export class Bucket {
   readonly client: S3Client;
   readonly deadlines: BucketDeadlines;
@@ -116,6 +119,9 @@ export class Bucket {
       responseChecksumValidation: "WHEN_REQUIRED",
       // Retries are the mirror's own (with backoff across ticks); one SDK retry covers a dropped keep-alive socket.
       maxAttempts: 2,
+      // The mirror records every failed copy itself (files[i].error and its own log line, with the
+      // task); the SDK's console.warn for a failed streamed upload would only repeat it, untagged.
+      logger: QUIET_SDK_LOGGER,
       // Without throwOnRequestTimeout a passed requestTimeout is only a logged warning, and a bucket
       // that never answers holds its copy for good. Each command also carries a total deadline.
       requestHandler: {
