@@ -73,11 +73,18 @@ export async function getTaskView(deps: Deps, clientId: string, id: string): Pro
   return viewOf(deps, await requireClientTask(deps, clientId, id));
 }
 
-/** A task's view; `withQueuePosition: false` skips the position count (a new task is simply last). */
+/**
+ * A task's view. `withQueuePosition: false` (a creation's answer) counts the position only when
+ * the model's median is known, so the 201 carries the same estimate a read a moment later does
+ * (#39), and a model without one costs intake one read, not three.
+ */
 export async function viewOf(deps: Deps, task: TaskRow, opts: { withQueuePosition?: boolean } = {}): Promise<TaskView> {
   // A task without events (eventSequence 0), e.g. one just created, needs no event lookup.
   const last = task.eventSequence === 0 ? undefined : await deps.store.events.lastOfTask(task.id);
-  const position = opts.withQueuePosition === false ? null : await queuePositionOf(deps, task);
+  const counted =
+    opts.withQueuePosition !== false ||
+    (task.phase === "waiting" && (await mediansOf(deps, [task])).get(medianKey(task)) != null);
+  const position = counted ? await queuePositionOf(deps, task) : null;
   const eta = await estimateOf(deps, task, position === null ? null : position - 1);
   return taskView(task, deliverySummary(task, last), position, eta);
 }

@@ -331,3 +331,28 @@ describe("browser access: stream tokens and CORS", () => {
     await res.body?.cancel();
   });
 });
+
+describe("the creation's 201 (#39)", () => {
+  it("carries estimated_completion_at once the model's median is known, as a read a moment later does", async () => {
+    const { t } = setup();
+    const { apiKey } = t.client();
+    const create = () =>
+      t.request(apiKey, "/openapi/v1/images/generations", {
+        method: "POST",
+        json: { model: "p-image", mode: "generate", prompt: "a red fox in snow", count: 1 },
+        idempotencyKey: `eta-${Math.random().toString(36).slice(2, 12)}`,
+      });
+    const unknown = (await (await create()).json()) as Json;
+    expect(unknown.data.estimated_completion_at).toBeNull();
+    await t.store.accounts.saveDurationSamples("image", "p-image", [8_000, 10_000, 30_000], t.clock.now());
+    const res = await create();
+    expect(res.status).toBe(201);
+    const created = (await res.json()) as Json;
+    // Second in the account's queue, whose concurrency is not limited: one median from now.
+    expect(created.data.queue_position).toBe(2);
+    expect(created.data.estimated_completion_at).toBe(new Date(t.clock.now() + 10_000).toISOString());
+    const read = (await (await t.request(apiKey, `/openapi/v1/tasks/${created.data.id}`)).json()) as Json;
+    expect(created.data.estimated_completion_at).toBe(read.data.estimated_completion_at);
+    expect(created.data.queue_position).toBe(read.data.queue_position);
+  });
+});
