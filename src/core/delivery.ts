@@ -86,7 +86,12 @@ export function recoverFailed(store: Store, clientId: string, since: number, now
  */
 export class DeliveryLifecycle {
   constructor(
-    private readonly deps: { store: Store; clock: Clock; retryScheduleMs: number[]; random?: () => number },
+    private readonly deps: {
+      store: Pick<Store, "events">;
+      clock: Clock;
+      retryScheduleMs: number[];
+      random?: () => number;
+    },
   ) {}
 
   /** One attempt made (or refused without sending): its row, and the event's next state, together. */

@@ -11,7 +11,12 @@ import { ERROR_BYTES, storableText } from "./stored-text.js";
  */
 export class NoticeLifecycle {
   constructor(
-    private readonly deps: { store: Store; clock: Clock; retryScheduleMs: number[]; random?: () => number },
+    private readonly deps: {
+      store: Pick<Store, "notices">;
+      clock: Clock;
+      retryScheduleMs: number[];
+      random?: () => number;
+    },
   ) {}
 
   recordAttempt(notice: NoticeRow, result: SendResult): Promise<void> {

@@ -26,8 +26,11 @@ import { type Claim, claimTrial } from "./delivery/trials.js";
 import type { LeaseOwner } from "./owner.js";
 import { PooledWorker } from "./pooled-loop.js";
 
+/** The dispatcher's port of the Store: the outbox and the clients it signs for. */
+export type DispatcherStore = Pick<Store, "events" | "clients">;
+
 export interface DispatcherOptions {
-  store: Store;
+  store: DispatcherStore;
   clock: Clock;
   config: Config;
   logger: Logger;

@@ -23,7 +23,7 @@ export class DurationStats {
   private readonly dirty = new Set<string>();
 
   constructor(
-    private readonly store: Store,
+    private readonly store: Pick<Store, "accounts">,
     private readonly clock: Clock,
   ) {}
 

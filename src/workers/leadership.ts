@@ -46,7 +46,7 @@ export class Leadership {
    * @param onLead called when a watched account is taken over
    */
   constructor(
-    private readonly store: Store,
+    private readonly store: Pick<Store, "ops">,
     private readonly logger: Logger,
     private readonly as: LeaderLease,
     private readonly onLead: () => void = () => {},

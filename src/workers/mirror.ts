@@ -20,8 +20,11 @@ export interface MirrorMetrics {
   attemptFailed(kind: string): void;
 }
 
+/** The mirror's port of the Store: the tasks it copies and their clients' buckets. */
+export type MirrorStore = Pick<Store, "tasks" | "clients">;
+
 export interface MirrorOptions {
-  store: Store;
+  store: MirrorStore;
   clock: Clock;
   logger: Logger;
   owner: LeaseOwner;

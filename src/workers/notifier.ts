@@ -9,8 +9,11 @@ import type { WebhookSender } from "../webhooks/sender.js";
 import type { LeaseOwner } from "./owner.js";
 import { PooledWorker } from "./pooled-loop.js";
 
+/** The notifier's port of the Store: the notices' outbox and the clients it signs for. */
+export type NotifierStore = Pick<Store, "notices" | "clients">;
+
 export interface NotifierOptions {
-  store: Store;
+  store: NotifierStore;
   clock: Clock;
   config: Config;
   logger: Logger;

@@ -9,7 +9,14 @@ const PERIOD_MS = 60 * 60 * 1000;
 
 /** Removes finished tasks (and their events and attempts) and settled notices older than TASK_RETENTION_DAYS, in small batches. */
 export class Pruner {
-  constructor(private readonly opts: { store: Store; clock: Clock; logger: Logger; retentionDays: number }) {}
+  constructor(
+    private readonly opts: {
+      store: Pick<Store, "tasks" | "notices">;
+      clock: Clock;
+      logger: Logger;
+      retentionDays: number;
+    },
+  ) {}
 
   /** Prunes one batch of finished tasks and one of settled notices; returns how many rows were removed. */
   async runOnce(): Promise<number> {

@@ -23,7 +23,7 @@ export class ReadBudget {
   readonly windowMs = WINDOW_MS + SAFETY_MS;
 
   constructor(
-    private readonly store: Store,
+    private readonly store: Pick<Store, "accounts">,
     private readonly clock: Clock,
     readonly perMinute: number,
   ) {}

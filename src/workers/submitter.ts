@@ -24,7 +24,8 @@ import type { LeaseOwner } from "./owner.js";
 import { firstPollDelay } from "./poll-schedule.js";
 
 export interface SubmitterOptions {
-  store: Store;
+  /** Tasks, the accounts' learned state, clients' admissions; and `ops` for leadership. */
+  store: Pick<Store, "tasks" | "accounts" | "clients" | "ops">;
   clock: Clock;
   config: Config;
   logger: Logger;

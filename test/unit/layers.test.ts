@@ -152,6 +152,11 @@ function violations(files: Array<{ file: string; source: string }>): string[] {
   );
 }
 
+/** Where a file takes the whole Store (`store: Store`) instead of a Pick<> of the areas it uses. */
+function wholeStores(source: string): string[] {
+  return [...source.matchAll(/\b\w+\??:\s*Store\b(?![\w["])/g)].map((m) => m[0]);
+}
+
 /** Hand-built status patches and lease releases, which belong to the lifecycle verbs (src/core/). */
 function handBuiltChanges(source: string): string[] {
   return [
@@ -226,6 +231,16 @@ describe("layers", () => {
       .filter((f) => f.file.startsWith("src/workers/"))
       .flatMap((f) => handBuiltChanges(f.source).map((m) => `${f.file}: ${m}`));
     expect(offenders).toEqual([]);
+  });
+
+  it("every worker takes a narrow port of the Store (a Pick<> declared beside it), never the whole Store", () => {
+    const offenders = files
+      .filter((f) => f.file.startsWith("src/workers/"))
+      .flatMap((f) => wholeStores(f.source).map((m) => `${f.file}: ${m}`));
+    expect(offenders).toEqual([]);
+    expect(wholeStores("export interface X {\n  store: Store;\n}")).toEqual(["store: Store"]);
+    expect(wholeStores("constructor(private readonly store: Store, clock: Clock) {}")).toEqual(["store: Store"]);
+    expect(wholeStores('store: Pick<Store, "events">; tasks: Store["tasks"]; s?: StoreLike')).toEqual([]);
   });
 
   it("the checks recognise what they forbid", () => {
