@@ -123,6 +123,16 @@ export const videoBody = (extra: Record<string, unknown> = {}) => ({
   ...extra,
 });
 
+/** A bucket setting (PUT /openapi/v1/storage) that passes every check, for tests that vary one field. */
+export const bucketBody = (extra: Record<string, unknown> = {}) => ({
+  endpoint: "https://s3.eu-west-1.amazonaws.com",
+  bucket: "outputs",
+  region: "eu-west-1",
+  access_key_id: "AKIAEXAMPLE",
+  secret_access_key: "secret-example",
+  ...extra,
+});
+
 /** A client written straight into a SQLite database, synchronously (what createClient does through the store). */
 export function insertTestClient(
   db: Database_["db"],

@@ -5,7 +5,7 @@ import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { catalogModels, CAPABILITIES } from "../../src/services/catalog-check.js";
 import { catalogBody } from "../../src/simulator/catalog.js";
-import { UPSTREAM_URL, type TestRelay } from "../helpers/relay.js";
+import { bucketBody, UPSTREAM_URL, type TestRelay } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
 /**
@@ -235,14 +235,7 @@ const video = (extra: Body = {}) => ({
   duration: 5,
   ...extra,
 });
-const storage = (extra: Body = {}) => ({
-  endpoint: "https://s3.eu-west-1.amazonaws.com",
-  bucket: "outputs",
-  region: "eu-west-1",
-  access_key_id: "AKIAEXAMPLE",
-  secret_access_key: "secret-example",
-  ...extra,
-});
+const storage = bucketBody;
 const nineHeaders = Object.fromEntries(Array.from({ length: 9 }, (_, i) => [`x-h${i}`, "v"]));
 const seventeenKeys = Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, "v"]));
 

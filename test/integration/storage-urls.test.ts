@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createTestRelay, type TestRelay } from "../helpers/relay.js";
+import { bucketBody, createTestRelay, type TestRelay } from "../helpers/relay.js";
 
 /**
  * Issue #38 item 8: a bucket's public_base_url is judged by parsing (src/net/base-url.ts), not by a
@@ -16,14 +16,7 @@ afterAll(async () => {
   await t.close();
 });
 
-const bucket = (extra: Record<string, unknown>) => ({
-  endpoint: "https://s3.eu-west-1.amazonaws.com",
-  bucket: "outputs",
-  region: "eu-west-1",
-  access_key_id: "AKIAEXAMPLE",
-  secret_access_key: "secret-example",
-  ...extra,
-});
+const bucket = bucketBody;
 
 describe("PUT /openapi/v1/storage judges URLs by parsing them", () => {
   it.each([
