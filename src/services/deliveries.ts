@@ -145,7 +145,7 @@ export class DeliveryService {
   }
 
   /**
-   * Sends a signed `ping` through the same guard, signer, per-host cap and breaker as real
+   * Sends a signed `ping` through the same guard, signer, headers, per-host cap and breaker as real
    * deliveries, and reports the attempt: status and latency, never the receiver's body (the relay
    * must not become an open POST proxy or a port-scan oracle).
    */
@@ -162,12 +162,20 @@ export class DeliveryService {
     const id = newId("evt", now);
     const catalog = this.deps.catalog?.peek(client.upstreamAccount) ?? null;
     const body = sampleBody(type, { eventId: id, clientId: client.id, url: verdict.url, now, kind, catalog });
-    const result = await this.gate.ping(
-      clientId,
-      verdict.url,
-      outgoingHeaders({ client, id, at: now, body, encryptionKey: config.encryptionKey }),
-      body,
+    // A sample to one of the client's endpoints carries that endpoint's headers, as its real
+    // deliveries do (endpoint-fanout.ts): a catch hook that checks its header token accepts it.
+    const endpoint = (await store.webhookEndpoints.list(clientId)).find(
+      (ep) => ep.kind === "webhook" && ep.url === verdict.url,
     );
+    const headers = outgoingHeaders({
+      client,
+      id,
+      at: now,
+      body,
+      encryptionKey: config.encryptionKey,
+      callbackHeaders: endpoint?.headers ?? null,
+    });
+    const result = await this.gate.ping(clientId, verdict.url, headers, body);
     if (!result) {
       throw new ApiError(
         "rate_limit",

@@ -327,3 +327,29 @@ describe("delivery to endpoints", () => {
     expect(of("callback").map((a) => a.outcome)).toEqual(["succeeded"]);
   });
 });
+
+describe("a sample sent to one of the client's endpoints (issue #39)", () => {
+  it("carries that endpoint's headers, as its real deliveries do; another URL gets none", async () => {
+    const { t } = suite.setup();
+    const { apiKey } = t.client();
+    const r = await suite.receiver();
+    const created = await t.request(apiKey, "/openapi/v1/webhooks/endpoints", {
+      method: "POST",
+      json: { url: r.url(), headers: { "X-Hook-Token": "catch-hook-token-7" } },
+    });
+    expect(created.status).toBe(201);
+
+    const toEndpoint = r.next();
+    const sent = await t.request(apiKey, "/openapi/v1/webhooks/test", {
+      method: "POST",
+      json: { url: r.url(), type: "task.succeeded" },
+    });
+    expect(sent.status).toBe(200);
+    expect((await toEndpoint).headers["x-hook-token"]).toBe("catch-hook-token-7");
+
+    const other = await suite.receiver();
+    const toOther = other.next();
+    await t.request(apiKey, "/openapi/v1/webhooks/test", { method: "POST", json: { url: other.url() } });
+    expect((await toOther).headers).not.toHaveProperty("x-hook-token");
+  });
+});
