@@ -64,6 +64,15 @@ export class Poller {
     return this.opts.clock.now();
   }
 
+  /** Records a sweep's settled tasks of `account` as its pages come (EarlyRecords). */
+  private earlyRecords(account: string, inFlight: readonly InFlightTask[]): EarlyRecords {
+    return new EarlyRecords(
+      (ids, seen, now) => this.record(account, ids, seen, now, now),
+      () => this.now(),
+      inFlight,
+    );
+  }
+
   private leaseMs(): number {
     return this.opts.config.upstreamTimeoutMs + LEASE_MARGIN_MS;
   }
@@ -188,11 +197,7 @@ export class Poller {
     const { tasks, clock, budget, logger, metrics } = this.opts;
     const inFlight = await tasks.listInFlight(account);
     if (inFlight.length === 0) return;
-    const early = new EarlyRecords(
-      (ids, seen, now) => this.record(account, ids, seen, now, now),
-      () => this.now(),
-      inFlight,
-    );
+    const early = this.earlyRecords(account, inFlight);
     try {
       const client = await this.opts.accounts.get(account);
       const result = await probeList(
@@ -250,11 +255,7 @@ export class Poller {
     const share = sweepShare(await this.anyDue(inFlight, startedAt), this.needsRead.get(account)?.size ?? 0);
     const take = () => budget.take(account);
     const maxReads = sweepReadCap(budget.available(account), share);
-    const early = new EarlyRecords(
-      (ids, seen, now) => this.record(account, ids, seen, now, now),
-      () => this.now(),
-      inFlight,
-    );
+    const early = this.earlyRecords(account, inFlight);
     try {
       const client = await this.opts.accounts.get(account);
       let result: SweepResult;
