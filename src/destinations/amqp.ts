@@ -4,7 +4,7 @@ import { BrokerClient, brokerHostOf, type QueueClientOptions } from "./broker-cl
 import type { QueueMessage } from "./queue-message.js";
 
 /**
- * RabbitMQ (AMQP 0-9-1) destinations (docs/destinations.md, "amqp"): each message is published
+ * RabbitMQ (AMQP 0-9-1) destinations (docs/destinations.md, "Delivered means confirmed"): each message is published
  * `persistent` and `mandatory` on a confirm channel, and counts as delivered only when the broker
  * confirms it. A message no queue is bound to is returned before its confirm: a failed attempt
  * naming "no queue bound". An exchange that does not exist closes the channel (404): a failed

@@ -2,7 +2,7 @@ import type { LookupAddress } from "node:dns";
 import { checkAddress, createGuardedLookup, parseHostAsIp, type Resolver } from "../webhooks/ssrf.js";
 
 /**
- * The address guard for broker hosts (docs/destinations.md, "Address guard"), the same one HTTP
+ * The address guard for broker hosts (docs/destinations.md, "Creating one"), the same one HTTP
  * deliveries connect through (webhooks/ssrf.ts): a broker's host name is resolved by the guarded
  * lookup (every address vetted; private and loopback refused unless WEBHOOK_ALLOW_PRIVATE_NETWORKS),
  * and the client then connects to the vetted address itself, so no second, unchecked resolution

@@ -1,7 +1,7 @@
 import { raceSignal, startDeadline, systemTimers, type Timers } from "../net/deadline.js";
 
 /**
- * Broker connections per client and broker (docs/destinations.md, "Connections"): a client's
+ * Broker connections per client and broker (docs/destinations.md, "Delivered means confirmed"): a client's
  * publishes to one broker share one connection, opened on first use under a connect deadline,
  * reused, and closed once unused for `idleMs`. A connection that fails or misses a deadline is
  * dropped (closed, forgotten), so the next attempt opens a fresh one: a broker that stalls or

@@ -5,7 +5,7 @@ import { BrokerClient, brokerHostOf, type QueueClientOptions } from "./broker-cl
 import type { QueueMessage } from "./queue-message.js";
 
 /**
- * NATS JetStream destinations (docs/destinations.md, "nats"): a message counts as delivered only
+ * NATS JetStream destinations (docs/destinations.md, "Delivered means confirmed"): a message counts as delivered only
  * on the stream's `PubAck`. `Nats-Msg-Id` is the `webhook-id`, so a retry the stream already
  * stored (its ack was lost) is acknowledged as a duplicate and stored once. A subject no stream
  * listens on has no responder: a failed attempt naming the subject.

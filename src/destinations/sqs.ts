@@ -8,7 +8,7 @@ import { BrokerClient, brokerHostOf, type QueueClientOptions } from "./broker-cl
 import type { QueueMessage } from "./queue-message.js";
 
 /**
- * Amazon SQS destinations (docs/destinations.md, "sqs"): one SendMessage per webhook, delivered
+ * Amazon SQS destinations (docs/destinations.md, "Delivered means confirmed"): one SendMessage per webhook, delivered
  * when SQS answers with the MD5s of the body and of the attributes we sent (checked here, so a
  * message damaged on the way is a failed attempt). A FIFO queue (`….fifo`) gets the task id as
  * `MessageGroupId` (a task's events stay in order) and the `webhook-id` as

@@ -5,7 +5,7 @@ import { AmqpDestination } from "../../src/destinations/amqp.js";
 import { generateWebhookSecret } from "../../src/webhooks/sign.js";
 import { blackHole, type ProcessBroker, signedMessage, startRabbit } from "../helpers/brokers.js";
 
-/** The RabbitMQ client against a real broker (docs/destinations.md, "amqp"). */
+/** The RabbitMQ client against a real broker (docs/destinations.md, "Delivered means confirmed"). */
 describe("AmqpDestination", () => {
   let rabbit: ProcessBroker;
   let admin: ChannelModel;

@@ -6,7 +6,7 @@ import { NatsDestination } from "../../src/destinations/nats.js";
 import { generateWebhookSecret } from "../../src/webhooks/sign.js";
 import { blackHole, type ProcessBroker, signedMessage, startNats } from "../helpers/brokers.js";
 
-/** The JetStream client against a real nats-server -js (docs/destinations.md, "nats"). */
+/** The JetStream client against a real nats-server -js (docs/destinations.md, "Delivered means confirmed"). */
 describe("NatsDestination", () => {
   let nats: ProcessBroker;
   let admin: NatsConnection;

@@ -5,7 +5,7 @@ import { SqsDestination, type SqsTarget } from "../../src/destinations/sqs.js";
 import { generateWebhookSecret } from "../../src/webhooks/sign.js";
 import { blackHole, signedMessage, type SqsBroker, startSqs } from "../helpers/brokers.js";
 
-/** The SQS client against an SQS-compatible server on loopback (docs/destinations.md, "sqs"). */
+/** The SQS client against an SQS-compatible server on loopback (docs/destinations.md, "Delivered means confirmed"). */
 describe("SqsDestination", () => {
   let sqs: SqsBroker;
   let admin: SQSClient;
