@@ -13,6 +13,7 @@ import {
 import { ERROR_STATUS, type ErrorCode } from "../services/errors.js";
 import { REQUEST_BOUNDS } from "../services/request-bounds.js";
 import {
+  MEDIA_URL_PATTERN,
   meantField,
   nearMissProblems,
   type IMAGE_BODY_FIELDS,
@@ -124,7 +125,7 @@ export const ORIGIN_PATTERN = `^https://${PUBLIC_HOST}${PORT}/?$`;
 const CALLBACK_URL_RULE =
   "An absolute https URL of a public host (no user or password, no private or loopback address, no single-label or private name such as localhost or *.internal), at most 2048 characters; http and private hosts only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development).";
 /** A media URL the upstream fetches: absolute https (src/services/intake.ts, checkMediaUrls; 400 invalid_media_url otherwise). */
-const MEDIA_URL_DOC = { format: "uri", pattern: "^https://" } as const;
+const MEDIA_URL_DOC = { format: "uri", pattern: MEDIA_URL_PATTERN.source } as const;
 
 const MAX_METADATA_KEYS = 16;
 const MetadataSchema = maxKeys(

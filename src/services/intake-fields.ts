@@ -166,3 +166,10 @@ export function nearMissProblems(
         : [];
     });
 }
+
+/**
+ * A media URL's start: https and a host. JSON Schema's `format: uri` accepts `https://` with an
+ * empty authority (RFC 3986 allows it) where the URL parser refuses it, so intake and the published
+ * schema both hold a URL to this pattern as well as to being parsed (issue #39).
+ */
+export const MEDIA_URL_PATTERN = /^https:\/\/[^/?#\s]/;

@@ -9,7 +9,7 @@ import { checkAgainstCatalog } from "./catalog-check.js";
 import { priceOf } from "../core/credits.js";
 import { reserveAtIntake } from "./credits.js";
 import { priceKey } from "../core/pricing.js";
-import { RELAY_BODY_FIELDS } from "./intake-fields.js";
+import { MEDIA_URL_PATTERN, RELAY_BODY_FIELDS } from "./intake-fields.js";
 import { sealHeaders } from "./callback-headers.js";
 import { REQUEST_BOUNDS, storedBytesOf, storedRequestProblems } from "./request-bounds.js";
 
@@ -36,7 +36,7 @@ function checkMediaUrls(body: Record<string, unknown>): void {
     let ok = false;
     if (typeof value === "string") {
       try {
-        ok = new URL(value).protocol === "https:";
+        ok = new URL(value).protocol === "https:" && MEDIA_URL_PATTERN.test(value);
       } catch {
         ok = false;
       }

@@ -48,8 +48,8 @@ async function served(t: TestRelay): Promise<Doc> {
 const isUri = (s: string) => /^[A-Za-z][A-Za-z0-9+.-]*:[\x21-\x7e]*$/.test(s) && URL.canParse(s);
 
 /** The request body validator of one operation, compiled from the served document. */
-function bodyValidator(doc: Doc, path: string, method: string): ValidateFunction {
-  const ajv = new Ajv2020({ strict: false, allErrors: true });
+function bodyValidator(doc: Doc, path: string, method: string, formats = true): ValidateFunction {
+  const ajv = new Ajv2020({ strict: false, allErrors: true, validateFormats: formats });
   ajv.addFormat("uri", isUri);
   ajv.addFormat(
     "date-time",
@@ -266,6 +266,9 @@ const REFUSED: Record<string, { method: string; bodies: [string, Body][] }> = {
       ["no model", { mode: "generate", prompt: "a red fox", count: 1 }],
       ["an http image URL", image({ mode: "edit", image_urls: ["http://cdn.example.com/a.png"] })],
       ["an image URL that is no URL", image({ mode: "edit", image_urls: ["a.png"] })],
+      // Issue #39: `format: uri` accepts an empty authority; intake and the schema's pattern refuse it.
+      ["an image URL with no host", image({ mode: "edit", image_urls: ["https://"] })],
+      ["an image URL with an empty host before a query", image({ mode: "edit", image_urls: ["https://?x=1"] })],
       ["no image URLs", image({ mode: "edit", image_urls: [] })],
       [
         "17 image URLs",
@@ -314,6 +317,10 @@ const REFUSED: Record<string, { method: string; bodies: [string, Body][] }> = {
       [
         "an http source video",
         video({ video_mode: "v2v_edit", model: "v-video-pro", source_video_url: "http://cdn.example.com/a.mp4" }),
+      ],
+      [
+        "a source video with no host",
+        video({ video_mode: "v2v_edit", model: "v-video-pro", source_video_url: "https://" }),
       ],
       ["a duration of 0", video({ duration: 0 })],
       ["a duration that is no number", video({ duration: "5" })],
@@ -424,6 +431,31 @@ describe("the documented request schemas refuse what intake refuses", () => {
       });
     },
   );
+
+  it("with formats as annotations only (JSON Schema 2020-12's default), the pattern alone refuses a media URL with no host (issue #39)", async () => {
+    const { t } = suite.setup();
+    const doc = await served(t);
+    const images = bodyValidator(doc, IMAGES, "post", false);
+    const videos = bodyValidator(doc, VIDEOS, "post", false);
+    for (const bad of ["https://", "https://?x=1", "https://#a", "https:///a.png"])
+      expect(images(image({ mode: "edit", image_urls: [bad] })), bad).toBe(false);
+    expect(videos(video({ video_mode: "v2v_edit", source_video_url: "https://" }))).toBe(false);
+    expect(images(image({ mode: "edit", image_urls: ["https://cdn.example.com/a.png"] }))).toBe(true);
+    // Intake refuses the same, by parsing and by the same pattern.
+    const { apiKey } = t.client();
+    const res = await send(t, apiKey, IMAGES, "post", image({ mode: "edit", image_urls: ["https:///a.png"] }));
+    expect({ status: res.status, body: await res.json() }).toEqual({
+      status: 400,
+      body: {
+        error: {
+          code: "invalid_media_url",
+          message: "A media URL is not a public https URL.",
+          request_id: res.headers.get("x-request-id"),
+          details: [{ field: "image_urls.0", message: "must be an absolute https URL" }],
+        },
+      },
+    });
+  });
 
   it("the same cases' valid neighbours pass both (the refusals above are for the stated reason)", async () => {
     const t = withCatalog();
