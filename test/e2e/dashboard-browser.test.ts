@@ -248,6 +248,31 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     await page.browserContext().close();
   });
 
+  it("a running task's page follows its event stream with EventSource and shows a cancel from elsewhere (#45)", async () => {
+    const { apiKey } = live.client("Stream Co");
+    // With the submitter stopped the task waits in the relay until it is canceled.
+    await live.relay.loops.find((l) => l.name === "submitter")!.stop();
+    const id = await createImage(apiKey, "browser-stream-1");
+    const { page } = await signIn(apiKey);
+    const sources: string[] = [];
+    page.on("request", (req) => {
+      if (req.resourceType() === "eventsource") sources.push(req.url());
+    });
+    await page.goto(`${live.url}/dashboard/tasks/${id}`);
+    await expect.poll(() => live.relay.streams.watchers({ task: id }), { timeout: 10_000 }).toBe(1);
+    expect(sources).toEqual([
+      expect.stringMatching(new RegExp(`^${live.url}/openapi/v1/tasks/${id}/events\\?token=gst_`)),
+    ]);
+    const canceled = await fetch(`${live.url}/openapi/v1/tasks/${id}/cancel`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${apiKey}` },
+    });
+    expect(canceled.status).toBe(200);
+    await page.waitForFunction(`document.querySelector("main .badge.b-canceled") !== null`, { timeout: 10_000 });
+    await expect.poll(() => live.relay.streams.watchers({ task: id }), { timeout: 10_000 }).toBe(0);
+    await page.browserContext().close();
+  });
+
   it("Settings: a default callback header and Ed25519 signing set through the forms; the page shows the header's name and the public key, never the value (#23)", async () => {
     const { apiKey } = live.client("Settings Co");
     const { page } = await signIn(apiKey);

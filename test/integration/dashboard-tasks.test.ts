@@ -297,3 +297,24 @@ describe("dashboard: task page", () => {
     expect(rowIds(await v.page("/dashboard?delivery=bogus"))).toEqual([fresh, noCallback, retrying, delivered]);
   });
 });
+
+describe("dashboard: a running task's page follows its event stream", () => {
+  it("carries a stream URL with a token for that task alone while it runs, none once it ended", async () => {
+    const { t } = setup();
+    const { apiKey } = t.client();
+    const id = await createTask(t, apiKey);
+    const other = await createTask(t, apiKey);
+    const v = await signedIn(t, apiKey);
+    const page = await v.page(`/dashboard/tasks/${id}`);
+    const url = /<meta name="genrelay-stream" content="([^"]+)">/.exec(page)?.[1]?.replaceAll("&amp;", "&");
+    expect(url).toMatch(new RegExp(`^/openapi/v1/tasks/${id}/events\\?token=gst_[A-Za-z0-9_.-]+$`));
+    const res = await t.request(null, url!);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toBe("text/event-stream");
+    await res.body?.cancel();
+    const token = url!.split("token=")[1];
+    expect((await t.request(null, `/openapi/v1/tasks/${other}/events?token=${token}`)).status).toBe(401);
+    await t.request(apiKey, `/openapi/v1/tasks/${id}/cancel`, { method: "POST" });
+    expect(await v.page(`/dashboard/tasks/${id}`)).not.toContain("genrelay-stream");
+  });
+});

@@ -106,7 +106,7 @@ const JS = `
     return a && (a.tagName === "INPUT" || a.tagName === "TEXTAREA" || a.tagName === "SELECT");
   }
   function tick() {
-    if (busy()) return setTimeout(tick, every);
+    if (busy()) return (timer = setTimeout(tick, every));
     fetch(location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
       .then(function (res) { return res.ok ? res.text() : null; })
       .then(function (text) {
@@ -115,12 +115,23 @@ const JS = `
         var next = doc.querySelector("main");
         var current = document.querySelector("main");
         if (next && current) current.replaceWith(next);
-        if (doc.querySelector('meta[name="genrelay-refresh"]')) setTimeout(tick, every);
+        if (doc.querySelector('meta[name="genrelay-refresh"]')) timer = setTimeout(tick, every);
         else document.documentElement.setAttribute("data-settled", "true");
       })
-      .catch(function () { setTimeout(tick, every * 2); });
+      .catch(function () { timer = setTimeout(tick, every * 2); });
   }
-  setTimeout(tick, every);
+  var timer = setTimeout(tick, every);
+  // A running task's events arrive on its stream: each refreshes at once; the end closes it.
+  var stream = document.querySelector('meta[name="genrelay-stream"]');
+  if (!stream || !window.EventSource) return;
+  var source = new EventSource(stream.getAttribute("content"));
+  ["task.progress", "task.processing", "task.succeeded", "task.failed", "task.canceled"].forEach(function (type) {
+    source.addEventListener(type, function () {
+      if (type !== "task.progress" && type !== "task.processing") source.close();
+      clearTimeout(timer);
+      tick();
+    });
+  });
 })();
 `;
 

@@ -15,6 +15,8 @@ export interface PageOptions {
   banner?: Html | string;
   /** Ask app.js to refresh the page's <main> while something is still moving (a running task). */
   refresh?: boolean;
+  /** A task's event stream (with a stream token): app.js refreshes at once on each of its events. */
+  stream?: string | undefined;
 }
 
 export function page(opts: PageOptions): Html {
@@ -25,6 +27,7 @@ export function page(opts: PageOptions): Html {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
 ${opts.refresh ? html`<meta name="genrelay-refresh" content="3000">` : ""}
+${opts.stream ? html`<meta name="genrelay-stream" content="${opts.stream}">` : ""}
 <title>${opts.title} · genrelay</title>
 <link rel="stylesheet" href="${ASSET_PATHS.css}">
 <script src="${ASSET_PATHS.js}" defer></script>

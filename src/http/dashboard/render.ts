@@ -46,7 +46,15 @@ export function securityHeaders(c: Context, mediaOrigins: string[] = []): void {
 export async function render(
   c: Context<DashEnv>,
   deps: DashboardDeps,
-  opts: { title: string; section: Section; body: Html; status?: number; refresh?: boolean; mediaOrigins?: string[] },
+  opts: {
+    title: string;
+    section: Section;
+    body: Html;
+    status?: number;
+    refresh?: boolean;
+    mediaOrigins?: string[];
+    stream?: string;
+  },
 ): Promise<Response> {
   const failing = await deps.store.endpoints.failingOf(c.get("client").id);
   securityHeaders(c, opts.mediaOrigins);
@@ -56,6 +64,7 @@ export async function render(
     banner: html`${deps.config.upstreamBaseUrl ? "" : sandboxBanner()}${failingBanner(failing, deps.clock.now())}`,
     body: opts.body,
     refresh: opts.refresh ?? false,
+    stream: opts.stream,
   });
   return c.html(body, (opts.status ?? 200) as 200);
 }

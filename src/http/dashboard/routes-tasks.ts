@@ -1,3 +1,4 @@
+import { issueStreamToken } from "../../services/stream-tokens.js";
 import type { Context, Hono, MiddlewareHandler } from "hono";
 import { ID_PATTERN } from "../../ids.js";
 import { TASK_STATUSES, type TaskStatus } from "../../statuses.js";
@@ -67,7 +68,13 @@ async function taskPage(
     mirroredPreviews(detail.task) ?? findPreviews(detail.task.outputJson ? JSON.parse(detail.task.outputJson) : null);
   // Keep refreshing while the task runs or a delivery is still pending.
   const moving = !TERMINAL_STATUSES.has(detail.task.status) || detail.delivery.status === "pending";
+  // A task still running is followed live: its event stream, read with a token for it alone.
+  const stream =
+    deps.streams && !TERMINAL_STATUSES.has(detail.task.status)
+      ? `/openapi/v1/tasks/${id}/events?token=${(await issueStreamToken(deps, c.get("client"), id)).token}`
+      : undefined;
   return render(c, deps, {
+    ...(stream ? { stream } : {}),
     title: detail.task.id,
     section: "tasks",
     body: taskBody(detail, previews, deps.clock.now(), c.get("session").csrfToken, message),
