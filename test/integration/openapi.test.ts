@@ -83,6 +83,15 @@ describe("/openapi.json", () => {
     ).toEqual([]);
   });
 
+  it("documents HEAD /files/{token}, and the app answers it as documented (issue #39)", async () => {
+    const head = (doc.paths["/files/{token}"] as Record<string, Operation & { operationId?: string }>).head;
+    expect(head?.operationId).toBe("headFileLink");
+    expect(Object.keys(head!.responses).sort()).toEqual(["302", "404"]);
+    const res = await t.relay.app.request(`http://relay.test/files/${"a".repeat(43)}`, { method: "HEAD" });
+    expect(Object.keys(head!.responses)).toContain(String(res.status));
+    expect(await res.text()).toBe("");
+  });
+
   it("gives every operation a summary, and every JSON body (or event stream) a schema or an example", () => {
     for (const o of operations()) {
       expect(o.op.summary?.trim(), `${label(o)} has a summary`).toBeTruthy();

@@ -55,4 +55,28 @@ export function registerFileRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       return c.body(null, 302, { Location: location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer" });
     },
   );
+  // HEAD is served by the GET route (hono answers HEAD with GET's handler, without the body); it is
+  // documented as its own operation so clients that check a link before following it see it promised.
+  app.openAPIRegistry.registerPath(
+    apiRoute({
+      method: "head",
+      path: "/files/{token}",
+      operationId: "headFileLink",
+      tags: ["Storage"],
+      summary: "Check a copied file's lasting link: GET's answer without a body (no API key)",
+      security: [],
+      request: {
+        params: z.object({
+          token: z.string().openapi({ param: { name: "token", in: "path" }, pattern: LINK_TOKEN_PATTERN }),
+        }),
+      },
+      responses: {
+        302: {
+          description: "The copy is kept: Location is a fresh URL of it",
+          headers: headerRefs("Location", "Cache-Control"),
+        },
+        404: { description: "No such link, or its file is no longer kept (no body)" },
+      },
+    }),
+  );
 }
