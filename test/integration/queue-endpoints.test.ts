@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { randomBytes } from "node:crypto";
 import type { FakeUpstream } from "../helpers/fake-upstream.js";
 import { createTask } from "../helpers/flow.js";
-import { type ProcessBroker, type SqsBroker, startNats, startRabbit, startSqs } from "../helpers/brokers.js";
+import { blackHole, type ProcessBroker, type SqsBroker, startNats, startRabbit, startSqs } from "../helpers/brokers.js";
 import { type Received, verifyAt } from "../helpers/receiver.js";
 import type { TestRelay } from "../helpers/relay.js";
 import { upstreamSuite, WORKER_TEST_ENV } from "../helpers/upstream-suite.js";
@@ -316,5 +316,49 @@ describe("queue endpoints: delivery", () => {
     const event = verifyMessage(secret, stored!.string(), h) as { id: string; data: { id: string } };
     expect(event.data.id).toBe(id);
     expect(h["nats-msg-id"]).toBe(event.id);
+  });
+
+  it("one client's stalled broker does not delay another client's message", async () => {
+    const { t, up } = setup({ WEBHOOK_TIMEOUT_MS: "3000" });
+    const hole = await blackHole();
+    suite.cleanup(() => hole.close());
+    const stalled = t.client("stalled");
+    const healthy = t.client("healthy");
+    await body(
+      await t.request(stalled.apiKey, PATH, {
+        method: "POST",
+        json: { type: "amqp", url: `amqp://guest:guest@127.0.0.1:${hole.port}`, exchange: "genrelay" },
+      }),
+      201,
+    );
+    await body(
+      await t.request(healthy.apiKey, PATH, {
+        method: "POST",
+        json: { type: "nats", url: nats.url, subject: "genrelay.neighbour" },
+      }),
+      201,
+    );
+    const stalledTask = await succeededTask(t, up, stalled.apiKey);
+    const healthyTask = await succeededTask(t, up, healthy.apiKey);
+    const started = Date.now();
+    const run = t.relay.dispatcher.runOnce();
+    // The healthy client's message is stored while the stalled client's attempt still waits on its broker.
+    const nc = await connect({ servers: nats.url });
+    const jsm = await jetstreamManager(nc);
+    let stored: Awaited<ReturnType<typeof jsm.streams.getMessage>> = null;
+    while (!stored && Date.now() - started < 2_500)
+      stored = await jsm.streams.getMessage("EVENTS", { last_by_subj: "genrelay.neighbour" }).catch(() => null);
+    await nc.close();
+    const healthyAt = Date.now() - started;
+    expect(stored).not.toBeNull();
+    expect(JSON.parse(stored!.string()).data.id).toBe(healthyTask);
+    expect(t.relay.dispatcher.inFlightOf(stalled.id)).toBe(1);
+    await run;
+    // The stalled attempt failed at its deadline and freed its slot.
+    expect(t.relay.dispatcher.inFlightOf(stalled.id)).toBe(0);
+    expect(Date.now() - started).toBeGreaterThan(healthyAt);
+    expect(JSON.stringify(await attempts(t, stalled.apiKey, stalledTask))).toContain(
+      `connecting to RabbitMQ at 127.0.0.1:${hole.port} took longer than its deadline of 3000 ms`,
+    );
   });
 });
