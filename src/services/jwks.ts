@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import type { ClientRow } from "../store/store.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
+import { signingSlots } from "../webhooks/signing-keys.js";
 import { publicKeys } from "./webhook-settings.js";
 
 /**
@@ -50,10 +51,44 @@ export function publishedKeys(client: ClientRow, encryptionKey: Buffer | null, n
 export const NO_PUBLISHED_KEYS =
   'No published keys for this client id: it is unknown, revoked, or signs with hmac (v1 signatures, verified with its whsec_ secret, not with keys). A client switches to Ed25519 with PUT /openapi/v1/webhooks/settings {"signature":"ed25519"}; its keys are published here from then on.';
 
+/**
+ * Published key sets by what decides them: the client, its revocation, which keys sign now
+ * (signingSlots, no cryptography) and those keys as stored. A rotation, a switch of scheme, a
+ * revocation or the end of an overlap, made by this instance or another on the same database,
+ * changes the key, so a stale answer is never found; a hit skips the decryption and the key
+ * derivation that made this public route cost about a millisecond of CPU per request. Bounded:
+ * the oldest entry goes first.
+ */
+export class JwksCache {
+  private readonly entries = new Map<string, Jwks | null>();
+  constructor(private readonly max = 10_000) {}
+
+  get(client: ClientRow, encryptionKey: Buffer | null, now: number): Jwks | null {
+    const slots = signingSlots(client, now);
+    const key = [
+      client.id,
+      client.revokedAt,
+      ...slots.map((slot) => `${slot}=${client[slot]}`),
+      slots.includes("previousSigningKey") ? client.previousSigningKeyExpiresAt : "",
+    ].join("\n");
+    if (this.entries.has(key)) return this.entries.get(key)!;
+    const jwks = publishedKeys(client, encryptionKey, now);
+    if (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value!);
+    this.entries.set(key, jwks);
+    return jwks;
+  }
+}
+
 /** The JWKS of `clientId`, or 404 not_found (NO_PUBLISHED_KEYS). */
-export async function getClientJwks(deps: Pick<ServiceDeps, "store" | "clock" | "config">, clientId: string) {
+export async function getClientJwks(
+  deps: Pick<ServiceDeps, "store" | "clock" | "config">,
+  clientId: string,
+  cache?: JwksCache,
+) {
   const client = clientId.length <= MAX_CLIENT_ID ? await deps.store.clients.find(clientId) : undefined;
-  const jwks = client ? publishedKeys(client, deps.config.encryptionKey, deps.clock.now()) : null;
+  const now = deps.clock.now();
+  const key = deps.config.encryptionKey;
+  const jwks = client ? (cache ? cache.get(client, key, now) : publishedKeys(client, key, now)) : null;
   if (!jwks) throw new ApiError("not_found", NO_PUBLISHED_KEYS);
   return jwks;
 }

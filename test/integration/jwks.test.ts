@@ -1,6 +1,7 @@
 import { createHash, createPublicKey, verify, type JsonWebKey } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { revokeClient } from "../../src/services/clients.js";
+import { JwksCache } from "../../src/services/jwks.js";
 import type { Received } from "../helpers/receiver.js";
 import type { TestRelay } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
@@ -104,6 +105,27 @@ describe("GET /openapi/v1/webhooks/jwks/{client_id}", () => {
     expect(await fetchJwks(t, client.id, { Authorization: `Bearer ${client.apiKey}` })).toEqual(bare);
     const head = await t.relay.app.request(`http://relay.test${jwksPath(client.id)}`, { method: "HEAD" });
     expect(head.status).toBe(200);
+  });
+
+  it("is served from a cache keyed by what decides it: a hit until a rotation, an overlap's end or a switch (issue #38)", async () => {
+    const { t } = setup();
+    const client = await ed25519Client(t);
+    const cache = new JwksCache();
+    const row = async () => (await t.store.clients.find(client.id))!;
+    const key = t.config.encryptionKey;
+    const first = cache.get(await row(), key, t.clock.now());
+    expect(first?.keys).toHaveLength(1);
+    expect(cache.get(await row(), key, t.clock.now())).toBe(first);
+    await t.request(client.apiKey, "/openapi/v1/webhooks/secret/rotate", { method: "POST" });
+    const rotated = cache.get(await row(), key, t.clock.now());
+    expect(rotated?.keys).toHaveLength(2);
+    expect(cache.get(await row(), key, t.clock.now())).toBe(rotated);
+    // The overlap's end changes which keys sign: a new entry, the previous key gone.
+    t.clock.advance(24 * 60 * 60_000 + 1);
+    expect(cache.get(await row(), key, t.clock.now())?.keys).toEqual([rotated!.keys[0]]);
+    await t.request(client.apiKey, "/openapi/v1/webhooks/settings", { method: "PUT", json: { signature: "hmac" } });
+    t.clock.advance(24 * 60 * 60_000 + 1);
+    expect(cache.get(await row(), key, t.clock.now())).toBeNull();
   });
 
   it("during a rotation lists the new key and the previous one, each verifying its own signature; then the new one alone", async () => {

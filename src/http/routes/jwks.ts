@@ -2,7 +2,7 @@ import { z, type OpenAPIHono } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { createHash } from "node:crypto";
 import type { ServiceDeps } from "../../services/deps.js";
-import { getClientJwks } from "../../services/jwks.js";
+import { getClientJwks, JwksCache } from "../../services/jwks.js";
 import type { AppEnv } from "../context.js";
 import { apiRoute, headerRefs } from "../schema-rules.js";
 import { errorResponses } from "../schemas.js";
@@ -45,6 +45,7 @@ const JwksSchema = z
 const notFound = errorResponses(404)[404]!;
 
 export function registerJwksRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
+  const cache = new JwksCache();
   app.openapi(
     apiRoute({
       method: "get",
@@ -78,7 +79,7 @@ export function registerJwksRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       },
     }),
     async (c) => {
-      const jwks = await getClientJwks(deps, c.req.valid("param").client_id);
+      const jwks = await getClientJwks(deps, c.req.valid("param").client_id, cache);
       const body = JSON.stringify(jwks);
       const etag = `"${createHash("sha256").update(body).digest("base64url").slice(0, 27)}"`;
       const headers = { "Cache-Control": CACHE_CONTROL, ETag: etag };
