@@ -7,9 +7,10 @@ const STORAGE_CODES = /^SQLITE_(FULL|IOERR|READONLY|CANTOPEN|BUSY|LOCKED|NOMEM|C
  * PostgreSQL's counterparts (SQLSTATE): connection exceptions (08), insufficient resources (53:
  * disk full, out of memory, too many connections), shutdown or start-up (57P01-57P05), a statement
  * cut off by statement_timeout (57014), an idle transaction timed out (25P03), system and I/O
- * errors (58), corrupted data (XX001, XX002).
+ * errors (58), corrupted data (XX001, XX002), and a write refused as read-only (25006: a standby, or
+ * a primary demoted by a failover, still behind DATABASE_URL's address until it moves).
  */
-const PG_STORAGE_CODES = /^(08...|53...|57P0[1-5]|57014|25P03|58...|XX00[12])$/;
+const PG_STORAGE_CODES = /^(08...|53...|57P0[1-5]|57014|25P03|25006|58...|XX00[12])$/;
 /** Socket errors of the database connection (node-postgres passes them on as they are). */
 const SOCKET_CODES = new Set([
   "ECONNREFUSED",
