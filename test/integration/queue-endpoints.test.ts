@@ -9,6 +9,7 @@ import type { FakeUpstream } from "../helpers/fake-upstream.js";
 import { createTask } from "../helpers/flow.js";
 import { blackHole, type ProcessBroker, type SqsBroker, startNats, startRabbit, startSqs } from "../helpers/brokers.js";
 import { type Received, verifyAt } from "../helpers/receiver.js";
+import { v1aOfRotation } from "../helpers/v1a-rotation.js";
 import type { TestRelay } from "../helpers/relay.js";
 import { upstreamSuite, WORKER_TEST_ENV } from "../helpers/upstream-suite.js";
 
@@ -103,6 +104,9 @@ const amqpEndpoint = (routingKey?: string) => ({
   exchange: "genrelay",
   ...(routingKey ? { routing_key: routingKey } : {}),
 });
+/** A NATS endpoint of the client, publishing on `subject`. */
+const addNatsEndpoint = async (t: TestRelay, apiKey: string, subject: string) =>
+  body(await t.request(apiKey, PATH, { method: "POST", json: { type: "nats", url: nats.url, subject } }), 201);
 const sqsEndpoint = () => ({
   type: "sqs",
   queue_url: queueUrl,
@@ -264,17 +268,50 @@ describe("queue endpoints: delivery", () => {
     expect(JSON.stringify(log)).toContain("MD5s match");
   });
 
+  it("an Ed25519 client's NATS message carries v1a only, verified with the key its JWKS publishes", async () => {
+    const { t, up } = setup();
+    const client = t.client();
+    await body(
+      await t.request(client.apiKey, "/openapi/v1/webhooks/settings", {
+        method: "PUT",
+        json: { signature: "ed25519" },
+      }),
+      200,
+    );
+    // Past the switch's 24-hour overlap, when the hmac v1 signature still came beside v1a: v1a only.
+    t.clock.advance(24 * 60 * 60_000 + 1_000);
+    await addNatsEndpoint(t, client.apiKey, "genrelay.ed25519");
+    const id = await succeededTask(t, up, client.apiKey);
+    await deliverAll(t);
+    const nc = await connect({ servers: nats.url });
+    const stored = await (await jetstreamManager(nc)).streams.getMessage("EVENTS", {
+      last_by_subj: "genrelay.ed25519",
+    });
+    await nc.close();
+    expect(stored).not.toBeNull();
+    const headers: Record<string, string> = {};
+    for (const [name, values] of stored!.header) headers[name.toLowerCase()] = values[0]!;
+    const message = { headers, body: stored!.string() };
+
+    // The key as a consumer gets it: the client's published JWKS, fetched without an API key.
+    const jwks = await body(await t.relay.app.request(`http://relay.test/openapi/v1/webhooks/jwks/${client.id}`), 200);
+    expect(jwks.keys).toHaveLength(1);
+    const published = `whpk_${Buffer.from(jwks.keys[0].x, "base64url").toString("base64")}`;
+    expect(headers["webhook-signature"]).toMatch(/^v1a,\S+$/);
+    const { v1a, byNew } = v1aOfRotation(message, published);
+    expect(byNew).toBe(headers["webhook-signature"]);
+    expect(v1a).toEqual([byNew]);
+    // The key verifies this message only: another body under the same headers fails.
+    expect(v1aOfRotation({ headers, body: message.body.replace(id, "tsk_other") }, published).byNew).toBeUndefined();
+    expect(JSON.parse(message.body)).toMatchObject({ type: "task.succeeded", data: { id, status: "succeeded" } });
+    expect(headers["nats-msg-id"]).toBe(headers["webhook-id"]);
+  });
+
   it("an unroutable AMQP message and a missing JetStream stream are failed attempts naming why", async () => {
     const { t, up } = setup();
     const { apiKey } = t.client();
     await body(await t.request(apiKey, PATH, { method: "POST", json: amqpEndpoint("nobody.listens") }), 201);
-    await body(
-      await t.request(apiKey, PATH, {
-        method: "POST",
-        json: { type: "nats", url: nats.url, subject: "nowhere.events" },
-      }),
-      201,
-    );
+    await addNatsEndpoint(t, apiKey, "nowhere.events");
     const id = await succeededTask(t, up, apiKey);
     await t.relay.dispatcher.runOnce();
     const log = JSON.stringify(await attempts(t, apiKey, id));
@@ -289,13 +326,7 @@ describe("queue endpoints: delivery", () => {
   it("a broker stopped mid-run, then restarted, gets the message with the same webhook-id", async () => {
     const { t, up } = setup();
     const { apiKey, secret } = t.client();
-    await body(
-      await t.request(apiKey, PATH, {
-        method: "POST",
-        json: { type: "nats", url: nats.url, subject: "genrelay.outage" },
-      }),
-      201,
-    );
+    await addNatsEndpoint(t, apiKey, "genrelay.outage");
     await nats.stop();
     let id: string;
     try {
@@ -331,13 +362,7 @@ describe("queue endpoints: delivery", () => {
       }),
       201,
     );
-    await body(
-      await t.request(healthy.apiKey, PATH, {
-        method: "POST",
-        json: { type: "nats", url: nats.url, subject: "genrelay.neighbour" },
-      }),
-      201,
-    );
+    await addNatsEndpoint(t, healthy.apiKey, "genrelay.neighbour");
     const stalledTask = await succeededTask(t, up, stalled.apiKey);
     const healthyTask = await succeededTask(t, up, healthy.apiKey);
     const started = Date.now();
