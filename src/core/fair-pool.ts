@@ -13,6 +13,10 @@
  *    once, also while one of its own attempts is slow, whatever the others' backlogs.
  *  - **Per key.** At most `maxPerKey` slots per key (one client's work to one host), less slots
  *    held for the key's refill (release with `holdKey`).
+ *  - **In line.** A client that asks below its share has due work: it counts in every share, and
+ *    free slots are kept for it against any client holding more, or as many and asking later, until
+ *    it takes one. A waiting client is served within as many releases as were in line before it,
+ *    however many clients are hostile (docs/decisions/0008-fair-pool.md, #38.2).
  * Slots are never taken back: a client above its share (it took them while alone) keeps them until
  * its work ends, which deadlines bound; until then the reserve serves the others.
  *
@@ -31,6 +35,13 @@ export interface FairPoolOptions {
   reserveLevel?: number;
   /** Acquisitions one client may have waiting (acquire with waitMs); beyond, acquire answers null at once. Default: the pool's size. */
   maxWaitingPerClient?: number;
+  /**
+   * How long a client that asked below its share stays in line without asking again (its claim
+   * loop asks at least once a second); default 2,000 ms.
+   */
+  waitingTtlMs?: number;
+  /** The clock for waiting clients (default Date.now, which a test's fake timers drive). */
+  now?: () => number;
 }
 
 /** One slot of the pool, held by a client's work under a key. */
@@ -52,6 +63,12 @@ interface Waiter {
 
 const NOTHING_PICKED: ReadonlyMap<string, number> = new Map();
 
+/** A client refused below its share: its place in line (a counter, so ties cannot happen), and when it last asked. */
+interface Wanting {
+  since: number;
+  askedAt: number;
+}
+
 export class FairPool {
   readonly size: number;
   readonly maxPerKey: number;
@@ -65,6 +82,11 @@ export class FairPool {
   private readonly byKey = new Map<string, number>();
   private readonly heldForKey = new Map<string, number>();
   private readonly waiting: Waiter[] = [];
+  /** Clients that asked below their share and took no slot since, first in line first (Map order). */
+  private readonly wanting = new Map<string, Wanting>();
+  private readonly waitingTtlMs: number;
+  private readonly now: () => number;
+  private line = 0;
 
   constructor(opts: FairPoolOptions) {
     this.size = Math.max(1, Math.floor(opts.size));
@@ -76,6 +98,8 @@ export class FairPool {
     this.general = this.size - this.reserve;
     this.reserveLevel = Math.max(1, Math.floor(opts.reserveLevel ?? Math.max(2, Math.ceil(this.reserve / 2))));
     this.maxWaitingPerClient = Math.max(0, Math.floor(opts.maxWaitingPerClient ?? this.size));
+    this.waitingTtlMs = Math.max(0, opts.waitingTtlMs ?? 2_000);
+    this.now = opts.now ?? (() => Date.now());
   }
 
   /** Slots held now, by every client. */
@@ -99,24 +123,67 @@ export class FairPool {
   /**
    * How many more slots a client may take now. `picked`: what a claim being made has taken so far
    * per client and not yet started (counted as held), so one claim cannot give the reserve away.
+   * Asking is a sign of due work: a client that asks below its share is in line (for
+   * `waitingTtlMs` after it last asked, or until it takes a slot), and free slots are kept for
+   * those in line that hold fewer slots than the asker, or as few and asked first.
    */
   room(clientId: string, picked: ReadonlyMap<string, number> = NOTHING_PICKED): number {
+    return this.roomOf(clientId, picked, true);
+  }
+
+  /** Clients in line now, first in line first (they asked below their share and took no slot since). */
+  waitingClients(): string[] {
+    this.forgetQuiet(this.now());
+    return [...this.wanting.keys()];
+  }
+
+  private roomOf(clientId: string, picked: ReadonlyMap<string, number>, asking: boolean): number {
+    const now = this.now();
+    this.forgetQuiet(now);
     let total = this.total;
     let active = this.byClient.size;
     for (const [id, n] of picked) {
       total += n;
       if (n > 0 && !this.byClient.has(id)) active += 1;
     }
-    const free = this.size - total;
-    if (free <= 0) return 0;
     const has = this.inFlightOf(clientId) + (picked.get(clientId) ?? 0);
+    // The share is over every client with work: those holding slots and those waiting for one.
+    for (const id of this.wanting.keys()) if (id !== clientId && this.heldOrPicked(id, picked) === 0) active += 1;
     if (has === 0) active += 1;
     const share = Math.max(1, Math.floor(this.general / active));
     if (has >= share) return 0;
-    const general = this.general - total;
-    if (general > 0) return Math.min(share - has, general);
+    const mine = this.wanting.get(clientId);
+    const since = mine?.since ?? this.line + 1;
+    // Freed slots go to the waiting clients ahead of this one first (fewest held, then oldest).
+    let ahead = 0;
+    for (const [id, w] of this.wanting) {
+      if (id === clientId || (picked.get(id) ?? 0) > 0) continue;
+      const theirs = this.inFlightOf(id);
+      if (theirs < has || (theirs === has && w.since < since)) ahead += 1;
+    }
+    const free = this.size - total - ahead;
+    const general = this.general - total - ahead;
+    let room: number;
+    if (free <= 0) room = 0;
+    else if (general > 0) room = Math.min(share - has, general);
     // Only the reserve is left: for a client below its share that holds few slots.
-    return Math.max(0, Math.min(share, this.reserveLevel, has + free) - has);
+    else room = Math.max(0, Math.min(share, this.reserveLevel, has + free) - has);
+    // Asked below its share: it has due work, and is in line until it takes a slot (a claim that
+    // asked and then filled up with others' work leaves it first in line for the next freed slot).
+    if (asking) {
+      if (!mine) this.line = since;
+      this.wanting.set(clientId, { since, askedAt: now });
+    }
+    return room;
+  }
+
+  private heldOrPicked(clientId: string, picked: ReadonlyMap<string, number>): number {
+    return this.inFlightOf(clientId) + (picked.get(clientId) ?? 0);
+  }
+
+  /** Forgets waiting clients that stopped asking (their work was done elsewhere, or is gone). */
+  private forgetQuiet(now: number): void {
+    for (const [id, w] of this.wanting) if (now - w.askedAt > this.waitingTtlMs) this.wanting.delete(id);
   }
 
   /** How many more slots a key may take now: its cap less what it holds and what is held for its refill. */
@@ -127,7 +194,8 @@ export class FairPool {
   /** Clients holding slots that may take no more now (the list is bounded by the pool's size). */
   busyClients(): string[] {
     const busy: string[] = [];
-    for (const clientId of this.byClient.keys()) if (this.room(clientId) <= 0) busy.push(clientId);
+    for (const clientId of this.byClient.keys())
+      if (this.roomOf(clientId, NOTHING_PICKED, false) <= 0) busy.push(clientId);
     return busy;
   }
 
@@ -138,7 +206,8 @@ export class FairPool {
 
   /** A slot now, within the client's room and the key's; null when there is none. */
   tryAcquire(clientId: string, key: string): Slot | null {
-    if (this.room(clientId) <= 0 || this.keyRoom(key) <= 0) return null;
+    // The key first: a client asking for a key it has no room under is not in line for a slot.
+    if (this.keyRoom(key) <= 0 || this.room(clientId) <= 0) return null;
     return this.take(clientId, key);
   }
 
@@ -147,6 +216,7 @@ export class FairPool {
    * dispatcher's claims never overlap, so the room they were sized by is still there).
    */
   take(clientId: string, key: string): Slot {
+    this.wanting.delete(clientId);
     this.total += 1;
     bump(this.byClient, clientId, 1);
     bump(this.byKey, key, 1);
@@ -221,7 +291,7 @@ export class FairPool {
       let best = -1;
       for (let i = 0; i < this.waiting.length; i++) {
         const w = this.waiting[i]!;
-        if (this.room(w.clientId) <= 0 || this.keyRoom(w.key) <= 0) continue;
+        if (this.roomOf(w.clientId, NOTHING_PICKED, false) <= 0 || this.keyRoom(w.key) <= 0) continue;
         if (best === -1 || this.inFlightOf(w.clientId) < this.inFlightOf(this.waiting[best]!.clientId)) best = i;
       }
       if (best === -1) return;

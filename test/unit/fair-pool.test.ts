@@ -149,7 +149,7 @@ const ops: fc.Arbitrary<Op[]> = fc.array(
 );
 
 describe("FairPool: properties over any schedule", () => {
-  it("never over the pool or a key's cap; no client grows past its share; a client with nothing in flight gets a free slot", () => {
+  it("never over the pool or a key's cap; no client grows past its share; a client with nothing in flight gets a free slot no one waited for", () => {
     fc.assert(
       fc.property(fc.integer({ min: 1, max: 40 }), fc.integer({ min: 1, max: 40 }), ops, (size, perKey, schedule) => {
         const pool = new FairPool({ size, maxPerKey: perKey });
@@ -160,9 +160,11 @@ describe("FairPool: properties over any schedule", () => {
           const holders = clients.filter((c) => pool.inFlightOf(c) > 0);
           const active = holders.length + (pool.inFlightOf(client) === 0 ? 1 : 0);
           const emptyHanded = pool.inFlightOf(client) === 0;
+          // Free slots are kept first for the empty-handed clients that were refused before (#38.2).
+          const inLine = pool.waitingClients().filter((c) => c !== client && pool.inFlightOf(c) === 0).length;
           const freeBefore = pool.free;
           const slot = pool.tryAcquire(client, key);
-          if (emptyHanded && freeBefore > 0 && pool.keyRoom(key) + (slot ? 1 : 0) > 0) expect(slot).not.toBeNull();
+          if (emptyHanded && freeBefore > inLine && pool.keyRoom(key) + (slot ? 1 : 0) > 0) expect(slot).not.toBeNull();
           if (!slot) return false;
           held.push(slot);
           expect(pool.inFlightOf(client)).toBeLessThanOrEqual(Math.max(1, Math.floor(general / active)));
@@ -217,6 +219,40 @@ describe("FairPool: properties over any schedule", () => {
         },
       ),
       { numRuns: 300 },
+    );
+  });
+
+  it("#38.2: with 1, 2 or 3 greedy clients holding the whole pool, a victim refused gets a slot at the first release it is next in line for", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 64 }),
+        fc.integer({ min: 1, max: 3 }),
+        fc.array(fc.nat(), { minLength: 1, maxLength: 80 }),
+        (size, hostiles, releases) => {
+          const pool = new FairPool({ size });
+          const hostile = Array.from({ length: hostiles }, (_, i) => `hostile${i}`);
+          const held: Slot[] = [];
+          // The hostile clients have endless backlogs: they ask after every change, one after another.
+          const greedy = () => {
+            for (const h of hostile) held.push(...grab(pool, h));
+          };
+          greedy();
+          let victim = pool.tryAcquire("victim", "victim|h");
+          // Clients refused before the victim may be served first, each once (taking a slot takes it out of
+          // the line), when they hold as few: at most one release each.
+          let ahead = pool.waitingClients().indexOf("victim");
+          for (const at of releases) {
+            if (victim) break;
+            held.splice(at % held.length, 1)[0]!.release();
+            // The freed slot's client asks first (it is the one whose work just ended), the victim after.
+            greedy();
+            victim = pool.tryAcquire("victim", "victim|h");
+            if (!victim) expect(ahead--).toBeGreaterThan(0);
+          }
+          expect(pool.inUse).toBeLessThanOrEqual(size);
+        },
+      ),
+      { numRuns: 500 },
     );
   });
 });
