@@ -19,7 +19,11 @@ export function ensureConnector(relative) {
   const lock = readFileSync(join(dir, "package-lock.json"));
   const stamp = join(dir, "node_modules", ".genrelay-lock-sha256");
   const sha = createHash("sha256").update(lock).digest("hex");
-  if (existsSync(stamp) && readFileSync(stamp, "utf8") === sha) return false;
+  const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+  const direct = Object.keys({ ...manifest.dependencies, ...manifest.devDependencies });
+  // The stamp alone is not proof: a copied or pruned node_modules can keep it and lose packages.
+  const complete = direct.every((name) => existsSync(join(dir, "node_modules", name, "package.json")));
+  if (complete && existsSync(stamp) && readFileSync(stamp, "utf8") === sha) return false;
   process.stderr.write(`connectors: installing ${relative}'s dependencies (npm ci, once per lock)…\n`);
   const npm = process.platform === "win32" ? "npm.cmd" : "npm";
   execFileSync(npm, ["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"], {
