@@ -5,7 +5,7 @@ import type { TestRelay } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
 /**
- * docs/contract.md, "Switching the scheme": for 24 hours after a client's `signature` changes
+ * docs/contract.md, "Rotation and switching the scheme": for 24 hours after a client's `signature` changes
  * between hmac and ed25519, every webhook carries the old scheme's signature beside the new one's,
  * so a receiver can move without losing webhooks. Real webhooks to a loopback receiver, verified
  * with the standardwebhooks package (v1) and node:crypto (v1a), never with the relay's signer.
