@@ -5,6 +5,7 @@
  * lasts and whether a failed trial spends a retry. src/workers/dispatcher.ts gathers the inputs,
  * calls these, and carries out what they return (docs/decisions/0006, 0008).
  */
+import { cappedBackoff } from "./backoff.js";
 
 /**
  * A key a claim found at its cap across instances is left out of the loop's claims for this long
@@ -57,7 +58,9 @@ export function saturatedNow(note: SaturationNote | undefined, now: number): boo
 
 /** The back-off of a key found saturated again (or for the first time). */
 export function nextSaturationBackoff(before: SaturationNote | undefined): number {
-  return before ? Math.min(SATURATED_BACKOFF_MAX_MS, before.backoffMs * 2) : SATURATED_BACKOFF_MS;
+  return before
+    ? cappedBackoff({ attempt: 1, baseMs: before.backoffMs, maxMs: SATURATED_BACKOFF_MAX_MS })
+    : SATURATED_BACKOFF_MS;
 }
 
 /**

@@ -4,6 +4,7 @@ import type { UpstreamTask } from "../upstream/types.js";
 import type { TaskError } from "./lifecycle.js";
 import { nextPollDelay } from "./poll-schedule.js";
 import { TERMINAL_STATUSES } from "./transition.js";
+import { cappedBackoff } from "./backoff.js";
 
 /**
  * The poller's decisions, as pure functions of what it has read (no store, no clock, no upstream):
@@ -515,7 +516,7 @@ export function readFailed(
   if (e?.status === 429) return { kind: "paused", until: now + (e.retryAfterMs ?? 10_000) };
   const retry = {
     kind: "retry" as const,
-    at: now + Math.min(60_000, 2_000 * 2 ** Math.min(task.pollCount, 5)),
+    at: now + cappedBackoff({ attempt: task.pollCount, baseMs: 2_000, maxMs: 60_000 }),
     pollCount: task.pollCount + 1,
   };
   // Only the upstream's own JSON answer counts (an HTML or empty 404 from a proxy has no code).

@@ -4,6 +4,7 @@
  * clock: the submitter reads the facts, calls these, and applies the answer (src/workers/submitter.ts).
  * Whether the task's credits allow it is core/credits.ts (decideSubmission).
  */
+import { cappedBackoff } from "./backoff.js";
 
 /** After this long failing to reach the upstream, a task ends failed instead of retrying forever. */
 export const GIVE_UP_AFTER_MS = 24 * 60 * 60 * 1000;
@@ -19,7 +20,7 @@ export const CONFLICT_MAX_DELAY_MS = 2 * 60_000;
 export const RATE_LIMIT_PAUSE_MS = 5_000;
 
 export function submitBackoffMs(attempt: number): number {
-  return Math.min(5 * 60_000, 1_000 * 2 ** Math.max(0, attempt - 1));
+  return cappedBackoff({ attempt: attempt - 1, baseMs: 1_000, maxMs: 5 * 60_000 });
 }
 
 /** What the plan reads of an account's stored state. */

@@ -1,5 +1,6 @@
 import type { Clock } from "../clock.js";
 import type { SendResult } from "./sender.js";
+import { cappedBackoff } from "../core/backoff.js";
 
 /**
  * A small circuit breaker per destination host, so a dead receiver costs one attempt per cool-down
@@ -168,7 +169,7 @@ export class CircuitBreakers {
       }
       if (b.open) {
         // While open, only the trial holds a permit of the current generation: it failed.
-        b.coolDownMs = Math.min(b.coolDownMs * 2, this.maxCoolDownMs);
+        b.coolDownMs = cappedBackoff({ attempt: 1, baseMs: b.coolDownMs, maxMs: this.maxCoolDownMs });
         return this.open(permit.host, b, true);
       }
       b.failures += 1;

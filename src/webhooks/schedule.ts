@@ -1,3 +1,5 @@
+import { jittered } from "../core/backoff.js";
+
 /** Receivers may push a retry back by at most one hour (docs/contract.md, "Retries"). */
 export const MAX_RETRY_AFTER_MS = 3_600_000;
 const JITTER = 0.2;
@@ -18,12 +20,7 @@ export function retryDelayMs(
   }
   const base = scheduleMs[attemptIndex];
   if (base === undefined) return null;
-  if (!(base > 0)) return 0;
-  const factor = 1 + (random() * 2 - 1) * JITTER;
-  // Clamp after rounding: rounding alone could step just outside ±20% for small delays.
-  const low = Math.ceil(base * (1 - JITTER));
-  const high = Math.floor(base * (1 + JITTER));
-  return Math.min(high, Math.max(low, Math.round(base * factor)));
+  return jittered(base, JITTER, random);
 }
 
 const IMF_FIXDATE = /^[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT$/;

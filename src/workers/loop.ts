@@ -1,6 +1,7 @@
 import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
 import { isStorageFailure, type StorageHealth } from "../store/storage-health.js";
+import { cappedBackoff } from "../core/backoff.js";
 
 export interface TickResult {
   /** Whether this tick claimed anything; an idle tick never loops again at once. */
@@ -90,7 +91,7 @@ export class WorkerLoop {
         delay = Math.min(idleMs, Math.max(result.didWork ? 0 : 25, untilDue));
       } catch (err) {
         this.failures += 1;
-        delay = Math.min(30_000, 500 * 2 ** Math.min(this.failures, 6));
+        delay = cappedBackoff({ attempt: this.failures, baseMs: 500, maxMs: 30_000 });
         if (this.opts.storage && isStorageFailure(err)) this.opts.storage.failed(err, `worker ${this.opts.name}`);
         else this.opts.logger.error({ err, worker: this.opts.name, retry_in_ms: delay }, "worker tick failed");
       }

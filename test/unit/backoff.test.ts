@@ -1,5 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { cappedBackoff, jittered } from "../../src/core/backoff.js";
 import { firstPollDelay, nextPollDelay } from "../../src/core/poll-schedule.js";
 import { submitBackoffMs } from "../../src/workers/submitter.js";
 
@@ -41,5 +42,59 @@ describe("poll spacing", () => {
     );
     expect(nextPollDelay("video", 400_000, null)).toBe(60_000);
     expect(nextPollDelay("image", 20_000, null)).toBe(5_000);
+  });
+});
+
+describe("cappedBackoff", () => {
+  it("doubles from the base per attempt and stops at the cap", () => {
+    expect([0, 1, 2, 3].map((attempt) => cappedBackoff({ attempt, baseMs: 500, maxMs: 30_000 }))).toEqual([
+      500, 1_000, 2_000, 4_000,
+    ]);
+    expect(cappedBackoff({ attempt: 6, baseMs: 500, maxMs: 30_000 })).toBe(30_000);
+    expect(cappedBackoff({ attempt: 5_000, baseMs: 500, maxMs: 30_000 })).toBe(30_000);
+  });
+
+  it("treats a negative attempt as the first", () => {
+    expect(cappedBackoff({ attempt: -1, baseMs: 1_000, maxMs: 300_000 })).toBe(1_000);
+  });
+
+  it("doubles a kept value as attempt 1 from it", () => {
+    expect(cappedBackoff({ attempt: 1, baseMs: 200, maxMs: 1_000 })).toBe(400);
+    expect(cappedBackoff({ attempt: 1, baseMs: 800, maxMs: 1_000 })).toBe(1_000);
+  });
+
+  it("spreads by the jitter fraction either way, still under the cap", () => {
+    const at = (r: number, attempt = 2) =>
+      cappedBackoff({ attempt, baseMs: 1_000, maxMs: 5_000, jitter: 0.2, random: () => r });
+    expect([at(0), at(0.5), at(0.999_999_9)]).toEqual([3_200, 4_000, 4_800]);
+    expect(at(0.999_999_9, 3)).toBe(5_000);
+    expect(at(0, 3)).toBe(4_000);
+  });
+
+  it("is never above the cap, never below the base without jitter, and monotone", () => {
+    const input = fc.record({
+      attempt: fc.integer({ min: 0, max: 2_000 }),
+      baseMs: fc.integer({ min: 1, max: 100_000 }),
+      extra: fc.integer({ min: 0, max: 10_000_000 }),
+      jitter: fc.double({ min: 0, max: 0.9, noNaN: true }),
+      r: fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
+    });
+    fc.assert(
+      fc.property(input, ({ attempt, baseMs, extra, jitter, r }) => {
+        const maxMs = baseMs + extra;
+        const plain = cappedBackoff({ attempt, baseMs, maxMs });
+        const next = cappedBackoff({ attempt: attempt + 1, baseMs, maxMs });
+        const spread = cappedBackoff({ attempt, baseMs, maxMs, jitter, random: () => r });
+        return plain <= maxMs && plain >= baseMs && next >= plain && spread <= maxMs && spread >= 0;
+      }),
+    );
+  });
+});
+
+describe("jittered", () => {
+  it("keeps 0 at 0 and stays inside the band after rounding", () => {
+    expect(jittered(0, 0.2, () => 0.9)).toBe(0);
+    expect(jittered(7, 0.2, () => 0)).toBe(6);
+    expect(jittered(7, 0.2, () => 0.999_999_9)).toBe(8);
   });
 });
