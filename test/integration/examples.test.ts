@@ -37,6 +37,8 @@ const RECEIVERS: ReceiverExample[] = [
   { file: "verify_jwks.py", command: "python3", scheme: "jwks", missing: pythonMissing("cryptography") },
 ];
 const SCRIPTS = ["create-task.sh"];
+/** Run against real brokers by examples-queues.test.ts. */
+const QUEUE_CONSUMERS = ["consume-amqp.mjs", "consume-nats.mjs", "sqs-lambda-handler.mjs"];
 
 let live: LiveRelay;
 const running: ExampleProcess[] = [];
@@ -52,7 +54,7 @@ afterAll(async () => {
 });
 
 it("runs every file under examples/", () => {
-  const ran = [...RECEIVERS.map((r) => r.file), ...SCRIPTS].sort();
+  const ran = [...RECEIVERS.map((r) => r.file), ...SCRIPTS, ...QUEUE_CONSUMERS].sort();
   expect(
     readdirSync(EXAMPLES)
       .filter((f) => !f.startsWith(".") && f !== "__pycache__")
