@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { openQueueTarget } from "../../src/services/queue-endpoints.js";
 import { csrfOf, signedIn, type Visitor } from "../helpers/dashboard.js";
 import { createTask } from "../helpers/flow.js";
 import { status } from "../helpers/receiver.js";
@@ -7,11 +8,10 @@ import { upstreamSuite } from "../helpers/upstream-suite.js";
 /** The dashboard's Webhooks page lists, adds and removes endpoints (docs/contract.md, "Endpoints"). */
 const { setup, receiver } = upstreamSuite();
 
-/** Posts the add form with its checkboxes as a browser does (one `events` field per box ticked). */
-async function addEndpoint(v: Visitor, fields: { url: string; description?: string; events?: string[] }) {
-  const form = new URLSearchParams({ csrf: csrfOf(await v.page("/dashboard/webhooks")), url: fields.url });
-  if (fields.description) form.append("description", fields.description);
-  for (const e of fields.events ?? []) form.append("events", e);
+/** Posts the add form as a browser does (one `events` field per box ticked); other fields as given. */
+async function addEndpoint(v: Visitor, fields: { events?: string[] } & Record<string, string | string[] | undefined>) {
+  const form = new URLSearchParams({ csrf: csrfOf(await v.page("/dashboard/webhooks")) });
+  for (const [name, value] of Object.entries(fields)) for (const one of [value ?? []].flat()) form.append(name, one);
   return v.request("/dashboard/webhooks/endpoints", {
     method: "POST",
     body: form,
@@ -61,6 +61,84 @@ describe("dashboard: endpoints on the webhooks page", () => {
     expect(after).toContain(`Endpoint ${id} removed`);
     expect(rows(after)).toEqual([]);
     expect((await t.request(apiKey, `/openapi/v1/webhooks/endpoints/${id}`)).status).toBe(404);
+  });
+
+  it("adds a RabbitMQ endpoint with its password, lists its kind and address without it, and removes it", async () => {
+    const { t } = setup();
+    const { apiKey } = t.client();
+    const v = await signedIn(t, apiKey);
+    expect(await v.page("/dashboard/webhooks")).toContain('<select id="endpoint-type" name="type">');
+    const added = await addEndpoint(v, {
+      type: "amqp",
+      url: "",
+      amqp_url: "amqps://mq.example.com:5671/prod",
+      exchange: "genrelay",
+      amqp_user: "app",
+      amqp_password: "pa55-never-shown",
+      events: ["task.succeeded"],
+    });
+    const page = await added.text();
+    expect(added.status, page.slice(0, 300)).toBe(200);
+    const listed = (await (await t.request(apiKey, "/openapi/v1/webhooks/endpoints")).json()) as { data: any[] };
+    const id = listed.data[0].id as string;
+    expect(listed.data).toEqual([
+      {
+        id,
+        type: "amqp",
+        url: "amqps://mq.example.com:5671/prod",
+        exchange: "genrelay",
+        routing_key: null,
+        events: ["task.succeeded"],
+        description: null,
+        created_at: new Date(t.clock.now()).toISOString(),
+      },
+    ]);
+    expect(page).toContain(`Endpoint ${id} added.`);
+    expect(rows(page)).toEqual([
+      { url: "amqps://mq.example.com:5671/prod", events: "task.succeeded", description: "—" },
+    ]);
+    expect(page).toContain(
+      '<td data-label="Kind">amqp <span class="muted">exchange <code>genrelay</code>, routing key the event type</span></td>',
+    );
+    // The password reached the sealed target, and is on no page.
+    const row = t.database.sqlite.prepare("SELECT destination FROM webhook_endpoints WHERE id = ?").get(id) as {
+      destination: string;
+    };
+    expect(openQueueTarget(row, t.config.encryptionKey)).toEqual({
+      kind: "amqp",
+      amqp: { url: "amqps://app:pa55-never-shown@mq.example.com:5671/prod", exchange: "genrelay", routingKey: null },
+    });
+    expect(page).not.toContain("pa55-never-shown");
+    expect(await v.page("/dashboard/webhooks")).not.toContain("pa55-never-shown");
+
+    const removed = await v.submit("/dashboard/webhooks", "/dashboard/webhooks/endpoints/delete", { id });
+    const after = await removed.text();
+    expect(removed.status).toBe(200);
+    expect(after).toContain(`Endpoint ${id} removed`);
+    expect(rows(after)).toEqual([]);
+  });
+
+  it("a refused NATS endpoint keeps its kind and fields, never its token", async () => {
+    const { t } = setup();
+    const { apiKey } = t.client();
+    const v = await signedIn(t, apiKey);
+    const refused = await addEndpoint(v, {
+      type: "nats",
+      nats_url: "nats://nats.example.com:4222",
+      subject: "genrelay.*",
+      nats_token: "tok-never-shown",
+    });
+    const page = await refused.text();
+    expect(refused.status).toBe(422);
+    expect(page).toContain('<div class="notice error" role="alert">Some nats settings are invalid.</div>');
+    expect(page).toContain('<option value="nats" selected>');
+    expect(page).toContain('name="nats_url" type="text" value="nats://nats.example.com:4222"');
+    expect(page).toContain('name="subject" type="text" value="genrelay.*"');
+    expect(page).toContain('name="nats_token" type="password" value="" autocomplete="off"');
+    expect(page).not.toContain("tok-never-shown");
+    expect(((await (await t.request(apiKey, "/openapi/v1/webhooks/endpoints")).json()) as { data: [] }).data).toEqual(
+      [],
+    );
   });
 
   it("the task page shows each delivery's destination; its delivery summary is the callback's", async () => {

@@ -6,15 +6,79 @@ import {
   deleteEndpoint,
   ENDPOINT_EVENT_TYPES,
   type EndpointEventType,
+  type EndpointInput,
   listEndpoints,
 } from "../../services/webhook-endpoints.js";
 import { destinationHost } from "../../webhooks/destination.js";
 import { render, type DashboardDeps } from "./render.js";
 import type { DashEnv } from "./session.js";
 import { usageBody } from "./views-usage.js";
-import { webhooksBody, type WebhooksView } from "./views-webhooks.js";
+import {
+  DRAFT_FIELDS,
+  ENDPOINT_KINDS,
+  type EndpointDraft,
+  type EndpointKind,
+  webhooksBody,
+  type WebhooksView,
+} from "./views-webhooks.js";
 
 const DAY_MS = 24 * 60 * 60 * 1000;
+
+type Field = (name: string) => string;
+
+/** What the add form keeps when refused: every field but the secrets (password inputs). */
+function endpointDraft(text: Field, events: EndpointEventType[]): EndpointDraft {
+  const kind = text("type");
+  const draft: EndpointDraft = {
+    type: (ENDPOINT_KINDS as readonly string[]).includes(kind) ? (kind as EndpointKind) : "webhook",
+    description: text("description"),
+    events,
+  };
+  for (const name of DRAFT_FIELDS) draft[name] = text(name);
+  return draft;
+}
+
+/** A broker URL with the user and password of their own (password) inputs, when given. */
+function withUserinfo(raw: string, user: string, password: string): string {
+  if (!user && !password) return raw;
+  try {
+    const url = new URL(raw);
+    if (user) url.username = user;
+    if (password) url.password = password;
+    return url.href;
+  } catch {
+    return raw; // the service names the bad URL
+  }
+}
+
+/** The API's endpoint input for the kind picked: the form's fields of that kind, empty ones left out. */
+function endpointTargetOf(kind: EndpointKind, text: Field): EndpointInput {
+  const opt = (name: string) => text(name) || undefined;
+  if (kind === "amqp")
+    return {
+      type: "amqp",
+      url: withUserinfo(text("amqp_url"), text("amqp_user"), text("amqp_password")),
+      exchange: text("exchange"),
+      routing_key: opt("routing_key") ?? null,
+    };
+  if (kind === "nats")
+    return {
+      type: "nats",
+      url: withUserinfo(text("nats_url"), text("nats_user"), text("nats_password")),
+      subject: opt("subject") ?? null,
+      token: opt("nats_token") ?? null,
+    };
+  if (kind === "sqs")
+    return {
+      type: "sqs",
+      queue_url: text("queue_url"),
+      region: text("region"),
+      access_key_id: text("access_key_id"),
+      secret_access_key: text("secret_access_key"),
+      endpoint: opt("sqs_endpoint") ?? null,
+    };
+  return { url: text("url") };
+}
 
 /** `datetime-local` sends no zone ("2026-01-01T12:00"); the label says UTC, so read it as UTC. */
 export function parseSince(value: string): number | null {
@@ -37,7 +101,8 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
       ...new Set([
         ...failing.map((f) => f.host),
         ...(await callbackUrls(deps, clientId)).map(destinationHost),
-        ...endpoints.map((e) => destinationHost(e.url)),
+        // A queue endpoint's broker shows here once it fails (its key is the broker's host, not its URL's).
+        ...endpoints.filter((e) => e.type === undefined).map((e) => destinationHost(e.url)),
       ]),
     ];
     const byHost = new Map(failing.map((f) => [f.host, f]));
@@ -88,16 +153,16 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
   });
 
   // Endpoints: the same services as POST and DELETE /openapi/v1/webhooks/endpoints (a refusal is
-  // shown on the page with the API's status, the form keeping what was typed).
+  // shown on the page with the API's status, the form keeping what was typed but never a secret).
   app.post("/webhooks/endpoints", auth, async (c) => {
     const body = await c.req.parseBody({ all: true });
     const text = (name: string) => (typeof body[name] === "string" ? (body[name] as string).trim() : "");
     const picked = ([] as unknown[]).concat(body.events ?? []).filter((e): e is string => typeof e === "string");
     const events = ENDPOINT_EVENT_TYPES.filter((e) => picked.includes(e));
-    const draft = { url: text("url"), description: text("description"), events: events as EndpointEventType[] };
+    const draft = endpointDraft(text, events);
     return orError(c, { endpointDraft: draft }, async () => ({
       endpointAdded: await createEndpoint(deps, c.get("client").id, {
-        url: draft.url,
+        ...endpointTargetOf(draft.type, text),
         events: events.length > 0 ? [...events] : undefined,
         description: draft.description || null,
       }),

@@ -8,6 +8,35 @@ import {
 } from "../../services/webhook-endpoints.js";
 import { badge, csrfField, duration, notice, time, type Html } from "./layout.js";
 
+/** The kinds the add form offers (DESIGN.md §22), each with its own fields. */
+export const ENDPOINT_KINDS = ["webhook", "amqp", "nats", "sqs"] as const;
+export type EndpointKind = (typeof ENDPOINT_KINDS)[number];
+const KIND_LABELS: Record<EndpointKind, string> = {
+  webhook: "HTTP (webhook)",
+  amqp: "RabbitMQ (amqp)",
+  nats: "NATS JetStream (nats)",
+  sqs: "Amazon SQS (sqs)",
+};
+
+/** The add form's fields kept when it is refused; the password inputs (credentials) never are. */
+export const DRAFT_FIELDS = [
+  "url",
+  "amqp_url",
+  "amqp_user",
+  "exchange",
+  "routing_key",
+  "nats_url",
+  "nats_user",
+  "subject",
+  "queue_url",
+  "region",
+  "access_key_id",
+  "sqs_endpoint",
+] as const;
+export type EndpointDraft = { type: EndpointKind; description: string; events: EndpointEventType[] } & Partial<
+  Record<(typeof DRAFT_FIELDS)[number], string>
+>;
+
 export interface HostHealthRow {
   host: string;
   state: "closed" | "open" | "half-open";
@@ -52,8 +81,8 @@ export interface WebhooksView {
   recovered?: number;
   endpointAdded?: EndpointView;
   endpointRemoved?: string;
-  /** The add form as it was sent, when it was refused. */
-  endpointDraft?: { url: string; description: string; events: EndpointEventType[] } | undefined;
+  /** The add form as it was sent (its secrets left out), when it was refused. */
+  endpointDraft?: EndpointDraft | undefined;
   error?: string;
 }
 
@@ -104,7 +133,7 @@ function endpointsPanel(v: WebhooksView): Html {
     (draft && draft.events.length > 0 ? draft.events : DEFAULT_ENDPOINT_EVENTS).includes(e as never);
   const row = (e: EndpointView) =>
     html`<tr><td data-label="URL" class="mono">${e.url}</td><td data-label="Events">${e.events.join(", ")}</td>
-<td data-label="Description">${e.description ?? "—"}</td><td data-label="Created">${time(Date.parse(e.created_at))}</td>
+<td data-label="Description">${e.description ?? "—"}</td><td data-label="Kind">${kindCell(e)}</td><td data-label="Created">${time(Date.parse(e.created_at))}</td>
 <td data-label="Action"><form method="post" action="/dashboard/webhooks/endpoints/delete">${csrfField(v.csrf)}<input type="hidden" name="id" value="${e.id}"><button class="btn secondary" type="submit" aria-label="Remove endpoint ${e.url}">Remove</button></form></td></tr>`;
   return html`<section class="panel" aria-labelledby="h-endpoints"><h2 id="h-endpoints">Endpoints</h2>
   <p class="muted">Every event of your tasks whose type an endpoint subscribes to is delivered to it, beside the task's own callback_url: same webhook-id, body and signature, its own retries. Removing one ends its pending deliveries.</p>
@@ -114,20 +143,68 @@ function endpointsPanel(v: WebhooksView): Html {
     v.endpoints.length === 0
       ? html`<p id="no-endpoints">No endpoint yet.</p>`
       : html`<div class="table-wrap"><table class="stack" id="endpoints"><caption class="sr-only">Your endpoints, oldest first</caption>
-<thead><tr><th scope="col">URL</th><th scope="col">Events</th><th scope="col">Description</th><th scope="col">Created</th><th scope="col"><span class="sr-only">Action</span></th></tr></thead>
+<thead><tr><th scope="col">URL</th><th scope="col">Events</th><th scope="col">Description</th><th scope="col">Kind</th><th scope="col">Created</th><th scope="col"><span class="sr-only">Action</span></th></tr></thead>
 <tbody>${v.endpoints.map(row)}</tbody></table></div>`
   }
   <form method="post" action="/dashboard/webhooks/endpoints">${csrfField(v.csrf)}
     <div class="row">
-      <div class="grow"><label for="endpoint-url">Endpoint URL</label><input id="endpoint-url" name="url" type="url" required value="${draft?.url ?? ""}" placeholder="https://example.com/webhooks" spellcheck="false"></div>
+      <div><label for="endpoint-type">Kind</label><select id="endpoint-type" name="type">${ENDPOINT_KINDS.map((k) => html`<option value="${k}"${(draft?.type ?? "webhook") === k ? html` selected` : ""}>${KIND_LABELS[k]}</option>`)}</select></div>
       <div class="grow"><label for="endpoint-description">Description</label><input id="endpoint-description" name="description" maxlength="500" value="${draft?.description ?? ""}"></div>
     </div>
+    <p class="muted">Fill in the fields of the kind picked; the others are ignored. Passwords, tokens and secret keys are sealed at rest and never shown again.</p>
+    <fieldset data-kind="webhook"><legend>${KIND_LABELS.webhook}</legend>
+      ${field("url", "Endpoint URL", "url", draft, "https://example.com/webhooks")}
+    </fieldset>
+    <fieldset data-kind="amqp"><legend>${KIND_LABELS.amqp}</legend><div class="row">
+      ${field("amqp_url", "Broker URL", "text", draft, "amqps://mq.example.com:5671/vhost")}
+      ${field("exchange", "Exchange", "text", draft, "genrelay")}
+      ${field("routing_key", "Routing key (default: the event type)", "text", draft)}
+      ${field("amqp_user", "User", "text", draft)}
+      ${field("amqp_password", "Password", "password")}
+    </div></fieldset>
+    <fieldset data-kind="nats"><legend>${KIND_LABELS.nats}</legend><div class="row">
+      ${field("nats_url", "Server URL", "text", draft, "tls://nats.example.com:4222")}
+      ${field("subject", "Subject (default: genrelay.<event type>)", "text", draft)}
+      ${field("nats_user", "User", "text", draft)}
+      ${field("nats_password", "Password", "password")}
+      ${field("nats_token", "Token", "password")}
+    </div></fieldset>
+    <fieldset data-kind="sqs"><legend>${KIND_LABELS.sqs}</legend><div class="row">
+      ${field("queue_url", "Queue URL", "url", draft, "https://sqs.eu-west-1.amazonaws.com/123456789012/events")}
+      ${field("region", "Region", "text", draft, "eu-west-1")}
+      ${field("access_key_id", "Access key id", "text", draft)}
+      ${field("secret_access_key", "Secret access key", "password")}
+      ${field("sqs_endpoint", "Endpoint (SQS-compatible server, optional)", "url", draft)}
+    </div></fieldset>
     <fieldset><legend>Events</legend>
       ${ENDPOINT_EVENT_TYPES.map((e) => html`<label><input type="checkbox" name="events" value="${e}"${checked(e) ? html` checked` : ""}> <code>${e}</code></label> `)}
     </fieldset>
     <button class="btn" type="submit">Add endpoint</button>
   </form>
 </section>`;
+}
+
+/** One input of the add form; a password input is always empty (a secret is never sent back). */
+function field(
+  name: string,
+  label: string,
+  type: "text" | "url" | "password",
+  draft?: EndpointDraft,
+  placeholder = "",
+): Html {
+  const value = type === "password" ? "" : ((draft?.[name as keyof EndpointDraft] as string | undefined) ?? "");
+  return html`<div class="grow"><label for="endpoint-${name}">${label}</label><input id="endpoint-${name}" name="${name}" type="${type}" value="${value}"${placeholder ? html` placeholder="${placeholder}"` : ""}${type === "password" ? html` autocomplete="off"` : html` spellcheck="false"`}></div>`;
+}
+
+/** An endpoint's kind and the settings it delivers with (never its credentials: the view has none). */
+function kindCell(e: EndpointView): Html {
+  if (e.type === "amqp")
+    return html`amqp <span class="muted">exchange <code>${e.exchange}</code>, routing key ${e.routing_key ? html`<code>${e.routing_key}</code>` : "the event type"}</span>`;
+  if (e.type === "nats")
+    return html`nats <span class="muted">subject <code>${e.subject ?? "genrelay.<event type>"}</code></span>`;
+  if (e.type === "sqs")
+    return html`sqs <span class="muted">${e.region}, key <code>${e.access_key_id}</code>${e.endpoint ? html`, via ${e.endpoint}` : ""}</span>`;
+  return html`webhook`;
 }
 
 /** Recover re-queues failed deliveries only: say what is still retrying, so "0" is never the whole story. */
