@@ -23,7 +23,7 @@ import { isStreamTokenRequest, registerStreamRoutes, streamCors } from "./routes
 import { registerWebhookDocs } from "./webhook-schemas.js";
 import { notFoundHandler } from "./not-found.js";
 import { apiRoute, headerRefs, RESPONSE_HEADERS } from "./schema-rules.js";
-import { errorResponses } from "./schemas.js";
+import { developmentDocument, errorResponses } from "./schemas.js";
 import type { ZodError } from "zod";
 
 export interface AppDeps extends ServiceDeps {
@@ -178,6 +178,7 @@ function registerOpenApiDocument(app: OpenAPIHono<AppEnv>, deps: AppDeps): void 
         ],
         tags: TAGS,
       });
+      if (deps.config.webhookAllowPrivateNetworks) document = developmentDocument(document);
       return c.json(document, 200);
     },
   );

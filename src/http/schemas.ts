@@ -122,6 +122,35 @@ const CALLBACK_URL_DOC = {
 } as const;
 /** An origin (no path or query) of the same kind: an S3 endpoint. */
 export const ORIGIN_PATTERN = `^https://${PUBLIC_HOST}${PORT}/?$`;
+/**
+ * The served document of a relay started with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development, as the
+ * quick start runs it): intake then also takes http and loopback or private hosts, so the published
+ * patterns of the URLs the relay calls say so too, and `info["x-genrelay-development-mode"]` marks the
+ * document as describing a development relay. A production relay serves the strict patterns.
+ */
+export function developmentDocument<T extends object>(document: T): T {
+  const strict = new Set([CALLBACK_URL_DOC.pattern, ORIGIN_PATTERN]);
+  const relax = (node: unknown): unknown => {
+    if (Array.isArray(node)) return node.map(relax);
+    if (node === null || typeof node !== "object") return node;
+    const out: Record<string, unknown> = {};
+    for (const [key, value] of Object.entries(node)) {
+      out[key] =
+        key === "pattern" && typeof value === "string" && strict.has(value) ? DEVELOPMENT_URL_PATTERN : relax(value);
+    }
+    return out;
+  };
+  const relaxed = relax(document) as T & { info?: Record<string, unknown> };
+  relaxed.info = {
+    ...relaxed.info,
+    "x-genrelay-development-mode": true,
+    description:
+      `${String(relaxed.info?.description ?? "")} This relay runs with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development): URLs it calls may be http and name loopback or private hosts. A production relay publishes https URLs of public hosts only.`.trim(),
+  };
+  return relaxed;
+}
+/** A URL the relay calls, as a development relay takes it: http or https, any host, no user or password. */
+export const DEVELOPMENT_URL_PATTERN = "^https?://[^\\s/?#@]+(?:[/?#]|$)";
 const CALLBACK_URL_RULE =
   "An absolute https URL of a public host (no user or password, no private or loopback address, no single-label or private name such as localhost or *.internal), at most 2048 characters; http and private hosts only with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development).";
 /** A media URL the upstream fetches: absolute https (src/services/intake.ts, checkMediaUrls; 400 invalid_media_url otherwise). */

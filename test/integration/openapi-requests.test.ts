@@ -626,4 +626,24 @@ describe("bodies generated from the documented schemas are accepted (Schemathesi
     );
     expect(r.requests).toHaveLength(n);
   });
+
+  it("a development relay (WEBHOOK_ALLOW_PRIVATE_NETWORKS=true) publishes the URLs intake then takes; a production one does not (#39)", async () => {
+    const loopback = image({ callback_url: "http://127.0.0.1:9000/webhooks" });
+    const dev = suite.setup({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }).t;
+    const devDoc = await served(dev);
+    expect((devDoc as unknown as { info: Record<string, unknown> }).info["x-genrelay-development-mode"]).toBe(true);
+    expect(bodyValidator(devDoc, IMAGES, "post")(loopback)).toBe(true);
+    const created = await dev.request(dev.client().apiKey, IMAGES, {
+      method: "POST",
+      idempotencyKey: "dev-mode-schema-1",
+      json: loopback,
+    });
+    expect(created.status).toBe(201);
+    // The production relay of this suite publishes https URLs of public hosts only, as its intake takes.
+    const prodDoc = await served(suite.setup().t);
+    expect(
+      (prodDoc as unknown as { info: Record<string, unknown> }).info["x-genrelay-development-mode"],
+    ).toBeUndefined();
+    expect(bodyValidator(prodDoc, IMAGES, "post")(loopback)).toBe(false);
+  });
 });
