@@ -299,3 +299,18 @@ function toConfig(env: Env): Config {
     leaderLeaseMs: env.LEADER_LEASE,
   };
 }
+
+/**
+ * Whether to trace (docs/operations.md, "Tracing"). The OpenTelemetry SDK reads its OTEL_* variables
+ * itself; this only decides on or off, and off is the default: an operator turns tracing on by naming
+ * an exporter (`OTEL_TRACES_EXPORTER`, not `none`) or where to send spans (`OTEL_EXPORTER_OTLP_ENDPOINT`
+ * or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); `OTEL_SDK_DISABLED=true` keeps it off whatever else is set.
+ */
+export function tracingEnabled(env: Record<string, string | undefined>): boolean {
+  const set = (name: string) => (env[name] ?? "").trim() !== "";
+  if ((env.OTEL_SDK_DISABLED ?? "").trim().toLowerCase() === "true") return false;
+  const exporters = (env.OTEL_TRACES_EXPORTER ?? "").split(",").map((e) => e.trim().toLowerCase());
+  if (exporters.includes("none")) return false;
+  if (exporters.some((e) => e !== "")) return true;
+  return set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+}

@@ -1,4 +1,5 @@
 import { pino, type Logger, type LevelWithSilent } from "pino";
+import { telemetry } from "./telemetry/index.js";
 
 export type { Logger };
 
@@ -39,6 +40,8 @@ export function createLogger(level: LevelWithSilent = "info", destination?: pino
       timestamp: pino.stdTimeFunctions.isoTime,
       redact: { paths: REDACT, censor: "[redacted]" },
       formatters: { level: (label) => ({ level: label }) },
+      // `trace_id`/`span_id` of the span a line is written under (tracing on); nothing when off.
+      mixin: () => telemetry().logFields(),
     },
     destination ?? pino.destination({ dest: 1, sync: false }),
   );

@@ -2,7 +2,7 @@ import { serve } from "@hono/node-server";
 import type { Server } from "node:http";
 import { setFlagsFromString } from "node:v8";
 import { systemClock } from "./clock.js";
-import { ConfigError, loadConfig, sandboxRefusal, type Config } from "./config.js";
+import { ConfigError, loadConfig, sandboxRefusal, tracingEnabled, type Config } from "./config.js";
 import { pgConnectProblem } from "./db/pg/connect-errors.js";
 import { takeServerLock } from "./db/sqlite/server-lock.js";
 import { openStore } from "./open-store.js";
@@ -10,6 +10,7 @@ import { gracefulHttp } from "./http/graceful.js";
 import { createLogger } from "./logger.js";
 import { Relay } from "./relay.js";
 import { startSimulator } from "./simulator/server.js";
+import { startTelemetry } from "./telemetry/index.js";
 
 /**
  * V8 lets the old generation grow to up to 4× what survived the last full collection before the
@@ -67,6 +68,8 @@ async function main(): Promise<void> {
     process.stderr.write(`genrelay: ${refusal}\n`);
     process.exit(2);
   }
+  // Before anything is served or logged: the SDK is loaded only when tracing is on (docs/operations.md, "Tracing").
+  const tracing = tracingEnabled(process.env) ? await startTelemetry() : null;
   const logger = createLogger(config.logLevel);
   // A second server on one SQLite file would double every worker: refused, in one line (the CLI is fine).
   const lock = config.databaseUrl ? null : takeServerLock(config.databasePath);
@@ -106,7 +109,13 @@ async function main(): Promise<void> {
   await relay.start();
   const server = serve({ fetch: relay.app.fetch, port: config.port, hostname: config.host }, (info) => {
     logger.info(
-      { host: config.host, port: info.port, database: databaseName(config), sandbox: simulator !== null },
+      {
+        host: config.host,
+        port: info.port,
+        database: databaseName(config),
+        sandbox: simulator !== null,
+        tracing: tracing !== null,
+      },
       "genrelay listening",
     );
   });
@@ -147,6 +156,8 @@ async function main(): Promise<void> {
       await simulator?.close();
       await store.close();
       lock?.release();
+      // The spans still buffered go out before the process ends.
+      await tracing?.shutdown();
       logger.info("stopped");
       process.exit(0);
     })().catch((err: unknown) => {

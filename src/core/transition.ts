@@ -103,6 +103,9 @@ export const transitionRules: TransitionRules = {
       destinationHost: after.callbackUrl ? destinationHost(after.callbackUrl) : "",
       // The task's own headers (sealed) travel with its events: every attempt sends them.
       callbackHeaders: after.callbackHeaders,
+      // And its trace context: every attempt continues the caller's trace (docs/operations.md, "Tracing").
+      traceparent: after.traceparent,
+      tracestate: after.tracestate,
       deliveryStatus: toCallback ? "pending" : "none",
       nextAttemptAt: toCallback ? now + firstAttemptDelayMs : null,
       createdAt: now,

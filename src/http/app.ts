@@ -7,7 +7,8 @@ import type { AppEnv } from "./context.js";
 import { createDashboard, type HostHealth } from "./dashboard/index.js";
 import { registerDocs } from "./docs.js";
 import { onError, validationFailure } from "./errors.js";
-import { bearerAuth, boundedBodies, requestIds, requestLog, tokenAuth } from "./middleware.js";
+import { bearerAuth, boundedBodies, requestIds, requestLog, tokenAuth, traceRequests } from "./middleware.js";
+import { telemetry } from "../telemetry/index.js";
 import { registerDeliveryRoutes } from "./routes/deliveries.js";
 import { registerGenerationRoutes } from "./routes/generations.js";
 import { isPublicKeysRequest, registerJwksRoutes } from "./routes/jwks.js";
@@ -49,6 +50,9 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
     },
   });
 
+  // Tracing on: every request is a SERVER span, the others' work inside it (tracing off: not installed).
+  const tracing = telemetry();
+  if (tracing.on) app.use(traceRequests(tracing));
   app.use(requestIds());
   app.use(requestLog(deps.logger, deps.metrics));
   // Sandbox mode (no UPSTREAM_BASE_URL): every answer says its results are simulated (docs/contract.md, "Intake").

@@ -9,6 +9,8 @@ import type { ServiceDeps } from "../services/deps.js";
 import type { AppEnv } from "./context.js";
 import { errorResponse } from "./errors.js";
 import { loggedPath } from "./log-path.js";
+import { ATTR } from "../telemetry/attributes.js";
+import type { Telemetry } from "../telemetry/index.js";
 
 export const MAX_BODY_BYTES = 1024 * 1024;
 export const MAX_JSON_DEPTH = 64;
@@ -52,6 +54,35 @@ export function requestIds(): MiddlewareHandler<AppEnv> {
     c.header("X-Request-Id", id);
     return next();
   };
+}
+
+/**
+ * A SERVER span per API request (tracing on; app.ts installs this only then), a child of the
+ * caller's `traceparent`; the request's log line and intake run inside it. Named by the matched
+ * route, never the path: ids in paths would make every span name unique.
+ */
+export function traceRequests(tracing: Telemetry): MiddlewareHandler<AppEnv> {
+  return (c, next) =>
+    tracing.incoming(
+      {
+        name: c.req.method,
+        traceparent: c.req.header("traceparent"),
+        tracestate: c.req.header("tracestate"),
+        attributes: {
+          [ATTR.httpRequestMethod]: c.req.method,
+          [ATTR.urlPath]: c.req.path,
+          [ATTR.urlScheme]: new URL(c.req.url).protocol.slice(0, -1),
+        },
+      },
+      async (span) => {
+        await next();
+        const route = routePath(c, -1);
+        const status = c.res.status;
+        span.setAttributes({ [ATTR.httpRoute]: route || undefined, [ATTR.httpResponseStatusCode]: status });
+        span.rename(route ? `${c.req.method} ${route}` : c.req.method);
+        if (status >= 500) span.fail(String(status));
+      },
+    );
 }
 
 /** One JSON log line per request, with its id; never headers or bodies (they carry keys). */

@@ -12,6 +12,7 @@ import { priceKey } from "../core/pricing.js";
 import { MEDIA_URL_PATTERN, RELAY_BODY_FIELDS } from "./intake-fields.js";
 import { sealHeaders } from "./callback-headers.js";
 import { REQUEST_BOUNDS, storedBytesOf, storedRequestProblems } from "./request-bounds.js";
+import { telemetry } from "../telemetry/index.js";
 
 /** Fields the relay adds to the upstream body; they are never sent upstream. */
 export const RELAY_FIELDS = RELAY_BODY_FIELDS;
@@ -22,6 +23,8 @@ export interface CreateTaskInput {
   /** The validated body as the caller sent it (upstream fields, unknown ones included, plus relay fields). */
   body: Record<string, unknown>;
   idempotencyKey: string;
+  /** The creation's W3C `traceparent`/`tracestate` headers; an invalid one is ignored, never refused. */
+  trace?: { traceparent?: string | undefined; tracestate?: string | undefined };
 }
 
 export interface CreateTaskResult {
@@ -130,6 +133,8 @@ async function requireDestination(deps: ServiceDeps, input: CreateTaskInput): Pr
 function newTaskRequest(now: number, p: PreparedTask, maxClientBytes: number): NewTaskRequest {
   const { client, type, body, idempotencyKey } = p.input;
   const id = newId("task", now);
+  // Kept with the task: every upstream call and delivery attempt made for it continues this trace.
+  const trace = telemetry().intakeContext(p.input.trace ?? {});
   const row: NewTaskRequest["row"] = {
     id,
     clientId: client.id,
@@ -142,6 +147,8 @@ function newTaskRequest(now: number, p: PreparedTask, maxClientBytes: number): N
     callbackEvents: JSON.stringify(p.events),
     metadataJson: p.metadata ? JSON.stringify(p.metadata) : null,
     callbackHeaders: p.callbackHeaders,
+    traceparent: trace?.traceparent ?? null,
+    tracestate: trace?.tracestate ?? null,
     idempotencyKey,
     requestHash: p.requestHash,
     upstreamAccount: client.upstreamAccount,

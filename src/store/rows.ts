@@ -46,6 +46,8 @@ export type TaskRow = {
   callbackHeaders: string | null;
   filesJson: string | null;
   storedBytes: number;
+  traceparent: string | null;
+  tracestate: string | null;
 };
 
 export type NewTaskRow = {
@@ -85,6 +87,8 @@ export type NewTaskRow = {
   callbackHeaders?: string | null | undefined;
   filesJson?: string | null | undefined;
   storedBytes?: number | undefined;
+  traceparent?: string | null | undefined;
+  tracestate?: string | null | undefined;
 };
 
 export type EventRow = {
@@ -99,6 +103,8 @@ export type EventRow = {
   callbackUrl: string | null;
   destinationHost: string;
   callbackHeaders: string | null;
+  traceparent: string | null;
+  tracestate: string | null;
   deliveryStatus: DeliveryStatus;
   webhookId: string | null;
   endpointId: string | null;
@@ -127,6 +133,8 @@ export type NewEventRow = {
   callbackUrl?: string | null | undefined;
   destinationHost?: string | undefined;
   callbackHeaders?: string | null | undefined;
+  traceparent?: string | null | undefined;
+  tracestate?: string | null | undefined;
   deliveryStatus: DeliveryStatus;
   webhookId?: string | null | undefined;
   endpointId?: string | null | undefined;

@@ -215,6 +215,9 @@ export interface InFlightTask {
   submittedAt: number | null;
   type: "image" | "video";
   model: string;
+  /** The task's trace: a list read that reports it links it. */
+  traceparent?: string | null;
+  tracestate?: string | null;
 }
 
 export interface TaskListQuery {

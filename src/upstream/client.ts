@@ -15,6 +15,8 @@ import {
   parseTaskList,
 } from "./parse.js";
 import type { CreateResult, TaskPage, TaskType, UpstreamTask } from "./types.js";
+import { ATTR, httpClientAttributes } from "../telemetry/attributes.js";
+import { type CallSpan, telemetry, type TraceContext, type TraceHeaders } from "../telemetry/index.js";
 
 export type { CreateResult, TaskPage, TaskType, UpstreamErrorInfo, UpstreamTask, UpstreamUsage } from "./types.js";
 
@@ -58,6 +60,10 @@ const CREATE_PATHS: Readonly<Record<TaskType, string>> = {
 interface RequestSpec {
   method: "GET" | "POST";
   path: string;
+  /** The path as its span is named (`/openapi/v1/tasks/{id}`): ids in span names would make each unique. */
+  route: string;
+  /** The trace of the task the call is made for: its CLIENT span continues it, its headers carry it. */
+  trace?: TraceContext | null | undefined;
   query?: URLSearchParams;
   body?: Record<string, unknown>;
   idempotencyKey?: string;
@@ -109,8 +115,17 @@ export class UpstreamClient {
    * POST /openapi/v1/{images|videos}/generations. The same idempotencyKey must be
    * reused on every retry of one relay task: that is what prevents a double charge.
    */
-  async createTask(type: TaskType, body: Record<string, unknown>, idempotencyKey: string): Promise<CreateResult> {
-    const res = await this.request({ method: "POST", path: CREATE_PATHS[type], body, idempotencyKey });
+  async createTask(
+    type: TaskType,
+    body: Record<string, unknown>,
+    idempotencyKey: string,
+    trace?: TraceContext | null,
+  ): Promise<CreateResult> {
+    const path = CREATE_PATHS[type];
+    return this.call({ method: "POST", path, route: path, body, idempotencyKey, trace }, (res) => this.created(res));
+  }
+
+  private created(res: RawResponse): CreateResult {
     const json = this.json(res);
     const task = parseTask(json);
     if (task === null && namesTaskId(json)) {
@@ -137,49 +152,77 @@ export class UpstreamClient {
     };
   }
 
-  /** GET /openapi/v1/tasks/{id}. */
-  async getTask(id: string): Promise<UpstreamTask> {
+  /** GET /openapi/v1/tasks/{id}; `trace` is the relay task's. */
+  async getTask(id: string, trace?: TraceContext | null): Promise<UpstreamTask> {
     // An empty id would turn this into a request for the task list.
     if (id === "") throw new TypeError("UpstreamClient.getTask: id must be a non-empty string");
-    const res = await this.request({ method: "GET", path: `/openapi/v1/tasks/${encodeURIComponent(id)}` });
-    const task = parseTask(this.json(res), id);
-    if (task === null) throw this.malformed(res, "task response is not a JSON object");
-    return task;
+    const path = `/openapi/v1/tasks/${encodeURIComponent(id)}`;
+    return this.call({ method: "GET", path, route: "/openapi/v1/tasks/{id}", trace }, (res) => {
+      const task = parseTask(this.json(res), id);
+      if (task === null) throw this.malformed(res, "task response is not a JSON object");
+      return task;
+    });
   }
 
   /**
    * GET /openapi/v1/tasks. Resolves null when the body holds no recognisable item
-   * array, so the caller can fall back to single reads.
+   * array, so the caller can fall back to single reads. A list read is made for no one task: its
+   * span links the trace of each relay task it reports (`traceOf`, by upstream id).
    */
-  async listTasks(params: {
-    limit?: number;
-    cursor?: string;
-    type?: TaskType;
-    status?: TaskStatus;
-  }): Promise<TaskPage | null> {
+  async listTasks(
+    params: {
+      limit?: number;
+      cursor?: string;
+      type?: TaskType;
+      status?: TaskStatus;
+    },
+    traceOf?: (upstreamTaskId: string) => TraceContext | null,
+  ): Promise<TaskPage | null> {
     const query = new URLSearchParams();
     if (params.limit !== undefined) query.set("limit", String(params.limit));
     if (params.cursor !== undefined) query.set("cursor", params.cursor);
     if (params.type !== undefined) query.set("type", params.type);
     if (params.status !== undefined) query.set("status", params.status);
-    const res = await this.request({ method: "GET", path: "/openapi/v1/tasks", query });
-    return parseTaskList(this.json(res));
+    const path = "/openapi/v1/tasks";
+    return this.call({ method: "GET", path, route: path, query }, (res, span) => {
+      const page = parseTaskList(this.json(res));
+      if (page && traceOf) span.link(page.tasks.flatMap((t) => traceOf(t.id) ?? []));
+      return page;
+    });
   }
 
   /** GET /openapi/v1/models: the catalog, verbatim (its shape is not shown in the reference). */
   async getModels(): Promise<unknown> {
-    const res = await this.request({ method: "GET", path: "/openapi/v1/models" });
-    return this.json(res);
+    const path = "/openapi/v1/models";
+    return this.call({ method: "GET", path, route: path }, (res) => this.json(res));
+  }
+
+  /**
+   * One call as one CLIENT span (tracing on; docs/operations.md, "Tracing"): the exchange and the
+   * reading of its answer, which fails the span too when malformed. Its `traceparent` carries the
+   * task's trace id and this call's own span id whether tracing is on or off.
+   */
+  private call<T>(spec: RequestSpec, read: (res: RawResponse, span: CallSpan) => T): Promise<T> {
+    return telemetry().outgoing(
+      {
+        name: `${spec.method} ${spec.route}`,
+        kind: "client",
+        parent: spec.trace ?? null,
+        attributes: httpClientAttributes(spec.method, `${this.baseUrl}${spec.path}`),
+      },
+      async (trace, span) => read(await this.request(spec, trace, span), span),
+    );
   }
 
   /** One HTTP exchange. Resolves only for 2xx; everything else throws an UpstreamError. */
-  private async request(spec: RequestSpec): Promise<RawResponse> {
+  private async request(spec: RequestSpec, trace: TraceHeaders, span: CallSpan): Promise<RawResponse> {
     const qs = spec.query?.toString() ?? "";
     const url = `${this.baseUrl}${spec.path}${qs === "" ? "" : `?${qs}`}`;
     const headers: Record<string, string> = {
       Authorization: `Bearer ${this.apiKey}`,
       Accept: "application/json",
       "User-Agent": this.userAgent,
+      ...trace,
     };
     if (spec.body !== undefined) headers["Content-Type"] = "application/json";
     if (spec.idempotencyKey !== undefined) headers["Idempotency-Key"] = spec.idempotencyKey;
@@ -215,11 +258,17 @@ export class UpstreamClient {
       });
       res = { status: response.status, headers: response.headers, ...body };
     } catch (err) {
-      throw this.transportError(err, signal, spec);
+      const error = this.transportError(err, signal, spec);
+      span.fail(error.kind === "timeout" ? "timeout" : error.code, error.message);
+      throw error;
     } finally {
       deadline.dispose();
     }
-    if (res.status < 200 || res.status >= 300) throw this.httpError(res);
+    span.setAttributes({ [ATTR.httpResponseStatusCode]: res.status });
+    if (res.status < 200 || res.status >= 300) {
+      span.fail(String(res.status));
+      throw this.httpError(res);
+    }
     if (res.truncated) throw this.tooLarge(res);
     return res;
   }

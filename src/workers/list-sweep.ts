@@ -2,11 +2,31 @@ import type { SweepResult } from "../core/poll-plan.js";
 import type { TaskStatus } from "../statuses.js";
 import type { UpstreamClient } from "../upstream/client.js";
 import type { UpstreamTask } from "../upstream/types.js";
+import type { InFlightTask } from "../store/store.js";
+import { storedContext, type TraceContext } from "../telemetry/index.js";
 
 export const LIST_PAGE_LIMIT = 100;
 
 /** The one upstream call sweeps make. */
 export type ListClient = Pick<UpstreamClient, "listTasks">;
+
+/**
+ * A list client whose reads link the trace of each of these tasks they report (a list read is made
+ * for many tasks at once, so it continues none of their traces: it links them).
+ */
+export function linkingTasks(client: ListClient, tasks: readonly InFlightTask[]): ListClient {
+  let byUpstreamId: Map<string, TraceContext> | null = null;
+  const traceOf = (upstreamId: string) => {
+    byUpstreamId ??= new Map(
+      tasks.flatMap((t) => {
+        const trace = storedContext(t);
+        return t.upstreamTaskId && trace ? [[t.upstreamTaskId, trace] as const] : [];
+      }),
+    );
+    return byUpstreamId.get(upstreamId) ?? null;
+  };
+  return { listTasks: (params) => client.listTasks(params, traceOf) };
+}
 
 /**
  * Told of each page's items as soon as it is read (with their status), before the next read: what

@@ -1,3 +1,4 @@
+import { linkingTasks } from "./list-sweep.js";
 import type { InFlightTask, TaskRow } from "../store/store.js";
 import {
   afterHarvest,
@@ -199,7 +200,7 @@ export class Poller {
     if (inFlight.length === 0) return;
     const early = this.earlyRecords(account, inFlight);
     try {
-      const client = await this.opts.accounts.get(account);
+      const client = linkingTasks(await this.opts.accounts.get(account), inFlight);
       const result = await probeList(
         client,
         state.tailCursor,
@@ -257,7 +258,7 @@ export class Poller {
     const maxReads = sweepReadCap(budget.available(account), share);
     const early = this.earlyRecords(account, inFlight);
     try {
-      const client = await this.opts.accounts.get(account);
+      const client = linkingTasks(await this.opts.accounts.get(account), inFlight);
       let result: SweepResult;
       let candidates: ReadonlySet<string> = new Set<string>();
       const onPage = (items: UpstreamTask[]) => early.page(items);

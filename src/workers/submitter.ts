@@ -1,4 +1,5 @@
 import type { Clock } from "../clock.js";
+import { storedContext } from "../telemetry/index.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import type { Metrics } from "../metrics.js";
@@ -193,6 +194,7 @@ export class Submitter {
         task.type,
         JSON.parse(task.requestJson) as Record<string, unknown>,
         task.upstreamIdempotencyKey,
+        storedContext(task),
       );
       this.opts.metrics?.upstreamCalls.inc({ endpoint: "create", outcome: "ok" });
     } catch (err) {

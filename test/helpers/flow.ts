@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { expect } from "vitest";
 import { find as findTask } from "../../src/db/sqlite/tasks.js";
 import type { TaskRow } from "../../src/store/store.js";
+import type { FakeUpstream } from "./fake-upstream.js";
 import { imageBody, videoBody, type TestRelay } from "./relay.js";
 
 /** Creates a task through the API (expects 201) and returns its id. */
@@ -39,4 +40,13 @@ export function taskRow(t: TestRelay, id: string): TaskRow {
 
 export async function json(res: Response): Promise<any> {
   return res.json();
+}
+
+/** Submits a created task, has the upstream finish it, reads it once and runs the dispatcher once. */
+export async function runToWebhook(t: TestRelay, up: FakeUpstream, id: string): Promise<void> {
+  await t.relay.submitter.runOnce();
+  up.set(up.taskOf(id)!.id, { status: "succeeded", output: { images: [{ url: "https://cdn.test/a.png" }] } });
+  t.clock.advance(2_000);
+  await t.relay.poller.runOnce();
+  await t.relay.dispatcher.runOnce();
 }

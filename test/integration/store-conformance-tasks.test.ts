@@ -68,6 +68,8 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
       completedAt: null,
       filesJson: null,
       storedBytes: 0,
+      traceparent: null,
+      tracestate: null,
     });
     expect(await store.tasks.find(created.id)).toEqual(created);
     expect((await store.clients.creditPosition(c.id))!.reserved).toBe(25);

@@ -49,6 +49,8 @@ function task(over: Partial<TaskRow> = {}): TaskRow {
     callbackHeaders: null,
     filesJson: null,
     storedBytes: 0,
+    traceparent: null,
+    tracestate: null,
     ...over,
   };
 }

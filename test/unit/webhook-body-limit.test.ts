@@ -55,6 +55,8 @@ function row(over: Partial<TaskRow> = {}): TaskRow {
     callbackHeaders: null,
     filesJson: null,
     storedBytes: 0,
+    traceparent: null,
+    tracestate: null,
     ...over,
   };
 }

@@ -106,6 +106,9 @@ export const tasks = pgTable(
     callbackHeaders: text("callback_headers"),
     filesJson: text("files_json"),
     storedBytes: ms("stored_bytes").notNull().default(0),
+    /** W3C trace context the task carries (docs/operations.md, "Tracing"): every upstream call and delivery attempt continues it. */
+    traceparent: text("traceparent"),
+    tracestate: text("tracestate"),
   },
   (t) => [
     uniqueIndex("tasks_client_idempotency_uq").on(t.clientId, t.idempotencyKey),
@@ -142,6 +145,9 @@ export const events = pgTable(
     callbackUrl: text("callback_url"),
     destinationHost: text("destination_host").notNull().default(""),
     callbackHeaders: text("callback_headers"),
+    /** The task's trace context, copied when the event is written: every attempt sends it. */
+    traceparent: text("traceparent"),
+    tracestate: text("tracestate"),
     deliveryStatus: text("delivery_status", { enum: DELIVERY_STATUSES }).notNull(),
     webhookId: text("webhook_id"),
     endpointId: text("endpoint_id"),

@@ -131,7 +131,7 @@ export function pgTaskClaims(s: PgContext): TaskClaimOperations {
     listInFlight: async (account) =>
       (
         await q(
-          "SELECT id, upstream_task_id, status, submitted_at, type, model FROM tasks WHERE phase = 'submitted' AND upstream_account = $1",
+          "SELECT id, upstream_task_id, status, submitted_at, type, model, traceparent, tracestate FROM tasks WHERE phase = 'submitted' AND upstream_account = $1",
           [account],
         )
       ).map((r) => ({
@@ -141,6 +141,8 @@ export function pgTaskClaims(s: PgContext): TaskClaimOperations {
         submittedAt: r.submitted_at === null ? null : Number(r.submitted_at),
         type: r.type as "image" | "video",
         model: r.model as string,
+        traceparent: r.traceparent as string | null,
+        tracestate: r.tracestate as string | null,
       })),
   };
 }

@@ -121,6 +121,9 @@ export const tasks = sqliteTable(
     filesJson: text("files_json"),
     /** UTF-8 bytes of the text intake stored for this task (services/request-bounds.ts): its share of client_storage. */
     storedBytes: integer("stored_bytes").notNull().default(0),
+    /** W3C trace context the task carries (docs/operations.md, "Tracing"): every upstream call and delivery attempt continues it. */
+    traceparent: text("traceparent"),
+    tracestate: text("tracestate"),
   },
   (t) => [
     uniqueIndex("tasks_client_idempotency_uq").on(t.clientId, t.idempotencyKey),
@@ -165,6 +168,9 @@ export const events = sqliteTable(
     destinationHost: text("destination_host").notNull().default(""),
     /** The task's callback headers (sealed JSON, copied from the task when the event is written), sent with every attempt. */
     callbackHeaders: text("callback_headers"),
+    /** The task's trace context, copied when the event is written: every attempt sends it. */
+    traceparent: text("traceparent"),
+    tracestate: text("tracestate"),
     deliveryStatus: text("delivery_status", { enum: DELIVERY_STATUSES }).notNull(),
     /**
      * The `webhook-id` this row is sent under when it is not the row's own id: one event reaches

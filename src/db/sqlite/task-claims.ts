@@ -295,6 +295,8 @@ export function listInFlight(db: Db, account: string): InFlightTask[] {
       submittedAt: tasks.submittedAt,
       type: tasks.type,
       model: tasks.model,
+      traceparent: tasks.traceparent,
+      tracestate: tasks.tracestate,
     })
     .from(tasks)
     .where(and(eq(tasks.phase, "submitted"), eq(tasks.upstreamAccount, account)))

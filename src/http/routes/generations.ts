@@ -81,7 +81,13 @@ export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: Service
       const hold = wait !== null && deps.waiters ? holdFor(deps.waiters, client.id, wait) : null;
       let created: Awaited<ReturnType<typeof createTask>>;
       try {
-        created = await createTask(deps, { client, type, body, idempotencyKey: headers["Idempotency-Key"] });
+        created = await createTask(deps, {
+          client,
+          type,
+          body,
+          idempotencyKey: headers["Idempotency-Key"],
+          trace: { traceparent: c.req.header("traceparent"), tracestate: c.req.header("tracestate") },
+        });
       } catch (err) {
         hold?.release();
         throw err;

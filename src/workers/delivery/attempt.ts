@@ -14,6 +14,8 @@ import {
 } from "../../webhooks/circuit-breaker.js";
 import { sendResult, type SendRequest, type SendResult, type WebhookSender } from "../../webhooks/sender.js";
 import { deliveryMessage } from "./message.js";
+import { tracedSend } from "./traced.js";
+import { storedContext } from "../../telemetry/index.js";
 
 /** What one attempt needs: the port it sends through and what sits around it. */
 export interface AttemptDeps {
@@ -49,7 +51,13 @@ export class Attempts {
     try {
       // Signed here, around the port: every kind carries the same signed message.
       const message = deliveryMessage(event, client, startedAt, this.deps.encryptionKey);
-      result = await this.deps.destinations.send(message, { timeoutMs: this.deps.timeoutMs });
+      // Under the task's trace, each attempt its own span (a retry's resend count is its attempts so far).
+      result = await tracedSend(
+        this.deps.destinations,
+        message,
+        { timeoutMs: this.deps.timeoutMs },
+        { trace: storedContext(event), resendCount: event.attempts },
+      );
     } catch (err) {
       // send() never throws; if signing did, the permit must still go back (a lost trial would keep the circuit shut).
       breakers.record(permit, "neutral");

@@ -1,3 +1,4 @@
+import { storedContext } from "../../telemetry/index.js";
 import { nextReadAt, readFailed, type PollStrategy } from "../../core/poll-plan.js";
 import type { TaskRow } from "../../store/store.js";
 import { UpstreamError } from "../../upstream/errors.js";
@@ -28,7 +29,10 @@ export class SingleReads {
       return;
     }
     try {
-      const remote = await (await this.deps.accounts.get(task.upstreamAccount)).getTask(task.upstreamTaskId!);
+      const remote = await (await this.deps.accounts.get(task.upstreamAccount)).getTask(
+        task.upstreamTaskId!,
+        storedContext(task),
+      );
       metrics?.upstreamCalls.inc({ endpoint: "read", outcome: "ok" });
       this.notFound.delete(task.id);
       const now = clock.now();

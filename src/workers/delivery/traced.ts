@@ -1,0 +1,51 @@
+import { WEBHOOK_KIND } from "../../destinations/http.js";
+import type { DeliveryOutcome, Destinations, DestinationMessage, SendDeadline } from "../../destinations/index.js";
+import { ATTR, httpClientAttributes } from "../../telemetry/attributes.js";
+import { telemetry, type TraceContext } from "../../telemetry/index.js";
+
+/**
+ * One attempt through the destination port under its task's trace (docs/operations.md, "Tracing"):
+ * the message carries a `traceparent` of the task's trace id and this attempt's own span id, outside
+ * the signed content; with tracing on the attempt is a CLIENT span (a `webhook`) or a PRODUCER span
+ * (a queue kind's publish). Around the port, so every kind gets both without doing anything.
+ */
+export function tracedSend(
+  destinations: Pick<Destinations, "send">,
+  message: DestinationMessage,
+  deadline: SendDeadline,
+  attempt: { trace: TraceContext | null; resendCount: number },
+): Promise<DeliveryOutcome> {
+  const http = message.target.kind === WEBHOOK_KIND;
+  return telemetry().outgoing(
+    {
+      name: http ? "POST" : `publish ${message.type}`,
+      kind: http ? "client" : "producer",
+      parent: attempt.trace,
+      attributes: {
+        ...(http
+          ? httpClientAttributes("POST", message.target.address)
+          : {
+              [ATTR.messagingSystem]: message.target.kind,
+              [ATTR.messagingOperationType]: "send",
+              [ATTR.messagingMessageId]: message.eventId,
+            }),
+        // The semantic conventions count resends from 1 and leave the first attempt without one.
+        ...(attempt.resendCount > 0 ? { [ATTR.httpRequestResendCount]: attempt.resendCount } : {}),
+      },
+    },
+    async (headers, span) => {
+      const outcome = await destinations.send({ ...message, ...headers }, deadline);
+      span.setAttributes({ [ATTR.httpResponseStatusCode]: outcome.statusCode ?? undefined });
+      if (!outcome.ok) span.fail(errorType(outcome), outcome.error ?? undefined);
+      return outcome;
+    },
+  );
+}
+
+/** `error.type` of a failed attempt: the HTTP status when there was one, else what stopped it. */
+function errorType(outcome: DeliveryOutcome): string {
+  if (outcome.statusCode !== null) return String(outcome.statusCode);
+  if (outcome.blocked) return "blocked";
+  if (outcome.error?.startsWith("timeout")) return "timeout";
+  return "_OTHER";
+}
