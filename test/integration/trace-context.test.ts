@@ -5,7 +5,7 @@ import type { TestRelay } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
 /**
- * W3C trace context from the caller to the receiver with tracing off (DESIGN.md section 23; issue
+ * W3C trace context from the caller to the receiver with tracing off (docs/contract.md, "Trace context"; issue
  * #42): a creation's `traceparent` is kept with the task, and every upstream call and delivery
  * attempt made for the task carries the same trace id under its own span id, with the `tracestate`.
  */

@@ -12,7 +12,7 @@ import { UPSTREAM_KEY, UPSTREAM_URL } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
 /**
- * Tracing on, with the OpenTelemetry SDK and an in-memory exporter (DESIGN.md section 23; issue
+ * Tracing on, with the OpenTelemetry SDK and an in-memory exporter (docs/contract.md, "Trace context"; issue
  * #42): one trace from the caller's creation through the upstream calls to every webhook attempt,
  * the span tree and the semantic-convention attributes.
  */

@@ -8,7 +8,7 @@ import {
 } from "../../services/webhook-endpoints.js";
 import { badge, csrfField, duration, notice, time, type Html } from "./layout.js";
 
-/** The kinds the add form offers (DESIGN.md §22), each with its own fields. */
+/** The kinds the add form offers (docs/destinations.md), each with its own fields. */
 export const ENDPOINT_KINDS = ["webhook", "amqp", "nats", "sqs"] as const;
 export type EndpointKind = (typeof ENDPOINT_KINDS)[number];
 const KIND_LABELS: Record<EndpointKind, string> = {
