@@ -11,6 +11,7 @@ import { newId } from "../ids.js";
 import type { ClientRow, NewClientRow, TaskRow } from "../store/store.js";
 import type { ServiceDeps } from "./deps.js";
 import { generateWebhookSecret } from "../webhooks/sign.js";
+import { LRUCache } from "lru-cache";
 
 /** Sealing and the signing keys live beside their users (crypto.ts, webhooks/); services re-use them. */
 export { isSealed, openSecret, sealSecret } from "../crypto.js";
@@ -100,11 +101,11 @@ export const API_KEY_CACHE_SIZE = 10_000;
  * digest (never the key), so a request with a cached key reads no client row. Entries go when the
  * store reports their client changed (ClientStore.watch: a revocation, a rotation, new limits or
  * settings; on SQLite also any commit of another process), when API_KEY_CACHE_MS has passed, or
- * when the map is full (the oldest). Unknown and
+ * when the map is full (the least recently used). Unknown and
  * revoked keys are never kept: each is looked up again.
  */
 export class ApiKeyCache {
-  private readonly entries = new Map<string, { client: ClientRow; until: number }>();
+  private readonly entries: LRUCache<string, { client: ClientRow; until: number }>;
   /** Bumped by every change: a lookup that started before a change must not store what it read. */
   private generation = 0;
   readonly stop: () => void;
@@ -113,6 +114,7 @@ export class ApiKeyCache {
     private readonly deps: Pick<ServiceDeps, "store" | "clock">,
     private readonly opts: { ttlMs?: number; size?: number } = {},
   ) {
+    this.entries = new LRUCache({ max: opts.size ?? API_KEY_CACHE_SIZE });
     this.stop = deps.store.clients.watch((clientId) => this.forget(clientId));
   }
 
@@ -132,8 +134,6 @@ export class ApiKeyCache {
     const generation = this.generation;
     const client = await findActive(this.deps, digest);
     if (client && generation === this.generation) {
-      if (this.entries.size >= (this.opts.size ?? API_KEY_CACHE_SIZE))
-        this.entries.delete(this.entries.keys().next().value!);
       this.entries.set(digest, { client, until: now + (this.opts.ttlMs ?? API_KEY_CACHE_MS) });
     }
     return client;
@@ -146,7 +146,8 @@ export class ApiKeyCache {
       this.entries.clear();
       return;
     }
-    for (const [digest, entry] of this.entries) if (entry.client.id === clientId) this.entries.delete(digest);
+    const gone = [...this.entries.entries()].filter(([, entry]) => entry.client.id === clientId);
+    for (const [digest] of gone) this.entries.delete(digest);
   }
 }
 

@@ -4,6 +4,7 @@ import type { WebhookEndpointRow } from "../store/store.js";
 import { hostnameRefusal, MAX_CALLBACK_URL_LENGTH } from "../webhooks/ssrf.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError, type FieldProblem } from "./errors.js";
+import { LRUCache } from "lru-cache";
 
 /**
  * Queue endpoints (docs/destinations.md): an endpoint whose `type` is `amqp`, `nats` or `sqs`.
@@ -191,17 +192,14 @@ export function queueTargets(
   deps: Pick<ServiceDeps, "store" | "config">,
   max = 1_000,
 ): (tenant: string, endpointId: string) => Promise<QueueTarget | null> {
-  const cache = new Map<string, QueueTarget>();
+  const cache = new LRUCache<string, QueueTarget>({ max });
   return async (tenant, endpointId) => {
     const key = `${tenant}|${endpointId}`;
     const hit = cache.get(key);
     if (hit) return hit;
     const row = await deps.store.webhookEndpoints.find(tenant, endpointId);
     const target = row ? openQueueTarget(row, deps.config.encryptionKey) : null;
-    if (target) {
-      if (cache.size >= max) cache.delete(cache.keys().next().value!);
-      cache.set(key, target);
-    }
+    if (target) cache.set(key, target);
     return target;
   };
 }

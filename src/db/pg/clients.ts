@@ -3,6 +3,7 @@ import { CLIENT_CHANGED, ClientChanges } from "../kit/client-changes.js";
 import { C, CHANNEL, opt, type Queryable } from "./mapping.js";
 import type { PgContext } from "./context.js";
 import { ADMITTED_GRANULARITY_MS } from "../kit/task-claims.js";
+import { LRUCache } from "lru-cache";
 
 /** The ClientStore on PostgreSQL: clients and their credit books. */
 export function pgClients(s: PgContext, changes = new ClientChanges()): ClientStore {
@@ -11,7 +12,7 @@ export function pgClients(s: PgContext, changes = new ClientChanges()): ClientSt
   const notify = (id: string, on: Queryable = s.pool) =>
     q("SELECT pg_notify($1, $2)", [CHANNEL, `${CLIENT_CHANGED}${id}`], on);
   /** When this process last wrote (or found written) each client's last_admitted_at. */
-  const admitted = new Map<string, number>();
+  const admitted = new LRUCache<string, number>({ max: 10_000 });
   return {
     insert: async (row) => {
       const ins = C.insert("clients", row);
@@ -56,7 +57,6 @@ export function pgClients(s: PgContext, changes = new ClientChanges()): ClientSt
     markAdmitted: async (id, at) => {
       const last = admitted.get(id);
       if (last !== undefined && at >= last && at - last < ADMITTED_GRANULARITY_MS) return;
-      if (admitted.size >= 10_000) admitted.clear();
       admitted.set(id, at);
       await s.pool.query(
         "UPDATE clients SET last_admitted_at = $2 WHERE id = $1 AND (last_admitted_at > $2 OR last_admitted_at <= $2 - $3)",

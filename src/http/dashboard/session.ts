@@ -6,6 +6,7 @@ import type { Clock } from "../../clock.js";
 import type { ClientRow, SessionRow } from "../../store/store.js";
 import { resolveSession, SESSION_TTL_MS } from "../../services/dashboard.js";
 import type { ServiceDeps } from "../../services/deps.js";
+import { LRUCache } from "lru-cache";
 
 export interface DashEnv {
   Variables: {
@@ -107,7 +108,8 @@ export function requireSession(
  * bucket for every guess). Keys are 256 bits, so this only keeps a typo-loop or a scanner polite.
  */
 export class SignInLimiter {
-  private readonly failures = new Map<string, number[]>();
+  /** Bounded memory under a spray from many addresses: past 10,000 the least recently failing goes. */
+  private readonly failures = new LRUCache<string, number[]>({ max: 10_000 });
   constructor(
     private readonly clock: Clock,
     private readonly max = 10,
@@ -124,15 +126,13 @@ export class SignInLimiter {
   fail(ip: string): void {
     const recent = this.recent(ip);
     recent.push(this.clock.now());
-    this.failures.delete(ip);
     this.failures.set(ip, recent);
-    // Bounded memory under a spray from many addresses: forget the least recently failing.
-    if (this.failures.size > 10_000) this.failures.delete(this.failures.keys().next().value!);
   }
 
   private recent(ip: string): number[] {
     const since = this.clock.now() - this.windowMs;
-    return (this.failures.get(ip) ?? []).filter((t) => t > since);
+    // peek: only a failure makes an address recent, not a look at it.
+    return (this.failures.peek(ip) ?? []).filter((t) => t > since);
   }
 }
 
