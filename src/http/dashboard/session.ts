@@ -7,6 +7,7 @@ import type { ClientRow, SessionRow } from "../../store/store.js";
 import { resolveSession, SESSION_TTL_MS } from "../../services/dashboard.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import { LRUCache } from "lru-cache";
+import { slidingVerdict } from "../../store/rate-window.js";
 
 export interface DashEnv {
   Variables: {
@@ -118,9 +119,9 @@ export class SignInLimiter {
 
   /** Seconds until the next attempt is allowed, or 0. */
   retryAfter(ip: string): number {
-    const recent = this.recent(ip);
-    if (recent.length < this.max) return 0;
-    return Math.max(1, Math.ceil((recent[0]! + this.windowMs - this.clock.now()) / 1000));
+    const now = this.clock.now();
+    const verdict = slidingVerdict(this.recent(ip), this.max, this.windowMs, now);
+    return verdict.allowed ? 0 : Math.max(1, Math.ceil((verdict.retryAt - now) / 1000));
   }
 
   fail(ip: string): void {
