@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { dirname, join } from "node:path";
@@ -142,4 +142,46 @@ export function until(
       }
     });
   });
+}
+
+/** The simulator as its own process (short timings, no read limit), a relay env on SQLite in `dir`, and one client. */
+export interface SqliteSetup {
+  simulator: Child;
+  simUrl: string;
+  relayEnv: Record<string, string>;
+  apiKey: string;
+  secret: string;
+}
+
+export async function sqliteSetup(dir: string, clientName: string): Promise<SqliteSetup> {
+  const simulator = startNode("simulator/main.js", {
+    SIM_PORT: "0",
+    SIM_API_KEYS: "e2e-upstream-key",
+    SIM_READS_PER_MINUTE: "0",
+    SIM_MAX_CONCURRENT: "1000",
+    SIM_IMAGE_QUEUED_MS: "200",
+    SIM_IMAGE_PROCESSING_MS: "600",
+    SIM_VIDEO_QUEUED_MS: "300",
+    SIM_VIDEO_PROCESSING_MS: "1500",
+  });
+  const simUrl = (await simulator.waitForLine(/listening on (http:\/\/\S+)/))[1]!;
+  const relayEnv = {
+    PORT: "0",
+    DATABASE_PATH: join(dir, "relay.db"),
+    UPSTREAM_BASE_URL: simUrl,
+    UPSTREAM_API_KEY: "e2e-upstream-key",
+    UPSTREAM_READS_PER_MINUTE: "600",
+    UPSTREAM_TIMEOUT_MS: "2000",
+    WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+    WEBHOOK_TIMEOUT_MS: "2000",
+    WEBHOOK_RETRY_SCHEDULE: "0s,1s,2s,5s,10s",
+    LOG_LEVEL: "info",
+  };
+  const created = JSON.parse(
+    execFileSync(process.execPath, [join(DIST, "cli.js"), "clients", "create", "--name", clientName, "--json"], {
+      env: { PATH: process.env.PATH ?? "", DATABASE_PATH: relayEnv.DATABASE_PATH },
+      encoding: "utf8",
+    }),
+  ) as { api_key: string; webhook_secret: string };
+  return { simulator, simUrl, relayEnv, apiKey: created.api_key, secret: created.webhook_secret };
 }

@@ -1,10 +1,9 @@
-import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { DIST, startNode, startReceiver, startRelayProcess, until, type Child } from "./process.js";
+import { DIST, sqliteSetup, startReceiver, startRelayProcess, until, type Child, type SqliteSetup } from "./process.js";
 
 /**
  * The built relay as a child process, against the simulator as its own process: the whole product
@@ -12,13 +11,8 @@ import { DIST, startNode, startReceiver, startRelayProcess, until, type Child } 
  */
 const built = existsSync(join(DIST, "main.js")) && existsSync(join(DIST, "simulator", "main.js"));
 
-interface Setup {
+interface Setup extends SqliteSetup {
   dir: string;
-  simulator: Child;
-  simUrl: string;
-  relayEnv: Record<string, string>;
-  apiKey: string;
-  secret: string;
 }
 
 describe.skipIf(!built)("relay end to end (built, as processes)", () => {
@@ -27,37 +21,8 @@ describe.skipIf(!built)("relay end to end (built, as processes)", () => {
 
   beforeEach(async () => {
     const dir = mkdtempSync(join(tmpdir(), "genrelay-e2e-"));
-    const simulator = startNode("simulator/main.js", {
-      SIM_PORT: "0",
-      SIM_API_KEYS: "e2e-upstream-key",
-      SIM_READS_PER_MINUTE: "0",
-      SIM_MAX_CONCURRENT: "1000",
-      SIM_IMAGE_QUEUED_MS: "200",
-      SIM_IMAGE_PROCESSING_MS: "600",
-      SIM_VIDEO_QUEUED_MS: "300",
-      SIM_VIDEO_PROCESSING_MS: "1500",
-    });
-    children.push(simulator);
-    const simUrl = (await simulator.waitForLine(/listening on (http:\/\/\S+)/))[1]!;
-    const relayEnv = {
-      PORT: "0",
-      DATABASE_PATH: join(dir, "relay.db"),
-      UPSTREAM_BASE_URL: simUrl,
-      UPSTREAM_API_KEY: "e2e-upstream-key",
-      UPSTREAM_READS_PER_MINUTE: "600",
-      UPSTREAM_TIMEOUT_MS: "2000",
-      WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
-      WEBHOOK_TIMEOUT_MS: "2000",
-      WEBHOOK_RETRY_SCHEDULE: "0s,1s,2s,5s,10s",
-      LOG_LEVEL: "info",
-    };
-    const created = JSON.parse(
-      execFileSync(process.execPath, [join(DIST, "cli.js"), "clients", "create", "--name", "e2e", "--json"], {
-        env: { PATH: process.env.PATH ?? "", DATABASE_PATH: relayEnv.DATABASE_PATH },
-        encoding: "utf8",
-      }),
-    ) as { api_key: string; webhook_secret: string };
-    setup = { dir, simulator, simUrl, relayEnv, apiKey: created.api_key, secret: created.webhook_secret };
+    setup = { dir, ...(await sqliteSetup(dir, "e2e")) };
+    children.push(setup.simulator);
   });
 
   afterEach(async () => {
