@@ -64,7 +64,6 @@ const NO_SPAN: CallSpan = {
   fail: () => undefined,
   link: () => undefined,
 };
-const NO_FIELDS: Record<string, string> = Object.freeze({}) as Record<string, string>;
 
 /** Tracing off: no spans, the task's trace passed on with each call's own span id. */
 export const noTelemetry: Telemetry = {
@@ -72,7 +71,9 @@ export const noTelemetry: Telemetry = {
   incoming: (_spec, handle) => handle(NO_SPAN),
   intakeContext: (headers) => traceContextOf(headers.traceparent, headers.tracestate),
   outgoing: (spec, call) => call(childHeaders(spec.parent), NO_SPAN),
-  logFields: () => NO_FIELDS,
+  // A fresh object each time: pino merges the call's own fields into the mixin's (Object.assign),
+  // so a shared frozen one throws on the first log line with fields.
+  logFields: () => ({}),
   shutdown: async () => undefined,
 };
 
