@@ -152,6 +152,9 @@ describe.each(suite.dialects)("TaskStore claims and scheduling on %s", (_name, h
         submittedAt: NOW,
         type: "image",
         model: "p-image",
+        // The task's trace context, passed on with every upstream read (none was given here).
+        traceparent: null,
+        tracestate: null,
       })),
     );
     expect(await store.tasks.listInFlight("acct-due")).toEqual([]);
