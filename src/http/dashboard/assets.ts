@@ -125,8 +125,15 @@ const JS = `
   var stream = document.querySelector('meta[name="genrelay-stream"]');
   if (!stream || !window.EventSource) return;
   var source = new EventSource(stream.getAttribute("content"));
+  // The stream opens with the task's progress as this page already shows it: refreshing on that
+  // first one would only reload the page under the reader's hand (a click on Cancel, say).
+  var progressSeen = false;
   ["task.progress", "task.processing", "task.succeeded", "task.failed", "task.canceled"].forEach(function (type) {
     source.addEventListener(type, function () {
+      if (type === "task.progress" && !progressSeen) {
+        progressSeen = true;
+        return;
+      }
       if (type !== "task.progress" && type !== "task.processing") source.close();
       clearTimeout(timer);
       tick();
