@@ -50,3 +50,25 @@ export async function runToWebhook(t: TestRelay, up: FakeUpstream, id: string): 
   await t.relay.poller.runOnce();
   await t.relay.dispatcher.runOnce();
 }
+
+/**
+ * A task created with `extra`, submitted, and read back `succeeded` from the fake upstream (an image
+ * output, 20 points charged): its `task.succeeded` event is written and due.
+ */
+export async function succeededTask(
+  t: TestRelay,
+  up: FakeUpstream,
+  apiKey: string,
+  extra: Record<string, unknown> = {},
+): Promise<string> {
+  const id = await createTask(t, apiKey, extra);
+  await t.relay.submitter.runOnce();
+  up.set(up.taskOf(id)!.id, {
+    status: "succeeded",
+    output: { images: [{ url: "https://cdn.test/fox.png" }] },
+    usage: { points_charged: 20, points_refunded: 0 },
+  });
+  t.clock.advance(2_000);
+  await t.relay.poller.runOnce();
+  return id;
+}

@@ -5,8 +5,7 @@ import amqp, { type ChannelModel } from "amqplib";
 import { http, passthrough } from "msw";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { randomBytes } from "node:crypto";
-import type { FakeUpstream } from "../helpers/fake-upstream.js";
-import { createTask } from "../helpers/flow.js";
+import { succeededTask } from "../helpers/flow.js";
 import { blackHole, type ProcessBroker, type SqsBroker, startNats, startRabbit, startSqs } from "../helpers/brokers.js";
 import { type Received, verifyAt } from "../helpers/receiver.js";
 import { v1aOfRotation } from "../helpers/v1a-rotation.js";
@@ -69,19 +68,6 @@ function setup(env: Record<string, string> = {}) {
   const { t, up } = suite.setup(env);
   suite.server.use(sqsPassthrough());
   return { t, up };
-}
-
-async function succeededTask(t: TestRelay, up: FakeUpstream, apiKey: string) {
-  const id = await createTask(t, apiKey);
-  await t.relay.submitter.runOnce();
-  up.set(up.taskOf(id)!.id, {
-    status: "succeeded",
-    output: { images: [{ url: "https://cdn.test/fox.png" }] },
-    usage: { points_charged: 20, points_refunded: 0 },
-  });
-  t.clock.advance(2_000);
-  await t.relay.poller.runOnce();
-  return id;
 }
 
 async function deliverAll(t: TestRelay, rounds = 3) {

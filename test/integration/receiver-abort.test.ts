@@ -1,6 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { FakeUpstream } from "../helpers/fake-upstream.js";
-import { createTask, readTask } from "../helpers/flow.js";
+import { readTask, succeededTask } from "../helpers/flow.js";
 import { status } from "../helpers/receiver.js";
 import type { TestRelay } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
@@ -16,19 +15,6 @@ const { setup, receiver } = upstreamSuite();
 
 /** Longer than every step of the suite's schedule (0s, 5s, 1m) with its jitter. */
 const PAST_SCHEDULE = 2 * 60 * 60_000;
-
-async function succeededTask(t: TestRelay, up: FakeUpstream, apiKey: string, callbackUrl: string) {
-  const id = await createTask(t, apiKey, { callback_url: callbackUrl });
-  await t.relay.submitter.runOnce();
-  up.set(up.taskOf(id)!.id, {
-    status: "succeeded",
-    output: { images: [{ url: "https://cdn.test/fox.png" }] },
-    usage: { points_charged: 20, points_refunded: 0 },
-  });
-  t.clock.advance(2_000);
-  await t.relay.poller.runOnce();
-  return id;
-}
 
 /** Runs the dispatcher until nothing is due, advancing the clock past every retry in between. */
 async function deliverAll(t: TestRelay) {
@@ -60,7 +46,7 @@ describe("ending retries from the receiver", () => {
       const { t, up } = setup();
       const r = await receiver(status(code, headers as Record<string, string>));
       const client = t.client();
-      const id = await succeededTask(t, up, client.apiKey, r.url());
+      const id = await succeededTask(t, up, client.apiKey, { callback_url: r.url() });
 
       await deliverAll(t);
 
@@ -81,7 +67,7 @@ describe("ending retries from the receiver", () => {
     const { t, up } = setup();
     const r = await receiver(status(500, { "webhook-delivery": "retry" }));
     const client = t.client();
-    const id = await succeededTask(t, up, client.apiKey, r.url());
+    const id = await succeededTask(t, up, client.apiKey, { callback_url: r.url() });
 
     await deliverAll(t);
 
@@ -97,7 +83,7 @@ describe("ending retries from the receiver", () => {
     const { t, up } = setup();
     const r = await receiver(status(200, { "webhook-delivery": "abort" }));
     const client = t.client();
-    const id = await succeededTask(t, up, client.apiKey, r.url());
+    const id = await succeededTask(t, up, client.apiKey, { callback_url: r.url() });
 
     await deliverAll(t);
 
@@ -112,7 +98,7 @@ describe("ending retries from the receiver", () => {
     const { t, up } = setup();
     const r = await receiver(status(503, { "webhook-delivery": "abort" }));
     const client = t.client();
-    const id = await succeededTask(t, up, client.apiKey, r.url());
+    const id = await succeededTask(t, up, client.apiKey, { callback_url: r.url() });
     await deliverAll(t);
     expect(r.requests).toHaveLength(1);
 

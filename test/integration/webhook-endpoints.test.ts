@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { FakeUpstream } from "../helpers/fake-upstream.js";
-import { createTask } from "../helpers/flow.js";
+import { createTask, succeededTask } from "../helpers/flow.js";
 import { status, verifyAt, type Receiver } from "../helpers/receiver.js";
 import { createTestRelay, type TestRelay } from "../helpers/relay.js";
 import { upstreamSuite, WORKER_TEST_ENV } from "../helpers/upstream-suite.js";
@@ -25,18 +25,6 @@ const createEndpoint = async (t: TestRelay, apiKey: string, json: unknown) =>
   (await body(await t.request(apiKey, PATH, { method: "POST", json }), 201)).data;
 
 /** A task of the client that succeeds upstream and is polled: its event is written. */
-async function succeededTask(t: TestRelay, up: FakeUpstream, apiKey: string, extra: Record<string, unknown> = {}) {
-  const id = await createTask(t, apiKey, extra);
-  await t.relay.submitter.runOnce();
-  up.set(up.taskOf(id)!.id, {
-    status: "succeeded",
-    output: { images: [{ url: "https://cdn.test/fox.png" }] },
-    usage: { points_charged: 20, points_refunded: 0 },
-  });
-  t.clock.advance(2_000);
-  await t.relay.poller.runOnce();
-  return id;
-}
 
 async function failedTask(t: TestRelay, up: FakeUpstream, apiKey: string, extra: Record<string, unknown> = {}) {
   const id = await createTask(t, apiKey, extra);
