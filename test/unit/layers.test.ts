@@ -95,12 +95,6 @@ const RULES: Rule[] = [
     forbidden: oneOf("bench"),
   },
   {
-    name: "the db/ root files never import the PostgreSQL schema",
-    // The drivers and db/kit/ have rules of their own below (which also keep each schema to its driver).
-    files: (f) => under("db")(f) && !oneOf("db/pg", "db/sqlite", "db/kit")(f),
-    forbidden: (t) => t === "src/db/pg/schema.ts",
-  },
-  {
     name: "the SQLite driver imports only db/kit/, store/, its own folder and leaf utilities",
     files: under("db/sqlite"),
     forbidden: (t) => t.startsWith("src/") && !driverMayImport("db/sqlite", t),
