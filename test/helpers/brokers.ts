@@ -1,10 +1,11 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { createServer, type Server, type Socket } from "node:net";
+import { createServer as createHttpServer, type Server } from "node:http";
+import { createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createSqsServer } from "local-aws-sqs";
+import { createRequestHandler } from "local-aws-sqs";
 import { type QueueMessage, queueHeaders } from "../../src/destinations/queue-message.js";
 import { webhookHeaders } from "../../src/webhooks/sign.js";
 import { freePort } from "./ports.js";
@@ -247,17 +248,30 @@ export interface SqsBroker extends Broker {
 /**
  * An SQS-compatible server in this process (local-aws-sqs: the JSON protocol the AWS SDK v3
  * speaks, message-attribute MD5s, FIFO queues with de-duplication), on a free loopback port.
+ * Its queues and messages live in one service object that outlives the HTTP server: stop() closes
+ * the server and its connections, start() listens again on the same port with the same queues,
+ * as an SQS endpoint that was unreachable for a while and came back.
  */
 export async function startSqs(): Promise<SqsBroker> {
   const port = await freePort();
+  const { requestHandler } = createRequestHandler({
+    port,
+    hostname: "127.0.0.1",
+    emulateQueueCreationLifecycle: false,
+  });
   let server: Server | null = null;
   const sockets = new Set<Socket>();
   const start = async () => {
-    server = await createSqsServer({ port, hostname: "127.0.0.1", emulateQueueCreationLifecycle: false });
-    server.on("connection", (socket: Socket) => {
+    const s = createHttpServer(requestHandler);
+    s.on("connection", (socket: Socket) => {
       sockets.add(socket);
       socket.on("close", () => sockets.delete(socket));
     });
+    await new Promise<void>((resolve, reject) => {
+      s.once("error", reject);
+      s.listen(port, "127.0.0.1", () => resolve());
+    });
+    server = s;
   };
   const stop = async () => {
     const s = server;

@@ -28,15 +28,25 @@ let sqs: SqsBroker;
 let admin: ChannelModel;
 let sqsAdmin: SQSClient;
 let queueUrl: string;
+let outageQueueUrl: string;
+
+/** The test's own RabbitMQ connection; a broker restart closes it (an error event, ignored here). */
+async function adminConnection(): Promise<ChannelModel> {
+  const conn = await amqp.connect(rabbit.url);
+  conn.on("error", () => {});
+  return conn;
+}
 
 beforeAll(async () => {
   [rabbit, nats, sqs] = await Promise.all([startRabbit(), startNats(), startSqs()]);
   suite.server.use(sqsPassthrough());
-  admin = await amqp.connect(rabbit.url);
+  admin = await adminConnection();
   const ch = await admin.createChannel();
   await ch.assertExchange("genrelay", "topic", { durable: true });
   await ch.assertQueue("app", { durable: true });
   await ch.bindQueue("app", "genrelay", "task.#");
+  await ch.assertQueue("outage", { durable: true });
+  await ch.bindQueue("outage", "genrelay", "outage.amqp");
   await ch.close();
   const nc = await connect({ servers: nats.url });
   await (await jetstreamManager(nc)).streams.add({ name: "EVENTS", subjects: ["genrelay.>"] });
@@ -47,6 +57,7 @@ beforeAll(async () => {
     credentials: { accessKeyId: sqs.accessKeyId, secretAccessKey: sqs.secretAccessKey },
   });
   queueUrl = (await sqsAdmin.send(new CreateQueueCommand({ QueueName: "app-events" }))).QueueUrl!;
+  outageQueueUrl = (await sqsAdmin.send(new CreateQueueCommand({ QueueName: "outage-events" }))).QueueUrl!;
 }, 90_000);
 afterAll(async () => {
   await admin?.close().catch(() => {});
@@ -83,6 +94,83 @@ const verifyMessage = (secret: string, text: string, headers: Record<string, str
 
 const attempts = async (t: TestRelay, apiKey: string, id: string) =>
   (await body(await t.request(apiKey, `/openapi/v1/tasks/${id}/deliveries`), 200)).data;
+
+/** The outcomes of a task's attempts, oldest first. */
+const attemptOutcomes = async (t: TestRelay, apiKey: string, id: string): Promise<string[]> =>
+  ((await attempts(t, apiKey, id)) as Array<{ attempted_at: string; outcome: string }>)
+    .sort((a, b) => a.attempted_at.localeCompare(b.attempted_at))
+    .map((a) => a.outcome);
+
+type Consumed = Array<[string, Record<string, string>]>;
+
+/** Each kind's outage: its endpoint (a queue of its own), its broker, and every message a consumer finds there. */
+const OUTAGE: Record<
+  "amqp" | "nats" | "sqs",
+  {
+    endpoint: () => Record<string, unknown>;
+    broker: () => { stop(): Promise<void>; start(): Promise<void> };
+    restarted?: () => Promise<void>;
+    read: () => Promise<Consumed>;
+  }
+> = {
+  amqp: {
+    endpoint: () => amqpEndpoint("outage.amqp"),
+    broker: () => rabbit,
+    // The restart closed the test's own connection too.
+    restarted: async () => {
+      admin = await adminConnection();
+    },
+    read: async () => {
+      const ch = await admin.createChannel();
+      const out: Consumed = [];
+      for (let m = await ch.get("outage", { noAck: true }); m; m = await ch.get("outage", { noAck: true }))
+        out.push([m.content.toString("utf8"), m.properties.headers as Record<string, string>]);
+      await ch.close();
+      return out;
+    },
+  },
+  nats: {
+    endpoint: () => ({ type: "nats", url: nats.url, subject: "genrelay.outage" }),
+    broker: () => nats,
+    read: async () => {
+      const nc = await connect({ servers: nats.url });
+      const jsm = await jetstreamManager(nc);
+      const out: Consumed = [];
+      const last = (await jsm.streams.info("EVENTS")).state.last_seq;
+      for (let seq = 1; seq <= last; seq++) {
+        const m = await jsm.streams.getMessage("EVENTS", { seq }).catch(() => null);
+        if (m?.subject !== "genrelay.outage") continue;
+        const h: Record<string, string> = {};
+        for (const [name, values] of m.header) h[name.toLowerCase()] = values[0]!;
+        out.push([m.string(), h]);
+      }
+      await nc.close();
+      return out;
+    },
+  },
+  sqs: {
+    endpoint: () => ({ ...sqsEndpoint(), queue_url: outageQueueUrl }),
+    broker: () => sqs,
+    read: async () => {
+      const out: Consumed = [];
+      for (;;) {
+        const got = await sqsAdmin.send(
+          new ReceiveMessageCommand({
+            QueueUrl: outageQueueUrl,
+            MessageAttributeNames: ["All"],
+            MaxNumberOfMessages: 10,
+          }),
+        );
+        if (!got.Messages?.length) return out;
+        for (const m of got.Messages) {
+          const h: Record<string, string> = {};
+          for (const [name, v] of Object.entries(m.MessageAttributes ?? {})) h[name] = v.StringValue!;
+          out.push([m.Body!, h]);
+        }
+      }
+    },
+  },
+};
 
 const amqpEndpoint = (routingKey?: string) => ({
   type: "amqp",
@@ -309,31 +397,40 @@ describe("queue endpoints: delivery", () => {
     );
   });
 
-  it("a broker stopped mid-run, then restarted, gets the message with the same webhook-id", async () => {
-    const { t, up } = setup();
-    const { apiKey, secret } = t.client();
-    await addNatsEndpoint(t, apiKey, "genrelay.outage");
-    await nats.stop();
-    let id: string;
-    try {
-      id = await succeededTask(t, up, apiKey);
+  for (const kind of ["amqp", "nats", "sqs"] as const)
+    it(`a ${kind} broker stopped mid-run, then restarted, gets every message at least once with its webhook-id`, async () => {
+      const outage = OUTAGE[kind];
+      const { t, up } = setup();
+      const { apiKey, secret } = t.client();
+      await body(await t.request(apiKey, PATH, { method: "POST", json: outage.endpoint() }), 201);
+      // One message before the outage: the relay holds an open connection when the broker goes.
+      const before = await succeededTask(t, up, apiKey);
       await t.relay.dispatcher.runOnce();
-      const failed = await attempts(t, apiKey, id);
-      expect(JSON.stringify(failed)).not.toContain("PubAck");
-    } finally {
-      await nats.start();
-    }
-    await deliverAll(t, 4);
-    const nc = await connect({ servers: nats.url });
-    const stored = await (await jetstreamManager(nc)).streams.getMessage("EVENTS", { last_by_subj: "genrelay.outage" });
-    await nc.close();
-    expect(stored).not.toBeNull();
-    const h: Record<string, string> = {};
-    for (const [name, values] of stored!.header) h[name.toLowerCase()] = values[0]!;
-    const event = verifyMessage(secret, stored!.string(), h) as { id: string; data: { id: string } };
-    expect(event.data.id).toBe(id);
-    expect(h["nats-msg-id"]).toBe(event.id);
-  });
+      expect(await attemptOutcomes(t, apiKey, before)).toEqual(["succeeded"]);
+      await outage.broker().stop();
+      const during: string[] = [];
+      try {
+        for (let n = 0; n < 2; n++) during.push(await succeededTask(t, up, apiKey));
+        await t.relay.dispatcher.runOnce();
+        for (const id of during) expect(await attemptOutcomes(t, apiKey, id)).toEqual(["failed"]);
+      } finally {
+        await outage.broker().start();
+      }
+      await outage.restarted?.();
+      await deliverAll(t, 4);
+      for (const id of during) expect(await attemptOutcomes(t, apiKey, id)).toEqual(["failed", "succeeded"]);
+
+      // A consumer after the outage: every task's task.succeeded, verified, under its event's id.
+      const byTask = new Map<string, Set<string>>();
+      for (const [text, headers] of await outage.read()) {
+        const event = verifyMessage(secret, text, headers) as { id: string; type: string; data: { id: string } };
+        expect(headers["webhook-id"]).toBe(event.id);
+        expect(event.type).toBe("task.succeeded");
+        byTask.set(event.data.id, (byTask.get(event.data.id) ?? new Set()).add(event.id));
+      }
+      expect([...byTask.keys()].sort()).toEqual([before, ...during].sort());
+      for (const ids of byTask.values()) expect(ids.size).toBe(1);
+    }, 120_000);
 
   it("one client's stalled broker does not delay another client's message", async () => {
     const { t, up } = setup({ WEBHOOK_TIMEOUT_MS: "3000" });
