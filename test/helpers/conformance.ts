@@ -8,7 +8,14 @@ import { SqliteStore } from "../../src/db/sqlite/store.js";
 import { pgStore } from "../../src/open-store.js";
 import { memoryStore } from "./memory-store.js";
 import { wellFormed } from "../../src/store/values.js";
-import { contractClient, contractTask, CONTRACT_NOW, storeDialects } from "./store-dialects.js";
+import {
+  contractClient,
+  contractTask,
+  CONTRACT_NOW,
+  emptyStore,
+  storeDialects,
+  type Dialect,
+} from "./store-dialects.js";
 
 /**
  * The Store conformance suite's harness (test/integration/store-conformance-*.test.ts, checklist in
@@ -16,8 +23,6 @@ import { contractClient, contractTask, CONTRACT_NOW, storeDialects } from "./sto
  * runs on both drivers through the same tests, and hostile values run on both side by side, where
  * the only passing answer is the same answer.
  */
-
-export type Dialect = "sqlite" | "postgres";
 
 export interface Harness {
   readonly dialect: Dialect;
@@ -49,41 +54,6 @@ async function openOn(dialect: Dialect): Promise<{ store: Store; close: () => Pr
   };
 }
 
-/** Empties every table of the store's database, counters and sequences too: what a new database holds. */
-async function wipe(store: Store): Promise<void> {
-  if (store instanceof SqliteStore) {
-    const { sqlite } = store.database;
-    const tables = (
-      sqlite
-        .prepare(
-          "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '__drizzle%'",
-        )
-        .all() as Array<{ name: string }>
-    ).map((t) => t.name);
-    sqlite.pragma("foreign_keys = OFF");
-    for (const table of [...tables, "sqlite_sequence"]) sqlite.exec(`DELETE FROM "${table}"`);
-    sqlite.pragma("foreign_keys = ON");
-    return;
-  }
-  // DELETE, children before the tables they reference: a hundred times faster than TRUNCATE on small tables.
-  const { pool } = store as PgStore;
-  const tables = (await pool.query("SELECT tablename AS t FROM pg_tables WHERE schemaname = 'public'")).rows.map(
-    (r: { t: string }) => r.t,
-  );
-  const refs = (
-    await pool.query(
-      "SELECT conrelid::regclass::text AS child, confrelid::regclass::text AS parent FROM pg_constraint WHERE contype = 'f'",
-    )
-  ).rows as Array<{ child: string; parent: string }>;
-  const order: string[] = [];
-  while (order.length < tables.length) {
-    for (const t of tables)
-      if (!order.includes(t) && refs.every((r) => r.parent !== t || r.child === t || order.includes(r.child)))
-        order.push(t);
-  }
-  await pool.query(order.map((t) => `DELETE FROM "${t}";`).join(" "));
-}
-
 export interface Conformance {
   dialects: Array<[Dialect, Harness]>;
   /** Both drivers' shared stores, for side-by-side runs. */
@@ -113,7 +83,7 @@ export function conformance(): Conformance {
     shared: () => open(dialect, "shared"),
     async fresh() {
       const store = await open(dialect, "scratch");
-      await wipe(store);
+      await emptyStore(store);
       const another = async () => {
         if (!(store instanceof PgStore)) return store;
         const other = await pgStore(store.options.connectionString, { migrate: false, max: 4 });

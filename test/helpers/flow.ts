@@ -1,13 +1,13 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "vitest";
 import { find as findTask } from "../../src/db/sqlite/tasks.js";
-import type { TaskRow } from "../../src/store/store.js";
+import type { Store, TaskRow } from "../../src/store/store.js";
 import type { FakeUpstream } from "./fake-upstream.js";
 import { imageBody, videoBody, type TestRelay } from "./relay.js";
 
 /** Creates a task through the API (expects 201) and returns its id. */
 export async function createTask(
-  t: TestRelay,
+  t: Pick<TestRelay, "request">,
   apiKey: string,
   extra: Record<string, unknown> = {},
   opts: { type?: "image" | "video"; idempotencyKey?: string } = {},
@@ -24,7 +24,7 @@ export async function createTask(
 }
 
 /** GET /openapi/v1/tasks/{id} (expects 200). */
-export async function readTask(t: TestRelay, apiKey: string, id: string): Promise<any> {
+export async function readTask(t: Pick<TestRelay, "request">, apiKey: string, id: string): Promise<any> {
   const res = await t.request(apiKey, `/openapi/v1/tasks/${id}`);
   const body = await res.json();
   expect(res.status, JSON.stringify(body)).toBe(200);
@@ -38,12 +38,19 @@ export function taskRow(t: TestRelay, id: string): TaskRow {
   return row;
 }
 
+/** The stored row through the store's contract (either database). */
+export async function storedTask(t: { store: Pick<Store, "tasks"> }, id: string): Promise<TaskRow> {
+  const row = await t.store.tasks.find(id);
+  if (!row) throw new Error(`no task ${id}`);
+  return row;
+}
+
 export async function json(res: Response): Promise<any> {
   return res.json();
 }
 
 /** Submits a created task, has the upstream finish it, reads it once and runs the dispatcher once. */
-export async function runToWebhook(t: TestRelay, up: FakeUpstream, id: string): Promise<void> {
+export async function runToWebhook(t: Pick<TestRelay, "relay" | "clock">, up: FakeUpstream, id: string): Promise<void> {
   await t.relay.submitter.runOnce();
   up.set(up.taskOf(id)!.id, { status: "succeeded", output: { images: [{ url: "https://cdn.test/a.png" }] } });
   t.clock.advance(2_000);
@@ -56,7 +63,7 @@ export async function runToWebhook(t: TestRelay, up: FakeUpstream, id: string): 
  * output, 20 points charged): its `task.succeeded` event is written and due.
  */
 export async function succeededTask(
-  t: TestRelay,
+  t: Pick<TestRelay, "relay" | "clock" | "request">,
   up: FakeUpstream,
   apiKey: string,
   extra: Record<string, unknown> = {},

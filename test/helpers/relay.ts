@@ -6,29 +6,43 @@ import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
 import { silentLogger, type Logger } from "../../src/logger.js";
 import { Relay } from "../../src/relay.js";
 import { insert as insertClient } from "../../src/db/sqlite/clients.js";
-import { sqliteStore } from "../../src/open-store.js";
+import { pgStore, sqliteStore } from "../../src/open-store.js";
 import { newClient } from "../../src/services/clients.js";
 import { transitionIn, type SqliteStore } from "../../src/db/sqlite/store.js";
 import { transitionRules } from "../../src/core/transition.js";
-import type { NewTaskRow } from "../../src/store/store.js";
+import type { NewTaskRow, Store } from "../../src/store/store.js";
 import type { Resolver } from "../../src/webhooks/ssrf.js";
+import { afterAll } from "vitest";
 import { FakeClock } from "./fake-clock.js";
+import { freshPgDatabase } from "./pg.js";
+import { emptyStore, type Dialect } from "./store-dialects.js";
 
 export const UPSTREAM_URL = "https://upstream.test";
 export const UPSTREAM_KEY = "upstream-test-key";
 
-export interface TestRelay {
+/** A client's credentials, as the test relays' `client()` returns them. */
+export interface TestClient {
+  id: string;
+  apiKey: string;
+  secret: string;
+}
+
+type ClientLimits = { maxWaiting?: number; maxRunning?: number; creditLimit?: number };
+
+export interface TestRelayOptions {
+  upstream?: { baseUrl: string; apiKey: string };
+  resolve?: Resolver;
+  clock?: FakeClock;
+  /** Where the relay logs (default: nowhere). */
+  logger?: Logger;
+}
+
+/** What a test relay is on either database. */
+interface TestRelayBase {
   relay: Relay;
-  database: Database_;
-  store: SqliteStore;
   clock: FakeClock;
   config: Config;
   dir: string;
-  /** Creates a client and returns its id, API key and webhook secret. */
-  client(
-    name?: string,
-    limits?: { maxWaiting?: number; maxRunning?: number; creditLimit?: number },
-  ): { id: string; apiKey: string; secret: string };
   /** app.request with the client's bearer key. */
   request(
     apiKey: string | null,
@@ -38,31 +52,24 @@ export interface TestRelay {
   close(): Promise<void>;
 }
 
-/**
- * A relay on a fresh migrated SQLite file in a temp folder, with a fake clock and no running
- * loops: tests drive the workers with runOnce(). The upstream is UPSTREAM_URL (mock it with msw)
- * unless `upstream` says otherwise.
- */
-export function createTestRelay(
-  env: Record<string, string> = {},
-  opts: {
-    upstream?: { baseUrl: string; apiKey: string };
-    resolve?: Resolver;
-    clock?: FakeClock;
-    /** Where the relay logs (default: nowhere). */
-    logger?: Logger;
-  } = {},
-): TestRelay {
-  const dir = mkdtempSync(join(tmpdir(), "genrelay-test-"));
-  const config = loadConfig({
-    DATABASE_PATH: join(dir, "relay.db"),
-    UPSTREAM_BASE_URL: UPSTREAM_URL,
-    UPSTREAM_API_KEY: UPSTREAM_KEY,
-    ...env,
-  });
-  const database = openDatabase(config.databasePath);
+export interface TestRelay extends TestRelayBase {
+  database: Database_;
+  store: SqliteStore;
+  /** Creates a client and returns its id, API key and webhook secret. */
+  client(name?: string, limits?: ClientLimits): TestClient;
+}
+
+/** A test relay on either database (relayDialects): its store seen through the contract only. */
+export interface DialectRelay extends TestRelayBase {
+  dialect: Dialect;
+  store: Store;
+  /** Creates a client through the store and returns its id, API key and webhook secret. */
+  client(name?: string, limits?: ClientLimits): Promise<TestClient>;
+}
+
+/** The relay over `store`, with the request helper and a close that also closes the store and removes `dir`. */
+function relayOver(store: Store, config: Config, dir: string, opts: TestRelayOptions) {
   const clock = opts.clock ?? new FakeClock();
-  const store = sqliteStore(database);
   const relay = new Relay({
     config,
     store,
@@ -71,23 +78,11 @@ export function createTestRelay(
     upstream: opts.upstream ?? { baseUrl: UPSTREAM_URL, apiKey: UPSTREAM_KEY },
     ...(opts.resolve ? { resolve: opts.resolve } : {}),
   });
-  return {
+  const base: TestRelayBase = {
     relay,
-    database,
-    store,
     clock,
     config,
     dir,
-    client(name = "test-client", limits = {}) {
-      // Synchronous on purpose (tests create clients inline): the row goes straight into the SQLite file.
-      const { row, apiKey, webhookSecret } = newClient(clock.now(), {
-        name,
-        ...limits,
-        encryptionKey: config.encryptionKey,
-      });
-      const client = insertClient(database.db, row);
-      return { id: client.id, apiKey, secret: webhookSecret };
-    },
     request(apiKey, path, init = {}) {
       const headers = new Headers(init.headers);
       if (apiKey) headers.set("Authorization", `Bearer ${apiKey}`);
@@ -106,6 +101,97 @@ export function createTestRelay(
       rmSync(dir, { recursive: true, force: true });
     },
   };
+  return base;
+}
+
+/** The configuration of a test relay: the fake upstream, the database `env` names, then the test's own settings. */
+function testConfig(dir: string, env: Record<string, string>): Config {
+  return loadConfig({
+    DATABASE_PATH: join(dir, "relay.db"),
+    UPSTREAM_BASE_URL: UPSTREAM_URL,
+    UPSTREAM_API_KEY: UPSTREAM_KEY,
+    ...env,
+  });
+}
+
+/**
+ * A relay on a fresh migrated SQLite file in a temp folder, with a fake clock and no running
+ * loops: tests drive the workers with runOnce(). The upstream is UPSTREAM_URL (mock it with msw)
+ * unless `upstream` says otherwise. relayDialects() gives the same relay on either database.
+ */
+export function createTestRelay(env: Record<string, string> = {}, opts: TestRelayOptions = {}): TestRelay {
+  const dir = mkdtempSync(join(tmpdir(), "genrelay-test-"));
+  const config = testConfig(dir, env);
+  const database = openDatabase(config.databasePath);
+  const store = sqliteStore(database);
+  const base = relayOver(store, config, dir, opts);
+  return {
+    ...base,
+    database,
+    store,
+    client(name = "test-client", limits = {}) {
+      // Synchronous on purpose (tests create clients inline): the row goes straight into the SQLite file.
+      const { client, apiKey, webhookSecret } = insertTestClient(database.db, base.clock, {
+        name,
+        ...limits,
+        encryptionKey: config.encryptionKey,
+      });
+      return { id: client.id, apiKey, secret: webhookSecret };
+    },
+  };
+}
+
+/** Opens a test relay on one database; `env` and `opts` as createTestRelay's. */
+export type OpenTestRelay = (env?: Record<string, string>, opts?: TestRelayOptions) => Promise<DialectRelay>;
+
+/**
+ * The two drivers as openers of test relays, for suites that run the same tests on both
+ * (describe.each), as the store conformance suite does. Call it at the top of a file. Every
+ * PostgreSQL relay of the file opens on the file's one database (a copy of the run's template),
+ * emptied first: a database per test costs a CREATE DATABASE each. Close each relay after its test.
+ */
+export function relayDialects(): Array<[Dialect, OpenTestRelay]> {
+  let database: ReturnType<typeof freshPgDatabase> | undefined;
+  afterAll(async () => {
+    const db = database;
+    database = undefined;
+    if (db) await (await db).drop();
+  });
+  return [
+    [
+      "sqlite",
+      async (env, opts) => {
+        const t = createTestRelay(env, opts);
+        return { ...t, dialect: "sqlite", client: async (name, limits) => t.client(name, limits) };
+      },
+    ],
+    [
+      "postgres",
+      async (env = {}, opts = {}) => {
+        database ??= freshPgDatabase();
+        const { url } = await database;
+        const store = await pgStore(url, { migrate: false, max: 4 });
+        await emptyStore(store);
+        const dir = mkdtempSync(join(tmpdir(), "genrelay-test-"));
+        const config = testConfig(dir, { DATABASE_URL: url, ...env });
+        const base = relayOver(store, config, dir, opts);
+        return {
+          ...base,
+          dialect: "postgres",
+          store,
+          async client(name = "test-client", limits = {}) {
+            const { row, apiKey, webhookSecret } = newClient(base.clock.now(), {
+              name,
+              ...limits,
+              encryptionKey: config.encryptionKey,
+            });
+            const client = await store.clients.insert(row);
+            return { id: client.id, apiKey, secret: webhookSecret };
+          },
+        };
+      },
+    ],
+  ];
 }
 
 export const imageBody = (extra: Record<string, unknown> = {}) => ({

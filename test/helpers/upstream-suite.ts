@@ -3,7 +3,8 @@ import { afterAll, afterEach, beforeAll } from "vitest";
 import { FakeUpstream } from "./fake-upstream.js";
 import { startReceiver, type Answer, type Receiver } from "./receiver.js";
 import type { FakeClock } from "./fake-clock.js";
-import { createTestRelay, type TestRelay } from "./relay.js";
+import { createTestRelay, relayDialects, type DialectRelay, type TestRelay } from "./relay.js";
+import type { Dialect } from "./store-dialects.js";
 import type { Logger } from "../../src/logger.js";
 
 /** Short webhook timings so delivery tests run in milliseconds; loopback receivers allowed. */
@@ -16,7 +17,9 @@ export const WORKER_TEST_ENV = {
 /**
  * Installs, for the calling test file, an msw server that refuses unhandled requests, and returns
  * `setup()` (a fresh relay + FakeUpstream per test, closed after it) and `receiver()` (a loopback
- * webhook receiver, closed after the test).
+ * webhook receiver, closed after the test). `dialects` runs a suite on both databases:
+ * `describe.each(dialects)(…, (_name, setup) => …)`, where `await setup()` is the same fresh relay and
+ * FakeUpstream on that dialect.
  */
 export function upstreamSuite(defaultEnv: Record<string, string> = WORKER_TEST_ENV) {
   const server = setupServer();
@@ -28,6 +31,16 @@ export function upstreamSuite(defaultEnv: Record<string, string> = WORKER_TEST_E
   afterEach(async () => {
     while (cleanups.length > 0) await cleanups.pop()!();
   });
+  const withUpstream = <T extends Pick<TestRelay, "clock" | "close">>(t: T) => {
+    cleanups.push(() => t.close());
+    const up = new FakeUpstream(t.clock);
+    server.use(...up.handlers());
+    return { t, up };
+  };
+  type SetupOn = (
+    env?: Record<string, string>,
+    opts?: { clock?: FakeClock; logger?: Logger },
+  ) => Promise<{ t: DialectRelay; up: FakeUpstream }>;
 
   return {
     server,
@@ -35,12 +48,12 @@ export function upstreamSuite(defaultEnv: Record<string, string> = WORKER_TEST_E
       env: Record<string, string> = {},
       opts: { clock?: FakeClock; logger?: Logger } = {},
     ): { t: TestRelay; up: FakeUpstream } {
-      const t = createTestRelay({ ...defaultEnv, ...env }, opts);
-      cleanups.push(() => t.close());
-      const up = new FakeUpstream(t.clock);
-      server.use(...up.handlers());
-      return { t, up };
+      return withUpstream(createTestRelay({ ...defaultEnv, ...env }, opts));
     },
+    dialects: relayDialects().map(([dialect, open]): [Dialect, SetupOn] => [
+      dialect,
+      async (env = {}, opts = {}) => withUpstream(await open({ ...defaultEnv, ...env }, opts)),
+    ]),
     /** Runs `fn` after the current test (last registered, first run). */
     cleanup(fn: () => Promise<void>): void {
       cleanups.push(fn);
