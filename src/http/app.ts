@@ -8,6 +8,13 @@ import { createDashboard, type HostHealth } from "./dashboard/index.js";
 import { registerDocs } from "./docs.js";
 import { onError, validationFailure } from "./errors.js";
 import { bearerAuth, boundedBodies, requestIds, requestLog, tokenAuth, traceRequests } from "./middleware.js";
+import {
+  AddressLimiter,
+  PUBLIC_LIMIT_EXEMPT,
+  PUBLIC_REQUESTS_PER_WINDOW,
+  PUBLIC_WINDOW_MS,
+  publicRateLimit,
+} from "./public-limit.js";
 import { telemetry } from "../telemetry/index.js";
 import { registerDeliveryRoutes } from "./routes/deliveries.js";
 import { registerGenerationRoutes } from "./routes/generations.js";
@@ -72,6 +79,8 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   streamCors(app, deps.config);
   const auth = bearerAuth(deps);
   app.use("/openapi/v1/*", (c, next) => (isPublicKeysRequest(c) || isStreamTokenRequest(c) ? next() : auth(c, next)));
+  // Whatever was not authenticated by now is public, and limited per address (http/public-limit.ts).
+  app.use(publicRateLimit(new AddressLimiter(deps.clock)));
   app.use(boundedBodies(OWN_BODY_LIMITS));
 
   registerGenerationRoutes(app, deps);
@@ -106,6 +115,8 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   registerWebhookDocs(app);
   documentBodyBounds(app);
   registerOpenApiDocument(app, deps);
+  // After the document's own route, which is public too (the document is built on the first request).
+  documentPublicLimit(app);
   registerDocs(app);
   app.route("/dashboard", createDashboard(deps));
   return app;
@@ -123,6 +134,26 @@ function documentBodyBounds(app: OpenAPIHono<AppEnv>): void {
     for (const [status, response] of Object.entries(bounds)) {
       responses[status] ??= { ...response, headers: headerRefs("X-Request-Id") };
     }
+  }
+}
+
+/**
+ * Every operation documented without security answers publicRateLimit's 429 (http/public-limit.ts)
+ * unless it is exempt by name, so a public route added tomorrow documents it too.
+ */
+function documentPublicLimit(app: OpenAPIHono<AppEnv>): void {
+  const limited = errorResponses(429)[429]!;
+  for (const definition of app.openAPIRegistry.definitions) {
+    if (definition.type !== "route" || definition.route.security?.length !== 0) continue;
+    if ((PUBLIC_LIMIT_EXEMPT as readonly string[]).includes(definition.route.path)) continue;
+    const responses = definition.route.responses as Record<string, unknown>;
+    const head = definition.route.method === "head";
+    responses["429"] ??= {
+      // HEAD: the same answer without its body.
+      ...(head ? {} : { content: limited.content }),
+      description: `Too many requests without an API key from this address (rate_limit): at most ${PUBLIC_REQUESTS_PER_WINDOW} every ${PUBLIC_WINDOW_MS / 1000} s; see Retry-After`,
+      headers: headerRefs("Retry-After", "X-Request-Id"),
+    };
   }
 }
 

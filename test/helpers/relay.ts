@@ -1,4 +1,5 @@
 import { mkdtempSync, rmSync } from "node:fs";
+import { afterEach } from "vitest";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadConfig, type Config } from "../../src/config.js";
@@ -243,4 +244,20 @@ export function transitionTask(
       firstAttemptDelayMs: opts.firstAttemptDelayMs ?? 0,
     }),
   );
+}
+
+/**
+ * A factory of test relays closed after each test (call it at the top of a test file): the prelude
+ * of a cleanup list, an afterEach and a createTestRelay pushed onto it, once.
+ */
+export function relaysClosedAfterEach(): (env?: Record<string, string>) => TestRelay {
+  const open: TestRelay[] = [];
+  afterEach(async () => {
+    for (const t of open.splice(0).reverse()) await t.close();
+  });
+  return (env = {}) => {
+    const t = createTestRelay(env);
+    open.push(t);
+    return t;
+  };
 }

@@ -86,7 +86,8 @@ describe("/openapi.json", () => {
   it("documents HEAD /files/{token}, and the app answers it as documented (issue #39)", async () => {
     const head = (doc.paths["/files/{token}"] as Record<string, Operation & { operationId?: string }>).head;
     expect(head?.operationId).toBe("headFileLink");
-    expect(Object.keys(head!.responses).sort()).toEqual(["302", "404"]);
+    // 429: the per-address limit every public route answers (http/public-limit.ts).
+    expect(Object.keys(head!.responses).sort()).toEqual(["302", "404", "429"]);
     const res = await t.relay.app.request(`http://relay.test/files/${"a".repeat(43)}`, { method: "HEAD" });
     expect(Object.keys(head!.responses)).toContain(String(res.status));
     expect(await res.text()).toBe("");

@@ -1,13 +1,13 @@
 import type { Context, MiddlewareHandler } from "hono";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import { randomBytes, timingSafeEqual } from "node:crypto";
-import type { IncomingMessage } from "node:http";
 import type { Clock } from "../../clock.js";
 import type { ClientRow, SessionRow } from "../../store/store.js";
 import { resolveSession, SESSION_TTL_MS } from "../../services/dashboard.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import { LRUCache } from "lru-cache";
 import { slidingVerdict } from "../../store/rate-window.js";
+import { socketAddress } from "../client-address.js";
 
 export interface DashEnv {
   Variables: {
@@ -138,6 +138,5 @@ export class SignInLimiter {
 }
 
 export function clientAddress(c: Context): string {
-  const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
-  return incoming?.socket?.remoteAddress ?? "unknown";
+  return socketAddress(c) ?? "unknown";
 }
