@@ -261,9 +261,9 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
     await page.goto(`${live.url}/dashboard/tasks/${id}`);
     await expect.poll(() => live.relay.streams.watchers({ task: id }), { timeout: 10_000 }).toBe(1);
     // The relay can count the watcher before the browser's request event reaches this process.
-    await expect.poll(() => sources, { timeout: 10_000 }).toEqual([
-      expect.stringMatching(new RegExp(`^${live.url}/openapi/v1/tasks/${id}/events\\?token=gst_`)),
-    ]);
+    await expect
+      .poll(() => sources, { timeout: 10_000 })
+      .toEqual([expect.stringMatching(new RegExp(`^${live.url}/openapi/v1/tasks/${id}/events\\?token=gst_`))]);
     const canceled = await fetch(`${live.url}/openapi/v1/tasks/${id}/cancel`, {
       method: "POST",
       headers: { Authorization: `Bearer ${apiKey}` },
