@@ -3,11 +3,10 @@ import type { FairPool } from "../core/fair-pool.js";
 import { Bucket } from "../mirror/bucket.js";
 import type { FileRecord } from "../mirror/copy.js";
 import { LINK_URL_EXPIRES_IN, linkTokenValid, parseLinkToken } from "../mirror/links.js";
-import type { Presigners } from "../mirror/presigners.js";
-import { openLinkKey } from "../mirror/stored-bucket.js";
 import type { TaskRow } from "../store/store.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
+import { type FileLinkCache, linkClientOf } from "./files.js";
 import { openStorage } from "./storage.js";
 
 export type CopiedFile = Extract<FileRecord, { sha256: string }>;
@@ -100,46 +99,40 @@ const noSuchLink = () =>
 export async function fileLinkTarget(
   deps: Pick<ServiceDeps, "store" | "config" | "clock">,
   token: string,
-  opts: { presigners?: Presigners } = {},
+  opts: { cache?: FileLinkCache } = {},
 ): Promise<string> {
+  const { cache } = opts;
   const parsed = parseLinkToken(token);
   if (!parsed) throw noSuchLink();
-  const task = await deps.store.tasks.find(parsed.taskId);
+  const task = await deps.store.tasks.filesOf(parsed.taskId);
   if (!task) throw noSuchLink();
-  const client = await deps.store.clients.find(task.clientId);
-  if (!client || client.revokedAt !== null || client.storageConfig === null) throw noSuchLink();
-  const setting = client.storageConfig;
-  let linkKey: string | null;
-  try {
-    linkKey = openLinkKey(client, deps.config.encryptionKey);
-  } catch {
-    // Sealed under a key the relay no longer has: nothing this link can open.
-    throw noSuchLink();
-  }
-  if (!linkKey || !linkTokenValid(linkKey, parsed)) throw noSuchLink();
+  const linked = cache ? await cache.client(task.clientId) : await linkClientOf(deps, task.clientId);
+  if (!linked?.linkKey || !linkTokenValid(linked.linkKey, parsed)) throw noSuchLink();
   const entry = copiedFiles(task).find((f) => f.n === parsed.n);
   if (!entry) throw noSuchLink();
   const options = { allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks };
   const open = () => {
-    const config = openStorage(client, deps.config.encryptionKey);
+    const config = openStorage(linked.client, deps.config.encryptionKey);
     if (!config) throw noSuchLink();
     return config;
   };
   let bucket: Bucket;
   try {
-    bucket = opts.presigners ? opts.presigners.get(client.id, setting, open) : new Bucket(open(), options);
+    bucket = cache ? cache.presigners.get(linked.client.id, linked.setting, open) : new Bucket(open(), options);
   } catch {
     // A setting the relay can no longer open (its key changed, an endpoint now refused): no copy to send to.
     throw noSuchLink();
   }
+  const now = deps.clock.now();
+  const kept = cache?.url(bucket, entry.file.key, now);
+  if (kept) return kept;
   try {
-    return await bucket.urlOf(entry.file.key, {
-      expiresIn: LINK_URL_EXPIRES_IN,
-      signingDate: new Date(deps.clock.now()),
-    });
+    const url = await bucket.urlOf(entry.file.key, { expiresIn: LINK_URL_EXPIRES_IN, signingDate: new Date(now) });
+    cache?.keep(bucket, entry.file.key, url, now);
+    return url;
   } catch (err) {
     throw new ApiError("service_unavailable", `The copy's URL could not be made: ${(err as Error).message}`);
   } finally {
-    if (!opts.presigners) bucket.close();
+    if (!cache) bucket.close();
   }
 }

@@ -275,6 +275,8 @@ export interface TaskStore {
   ): Promise<{ before: TaskRow; after: TaskRow } | null>;
 
   find(id: string): Promise<TaskRow | undefined>;
+  /** What a file link reads of its task (GET /files/{token}): its client and its copies, not the rest of the row. */
+  filesOf(id: string): Promise<TaskFiles | undefined>;
   /** A client's task, or undefined for an unknown id or another client's task (the two must look the same). */
   findOfClient(clientId: string, id: string): Promise<TaskRow | undefined>;
   /** Tasks whose relay id or upstream id is `id` (the operator's lookup). */
@@ -452,6 +454,12 @@ export interface NoticeStore {
   ofClient(clientId: string, limit: number): Promise<NoticeRow[]>;
   /** Removes settled notices created before `before`, one batch; returns how many. */
   prune(before: number, batch: number): Promise<number>;
+}
+
+/** A task's client and its `files` (the copies of its output), as a file link reads them. */
+export interface TaskFiles {
+  clientId: string;
+  filesJson: string | null;
 }
 
 export interface ClientStore {

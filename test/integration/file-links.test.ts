@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { loadConfig } from "../../src/config.js";
 import { Writable } from "node:stream";
 import { Hono } from "hono";
@@ -7,17 +7,21 @@ import { Lifecycle } from "../../src/core/lifecycle.js";
 import { requestLog } from "../../src/http/middleware.js";
 import { createLogger, silentLogger } from "../../src/logger.js";
 import { linkToken, newLinkKey } from "../../src/mirror/links.js";
-import { newClient } from "../../src/services/clients.js";
+import { newClient, revokeClient } from "../../src/services/clients.js";
 import { fileLinkTarget } from "../../src/services/copies.js";
 import { noNudges } from "../../src/services/deps.js";
 import { ApiError } from "../../src/services/errors.js";
+import { FileLinkCache, LINK_URL_MIN_LEFT_MS } from "../../src/services/files.js";
 import { deleteStorage, setStorage } from "../../src/services/storage.js";
 import { Mirror } from "../../src/workers/mirror.js";
 import { LeaseOwner } from "../../src/workers/owner.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { startFileServer, startS3, succeedTask, type TestS3 } from "../helpers/mirror.js";
 import { createTestRelay, type TestRelay } from "../helpers/relay.js";
+import { openDatabase } from "../../src/db/sqlite/open.js";
+import { sqliteStore } from "../../src/open-store.js";
 import { storeDialects } from "../helpers/store-dialects.js";
+import type { Store } from "../../src/store/store.js";
 
 /**
  * Links that last (docs/contract.md, "Links that last"; issue #33 item 4): with PUBLIC_BASE_URL,
@@ -87,6 +91,16 @@ describe("GET /files/{token}", () => {
     expect(await t.relay.mirror.runOnce()).toBe(1);
     const [event] = await t.store.events.ofTask(task.id);
     return { task, files: JSON.parse(event!.payload).data.files as Array<{ link: string; url: string }> };
+  }
+
+  /** A relay (clock at the real time), a client with a bucket, a task copied into it, and its first file's link path. */
+  async function linkedRelay() {
+    const t = relay();
+    t.clock.set(Date.now());
+    const c = t.client();
+    await setStorage({ store: t.store, config: t.config }, c.id, s3.storageBody());
+    const { files: copied } = await mirrored(t, c.id);
+    return { t, c, path: pathOf(copied[0]!.link) };
   }
 
   it("redirects to a fresh presigned URL of the copy, still after every URL it gave has expired", async () => {
@@ -166,12 +180,7 @@ describe("GET /files/{token}", () => {
   });
 
   it("ends (404) when the storage is removed, for good; a new key for the same bucket keeps it", async () => {
-    const t = relay();
-    t.clock.set(Date.now());
-    const c = t.client();
-    await setStorage({ store: t.store, config: t.config }, c.id, s3.storageBody());
-    const { files: copied } = await mirrored(t, c.id);
-    const path = pathOf(copied[0]!.link);
+    const { t, c, path } = await linkedRelay();
     // New credentials and prefix for the same bucket: the links already handed out keep working.
     await setStorage({ store: t.store, config: t.config }, c.id, s3.storageBody({ prefix: "elsewhere/" }));
     expect((await t.request(null, path)).status).toBe(302);
@@ -219,6 +228,49 @@ describe("GET /files/{token}", () => {
     expect((await t.request(null, pathOf(copied[0]!.link))).status).toBe(302);
   });
 
+  it("serves a redirect from its cache: no full task or client row, the same URL while 10 minutes of it are left (issue #43)", async () => {
+    const { t, path } = await linkedRelay();
+    const tasks = vi.spyOn(t.store.tasks, "find");
+    const clients = vi.spyOn(t.store.clients, "find");
+    const location = async () => {
+      const res = await t.request(null, path);
+      expect(res.status).toBe(302);
+      return res.headers.get("location")!;
+    };
+    const first = await location();
+    for (let i = 0; i < 20; i++) expect(await location()).toBe(first);
+    expect(tasks).not.toHaveBeenCalled();
+    expect(clients).toHaveBeenCalledTimes(1);
+    // Reused while at least LINK_URL_MIN_LEFT_MS of its 15 minutes are left, never closer to its end.
+    t.clock.advance(15 * 60_000 - LINK_URL_MIN_LEFT_MS - 1);
+    expect(await location()).toBe(first);
+    t.clock.advance(1);
+    const second = await location();
+    expect(second).not.toBe(first);
+    expect(await download(second)).toMatchObject({ status: 200, sha256: sha(PNG) });
+    expect(clients).toHaveBeenCalledTimes(1);
+  });
+
+  it("forgets a cached redirect at once when the client is revoked, here or by the CLI's process", async () => {
+    const t = relay();
+    t.clock.set(Date.now());
+    const c = t.client();
+    const d = t.client("other");
+    await setStorage({ store: t.store, config: t.config }, c.id, s3.storageBody());
+    await setStorage({ store: t.store, config: t.config }, d.id, s3.storageBody());
+    const path = pathOf((await mirrored(t, c.id)).files[0]!.link);
+    const pathD = pathOf((await mirrored(t, d.id)).files[0]!.link);
+    expect((await t.request(null, path)).status).toBe(302);
+    expect((await t.request(null, pathD)).status).toBe(302);
+    await revokeClient(t.relay.deps, c.id);
+    expect((await t.request(null, path)).status).toBe(404);
+    // Another process on the same SQLite file (the CLI): seen by the next request's pollChanges.
+    const cli = sqliteStore(openDatabase(t.config.databasePath));
+    cleanups.push(() => cli.close());
+    await cli.clients.update(d.id, { revokedAt: t.clock.now() });
+    expect((await t.request(null, pathD)).status).toBe(404);
+  });
+
   it("without PUBLIC_BASE_URL a copy has no link", async () => {
     const t = createTestRelay({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", RELAY_ENCRYPTION_KEY: KEY });
     cleanups.push(() => t.close());
@@ -259,31 +311,37 @@ const config = loadConfig({
   PUBLIC_BASE_URL: BASE,
 });
 
+/** A client with a bucket, and the lifecycle and mirror that copy its tasks' outputs into it. */
+async function copying(store: Store, clock: FakeClock, name: string) {
+  const lifecycle = new Lifecycle({
+    store,
+    clock,
+    nudges: noNudges,
+    firstAttemptDelayMs: 0,
+    mirrors: async () => true,
+  });
+  const client = await store.clients.insert(newClient(clock.now(), { name }).row);
+  await setStorage({ store, config }, client.id, s3.storageBody());
+  const mirror = new Mirror({
+    store,
+    clock,
+    logger: silentLogger,
+    owner: new LeaseOwner(),
+    lifecycle,
+    encryptionKey: config.encryptionKey,
+    allowPrivateNetworks: true,
+    maxBytes: 1 << 20,
+    publicBaseUrl: config.publicBaseUrl,
+  });
+  cleanups.push(() => mirror.close());
+  return { lifecycle, client, mirror };
+}
+
 describe.each(dialects)("file links on %s", (_name, make) => {
   it("a link outlives its presigned URLs on every instance, and ends with the storage or the task", async () => {
     const { store, another } = await make();
     const clock = new FakeClock(Date.now() - WEEK_AND_A_DAY);
-    const lifecycle = new Lifecycle({
-      store,
-      clock,
-      nudges: noNudges,
-      firstAttemptDelayMs: 0,
-      mirrors: async () => true,
-    });
-    const client = await store.clients.insert(newClient(clock.now(), { name: "links" }).row);
-    await setStorage({ store, config }, client.id, s3.storageBody());
-    const mirror = new Mirror({
-      store,
-      clock,
-      logger: silentLogger,
-      owner: new LeaseOwner(),
-      lifecycle,
-      encryptionKey: config.encryptionKey,
-      allowPrivateNetworks: true,
-      maxBytes: 1 << 20,
-      publicBaseUrl: config.publicBaseUrl,
-    });
-    cleanups.push(() => mirror.close());
+    const { lifecycle, client, mirror } = await copying(store, clock, "links");
     const output = { images: [{ url: files.url("/out/a.png") }, { url: files.url("/out/b.mp4") }] };
     // Copied (so completed) first: the one a retention cutoff between the two removes.
     const pruned = await succeedTask(store, lifecycle, client.id, output, clock.now(), null);
@@ -322,5 +380,42 @@ describe.each(dialects)("file links on %s", (_name, make) => {
     expect(await deleteStorage({ store }, client.id)).toBe(true);
     await notFound(fileLinkTarget(elsewhere, token0!));
     await notFound(fileLinkTarget({ store, config, clock }, token1!));
+  });
+
+  it("an instance's cached redirect ends when another instance revokes the client", async () => {
+    const { store, another } = await make();
+    const clock = new FakeClock(Date.now());
+    const { lifecycle, client, mirror } = await copying(store, clock, "cached");
+    const task = await succeedTask(
+      store,
+      lifecycle,
+      client.id,
+      { images: [{ url: files.url("/out/a.png") }] },
+      clock.now(),
+      null,
+    );
+    expect(await mirror.runOnce()).toBe(1);
+    const token = LINK.exec(
+      (JSON.parse((await store.tasks.find(task.id))!.filesJson!) as Array<{ link: string }>)[0]!.link,
+    )![1]!;
+    const elsewhere = await another();
+    await elsewhere.ops.listen(() => {});
+    const cache = new FileLinkCache({ store: elsewhere, config });
+    cleanups.push(async () => cache.close());
+    const deps = { store: elsewhere, config, clock };
+    const first = await fileLinkTarget(deps, token, { cache });
+    expect(await fileLinkTarget(deps, token, { cache })).toBe(first);
+    const heard = new Promise<void>((resolve) => {
+      const stop = elsewhere.clients.watch((changed) => {
+        if (changed !== client.id) return;
+        stop();
+        resolve();
+      });
+    });
+    await revokeClient({ store, clock, lifecycle }, client.id);
+    await heard;
+    await expect(fileLinkTarget(deps, token, { cache })).rejects.toSatisfy(
+      (e) => e instanceof ApiError && e.code === "not_found",
+    );
   });
 });

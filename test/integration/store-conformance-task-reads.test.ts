@@ -28,7 +28,7 @@ async function taskOf(store: Store, clientId: string, extra: Partial<TaskRow> = 
 }
 
 describe.each(suite.dialects)("TaskStore reads on %s", (_name, h) => {
-  it("find, findOfClient and findByAnyId: by relay id, by upstream id (one per account), never another client's", async () => {
+  it("find, filesOf, findOfClient and findByAnyId: by relay id, by upstream id (one per account), never another client's", async () => {
     const store = await h.shared();
     const c = await client(store);
     const upstreamId = fresh("up");
@@ -46,6 +46,12 @@ describe.each(suite.dialects)("TaskStore reads on %s", (_name, h) => {
     expect(await store.tasks.findByAnyId(upstreamId)).toEqual([t, u].sort((x, y) => (x.id < y.id ? -1 : 1)));
     expect(await store.tasks.findByAnyId("nothing")).toEqual([]);
     expect(await store.tasks.find("task_nobody")).toBeUndefined();
+    // filesOf: the two columns a file link reads, alike on both drivers.
+    const files = JSON.stringify([{ url: "https://x.example/a.png", key: "gen/a.png", sha256: "00" }]);
+    const copied = (await store.tasks.transition(t, { filesJson: files }, opts()))!;
+    expect(await store.tasks.filesOf(copied.id)).toEqual({ clientId: c.id, filesJson: files });
+    expect(await store.tasks.filesOf(u.id)).toEqual({ clientId: other.id, filesJson: null });
+    expect(await store.tasks.filesOf("task_nobody")).toBeUndefined();
   });
 
   it("list: the client's tasks newest first, paged by id, filtered by type, status and a search of ids and metadata values", async () => {
@@ -143,6 +149,7 @@ describe.each(suite.dialects)("TaskStore reads on %s", (_name, h) => {
 describe("TaskStore reads with hostile values: both drivers answer alike", () => {
   const text: Array<Probe<string>> = [
     { op: "find", run: (s, v) => s.tasks.find(v) },
+    { op: "filesOf", run: (s, v) => s.tasks.filesOf(v) },
     { op: "findOfClient(id)", run: async (s, v) => s.tasks.findOfClient((await client(s)).id, v) },
     { op: "findOfClient(clientId)", run: async (s, v) => s.tasks.findOfClient(v, (await tasksOf(s, 1)).tasks[0]!.id) },
     { op: "findByAnyId", run: (s, v) => s.tasks.findByAnyId(v) },

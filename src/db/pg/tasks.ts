@@ -148,6 +148,10 @@ export function pgTasks(s: PgContext): TaskStore {
         return after ? { before, after } : null;
       }),
     find: async (id) => opt(T, await one("SELECT * FROM tasks WHERE id = $1", [id])),
+    filesOf: async (id) => {
+      const row = await one("SELECT client_id, files_json FROM tasks WHERE id = $1", [id]);
+      return row ? { clientId: row.client_id as string, filesJson: row.files_json as string | null } : undefined;
+    },
     findOfClient: async (clientId, id) =>
       opt(T, await one("SELECT * FROM tasks WHERE id = $1 AND client_id = $2", [id, clientId])),
     findByUpstreamId: async (account, upstreamTaskId) =>

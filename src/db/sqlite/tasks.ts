@@ -54,6 +54,14 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
         return after ? { before, after } : null;
       }),
     find: async (id) => find(db, id),
+    filesOf: async (id) =>
+      prepared(db, "tasks.filesOf", () =>
+        db
+          .select({ clientId: tasks.clientId, filesJson: tasks.filesJson })
+          .from(tasks)
+          .where(eq(tasks.id, sql.placeholder("id")))
+          .prepare(),
+      ).get({ id }),
     findOfClient: async (clientId, id) => findOfClient(db, clientId, id),
     findByAnyId: async (id) => findByAnyId(db, id),
     findByUpstreamId: async (account, upstreamTaskId) => findByUpstreamId(db, account, upstreamTaskId),
