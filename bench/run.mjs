@@ -18,6 +18,9 @@
 //                   PostgreSQL CPU per unit, statements, WAL, lock waits (bench/scaleout.mjs);
 //                   BENCH_SCALEOUT_OLD_DIST=<dist of another commit> measures that build side by side
 //  11. eta         estimated_completion_at against the real end on the simulator (bench/eta.mjs)
+//  12. public      CPU per request of the public routes (JWKS, file link, a refused one) and a victim's
+//                   completion->webhook with and without a flood of them, this build beside
+//                   BENCH_PUBLIC_OLD_DIST (default /work/base/dist when present) (bench/public-routes.mjs)
 //   6. latency      completion->webhook in REAL time, 500 tasks of 20-60 s at 100 reads/min, against the
 //                   simulator's 120/min limit (bench/latency.mjs; about 2 minutes of wall time by itself)
 //   8. fairness     delivery under a tenant's slow receivers and to partly working receivers in REAL time
@@ -31,7 +34,7 @@
 //   BENCH_SCALEOUT_EVENTS, BENCH_SCALEOUT_TASKS (the scale-out row's outbox and end-to-end sizes),
 //   BENCH_SCALEOUT_OLD_DIST=<dist> (the scale-out row measures that build too, side by side),
 //   BENCH_RELAY_LOG_LEVEL (default info, the relay's default), BENCH_KEEP=1 (keep the temp folder)
-//   BENCH_ONLY=latency[,scheduling,postgres,profiles,fairness,prototypes,scaleout,eta]  run only these benchmarks and merge them into the existing results
+//   BENCH_ONLY=latency[,scheduling,postgres,profiles,fairness,prototypes,scaleout,eta,public]  run only these benchmarks and merge them into the existing results
 //                          file (the other rows keep their figures; the entry records its own date and commit)
 import autocannon from "autocannon";
 import { execFileSync } from "node:child_process";
@@ -94,6 +97,7 @@ const PARTIAL = [
   "prototypes",
   "scaleout",
   "eta",
+  "public",
 ];
 const ONLY = (process.env.BENCH_ONLY ?? "")
   .split(",")
@@ -1051,6 +1055,15 @@ async function etaRow() {
   return result;
 }
 
+/** Public routes: CPU per anonymous request and a victim's latency under a flood, new beside old (bench/public-routes.mjs). */
+async function publicRow() {
+  log(`\n[${elapsed()}] public routes: CPU per anonymous request, a victim under a flood (bench/public-routes.mjs)`);
+  const { benchPublicRoutes } = await import("./public-routes.mjs");
+  const result = await benchPublicRoutes({ log, rounds: QUICK ? 1 : 3 });
+  result.measured = measuredNow();
+  return result;
+}
+
 async function postgresRows(receiver, sims, pgServer) {
   const result = await benchPostgres({
     CFG,
@@ -1105,6 +1118,7 @@ async function partial(info) {
     results.benchmarks.scaleout = await scaleoutRow(receiver, { hold, fast: track(await fastSimulator()) });
   }
   if (ONLY.includes("eta")) results.benchmarks.eta = await etaRow();
+  if (ONLY.includes("public")) results.benchmarks.public_routes = await publicRow();
   return results;
 }
 
@@ -1162,6 +1176,7 @@ async function main() {
   }
   benchmarks.scaleout = await scaleoutRow(receiver, sims);
   benchmarks.eta = await etaRow();
+  benchmarks.public_routes = await publicRow();
   const { db: memoryDb, ...memoryResult } = await memory(sims);
   benchmarks.memory = memoryResult;
   await retimeWithBacklog(benchmarks.query_plans, db.client.id, memoryDb);

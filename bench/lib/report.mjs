@@ -160,6 +160,21 @@ export function tableRows(b) {
       cp.genrelay_rss_growth_mb < cp.size_mb ? "✅ met" : "❌ not met",
     ]);
   }
+  const pr = b.public_routes;
+  if (pr?.new) {
+    const side = (x) =>
+      `JWKS ${x.jwks_cpu_ms} ms, file link ${x.file_cpu_ms} ms, refused ${x.refused_cpu_ms} ms CPU/request; victim completion→webhook ${x.victim_ms_alone} ms alone, ${x.victim_ms_flood} ms under ${num(pr.flood)} anonymous requests`;
+    rows.push([
+      "Public routes (JWKS, file link) per request, and a victim under a flood of them",
+      side(pr.new),
+      pr.old ? `old build: ${side(pr.old)}` : "—",
+      pr.old ? `JWKS ×${pr.jwks_ratio}, file link ×${pr.file_ratio}` : "—",
+      "a fraction of the old CPU per redirect; the flood refused (429), the victim's reads all 200",
+      pr.old && pr.file_ratio < 0.5 && (pr.new.flood_statuses?.["429"] ?? 0) >= pr.flood - 200
+        ? "✅ met"
+        : "❌ not met",
+    ]);
+  }
   return rows;
 }
 

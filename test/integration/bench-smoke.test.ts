@@ -135,6 +135,9 @@ describe.skipIf(!existsSync(MAIN))("npm run bench (BENCH_QUICK smoke run)", () =
     }
     // estimated_completion_at against the real end on the simulator.
     expect(b.eta.rows.map((r: { estimates: string }) => r.estimates)).toEqual(["waiting", "running", "all"]);
+    // Public routes: one address's flood past its limit is refused, the victim's reads all answered.
+    expect(b.public_routes.new.flood_statuses["429"]).toBeGreaterThan(0);
+    expect(Object.keys(b.public_routes.new.victim_reads_flood)).toEqual(["200"]);
     expect(b.end_to_end.cpu_ms_per_task).toEqual(expect.any(Number));
     expect(results.table.length).toBeGreaterThanOrEqual(6);
 
