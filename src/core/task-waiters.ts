@@ -66,9 +66,18 @@ export class Hold {
     this.signal(true);
   }
 
-  /** Gives the client's slot back; call once the answer is decided. */
-  release(): void {
+  /**
+   * What else a release gives back (the place counted in the store across instances,
+   * services/task-wait.ts); set by whoever took it, called once.
+   */
+  onRelease: (() => Promise<void>) | undefined;
+
+  /** Gives the client's slot back, and its place across instances; call once the answer is decided. */
+  release(): Promise<void> {
     this.owner.release(this);
+    const also = this.onRelease;
+    this.onRelease = undefined;
+    return also ? also() : Promise.resolve();
   }
 }
 

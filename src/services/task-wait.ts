@@ -29,16 +29,46 @@ export function waitPreference(header: string | undefined): number | null {
   return null;
 }
 
-/** A client's hold of `seconds`, or 429 rate_limit when it already holds as many as it may. */
-export function holdFor(waiters: TaskWaiters, clientId: string, seconds: number): Hold {
-  const hold = waiters.hold(clientId, seconds * 1000);
-  if (hold) return hold;
-  throw new ApiError(
+/** The count of held waits in the store (RateLimitStore), shared by every instance. */
+const HELD_WAIT = "held_wait";
+
+/**
+ * How long a held wait's place counts at most: the longest wait and a margin. A place is given back
+ * when its request answers; one whose instance died holding it (kill -9) stops counting after this.
+ */
+export const HELD_PLACE_MS = (MAX_WAIT_SECONDS + 10) * 1000;
+
+const tooMany = (perClient: number) =>
+  new ApiError(
     "rate_limit",
-    `This API key already holds ${waiters.perClient} requests waiting with Prefer: wait; retry once one has answered, or poll without it.`,
+    `This API key already holds ${perClient} requests waiting with Prefer: wait; retry once one has answered, or poll without it.`,
     undefined,
     { "Retry-After": "1" },
   );
+
+/**
+ * A client's hold of `seconds`, or 429 rate_limit when it already holds as many as it may: counted
+ * in the store, so the bound holds across every instance sharing it (docs/contract.md, "Wait"), and
+ * in this process's registry, which wakes it. Releasing the hold gives its place back.
+ */
+export async function holdFor(
+  deps: Pick<ServiceDeps, "store" | "clock">,
+  waiters: TaskWaiters,
+  clientId: string,
+  seconds: number,
+): Promise<Hold> {
+  const at = deps.clock.now();
+  const place = await deps.store.limits.take(clientId, HELD_WAIT, at, waiters.perClient, HELD_PLACE_MS);
+  if (!place.allowed) throw tooMany(waiters.perClient);
+  const giveBack = () => deps.store.limits.give(clientId, HELD_WAIT, at);
+  const hold = waiters.hold(clientId, seconds * 1000);
+  if (!hold) {
+    await giveBack();
+    throw tooMany(waiters.perClient);
+  }
+  // A place not given back (the store failing now) stops counting after HELD_PLACE_MS anyway.
+  hold.onRelease = () => giveBack().catch(() => {});
+  return hold;
 }
 
 export const hasEnded = (task: TaskRow) => task.phase === "done";
@@ -69,7 +99,7 @@ export async function waitForTask(
     }
   } finally {
     signal?.removeEventListener("abort", gone);
-    hold.release();
+    await hold.release();
   }
 }
 

@@ -519,6 +519,11 @@ export interface RateLimitStore {
    * allow what one does). A refusal is not counted. Counts older than the window are dropped here.
    */
   take(clientId: string, action: string, now: number, limit: number, windowMs: number): Promise<RateLimitVerdict>;
+  /**
+   * Gives back one `action` counted at `at` (a place held until now, such as a held wait's): it no
+   * longer counts against the limit. A count no longer there (dropped with its window) is no-op.
+   */
+  give(clientId: string, action: string, at: number): Promise<void>;
 }
 
 export interface SessionStore {

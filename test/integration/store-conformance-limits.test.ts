@@ -44,6 +44,31 @@ describe.each(suite.dialects)("RateLimitStore on %s", (_name, h) => {
     expect(await store.limits.take(fresh("cli"), "redeliver", NOW + MINUTE, 3, MINUTE)).toEqual({ allowed: true });
   });
 
+  it("give hands back one count at its time (a place held until now); nothing to give is a no-op", async () => {
+    const store = await h.shared();
+    const client = fresh("cli");
+    // Two places taken in the same millisecond, one later: the limit of 3 is reached.
+    for (const at of [NOW, NOW, NOW + 5])
+      expect(await store.limits.take(client, "held", at, 3, MINUTE)).toEqual({ allowed: true });
+    expect((await store.limits.take(client, "held", NOW + 6, 3, MINUTE)).allowed).toBe(false);
+    await store.limits.give(client, "held", NOW);
+    expect(await store.limits.take(client, "held", NOW + 7, 3, MINUTE)).toEqual({ allowed: true });
+    expect((await store.limits.take(client, "held", NOW + 8, 3, MINUTE)).allowed).toBe(false);
+    // Only that client's and action's count goes; one not there (or another client's) changes nothing.
+    await store.limits.give(fresh("cli"), "held", NOW + 5);
+    await store.limits.give(client, "other", NOW + 5);
+    await store.limits.give(client, "held", NOW + 999);
+    expect((await store.limits.take(client, "held", NOW + 9, 3, MINUTE)).allowed).toBe(false);
+    await store.limits.give(client, "held", NOW + 5);
+    expect(await store.limits.take(client, "held", NOW + 10, 3, MINUTE)).toEqual({ allowed: true });
+    // Gives at once, of places of the same millisecond: each gives back its own.
+    const burst = fresh("cli");
+    for (let i = 0; i < 8; i++) await store.limits.take(burst, "held", NOW, 8, MINUTE);
+    await Promise.all(Array.from({ length: 8 }, () => store.limits.give(burst, "held", NOW)));
+    for (let i = 0; i < 8; i++)
+      expect(await store.limits.take(burst, "held", NOW + 1, 8, MINUTE)).toEqual({ allowed: true });
+  });
+
   it("take with a lower limit than what the window holds waits until enough have left", async () => {
     const store = await h.shared();
     const client = fresh("cli");

@@ -39,5 +39,13 @@ export function pgRateLimits(s: PgContext): RateLimitStore {
           );
         return verdict;
       }),
+    give: async (clientId, action, at) => {
+      // One of the counts at `at` (several may share the millisecond: any of them is the same).
+      // SKIP LOCKED: gives at once of the same millisecond each delete another row, not all the same one.
+      await q(
+        "DELETE FROM rate_limit_hits WHERE id = (SELECT id FROM rate_limit_hits WHERE client_id = $1 AND action = $2 AND at = $3 LIMIT 1 FOR UPDATE SKIP LOCKED)",
+        [clientId, action, at],
+      );
+    },
   };
 }

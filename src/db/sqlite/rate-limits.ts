@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, lte } from "drizzle-orm";
+import { and, asc, eq, gt, lte, sql } from "drizzle-orm";
 import type { RateLimitStore } from "../../store/store.js";
 import { slidingVerdict } from "../../store/rate-window.js";
 import { rateLimitHits } from "./schema.js";
@@ -25,5 +25,11 @@ export function sqliteRateLimits(s: SqliteContext): RateLimitStore {
         if (verdict.allowed) tx.insert(rateLimitHits).values({ clientId, action, at: now }).run();
         return verdict;
       }),
+    give: async (clientId, action, at) => {
+      // One of the counts at `at` (several may share the millisecond: any of them is the same).
+      db.run(
+        sql`DELETE FROM rate_limit_hits WHERE rowid = (SELECT rowid FROM rate_limit_hits WHERE client_id = ${clientId} AND action = ${action} AND at = ${at} LIMIT 1)`,
+      );
+    },
   };
 }

@@ -78,7 +78,7 @@ export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: Service
       const client = c.get("client");
       // Taken before the task is created, so a client over its bound gets 429 and no task.
       const wait = deps.waiters ? waitPreference(headers.Prefer) : null;
-      const hold = wait !== null && deps.waiters ? holdFor(deps.waiters, client.id, wait) : null;
+      const hold = wait !== null && deps.waiters ? await holdFor(deps, deps.waiters, client.id, wait) : null;
       let created: Awaited<ReturnType<typeof createTask>>;
       try {
         created = await createTask(deps, {
@@ -89,7 +89,7 @@ export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: Service
           trace: { traceparent: c.req.header("traceparent"), tracestate: c.req.header("tracestate") },
         });
       } catch (err) {
-        hold?.release();
+        await hold?.release();
         throw err;
       }
       const { replayed } = created;

@@ -39,7 +39,7 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       const { id } = c.req.valid("param");
       const wait = deps.waiters ? waitPreference(c.req.valid("header").Prefer) : null;
       if (wait === null || !deps.waiters) return c.json(await getTaskView(deps, clientId, id), 200);
-      const hold = holdFor(deps.waiters, clientId, wait);
+      const hold = await holdFor(deps, deps.waiters, clientId, wait);
       const task = await waitForTask(
         deps,
         hold,
