@@ -26,7 +26,7 @@ import { Pruner } from "./workers/pruner.js";
 import { Mirror } from "./workers/mirror.js";
 import { outputUrls } from "./mirror/output-urls.js";
 import { Notifier } from "./workers/notifier.js";
-import { EndpointHealth } from "./core/endpoint-health.js";
+import { KeyHealth } from "./core/key-health.js";
 import { ReadBudget } from "./workers/read-budget.js";
 import { Submitter } from "./workers/submitter.js";
 import { Leadership } from "./workers/leadership.js";
@@ -35,7 +35,7 @@ import { Lifecycle } from "./core/lifecycle.js";
 import { TaskWaiters } from "./core/task-waiters.js";
 import { StreamHub } from "./core/stream-hub.js";
 import { STREAMS_PER_CLIENT } from "./services/streams.js";
-import { StorageHealth } from "./store/storage-health.js";
+import { DatabaseHealth } from "./store/database-health.js";
 
 /** The relay's worker loops; each is built once under its name and reached by it (nudges, readiness, tests). */
 /** Requests one API key may hold with Prefer: wait at once (docs/contract.md, "Waiting for the result"). */
@@ -69,7 +69,7 @@ export class Relay {
   readonly pruner: Pruner;
   readonly mirror: Mirror;
   readonly notifier: Notifier;
-  readonly health: EndpointHealth;
+  readonly health: KeyHealth;
   readonly budget: ReadBudget;
   /** Learned durations, written behind: flushed on stop(). */
   private readonly durations: DurationStats;
@@ -89,7 +89,7 @@ export class Relay {
   readonly metrics: Metrics;
   readonly lifecycle: Lifecycle;
   readonly catalog: CatalogCache;
-  readonly storage: StorageHealth;
+  readonly database: DatabaseHealth;
   /** Requests held by Prefer: wait; woken by task transitions, released first on stop(). */
   readonly waiters = new TaskWaiters({ perClient: HELD_WAITS_PER_CLIENT });
   /** Open event streams (GET …/events); woken by task transitions, ended first on stop(). */
@@ -140,8 +140,8 @@ export class Relay {
       },
     });
     this.catalog = new CatalogCache(accounts, clock, logger);
-    this.health = new EndpointHealth({ store, clock, logger, onNotice: () => this.loopsByName?.notifier.nudge() });
-    this.storage = new StorageHealth(clock, logger);
+    this.health = new KeyHealth({ store, clock, logger, onNotice: () => this.loopsByName?.notifier.nudge() });
+    this.database = new DatabaseHealth(clock, logger);
     this.deps = {
       store,
       clock,
@@ -150,7 +150,7 @@ export class Relay {
       nudges,
       lifecycle: this.lifecycle,
       catalog: this.catalog,
-      storage: this.storage,
+      database: this.database,
       waiters: this.waiters,
       streams: this.streams,
     };
@@ -238,8 +238,8 @@ export class Relay {
       },
     });
     this.mirror.onSettled = () => nudges.mirror?.();
-    const loop = (name: LoopName, opts: Omit<LoopOptions, "name" | "clock" | "logger" | "storage">) =>
-      new WorkerLoop({ name, clock, logger, storage: this.storage, ...opts });
+    const loop = (name: LoopName, opts: Omit<LoopOptions, "name" | "clock" | "logger" | "database">) =>
+      new WorkerLoop({ name, clock, logger, database: this.database, ...opts });
     this.loopsByName = {
       // Every creation nudges the submitter: a burst of them makes one tick every 10 ms, not one each.
       submitter: loop("submitter", { tick: () => this.submitter.runOnce(), coalesceMs: 10 }),
@@ -327,7 +327,7 @@ export class Relay {
     const now = this.opts.clock.now();
     const probe = await this.opts.store.ops.probeWrite(now);
     if (probe) problems.push(probe);
-    const recent = this.storage.problem();
+    const recent = this.database.problem();
     if (recent && !probe) problems.push(recent);
     for (const loop of this.loops) {
       if (!loop.isRunning) problems.push(`worker ${loop.name} not running`);

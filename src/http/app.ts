@@ -69,7 +69,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
       c.res.headers.set("Genrelay-Sandbox", "true");
     });
   }
-  app.onError(onError(deps.logger, deps.storage));
+  app.onError(onError(deps.logger, deps.database));
   app.notFound(notFoundHandler(app));
 
   // Every /openapi/v1 route takes an API key, but one: a client's published keys, which receivers

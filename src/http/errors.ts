@@ -3,7 +3,7 @@ import { HTTPException } from "hono/http-exception";
 import type { ZodError } from "zod";
 import { ApiError, ERROR_STATUS, type ErrorCode } from "../services/errors.js";
 import type { Logger } from "../logger.js";
-import { isStorageFailure, type StorageHealth } from "../store/storage-health.js";
+import { isDatabaseUnavailable, type DatabaseHealth } from "../store/database-health.js";
 import { StoreValueError } from "../store/values.js";
 import { loggedPath } from "./log-path.js";
 
@@ -62,12 +62,12 @@ export function isUnstorableText(err: unknown): boolean {
   return code === "22021" || code === "22P05";
 }
 
-export function onError(logger: Logger, storage?: StorageHealth) {
+export function onError(logger: Logger, database?: DatabaseHealth) {
   return (err: Error, c: Context): Response => {
     if (err instanceof ApiError) return errorResponse(c, err.code, err.message, err.details, err.headers);
-    if (isStorageFailure(err)) {
+    if (isDatabaseUnavailable(err)) {
       // Nothing was committed: say so, and when to come back. One log line per few seconds, not per request.
-      storage?.failed(err, `${c.req.method} ${loggedPath(c.req.path)}`);
+      database?.failed(err, `${c.req.method} ${loggedPath(c.req.path)}`);
       return errorResponse(
         c,
         "storage_unavailable",

@@ -81,7 +81,7 @@ export class DeliveryService {
   /** The client's callback hosts answering no 2xx now, with their pending events. */
   async failingHosts(clientId: string) {
     const { store } = this.deps;
-    const rows = await store.endpoints.failingOf(clientId);
+    const rows = await store.keyHealth.failingOf(clientId);
     return Promise.all(
       rows.map(async (r) => ({
         host: r.host,

@@ -2,7 +2,7 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
 import type { Lifecycle } from "../core/lifecycle.js";
-import type { StorageHealth } from "../store/storage-health.js";
+import type { DatabaseHealth } from "../store/database-health.js";
 import type { Store } from "../store/store.js";
 import type { Nudges } from "../core/nudges.js";
 import type { TaskWaiters } from "../core/task-waiters.js";
@@ -23,8 +23,8 @@ export interface ServiceDeps {
   lifecycle: Lifecycle;
   /** The cached upstream catalog per account, when one was fetched (intake checks requests against it). */
   catalog?: { peek(account: string): unknown | null };
-  /** Storage failures seen (disk full, I/O): /readyz and the rate-limited log read it. */
-  storage?: StorageHealth;
+  /** Database failures seen (disk full, I/O, unreachable): /readyz and the rate-limited log read it. */
+  database?: DatabaseHealth;
   /** Requests held by Prefer: wait, woken by task transitions (the relay's; without it Prefer is ignored). */
   waiters?: TaskWaiters;
   /** Open event streams, woken by task transitions as held requests are (the relay's; without it no stream routes). */

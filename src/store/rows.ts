@@ -303,7 +303,7 @@ export type UpstreamAccountRow = {
   submitPausedUntil: number | null;
 };
 
-export type EndpointHealthRow = {
+export type KeyHealthRow = {
   clientId: string;
   host: string;
   failingSince: number | null;

@@ -3,7 +3,7 @@ import type { ClientRoom } from "./fairness.js";
 import type {
   AttemptRow,
   ClientRow,
-  EndpointHealthRow,
+  KeyHealthRow,
   EventRow,
   HourlyCount,
   NewAttemptRow,
@@ -53,8 +53,8 @@ export interface Store {
   readonly clients: ClientStore;
   readonly accounts: AccountStore;
   readonly sessions: SessionStore;
-  readonly endpoints: EndpointStore;
-  /** The client's subscribed URLs (webhook_endpoints), not the delivery keys' health (`endpoints`). */
+  readonly keyHealth: KeyHealthStore;
+  /** The client's subscribed URLs (webhook_endpoints), not the delivery keys' health (`keyHealth`). */
   readonly webhookEndpoints: WebhookEndpointStore;
   readonly notices: NoticeStore;
   readonly limits: RateLimitStore;
@@ -405,17 +405,17 @@ export interface EventStore {
  * The health of delivery keys across restarts and instances: when a key started answering no 2xx,
  * for the endpoint.failing / endpoint.recovered notices and the dashboard's banner.
  */
-export interface EndpointStore {
+export interface KeyHealthStore {
   /** A failed attempt: opens the key's failing run unless one is open, and counts the attempt. */
   recordFailure(key: DeliveryKey, now: number, error: string | null): Promise<void>;
   /** A 2xx: ends the key's failing run. Returns the run that ended, or null when none was open. */
   recordSuccess(key: DeliveryKey, now: number): Promise<{ failingSince: number; noticeSentAt: number | null } | null>;
   /** Keys failing since `before` or earlier whose failing notice is not written yet, of clients with a notification_url, oldest first. */
-  dueForNotice(before: number, limit: number): Promise<EndpointHealthRow[]>;
+  dueForNotice(before: number, limit: number): Promise<KeyHealthRow[]>;
   /** Marks the failing run that began at `failingSince` as noticed; false when another process did, or the run ended. */
   markNoticed(key: DeliveryKey, failingSince: number, at: number): Promise<boolean>;
   /** The client's keys answering no 2xx now, longest failing first. */
-  failingOf(clientId: string): Promise<EndpointHealthRow[]>;
+  failingOf(clientId: string): Promise<KeyHealthRow[]>;
 }
 
 /**
@@ -578,7 +578,7 @@ export interface OpsStore {
   recover(destinationHost: (url: string) => string): Promise<number>;
   /** Releases the leases this process holds (graceful shutdown). */
   releaseLeases(ownerPrefix: string): Promise<number>;
-  /** A real write of a few KiB, rolled back: null when storage takes writes, else why not. */
+  /** A real write of a few KiB, rolled back: null when the database takes writes, else why not. */
   probeWrite(now: number): Promise<string | null>;
   gauges(): Promise<GaugeCounts>;
 }

@@ -13,7 +13,7 @@ import {
   wakeAt,
   type SaturationNote,
 } from "../core/delivery-plan.js";
-import type { EndpointHealth } from "../core/endpoint-health.js";
+import type { KeyHealth } from "../core/key-health.js";
 import { Destinations } from "../destinations/index.js";
 import { httpDestination, WEBHOOK_KIND } from "../destinations/http.js";
 import { deliveryKey, splitDeliveryKey } from "../store/delivery-key.js";
@@ -46,7 +46,7 @@ export interface DispatcherOptions {
   /** The per-key circuit breaker's thresholds (defaults: 5 failures, 30 s doubling to 10 min). */
   breaker?: BreakerOptions;
   /** Follows each key's health for failure notices (endpoint.failing / recovered, delivery.exhausted); none in some tests. */
-  health?: EndpointHealth;
+  health?: KeyHealth;
   random?: () => number;
   onAttempt?: (event: EventRow, result: SendResult) => void;
 }

@@ -1,6 +1,6 @@
 import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
-import { isStorageFailure, type StorageHealth } from "../store/storage-health.js";
+import { isDatabaseUnavailable, type DatabaseHealth } from "../store/database-health.js";
 import { cappedBackoff } from "../core/backoff.js";
 
 export interface TickResult {
@@ -17,8 +17,8 @@ export interface LoopOptions {
   tick: () => Promise<TickResult>;
   /** Longest sleep with nothing due; also the heartbeat period /readyz relies on. */
   idleMs?: number;
-  /** Storage failures (disk full) are counted there and logged rate-limited, not once per tick. */
-  storage?: StorageHealth;
+  /** Database failures (disk full, unreachable) are counted there and logged rate-limited, not once per tick. */
+  database?: DatabaseHealth;
   /**
    * A nudge runs the next tick this long after the last one at the earliest, so a burst of nudges
    * (a creation each) makes one tick, not one per request. 0: at once.
@@ -92,7 +92,8 @@ export class WorkerLoop {
       } catch (err) {
         this.failures += 1;
         delay = cappedBackoff({ attempt: this.failures, baseMs: 500, maxMs: 30_000 });
-        if (this.opts.storage && isStorageFailure(err)) this.opts.storage.failed(err, `worker ${this.opts.name}`);
+        if (this.opts.database && isDatabaseUnavailable(err))
+          this.opts.database.failed(err, `worker ${this.opts.name}`);
         else this.opts.logger.error({ err, worker: this.opts.name, retry_in_ms: delay }, "worker tick failed");
       }
       this.lastBeatAt = this.opts.clock.now();

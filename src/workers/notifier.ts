@@ -1,7 +1,7 @@
 import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../logger.js";
-import type { EndpointHealth } from "../core/endpoint-health.js";
+import type { KeyHealth } from "../core/key-health.js";
 import type { NoticeRow, Store } from "../store/store.js";
 import { NoticeLifecycle } from "../core/notices.js";
 import { outgoingHeaders } from "../webhooks/outgoing.js";
@@ -19,7 +19,7 @@ export interface NotifierOptions {
   logger: Logger;
   sender: WebhookSender;
   owner: LeaseOwner;
-  health: EndpointHealth;
+  health: KeyHealth;
   /** Notices in flight at once, a FairPool shared by the clients (they are few; default 8). */
   maxInFlight?: number;
   random?: () => number;

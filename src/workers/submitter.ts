@@ -18,7 +18,7 @@ import type { Nudges } from "../core/nudges.js";
 import type { UpstreamAccounts } from "../upstream/accounts.js";
 import { UpstreamError } from "../upstream/errors.js";
 import type { CreateResult } from "../upstream/types.js";
-import { isStorageFailure, isUpstreamIdTaken } from "../store/storage-health.js";
+import { isDatabaseUnavailable, isUpstreamIdTaken } from "../store/database-health.js";
 import { Leadership, LEADER_RECHECK_MS } from "./leadership.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
@@ -236,7 +236,7 @@ export class Submitter {
       }
       // The database is down: nothing can be recorded now. The lease runs out and the task is
       // offered again with its own key, which the upstream answers with the same task (no new one).
-      if (isStorageFailure(err)) throw err;
+      if (isDatabaseUnavailable(err)) throw err;
       // A value our store refused although the reader let it through: a bug of ours, but the task
       // must not be offered again for it. It ends failed, its reservation standing as its charge.
       logger.error(

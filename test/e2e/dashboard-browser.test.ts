@@ -171,7 +171,7 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
       await firstTry;
       const { store } = live.relay.deps;
       await expect
-        .poll(async () => (await store.endpoints.failingOf(clientId)).map((f) => f.host), { timeout: 10_000 })
+        .poll(async () => (await store.keyHealth.failingOf(clientId)).map((f) => f.host), { timeout: 10_000 })
         .toEqual([host]);
 
       const { page, requested } = await signIn(apiKey);
@@ -205,7 +205,7 @@ describe.skipIf(!haveBrowser)("dashboard in a real browser", () => {
         `1 webhook to ${host} sent now, as a trial.`,
       );
       expect((await retried).json.type).toBe("task.succeeded");
-      await expect.poll(async () => (await store.endpoints.failingOf(clientId)).length, { timeout: 10_000 }).toBe(0);
+      await expect.poll(async () => (await store.keyHealth.failingOf(clientId)).length, { timeout: 10_000 }).toBe(0);
       await page.goto(`${live.url}/dashboard`);
       expect(await page.$(".failing-banner")).toBeNull();
       const relayHost = new URL(live.url).host;

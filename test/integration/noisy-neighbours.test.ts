@@ -5,7 +5,7 @@ import { loadConfig } from "../../src/config.js";
 import { silentLogger } from "../../src/logger.js";
 import { Relay } from "../../src/relay.js";
 import { newClient } from "../../src/services/clients.js";
-import { writeNotice } from "../../src/core/endpoint-health.js";
+import { writeNotice } from "../../src/core/key-health.js";
 import { setStorage } from "../../src/services/storage.js";
 import type { Store } from "../../src/store/store.js";
 import { countingReceiver, SystemClock, type CountingReceiver } from "../helpers/delivery.js";

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.js";
 import { silentLogger } from "../../src/logger.js";
 import { newClient } from "../../src/services/clients.js";
-import { EndpointHealth, writeNotice } from "../../src/core/endpoint-health.js";
+import { KeyHealth, writeNotice } from "../../src/core/key-health.js";
 import type { Store } from "../../src/store/store.js";
 import type { SendRequest, SendResult, WebhookSender } from "../../src/webhooks/sender.js";
 import { Notifier } from "../../src/workers/notifier.js";
@@ -59,7 +59,7 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("the notifier's pool on 
       logger: silentLogger,
       sender,
       owner: new LeaseOwner(),
-      health: new EndpointHealth(deps),
+      health: new KeyHealth(deps),
     });
     const hostile = await client(store, "hostile", "https://ops.hostile.example/n");
     const victim = await client(store, "victim", "https://ops.victim.example/n");

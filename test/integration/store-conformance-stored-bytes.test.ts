@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { PgStore } from "../../src/db/pg/store.js";
-import { foldStorageLog } from "../../src/db/pg/storage-log.js";
+import { foldStoredBytesLog } from "../../src/db/pg/stored-bytes-log.js";
 import { SqliteStore } from "../../src/db/sqlite/store.js";
 import type { Store } from "../../src/store/store.js";
 import { attemptOf, claimEvents, client, conformance, fresh, NOW, opts, task } from "../helpers/conformance.js";
@@ -104,7 +104,7 @@ describe.each(suite.dialects)("stored bytes count what is written for the client
     expect(await store.tasks.storedBytesOfClient(other.id)).toBe(await bytesInRows(store, other.id));
     if (store instanceof PgStore) {
       // Folding the log into client_storage changes nothing a reader sees.
-      await foldStorageLog(store.pool);
+      await foldStoredBytesLog(store.pool);
       expect(await store.tasks.storedBytesOfClient(c.id)).toBe(held);
     }
 

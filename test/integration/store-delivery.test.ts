@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { DeliveryLifecycle, recoverFailed, redeliverLast } from "../../src/core/delivery.js";
 import { silentLogger } from "../../src/logger.js";
-import { EndpointHealth } from "../../src/core/endpoint-health.js";
+import { KeyHealth } from "../../src/core/key-health.js";
 import type { EventRow, Store } from "../../src/store/store.js";
 import { sendResult } from "../../src/webhooks/sender.js";
 import { FakeClock } from "../helpers/fake-clock.js";
@@ -164,33 +164,33 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     const { clientId } = await eventsOf(store, 1);
     const key = { clientId, host: "hooks.example:443" };
     // Only clients with someone to tell are listed for a notice.
-    await store.endpoints.recordFailure(
+    await store.keyHealth.recordFailure(
       { clientId: (await contractClient(store)).id, host: key.host },
       NOW,
       "HTTP 500",
     );
     await store.clients.update(clientId, { notificationUrl: "https://ops.example/notices" });
-    expect(await store.endpoints.recordSuccess(key, NOW)).toBeNull();
-    await store.endpoints.recordFailure(key, NOW, "HTTP 500");
-    await store.endpoints.recordFailure(key, NOW + 1_000, "timeout after 15000 ms");
-    expect(await store.endpoints.failingOf(clientId)).toMatchObject([
+    expect(await store.keyHealth.recordSuccess(key, NOW)).toBeNull();
+    await store.keyHealth.recordFailure(key, NOW, "HTTP 500");
+    await store.keyHealth.recordFailure(key, NOW + 1_000, "timeout after 15000 ms");
+    expect(await store.keyHealth.failingOf(clientId)).toMatchObject([
       { host: key.host, failingSince: NOW, failedAttempts: 2, lastError: "timeout after 15000 ms" },
     ]);
-    expect(await store.endpoints.dueForNotice(NOW - 1, 10)).toEqual([]);
-    expect(await store.endpoints.dueForNotice(NOW, 10)).toHaveLength(1);
+    expect(await store.keyHealth.dueForNotice(NOW - 1, 10)).toEqual([]);
+    expect(await store.keyHealth.dueForNotice(NOW, 10)).toHaveLength(1);
     const other = await another();
     const marks = await Promise.all([
-      store.endpoints.markNoticed(key, NOW, NOW + 5),
-      other.endpoints.markNoticed(key, NOW, NOW + 5),
+      store.keyHealth.markNoticed(key, NOW, NOW + 5),
+      other.keyHealth.markNoticed(key, NOW, NOW + 5),
     ]);
     expect(marks.filter(Boolean)).toHaveLength(1);
-    expect(await store.endpoints.dueForNotice(NOW, 10)).toEqual([]);
-    expect(await store.endpoints.recordSuccess(key, NOW + 9_000)).toEqual({ failingSince: NOW, noticeSentAt: NOW + 5 });
-    expect(await store.endpoints.failingOf(clientId)).toEqual([]);
+    expect(await store.keyHealth.dueForNotice(NOW, 10)).toEqual([]);
+    expect(await store.keyHealth.recordSuccess(key, NOW + 9_000)).toEqual({ failingSince: NOW, noticeSentAt: NOW + 5 });
+    expect(await store.keyHealth.failingOf(clientId)).toEqual([]);
     // A new run starts afresh; what the dispatcher reports is cleaned before it is stored.
-    const health = new EndpointHealth({ store, clock: new FakeClock(NOW + 10_000), logger: silentLogger });
+    const health = new KeyHealth({ store, clock: new FakeClock(NOW + 10_000), logger: silentLogger });
     await health.observe(key, "failure", "\u0000 HTTP 502");
-    expect(await store.endpoints.failingOf(clientId)).toMatchObject([
+    expect(await store.keyHealth.failingOf(clientId)).toMatchObject([
       { failingSince: NOW + 10_000, failedAttempts: 1, noticeSentAt: null, lastError: "\uFFFD HTTP 502" },
     ]);
   });
@@ -288,7 +288,7 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store reads with hostil
       expect(await store.clients.find(v)).toBeUndefined();
       expect(await store.clients.findByKeyHash(v)).toBeUndefined();
       expect(await store.sessions.find(v)).toBeUndefined();
-      expect(await store.endpoints.failingOf(v)).toEqual([]);
+      expect(await store.keyHealth.failingOf(v)).toEqual([]);
     }
     // The real rows are still there.
     expect(await store.tasks.find(events[0]!.taskId)).toBeDefined();

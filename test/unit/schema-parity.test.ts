@@ -47,7 +47,7 @@ describe("the Store contract's rows (src/store/rows.ts) are exactly the schema's
     expectTypeOf<rows.SessionRow>().toEqualTypeOf<typeof sqlite.dashboardSessions.$inferSelect>();
     expectTypeOf<rows.NewSessionRow>().toEqualTypeOf<typeof sqlite.dashboardSessions.$inferInsert>();
     expectTypeOf<rows.UpstreamAccountRow>().toEqualTypeOf<typeof sqlite.upstreamAccounts.$inferSelect>();
-    expectTypeOf<rows.EndpointHealthRow>().toEqualTypeOf<typeof sqlite.endpointHealth.$inferSelect>();
+    expectTypeOf<rows.KeyHealthRow>().toEqualTypeOf<typeof sqlite.endpointHealth.$inferSelect>();
     expectTypeOf<rows.NoticeRow>().toEqualTypeOf<typeof sqlite.notices.$inferSelect>();
     expectTypeOf<rows.NewNoticeRow>().toEqualTypeOf<typeof sqlite.notices.$inferInsert>();
     expectTypeOf<rows.WebhookEndpointRow>().toEqualTypeOf<typeof sqlite.webhookEndpoints.$inferSelect>();

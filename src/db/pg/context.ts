@@ -29,7 +29,7 @@ export interface PendingAttempt {
 export interface PgContext {
   readonly pool: pg.Pool;
   /** This instance's name in client_storage_grants (its application name: unique per process). */
-  readonly storageHolder: string;
+  readonly grantHolder: string;
   /** One statement's rows, on the pool or inside a transaction's connection. */
   readonly q: (sql: string, values?: unknown[], on?: Queryable) => Promise<Row[]>;
   /** One statement's first row. */

@@ -2,7 +2,7 @@ import { getTableColumns } from "drizzle-orm";
 import type { CreateResult, NewTaskRequest } from "../../store/store.js";
 import { tasks } from "./schema.js";
 import { T, columnsOf } from "./mapping.js";
-import { loggedBytesOf } from "./storage-log.js";
+import { loggedBytesOf } from "./stored-bytes-log.js";
 
 /** What a creation needs from the driver: one statement, and the per-request path for what a batch cannot take. */
 export interface IntakePort {
@@ -40,7 +40,7 @@ const MAX_BATCH = 256;
  * Creations with a cap or a credit limit take the per-request path, under the client's credit lock (credit-books.ts).
  *
  * The same statement appends the rows' stored bytes to client_storage_log and, for a client with a
- * bound, spends them from this instance's grant (storage-grants.ts): rows no other instance writes,
+ * bound, spends them from this instance's grant (stored-bytes-grants.ts): rows no other instance writes,
  * so batches of several instances never wait on each other. When a client's grant does not cover
  * its rows, the statement fails, so writes nothing, and each creation of the batch is decided alone
  * (which asks for more room, or decides against the exact figure once room runs out).

@@ -296,7 +296,7 @@ export const clientStorage = pgTable("client_storage", {
  * What was written for a client after its task's creation (event rows per destination, attempts'
  * stored answers, outputs and files) and what pruning took off, appended by triggers
  * (migrations/pg/0011_stored_bytes_triggers.sql) so that no writer waits on another: a client's
- * stored bytes are its client_storage row plus its rows here, which storage-log.ts folds into
+ * stored bytes are its client_storage row plus its rows here, which stored-bytes-log.ts folds into
  * client_storage in the background.
  */
 export const clientStorageLog = pgTable(
@@ -311,7 +311,7 @@ export const clientStorageLog = pgTable(
 
 /**
  * Room under a client's stored-bytes bound handed to one instance (`holder`, its application name)
- * ahead of its creations (storage-grants.ts): a batch spends from its own row, so creations of
+ * ahead of its creations (stored-bytes-grants.ts): a batch spends from its own row, so creations of
  * several instances never wait on one another; the bound is decided against stored bytes plus every
  * grant, under the client's client_storage row lock, only when a grant runs out.
  */

@@ -4,7 +4,7 @@ import type {
   AccountStore,
   ClientStore,
   CreditPosition,
-  EndpointStore,
+  KeyHealthStore,
   WebhookEndpointStore,
   EventStore,
   LeaderFence,
@@ -22,7 +22,7 @@ import type {
   TransitionOptions,
   TransitionRules,
 } from "../../store/store.js";
-import { pgEndpointStore } from "./endpoints.js";
+import { pgKeyHealth } from "./key-health.js";
 import { endpointsOf, fanOutEvent, pgWebhookEndpoints } from "./webhook-endpoints.js";
 import { subscribedTypes } from "../../store/endpoint-fanout.js";
 import { pgNoticeStore } from "./notices.js";
@@ -42,8 +42,8 @@ import { pgTasks } from "./tasks.js";
 import { deliveryAttempts } from "./schema.js";
 import { lockCredit, readCredit, recordCharge } from "./credit-books.js";
 import type { PendingAttempt, PgContext } from "./context.js";
-import { foldStorageLog } from "./storage-log.js";
-import { returnGrants } from "./storage-grants.js";
+import { foldStoredBytesLog } from "./stored-bytes-log.js";
+import { returnGrants } from "./stored-bytes-grants.js";
 
 export interface PgStoreOptions extends PgLimits {
   connectionString: string;
@@ -76,7 +76,7 @@ export class PgStore implements Store, PgContext {
   readonly pool: pg.Pool;
   readonly tasks: TaskStore;
   readonly events: EventStore;
-  readonly endpoints: EndpointStore;
+  readonly keyHealth: KeyHealthStore;
   readonly webhookEndpoints: WebhookEndpointStore;
   readonly notices: NoticeStore;
   readonly clients: ClientStore;
@@ -91,7 +91,7 @@ export class PgStore implements Store, PgContext {
   listener: pg.Client | null = null;
   closed = false;
   private readonly folding: NodeJS.Timeout;
-  readonly storageHolder: string;
+  readonly grantHolder: string;
   /** Told of client rows changed here and, through the listener, by other processes (API key caches). */
   readonly clientChanges = new ClientChanges();
 
@@ -114,7 +114,7 @@ export class PgStore implements Store, PgContext {
       ...options,
       applicationName: options.applicationName ?? `${INSTANCE_PREFIX}${randomBytes(6).toString("hex")}`,
     };
-    this.storageHolder = this.connection.applicationName!;
+    this.grantHolder = this.connection.applicationName!;
     // Bounded waits, and no connection that dies (server restart) can crash the process: see open.ts.
     this.pool = newPgPool({
       ...pgClientConfig(options.connectionString, this.connection),
@@ -127,7 +127,7 @@ export class PgStore implements Store, PgContext {
     // One file per area, each operation under the contract's name (tasks.ts, events.ts, ...).
     this.tasks = pgTasks(this);
     this.events = pgEvents(this);
-    this.endpoints = pgEndpointStore(this);
+    this.keyHealth = pgKeyHealth(this);
     this.webhookEndpoints = pgWebhookEndpoints(this);
     this.notices = pgNoticeStore(this, async () => {
       await this.pool.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
@@ -137,8 +137,8 @@ export class PgStore implements Store, PgContext {
     this.sessions = pgSessions(this);
     this.limits = pgRateLimits(this);
     this.ops = pgOps(this);
-    // What triggers logged for clients' stored bytes, folded into client_storage (storage-log.ts).
-    this.folding = setInterval(() => void foldStorageLog(this.pool).catch(() => {}), FOLD_EVERY_MS);
+    // What triggers logged for clients' stored bytes, folded into client_storage (stored-bytes-log.ts).
+    this.folding = setInterval(() => void foldStoredBytesLog(this.pool).catch(() => {}), FOLD_EVERY_MS);
     this.folding.unref();
     this.leadership = new PgLeadership({
       connect: () => new CheckedClient({ ...pgClientConfig(this.options.connectionString, this.connection), types }),
@@ -426,8 +426,8 @@ export class PgStore implements Store, PgContext {
     this.listener = null;
     await listener?.end().catch(() => {});
     await this.leadership.close();
-    // Room granted to this instance goes back to its clients (storage-grants.ts).
-    await returnGrants(this.pool, this.storageHolder).catch(() => {});
+    // Room granted to this instance goes back to its clients (stored-bytes-grants.ts).
+    await returnGrants(this.pool, this.grantHolder).catch(() => {});
     await this.pool.end();
   }
 }

@@ -6,8 +6,8 @@ import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
 import type { PgContext } from "./context.js";
 import { PgIntakeBatches } from "./intake.js";
 import { type CreditBooks, lockCredit, readCredit } from "./credit-books.js";
-import { storedBytesOfClient } from "./storage-log.js";
-import { admitStoredBytes, refundGrant } from "./storage-grants.js";
+import { storedBytesOfClient } from "./stored-bytes-log.js";
+import { admitStoredBytes, refundGrant } from "./stored-bytes-grants.js";
 
 /** Every column of a task but its output, for list reads that may leave the output in the database. */
 const LISTED_COLUMNS = columnsOf(tasks)
@@ -47,10 +47,10 @@ export function pgTasks(s: PgContext): TaskStore {
         : 0;
       const learnedPrice = req.needs.credit && row.priceKey ? await s.learnedPriceIn(c, row.priceKey) : null;
       // With a storage bound: spent from this instance's grant, or (when room runs out) the exact
-      // figure with every grant taken back, locked until this commits (storage-grants.ts).
+      // figure with every grant taken back, locked until this commits (stored-bytes-grants.ts).
       const bounded = req.storedBytesLimit != null;
       const storedBytes = bounded
-        ? await admitStoredBytes(c, row.clientId, s.storageHolder, row.storedBytes ?? 0, req.storedBytesLimit!)
+        ? await admitStoredBytes(c, row.clientId, s.grantHolder, row.storedBytes ?? 0, req.storedBytesLimit!)
         : undefined;
       const reserved = req.admit({
         waiting,
@@ -72,7 +72,7 @@ export function pgTasks(s: PgContext): TaskStore {
           c,
         );
         if (bounded && storedBytes === undefined)
-          await refundGrant(c, row.clientId, s.storageHolder, row.storedBytes ?? 0);
+          await refundGrant(c, row.clientId, s.grantHolder, row.storedBytes ?? 0);
         return { task: T.row(original!), replayed: true };
       }
       await q(LOG_STORED_BYTES, [row.clientId, Number(inserted.stored_bytes)], c);
@@ -89,7 +89,7 @@ export function pgTasks(s: PgContext): TaskStore {
   const batches = new PgIntakeBatches({
     q: (sql, values) => q(sql, values),
     single,
-    holder: s.storageHolder,
+    holder: s.grantHolder,
     wake: (accounts) => s.wakeSubmitter(accounts),
   });
   return {

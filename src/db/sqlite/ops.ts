@@ -61,7 +61,7 @@ function setDestination(db: Db, url: string, host: string): void {
 }
 
 /**
- * /readyz's storage probe: a write that needs fresh pages (a 16 KiB row), committed and then
+ * /readyz's database probe: a write that needs fresh pages (a 16 KiB row), committed and then
  * removed, so a full disk or a failing device shows here and not only in the next request.
  * A lock held by another writer (the CLI) means busy, not unwritable: the probe never waits on it.
  * Returns the problem, or null.

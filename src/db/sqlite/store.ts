@@ -2,7 +2,7 @@ import type {
   AccountStore,
   ClientStore,
   CreateResult,
-  EndpointStore,
+  KeyHealthStore,
   EventStore,
   NoticeStore,
   NewTaskRequest,
@@ -33,11 +33,11 @@ import {
 import { planTransition } from "../../store/transition-plan.js";
 import type { DbOrTx } from "./tx.js";
 import { sqliteTasks } from "./tasks.js";
-import { addClientStoredBytes, storedBytesOfClient } from "./client-storage.js";
+import { addClientStoredBytes, storedBytesOfClient } from "./stored-bytes.js";
 import { sqliteEvents } from "./events.js";
 import { sqliteClients } from "./clients.js";
 import { sqliteAccounts } from "./accounts.js";
-import { sqliteEndpoints } from "./endpoints.js";
+import { sqliteKeyHealth } from "./key-health.js";
 import { sqliteNotices } from "./notices.js";
 import { sqliteSessions } from "./sessions.js";
 import { sqliteOps } from "./ops.js";
@@ -89,7 +89,7 @@ export class SqliteStore implements Store, SqliteContext {
   readonly dialect = "sqlite" as const;
   readonly tasks: TaskStore;
   readonly events: EventStore;
-  readonly endpoints: EndpointStore;
+  readonly keyHealth: KeyHealthStore;
   readonly webhookEndpoints: WebhookEndpointStore;
   readonly notices: NoticeStore;
   readonly clients: ClientStore;
@@ -119,7 +119,7 @@ export class SqliteStore implements Store, SqliteContext {
 
     this.accounts = sqliteAccounts(this);
 
-    this.endpoints = sqliteEndpoints(this);
+    this.keyHealth = sqliteKeyHealth(this);
 
     this.webhookEndpoints = sqliteWebhookEndpoints(this);
 

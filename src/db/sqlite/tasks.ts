@@ -9,7 +9,7 @@ import type {
   TaskStore,
 } from "../../store/store.js";
 import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
-import { storedBytesOfClient } from "./client-storage.js";
+import { storedBytesOfClient } from "./stored-bytes.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { patchShape, prepared } from "./prepared.js";

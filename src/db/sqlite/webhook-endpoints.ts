@@ -8,7 +8,7 @@ import { events, webhookEndpoints } from "./schema.js";
 
 /**
  * The WebhookEndpointStore on SQLite: a client's subscribed URLs (not the delivery keys' health,
- * which is endpoints.ts), and the fan-out of each event to them (fanOutEvent).
+ * which is key-health.ts), and the fan-out of each event to them (fanOutEvent).
  */
 export function sqliteWebhookEndpoints(s: SqliteContext): WebhookEndpointStore {
   const db = s.database.db;

@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { ApiError } from "../../services/errors.js";
-import { isStorageFailure } from "../../store/storage-health.js";
+import { isDatabaseUnavailable } from "../../store/database-health.js";
 import { isUnstorableText } from "../errors.js";
 import { signIn, signOut } from "../../services/dashboard.js";
 import { registerAssets } from "./assets.js";
@@ -45,8 +45,8 @@ export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
     if (err instanceof ApiError) return errorPage(c, err.status, err.message);
     // An id with NUL names no page; a database that cannot serve now is not a bug (docs/contract.md, "Intake" and "Acknowledged means stored").
     if (isUnstorableText(err)) return errorPage(c, 404, "There is no such page.");
-    if (isStorageFailure(err)) {
-      deps.storage?.failed(err, `${c.req.method} ${c.req.path}`);
+    if (isDatabaseUnavailable(err)) {
+      deps.database?.failed(err, `${c.req.method} ${c.req.path}`);
       c.header("Retry-After", "5");
       return errorPage(c, 503, "The relay cannot reach its storage right now. Retry in a few seconds.");
     }

@@ -56,7 +56,7 @@ export async function render(
     stream?: string;
   },
 ): Promise<Response> {
-  const failing = await deps.store.endpoints.failingOf(c.get("client").id);
+  const failing = await deps.store.keyHealth.failingOf(c.get("client").id);
   securityHeaders(c, opts.mediaOrigins);
   const body = page({
     title: opts.title,

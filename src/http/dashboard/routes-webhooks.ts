@@ -95,7 +95,7 @@ export function registerWebhookPages(app: Hono<DashEnv>, deps: DashboardDeps, au
     const clientId = c.get("client").id;
     const { store } = deps;
     // Failing hosts first (longest failing first), then the hosts of the client's recent callbacks.
-    const failing = await store.endpoints.failingOf(clientId);
+    const failing = await store.keyHealth.failingOf(clientId);
     const endpoints = await listEndpoints(deps, clientId);
     const names = [
       ...new Set([

@@ -1,5 +1,5 @@
 import { html } from "hono/html";
-import type { EndpointHealthRow } from "../../store/rows.js";
+import type { KeyHealthRow } from "../../store/rows.js";
 import {
   DEFAULT_ENDPOINT_EVENTS,
   ENDPOINT_EVENT_TYPES,
@@ -58,7 +58,7 @@ export interface PingResult {
 /** One of the client's callback hosts: its failing run (if it answers no 2xx now) and its waiting events. */
 export interface CallbackHost {
   host: string;
-  failing: EndpointHealthRow | null;
+  failing: KeyHealthRow | null;
   pending: number;
 }
 
@@ -248,7 +248,7 @@ function hostsTable(v: WebhooksView, health: Map<string, HostHealthRow>): Html {
  * On every signed-in page while any of the client's callback hosts answers no 2xx: which, since
  * when, and where to act. Inside <main>, so the task page's refresh updates it too.
  */
-export function failingBanner(failing: EndpointHealthRow[], now: number): Html | string {
+export function failingBanner(failing: KeyHealthRow[], now: number): Html | string {
   const rows = failing.filter((f) => f.failingSince !== null);
   if (rows.length === 0) return "";
   const shown = rows.slice(0, 3);

@@ -2,7 +2,7 @@ import type { Clock } from "../../clock.js";
 import type { Logger } from "../../logger.js";
 import type { DeliveryLifecycle } from "../../core/delivery.js";
 import { pausedTrialUntil } from "../../core/delivery-plan.js";
-import type { EndpointHealth } from "../../core/endpoint-health.js";
+import type { KeyHealth } from "../../core/key-health.js";
 import type { Destinations } from "../../destinations/index.js";
 import { splitDeliveryKey } from "../../store/delivery-key.js";
 import type { ClientRow, EventRow, EventStore } from "../../store/store.js";
@@ -32,7 +32,7 @@ export interface AttemptDeps {
   timeoutMs: number;
   /** The whole retry schedule's time: how long an event may wait for a paused host without spending retries on trials. */
   scheduleSpanMs: number;
-  health?: EndpointHealth | undefined;
+  health?: KeyHealth | undefined;
   onAttempt?: ((event: EventRow, result: SendResult) => void) | undefined;
 }
 

@@ -31,7 +31,7 @@ const FOLD_BATCH = 5_000;
  * upserted in client order, the order every multi-client writer of client_storage takes, so two
  * never wait on each other in a cycle. Returns the rows folded.
  */
-export async function foldStorageLog(c: Queryable): Promise<number> {
+export async function foldStoredBytesLog(c: Queryable): Promise<number> {
   const r = await c.query(
     `WITH taken AS (
        DELETE FROM client_storage_log WHERE id IN (

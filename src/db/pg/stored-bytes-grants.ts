@@ -1,5 +1,5 @@
 import type { Queryable, Row } from "./mapping.js";
-import { loggedBytesOf } from "./storage-log.js";
+import { loggedBytesOf } from "./stored-bytes-log.js";
 
 /**
  * The stored-bytes bound on PostgreSQL without a row every instance's creations wait on (issue #43).

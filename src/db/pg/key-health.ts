@@ -1,12 +1,12 @@
-import type { DeliveryKey, EndpointHealthRow, EndpointStore } from "../../store/store.js";
+import type { DeliveryKey, KeyHealthRow, KeyHealthStore } from "../../store/store.js";
 import type { PgContext } from "./context.js";
 import { mapRow } from "./mapping.js";
 
 /**
- * The EndpointStore on PostgreSQL (SQLite's is db/sqlite/endpoints.ts): the health of delivery keys.
+ * The KeyHealthStore on PostgreSQL (SQLite's is db/sqlite/key-health.ts): the health of delivery keys.
  * Rows come back with snake_case names and are mapped by their keys (mapRow).
  */
-export function pgEndpointStore(s: PgContext): EndpointStore {
+export function pgKeyHealth(s: PgContext): KeyHealthStore {
   const { q, pool } = s;
   return {
     recordFailure: async (key, now, error) => {
@@ -42,7 +42,7 @@ export function pgEndpointStore(s: PgContext): EndpointStore {
            ORDER BY e.failing_since LIMIT $2`,
           [before, limit],
         )
-      ).map((r) => mapRow<EndpointHealthRow>(r)),
+      ).map((r) => mapRow<KeyHealthRow>(r)),
     markNoticed: async (key: DeliveryKey, failingSince, at) =>
       (
         await pool.query(
@@ -56,6 +56,6 @@ export function pgEndpointStore(s: PgContext): EndpointStore {
           "SELECT * FROM endpoint_health WHERE client_id = $1 AND failing_since IS NOT NULL ORDER BY failing_since",
           [clientId],
         )
-      ).map((r) => mapRow<EndpointHealthRow>(r)),
+      ).map((r) => mapRow<KeyHealthRow>(r)),
   };
 }

@@ -1,11 +1,11 @@
 import { and, asc, eq, isNotNull, isNull, lte, sql } from "drizzle-orm";
-import type { DeliveryKey, EndpointHealthRow, EndpointStore } from "../../store/store.js";
+import type { DeliveryKey, KeyHealthRow, KeyHealthStore } from "../../store/store.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { clients, endpointHealth } from "./schema.js";
 
-/** The EndpointStore on SQLite: the health of delivery keys. */
-export function sqliteEndpoints(s: SqliteContext): EndpointStore {
+/** The KeyHealthStore on SQLite: the health of delivery keys. */
+export function sqliteKeyHealth(s: SqliteContext): KeyHealthStore {
   const db = s.database.db;
   return {
     recordFailure: async (key, now, error) => recordFailure(db, key, now, error),
@@ -61,7 +61,7 @@ export function recordSuccess(
 }
 
 /** Only clients with a notification_url: the others have no one to tell (and are never marked). */
-export function dueForNotice(db: Db, before: number, limit: number): EndpointHealthRow[] {
+export function dueForNotice(db: Db, before: number, limit: number): KeyHealthRow[] {
   return db
     .select({ row: endpointHealth })
     .from(endpointHealth)
@@ -90,7 +90,7 @@ export function markNoticed(db: Db, key: DeliveryKey, failingSince: number, at: 
   );
 }
 
-export function failingOf(db: Db, clientId: string): EndpointHealthRow[] {
+export function failingOf(db: Db, clientId: string): KeyHealthRow[] {
   return db
     .select()
     .from(endpointHealth)

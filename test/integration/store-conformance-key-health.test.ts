@@ -11,7 +11,7 @@ import {
   type Probe,
 } from "../helpers/conformance.js";
 
-/** EndpointStore conformance (checklist: store-conformance.md): the health of delivery keys, on both drivers. */
+/** KeyHealthStore conformance (checklist: store-conformance.md): the health of delivery keys, on both drivers. */
 const suite = conformance();
 
 /** A key of a new client (with someone to tell unless `notified` is false). */
@@ -21,15 +21,15 @@ async function keyOf(store: Store, notified = true) {
   return { clientId: c.id, host: `${fresh("hooks.example")}:443` };
 }
 
-describe.each(suite.dialects)("EndpointStore on %s", (_name, h) => {
+describe.each(suite.dialects)("KeyHealthStore on %s", (_name, h) => {
   it("recordFailure opens a run once and counts attempts; failingOf lists the client's failing keys, longest first", async () => {
     const store = await h.shared();
     const a = await keyOf(store);
     const b = { ...a, host: `${fresh("other.example")}:443` };
-    await store.endpoints.recordFailure(b, NOW + 10, "HTTP 502");
-    await store.endpoints.recordFailure(a, NOW + 20, "HTTP 500");
-    await store.endpoints.recordFailure(a, NOW + 30, null);
-    expect(await store.endpoints.failingOf(a.clientId)).toEqual([
+    await store.keyHealth.recordFailure(b, NOW + 10, "HTTP 502");
+    await store.keyHealth.recordFailure(a, NOW + 20, "HTTP 500");
+    await store.keyHealth.recordFailure(a, NOW + 30, null);
+    expect(await store.keyHealth.failingOf(a.clientId)).toEqual([
       {
         clientId: a.clientId,
         host: b.host,
@@ -51,20 +51,20 @@ describe.each(suite.dialects)("EndpointStore on %s", (_name, h) => {
         updatedAt: NOW + 30,
       },
     ]);
-    expect(await store.endpoints.failingOf("cli_nobody")).toEqual([]);
+    expect(await store.keyHealth.failingOf("cli_nobody")).toEqual([]);
   });
 
   it("recordSuccess ends the run and returns it; with no run open it returns null; a new failure starts afresh", async () => {
     const store = await h.shared();
     const key = await keyOf(store);
-    expect(await store.endpoints.recordSuccess(key, NOW)).toBeNull();
-    await store.endpoints.recordFailure(key, NOW + 1, "HTTP 500");
-    expect(await store.endpoints.markNoticed(key, NOW + 1, NOW + 2)).toBe(true);
-    expect(await store.endpoints.recordSuccess(key, NOW + 3)).toEqual({ failingSince: NOW + 1, noticeSentAt: NOW + 2 });
-    expect(await store.endpoints.recordSuccess(key, NOW + 4)).toBeNull();
-    expect(await store.endpoints.failingOf(key.clientId)).toEqual([]);
-    await store.endpoints.recordFailure(key, NOW + 5, "timeout");
-    expect(await store.endpoints.failingOf(key.clientId)).toMatchObject([
+    expect(await store.keyHealth.recordSuccess(key, NOW)).toBeNull();
+    await store.keyHealth.recordFailure(key, NOW + 1, "HTTP 500");
+    expect(await store.keyHealth.markNoticed(key, NOW + 1, NOW + 2)).toBe(true);
+    expect(await store.keyHealth.recordSuccess(key, NOW + 3)).toEqual({ failingSince: NOW + 1, noticeSentAt: NOW + 2 });
+    expect(await store.keyHealth.recordSuccess(key, NOW + 4)).toBeNull();
+    expect(await store.keyHealth.failingOf(key.clientId)).toEqual([]);
+    await store.keyHealth.recordFailure(key, NOW + 5, "timeout");
+    expect(await store.keyHealth.failingOf(key.clientId)).toMatchObject([
       { failingSince: NOW + 5, failedAttempts: 1, noticeSentAt: null, lastSuccessAt: NOW + 3 },
     ]);
   });
@@ -84,26 +84,26 @@ describe.each(suite.dialects)("EndpointStore on %s", (_name, h) => {
       [revoked, NOW],
       [noticed, NOW],
     ] as const)
-      await store.endpoints.recordFailure(key, at, "HTTP 500");
-    await store.endpoints.markNoticed(noticed, NOW, NOW + 1);
-    expect((await store.endpoints.dueForNotice(NOW + 20, 10)).map((r) => r.clientId)).toEqual([
+      await store.keyHealth.recordFailure(key, at, "HTTP 500");
+    await store.keyHealth.markNoticed(noticed, NOW, NOW + 1);
+    expect((await store.keyHealth.dueForNotice(NOW + 20, 10)).map((r) => r.clientId)).toEqual([
       old.clientId,
       young.clientId,
     ]);
-    expect((await store.endpoints.dueForNotice(NOW + 19, 10)).map((r) => r.clientId)).toEqual([old.clientId]);
-    expect((await store.endpoints.dueForNotice(NOW + 20, 1)).map((r) => r.host)).toEqual([old.host]);
-    expect(await store.endpoints.dueForNotice(NOW + 9, 10)).toEqual([]);
+    expect((await store.keyHealth.dueForNotice(NOW + 19, 10)).map((r) => r.clientId)).toEqual([old.clientId]);
+    expect((await store.keyHealth.dueForNotice(NOW + 20, 1)).map((r) => r.host)).toEqual([old.host]);
+    expect(await store.keyHealth.dueForNotice(NOW + 9, 10)).toEqual([]);
   });
 
   it("markNoticed marks only the run that began at failingSince, once", async () => {
     const store = await h.shared();
     const key = await keyOf(store);
-    expect(await store.endpoints.markNoticed(key, NOW, NOW + 1)).toBe(false);
-    await store.endpoints.recordFailure(key, NOW, "HTTP 500");
-    expect(await store.endpoints.markNoticed(key, NOW - 1, NOW + 1)).toBe(false);
-    expect(await store.endpoints.markNoticed(key, NOW, NOW + 1)).toBe(true);
-    expect(await store.endpoints.markNoticed(key, NOW, NOW + 2)).toBe(false);
-    expect((await store.endpoints.failingOf(key.clientId))[0]!.noticeSentAt).toBe(NOW + 1);
+    expect(await store.keyHealth.markNoticed(key, NOW, NOW + 1)).toBe(false);
+    await store.keyHealth.recordFailure(key, NOW, "HTTP 500");
+    expect(await store.keyHealth.markNoticed(key, NOW - 1, NOW + 1)).toBe(false);
+    expect(await store.keyHealth.markNoticed(key, NOW, NOW + 1)).toBe(true);
+    expect(await store.keyHealth.markNoticed(key, NOW, NOW + 2)).toBe(false);
+    expect((await store.keyHealth.failingOf(key.clientId))[0]!.noticeSentAt).toBe(NOW + 1);
   });
 
   it("concurrent failures of a new key, from 3 processes: one run, every attempt counted", async () => {
@@ -111,9 +111,9 @@ describe.each(suite.dialects)("EndpointStore on %s", (_name, h) => {
     const key = await keyOf(store);
     const others = [store, await another(), await another()];
     await Promise.all(
-      Array.from({ length: 21 }, (_, i) => others[i % 3]!.endpoints.recordFailure(key, NOW + i, `HTTP 50${i % 4}`)),
+      Array.from({ length: 21 }, (_, i) => others[i % 3]!.keyHealth.recordFailure(key, NOW + i, `HTTP 50${i % 4}`)),
     );
-    const [run] = await store.endpoints.failingOf(key.clientId);
+    const [run] = await store.keyHealth.failingOf(key.clientId);
     expect(run!.failedAttempts).toBe(21);
     expect(run!.failingSince).toBeGreaterThanOrEqual(NOW);
     expect(run!.failingSince).toBeLessThan(NOW + 21);
@@ -123,13 +123,13 @@ describe.each(suite.dialects)("EndpointStore on %s", (_name, h) => {
     const { store, another } = await h.fresh();
     const key = await keyOf(store);
     const others = [store, await another(), await another()];
-    await store.endpoints.recordFailure(key, NOW, "HTTP 500");
+    await store.keyHealth.recordFailure(key, NOW, "HTTP 500");
     const marks = await Promise.all(
-      Array.from({ length: 9 }, (_, i) => others[i % 3]!.endpoints.markNoticed(key, NOW, NOW + 1 + i)),
+      Array.from({ length: 9 }, (_, i) => others[i % 3]!.keyHealth.markNoticed(key, NOW, NOW + 1 + i)),
     );
     expect(marks.filter(Boolean)).toHaveLength(1);
     const ends = await Promise.all(
-      Array.from({ length: 9 }, (_, i) => others[i % 3]!.endpoints.recordSuccess(key, NOW + 100 + i)),
+      Array.from({ length: 9 }, (_, i) => others[i % 3]!.keyHealth.recordSuccess(key, NOW + 100 + i)),
     );
     expect(ends.filter((e) => e !== null)).toEqual([
       { failingSince: NOW, noticeSentAt: NOW + 1 + marks.indexOf(true) },
@@ -137,15 +137,15 @@ describe.each(suite.dialects)("EndpointStore on %s", (_name, h) => {
   });
 });
 
-describe("EndpointStore with hostile values: both drivers answer alike", () => {
+describe("KeyHealthStore with hostile values: both drivers answer alike", () => {
   const text: Array<Probe<string>> = [
     {
       op: "recordFailure(host)",
       roundTrip: true,
       run: async (s, v) => {
         const k = await keyOf(s);
-        await s.endpoints.recordFailure({ ...k, host: v }, NOW, null);
-        return (await s.endpoints.failingOf(k.clientId))[0]?.host;
+        await s.keyHealth.recordFailure({ ...k, host: v }, NOW, null);
+        return (await s.keyHealth.failingOf(k.clientId))[0]?.host;
       },
     },
     {
@@ -153,19 +153,19 @@ describe("EndpointStore with hostile values: both drivers answer alike", () => {
       roundTrip: true,
       run: async (s, v) => {
         const k = await keyOf(s);
-        await s.endpoints.recordFailure(k, NOW, v);
-        return (await s.endpoints.failingOf(k.clientId))[0]?.lastError;
+        await s.keyHealth.recordFailure(k, NOW, v);
+        return (await s.keyHealth.failingOf(k.clientId))[0]?.lastError;
       },
     },
     {
       op: "recordSuccess(host)",
-      run: async (s, v) => s.endpoints.recordSuccess({ ...(await keyOf(s)), host: v }, NOW),
+      run: async (s, v) => s.keyHealth.recordSuccess({ ...(await keyOf(s)), host: v }, NOW),
     },
     {
       op: "markNoticed(host)",
-      run: async (s, v) => s.endpoints.markNoticed({ ...(await keyOf(s)), host: v }, NOW, NOW),
+      run: async (s, v) => s.keyHealth.markNoticed({ ...(await keyOf(s)), host: v }, NOW, NOW),
     },
-    { op: "failingOf", run: (s, v) => s.endpoints.failingOf(v) },
+    { op: "failingOf", run: (s, v) => s.keyHealth.failingOf(v) },
   ];
   hostileTests(suite, text, HOSTILE_TEXT);
 
@@ -175,28 +175,28 @@ describe("EndpointStore with hostile values: both drivers answer alike", () => {
       roundTrip: true,
       run: async (s, v) => {
         const k = await keyOf(s);
-        await s.endpoints.recordFailure(k, v, null);
-        return (await s.endpoints.failingOf(k.clientId))[0]?.failingSince;
+        await s.keyHealth.recordFailure(k, v, null);
+        return (await s.keyHealth.failingOf(k.clientId))[0]?.failingSince;
       },
     },
     {
       op: "recordSuccess(now)",
       run: async (s, v) => {
         const k = await keyOf(s);
-        await s.endpoints.recordFailure(k, NOW, null);
-        return s.endpoints.recordSuccess(k, v);
+        await s.keyHealth.recordFailure(k, NOW, null);
+        return s.keyHealth.recordSuccess(k, v);
       },
     },
     {
       op: "markNoticed(failingSince)",
       run: async (s, v) => {
         const k = await keyOf(s);
-        await s.endpoints.recordFailure(k, NOW, null);
-        return s.endpoints.markNoticed(k, v, NOW);
+        await s.keyHealth.recordFailure(k, NOW, null);
+        return s.keyHealth.markNoticed(k, v, NOW);
       },
     },
-    { op: "dueForNotice(before)", run: async (s, v) => (await s.endpoints.dueForNotice(v, 0)).length },
-    { op: "dueForNotice(limit)", run: async (s, v) => (await s.endpoints.dueForNotice(0, v)).length },
+    { op: "dueForNotice(before)", run: async (s, v) => (await s.keyHealth.dueForNotice(v, 0)).length },
+    { op: "dueForNotice(limit)", run: async (s, v) => (await s.keyHealth.dueForNotice(0, v)).length },
   ];
   hostileTests(suite, numbers, HOSTILE_NUMBERS);
 });

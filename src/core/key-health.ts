@@ -72,7 +72,7 @@ export async function writeNotice(
  * out for it). Kept in the store, so "failing for an hour" survives restarts and spans instances;
  * a 2xx costs a write only when this process does not already know the key to be healthy.
  */
-export class EndpointHealth {
+export class KeyHealth {
   /** Key → when its last 2xx was written. */
   private readonly healthy = new Map<string, number>();
 
@@ -84,14 +84,14 @@ export class EndpointHealth {
     const now = this.deps.clock.now();
     if (outcome === "failure") {
       this.healthy.delete(id);
-      await this.deps.store.endpoints.recordFailure(key, now, storableText(error, ERROR_BYTES));
+      await this.deps.store.keyHealth.recordFailure(key, now, storableText(error, ERROR_BYTES));
       return;
     }
     const known = this.healthy.get(id);
     if (known !== undefined && now - known < HEALTHY_TRUST_MS) return;
     if (this.healthy.size >= HEALTHY_MEMORY) this.healthy.clear();
     this.healthy.set(id, now);
-    const ended = await this.deps.store.endpoints.recordSuccess(key, now);
+    const ended = await this.deps.store.keyHealth.recordSuccess(key, now);
     if (!ended || ended.noticeSentAt === null) return;
     const client = await this.deps.store.clients.find(key.clientId);
     if (client)
@@ -124,9 +124,9 @@ export class EndpointHealth {
     const { store, clock } = this.deps;
     const now = clock.now();
     let written = 0;
-    for (const row of await store.endpoints.dueForNotice(now - failingAfterMs, 100)) {
+    for (const row of await store.keyHealth.dueForNotice(now - failingAfterMs, 100)) {
       const key = { clientId: row.clientId, host: row.host };
-      if (!(await store.endpoints.markNoticed(key, row.failingSince!, now))) continue;
+      if (!(await store.keyHealth.markNoticed(key, row.failingSince!, now))) continue;
       const client = await store.clients.find(row.clientId);
       if (!client) continue;
       const pending = await store.events.pendingOfKey(key);

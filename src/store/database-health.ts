@@ -2,7 +2,7 @@ import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
 
 /** SQLite result codes that mean the database cannot take writes now (disk full, I/O, locked out), not a bug. */
-const STORAGE_CODES = /^SQLITE_(FULL|IOERR|READONLY|CANTOPEN|BUSY|LOCKED|NOMEM|CORRUPT|NOTADB|PROTOCOL)/;
+const SQLITE_UNAVAILABLE_CODES = /^SQLITE_(FULL|IOERR|READONLY|CANTOPEN|BUSY|LOCKED|NOMEM|CORRUPT|NOTADB|PROTOCOL)/;
 /**
  * PostgreSQL's counterparts (SQLSTATE): connection exceptions (08), insufficient resources (53:
  * disk full, out of memory, too many connections), shutdown or start-up (57P01-57P05), a statement
@@ -10,7 +10,7 @@ const STORAGE_CODES = /^SQLITE_(FULL|IOERR|READONLY|CANTOPEN|BUSY|LOCKED|NOMEM|C
  * errors (58), corrupted data (XX001, XX002), and a write refused as read-only (25006: a standby, or
  * a primary demoted by a failover, still behind DATABASE_URL's address until it moves).
  */
-const PG_STORAGE_CODES = /^(08...|53...|57P0[1-5]|57014|25P03|25006|58...|XX00[12])$/;
+const PG_UNAVAILABLE_CODES = /^(08...|53...|57P0[1-5]|57014|25P03|25006|58...|XX00[12])$/;
 /** Socket errors of the database connection (node-postgres passes them on as they are). */
 const SOCKET_CODES = new Set([
   "ECONNREFUSED",
@@ -31,15 +31,18 @@ const PG_CONNECTION_MESSAGES =
  * Whether an error means the database cannot serve now (full, failing, unreachable, frozen, out of
  * connections), not a bug: such errors answer 503 storage_unavailable with Retry-After, never 500.
  */
-export function isStorageFailure(err: unknown): boolean {
+export function isDatabaseUnavailable(err: unknown): boolean {
   const e = err as { code?: unknown; message?: unknown } | null;
   const code = e?.code;
-  if (typeof code === "string" && (STORAGE_CODES.test(code) || PG_STORAGE_CODES.test(code) || SOCKET_CODES.has(code)))
+  if (
+    typeof code === "string" &&
+    (SQLITE_UNAVAILABLE_CODES.test(code) || PG_UNAVAILABLE_CODES.test(code) || SOCKET_CODES.has(code))
+  )
     return true;
   if (err instanceof Error && PG_CONNECTION_MESSAGES.test(err.message)) return true;
   // AggregateError (several addresses refused) and wrapped errors: the first cause decides.
   const cause = err instanceof AggregateError ? err.errors[0] : err instanceof Error ? err.cause : undefined;
-  return cause !== undefined && cause !== err && isStorageFailure(cause);
+  return cause !== undefined && cause !== err && isDatabaseUnavailable(cause);
 }
 
 /**
@@ -54,17 +57,17 @@ export function isUpstreamIdTaken(err: unknown): boolean {
   );
 }
 
-/** How long after the last storage failure the relay still reports itself unready. */
+/** How long after the last database failure the relay still reports itself unready. */
 export const UNHEALTHY_FOR_MS = 10_000;
 const LOG_EVERY_MS = 10_000;
 
 /**
- * What the relay knows about its storage: when a write last failed for lack of space or I/O. Every
+ * What the relay knows about its database: when a write last failed for lack of space or I/O. Every
  * failure is counted, but logged at most once per LOG_EVERY_MS with how many were suppressed (a full
  * disk under load would otherwise write a stack trace per request). /readyz is unready while
  * failures are recent; recovery is automatic: once writes work again, the failures stop.
  */
-export class StorageHealth {
+export class DatabaseHealth {
   private lastFailureAt = Number.NEGATIVE_INFINITY;
   private lastLogAt = Number.NEGATIVE_INFINITY;
   private suppressed = 0;
@@ -90,7 +93,7 @@ export class StorageHealth {
     this.suppressed = 0;
   }
 
-  /** Why storage is unhealthy now, or null. */
+  /** Why the database is unhealthy now, or null (the words are /readyz's, unchanged). */
   problem(): string | null {
     const ago = this.clock.now() - this.lastFailureAt;
     return ago < UNHEALTHY_FOR_MS ? `storage writes failed ${Math.round(ago / 1000)} s ago` : null;
