@@ -34,6 +34,7 @@ import { DurationStats } from "./workers/duration-stats.js";
 import { Lifecycle } from "./core/lifecycle.js";
 import { TaskWaiters } from "./core/task-waiters.js";
 import { StreamHub } from "./core/stream-hub.js";
+import { TaskWatchers } from "./core/task-watchers.js";
 import { STREAMS_PER_CLIENT } from "./services/streams.js";
 import { DatabaseHealth } from "./store/database-health.js";
 
@@ -91,14 +92,17 @@ export class Relay {
   readonly catalog: CatalogCache;
   readonly database: DatabaseHealth;
   /** Requests held by Prefer: wait; woken by task transitions, released first on stop(). */
-  readonly waiters = new TaskWaiters({ perClient: HELD_WAITS_PER_CLIENT });
+  /**
+   * Everything woken by task transitions, in one registry (core/task-watchers.ts): held requests
+   * and event streams are both its watchers, woken, resynced and ended together.
+   */
+  readonly watchers = new TaskWatchers();
+  readonly waiters = new TaskWaiters({ perClient: HELD_WAITS_PER_CLIENT, registry: this.watchers });
   /** Open event streams (GET …/events); woken by task transitions, ended first on stop(). */
-  readonly streams = new StreamHub({ perClient: STREAMS_PER_CLIENT });
+  readonly streams = new StreamHub({ perClient: STREAMS_PER_CLIENT, registry: this.watchers });
 
   constructor(private readonly opts: RelayOptions) {
     const { config, store, clock, logger } = opts;
-    // Event streams read again on a resync as held waits do (a LISTEN session lost and back).
-    this.waiters.onResync(() => this.streams.wakeAll());
     // Looked up when a nudge comes: the loops are built last, from the workers below.
     const nudges = nudgesByName((name) => this.loopsByName?.[name]);
     const accounts = new UpstreamAccounts(store, config, opts.upstream.baseUrl, opts.upstream.apiKey, opts.fetch);
@@ -135,8 +139,7 @@ export class Relay {
         outputUrls(outputJson).length > 0 &&
         ((await store.clients.find(task.clientId))?.storageConfig ?? null) !== null,
       onTransition: (task) => {
-        this.waiters.wake(task.id);
-        this.streams.wake({ taskId: task.id, clientId: task.clientId, account: task.upstreamAccount });
+        this.watchers.wake({ taskId: task.id, clientId: task.clientId, account: task.upstreamAccount });
       },
     });
     this.catalog = new CatalogCache(accounts, clock, logger);
@@ -295,11 +298,10 @@ export class Relay {
     await this.opts.store.ops.listen(
       (target) => this.deps.nudges[target](),
       (taskId, clientId, account) => {
-        this.waiters.wake(taskId);
-        this.streams.wake({ taskId, clientId, account });
+        this.watchers.wake({ taskId, clientId, account });
       },
       // The LISTEN session was lost and is back: what was notified meanwhile was not heard.
-      () => this.waiters.resync(),
+      () => this.watchers.resync(),
     );
   }
 
@@ -308,8 +310,7 @@ export class Relay {
    * event stream (shutdown: a quick HTTP drain; EventSource reconnects to another instance).
    */
   releaseWaits(): void {
-    this.waiters.releaseAll();
-    this.streams.closeAll();
+    this.watchers.endAll();
   }
 
   /** Takes over what a previous process left (see start()); separate so tests can run it alone. */

@@ -5,34 +5,27 @@
  * holds no worker slot and no database connection while it waits. The hub's only timer writes
  * keep-alive comments, which read nothing.
  */
-import type { WaitTimers } from "./task-waiters.js";
+import { realTimers, type WaitTimers } from "./task-waiters.js";
+import {
+  type StreamTopic,
+  type TaskChange,
+  TaskWatchers,
+  topicKey,
+  type WakeReason,
+  type Watcher,
+} from "./task-watchers.js";
 
-/** A recorded change of a task: its id, and, when the teller knows them, its client and upstream account. */
-export interface TaskChange {
-  taskId: string;
-  clientId?: string | undefined;
-  account?: string | undefined;
-}
-
-/** What one stream is woken by: its task's changes, every change of its client's tasks, or of an account's. */
-export type StreamTopic = { task: string } | { client: string } | { account: string };
-
-/** Why a stream woke: its own task changed, a task of its client, of its account, or anything (a resync). */
-export type WakeReason = "task" | "client" | "account" | "all";
+export type { StreamTopic, TaskChange, WakeReason } from "./task-watchers.js";
 
 /** What next() resolves with: the stream ended, or the reasons gathered since the last call. */
 export type StreamWake = { closed: true } | { closed: false; reasons: ReadonlySet<WakeReason> };
-
-const realTimers: WaitTimers = {
-  set: (fire, ms) => setTimeout(fire, ms).unref(),
-  clear: (handle) => clearTimeout(handle as NodeJS.Timeout),
-};
 
 /** A keep-alive comment this often: proxies close connections quiet for longer (often 30 to 60 s). */
 export const KEEP_ALIVE_MS = 15_000;
 
 /** One open stream: woken by its topics' changes until the caller leaves or the relay stops. */
-export class Subscription {
+export class Subscription implements Watcher {
+  readonly kind = "stream" as const;
   private resume: ((wake: StreamWake) => void) | undefined;
   private pending = new Set<WakeReason>();
   closed = false;
@@ -50,7 +43,7 @@ export class Subscription {
     const key = topicKey(topic);
     if (this.topics.includes(key)) return;
     this.topics.push(key);
-    this.hub.attach(this, key);
+    this.hub.attach(this, topic);
   }
 
   /** Resolves at the next change or close; changes between two calls are kept, so none is lost. */
@@ -75,6 +68,11 @@ export class Subscription {
     resume?.(this.take());
   }
 
+  /** The relay is stopping: the stream ends. */
+  end(): void {
+    this.close();
+  }
+
   /** Ends the stream (the caller went away, or the relay stops); its slot is given back on release(). */
   close(): void {
     this.closed = true;
@@ -95,15 +93,13 @@ export class Subscription {
   }
 }
 
-const topicKey = (topic: StreamTopic): string =>
-  "task" in topic ? `t:${topic.task}` : "client" in topic ? `c:${topic.client}` : `a:${topic.account}`;
-
+/**
+ * The event streams' view of the registry (core/task-watchers.ts), which they share with held
+ * requests: their own bound per client, and the keep-alive timer.
+ */
 export class StreamHub {
-  private readonly byTopic = new Map<string, Set<Subscription>>();
-  private readonly byClient = new Map<string, number>();
-  private readonly open = new Set<Subscription>();
+  private readonly registry: TaskWatchers;
   private keepAlive: unknown;
-  private stopping = false;
   /** Streams waiting for a change right now (everything read, nothing in flight): a gauge. */
   parked = 0;
 
@@ -113,8 +109,12 @@ export class StreamHub {
       perClient: number;
       timers?: WaitTimers;
       keepAliveMs?: number;
+      /** The registry shared with held requests (a registry of its own when alone). */
+      registry?: TaskWatchers;
     },
-  ) {}
+  ) {
+    this.registry = opts.registry ?? new TaskWatchers();
+  }
 
   get perClient(): number {
     return this.opts.perClient;
@@ -122,79 +122,59 @@ export class StreamHub {
 
   /** Streams open right now. */
   get size(): number {
-    return this.open.size;
+    return this.registry.size("stream");
   }
 
   /** Streams open on this topic right now. */
   watchers(topic: StreamTopic): number {
-    return this.byTopic.get(topicKey(topic))?.size ?? 0;
+    return this.registry.watchers("stream", topic);
   }
 
   /** Streams the client holds open right now. */
   ofClient(clientId: string): number {
-    return this.byClient.get(clientId) ?? 0;
+    return this.registry.ofClient("stream", clientId);
   }
 
   /** A stream for the client, or null when it already holds `perClient` or the relay is stopping. */
   subscribe(clientId: string): Subscription | null {
-    const held = this.byClient.get(clientId) ?? 0;
-    if (held >= this.opts.perClient || this.stopping) return null;
-    this.byClient.set(clientId, held + 1);
+    if (this.registry.isStopping) return null;
     const sub = new Subscription(this, clientId);
-    this.open.add(sub);
-    if (this.open.size === 1) this.armKeepAlive();
+    if (!this.registry.admit(sub, this.opts.perClient)) return null;
+    if (this.size === 1) this.armKeepAlive();
     return sub;
   }
 
   get isStopping(): boolean {
-    return this.stopping;
+    return this.registry.isStopping;
   }
 
   /** A task changed (here or, on PostgreSQL, on another instance): its streams, its client's and its account's wake. */
   wake(change: TaskChange): void {
-    this.signal(`t:${change.taskId}`, "task");
-    if (change.clientId) this.signal(`c:${change.clientId}`, "client");
-    if (change.account) this.signal(`a:${change.account}`, "account");
+    this.registry.wake(change);
   }
 
-  /** Every stream re-reads: changes may have gone unheard (a lost LISTEN session was opened again). */
+  /** Every watcher re-reads: changes may have gone unheard (a lost LISTEN session was opened again). */
   wakeAll(): void {
-    for (const sub of this.open) sub.signal("all");
+    this.registry.wakeAll();
   }
 
   /** Shutdown: every stream ends now and no new one opens, so the HTTP drain is quick. */
   closeAll(): void {
-    this.stopping = true;
-    for (const sub of this.open) sub.close();
+    this.registry.endAll();
   }
 
   /** @internal see Subscription.watch. */
-  attach(sub: Subscription, key: string): void {
-    let subs = this.byTopic.get(key);
-    if (!subs) this.byTopic.set(key, (subs = new Set()));
-    subs.add(sub);
+  attach(sub: Subscription, topic: StreamTopic): void {
+    this.registry.attach(sub, topic);
   }
 
   /** @internal see Subscription.release. */
   release(sub: Subscription): void {
-    if (!this.open.delete(sub)) return;
-    const held = (this.byClient.get(sub.clientId) ?? 1) - 1;
-    if (held > 0) this.byClient.set(sub.clientId, held);
-    else this.byClient.delete(sub.clientId);
-    for (const key of sub.topics) {
-      const subs = this.byTopic.get(key);
-      subs?.delete(sub);
-      if (subs?.size === 0) this.byTopic.delete(key);
-    }
-    if (this.open.size === 0 && this.keepAlive !== undefined) {
+    if (!this.registry.remove(sub)) return;
+    if (this.size === 0 && this.keepAlive !== undefined) {
       (this.opts.timers ?? realTimers).clear(this.keepAlive);
       this.keepAlive = undefined;
     }
-  }
-
-  private signal(key: string, reason: WakeReason): void {
-    const subs = this.byTopic.get(key);
-    if (subs) for (const sub of subs) sub.signal(reason);
   }
 
   /** One timer for every open stream: each writes a comment, nothing is read. */
@@ -202,8 +182,8 @@ export class StreamHub {
     const timers = this.opts.timers ?? realTimers;
     this.keepAlive = timers.set(() => {
       this.keepAlive = undefined;
-      for (const sub of this.open) sub.onKeepAlive?.();
-      if (this.open.size > 0) this.armKeepAlive();
+      for (const sub of this.registry.all("stream")) (sub as Subscription).onKeepAlive?.();
+      if (this.size > 0) this.armKeepAlive();
     }, this.opts.keepAliveMs ?? KEEP_ALIVE_MS);
   }
 }

@@ -5,19 +5,22 @@
  * timer: it takes no worker slot and no connection while it waits.
  */
 
+import { TaskWatchers, type WakeReason, type Watcher } from "./task-watchers.js";
+
 /** The timer a hold ends with; injectable so tests and benchmarks can drive it. */
 export interface WaitTimers {
   set(fire: () => void, ms: number): unknown;
   clear(handle: unknown): void;
 }
 
-const realTimers: WaitTimers = {
+export const realTimers: WaitTimers = {
   set: (fire, ms) => setTimeout(fire, ms).unref(),
   clear: (handle) => clearTimeout(handle as NodeJS.Timeout),
 };
 
 /** One held request: it watches one task and is woken by its transitions until its time is up. */
-export class Hold {
+export class Hold implements Watcher {
+  readonly kind = "hold" as const;
   private resume: (() => void) | undefined;
   private signalled = false;
   /** Its time is up (or the relay is stopping): answer with the task's current state. */
@@ -50,9 +53,8 @@ export class Hold {
     });
   }
 
-  /** @internal woken by TaskWaiters. */
-  signal(expire = false): void {
-    if (expire) this.expired = true;
+  /** @internal woken by the registry (its task changed, or a resync). */
+  signal(_reason?: WakeReason): void {
     const resume = this.resume;
     this.resume = undefined;
     if (resume) {
@@ -61,9 +63,15 @@ export class Hold {
     } else this.signalled = true;
   }
 
+  /** Its time is up, or the relay is stopping: the next read answers. */
+  end(): void {
+    this.expired = true;
+    this.signal();
+  }
+
   /** Ends the wait now (the caller went away): the slot is given back as soon as the request settles. */
   expire(): void {
-    this.signal(true);
+    this.end();
   }
 
   /**
@@ -81,11 +89,13 @@ export class Hold {
   }
 }
 
+/**
+ * The held requests' view of the registry (core/task-watchers.ts), which they share with event
+ * streams: their own bound per client and their timers.
+ */
 export class TaskWaiters {
-  private readonly byTask = new Map<string, Set<Hold>>();
-  private readonly byClient = new Map<string, number>();
   private readonly timers = new Map<Hold, unknown>();
-  private stopping = false;
+  private readonly registry: TaskWatchers;
   /** Holds waiting for a wake-up right now (their task read, nothing in flight): a gauge. */
   parked = 0;
 
@@ -94,8 +104,12 @@ export class TaskWaiters {
       /** How many requests one client may hold at once; one more is refused (429 rate_limit). */
       perClient: number;
       timers?: WaitTimers;
+      /** The registry shared with event streams (a registry of its own when alone). */
+      registry?: TaskWatchers;
     },
-  ) {}
+  ) {
+    this.registry = opts.registry ?? new TaskWatchers();
+  }
 
   get perClient(): number {
     return this.opts.perClient;
@@ -103,12 +117,12 @@ export class TaskWaiters {
 
   /** Requests held right now. */
   get size(): number {
-    return this.timers.size;
+    return this.registry.size("hold");
   }
 
   /** Requests held on this task right now. */
   watchers(taskId: string): number {
-    return this.byTask.get(taskId)?.size ?? 0;
+    return this.registry.watchers("hold", { task: taskId });
   }
 
   /**
@@ -116,67 +130,50 @@ export class TaskWaiters {
    * stopping a hold is expired at once: the request answers with the task's state as it is.
    */
   hold(clientId: string, ms: number): Hold | null {
-    const held = this.byClient.get(clientId) ?? 0;
-    if (held >= this.opts.perClient) return null;
-    this.byClient.set(clientId, held + 1);
     const hold = new Hold(this, clientId);
+    if (!this.registry.admit(hold, this.opts.perClient)) return null;
     const timers = this.opts.timers ?? realTimers;
     this.timers.set(
       hold,
-      timers.set(() => hold.signal(true), ms),
+      timers.set(() => hold.end(), ms),
     );
-    if (this.stopping) hold.signal(true);
+    if (this.registry.isStopping) hold.end();
     return hold;
   }
 
   /** A transition of the task was recorded (here or, on PostgreSQL, by another instance). */
   wake(taskId: string): void {
-    const holds = this.byTask.get(taskId);
-    if (holds) for (const hold of holds) hold.signal();
+    this.registry.wake({ taskId });
   }
 
   /**
    * Wake-ups may have been missed (on PostgreSQL, the LISTEN session was lost and is open again):
-   * every held request reads its task once more, so a transition made during the gap is seen.
-   * Each subscriber of onResync (event streams) is told too.
+   * every held request reads its task once more, so a transition made during the gap is seen, and
+   * so does every stream sharing the registry. Each subscriber of onResync is told too.
    */
   resync(): void {
-    for (const holds of this.byTask.values()) for (const hold of holds) hold.signal();
-    for (const listener of this.resyncListeners) listener();
+    this.registry.resync();
   }
 
   /** Called on every resync (see resync); returns the function that stops the calls. */
   onResync(listener: () => void): () => void {
-    this.resyncListeners.add(listener);
-    return () => this.resyncListeners.delete(listener);
+    return this.registry.onResync(listener);
   }
-
-  private readonly resyncListeners = new Set<() => void>();
 
   /** Shutdown: every held request answers now, and new ones do not wait, so the HTTP drain is quick. */
   releaseAll(): void {
-    this.stopping = true;
-    for (const hold of this.timers.keys()) hold.signal(true);
+    this.registry.endAll();
   }
 
   /** @internal see Hold.watch. */
   watch(hold: Hold, taskId: string): void {
-    let holds = this.byTask.get(taskId);
-    if (!holds) this.byTask.set(taskId, (holds = new Set()));
-    holds.add(hold);
+    this.registry.attach(hold, { task: taskId });
   }
 
   /** @internal see Hold.release. */
   release(hold: Hold): void {
-    if (!this.timers.has(hold)) return;
+    if (!this.registry.remove(hold)) return;
     (this.opts.timers ?? realTimers).clear(this.timers.get(hold));
     this.timers.delete(hold);
-    const held = (this.byClient.get(hold.clientId) ?? 1) - 1;
-    if (held > 0) this.byClient.set(hold.clientId, held);
-    else this.byClient.delete(hold.clientId);
-    if (hold.taskId === null) return;
-    const holds = this.byTask.get(hold.taskId);
-    holds?.delete(hold);
-    if (holds?.size === 0) this.byTask.delete(hold.taskId);
   }
 }

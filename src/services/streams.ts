@@ -1,5 +1,5 @@
 import type { StreamHub, Subscription } from "../core/stream-hub.js";
-import type { WaitTimers } from "../core/task-waiters.js";
+import { realTimers, type WaitTimers } from "../core/task-waiters.js";
 import { iso } from "../core/task-view.js";
 import type { EventRow, TaskRow } from "../store/store.js";
 import type { ServiceDeps } from "./deps.js";
@@ -22,11 +22,6 @@ export interface SseMessage {
 export type Send = (message: SseMessage) => Promise<void>;
 
 type Deps = Pick<ServiceDeps, "store" | "clock" | "config">;
-
-const realTimers: WaitTimers = {
-  set: (fire, ms) => setTimeout(fire, ms).unref(),
-  clear: (handle) => clearTimeout(handle as NodeJS.Timeout),
-};
 
 /** A stream slot of the client, or 429 rate_limit when it holds as many as it may (503 while stopping). */
 export function openStream(hub: StreamHub, clientId: string): Subscription {

@@ -1,5 +1,7 @@
 import { describe, expect, it } from "vitest";
+import { StreamHub } from "../../src/core/stream-hub.js";
 import { TaskWaiters, type WaitTimers } from "../../src/core/task-waiters.js";
+import { TaskWatchers } from "../../src/core/task-watchers.js";
 import { waitPreference } from "../../src/services/task-wait.js";
 
 /** Timers fired by hand: a hold's time runs out when the test says so. */
@@ -98,5 +100,60 @@ describe("TaskWaiters", () => {
     expect(told).toBe(1);
     // The wake-up is kept for a hold that was reading its task meanwhile: its next wait returns at once.
     await a.next();
+  });
+});
+
+describe("one registry for held requests and event streams (TaskWatchers)", () => {
+  function shared() {
+    const registry = new TaskWatchers();
+    const timers = manualTimers();
+    return {
+      registry,
+      waiters: new TaskWaiters({ perClient: 2, timers, registry }),
+      hub: new StreamHub({ perClient: 1, timers, registry }),
+    };
+  }
+
+  it("one wake reaches a held request and a stream of the task; each kind keeps its own bound per client", async () => {
+    const { registry, waiters, hub } = shared();
+    const hold = waiters.hold("cli_a", 60_000)!;
+    hold.watch("task_1");
+    const sub = hub.subscribe("cli_a")!;
+    sub.watch({ task: "task_1" });
+    // The client at its bound of streams may still hold requests, and the other way round.
+    expect(hub.subscribe("cli_a")).toBeNull();
+    const second = waiters.hold("cli_a", 60_000)!;
+    expect(waiters.hold("cli_a", 60_000)).toBeNull();
+    expect([waiters.size, hub.size, waiters.watchers("task_1"), hub.watchers({ task: "task_1" })]).toEqual([
+      2, 1, 1, 1,
+    ]);
+    const woken = Promise.all([hold.next(), sub.next()]);
+    registry.wake({ taskId: "task_1", clientId: "cli_a" });
+    const [, wake] = await woken;
+    expect(wake).toEqual({ closed: false, reasons: new Set(["task"]) });
+    expect(hold.expired).toBe(false);
+    for (const h of [hold, second]) await h.release();
+    sub.release();
+    expect([waiters.size, hub.size, registry.size("hold"), registry.size("stream")]).toEqual([0, 0, 0, 0]);
+  });
+
+  it("a resync wakes both kinds once and tells its listeners once; shutdown ends both and refuses new streams", async () => {
+    const { registry, waiters, hub } = shared();
+    const hold = waiters.hold("cli_a", 60_000)!;
+    hold.watch("task_1");
+    const sub = hub.subscribe("cli_b")!;
+    sub.watch({ client: "cli_b" });
+    let told = 0;
+    registry.onResync(() => told++);
+    const woken = Promise.all([hold.next(), sub.next()]);
+    waiters.resync();
+    const [, wake] = await woken;
+    expect([wake, told]).toEqual([{ closed: false, reasons: new Set(["all"]) }, 1]);
+    const ending = Promise.all([hold.next(), sub.next()]);
+    hub.closeAll();
+    const [, closed] = await ending;
+    expect([hold.expired, closed]).toEqual([true, { closed: true }]);
+    expect(hub.subscribe("cli_c")).toBeNull();
+    expect(waiters.hold("cli_c", 60_000)!.expired).toBe(true);
   });
 });
