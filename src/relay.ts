@@ -12,7 +12,7 @@ import { DeliveryService } from "./services/deliveries.js";
 import type { ServiceDeps } from "./services/deps.js";
 import { nudgesByName } from "./core/nudges.js";
 import { UpstreamAccounts } from "./upstream/accounts.js";
-import type { Resolver } from "./webhooks/ssrf.js";
+import type { Resolver } from "./net/address-guard.js";
 import { WebhookSender } from "./webhooks/sender.js";
 import { Destinations } from "./destinations/index.js";
 import { httpDestination, WEBHOOK_KIND } from "./destinations/http.js";

@@ -1,9 +1,9 @@
 import type { LookupAddress } from "node:dns";
-import { checkAddress, createGuardedLookup, parseHostAsIp, type Resolver } from "../webhooks/ssrf.js";
+import { checkAddress, createGuardedLookup, parseHostAsIp, type Resolver } from "../net/address-guard.js";
 
 /**
  * The address guard for broker hosts (docs/destinations.md, "Creating one"), the same one HTTP
- * deliveries connect through (webhooks/ssrf.ts): a broker's host name is resolved by the guarded
+ * deliveries connect through (net/address-guard.ts): a broker's host name is resolved by the guarded
  * lookup (every address vetted; private and loopback refused unless WEBHOOK_ALLOW_PRIVATE_NETWORKS),
  * and the client then connects to the vetted address itself, so no second, unchecked resolution
  * happens. An IP literal is checked as it is (a socket never looks one up).

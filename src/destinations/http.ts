@@ -1,6 +1,6 @@
 import { httpHeaders } from "../webhooks/outgoing.js";
 import type { WebhookSender } from "../webhooks/sender.js";
-import { validateCallbackUrl } from "../webhooks/ssrf.js";
+import { validateCallbackUrl } from "../net/address-guard.js";
 import type { DestinationKind } from "./index.js";
 
 /** The `webhook` kind: the endpoint's callback URL. */

@@ -1,5 +1,5 @@
 import { sendResult } from "../webhooks/sender.js";
-import { hostnameRefusal, type Resolver } from "../webhooks/ssrf.js";
+import { hostnameRefusal, type Resolver } from "../net/address-guard.js";
 import { AmqpDestination, type AmqpTarget } from "./amqp.js";
 import type { QueueClientOptions } from "./broker-client.js";
 import type { Destination, DestinationKind, DestinationMessage } from "./index.js";

@@ -3,7 +3,7 @@ import { Agent as HttpAgent } from "node:http";
 import { Agent as HttpsAgent } from "node:https";
 import { type MessageAttributeValue, SendMessageCommand, SQSClient } from "@aws-sdk/client-sqs";
 import type { SendResult } from "../webhooks/sender.js";
-import { createGuardedLookup } from "../webhooks/ssrf.js";
+import { createGuardedLookup } from "../net/address-guard.js";
 import { BrokerClient, brokerHostOf, type QueueClientOptions } from "./broker-client.js";
 import type { QueueMessage } from "./queue-message.js";
 

@@ -16,7 +16,13 @@ import {
   publicRateLimit,
 } from "./public-limit.js";
 import { telemetry } from "../telemetry/index.js";
-import { registerDeliveryRoutes } from "./routes/deliveries.js";
+import { registerDeliveryRecoveryRoute } from "./routes/delivery-recovery.js";
+import { registerEventFeedRoute } from "./routes/events.js";
+import { registerFailingHostRoutes } from "./routes/failing-hosts.js";
+import { registerTaskDeliveryRoutes } from "./routes/task-deliveries.js";
+import { registerTestWebhookRoute } from "./routes/test-webhooks.js";
+import { registerUsageRoute } from "./routes/usage.js";
+import { registerWebhookSecretRoute } from "./routes/webhook-secret.js";
 import { registerGenerationRoutes } from "./routes/generations.js";
 import { isPublicKeysRequest, registerJwksRoutes } from "./routes/jwks.js";
 import { registerHealthRoutes, type Readiness } from "./routes/health.js";
@@ -87,7 +93,14 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   registerTaskRoutes(app, deps);
   registerStorageRoutes(app, deps);
   registerFileRoutes(app, deps);
-  registerDeliveryRoutes(app, deps, deps.deliveries);
+  // In this order, which is the published document's (paths and schemas appear as registered).
+  registerTaskDeliveryRoutes(app, deps.deliveries);
+  registerFailingHostRoutes(app, deps.deliveries);
+  registerTestWebhookRoute(app, deps.deliveries);
+  registerWebhookSecretRoute(app, deps.deliveries);
+  registerEventFeedRoute(app, deps.deliveries);
+  registerDeliveryRecoveryRoute(app, deps.deliveries);
+  registerUsageRoute(app, deps.deliveries);
   registerStreamRoutes(app, deps, deps.deliveries);
   registerWebhookSettingsRoutes(app, deps);
   registerWebhookEndpointRoutes(app, deps);

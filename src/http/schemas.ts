@@ -108,7 +108,7 @@ const noNulBody = (body: Record<string, unknown>, ctx: z.RefinementCtx) => noNul
 
 /**
  * How a URL the relay will call is published: intake's production checks
- * (src/webhooks/ssrf.ts, validateCallbackUrl) as far as JSON Schema can say them: an absolute
+ * (src/net/address-guard.ts, validateCallbackUrl) as far as JSON Schema can say them: an absolute
  * https URI whose host is a dotted name (not an address, not a single label), with no user or
  * password. Private names (*.local, *.internal, …) are refused too, which the description says; with
  * WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (development only) intake also takes http and private hosts.
@@ -583,3 +583,8 @@ export function errorResponses(...statuses: number[]) {
     ]),
   );
 }
+
+/** Every /openapi/v1 operation but the public ones takes an API key (app.ts installs bearerAuth). */
+export const apiKeySecurity = [{ bearerAuth: [] }];
+/** A JSON request or response body of this schema. */
+export const json = <T extends z.ZodType>(schema: T) => ({ "application/json": { schema } });

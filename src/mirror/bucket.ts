@@ -13,7 +13,7 @@ import {
   type MinRate,
   type Timers,
 } from "../net/deadline.js";
-import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../webhooks/ssrf.js";
+import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../net/address-guard.js";
 
 /** A client's bucket, opened (the secret in plain text: only ever in memory). */
 export interface BucketConfig {

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { pipeline, Transform, type Readable, type TransformCallback } from "node:stream";
 import { Agent } from "undici";
 import { deadlineIn, RateGuard, startDeadline, type MinRate, type Timers } from "../net/deadline.js";
-import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../webhooks/ssrf.js";
+import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../net/address-guard.js";
 
 /** A failure reading an output file; `retryable` when trying again later may succeed. */
 export class SourceError extends Error {

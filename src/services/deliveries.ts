@@ -1,6 +1,6 @@
 import { recoverFailed, redeliverLast, redeliverToEndpoints } from "../core/delivery.js";
 import { newId } from "../ids.js";
-import { validateCallbackUrl } from "../webhooks/ssrf.js";
+import { validateCallbackUrl } from "../net/address-guard.js";
 import { outgoingHeaders } from "../webhooks/outgoing.js";
 import type { SendResult } from "../webhooks/sender.js";
 import type { ServiceDeps } from "./deps.js";

@@ -1,7 +1,7 @@
 import { canonicalJson, sha256Hex } from "../crypto.js";
 import { newId } from "../ids.js";
 import type { ClientRow, NewTaskRequest, TaskRow } from "../store/store.js";
-import { validateCallbackUrl } from "../webhooks/ssrf.js";
+import { validateCallbackUrl } from "../net/address-guard.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { DEFAULT_CALLBACK_EVENTS } from "../core/transition.js";

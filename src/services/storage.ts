@@ -2,7 +2,7 @@ import { z } from "zod";
 import { MAX_URL_EXPIRES_IN } from "../mirror/bucket.js";
 import type { ClientRow } from "../store/store.js";
 import { baseUrlProblem } from "../net/base-url.js";
-import { validateCallbackUrl } from "../webhooks/ssrf.js";
+import { validateCallbackUrl } from "../net/address-guard.js";
 import { sealSecret } from "../crypto.js";
 import { linkKeyFor, readStored, type StorageView, type StoredBucket } from "../mirror/stored-bucket.js";
 import type { ServiceDeps } from "./deps.js";

@@ -2,7 +2,7 @@ import { newId } from "../ids.js";
 import { DEFAULT_ENDPOINT_EVENTS, ENDPOINT_EVENT_TYPES } from "../store/endpoint-fanout.js";
 import type { WebhookEndpointRow } from "../store/store.js";
 import { destinationHost } from "../webhooks/destination.js";
-import { validateCallbackUrl } from "../webhooks/ssrf.js";
+import { validateCallbackUrl } from "../net/address-guard.js";
 import { callbackHeaderProblems, sealHeaders } from "./callback-headers.js";
 import type { ServiceDeps } from "./deps.js";
 import {

@@ -1,7 +1,7 @@
 import type { ClientRow } from "../store/store.js";
 import { generateSigningKey, publicKeyOf } from "../webhooks/sign.js";
 import { schemeOverlapping, signingSlots } from "../webhooks/signing-keys.js";
-import { validateCallbackUrl } from "../webhooks/ssrf.js";
+import { validateCallbackUrl } from "../net/address-guard.js";
 import { callbackHeaderProblems, headerNames, openHeaders, sealHeaders } from "./callback-headers.js";
 import { openSecret, SECRET_GRACE_MS, sealSecret } from "./clients.js";
 import type { ServiceDeps } from "./deps.js";

@@ -1,7 +1,7 @@
 import { StringDecoder } from "node:string_decoder";
 import { Agent } from "undici";
 import { parseRetryAfter } from "./schedule.js";
-import { createGuardedLookup, validateCallbackUrl, type Resolver } from "./ssrf.js";
+import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../net/address-guard.js";
 
 export interface SendRequest {
   url: string;

@@ -8,7 +8,7 @@ import { SourceFetcher, validateSourceUrl, type SourceOptions } from "../mirror/
 import { fileLink } from "../mirror/links.js";
 import { ensureLinkKey, openLinkKey, openStorage } from "../mirror/stored-bucket.js";
 import type { Store, TaskRow } from "../store/store.js";
-import type { Resolver } from "../webhooks/ssrf.js";
+import type { Resolver } from "../net/address-guard.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
 import { PooledWorker } from "./pooled-loop.js";

@@ -12,7 +12,7 @@ import { newClient } from "../../src/services/clients.js";
 import { transitionIn, type SqliteStore } from "../../src/db/sqlite/store.js";
 import { transitionRules } from "../../src/core/transition.js";
 import type { NewTaskRow, Store } from "../../src/store/store.js";
-import type { Resolver } from "../../src/webhooks/ssrf.js";
+import type { Resolver } from "../../src/net/address-guard.js";
 import { afterAll } from "vitest";
 import { FakeClock } from "./fake-clock.js";
 import { freshPgDatabase } from "./pg.js";

@@ -5,7 +5,7 @@ import { Webhook } from "standardwebhooks";
 import { afterEach, describe, expect, it } from "vitest";
 import { WebhookSender, type SendResult } from "../../src/webhooks/sender.js";
 import { generateWebhookSecret, webhookHeaders } from "../../src/webhooks/sign.js";
-import { createGuardedLookup } from "../../src/webhooks/ssrf.js";
+import { createGuardedLookup } from "../../src/net/address-guard.js";
 
 interface Received {
   method: string;

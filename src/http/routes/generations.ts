@@ -8,14 +8,13 @@ import { viewOf } from "../../services/tasks.js";
 import type { AppEnv } from "../context.js";
 import { apiRoute, headerRefs } from "../schema-rules.js";
 import {
+  apiKeySecurity,
   errorResponses,
   idempotencyHeaders,
   ImageGenerationBody,
   TaskViewSchema,
   VideoGenerationBody,
 } from "../schemas.js";
-
-const security = [{ bearerAuth: [] }];
 
 /**
  * An absolute URL for a path of this API: under PUBLIC_BASE_URL when set, so a caller's Host header
@@ -46,7 +45,7 @@ function generationRoute(type: "image" | "video") {
     summary: `Create ${type === "image" ? "an image" : "a video"} task`,
     description:
       "Stores the task durably and answers at once; the relay submits it upstream, polls it, and sends a signed webhook to callback_url when it ends.",
-    security,
+    security: apiKeySecurity,
     request: {
       headers: idempotencyHeaders(type),
       body: {

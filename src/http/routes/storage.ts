@@ -5,10 +5,8 @@ import { deleteStorage, getStorage, setStorage, StorageInput } from "../../servi
 import { MAX_URL_EXPIRES_IN } from "../../mirror/bucket.js";
 import type { AppEnv } from "../context.js";
 import { apiRoute } from "../schema-rules.js";
-import { errorResponses, ORIGIN_PATTERN, ownBody } from "../schemas.js";
+import { apiKeySecurity, json, errorResponses, ORIGIN_PATTERN, ownBody } from "../schemas.js";
 
-const security = [{ bearerAuth: [] }];
-const json = <T extends z.ZodType>(schema: T) => ({ "application/json": { schema } });
 const PATH = "/openapi/v1/storage";
 /** services/storage.ts's prefix rule, as a pattern: no leading /, no . or .. segment, no control character or backslash. */
 const PREFIX_PATTERN = "^(?!/)(?!(?:[^/]*/)*\\.\\.?(?:/|$))[^\\u0000-\\u001f\\u007f\\\\]*$";
@@ -73,7 +71,7 @@ export function registerStorageRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDep
       operationId: "getStorage",
       tags: ["Storage"],
       summary: "Your bucket for copies of outputs (without its secret)",
-      security,
+      security: apiKeySecurity,
       responses: {
         200: { description: "The bucket", content: json(z.object({ data: StorageSchema })) },
         ...errorResponses(401, 404),
@@ -95,7 +93,7 @@ export function registerStorageRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDep
       summary: "Set your bucket: succeeded tasks' output files are copied into it before task.succeeded",
       description:
         "Every http(s) URL of a succeeded task's output is streamed into <prefix><task_id>/<n><ext>; the event and task reads then carry data.files. Needs RELAY_ENCRYPTION_KEY on the relay (409 encryption_key_required otherwise).",
-      security,
+      security: apiKeySecurity,
       request: { body: { content: json(StorageUpdate), required: true } },
       responses: {
         200: {
@@ -115,7 +113,7 @@ export function registerStorageRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDep
       operationId: "deleteStorage",
       tags: ["Storage"],
       summary: "Remove your bucket (copies already made stay in it)",
-      security,
+      security: apiKeySecurity,
       responses: { 204: { description: "Removed" }, ...errorResponses(401, 404) },
     }),
     async (c) => {

@@ -20,9 +20,7 @@ import type { MiddlewareHandler } from "hono";
 import type { AppEnv } from "../context.js";
 import { absoluteUrl } from "./generations.js";
 import { apiRoute } from "../schema-rules.js";
-import { errorResponses, FeedAfterParam, TaskIdParam } from "../schemas.js";
-
-const security = [{ bearerAuth: [] }];
+import { apiKeySecurity, errorResponses, FeedAfterParam, TaskIdParam } from "../schemas.js";
 
 const TASK_STREAM = /^\/openapi\/v1\/tasks\/[^/]+\/events$/;
 
@@ -132,7 +130,7 @@ export function registerStreamRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps
       summary: "Follow a task's events live (server-sent events)",
       description:
         "Every event of the task so far, then each as it is recorded, with task.progress while it waits or runs; the stream ends after the terminal event (succeeded, failed, canceled, expired). A browser passes ?token= from POST /openapi/v1/tasks/{id}/stream-tokens instead of the Authorization header.",
-      security,
+      security: apiKeySecurity,
       request: {
         params: TaskIdParam,
         query: z.object({
@@ -175,7 +173,7 @@ export function registerStreamRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps
       summary: "Follow all your events live (server-sent events)",
       description:
         "Your webhook events as they are recorded, from a feed position: after=<cursor of GET /openapi/v1/events>, or Last-Event-ID, or (neither) from now on. The stream does not end by itself.",
-      security,
+      security: apiKeySecurity,
       request: {
         query: z.object({ after: FeedAfterParam }),
         headers: z.object({ "Last-Event-ID": LastEventIdHeader }),
@@ -208,7 +206,7 @@ export function registerStreamRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps
       summary: "A token a browser follows one task's event stream with",
       description:
         "Valid 15 minutes, for this task's stream only (GET /openapi/v1/tasks/{id}/events?token=…); hand it to the page, never your API key. Its stream counts against your key's open streams.",
-      security,
+      security: apiKeySecurity,
       request: { params: TaskIdParam },
       responses: {
         201: { description: "The token", content: { "application/json": { schema: StreamTokenSchema } } },

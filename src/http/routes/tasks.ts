@@ -5,6 +5,7 @@ import { cancelTask, getTaskView, listTaskViews, viewOf } from "../../services/t
 import type { AppEnv } from "../context.js";
 import { apiRoute, headerRefs } from "../schema-rules.js";
 import {
+  apiKeySecurity,
   errorResponses,
   PreferHeader,
   TaskIdParam,
@@ -14,7 +15,6 @@ import {
   TaskViewSchema,
 } from "../schemas.js";
 
-const security = [{ bearerAuth: [] }];
 const taskJson = { "application/json": { schema: TaskViewSchema } };
 
 export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
@@ -27,7 +27,7 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       summary: "Read a task",
       description:
         "With Prefer: wait=N the answer waits until the task ends or its status differs from ?status=, or N seconds pass.",
-      security,
+      security: apiKeySecurity,
       request: { params: TaskIdParam, query: TaskReadQuery, headers: z.object({ Prefer: PreferHeader }) },
       responses: {
         200: { description: "The task", headers: headerRefs("Preference-Applied"), content: taskJson },
@@ -60,7 +60,7 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       operationId: "listTasks",
       tags: ["Tasks"],
       summary: "List your tasks, newest first",
-      security,
+      security: apiKeySecurity,
       request: { query: TaskListQuery },
       responses: {
         200: { description: "A page of tasks", content: { "application/json": { schema: TaskListSchema } } },
@@ -79,7 +79,7 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       summary: "Cancel a task not yet submitted upstream",
       description:
         "A task still waiting in the relay becomes canceled and is never charged. Once submitted, the upstream has no cancel: 409 cannot_cancel.",
-      security,
+      security: apiKeySecurity,
       request: { params: TaskIdParam },
       responses: {
         200: { description: "The canceled task", content: taskJson },

@@ -12,10 +12,16 @@ import {
 } from "../../services/webhook-endpoints.js";
 import type { AppEnv } from "../context.js";
 import { apiRoute } from "../schema-rules.js";
-import { CallbackHeadersSchema, errorResponses, ownBody, publicUrl, TaskIdParam } from "../schemas.js";
+import {
+  apiKeySecurity,
+  json,
+  CallbackHeadersSchema,
+  errorResponses,
+  ownBody,
+  publicUrl,
+  TaskIdParam,
+} from "../schemas.js";
 
-const security = [{ bearerAuth: [] }];
-const json = <T extends z.ZodType>(schema: T) => ({ "application/json": { schema } });
 const PATH = "/openapi/v1/webhooks/endpoints";
 
 const EventType = z.enum(ENDPOINT_EVENT_TYPES, { error: `must be one of ${ENDPOINT_EVENT_TYPES.join(", ")}` });
@@ -163,7 +169,7 @@ export function registerWebhookEndpointRoutes(app: OpenAPIHono<AppEnv>, deps: Se
       tags: ["Webhooks"],
       summary: "Subscribe a URL or a queue to your tasks' events",
       description: `Every event of your tasks whose type the endpoint subscribes to is delivered to it (and to the task's own callback_url, if any), each destination with its own attempts, retries and breaker, under the same webhook-id, body and signature. url passes the callback_url checks. With type amqp, nats or sqs the endpoint is a queue: each message is the webhook (same body; webhook-id, webhook-timestamp, webhook-signature as headers or attributes), delivered when the broker confirms it (docs/destinations.md); credentials are stored sealed and never shown. At most ${MAX_ENDPOINTS} endpoints per client.`,
-      security,
+      security: apiKeySecurity,
       request: { body: { required: true, content: json(EndpointCreate) } },
       responses: {
         201: { description: "The endpoint", content: json(z.object({ data: EndpointSchema })) },
@@ -180,7 +186,7 @@ export function registerWebhookEndpointRoutes(app: OpenAPIHono<AppEnv>, deps: Se
       operationId: "listWebhookEndpoints",
       tags: ["Webhooks"],
       summary: "Your endpoints, oldest first",
-      security,
+      security: apiKeySecurity,
       responses: {
         200: { description: "The endpoints", content: json(z.object({ data: z.array(EndpointSchema) })) },
         ...errorResponses(401),
@@ -196,7 +202,7 @@ export function registerWebhookEndpointRoutes(app: OpenAPIHono<AppEnv>, deps: Se
       operationId: "getWebhookEndpoint",
       tags: ["Webhooks"],
       summary: "One of your endpoints",
-      security,
+      security: apiKeySecurity,
       request: { params: EndpointIdParam },
       responses: {
         200: { description: "The endpoint", content: json(z.object({ data: EndpointSchema })) },
@@ -213,7 +219,7 @@ export function registerWebhookEndpointRoutes(app: OpenAPIHono<AppEnv>, deps: Se
       operationId: "deleteWebhookEndpoint",
       tags: ["Webhooks"],
       summary: "Remove an endpoint; its pending deliveries end",
-      security,
+      security: apiKeySecurity,
       request: { params: EndpointIdParam },
       responses: { 204: { description: "Removed" }, ...errorResponses(400, 401, 404) },
     }),

@@ -3,10 +3,7 @@ import type { ServiceDeps } from "../../services/deps.js";
 import { getWebhookSettings, updateWebhookSettings } from "../../services/webhook-settings.js";
 import type { AppEnv } from "../context.js";
 import { apiRoute } from "../schema-rules.js";
-import { CallbackHeadersSchema, errorResponses, ownBody, publicUrl } from "../schemas.js";
-
-const security = [{ bearerAuth: [] }];
-const json = <T extends z.ZodType>(schema: T) => ({ "application/json": { schema } });
+import { apiKeySecurity, json, CallbackHeadersSchema, errorResponses, ownBody, publicUrl } from "../schemas.js";
 
 const SettingsSchema = z
   .object({
@@ -61,7 +58,7 @@ export function registerWebhookSettingsRoutes(app: OpenAPIHono<AppEnv>, deps: Se
       operationId: "getWebhookSettings",
       tags: ["Webhooks"],
       summary: "Your webhook defaults: notification URL, callback header names, signature scheme",
-      security,
+      security: apiKeySecurity,
       responses: {
         200: { description: "The settings", content: json(z.object({ data: SettingsSchema })) },
         ...errorResponses(401),
@@ -79,7 +76,7 @@ export function registerWebhookSettingsRoutes(app: OpenAPIHono<AppEnv>, deps: Se
       summary: "Change your webhook defaults (fields left out are unchanged)",
       description:
         "notification_url passes the same checks as callback_url. callback_headers: at most 8, names HTTP tokens (never host, connection, content-*, transfer-encoding, te, upgrade, user-agent, webhook-*), values at most 1024 visible ASCII characters; stored sealed and never shown again. Choosing ed25519 the first time makes the key pair.",
-      security,
+      security: apiKeySecurity,
       request: { body: { required: true, content: json(SettingsUpdate) } },
       responses: {
         200: { description: "The settings now", content: json(z.object({ data: SettingsSchema })) },

@@ -2,7 +2,7 @@ import { promisify } from "node:util";
 import type { LookupAddress } from "node:dns";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { checkAddress, createGuardedLookup, parseHostAsIp, validateCallbackUrl } from "../../src/webhooks/ssrf.js";
+import { checkAddress, createGuardedLookup, parseHostAsIp, validateCallbackUrl } from "../../src/net/address-guard.js";
 
 const BLOCKED: Array<[ip: string, reason: string]> = [
   // IPv4
