@@ -81,9 +81,18 @@ export class Subscription implements Watcher {
     resume?.({ closed: true });
   }
 
-  /** Gives the client's slot back; call once the stream has ended. */
-  release(): void {
+  /**
+   * What else a release gives back (the place counted in the store across instances,
+   * services/streams.ts); set by whoever took it, called once.
+   */
+  onRelease: (() => Promise<void>) | undefined;
+
+  /** Gives the client's slot back, and its place across instances; call once the stream has ended. */
+  release(): Promise<void> {
     this.hub.release(this);
+    const also = this.onRelease;
+    this.onRelease = undefined;
+    return also ? also() : Promise.resolve();
   }
 
   private take(): StreamWake {

@@ -23,20 +23,76 @@ export type Send = (message: SseMessage) => Promise<void>;
 
 type Deps = Pick<ServiceDeps, "store" | "clock" | "config">;
 
-/** A stream slot of the client, or 429 rate_limit when it holds as many as it may (503 while stopping). */
-export function openStream(hub: StreamHub, clientId: string): Subscription {
-  const sub = hub.subscribe(clientId);
-  if (sub) return sub;
-  if (hub.isStopping)
-    throw new ApiError("service_unavailable", "The relay is shutting down; reconnect in a moment.", undefined, {
-      "Retry-After": "1",
-    });
-  throw new ApiError(
+/** The count of open streams in the store (RateLimitStore), shared by every instance. */
+const OPEN_STREAM = "open_stream";
+/**
+ * How long an open stream's place counts without a heartbeat: its instance renews it every
+ * STREAM_RENEW_MS while the stream is open, so a place held by an instance that died (kill -9)
+ * stops counting after this.
+ */
+export const STREAM_PLACE_MS = 60_000;
+export const STREAM_RENEW_MS = 20_000;
+
+const tooManyStreams = (perClient: number) =>
+  new ApiError(
     "rate_limit",
-    `This API key already holds ${hub.perClient} open event streams; close one, or read GET /openapi/v1/events.`,
+    `This API key already holds ${perClient} open event streams; close one, or read GET /openapi/v1/events.`,
     undefined,
     { "Retry-After": "5" },
   );
+
+/**
+ * A stream slot of the client, or 429 rate_limit when it holds as many as it may (503 while
+ * stopping): in this process's registry, and counted in the store so that the bound holds across
+ * every instance sharing it (docs/contract.md, "Live progress"). The place is renewed while the
+ * stream is open and given back on release.
+ */
+export async function openStream(
+  deps: Pick<ServiceDeps, "store" | "clock">,
+  hub: StreamHub,
+  clientId: string,
+  timers: WaitTimers = realTimers,
+): Promise<Subscription> {
+  const sub = hub.subscribe(clientId);
+  if (!sub) {
+    if (hub.isStopping)
+      throw new ApiError("service_unavailable", "The relay is shutting down; reconnect in a moment.", undefined, {
+        "Retry-After": "1",
+      });
+    throw tooManyStreams(hub.perClient);
+  }
+  let held = deps.clock.now();
+  const place = await deps.store.limits.take(clientId, OPEN_STREAM, held, hub.perClient, STREAM_PLACE_MS);
+  if (!place.allowed) {
+    await sub.release();
+    throw tooManyStreams(hub.perClient);
+  }
+  // The heartbeat: one renewal at a time, and the last one settled before the place is given back.
+  let renewing: Promise<void> = Promise.resolve();
+  let timer: unknown;
+  let open = true;
+  const arm = () => {
+    if (!open) return;
+    timer = timers.set(() => {
+      const now = deps.clock.now();
+      renewing = deps.store.limits.renew(clientId, OPEN_STREAM, held, now).then(
+        () => {
+          held = now;
+        },
+        () => {},
+      );
+      void renewing.then(arm);
+    }, STREAM_RENEW_MS);
+  };
+  arm();
+  sub.onRelease = async () => {
+    open = false;
+    timers.clear(timer);
+    timer = undefined;
+    await renewing;
+    await deps.store.limits.give(clientId, OPEN_STREAM, held).catch(() => {});
+  };
+  return sub;
 }
 
 const badLastEventId = () =>

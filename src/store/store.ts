@@ -524,6 +524,11 @@ export interface RateLimitStore {
    * longer counts against the limit. A count no longer there (dropped with its window) is no-op.
    */
   give(clientId: string, action: string, at: number): Promise<void>;
+  /**
+   * Moves one `action` counted at `at` to `now` (a place still held: an open stream's heartbeat), so
+   * it keeps counting for another window; one no longer there (its window passed) is counted anew.
+   */
+  renew(clientId: string, action: string, at: number, now: number): Promise<void>;
 }
 
 export interface SessionStore {

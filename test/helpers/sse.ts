@@ -1,3 +1,6 @@
+import { expect } from "vitest";
+import { STREAMS_PER_CLIENT } from "../../src/services/streams.js";
+
 /** One server-sent event as an EventSource would dispatch it, or a comment line. */
 export interface SseEvent {
   id?: string;
@@ -87,4 +90,17 @@ export class SseReader {
       this.ready.push(event);
     }
   }
+}
+
+/** A refused stream: 429 rate_limit, Retry-After 5, the whole error body. */
+export async function expectTooManyStreams(res: Response): Promise<void> {
+  expect(res.status).toBe(429);
+  expect(res.headers.get("retry-after")).toBe("5");
+  expect(await res.json()).toEqual({
+    error: {
+      code: "rate_limit",
+      message: `This API key already holds ${STREAMS_PER_CLIENT} open event streams; close one, or read GET /openapi/v1/events.`,
+      request_id: expect.stringMatching(/^req_/),
+    },
+  });
 }

@@ -1,7 +1,9 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { HELD_WAITS_PER_CLIENT, type Relay } from "../../src/relay.js";
 import { createClient } from "../../src/services/clients.js";
+import { STREAM_PLACE_MS, STREAMS_PER_CLIENT } from "../../src/services/streams.js";
 import { HELD_PLACE_MS } from "../../src/services/task-wait.js";
+import { expectTooManyStreams, SseReader } from "../helpers/sse.js";
 import { callAs, crash, createVia, startPair } from "../helpers/pg-relays.js";
 
 /**
@@ -73,5 +75,35 @@ describe("held waits on two instances of one PostgreSQL", () => {
     await heldOn(b.relay, third, 1);
     expect((await call(b, `/openapi/v1/tasks/${third}/cancel`, { method: "POST" })).status).toBe(200);
     expect((await after).status).toBe(200);
+  }, 60_000);
+
+  it("the 51st open stream of a key on the other instance is 429; a closed stream, or a killed instance's after STREAM_PLACE_MS, frees its place", async () => {
+    const { a, b, clock } = await startPair(cleanups);
+    const { apiKey } = await createClient({ store: a.store, clock }, { name: "streamer" });
+    const call = callAs(apiKey);
+    const readers: SseReader[] = [];
+    cleanups.push(async () => {
+      for (const r of readers) await r.cancel().catch(() => {});
+    });
+    const open = async (i: typeof a) => {
+      const res = await call(i, "/openapi/v1/events/stream");
+      if (res.status === 200) readers.push(new SseReader(res));
+      return res;
+    };
+    for (let n = 0; n < STREAMS_PER_CLIENT; n++) expect((await open(a)).status).toBe(200);
+    const refused = await open(b);
+    await expectTooManyStreams(refused);
+    expect(b.relay.streams.size).toBe(0);
+
+    // One of A's closed: its place is given back, and B may open one.
+    await readers.shift()!.cancel();
+    await vi.waitFor(async () => expect((await open(b)).status).toBe(200), { timeout: 10_000, interval: 20 });
+    expect((await open(a)).status).toBe(429);
+
+    // A dies (kill -9) with 49 open: their places count until STREAM_PLACE_MS without a heartbeat.
+    await crash(a);
+    expect((await open(b)).status).toBe(429);
+    clock.advance(STREAM_PLACE_MS);
+    expect((await open(b)).status).toBe(200);
   }, 60_000);
 });

@@ -69,6 +69,27 @@ describe.each(suite.dialects)("RateLimitStore on %s", (_name, h) => {
       expect(await store.limits.take(burst, "held", NOW + 1, 8, MINUTE)).toEqual({ allowed: true });
   });
 
+  it("renew moves a count to now (a place still held keeps counting); one already gone is counted anew", async () => {
+    const store = await h.shared();
+    const client = fresh("cli");
+    expect(await store.limits.take(client, "open", NOW, 1, MINUTE)).toEqual({ allowed: true });
+    await store.limits.renew(client, "open", NOW, NOW + 50_000);
+    // Past the first count's window, the renewed one still counts until NOW + 50 s + MINUTE.
+    expect(await store.limits.take(client, "open", NOW + MINUTE + 1, 1, MINUTE)).toEqual({
+      allowed: false,
+      retryAt: NOW + 50_000 + MINUTE,
+    });
+    await store.limits.give(client, "open", NOW + 50_000);
+    expect(await store.limits.take(client, "open", NOW + MINUTE + 2, 1, MINUTE)).toEqual({ allowed: true });
+    // Nothing left at the renewed time (the window dropped it): counted anew at now.
+    const other = fresh("cli");
+    await store.limits.renew(other, "open", NOW, NOW + 5);
+    expect(await store.limits.take(other, "open", NOW + 6, 1, MINUTE)).toEqual({
+      allowed: false,
+      retryAt: NOW + 5 + MINUTE,
+    });
+  });
+
   it("take with a lower limit than what the window holds waits until enough have left", async () => {
     const store = await h.shared();
     const client = fresh("cli");

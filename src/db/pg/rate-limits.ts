@@ -39,6 +39,18 @@ export function pgRateLimits(s: PgContext): RateLimitStore {
           );
         return verdict;
       }),
+    renew: async (clientId, action, at, now) => {
+      // One statement: the count moved, or (none left at `at`) a new one.
+      await q(
+        `WITH moved AS (
+           UPDATE rate_limit_hits SET at = $4
+           WHERE id = (SELECT id FROM rate_limit_hits WHERE client_id = $1 AND action = $2 AND at = $3 LIMIT 1 FOR UPDATE SKIP LOCKED)
+           RETURNING id
+         )
+         INSERT INTO rate_limit_hits (client_id, action, at) SELECT $1, $2, $4 WHERE NOT EXISTS (SELECT 1 FROM moved)`,
+        [clientId, action, at, now],
+      );
+    },
     give: async (clientId, action, at) => {
       // One of the counts at `at` (several may share the millisecond: any of them is the same).
       // SKIP LOCKED: gives at once of the same millisecond each delete another row, not all the same one.

@@ -25,6 +25,13 @@ export function sqliteRateLimits(s: SqliteContext): RateLimitStore {
         if (verdict.allowed) tx.insert(rateLimitHits).values({ clientId, action, at: now }).run();
         return verdict;
       }),
+    renew: async (clientId, action, at, now) =>
+      db.transaction((tx) => {
+        const moved = tx.run(
+          sql`UPDATE rate_limit_hits SET at = ${now} WHERE rowid = (SELECT rowid FROM rate_limit_hits WHERE client_id = ${clientId} AND action = ${action} AND at = ${at} LIMIT 1)`,
+        );
+        if (moved.changes === 0) tx.insert(rateLimitHits).values({ clientId, action, at: now }).run();
+      }),
     give: async (clientId, action, at) => {
       // One of the counts at `at` (several may share the millisecond: any of them is the same).
       db.run(

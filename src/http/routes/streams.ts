@@ -112,7 +112,7 @@ function serve(c: Context<AppEnv>, sub: Subscription, follow: (send: Send) => Pr
       await follow((m) => stream.writeSSE(m));
     } finally {
       c.req.raw.signal.removeEventListener("abort", gone);
-      sub.release();
+      await sub.release();
     }
   });
 }
@@ -159,7 +159,7 @@ export function registerStreamRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps
       const token = c.req.valid("query").token;
       const clientId = (c.get("client") ?? (await clientOfStreamToken(deps, token ?? "", id))).id;
       const after = await taskStreamStart(deps, clientId, id, c.req.valid("header")["Last-Event-ID"]);
-      const sub = openStream(hub, clientId);
+      const sub = await openStream(deps, hub, clientId);
       return serve(c, sub, (send) => followTask(deps, sub, clientId, id, after, send)) as never;
     },
   );
@@ -192,7 +192,7 @@ export function registerStreamRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps
         (cursor) => deliveries.feedPosition(clientId, cursor),
         c.req.valid("query").after,
       );
-      const sub = openStream(hub, clientId);
+      const sub = await openStream(deps, hub, clientId);
       return serve(c, sub, (send) => followClient(deps, sub, clientId, after, send)) as never;
     },
   );
