@@ -10,7 +10,7 @@ import { Metrics } from "./metrics.js";
 import { CatalogCache } from "./services/catalog.js";
 import { DeliveryService } from "./services/deliveries.js";
 import type { ServiceDeps } from "./services/deps.js";
-import { nudgesByName } from "./core/nudges.js";
+import { creationWakesSubmitter, nudgesByName } from "./core/nudges.js";
 import { UpstreamAccounts } from "./upstream/accounts.js";
 import type { Resolver } from "./net/address-guard.js";
 import { WebhookSender } from "./webhooks/sender.js";
@@ -24,7 +24,9 @@ import { LeaseOwner } from "./workers/owner.js";
 import { Poller, type PollStrategy } from "./workers/poller.js";
 import { Pruner } from "./workers/pruner.js";
 import { Mirror } from "./workers/mirror.js";
-import { outputUrls } from "./mirror/output-urls.js";
+import { mirrorsOutput } from "./core/mirror-decision.js";
+import { readinessProblems } from "./core/readiness.js";
+import { attemptVerdict } from "./core/delivery.js";
 import { Notifier } from "./workers/notifier.js";
 import { KeyHealth } from "./core/key-health.js";
 import { ReadBudget } from "./workers/read-budget.js";
@@ -38,10 +40,10 @@ import { TaskWatchers } from "./core/task-watchers.js";
 import { STREAMS_PER_CLIENT } from "./services/streams.js";
 import { DatabaseHealth } from "./store/database-health.js";
 
-/** The relay's worker loops; each is built once under its name and reached by it (nudges, readiness, tests). */
 /** Requests one API key may hold with Prefer: wait at once (docs/contract.md, "Waiting for the result"). */
 export const HELD_WAITS_PER_CLIENT = 20;
 
+/** The relay's worker loops; each is built once under its name and reached by it (nudges, readiness, tests). */
 export type LoopName = "submitter" | "poller" | "dispatcher" | "notifier" | "pruner" | "catalog" | "mirror";
 
 export interface RelayOptions {
@@ -59,7 +61,8 @@ export interface RelayOptions {
 }
 
 /**
- * Wires the relay's parts together: the HTTP app, the three worker loops and what they share.
+ * Wires the relay's parts together: the HTTP app, the worker loops and what they share. Decisions
+ * live in core/ (readiness, the mirror decision, when a creation wakes the submitter); this only connects.
  * main.ts owns the process (listening, signals); tests build a Relay and drive its workers directly.
  */
 export class Relay {
@@ -91,7 +94,6 @@ export class Relay {
   readonly lifecycle: Lifecycle;
   readonly catalog: CatalogCache;
   readonly database: DatabaseHealth;
-  /** Requests held by Prefer: wait; woken by task transitions, released first on stop(). */
   /**
    * Everything woken by task transitions, in one registry (core/task-watchers.ts): held requests
    * and event streams are both its watchers, woken, resynced and ended together.
@@ -135,9 +137,8 @@ export class Relay {
       onSucceeded: (task, ms) => durations.record(task.type, task.model, ms),
       expectedDuration: (task) => durations.expected(task.type, task.model),
       // A client with a bucket gets copies of the output's files before task.succeeded (docs/contract.md, "Outputs").
-      mirrors: async (task, outputJson) =>
-        outputUrls(outputJson).length > 0 &&
-        ((await store.clients.find(task.clientId))?.storageConfig ?? null) !== null,
+      mirrors: (task, outputJson) =>
+        mirrorsOutput(outputJson, async () => (await store.clients.find(task.clientId))?.storageConfig),
       onTransition: (task) => {
         this.watchers.wake({ taskId: task.id, clientId: task.clientId, account: task.upstreamAccount });
       },
@@ -177,7 +178,7 @@ export class Relay {
     });
     // A creation wakes the submitter unless its account is full (a task with a deadline always does, for its expiry).
     nudges.created = (account, expiresAt) => {
-      if (expiresAt !== null || !this.submitter.isFull(account)) nudges.submitter();
+      if (creationWakesSubmitter(expiresAt, () => this.submitter.isFull(account))) nudges.submitter();
     };
     this.poller = new Poller({
       tasks: store.tasks,
@@ -205,7 +206,7 @@ export class Relay {
       maxInFlight: config.webhookMaxInFlight,
       health: this.health,
       onAttempt: (event, result) => {
-        metrics.webhookAttempts.inc({ outcome: result.ok ? "succeeded" : result.blocked ? "blocked" : "failed" });
+        metrics.webhookAttempts.inc({ outcome: attemptVerdict(result) });
         if (result.ok) metrics.deliveryLatency.observe(Math.max(0, clock.now() - event.createdAt) / 1000);
       },
     });
@@ -324,18 +325,9 @@ export class Relay {
 
   /** Why the relay is not ready: database not writable, or a worker loop stopped or stalled. */
   async problems(): Promise<string[]> {
-    const problems: string[] = [];
     const now = this.opts.clock.now();
     const probe = await this.opts.store.ops.probeWrite(now);
-    if (probe) problems.push(probe);
-    const recent = this.database.problem();
-    if (recent && !probe) problems.push(recent);
-    for (const loop of this.loops) {
-      if (!loop.isRunning) problems.push(`worker ${loop.name} not running`);
-      else if (loop.name !== "pruner" && loop.name !== "catalog" && now - loop.lastBeatAt > 120_000)
-        problems.push(`worker ${loop.name} stalled for ${Math.round((now - loop.lastBeatAt) / 1000)} s`);
-    }
-    return problems;
+    return readinessProblems(probe, this.database.problem(), this.loops, now);
   }
 
   /** Stops claiming, waits for in-flight work up to the deadline, then releases every lease this process holds. */

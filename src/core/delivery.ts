@@ -13,6 +13,11 @@ export interface AttemptOutcome {
   spendsRetry?: boolean;
 }
 
+/** An attempt's record and metric word: a 2xx, refused before sending (the address guard), or anything else. */
+export function attemptVerdict(result: Pick<SendResult, "ok" | "blocked">): "succeeded" | "blocked" | "failed" {
+  return result.ok ? "succeeded" : result.blocked ? "blocked" : "failed";
+}
+
 /**
  * The event state machine after an attempt: delivered (2xx), stopped by the receiver (410, still
  * redeliverable by hand), retried on WEBHOOK_RETRY_SCHEDULE (a longer Retry-After wins), or
@@ -116,7 +121,7 @@ export class DeliveryLifecycle {
         attemptedAt: startedAt,
         statusCode: result.statusCode,
         latencyMs: Math.round(result.latencyMs),
-        outcome: result.ok ? "succeeded" : result.blocked ? "blocked" : "failed",
+        outcome: attemptVerdict(result),
         error: storableText(result.error, ERROR_BYTES),
         responseBody: storableText(result.responseBody, ANSWER_BYTES),
       },

@@ -35,3 +35,12 @@ export function nudgesByName(
     mirror: () => loop("mirror")?.nudge(),
   };
 }
+
+/**
+ * Whether a creation wakes the submitter: not when its account is full, which a creation cannot
+ * change (a task ending wakes it), unless the task has a deadline, whose expiry the submitter
+ * must see. `accountFull` is asked only for a task without one.
+ */
+export function creationWakesSubmitter(expiresAt: number | null, accountFull: () => boolean): boolean {
+  return expiresAt !== null || !accountFull();
+}
