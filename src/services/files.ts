@@ -4,6 +4,7 @@ import { LINK_URL_EXPIRES_IN } from "../mirror/links.js";
 import { Presigners } from "../mirror/presigners.js";
 import { openLinkKey } from "../mirror/stored-bucket.js";
 import type { ClientRow } from "../store/store.js";
+import { ClientRows } from "./client-rows.js";
 import type { ServiceDeps } from "./deps.js";
 
 /**
@@ -27,10 +28,15 @@ export async function linkClientOf(
   clientId: string,
 ): Promise<LinkClient | null> {
   const client = await deps.store.clients.find(clientId);
-  if (!client || client.revokedAt !== null || client.storageConfig === null) return null;
+  return client ? linkClientFrom(client, deps.config.encryptionKey) : null;
+}
+
+/** linkClientOf for a client row already read: its link key opened (decrypted). */
+export function linkClientFrom(client: ClientRow, encryptionKey: Buffer | null): LinkClient | null {
+  if (client.revokedAt !== null || client.storageConfig === null) return null;
   let linkKey: string | null;
   try {
-    linkKey = openLinkKey(client, deps.config.encryptionKey);
+    linkKey = openLinkKey(client, encryptionKey);
   } catch {
     // Sealed under a key the relay no longer has: nothing this link can open.
     linkKey = null;
@@ -53,31 +59,27 @@ export async function linkClientOf(
  */
 export class FileLinkCache {
   readonly presigners: Presigners;
-  private readonly clients: LRUCache<string, LinkClient | false>;
+  readonly rows: ClientRows;
+  /** The link key opened once per row read: a changed client is a new row, so it is opened again. */
+  private readonly linked = new WeakMap<ClientRow, LinkClient | null>();
   private readonly urls: LRUCache<string, { bucket: Bucket; url: string; until: number }>;
-  /** Bumped by every change: a lookup that started before a change must not store what it read. */
-  private generation = 0;
-  readonly stop: () => void;
 
   constructor(
     private readonly deps: Pick<ServiceDeps, "store" | "config">,
     size = 10_000,
+    rows?: ClientRows,
   ) {
     this.presigners = new Presigners({ allowPrivateNetworks: deps.config.webhookAllowPrivateNetworks });
-    this.clients = new LRUCache({ max: size });
+    this.rows = rows ?? new ClientRows(deps, size);
     this.urls = new LRUCache({ max: size });
-    this.stop = deps.store.clients.watch((clientId) => this.forget(clientId));
   }
 
   /** The client as linkClientOf reads it, from the cache while the store reports no change of it. */
   async client(clientId: string): Promise<LinkClient | null> {
-    this.deps.store.clients.pollChanges();
-    const hit = this.clients.get(clientId);
-    if (hit !== undefined) return hit || null;
-    const generation = this.generation;
-    const found = await linkClientOf(this.deps, clientId);
-    if (generation === this.generation) this.clients.set(clientId, found ?? false);
-    return found;
+    const row = await this.rows.find(clientId);
+    if (!row) return null;
+    if (!this.linked.has(row)) this.linked.set(row, linkClientFrom(row, this.deps.config.encryptionKey));
+    return this.linked.get(row)!;
   }
 
   /** A URL of `key` made by `bucket` with enough life left at `now`, or undefined. */
@@ -91,15 +93,8 @@ export class FileLinkCache {
     this.urls.set(key, { bucket, url, until: signedAt + LINK_URL_EXPIRES_IN * 1000 - LINK_URL_MIN_LEFT_MS });
   }
 
-  /** The client's entry goes (every client's for null); its URLs go with its bucket handle. */
-  forget(clientId: string | null): void {
-    this.generation++;
-    if (clientId === null) this.clients.clear();
-    else this.clients.delete(clientId);
-  }
-
   close(): void {
-    this.stop();
+    this.rows.stop();
     this.presigners.close();
   }
 }

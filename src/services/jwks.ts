@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import type { ClientRow } from "../store/store.js";
+import type { ClientRows } from "./client-rows.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { signingSlots } from "../webhooks/signing-keys.js";
@@ -84,8 +85,10 @@ export async function getClientJwks(
   deps: Pick<ServiceDeps, "store" | "clock" | "config">,
   clientId: string,
   cache?: JwksCache,
+  rows?: ClientRows,
 ) {
-  const client = clientId.length <= MAX_CLIENT_ID ? await deps.store.clients.find(clientId) : undefined;
+  const find = (id: string) => (rows ? rows.find(id) : deps.store.clients.find(id));
+  const client = clientId.length <= MAX_CLIENT_ID ? await find(clientId) : undefined;
   const now = deps.clock.now();
   const key = deps.config.encryptionKey;
   const jwks = client ? (cache ? cache.get(client, key, now) : publishedKeys(client, key, now)) : null;

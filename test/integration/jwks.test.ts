@@ -1,5 +1,7 @@
 import { createHash, createPublicKey, verify, type JsonWebKey } from "node:crypto";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
+import { openDatabase } from "../../src/db/sqlite/open.js";
+import { sqliteStore } from "../../src/open-store.js";
 import { revokeClient } from "../../src/services/clients.js";
 import { JwksCache } from "../../src/services/jwks.js";
 import type { Received } from "../helpers/receiver.js";
@@ -105,6 +107,26 @@ describe("GET /openapi/v1/webhooks/jwks/{client_id}", () => {
     expect(await fetchJwks(t, client.id, { Authorization: `Bearer ${client.apiKey}` })).toEqual(bare);
     const head = await t.relay.app.request(`http://relay.test${jwksPath(client.id)}`, { method: "HEAD" });
     expect(head.status).toBe(200);
+  });
+
+  it("reads no client row per request, yet answers a rotation, a revocation and the CLI's change at once (issue #38)", async () => {
+    const { t } = setup();
+    const client = await ed25519Client(t);
+    const reads = vi.spyOn(t.store.clients, "find");
+    const first = await fetchJwks(t, client.id);
+    for (let i = 0; i < 20; i++) expect(await fetchJwks(t, client.id)).toEqual(first);
+    expect(reads).toHaveBeenCalledTimes(1);
+    await t.request(client.apiKey, "/openapi/v1/webhooks/secret/rotate", { method: "POST" });
+    expect((await fetchJwks(t, client.id)).keys).toHaveLength(2);
+    await revokeClient(t.relay.deps, client.id);
+    expect((await t.relay.app.request(`http://relay.test${jwksPath(client.id)}`)).status).toBe(404);
+    // Another process on the same SQLite file (the CLI) brings it back: seen by the next request.
+    const other = await ed25519Client(t, "other");
+    expect((await fetchJwks(t, other.id)).keys).toHaveLength(1);
+    const cli = sqliteStore(openDatabase(t.config.databasePath));
+    await cli.clients.update(other.id, { revokedAt: t.clock.now() });
+    await cli.close();
+    expect((await t.relay.app.request(`http://relay.test${jwksPath(other.id)}`)).status).toBe(404);
   });
 
   it("is served from a cache keyed by what decides it: a hit until a rotation, an overlap's end or a switch (issue #38)", async () => {

@@ -2,6 +2,7 @@ import { z, type OpenAPIHono } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { createHash } from "node:crypto";
 import type { ServiceDeps } from "../../services/deps.js";
+import { ClientRows } from "../../services/client-rows.js";
 import { getClientJwks, JwksCache } from "../../services/jwks.js";
 import type { AppEnv } from "../context.js";
 import { apiRoute, headerRefs } from "../schema-rules.js";
@@ -46,6 +47,8 @@ const notFound = errorResponses(404)[404]!;
 
 export function registerJwksRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
   const cache = new JwksCache();
+  // The client row, kept until the store reports it changed (a rotation, a switch, a revocation).
+  const rows = new ClientRows(deps);
   app.openapi(
     apiRoute({
       method: "get",
@@ -79,7 +82,7 @@ export function registerJwksRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       },
     }),
     async (c) => {
-      const jwks = await getClientJwks(deps, c.req.valid("param").client_id, cache);
+      const jwks = await getClientJwks(deps, c.req.valid("param").client_id, cache, rows);
       const body = JSON.stringify(jwks);
       const etag = `"${createHash("sha256").update(body).digest("base64url").slice(0, 27)}"`;
       const headers = { "Cache-Control": CACHE_CONTROL, ETag: etag };
