@@ -216,6 +216,7 @@ export class Relay {
       config,
       logger,
       sender: this.sender,
+      destinations: this.destinations,
       owner: this.owner,
       health: this.health,
     });

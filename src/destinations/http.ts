@@ -1,7 +1,7 @@
 import { httpHeaders } from "../webhooks/outgoing.js";
 import type { WebhookSender } from "../webhooks/sender.js";
 import { validateCallbackUrl } from "../net/address-guard.js";
-import type { DestinationKind } from "./index.js";
+import { Destinations, type DestinationKind } from "./index.js";
 
 /** The `webhook` kind: the endpoint's callback URL. */
 export const WEBHOOK_KIND = "webhook";
@@ -40,4 +40,12 @@ export function httpDestination(
         }),
     },
   };
+}
+
+/** A registry of the `webhook` kind alone: for a worker built without the relay's registry (tests, benchmarks). */
+export function webhookDestinations(
+  sender: Pick<WebhookSender, "send">,
+  opts: { allowPrivateNetworks: boolean },
+): Destinations {
+  return new Destinations().register(WEBHOOK_KIND, httpDestination(sender, opts));
 }

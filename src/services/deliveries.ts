@@ -1,7 +1,9 @@
+import type { DestinationMessage } from "../destinations/index.js";
+import { WEBHOOK_KIND } from "../destinations/http.js";
 import { recoverFailed, redeliverLast, redeliverToEndpoints } from "../core/delivery.js";
 import { newId } from "../ids.js";
 import { validateCallbackUrl } from "../net/address-guard.js";
-import { outgoingHeaders } from "../webhooks/outgoing.js";
+import { signedMessage } from "../webhooks/outgoing.js";
 import type { SendResult } from "../webhooks/sender.js";
 import type { ServiceDeps } from "./deps.js";
 import type { EventRow } from "../store/store.js";
@@ -14,7 +16,7 @@ import { rotateSigningKey } from "./webhook-settings.js";
 
 /** Sends test pings under the same per-key cap and breaker as deliveries (the dispatcher). */
 export interface PingGate {
-  ping(clientId: string, url: string, headers: Record<string, string>, body: string): Promise<SendResult | null>;
+  ping(message: DestinationMessage): Promise<SendResult | null>;
   /** Makes the key's waiting and paused events due at once, its circuit's next attempt a trial; how many were made due. */
   retryHost(clientId: string, host: string): Promise<number>;
 }
@@ -167,15 +169,18 @@ export class DeliveryService {
     const endpoint = (await store.webhookEndpoints.list(clientId)).find(
       (ep) => ep.kind === "webhook" && ep.url === verdict.url,
     );
-    const headers = outgoingHeaders({
+    const message = signedMessage({
+      target: { kind: WEBHOOK_KIND, address: verdict.url, tenant: clientId },
       client,
       id,
       at: now,
       body,
       encryptionKey: config.encryptionKey,
       callbackHeaders: endpoint?.headers ?? null,
+      type,
+      taskId: null,
     });
-    const result = await this.gate.ping(clientId, verdict.url, headers, body);
+    const result = await this.gate.ping(message);
     if (!result) {
       throw new ApiError(
         "rate_limit",

@@ -1,3 +1,4 @@
+import type { DestinationMessage, DestinationTarget } from "../destinations/index.js";
 import type { ClientRow } from "../store/store.js";
 import { isReservedHeader, openHeaders } from "./callback-headers.js";
 import { activeSigningKeys } from "./signing-keys.js";
@@ -54,6 +55,27 @@ export function signOutgoing(msg: OutgoingMessage): SignedParts {
     signature: signed["webhook-signature"]!,
     contentType: signed["content-type"]!,
     headers,
+  };
+}
+
+/**
+ * One signed message as the destination port takes it (destinations/index.ts): deliveries, test
+ * pings and notices are all made here, so all of them pass the same guard, deadline and kind.
+ */
+export function signedMessage(
+  msg: OutgoingMessage & { target: DestinationTarget; type: string; taskId: string | null },
+): DestinationMessage {
+  const signed = signOutgoing(msg);
+  return {
+    target: msg.target,
+    eventId: signed.id,
+    timestamp: signed.timestamp,
+    body: msg.body,
+    signature: signed.signature,
+    contentType: signed.contentType,
+    type: msg.type,
+    taskId: msg.taskId,
+    headers: signed.headers,
   };
 }
 

@@ -14,8 +14,8 @@ import {
   type SaturationNote,
 } from "../core/delivery-plan.js";
 import type { KeyHealth } from "../core/key-health.js";
-import { Destinations } from "../destinations/index.js";
-import { httpDestination, WEBHOOK_KIND } from "../destinations/http.js";
+import type { DestinationMessage, Destinations } from "../destinations/index.js";
+import { webhookDestinations } from "../destinations/http.js";
 import { deliveryKey, splitDeliveryKey } from "../store/delivery-key.js";
 import type { ClientRow, EventRow, Store } from "../store/store.js";
 import { CircuitBreakers, type BreakerOptions } from "../webhooks/circuit-breaker.js";
@@ -117,11 +117,7 @@ export class Dispatcher extends PooledWorker<Claim> {
       logger: opts.logger,
       destinations:
         opts.destinations ??
-        new Destinations().register(
-          WEBHOOK_KIND,
-          httpDestination(opts.sender, { allowPrivateNetworks: config.webhookAllowPrivateNetworks }),
-        ),
-      pings: opts.sender,
+        webhookDestinations(opts.sender, { allowPrivateNetworks: config.webhookAllowPrivateNetworks }),
       breakers: this.breakers,
       lifecycle: this.events,
       encryptionKey: config.encryptionKey,
@@ -368,8 +364,9 @@ export class Dispatcher extends PooledWorker<Claim> {
    * real deliveries: it cannot crowd a receiver past the cap, nor reach a key whose circuit is open.
    * Returns null when the key has no room now, or the client none in the pool (the caller answers 429).
    */
-  async ping(clientId: string, url: string, headers: Record<string, string>, body: string): Promise<SendResult | null> {
-    const key = deliveryKey(clientId, destinationHost(url));
+  async ping(message: DestinationMessage): Promise<SendResult | null> {
+    const clientId = message.target.tenant;
+    const key = deliveryKey(clientId, destinationHost(message.target.address));
     // A ping is the client's own work: within its share of the pool, like its deliveries.
     const slot = this.breakers.allowance(key) > 0 ? this.slots.tryAcquire(clientId, key) : null;
     const permit = slot ? this.breakers.acquire(key) : null;
@@ -378,7 +375,7 @@ export class Dispatcher extends PooledWorker<Claim> {
       return null;
     }
     try {
-      return await this.attempts.ping(permit, { url, headers, body, tenant: clientId });
+      return await this.attempts.ping(permit, message);
     } finally {
       slot.release();
     }

@@ -4,7 +4,9 @@ import type { Logger } from "../logger.js";
 import type { KeyHealth } from "../core/key-health.js";
 import type { NoticeRow, Store } from "../store/store.js";
 import { NoticeLifecycle } from "../core/notices.js";
-import { outgoingHeaders } from "../webhooks/outgoing.js";
+import { webhookDestinations, WEBHOOK_KIND } from "../destinations/http.js";
+import type { Destinations } from "../destinations/index.js";
+import { signedMessage } from "../webhooks/outgoing.js";
 import type { WebhookSender } from "../webhooks/sender.js";
 import type { LeaseOwner } from "./owner.js";
 import { PooledWorker } from "./pooled-loop.js";
@@ -17,7 +19,10 @@ export interface NotifierOptions {
   clock: Clock;
   config: Config;
   logger: Logger;
-  sender: WebhookSender;
+  /** The HTTP transport, when no registry is given (destinations). */
+  sender: Pick<WebhookSender, "send">;
+  /** Where notices go: the relay's registry, so a notice passes the same address guard and deadline as a delivery. */
+  destinations?: Pick<Destinations, "send">;
   owner: LeaseOwner;
   health: KeyHealth;
   /** Notices in flight at once, a FairPool shared by the clients (they are few; default 8). */
@@ -36,9 +41,13 @@ export interface NotifierOptions {
  */
 export class Notifier extends PooledWorker<NoticeRow> {
   private readonly notices: NoticeLifecycle;
+  private readonly destinations: Pick<Destinations, "send">;
 
   constructor(private readonly opts: NotifierOptions) {
     super({ size: opts.maxInFlight ?? 8 });
+    this.destinations =
+      opts.destinations ??
+      webhookDestinations(opts.sender, { allowPrivateNetworks: opts.config.webhookAllowPrivateNetworks });
     this.notices = new NoticeLifecycle({
       store: opts.store,
       clock: opts.clock,
@@ -95,23 +104,21 @@ export class Notifier extends PooledWorker<NoticeRow> {
   }
 
   private async deliver(notice: NoticeRow): Promise<void> {
-    const { store, clock, config, sender, logger } = this.opts;
+    const { store, clock, config, logger } = this.opts;
     const client = await store.clients.find(notice.clientId);
     if (!client || client.revokedAt !== null) return this.notices.fail(notice, "client revoked");
     const startedAt = clock.now();
-    const result = await sender.send({
-      url: notice.url,
-      headers: outgoingHeaders({
-        client,
-        id: notice.id,
-        at: startedAt,
-        body: notice.payload,
-        encryptionKey: config.encryptionKey,
-      }),
+    const message = signedMessage({
+      target: { kind: WEBHOOK_KIND, address: notice.url, tenant: notice.clientId },
+      client,
+      id: notice.id,
+      at: startedAt,
       body: notice.payload,
-      timeoutMs: config.webhookTimeoutMs,
-      tenant: notice.clientId,
+      encryptionKey: config.encryptionKey,
+      type: notice.type,
+      taskId: null,
     });
+    const result = await this.destinations.send(message, { timeoutMs: config.webhookTimeoutMs });
     await this.notices.recordAttempt(notice, result);
     logger.info(
       {

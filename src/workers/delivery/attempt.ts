@@ -3,7 +3,7 @@ import type { Logger } from "../../logger.js";
 import type { DeliveryLifecycle } from "../../core/delivery.js";
 import { pausedTrialUntil } from "../../core/delivery-plan.js";
 import type { KeyHealth } from "../../core/key-health.js";
-import type { Destinations } from "../../destinations/index.js";
+import type { DestinationMessage, Destinations } from "../../destinations/index.js";
 import { splitDeliveryKey } from "../../store/delivery-key.js";
 import type { ClientRow, EventRow, EventStore } from "../../store/store.js";
 import {
@@ -12,7 +12,7 @@ import {
   type CircuitBreakers,
   type Permit,
 } from "../../webhooks/circuit-breaker.js";
-import { sendResult, type SendRequest, type SendResult, type WebhookSender } from "../../webhooks/sender.js";
+import { sendResult, type SendResult } from "../../webhooks/sender.js";
 import { deliveryMessage } from "./message.js";
 import { tracedSend } from "./traced.js";
 import { storedContext } from "../../telemetry/index.js";
@@ -24,8 +24,6 @@ export interface AttemptDeps {
   clock: Clock;
   logger: Logger;
   destinations: Destinations;
-  /** The HTTP transport of test pings (their headers come signed from the caller). */
-  pings: Pick<WebhookSender, "send">;
   breakers: CircuitBreakers;
   lifecycle: DeliveryLifecycle;
   encryptionKey: Buffer | null;
@@ -78,8 +76,9 @@ export class Attempts {
   }
 
   /** A test ping under the key's breaker permit: its outcome counts like an attempt's, and an opening is said the same way. */
-  async ping(permit: Permit, req: Omit<SendRequest, "timeoutMs">): Promise<SendResult> {
-    const result = await this.deps.pings.send({ ...req, timeoutMs: this.deps.timeoutMs });
+  async ping(permit: Permit, message: DestinationMessage): Promise<SendResult> {
+    // Through the port like a delivery (its kind's address guard, the deadline), signed by the caller.
+    const result = await this.deps.destinations.send(message, { timeoutMs: this.deps.timeoutMs });
     const transition = this.deps.breakers.record(permit, breakerOutcome(result));
     if (transition) await this.onTransition(transition);
     return result;

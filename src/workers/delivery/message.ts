@@ -2,7 +2,7 @@ import type { DestinationMessage } from "../../destinations/index.js";
 import { WEBHOOK_KIND } from "../../destinations/http.js";
 import { kindOfAddress } from "../../destinations/queues.js";
 import type { ClientRow, EventRow } from "../../store/store.js";
-import { signOutgoing } from "../../webhooks/outgoing.js";
+import { signedMessage } from "../../webhooks/outgoing.js";
 
 /**
  * One attempt's message: the event signed for its client at `at`, before it reaches the destination
@@ -15,15 +15,7 @@ export function deliveryMessage(
   at: number,
   encryptionKey: Buffer | null,
 ): DestinationMessage {
-  const signed = signOutgoing({
-    client,
-    id: event.webhookId ?? event.id,
-    at,
-    body: event.payload,
-    encryptionKey,
-    callbackHeaders: event.callbackHeaders,
-  });
-  return {
+  return signedMessage({
     // A callback URL is the `webhook` kind; an endpoint's stored address names its kind (destinations/queues.ts).
     target: {
       kind: event.endpointId && event.callbackUrl ? kindOfAddress(event.callbackUrl) : WEBHOOK_KIND,
@@ -31,13 +23,13 @@ export function deliveryMessage(
       tenant: event.clientId,
       endpoint: event.endpointId,
     },
-    eventId: signed.id,
-    timestamp: signed.timestamp,
+    client,
+    id: event.webhookId ?? event.id,
+    at,
     body: event.payload,
-    signature: signed.signature,
-    contentType: signed.contentType,
+    encryptionKey,
+    callbackHeaders: event.callbackHeaders,
     type: event.type,
     taskId: event.taskId,
-    headers: signed.headers,
-  };
+  });
 }
