@@ -48,7 +48,7 @@ const tooMany = (perClient: number) =>
 
 /**
  * A client's hold of `seconds`, or 429 rate_limit when it already holds as many as it may: counted
- * in the store, so the bound holds across every instance sharing it (docs/contract.md, "Wait"), and
+ * in the store, so the bound holds across every instance sharing it (docs/contract.md, "Waiting for the result"), and
  * in this process's registry, which wakes it. Releasing the hold gives its place back.
  */
 export async function holdFor(
