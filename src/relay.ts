@@ -194,7 +194,8 @@ export class Relay {
       metrics,
       ...(opts.pollStrategy ? { strategy: opts.pollStrategy } : {}),
     });
-    this.dispatcher = new Dispatcher({
+    // Deliveries and notices leave through the same port, under the same owner, following the same keys' health.
+    const outbound = {
       store,
       clock,
       config,
@@ -202,24 +203,18 @@ export class Relay {
       sender: this.sender,
       destinations: this.destinations,
       owner: this.owner,
+      health: this.health,
+    };
+    this.dispatcher = new Dispatcher({
+      ...outbound,
       maxPerHost: config.webhookMaxInFlightPerHost,
       maxInFlight: config.webhookMaxInFlight,
-      health: this.health,
       onAttempt: (event, result) => {
         metrics.webhookAttempts.inc({ outcome: attemptVerdict(result) });
         if (result.ok) metrics.deliveryLatency.observe(Math.max(0, clock.now() - event.createdAt) / 1000);
       },
     });
-    this.notifier = new Notifier({
-      store,
-      clock,
-      config,
-      logger,
-      sender: this.sender,
-      destinations: this.destinations,
-      owner: this.owner,
-      health: this.health,
-    });
+    this.notifier = new Notifier(outbound);
     this.pruner = new Pruner({ store, clock, logger, retentionDays: config.taskRetentionDays });
     this.mirror = new Mirror({
       store,
