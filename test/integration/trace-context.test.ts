@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { createTask, runToWebhook, taskRow } from "../helpers/flow.js";
+import { capturedLogger } from "../helpers/log-lines.js";
 import { status, verifyAt } from "../helpers/receiver.js";
 import type { TestRelay } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
@@ -151,5 +152,35 @@ describe("trace context, tracing off", () => {
     const id = await createTask(t, client.apiKey, { callback_url: r.url() });
     await runToWebhook(t, up, id);
     expect(r.requests[0]!.headers.traceparent).toBeUndefined();
+  });
+
+  it("each attempt's log line names the trace id and span id of the traceparent it carried", async () => {
+    const { logger, lines } = capturedLogger();
+    const { t, up } = setup({}, { logger });
+    const r = await receiver();
+    r.answers.push(status(500));
+    const client = t.client();
+    const id = await createTraced(t, client.apiKey, { callback_url: r.url() }, { traceparent: TRACEPARENT });
+    await runToWebhook(t, up, id);
+    t.clock.advance(70_000);
+    await t.relay.dispatcher.runOnce();
+    expect(r.requests).toHaveLength(2);
+    const sent = r.requests.map((q) => CHILD.exec(q.headers.traceparent ?? "")!.slice(1, 3));
+    const attempts = lines.filter((l) => l.msg === "webhook attempt");
+    expect(attempts.map((l) => [l.attempt, l.status_code, l.trace_id, l.span_id])).toEqual([
+      [1, 500, TRACE_ID, sent[0]![1]],
+      [2, 200, TRACE_ID, sent[1]![1]],
+    ]);
+  });
+
+  it("an attempt of a task without a trace logs no trace ids", async () => {
+    const { logger, lines } = capturedLogger();
+    const { t, up } = setup({}, { logger });
+    const r = await receiver();
+    const id = await createTask(t, t.client().apiKey, { callback_url: r.url() });
+    await runToWebhook(t, up, id);
+    const [attempt] = lines.filter((l) => l.msg === "webhook attempt");
+    expect(attempt).toMatchObject({ task_id: id, attempt: 1, status_code: 200 });
+    expect(Object.keys(attempt!).filter((k) => k.startsWith("trace") || k === "span_id")).toEqual([]);
   });
 });

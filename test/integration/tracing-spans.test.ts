@@ -7,6 +7,7 @@ import { noTelemetry, type Telemetry, useTelemetry } from "../../src/telemetry/i
 import { sdkTelemetry } from "../../src/telemetry/otel.js";
 import { UpstreamClient } from "../../src/upstream/client.js";
 import { createTask, runToWebhook, taskRow } from "../helpers/flow.js";
+import { capturedLogger } from "../helpers/log-lines.js";
 import { ok, status, verifyAt } from "../helpers/receiver.js";
 import { UPSTREAM_KEY, UPSTREAM_URL } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
@@ -182,5 +183,19 @@ describe("tracing on: spans", () => {
       ["outside", undefined, undefined],
       ["inside", ids.trace_id, ids.span_id],
     ]);
+  });
+
+  it("a webhook attempt's log line names the attempt's own CLIENT span", async () => {
+    const { logger, lines } = capturedLogger();
+    const { t, up } = setup({}, { logger });
+    const r = await receiver();
+    const id = await createTask(t, t.client().apiKey, { callback_url: r.url() });
+    await runToWebhook(t, up, id);
+    const [attempt] = named(SpanKind.CLIENT, "POST");
+    const [line] = lines.filter((l) => l.msg === "webhook attempt");
+    expect({ trace_id: line!.trace_id, span_id: line!.span_id }).toEqual({
+      trace_id: attempt!.spanContext().traceId,
+      span_id: attempt!.spanContext().spanId,
+    });
   });
 });

@@ -14,7 +14,7 @@ import {
 } from "../../webhooks/circuit-breaker.js";
 import { sendResult, type SendResult } from "../../webhooks/sender.js";
 import { deliveryMessage } from "./message.js";
-import { tracedSend } from "./traced.js";
+import { tracedSend, type TracedOutcome } from "./traced.js";
 import { storedContext } from "../../telemetry/index.js";
 
 /** What one attempt needs: the port it sends through and what sits around it. */
@@ -46,16 +46,17 @@ export class Attempts {
     const { clock, breakers } = this.deps;
     const startedAt = clock.now();
     let result: SendResult;
+    let ids: TracedOutcome["ids"];
     try {
       // Signed here, around the port: every kind carries the same signed message.
       const message = deliveryMessage(event, client, startedAt, this.deps.encryptionKey);
       // Under the task's trace, each attempt its own span (a retry's resend count is its attempts so far).
-      result = await tracedSend(
+      ({ outcome: result, ids } = await tracedSend(
         this.deps.destinations,
         message,
         { timeoutMs: this.deps.timeoutMs },
         { trace: storedContext(event), resendCount: event.attempts },
-      );
+      ));
     } catch (err) {
       // send() never throws; if signing did, the permit must still go back (a lost trial would keep the circuit shut).
       breakers.record(permit, "neutral");
@@ -69,7 +70,7 @@ export class Attempts {
       waitedMs: clock.now() - event.createdAt,
       scheduleSpanMs: this.deps.scheduleSpanMs,
     });
-    await this.record(event, startedAt, result, pausedUntil);
+    await this.record(event, startedAt, result, pausedUntil, false, ids);
     if (transition) await this.onTransition(transition);
     // Endpoint health counts any answer but a 2xx as failing (a receiver answering 404 to everything is failing too).
     await this.observe(event, outcome === "neutral" ? "neutral" : result.ok ? "success" : "failure", result.error);
@@ -136,6 +137,7 @@ export class Attempts {
     result: SendResult,
     pausedUntil: number | null = null,
     refused = false,
+    ids: TracedOutcome["ids"] = {},
   ): Promise<void> {
     const { logger, lifecycle } = this.deps;
     const attempts = event.attempts + 1;
@@ -163,6 +165,9 @@ export class Attempts {
         latency_ms: Math.round(result.latencyMs),
         outcome,
         error: result.error ?? undefined,
+        // The ids of the traceparent the attempt carried: the receiver's trace finds this line (the
+        // attempt's span has ended by now, so the logger's own trace fields would be missing).
+        ...ids,
       },
       "webhook attempt",
     );

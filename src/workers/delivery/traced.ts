@@ -2,6 +2,14 @@ import { WEBHOOK_KIND } from "../../destinations/http.js";
 import type { DeliveryOutcome, Destinations, DestinationMessage, SendDeadline } from "../../destinations/index.js";
 import { ATTR, httpClientAttributes } from "../../telemetry/attributes.js";
 import { telemetry, type TraceContext } from "../../telemetry/index.js";
+import { parseTraceparent } from "../../telemetry/trace-context.js";
+
+/** An attempt's outcome and the trace ids it went out under (`{}` when its task has no trace). */
+export interface TracedOutcome {
+  outcome: DeliveryOutcome;
+  /** `trace_id`/`span_id` of the attempt's `traceparent`: its log line names them, tracing on or off. */
+  ids: { trace_id?: string; span_id?: string };
+}
 
 /**
  * One attempt through the destination port under its task's trace (docs/operations.md, "Tracing"):
@@ -14,7 +22,7 @@ export function tracedSend(
   message: DestinationMessage,
   deadline: SendDeadline,
   attempt: { trace: TraceContext | null; resendCount: number },
-): Promise<DeliveryOutcome> {
+): Promise<TracedOutcome> {
   const http = message.target.kind === WEBHOOK_KIND;
   return telemetry().outgoing(
     {
@@ -37,7 +45,8 @@ export function tracedSend(
       const outcome = await destinations.send({ ...message, ...headers }, deadline);
       span.setAttributes({ [ATTR.httpResponseStatusCode]: outcome.statusCode ?? undefined });
       if (!outcome.ok) span.fail(errorType(outcome), outcome.error ?? undefined);
-      return outcome;
+      const sent = parseTraceparent(headers.traceparent);
+      return { outcome, ids: sent ? { trace_id: sent.traceId, span_id: sent.spanId } : {} };
     },
   );
 }
