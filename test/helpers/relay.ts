@@ -1,5 +1,4 @@
 import { mkdtempSync, rmSync } from "node:fs";
-import { afterEach } from "vitest";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadConfig, type Config } from "../../src/config.js";
@@ -13,7 +12,7 @@ import { transitionIn, type SqliteStore } from "../../src/db/sqlite/store.js";
 import { transitionRules } from "../../src/core/transition.js";
 import type { NewTaskRow, Store } from "../../src/store/store.js";
 import type { Resolver } from "../../src/net/address-guard.js";
-import { afterAll } from "vitest";
+import { afterAll, afterEach, beforeAll, beforeEach } from "vitest";
 import { FakeClock } from "./fake-clock.js";
 import { freshPgDatabase } from "./pg.js";
 import { emptyStore, type Dialect } from "./store-dialects.js";
@@ -194,6 +193,34 @@ export function relayDialects(): Array<[Dialect, OpenTestRelay]> {
     ],
   ];
 }
+
+/** A relay opened by `open` in the `open` hook (handed to `use`, which may also seed it), closed in the `close` hook. */
+function relayBetween(
+  hooks: [typeof beforeEach, typeof afterEach] | [typeof beforeAll, typeof afterAll],
+  open: OpenTestRelay,
+  use: (t: DialectRelay) => void | Promise<void>,
+): void {
+  let current: DialectRelay | undefined;
+  hooks[0](async () => {
+    current = await open();
+    await use(current);
+  });
+  hooks[1](async () => {
+    await current?.close();
+    current = undefined;
+  });
+}
+
+/** For files that keep their relay in a variable of their own: a fresh relay for each test of the calling block. */
+export const relayPerTest = (open: OpenTestRelay, use: (t: DialectRelay) => void | Promise<void>) =>
+  relayBetween([beforeEach, afterEach], open, use);
+
+/**
+ * One relay for every test of the calling block, for tests that change nothing another one reads
+ * (refused requests): a relay per test would cost more than the tests.
+ */
+export const relayPerBlock = (open: OpenTestRelay, use: (t: DialectRelay) => void | Promise<void>) =>
+  relayBetween([beforeAll, afterAll], open, use);
 
 export const imageBody = (extra: Record<string, unknown> = {}) => ({
   model: "p-image",
