@@ -2,6 +2,7 @@ import type { Clock } from "../clock.js";
 import type { TaskStatus } from "../statuses.js";
 import type { NewTaskRow, Store, SubmissionContext, SubmissionStep, TaskRow } from "../store/store.js";
 import type { Nudges } from "./nudges.js";
+import { jsonTextOf } from "../upstream/json-text.js";
 import type { UpstreamTask } from "../upstream/types.js";
 import { TERMINAL_STATUSES } from "./transition.js";
 
@@ -104,7 +105,8 @@ export function observedPatch(task: TaskRow, remote: UpstreamTask, now: number, 
       completedAt: now,
       updatedAt: now,
       nextRunAt: null,
-      outputJson: remote.output === null || remote.output === undefined ? null : JSON.stringify(remote.output),
+      // A large output arrives as its text (upstream/json-offload.ts) and is stored as it is.
+      outputJson: jsonTextOf(remote.output),
       errorJson: remote.error ? JSON.stringify(remote.error) : null,
     });
   }

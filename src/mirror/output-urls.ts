@@ -7,35 +7,70 @@
 const MAX_URLS = 64;
 const MAX_URL_LENGTH = 4096;
 
+/** Values looked at before giving up: an outside party's JSON. */
+const MAX_VALUES = 10_000;
+
+/**
+ * Every http(s) URL among the output's string values, in document order, each once: at most
+ * MAX_URLS of them, from the first MAX_VALUES values. The text is scanned, not parsed: a 7 MB output
+ * costs only the prefix that holds those values, on whichever thread asks (issue #38 item 7). The
+ * column always holds JSON.stringify's text (upstream/json-text.ts), so the scan meets valid JSON.
+ */
 export function outputUrls(outputJson: string | null): string[] {
   if (outputJson === null) return [];
-  let output: unknown;
-  try {
-    output = JSON.parse(outputJson);
-  } catch {
-    return [];
-  }
+  const s = outputJson;
   const found: string[] = [];
   const seen = new Set<string>();
-  // Iterative walk with a visit cap: an outside party's JSON.
-  const stack: unknown[] = [output];
   let visited = 0;
-  while (stack.length > 0 && found.length < MAX_URLS && visited++ < 10_000) {
-    const value = stack.pop();
-    if (typeof value === "string") {
-      if (/^https?:\/\//i.test(value) && value.length <= MAX_URL_LENGTH && !seen.has(value) && URL.canParse(value)) {
-        seen.add(value);
-        found.push(value);
+  let i = 0;
+  while (i < s.length && found.length < MAX_URLS) {
+    const c = s.charCodeAt(i);
+    if (c === QUOTE) {
+      const end = stringEnd(s, i);
+      let next = end;
+      while (isSpace(s.charCodeAt(next))) next++;
+      // A string followed by a colon is a key, not a value.
+      if (s.charCodeAt(next) !== COLON) {
+        if (visited++ >= MAX_VALUES) break;
+        const raw = s.slice(i, end);
+        const value = raw.includes("\\") ? (JSON.parse(raw) as string) : raw.slice(1, -1);
+        if (/^https?:\/\//i.test(value) && value.length <= MAX_URL_LENGTH && !seen.has(value) && URL.canParse(value)) {
+          seen.add(value);
+          found.push(value);
+        }
       }
-    } else if (Array.isArray(value)) {
-      for (let i = value.length - 1; i >= 0; i--) stack.push(value[i]);
-    } else if (value !== null && typeof value === "object") {
-      const values = Object.values(value as Record<string, unknown>);
-      for (let i = values.length - 1; i >= 0; i--) stack.push(values[i]);
-    }
+      i = end;
+    } else if (c === BRACE || c === BRACKET || isScalarStart(c)) {
+      if (visited++ >= MAX_VALUES) break;
+      i++;
+      if (c !== BRACE && c !== BRACKET) while (i < s.length && !isDelimiter(s.charCodeAt(i))) i++;
+    } else i++;
   }
   return found;
 }
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const COLON = 0x3a;
+const BRACE = 0x7b;
+const BRACKET = 0x5b;
+
+/** The index just after the string literal that opens at `start`. */
+function stringEnd(s: string, start: number): number {
+  let i = start + 1;
+  while (i < s.length) {
+    const c = s.charCodeAt(i);
+    if (c === BACKSLASH) i += 2;
+    else if (c === QUOTE) return i + 1;
+    else i++;
+  }
+  return s.length;
+}
+
+const isSpace = (c: number) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+/** A number, true, false or null starts here. */
+const isScalarStart = (c: number) => c === 0x2d || (c >= 0x30 && c <= 0x39) || c === 0x74 || c === 0x66 || c === 0x6e;
+const isDelimiter = (c: number) => c === 0x2c || c === 0x5d || c === 0x7d || isSpace(c);
 
 const TYPE_EXT: Record<string, string> = {
   "image/png": ".png",

@@ -4,6 +4,7 @@ import { deadlineIn, raceSignal, startDeadline, type MinRate } from "../net/dead
 import type { TaskStatus } from "../statuses.js";
 import { DEFAULT_MAX_BODY_BYTES, ERROR_BODY_BYTES, readLimited } from "./body.js";
 import { UpstreamError } from "./errors.js";
+import { type OffThreadJson, offThreadJson, type ParsedJson } from "./json-offload.js";
 import {
   MAX_UPSTREAM_ID_LENGTH,
   namesTaskId,
@@ -35,6 +36,8 @@ export interface UpstreamClientOptions {
   maxBodyBytes?: number;
   /** Slowest a response body may arrive (DEFAULT_MIN_BODY_RATE); slower, the call ends as a timeout. */
   minBodyRate?: MinRate;
+  /** Parses task answers, large ones off the event loop (json-offload.ts). Default: the process's one worker. */
+  taskJson?: Pick<OffThreadJson, "parse">;
 }
 
 export const DEFAULT_TIMEOUT_MS = 30_000;
@@ -92,6 +95,7 @@ export class UpstreamClient {
   private readonly clock: Clock;
   private readonly maxBodyBytes: number;
   private readonly minBodyRate: MinRate;
+  private readonly taskJsonParser: Pick<OffThreadJson, "parse">;
 
   constructor(options: UpstreamClientOptions) {
     if (options.baseUrl.trim() === "") throw new TypeError("UpstreamClient: baseUrl is required");
@@ -109,6 +113,7 @@ export class UpstreamClient {
     this.clock = options.clock ?? systemClock;
     this.maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
     this.minBodyRate = options.minBodyRate ?? DEFAULT_MIN_BODY_RATE;
+    this.taskJsonParser = options.taskJson ?? offThreadJson;
   }
 
   /**
@@ -125,8 +130,8 @@ export class UpstreamClient {
     return this.call({ method: "POST", path, route: path, body, idempotencyKey, trace }, (res) => this.created(res));
   }
 
-  private created(res: RawResponse): CreateResult {
-    const json = this.json(res);
+  private async created(res: RawResponse): Promise<CreateResult> {
+    const json = await this.taskJson(res);
     const task = parseTask(json);
     if (task === null && namesTaskId(json)) {
       // The upstream accepted the creation (2xx) but named it with an id the relay cannot hold;
@@ -157,8 +162,8 @@ export class UpstreamClient {
     // An empty id would turn this into a request for the task list.
     if (id === "") throw new TypeError("UpstreamClient.getTask: id must be a non-empty string");
     const path = `/openapi/v1/tasks/${encodeURIComponent(id)}`;
-    return this.call({ method: "GET", path, route: "/openapi/v1/tasks/{id}", trace }, (res) => {
-      const task = parseTask(this.json(res), id);
+    return this.call({ method: "GET", path, route: "/openapi/v1/tasks/{id}", trace }, async (res) => {
+      const task = parseTask(await this.taskJson(res), id);
       if (task === null) throw this.malformed(res, "task response is not a JSON object");
       return task;
     });
@@ -184,8 +189,8 @@ export class UpstreamClient {
     if (params.type !== undefined) query.set("type", params.type);
     if (params.status !== undefined) query.set("status", params.status);
     const path = "/openapi/v1/tasks";
-    return this.call({ method: "GET", path, route: path, query }, (res, span) => {
-      const page = parseTaskList(this.json(res));
+    return this.call({ method: "GET", path, route: path, query }, async (res, span) => {
+      const page = parseTaskList(await this.taskJson(res));
       if (page && traceOf) span.link(page.tasks.flatMap((t) => traceOf(t.id) ?? []));
       return page;
     });
@@ -202,7 +207,7 @@ export class UpstreamClient {
    * reading of its answer, which fails the span too when malformed. Its `traceparent` carries the
    * task's trace id and this call's own span id whether tracing is on or off.
    */
-  private call<T>(spec: RequestSpec, read: (res: RawResponse, span: CallSpan) => T): Promise<T> {
+  private call<T>(spec: RequestSpec, read: (res: RawResponse, span: CallSpan) => T | Promise<T>): Promise<T> {
     return telemetry().outgoing(
       {
         name: `${spec.method} ${spec.route}`,
@@ -274,7 +279,15 @@ export class UpstreamClient {
   }
 
   private json(res: RawResponse): unknown {
-    const parsed = parseJson(res.text);
+    return this.parsedOrThrow(res, parseJson(res.text));
+  }
+
+  /** A task answer (creation, read, list page): a large one is parsed off the event loop, its outputs kept as text. */
+  private async taskJson(res: RawResponse): Promise<unknown> {
+    return this.parsedOrThrow(res, await this.taskJsonParser.parse(res.text));
+  }
+
+  private parsedOrThrow(res: RawResponse, parsed: ParsedJson): unknown {
     if (!parsed.ok) throw this.malformed(res, "response body is not JSON");
     return parsed.value;
   }

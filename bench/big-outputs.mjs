@@ -1,0 +1,287 @@
+// Big outputs (issue #38 item 7): while one client's tasks finish with 7 MB outputs, what another
+// client's creations wait, and the relay's largest event-loop stall, on this build and on an older
+// one in the same run.
+//
+//   node bench/big-outputs.mjs        (BENCH_QUICK=1: a small run; BENCH_BIG_OLD_DIST=<dist>, default
+//                                      /work/base/dist when it exists: the old build; BENCH_ROUNDS)
+//
+// A fake upstream in this process answers every read of a "BIG" task with a 7 MB output (60,000
+// small objects: the costly shape to parse and write) and every other task with a small one. Per
+// build, per round (the builds' order rotated each round): a fresh relay; a victim creates tasks
+// back to back from 4 connections, first alone (a baseline of the same length), then while BIG
+// tasks land; p50/p99/max of its creations in each phase. The relay's own largest event-loop delay
+// in the phase is read from its /metrics (prom-client's nodejs_eventloop_lag_max_seconds, reset at
+// each scrape). Medians over the rounds; the load average at the start and end.
+import { createServer } from "node:http";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import { createClient, startRelay } from "./lib/proc.mjs";
+import { DIST } from "./lib/dist.mjs";
+import { median, round } from "./lib/stats.mjs";
+
+const QUICK = process.env.BENCH_QUICK === "1";
+/** BENCH_BIG_PROFILE=<dir>: the relays write V8 CPU profiles there (node --cpu-prof). */
+const PROFILE_DIR = process.env.BENCH_BIG_PROFILE ?? null;
+const loadNow = () => os.loadavg().map((x) => round(x, 2));
+
+/** 60,000 objects, about 5.7 MB of JSON; with the answer around it about 7 MB on the wire once pretty-printed keys are counted. */
+function bigOutput() {
+  const images = Array.from({ length: 60_000 }, (_, i) => ({
+    url: `https://cdn.example.com/outputs/${i}/image-${i}.png`,
+    width: 1024,
+    height: 1024,
+    seed: i,
+  }));
+  return { images };
+}
+
+/** The fake upstream: creations queue, every read answers succeeded; BIG tasks with the 7 MB output. */
+async function startUpstream() {
+  const bigBody = (id) =>
+    Buffer.from(JSON.stringify({ data: { id, status: "succeeded", output: big, usage: { points_charged: 1 } } }));
+  const big = bigOutput();
+  const tasks = new Map();
+  let next = 0;
+  const server = createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      const send = (status, body) => {
+        const buf = Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body));
+        res.writeHead(status, { "content-type": "application/json", "content-length": buf.length });
+        res.end(buf);
+      };
+      const url = new URL(req.url, "http://x");
+      if (req.method === "POST" && url.pathname.endsWith("/generations")) {
+        const body = JSON.parse(Buffer.concat(chunks).toString() || "{}");
+        const id = `${String(body.prompt ?? "").includes("BIG") ? "big" : "small"}_${next++}`;
+        tasks.set(id, true);
+        return send(201, { data: { id, status: "queued" } });
+      }
+      const one = /^\/openapi\/v1\/tasks\/([^/]+)$/.exec(url.pathname);
+      if (req.method === "GET" && one) {
+        const id = decodeURIComponent(one[1]);
+        if (!tasks.has(id)) return send(404, { error: { code: "not_found", message: "no such task" } });
+        if (id.startsWith("big")) return send(200, bigBody(id));
+        return send(200, {
+          data: { id, status: "succeeded", output: { images: [{ url: "https://cdn.example.com/a.png" }] } },
+          usage: { points_charged: 1 },
+        });
+      }
+      if (req.method === "GET" && url.pathname === "/openapi/v1/tasks") {
+        // Statuses only: a succeeded item without its output is read singly, as the relay does for any list.
+        return send(200, { data: { items: [...tasks.keys()].slice(-100).map((id) => ({ id, status: "succeeded" })) } });
+      }
+      return send(404, { error: { code: "not_found", message: "no such route" } });
+    });
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${server.address().port}`, close: () => new Promise((r) => server.close(r)) };
+}
+
+/** A webhook receiver that counts task.succeeded events of BIG tasks. */
+async function startReceiver() {
+  const waiters = [];
+  let bigDone = 0;
+  const server = createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      res.writeHead(200).end();
+      try {
+        const event = JSON.parse(Buffer.concat(chunks).toString());
+        if (event.type === "task.succeeded" && event.data?.metadata?.kind === "big") bigDone++;
+      } catch {
+        // not an event
+      }
+      for (const w of waiters.splice(0)) w();
+    });
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  return {
+    url: `http://127.0.0.1:${server.address().port}/hook`,
+    reset: () => {
+      bigDone = 0;
+    },
+    async waitBig(count, timeoutMs) {
+      const end = Date.now() + timeoutMs;
+      while (bigDone < count && Date.now() < end) await new Promise((r) => waiters.push(r) && setTimeout(r, 250));
+      return bigDone;
+    },
+    close: () => new Promise((r) => server.close(r)),
+  };
+}
+
+const body = (callback, kind, prompt) =>
+  JSON.stringify({
+    model: "p-image",
+    mode: "generate",
+    prompt,
+    count: 1,
+    callback_url: callback,
+    metadata: { kind },
+  });
+
+/** Creations back to back from 4 connections until `until()` says stop; each one's latency in ms. */
+async function victimLoad(relay, apiKey, callback, until, minCount) {
+  const samples = [];
+  let n = 0;
+  await Promise.all(
+    Array.from({ length: 4 }, async () => {
+      while (!until() || samples.length < minCount) {
+        const t0 = performance.now();
+        const res = await fetch(`${relay.url}/openapi/v1/images/generations`, {
+          method: "POST",
+          headers: {
+            authorization: `Bearer ${apiKey}`,
+            "content-type": "application/json",
+            "idempotency-key": `victim-${process.pid}-${Date.now()}-${n++}`,
+          },
+          body: body(callback, "small", "a lighthouse at dawn"),
+        });
+        await res.arrayBuffer();
+        if (res.status !== 201) throw new Error(`victim creation: ${res.status}`);
+        samples.push(performance.now() - t0);
+      }
+    }),
+  );
+  return samples;
+}
+
+const pct = (xs, p) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? null : s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+};
+const summary = (xs) => ({
+  n: xs.length,
+  p50_ms: round(pct(xs, 50), 1),
+  p99_ms: round(pct(xs, 99), 1),
+  max_ms: round(Math.max(...xs), 1),
+});
+
+/** The relay's largest event-loop delay since the last scrape, in ms. */
+async function loopMaxMs(relay) {
+  const text = await (await fetch(`${relay.url}/metrics`)).text();
+  const m = /^genrelay_nodejs_eventloop_lag_max_seconds\s+([\d.e+-]+)/m.exec(text);
+  return m ? round(Number(m[1]) * 1000, 1) : null;
+}
+
+async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
+  const databasePath = join(tmp, `${name}.db`);
+  const hostile = await createClient(databasePath, "hostile", dist);
+  const victim = await createClient(databasePath, "victim", dist);
+  const relay = await startRelay(
+    {
+      DATABASE_PATH: databasePath,
+      UPSTREAM_BASE_URL: upstream.url,
+      UPSTREAM_API_KEY: "sandbox",
+      UPSTREAM_READS_PER_MINUTE: 100_000,
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+    },
+    join(tmp, `${name}.log`),
+    { dist, execArgv: PROFILE_DIR ? ["--cpu-prof", "--cpu-prof-dir", PROFILE_DIR] : [] },
+  );
+  try {
+    // Unmeasured warm-up (JIT, first statements), then the victim alone for a baseline.
+    await victimLoad(relay, victim.api_key, receiver.url, () => true, 100);
+    await loopMaxMs(relay);
+    const aloneStart = Date.now();
+    const alone = await victimLoad(relay, victim.api_key, receiver.url, () => Date.now() - aloneStart > 3_000, 50);
+    const aloneLoop = await loopMaxMs(relay);
+    receiver.reset();
+    for (let i = 0; i < bigTasks; i++) {
+      const res = await fetch(`${relay.url}/openapi/v1/images/generations`, {
+        method: "POST",
+        headers: {
+          authorization: `Bearer ${hostile.api_key}`,
+          "content-type": "application/json",
+          "idempotency-key": `big-${name}-${i}`,
+        },
+        body: body(receiver.url, "big", `BIG ${i}`),
+      });
+      await res.arrayBuffer();
+      if (res.status !== 201) throw new Error(`big creation: ${res.status}`);
+    }
+    let done = false;
+    const landed = receiver.waitBig(bigTasks, 180_000).then((n) => {
+      done = true;
+      return n;
+    });
+    const loaded = await victimLoad(relay, victim.api_key, receiver.url, () => done, 50);
+    const bigDelivered = await landed;
+    const loadedLoop = await loopMaxMs(relay);
+    return {
+      alone: { ...summary(alone), loop_max_ms: aloneLoop },
+      loaded: { ...summary(loaded), loop_max_ms: loadedLoop },
+      big_delivered: bigDelivered,
+    };
+  } finally {
+    await relay.stop();
+  }
+}
+
+export async function benchBigOutputs({
+  rounds = QUICK ? 1 : Number(process.env.BENCH_ROUNDS ?? 3),
+  log = console.log,
+} = {}) {
+  const oldDist = process.env.BENCH_BIG_OLD_DIST ?? (existsSync("/work/base/dist/main.js") ? "/work/base/dist" : null);
+  const builds = [{ name: "new", dist: DIST }, ...(oldDist ? [{ name: "old", dist: oldDist }] : [])];
+  const bigTasks = QUICK ? 2 : 8;
+  const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-big-"));
+  const upstream = await startUpstream();
+  const receiver = await startReceiver();
+  const load_start = loadNow();
+  const perBuild = Object.fromEntries(builds.map((b) => [b.name, []]));
+  try {
+    for (let r = 0; r < rounds; r++) {
+      const order = r % 2 === 0 ? builds : [...builds].reverse();
+      for (const b of order) {
+        const result = await oneRound(b.dist, tmp, upstream, receiver, `${b.name}-r${r}`, bigTasks);
+        log(`  round ${r + 1} ${b.name}: ${JSON.stringify(result)}`);
+        perBuild[b.name].push(result);
+      }
+    }
+  } finally {
+    await upstream.close();
+    await receiver.close();
+    rmSync(tmp, { recursive: true, force: true });
+  }
+  const med = (rows, f) => round(median(rows.map(f).filter((x) => x !== null)), 1);
+  const out = {
+    method: `fake upstream on loopback, ${bigTasks} tasks with a 7 MB output (60,000 objects) per round while a victim creates tasks from 4 connections; victim alone first for 3 s; relay event-loop max from its /metrics; medians of ${rounds} round(s), builds' order rotated`,
+    load_start,
+    builds: {},
+  };
+  for (const b of builds) {
+    const rows = perBuild[b.name];
+    out.builds[b.name] = {
+      dist: b.dist,
+      alone_p99_ms: med(rows, (x) => x.alone.p99_ms),
+      alone_loop_max_ms: med(rows, (x) => x.alone.loop_max_ms),
+      loaded_p50_ms: med(rows, (x) => x.loaded.p50_ms),
+      loaded_p99_ms: med(rows, (x) => x.loaded.p99_ms),
+      loaded_max_ms: med(rows, (x) => x.loaded.max_ms),
+      loaded_loop_max_ms: med(rows, (x) => x.loaded.loop_max_ms),
+      rounds: rows,
+    };
+  }
+  out.load_end = loadNow();
+  return out;
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const result = await benchBigOutputs();
+  const { rounds: _r, ...rest } = result;
+  console.log(
+    JSON.stringify(
+      {
+        ...rest,
+        builds: Object.fromEntries(Object.entries(result.builds).map(([k, v]) => [k, { ...v, rounds: undefined }])),
+      },
+      null,
+      2,
+    ),
+  );
+}

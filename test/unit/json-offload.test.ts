@@ -1,0 +1,144 @@
+import fc from "fast-check";
+import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
+import { UpstreamClient } from "../../src/upstream/client.js";
+import { OffThreadJson } from "../../src/upstream/json-offload.js";
+import { JsonText, jsonTextOf } from "../../src/upstream/json-text.js";
+import { parseJson, parseTask, parseTaskList } from "../../src/upstream/parse.js";
+import type { UpstreamTask } from "../../src/upstream/types.js";
+
+/**
+ * Large upstream answers are parsed in a worker thread (issue #38 item 7): the result must be the
+ * inline parser's, with outputs as JsonText, and the large text never parsed on this thread.
+ */
+const everything = new OffThreadJson(0);
+afterAll(() => everything.close());
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+/** A task as the rest of the relay sees it: the output as its stored text. */
+function asStored(task: UpstreamTask | null) {
+  if (task === null) return null;
+  const { raw: _raw, output, ...rest } = task;
+  return { ...rest, output: jsonTextOf(output) };
+}
+
+const taskBody = fc.record(
+  {
+    id: fc.oneof(fc.string(), fc.integer()),
+    status: fc.constantFrom("queued", "running", "succeeded", "failed", "weird"),
+    output: fc.jsonValue(),
+    data: fc.record({ id: fc.string(), output: fc.jsonValue(), status: fc.string() }, { requiredKeys: [] }),
+    usage: fc.record({ points_charged: fc.jsonValue() }),
+    error: fc.jsonValue(),
+  },
+  { requiredKeys: [] },
+);
+
+describe("OffThreadJson", () => {
+  it("gives the inline parser's task for any body, outputs as their JSON text", async () => {
+    await fc.assert(
+      fc.asyncProperty(taskBody, async (body) => {
+        const text = JSON.stringify(body);
+        const off = await everything.parse(text);
+        const inline = parseJson(text);
+        expect(off.ok).toBe(true);
+        if (!off.ok || !inline.ok) return;
+        expect(asStored(parseTask(off.value, "fallback"))).toEqual(asStored(parseTask(inline.value, "fallback")));
+      }),
+      { numRuns: 150 },
+    );
+  });
+
+  it("gives the inline parser's list page, every item's output as text", async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(taskBody, { maxLength: 8 }), fc.option(fc.string()), async (items, next) => {
+        const text = JSON.stringify({ data: { items }, next_cursor: next });
+        const off = await everything.parse(text);
+        const inline = parseJson(text);
+        if (!off.ok || !inline.ok) throw new Error("both parse");
+        const page = (v: unknown) => {
+          const p = parseTaskList(v);
+          return p && { ...p, tasks: p.tasks.map(asStored) };
+        };
+        expect(page(off.value)).toEqual(page(inline.value));
+      }),
+      { numRuns: 60 },
+    );
+  });
+
+  it("refuses what parseJson refuses", async () => {
+    for (const text of ["", "   ", "{", '{"output": [1,}', "nul"]) {
+      expect(await everything.parse(text)).toEqual({ ok: false });
+      expect(parseJson(text)).toEqual({ ok: false });
+    }
+  });
+
+  it("never parses a large answer on this thread: only the body without its output comes back", async () => {
+    const output = { images: Array.from({ length: 20_000 }, (_, i) => ({ url: `https://cdn.test/${i}.png`, i })) };
+    const text = JSON.stringify({ id: "t1", status: "succeeded", output, usage: { points_charged: 3 } });
+    const parser = new OffThreadJson();
+    const parse = vi.spyOn(JSON, "parse");
+    const parsed = await parser.parse(text);
+    await parser.close();
+    const sizes = parse.mock.calls.map(([arg]) => String(arg).length);
+    expect(Math.max(0, ...sizes)).toBeLessThan(1024);
+    if (!parsed.ok) throw new Error("parsed");
+    const task = parseTask(parsed.value);
+    expect(task?.output).toBeInstanceOf(JsonText);
+    expect(asStored(task)).toEqual({
+      id: "t1",
+      status: "succeeded",
+      output: JSON.stringify(output),
+      usage: { pointsCharged: 3, pointsRefunded: null },
+      error: null,
+    });
+  });
+
+  it("a worker that ends takes nothing with it: pending answers are parsed inline, the next starts a new one", async () => {
+    const parser = new OffThreadJson(0);
+    const text = JSON.stringify({ id: "t2", output: { a: [1, 2, 3] } });
+    const pending = parser.parse(text);
+    await parser.close();
+    expect(await pending).toEqual(parseJson(text));
+    const again = await parser.parse(text);
+    if (!again.ok) throw new Error("parsed");
+    expect(jsonTextOf(parseTask(again.value)?.output)).toBe('{"a":[1,2,3]}');
+    await parser.close();
+  });
+
+  it("small answers stay on the inline path (no worker hop)", async () => {
+    const parser = new OffThreadJson();
+    const text = JSON.stringify({ id: "t3", output: { url: "https://cdn.test/a.png" } });
+    expect(await parser.parse(text)).toEqual(parseJson(text));
+    await parser.close();
+  });
+});
+
+describe("UpstreamClient reads large task answers off the event loop", () => {
+  it("a 1 MB output arrives as text equal to the upstream's output", async () => {
+    const output = { video_base64: "QUJD".repeat(256 * 1024) };
+    const body = JSON.stringify({ data: { id: "up_1", status: "succeeded", output } });
+    const client = new UpstreamClient({
+      baseUrl: "https://upstream.test",
+      apiKey: "k",
+      fetch: async () => new Response(body, { status: 200, headers: { "content-type": "application/json" } }),
+    });
+    const task = await client.getTask("up_1");
+    expect(task.output).toBeInstanceOf(JsonText);
+    expect(jsonTextOf(task.output)).toBe(JSON.stringify(output));
+    expect(task.status).toBe("succeeded");
+  });
+
+  it("a large answer that is not JSON is the same malformed_response error", async () => {
+    const client = new UpstreamClient({
+      baseUrl: "https://upstream.test",
+      apiKey: "k",
+      fetch: async () => new Response(`{"id":"x","output":"${"a".repeat(300_000)}`, { status: 200 }),
+    });
+    await expect(client.getTask("x")).rejects.toMatchObject({
+      code: "malformed_response",
+      message: "malformed upstream response (HTTP 200): response body is not JSON",
+    });
+  });
+});
