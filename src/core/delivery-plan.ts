@@ -132,6 +132,40 @@ export function refillRoom(r: {
   return { full: false, room: Math.max(0, Math.min(r.keyRoom + r.held, r.clientRoom, r.free)) };
 }
 
+/** One key asking to be refilled in a turn's batch: its room here, the slots held for it, its client. */
+export interface RefillAsk {
+  key: string;
+  clientId: string;
+  keyRoom: number;
+  held: number;
+}
+
+/** One key's part of a batched refill: full (another refill used its held slots), or how many of its due events the claim may take. */
+export type RefillLimit = { key: string; full: true } | { key: string; full: false; room: number };
+
+/**
+ * The limits of one batched refill (every key whose attempt settled in the same turn, claimed in
+ * one statement): refillRoom for each key in turn, its client's room asked with what the keys
+ * before it were given (`clientRoom` counts those as held, so several keys of one client stay
+ * within its share), and the pool's free slots shared out in the same order. The statement takes
+ * at most each key's room; a key given 0 is not claimed (the loop's claim serves it).
+ */
+export function refillPlan(
+  asks: readonly RefillAsk[],
+  clientRoom: (clientId: string, picked: ReadonlyMap<string, number>) => number,
+  free: number,
+): RefillLimit[] {
+  const picked = new Map<string, number>();
+  let left = free;
+  return asks.map(({ key, clientId, keyRoom, held }) => {
+    const plan = refillRoom({ keyRoom, held, clientRoom: clientRoom(clientId, picked), free: left });
+    if (plan.full) return { key, full: true };
+    picked.set(clientId, (picked.get(clientId) ?? 0) + plan.room);
+    left -= plan.room;
+    return { key, full: false, room: plan.room };
+  });
+}
+
 /**
  * A circuit's first pause: until the schedule's first retry is due at the latest (its delay plus
  * the 20% jitter; 1 s to 30 s), so a receiver that fails first attempts but takes retries gets its

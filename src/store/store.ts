@@ -359,6 +359,11 @@ export interface DeliveryKey {
   host: string;
 }
 
+/** A delivery key and how many of its due events one claim may take. */
+export interface KeyLimit extends DeliveryKey {
+  limit: number;
+}
+
 export interface EventStore {
   /** Pending, due, unleased events, each task's in order, per-key room respected; claimed under a lease. */
   claimDue(opts: EventClaimOptions): Promise<EventRow[]>;
@@ -374,6 +379,16 @@ export interface EventStore {
    * shared by several instances claims no more than `maxPerKey` less the key's leased events.
    */
   claimOfKey(key: DeliveryKey, opts: ClaimOptions & { maxPerKey: number }): Promise<EventRow[]>;
+  /**
+   * claimOfKey for several keys in one statement (the refills of every attempt settled in one
+   * turn): each key's `limit` of its due events (core/delivery-plan.ts, refillPlan, decides the
+   * limits), within `maxPerKey` less the key's leased events. Rows of different keys come back in
+   * no particular order; each key's are in due order.
+   */
+  claimOfKeys(
+    keys: readonly KeyLimit[],
+    opts: Omit<ClaimOptions, "limit"> & { maxPerKey: number },
+  ): Promise<EventRow[]>;
   /** The key's pending, unleased events made due now (retry-now); returns how many. */
   retryKeyNow(key: DeliveryKey, now: number): Promise<number>;
   /** How many of the key's events are pending. */

@@ -115,14 +115,16 @@ export class PooledLoop<T> {
 
   /** One claim (the port's, or `claim`), under `exclusive`, collecting what it started. */
   async claimAndStart(
-    claim: (start: (item: T) => void) => Promise<{ full: boolean }> = (start) => this.port.claim(start),
+    claim: (start: (item: T) => boolean) => Promise<{ full: boolean }> = (start) => this.port.claim(start),
   ): Promise<Claimed> {
     if (this.closed) return { started: [], full: false };
     return this.exclusive(async () => {
       const started: Promise<void>[] = [];
+      // `start` answers whether the item started (false: the port handed it back).
       const { full } = await claim((item) => {
         const work = this.start(item);
         if (work) started.push(work);
+        return work !== null;
       });
       return { started, full };
     });

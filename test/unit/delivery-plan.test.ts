@@ -1,4 +1,6 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { FairPool } from "../../src/core/fair-pool.js";
 import {
   busyKeys,
   excludedKeys,
@@ -7,6 +9,7 @@ import {
   nextSaturationBackoff,
   noteSaturation,
   pausedTrialUntil,
+  refillPlan,
   refillRoom,
   SATURATED_BACKOFF_MAX_MS,
   SATURATED_BACKOFF_MS,
@@ -126,6 +129,82 @@ describe("a settled attempt's refill", () => {
 
   it("is full when another settle's refill already used the held slot", () => {
     expect(refillRoom({ keyRoom: 0, held: 0, clientRoom: 5, free: 9 })).toEqual({ full: true });
+  });
+});
+
+describe("a batched refill's plan (one claim for every key settled in a turn)", () => {
+  it("gives each key refillRoom in turn, its client's room asked with what the keys before it got, the free slots shared out", () => {
+    const asked: Array<[string, number]> = [];
+    const plan = refillPlan(
+      [
+        { key: "a|h1", clientId: "a", keyRoom: 2, held: 1 },
+        { key: "a|h2", clientId: "a", keyRoom: 3, held: 0 },
+        { key: "b|h1", clientId: "b", keyRoom: 0, held: 0 },
+        { key: "c|h1", clientId: "c", keyRoom: 4, held: 1 },
+      ],
+      (clientId, picked) => {
+        asked.push([clientId, picked.get(clientId) ?? 0]);
+        return clientId === "a" ? 4 - (picked.get("a") ?? 0) : 9;
+      },
+      6,
+    );
+    expect(plan).toEqual([
+      { key: "a|h1", full: false, room: 3 },
+      { key: "a|h2", full: false, room: 1 },
+      { key: "b|h1", full: true },
+      { key: "c|h1", full: false, room: 2 },
+    ]);
+    expect(asked).toEqual([
+      ["a", 0],
+      ["a", 3],
+      ["b", 0],
+      ["c", 0],
+    ]);
+  });
+
+  it("property: with a real FairPool, taking every planned slot keeps each key within its cap, each client within its room and the pool within its size", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 2, max: 32 }),
+        fc.integer({ min: 1, max: 8 }),
+        fc.array(fc.record({ client: fc.nat(3), host: fc.nat(2), hold: fc.boolean() }), { maxLength: 40 }),
+        fc.array(fc.record({ client: fc.nat(3), host: fc.nat(2) }), { minLength: 1, maxLength: 8 }),
+        (size, maxPerKey, taken, asks) => {
+          const pool = new FairPool({ size, maxPerKey, now: () => NOW });
+          for (const t of taken) {
+            const slot = pool.tryAcquire(`c${t.client}`, `c${t.client}|h${t.host}`);
+            if (slot && t.hold) slot.release({ holdKey: true });
+          }
+          const keys = [...new Map(asks.map((a) => [`c${a.client}|h${a.host}`, `c${a.client}`])).entries()];
+          const roomBefore = new Map(keys.map(([, c]) => [c, pool.room(c)]));
+          const plan = refillPlan(
+            keys.map(([key, clientId]) => ({ key, clientId, keyRoom: pool.keyRoom(key), held: pool.heldFor(key) })),
+            (clientId, picked) => pool.room(clientId, picked),
+            pool.free,
+          );
+          const byClient = new Map<string, number>();
+          plan.forEach((p, i) => {
+            const [key, clientId] = keys[i]!;
+            if (p.full) {
+              expect(pool.keyRoom(key) + pool.heldFor(key)).toBeLessThanOrEqual(0);
+              return;
+            }
+            expect(p.room).toBeLessThanOrEqual(pool.keyRoom(key) + pool.heldFor(key));
+            byClient.set(clientId, (byClient.get(clientId) ?? 0) + p.room);
+          });
+          for (const [clientId, n] of byClient) expect(n).toBeLessThanOrEqual(roomBefore.get(clientId)!);
+          // Taking them (the held slots handed back first, as the dispatcher does) never passes a cap.
+          for (const [key] of keys) pool.releaseHold(key, pool.heldFor(key));
+          plan.forEach((p, i) => {
+            const [key, clientId] = keys[i]!;
+            if (!p.full) for (let n = 0; n < p.room; n++) pool.take(clientId, key);
+            expect(pool.inFlightTo(key)).toBeLessThanOrEqual(maxPerKey);
+          });
+          expect(pool.inUse).toBeLessThanOrEqual(size);
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 });
 

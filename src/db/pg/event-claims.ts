@@ -84,7 +84,23 @@ const CLAIM_OF_KEY = {
   text: "SELECT * FROM genrelay_claim_of_key($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 };
 
-export function pgEventClaims(s: PgContext): Pick<EventStore, "claimDue" | "claimTrial" | "claimOfKey"> {
+/**
+ * Several keys' refills in one statement and one round trip: genrelay_claim_of_key once per key,
+ * the keys in (client, host) order. Each call takes its key's lock and keeps it to the end of the
+ * statement, so two such claims that share keys lock them in the same order and never wait for
+ * each other in a cycle (claimDue's locks are SKIP LOCKED and claimOfKey's one key: neither
+ * waits while it holds another key). Each call counts its key's leases after its lock is held, as
+ * claimOfKey does. $1 now, $2 clients, $3 hosts, $4 limits, $5 lease end, $6 token, $7 maxPerKey.
+ */
+const CLAIM_OF_KEYS = {
+  name: "genrelay_claim_of_keys",
+  text: `SELECT c.* FROM (SELECT * FROM unnest($2::text[], $3::text[], $4::int[]) AS k(client, host, lim) ORDER BY client, host) k
+    CROSS JOIN LATERAL genrelay_claim_of_key($1, k.client, k.host, $5, $6, k.lim, k.lim * ${EVENT_SCAN_FACTOR}, $7, false) c`,
+};
+
+export function pgEventClaims(
+  s: PgContext,
+): Pick<EventStore, "claimDue" | "claimTrial" | "claimOfKey" | "claimOfKeys"> {
   const run = async (statement: { name: string; text: string }, values: unknown[]): Promise<Row[]> =>
     (await s.pool.query({ ...statement, values })).rows as Row[];
   return {
@@ -140,6 +156,21 @@ export function pgEventClaims(s: PgContext): Pick<EventStore, "claimDue" | "clai
         limit * EVENT_SCAN_FACTOR,
         o.maxPerKey,
         false,
+      ]);
+      return eventsInDueOrder(E.rows(rows));
+    },
+    claimOfKeys: async (keys, o) => {
+      // As claimOfKey: a limit past maxPerKey could never be used.
+      const wanted = keys.filter((k) => k.limit > 0).map((k) => ({ ...k, limit: Math.min(k.limit, o.maxPerKey) }));
+      if (wanted.length === 0 || o.maxPerKey <= 0) return [];
+      const rows = await run(CLAIM_OF_KEYS, [
+        o.now,
+        wanted.map((k) => k.clientId),
+        wanted.map((k) => k.host),
+        wanted.map((k) => k.limit),
+        o.now + o.leaseMs,
+        o.token,
+        o.maxPerKey,
       ]);
       return eventsInDueOrder(E.rows(rows));
     },

@@ -1,5 +1,12 @@
 import { and, asc, eq, gte, inArray, isNull, lt, notInArray, or, sql, type Placeholder, type SQL } from "drizzle-orm";
-import type { ClaimOptions, DeliveryKey, EventClaimOptions, EventRow, NewEventRow } from "../../store/store.js";
+import type {
+  ClaimOptions,
+  DeliveryKey,
+  EventClaimOptions,
+  EventRow,
+  KeyLimit,
+  NewEventRow,
+} from "../../store/store.js";
 import { pickWithinRoom } from "../../store/fairness.js";
 import type { Db } from "./open.js";
 import { jsonList, prepared } from "./prepared.js";
@@ -8,7 +15,7 @@ import { eventsInDueOrder } from "../kit/claim-order.js";
 import { EVENT_SCAN_FACTOR } from "../kit/claim-window.js";
 
 /**
- * The EventStore's claims on SQLite: claimDue, claimOfKey and claimTrial, and the leases they take.
+ * The EventStore's claims on SQLite: claimDue, claimOfKey(s) and claimTrial, and the leases they take.
  * Each is one UPDATE after its reads (sqliteEvents in events.ts runs them in the attempts' group commit).
  */
 
@@ -118,15 +125,18 @@ export function leasedOfKeyQuery(db: Db) {
     );
 }
 
+/** The lease a claim's UPDATE sets: its end and the claimer's token, bound per call. */
+const LEASE = {
+  claimedUntil: sql.placeholder("until"),
+  claimToken: sql.placeholder("token"),
+} as unknown as Partial<NewEventRow>;
+
 /** Leases the given events where they are still claimable (another claim may have taken one since it was picked). */
 function lease(db: Db, seqs: number[], opts: { now: number; leaseMs: number; token: string }): EventRow[] {
   return prepared(db, "events.lease", () =>
     db
       .update(events)
-      .set({
-        claimedUntil: sql.placeholder("until"),
-        claimToken: sql.placeholder("token"),
-      } as unknown as Partial<NewEventRow>)
+      .set(LEASE)
       .where(
         and(
           sql`${events.seq} IN (SELECT value FROM json_each(${sql.placeholder("seqs")}))`,
@@ -190,4 +200,61 @@ export function claimOfKey(
       (a.nextAttemptAt ?? 0) - (b.nextAttemptAt ?? 0) ||
       a.seq - b.seq,
   );
+}
+
+/** One row of claimOfKeys' key list, as its JSON parameter carries it: client, host, limit. */
+const keyRows = (keys: readonly KeyLimit[]): string => JSON.stringify(keys.map((k) => [k.clientId, k.host, k.limit]));
+
+/**
+ * Several keys' refills in one statement: for each key (client, host, limit in the `keys` JSON
+ * list), the first claimable events through events_key_due_idx (at most `window`, the largest
+ * limit), numbered in due order within the key, and those within the key's room leased: its
+ * limit, and no more than `max` less its leased events (events_key_leased_idx, as leasedOfKey).
+ * The limits are the caller's plan (core/delivery-plan.ts, refillPlan); the statement applies them.
+ */
+export function claimOfKeys(
+  db: Db,
+  keys: readonly KeyLimit[],
+  opts: { now: number; leaseMs: number; token: string; maxPerKey: number },
+): EventRow[] {
+  const wanted = keys.filter((k) => k.limit > 0);
+  if (wanted.length === 0) return [];
+  const window = Math.min(
+    opts.maxPerKey,
+    wanted.reduce((n, k) => Math.max(n, k.limit), 0),
+  );
+  if (window <= 0) return [];
+  const rows = prepared(db, "events.claimOfKeys", () =>
+    db
+      .update(events)
+      .set(LEASE)
+      .where(
+        sql`${events.seq} IN (SELECT p.seq FROM (
+          SELECT e.seq AS seq, k.room AS room,
+                 row_number() OVER (PARTITION BY k.c, k.h ORDER BY e.next_attempt_at, e.seq) AS nth
+            FROM (SELECT j.c AS c, j.h AS h,
+                         min(j.lim, ${sql.placeholder("max")} - (SELECT count(*) FROM events l WHERE l.client_id = j.c
+                           AND l.destination_host = j.h AND l.delivery_status = 'pending' AND l.claimed_until >= ${sql.placeholder("now")})) AS room
+                    FROM (SELECT json_extract(value, '$[0]') AS c, json_extract(value, '$[1]') AS h, json_extract(value, '$[2]') AS lim
+                            FROM json_each(${sql.placeholder("keys")})) j) k
+            JOIN events e ON e.seq IN (
+              SELECT x.seq FROM events x WHERE x.client_id = k.c AND x.destination_host = k.h
+                AND x.delivery_status = 'pending' AND x.next_attempt_at <= ${sql.placeholder("now")}
+                AND (x.claimed_until IS NULL OR x.claimed_until < ${sql.placeholder("now")})
+                AND NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = x.task_id AND e2.sequence < x.sequence
+                                  AND e2.endpoint_id IS x.endpoint_id AND e2.delivery_status = 'pending')
+              ORDER BY x.next_attempt_at, x.seq LIMIT ${sql.placeholder("window")})
+          ) p WHERE p.nth <= p.room)`,
+      )
+      .returning()
+      .prepare(),
+  ).all({
+    keys: keyRows(wanted),
+    now: opts.now,
+    until: opts.now + opts.leaseMs,
+    token: opts.token,
+    max: opts.maxPerKey,
+    window,
+  });
+  return eventsInDueOrder(rows);
 }

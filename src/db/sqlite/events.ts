@@ -3,7 +3,7 @@ import type { AttemptRow, DeliveryKey, EventRow, EventStore, NewAttemptRow, NewE
 import { deliveryKey } from "../../store/delivery-key.js";
 import { retryingEvent } from "../kit/delivery-failing.js";
 import type { SqliteContext } from "./context.js";
-import { claimDue, claimOfKey, claimTrial, leasedOfKey } from "./event-claims.js";
+import { claimDue, claimOfKey, claimOfKeys, claimTrial, leasedOfKey } from "./event-claims.js";
 import { placeInFeed } from "./feed-positions.js";
 import type { Database_, Db } from "./open.js";
 import type { Statement } from "better-sqlite3";
@@ -44,6 +44,7 @@ export function sqliteEvents(s: SqliteContext): EventStore {
       s.attemptCommits.runAtomic(() =>
         claimOfKey(db, key, { ...o, limit: Math.min(o.limit, o.maxPerKey - leasedOfKey(db, key, o.now)) }),
       ),
+    claimOfKeys: (keys, o) => s.attemptCommits.runAtomic(() => claimOfKeys(db, keys, o)),
     retryKeyNow: async (key, now) => retryKeyNow(db, key, now),
     pendingOfKey: async (key) => pendingOfKey(db, key),
     requeueLastOfTask: async (taskId, round) =>

@@ -1,0 +1,178 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import type { EventRow, KeyLimit, Store } from "../../src/store/store.js";
+import { client, conformance, fresh, NOW, opts, task } from "../helpers/conformance.js";
+
+/**
+ * EventStore.claimOfKeys conformance (checklist: store-conformance.md): the refills of every
+ * attempt settled in one turn, several delivery keys in one statement, on both drivers.
+ */
+const suite = conformance();
+
+/** `count` pending events of `clientId` to a host of its own; the key and the events in due order. */
+async function keyOf(store: Store, clientId: string, count: number) {
+  const host = fresh("k");
+  const events: EventRow[] = [];
+  for (let i = 0; i < count; i++) {
+    const { task: t } = await store.tasks.create(
+      task(clientId, fresh("e"), { callbackUrl: `https://${host}.example/x` }),
+    );
+    await store.tasks.transition(t, { status: "succeeded", phase: "done", completedAt: NOW }, opts());
+    events.push((await store.events.lastOfTask(t.id))!);
+  }
+  return { events, key: { clientId, host: `${host}.example:443` } };
+}
+
+const claimKeys = (store: Store, keys: KeyLimit[], token: string, maxPerKey = 100, now = NOW) =>
+  store.events.claimOfKeys(keys, { now, leaseMs: 30_000, token, maxPerKey });
+
+const ids = (rows: EventRow[]) => rows.map((e) => e.id);
+const ofKey = (rows: EventRow[], key: { clientId: string; host: string }) =>
+  rows.filter((e) => e.clientId === key.clientId && e.destinationHost === key.host);
+
+describe.each(suite.dialects)("EventStore.claimOfKeys on %s", (_name, h) => {
+  it("claims each key's first `limit` due events under one lease, oldest due first per key; keys not named are left alone", async () => {
+    const store = await h.shared();
+    const c = await client(store);
+    const a = await keyOf(store, c.id, 3);
+    const b = await keyOf(store, c.id, 2);
+    const other = await keyOf(store, c.id, 1);
+    const got = await claimKeys(
+      store,
+      [
+        { ...a.key, limit: 2 },
+        { ...b.key, limit: 5 },
+      ],
+      "ks:1",
+    );
+    expect(ids(ofKey(got, a.key))).toEqual(ids(a.events.slice(0, 2)));
+    expect(ids(ofKey(got, b.key))).toEqual(ids(b.events));
+    expect(got).toHaveLength(4);
+    expect(got.every((e) => e.claimToken === "ks:1" && e.claimedUntil === NOW + 30_000)).toBe(true);
+    expect((await store.events.find(other.events[0]!.id))!.claimToken).toBeNull();
+    // A limit of 0, or no keys at all, claims nothing.
+    expect(await claimKeys(store, [{ ...a.key, limit: 0 }], "ks:2")).toEqual([]);
+    expect(await claimKeys(store, [], "ks:2")).toEqual([]);
+    expect(ids(await claimKeys(store, [{ ...a.key, limit: 9 }], "ks:3"))).toEqual([a.events[2]!.id]);
+  });
+
+  it("a task's later event waits while its earlier one is pending", async () => {
+    const store = await h.shared();
+    const host = fresh("k");
+    const c = await client(store);
+    const { task: t } = await store.tasks.create(task(c.id, fresh("t"), { callbackUrl: `https://${host}.example/x` }));
+    const running = await store.tasks.transition(t, { status: "processing", phase: "submitted" }, opts());
+    await store.tasks.transition(running!, { status: "succeeded", phase: "done" }, opts());
+    const [processing, succeeded] = await store.events.ofTask(t.id);
+    const key = { clientId: c.id, host: `${host}.example:443`, limit: 5 };
+    expect(ids(await claimKeys(store, [key], "ks:1"))).toEqual([processing!.id]);
+    await store.events.release(processing!.id, "ks:1", { deliveryStatus: "succeeded" });
+    expect(ids(await claimKeys(store, [key], "ks:2"))).toEqual([succeeded!.id]);
+  });
+
+  it("maxPerKey: each key's leased events count against it, whichever process holds them", async () => {
+    const { store, another } = await h.fresh();
+    const c = await client(store);
+    const a = await keyOf(store, c.id, 6);
+    const b = await keyOf(store, c.id, 6);
+    const other = await another();
+    expect(
+      await store.events.claimOfKey(a.key, { now: NOW, leaseMs: 30_000, token: "a:1", limit: 2, maxPerKey: 3 }),
+    ).toHaveLength(2);
+    const got = await claimKeys(
+      other,
+      [
+        { ...a.key, limit: 5 },
+        { ...b.key, limit: 5 },
+      ],
+      "b:1",
+      3,
+    );
+    expect(ofKey(got, a.key)).toHaveLength(1);
+    expect(ofKey(got, b.key)).toHaveLength(3);
+  });
+
+  it("a claimer that dies: the keys' events come back once the lease ends", async () => {
+    const { store } = await h.fresh();
+    const c = await client(store);
+    const a = await keyOf(store, c.id, 2);
+    await claimKeys(store, [{ ...a.key, limit: 2 }], "dead:1");
+    expect(await claimKeys(store, [{ ...a.key, limit: 2 }], "live:1", 100, NOW + 30_000)).toEqual([]);
+    expect(ids(await claimKeys(store, [{ ...a.key, limit: 2 }], "live:1", 100, NOW + 30_001))).toEqual(ids(a.events));
+  });
+
+  it("property: under random due sets, two processes claiming several keys at once never take one event twice nor pass a key's cap, and one claim alone takes exactly what its limits allow", async () => {
+    const { store, another } = await h.fresh();
+    const other = await another();
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(
+          fc.record({
+            client: fc.nat(2),
+            events: fc.nat(6),
+            leased: fc.nat(3),
+            limitA: fc.nat(8),
+            limitB: fc.nat(8),
+          }),
+          { minLength: 1, maxLength: 5 },
+        ),
+        fc.integer({ min: 1, max: 6 }),
+        async (shape, maxPerKey) => {
+          const clients = await Promise.all([0, 1, 2].map(() => client(store)));
+          const keys = [];
+          for (const k of shape) {
+            const made = await keyOf(store, clients[k.client]!.id, k.events);
+            // Some of the key's events already leased elsewhere (another process's attempts in flight).
+            const held = await store.events.claimOfKey(made.key, {
+              now: NOW,
+              leaseMs: 30_000,
+              token: "elsewhere:1",
+              limit: Math.min(k.leased, maxPerKey),
+              maxPerKey,
+            });
+            keys.push({ ...k, ...made, held });
+          }
+          const [a, b] = await Promise.all([
+            claimKeys(
+              store,
+              keys.map((k) => ({ ...k.key, limit: k.limitA })),
+              "a:1",
+              maxPerKey,
+            ),
+            claimKeys(
+              other,
+              keys.map((k) => ({ ...k.key, limit: k.limitB })),
+              "b:1",
+              maxPerKey,
+            ),
+          ]);
+          const taken = [...ids(a), ...ids(b), ...keys.flatMap((k) => ids(k.held))];
+          expect(new Set(taken).size).toBe(taken.length);
+          for (const k of keys) {
+            const [gotA, gotB] = [ofKey(a, k.key).length, ofKey(b, k.key).length];
+            expect(gotA).toBeLessThanOrEqual(k.limitA);
+            expect(gotB).toBeLessThanOrEqual(k.limitB);
+            const room = Math.max(0, maxPerKey - k.held.length);
+            expect(gotA + gotB).toBeLessThanOrEqual(Math.min(room, k.events.length - k.held.length));
+            // Neither took less than it could have taken after the other: the key is full, drained, or both claims got their limit.
+            const full = gotA + gotB === Math.min(room, k.events.length - k.held.length);
+            expect(full || (gotA === Math.min(k.limitA, room) && gotB === Math.min(k.limitB, room))).toBe(true);
+          }
+          // Alone, a claim takes exactly min(limit, cap less the key's leases, what is due) of each key.
+          const alone = await claimKeys(
+            store,
+            keys.map((k) => ({ ...k.key, limit: k.limitA })),
+            "c:1",
+            maxPerKey,
+          );
+          for (const k of keys) {
+            const leased = k.held.length + ofKey(a, k.key).length + ofKey(b, k.key).length;
+            const due = k.events.length - leased;
+            expect(ofKey(alone, k.key)).toHaveLength(Math.max(0, Math.min(k.limitA, maxPerKey - leased, due)));
+          }
+        },
+      ),
+      { numRuns: 15 },
+    );
+  });
+});
