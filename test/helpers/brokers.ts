@@ -5,6 +5,7 @@ import { createServer as createHttpServer, type Server } from "node:http";
 import { createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { SQSClient } from "@aws-sdk/client-sqs";
 import { createRequestHandler } from "local-aws-sqs";
 import { type QueueMessage, queueHeaders } from "../../src/destinations/queue-message.js";
 import { webhookHeaders } from "../../src/webhooks/sign.js";
@@ -290,6 +291,27 @@ export async function startSqs(): Promise<SqsBroker> {
     start,
     stop,
     close: stop,
+  };
+}
+
+/** An SQS client of the test's own (creating queues, consuming) against the in-process server. */
+export function sqsClientOf(sqs: SqsBroker): SQSClient {
+  return new SQSClient({
+    region: sqs.region,
+    endpoint: sqs.url,
+    credentials: { accessKeyId: sqs.accessKeyId, secretAccessKey: sqs.secretAccessKey },
+  });
+}
+
+/** The body of POST /openapi/v1/webhooks/endpoints for an sqs endpoint on the in-process server. */
+export function sqsEndpointBody(sqs: SqsBroker, queueUrl: string) {
+  return {
+    type: "sqs",
+    queue_url: queueUrl,
+    region: sqs.region,
+    access_key_id: sqs.accessKeyId,
+    secret_access_key: sqs.secretAccessKey,
+    endpoint: sqs.url,
   };
 }
 

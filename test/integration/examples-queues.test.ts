@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { pathToFileURL } from "node:url";
-import { CreateQueueCommand, SendMessageCommand, SQSClient } from "@aws-sdk/client-sqs";
+import { CreateQueueCommand, SendMessageCommand, type SQSClient } from "@aws-sdk/client-sqs";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
 import amqp, { type Channel, type ChannelModel } from "amqplib";
@@ -12,6 +12,8 @@ import {
   type ProcessBroker,
   type SqsBroker,
   signedMessage,
+  sqsClientOf,
+  sqsEndpointBody,
   startNats,
   startRabbit,
   startSqs,
@@ -49,11 +51,7 @@ beforeAll(async () => {
   await amqpChannel.bindQueue("genrelay", "genrelay", "task.#");
   nc = await connect({ servers: nats.url });
   await (await jetstreamManager(nc)).streams.add({ name: "EVENTS", subjects: ["genrelay.>"] });
-  sqsAdmin = new SQSClient({
-    region: sqs.region,
-    endpoint: sqs.url,
-    credentials: { accessKeyId: sqs.accessKeyId, secretAccessKey: sqs.secretAccessKey },
-  });
+  sqsAdmin = sqsClientOf(sqs);
   queueUrl = (await sqsAdmin.send(new CreateQueueCommand({ QueueName: "genrelay-events" }))).QueueUrl!;
 }, 120_000);
 afterAll(async () => {
@@ -112,14 +110,7 @@ const KINDS = [
         // The AWS SDK warns on stderr that it will want Node 22 in 2027; Lambda runs a current Node.
         NODE_NO_WARNINGS: "1",
       }),
-    endpoint: () => ({
-      type: "sqs",
-      queue_url: queueUrl,
-      region: sqs.region,
-      access_key_id: sqs.accessKeyId,
-      secret_access_key: sqs.secretAccessKey,
-      endpoint: sqs.url,
-    }),
+    endpoint: () => sqsEndpointBody(sqs, queueUrl),
     publish: async (m: Message) => {
       await sqsAdmin.send(
         new SendMessageCommand({

@@ -1,23 +1,37 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
+import { CreateQueueCommand, ReceiveMessageCommand, type SQSClient } from "@aws-sdk/client-sqs";
 import amqp from "amqplib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createClient } from "../../src/services/clients.js";
-import { type ProcessBroker, startNats, startRabbit } from "../helpers/brokers.js";
+import {
+  type ProcessBroker,
+  type SqsBroker,
+  sqsClientOf,
+  sqsEndpointBody,
+  startNats,
+  startRabbit,
+  startSqs,
+} from "../helpers/brokers.js";
 import { startInstances } from "../helpers/pg-relays.js";
 import { type Received, verifyAt } from "../helpers/receiver.js";
 import { imageBody } from "../helpers/relay.js";
 
 /**
- * Queue endpoints on PostgreSQL (docs/destinations.md, "Delivered means confirmed"): an AMQP and a
- * NATS endpoint made through one instance, a task's event delivered to both by the other, each
- * message verified with standardwebhooks. SQLite's side: queue-endpoints.test.ts.
+ * Queue endpoints on PostgreSQL (docs/destinations.md, "Delivered means confirmed"): an AMQP, a
+ * NATS and an SQS endpoint made through one instance, a task's event delivered to all three by the
+ * other, each message verified with standardwebhooks. SQLite's side: queue-endpoints.test.ts.
  */
 let rabbit: ProcessBroker;
 let nats: ProcessBroker;
+let sqs: SqsBroker;
+let sqsAdmin: SQSClient;
+let queueUrl: string;
 
 beforeAll(async () => {
-  [rabbit, nats] = await Promise.all([startRabbit(), startNats()]);
+  [rabbit, nats, sqs] = await Promise.all([startRabbit(), startNats(), startSqs()]);
+  sqsAdmin = sqsClientOf(sqs);
+  queueUrl = (await sqsAdmin.send(new CreateQueueCommand({ QueueName: "pg-app" }))).QueueUrl!;
   const admin = await amqp.connect(rabbit.url);
   const ch = await admin.createChannel();
   await ch.assertExchange("genrelay", "topic", { durable: true });
@@ -29,7 +43,8 @@ beforeAll(async () => {
   await nc.close();
 }, 90_000);
 afterAll(async () => {
-  await Promise.all([rabbit?.close(), nats?.close()]);
+  sqsAdmin?.destroy();
+  await Promise.all([rabbit?.close(), nats?.close(), sqs?.close()]);
 });
 
 const verify = (secret: string, body: string, headers: Record<string, string>) =>
@@ -60,6 +75,7 @@ describe("queue endpoints on PostgreSQL", () => {
       };
       await post("/openapi/v1/webhooks/endpoints", { type: "amqp", url: rabbit.url, exchange: "genrelay" });
       await post("/openapi/v1/webhooks/endpoints", { type: "nats", url: nats.url });
+      await post("/openapi/v1/webhooks/endpoints", sqsEndpointBody(sqs, queueUrl));
       const id = await post("/openapi/v1/images/generations", imageBody(), "pg-queue-1");
       await a.store.tasks.transition(
         (await a.store.tasks.find(id))!,
@@ -92,6 +108,15 @@ describe("queue endpoints on PostgreSQL", () => {
       const viaNats = verify(webhookSecret, fromNats!.string(), natsHeaders);
       expect(viaRabbit).toMatchObject({ type: "task.failed", data: { id } });
       expect(viaNats.id).toBe(viaRabbit.id);
+      const [fromSqs] =
+        (await sqsAdmin.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MessageAttributeNames: ["All"] })))
+          .Messages ?? [];
+      expect(fromSqs).toBeDefined();
+      const sqsHeaders: Record<string, string> = {};
+      for (const [name, v] of Object.entries(fromSqs!.MessageAttributes ?? {})) sqsHeaders[name] = v.StringValue!;
+      const viaSqs = verify(webhookSecret, fromSqs!.Body!, sqsHeaders);
+      expect(viaSqs).toMatchObject({ type: "task.failed", data: { id } });
+      expect(viaSqs.id).toBe(viaRabbit.id);
     } finally {
       await stop();
     }

@@ -1,12 +1,20 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
-import { CreateQueueCommand, ReceiveMessageCommand, SQSClient } from "@aws-sdk/client-sqs";
+import { CreateQueueCommand, ReceiveMessageCommand, type SQSClient } from "@aws-sdk/client-sqs";
 import amqp, { type ChannelModel } from "amqplib";
 import { http, passthrough } from "msw";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { randomBytes } from "node:crypto";
 import { succeededTask } from "../helpers/flow.js";
-import { blackHole, type ProcessBroker, type SqsBroker, startNats, startRabbit, startSqs } from "../helpers/brokers.js";
+import {
+  blackHole,
+  type ProcessBroker,
+  type SqsBroker,
+  sqsClientOf,
+  startNats,
+  startRabbit,
+  startSqs,
+} from "../helpers/brokers.js";
 import { type Received, verifyAt } from "../helpers/receiver.js";
 import { v1aOfRotation } from "../helpers/v1a-rotation.js";
 import type { TestRelay } from "../helpers/relay.js";
@@ -51,11 +59,7 @@ beforeAll(async () => {
   const nc = await connect({ servers: nats.url });
   await (await jetstreamManager(nc)).streams.add({ name: "EVENTS", subjects: ["genrelay.>"] });
   await nc.close();
-  sqsAdmin = new SQSClient({
-    region: sqs.region,
-    endpoint: sqs.url,
-    credentials: { accessKeyId: sqs.accessKeyId, secretAccessKey: sqs.secretAccessKey },
-  });
+  sqsAdmin = sqsClientOf(sqs);
   queueUrl = (await sqsAdmin.send(new CreateQueueCommand({ QueueName: "app-events" }))).QueueUrl!;
   outageQueueUrl = (await sqsAdmin.send(new CreateQueueCommand({ QueueName: "outage-events" }))).QueueUrl!;
 }, 90_000);
