@@ -27,7 +27,7 @@ import os from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { DIST, distImport } from "./lib/dist.mjs";
-import { createClient, sleep, startRelay, startSimulator } from "./lib/proc.mjs";
+import { createClient, FAST_SIMULATOR_ENV, sleep, startRelay, startSimulator } from "./lib/proc.mjs";
 import { distribution, round } from "./lib/stats.mjs";
 
 export const FAIRNESS_CONFIG = {
@@ -248,18 +248,7 @@ export async function benchFairness({
     run++;
     const tag = `fairness-${run}-${build.name}-${label}`;
     const sim = track(
-      await startSimulator(
-        {
-          SIM_API_KEYS: "sandbox",
-          SIM_IMAGE_QUEUED_MS: 0,
-          SIM_IMAGE_PROCESSING_MS: 0,
-          SIM_VIDEO_QUEUED_MS: 0,
-          SIM_VIDEO_PROCESSING_MS: 0,
-          SIM_MAX_CONCURRENT: 100_000,
-          SIM_READS_PER_MINUTE: 0,
-        },
-        join(tmp, `${tag}-sim.log`),
-      ),
+      await startSimulator({ SIM_API_KEYS: "sandbox", ...FAST_SIMULATOR_ENV }, join(tmp, `${tag}-sim.log`)),
     );
     const databasePath = join(tmp, `${tag}.db`);
     let relay = null;

@@ -21,6 +21,9 @@
 //  12. public      CPU per request of the public routes (JWKS, file link, a refused one) and a victim's
 //                   completion->webhook with and without a flood of them, this build beside
 //                   BENCH_PUBLIC_OLD_DIST (default /work/base/dist when present) (bench/public-routes.mjs)
+//  13. queues      queue destinations (amqp, nats, sqs): messages/s and CPU-ms per message vs each broker's
+//                   own client, task.succeeded -> consumer latency (bench/queues.mjs; real brokers on loopback);
+//                   BENCH_QUEUES_OLD_DIST=<dist of another build> measures that build side by side
 //   6. latency      completion->webhook in REAL time, 500 tasks of 20-60 s at 100 reads/min, against the
 //                   simulator's 120/min limit (bench/latency.mjs; about 2 minutes of wall time by itself)
 //   8. fairness     delivery under a tenant's slow receivers and to partly working receivers in REAL time
@@ -34,7 +37,7 @@
 //   BENCH_SCALEOUT_EVENTS, BENCH_SCALEOUT_TASKS (the scale-out row's outbox and end-to-end sizes),
 //   BENCH_SCALEOUT_OLD_DIST=<dist> (the scale-out row measures that build too, side by side),
 //   BENCH_RELAY_LOG_LEVEL (default info, the relay's default), BENCH_KEEP=1 (keep the temp folder)
-//   BENCH_ONLY=latency[,scheduling,postgres,profiles,fairness,prototypes,scaleout,eta,public]  run only these benchmarks and merge them into the existing results
+//   BENCH_ONLY=latency[,scheduling,postgres,profiles,fairness,prototypes,scaleout,eta,public,queues]  run only these benchmarks and merge them into the existing results
 //                          file (the other rows keep their figures; the entry records its own date and commit)
 import autocannon from "autocannon";
 import { execFileSync } from "node:child_process";
@@ -56,6 +59,7 @@ import {
   ROOT,
   cpuMsOf,
   createClient,
+  FAST_SIMULATOR_ENV,
   ipcChild,
   memoryOf,
   sleep,
@@ -98,6 +102,7 @@ const PARTIAL = [
   "scaleout",
   "eta",
   "public",
+  "queues",
 ];
 const ONLY = (process.env.BENCH_ONLY ?? "")
   .split(",")
@@ -185,6 +190,8 @@ let snapshot = null;
 
 async function cleanup() {
   await Promise.all([...children].map((c) => c.stop(5_000).catch(() => {})));
+  // The queue benchmark's brokers run in process groups of their own.
+  if (ONLY.length === 0 || ONLY.includes("queues")) await (await import("./queues.mjs")).stopQueueBenchmark();
   removeSnapshot(snapshot);
   if (process.env.BENCH_KEEP !== "1") rmSync(tmp, { recursive: true, force: true });
   else log(`kept ${tmp}`);
@@ -967,17 +974,7 @@ async function sharedProcesses() {
 
 /** The upstream at 0 ms and no read limit (the end-to-end rows). */
 function fastSimulator() {
-  return startSimulator(
-    {
-      SIM_IMAGE_QUEUED_MS: 0,
-      SIM_IMAGE_PROCESSING_MS: 0,
-      SIM_VIDEO_QUEUED_MS: 0,
-      SIM_VIDEO_PROCESSING_MS: 0,
-      SIM_MAX_CONCURRENT: 100_000,
-      SIM_READS_PER_MINUTE: 0,
-    },
-    join(tmp, "sim-fast.log"),
-  );
+  return startSimulator(FAST_SIMULATOR_ENV, join(tmp, "sim-fast.log"));
 }
 
 /** The relay against minimal prototypes of the same work (bench/prototypes.mjs). */
@@ -1009,7 +1006,15 @@ async function prototypesRows(receiver, sims, pgServer) {
 /** When, on which commit and with which command a row was measured (rows merged by BENCH_ONLY keep their own). */
 function measuredNow() {
   // The command as run, with the sizes that shape the figures.
-  const sizes = ["BENCH_ROUNDS", "BENCH_DURATION", "BENCH_E2E_TASKS", "BENCH_SCALEOUT_EVENTS", "BENCH_SCALEOUT_TASKS"]
+  const sizes = [
+    "BENCH_ROUNDS",
+    "BENCH_DURATION",
+    "BENCH_E2E_TASKS",
+    "BENCH_SCALEOUT_EVENTS",
+    "BENCH_SCALEOUT_TASKS",
+    "BENCH_QUEUE_EVENTS",
+    "BENCH_QUEUE_TASKS",
+  ]
     .filter((k) => process.env[k])
     .map((k) => `${k}=${process.env[k]} `)
     .join("");
@@ -1061,6 +1066,21 @@ async function publicRow() {
   const { benchPublicRoutes } = await import("./public-routes.mjs");
   const result = await benchPublicRoutes({ log, rounds: QUICK ? 1 : 3 });
   result.measured = measuredNow();
+  return result;
+}
+
+/** Queue destinations against each broker's own client (bench/queues.mjs). */
+async function queuesRow() {
+  log(`\n[${elapsed()}] queue destinations: relay vs each broker's own client, amqp, nats, sqs (bench/queues.mjs)`);
+  const { benchQueues } = await import("./queues.mjs");
+  const result = await benchQueues({
+    rounds: CFG.rounds,
+    ...(QUICK ? { events: 200, latencyTasks: 10 } : {}),
+    log: (...args) => log(...args),
+  });
+  result.measured = measuredNow();
+  if (process.env.BENCH_QUEUES_OLD_DIST)
+    result.measured.command = `BENCH_QUEUES_OLD_DIST=${process.env.BENCH_QUEUES_OLD_DIST} ${result.measured.command}`;
   return result;
 }
 
@@ -1119,6 +1139,7 @@ async function partial(info) {
   }
   if (ONLY.includes("eta")) results.benchmarks.eta = await etaRow();
   if (ONLY.includes("public")) results.benchmarks.public_routes = await publicRow();
+  if (ONLY.includes("queues")) results.benchmarks.queues = await queuesRow();
   return results;
 }
 
@@ -1177,6 +1198,7 @@ async function main() {
   benchmarks.scaleout = await scaleoutRow(receiver, sims);
   benchmarks.eta = await etaRow();
   benchmarks.public_routes = await publicRow();
+  benchmarks.queues = await queuesRow();
   const { db: memoryDb, ...memoryResult } = await memory(sims);
   benchmarks.memory = memoryResult;
   await retimeWithBacklog(benchmarks.query_plans, db.client.id, memoryDb);

@@ -87,6 +87,16 @@ function tail(text, lines = 15) {
   return text.split("\n").slice(-lines).join("\n");
 }
 
+/** A simulator whose tasks finish at once, with no read limit: the end-to-end upstream. */
+export const FAST_SIMULATOR_ENV = {
+  SIM_IMAGE_QUEUED_MS: 0,
+  SIM_IMAGE_PROCESSING_MS: 0,
+  SIM_VIDEO_QUEUED_MS: 0,
+  SIM_VIDEO_PROCESSING_MS: 0,
+  SIM_MAX_CONCURRENT: 100_000,
+  SIM_READS_PER_MINUTE: 0,
+};
+
 /** The standalone simulator on a free port; resolves with its base URL. `dist`: another build (A/B). */
 export async function startSimulator(env, logFile, { dist = DIST } = {}) {
   const child = startNode("simulator", join(dist, "simulator", "main.js"), {

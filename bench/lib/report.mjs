@@ -87,6 +87,7 @@ export function tableRows(b) {
   rows.push(...prototypeRows(b.prototypes));
   rows.push(...scaleoutRows(b.scaleout));
   rows.push(...etaRows(b.eta));
+  if (b.queues) rows.push(...queuesRows(b.queues));
   const m = b.memory;
   rows.push([
     `Memory (RSS, ${num(m.waiting)} waiting + ${num(m.in_flight)} in flight)`,
@@ -344,6 +345,7 @@ export function markdown(results, rows) {
   if (b.scaleout?.method)
     lines.push(`- **PostgreSQL scale-out**: ${b.scaleout.method}${measuredText(b.scaleout.measured)}`);
   if (b.eta?.method) lines.push(`- **estimated_completion_at**: ${b.eta.method}${measuredText(b.eta.measured)}`);
+  if (b.queues?.method) lines.push(`- **Queue destinations**: ${b.queues.method}${measuredText(b.queues.measured)}`);
   const p = b.prototypes;
   if (p?.method) lines.push(`- **Against minimal prototypes (bench/proto/)**: ${p.method}${measuredText(p.measured)}`);
   const l = b.latency;
@@ -395,4 +397,21 @@ export function printTable(rows, log = (line) => process.stdout.write(`${line}\n
   log(fmt(head));
   log(widths.map((w) => "-".repeat(w)).join("  "));
   for (const r of rows) log(fmt(r));
+}
+
+/** bench/queues.mjs: each queue kind against its broker's own client. */
+export function queuesRows(q) {
+  const rows = [];
+  for (const [kind, k] of Object.entries(q.kinds)) {
+    const old = k.old ? `; old build ${Math.round(k.old.rate)}/s, ${k.old.cpu_ms_per_message} CPU-ms/msg` : "";
+    rows.push([
+      `Queue destination ${kind} (messages/s confirmed by the broker, ${q.in_flight} in flight)`,
+      `${Math.round(k.relay.rate)}/s, ${k.relay.cpu_ms_per_message} CPU-ms/msg (${k.relay.cpu_over_raw}× raw); task.succeeded→consumer p50 ${k.latency_ms.relay.p50} / p95 ${k.latency_ms.relay.p95} ms${old}`,
+      `raw client ${Math.round(k.raw.rate)}/s, ${k.raw.cpu_ms_per_message} CPU-ms/msg`,
+      `${k.relay.raw_over_relay}× slower`,
+      "≤ 2×",
+      k.relay.raw_over_relay <= 2 && k.relay.complete ? "✅ met" : "❌ not met",
+    ]);
+  }
+  return rows;
 }
