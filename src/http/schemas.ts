@@ -588,3 +588,5 @@ export function errorResponses(...statuses: number[]) {
 export const apiKeySecurity = [{ bearerAuth: [] }];
 /** A JSON request or response body of this schema. */
 export const json = <T extends z.ZodType>(schema: T) => ({ "application/json": { schema } });
+/** A required JSON request body of this schema. */
+export const jsonBody = <T extends z.ZodType>(schema: T) => ({ required: true, content: json(schema) });

@@ -2,7 +2,7 @@ import { z, type OpenAPIHono } from "@hono/zod-openapi";
 import { TRIGGERS_PER_MINUTE, type DeliveryService } from "../../services/deliveries.js";
 import type { AppEnv } from "../context.js";
 import { apiRoute } from "../schema-rules.js";
-import { apiKeySecurity, errorResponses, json, ownBody } from "../schemas.js";
+import { apiKeySecurity, errorResponses, json, ownBody, jsonBody } from "../schemas.js";
 
 /** Failed deliveries since a time, queued again (after a receiver's outage). */
 export function registerDeliveryRecoveryRoute(
@@ -19,17 +19,14 @@ export function registerDeliveryRecoveryRoute(
       description: `At most ${TRIGGERS_PER_MINUTE} recovers a minute per client: 429 rate_limit otherwise.`,
       security: apiKeySecurity,
       request: {
-        body: {
-          required: true,
-          content: json(
-            ownBody({
-              since: z.iso.datetime({ offset: true, error: "must be an ISO-8601 date-time" }).openapi({
-                example: "2026-01-01T00:00:00Z",
-                description: "Failed deliveries of events since this time are queued again.",
-              }),
+        body: jsonBody(
+          ownBody({
+            since: z.iso.datetime({ offset: true, error: "must be an ISO-8601 date-time" }).openapi({
+              example: "2026-01-01T00:00:00Z",
+              description: "Failed deliveries of events since this time are queued again.",
             }),
-          ),
-        },
+          }),
+        ),
       },
       responses: {
         202: {

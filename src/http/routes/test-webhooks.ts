@@ -3,7 +3,7 @@ import { PINGS_PER_MINUTE, type DeliveryService } from "../../services/deliverie
 import { TEST_EVENT_TYPES } from "../../services/sample-events.js";
 import type { AppEnv } from "../context.js";
 import { apiRoute } from "../schema-rules.js";
-import { apiKeySecurity, errorResponses, json, ownBody, publicUrl } from "../schemas.js";
+import { apiKeySecurity, errorResponses, json, ownBody, publicUrl, jsonBody } from "../schemas.js";
 
 const PingResultSchema = z
   .object({
@@ -31,25 +31,22 @@ export function registerTestWebhookRoute(
       summary: "Send a signed test event (a ping, or a sample of any event type) to a URL and report the attempt",
       security: apiKeySecurity,
       request: {
-        body: {
-          required: true,
-          content: json(
-            ownBody({
-              url: publicUrl("Where the test event goes.").openapi({ example: "https://example.com/hooks" }),
-              type: z
-                .enum(TEST_EVENT_TYPES, { error: `must be one of ${TEST_EVENT_TYPES.join(", ")}` })
-                .optional()
-                .openapi({
-                  description:
-                    "Default ping. A task or notice type sends a realistic sample of that event (data.sample: true), so a low-code tool can learn its structure.",
-                }),
-              task_type: z.enum(["image", "video"], { error: "must be image or video" }).optional().openapi({
+        body: jsonBody(
+          ownBody({
+            url: publicUrl("Where the test event goes.").openapi({ example: "https://example.com/hooks" }),
+            type: z
+              .enum(TEST_EVENT_TYPES, { error: `must be one of ${TEST_EVENT_TYPES.join(", ")}` })
+              .optional()
+              .openapi({
                 description:
-                  "For task event samples: an image task (default) or a video task, of the catalog's first model of that kind.",
+                  "Default ping. A task or notice type sends a realistic sample of that event (data.sample: true), so a low-code tool can learn its structure.",
               }),
+            task_type: z.enum(["image", "video"], { error: "must be image or video" }).optional().openapi({
+              description:
+                "For task event samples: an image task (default) or a video task, of the catalog's first model of that kind.",
             }),
-          ),
-        },
+          }),
+        ),
       },
       description: `Signed like every webhook and sent with your default callback headers. Status and latency only, never the receiver's body. At most ${PINGS_PER_MINUTE} a minute per client, and under the same per-host cap and circuit breaker as deliveries: 429 rate_limit otherwise.`,
       responses: {

@@ -17,6 +17,7 @@ import {
   json,
   CallbackHeadersSchema,
   errorResponses,
+  jsonBody,
   ownBody,
   publicUrl,
   TaskIdParam,
@@ -170,7 +171,7 @@ export function registerWebhookEndpointRoutes(app: OpenAPIHono<AppEnv>, deps: Se
       summary: "Subscribe a URL or a queue to your tasks' events",
       description: `Every event of your tasks whose type the endpoint subscribes to is delivered to it (and to the task's own callback_url, if any), each destination with its own attempts, retries and breaker, under the same webhook-id, body and signature. url passes the callback_url checks. With type amqp, nats or sqs the endpoint is a queue: each message is the webhook (same body; webhook-id, webhook-timestamp, webhook-signature as headers or attributes), delivered when the broker confirms it (docs/destinations.md); credentials are stored sealed and never shown. At most ${MAX_ENDPOINTS} endpoints per client.`,
       security: apiKeySecurity,
-      request: { body: { required: true, content: json(EndpointCreate) } },
+      request: { body: jsonBody(EndpointCreate) },
       responses: {
         201: { description: "The endpoint", content: json(z.object({ data: EndpointSchema })) },
         ...errorResponses(400, 401, 413, 415, 422),

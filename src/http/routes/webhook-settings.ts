@@ -3,7 +3,15 @@ import type { ServiceDeps } from "../../services/deps.js";
 import { getWebhookSettings, updateWebhookSettings } from "../../services/webhook-settings.js";
 import type { AppEnv } from "../context.js";
 import { apiRoute } from "../schema-rules.js";
-import { apiKeySecurity, json, CallbackHeadersSchema, errorResponses, ownBody, publicUrl } from "../schemas.js";
+import {
+  apiKeySecurity,
+  json,
+  CallbackHeadersSchema,
+  errorResponses,
+  ownBody,
+  publicUrl,
+  jsonBody,
+} from "../schemas.js";
 
 const SettingsSchema = z
   .object({
@@ -77,7 +85,7 @@ export function registerWebhookSettingsRoutes(app: OpenAPIHono<AppEnv>, deps: Se
       description:
         "notification_url passes the same checks as callback_url. callback_headers: at most 8, names HTTP tokens (never host, connection, content-*, transfer-encoding, te, upgrade, user-agent, webhook-*), values at most 1024 visible ASCII characters; stored sealed and never shown again. Choosing ed25519 the first time makes the key pair.",
       security: apiKeySecurity,
-      request: { body: { required: true, content: json(SettingsUpdate) } },
+      request: { body: jsonBody(SettingsUpdate) },
       responses: {
         200: { description: "The settings now", content: json(z.object({ data: SettingsSchema })) },
         ...errorResponses(400, 401, 413, 415, 422),
