@@ -1,8 +1,9 @@
 // Public routes (issue #38 item 4, #43): what one request without an API key costs the relay, and
 // what a flood of them does to a paying client, on this build and on an older one in the same run.
 //
-//   node bench/public-routes.mjs            (BENCH_QUICK=1: a small run; BENCH_PUBLIC_OLD_DIST=<dist>,
-//                                             default /work/base/dist when it exists: the old build)
+//   node bench/public-routes.mjs            (BENCH_QUICK=1: a small run of this build alone;
+//                                             BENCH_PUBLIC_OLD_DIST=<dist>, default /work/base/dist
+//                                             when it exists and the run is not quick: the old build)
 //
 // Per build, per round (the builds' order rotated each round):
 //   - CPU per request of GET /openapi/v1/webhooks/jwks/{id} and GET /files/{token} (302), from the
@@ -218,12 +219,13 @@ function flood(b, n) {
 }
 
 export async function benchPublicRoutes({ log = console.log, rounds = QUICK ? 1 : 3 } = {}) {
+  // A quick run (the smoke test's) measures this build only, unless an old one is named.
   const oldDist =
-    process.env.BENCH_PUBLIC_OLD_DIST ?? (existsSync("/work/base/dist/main.js") ? "/work/base/dist" : null);
+    process.env.BENCH_PUBLIC_OLD_DIST ?? (!QUICK && existsSync("/work/base/dist/main.js") ? "/work/base/dist" : null);
   const builds = [["new", DIST], ...(oldDist ? [["old", oldDist]] : [])];
-  const n = QUICK ? 200 : 3000;
-  const floodN = QUICK ? 1000 : 10_000;
-  const victimTasks = QUICK ? 3 : 15;
+  const n = QUICK ? 100 : 3000;
+  const floodN = QUICK ? 400 : 10_000;
+  const victimTasks = QUICK ? 2 : 15;
   const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-public-"));
   const loadStart = loadNow();
   const sim = await startSimulator(
