@@ -1,0 +1,102 @@
+// SQLite statements per delivered webhook, counted in-process: one build's Dispatcher (wired as
+// bench/dispatcher-micro.mjs wires it, silent logger) drains N pre-written events of one client to
+// one loopback receiver, and every run/get/all/iterate of a prepared better-sqlite3 statement is
+// counted (BEGIN/COMMIT of the group commit are counted apart, as transactions).
+//   node bench/delivery-statements.mjs DIST [events]
+import http from "node:http";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import { join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { createClient } from "./lib/proc.mjs";
+import { prepareSeeding, seedPendingEvents } from "./lib/seed.mjs";
+
+const dist = resolve(process.argv[2] ?? "dist");
+const N = Number(process.argv[3] ?? 1000);
+process.env.BENCH_DIST = dist;
+const load = (rel) => import(pathToFileURL(join(dist, rel)).href);
+const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-stmts-"));
+let hits = 0;
+const receiver = http.createServer((req, res) => {
+  req.resume();
+  req.on("end", () => {
+    hits++;
+    res.end("ok");
+  });
+});
+await new Promise((r) => receiver.listen(0, "127.0.0.1", r));
+await prepareSeeding();
+const db = join(tmp, "s.db");
+const { id } = await createClient(db, "stmts", dist);
+seedPendingEvents(db, id, N, `http://127.0.0.1:${receiver.address().port}/hook`);
+
+const { systemClock } = await load("clock.js");
+const { loadConfig } = await load("config.js");
+const { openDatabase } = await load("db/sqlite/open.js");
+const { sqliteStore } = await load("open-store.js");
+const { silentLogger } = await load("logger.js");
+const { WebhookSender } = await load("webhooks/sender.js");
+const { Dispatcher } = await load("workers/dispatcher.js");
+const { WorkerLoop } = await load("workers/loop.js");
+const { LeaseOwner } = await load("workers/owner.js");
+
+const database = openDatabase(db);
+const counts = { statements: 0, transactions: 0 };
+const proto = Object.getPrototypeOf(database.sqlite.prepare("SELECT 1"));
+for (const m of ["run", "get", "all", "iterate"]) {
+  const native = proto[m];
+  proto[m] = function (...args) {
+    if (/^\s*(BEGIN|COMMIT)/i.test(this.source)) counts.transactions += /^\s*BEGIN/i.test(this.source) ? 1 : 0;
+    else counts.statements++;
+    return native.apply(this, args);
+  };
+}
+const txn = database.sqlite.transaction;
+database.sqlite.transaction = function (fn) {
+  const t = txn.call(this, fn);
+  const wrap = (variant) =>
+    function (...args) {
+      counts.transactions++;
+      return variant.apply(this, args);
+    };
+  const out = wrap(t);
+  for (const v of ["deferred", "immediate", "exclusive"]) out[v] = wrap(t[v]);
+  return out;
+};
+const config = loadConfig({ DATABASE_PATH: db, WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" });
+const sender = new WebhookSender({ allowPrivateNetworks: true });
+let done;
+const finished = new Promise((r) => (done = r));
+let settled = 0;
+const dispatcher = new Dispatcher({
+  store: sqliteStore(database),
+  clock: systemClock,
+  config,
+  logger: silentLogger,
+  sender,
+  owner: new LeaseOwner(),
+  onAttempt: () => {
+    if (++settled >= N) done();
+  },
+});
+const loop = new WorkerLoop({
+  name: "dispatcher",
+  clock: systemClock,
+  logger: silentLogger,
+  tick: () => dispatcher.tick(),
+});
+dispatcher.onSettled = () => loop.nudge();
+const before = { ...counts };
+loop.start();
+await finished;
+await loop.stop();
+await dispatcher.drain();
+const per = (k) => Math.round(((counts[k] - before[k]) / hits) * 100) / 100;
+process.stdout.write(
+  `${JSON.stringify({ dist, webhooks: hits, statements_per_webhook: per("statements"), transactions_per_webhook: per("transactions") })}\n`,
+);
+await sender.close();
+database.close();
+receiver.close();
+rmSync(tmp, { recursive: true, force: true });
+process.exit(0);
