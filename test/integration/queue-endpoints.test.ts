@@ -36,7 +36,8 @@ let sqs: SqsBroker;
 let admin: ChannelModel;
 let sqsAdmin: SQSClient;
 let queueUrl: string;
-let outageQueueUrl: string;
+/** The SQS queue of each named use (`outage`, `ed25519`): a use's messages stay apart from the others'. */
+const sqsQueueUrls = new Map<string, string>();
 
 /** The test's own RabbitMQ connection; a broker restart closes it (an error event, ignored here). */
 async function adminConnection(): Promise<ChannelModel> {
@@ -53,15 +54,18 @@ beforeAll(async () => {
   await ch.assertExchange("genrelay", "topic", { durable: true });
   await ch.assertQueue("app", { durable: true });
   await ch.bindQueue("app", "genrelay", "task.#");
-  await ch.assertQueue("outage", { durable: true });
-  await ch.bindQueue("outage", "genrelay", "outage.amqp");
+  for (const use of USES) {
+    await ch.assertQueue(use, { durable: true });
+    await ch.bindQueue(use, "genrelay", `${use}.amqp`);
+  }
   await ch.close();
   const nc = await connect({ servers: nats.url });
   await (await jetstreamManager(nc)).streams.add({ name: "EVENTS", subjects: ["genrelay.>"] });
   await nc.close();
   sqsAdmin = sqsClientOf(sqs);
   queueUrl = (await sqsAdmin.send(new CreateQueueCommand({ QueueName: "app-events" }))).QueueUrl!;
-  outageQueueUrl = (await sqsAdmin.send(new CreateQueueCommand({ QueueName: "outage-events" }))).QueueUrl!;
+  for (const use of USES)
+    sqsQueueUrls.set(use, (await sqsAdmin.send(new CreateQueueCommand({ QueueName: `${use}-events` }))).QueueUrl!);
 }, 90_000);
 afterAll(async () => {
   await admin?.close().catch(() => {});
@@ -107,18 +111,26 @@ const attemptOutcomes = async (t: TestRelay, apiKey: string, id: string): Promis
 
 type Consumed = Array<[string, Record<string, string>]>;
 
-/** Each kind's outage: its endpoint (a queue of its own), its broker, and every message a consumer finds there. */
-const OUTAGE: Record<
+/** The tests that read every message of a queue of their own, per kind. */
+const USES = ["outage", "ed25519"] as const;
+type Use = (typeof USES)[number];
+
+/**
+ * Each kind for one use: its endpoint (the use's own queue: an AMQP queue bound to `<use>.amqp`,
+ * the NATS subject `genrelay.<use>`, the SQS queue `<use>-events`), its broker, and every message
+ * a consumer finds there.
+ */
+const QUEUES: Record<
   "amqp" | "nats" | "sqs",
-  {
+  (use: Use) => {
     endpoint: () => Record<string, unknown>;
     broker: () => { stop(): Promise<void>; start(): Promise<void> };
     restarted?: () => Promise<void>;
     read: () => Promise<Consumed>;
   }
 > = {
-  amqp: {
-    endpoint: () => amqpEndpoint("outage.amqp"),
+  amqp: (use) => ({
+    endpoint: () => amqpEndpoint(`${use}.amqp`),
     broker: () => rabbit,
     // The restart closed the test's own connection too.
     restarted: async () => {
@@ -127,14 +139,14 @@ const OUTAGE: Record<
     read: async () => {
       const ch = await admin.createChannel();
       const out: Consumed = [];
-      for (let m = await ch.get("outage", { noAck: true }); m; m = await ch.get("outage", { noAck: true }))
+      for (let m = await ch.get(use, { noAck: true }); m; m = await ch.get(use, { noAck: true }))
         out.push([m.content.toString("utf8"), m.properties.headers as Record<string, string>]);
       await ch.close();
       return out;
     },
-  },
-  nats: {
-    endpoint: () => ({ type: "nats", url: nats.url, subject: "genrelay.outage" }),
+  }),
+  nats: (use) => ({
+    endpoint: () => ({ type: "nats", url: nats.url, subject: `genrelay.${use}` }),
     broker: () => nats,
     read: async () => {
       const nc = await connect({ servers: nats.url });
@@ -143,7 +155,7 @@ const OUTAGE: Record<
       const last = (await jsm.streams.info("EVENTS")).state.last_seq;
       for (let seq = 1; seq <= last; seq++) {
         const m = await jsm.streams.getMessage("EVENTS", { seq }).catch(() => null);
-        if (m?.subject !== "genrelay.outage") continue;
+        if (m?.subject !== `genrelay.${use}`) continue;
         const h: Record<string, string> = {};
         for (const [name, values] of m.header) h[name.toLowerCase()] = values[0]!;
         out.push([m.string(), h]);
@@ -151,16 +163,16 @@ const OUTAGE: Record<
       await nc.close();
       return out;
     },
-  },
-  sqs: {
-    endpoint: () => ({ ...sqsEndpoint(), queue_url: outageQueueUrl }),
+  }),
+  sqs: (use) => ({
+    endpoint: () => ({ ...sqsEndpoint(), queue_url: sqsQueueUrls.get(use)! }),
     broker: () => sqs,
     read: async () => {
       const out: Consumed = [];
       for (;;) {
         const got = await sqsAdmin.send(
           new ReceiveMessageCommand({
-            QueueUrl: outageQueueUrl,
+            QueueUrl: sqsQueueUrls.get(use)!,
             MessageAttributeNames: ["All"],
             MaxNumberOfMessages: 10,
           }),
@@ -173,7 +185,7 @@ const OUTAGE: Record<
         }
       }
     },
-  },
+  }),
 };
 
 const amqpEndpoint = (routingKey?: string) => ({
@@ -346,7 +358,7 @@ describe("queue endpoints: delivery", () => {
     expect(JSON.stringify(log)).toContain("MD5s match");
   });
 
-  it("an Ed25519 client's NATS message carries v1a only, verified with the key its JWKS publishes", async () => {
+  it("an Ed25519 client's RabbitMQ, NATS and SQS messages carry v1a only, verified with the key its JWKS publishes", async () => {
     const { t, up } = setup();
     const client = t.client();
     await body(
@@ -358,31 +370,32 @@ describe("queue endpoints: delivery", () => {
     );
     // Past the switch's 24-hour overlap, when the hmac v1 signature still came beside v1a: v1a only.
     t.clock.advance(24 * 60 * 60_000 + 1_000);
-    await addNatsEndpoint(t, client.apiKey, "genrelay.ed25519");
+    for (const kind of ["amqp", "nats", "sqs"] as const)
+      await body(
+        await t.request(client.apiKey, PATH, { method: "POST", json: QUEUES[kind]("ed25519").endpoint() }),
+        201,
+      );
     const id = await succeededTask(t, up, client.apiKey);
     await deliverAll(t);
-    const nc = await connect({ servers: nats.url });
-    const stored = await (await jetstreamManager(nc)).streams.getMessage("EVENTS", {
-      last_by_subj: "genrelay.ed25519",
-    });
-    await nc.close();
-    expect(stored).not.toBeNull();
-    const headers: Record<string, string> = {};
-    for (const [name, values] of stored!.header) headers[name.toLowerCase()] = values[0]!;
-    const message = { headers, body: stored!.string() };
 
     // The key as a consumer gets it: the client's published JWKS, fetched without an API key.
     const jwks = await body(await t.relay.app.request(`http://relay.test/openapi/v1/webhooks/jwks/${client.id}`), 200);
     expect(jwks.keys).toHaveLength(1);
     const published = `whpk_${Buffer.from(jwks.keys[0].x, "base64url").toString("base64")}`;
-    expect(headers["webhook-signature"]).toMatch(/^v1a,\S+$/);
-    const { v1a, byNew } = v1aOfRotation(message, published);
-    expect(byNew).toBe(headers["webhook-signature"]);
-    expect(v1a).toEqual([byNew]);
-    // The key verifies this message only: another body under the same headers fails.
-    expect(v1aOfRotation({ headers, body: message.body.replace(id, "tsk_other") }, published).byNew).toBeUndefined();
-    expect(JSON.parse(message.body)).toMatchObject({ type: "task.succeeded", data: { id, status: "succeeded" } });
-    expect(headers["nats-msg-id"]).toBe(headers["webhook-id"]);
+    for (const kind of ["amqp", "nats", "sqs"] as const) {
+      const consumed = await QUEUES[kind]("ed25519").read();
+      expect(consumed, kind).toHaveLength(1);
+      const [text, headers] = consumed[0]!;
+      const message = { headers, body: text };
+      expect(headers["webhook-signature"], kind).toMatch(/^v1a,\S+$/);
+      const { v1a, byNew } = v1aOfRotation(message, published);
+      expect(byNew, kind).toBe(headers["webhook-signature"]);
+      expect(v1a, kind).toEqual([byNew]);
+      // The key verifies this message only: another body under the same headers fails.
+      expect(v1aOfRotation({ headers, body: text.replace(id, "tsk_other") }, published).byNew, kind).toBeUndefined();
+      expect(JSON.parse(text), kind).toMatchObject({ type: "task.succeeded", data: { id, status: "succeeded" } });
+      if (kind === "nats") expect(headers["nats-msg-id"]).toBe(headers["webhook-id"]);
+    }
   });
 
   it("an unroutable AMQP message and a missing JetStream stream are failed attempts naming why", async () => {
@@ -403,7 +416,7 @@ describe("queue endpoints: delivery", () => {
 
   for (const kind of ["amqp", "nats", "sqs"] as const)
     it(`a ${kind} broker stopped mid-run, then restarted, gets every message at least once with its webhook-id`, async () => {
-      const outage = OUTAGE[kind];
+      const outage = QUEUES[kind]("outage");
       const { t, up } = setup();
       const { apiKey, secret } = t.client();
       await body(await t.request(apiKey, PATH, { method: "POST", json: outage.endpoint() }), 201);
