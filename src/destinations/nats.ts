@@ -1,5 +1,12 @@
 import { type JetStreamClient, jetstream } from "@nats-io/jetstream";
-import { connect, credsAuthenticator, headers, type NatsConnection } from "@nats-io/transport-node";
+import {
+  connect,
+  credsAuthenticator,
+  headers,
+  type NatsConnection,
+  type NodeConnectionOptions,
+} from "@nats-io/transport-node";
+import { parseHostAsIp } from "../net/address-guard.js";
 import type { SendResult } from "../webhooks/sender.js";
 import { BrokerClient, brokerHostOf, type QueueClientOptions } from "./broker-client.js";
 import type { QueueMessage } from "./queue-message.js";
@@ -54,14 +61,22 @@ export class NatsDestination extends BrokerClient<NatsClient> {
     signal.throwIfAborted();
     const tls = url.protocol === "tls:";
     const port = url.port || "4222";
+    const dialed = `${address.includes(":") ? `[${address}]` : address}:${port}`;
+    // Always the vetted address: dialing the name would resolve it again, unchecked (DNS rebinding).
+    // Over TLS the name goes in SNI and is what the certificate is checked against (as HTTPS
+    // deliveries and amqps:// do); an IP literal is checked as itself.
+    const servername = parseHostAsIp(url.hostname) === null ? url.hostname : undefined;
+    // node:tls options, which the transport passes through to tls.connect (its type names only some).
+    const tlsOptions: NonNullable<NodeConnectionOptions["tls"]> & { servername?: string } = servername
+      ? { servername }
+      : {};
     const nc = await connect({
-      // A TLS certificate names the host, so TLS dials the vetted name; plain NATS dials the vetted address.
-      servers: tls ? `tls://${url.hostname}:${port}` : `${address.includes(":") ? `[${address}]` : address}:${port}`,
+      servers: tls ? `tls://${dialed}` : dialed,
       timeout: this.connectTimeoutMs,
       reconnect: false,
       ignoreClusterUpdates: true,
       noRandomize: true,
-      ...(tls ? { tls: {} } : {}),
+      ...(tls ? { tls: tlsOptions } : {}),
       ...(url.username ? { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) } : {}),
       ...(target.token ? { token: target.token } : {}),
       ...(target.creds ? { authenticator: credsAuthenticator(new TextEncoder().encode(target.creds)) } : {}),
