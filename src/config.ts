@@ -175,6 +175,7 @@ const EnvSchema = z
     STREAM_CORS_ORIGINS: corsOrigins.default([]),
     MIRROR_MAX_BYTES: int(1, Number.MAX_SAFE_INTEGER).default(1024 ** 3),
     LEADER_LEASE: duration(500, 10 * 60_000).default(20_000),
+    DATABASE_FAILOVER_TIMEOUT: duration(1_000, 60 * 60_000).default(30_000),
     SANDBOX: bool.optional(),
   })
   .superRefine((env, ctx) => {
@@ -231,6 +232,12 @@ export interface Config {
    * making progress loses it after this long and another takes over (docs/contract.md, "A frozen instance loses its roles").
    */
   leaderLeaseMs: number;
+  /**
+   * PostgreSQL with several hosts in DATABASE_URL: how long the relay looks for the writable one
+   * (503 storage_unavailable meanwhile) before it logs an error, and how long it waits at start
+   * while some host does not answer (docs/operations.md, "PostgreSQL failover").
+   */
+  databaseFailoverTimeoutMs: number;
 }
 
 export class ConfigError extends Error {
@@ -297,6 +304,7 @@ function toConfig(env: Env): Config {
     mirrorMaxBytes: env.MIRROR_MAX_BYTES,
     clientMaxStoredBytes: env.CLIENT_MAX_STORED_BYTES,
     leaderLeaseMs: env.LEADER_LEASE,
+    databaseFailoverTimeoutMs: env.DATABASE_FAILOVER_TIMEOUT,
   };
 }
 

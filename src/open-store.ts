@@ -4,6 +4,8 @@ import { openDatabase, type Database_ } from "./db/sqlite/open.js";
 import { SqliteStore } from "./db/sqlite/store.js";
 import { migratePostgres } from "./db/pg/open.js";
 import { PgStore } from "./db/pg/store.js";
+import { PgHosts } from "./db/pg/failover.js";
+import { parsePgUrl } from "./db/pg/hosts.js";
 import type { Store } from "./store/store.js";
 
 /** The store on an open SQLite database, with the core's transition rules. */
@@ -11,13 +13,34 @@ export function sqliteStore(database: Database_): SqliteStore {
   return new SqliteStore(database, transitionRules);
 }
 
-/** The store on a PostgreSQL database (DATABASE_URL), migrated first unless told not to. */
+/**
+ * The store on a PostgreSQL database (DATABASE_URL), migrated first unless told not to. A URL of
+ * several hosts (libpq's form) waits until one takes writes, up to `failoverTimeoutMs` while some
+ * host does not answer, and the store keeps following the writable one (db/pg/failover.ts).
+ */
 export async function pgStore(
   connectionString: string,
-  options: { migrate?: boolean; max?: number } = {},
+  options: { migrate?: boolean; max?: number; failoverTimeoutMs?: number } = {},
 ): Promise<PgStore> {
-  if (options.migrate !== false) await migratePostgres(connectionString);
-  return new PgStore({ connectionString, ...(options.max !== undefined ? { max: options.max } : {}) }, transitionRules);
+  const address = parsePgUrl(connectionString);
+  const hosts =
+    address.hosts.length > 1
+      ? new PgHosts(address, { failoverTimeoutMs: options.failoverTimeoutMs ?? 30_000 })
+      : undefined;
+  if (hosts) {
+    try {
+      await hosts.ready();
+    } catch (err) {
+      hosts.close();
+      throw err;
+    }
+  }
+  const migrateUrl = hosts?.writableHost ? address.urlFor(hosts.writableHost) : connectionString;
+  if (options.migrate !== false) await migratePostgres(migrateUrl);
+  return new PgStore(
+    { connectionString, ...(hosts ? { hosts } : {}), ...(options.max !== undefined ? { max: options.max } : {}) },
+    transitionRules,
+  );
 }
 
 /**
@@ -25,9 +48,15 @@ export async function pgStore(
  * (shared by any number of instances), else the SQLite file at DATABASE_PATH.
  */
 export async function openStore(
-  config: Pick<Config, "databasePath" | "databaseUrl">,
+  config: Pick<Config, "databasePath" | "databaseUrl"> & Partial<Pick<Config, "databaseFailoverTimeoutMs">>,
   options: { migrate?: boolean } = {},
 ): Promise<Store> {
-  if (config.databaseUrl) return pgStore(config.databaseUrl, options);
+  if (config.databaseUrl)
+    return pgStore(config.databaseUrl, {
+      ...options,
+      ...(config.databaseFailoverTimeoutMs !== undefined
+        ? { failoverTimeoutMs: config.databaseFailoverTimeoutMs }
+        : {}),
+    });
   return sqliteStore(openDatabase(config.databasePath, options));
 }

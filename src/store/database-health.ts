@@ -8,7 +8,7 @@ const SQLITE_UNAVAILABLE_CODES = /^SQLITE_(FULL|IOERR|READONLY|CANTOPEN|BUSY|LOC
  * disk full, out of memory, too many connections), shutdown or start-up (57P01-57P05), a statement
  * cut off by statement_timeout (57014), an idle transaction timed out (25P03), system and I/O
  * errors (58), corrupted data (XX001, XX002), and a write refused as read-only (25006: a standby, or
- * a primary demoted by a failover, still behind DATABASE_URL's address until it moves).
+ * a primary demoted by a failover, until the relay finds the new one).
  */
 const PG_UNAVAILABLE_CODES = /^(08...|53...|57P0[1-5]|57014|25P03|25006|58...|XX00[12])$/;
 /** Socket errors of the database connection (node-postgres passes them on as they are). */

@@ -45,6 +45,7 @@ describe("loadConfig defaults", () => {
       mirrorMaxBytes: 1024 ** 3,
       clientMaxStoredBytes: 1024 ** 3,
       leaderLeaseMs: 20_000,
+      databaseFailoverTimeoutMs: 30_000,
     } satisfies Config);
   });
 
@@ -138,6 +139,7 @@ describe("loadConfig defaults", () => {
       mirrorMaxBytes: 5_000_000,
       clientMaxStoredBytes: 64 * 1024 * 1024,
       leaderLeaseMs: 5_000,
+      databaseFailoverTimeoutMs: 30_000,
     } satisfies Config);
   });
 

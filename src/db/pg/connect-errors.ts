@@ -12,6 +12,7 @@ export function pgConnectProblem(err: unknown, url: string, env: { PGPASSWORD?: 
     | { code?: string; message?: string; address?: string; port?: number }
     | undefined;
   const message = e?.message ?? String(err);
+  if ((e as { noWritableHost?: boolean } | undefined)?.noWritableHost) return message;
   const code = e?.code;
   // The host the failing connection went to, when the error says; else the URL's (first) host.
   const host: PgHost =

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import pg from "pg";
+import type pg from "pg";
 import type {
   AccountStore,
   ClientStore,
@@ -30,6 +30,8 @@ import { columnsOf, T, E, unclaimed, RELEASED, CHANNEL, types, type Row, type Qu
 import { planTransition } from "../../store/transition-plan.js";
 import { INSTANCE_PREFIX, newPgPool, pgClientConfig, type PgLimits } from "./open.js";
 import { CheckedClient, checkPoolQueries } from "./checked-client.js";
+import type { PgHosts } from "./failover.js";
+import { isDatabaseUnavailable } from "../../store/database-health.js";
 import { pgAccounts } from "./accounts.js";
 import { pgClients } from "./clients.js";
 import { CLIENT_CHANGED, ClientChanges } from "../kit/client-changes.js";
@@ -45,8 +47,17 @@ import type { PendingAttempt, PgContext } from "./context.js";
 import { foldStoredBytesLog } from "./stored-bytes-log.js";
 import { returnGrants } from "./stored-bytes-grants.js";
 
+/**
+ * Longest a COMMIT may take before its connection counts as lost (checked-client.ts). A commit
+ * waits for the synchronous standby: milliseconds, unless the primary lost it (a standby promoted
+ * behind its back), when it would wait for ever.
+ */
+export const COMMIT_TIMEOUT_MS = 5_000;
+
 export interface PgStoreOptions extends PgLimits {
   connectionString: string;
+  /** DATABASE_URL of several hosts: which one takes writes (failover.ts); every connection goes there. */
+  hosts?: PgHosts;
   /** Pool size (connections for requests and workers; two more are dedicated to leadership and LISTEN). */
   max?: number;
 }
@@ -117,7 +128,7 @@ export class PgStore implements Store, PgContext {
     this.grantHolder = this.connection.applicationName!;
     // Bounded waits, and no connection that dies (server restart) can crash the process: see open.ts.
     this.pool = newPgPool({
-      ...pgClientConfig(options.connectionString, this.connection),
+      ...this.clientConfig(),
       max: options.max ?? 10,
       types,
       Client: CheckedClient,
@@ -141,10 +152,17 @@ export class PgStore implements Store, PgContext {
     this.folding = setInterval(() => void foldStoredBytesLog(this.pool).catch(() => {}), FOLD_EVERY_MS);
     this.folding.unref();
     this.leadership = new PgLeadership({
-      connect: () => new CheckedClient({ ...pgClientConfig(this.options.connectionString, this.connection), types }),
+      connect: () => new CheckedClient({ ...this.clientConfig(), types }),
       applicationName: this.connection.applicationName!,
       releaseLeases: (holder) => this.ops.releaseLeases(holder),
     });
+  }
+
+  /** Every connection's settings; with several hosts, each connects to the writable one (checked-client.ts). */
+  private clientConfig(): pg.ClientConfig & { hosts?: PgHosts } {
+    const { hosts } = this.options;
+    if (!hosts) return pgClientConfig(this.options.connectionString, this.connection);
+    return { ...pgClientConfig(hosts.address.urlFor(hosts.address.hosts[0]!), this.connection), hosts };
   }
 
   /** Attempts settling in the same turn of the event loop, written together by flushAttempts. */
@@ -203,10 +221,13 @@ export class PgStore implements Store, PgContext {
     try {
       await c.query("BEGIN");
       const result = await work(c);
-      await c.query("COMMIT");
+      // Bounded (CheckedClient): a commit that does not return is a lost connection, never a 201.
+      await c.query({ text: "COMMIT", query_timeout: COMMIT_TIMEOUT_MS } as pg.QueryConfig);
       return result;
     } catch (err) {
-      // A connection that cannot even roll back (lost, timed out) is thrown away, not pooled again.
+      // A connection that cannot even roll back (lost, timed out) is thrown away, not pooled again;
+      // so is one to a server that refused the write as read-only (a failover demoted it).
+      if (isDatabaseUnavailable(err)) broken = err instanceof Error ? err : new Error(String(err));
       await c.query("ROLLBACK").catch((e: unknown) => {
         broken = e instanceof Error ? e : new Error(String(e));
       });
@@ -374,7 +395,7 @@ export class PgStore implements Store, PgContext {
     if (this.listener || this.closed) return;
     const reopening = this.listenedBefore;
     this.listenedBefore = true;
-    const client = new pg.Client(pgClientConfig(this.options.connectionString, this.connection));
+    const client = new CheckedClient(this.clientConfig());
     const reconnect = () => {
       if (this.listener !== client) return;
       this.listener = null;
@@ -429,6 +450,7 @@ export class PgStore implements Store, PgContext {
     // Room granted to this instance goes back to its clients (stored-bytes-grants.ts).
     await returnGrants(this.pool, this.grantHolder).catch(() => {});
     await this.pool.end();
+    this.options.hosts?.close();
   }
 }
 
