@@ -24,6 +24,10 @@
 //  13. queues      queue destinations (amqp, nats, sqs): messages/s and CPU-ms per message vs each broker's
 //                   own client, task.succeeded -> consumer latency (bench/queues.mjs; real brokers on loopback);
 //                   BENCH_QUEUES_OLD_DIST=<dist of another build> measures that build side by side
+//  14. tracing     (BENCH_ONLY=tracing only) CPU per task with tracing off, this build and an old one,
+//                   and on, all spans exported to a loopback collector (bench/tracing.mjs)
+//  15. big-outputs (BENCH_ONLY=big-outputs only) a victim's creations and the event-loop max while
+//                   7 MB outputs land, this build beside an old one (bench/big-outputs.mjs)
 //   6. latency      completion->webhook in REAL time, 500 tasks of 20-60 s at 100 reads/min, against the
 //                   simulator's 120/min limit (bench/latency.mjs; about 2 minutes of wall time by itself)
 //   8. fairness     delivery under a tenant's slow receivers and to partly working receivers in REAL time
@@ -103,6 +107,8 @@ const PARTIAL = [
   "eta",
   "public",
   "queues",
+  "tracing",
+  "big-outputs",
 ];
 const ONLY = (process.env.BENCH_ONLY ?? "")
   .split(",")
@@ -1070,6 +1076,14 @@ async function publicRow() {
 }
 
 /** Queue destinations against each broker's own client (bench/queues.mjs). */
+/** A row measured by bench/<file>.mjs's `fn`, with its own old build beside (see that file's header). */
+async function optInRow(file, fn, what) {
+  log(`\n[${elapsed()}] ${what} (bench/${file}.mjs)`);
+  const result = await (await import(`./${file}.mjs`))[fn]({ rounds: CFG.rounds, log: (...args) => log(...args) });
+  result.measured = measuredNow();
+  return result;
+}
+
 async function queuesRow() {
   log(`\n[${elapsed()}] queue destinations: relay vs each broker's own client, amqp, nats, sqs (bench/queues.mjs)`);
   const { benchQueues } = await import("./queues.mjs");
@@ -1140,6 +1154,15 @@ async function partial(info) {
   if (ONLY.includes("eta")) results.benchmarks.eta = await etaRow();
   if (ONLY.includes("public")) results.benchmarks.public_routes = await publicRow();
   if (ONLY.includes("queues")) results.benchmarks.queues = await queuesRow();
+  // Opt-in only (not in the full run): each starts its own relays, several minutes at full scale.
+  if (ONLY.includes("tracing"))
+    results.benchmarks.tracing = await optInRow("tracing", "benchTracing", "tracing off/on, CPU per task");
+  if (ONLY.includes("big-outputs"))
+    results.benchmarks.big_outputs = await optInRow(
+      "big-outputs",
+      "benchBigOutputs",
+      "a victim while 7 MB outputs land",
+    );
   return results;
 }
 
