@@ -55,3 +55,19 @@ describe("starting on PostgreSQL (built relay)", () => {
     });
   });
 });
+
+describe("a DATABASE_URL host list with no writable host (built relay)", () => {
+  it("is one line at start naming each host's answer", async () => {
+    const admin = new URL(inject("pgAdminUrl"));
+    const closed = await freePort();
+    // The one live server refuses writes for this session: a standby's answer, without a standby.
+    const url = `postgres://${admin.username}:${admin.password}@127.0.0.1:${admin.port},127.0.0.1:${closed}${admin.pathname}?target_session_attrs=read-write&options=-c%20default_transaction_read_only%3Don`;
+    const { code, lines } = await refused({ DATABASE_URL: url, DATABASE_FAILOVER_TIMEOUT: "1s", ...upstream });
+    expect({ code, lines }).toEqual({
+      code: 1,
+      lines: [
+        `genrelay: no host in DATABASE_URL takes writes (127.0.0.1:${admin.port} is read-only (default_transaction_read_only), 127.0.0.1:${closed} is unreachable (ECONNREFUSED)): list the primary among the hosts, or wait for the failover to finish`,
+      ],
+    });
+  });
+});
