@@ -6,7 +6,7 @@ import { createClient } from "../../src/services/clients.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { startReplica, type PgNode, type PgReplica } from "../helpers/pg-replica.js";
 import { callAs, crash, round, simulatedUpstream, startInstance, type Instance } from "../helpers/pg-relays.js";
-import { startReceiver } from "../helpers/receiver.js";
+import { type Answer, startReceiver } from "../helpers/receiver.js";
 import { imageBody } from "../helpers/relay.js";
 
 /**
@@ -139,6 +139,66 @@ describe("PostgreSQL failover (two servers, synchronous standby)", () => {
     expect([writableOf(a), writableOf(b)]).toEqual([replica.standby.port, replica.standby.port]);
     console.log(
       `failover: promotion→first 201 ${Math.round(toFirst201)} ms, promotion→first webhook ${Math.round(firstWebhook! - promotedAt)} ms, 503s ${unavailable}, tasks ${ids.length}, upstream creations ${upstream.log.creates.length}`,
+    );
+  }, 120_000);
+
+  it("a failover in the middle of a fan-out to endpoints: every endpoint gets every task's event, under one webhook-id per pair", async () => {
+    const { replica, clock, instances, call, receiver } = await setup();
+    const [a] = instances as [Instance, Instance];
+    const ENDPOINTS = 8;
+    const TASKS = 4;
+    for (let k = 0; k < ENDPOINTS; k++) {
+      const res = await call(a, "/openapi/v1/webhooks/endpoints", {
+        method: "POST",
+        body: JSON.stringify({ url: receiver.url(`/ep${k}`) }),
+      });
+      expect(res.status, await res.clone().text()).toBe(201);
+    }
+    // The first attempts fail, so the fan-out is still under way (retries due) when the primary dies.
+    const failing: Answer = (_req, res) => {
+      res.statusCode = 500;
+      res.end("not yet");
+    };
+    receiver.answers.push(...Array.from({ length: ENDPOINTS * 2 }, () => failing));
+    const ids: string[] = [];
+    for (let k = 0; k < TASKS; k++) {
+      const res = await call(a, "/openapi/v1/images/generations", {
+        method: "POST",
+        headers: { "idempotency-key": `fanout-${k}` },
+        body: JSON.stringify(imageBody()),
+      });
+      expect(res.status, await res.clone().text()).toBe(201);
+      ids.push(((await res.json()) as Json).data.id as string);
+    }
+    const succeeded = () => receiver.requests.filter((r) => r.json.type === "task.succeeded");
+    const pairs = () => new Set(succeeded().map((r) => `${new URL(r.url, "http://x").pathname} ${r.json.data.id}`));
+    for (let step = 0; step < 60 && succeeded().length < ENDPOINTS; step++) {
+      await round(instances).catch(() => {});
+      clock.advance(1_000);
+    }
+    const beforeFailover = pairs().size;
+    expect(beforeFailover).toBeLessThan(ENDPOINTS * TASKS);
+
+    replica.kill9(replica.primary);
+    await new Promise((r) => setTimeout(r, 500));
+    await replica.promote(replica.standby);
+    for (let step = 0; step < 240 && pairs().size < ENDPOINTS * TASKS; step++) {
+      await round(instances).catch(() => {});
+      clock.advance(5_000);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+
+    const expected = new Set(ids.flatMap((id) => Array.from({ length: ENDPOINTS }, (_, k) => `/ep${k} ${id}`)));
+    expect(pairs()).toEqual(expected);
+    // At least once, and every copy of one endpoint's event under the same webhook-id.
+    const idsOfPair = new Map<string, Set<string>>();
+    for (const r of succeeded()) {
+      const key = `${new URL(r.url, "http://x").pathname} ${r.json.data.id}`;
+      idsOfPair.set(key, (idsOfPair.get(key) ?? new Set()).add(r.headers["webhook-id"]!));
+    }
+    for (const [key, webhookIds] of idsOfPair) expect([key, webhookIds.size]).toEqual([key, 1]);
+    console.log(
+      `failover fan-out: ${beforeFailover} of ${ENDPOINTS * TASKS} endpoint deliveries before the failover, ${succeeded().length} task.succeeded requests in all`,
     );
   }, 120_000);
 
