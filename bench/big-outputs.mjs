@@ -17,7 +17,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { createClient, startRelay } from "./lib/proc.mjs";
+import { startLoopbackRelay } from "./lib/proc.mjs";
 import { DIST } from "./lib/dist.mjs";
 import { median, round } from "./lib/stats.mjs";
 
@@ -176,20 +176,17 @@ async function loopMaxMs(relay) {
 }
 
 async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
-  const databasePath = join(tmp, `${name}.db`);
-  const hostile = await createClient(databasePath, "hostile", dist);
-  const victim = await createClient(databasePath, "victim", dist);
-  const relay = await startRelay(
-    {
-      DATABASE_PATH: databasePath,
-      UPSTREAM_BASE_URL: upstream.url,
-      UPSTREAM_API_KEY: "sandbox",
-      UPSTREAM_READS_PER_MINUTE: 100_000,
-      WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
-    },
-    join(tmp, `${name}.log`),
-    { dist, execArgv: PROFILE_DIR ? ["--cpu-prof", "--cpu-prof-dir", PROFILE_DIR] : [] },
-  );
+  const {
+    relay,
+    clients: { hostile, victim },
+  } = await startLoopbackRelay({
+    dist,
+    tmp,
+    name,
+    upstreamUrl: upstream.url,
+    clients: ["hostile", "victim"],
+    execArgv: PROFILE_DIR ? ["--cpu-prof", "--cpu-prof-dir", PROFILE_DIR] : [],
+  });
   try {
     // Unmeasured warm-up (JIT, first statements), then the victim alone for a baseline.
     await victimLoad(relay, victim.api_key, receiver.url, () => true, 100);

@@ -20,7 +20,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { BENCH, cpuMsOf, createClient, ipcChild, startRelay, startSimulator } from "./lib/proc.mjs";
+import { BENCH, cpuMsOf, ipcChild, startLoopbackRelay, startSimulator } from "./lib/proc.mjs";
 import { DIST, distImport } from "./lib/dist.mjs";
 import { median, round } from "./lib/stats.mjs";
 
@@ -109,25 +109,20 @@ async function api(url, apiKey, path, init = {}) {
 }
 
 /** A relay of `dist` with a victim client, an ed25519 client and one file link, ready to measure. */
-async function setUp(dist, tmp, sim, receiver, name) {
-  const databasePath = join(tmp, `${name}.db`);
-  const victim = await createClient(databasePath, "victim", dist);
-  const keys = await createClient(databasePath, "keys", dist);
-  const relay = await startRelay(
-    {
-      DATABASE_PATH: databasePath,
-      UPSTREAM_BASE_URL: sim.url,
-      UPSTREAM_API_KEY: "sandbox",
-      UPSTREAM_READS_PER_MINUTE: 100_000,
-      WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
-      RELAY_ENCRYPTION_KEY: KEY,
-      PUBLIC_BASE_URL: "http://relay.bench",
-      // The default level: a request's log line is part of what it costs.
-      LOG_LEVEL: "info",
-    },
-    join(tmp, `relay-${name}.log`),
-    { dist },
-  );
+async function setUp(dist, tmp, sim, name) {
+  const {
+    relay,
+    clients: { victim, keys },
+    databasePath,
+  } = await startLoopbackRelay({
+    dist,
+    tmp,
+    name,
+    upstreamUrl: sim.url,
+    clients: ["victim", "keys"],
+    // The default level: a request's log line is part of what it costs.
+    env: { RELAY_ENCRYPTION_KEY: KEY, PUBLIC_BASE_URL: "http://relay.bench", LOG_LEVEL: "info" },
+  });
   await api(relay.url, keys.api_key, "/openapi/v1/webhooks/settings", {
     method: "PUT",
     body: JSON.stringify({ signature: "ed25519" }),
@@ -245,7 +240,7 @@ export async function benchPublicRoutes({ log = console.log, rounds = QUICK ? 1 
     for (let r = 0; r < rounds; r++) {
       const order = r % 2 ? [...builds].reverse() : builds;
       for (const [name, dist] of order) {
-        const b = await setUp(dist, tmp, sim, receiver, `${name}-${r}`);
+        const b = await setUp(dist, tmp, sim, `${name}-${r}`);
         try {
           // Warm-up: the first requests load code paths and fill caches.
           await spread(b.relay.url, b.jwksPath, 100, 100);

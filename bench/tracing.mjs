@@ -15,7 +15,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { createClient, cpuMsOf, FAST_SIMULATOR_ENV, startRelay, startSimulator } from "./lib/proc.mjs";
+import { cpuMsOf, FAST_SIMULATOR_ENV, startLoopbackRelay, startSimulator } from "./lib/proc.mjs";
 import { DIST } from "./lib/dist.mjs";
 import { median, round } from "./lib/stats.mjs";
 
@@ -85,26 +85,19 @@ async function create(relay, apiKey, callbackUrl, i, headers = {}) {
   return JSON.parse(text);
 }
 
-async function relayFor(dist, tmp, sim, name, env) {
-  const databasePath = join(tmp, `${name}.db`);
-  const client = await createClient(databasePath, "tracing", dist);
-  const relay = await startRelay(
-    {
-      DATABASE_PATH: databasePath,
-      UPSTREAM_BASE_URL: sim.url,
-      UPSTREAM_API_KEY: "sandbox",
-      UPSTREAM_READS_PER_MINUTE: 100_000,
-      WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
-      ...env,
-    },
-    join(tmp, `${name}.log`),
-    { dist },
-  );
-  return { relay, client };
+async function relayFor(dist, tmp, upstreamUrl, name, env) {
+  const { relay, clients } = await startLoopbackRelay({ dist, tmp, name, upstreamUrl, clients: ["tracing"], env });
+  return { relay, client: clients.tracing };
 }
 
 async function oneRun(config, tmp, sim, receiver, collector, tasks, tag) {
-  const { relay, client } = await relayFor(config.dist, tmp, sim, tag, config.tracing ? tracingEnv(collector.url) : {});
+  const { relay, client } = await relayFor(
+    config.dist,
+    tmp,
+    sim.url,
+    tag,
+    config.tracing ? tracingEnv(collector.url) : {},
+  );
   try {
     receiver.reset();
     const cpu0 = cpuMsOf(relay.pid);
@@ -190,7 +183,7 @@ async function sample() {
   const sim = await startSimulator({ SIM_API_KEYS: "sandbox", ...FAST_SIMULATOR_ENV }, join(tmp, "sim.log"));
   const receiver = await sink((_body, req) => req.headers.traceparent);
   const collector = await sink((body) => JSON.parse(body.toString()));
-  const { relay, client } = await relayFor(DIST, tmp, sim, "sample", tracingEnv(collector.url));
+  const { relay, client } = await relayFor(DIST, tmp, sim.url, "sample", tracingEnv(collector.url));
   const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
   try {
     await create(relay, client.api_key, `${receiver.url}/hook`, 0, { traceparent });

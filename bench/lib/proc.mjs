@@ -123,6 +123,31 @@ export async function startRelay(env, logFile, { execArgv = [], dist = DIST } = 
   return { ...child, url: `http://127.0.0.1:${port}`, port: Number(port) };
 }
 
+/**
+ * A built relay of `dist` on a fresh database `<tmp>/<name>.db` holding the named clients, reading
+ * `upstreamUrl` without a read limit and delivering to loopback: the set-up of the rows that measure
+ * one build beside another (public-routes, tracing, big-outputs). Resolves with the relay, the
+ * clients by name and the database's path.
+ */
+export async function startLoopbackRelay({ dist = DIST, tmp, name, upstreamUrl, clients, env = {}, execArgv = [] }) {
+  const databasePath = join(tmp, `${name}.db`);
+  const made = {};
+  for (const client of clients) made[client] = await createClient(databasePath, client, dist);
+  const relay = await startRelay(
+    {
+      DATABASE_PATH: databasePath,
+      UPSTREAM_BASE_URL: upstreamUrl,
+      UPSTREAM_API_KEY: "sandbox",
+      UPSTREAM_READS_PER_MINUTE: 100_000,
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+      ...env,
+    },
+    join(tmp, `relay-${name}.log`),
+    { dist, execArgv },
+  );
+  return { relay, clients: made, databasePath };
+}
+
 /** `node dist/cli.js clients create --name NAME --json` against a database (migrating it). */
 export function createClient(databasePath, name = "bench", dist = DIST) {
   return new Promise((resolve, reject) => {
