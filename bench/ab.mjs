@@ -4,11 +4,18 @@
 // Used to check that a refactor did not slow the relay down; `npm run bench` has the full picture.
 // Each dist must resolve this checkout's node_modules (a folder inside it) and have ../migrations beside it.
 import autocannon from "autocannon";
-import http from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join, resolve } from "node:path";
-import { cpuMsOf, createClient, sleep, startRelay, startSimulator } from "./lib/proc.mjs";
+import {
+  countingReceiver,
+  cpuMsOf,
+  createClient,
+  HELD_SIMULATOR_ENV,
+  sleep,
+  startRelay,
+  startSimulator,
+} from "./lib/proc.mjs";
 import { prepareSeeding, seedPendingEvents } from "./lib/seed.mjs";
 import { median } from "./lib/stats.mjs";
 
@@ -18,27 +25,9 @@ const [oldDist, newDist] = [resolve(oldArg), resolve(newArg)];
 const ROUNDS = Number(roundsArg ?? 3);
 const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-ab-"));
 
-const sim = await startSimulator(
-  { SIM_API_KEYS: "sandbox", SIM_IMAGE_QUEUED_MS: 86_400_000, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 },
-  join(tmp, "sim.log"),
-  { dist: newDist },
-);
-
-let hits = 0;
-let first = 0;
-let last = 0;
-const receiver = http.createServer((req, res) => {
-  req.resume();
-  req.on("end", () => {
-    const now = performance.now();
-    if (hits === 0) first = now;
-    last = now;
-    hits++;
-    res.end("ok");
-  });
-});
-await new Promise((r) => receiver.listen(0, "127.0.0.1", r));
-const hook = `http://127.0.0.1:${receiver.address().port}/hook`;
+const sim = await startSimulator(HELD_SIMULATOR_ENV, join(tmp, "sim.log"), { dist: newDist });
+const receiver = await countingReceiver();
+const { hook, seen } = receiver;
 
 async function intake(dist, tag) {
   const db = join(tmp, `${tag}.db`);
@@ -86,7 +75,7 @@ async function delivery(dist, tag, events = 3000) {
   const db = join(tmp, `${tag}.db`);
   const { id } = await createClient(db, "ab", dist);
   seedPendingEvents(db, id, events, hook);
-  hits = 0;
+  receiver.reset();
   const relay = await startRelay(
     {
       DATABASE_PATH: db,
@@ -99,14 +88,14 @@ async function delivery(dist, tag, events = 3000) {
   );
   // CPU from readiness on, per webhook that arrived after it.
   const cpu0 = cpuMsOf(relay.pid);
-  const before = hits;
+  const before = seen.hits;
   const deadline = Date.now() + 15_000;
-  while (hits < events && Date.now() < deadline) await sleep(100);
+  while (seen.hits < events && Date.now() < deadline) await sleep(100);
   const cpuMs = cpuMsOf(relay.pid) - cpu0;
   await relay.stop();
   return {
-    rate: hits > 1 ? ((hits - 1) * 1000) / (last - first) : 0,
-    cpu: hits > before ? cpuMs / (hits - before) : NaN,
+    rate: seen.hits > 1 ? ((seen.hits - 1) * 1000) / (seen.last - seen.first) : 0,
+    cpu: seen.hits > before ? cpuMs / (seen.hits - before) : NaN,
   };
 }
 

@@ -5,11 +5,20 @@
 // /proc/<pid>/stat, from readiness to the last webhook). Medians of the rounds, the load average
 // beside each round. `node bench/delivery-ab.mjs OLD_DIST NEW_DIST [rounds] [events]`.
 // Each dist must resolve this checkout's node_modules and have ../migrations beside it.
-import http from "node:http";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join, resolve } from "node:path";
-import { BENCH, cpuMsOf, createClient, sleep, startNode, startRelay, startSimulator } from "./lib/proc.mjs";
+import {
+  BENCH,
+  countingReceiver,
+  cpuMsOf,
+  createClient,
+  HELD_SIMULATOR_ENV,
+  sleep,
+  startNode,
+  startRelay,
+  startSimulator,
+} from "./lib/proc.mjs";
 import { prepareSeeding, seedPendingEvents } from "./lib/seed.mjs";
 import { median } from "./lib/stats.mjs";
 
@@ -20,27 +29,9 @@ const ROUNDS = Number(roundsArg ?? 3);
 const EVENTS = Number(eventsArg ?? 3000);
 const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-dab-"));
 
-const sim = await startSimulator(
-  { SIM_API_KEYS: "sandbox", SIM_IMAGE_QUEUED_MS: 86_400_000, SIM_MAX_CONCURRENT: 100_000, SIM_READS_PER_MINUTE: 0 },
-  join(tmp, "sim.log"),
-  { dist: newDist },
-);
-
-let hits = 0;
-let first = 0;
-let last = 0;
-const receiver = http.createServer((req, res) => {
-  req.resume();
-  req.on("end", () => {
-    const now = performance.now();
-    if (hits === 0) first = now;
-    last = now;
-    hits++;
-    res.end("ok");
-  });
-});
-await new Promise((r) => receiver.listen(0, "127.0.0.1", r));
-const hook = `http://127.0.0.1:${receiver.address().port}/hook`;
+const sim = await startSimulator(HELD_SIMULATOR_ENV, join(tmp, "sim.log"), { dist: newDist });
+const receiver = await countingReceiver();
+const { hook, seen } = receiver;
 
 async function start(kind, db, tag) {
   if (kind === "proto") {
@@ -68,18 +59,18 @@ async function delivery(kind, tag) {
   // Every database is migrated by the new build's CLI (the prototype has none of its own).
   const { id } = await createClient(db, "dab", kind === "old" ? oldDist : newDist);
   seedPendingEvents(db, id, EVENTS, hook);
-  hits = 0;
+  receiver.reset();
   const child = await start(kind, db, tag);
   const cpu0 = cpuMsOf(child.pid);
-  const before = hits;
+  const before = seen.hits;
   const deadline = Date.now() + 30_000;
-  while (hits < EVENTS && Date.now() < deadline) await sleep(50);
+  while (seen.hits < EVENTS && Date.now() < deadline) await sleep(50);
   const cpuMs = cpuMsOf(child.pid) - cpu0;
   await child.stop();
   return {
-    rate: hits > 1 ? ((hits - 1) * 1000) / (last - first) : 0,
-    cpu: hits > before ? cpuMs / (hits - before) : Number.NaN,
-    complete: hits >= EVENTS,
+    rate: seen.hits > 1 ? ((seen.hits - 1) * 1000) / (seen.last - seen.first) : 0,
+    cpu: seen.hits > before ? cpuMs / (seen.hits - before) : Number.NaN,
+    complete: seen.hits >= EVENTS,
   };
 }
 

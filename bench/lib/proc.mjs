@@ -3,6 +3,7 @@
 // benchmark process never spends CPU reading the relay's per-request log lines.
 import { execFile, execFileSync, fork, spawn } from "node:child_process";
 import { closeSync, openSync, readdirSync, readFileSync } from "node:fs";
+import { createServer as createHttpServer } from "node:http";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { DIST, ROOT } from "./dist.mjs";
@@ -96,6 +97,41 @@ export const FAST_SIMULATOR_ENV = {
   SIM_MAX_CONCURRENT: 100_000,
   SIM_READS_PER_MINUTE: 0,
 };
+
+/** A simulator whose tasks stay queued for a day: the relay's outbox is all there is to do. */
+export const HELD_SIMULATOR_ENV = {
+  SIM_API_KEYS: "sandbox",
+  SIM_IMAGE_QUEUED_MS: 86_400_000,
+  SIM_MAX_CONCURRENT: 100_000,
+  SIM_READS_PER_MINUTE: 0,
+};
+
+/**
+ * A loopback webhook receiver in this process that answers 200 and counts: `seen.hits`, and the
+ * performance.now() of the first and the last arrival (`reset` starts the count again).
+ */
+export async function countingReceiver() {
+  const seen = { hits: 0, first: 0, last: 0 };
+  const server = createHttpServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      const now = performance.now();
+      if (seen.hits === 0) seen.first = now;
+      seen.last = now;
+      seen.hits++;
+      res.end("ok");
+    });
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  return {
+    hook: `http://127.0.0.1:${server.address().port}/hook`,
+    seen,
+    reset: () => {
+      seen.hits = 0;
+    },
+    close: () => server.close(),
+  };
+}
 
 /** The standalone simulator on a free port; resolves with its base URL. `dist`: another build (A/B). */
 export async function startSimulator(env, logFile, { dist = DIST } = {}) {
