@@ -40,3 +40,19 @@ export function removeSnapshot(dir) {
     // another run's snapshot is still there
   }
 }
+
+/**
+ * A copy of another build's `dist` (and the `migrations` beside it) under bench/.ab/<name>-<pid>/,
+ * so it runs on this checkout's node_modules: an old checkout's own install may be missing or differ
+ * (an A/B then measures the code, with the same packages on both sides), and a rebuild of either
+ * dist during the run cannot change what is measured. Returns the copy's dist; removeSnapshot(dirname(it)) removes it.
+ */
+export function stageDist(dist, name) {
+  const dir = join(ROOT, "bench", ".ab", `${name}-${process.pid}`);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  cpSync(dist, join(dir, "dist"), { recursive: true });
+  cpSync(join(dist, "..", "migrations"), join(dir, "migrations"), { recursive: true });
+  writeFileSync(join(dir, "package.json"), '{ "type": "module", "private": true }\n');
+  return join(dir, "dist");
+}
