@@ -35,11 +35,16 @@ const medianKey = (t: TaskRow) => `${t.type}\u0000${t.model}`;
  * A task's estimated end (core/eta.ts): running tasks from the model's median; waiting ones also
  * from their place in the account's queue (`ahead`; null: not counted, no estimate).
  */
-async function estimateOf(deps: Deps, task: TaskRow, ahead: number | null): Promise<number | null> {
+async function estimateOf(
+  deps: Deps,
+  task: TaskRow,
+  ahead: number | null,
+  medians?: Map<string, number | null>,
+): Promise<number | null> {
   // Without its place in the queue a waiting task has no estimate (core/eta.ts): nothing to read.
   // Every creation answers through here, so this spares intake two stored reads.
   if (task.phase === "done" || (task.phase === "waiting" && ahead === null)) return null;
-  const medianMs = (await mediansOf(deps, [task])).get(medianKey(task)) ?? null;
+  const medianMs = (medians ?? (await mediansOf(deps, [task]))).get(medianKey(task)) ?? null;
   if (medianMs === null) return null;
   const now = deps.clock.now();
   const capacity =
@@ -81,11 +86,12 @@ export async function getTaskView(deps: Deps, clientId: string, id: string): Pro
 export async function viewOf(deps: Deps, task: TaskRow, opts: { withQueuePosition?: boolean } = {}): Promise<TaskView> {
   // A task without events (eventSequence 0), e.g. one just created, needs no event lookup.
   const last = task.eventSequence === 0 ? undefined : await deps.store.events.lastOfTask(task.id);
-  const counted =
-    opts.withQueuePosition !== false ||
-    (task.phase === "waiting" && (await mediansOf(deps, [task])).get(medianKey(task)) != null);
+  // A creation's answer reads its model's median once, for both the question and the estimate.
+  const medians =
+    opts.withQueuePosition === false && task.phase === "waiting" ? await mediansOf(deps, [task]) : undefined;
+  const counted = opts.withQueuePosition !== false || medians?.get(medianKey(task)) != null;
   const position = counted ? await queuePositionOf(deps, task) : null;
-  const eta = await estimateOf(deps, task, position === null ? null : position - 1);
+  const eta = await estimateOf(deps, task, position === null ? null : position - 1, medians);
   return taskView(task, deliverySummary(task, last), position, eta);
 }
 

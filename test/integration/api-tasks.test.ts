@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { http, HttpResponse } from "msw";
 import { setupServer } from "msw/node";
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { revokeClient } from "../../src/services/clients.js";
 import {
   imageBody,
@@ -266,6 +266,18 @@ describe.each(dialects)("on %s", (_dialect, open) => {
       const ended = (await get(apiKey, `/openapi/v1/tasks/${queued.data.id}`)).json.data;
       expect(ended.status).toBe("succeeded");
       expect(ended.estimated_completion_at).toBeNull();
+    });
+
+    it("a creation's 201 carries the estimate a read gives, reading the model's durations once", async () => {
+      const { apiKey } = await t.client();
+      await t.store.accounts.saveDurationSamples("image", "p-image", [8_000, 10_000, 30_000], t.clock.now());
+      const reads = vi.spyOn(t.store.accounts, "durationSamples");
+      const created = (await create(apiKey, "image")).data;
+      expect(reads).toHaveBeenCalledTimes(1);
+      expect(created.estimated_completion_at).toBe(new Date(t.clock.now() + 10_000).toISOString());
+      const read = (await get(apiKey, `/openapi/v1/tasks/${created.id}`)).json.data;
+      expect(read.estimated_completion_at).toBe(created.estimated_completion_at);
+      reads.mockRestore();
     });
 
     it("the task.processing event carries the estimated end from the model's learned median", async () => {
