@@ -2,7 +2,7 @@ import { sql } from "drizzle-orm";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { GroupCommit, StoreClosedError } from "../../src/db/sqlite/group-commit.js";
 import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
 
@@ -49,6 +49,32 @@ describe("GroupCommit", () => {
     expect(await Promise.all(promises)).toEqual(["A", "B", "C"]);
     expect(seenInside).toEqual([1, 2, 3]);
     expect(count()).toBe(3);
+  });
+
+  it("fillTurns: a batch waits a turn while rows keep arriving, at most fillTurns turns, then commits once", async () => {
+    const commits = new GroupCommit(database.db, 256, 2);
+    const transactions = vi.spyOn(database.db, "transaction");
+    const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+    const insert = (v: string) => commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES (${v})`));
+    // A row in each of 4 turns: the first batch takes the rows of turns 0-2 (it waited 2 turns), the
+    // fourth row its own batch.
+    const written = [insert("t0")];
+    for (const v of ["t1", "t2", "t3"]) {
+      await nextTurn();
+      written.push(insert(v));
+    }
+    await Promise.all(written);
+    expect(transactions).toHaveBeenCalledTimes(2);
+    expect(count()).toBe(4);
+    // Nothing more arriving: a lone row waits one turn (to see whether more come) and commits.
+    transactions.mockClear();
+    const lone = insert("lone");
+    await nextTurn();
+    expect(count()).toBe(4);
+    await nextTurn();
+    await lone;
+    expect(count()).toBe(5);
+    expect(transactions).toHaveBeenCalledTimes(1);
   });
 
   it("a unit that throws is rolled back and rejected alone; the others commit", async () => {

@@ -27,10 +27,22 @@ export class GroupCommit {
   private queue: Pending<unknown>[] = [];
   private scheduled = false;
   private closed = false;
+  /** The batch being filled (a turn scheduled for an earlier one that committed full does nothing). */
+  private batchNo = 0;
+  /** The queue's length at the last turn this batch waited, and how many turns it has waited. */
+  private seen = 0;
+  private waited = 0;
 
+  /**
+   * `fillTurns`: a batch waits up to this many more turns of the event loop while rows keep arriving
+   * (the queue grew during the last turn), so a commit carries the requests of every connection the
+   * previous commit answered rather than half of them (intake at 32 connections: about 16 rows a
+   * commit without waiting, 29 with 2 turns; a turn when nothing arrives costs microseconds).
+   */
   constructor(
     private readonly db: Db,
     private readonly maxBatch = 256,
+    private readonly fillTurns = 0,
   ) {}
 
   run<T>(work: (tx: Tx) => T): Promise<T> {
@@ -61,9 +73,25 @@ export class GroupCommit {
       if (this.queue.length >= this.maxBatch) this.flush();
       else if (!this.scheduled) {
         this.scheduled = true;
-        setImmediate(() => this.flush());
+        this.seen = 0;
+        this.waited = 0;
+        const batchNo = ++this.batchNo;
+        setImmediate(() => this.turn(batchNo));
       }
     });
+  }
+
+  /** At the end of a turn: one more turn while rows are still arriving (at most fillTurns), else the commit. */
+  private turn(batchNo: number): void {
+    // A full batch or close() committed it meanwhile.
+    if (!this.scheduled || batchNo !== this.batchNo) return;
+    if (this.waited < this.fillTurns && this.queue.length > this.seen) {
+      this.seen = this.queue.length;
+      this.waited++;
+      setImmediate(() => this.turn(batchNo));
+      return;
+    }
+    this.flush();
   }
 
   private flush(): void {

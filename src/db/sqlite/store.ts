@@ -80,6 +80,9 @@ export function transitionIn(
   return plan.after;
 }
 
+/** Turns of the event loop an intake commit waits while creations keep arriving (GroupCommit's fillTurns). */
+export const INTAKE_FILL_TURNS = 2;
+
 /**
  * The store on one SQLite file (better-sqlite3). Every operation runs synchronously inside and
  * returns a settled promise: a transaction never spans an await, so no other work interleaves
@@ -108,7 +111,8 @@ export class SqliteStore implements Store, SqliteContext {
     readonly rules: TransitionRules,
   ) {
     const db = database.db;
-    this.intakeCommits = new GroupCommit(db);
+    // Creations arrive from many connections at once: a commit waits up to 2 turns for more (group-commit.ts).
+    this.intakeCommits = new GroupCommit(db, 256, INTAKE_FILL_TURNS);
     this.attemptCommits = new GroupCommit(db);
 
     this.tasks = sqliteTasks(this);
