@@ -29,6 +29,22 @@ const claimAll = (store: Store, token: string, extra: Partial<Parameters<Store["
     ...extra,
   });
 
+/** A succeeded attempt's row for an event, written straight to the store (past the core's cleaning). */
+const attemptRow = (e: EventRow, body: string, id = `att_${e.id}`) => ({
+  id,
+  eventId: e.id,
+  taskId: e.taskId,
+  clientId: e.clientId,
+  eventType: e.type,
+  url: e.callbackUrl!,
+  attemptedAt: NOW,
+  statusCode: 200,
+  latencyMs: 5,
+  outcome: "succeeded",
+  error: null,
+  responseBody: body,
+});
+
 /** `count` succeeded tasks of a new client, each with its pending task.succeeded event. */
 async function eventsOf(
   store: Store,
@@ -84,24 +100,10 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     const { store } = await make();
     await eventsOf(store, 3);
     const claimed = await claimAll(store, "d:1");
-    const attempt = (e: EventRow, body: string) => ({
-      id: `att_${e.id}`,
-      eventId: e.id,
-      taskId: e.taskId,
-      clientId: e.clientId,
-      eventType: e.type,
-      url: e.callbackUrl!,
-      attemptedAt: NOW,
-      statusCode: 200,
-      latencyMs: 5,
-      outcome: "succeeded",
-      error: null,
-      responseBody: body,
-    });
     // Straight to the store, past the core's cleaning: PostgreSQL refuses NUL in text, SQLite takes it.
     const results = await Promise.allSettled(
       claimed.map((e, i) =>
-        store.events.recordAttempt(e.id, "d:1", attempt(e, i === 1 ? "bad\u0000" : "fine"), {
+        store.events.recordAttempt(e.id, "d:1", attemptRow(e, i === 1 ? "bad\u0000" : "fine"), {
           deliveryStatus: "succeeded",
           attempts: 1,
         }),
@@ -111,6 +113,29 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     expect(results[2]!.status).toBe("fulfilled");
     expect((await store.events.find(claimed[0]!.id))!.deliveryStatus).toBe("succeeded");
     expect((await store.events.find(claimed[2]!.id))!.deliveryStatus).toBe("succeeded");
+  });
+
+  it("attempts settling in one turn are written together; a record refused among them falls back to one row each", async () => {
+    const { store } = await make();
+    await eventsOf(store, 3);
+    const claimed = await claimAll(store, "d:1");
+    // The second record reuses the first's attempt id: both databases refuse it (primary key).
+    const results = await Promise.allSettled(
+      claimed.map((e, i) =>
+        store.events.recordAttempt(e.id, "d:1", attemptRow(e, "fine", i === 1 ? `att_${claimed[0]!.id}` : undefined), {
+          deliveryStatus: "succeeded",
+          attempts: 1,
+        }),
+      ),
+    );
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    const states = await Promise.all(claimed.map(async (e) => (await store.events.find(e.id))!));
+    expect(states.map((e) => [e.deliveryStatus, e.claimToken])).toEqual([
+      ["succeeded", null],
+      ["pending", "d:1"],
+      ["succeeded", null],
+    ]);
+    expect((await store.events.attemptsOfTask(claimed[1]!.taskId)).length).toBe(0);
   });
 
   it("claims take clients in turns, each within its room, and leave out clients at their share", async () => {

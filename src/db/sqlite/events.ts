@@ -14,26 +14,100 @@ import type { DbOrTx } from "./tx.js";
 /** What hands a lease back with a write. */
 const RELEASED = { claimToken: null, claimedUntil: null } as const;
 
+/** One attempt's record waiting for its turn's unit: the attempt row and its event's next state under the lease. */
+interface AttemptRecord {
+  eventId: string;
+  token: string;
+  attempt: NewAttemptRow;
+  patch: Partial<NewEventRow>;
+}
+
+interface Queued {
+  record: AttemptRecord;
+  resolve: () => void;
+  reject: (error: unknown) => void;
+}
+
+/**
+ * The attempt records of one turn as ONE unit of the group commit: one savepoint around all of
+ * them (not one per attempt: a savepoint costs as much as a small insert), so they share the
+ * transaction, and the fsync, of the claims and transitions queued in the same turn. Should the
+ * unit fail (a value SQLite refuses slipped past the core's cleaning), it is rolled back and each
+ * record written again under a savepoint of its own, so one bad record never loses another.
+ */
+class AttemptRecords {
+  /** The records of the unit queued and not yet run (null: none queued). */
+  private open: Queued[] | null = null;
+
+  constructor(private readonly s: SqliteContext) {}
+
+  add(record: AttemptRecord): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (this.open) {
+        this.open.push({ record, resolve, reject });
+        return;
+      }
+      // The first record of a turn queues the unit; it takes every record added until the commit runs it.
+      const batch: Queued[] = [{ record, resolve, reject }];
+      this.open = batch;
+      this.s.attemptCommits
+        .runAtomic(() => {
+          this.open = null;
+          return this.write(batch.map((q) => q.record));
+        })
+        .then(
+          (errors) => {
+            batch.forEach((q, i) => (errors[i] === undefined ? q.resolve() : q.reject(errors[i])));
+          },
+          // The transaction itself failed (disk full, I/O), or the store closed: nothing of the turn is durable.
+          (error: unknown) => {
+            if (this.open === batch) this.open = null;
+            for (const q of batch) q.reject(error);
+          },
+        );
+    });
+  }
+
+  /** Writes the records; per record, the error that kept it out (undefined: written). */
+  private write(batch: AttemptRecord[]): unknown[] {
+    const { db, sqlite } = this.s.database;
+    const one = (r: AttemptRecord) => {
+      insertAttempt(db, r.attempt);
+      updateLeased(db, r.eventId, r.token, { ...r.patch, ...RELEASED });
+    };
+    try {
+      inSavepoint(sqlite, () => {
+        for (const r of batch) one(r);
+      });
+      return batch.map(() => undefined);
+    } catch (error) {
+      // An error that ended the transaction fails the whole group commit anyway.
+      if (!sqlite.inTransaction || batch.length === 1) return batch.map(() => error);
+    }
+    return batch.map((r) => {
+      try {
+        inSavepoint(sqlite, () => one(r));
+        return undefined;
+      } catch (error) {
+        return error;
+      }
+    });
+  }
+}
+
 /**
  * The EventStore on SQLite: the outbox, attempts, re-queues and the feed; the claims under the
  * per-key cap are in event-claims.ts.
  */
 export function sqliteEvents(s: SqliteContext): EventStore {
   const db = s.database.db;
+  const records = new AttemptRecords(s);
   return {
     // Claims share the attempt records' group commit (one fsync for everything settling and starting
     // in a turn); each is one UPDATE after its reads, so atomic without a savepoint.
     claimDue: (o) => s.attemptCommits.runAtomic(() => claimDue(db, o)),
     nextDueAt: async (o) => nextDueAt(db, o),
-    recordAttempt: (eventId, token, attempt, patch) =>
-      // Prepared statements on the database run inside the group commit's open transaction, under
-      // a savepoint of their own (prepared once: the group commit's generic one is built per unit).
-      s.attemptCommits.runAtomic(() =>
-        inSavepoint(s.database.sqlite, () => {
-          insertAttempt(db, attempt);
-          updateLeased(db, eventId, token, { ...patch, ...RELEASED });
-        }),
-      ),
+    recordAttempt: (eventId, token, attempt, patch) => records.add({ eventId, token, attempt, patch }),
     release: async (eventId, token, patch) => {
       updateLeased(db, eventId, token, { ...patch, ...RELEASED });
     },
