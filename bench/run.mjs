@@ -43,18 +43,8 @@
 //   BENCH_RELAY_LOG_LEVEL (default info, the relay's default), BENCH_KEEP=1 (keep the temp folder)
 //   BENCH_ONLY=latency[,scheduling,postgres,profiles,fairness,prototypes,scaleout,eta,public,queues]  run only these benchmarks and merge them into the existing results
 //                          file (the other rows keep their figures; the entry records its own date and commit)
-import autocannon from "autocannon";
 import { execFileSync } from "node:child_process";
-import {
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  renameSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { dirname, join } from "node:path";
 import { Webhook } from "standardwebhooks";
@@ -62,7 +52,6 @@ import {
   BENCH,
   ROOT,
   cpuMsOf,
-  createClient,
   FAST_SIMULATOR_ENV,
   ipcChild,
   memoryOf,
@@ -90,6 +79,7 @@ import {
   seedWaitingTasks,
 } from "./lib/seed.mjs";
 import { distribution, median, round } from "./lib/stats.mjs";
+import { creationBody, harness, load, PUBLIC_CALLBACK } from "./lib/harness.mjs";
 
 const QUICK = ["1", "true", "yes"].includes((process.env.BENCH_QUICK ?? "").toLowerCase());
 const OUT = process.env.BENCH_OUT || join(BENCH, "results.json");
@@ -157,17 +147,6 @@ const GOALS = {
   pgIntakeProto: 0.5,
   e2eCpuProto: 2,
 };
-const PATH = "/openapi/v1/images/generations";
-const PUBLIC_CALLBACK = "https://hooks.example.com/genrelay";
-const creationBody = (callbackUrl) => ({
-  model: "p-image",
-  mode: "generate",
-  prompt: "a lighthouse at dawn, volumetric fog",
-  count: 1,
-  callback_url: callbackUrl,
-  metadata: { order_id: "1234" },
-});
-
 // `--report [file]`: only print the table of an existing results file and rewrite the .md beside it.
 if (process.argv.includes("--report")) {
   const file = process.argv[process.argv.indexOf("--report") + 1] ?? OUT;
@@ -231,93 +210,7 @@ function git() {
   return { commit: run("rev-parse", "HEAD"), dirty: status === null ? null : status.length > 0 };
 }
 
-/** autocannon POSTs of a creation body, each with a fresh Idempotency-Key; only 201s count as accepted. */
-async function load({ url, apiKey, keyPrefix, body, connections, duration, amount }) {
-  let n = 0;
-  const headers = { "content-type": "application/json" };
-  if (apiKey) headers.authorization = `Bearer ${apiKey}`;
-  const instance = autocannon({
-    url,
-    connections,
-    ...(amount ? { amount } : { duration }),
-    timeout: 30,
-    requests: [
-      {
-        method: "POST",
-        path: PATH,
-        headers,
-        body: JSON.stringify(body),
-        setupRequest: (req) => ({
-          ...req,
-          headers: { ...req.headers, "idempotency-key": `${keyPrefix}${String(n++).padStart(8, "0")}` },
-        }),
-      },
-    ],
-  });
-  // 201s per second of the run: shows whether the rate holds as the relay's backlog grows.
-  const t0 = Date.now();
-  const perSecond = [];
-  instance.on("response", (_client, statusCode) => {
-    if (statusCode !== 201) return;
-    const s = Math.floor((Date.now() - t0) / 1000);
-    perSecond[s] = (perSecond[s] ?? 0) + 1;
-  });
-  const result = await instance;
-  const statusCodes = Object.fromEntries(Object.entries(result.statusCodeStats ?? {}).map(([k, v]) => [k, v.count]));
-  const accepted = statusCodes["201"] ?? 0;
-  return {
-    accepted,
-    sent: result.requests.sent,
-    seconds: result.duration,
-    rate: round(accepted / result.duration, 1),
-    p50_ms: result.latency.p50,
-    p99_ms: result.latency.p99,
-    per_second: Array.from({ length: Math.floor(result.duration) }, (_, i) => perSecond[i] ?? 0),
-    status_codes: statusCodes,
-    errors: result.errors,
-    timeouts: result.timeouts,
-  };
-}
-
-/** Unmeasured load before a measurement, so the JIT has warmed up (keys under their own prefix). */
-async function warmUp(opts) {
-  if (!CFG.intake.warmup) return;
-  await load({ ...opts, keyPrefix: `warm-${opts.keyPrefix}`, duration: CFG.intake.warmup, amount: undefined });
-}
-
-const loadOpts = (extra) => ({
-  connections: CFG.intake.connections,
-  ...(QUICK ? { amount: CFG.intake.amount } : { duration: CFG.intake.duration }),
-  ...extra,
-});
-
-function relayEnv(databasePath, upstreamUrl, extra = {}) {
-  return {
-    DATABASE_PATH: databasePath,
-    UPSTREAM_BASE_URL: upstreamUrl,
-    UPSTREAM_API_KEY: "sandbox",
-    LOG_LEVEL: RELAY_LOG_LEVEL,
-    ...extra,
-  };
-}
-
-let template = null;
-/**
- * A database migrated by the relay's CLI, holding one client (`clients create`). The CLI runs once,
- * on a template; every database after it is a copy of that file (the CLI's start-up and migrations
- * take seconds each). Every copy has the same client, API key and webhook secret.
- */
-async function newDatabase(name) {
-  template ??= (async () => {
-    const path = join(tmp, "template.db");
-    return { path, client: await createClient(path) };
-  })();
-  const t = await template;
-  const path = join(tmp, `${name}.db`);
-  copyFileSync(t.path, path);
-  if (existsSync(`${t.path}-wal`)) copyFileSync(`${t.path}-wal`, `${path}-wal`);
-  return { path, client: t.client };
-}
+const { warmUp, loadOpts, relayEnv, newDatabase } = harness({ cfg: CFG, quick: QUICK, tmp, logLevel: RELAY_LOG_LEVEL });
 
 // ---------------------------------------------------------------------------------------------
 // 1 + 4b. Intake (bare vs relay on an empty database vs relay with N finished tasks), per round.

@@ -227,46 +227,63 @@ function etaRows(x) {
 const cpu = (x) => (x === null || x === undefined ? "—" : `${round(x, 2)} CPU-ms`);
 const times = (x) => (x === null || x === undefined ? "—" : `${round(x, 1)}×`);
 
-/** bench/prototypes.mjs: the relay against minimal prototypes of the same durable work, same run. */
+/** A row refused for the machine's load (bench/lib/load-gate.mjs): its name and why, no figures. */
+const refusedRow = (name, x) => [name, x.refused, "—", "—", "—", "refused"];
+
+/** bench/prototypes.mjs: the relay against minimal prototypes of the same durable work, same run (the rows measured). */
 export function prototypeRows(p) {
-  if (!p?.intake) return [];
+  if (!p) return [];
   const rows = [];
   const i = p.intake;
-  rows.push([
-    "Intake vs minimal prototype (SQLite, synchronous=FULL)",
-    `${num(i.relay.rate)}/s, ${cpu(i.relay.cpu_ms_per_request)}/request`,
-    `prototype ${num(i.prototype.rate)}/s, ${cpu(i.prototype.cpu_ms_per_request)}/request (relay ${times(i.cpu_ratio)} the CPU)`,
-    pct(i.ratio),
-    `≥ ${pct(i.goal)}`,
-    mark(i.met && i.durable),
-  ]);
+  const intakeName = "Intake vs minimal prototype (SQLite, synchronous=FULL)";
+  if (i?.refused) rows.push(refusedRow(intakeName, i));
+  else if (i)
+    rows.push([
+      intakeName,
+      `${num(i.relay.rate)}/s, ${cpu(i.relay.cpu_ms_per_request)}/request`,
+      `prototype ${num(i.prototype.rate)}/s, ${cpu(i.prototype.cpu_ms_per_request)}/request (relay ${times(i.cpu_ratio)} the CPU)`,
+      pct(i.ratio),
+      `≥ ${pct(i.goal)}`,
+      mark(i.met && i.durable),
+    ]);
   const d = p.delivery;
-  rows.push([
-    "Delivery vs minimal prototype (signed webhooks/s, 8 in flight)",
-    `${num(d.relay.rate)}/s, ${cpu(d.relay.cpu_ms_per_webhook)}/webhook`,
-    `prototype ${num(d.prototype.rate)}/s, ${cpu(d.prototype.cpu_ms_per_webhook)}/webhook (relay ${times(d.cpu_ratio)} the CPU)`,
-    pct(d.ratio),
-    `≥ ${pct(d.goal)}`,
-    mark(d.met && d.complete),
-  ]);
+  const deliveryName = "Delivery vs minimal prototype (signed webhooks/s, 8 in flight)";
+  if (d?.refused) rows.push(refusedRow(deliveryName, d));
+  else if (d)
+    rows.push([
+      deliveryName,
+      `${num(d.relay.rate)}/s, ${cpu(d.relay.cpu_ms_per_webhook)}/webhook`,
+      `prototype ${num(d.prototype.rate)}/s, ${cpu(d.prototype.cpu_ms_per_webhook)}/webhook (relay ${times(d.cpu_ratio)} the CPU)`,
+      pct(d.ratio),
+      `≥ ${pct(d.goal)}`,
+      mark(d.met && d.complete),
+    ]);
   const e = p.end_to_end;
-  rows.push([
-    `CPU per task end to end vs prototype path (${num(e.tasks)} tasks, 0 ms upstream)`,
-    `${cpu(e.relay.cpu_ms_per_task)}/task (${num(e.relay.tasks_per_s)} tasks/s)`,
-    `prototype ${cpu(e.prototype.cpu_ms_per_task)}/task (${num(e.prototype.tasks_per_s)} tasks/s)`,
-    times(e.cpu_ratio),
-    `≤ ${e.goal}×`,
-    e.complete ? mark(e.met) : "❌ incomplete",
-  ]);
+  const e2eName = `CPU per task end to end vs prototype path (${num(e?.tasks)} tasks, 0 ms upstream)`;
+  if (e?.refused) rows.push(refusedRow(e2eName, e));
+  else if (e)
+    rows.push([
+      e2eName,
+      `${cpu(e.relay.cpu_ms_per_task)}/task (${num(e.relay.tasks_per_s)} tasks/s)`,
+      `prototype ${cpu(e.prototype.cpu_ms_per_task)}/task (${num(e.prototype.tasks_per_s)} tasks/s)`,
+      times(e.cpu_ratio),
+      `≤ ${e.goal}×`,
+      e.complete ? mark(e.met) : "❌ incomplete",
+    ]);
   const g = p.postgres;
-  rows.push([
-    `PostgreSQL intake vs prototype (fsync=${g.settings.fsync}, synchronous_commit=${g.settings.synchronous_commit})`,
-    `${num(g.relay.rate)}/s, ${cpu(g.relay.cpu_ms_per_request)} + ${cpu(g.relay.db_cpu_ms_per_request)} in PostgreSQL /request`,
-    `multi-row INSERT per tick ${num(g.batch.rate)}/s (${cpu(g.batch.cpu_ms_per_request)} + ${cpu(g.batch.db_cpu_ms_per_request)}); INSERT … ON CONFLICT per request ${num(g.conflict.rate)}/s (${pct(g.ratio_conflict)})`,
-    pct(g.ratio),
-    `≥ ${pct(g.goal)}`,
-    mark(g.met && g.durable),
-  ]);
+  const pgName = g?.settings
+    ? `PostgreSQL intake vs prototype (fsync=${g.settings.fsync}, synchronous_commit=${g.settings.synchronous_commit})`
+    : "PostgreSQL intake vs prototype";
+  if (g?.refused) rows.push(refusedRow(pgName, g));
+  else if (g)
+    rows.push([
+      pgName,
+      `${num(g.relay.rate)}/s, ${cpu(g.relay.cpu_ms_per_request)} + ${cpu(g.relay.db_cpu_ms_per_request)} in PostgreSQL /request`,
+      `multi-row INSERT per tick ${num(g.batch.rate)}/s (${cpu(g.batch.cpu_ms_per_request)} + ${cpu(g.batch.db_cpu_ms_per_request)}; relay + server ${times(g.cpu_ratio)} the CPU); INSERT … ON CONFLICT per request ${num(g.conflict.rate)}/s (${pct(g.ratio_conflict)})`,
+      pct(g.ratio),
+      `≥ ${pct(g.goal)}`,
+      mark(g.met && g.durable),
+    ]);
   return rows;
 }
 
