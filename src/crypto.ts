@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { createCipheriv, createDecipheriv, hash, randomBytes, timingSafeEqual } from "node:crypto";
 
 export const API_KEY_PREFIX = "grk_";
 
@@ -9,7 +9,7 @@ export function generateApiKey(): string {
 
 /** SHA-256 is enough for a 256-bit random key: no dictionary to guess from, so no slow hash needed. */
 export function hashApiKey(key: string): string {
-  return createHash("sha256").update(key, "utf8").digest("hex");
+  return sha256Hex(key);
 }
 
 /** Constant-time equality of two hex digests of equal length. */
@@ -49,7 +49,8 @@ export function canonicalJson(value: unknown): string {
 }
 
 export function sha256Hex(text: string): string {
-  return createHash("sha256").update(text, "utf8").digest("hex");
+  // One-shot (text as UTF-8): half the cost of createHash().update().digest(), three times a creation.
+  return hash("sha256", text, "hex");
 }
 
 /** Secrets at rest: AES-256-GCM under RELAY_ENCRYPTION_KEY when it is set, marked by this prefix. */

@@ -6,6 +6,18 @@ const ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz";
 let lastTime = -1;
 let lastRandom: number[] = [];
 
+/** CSPRNG bytes drawn 4 KiB at a time: one call into it per 256 new milliseconds, not one per id. */
+let pool = Buffer.alloc(0);
+let poolAt = 0;
+function random16(): Buffer {
+  if (poolAt + 16 > pool.length) {
+    pool = randomBytes(4096);
+    poolAt = 0;
+  }
+  poolAt += 16;
+  return pool.subarray(poolAt - 16, poolAt);
+}
+
 /**
  * Prefixed, time-ordered identifier: `<prefix>_` + 10 chars of millisecond time + 16 chars of
  * randomness (ULID layout). Within one millisecond the random part is incremented (monotonic ULID),
@@ -18,7 +30,7 @@ export function newId(prefix: string, nowMs: number = Date.now()): string {
     while (i >= 0 && lastRandom[i] === 31) lastRandom[i--] = 0;
     if (i >= 0) lastRandom[i]! += 1;
   } else {
-    const bytes = randomBytes(16);
+    const bytes = random16();
     // Top digit kept below 16 so 2^80 increments can never overflow the 16 digits.
     lastRandom = Array.from(bytes, (b, i) => (i === 0 ? b % 16 : b % 32));
     lastTime = ms;

@@ -1,6 +1,6 @@
 import { Writable } from "node:stream";
 import { describe, expect, it } from "vitest";
-import { createLogger } from "../../src/logger.js";
+import { createLogger, requestLines } from "../../src/logger.js";
 
 /** The lines a logger wrote, parsed. */
 function capture() {
@@ -25,5 +25,57 @@ describe("createLogger", () => {
       { msg: "second", simulator: undefined, task_id: "task_1" },
     ]);
     expect(lines.some((line) => "trace_id" in line)).toBe(false);
+  });
+
+  it("requestLines writes the request line pino writes, byte for byte but the time, at the logger's level", () => {
+    const raw: string[] = [];
+    const stream = new Writable({
+      write(chunk, _encoding, done) {
+        raw.push(String(chunk));
+        done();
+      },
+    });
+    const logger = createLogger("info", stream);
+    const write = requestLines(logger);
+    const hostile = { request_id: "req_x", method: 'P"O\\ST', path: "/a\n\u0000é", status: 201, ms: 1.5 };
+    const lines = [
+      hostile,
+      { ...hostile, method: "GET", status: 503, ms: 0, client_id: "cli_1" },
+      { ...hostile, request_id: undefined },
+    ];
+    for (const line of lines) {
+      const level = line.status === 503 ? "warn" : "info";
+      write(level, line);
+      logger.child({}, { redact: [] })[level](line, "request");
+    }
+    const withoutTime = raw.map((l) => l.replace(/"time":"[^"]+"/, '"time":"T"'));
+    expect(withoutTime[0]).toBe(withoutTime[1]);
+    expect(withoutTime[2]).toBe(withoutTime[3]);
+    expect(withoutTime[4]).toBe(withoutTime[5]);
+    expect(JSON.parse(raw[2]!)).toEqual({
+      level: "warn",
+      time: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+      service: "genrelay",
+      request_id: "req_x",
+      method: "GET",
+      path: "/a\n\u0000é",
+      status: 503,
+      ms: 0,
+      client_id: "cli_1",
+      msg: "request",
+    });
+    // Below the logger's level: nothing written.
+    const quiet: string[] = [];
+    const warnOnly = createLogger(
+      "warn",
+      new Writable({
+        write(chunk, _encoding, done) {
+          quiet.push(String(chunk));
+          done();
+        },
+      }),
+    );
+    requestLines(warnOnly)("info", hostile);
+    expect(quiet).toEqual([]);
   });
 });
