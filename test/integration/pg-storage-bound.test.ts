@@ -1,5 +1,5 @@
 import pg from "pg";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { createClient } from "../../src/services/clients.js";
 import { startInstances, type Instance } from "../helpers/pg-relays.js";
 
@@ -99,5 +99,59 @@ describe("the stored-bytes bound on three PostgreSQL instances", () => {
     for (const i of instances) expect(await i.store.tasks.storedBytesOfClient(burst.id)).toBe(fits * perTask);
     // Another client, with room of its own, is not affected.
     expect((await create(instances[2]!, first.apiKey, "small")).status).toBe(201);
+  });
+
+  it("creations of one instance go on while its own grant row is held FOR NO KEY UPDATE: they only share-lock it", async () => {
+    const { db, instances, create, client } = await setup();
+    const c = await client("own-row");
+    const [one] = instances;
+    expect((await create(one!, c.apiKey, "warm up")).status).toBe(201);
+    const locker = new pg.Client({ connectionString: db.url });
+    await locker.connect();
+    cleanups.push(() => locker.end());
+    await locker.query("BEGIN");
+    // What a batch spending from the row used to take (an UPDATE): every other batch of the instance waited for it.
+    const held = await locker.query(
+      "SELECT allowance FROM client_storage_grants WHERE client_id = $1 AND holder = $2 FOR NO KEY UPDATE",
+      [c.id, one!.store.grants.holder],
+    );
+    expect(held.rows).toHaveLength(1);
+    try {
+      const answers = await within(
+        20_000,
+        Promise.all(Array.from({ length: 20 }, (_, n) => create(one!, c.apiKey, `task ${n}`))),
+      );
+      expect(answers.map((r) => r.status)).toEqual(Array(20).fill(201));
+    } finally {
+      await locker.query("ROLLBACK");
+    }
+  });
+
+  it("a burst on an instance with no grant yet asks for room once, not once per creation", async () => {
+    const { instances, create, client } = await setup();
+    const c = await client("herd");
+    const grants = instances[0]!.store.grants;
+    const refill = vi.spyOn(grants as unknown as { refill: () => Promise<boolean> }, "refill");
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, (_, n) => create(instances[0]!, c.apiKey, `task ${n}`)),
+    );
+    expect(answers.map((r) => r.status)).toEqual(Array(40).fill(201));
+    expect(refill).toHaveBeenCalledTimes(1);
+  });
+
+  it("with grants held and spent on every instance, a burst of small tasks still stops exactly at the bound", async () => {
+    const { instances, create, client } = await setup();
+    const prompt = "漢".repeat(4_000);
+    const c = await client("small-burst");
+    // Each instance holds a grant, partly spent and not settled yet.
+    for (const i of instances) expect((await create(i, c.apiKey, prompt)).status).toBe(201);
+    const perTask = (await instances[0]!.store.tasks.storedBytesOfClient(c.id)) / 3;
+    const fits = Math.floor((1024 * 1024) / perTask) - 3;
+    const answers = await Promise.all(
+      Array.from({ length: fits + 12 }, (_, n) => create(instances[n % 3]!, c.apiKey, prompt)),
+    );
+    expect(answers.filter((r) => r.status === 201)).toHaveLength(fits);
+    expect(answers.filter((r) => r.status !== 201).map((r) => r.status)).toEqual(Array(12).fill(429));
+    for (const i of instances) expect(await i.store.tasks.storedBytesOfClient(c.id)).toBe((fits + 3) * perTask);
   });
 });

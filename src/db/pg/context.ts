@@ -10,6 +10,7 @@ import type {
   TransitionOptions,
 } from "../../store/store.js";
 import type { Queryable, Row } from "./mapping.js";
+import type { StoredBytesGrants } from "./stored-bytes-grants.js";
 
 /** One delivery attempt waiting for the next group write (PgContext.flushAttempts). */
 export interface PendingAttempt {
@@ -28,8 +29,8 @@ export interface PendingAttempt {
  */
 export interface PgContext {
   readonly pool: pg.Pool;
-  /** This instance's name in client_storage_grants (its application name: unique per process). */
-  readonly grantHolder: string;
+  /** This instance's room under its clients' stored-bytes bounds (client_storage_grants, spent in memory). */
+  readonly grants: StoredBytesGrants;
   /** One statement's rows, on the pool or inside a transaction's connection. */
   readonly q: (sql: string, values?: unknown[], on?: Queryable) => Promise<Row[]>;
   /** One statement's first row. */

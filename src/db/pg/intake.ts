@@ -3,13 +3,14 @@ import type { CreateResult, NewTaskRequest } from "../../store/store.js";
 import { tasks } from "./schema.js";
 import { T, columnsOf } from "./mapping.js";
 import { loggedBytesOf } from "./stored-bytes-log.js";
+import { GRANT_HELD, type StoredBytesGrants, type TakenRoom } from "./stored-bytes-grants.js";
 
 /** What a creation needs from the driver: one statement, and the per-request path for what a batch cannot take. */
 export interface IntakePort {
   q(sql: string, values: unknown[]): Promise<Record<string, unknown>[]>;
   single(req: NewTaskRequest): Promise<CreateResult>;
-  /** This instance's name in client_storage_grants. */
-  holder: string;
+  /** This instance's room under its clients' stored-bytes bounds. */
+  grants: StoredBytesGrants;
   /** Wakes the submitter of these accounts (PgContext.wakeSubmitter). */
   wake(accounts: Iterable<string>): Promise<void>;
 }
@@ -39,11 +40,13 @@ const MAX_BATCH = 256;
  * row refuses the whole statement), each creation of the batch is tried alone, so it fails alone.
  * Creations with a cap or a credit limit take the per-request path, under the client's credit lock (credit-books.ts).
  *
- * The same statement appends the rows' stored bytes to client_storage_log and, for a client with a
- * bound, spends them from this instance's grant (stored-bytes-grants.ts): rows no other instance writes,
- * so batches of several instances never wait on each other. When a client's grant does not cover
- * its rows, the statement fails, so writes nothing, and each creation of the batch is decided alone
- * (which asks for more room, or decides against the exact figure once room runs out).
+ * The same statement appends the rows' stored bytes to client_storage_log. For a client with a bound,
+ * the rows' bytes are taken from this instance's room in memory first (stored-bytes-grants.ts), and
+ * the statement holds the client's grant row FOR KEY SHARE, a lock no creation waits for: batches
+ * of one instance or several never wait on each other. A client whose room ran out has its
+ * creations decided alone, against the exact figure; when its grant was taken back meanwhile (or
+ * what it stores leaves no room), the statement fails, so writes nothing, and each creation of the
+ * batch is decided alone.
  */
 export class PgIntakeBatches {
   private queue: Pending[] = [];
@@ -74,15 +77,40 @@ export class PgIntakeBatches {
       }
     }
     if (admitted.length === 0) return;
+    // Room under the bounds, per client, from this instance's grants; a client without enough left
+    // has its creations decided one by one, against the exact figure.
+    const rooms: TakenRoom[] = [];
+    const writing: Pending[] = [];
+    for (const [clientId, items] of boundedByClient(admitted)) {
+      if (items === null) continue;
+      const bytes = items.reduce((n, p) => n + (p.req.row.storedBytes ?? 0), 0);
+      const limit = Math.min(...items.map((p) => p.req.storedBytesLimit!));
+      const room = await this.port.grants.take(clientId, bytes, limit).catch(() => null);
+      if (room) rooms.push(room);
+      else for (const item of items) this.port.single(item.req).then(item.resolve, item.reject);
+    }
+    const roomOf = new Set(rooms.map((r) => r.clientId));
+    for (const item of admitted)
+      if (item.req.storedBytesLimit == null || roomOf.has(item.req.row.clientId)) writing.push(item);
+    if (writing.length === 0) return;
     let inserted: Map<string, Record<string, unknown>>;
     try {
-      inserted = await this.insert(admitted.map((p) => p.req));
+      inserted = await this.insert(writing.map((p) => p.req));
     } catch {
-      for (const item of admitted) this.port.single(item.req).then(item.resolve, item.reject);
+      for (const room of rooms) {
+        this.port.grants.settle(room, 0);
+        this.port.grants.drop(room.clientId);
+      }
+      for (const item of writing) this.port.single(item.req).then(item.resolve, item.reject);
       return;
     }
+    for (const room of rooms) {
+      let kept = 0;
+      for (const row of inserted.values()) if (row.client_id === room.clientId) kept += Number(row.stored_bytes);
+      this.port.grants.settle(room, kept);
+    }
     const replays: Pending[] = [];
-    for (const item of admitted) {
+    for (const item of writing) {
       const row = inserted.get(item.req.row.id);
       if (row) item.resolve({ task: T.row(row), replayed: false });
       else replays.push(item);
@@ -109,12 +137,12 @@ export class PgIntakeBatches {
   }
 
   /**
-   * One multi-row INSERT, its rows' stored bytes logged and spent from this instance's grants in
-   * the same statement (rows skipped as replays count nothing); the rows it wrote, by task id.
-   * Throws, having written nothing, when a bounded client's grant does not cover its rows, or what
-   * it stores already leaves no room for them: the
-   * statement's last step casts a text that is no number for such a row, only then (a column of the
-   * row, so never folded early).
+   * One multi-row INSERT, its rows' stored bytes logged in the same statement (rows skipped as
+   * replays count nothing); the rows it wrote, by task id. For a bounded client the statement holds
+   * this instance's grant row FOR KEY SHARE, so a take-back of the grants waits for it to end. Throws,
+   * having written nothing, when a bounded client's grant is gone, or what it stores already leaves
+   * no room for its rows: the statement's last step casts a text that is no number for such a row,
+   * only then (a column of the row, so never folded early).
    */
   private async insert(reqs: NewTaskRequest[]): Promise<Map<string, Record<string, unknown>>> {
     const values: unknown[] = [];
@@ -130,7 +158,7 @@ export class PgIntakeBatches {
       });
       return `(${params.join(", ")})`;
     });
-    values.push([...bounds.keys()], [...bounds.values()], this.port.holder);
+    values.push([...bounds.keys()], [...bounds.values()], this.port.grants.holder);
     const [clientsParam, limitsParam, holderParam] = [values.length - 2, values.length - 1, values.length];
     const rows = await this.port.q(
       `WITH ins AS (
@@ -142,22 +170,36 @@ export class PgIntakeBatches {
          INSERT INTO client_storage_log (client_id, bytes) SELECT client_id, bytes FROM per_client WHERE bytes <> 0 RETURNING client_id
        ), bound AS (
          SELECT * FROM unnest($${clientsParam}::text[], $${limitsParam}::bigint[]) AS b(client_id, max_bytes)
-       ), spent AS (
-         -- Spent from this instance's grant, and only while what is stored (a snapshot: bytes written
-         -- since the grant, outputs say, count) leaves room for the rows.
-         UPDATE client_storage_grants g SET allowance = g.allowance - p.bytes FROM per_client p JOIN bound b USING (client_id)
-         WHERE g.client_id = p.client_id AND g.holder = $${holderParam}
-           AND coalesce((SELECT stored_bytes FROM client_storage s WHERE s.client_id = p.client_id), 0)
+       ), held AS (
+         ${GRANT_HELD(`ANY($${clientsParam}::text[])`, `$${holderParam}`)}
+       ), room AS (
+         -- What is stored (a snapshot: bytes written since the grant, outputs say, count) leaves room for the rows.
+         SELECT p.client_id FROM per_client p JOIN bound b USING (client_id) JOIN held h USING (client_id)
+         WHERE coalesce((SELECT stored_bytes FROM client_storage s WHERE s.client_id = p.client_id), 0)
                + ${loggedBytesOf("p.client_id")} + p.bytes <= b.max_bytes
-         RETURNING g.client_id, g.allowance
        )
        SELECT ins.*,
-              CASE WHEN ins.client_id = ANY($${clientsParam}::text[]) AND per_client.bytes > 0
-                        AND coalesce(spent.allowance, -1) < 0
+              CASE WHEN ins.client_id = ANY($${clientsParam}::text[]) AND per_client.bytes > 0 AND room.client_id IS NULL
                    THEN ('past the storage grant: ' || ins.client_id)::bigint END AS over_grant
-       FROM ins JOIN per_client USING (client_id) LEFT JOIN spent USING (client_id)`,
+       FROM ins JOIN per_client USING (client_id) LEFT JOIN room USING (client_id)`,
       values,
     );
     return new Map(rows.map((r) => [r.id as string, r]));
   }
+}
+
+/** The creations of each client with a bound (null for a client without one), in first-seen order. */
+function boundedByClient(items: Pending[]): Map<string, Pending[] | null> {
+  const out = new Map<string, Pending[] | null>();
+  for (const item of items) {
+    const { clientId } = item.req.row;
+    if (item.req.storedBytesLimit == null) {
+      if (!out.has(clientId)) out.set(clientId, null);
+      continue;
+    }
+    const list = out.get(clientId);
+    if (list) list.push(item);
+    else out.set(clientId, [item]);
+  }
+  return out;
 }

@@ -310,10 +310,11 @@ export const clientStorageLog = pgTable(
 );
 
 /**
- * Room under a client's stored-bytes bound handed to one instance (`holder`, its application name)
- * ahead of its creations (stored-bytes-grants.ts): a batch spends from its own row, so creations of
- * several instances never wait on one another; the bound is decided against stored bytes plus every
- * grant, under the client's client_storage row lock, only when a grant runs out.
+ * Room under a client's stored-bytes bound reserved by one instance (`holder`, its application name)
+ * ahead of its creations (stored-bytes-grants.ts): the instance spends it in memory and settles what
+ * it spent onto the row in the background, creations only share-lock it, so creations never wait on
+ * one another; the bound is decided against stored bytes plus every grant, under the client's
+ * client_storage row lock, only when a grant runs out.
  */
 export const clientStorageGrants = pgTable(
   "client_storage_grants",

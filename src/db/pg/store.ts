@@ -45,7 +45,7 @@ import { deliveryAttempts } from "./schema.js";
 import { lockCredit, readCredit, recordCharge } from "./credit-books.js";
 import type { PendingAttempt, PgContext } from "./context.js";
 import { foldStoredBytesLog } from "./stored-bytes-log.js";
-import { returnGrants } from "./stored-bytes-grants.js";
+import { returnGrants, StoredBytesGrants } from "./stored-bytes-grants.js";
 
 /**
  * Longest a COMMIT may take before its connection counts as lost (checked-client.ts). A commit
@@ -102,7 +102,7 @@ export class PgStore implements Store, PgContext {
   listener: pg.Client | null = null;
   closed = false;
   private readonly folding: NodeJS.Timeout;
-  readonly grantHolder: string;
+  readonly grants: StoredBytesGrants;
   /** Told of client rows changed here and, through the listener, by other processes (API key caches). */
   readonly clientChanges = new ClientChanges();
 
@@ -125,7 +125,6 @@ export class PgStore implements Store, PgContext {
       ...options,
       applicationName: options.applicationName ?? `${INSTANCE_PREFIX}${randomBytes(6).toString("hex")}`,
     };
-    this.grantHolder = this.connection.applicationName!;
     // Bounded waits, and no connection that dies (server restart) can crash the process: see open.ts.
     this.pool = newPgPool({
       ...this.clientConfig(),
@@ -134,6 +133,7 @@ export class PgStore implements Store, PgContext {
       Client: CheckedClient,
     });
     checkPoolQueries(this.pool);
+    this.grants = new StoredBytesGrants(this.pool, this.connection.applicationName!);
 
     // One file per area, each operation under the contract's name (tasks.ts, events.ts, ...).
     this.tasks = pgTasks(this);
@@ -148,8 +148,12 @@ export class PgStore implements Store, PgContext {
     this.sessions = pgSessions(this);
     this.limits = pgRateLimits(this);
     this.ops = pgOps(this);
-    // What triggers logged for clients' stored bytes, folded into client_storage (stored-bytes-log.ts).
-    this.folding = setInterval(() => void foldStoredBytesLog(this.pool).catch(() => {}), FOLD_EVERY_MS);
+    // What triggers logged for clients' stored bytes, folded into client_storage (stored-bytes-log.ts),
+    // and what this instance spent of its grants, taken off their rows (stored-bytes-grants.ts).
+    this.folding = setInterval(() => {
+      void foldStoredBytesLog(this.pool).catch(() => {});
+      void this.grants.settleSpent().catch(() => {});
+    }, FOLD_EVERY_MS);
     this.folding.unref();
     this.leadership = new PgLeadership({
       connect: () => new CheckedClient({ ...this.clientConfig(), types }),
@@ -448,7 +452,7 @@ export class PgStore implements Store, PgContext {
     await listener?.end().catch(() => {});
     await this.leadership.close();
     // Room granted to this instance goes back to its clients (stored-bytes-grants.ts).
-    await returnGrants(this.pool, this.grantHolder).catch(() => {});
+    await returnGrants(this.pool, this.grants.holder).catch(() => {});
     await this.pool.end();
     this.options.hosts?.close();
   }

@@ -1,4 +1,4 @@
-import type { TaskRow, TaskStore } from "../../store/store.js";
+import type { CreateResult, NewTaskRequest, TaskRow, TaskStore } from "../../store/store.js";
 import { T, unclaimed, NO_RESERVATIONS, opt, columnsOf } from "./mapping.js";
 import { pgTaskClaims } from "./task-claims.js";
 import { tasks } from "./schema.js";
@@ -7,7 +7,7 @@ import type { PgContext } from "./context.js";
 import { PgIntakeBatches } from "./intake.js";
 import { type CreditBooks, lockCredit, readCredit } from "./credit-books.js";
 import { storedBytesOfClient } from "./stored-bytes-log.js";
-import { admitStoredBytes, refundGrant } from "./stored-bytes-grants.js";
+import { exactStoredBytes, grantStillHolds, type TakenRoom } from "./stored-bytes-grants.js";
 
 /** Every column of a task but its output, for list reads that may leave the output in the database. */
 const LISTED_COLUMNS = columnsOf(tasks)
@@ -21,16 +21,20 @@ const LOG_STORED_BYTES = "INSERT INTO client_storage_log (client_id, bytes) VALU
 /** The TaskStore on PostgreSQL: intake, transitions, submissions, reads and pruning; the claims are task-claims.ts. */
 export function pgTasks(s: PgContext): TaskStore {
   const { q, one } = s;
-  /** A creation in a transaction of its own: the idempotency check, the cap and budget decision under the client's credit lock, the insert. */
-  const decideAndInsert: TaskStore["create"] = (req) =>
-    s.tx(async (c) => {
+  /**
+   * A creation in a transaction of its own: the idempotency check, the cap and budget decision under
+   * the client's credit lock, the insert. `room`: what it took of this instance's grant (null: room
+   * ran out, so it is decided against the exact stored bytes; undefined: no bound).
+   */
+  const decideAndInsert = (req: NewTaskRequest, room: TakenRoom | null | undefined) =>
+    s.tx(async (c): Promise<CreateResult & { kept: number }> => {
       const { row } = req;
       const existing = await one(
         "SELECT * FROM tasks WHERE client_id = $1 AND idempotency_key = $2",
         [row.clientId, row.idempotencyKey],
         c,
       );
-      if (existing) return { task: T.row(existing), replayed: true };
+      if (existing) return { task: T.row(existing), replayed: true, kept: 0 };
       // With a cap or a credit limit, the client's credit lock serialises its deciders, so the checks
       // see each other (credit-books.ts); without either there is nothing to decide and creations
       // run side by side.
@@ -46,12 +50,19 @@ export function pgTasks(s: PgContext): TaskStore {
           )
         : 0;
       const learnedPrice = req.needs.credit && row.priceKey ? await s.learnedPriceIn(c, row.priceKey) : null;
-      // With a storage bound: spent from this instance's grant, or (when room runs out) the exact
-      // figure with every grant taken back, locked until this commits (stored-bytes-grants.ts).
-      const bounded = req.storedBytesLimit != null;
-      const storedBytes = bounded
-        ? await admitStoredBytes(c, row.clientId, s.grantHolder, row.storedBytes ?? 0, req.storedBytesLimit!)
-        : undefined;
+      // With a storage bound: admitted on the room this instance took while its grant row still holds
+      // (FOR KEY SHARE until this commits), else the exact figure with every grant taken back, locked
+      // until this commits (stored-bytes-grants.ts).
+      let storedBytes: number | undefined;
+      if (room !== undefined) {
+        const bytes = row.storedBytes ?? 0;
+        const holds =
+          room !== null && (await grantStillHolds(c, row.clientId, s.grants.holder, bytes, req.storedBytesLimit!));
+        if (!holds) {
+          s.grants.drop(row.clientId);
+          storedBytes = await exactStoredBytes(c, row.clientId);
+        }
+      }
       const reserved = req.admit({
         waiting,
         position: req.needs.credit ? position : undefined,
@@ -71,16 +82,27 @@ export function pgTasks(s: PgContext): TaskStore {
           [row.clientId, row.idempotencyKey],
           c,
         );
-        if (bounded && storedBytes === undefined)
-          await refundGrant(c, row.clientId, s.grantHolder, row.storedBytes ?? 0);
-        return { task: T.row(original!), replayed: true };
+        return { task: T.row(original!), replayed: true, kept: 0 };
       }
       await q(LOG_STORED_BYTES, [row.clientId, Number(inserted.stored_bytes)], c);
+      // Bytes decided against the exact figure spent no grant.
+      const kept = storedBytes === undefined ? Number(inserted.stored_bytes) : 0;
       await s.applyCredits(c, row.clientId, row.id, { charged: 0, refunded: 0, reserved }, row.createdAt);
-      return { task: T.row(inserted), replayed: false };
+      return { task: T.row(inserted), replayed: false, kept };
     });
   const single: TaskStore["create"] = async (req) => {
-    const created = await decideAndInsert(req);
+    // Room is taken before the transaction: a refill is a short transaction of its own.
+    const room =
+      req.storedBytesLimit == null
+        ? undefined
+        : await s.grants.take(req.row.clientId, req.row.storedBytes ?? 0, req.storedBytesLimit);
+    let kept = 0;
+    let created: CreateResult;
+    try {
+      ({ kept, ...created } = await decideAndInsert(req, room));
+    } finally {
+      if (room) s.grants.settle(room, kept);
+    }
     // After the commit, so a submitter woken here sees the task.
     if (!created.replayed) await s.wakeSubmitter([created.task.upstreamAccount]).catch(() => {});
     return created;
@@ -89,7 +111,7 @@ export function pgTasks(s: PgContext): TaskStore {
   const batches = new PgIntakeBatches({
     q: (sql, values) => q(sql, values),
     single,
-    holder: s.grantHolder,
+    grants: s.grants,
     wake: (accounts) => s.wakeSubmitter(accounts),
   });
   return {
