@@ -189,3 +189,55 @@ export function pausedTrialUntil(t: {
 }): number | null {
   return t.trial && t.reopenedUntil !== null && t.waitedMs < t.scheduleSpanMs ? t.reopenedUntil : null;
 }
+
+/** What one key's part of a batched refill came to: how many of its claimed events started, and whether it is full again. */
+export interface RefillOutcome {
+  started: number;
+  full: boolean;
+}
+
+/**
+ * Splits a batched refill's plan: the keys the claim asks for (with their limit), and what the
+ * others come to without a claim: a key another refill already filled is full again; a key given
+ * no room (its client or the pool has none) is not, and the loop's claim serves it.
+ */
+export function refillClaims(plan: readonly RefillLimit[]): {
+  claims: Array<{ key: string; limit: number; index: number }>;
+  settled: Map<string, RefillOutcome>;
+} {
+  const claims: Array<{ key: string; limit: number; index: number }> = [];
+  const settled = new Map<string, RefillOutcome>();
+  plan.forEach((p, index) => {
+    if (p.full) settled.set(p.key, { started: 0, full: true });
+    else if (p.room > 0) claims.push({ key: p.key, limit: p.room, index });
+    else settled.set(p.key, { started: 0, full: false });
+  });
+  return { claims, settled };
+}
+
+/** Each claimed key's outcome: what started, and full when the claim found as many as its limit. */
+export function refillOutcomes(
+  claims: ReadonlyArray<{ key: string; limit: number }>,
+  got: ReadonlyMap<string, { claimed: number; started: number }>,
+): Map<string, RefillOutcome> {
+  return new Map(
+    claims.map(({ key, limit }) => {
+      const n = got.get(key);
+      return [key, { started: n?.started ?? 0, full: (n?.claimed ?? 0) >= limit }];
+    }),
+  );
+}
+
+/**
+ * Whether a settled attempt need not wake the loop at once: its key's refill started something or
+ * is full again, or the key is held at its cap by other instances (then the loop's claim leaves it
+ * out anyway, and runs soon for everyone else, not at once for each such settle). A key whose
+ * refill failed (no outcome) wakes it.
+ */
+export function quietAfterRefill(
+  outcome: RefillOutcome | undefined,
+  saturated: SaturationNote | undefined,
+  now: number,
+): boolean {
+  return outcome !== undefined && (outcome.started > 0 || outcome.full || saturatedNow(saturated, now));
+}

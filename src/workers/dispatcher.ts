@@ -8,8 +8,6 @@ import {
   firstCoolDownMs,
   keyRoom,
   noteSaturation,
-  refillPlan,
-  saturatedNow,
   wakeAt,
   type SaturationNote,
 } from "../core/delivery-plan.js";
@@ -17,11 +15,12 @@ import type { KeyHealth } from "../core/key-health.js";
 import type { DestinationMessage, Destinations } from "../destinations/index.js";
 import { webhookDestinations } from "../destinations/http.js";
 import { deliveryKey, splitDeliveryKey } from "../store/delivery-key.js";
-import type { ClientRow, EventRow, KeyLimit, Store } from "../store/store.js";
+import type { ClientRow, EventRow, Store } from "../store/store.js";
 import { CircuitBreakers, type BreakerOptions } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
 import type { SendResult, WebhookSender } from "../webhooks/sender.js";
 import { Attempts } from "./delivery/attempt.js";
+import { Refills } from "./delivery/refills.js";
 import { type Claim, claimTrial } from "./delivery/trials.js";
 import type { LeaseOwner } from "./owner.js";
 import { PooledWorker } from "./pooled-loop.js";
@@ -57,16 +56,6 @@ export interface DispatcherOptions {
  */
 export const MAX_PAYLOAD_BYTES = WEBHOOK_BODY_MAX_BYTES;
 
-/** A key asking for its refill: the client and host its settled attempt went to. */
-interface RefillKey {
-  key: string;
-  clientId: string;
-  host: string;
-}
-
-/** How soon after a refill the loop claims for everyone else (a new client's events wait at most this long for it). */
-const SWEEP_AFTER_REFILL_MS = 200;
-
 /**
  * Delivers outbox events: claims due ones under a lease, signs and POSTs each, records the attempt,
  * and schedules the next one on WEBHOOK_RETRY_SCHEDULE. Deliveries run concurrently and the loop does
@@ -88,7 +77,8 @@ const SWEEP_AFTER_REFILL_MS = 200;
  * (EventClaimOptions.maxPerKey, counted from the leased events); a key a claim finds at that shared
  * cap is left out of the loop's claims for a short back-off (core/delivery-plan.ts, noteSaturation),
  * not claimed again at every turn of the loop. The decisions are core/delivery-plan.ts's; one
- * attempt (sign, send through the destination port, breaker, record) is workers/delivery/attempt.ts.
+ * attempt (sign, send through the destination port, breaker, record) is workers/delivery/attempt.ts,
+ * the refill of the keys whose attempts settled in a turn workers/delivery/refills.ts.
  *
  * Claims never overlap (one at a time, workers/pooled-loop.ts): the per-key room a claim is sized by
  * cannot be spent by another claim across the claim's await, and every start checks it again.
@@ -100,9 +90,7 @@ export class Dispatcher extends PooledWorker<Claim> {
   private saturated: ReadonlyMap<string, SaturationNote> = new Map();
   private readonly events: DeliveryLifecycle;
   private readonly attempts: Attempts;
-  private sweepTimer: NodeJS.Timeout | null = null;
-  /** Keys whose attempts settled in this turn, refilled together at its end (see refill). */
-  private refills: Map<string, RefillKey & { waiters: Array<(quiet: boolean) => void> }> | null = null;
+  private readonly refills: Refills;
 
   constructor(private readonly opts: DispatcherOptions) {
     // The pool's slots: each client's share, the reserve, the per-key cap, slots held for a key's refill (see withSlot).
@@ -134,6 +122,15 @@ export class Dispatcher extends PooledWorker<Claim> {
       scheduleSpanMs: config.webhookRetryScheduleMs.reduce((sum, ms) => sum + ms, 0),
       health: opts.health,
       onAttempt: opts.onAttempt,
+    });
+    this.refills = new Refills({
+      ...opts,
+      slots: this.slots,
+      loop: this.loop,
+      keyRoom: (key) => this.keyRoom(key),
+      saturated: () => this.saturated,
+      leaseMs: config.webhookTimeoutMs + 5_000,
+      maxPerKey: maxPerHost,
     });
   }
 
@@ -249,117 +246,9 @@ export class Dispatcher extends PooledWorker<Claim> {
     this.opts.logger.error({ err, event_id: claim.event.id }, "delivery bookkeeping failed");
   }
 
-  /**
-   * A delivery settled: the slot it frees goes first to the same key's next due events, and the
-   * loop is woken for everything else: a steady stream to one receiver costs no scan of the whole
-   * due index per webhook. Every attempt settled in one turn of the event loop is refilled by one
-   * claim (claimOfKeys: one statement across their keys, in the same commit as their records on
-   * SQLite), each key within its cap and its client's share (core/delivery-plan.ts, refillPlan).
-   * A refilled slot leaves the pool as full as it was: the loop's claim of everything else (other
-   * clients' due events, which may need the reserve) runs soon, not once per webhook.
-   */
+  /** A delivery settled: its slot goes first to the same key's next due events (workers/delivery/refills.ts). */
   refill({ event }: Claim): Promise<boolean> {
-    const key = deliveryKey(event.clientId, event.destinationHost);
-    return new Promise((resolve) => {
-      if (!this.refills) {
-        this.refills = new Map();
-        setImmediate(() => void this.refillTurn());
-      }
-      const ask = this.refills.get(key);
-      if (ask) ask.waiters.push(resolve);
-      else this.refills.set(key, { key, clientId: event.clientId, host: event.destinationHost, waiters: [resolve] });
-    });
-  }
-
-  /** The refills asked for in one turn, claimed together; each settle learns whether the loop need not be woken for it. */
-  private async refillTurn(): Promise<void> {
-    const asks = [...(this.refills?.values() ?? [])];
-    this.refills = null;
-    const outcome = new Map<string, { started: number; full: boolean }>();
-    try {
-      await this.loop.claimAndStart((start) => this.claimOfKeys(asks, start, outcome));
-    } catch (err) {
-      this.opts.logger.error({ err, keys: asks.length }, "claiming keys' next events failed; the loop claims them");
-    }
-    const now = this.opts.clock.now();
-    for (const ask of asks) {
-      const got = outcome.get(ask.key);
-      // A key other instances hold at its cap (noteSaturation) is left out of the loop's claim
-      // anyway: the loop needs to run soon for everyone else, not at once for each such settle.
-      const quiet =
-        got !== undefined && (got.started > 0 || got.full || saturatedNow(this.saturated.get(ask.key), now));
-      if (quiet) this.sweepSoon();
-      for (const resolve of ask.waiters) resolve(quiet);
-    }
-  }
-
-  /** Wakes the loop within SWEEP_AFTER_REFILL_MS, once for any number of refills meanwhile. */
-  private sweepSoon(): void {
-    if (this.sweepTimer) return;
-    this.sweepTimer = setTimeout(() => {
-      this.sweepTimer = null;
-      this.loop.onSettled();
-    }, SWEEP_AFTER_REFILL_MS);
-    this.sweepTimer.unref();
-  }
-
-  /**
-   * The next due events of the keys whose settled attempts freed and held their slots (see
-   * refill, withSlot), in one claim: the plan gives each key its limit, the store's one statement
-   * applies them. `outcome`: per key, how many started and whether it is full again.
-   */
-  private async claimOfKeys(
-    asks: readonly RefillKey[],
-    start: (claim: Claim) => boolean,
-    outcome: Map<string, { started: number; full: boolean }>,
-  ): Promise<{ full: boolean }> {
-    const { store, clock, config, owner } = this.opts;
-    const held = new Map(asks.map((a) => [a.key, this.slots.heldFor(a.key)]));
-    let released = false;
-    const release = () => {
-      if (!released) for (const [key, n] of held) this.slots.releaseHold(key, n);
-      released = true;
-    };
-    try {
-      const plan = refillPlan(
-        asks.map((a) => ({ key: a.key, clientId: a.clientId, keyRoom: this.keyRoom(a.key), held: held.get(a.key)! })),
-        (clientId, picked) => this.slots.room(clientId, picked),
-        this.slots.free,
-      );
-      const limits: Array<KeyLimit & { key: string }> = [];
-      plan.forEach((p, i) => {
-        if (p.full) outcome.set(p.key, { started: 0, full: true });
-        else if (p.room > 0)
-          limits.push({ key: p.key, clientId: asks[i]!.clientId, host: asks[i]!.host, limit: p.room });
-        else outcome.set(p.key, { started: 0, full: false });
-      });
-      if (limits.length === 0) return { full: false };
-      const claimed = await store.events.claimOfKeys(limits, {
-        now: clock.now(),
-        leaseMs: config.webhookTimeoutMs + 5_000,
-        token: owner.token(),
-        maxPerKey: this.maxPerHost,
-      });
-      const clients = new Map<string, ClientRow | undefined>();
-      for (const event of claimed)
-        if (!clients.has(event.clientId)) clients.set(event.clientId, await store.clients.find(event.clientId));
-      release();
-      const got = new Map<string, { claimed: number; started: number }>();
-      for (const event of claimed) {
-        const key = deliveryKey(event.clientId, event.destinationHost);
-        const n = got.get(key) ?? { claimed: 0, started: 0 };
-        n.claimed += 1;
-        if (start({ event, client: clients.get(event.clientId) })) n.started += 1;
-        got.set(key, n);
-      }
-      for (const { key, limit } of limits) {
-        const n = got.get(key);
-        outcome.set(key, { started: n?.started ?? 0, full: (n?.claimed ?? 0) >= limit });
-      }
-      return { full: claimed.length >= limits.reduce((sum, l) => sum + l.limit, 0) };
-    } finally {
-      release();
-    }
+    return this.refills.ask(event);
   }
 
   /**

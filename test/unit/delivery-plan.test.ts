@@ -9,6 +9,9 @@ import {
   nextSaturationBackoff,
   noteSaturation,
   pausedTrialUntil,
+  quietAfterRefill,
+  refillClaims,
+  refillOutcomes,
   refillPlan,
   refillRoom,
   SATURATED_BACKOFF_MAX_MS,
@@ -205,6 +208,55 @@ describe("a batched refill's plan (one claim for every key settled in a turn)", 
       ),
       { numRuns: 300 },
     );
+  });
+});
+
+describe("what a batched refill claims and what it came to", () => {
+  it("claims for keys given room; a key already filled is full again, one given no room is not", () => {
+    const { claims, settled } = refillClaims([
+      { key: "a|h1", full: false, room: 3 },
+      { key: "b|h1", full: true },
+      { key: "c|h1", full: false, room: 0 },
+      { key: "d|h1", full: false, room: 1 },
+    ]);
+    expect(claims).toEqual([
+      { key: "a|h1", limit: 3, index: 0 },
+      { key: "d|h1", limit: 1, index: 3 },
+    ]);
+    expect([...settled]).toEqual([
+      ["b|h1", { started: 0, full: true }],
+      ["c|h1", { started: 0, full: false }],
+    ]);
+  });
+
+  it("a claimed key is full when it got its whole limit; started counts what started; a key that got nothing is neither", () => {
+    const got = new Map([
+      ["a|h1", { claimed: 3, started: 2 }],
+      ["d|h1", { claimed: 1, started: 1 }],
+    ]);
+    const out = refillOutcomes(
+      [
+        { key: "a|h1", limit: 3 },
+        { key: "d|h1", limit: 2 },
+        { key: "e|h1", limit: 1 },
+      ],
+      got,
+    );
+    expect([...out]).toEqual([
+      ["a|h1", { started: 2, full: true }],
+      ["d|h1", { started: 1, full: false }],
+      ["e|h1", { started: 0, full: false }],
+    ]);
+  });
+
+  it("a settle is quiet when its refill started something, is full again, or its key is saturated elsewhere; not when the refill failed", () => {
+    const note = { until: NOW + 100, backoffMs: 100 };
+    expect(quietAfterRefill({ started: 1, full: false }, undefined, NOW)).toBe(true);
+    expect(quietAfterRefill({ started: 0, full: true }, undefined, NOW)).toBe(true);
+    expect(quietAfterRefill({ started: 0, full: false }, note, NOW)).toBe(true);
+    expect(quietAfterRefill({ started: 0, full: false }, note, NOW + 100)).toBe(false);
+    expect(quietAfterRefill({ started: 0, full: false }, undefined, NOW)).toBe(false);
+    expect(quietAfterRefill(undefined, note, NOW)).toBe(false);
   });
 });
 
