@@ -19,7 +19,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { DIST, removeSnapshot, snapshotDist, stageDist } from "./lib/dist.mjs";
+import { DIST, removeSnapshot, snapshotDist, stageDist, useDist } from "./lib/dist.mjs";
 import { harness } from "./lib/harness.mjs";
 import { loadAverage, MAX_LOAD, quietEnough, refusedText } from "./lib/load-gate.mjs";
 import {
@@ -403,7 +403,7 @@ async function main(argv) {
   const rounds = Number(flag("rounds") ?? 3);
   const other = flag("dist");
   const dist = other ? stageDist(resolve(other), "proto") : null;
-  if (dist) process.env.BENCH_DIST = dist;
+  if (dist) useDist(dist);
   const snapshot = dist ? null : snapshotDist();
   const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-proto-"));
   const children = new Set();

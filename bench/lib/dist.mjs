@@ -41,6 +41,12 @@ export function removeSnapshot(dir) {
   }
 }
 
+/** Switches the run to another build (children learn it from BENCH_DIST), e.g. one stageDist() set aside. */
+export function useDist(dist) {
+  DIST = dist;
+  process.env.BENCH_DIST = dist;
+}
+
 /**
  * A copy of another build's `dist` (and the `migrations` beside it) under bench/.ab/<name>-<pid>/,
  * so it runs on this checkout's node_modules: an old checkout's own install may be missing or differ
