@@ -96,3 +96,14 @@ export function requestLines(logger: Logger): (level: LineLevel, line: RequestLi
     );
   };
 }
+
+/**
+ * The same logger (destination, level, base and trace fields) without pino's redaction pass, for a
+ * hot line whose fields are fixed and named by its caller, none of them a path REDACT names (the
+ * delivery attempt's line: ids, status, latency, outcome). The pass walks every wildcard path on
+ * every line (about 25 µs of the attempt line's 36, measured in-process); a line that could carry
+ * a caller's object (headers, an error's context) keeps the redacting logger.
+ */
+export function fixedFieldsLogger(logger: Logger): Logger {
+  return logger.child({}, { redact: [] });
+}

@@ -1,6 +1,6 @@
 import { Writable } from "node:stream";
 import { describe, expect, it } from "vitest";
-import { createLogger, requestLines } from "../../src/logger.js";
+import { createLogger, fixedFieldsLogger, requestLines } from "../../src/logger.js";
 
 /** The lines a logger wrote, parsed. */
 function capture() {
@@ -25,6 +25,23 @@ describe("createLogger", () => {
       { msg: "second", simulator: undefined, task_id: "task_1" },
     ]);
     expect(lines.some((line) => "trace_id" in line)).toBe(false);
+  });
+
+  it("fixedFieldsLogger writes the same line without the redaction pass; the logger it comes from still redacts", () => {
+    const { lines, stream } = capture();
+    const logger = createLogger("info", stream);
+    fixedFieldsLogger(logger).info({ event_id: "evt_1", status_code: 200, key: "k" }, "webhook attempt");
+    logger.info({ event_id: "evt_1", status_code: 200, key: "k" }, "webhook attempt");
+    const [lean, redacted] = lines.map(({ time, ...rest }) => rest);
+    expect(lean).toEqual({
+      level: "info",
+      service: "genrelay",
+      event_id: "evt_1",
+      status_code: 200,
+      key: "k",
+      msg: "webhook attempt",
+    });
+    expect(redacted).toEqual({ ...lean, key: "[redacted]" });
   });
 
   it("requestLines writes the request line pino writes, byte for byte but the time, at the logger's level", () => {

@@ -1,5 +1,5 @@
 import type { Clock } from "../../clock.js";
-import type { Logger } from "../../logger.js";
+import { fixedFieldsLogger, type Logger } from "../../logger.js";
 import type { DeliveryLifecycle } from "../../core/delivery.js";
 import { pausedTrialUntil } from "../../core/delivery-plan.js";
 import type { KeyHealth } from "../../core/key-health.js";
@@ -40,7 +40,12 @@ export interface AttemptDeps {
  * the event's next state, say what a circuit's opening or closing means, and follow the key's health.
  */
 export class Attempts {
-  constructor(private readonly deps: AttemptDeps) {}
+  /** The attempt's line: fixed fields, none a secret, so without the redaction pass (logger.ts). */
+  private readonly attemptLog: Logger;
+
+  constructor(private readonly deps: AttemptDeps) {
+    this.attemptLog = fixedFieldsLogger(deps.logger);
+  }
 
   async deliver(event: EventRow, client: ClientRow, permit: Permit): Promise<void> {
     const { clock, breakers } = this.deps;
@@ -153,7 +158,7 @@ export class Attempts {
         logger.error({ err, event_id: event.id }, "writing the delivery.exhausted notice failed");
       });
     }
-    logger.info(
+    this.attemptLog.info(
       {
         event_id: event.webhookId ?? event.id,
         destination: event.endpointId ?? "callback",
