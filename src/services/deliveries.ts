@@ -234,15 +234,22 @@ export class DeliveryService {
     if (rows.length > 0)
       for (const r of await this.deps.store.webhookEndpoints.deliveriesOfTasks([...new Set(rows.map((e) => e.taskId))]))
         toEndpoints.set(r.webhookId!, [...(toEndpoints.get(r.webhookId!) ?? []), r]);
+    // Counts from the attempt log, the one record of what was sent: an attempt whose lease was taken
+    // back (its endpoint deleted meanwhile) is logged but never counted on its row.
+    const counted = await this.deps.store.events.attemptCounts([
+      ...rows.map((e) => e.id),
+      ...[...toEndpoints.values()].flat().map((r) => r.id),
+    ]);
+    const attempts = (id: string) => counted.get(id) ?? 0;
     return {
       data: rows.map((e) => ({
         id: e.id,
         ...(JSON.parse(e.payload) as { type: string; timestamp: string; data: Record<string, never> }),
-        delivery: { status: e.deliveryStatus, attempts: e.attempts, last_status_code: e.lastStatusCode },
+        delivery: { status: e.deliveryStatus, attempts: attempts(e.id), last_status_code: e.lastStatusCode },
         endpoints: (toEndpoints.get(e.id) ?? []).map((r) => ({
           endpoint_id: r.endpointId!,
           status: r.deliveryStatus,
-          attempts: r.attempts,
+          attempts: attempts(r.id),
           last_status_code: r.lastStatusCode,
         })),
       })),

@@ -410,6 +410,12 @@ export interface EventStore {
   lastOfTasks(taskIds: string[]): Promise<Map<string, EventRow>>;
   ofTask(taskId: string): Promise<EventRow[]>;
   attemptsOfTask(taskId: string): Promise<AttemptRow[]>;
+  /**
+   * How many attempts the attempt log holds for each of these events (absent: none). The feed's
+   * counts come from here, not from the event row: an attempt whose lease was taken back (its
+   * endpoint deleted, the event re-queued) is logged but can no longer update its row.
+   */
+  attemptCounts(eventIds: string[]): Promise<Map<string, number>>;
   /** The client's pull feed after a position, oldest first. */
   feed(clientId: string, afterPos: number, limit: number): Promise<EventRow[]>;
   /** The client's feed position of an old relay-wide cursor. */

@@ -151,4 +151,31 @@ describe("endpoints on PostgreSQL, two instances", () => {
     expect(posts(down)).toHaveLength(1);
     for (const r of [gone, aborting, down]) expect(posts(r).map((q) => q.json.data.id)).toHaveLength(1);
   });
+  it("an endpoint deleted through A while B's attempt is in flight: the feed counts the attempt the log lists", async () => {
+    const { a, b, receiver, client, failedTask, deliverAll } = await setup();
+    const c = await client("deleter");
+    const hook = await receiver();
+    let answer = () => {};
+    hook.answers.push((req, res) => {
+      answer = () => status(503)(req, res);
+    });
+    const made = await c.call(a, "/openapi/v1/webhooks/endpoints", { method: "POST", json: { url: hook.url() } });
+    const ep = ((await made.json()) as { data: { id: string } }).data.id;
+    const id = await failedTask(c);
+    const arrived = hook.next();
+    const running = b.relay.dispatcher.runOnce();
+    await arrived;
+    expect((await c.call(a, `/openapi/v1/webhooks/endpoints/${ep}`, { method: "DELETE" })).status).toBe(204);
+    answer();
+    await running;
+    await deliverAll();
+    const log = (await (await c.call(a, `/openapi/v1/tasks/${id}/deliveries`)).json()) as {
+      data: { destination: string; status_code: number | null }[];
+    };
+    expect(log.data.map((d) => [d.destination, d.status_code])).toEqual([[ep, 503]]);
+    const feed = (await (await c.call(b, "/openapi/v1/events")).json()) as { data: { endpoints: unknown[] }[] };
+    expect(feed.data.map((e) => e.endpoints)).toEqual([
+      [{ endpoint_id: ep, status: "ended", attempts: 1, last_status_code: null }],
+    ]);
+  });
 });

@@ -289,6 +289,31 @@ describe("delivery to endpoints", () => {
     expect(log.map((a) => [a.destination, a.status_code])).toEqual([[ep.id, 503]]);
   });
 
+  it("an endpoint deleted while its attempt is in flight: the feed counts the attempt the log lists", async () => {
+    const { t, up } = suite.setup();
+    const { apiKey } = t.client();
+    const hook = await suite.receiver();
+    let answer = () => {};
+    hook.answers.push((_req, res) => {
+      answer = () => status(503)(_req, res);
+    });
+    const ep = await createEndpoint(t, apiKey, { url: hook.url() });
+    const id = await succeededTask(t, up, apiKey);
+    const arrived = hook.next();
+    const running = t.relay.dispatcher.runOnce();
+    await arrived;
+    await body(await t.request(apiKey, `${PATH}/${ep.id}`, { method: "DELETE" }), 204);
+    answer();
+    await running;
+    await deliverAll(t);
+    const log = await attempts(t, apiKey, id);
+    expect(log.map((a) => [a.destination, a.status_code])).toEqual([[ep.id, 503]]);
+    const feed = (await body(await t.request(apiKey, "/openapi/v1/events"), 200)).data;
+    expect(feed.map((e: any) => e.endpoints)).toEqual([
+      [{ endpoint_id: ep.id, status: "ended", attempts: 1, last_status_code: null }],
+    ]);
+  });
+
   it.each([
     ["410 Gone", status(410)],
     ["webhook-delivery: abort", status(500, { "webhook-delivery": "abort" })],

@@ -112,6 +112,14 @@ export function pgEvents(s: PgContext): EventStore {
     ofTask: async (taskId) => E.rows(await q("SELECT * FROM events WHERE task_id = $1 ORDER BY sequence", [taskId])),
     attemptsOfTask: async (taskId) =>
       A.rows(await q("SELECT * FROM delivery_attempts WHERE task_id = $1 ORDER BY attempted_at, id", [taskId])),
+    attemptCounts: async (eventIds) => {
+      if (eventIds.length === 0) return new Map();
+      const rows = await q(
+        "SELECT event_id, count(*) AS n FROM delivery_attempts WHERE event_id = ANY($1::text[]) GROUP BY event_id",
+        [eventIds],
+      );
+      return new Map(rows.map((r) => [r.event_id as string, Number(r.n)]));
+    },
     feed: async (clientId, afterPos, limit) => {
       await placeInFeed(s, clientId, limit);
       return E.rows(

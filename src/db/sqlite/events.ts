@@ -133,6 +133,7 @@ export function sqliteEvents(s: SqliteContext): EventStore {
     lastOfTasks: async (taskIds) => lastOfTasks(db, taskIds),
     ofTask: async (taskId) => ofTask(db, taskId),
     attemptsOfTask: async (taskId) => attemptsOfTask(db, taskId),
+    attemptCounts: async (eventIds) => attemptCounts(db, eventIds),
     feed: async (clientId, afterPos, limit) => {
       placeInFeed(db, clientId, limit);
       return feed(db, clientId, afterPos, limit);
@@ -313,6 +314,18 @@ export function attemptsOfTask(db: DbOrTx, taskId: string): AttemptRow[] {
     .where(eq(deliveryAttempts.taskId, taskId))
     .orderBy(asc(deliveryAttempts.attemptedAt), asc(deliveryAttempts.id))
     .all();
+}
+
+/** Attempts logged per event, through delivery_attempts_event_idx. */
+export function attemptCounts(db: DbOrTx, eventIds: string[]): Map<string, number> {
+  if (eventIds.length === 0) return new Map();
+  const rows = db
+    .select({ eventId: deliveryAttempts.eventId, n: sql<number>`count(*)` })
+    .from(deliveryAttempts)
+    .where(inArray(deliveryAttempts.eventId, eventIds))
+    .groupBy(deliveryAttempts.eventId)
+    .all();
+  return new Map(rows.map((r) => [r.eventId, Number(r.n)]));
 }
 
 /** The pull feed: a client's events after a position in its own feed, in order. */
