@@ -1,6 +1,7 @@
 import { pino, type Logger, type LevelWithSilent } from "pino";
 import { telemetry } from "./telemetry/index.js";
 
+// The one re-export kept on purpose: every layer takes its Logger type from here, so pino is named in this file only.
 export type { Logger };
 
 /**

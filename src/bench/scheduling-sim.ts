@@ -15,7 +15,7 @@ import { silentLogger } from "../logger.js";
 import { Relay } from "../relay.js";
 import { createClient } from "../services/clients.js";
 import { createTask } from "../services/intake.js";
-import type { PollStrategy } from "../workers/poller.js";
+import type { PollStrategy } from "../core/poll-plan.js";
 import { createSimulator } from "../simulator/app.js";
 import type { SimulatorTimings } from "../simulator/options.js";
 

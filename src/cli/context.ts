@@ -3,7 +3,7 @@ import type { Database_ } from "../db/sqlite/open.js";
 import type { Store } from "../store/store.js";
 import { systemClock } from "../clock.js";
 import { Lifecycle } from "../core/lifecycle.js";
-import { noNudges } from "../services/deps.js";
+import { noNudges } from "../core/nudges.js";
 
 export interface CliContext {
   config: Config;

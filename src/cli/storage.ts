@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { ApiError, type FieldProblem } from "../services/errors.js";
-import { deleteStorage, getStorage, setStorage, type StorageView } from "../services/storage.js";
+import { deleteStorage, getStorage, setStorage } from "../services/storage.js";
+import type { StorageView } from "../mirror/stored-bucket.js";
 import { out, parse, positionalsAtMost, UsageError, wholeNumber } from "./common.js";
 import type { CliContext } from "./context.js";
 

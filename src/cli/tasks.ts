@@ -1,5 +1,5 @@
 import { TASK_STATUSES, type TaskStatus } from "../statuses.js";
-import type { AttemptRow, ClientRow, EventRow, TaskRow } from "../store/store.js";
+import type { AttemptRow, ClientRow, EventRow, TaskRow } from "../store/rows.js";
 import { iso, out, parse, positionalsAtMost, UsageError, wholeNumber } from "./common.js";
 import { cliLifecycle, type CliContext } from "./context.js";
 import { ApiError } from "../services/errors.js";

@@ -1,6 +1,7 @@
 import type { Clock } from "../clock.js";
 import { newId } from "../ids.js";
-import type { EventRow, NewEventRow, Store } from "../store/store.js";
+import type { Store } from "../store/store.js";
+import type { EventRow, NewEventRow } from "../store/rows.js";
 import { retryDelayMs } from "../webhooks/schedule.js";
 import type { SendResult } from "../webhooks/sender.js";
 import { ANSWER_BYTES, ERROR_BYTES, storableText } from "./stored-text.js";

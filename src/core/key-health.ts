@@ -3,7 +3,8 @@ import type { Logger } from "../logger.js";
 import { ERROR_BYTES, storableText } from "./stored-text.js";
 import { newId } from "../ids.js";
 import { deliveryKey } from "../store/delivery-key.js";
-import type { ClientRow, DeliveryKey, EventRow, Store } from "../store/store.js";
+import type { DeliveryKey, Store } from "../store/store.js";
+import type { ClientRow, EventRow } from "../store/rows.js";
 import type { BreakerOutcome } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
 

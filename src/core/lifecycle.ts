@@ -1,6 +1,7 @@
 import type { Clock } from "../clock.js";
 import type { TaskStatus } from "../statuses.js";
-import type { NewTaskRow, Store, SubmissionContext, SubmissionStep, TaskRow } from "../store/store.js";
+import type { Store, SubmissionContext, SubmissionStep } from "../store/store.js";
+import type { NewTaskRow, TaskRow } from "../store/rows.js";
 import type { Nudges } from "./nudges.js";
 import { jsonTextOf } from "../upstream/json-text.js";
 import type { UpstreamTask } from "../upstream/types.js";

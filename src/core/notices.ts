@@ -1,5 +1,6 @@
 import type { Clock } from "../clock.js";
-import type { NewNoticeRow, NoticeRow, Store } from "../store/store.js";
+import type { Store } from "../store/store.js";
+import type { NewNoticeRow, NoticeRow } from "../store/rows.js";
 import { retryAt } from "./delivery.js";
 import type { SendResult } from "../webhooks/sender.js";
 import { ERROR_BYTES, storableText } from "./stored-text.js";

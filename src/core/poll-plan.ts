@@ -1,4 +1,5 @@
-import type { InFlightTask, TaskRow } from "../store/store.js";
+import type { InFlightTask } from "../store/store.js";
+import type { TaskRow } from "../store/rows.js";
 import type { UpstreamError } from "../upstream/errors.js";
 import type { UpstreamTask } from "../upstream/types.js";
 import type { TaskError } from "./lifecycle.js";

@@ -15,8 +15,6 @@ import {
   type Watcher,
 } from "./task-watchers.js";
 
-export type { StreamTopic, TaskChange, WakeReason } from "./task-watchers.js";
-
 /** What next() resolves with: the stream ended, or the reasons gathered since the last call. */
 export type StreamWake = { closed: true } | { closed: false; reasons: ReadonlySet<WakeReason> };
 

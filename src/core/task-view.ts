@@ -1,4 +1,4 @@
-import type { EventRow, TaskRow } from "../store/store.js";
+import type { EventRow, TaskRow } from "../store/rows.js";
 import type { TaskStatus } from "../statuses.js";
 import type { FileRecord } from "../mirror/copy.js";
 

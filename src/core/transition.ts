@@ -1,6 +1,7 @@
 import { newId } from "../ids.js";
 import type { TaskStatus } from "../statuses.js";
-import type { NewTaskRow, TransitionRules } from "../store/store.js";
+import type { TransitionRules } from "../store/store.js";
+import type { NewTaskRow } from "../store/rows.js";
 import { estimateCompletion } from "./eta.js";
 import { flatTask } from "./task-view.js";
 import { fitTaskData, WEBHOOK_BODY_MAX_BYTES } from "./body-limit.js";

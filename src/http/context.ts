@@ -1,4 +1,4 @@
-import type { ClientRow } from "../store/store.js";
+import type { ClientRow } from "../store/rows.js";
 
 /** Per-request values set by middleware. */
 export interface AppEnv {

@@ -7,9 +7,8 @@ import {
   HEADER_NAME,
   HEADER_VALUE,
   MAX_CALLBACK_HEADERS,
-  RESERVED_HEADER_PREFIXES,
-  RESERVED_HEADERS,
 } from "../services/callback-headers.js";
+import { RESERVED_HEADER_PREFIXES, RESERVED_HEADERS } from "../webhooks/callback-headers.js";
 import { ERROR_STATUS, type ErrorCode } from "../services/errors.js";
 import { REQUEST_BOUNDS } from "../services/request-bounds.js";
 import {

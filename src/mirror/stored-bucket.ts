@@ -1,5 +1,6 @@
 import { openSecret, sealSecret } from "../crypto.js";
-import type { ClientRow, Store } from "../store/store.js";
+import type { Store } from "../store/store.js";
+import type { ClientRow } from "../store/rows.js";
 import type { BucketConfig } from "./bucket.js";
 import { newLinkKey } from "./links.js";
 

@@ -1,17 +1,6 @@
 import type { FieldProblem } from "./errors.js";
 import { isReservedHeader, RESERVED_HEADER_MESSAGE } from "../webhooks/callback-headers.js";
 
-/** Which names are reserved, and the sealed form every attempt opens, are webhooks/callback-headers.ts. */
-export {
-  headerNames,
-  isReservedHeader,
-  openHeaders,
-  RESERVED_HEADER_MESSAGE,
-  RESERVED_HEADER_PREFIXES,
-  RESERVED_HEADERS,
-  sealHeaders,
-} from "../webhooks/callback-headers.js";
-
 /**
  * Callback headers (docs/contract.md, "Callback headers"): a token a Zapier, Make or n8n catch hook checks, since those cannot
  * verify an HMAC. A task's own and a client's defaults are stored sealed (RELAY_ENCRYPTION_KEY when

@@ -1,5 +1,5 @@
 import { LRUCache } from "lru-cache";
-import type { ClientRow } from "../store/store.js";
+import type { ClientRow } from "../store/rows.js";
 import type { ServiceDeps } from "./deps.js";
 
 /**

@@ -8,14 +8,10 @@ import {
   sealSecret,
 } from "../crypto.js";
 import { newId } from "../ids.js";
-import type { ClientRow, NewClientRow, TaskRow } from "../store/store.js";
+import type { ClientRow, NewClientRow, TaskRow } from "../store/rows.js";
 import type { ServiceDeps } from "./deps.js";
 import { generateWebhookSecret } from "../webhooks/sign.js";
 import { LRUCache } from "lru-cache";
-
-/** Sealing and the signing keys live beside their users (crypto.ts, webhooks/); services re-use them. */
-export { isSealed, openSecret, sealSecret } from "../crypto.js";
-export { activeSigningKeys } from "../webhooks/signing-keys.js";
 
 /** How long a rotated-out secret keeps signing beside the new one. */
 export const SECRET_GRACE_MS = 24 * 60 * 60 * 1000;

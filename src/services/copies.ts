@@ -3,11 +3,11 @@ import type { FairPool } from "../core/fair-pool.js";
 import { Bucket } from "../mirror/bucket.js";
 import type { FileRecord } from "../mirror/copy.js";
 import { LINK_URL_EXPIRES_IN, linkTokenValid, parseLinkToken } from "../mirror/links.js";
-import type { TaskRow } from "../store/store.js";
+import type { TaskRow } from "../store/rows.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { type FileLinkCache, linkClientOf } from "./files.js";
-import { openStorage } from "./storage.js";
+import { openStorage } from "../mirror/stored-bucket.js";
 
 export type CopiedFile = Extract<FileRecord, { sha256: string }>;
 

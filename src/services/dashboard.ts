@@ -1,13 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
-import type {
-  AttemptRow,
-  ClientRow,
-  EventRow,
-  HourlyCount,
-  SessionRow,
-  TaskListQuery,
-  TaskRow,
-} from "../store/store.js";
+import type { TaskListQuery } from "../store/store.js";
+import type { AttemptRow, ClientRow, EventRow, HourlyCount, SessionRow, TaskRow } from "../store/rows.js";
 import { authenticate } from "./clients.js";
 import type { ServiceDeps } from "./deps.js";
 import { deliverySummary, type DeliverySummary } from "../core/task-view.js";

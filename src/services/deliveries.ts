@@ -6,7 +6,7 @@ import { validateCallbackUrl } from "../net/address-guard.js";
 import { signedMessage } from "../webhooks/outgoing.js";
 import type { SendResult } from "../webhooks/sender.js";
 import type { ServiceDeps } from "./deps.js";
-import type { EventRow } from "../store/store.js";
+import type { EventRow } from "../store/rows.js";
 import { ApiError } from "./errors.js";
 import { rotateSecret } from "./clients.js";
 import { requireClientTask } from "./tasks.js";

@@ -8,8 +8,6 @@ import type { Nudges } from "../core/nudges.js";
 import type { TaskWaiters } from "../core/task-waiters.js";
 import type { StreamHub } from "../core/stream-hub.js";
 
-export { noNudges, type Nudges } from "../core/nudges.js";
-
 /**
  * What every service verb needs; passed in, never read from globals. Every service function takes
  * it (or the part of it it uses) as its first argument: `verb(deps, ...)`, and returns a promise.

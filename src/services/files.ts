@@ -3,7 +3,7 @@ import type { Bucket } from "../mirror/bucket.js";
 import { LINK_URL_EXPIRES_IN } from "../mirror/links.js";
 import { Presigners } from "../mirror/presigners.js";
 import { openLinkKey } from "../mirror/stored-bucket.js";
-import type { ClientRow } from "../store/store.js";
+import type { ClientRow } from "../store/rows.js";
 import { ClientRows } from "./client-rows.js";
 import type { ServiceDeps } from "./deps.js";
 

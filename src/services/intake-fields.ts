@@ -1,8 +1,6 @@
 import type { FieldProblem } from "./errors.js";
 import { fieldCountProblem, REQUEST_BOUNDS } from "./request-bounds.js";
 
-export { fieldCountProblem };
-
 /**
  * The body fields intake knows, per endpoint (docs/contract.md, "Intake"): the upstream's
  * documented fields plus the relay's own. The request schemas (src/http/schemas.ts) are keyed by

@@ -1,6 +1,7 @@
 import { canonicalJson, sha256Hex } from "../crypto.js";
 import { newId } from "../ids.js";
-import type { ClientRow, NewTaskRequest, TaskRow } from "../store/store.js";
+import type { NewTaskRequest } from "../store/store.js";
+import type { ClientRow, TaskRow } from "../store/rows.js";
 import { validateCallbackUrl } from "../net/address-guard.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
@@ -10,7 +11,7 @@ import { priceOf } from "../core/credits.js";
 import { reserveAtIntake } from "./credits.js";
 import { priceKey } from "../core/pricing.js";
 import { MEDIA_URL_PATTERN, RELAY_BODY_FIELDS } from "./intake-fields.js";
-import { sealHeaders } from "./callback-headers.js";
+import { sealHeaders } from "../webhooks/callback-headers.js";
 import { REQUEST_BOUNDS, storedBytesOf, storedRequestProblems } from "./request-bounds.js";
 import { telemetry } from "../telemetry/index.js";
 

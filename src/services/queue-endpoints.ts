@@ -1,6 +1,6 @@
 import { openSecret, sealSecret } from "../crypto.js";
 import type { QueueKind, QueueTarget } from "../destinations/queues.js";
-import type { WebhookEndpointRow } from "../store/store.js";
+import type { WebhookEndpointRow } from "../store/rows.js";
 import { hostnameRefusal, MAX_CALLBACK_URL_LENGTH } from "../net/address-guard.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError, type FieldProblem } from "./errors.js";

@@ -1,5 +1,5 @@
 import { TASK_EVENT_TYPES, type TaskEventType } from "../core/transition.js";
-import type { TaskRow } from "../store/store.js";
+import type { TaskRow } from "../store/rows.js";
 import type { TaskStatus } from "../statuses.js";
 import { catalogModels } from "./catalog-check.js";
 import { flatTask } from "../core/task-view.js";

@@ -1,14 +1,12 @@
 import { z } from "zod";
 import { MAX_URL_EXPIRES_IN } from "../mirror/bucket.js";
-import type { ClientRow } from "../store/store.js";
+import type { ClientRow } from "../store/rows.js";
 import { baseUrlProblem } from "../net/base-url.js";
 import { validateCallbackUrl } from "../net/address-guard.js";
 import { sealSecret } from "../crypto.js";
 import { linkKeyFor, readStored, type StorageView, type StoredBucket } from "../mirror/stored-bucket.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError, type FieldProblem } from "./errors.js";
-
-export { openStorage, type StorageView } from "../mirror/stored-bucket.js";
 
 /**
  * A client's bucket (docs/contract.md, "Outputs"): where its outputs are copied. Stored in clients.storage_config as

@@ -1,5 +1,5 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
-import type { ClientRow } from "../store/store.js";
+import type { ClientRow } from "../store/rows.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { requireClientTask } from "./tasks.js";

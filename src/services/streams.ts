@@ -1,7 +1,7 @@
 import type { StreamHub, Subscription } from "../core/stream-hub.js";
 import { realTimers, type WaitTimers } from "../core/task-waiters.js";
 import { iso } from "../core/task-view.js";
-import type { EventRow, TaskRow } from "../store/store.js";
+import type { EventRow, TaskRow } from "../store/rows.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { progressOf, requireClientTask } from "./tasks.js";

@@ -1,6 +1,6 @@
 import type { Hold, TaskWaiters } from "../core/task-waiters.js";
 import type { TaskStatus } from "../statuses.js";
-import type { TaskRow } from "../store/store.js";
+import type { TaskRow } from "../store/rows.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { requireClientTask } from "./tasks.js";

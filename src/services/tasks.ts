@@ -1,5 +1,5 @@
 import type { TaskStatus } from "../statuses.js";
-import type { TaskRow } from "../store/store.js";
+import type { TaskRow } from "../store/rows.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
 import { deliverySummary, flatTask, taskView, type FlatTask, type TaskView } from "../core/task-view.js";

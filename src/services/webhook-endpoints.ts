@@ -1,9 +1,10 @@
 import { newId } from "../ids.js";
 import { DEFAULT_ENDPOINT_EVENTS, ENDPOINT_EVENT_TYPES } from "../store/endpoint-fanout.js";
-import type { WebhookEndpointRow } from "../store/store.js";
+import type { WebhookEndpointRow } from "../store/rows.js";
 import { destinationHost } from "../webhooks/destination.js";
 import { validateCallbackUrl } from "../net/address-guard.js";
-import { callbackHeaderProblems, sealHeaders } from "./callback-headers.js";
+import { callbackHeaderProblems } from "./callback-headers.js";
+import { sealHeaders } from "../webhooks/callback-headers.js";
 import type { ServiceDeps } from "./deps.js";
 import {
   type QueueEndpointInput,
@@ -25,7 +26,6 @@ export type EndpointEventType = (typeof ENDPOINT_EVENT_TYPES)[number];
 /** The most endpoints one client may have. */
 export const MAX_ENDPOINTS = 20;
 export const MAX_DESCRIPTION = 500;
-export { DEFAULT_ENDPOINT_EVENTS, ENDPOINT_EVENT_TYPES };
 
 interface CommonInput {
   events?: EndpointEventType[] | undefined;

@@ -1,9 +1,11 @@
-import type { ClientRow } from "../store/store.js";
+import type { ClientRow } from "../store/rows.js";
 import { generateSigningKey, publicKeyOf } from "../webhooks/sign.js";
 import { schemeOverlapping, signingSlots } from "../webhooks/signing-keys.js";
 import { validateCallbackUrl } from "../net/address-guard.js";
-import { callbackHeaderProblems, headerNames, openHeaders, sealHeaders } from "./callback-headers.js";
-import { openSecret, SECRET_GRACE_MS, sealSecret } from "./clients.js";
+import { callbackHeaderProblems } from "./callback-headers.js";
+import { headerNames, openHeaders, sealHeaders } from "../webhooks/callback-headers.js";
+import { SECRET_GRACE_MS } from "./clients.js";
+import { openSecret, sealSecret } from "../crypto.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError, type FieldProblem } from "./errors.js";
 

@@ -6,7 +6,8 @@ import type { Context, Hono } from "hono";
 import { catalogBody } from "./catalog.js";
 import type { SimEnv } from "./hono-env.js";
 import { invalidRequest, SimError } from "./errors.js";
-import { canonicalJson, decodeCursor, encodeCursor, readJsonObject } from "./http-util.js";
+import { decodeCursor, encodeCursor, readJsonObject } from "./http-util.js";
+import { canonicalJson } from "../crypto.js";
 import type { SimulatorState } from "./state.js";
 import { renderListItem, renderTask, TASK_STATUSES, type SimTask, type TaskStatus, type TaskType } from "./task.js";
 import { validateImageRequest, validateVideoRequest } from "./validation.js";
@@ -58,7 +59,8 @@ async function createTask(c: Context<SimEnv>, state: SimulatorState, type: TaskT
     throw invalidRequest(`Idempotency-Key header ${problem}`, [{ field: "Idempotency-Key", message: problem }]);
   }
   const body = await readJsonObject(c);
-  // The endpoint is part of the request: one key cannot name an image and a video.
+  // The endpoint is part of the request: one key cannot name an image and a video. Key order and
+  // whitespace must not make "the same request" look different: compare the canonical form.
   const fingerprint = `${type}:${canonicalJson(body)}`;
   const found = state.lookupIdempotency(account, key, fingerprint);
   if (found.kind === "conflict") {

@@ -12,9 +12,6 @@ import { errorBody, SimError } from "./errors.js";
 import type { SimulatorOptions } from "./options.js";
 import { SimulatorState } from "./state.js";
 
-export type { SimulatorAccountOptions, SimulatorOptions, SimulatorTimings } from "./options.js";
-export { SimulatorState } from "./state.js";
-
 export function createSimulator(options: SimulatorOptions = {}): { app: Hono; state: SimulatorState } {
   const state = new SimulatorState(options);
   const app = new Hono<SimEnv>();

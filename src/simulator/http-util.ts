@@ -28,12 +28,6 @@ export async function readJsonObject(c: Context): Promise<Record<string, unknown
   return parsed as Record<string, unknown>;
 }
 
-/**
- * Key order and whitespace must not make "the same request" look different, so idempotency
- * compares the canonical form (the relay's own, sorted keys) instead of the raw bytes.
- */
-export { canonicalJson } from "../crypto.js";
-
 export function encodeCursor(taskId: string): string {
   return Buffer.from(taskId, "utf8").toString("base64url");
 }

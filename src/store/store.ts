@@ -20,8 +20,6 @@ import type {
   WebhookEndpointRow,
 } from "./rows.js";
 
-export type * from "./rows.js";
-
 /**
  * Everything the relay keeps, as domain-level atomic operations. Every method is one atomic unit
  * (one transaction where it writes more than one row) and returns a promise, so the same callers run

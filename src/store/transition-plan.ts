@@ -1,4 +1,5 @@
-import type { CreditChange, NewEventRow, NewTaskRow, TaskRow, TransitionOptions, TransitionRules } from "./store.js";
+import type { CreditChange, TransitionOptions, TransitionRules } from "./store.js";
+import type { NewEventRow, NewTaskRow, TaskRow } from "./rows.js";
 import { wellFormed } from "./values.js";
 
 /**

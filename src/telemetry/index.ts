@@ -1,7 +1,5 @@
 import { childHeaders, traceContextOf, type TraceContext, type TraceHeaders } from "./trace-context.js";
 
-export type { TraceContext, TraceHeaders } from "./trace-context.js";
-
 /**
  * Tracing as the rest of the relay sees it (docs/operations.md, "Tracing"). Off by default: then
  * `noTelemetry` answers every call with plain code (the task's own trace headers passed on with a

@@ -13,7 +13,7 @@ import { NodeSDK } from "@opentelemetry/sdk-node";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import type { SpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { ATTR } from "./attributes.js";
-import type { CallSpan, IncomingSpec, Telemetry } from "./index.js";
+import type { CallSpan, Telemetry } from "./index.js";
 import { parseTraceparent, type TraceContext, type TraceHeaders, traceContextOf } from "./trace-context.js";
 
 /**
@@ -145,5 +145,3 @@ async function finish<T>(span: Span, work: Promise<T>): Promise<T> {
     span.end();
   }
 }
-
-export type { IncomingSpec };

@@ -17,9 +17,8 @@ import {
 } from "./parse.js";
 import type { CreateResult, TaskPage, TaskType, UpstreamTask } from "./types.js";
 import { ATTR, httpClientAttributes } from "../telemetry/attributes.js";
-import { type CallSpan, telemetry, type TraceContext, type TraceHeaders } from "../telemetry/index.js";
-
-export type { CreateResult, TaskPage, TaskType, UpstreamErrorInfo, UpstreamTask, UpstreamUsage } from "./types.js";
+import { type CallSpan, telemetry } from "../telemetry/index.js";
+import type { TraceContext, TraceHeaders } from "../telemetry/trace-context.js";
 
 export interface UpstreamClientOptions {
   /** No trailing slash; paths /openapi/v1/... are appended. */

@@ -1,5 +1,5 @@
 import type { DestinationMessage, DestinationTarget } from "../destinations/index.js";
-import type { ClientRow } from "../store/store.js";
+import type { ClientRow } from "../store/rows.js";
 import { isReservedHeader, openHeaders } from "./callback-headers.js";
 import { activeSigningKeys } from "./signing-keys.js";
 import { WEBHOOK_USER_AGENT, webhookHeaders } from "./sign.js";

@@ -1,5 +1,5 @@
 import { openSecret } from "../crypto.js";
-import type { ClientRow } from "../store/store.js";
+import type { ClientRow } from "../store/rows.js";
 
 /** Where a client's signing keys are kept: a `whsec_` secret (v1) and a `whsk_` key (v1a), each current and previous. */
 type KeySlot = "webhookSecret" | "previousWebhookSecret" | "signingKey" | "previousSigningKey";

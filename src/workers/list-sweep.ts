@@ -3,7 +3,8 @@ import type { TaskStatus } from "../statuses.js";
 import type { UpstreamClient } from "../upstream/client.js";
 import type { UpstreamTask } from "../upstream/types.js";
 import type { InFlightTask } from "../store/store.js";
-import { storedContext, type TraceContext } from "../telemetry/index.js";
+import { storedContext } from "../telemetry/index.js";
+import type { TraceContext } from "../telemetry/trace-context.js";
 
 export const LIST_PAGE_LIMIT = 100;
 

@@ -1,5 +1,6 @@
 import { linkingTasks } from "./list-sweep.js";
-import type { InFlightTask, TaskRow } from "../store/store.js";
+import type { InFlightTask } from "../store/store.js";
+import type { TaskRow } from "../store/rows.js";
 import {
   afterHarvest,
   costOfAll,
@@ -34,8 +35,6 @@ import type { TickResult } from "./loop.js";
 import { EarlyRecords } from "./poll/early-records.js";
 import type { PollerOptions } from "./poll/ports.js";
 import { SingleReads } from "./poll/single-reads.js";
-
-export type { PollStrategy } from "../core/poll-plan.js";
 
 /** A claim outlasts the upstream read it covers. */
 const LEASE_MARGIN_MS = 5_000;

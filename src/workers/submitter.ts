@@ -13,7 +13,8 @@ import {
   expiresUnsent,
   failurePlan,
 } from "../core/submit-plan.js";
-import type { Store, TaskRow, UpstreamAccountRow } from "../store/store.js";
+import type { Store } from "../store/store.js";
+import type { TaskRow, UpstreamAccountRow } from "../store/rows.js";
 import type { Nudges } from "../core/nudges.js";
 import type { UpstreamAccounts } from "../upstream/accounts.js";
 import { UpstreamError } from "../upstream/errors.js";
@@ -22,7 +23,7 @@ import { isDatabaseUnavailable, isUpstreamIdTaken } from "../store/database-heal
 import { Leadership, LEADER_RECHECK_MS } from "./leadership.js";
 import type { TickResult } from "./loop.js";
 import type { LeaseOwner } from "./owner.js";
-import { firstPollDelay } from "./poll-schedule.js";
+import { firstPollDelay } from "../core/poll-schedule.js";
 
 export interface SubmitterOptions {
   /** Tasks, the accounts' learned state, clients' admissions; and `ops` for leadership. */
@@ -43,8 +44,6 @@ export interface SubmitterOptions {
 
 /** A claim outlasts the upstream request it covers, so a live worker never loses its lease mid-call. */
 const LEASE_MARGIN_MS = 5_000;
-
-export { CONFLICT_WINDOW_MS, submitBackoffMs } from "../core/submit-plan.js";
 
 /**
  * Sends waiting tasks upstream with their fixed Idempotency-Key, within each account's concurrency,

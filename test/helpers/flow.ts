@@ -1,7 +1,8 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "vitest";
 import { find as findTask } from "../../src/db/sqlite/tasks.js";
-import type { Store, TaskRow } from "../../src/store/store.js";
+import type { Store } from "../../src/store/store.js";
+import type { TaskRow } from "../../src/store/rows.js";
 import type { FakeUpstream } from "./fake-upstream.js";
 import { imageBody, videoBody, type TestRelay } from "./relay.js";
 

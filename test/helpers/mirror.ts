@@ -9,7 +9,8 @@ import { GetObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import S3rver from "s3rver";
 import { newId } from "../../src/ids.js";
 import type { Lifecycle } from "../../src/core/lifecycle.js";
-import type { Store, TaskRow } from "../../src/store/store.js";
+import type { Store } from "../../src/store/store.js";
+import type { TaskRow } from "../../src/store/rows.js";
 
 /** A real S3-compatible server (s3rver) on loopback, with one bucket, in a temp folder. */
 export async function startS3(bucket = "outputs", others: string[] = []) {

@@ -1,6 +1,6 @@
-import { sealHeaders } from "../../src/services/callback-headers.js";
+import { sealHeaders } from "../../src/webhooks/callback-headers.js";
 import { newClient } from "../../src/services/clients.js";
-import type { ClientRow } from "../../src/store/store.js";
+import type { ClientRow } from "../../src/store/rows.js";
 
 /**
  * A client row as signing reads it, without a database: HMAC, no signing key, its default callback

@@ -9,7 +9,8 @@ import {
   updateClientLimits,
 } from "../../src/services/clients.js";
 import { ClientChanges } from "../../src/db/kit/client-changes.js";
-import type { ClientRow, Store } from "../../src/store/store.js";
+import type { Store } from "../../src/store/store.js";
+import type { ClientRow } from "../../src/store/rows.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { startPair, type Instance } from "../helpers/pg-relays.js";
 import { createTestRelay, imageBody, type TestRelay } from "../helpers/relay.js";

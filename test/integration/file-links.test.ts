@@ -9,7 +9,7 @@ import { createLogger, silentLogger } from "../../src/logger.js";
 import { linkToken, newLinkKey } from "../../src/mirror/links.js";
 import { newClient, revokeClient } from "../../src/services/clients.js";
 import { fileLinkTarget } from "../../src/services/copies.js";
-import { noNudges } from "../../src/services/deps.js";
+import { noNudges } from "../../src/core/nudges.js";
 import { ApiError } from "../../src/services/errors.js";
 import { FileLinkCache, LINK_URL_MIN_LEFT_MS } from "../../src/services/files.js";
 import { deleteStorage, setStorage } from "../../src/services/storage.js";

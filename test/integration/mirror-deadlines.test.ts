@@ -6,7 +6,7 @@ import { Bucket, type BucketConfig, type BucketDeadlines } from "../../src/mirro
 import { copyFile, type Copied } from "../../src/mirror/copy.js";
 import { SourceFetcher, type SourceOptions } from "../../src/mirror/source.js";
 import { newClient } from "../../src/services/clients.js";
-import { noNudges } from "../../src/services/deps.js";
+import { noNudges } from "../../src/core/nudges.js";
 import { setStorage } from "../../src/services/storage.js";
 import type { Store } from "../../src/store/store.js";
 import { Mirror, type MirrorOptions } from "../../src/workers/mirror.js";

@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Lifecycle } from "../../src/core/lifecycle.js";
 import { silentLogger } from "../../src/logger.js";
 import { newClient } from "../../src/services/clients.js";
-import { noNudges } from "../../src/services/deps.js";
+import { noNudges } from "../../src/core/nudges.js";
 import { setStorage } from "../../src/services/storage.js";
 import type { Store } from "../../src/store/store.js";
 import { Mirror } from "../../src/workers/mirror.js";

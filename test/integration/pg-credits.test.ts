@@ -4,7 +4,8 @@ import { decideSubmission, intakeReservation } from "../../src/core/credits.js";
 import { rollUpLedger } from "../../src/db/pg/credit-books.js";
 import type { PgStore } from "../../src/db/pg/store.js";
 import { pgStore } from "../../src/open-store.js";
-import type { IntakeContext, SubmissionContext, SubmissionStep, TaskRow } from "../../src/store/store.js";
+import type { IntakeContext, SubmissionContext, SubmissionStep } from "../../src/store/store.js";
+import type { TaskRow } from "../../src/store/rows.js";
 import { freshPgDatabase } from "../helpers/pg.js";
 import { CONTRACT_NOW, contractClient, contractTask } from "../helpers/store-dialects.js";
 

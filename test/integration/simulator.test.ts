@@ -1,6 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { createSimulator, type SimulatorOptions } from "../../src/simulator/app.js";
+import { createSimulator } from "../../src/simulator/app.js";
+import type { SimulatorOptions } from "../../src/simulator/options.js";
 import { startSimulator } from "../../src/simulator/server.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 

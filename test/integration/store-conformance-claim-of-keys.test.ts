@@ -1,6 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import type { EventRow, KeyLimit, Store } from "../../src/store/store.js";
+import type { KeyLimit, Store } from "../../src/store/store.js";
+import type { EventRow } from "../../src/store/rows.js";
 import { client, conformance, fresh, NOW, opts, task } from "../helpers/conformance.js";
 
 /**

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import type { NewNoticeRow, Store } from "../../src/store/store.js";
+import type { Store } from "../../src/store/store.js";
+import type { NewNoticeRow } from "../../src/store/rows.js";
 import {
   client,
   conformance,

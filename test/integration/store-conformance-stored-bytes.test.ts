@@ -55,7 +55,7 @@ function endpointRow(clientId: string) {
 }
 
 /** A receiver's answer as an attempt stores it: 4 KiB of multibyte text (1,366 characters). */
-const ANSWER = "漢".repeat(1_365) + "x";
+const ANSWER = `${"漢".repeat(1_365)}x`;
 
 describe.each(suite.dialects)("stored bytes count what is written for the client, on %s", (_name, h) => {
   it("20 endpoints, outputs and two rounds of failing attempts, written concurrently: the count equals the rows' bytes, and pruning takes it all off", async () => {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import type { Store, TaskRow } from "../../src/store/store.js";
+import type { Store } from "../../src/store/store.js";
+import type { TaskRow } from "../../src/store/rows.js";
 import {
   client,
   clientOn,

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { transitionRules } from "../../src/core/transition.js";
-import type { IntakeContext, Store, SubmissionContext, TaskRow } from "../../src/store/store.js";
+import type { IntakeContext, Store, SubmissionContext } from "../../src/store/store.js";
+import type { TaskRow } from "../../src/store/rows.js";
 import {
   client,
   conformance,

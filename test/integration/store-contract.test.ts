@@ -2,7 +2,8 @@ import pg from "pg";
 import { afterEach, describe, expect, it } from "vitest";
 import { pgStore } from "../../src/open-store.js";
 import { redeliverLast } from "../../src/core/delivery.js";
-import type { NewTaskRequest, Store, TaskRow } from "../../src/store/store.js";
+import type { NewTaskRequest, Store } from "../../src/store/store.js";
+import type { TaskRow } from "../../src/store/rows.js";
 import { freshPgDatabase } from "../helpers/pg.js";
 import { contractClient, contractTask, CONTRACT_NOW, storeDialects } from "../helpers/store-dialects.js";
 

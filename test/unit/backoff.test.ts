@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { cappedBackoff, jittered } from "../../src/core/backoff.js";
 import { firstPollDelay, nextPollDelay } from "../../src/core/poll-schedule.js";
-import { submitBackoffMs } from "../../src/workers/submitter.js";
+import { submitBackoffMs } from "../../src/core/submit-plan.js";
 
 describe("submission backoff", () => {
   it("doubles from one second and stops at five minutes", () => {

@@ -8,8 +8,8 @@ import {
   type DeliveryOutcome,
   type SendDeadline,
 } from "../../src/destinations/index.js";
-import { sealHeaders } from "../../src/services/callback-headers.js";
-import type { EventRow } from "../../src/store/store.js";
+import { sealHeaders } from "../../src/webhooks/callback-headers.js";
+import type { EventRow } from "../../src/store/rows.js";
 import { outgoingHeaders } from "../../src/webhooks/outgoing.js";
 import { sendResult, type SendRequest } from "../../src/webhooks/sender.js";
 import { deliveryMessage } from "../../src/workers/delivery/message.js";

@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { sealHeaders } from "../../src/services/callback-headers.js";
+import { sealHeaders } from "../../src/webhooks/callback-headers.js";
 import { outgoingHeaders } from "../../src/webhooks/outgoing.js";
-import type { ClientRow } from "../../src/store/store.js";
+import type { ClientRow } from "../../src/store/rows.js";
 import { signingClient } from "../helpers/signing-client.js";
 
 const KEY = randomBytes(32);

@@ -1,12 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import {
-  fieldCountProblem,
-  knownFields,
-  meantField,
-  nearMissProblems,
-  type NearMissWork,
-} from "../../src/services/intake-fields.js";
+import { knownFields, meantField, nearMissProblems, type NearMissWork } from "../../src/services/intake-fields.js";
+import { fieldCountProblem } from "../../src/services/request-bounds.js";
 import { REQUEST_BOUNDS, storedBytesOf, storedRequestProblems } from "../../src/services/request-bounds.js";
 
 /**

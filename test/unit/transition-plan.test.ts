@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { transitionRules } from "../../src/core/transition.js";
-import type { TaskRow } from "../../src/store/store.js";
+import type { TaskRow } from "../../src/store/rows.js";
 import { planTransition } from "../../src/store/transition-plan.js";
 
 /**

@@ -4,7 +4,7 @@ import { cutToJsonBytes, fitTaskData, jsonStringBytes, WEBHOOK_BODY_MAX_BYTES } 
 import { STORED_ERROR_MESSAGE_BYTES } from "../../src/core/stored-text.js";
 import { flatTask } from "../../src/core/task-view.js";
 import { transitionRules } from "../../src/core/transition.js";
-import type { TaskRow } from "../../src/store/store.js";
+import type { TaskRow } from "../../src/store/rows.js";
 import { planTransition } from "../../src/store/transition-plan.js";
 import { webhookBodyProblems } from "../helpers/webhook-schema.js";
 

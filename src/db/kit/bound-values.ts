@@ -3,7 +3,6 @@ import {
   checkWrittenText,
   comparedText,
   holdsNul,
-  StoreValueError,
   wellFormed,
   type ValueUse,
 } from "../../store/values.js";
@@ -319,5 +318,3 @@ export function bindSqliteArgs(plan: Plan, args: unknown[]): unknown[] {
 
 /** True when a statement binds nothing (no wrapper needed). */
 export const bindsNothing = (plan: Plan): boolean => plan.slots.length === 0 && plan.named.size === 0;
-
-export { StoreValueError };

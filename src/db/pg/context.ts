@@ -3,12 +3,11 @@ import type {
   CreditPosition,
   LeaderFence,
   LeaderLease,
-  NewTaskRow,
   NudgeTarget,
   TaskChanged,
-  TaskRow,
   TransitionOptions,
 } from "../../store/store.js";
+import type { NewTaskRow, TaskRow } from "../../store/rows.js";
 import type { Queryable, Row } from "./mapping.js";
 import type { StoredBytesGrants } from "./stored-bytes-grants.js";
 

@@ -1,4 +1,5 @@
-import type { EventRow, EventStore } from "../../store/store.js";
+import type { EventStore } from "../../store/store.js";
+import type { EventRow } from "../../store/rows.js";
 import { E, A, RELEASED, CHANNEL, opt } from "./mapping.js";
 import { retryingEvent } from "../kit/delivery-failing.js";
 import type { PgContext } from "./context.js";

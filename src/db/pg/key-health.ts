@@ -1,4 +1,5 @@
-import type { DeliveryKey, KeyHealthRow, KeyHealthStore } from "../../store/store.js";
+import type { DeliveryKey, KeyHealthStore } from "../../store/store.js";
+import type { KeyHealthRow } from "../../store/rows.js";
 import type { PgContext } from "./context.js";
 import { mapRow } from "./mapping.js";
 

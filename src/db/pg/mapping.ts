@@ -1,15 +1,8 @@
 import { getTableColumns } from "drizzle-orm";
 import type { Table } from "drizzle-orm";
 import pg from "pg";
-import type {
-  AttemptRow,
-  ClientRow,
-  EventRow,
-  ReservationsAround,
-  SessionRow,
-  TaskRow,
-  UpstreamAccountRow,
-} from "../../store/store.js";
+import type { ReservationsAround } from "../../store/store.js";
+import type { AttemptRow, ClientRow, EventRow, SessionRow, TaskRow, UpstreamAccountRow } from "../../store/rows.js";
 import { clients, dashboardSessions, deliveryAttempts, events, tasks, upstreamAccounts } from "./schema.js";
 
 /**

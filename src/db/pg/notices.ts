@@ -1,5 +1,6 @@
 import { pickWithinRoom } from "../../store/fairness.js";
-import type { NoticeRow, NoticeStore } from "../../store/store.js";
+import type { NoticeStore } from "../../store/store.js";
+import type { NoticeRow } from "../../store/rows.js";
 import type { PgContext } from "./context.js";
 import { NOTICE_SCAN_FACTOR } from "../kit/claim-window.js";
 import { mapRow, snake } from "./mapping.js";

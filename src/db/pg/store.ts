@@ -9,7 +9,6 @@ import type {
   EventStore,
   LeaderFence,
   LeaderLease,
-  NewTaskRow,
   NoticeStore,
   NudgeTarget,
   OpsStore,
@@ -17,11 +16,11 @@ import type {
   SessionStore,
   Store,
   TaskChanged,
-  TaskRow,
   TaskStore,
   TransitionOptions,
   TransitionRules,
 } from "../../store/store.js";
+import type { NewTaskRow, TaskRow } from "../../store/rows.js";
 import { pgKeyHealth } from "./key-health.js";
 import { endpointsOf, fanOutEvent, pgWebhookEndpoints } from "./webhook-endpoints.js";
 import { subscribedTypes } from "../../store/endpoint-fanout.js";

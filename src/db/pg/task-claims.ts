@@ -1,4 +1,4 @@
-import type { TaskRow } from "../../store/store.js";
+import type { TaskRow } from "../../store/rows.js";
 import { clientRoom, type TaskClaimOperations } from "../kit/task-claims.js";
 import { interleave, pickWithinRoom } from "../../store/fairness.js";
 import type { PgContext } from "./context.js";

@@ -1,4 +1,5 @@
-import type { CreateResult, NewTaskRequest, TaskRow, TaskStore } from "../../store/store.js";
+import type { CreateResult, NewTaskRequest, TaskStore } from "../../store/store.js";
+import type { TaskRow } from "../../store/rows.js";
 import { T, unclaimed, NO_RESERVATIONS, opt, columnsOf } from "./mapping.js";
 import { pgTaskClaims } from "./task-claims.js";
 import { tasks } from "./schema.js";

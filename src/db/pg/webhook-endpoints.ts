@@ -1,5 +1,6 @@
 import { endpointDeliveries, NOT_IN_FEED } from "../../store/endpoint-fanout.js";
-import type { NewEventRow, WebhookEndpointRow, WebhookEndpointStore } from "../../store/store.js";
+import type { WebhookEndpointStore } from "../../store/store.js";
+import type { NewEventRow, WebhookEndpointRow } from "../../store/rows.js";
 import type { PgContext } from "./context.js";
 import { CHANNEL, E, mapRow, type Queryable } from "./mapping.js";
 

@@ -1,4 +1,5 @@
-import type { AccountStore, UpstreamAccountRow } from "../../store/store.js";
+import type { AccountStore } from "../../store/store.js";
+import type { UpstreamAccountRow } from "../../store/rows.js";
 import { finiteNumbers } from "../../store/values.js";
 import { durationStats, upstreamAccounts, upstreamReads } from "./schema.js";
 import type { Db } from "./open.js";

@@ -1,13 +1,6 @@
 import { and, asc, eq, gt, lte, or, sql } from "drizzle-orm";
-import type {
-  ClientRow,
-  ClientStore,
-  CreditChange,
-  CreditPosition,
-  LedgerEntry,
-  NewClientRow,
-  ReservationsAround,
-} from "../../store/store.js";
+import type { ClientStore, CreditChange, CreditPosition, LedgerEntry, ReservationsAround } from "../../store/store.js";
+import type { ClientRow, NewClientRow } from "../../store/rows.js";
 import { ClientChanges } from "../kit/client-changes.js";
 import { ADMITTED_GRANULARITY_MS } from "../kit/task-claims.js";
 import type { SqliteContext } from "./context.js";

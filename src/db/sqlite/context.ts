@@ -1,11 +1,5 @@
-import type {
-  CreateResult,
-  NewTaskRequest,
-  NewTaskRow,
-  SubmissionContext,
-  TaskRow,
-  TransitionOptions,
-} from "../../store/store.js";
+import type { CreateResult, NewTaskRequest, SubmissionContext, TransitionOptions } from "../../store/store.js";
+import type { NewTaskRow, TaskRow } from "../../store/rows.js";
 import type { GroupCommit } from "./group-commit.js";
 import type { Database_, Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";

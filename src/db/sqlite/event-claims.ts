@@ -1,12 +1,6 @@
 import { and, asc, eq, gte, inArray, isNull, lt, notInArray, or, sql, type Placeholder, type SQL } from "drizzle-orm";
-import type {
-  ClaimOptions,
-  DeliveryKey,
-  EventClaimOptions,
-  EventRow,
-  KeyLimit,
-  NewEventRow,
-} from "../../store/store.js";
+import type { ClaimOptions, DeliveryKey, EventClaimOptions, KeyLimit } from "../../store/store.js";
+import type { EventRow, NewEventRow } from "../../store/rows.js";
 import { pickWithinRoom } from "../../store/fairness.js";
 import type { Db } from "./open.js";
 import { jsonList, prepared } from "./prepared.js";

@@ -1,5 +1,6 @@
 import { and, asc, desc, eq, gt, gte, inArray, isNull, lt, lte, or, sql } from "drizzle-orm";
-import type { AttemptRow, DeliveryKey, EventRow, EventStore, NewAttemptRow, NewEventRow } from "../../store/store.js";
+import type { DeliveryKey, EventStore } from "../../store/store.js";
+import type { AttemptRow, EventRow, NewAttemptRow, NewEventRow } from "../../store/rows.js";
 import { deliveryKey } from "../../store/delivery-key.js";
 import { retryingEvent } from "../kit/delivery-failing.js";
 import type { SqliteContext } from "./context.js";

@@ -1,5 +1,6 @@
 import { and, asc, eq, isNotNull, isNull, lte, sql } from "drizzle-orm";
-import type { DeliveryKey, KeyHealthRow, KeyHealthStore } from "../../store/store.js";
+import type { DeliveryKey, KeyHealthStore } from "../../store/store.js";
+import type { KeyHealthRow } from "../../store/rows.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { clients, endpointHealth } from "./schema.js";

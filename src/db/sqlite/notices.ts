@@ -1,6 +1,7 @@
 import { and, asc, desc, eq, gte, inArray, isNull, lt, lte, notInArray, or, sql } from "drizzle-orm";
 import { pickWithinRoom } from "../../store/fairness.js";
-import type { NewNoticeRow, NoticeClaimOptions, NoticeRow, NoticeStore } from "../../store/store.js";
+import type { NoticeClaimOptions, NoticeStore } from "../../store/store.js";
+import type { NewNoticeRow, NoticeRow } from "../../store/rows.js";
 import type { SqliteContext } from "./context.js";
 import { NOTICE_SCAN_FACTOR } from "../kit/claim-window.js";
 import type { Db } from "./open.js";

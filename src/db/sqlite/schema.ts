@@ -1,15 +1,6 @@
 import { sql } from "drizzle-orm";
 import { blob, index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
-import {
-  DELIVERY_STATUSES,
-  TASK_PHASES,
-  TASK_STATUSES,
-  type DeliveryStatus,
-  type TaskPhase,
-  type TaskStatus,
-} from "../../statuses.js";
-
-export { DELIVERY_STATUSES, TASK_PHASES, TASK_STATUSES, type DeliveryStatus, type TaskPhase, type TaskStatus };
+import { DELIVERY_STATUSES, TASK_PHASES, TASK_STATUSES } from "../../statuses.js";
 
 /**
  * Every timestamp is integer milliseconds since the epoch, taken from the injected clock.

@@ -1,5 +1,6 @@
 import { and, eq, isNotNull, isNull, lt, or } from "drizzle-orm";
-import type { NewSessionRow, SessionRow, SessionStore } from "../../store/store.js";
+import type { SessionStore } from "../../store/store.js";
+import type { NewSessionRow, SessionRow } from "../../store/rows.js";
 import type { SqliteContext } from "./context.js";
 import { dashboardSessions } from "./schema.js";
 import type { DbOrTx } from "./tx.js";

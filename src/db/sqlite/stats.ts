@@ -8,7 +8,7 @@ import {
   type DeliveryStatus,
   type TaskPhase,
   type TaskStatus,
-} from "./schema.js";
+} from "../../statuses.js";
 
 export interface DatabaseStats {
   /** Rows per table, every table of the file (drizzle's migration log included), by name. */

@@ -6,18 +6,17 @@ import type {
   EventStore,
   NoticeStore,
   NewTaskRequest,
-  NewTaskRow,
   OpsStore,
   RateLimitStore,
   SessionStore,
   Store,
   SubmissionContext,
-  TaskRow,
   TaskStore,
   TransitionOptions,
   TransitionRules,
   WebhookEndpointStore,
 } from "../../store/store.js";
+import type { NewTaskRow, TaskRow } from "../../store/rows.js";
 import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reservationsAround } from "./clients.js";
 import { insertPrepared as insertEventPrepared } from "./events.js";
 import { GroupCommit } from "./group-commit.js";

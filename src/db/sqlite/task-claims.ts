@@ -1,10 +1,12 @@
 import { and, asc, eq, gt, gte, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
 import { interleave, pickWithinRoom, type ClientRoom } from "../../store/fairness.js";
-import type { InFlightTask, TaskRow } from "../../store/store.js";
+import type { InFlightTask } from "../../store/store.js";
+import type { TaskRow } from "../../store/rows.js";
 import { clientRoom, type TaskClaimOperations } from "../kit/task-claims.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
-import { clients, tasks, type TaskPhase } from "./schema.js";
+import { clients, tasks } from "./schema.js";
+import type { TaskPhase } from "../../statuses.js";
 import { inPickedOrder } from "../kit/claim-order.js";
 import { wakeAt } from "../kit/due-time.js";
 

@@ -1,19 +1,13 @@
 import { Column, and, asc, desc, eq, getTableColumns, gt, gte, isNotNull, lt, sql, or, type SQL } from "drizzle-orm";
-import type {
-  HourlyCount,
-  ListedTask,
-  NewTaskRow,
-  SupportTaskQuery,
-  TaskListQuery,
-  TaskRow,
-  TaskStore,
-} from "../../store/store.js";
+import type { ListedTask, SupportTaskQuery, TaskListQuery, TaskStore } from "../../store/store.js";
+import type { HourlyCount, NewTaskRow, TaskRow } from "../../store/rows.js";
 import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
 import { storedBytesOfClient } from "./stored-bytes.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { patchShape, prepared } from "./prepared.js";
-import { type TaskPhase, tasks } from "./schema.js";
+import { tasks } from "./schema.js";
+import type { TaskPhase } from "../../statuses.js";
 import { sqliteTaskClaims, unclaimed } from "./task-claims.js";
 import type { DbOrTx } from "./tx.js";
 

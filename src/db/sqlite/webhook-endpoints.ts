@@ -1,6 +1,7 @@
 import { and, asc, eq, inArray, isNotNull, ne, sql } from "drizzle-orm";
 import { endpointDeliveries, NOT_IN_FEED } from "../../store/endpoint-fanout.js";
-import type { NewEventRow, WebhookEndpointRow, WebhookEndpointStore } from "../../store/store.js";
+import type { WebhookEndpointStore } from "../../store/store.js";
+import type { NewEventRow, WebhookEndpointRow } from "../../store/rows.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { insertEveryColumn, prepared } from "./prepared.js";

@@ -25,9 +25,6 @@ import {
 import { signInPage } from "./views-signin.js";
 import { getCookie } from "hono/cookie";
 
-export type { DashboardDeps } from "./render.js";
-export type { HostHealth } from "./views-webhooks.js";
-
 /** The web dashboard, mounted at /dashboard: server-rendered pages over the same services as the API. */
 export function createDashboard(deps: DashboardDeps): Hono<DashEnv> {
   const app = new Hono<DashEnv>();

@@ -3,7 +3,7 @@ import type { Context, Hono, MiddlewareHandler } from "hono";
 import { copiedFiles, readCopy } from "../../services/copies.js";
 import { ApiError } from "../../services/errors.js";
 import { deleteStorage, getStorage, setStorage } from "../../services/storage.js";
-import type { TaskRow } from "../../store/store.js";
+import type { TaskRow } from "../../store/rows.js";
 import { PREVIEW_WAIT_MS, previewSlots, type Preview } from "./previews.js";
 import { refusalText, render, type DashboardDeps } from "./render.js";
 import type { DashEnv } from "./session.js";

@@ -4,11 +4,11 @@ import { ApiError } from "../../services/errors.js";
 import {
   createEndpoint,
   deleteEndpoint,
-  ENDPOINT_EVENT_TYPES,
   type EndpointEventType,
   type EndpointInput,
   listEndpoints,
 } from "../../services/webhook-endpoints.js";
+import { ENDPOINT_EVENT_TYPES } from "../../store/endpoint-fanout.js";
 import { destinationHost } from "../../webhooks/destination.js";
 import { render, type DashboardDeps } from "./render.js";
 import type { DashEnv } from "./session.js";

@@ -2,7 +2,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import type { Clock } from "../../clock.js";
-import type { ClientRow, SessionRow } from "../../store/store.js";
+import type { ClientRow, SessionRow } from "../../store/rows.js";
 import { resolveSession, SESSION_TTL_MS } from "../../services/dashboard.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import { LRUCache } from "lru-cache";

@@ -1,5 +1,5 @@
 import { html } from "hono/html";
-import type { StorageView } from "../../services/storage.js";
+import type { StorageView } from "../../mirror/stored-bucket.js";
 import { csrfField, notice, type Html } from "./layout.js";
 
 export interface StoragePageView {

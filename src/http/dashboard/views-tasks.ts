@@ -3,7 +3,7 @@ import { TASK_STATUSES, type TaskStatus } from "../../statuses.js";
 import { TERMINAL_STATUSES } from "../../core/transition.js";
 import type { TaskDetail, TaskListItem, TimelineEntry } from "../../services/dashboard.js";
 import { cancelRefusal } from "../../services/tasks.js";
-import type { AttemptRow, EventRow, TaskRow } from "../../store/store.js";
+import type { AttemptRow, EventRow, TaskRow } from "../../store/rows.js";
 import { badge, csrfField, duration, notice, time, type Html } from "./layout.js";
 import { isWebUrl, type Preview } from "./previews.js";
 

@@ -1,5 +1,5 @@
 import { html } from "hono/html";
-import type { HourlyCount } from "../../store/store.js";
+import type { HourlyCount } from "../../store/rows.js";
 import { TASK_STATUSES } from "../../statuses.js";
 import type { Html } from "./layout.js";
 

@@ -1,11 +1,7 @@
 import { html } from "hono/html";
 import type { KeyHealthRow } from "../../store/rows.js";
-import {
-  DEFAULT_ENDPOINT_EVENTS,
-  ENDPOINT_EVENT_TYPES,
-  type EndpointEventType,
-  type EndpointView,
-} from "../../services/webhook-endpoints.js";
+import type { EndpointEventType, EndpointView } from "../../services/webhook-endpoints.js";
+import { DEFAULT_ENDPOINT_EVENTS, ENDPOINT_EVENT_TYPES } from "../../store/endpoint-fanout.js";
 import { badge, csrfField, duration, notice, time, type Html } from "./layout.js";
 
 /** The kinds the add form offers (docs/destinations.md), each with its own fields. */

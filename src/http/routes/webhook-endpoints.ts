@@ -2,14 +2,13 @@ import { z, type OpenAPIHono } from "@hono/zod-openapi";
 import type { ServiceDeps } from "../../services/deps.js";
 import {
   createEndpoint,
-  DEFAULT_ENDPOINT_EVENTS,
   deleteEndpoint,
-  ENDPOINT_EVENT_TYPES,
   getEndpoint,
   listEndpoints,
   MAX_DESCRIPTION,
   MAX_ENDPOINTS,
 } from "../../services/webhook-endpoints.js";
+import { DEFAULT_ENDPOINT_EVENTS, ENDPOINT_EVENT_TYPES } from "../../store/endpoint-fanout.js";
 import type { AppEnv } from "../context.js";
 import { apiRoute } from "../schema-rules.js";
 import {

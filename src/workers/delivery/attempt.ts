@@ -5,7 +5,8 @@ import { pausedTrialUntil } from "../../core/delivery-plan.js";
 import type { KeyHealth } from "../../core/key-health.js";
 import type { DestinationMessage, Destinations } from "../../destinations/index.js";
 import { splitDeliveryKey } from "../../store/delivery-key.js";
-import type { ClientRow, EventRow, EventStore } from "../../store/store.js";
+import type { EventStore } from "../../store/store.js";
+import type { ClientRow, EventRow } from "../../store/rows.js";
 import {
   breakerOutcome,
   type BreakerTransition,

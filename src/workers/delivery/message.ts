@@ -1,7 +1,7 @@
 import type { DestinationMessage } from "../../destinations/index.js";
 import { WEBHOOK_KIND } from "../../destinations/http.js";
 import { kindOfAddress } from "../../destinations/queues.js";
-import type { ClientRow, EventRow } from "../../store/store.js";
+import type { ClientRow, EventRow } from "../../store/rows.js";
 import { signedMessage } from "../../webhooks/outgoing.js";
 
 /**

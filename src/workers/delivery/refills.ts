@@ -10,7 +10,8 @@ import {
 import type { FairPool } from "../../core/fair-pool.js";
 import type { Logger } from "../../logger.js";
 import { deliveryKey } from "../../store/delivery-key.js";
-import type { ClientRow, ClientStore, EventRow, EventStore } from "../../store/store.js";
+import type { ClientStore, EventStore } from "../../store/store.js";
+import type { ClientRow, EventRow } from "../../store/rows.js";
 import type { LeaseOwner } from "../owner.js";
 import type { PooledLoop } from "../pooled-loop.js";
 import type { Claim } from "./trials.js";

@@ -1,7 +1,8 @@
 import { WEBHOOK_KIND } from "../../destinations/http.js";
 import type { DeliveryOutcome, Destinations, DestinationMessage, SendDeadline } from "../../destinations/index.js";
 import { ATTR, httpClientAttributes } from "../../telemetry/attributes.js";
-import { telemetry, type TraceContext } from "../../telemetry/index.js";
+import { telemetry } from "../../telemetry/index.js";
+import type { TraceContext } from "../../telemetry/trace-context.js";
 import { parseTraceparent } from "../../telemetry/trace-context.js";
 
 /** An attempt's outcome and the trace ids it went out under (`{}` when its task has no trace). */

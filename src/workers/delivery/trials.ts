@@ -2,7 +2,8 @@ import type { Clock } from "../../clock.js";
 import type { DeliveryLifecycle } from "../../core/delivery.js";
 import type { Logger } from "../../logger.js";
 import { splitDeliveryKey } from "../../store/delivery-key.js";
-import type { ClientRow, EventRow, EventStore } from "../../store/store.js";
+import type { EventStore } from "../../store/store.js";
+import type { ClientRow, EventRow } from "../../store/rows.js";
 import type { CircuitBreakers, Permit } from "../../webhooks/circuit-breaker.js";
 import type { LeaseOwner } from "../owner.js";
 

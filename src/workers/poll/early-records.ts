@@ -1,5 +1,6 @@
 import { settles } from "../../core/poll-plan.js";
-import type { InFlightTask, TaskRow } from "../../store/store.js";
+import type { InFlightTask } from "../../store/store.js";
+import type { TaskRow } from "../../store/rows.js";
 import type { UpstreamTask } from "../../upstream/types.js";
 
 /**

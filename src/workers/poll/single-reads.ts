@@ -1,6 +1,6 @@
 import { storedContext } from "../../telemetry/index.js";
 import { nextReadAt, readFailed, type PollStrategy } from "../../core/poll-plan.js";
-import type { TaskRow } from "../../store/store.js";
+import type { TaskRow } from "../../store/rows.js";
 import { UpstreamError } from "../../upstream/errors.js";
 import type { PollerOptions } from "./ports.js";
 
