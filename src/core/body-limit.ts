@@ -1,3 +1,4 @@
+import { stringifyWithText } from "../upstream/json-text.js";
 import type { FlatTask } from "./task-view.js";
 
 /**
@@ -67,10 +68,10 @@ export function fitTaskData<D extends FlatTask>(
   wrap: (data: D) => unknown = (d) => d,
 ): { data: D; json: string } {
   let fitted = data;
-  let json = JSON.stringify(wrap(fitted));
+  let json = stringifyWithText(wrap(fitted));
   let size = Buffer.byteLength(json, "utf8");
   const remeasure = () => {
-    json = JSON.stringify(wrap(fitted));
+    json = stringifyWithText(wrap(fitted));
     size = Buffer.byteLength(json, "utf8");
     return size > maxBytes;
   };

@@ -1,6 +1,7 @@
 import type { EventRow, TaskRow } from "../store/rows.js";
 import type { TaskStatus } from "../statuses.js";
 import type { FileRecord } from "../mirror/copy.js";
+import { JsonText } from "../upstream/json-text.js";
 
 export interface DeliverySummary {
   status: "none" | "pending" | "succeeded" | "failed";
@@ -101,8 +102,13 @@ export function taskUsage(task: TaskRow): TaskUsage {
   return { points_charged: task.pointsCharged, points_refunded: task.pointsRefunded };
 }
 
-export function taskOutput(task: TaskRow): unknown {
-  return parseJson(task.outputJson);
+/**
+ * The stored output as its text, never parsed here (issue #38 item 7): answers and webhook bodies
+ * splice it in as stored (stringifyWithText), so a 7 MB output costs a copy, not a parse and a
+ * stringify on the event loop, and the bytes sent are the bytes stored.
+ */
+export function taskOutput(task: TaskRow): JsonText | null {
+  return task.outputJson === null ? null : new JsonText(task.outputJson);
 }
 
 export function taskView(

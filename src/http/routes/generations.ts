@@ -6,6 +6,7 @@ import { withCancelAfter } from "../../services/cancel-after.js";
 import { hasEnded, holdFor, waitForTask, waitPreference } from "../../services/task-wait.js";
 import { viewOf } from "../../services/tasks.js";
 import type { AppEnv } from "../context.js";
+import { jsonAnswer } from "../json-answer.js";
 import { apiRoute, headerRefs } from "../schema-rules.js";
 import {
   apiKeySecurity,
@@ -98,7 +99,7 @@ export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: Service
       c.header("Location", absoluteUrl(deps.config, c.req.url, `/openapi/v1/tasks/${task.id}`));
       c.header("Idempotent-Replayed", String(replayed));
       if (hold) c.header("Preference-Applied", `wait=${wait}`);
-      return c.json(await viewOf(deps, task, { withQueuePosition: hold !== null }), replayed ? 200 : 201);
+      return jsonAnswer(c, await viewOf(deps, task, { withQueuePosition: hold !== null }), replayed ? 200 : 201);
     });
   }
 }

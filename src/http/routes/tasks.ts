@@ -3,6 +3,7 @@ import type { ServiceDeps } from "../../services/deps.js";
 import { changedFrom, holdFor, waitForTask, waitPreference } from "../../services/task-wait.js";
 import { cancelTask, getTaskView, listTaskViews, viewOf } from "../../services/tasks.js";
 import type { AppEnv } from "../context.js";
+import { jsonAnswer } from "../json-answer.js";
 import { apiRoute, headerRefs } from "../schema-rules.js";
 import {
   apiKeySecurity,
@@ -38,7 +39,7 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
       const clientId = c.get("client").id;
       const { id } = c.req.valid("param");
       const wait = deps.waiters ? waitPreference(c.req.valid("header").Prefer) : null;
-      if (wait === null || !deps.waiters) return c.json(await getTaskView(deps, clientId, id), 200);
+      if (wait === null || !deps.waiters) return jsonAnswer(c, await getTaskView(deps, clientId, id), 200);
       const hold = await holdFor(deps, deps.waiters, clientId, wait);
       const task = await waitForTask(
         deps,
@@ -49,7 +50,7 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
         c.req.raw.signal,
       );
       c.header("Preference-Applied", `wait=${wait}`);
-      return c.json(await viewOf(deps, task), 200);
+      return jsonAnswer(c, await viewOf(deps, task), 200);
     },
   );
 
@@ -67,7 +68,7 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
         ...errorResponses(400, 401),
       },
     }),
-    async (c) => c.json(await listTaskViews(deps, c.get("client").id, c.req.valid("query")), 200),
+    async (c) => jsonAnswer(c, await listTaskViews(deps, c.get("client").id, c.req.valid("query")), 200),
   );
 
   app.openapi(
@@ -86,6 +87,6 @@ export function registerTaskRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps):
         ...errorResponses(400, 401, 404, 409),
       },
     }),
-    async (c) => c.json(await cancelTask(deps, c.get("client").id, c.req.valid("param").id), 200),
+    async (c) => jsonAnswer(c, await cancelTask(deps, c.get("client").id, c.req.valid("param").id), 200),
   );
 }
