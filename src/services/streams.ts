@@ -4,6 +4,7 @@ import { iso } from "../core/task-view.js";
 import type { EventRow, TaskRow } from "../store/rows.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
+import { WATCH_PLACES } from "../store/watch-places.js";
 import { progressOf, requireClientTask } from "./tasks.js";
 
 /** Streams one API key may hold open at once (docs/contract.md, "Live progress"). */
@@ -24,7 +25,7 @@ export type Send = (message: SseMessage) => Promise<void>;
 type Deps = Pick<ServiceDeps, "store" | "clock" | "config">;
 
 /** The count of open streams in the store (RateLimitStore), shared by every instance. */
-const OPEN_STREAM = "open_stream";
+const OPEN_STREAM = WATCH_PLACES.stream;
 /**
  * How long an open stream's place counts without a heartbeat: its instance renews it every
  * STREAM_RENEW_MS while the stream is open, so a place held by an instance that died (kill -9)

@@ -3,6 +3,7 @@ import type { TaskStatus } from "../statuses.js";
 import type { TaskRow } from "../store/rows.js";
 import type { ServiceDeps } from "./deps.js";
 import { ApiError } from "./errors.js";
+import { WATCH_PLACES } from "../store/watch-places.js";
 import { requireClientTask } from "./tasks.js";
 
 export const MAX_WAIT_SECONDS = 60;
@@ -30,7 +31,7 @@ export function waitPreference(header: string | undefined): number | null {
 }
 
 /** The count of held waits in the store (RateLimitStore), shared by every instance. */
-const HELD_WAIT = "held_wait";
+const HELD_WAIT = WATCH_PLACES.hold;
 
 /**
  * How long a held wait's place counts at most: the longest wait and a margin. A place is given back

@@ -2,6 +2,7 @@ import type { RateLimitStore } from "../../store/store.js";
 import { slidingVerdict } from "../../store/rate-window.js";
 import { RATE_LIMIT_LOCK_SPACE } from "./mapping.js";
 import type { PgContext } from "./context.js";
+import { awaitChanges } from "./watch-barrier.js";
 
 /**
  * The RateLimitStore on PostgreSQL: per-client sliding windows in rate_limit_hits. A take holds a
@@ -11,8 +12,8 @@ import type { PgContext } from "./context.js";
 export function pgRateLimits(s: PgContext): RateLimitStore {
   const { q } = s;
   return {
-    take: (clientId, action, now, limit, windowMs) =>
-      s.tx(async (c) => {
+    take: async (clientId, action, now, limit, windowMs) => {
+      const verdict = await s.tx(async (c) => {
         await q(
           "SELECT pg_advisory_xact_lock($1, hashtext($2 || '|' || $3))",
           [RATE_LIMIT_LOCK_SPACE, clientId, action],
@@ -38,7 +39,11 @@ export function pgRateLimits(s: PgContext): RateLimitStore {
             c,
           );
         return verdict;
-      }),
+      });
+      // A watcher's place: the transitions that decided not to notify without seeing it end first (watch-barrier.ts).
+      if (verdict.allowed) await awaitChanges(s.pool, clientId, action);
+      return verdict;
+    },
     renew: async (clientId, action, at, now) => {
       // One statement: the count moved, or (none left at `at`) a new one.
       await q(

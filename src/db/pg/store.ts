@@ -45,6 +45,7 @@ import { lockCredit, readCredit, recordCharge } from "./credit-books.js";
 import type { PendingAttempt, PgContext } from "./context.js";
 import { foldStoredBytesLog } from "./stored-bytes-log.js";
 import { returnGrants, StoredBytesGrants } from "./stored-bytes-grants.js";
+import { NOTIFY_IF_WATCHED, TASK_FOR_CHANGE } from "./watch-barrier.js";
 
 /**
  * Longest a COMMIT may take before its connection counts as lost (checked-client.ts). A commit
@@ -259,9 +260,10 @@ export class PgStore implements Store, PgContext {
     const plan = planTransition(this.rules, before, patch, o, subscribedTypes(endpoints ?? []));
     const { clientId } = plan.after;
     // Delivered at commit: requests held by Prefer: wait and event streams on other instances read
-    // the task again (streams of its client and of its account's queue too).
+    // the task again (streams of its client and of its account's queue too); only when one may be
+    // held, with no wake-up lost (watch-barrier.ts).
     if (plan.after.status !== before.status || plan.after.phase !== before.phase)
-      await c.query("SELECT pg_notify($1, $2)", [CHANNEL, taskChangedPayload(plan.after)]);
+      await c.query(NOTIFY_IF_WATCHED, [CHANNEL, taskChangedPayload(plan.after), clientId]);
     const set = T.set(plan.patch, 2);
     if (set.sql) await c.query(`UPDATE tasks SET ${set.sql} WHERE id = $1`, [id, ...set.values]);
     if (plan.credit) await this.applyCredits(c, clientId, id, plan.credit, o.now);
@@ -294,7 +296,7 @@ export class PgStore implements Store, PgContext {
   }
 
   async lockTask(c: pg.PoolClient, id: string): Promise<TaskRow | undefined> {
-    const r = (await c.query("SELECT * FROM tasks WHERE id = $1 FOR UPDATE", [id])).rows[0] as Row | undefined;
+    const r = (await c.query(`${TASK_FOR_CHANGE} FOR UPDATE OF t`, [id])).rows[0] as Row | undefined;
     return r ? T.row(r) : undefined;
   }
 

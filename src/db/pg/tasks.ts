@@ -2,6 +2,7 @@ import type { CreateResult, NewTaskRequest, TaskStore } from "../../store/store.
 import type { TaskRow } from "../../store/rows.js";
 import { T, unclaimed, NO_RESERVATIONS, opt, columnsOf } from "./mapping.js";
 import { pgTaskClaims } from "./task-claims.js";
+import { CLIENT_TASK_FOR_CHANGE, TASK_FOR_CHANGE } from "./watch-barrier.js";
 import { tasks } from "./schema.js";
 import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
 import type { PgContext } from "./context.js";
@@ -131,7 +132,7 @@ export function pgTasks(s: PgContext): TaskStore {
     },
     beginSubmission: (id, token, decide, o) =>
       s.tx(async (c) => {
-        const raw = await one("SELECT * FROM tasks WHERE id = $1 FOR UPDATE", [id], c);
+        const raw = await one(`${TASK_FOR_CHANGE} FOR UPDATE OF t`, [id], c);
         if (!raw) return null;
         const current = T.row(raw);
         if (current.claimToken !== token) return null;
@@ -157,9 +158,7 @@ export function pgTasks(s: PgContext): TaskStore {
     decideAndTransition: (id, clientId, decide, o) =>
       s.tx(async (c) => {
         const raw = await one(
-          clientId === null
-            ? "SELECT * FROM tasks WHERE id = $1 FOR UPDATE"
-            : "SELECT * FROM tasks WHERE id = $1 AND client_id = $2 FOR UPDATE",
+          clientId === null ? `${TASK_FOR_CHANGE} FOR UPDATE OF t` : `${CLIENT_TASK_FOR_CHANGE} FOR UPDATE OF t`,
           clientId === null ? [id] : [id, clientId],
           c,
         );
