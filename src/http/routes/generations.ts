@@ -1,4 +1,6 @@
 import type { OpenAPIHono } from "@hono/zod-openapi";
+import type { Context } from "hono";
+import { HTTPException } from "hono/http-exception";
 import type { Config } from "../../config.js";
 import type { ServiceDeps } from "../../services/deps.js";
 import { createTask } from "../../services/intake.js";
@@ -6,6 +8,7 @@ import { withCancelAfter } from "../../services/cancel-after.js";
 import { hasEnded, holdFor, waitForTask, waitPreference } from "../../services/task-wait.js";
 import { viewOf } from "../../services/tasks.js";
 import type { AppEnv } from "../context.js";
+import { validationFailure } from "../errors.js";
 import { jsonAnswer } from "../json-answer.js";
 import { apiRoute, headerRefs } from "../schema-rules.js";
 import {
@@ -70,36 +73,85 @@ function generationRoute(type: "image" | "video") {
   });
 }
 
+/**
+ * The creation routes, documented as every route (the same route definition in the registry) and
+ * validated in one step rather than by zod-openapi's three middlewares: the same schemas, the same
+ * order (headers, then the media type, then the body) and the same refusals (the app's defaultHook,
+ * validationFailure; a non-JSON media type the same HTTPException 415). The header schema's few
+ * names are read one by one from the request, never the whole header list turned into a web
+ * `Headers`, and the schemas, which refine synchronously, are parsed without a promise each.
+ */
 export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: ServiceDeps): void {
   for (const type of ["image", "video"] as const) {
-    app.openapi(generationRoute(type), async (c) => {
-      const headers = c.req.valid("header");
-      const body = withCancelAfter(c.req.valid("json") as Record<string, unknown>, headers["Cancel-After"]);
-      const client = c.get("client");
-      // Taken before the task is created, so a client over its bound gets 429 and no task.
-      const wait = deps.waiters ? waitPreference(headers.Prefer) : null;
-      const hold = wait !== null && deps.waiters ? await holdFor(deps, deps.waiters, client.id, wait) : null;
-      let created: Awaited<ReturnType<typeof createTask>>;
-      try {
-        created = await createTask(deps, {
-          client,
-          type,
-          body,
-          idempotencyKey: headers["Idempotency-Key"],
-          trace: { traceparent: c.req.header("traceparent"), tracestate: c.req.header("tracestate") },
-        });
-      } catch (err) {
-        await hold?.release();
-        throw err;
+    const route = generationRoute(type);
+    app.openAPIRegistry.registerPath(route);
+    const headerSchema = idempotencyHeaders(type);
+    const headerNames = Object.keys(headerSchema.shape);
+    const bodySchema = type === "image" ? ImageGenerationBody : VideoGenerationBody;
+    app.post(route.path, async (c) => {
+      const given: Record<string, string> = {};
+      for (const name of headerNames) {
+        const value = c.req.header(name);
+        if (value !== undefined) given[name] = value;
       }
-      const { replayed } = created;
-      const task = hold
-        ? await waitForTask(deps, hold, client.id, created.task.id, hasEnded, c.req.raw.signal)
-        : created.task;
-      c.header("Location", absoluteUrl(deps.config, c.req.url, `/openapi/v1/tasks/${task.id}`));
-      c.header("Idempotent-Replayed", String(replayed));
-      if (hold) c.header("Preference-Applied", `wait=${wait}`);
-      return jsonAnswer(c, await viewOf(deps, task, { withQueuePosition: hold !== null }), replayed ? 200 : 201);
+      const headers = headerSchema.safeParse(given);
+      if (!headers.success) return validationFailure(c, "header", headers.error);
+      const contentType = c.req.header("content-type");
+      if (contentType ? !JSON_REQUEST.test(contentType) : await hasRequestBody(c))
+        throw new HTTPException(415, { message: "Unsupported Media Type" });
+      // boundedBodies parsed the body already (hono keeps it); another media type validates {}.
+      const json = contentType && JSON_MEDIA_TYPE.test(contentType.split(";")[0]!.trim().toLowerCase());
+      const parsed = bodySchema.safeParse(json ? await c.req.json() : {});
+      if (!parsed.success) return validationFailure(c, "json", parsed.error);
+      return create(c, deps, type, headers.data, parsed.data as Record<string, unknown>);
     });
   }
+}
+
+/** zod-openapi's media-type gate for a JSON body (a type outside it: 415). */
+const JSON_REQUEST = /^application\/([a-z-.]+\+)?json(;\s*[a-zA-Z0-9-]+=([^;]+))*$/i;
+/** hono's json validator: a media type outside it validates `{}`. */
+const JSON_MEDIA_TYPE = /^application\/([\w.-]+\+)?json$/i;
+
+/** zod-openapi's test for a body sent without a Content-Type (none reaches here past boundedBodies over HTTP). */
+async function hasRequestBody(c: Context<AppEnv>): Promise<boolean> {
+  const raw = c.req.raw;
+  if (raw.body === null) return false;
+  if (raw.bodyUsed) return (await c.req.arrayBuffer()).byteLength > 0;
+  return (await raw.clone().arrayBuffer()).byteLength > 0;
+}
+
+async function create(
+  c: Context<AppEnv>,
+  deps: ServiceDeps,
+  type: "image" | "video",
+  headers: { "Idempotency-Key": string; Prefer?: string | undefined; "Cancel-After"?: string | undefined },
+  validBody: Record<string, unknown>,
+): Promise<Response> {
+  const body = withCancelAfter(validBody, headers["Cancel-After"]);
+  const client = c.get("client");
+  // Taken before the task is created, so a client over its bound gets 429 and no task.
+  const wait = deps.waiters ? waitPreference(headers.Prefer) : null;
+  const hold = wait !== null && deps.waiters ? await holdFor(deps, deps.waiters, client.id, wait) : null;
+  let created: Awaited<ReturnType<typeof createTask>>;
+  try {
+    created = await createTask(deps, {
+      client,
+      type,
+      body,
+      idempotencyKey: headers["Idempotency-Key"],
+      trace: { traceparent: c.req.header("traceparent"), tracestate: c.req.header("tracestate") },
+    });
+  } catch (err) {
+    await hold?.release();
+    throw err;
+  }
+  const { replayed } = created;
+  const task = hold
+    ? await waitForTask(deps, hold, client.id, created.task.id, hasEnded, c.req.raw.signal)
+    : created.task;
+  c.header("Location", absoluteUrl(deps.config, c.req.url, `/openapi/v1/tasks/${task.id}`));
+  c.header("Idempotent-Replayed", String(replayed));
+  if (hold) c.header("Preference-Applied", `wait=${wait}`);
+  return jsonAnswer(c, await viewOf(deps, task, { withQueuePosition: hold !== null }), replayed ? 200 : 201);
 }
