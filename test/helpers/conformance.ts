@@ -61,6 +61,11 @@ export interface Conformance {
   both: () => Promise<Record<Dialect, Store>>;
   /** Both drivers on empty databases (for operations that see every row). */
   bothFresh: () => Promise<Record<Dialect, Store>>;
+  /**
+   * An area's hostile-value tests, in the describe block that holds its probes: every text probe
+   * with each of HOSTILE_TEXT, then every number probe with each of HOSTILE_NUMBERS, on both drivers.
+   */
+  hostile: (text: Array<Probe<string>>, numbers: Array<Probe<number>>) => void;
 }
 
 /** Call once at the top of a conformance file: the two drivers' harnesses, and both drivers side by side. */
@@ -104,14 +109,19 @@ export function conformance(): Conformance {
   });
   const sqlite = harness("sqlite");
   const postgres = harness("postgres");
-  return {
+  const suite: Conformance = {
     dialects: [
       ["sqlite", sqlite],
       ["postgres", postgres],
     ],
     both: async () => ({ sqlite: await sqlite.shared(), postgres: await postgres.shared() }),
     bothFresh: async () => ({ sqlite: (await sqlite.fresh()).store, postgres: (await postgres.fresh()).store }),
+    hostile: (text, numbers) => {
+      hostileTests(suite, text, HOSTILE_TEXT);
+      hostileTests(suite, numbers, HOSTILE_NUMBERS);
+    },
   };
+  return suite;
 }
 
 // ---- fixtures --------------------------------------------------------------------------------

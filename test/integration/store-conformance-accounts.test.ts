@@ -1,13 +1,5 @@
 import { describe, expect, it } from "vitest";
-import {
-  conformance,
-  fresh,
-  hostileTests,
-  HOSTILE_NUMBERS,
-  HOSTILE_TEXT,
-  NOW,
-  type Probe,
-} from "../helpers/conformance.js";
+import { conformance, fresh, NOW, type Probe } from "../helpers/conformance.js";
 
 /** AccountStore conformance (checklist: store-conformance.md): upstream accounts, the read budget, duration samples, on both drivers. */
 const suite = conformance();
@@ -123,7 +115,6 @@ describe("AccountStore with hostile values: both drivers answer alike", () => {
       ),
     },
   ];
-  hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
     {
@@ -155,5 +146,5 @@ describe("AccountStore with hostile values: both drivers answer alike", () => {
       },
     },
   ];
-  hostileTests(suite, numbers, HOSTILE_NUMBERS);
+  suite.hostile(text, numbers);
 });

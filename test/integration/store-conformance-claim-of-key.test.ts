@@ -1,18 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { Store } from "../../src/store/store.js";
-import {
-  client,
-  conformance,
-  eventsOf,
-  fresh,
-  hostileTests,
-  HOSTILE_NUMBERS,
-  HOSTILE_TEXT,
-  NOW,
-  opts,
-  task,
-  type Probe,
-} from "../helpers/conformance.js";
+import { client, conformance, eventsOf, fresh, NOW, opts, task, type Probe } from "../helpers/conformance.js";
 
 /** EventStore.claimOfKey conformance (checklist: store-conformance.md): the refill of one delivery key, on both drivers. */
 const suite = conformance();
@@ -104,7 +92,6 @@ describe("EventStore.claimOfKey with hostile values: both drivers answer alike",
   const text: Array<Probe<string>> = [
     { op: "claimOfKey(host)", run: async (s, v) => claimKey(s, { ...(await keyWith(s, 1)).key, host: v }, "k:x", 5) },
   ];
-  hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
     { op: "claimOfKey(limit)", run: async (s, v) => (await claimKey(s, (await keyWith(s, 2)).key, "k:x", v)).length },
@@ -114,5 +101,5 @@ describe("EventStore.claimOfKey with hostile values: both drivers answer alike",
     },
   ];
   // maxPerKey is left out: the contract itself has SQLite (one process) ignore it.
-  hostileTests(suite, numbers, HOSTILE_NUMBERS);
+  suite.hostile(text, numbers);
 });

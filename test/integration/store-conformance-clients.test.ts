@@ -1,17 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { newClient } from "../../src/services/clients.js";
-import {
-  client,
-  conformance,
-  fresh,
-  hostileTests,
-  HOSTILE_NUMBERS,
-  HOSTILE_TEXT,
-  NOW,
-  opts,
-  task,
-  type Probe,
-} from "../helpers/conformance.js";
+import { client, conformance, fresh, NOW, opts, task, type Probe } from "../helpers/conformance.js";
 
 /** ClientStore conformance (checklist: store-conformance.md): clients and their credit books, on both drivers. */
 const suite = conformance();
@@ -197,7 +186,6 @@ describe("ClientStore with hostile values: both drivers answer alike", () => {
     { op: "creditPosition(id)", run: (s, v) => s.clients.creditPosition(v) },
     { op: "ledger(id)", run: (s, v) => s.clients.ledger(v) },
   ];
-  hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
     {
@@ -221,5 +209,5 @@ describe("ClientStore with hostile values: both drivers answer alike", () => {
       },
     },
   ];
-  hostileTests(suite, numbers, HOSTILE_NUMBERS);
+  suite.hostile(text, numbers);
 });

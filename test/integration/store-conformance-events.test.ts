@@ -8,9 +8,6 @@ import {
   conformance,
   eventsOf,
   fresh,
-  hostileTests,
-  HOSTILE_NUMBERS,
-  HOSTILE_TEXT,
   NOW,
   opts,
   task,
@@ -344,7 +341,6 @@ describe("EventStore with hostile values: both drivers answer alike", () => {
       run: async (s, v) => (await ownEvent(s), (await claimEvents(s, "d:x", { excludeClients: [v] })).length),
     },
   ];
-  hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
     {
@@ -414,5 +410,5 @@ describe("EventStore with hostile values: both drivers answer alike", () => {
       run: async (s, v) => (await ownEvent(s), s.events.nextDueAt({ now: v, excludeKeys: [] })),
     },
   ];
-  hostileTests(suite, numbers, HOSTILE_NUMBERS);
+  suite.hostile(text, numbers);
 });

@@ -1,15 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { Store } from "../../src/store/store.js";
-import {
-  client,
-  conformance,
-  fresh,
-  hostileTests,
-  HOSTILE_NUMBERS,
-  HOSTILE_TEXT,
-  NOW,
-  type Probe,
-} from "../helpers/conformance.js";
+import { client, conformance, fresh, NOW, type Probe } from "../helpers/conformance.js";
 
 /** KeyHealthStore conformance (checklist: store-conformance.md): the health of delivery keys, on both drivers. */
 const suite = conformance();
@@ -167,7 +158,6 @@ describe("KeyHealthStore with hostile values: both drivers answer alike", () => 
     },
     { op: "failingOf", run: (s, v) => s.keyHealth.failingOf(v) },
   ];
-  hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
     {
@@ -198,5 +188,5 @@ describe("KeyHealthStore with hostile values: both drivers answer alike", () => 
     { op: "dueForNotice(before)", run: async (s, v) => (await s.keyHealth.dueForNotice(v, 0)).length },
     { op: "dueForNotice(limit)", run: async (s, v) => (await s.keyHealth.dueForNotice(0, v)).length },
   ];
-  hostileTests(suite, numbers, HOSTILE_NUMBERS);
+  suite.hostile(text, numbers);
 });

@@ -1,13 +1,5 @@
 import { describe, expect, it } from "vitest";
-import {
-  conformance,
-  fresh,
-  hostileTests,
-  HOSTILE_NUMBERS,
-  HOSTILE_TEXT,
-  NOW,
-  type Probe,
-} from "../helpers/conformance.js";
+import { conformance, fresh, NOW, type Probe } from "../helpers/conformance.js";
 
 /**
  * RateLimitStore conformance (checklist: store-conformance.md): per-client sliding windows counted
@@ -123,12 +115,11 @@ describe("RateLimitStore with hostile values: both drivers answer alike", () => 
     { op: "take(clientId)", run: (s, v) => s.limits.take(v, "ping", NOW, 10, MINUTE) },
     { op: "take(action)", run: (s, v) => s.limits.take(fresh("cli"), v, NOW, 10, MINUTE) },
   ];
-  hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
     { op: "take(now)", run: (s, v) => s.limits.take(fresh("cli"), "ping", v, 10, MINUTE) },
     { op: "take(limit)", run: (s, v) => s.limits.take(fresh("cli"), "ping", NOW, v, MINUTE) },
     { op: "take(windowMs)", run: (s, v) => s.limits.take(fresh("cli"), "ping", NOW, 10, v) },
   ];
-  hostileTests(suite, numbers, HOSTILE_NUMBERS);
+  suite.hostile(text, numbers);
 });

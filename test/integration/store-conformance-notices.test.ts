@@ -1,18 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { Store } from "../../src/store/store.js";
 import type { NewNoticeRow } from "../../src/store/rows.js";
-import {
-  client,
-  conformance,
-  fresh,
-  hostileTests,
-  HOSTILE_NUMBERS,
-  HOSTILE_TEXT,
-  lease,
-  NOW,
-  seq,
-  type Probe,
-} from "../helpers/conformance.js";
+import { client, conformance, fresh, lease, NOW, seq, type Probe } from "../helpers/conformance.js";
 
 /** NoticeStore conformance (checklist: store-conformance.md): operational notices and their outbox, on both drivers. */
 const suite = conformance();
@@ -196,7 +185,6 @@ describe("NoticeStore with hostile values: both drivers answer alike", () => {
     },
     { op: "ofClient", run: (s, v) => s.notices.ofClient(v, 10) },
   ];
-  hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
     {
@@ -237,7 +225,7 @@ describe("NoticeStore with hostile values: both drivers answer alike", () => {
       run: async (s, v) => (await notice(s, { deliveryStatus: "failed" }), s.notices.prune(NOW + 1, v)),
     },
   ];
-  hostileTests(suite, numbers, HOSTILE_NUMBERS);
+  suite.hostile(text, numbers);
 });
 
 /** A notice claimed with the token "n:mine": due long before any other (each older than the last), so a claim at its time takes it alone. */

@@ -1,16 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { Store } from "../../src/store/store.js";
 import type { NewSessionRow } from "../../src/store/rows.js";
-import {
-  client,
-  conformance,
-  fresh,
-  hostileTests,
-  HOSTILE_NUMBERS,
-  HOSTILE_TEXT,
-  NOW,
-  type Probe,
-} from "../helpers/conformance.js";
+import { client, conformance, fresh, NOW, type Probe } from "../helpers/conformance.js";
 
 /** SessionStore conformance (checklist: store-conformance.md): dashboard sessions, on both drivers. */
 const suite = conformance();
@@ -113,7 +104,6 @@ describe("SessionStore with hostile values: both drivers answer alike", () => {
     { op: "touch", run: (s, v) => s.sessions.touch(v, NOW) },
     { op: "revoke", run: (s, v) => s.sessions.revoke(v, NOW) },
   ];
-  hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
     {
@@ -131,5 +121,5 @@ describe("SessionStore with hostile values: both drivers answer alike", () => {
       },
     },
   ];
-  hostileTests(suite, numbers, HOSTILE_NUMBERS);
+  suite.hostile(text, numbers);
 });

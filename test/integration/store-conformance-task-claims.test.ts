@@ -6,9 +6,6 @@ import {
   clientOn,
   conformance,
   fresh,
-  hostileTests,
-  HOSTILE_NUMBERS,
-  HOSTILE_TEXT,
   lease,
   NOW,
   opts,
@@ -263,7 +260,6 @@ describe("TaskStore claims and scheduling with hostile values: both drivers answ
     { op: "countRunning(account)", run: (s, v) => s.tasks.countRunning(v) },
     { op: "listInFlight(account)", run: (s, v) => s.tasks.listInFlight(v) },
   ];
-  hostileTests(suite, text, HOSTILE_TEXT);
 
   /** One due waiting task, then the claim or read with the value: what it found. */
   const seeded = (read: (s: Store, v: number) => Promise<unknown>) => async (s: Store, v: number) => (
@@ -306,5 +302,5 @@ describe("TaskStore claims and scheduling with hostile values: both drivers answ
     { op: "pruneFinished(before)", global: true, run: seeded((s, v) => s.tasks.pruneFinished(v, 10)) },
     { op: "pruneFinished(batch)", global: true, run: seeded((s, v) => s.tasks.pruneFinished(NOW, v)) },
   ];
-  hostileTests(suite, numbers, HOSTILE_NUMBERS);
+  suite.hostile(text, numbers);
 });

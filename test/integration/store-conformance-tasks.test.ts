@@ -2,18 +2,7 @@ import { describe, expect, it } from "vitest";
 import { transitionRules } from "../../src/core/transition.js";
 import type { IntakeContext, Store, SubmissionContext } from "../../src/store/store.js";
 import type { TaskRow } from "../../src/store/rows.js";
-import {
-  client,
-  conformance,
-  fresh,
-  hostileTests,
-  HOSTILE_NUMBERS,
-  HOSTILE_TEXT,
-  NOW,
-  opts,
-  task,
-  type Probe,
-} from "../helpers/conformance.js";
+import { client, conformance, fresh, NOW, opts, task, type Probe } from "../helpers/conformance.js";
 
 /**
  * TaskStore conformance, intake and state changes (checklist: store-conformance.md): create,
@@ -545,7 +534,6 @@ describe("TaskStore intake and state changes with hostile values: both drivers a
       run: (s, v) => s.tasks.decideAndTransition(v, null, () => ({ status: "failed" }), opts()),
     },
   ];
-  hostileTests(suite, text, HOSTILE_TEXT);
 
   const numbers: Array<Probe<number>> = [
     {
@@ -585,5 +573,5 @@ describe("TaskStore intake and state changes with hostile values: both drivers a
       },
     },
   ];
-  hostileTests(suite, numbers, HOSTILE_NUMBERS);
+  suite.hostile(text, numbers);
 });
