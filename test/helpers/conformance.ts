@@ -164,20 +164,42 @@ export async function tasksOf(
   return { clientId: c.id, tasks };
 }
 
-/** `count` tasks of a new client that succeeded, each with its pending task.succeeded event to `callbackUrl`. */
+/** `count` tasks that succeeded (of `clientId`, else of a new client), each with its pending task.succeeded event to `callbackUrl`. */
 export async function eventsOf(
   store: Store,
   count: number,
   callbackUrl = "https://hooks.example/x",
+  clientId?: string,
 ): Promise<{ clientId: string; events: EventRow[] }> {
-  const c = await client(store);
+  const id = clientId ?? (await client(store)).id;
   const events: EventRow[] = [];
   for (let i = 0; i < count; i++) {
-    const { task: t } = await store.tasks.create(task(c.id, fresh("e"), { callbackUrl }));
+    const { task: t } = await store.tasks.create(task(id, fresh("e"), { callbackUrl }));
     await store.tasks.transition(t, { status: "succeeded", phase: "done", completedAt: NOW }, opts());
     events.push((await store.events.lastOfTask(t.id))!);
   }
-  return { clientId: c.id, events };
+  return { clientId: id, events };
+}
+
+/** `count` pending events to a host of their own (of `clientId`, else of a new client), in due order, and that delivery key. */
+export async function ownKeyEvents(store: Store, count: number, clientId?: string) {
+  const host = fresh("k");
+  const made = await eventsOf(store, count, `https://${host}.example/x`, clientId);
+  return { events: made.events, key: { clientId: made.clientId, host: `${host}.example:443` } };
+}
+
+/**
+ * A task of a new client to a host of its own that went processing, then succeeded: its two
+ * pending events (task.processing before task.succeeded), and their delivery key.
+ */
+export async function processedThenSucceeded(store: Store) {
+  const host = fresh("k");
+  const c = await client(store);
+  const { task: t } = await store.tasks.create(task(c.id, fresh("t"), { callbackUrl: `https://${host}.example/x` }));
+  const running = await store.tasks.transition(t, { status: "processing", phase: "submitted" }, opts());
+  await store.tasks.transition(running!, { status: "succeeded", phase: "done" }, opts());
+  const [processing, succeeded] = await store.events.ofTask(t.id);
+  return { processing: processing!, succeeded: succeeded!, key: { clientId: c.id, host: `${host}.example:443` } };
 }
 
 /** A delivery attempt of `e` as the dispatcher records it. */

@@ -1,16 +1,9 @@
 import { describe, expect, it } from "vitest";
 import type { Store } from "../../src/store/store.js";
-import { client, conformance, eventsOf, fresh, NOW, opts, task, type Probe } from "../helpers/conformance.js";
+import { conformance, NOW, ownKeyEvents, processedThenSucceeded, type Probe } from "../helpers/conformance.js";
 
 /** EventStore.claimOfKey conformance (checklist: store-conformance.md): the refill of one delivery key, on both drivers. */
 const suite = conformance();
-
-/** `count` pending events of a new client to a host of its own, and that key. */
-async function keyWith(store: Store, count: number) {
-  const host = fresh("k");
-  const { clientId, events } = await eventsOf(store, count, `https://${host}.example/x`);
-  return { events, key: { clientId, host: `${host}.example:443` } };
-}
 
 const claimKey = (
   store: Store,
@@ -30,8 +23,8 @@ const claimKey = (
 describe.each(suite.dialects)("EventStore.claimOfKey on %s", (_name, h) => {
   it("claims up to `limit` of one key's due events, oldest due first, under a lease; other keys are left alone", async () => {
     const store = await h.shared();
-    const { events, key } = await keyWith(store, 3);
-    const other = await keyWith(store, 1);
+    const { events, key } = await ownKeyEvents(store, 3);
+    const other = await ownKeyEvents(store, 1);
     const first = await claimKey(store, key, "k:1", 2);
     expect(first.map((e) => [e.id, e.claimToken, e.claimedUntil])).toEqual(
       events.slice(0, 2).map((e) => [e.id, "k:1", NOW + 30_000]),
@@ -44,21 +37,15 @@ describe.each(suite.dialects)("EventStore.claimOfKey on %s", (_name, h) => {
 
   it("a task's later event waits while its earlier one is pending", async () => {
     const store = await h.shared();
-    const host = fresh("k");
-    const c = await client(store);
-    const { task: t } = await store.tasks.create(task(c.id, fresh("t"), { callbackUrl: `https://${host}.example/x` }));
-    const running = await store.tasks.transition(t, { status: "processing", phase: "submitted" }, opts());
-    await store.tasks.transition(running!, { status: "succeeded", phase: "done" }, opts());
-    const [processing, succeeded] = await store.events.ofTask(t.id);
-    const key = { clientId: c.id, host: `${host}.example:443` };
-    expect((await claimKey(store, key, "k:1", 5)).map((e) => e.id)).toEqual([processing!.id]);
-    await store.events.release(processing!.id, "k:1", { deliveryStatus: "succeeded" });
-    expect((await claimKey(store, key, "k:2", 5)).map((e) => e.id)).toEqual([succeeded!.id]);
+    const { processing, succeeded, key } = await processedThenSucceeded(store);
+    expect((await claimKey(store, key, "k:1", 5)).map((e) => e.id)).toEqual([processing.id]);
+    await store.events.release(processing.id, "k:1", { deliveryStatus: "succeeded" });
+    expect((await claimKey(store, key, "k:2", 5)).map((e) => e.id)).toEqual([succeeded.id]);
   });
 
   it("maxPerKey: the key's leased events count against it, whichever process holds them", async () => {
     const { store, another } = await h.fresh();
-    const { key } = await keyWith(store, 6);
+    const { key } = await ownKeyEvents(store, 6);
     const other = await another();
     expect(await claimKey(store, key, "a:1", 2, { maxPerKey: 3 })).toHaveLength(2);
     expect(await claimKey(other, key, "b:1", 5, { maxPerKey: 3 })).toHaveLength(1);
@@ -66,7 +53,7 @@ describe.each(suite.dialects)("EventStore.claimOfKey on %s", (_name, h) => {
 
   it("two processes refilling one key at once never take the same event, and stay within maxPerKey together", async () => {
     const { store, another } = await h.fresh();
-    const { key } = await keyWith(store, 10);
+    const { key } = await ownKeyEvents(store, 10);
     const other = await another();
     const [a, b] = await Promise.all([
       claimKey(store, key, "a:1", 4, { maxPerKey: 6 }),
@@ -79,7 +66,7 @@ describe.each(suite.dialects)("EventStore.claimOfKey on %s", (_name, h) => {
 
   it("a claimer that dies: the key's events come back once the lease ends", async () => {
     const { store } = await h.fresh();
-    const { events, key } = await keyWith(store, 2);
+    const { events, key } = await ownKeyEvents(store, 2);
     await claimKey(store, key, "dead:1", 2);
     expect(await claimKey(store, key, "live:1", 2, { now: NOW + 30_000 })).toEqual([]);
     expect((await claimKey(store, key, "live:1", 2, { now: NOW + 30_001 })).map((e) => e.id)).toEqual(
@@ -90,14 +77,20 @@ describe.each(suite.dialects)("EventStore.claimOfKey on %s", (_name, h) => {
 
 describe("EventStore.claimOfKey with hostile values: both drivers answer alike", () => {
   const text: Array<Probe<string>> = [
-    { op: "claimOfKey(host)", run: async (s, v) => claimKey(s, { ...(await keyWith(s, 1)).key, host: v }, "k:x", 5) },
+    {
+      op: "claimOfKey(host)",
+      run: async (s, v) => claimKey(s, { ...(await ownKeyEvents(s, 1)).key, host: v }, "k:x", 5),
+    },
   ];
 
   const numbers: Array<Probe<number>> = [
-    { op: "claimOfKey(limit)", run: async (s, v) => (await claimKey(s, (await keyWith(s, 2)).key, "k:x", v)).length },
+    {
+      op: "claimOfKey(limit)",
+      run: async (s, v) => (await claimKey(s, (await ownKeyEvents(s, 2)).key, "k:x", v)).length,
+    },
     {
       op: "claimOfKey(now)",
-      run: async (s, v) => (await claimKey(s, (await keyWith(s, 1)).key, "k:x", 5, { now: v })).length,
+      run: async (s, v) => (await claimKey(s, (await ownKeyEvents(s, 1)).key, "k:x", 5, { now: v })).length,
     },
   ];
   // maxPerKey is left out: the contract itself has SQLite (one process) ignore it.

@@ -2,27 +2,13 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { KeyLimit, Store } from "../../src/store/store.js";
 import type { EventRow } from "../../src/store/rows.js";
-import { client, conformance, fresh, NOW, opts, task } from "../helpers/conformance.js";
+import { client, conformance, NOW, ownKeyEvents, processedThenSucceeded } from "../helpers/conformance.js";
 
 /**
  * EventStore.claimOfKeys conformance (checklist: store-conformance.md): the refills of every
  * attempt settled in one turn, several delivery keys in one statement, on both drivers.
  */
 const suite = conformance();
-
-/** `count` pending events of `clientId` to a host of its own; the key and the events in due order. */
-async function keyOf(store: Store, clientId: string, count: number) {
-  const host = fresh("k");
-  const events: EventRow[] = [];
-  for (let i = 0; i < count; i++) {
-    const { task: t } = await store.tasks.create(
-      task(clientId, fresh("e"), { callbackUrl: `https://${host}.example/x` }),
-    );
-    await store.tasks.transition(t, { status: "succeeded", phase: "done", completedAt: NOW }, opts());
-    events.push((await store.events.lastOfTask(t.id))!);
-  }
-  return { events, key: { clientId, host: `${host}.example:443` } };
-}
 
 const claimKeys = (store: Store, keys: KeyLimit[], token: string, maxPerKey = 100, now = NOW) =>
   store.events.claimOfKeys(keys, { now, leaseMs: 30_000, token, maxPerKey });
@@ -35,9 +21,9 @@ describe.each(suite.dialects)("EventStore.claimOfKeys on %s", (_name, h) => {
   it("claims each key's first `limit` due events under one lease, oldest due first per key; keys not named are left alone", async () => {
     const store = await h.shared();
     const c = await client(store);
-    const a = await keyOf(store, c.id, 3);
-    const b = await keyOf(store, c.id, 2);
-    const other = await keyOf(store, c.id, 1);
+    const a = await ownKeyEvents(store, 3, c.id);
+    const b = await ownKeyEvents(store, 2, c.id);
+    const other = await ownKeyEvents(store, 1, c.id);
     const got = await claimKeys(
       store,
       [
@@ -59,23 +45,18 @@ describe.each(suite.dialects)("EventStore.claimOfKeys on %s", (_name, h) => {
 
   it("a task's later event waits while its earlier one is pending", async () => {
     const store = await h.shared();
-    const host = fresh("k");
-    const c = await client(store);
-    const { task: t } = await store.tasks.create(task(c.id, fresh("t"), { callbackUrl: `https://${host}.example/x` }));
-    const running = await store.tasks.transition(t, { status: "processing", phase: "submitted" }, opts());
-    await store.tasks.transition(running!, { status: "succeeded", phase: "done" }, opts());
-    const [processing, succeeded] = await store.events.ofTask(t.id);
-    const key = { clientId: c.id, host: `${host}.example:443`, limit: 5 };
-    expect(ids(await claimKeys(store, [key], "ks:1"))).toEqual([processing!.id]);
-    await store.events.release(processing!.id, "ks:1", { deliveryStatus: "succeeded" });
-    expect(ids(await claimKeys(store, [key], "ks:2"))).toEqual([succeeded!.id]);
+    const { processing, succeeded, key: own } = await processedThenSucceeded(store);
+    const key = { ...own, limit: 5 };
+    expect(ids(await claimKeys(store, [key], "ks:1"))).toEqual([processing.id]);
+    await store.events.release(processing.id, "ks:1", { deliveryStatus: "succeeded" });
+    expect(ids(await claimKeys(store, [key], "ks:2"))).toEqual([succeeded.id]);
   });
 
   it("maxPerKey: each key's leased events count against it, whichever process holds them", async () => {
     const { store, another } = await h.fresh();
     const c = await client(store);
-    const a = await keyOf(store, c.id, 6);
-    const b = await keyOf(store, c.id, 6);
+    const a = await ownKeyEvents(store, 6, c.id);
+    const b = await ownKeyEvents(store, 6, c.id);
     const other = await another();
     expect(
       await store.events.claimOfKey(a.key, { now: NOW, leaseMs: 30_000, token: "a:1", limit: 2, maxPerKey: 3 }),
@@ -96,7 +77,7 @@ describe.each(suite.dialects)("EventStore.claimOfKeys on %s", (_name, h) => {
   it("a claimer that dies: the keys' events come back once the lease ends", async () => {
     const { store } = await h.fresh();
     const c = await client(store);
-    const a = await keyOf(store, c.id, 2);
+    const a = await ownKeyEvents(store, 2, c.id);
     await claimKeys(store, [{ ...a.key, limit: 2 }], "dead:1");
     expect(await claimKeys(store, [{ ...a.key, limit: 2 }], "live:1", 100, NOW + 30_000)).toEqual([]);
     expect(ids(await claimKeys(store, [{ ...a.key, limit: 2 }], "live:1", 100, NOW + 30_001))).toEqual(ids(a.events));
@@ -122,7 +103,7 @@ describe.each(suite.dialects)("EventStore.claimOfKeys on %s", (_name, h) => {
           const clients = await Promise.all([0, 1, 2].map(() => client(store)));
           const keys = [];
           for (const k of shape) {
-            const made = await keyOf(store, clients[k.client]!.id, k.events);
+            const made = await ownKeyEvents(store, k.events, clients[k.client]!.id);
             // Some of the key's events already leased elsewhere (another process's attempts in flight).
             const held = await store.events.claimOfKey(made.key, {
               now: NOW,

@@ -10,6 +10,7 @@ import {
   fresh,
   NOW,
   opts,
+  ownKeyEvents,
   task,
   type Probe,
 } from "../helpers/conformance.js";
@@ -19,9 +20,8 @@ const suite = conformance();
 
 /** One pending event of a new client to a host of its own, and that key. */
 async function ownEvent(store: Store) {
-  const host = fresh("h");
-  const { clientId, events } = await eventsOf(store, 1, `https://${host}.example/x`);
-  return { event: events[0]!, key: { clientId, host: `${host}.example:443` } };
+  const { events, key } = await ownKeyEvents(store, 1);
+  return { event: events[0]!, key };
 }
 
 /** ownEvent, claimed under the token "t:mine" (through its key's trial, which leaves every other key alone). */
