@@ -262,10 +262,14 @@ export class PgStore implements Store, PgContext {
     // Delivered at commit: requests held by Prefer: wait and event streams on other instances read
     // the task again (streams of its client and of its account's queue too); only when one may be
     // held, with no wake-up lost (watch-barrier.ts).
-    if (plan.after.status !== before.status || plan.after.phase !== before.phase)
-      await c.query(NOTIFY_IF_WATCHED, [CHANNEL, taskChangedPayload(plan.after), clientId]);
-    const set = T.set(plan.patch, 2);
-    if (set.sql) await c.query(`UPDATE tasks SET ${set.sql} WHERE id = $1`, [id, ...set.values]);
+    // One statement with the row's update (its snapshot taken after the watch locks: watch-barrier.ts).
+    const notify = plan.after.status !== before.status || plan.after.phase !== before.phase;
+    const told = notify ? [CHANNEL, taskChangedPayload(plan.after), clientId] : [];
+    const set = T.set(plan.patch, told.length + 2);
+    if (set.sql) {
+      const update = `UPDATE tasks SET ${set.sql} WHERE id = $${told.length + 1}`;
+      await c.query(notify ? `WITH changed AS (${update}) ${NOTIFY_IF_WATCHED}` : update, [...told, id, ...set.values]);
+    } else if (notify) await c.query(NOTIFY_IF_WATCHED, told);
     if (plan.credit) await this.applyCredits(c, clientId, id, plan.credit, o.now);
     if (plan.wake) {
       // Rows another transaction holds are being changed by it anyway: skipped, never waited on (no deadlock).
@@ -288,10 +292,13 @@ export class PgStore implements Store, PgContext {
     if (!plan.event) return plan.after;
     // No feed position yet (client_seq 0): the feed's reader hands it out (feed-positions.ts), so the
     // event takes no lock on its client.
+    // The dispatchers' wake-up in the insert's statement (delivered at commit, like every NOTIFY).
     const ins = E.insert("events", { ...plan.event, clientSeq: 0 });
-    await c.query(ins.sql, ins.values);
+    await c.query(`WITH written AS (${ins.sql}) SELECT pg_notify($${ins.values.length + 1}, 'dispatcher')`, [
+      ...ins.values,
+      CHANNEL,
+    ]);
     await fanOutEvent(c, this.q, plan.event, endpoints);
-    await c.query("SELECT pg_notify($1, 'dispatcher')", [CHANNEL]);
     return plan.after;
   }
 
