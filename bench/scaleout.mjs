@@ -16,7 +16,8 @@
 //
 // BENCH_SCALEOUT_OLD_DIST=<dist of another build> runs every measurement on that build too, side by side
 // (alternating which goes first), so one run gives before and after. Sizes: BENCH_SCALEOUT_EVENTS,
-// BENCH_SCALEOUT_TASKS, BENCH_DURATION (s of intake), BENCH_ROUNDS.
+// BENCH_SCALEOUT_TASKS, BENCH_DURATION (s of intake), BENCH_ROUNDS, BENCH_SCALEOUT_INSTANCES (e.g. 1,3),
+// BENCH_SCALEOUT_KINDS (e.g. intake,end_to_end).
 import pg from "pg";
 import { join, resolve } from "node:path";
 import { DIST } from "./lib/dist.mjs";
@@ -37,7 +38,10 @@ export function scaleoutConfig(QUICK) {
         e2e: { tasks: 18, connections: 6, drainS: 60 },
       }
     : {
-        instances: [1, 2, 3],
+        // BENCH_SCALEOUT_INSTANCES=1,3: only the counts the ratio needs (a shorter A/B run).
+        instances: process.env.BENCH_SCALEOUT_INSTANCES
+          ? process.env.BENCH_SCALEOUT_INSTANCES.split(",").map(Number)
+          : [1, 2, 3],
         rounds: env("BENCH_ROUNDS", 1),
         delivery: { events: env("BENCH_SCALEOUT_EVENTS", 4_000), windowS: 120, startS: 12 },
         intake: { connections: 30, duration: env("BENCH_DURATION", 6), warmup: env("BENCH_WARMUP", 2) },
@@ -283,7 +287,11 @@ export async function benchScaleout(ctx) {
     }
   };
 
-  const kinds = { delivery, intake, end_to_end: endToEnd };
+  // BENCH_SCALEOUT_KINDS=intake,end_to_end: only those measurements (a shorter A/B run).
+  const only = process.env.BENCH_SCALEOUT_KINDS?.split(",");
+  const kinds = Object.fromEntries(
+    Object.entries({ delivery, intake, end_to_end: endToEnd }).filter(([k]) => !only || only.includes(k)),
+  );
   const rounds = [];
   try {
     for (let r = 1; r <= cfg.rounds; r++) {
