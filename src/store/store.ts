@@ -391,6 +391,14 @@ export interface EventStore {
   retryKeyNow(key: DeliveryKey, now: number): Promise<number>;
   /** How many of the key's events are pending. */
   pendingOfKey(key: DeliveryKey): Promise<number>;
+  /**
+   * True when a record queued before a claim in the same turn is written before it, in the same
+   * transaction (SQLite's group commit): the dispatcher may hand an attempt's slot back, and ask for
+   * its key's refill, as soon as the record is queued, so the refill's claim shares the records'
+   * commit. Where it is not (PostgreSQL's records and claims run on separate connections), the slot
+   * goes back once the record is durable, so no claim counts the settled event's lease.
+   */
+  readonly recordsBeforeClaims?: boolean;
   /** One attempt and the event's new state, only while `token` holds, lease released (group-committed where the store can). */
   recordAttempt(eventId: string, token: string, attempt: NewAttemptRow, patch: Partial<NewEventRow>): Promise<void>;
   /** A patch of a leased event, only while `token` holds, and its lease released. */

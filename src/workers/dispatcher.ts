@@ -248,8 +248,8 @@ export class Dispatcher extends PooledWorker<Claim> {
   }
 
   /** A delivery settled: its slot goes first to the same key's next due events (workers/delivery/refills.ts). */
-  refill({ event }: Claim): Promise<boolean> {
-    return this.refills.ask(event);
+  refill(claim: Claim): Promise<boolean> {
+    return claim.refilled ?? this.refills.ask(claim.event);
   }
 
   /**
@@ -258,7 +258,8 @@ export class Dispatcher extends PooledWorker<Claim> {
    * permit goes back then, unused). Null when the key has no room after all (a URL stored in a
    * spelling the claim's SQL filter did not recognise): the lease is handed back untouched.
    */
-  run({ event, client, trial }: Claim): Promise<void> | null {
+  run(claim: Claim): Promise<void> | null {
+    const { event, client, trial } = claim;
     const instead = this.unsendable(event, client, trial ? "client not found" : "no callback_url");
     if (instead) {
       if (trial) this.breakers.record(trial, "neutral");
@@ -274,7 +275,7 @@ export class Dispatcher extends PooledWorker<Claim> {
       });
       return null;
     }
-    return this.withSlot(event, () => this.attempts.deliver(event, client!, permit));
+    return this.withSlot(claim, (queued) => this.attempts.deliver(event, client!, permit, queued));
   }
 
   /** What an event that cannot be sent gets instead of an attempt (no client or URL, a body over the limit), or null. */
@@ -290,9 +291,25 @@ export class Dispatcher extends PooledWorker<Claim> {
    * stays held for its key until the refill (see refill) has used it or given it up, so no other
    * claim, nor the loop's next-due probe, sees the key's room in between.
    */
-  private withSlot(event: EventRow, work: () => Promise<void>): Promise<void> {
+  private withSlot(claim: Claim, work: (queued?: () => void) => Promise<void>): Promise<void> {
+    const { event } = claim;
     const slot = this.slots.take(event.clientId, deliveryKey(event.clientId, event.destinationHost));
-    return work().finally(() => slot.release({ holdKey: this.loop.accepting }));
+    let freed = false;
+    const free = () => {
+      if (!freed) slot.release({ holdKey: this.loop.accepting });
+      freed = true;
+    };
+    // Where records are written before the claims of their turn (EventStore.recordsBeforeClaims), the
+    // slot goes back and the key's refill is asked as the record is queued: the refill's claim shares
+    // the record's commit. A crash before that commit loses both, and the lease brings the event back.
+    const early = this.opts.store.events.recordsBeforeClaims
+      ? () => {
+          if (!this.loop.accepting) return;
+          free();
+          claim.refilled = this.refills.ask(event);
+        }
+      : undefined;
+    return work(early).finally(free);
   }
 
   /**

@@ -249,6 +249,38 @@ describe("a settled attempt refills its own key (#24: no scan of every due event
     expect(claimDue.mock.calls.length).toBeLessThan(15);
   });
 
+  it("a settled attempt's refill is asked as its record is queued: the refill's claim shares the record's commit (SQLite)", async () => {
+    const { t } = suite.setup(
+      { WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "2", WEBHOOK_RETRY_SCHEDULE: "0s,1h" },
+      { clock: new SystemClock() },
+    );
+    const r = await receiver((_req, res) => {
+      setTimeout(() => res.end("ok"), 5);
+    });
+    const events = await succeededTasks(t, t.client("steady").apiKey, r.url(), 30);
+    // Records queued and not yet durable, and the refill claims asked while one was.
+    const queued = new Set<string>();
+    let beforeCommit = 0;
+    const store = t.store.events;
+    const [record, claim] = [store.recordAttempt.bind(store), store.claimOfKeys.bind(store)];
+    vi.spyOn(store, "recordAttempt").mockImplementation((id, ...rest) => {
+      queued.add(id);
+      return record(id, ...rest).finally(() => queued.delete(id));
+    });
+    vi.spyOn(store, "claimOfKeys").mockImplementation((...args) => {
+      if (queued.size > 0) beforeCommit += 1;
+      return claim(...args);
+    });
+    startDispatcherLoop(t);
+    await waitFor("every webhook", () => events.every((e) => r.arrivals.has(e.id)), 10_000);
+    await t.relay.loops.find((l) => l.name === "dispatcher")!.stop();
+    await t.relay.dispatcher.drain();
+    expect(r.maxOpen()).toBeLessThanOrEqual(2);
+    expect(r.arrivals.size).toBe(30);
+    // Before: a slot went back only once its record was durable, so no refill was ever asked before the commit.
+    expect(beforeCommit).toBeGreaterThanOrEqual(10);
+  });
+
   it("a client at its fair share does not refill: the freed slot goes back to the pool, where another client's due webhook takes it", async () => {
     const { t } = suite.setup(
       { WEBHOOK_MAX_IN_FLIGHT: "8", WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "8", WEBHOOK_RETRY_SCHEDULE: "0s,1h" },

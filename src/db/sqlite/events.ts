@@ -108,6 +108,8 @@ export function sqliteEvents(s: SqliteContext): EventStore {
     // in a turn); each is one UPDATE after its reads, so atomic without a savepoint.
     claimDue: (o) => s.attemptCommits.runAtomic(() => claimDue(db, o)),
     nextDueAt: async (o) => nextDueAt(db, o),
+    // The turn's records are one unit queued before the claims its settles ask for (AttemptRecords).
+    recordsBeforeClaims: true,
     recordAttempt: (eventId, token, attempt, patch) => records.add({ eventId, token, attempt, patch }),
     release: async (eventId, token, patch) => {
       updateLeased(db, eventId, token, { ...patch, ...RELEASED });

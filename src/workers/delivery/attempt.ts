@@ -48,7 +48,11 @@ export class Attempts {
     this.attemptLog = fixedFieldsLogger(deps.logger);
   }
 
-  async deliver(event: EventRow, client: ClientRow, permit: Permit): Promise<void> {
+  /**
+   * `queued`: told just before the record is queued, when the attempt changed no circuit (the
+   * dispatcher then hands its slot back early, so the refill's claim shares the record's commit).
+   */
+  async deliver(event: EventRow, client: ClientRow, permit: Permit, queued?: () => void): Promise<void> {
     const { clock, breakers } = this.deps;
     const startedAt = clock.now();
     let result: SendResult;
@@ -76,6 +80,7 @@ export class Attempts {
       waitedMs: clock.now() - event.createdAt,
       scheduleSpanMs: this.deps.scheduleSpanMs,
     });
+    if (!transition) queued?.();
     await this.record(event, startedAt, result, pausedUntil, false, ids);
     if (transition) await this.onTransition(transition);
     // Endpoint health counts any answer but a 2xx as failing (a receiver answering 404 to everything is failing too).

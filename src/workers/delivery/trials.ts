@@ -15,6 +15,8 @@ export interface Claim {
   event: EventRow;
   client: ClientRow | undefined;
   trial?: Permit;
+  /** Its key's refill, when it was asked as the attempt's record was queued (Dispatcher.withSlot). */
+  refilled?: Promise<boolean>;
 }
 
 export interface TrialDeps {
