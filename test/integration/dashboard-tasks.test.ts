@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import type { FakeUpstream } from "../helpers/fake-upstream.js";
 import { csrfOf, signedIn } from "../helpers/dashboard.js";
 import { createTask, readTask } from "../helpers/flow.js";
@@ -134,6 +134,38 @@ describe("dashboard: task page", () => {
     expect(page).toContain("HTTP 500");
     // Settled: nothing to refresh.
     expect(page).not.toContain("genrelay-refresh");
+  });
+
+  it("a large output is shown as text, never parsed: its start, where to read it whole, previews and links from its URLs", async () => {
+    const { t, up } = setup();
+    const { apiKey } = t.client();
+    const id = await createTask(t, apiKey);
+    const images = Array.from({ length: 6_000 }, (_, i) => ({
+      url: `https://files.upstream.test/out/${i}.png`,
+      seed: i,
+    }));
+    const output = { note: "http://plain.test/x.png", images };
+    await succeed(t, up, apiKey, id, output);
+    const stored = (await t.store.tasks.find(id))!.outputJson!;
+    expect(stored.length).toBeGreaterThan(256 * 1024);
+    const v = await signedIn(t, apiKey);
+    const parse = vi.spyOn(JSON, "parse");
+    try {
+      const page = await v.page(`/dashboard/tasks/${id}`);
+      expect(parse.mock.calls.filter(([text]) => text === stored)).toEqual([]);
+      expect(page).toContain(
+        `<p class="muted">The output is ${stored.length.toLocaleString("en-US")} characters of JSON: its first 65,536 are shown. Read it whole with <code>GET /openapi/v1/tasks/${id}</code>.</p>`,
+      );
+      expect(page).toContain(
+        `<pre>{&quot;note&quot;:&quot;http://plain.test/x.png&quot;,&quot;images&quot;:[{&quot;url`,
+      );
+      expect(page).toContain('<img src="https://files.upstream.test/out/0.png" alt="Image output of');
+      expect(page).toContain('<img src="https://files.upstream.test/out/11.png" alt="Image output of');
+      expect(page.match(/<img src="https:\/\/files\.upstream\.test\/out\/\d+\.png"/g)).toHaveLength(12);
+      expect(page).toContain('<a href="http://plain.test/x.png" rel="noreferrer">');
+    } finally {
+      parse.mockRestore();
+    }
   });
 
   it("Redeliver queues the last event again; after the dispatcher runs the page shows the second attempt with the same webhook-id", async () => {

@@ -6,6 +6,53 @@
  */
 
 import { FairPool } from "../../core/fair-pool.js";
+import { outputUrls } from "../../mirror/output-urls.js";
+import { OFFLOAD_MIN_CHARS } from "../../upstream/json-offload.js";
+
+/**
+ * A stored output longer than this (UTF-16 units) is shown on the task page as text, never parsed
+ * there (issue #38 item 7): its previews and links come from a scan of the text, and the page shows
+ * its first SHOWN_OUTPUT_CHARS. Below it the page parses and pretty-prints as before.
+ */
+export const PARSED_OUTPUT_CHARS = OFFLOAD_MIN_CHARS;
+export const SHOWN_OUTPUT_CHARS = 64 * 1024;
+
+/** A task's output as the task page shows it: parsed when small, else its text's start and its URLs. */
+export type ShownOutput =
+  | { kind: "none" }
+  | { kind: "parsed"; value: unknown }
+  | { kind: "text"; start: string; chars: number; urls: string[] };
+
+export function shownOutput(outputJson: string | null): ShownOutput {
+  if (outputJson === null) return { kind: "none" };
+  if (outputJson.length <= PARSED_OUTPUT_CHARS) {
+    try {
+      return { kind: "parsed", value: JSON.parse(outputJson) };
+    } catch {
+      return { kind: "parsed", value: outputJson };
+    }
+  }
+  let start = outputJson.slice(0, SHOWN_OUTPUT_CHARS);
+  // Never end the shown part on half a surrogate pair.
+  if (/[\uD800-\uDBFF]$/.test(start)) start = start.slice(0, -1);
+  return { kind: "text", start, chars: outputJson.length, urls: outputUrls(outputJson) };
+}
+
+/** Previews of a shown output: from its parsed value's walk, or from the URLs its text holds. */
+export function previewsOf(output: ShownOutput): Preview[] {
+  if (output.kind === "none") return [];
+  if (output.kind === "parsed") return findPreviews(output.value);
+  const found: Preview[] = [];
+  const seen = new Set<string>();
+  for (const url of output.urls) {
+    const preview = asPreview(url, "");
+    if (preview && !seen.has(preview.url) && found.length < MAX_PREVIEWS) {
+      seen.add(preview.url);
+      found.push(preview);
+    }
+  }
+  return found;
+}
 
 /**
  * Previews of copies read from clients' buckets at once (docs/decisions/0008-fair-pool.md): a

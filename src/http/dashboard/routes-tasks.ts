@@ -6,7 +6,7 @@ import { TERMINAL_STATUSES } from "../../core/transition.js";
 import { dashboardTask, listDashboardTasks } from "../../services/dashboard.js";
 import { ApiError } from "../../services/errors.js";
 import { cancelRefusal, cancelTask, requireClientTask } from "../../services/tasks.js";
-import { findPreviews } from "./previews.js";
+import { previewsOf, shownOutput } from "./previews.js";
 import { mirroredPreviews } from "./routes-storage.js";
 import { render, type DashboardDeps } from "./render.js";
 import type { DashEnv } from "./session.js";
@@ -64,8 +64,8 @@ async function taskPage(
 ) {
   const detail = await dashboardTask(deps, c.get("client").id, id);
   // Copies in the client's bucket, served by the relay, come first: the upstream's URLs expire.
-  const previews =
-    mirroredPreviews(detail.task) ?? findPreviews(detail.task.outputJson ? JSON.parse(detail.task.outputJson) : null);
+  const output = shownOutput(detail.task.outputJson);
+  const previews = mirroredPreviews(detail.task) ?? previewsOf(output);
   // Keep refreshing while the task runs or a delivery is still pending.
   const moving = !TERMINAL_STATUSES.has(detail.task.status) || detail.delivery.status === "pending";
   // A task still running is followed live: its event stream, read with a token for it alone.
@@ -77,7 +77,7 @@ async function taskPage(
     ...(stream ? { stream } : {}),
     title: detail.task.id,
     section: "tasks",
-    body: taskBody(detail, previews, deps.clock.now(), c.get("session").csrfToken, message),
+    body: taskBody(detail, output, previews, deps.clock.now(), c.get("session").csrfToken, message),
     status,
     refresh: moving,
     mediaOrigins: previews.map((p) => p.origin),

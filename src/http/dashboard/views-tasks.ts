@@ -5,7 +5,7 @@ import type { TaskDetail, TaskListItem, TimelineEntry } from "../../services/das
 import { cancelRefusal } from "../../services/tasks.js";
 import type { AttemptRow, EventRow, TaskRow } from "../../store/rows.js";
 import { badge, csrfField, duration, notice, time, type Html } from "./layout.js";
-import { isWebUrl, type Preview } from "./previews.js";
+import { isWebUrl, type Preview, type ShownOutput } from "./previews.js";
 
 export interface TaskFilters {
   status?: string | undefined;
@@ -134,6 +134,7 @@ function timelineRow(
 
 export function taskBody(
   d: TaskDetail,
+  output: ShownOutput,
   previews: Preview[],
   now: number,
   csrf: string,
@@ -147,7 +148,6 @@ export function taskBody(
   const request = parse(task.requestJson) as Record<string, unknown> | string;
   const prompt =
     typeof request === "object" && request !== null && typeof request.prompt === "string" ? request.prompt : null;
-  const output = parse(task.outputJson);
   const error = parse(task.errorJson) as { code?: string; message?: string } | null;
   // Something to send it to: the task's callback_url, or an endpoint its events went to.
   const canRedeliver =
@@ -188,7 +188,7 @@ ${message ? notice(message.kind, message.text) : ""}
         )}</div>`
       : ""
   }
-  ${output === null ? html`<p class="muted">No output yet.</p>` : html`<pre>${pretty(output)}</pre>`}
+  ${outputText(task.id, output)}
   ${outputLinks(output, previews)}
 </section>
 <section aria-labelledby="h-timeline"><h2 id="h-timeline">Timeline</h2>
@@ -198,14 +198,26 @@ ${message ? notice(message.kind, message.text) : ""}
 </table></div></section>`;
 }
 
+/** A small output pretty-printed; a large one's first characters as stored, with where to read it whole. */
+function outputText(id: string, output: ShownOutput): Html {
+  if (output.kind === "none") return html`<p class="muted">No output yet.</p>`;
+  if (output.kind === "parsed") return html`<pre>${pretty(output.value)}</pre>`;
+  return html`<p class="muted">The output is ${output.chars.toLocaleString("en-US")} characters of JSON: its first ${output.start.length.toLocaleString("en-US")} are shown. Read it whole with <code>GET /openapi/v1/tasks/${id}</code>.</p><pre>${output.start}</pre>`;
+}
+
 /** Output URLs that are not previewed (http in sandbox mode, say) are still offered as links. */
-function outputLinks(output: unknown, previews: Preview[]): Html | string {
+function outputLinks(output: ShownOutput, previews: Preview[]): Html | string {
   const shown = new Set(previews.map((p) => p.url));
   const links: string[] = [];
-  JSON.stringify(output ?? null, (_k, v: unknown) => {
+  const offer = (v: unknown) => {
     if (typeof v === "string" && isWebUrl(v) && !shown.has(v) && links.length < 12) links.push(v);
-    return v;
-  });
+  };
+  if (output.kind === "text") for (const url of output.urls) offer(url);
+  else if (output.kind === "parsed")
+    JSON.stringify(output.value, (_k, v: unknown) => {
+      offer(v);
+      return v;
+    });
   if (links.length === 0) return "";
   return html`<p>Output files: ${links.map((l) => html`<a href="${l}" rel="noreferrer">${l}</a> `)}</p>`;
 }
