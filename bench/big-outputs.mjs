@@ -3,13 +3,16 @@
 // one in the same run.
 //
 //   node bench/big-outputs.mjs        (BENCH_QUICK=1: a small run; BENCH_BIG_OLD_DIST=<dist>, default
-//                                      /work/base/dist when it exists: the old build; BENCH_ROUNDS)
+//                                      /work/base/dist when it exists: the old build; BENCH_ROUNDS;
+//                                      BENCH_BIG_READS=0: no reads of the big tasks)
 //
 // A fake upstream in this process answers every read of a "BIG" task with a 7 MB output (60,000
 // small objects: the costly shape to parse and write) and every other task with a small one. Per
 // build, per round (the builds' order rotated each round): a fresh relay; a victim creates tasks
 // back to back from 4 connections, first alone (a baseline of the same length), then while BIG
-// tasks land; p50/p99/max of its creations in each phase. The relay's own largest event-loop delay
+// tasks land, while the hostile client also reads its BIG tasks back (GET /openapi/v1/tasks/{id}, one
+// connection, back to back: each answer carries the 7 MB output; BENCH_BIG_READS=0 leaves the reads
+// out); p50/p99/max of its creations in each phase. The relay's own largest event-loop delay
 // in the phase is read from its /metrics (prom-client's nodejs_eventloop_lag_max_seconds, reset at
 // each scrape). Medians over the rounds; the load average at the start and end.
 import { createServer } from "node:http";
@@ -25,6 +28,8 @@ const QUICK = process.env.BENCH_QUICK === "1";
 /** BENCH_BIG_PROFILE=<dir>: the relays write V8 CPU profiles there (node --cpu-prof). */
 const PROFILE_DIR = process.env.BENCH_BIG_PROFILE ?? null;
 const loadNow = () => os.loadavg().map((x) => round(x, 2));
+/** Whether the hostile client reads its BIG tasks back while they land (each answer holds the 7 MB output). */
+const BIG_READS = process.env.BENCH_BIG_READS !== "0";
 
 /** 60,000 objects, about 5.7 MB of JSON; with the answer around it about 7 MB on the wire once pretty-printed keys are counted. */
 function bigOutput() {
@@ -168,6 +173,29 @@ const summary = (xs) => ({
   max_ms: round(Math.max(...xs), 1),
 });
 
+/**
+ * The hostile client's reads of its BIG tasks, back to back on one connection until `until()`: how
+ * many answers held the whole output (a 7 MB body each), how many did not yet, how many failed.
+ */
+async function readBack(relay, apiKey, ids, until) {
+  const count = { with_output: 0, without: 0, failed: 0 };
+  for (let i = 0; !until(); i++) {
+    try {
+      const res = await fetch(`${relay.url}/openapi/v1/tasks/${ids[i % ids.length]}`, {
+        headers: { authorization: `Bearer ${apiKey}` },
+      });
+      const text = await res.text();
+      if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
+      if (text.length > 1_000_000) count.with_output++;
+      else count.without++;
+    } catch {
+      // A read without its answer (a closed connection, say) is counted, not hidden.
+      count.failed++;
+    }
+  }
+  return count;
+}
+
 /** The relay's largest event-loop delay since the last scrape, in ms. */
 async function loopMaxMs(relay) {
   const text = await (await fetch(`${relay.url}/metrics`)).text();
@@ -195,6 +223,7 @@ async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
     const alone = await victimLoad(relay, victim.api_key, receiver.url, () => Date.now() - aloneStart > 3_000, 50);
     const aloneLoop = await loopMaxMs(relay);
     receiver.reset();
+    const bigIds = [];
     for (let i = 0; i < bigTasks; i++) {
       const res = await fetch(`${relay.url}/openapi/v1/images/generations`, {
         method: "POST",
@@ -205,21 +234,25 @@ async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
         },
         body: body(receiver.url, "big", `BIG ${i}`),
       });
-      await res.arrayBuffer();
+      const created = await res.json();
       if (res.status !== 201) throw new Error(`big creation: ${res.status}`);
+      bigIds.push(created.data.id);
     }
     let done = false;
     const landed = receiver.waitBig(bigTasks, 180_000).then((n) => {
       done = true;
       return n;
     });
+    const reads = BIG_READS ? readBack(relay, hostile.api_key, bigIds, () => done) : Promise.resolve(null);
     const loaded = await victimLoad(relay, victim.api_key, receiver.url, () => done, 50);
     const bigDelivered = await landed;
+    const bigReads = await reads;
     const loadedLoop = await loopMaxMs(relay);
     return {
       alone: { ...summary(alone), loop_max_ms: aloneLoop },
       loaded: { ...summary(loaded), loop_max_ms: loadedLoop },
       big_delivered: bigDelivered,
+      big_reads: bigReads,
     };
   } finally {
     await relay.stop();
@@ -254,7 +287,7 @@ export async function benchBigOutputs({
   }
   const med = (rows, f) => round(median(rows.map(f).filter((x) => x !== null)), 1);
   const out = {
-    method: `fake upstream on loopback, ${bigTasks} tasks with a 7 MB output (60,000 objects) per round while a victim creates tasks from 4 connections; victim alone first for 3 s; relay event-loop max from its /metrics; medians of ${rounds} round(s), builds' order rotated`,
+    method: `fake upstream on loopback, ${bigTasks} tasks with a 7 MB output (60,000 objects) per round while a victim creates tasks from 4 connections${BIG_READS ? " and the hostile client reads its big tasks back on one connection" : ""}; victim alone first for 3 s; relay event-loop max from its /metrics; medians of ${rounds} round(s), builds' order rotated`,
     load_start,
     builds: {},
   };
