@@ -58,7 +58,10 @@ class AttemptRecords {
         })
         .then(
           (errors) => {
-            batch.forEach((q, i) => (errors[i] === undefined ? q.resolve() : q.reject(errors[i])));
+            for (const [i, q] of batch.entries()) {
+              if (errors[i] === undefined) q.resolve();
+              else q.reject(errors[i]);
+            }
           },
           // The transaction itself failed (disk full, I/O), or the store closed: nothing of the turn is durable.
           (error: unknown) => {
