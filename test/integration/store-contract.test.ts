@@ -4,6 +4,7 @@ import { pgStore } from "../../src/open-store.js";
 import { redeliverLast } from "../../src/core/delivery.js";
 import type { NewTaskRequest, Store } from "../../src/store/store.js";
 import type { TaskRow } from "../../src/store/rows.js";
+import { attemptOf } from "../helpers/conformance.js";
 import { freshPgDatabase } from "../helpers/pg.js";
 import { contractClient, contractTask, CONTRACT_NOW, storeDialects } from "../helpers/store-dialects.js";
 
@@ -183,25 +184,11 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
       expect(second).toHaveLength(0);
     }
     const e = first[0]!;
-    await store.events.recordAttempt(
-      e.id,
-      "d:1",
-      {
-        id: `att_${e.id}`,
-        eventId: e.id,
-        taskId: e.taskId,
-        clientId: e.clientId,
-        eventType: e.type,
-        url: e.callbackUrl!,
-        attemptedAt: NOW,
-        statusCode: 200,
-        latencyMs: 5,
-        outcome: "succeeded",
-        error: null,
-        responseBody: null,
-      },
-      { deliveryStatus: "succeeded", deliveredAt: NOW, attempts: 1 },
-    );
+    await store.events.recordAttempt(e.id, "d:1", attemptOf(e, 200), {
+      deliveryStatus: "succeeded",
+      deliveredAt: NOW,
+      attempts: 1,
+    });
     expect(await store.events.find(e.id)).toMatchObject({
       deliveryStatus: "succeeded",
       claimToken: null,
@@ -282,26 +269,12 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
     });
     const attempt = async (name: string, statusCode: number, patch: Record<string, unknown>) => {
       const e = claimed.find((x) => x.taskId === ids[name])!;
-      const ok = statusCode < 300;
-      await store.events.recordAttempt(
-        e.id,
-        "df:1",
-        {
-          id: `att_${e.id}`,
-          eventId: e.id,
-          taskId: e.taskId,
-          clientId: e.clientId,
-          eventType: e.type,
-          url: e.callbackUrl!,
-          attemptedAt: NOW,
-          statusCode,
-          latencyMs: 5,
-          outcome: ok ? "succeeded" : "failed",
-          error: ok ? null : `HTTP ${statusCode}`,
-          responseBody: null,
-        },
-        { attempts: 1, lastStatusCode: statusCode, lastAttemptAt: NOW, ...patch },
-      );
+      await store.events.recordAttempt(e.id, "df:1", attemptOf(e, statusCode), {
+        attempts: 1,
+        lastStatusCode: statusCode,
+        lastAttemptAt: NOW,
+        ...patch,
+      });
     };
     await attempt("delivered", 200, { deliveryStatus: "succeeded", deliveredAt: NOW });
     await attempt("retrying", 500, { nextAttemptAt: NOW + 5_000 });

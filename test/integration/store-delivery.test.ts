@@ -2,9 +2,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import { DeliveryLifecycle, recoverFailed, redeliverLast } from "../../src/core/delivery.js";
 import { silentLogger } from "../../src/logger.js";
 import { KeyHealth } from "../../src/core/key-health.js";
-import type { Store } from "../../src/store/store.js";
-import type { EventRow } from "../../src/store/rows.js";
 import { sendResult } from "../../src/webhooks/sender.js";
+import { attemptOf, claimEvents, eventsOf, opts } from "../helpers/conformance.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { contractClient, contractTask, CONTRACT_NOW as NOW, storeDialects } from "../helpers/store-dialects.js";
 
@@ -17,56 +16,11 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-const opts = { now: NOW, token: null, firstAttemptDelayMs: 0 };
-const claimAll = (store: Store, token: string, extra: Partial<Parameters<Store["events"]["claimDue"]>[0]> = {}) =>
-  store.events.claimDue({
-    now: NOW,
-    leaseMs: 30_000,
-    token,
-    limit: 100,
-    excludeKeys: [],
-    keyRoom: () => 100,
-    maxPerKey: 100,
-    ...extra,
-  });
-
-/** A succeeded attempt's row for an event, written straight to the store (past the core's cleaning). */
-const attemptRow = (e: EventRow, body: string, id = `att_${e.id}`) => ({
-  id,
-  eventId: e.id,
-  taskId: e.taskId,
-  clientId: e.clientId,
-  eventType: e.type,
-  url: e.callbackUrl!,
-  attemptedAt: NOW,
-  statusCode: 200,
-  latencyMs: 5,
-  outcome: "succeeded",
-  error: null,
-  responseBody: body,
-});
-
-/** `count` succeeded tasks of a new client, each with its pending task.succeeded event. */
-async function eventsOf(
-  store: Store,
-  count: number,
-  callbackUrl = "https://hooks.example/x",
-): Promise<{ clientId: string; events: EventRow[] }> {
-  const c = await contractClient(store);
-  const events: EventRow[] = [];
-  for (let i = 0; i < count; i++) {
-    const { task } = await store.tasks.create(contractTask(c.id, `k-${c.id}-${i}`, { callbackUrl }));
-    await store.tasks.transition(task, { status: "succeeded", phase: "done" }, opts);
-    events.push((await store.events.lastOfTask(task.id))!);
-  }
-  return { clientId: c.id, events };
-}
-
 describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operations on %s", (_name, make) => {
   it("hostile answer bodies (NUL, broken UTF-16, 10 MB, endless) are stored as at most 4 KiB of clean text; the batch all commits", async () => {
     const { store } = await make();
     const { events } = await eventsOf(store, 4);
-    const claimed = await claimAll(store, "d:1");
+    const claimed = await claimEvents(store, "d:1");
     const lifecycle = new DeliveryLifecycle({ store, clock: new FakeClock(NOW), retryScheduleMs: [0, 1000] });
     const bodies = ["ok\u0000", "bad \uD800 half", "x".repeat(10 * 1024 * 1024), "é".repeat(5000)];
     // All four settle in the same turn: one group commit on each driver.
@@ -100,11 +54,11 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
   it("one record the database refuses never rolls back the others settling with it", async () => {
     const { store } = await make();
     await eventsOf(store, 3);
-    const claimed = await claimAll(store, "d:1");
+    const claimed = await claimEvents(store, "d:1");
     // Straight to the store, past the core's cleaning: PostgreSQL refuses NUL in text, SQLite takes it.
     const results = await Promise.allSettled(
       claimed.map((e, i) =>
-        store.events.recordAttempt(e.id, "d:1", attemptRow(e, i === 1 ? "bad\u0000" : "fine"), {
+        store.events.recordAttempt(e.id, "d:1", attemptOf(e, 200, { responseBody: i === 1 ? "bad\u0000" : "fine" }), {
           deliveryStatus: "succeeded",
           attempts: 1,
         }),
@@ -119,11 +73,13 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
   it("attempts settling in one turn are written together; a record refused among them falls back to one row each", async () => {
     const { store } = await make();
     await eventsOf(store, 3);
-    const claimed = await claimAll(store, "d:1");
+    const claimed = await claimEvents(store, "d:1");
     // The second record reuses the first's attempt id: both databases refuse it (primary key).
+    const rows = claimed.map((e) => attemptOf(e, 200, { responseBody: "fine" }));
+    rows[1] = { ...rows[1]!, id: rows[0]!.id };
     const results = await Promise.allSettled(
       claimed.map((e, i) =>
-        store.events.recordAttempt(e.id, "d:1", attemptRow(e, "fine", i === 1 ? `att_${claimed[0]!.id}` : undefined), {
+        store.events.recordAttempt(e.id, "d:1", rows[i]!, {
           deliveryStatus: "succeeded",
           attempts: 1,
         }),
@@ -143,13 +99,13 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     const { store } = await make();
     const a = await eventsOf(store, 10);
     const b = await eventsOf(store, 3);
-    const picked = await claimAll(store, "d:1", { limit: 6, clientRoom: () => 100 });
+    const picked = await claimEvents(store, "d:1", { limit: 6, clientRoom: () => 100 });
     // A's ten were due first, yet B's come in turns with A's.
     expect(picked.filter((e) => e.clientId === b.clientId)).toHaveLength(3);
-    const rest = await claimAll(store, "d:2", { excludeClients: [a.clientId] });
+    const rest = await claimEvents(store, "d:2", { excludeClients: [a.clientId] });
     expect(rest).toEqual([]);
     // The room is asked before each pick, with what the claim took so far.
-    const roomed = await claimAll(store, "d:3", {
+    const roomed = await claimEvents(store, "d:3", {
       clientRoom: (id, picked) => (id === a.clientId ? 2 - (picked.get(id) ?? 0) : 0),
     });
     expect(roomed.map((e) => e.clientId)).toEqual([a.clientId, a.clientId]);
@@ -163,7 +119,7 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     const { clientId, events } = await eventsOf(store, 3, "https://hooks.example:8443/in");
     const host = "hooks.example:8443";
     // The second event was attempted once; all three are postponed to a trial a minute away.
-    for (const e of await claimAll(store, "d:1")) {
+    for (const e of await claimEvents(store, "d:1")) {
       await store.events.release(
         e.id,
         "d:1",
@@ -271,7 +227,7 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Large outputs on %s", (
       ["small", small],
     ] as const) {
       const { task } = await store.tasks.create(contractTask(c.id, `out-${key}`));
-      await store.tasks.transition(task, { status: "succeeded", phase: "done", outputJson: output }, opts);
+      await store.tasks.transition(task, { status: "succeeded", phase: "done", outputJson: output }, opts());
       ended[key] = task.id;
     }
     const bigEvent = (await store.events.lastOfTask(ended.big!))!;
@@ -325,7 +281,7 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Delivery re-queues on %
   it("redeliver and recover start a new round through the core's verbs: pending, schedule from the start, due now, lease gone", async () => {
     const { store } = await make();
     const { clientId, events } = await eventsOf(store, 3);
-    for (const e of await claimAll(store, "d:1")) {
+    for (const e of await claimEvents(store, "d:1")) {
       await store.events.release(e.id, "d:1", {
         deliveryStatus: "failed",
         failedAt: NOW,
