@@ -42,6 +42,12 @@ export default defineConfig({
           globalSetup: gate
             ? ["test/setup/postgres.ts", "test/gate-fixtures/exit-zero-hook.ts"]
             : ["test/setup/postgres.ts"],
+          // One process and one module graph for all the files, as for the unit tests: a fork and a fresh
+          // import of the sources cost about 1 s of CPU per file, more than most files' tests. What a file
+          // changes outside its modules (fetch globals, process.env, timers) test/setup/shared-process.ts
+          // puts back when it ends; a test that installs something process-wide in the sources puts it back.
+          isolate: false,
+          setupFiles: ["test/setup/shared-process.ts"],
         },
       },
     ],
