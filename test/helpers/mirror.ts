@@ -8,7 +8,9 @@ import { GetObjectCommand, S3Client } from "@aws-sdk/client-s3";
 // @ts-expect-error s3rver ships no types
 import S3rver from "s3rver";
 import { newId } from "../../src/ids.js";
-import type { Lifecycle } from "../../src/core/lifecycle.js";
+import type { Clock } from "../../src/clock.js";
+import { Lifecycle } from "../../src/core/lifecycle.js";
+import { noNudges } from "../../src/core/nudges.js";
 import type { Store } from "../../src/store/store.js";
 import type { TaskRow } from "../../src/store/rows.js";
 
@@ -126,6 +128,10 @@ export async function startFileServer(routes: Record<string, Handler>) {
 }
 
 let seq = 0;
+
+/** The lifecycle the mirror suites record through: every task mirrors, runs at once, and wakes no one. */
+export const mirroringLifecycle = (store: Store, clock: Clock): Lifecycle =>
+  new Lifecycle({ store, clock, nudges: noNudges, firstAttemptDelayMs: 0, mirrors: async () => true });
 
 /**
  * A task of `clientId` that the upstream shows succeeded with `output`, recorded the way the poller

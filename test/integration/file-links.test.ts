@@ -3,20 +3,18 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest
 import { loadConfig } from "../../src/config.js";
 import { Writable } from "node:stream";
 import { Hono } from "hono";
-import { Lifecycle } from "../../src/core/lifecycle.js";
 import { requestLog } from "../../src/http/middleware.js";
 import { createLogger, silentLogger } from "../../src/logger.js";
 import { linkToken, newLinkKey } from "../../src/mirror/links.js";
 import { newClient, revokeClient } from "../../src/services/clients.js";
 import { fileLinkTarget } from "../../src/services/copies.js";
-import { noNudges } from "../../src/core/nudges.js";
 import { ApiError } from "../../src/services/errors.js";
 import { FileLinkCache, LINK_URL_MIN_LEFT_MS } from "../../src/services/files.js";
 import { deleteStorage, setStorage } from "../../src/services/storage.js";
 import { Mirror } from "../../src/workers/mirror.js";
 import { LeaseOwner } from "../../src/workers/owner.js";
 import { FakeClock } from "../helpers/fake-clock.js";
-import { startFileServer, startS3, succeedTask, type TestS3 } from "../helpers/mirror.js";
+import { mirroringLifecycle, startFileServer, startS3, succeedTask, type TestS3 } from "../helpers/mirror.js";
 import { createTestRelay, type TestRelay } from "../helpers/relay.js";
 import { openDatabase } from "../../src/db/sqlite/open.js";
 import { sqliteStore } from "../../src/open-store.js";
@@ -313,13 +311,7 @@ const config = loadConfig({
 
 /** A client with a bucket, and the lifecycle and mirror that copy its tasks' outputs into it. */
 async function copying(store: Store, clock: FakeClock, name: string) {
-  const lifecycle = new Lifecycle({
-    store,
-    clock,
-    nudges: noNudges,
-    firstAttemptDelayMs: 0,
-    mirrors: async () => true,
-  });
+  const lifecycle = mirroringLifecycle(store, clock);
   const client = await store.clients.insert(newClient(clock.now(), { name }).row);
   await setStorage({ store, config }, client.id, s3.storageBody());
   const mirror = new Mirror({

@@ -1,19 +1,25 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.js";
-import { Lifecycle } from "../../src/core/lifecycle.js";
 import { silentLogger } from "../../src/logger.js";
 import { Bucket, type BucketConfig, type BucketDeadlines } from "../../src/mirror/bucket.js";
 import { copyFile, type Copied } from "../../src/mirror/copy.js";
 import { SourceFetcher, type SourceOptions } from "../../src/mirror/source.js";
 import { newClient } from "../../src/services/clients.js";
-import { noNudges } from "../../src/core/nudges.js";
 import { setStorage } from "../../src/services/storage.js";
 import type { Store } from "../../src/store/store.js";
 import { Mirror, type MirrorOptions } from "../../src/workers/mirror.js";
 import { LeaseOwner } from "../../src/workers/owner.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { startDripServer, startSilentServer, type Hostile } from "../helpers/hostile.js";
-import { patternSha, startFileServer, startS3, streamPattern, succeedTask, type TestS3 } from "../helpers/mirror.js";
+import {
+  mirroringLifecycle,
+  patternSha,
+  startFileServer,
+  startS3,
+  streamPattern,
+  succeedTask,
+  type TestS3,
+} from "../helpers/mirror.js";
 import { storeDialects } from "../helpers/store-dialects.js";
 
 /**
@@ -238,13 +244,7 @@ describe.each(dialects)("the mirror on %s: a hostile party's copy frees its slot
   async function setUp(hostileEndpoint: string | null) {
     const store = await make();
     const clock = new FakeClock();
-    const lifecycle = new Lifecycle({
-      store,
-      clock,
-      nudges: noNudges,
-      firstAttemptDelayMs: 0,
-      mirrors: async () => true,
-    });
+    const lifecycle = mirroringLifecycle(store, clock);
     const [hostile, victim] = await Promise.all(
       ["hostile", "victim"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)),
     );

@@ -1,8 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { Lifecycle } from "../../src/core/lifecycle.js";
 import { silentLogger } from "../../src/logger.js";
 import { newClient } from "../../src/services/clients.js";
-import { noNudges } from "../../src/core/nudges.js";
 import { setStorage } from "../../src/services/storage.js";
 import type { Store } from "../../src/store/store.js";
 import { Mirror } from "../../src/workers/mirror.js";
@@ -10,7 +8,7 @@ import { LeaseOwner } from "../../src/workers/owner.js";
 import { loadConfig } from "../../src/config.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { storeDialects } from "../helpers/store-dialects.js";
-import { startFileServer, startS3, succeedTask, type TestS3 } from "../helpers/mirror.js";
+import { mirroringLifecycle, startFileServer, startS3, succeedTask, type TestS3 } from "../helpers/mirror.js";
 import { startSilentServer } from "../helpers/hostile.js";
 
 /** The mirror stage's store operations and its whole round, on both dialects. */
@@ -48,13 +46,7 @@ describe.each(dialects)("mirror stage on %s", (_name, make) => {
   it("claimAcrossClients: every client's oldest before any client's second, the least busy client first, each task to one claimer", async () => {
     const store = await make();
     const clock = new FakeClock();
-    const lifecycle = new Lifecycle({
-      store,
-      clock,
-      nudges: noNudges,
-      firstAttemptDelayMs: 0,
-      mirrors: async () => true,
-    });
+    const lifecycle = mirroringLifecycle(store, clock);
     const [a, b, c] = await Promise.all(
       ["a", "b", "c"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)),
     );
@@ -112,13 +104,7 @@ describe.each(dialects)("mirror stage on %s", (_name, make) => {
   it("claimAcrossClients with clientRoom: a client with no room is left out, the others take no more than theirs (the copy pool's shares)", async () => {
     const store = await make();
     const clock = new FakeClock();
-    const lifecycle = new Lifecycle({
-      store,
-      clock,
-      nudges: noNudges,
-      firstAttemptDelayMs: 0,
-      mirrors: async () => true,
-    });
+    const lifecycle = mirroringLifecycle(store, clock);
     const [a, b, c] = await Promise.all(
       ["a", "b", "c"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)),
     );
@@ -153,13 +139,7 @@ describe.each(dialects)("mirror stage on %s", (_name, make) => {
   it("the copy pool: a client whose bucket never answers holds its share (3 of 4); another client's task takes the reserve at the next tick; no spinning meanwhile", async () => {
     const store = await make();
     const clock = new FakeClock();
-    const lifecycle = new Lifecycle({
-      store,
-      clock,
-      nudges: noNudges,
-      firstAttemptDelayMs: 0,
-      mirrors: async () => true,
-    });
+    const lifecycle = mirroringLifecycle(store, clock);
     const silent = await startSilentServer();
     cleanups.push(() => silent.close());
     const [hostile, victim] = await Promise.all(
@@ -196,13 +176,7 @@ describe.each(dialects)("mirror stage on %s", (_name, make) => {
   it("a succeeded task is held in mirroring, copied, then ends with task.succeeded carrying its files", async () => {
     const store = await make();
     const clock = new FakeClock();
-    const lifecycle = new Lifecycle({
-      store,
-      clock,
-      nudges: noNudges,
-      firstAttemptDelayMs: 0,
-      mirrors: async () => true,
-    });
+    const lifecycle = mirroringLifecycle(store, clock);
     const client = await store.clients.insert(newClient(clock.now(), { name: "m" }).row);
     await setStorage({ store, config }, client.id, s3.storageBody());
     const task = await succeedTask(
