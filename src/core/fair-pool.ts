@@ -17,8 +17,16 @@
  *    free slots are kept for it against any client holding more, or as many and asking later, until
  *    it takes one. A waiting client is served within as many releases as were in line before it,
  *    however many clients are hostile (docs/decisions/0008-fair-pool.md, #38.2).
- * Slots are never taken back: a client above its share (it took them while alone) keeps them until
- * its work ends, which deadlines bound; until then the reserve serves the others.
+ *  - **Taken back.** A client in line below its share and the reserve's level (it has due work and
+ *    little or nothing in flight) that finds the pool full (the reserve included: other clients
+ *    that came later took it) takes a slot back from the client holding
+ *    the most, when that one holds more than its share (it took them while it was alone): the
+ *    slot is counted for the one in line at once. The work it held runs on, uncounted, until it
+ *    ends (its deadline bounds it), and its end frees nothing; its key stays counted, so per-host
+ *    caps hold. So a client with due work gets a slot at its first ask however many hostile
+ *    clients came before it; uncounted work is capped at the pool's size, so what runs stays within
+ *    twice the pool. That is the bound a share over holders alone, or a reserve of fixed size,
+ *    cannot give against 2 or 3 hostile clients (#38.2).
  *
  * Pure bookkeeping, synchronous; `acquire` may wait for a slot, served fairly (the waiting client
  * holding the fewest slots first) as slots are released.
@@ -79,6 +87,10 @@ export class FairPool {
   private readonly maxWaitingPerClient: number;
   private total = 0;
   private readonly byClient = new Map<string, number>();
+  /** Each client's counted slots, oldest first: the newest is the one taken back. */
+  private readonly slotsOf = new Map<string, Set<{ counted: boolean }>>();
+  /** Work whose slot was taken back, still running. */
+  private uncounted = 0;
   private readonly byKey = new Map<string, number>();
   private readonly heldForKey = new Map<string, number>();
   private readonly waiting: Waiter[] = [];
@@ -107,9 +119,29 @@ export class FairPool {
     return this.total;
   }
 
+  /** Work running on slots taken back from it (it ends by its deadline; its end frees no slot). */
+  get runningUncounted(): number {
+    return this.uncounted;
+  }
+
   /** Slots free now (some may be kept for clients below their share). */
   get free(): number {
     return this.size - this.total;
+  }
+
+  /**
+   * Slots a claim may find now: the free ones, and those a client with due work and nothing in
+   * flight would take back from above the others' shares. A claim loop sizes its claim by this,
+   * not by `free`, so a full pool still asks the clients in line (and they take slots back).
+   */
+  get claimable(): number {
+    this.forgetQuiet(this.now());
+    let active = this.byClient.size + 1;
+    for (const id of this.wanting.keys()) if (!this.byClient.has(id)) active += 1;
+    const share = Math.max(1, Math.floor(this.general / active));
+    let above = 0;
+    for (const n of this.byClient.values()) above += Math.max(0, n - share);
+    return this.free + above;
   }
 
   inFlightOf(clientId: string): number {
@@ -173,8 +205,31 @@ export class FairPool {
     if (asking) {
       if (!mine) this.line = since;
       this.wanting.set(clientId, { since, askedAt: now });
+      // Nothing free for it, none ahead of it in line: a slot comes back from above someone's share.
+      if (room === 0 && ahead === 0 && has < this.reserveLevel && this.takeBackFor(clientId, share, picked)) return 1;
     }
     return room;
+  }
+
+  /** Takes back the newest slot of the client holding the most, when it holds more than `share`; true when one came back. */
+  private takeBackFor(clientId: string, share: number, picked: ReadonlyMap<string, number>): boolean {
+    // Never more uncounted work than the pool: what runs stays within twice its size.
+    if (this.uncounted >= this.size) return false;
+    let from: string | null = null;
+    for (const [id, n] of this.byClient)
+      if (id !== clientId && n > share && (from === null || n > this.byClient.get(from)!)) from = id;
+    if (from === null || this.heldOrPicked(from, picked) <= share) return false;
+    let newest: { counted: boolean } | undefined;
+    for (const rec of this.slotsOf.get(from) ?? []) newest = rec;
+    if (!newest) return false;
+    newest.counted = false;
+    const held = this.slotsOf.get(from)!;
+    held.delete(newest);
+    if (held.size === 0) this.slotsOf.delete(from);
+    this.uncounted += 1;
+    this.total -= 1;
+    bump(this.byClient, from, -1);
+    return true;
   }
 
   private heldOrPicked(clientId: string, picked: ReadonlyMap<string, number>): number {
@@ -220,6 +275,10 @@ export class FairPool {
     this.total += 1;
     bump(this.byClient, clientId, 1);
     bump(this.byKey, key, 1);
+    const rec = { counted: true };
+    let mine = this.slotsOf.get(clientId);
+    if (!mine) this.slotsOf.set(clientId, (mine = new Set()));
+    mine.add(rec);
     let released = false;
     return {
       clientId,
@@ -227,10 +286,18 @@ export class FairPool {
       release: (opts) => {
         if (released) return;
         released = true;
-        this.total -= 1;
-        bump(this.byClient, clientId, -1);
         bump(this.byKey, key, -1);
         if (opts?.holdKey) bump(this.heldForKey, key, 1);
+        // Taken back: its count went to the client in line; its end frees nothing more.
+        if (!rec.counted) {
+          this.uncounted -= 1;
+          return;
+        }
+        this.total -= 1;
+        bump(this.byClient, clientId, -1);
+        const held = this.slotsOf.get(clientId)!;
+        held.delete(rec);
+        if (held.size === 0) this.slotsOf.delete(clientId);
         this.serveWaiting();
       },
     };

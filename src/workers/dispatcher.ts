@@ -154,7 +154,7 @@ export class Dispatcher extends PooledWorker<Claim> {
    */
   async nextDueAt(full: boolean): Promise<number | null> {
     if (full) return this.opts.clock.now();
-    if (this.slots.free <= 0) return null;
+    if (this.slots.claimable <= 0) return null;
     const now = this.opts.clock.now();
     const due = await this.opts.store.events.nextDueAt({
       now,
@@ -188,7 +188,7 @@ export class Dispatcher extends PooledWorker<Claim> {
   /** Paused keys' due trials first, then the due index within each key's and client's room. */
   async claim(start: (claim: Claim) => void): Promise<{ full: boolean }> {
     const { store, clock, config, owner } = this.opts;
-    let room = this.slots.free;
+    let room = this.slots.claimable;
     if (room <= 0) return { full: false };
     const clients = new Map<string, ClientRow | undefined>();
     const clientOf = async (id: string) => {

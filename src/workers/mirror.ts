@@ -98,7 +98,7 @@ export class Mirror extends PooledWorker<TaskRow> {
   /** Claims what fits in the free slots and starts copying it (not awaited). */
   override async tick(): Promise<TickResult> {
     // Full: the next settle nudges the loop; looking for due rows now would only spin.
-    if (this.slots.free <= 0) return { didWork: false, nextDueAt: null };
+    if (this.slots.claimable <= 0) return { didWork: false, nextDueAt: null };
     return this.loop.tick();
   }
 
@@ -119,7 +119,7 @@ export class Mirror extends PooledWorker<TaskRow> {
 
   /** Claims due tasks within each client's room in the pool, the client with the fewest copies here first. */
   async claim(start: (task: TaskRow) => void): Promise<{ full: boolean }> {
-    const room = this.slots.free;
+    const room = this.slots.claimable;
     if (room <= 0) return { full: false };
     const claimed = await this.opts.store.tasks.claimAcrossClients("mirroring", {
       now: this.opts.clock.now(),

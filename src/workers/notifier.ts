@@ -66,7 +66,7 @@ export class Notifier extends PooledWorker<NoticeRow> {
     const now = this.opts.clock.now();
     const next = now + this.scanEveryMs;
     // Full: a settling notice wakes the loop (onSettled); only the next scan is worth a timer.
-    if (this.slots.free <= 0) return next;
+    if (this.slots.claimable <= 0) return next;
     const due = await this.opts.store.notices.nextDueAt(now);
     if (due === null) return next;
     // Due notices a claim with room left behind are of clients at their share: a settle wakes the
@@ -79,7 +79,7 @@ export class Notifier extends PooledWorker<NoticeRow> {
   async claim(start: (notice: NoticeRow) => void): Promise<{ full: boolean }> {
     const { store, clock, config, owner, health } = this.opts;
     await health.noticeFailing(config.webhookFailingNoticeAfterMs);
-    const room = this.slots.free;
+    const room = this.slots.claimable;
     if (room <= 0) return { full: false };
     const now = clock.now();
     const claimed = await store.notices.claimDue({

@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo } from "node:net";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.js";
+import { FairPool } from "../../src/core/fair-pool.js";
 import { silentLogger } from "../../src/logger.js";
 import { Relay } from "../../src/relay.js";
 import { newClient } from "../../src/services/clients.js";
@@ -11,6 +12,7 @@ import type { Store } from "../../src/store/store.js";
 import { countingReceiver, SystemClock, type CountingReceiver } from "../helpers/delivery.js";
 import { signedIn } from "../helpers/dashboard.js";
 import { startFileServer, startS3, succeedTask, type TestS3 } from "../helpers/mirror.js";
+import { startDripServer } from "../helpers/hostile.js";
 import { hang, ok } from "../helpers/receiver.js";
 import { createTestRelay } from "../helpers/relay.js";
 import { storeDialects, type StoreFactory } from "../helpers/store-dialects.js";
@@ -382,5 +384,212 @@ describe("noisy neighbours in the dashboard", () => {
     await until("the hostile client's reads to end with their viewers", () => silentBucket.open() === 0);
     await silentBucket.close();
     await Promise.all(hostileReads);
+  });
+});
+
+/**
+ * #38.2: the guarantee does not depend on how many clients are hostile. Each pool runs with 1, 2
+ * and 3 hostile clients, one after another as a hostile tenant would arrange it: the first fills
+ * the pool less its reserve while alone, the others come next and take the reserve too; then a
+ * victim's work becomes due and must get a slot within the bound. One rig per pool, one body for
+ * every count; the pools are small, so a case costs little CPU.
+ */
+const HOSTILE_COUNTS = [1, 2, 3];
+
+/** One pool set up for the case: how hostile clients' work is added, and the victim's. */
+interface PoolRig {
+  /** The pool's slots, its reserve, and how many of it one client below its share may take (FairPool's defaults). */
+  size: number;
+  reserve: number;
+  reserveLevel: number;
+  /** Gives the named client work that never ends, enough to fill the pool alone. */
+  addHostile(name: string): Promise<void>;
+  /** Starts the pool's worker (after the first hostile client's work is there). */
+  start(): void;
+  /** Hostile work held open now. */
+  held(): number;
+  /** Makes the victim's work due; resolves to a check of whether it arrived. */
+  victim(): Promise<() => boolean>;
+}
+
+/** A pool of `size` slots with FairPool's default reserve and reserve level. */
+function fairPoolOf(size: number): Pick<PoolRig, "size" | "reserve" | "reserveLevel"> {
+  const { reserve, reserveLevel } = new FairPool({ size });
+  return { size, reserve, reserveLevel };
+}
+
+/** Where a pool's state is: "both" when its work is claimed from the database, "sqlite" for the dashboard's in-process pool. */
+type Runs = "both" | "sqlite";
+
+const POOL_RIGS: Array<[string, (make: StoreFactory) => Promise<PoolRig>, Runs]> = [
+  [
+    "webhooks: receivers that hang; a victim with nothing in flight gets each of its 3 webhooks",
+    async (make) => {
+      const { relay, store } = await relayOn(make, { WEBHOOK_MAX_IN_FLIGHT: "8", WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "4" });
+      const hanging: CountingReceiver[] = [];
+      return {
+        ...fairPoolOf(8),
+        async addHostile(name) {
+          const client = await clientOf(store, name);
+          for (let i = 0; i < 2; i++) {
+            const r = await receiver(hang);
+            hanging.push(r);
+            await succeeded(relay, store, client.id, r.url(), 4);
+          }
+        },
+        start: () => relay.loopsByName.dispatcher.start(),
+        held: () => hanging.reduce((n, r) => n + r.open(), 0),
+        async victim() {
+          const victim = await clientOf(store, "victim");
+          const fast = await receiver(ok);
+          await succeeded(relay, store, victim.id, fast.url(), 3);
+          return () => fast.arrivals.size >= 3;
+        },
+      };
+    },
+    "both",
+  ],
+  [
+    "notices: a notification_url that hangs; another client's endpoint.failing goes out",
+    async (make) => {
+      const { relay, store, clock } = await relayOn(make);
+      const slowOps = await receiver(hang);
+      const deps = { store, clock, logger: silentLogger, onNotice: () => relay.loopsByName.notifier.nudge() };
+      return {
+        ...fairPoolOf(8),
+        async addHostile(name) {
+          const client = await clientOf(store, name, slowOps.url(`/${name}`));
+          for (let i = 0; i < 10; i++)
+            await writeNotice(deps, client, "endpoint.failing", `h${i}.example:443`, failing(`h${i}.example:443`));
+        },
+        start: () => relay.loopsByName.notifier.start(),
+        held: () => slowOps.open(),
+        async victim() {
+          const fastOps = await receiver(ok);
+          const victim = await clientOf(store, "victim", fastOps.url("/notices"));
+          await writeNotice(deps, victim, "endpoint.failing", "v.example:443", failing("v.example:443"));
+          return () => fastOps.arrivals.size >= 1;
+        },
+      };
+    },
+    "both",
+  ],
+  [
+    "copies: output files that drip just above the minimum rate; another client's task.succeeded goes out",
+    async (make) => {
+      const { relay, store } = await relayOn(make);
+      const hooks = await receiver(ok);
+      const drips: Array<Awaited<ReturnType<typeof startDripServer>>> = [];
+      return {
+        ...fairPoolOf(4),
+        async addHostile(name) {
+          const client = await clientOf(store, name);
+          await setStorage({ store, config: relay.deps.config }, client.id, s3.storageBody());
+          // A 2 MB file a byte a second: its copy holds its slot until the deadline its size is given.
+          const drip = await startDripServer({
+            intervalMs: 1_000,
+            headers: { "Content-Type": "image/png", "Content-Length": "2000000" },
+          });
+          later(() => drip.close());
+          drips.push(drip);
+          await succeeded(relay, store, client.id, hooks.url(`/${name}`), 4, {
+            images: [{ url: `${drip.url}/x.png` }],
+          });
+        },
+        start() {
+          relay.loopsByName.mirror.start();
+          relay.loopsByName.dispatcher.start();
+        },
+        held: () => drips.reduce((n, d) => n + d.open, 0),
+        async victim() {
+          const victim = await clientOf(store, "victim");
+          await setStorage({ store, config: relay.deps.config }, victim.id, s3.storageBody());
+          await succeeded(relay, store, victim.id, hooks.url("/victim"), 1, { images: [{ url: files.url("/a.png") }] });
+          return got(hooks, "/victim");
+        },
+      };
+    },
+    "both",
+  ],
+  [
+    "previews: previews of copies in a bucket that never answers; another client's preview is served",
+    async () => {
+      const t = createTestRelay({
+        WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+        RELAY_ENCRYPTION_KEY: KEY,
+        WEBHOOK_RETRY_SCHEDULE: "0s",
+      });
+      later(() => t.close());
+      const output = { images: [{ url: files.url("/a.png") }] };
+      const abort = new AbortController();
+      later(async () => abort.abort());
+      const buckets: Array<Awaited<ReturnType<typeof silentServer>>> = [];
+      /** A client with a copy made in the working bucket, signed in to the dashboard. */
+      const copied = async (name: string) => {
+        const c = t.client(name);
+        await setStorage({ store: t.store, config: t.config }, c.id, s3.storageBody());
+        const task = await succeedTask(t.store, t.relay.lifecycle, c.id, output, t.clock.now());
+        expect(await t.relay.mirror.runOnce()).toBe(1);
+        return { c, path: `/dashboard/tasks/${task.id}/files/0`, session: await signedIn(t, c.apiKey) };
+      };
+      return {
+        ...fairPoolOf(32),
+        async addHostile(name) {
+          const { c, path, session } = await copied(name);
+          // Then its bucket is one that never answers, and it asks for 40 previews.
+          const bucket = await silentServer();
+          buckets.push(bucket);
+          await setStorage({ store: t.store, config: t.config }, c.id, s3.storageBody({ endpoint: bucket.endpoint }));
+          for (let i = 0; i < 40; i++)
+            session.request(path, { signal: abort.signal }).then(
+              (res) => res.body?.cancel(),
+              () => {},
+            );
+        },
+        start: () => {},
+        held: () => buckets.reduce((n, b) => n + b.open(), 0),
+        async victim() {
+          const { path, session } = await copied("victim");
+          let bytes: number | null = null;
+          void session.get(path).then(async (res) => {
+            expect(res.status).toBe(200);
+            bytes = (await res.arrayBuffer()).byteLength;
+          });
+          return () => bytes === 1000;
+        },
+      };
+    },
+    "sqlite",
+  ],
+];
+
+function failing(host: string) {
+  return {
+    host,
+    failing_since: new Date(Date.now() - 3_600_000).toISOString(),
+    attempts: 9,
+    pending_events: 1,
+    last_error: "HTTP 500",
+  };
+}
+
+describe.each(dialects)("#38.2 noisy neighbours on %s", (dialect, make) => {
+  describe.each(HOSTILE_COUNTS)("with %i hostile clients", (hostiles) => {
+    it.each(POOL_RIGS.filter(([, , runs]) => runs === "both" || dialect === "sqlite"))("%s", async (pool, rigOf) => {
+      const rig = await rigOf(make);
+      await rig.addHostile("hostile1");
+      rig.start();
+      // Alone, the first takes the pool less its reserve.
+      await until("the first hostile client's work", () => rig.held() >= rig.size - rig.reserve);
+      // The others come next, each below its share: they take the reserve, up to its level each.
+      for (let i = 2; i <= hostiles; i++) await rig.addHostile(`hostile${i}`);
+      const full = rig.size - rig.reserve + Math.min(rig.reserve, (hostiles - 1) * rig.reserveLevel);
+      await until("the other hostile clients' work", () => rig.held() >= full);
+      const since = Date.now();
+      const delay = await victimDelay(await rig.victim(), since);
+      report(`${dialect} ${pool.split(":")[0]}, ${hostiles} hostile (holding ${rig.held()})`, delay);
+      expect(delay).not.toBeNull();
+      expect(delay!).toBeLessThan(VICTIM_BOUND_MS);
+    });
   });
 });

@@ -100,6 +100,38 @@ describe("FairPool: share, reserve and per-key caps", () => {
   });
 });
 
+describe("FairPool: slots taken back (#38.2)", () => {
+  it.each([1, 2, 3])(
+    "with %i hostile clients come one after another (the reserve taken too), a victim gets a slot at its first ask",
+    (hostiles) => {
+      for (const size of [4, 8, 32, 64]) {
+        const pool = new FairPool({ size });
+        const held = Array.from({ length: hostiles }, (_, i) => grab(pool, `hostile${i}`));
+        expect(held[0]).toHaveLength(size - pool.reserve);
+        const full = pool.free === 0;
+        const uncounted = pool.runningUncounted;
+        const victim = pool.tryAcquire("victim", "victim|h");
+        expect(victim).not.toBeNull();
+        expect(pool.inUse).toBeLessThanOrEqual(size);
+        // A full pool gave it a slot taken back from the first hostile client; that work runs on uncounted.
+        expect(pool.inUse + pool.runningUncounted).toBe(held.flat().length + 1);
+        expect(pool.runningUncounted - uncounted).toBe(full ? 1 : 0);
+        // Whatever the first one's work frees when it ends, what runs is what was started less it.
+        for (const s of held[0]!) s.release();
+        expect(pool.inUse + pool.runningUncounted).toBe(held.slice(1).flat().length + 1);
+      }
+    },
+  );
+
+  it("never more uncounted work than the pool: what runs stays within twice its size", () => {
+    const pool = new FairPool({ size: 4 });
+    grab(pool, "hostile");
+    for (let i = 0; i < 10; i++) grab(pool, `c${i}`, `c${i}|h`, 1);
+    expect(pool.runningUncounted).toBeLessThanOrEqual(4);
+    expect(pool.inUse).toBeLessThanOrEqual(4);
+  });
+});
+
 describe("FairPool.acquire: waiting for a slot", () => {
   it("a waiter gets the next freed slot it has room for, the client holding the fewest slots first", async () => {
     const pool = new FairPool({ size: 2, reserve: 0 });
@@ -182,8 +214,10 @@ describe("FairPool: properties over any schedule", () => {
             if (op.kind === "acquire") take(client, key);
             else while (take(client, key));
           }
-          expect(pool.inUse).toBe(held.length);
+          // Work whose slot was taken back runs on uncounted: never more than the pool again.
+          expect(pool.inUse + pool.runningUncounted).toBe(held.length);
           expect(pool.inUse).toBeLessThanOrEqual(pool.size);
+          expect(held.length).toBeLessThanOrEqual(2 * pool.size);
           for (const c of clients) {
             expect(pool.inFlightOf(c)).toBeLessThanOrEqual(general);
             for (const k of [0, 1, 2])
@@ -243,11 +277,14 @@ describe("FairPool: properties over any schedule", () => {
           let ahead = pool.waitingClients().indexOf("victim");
           for (const at of releases) {
             if (victim) break;
+            const before = pool.inUse;
             held.splice(at % held.length, 1)[0]!.release();
+            // Work whose slot was taken back frees nothing when it ends.
+            const freed = pool.inUse < before;
             // The freed slot's client asks first (it is the one whose work just ended), the victim after.
             greedy();
             victim = pool.tryAcquire("victim", "victim|h");
-            if (!victim) expect(ahead--).toBeGreaterThan(0);
+            if (!victim && freed) expect(ahead--).toBeGreaterThan(0);
           }
           expect(pool.inUse).toBeLessThanOrEqual(size);
         },

@@ -126,7 +126,7 @@ export class Refills {
           held: held.get(a.key)!,
         })),
         (clientId, picked) => slots.room(clientId, picked),
-        slots.free,
+        slots.claimable,
       );
       const { claims, settled } = refillClaims(plan);
       for (const [key, o] of settled) outcome.set(key, o);
