@@ -1,12 +1,7 @@
-import { execFileSync } from "node:child_process";
-import { existsSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { join } from "node:path";
-import { Webhook } from "standardwebhooks";
-import { afterEach, describe, expect, it } from "vitest";
-import { freshPgDatabase } from "../helpers/pg.js";
-import { DIST, startNode, startReceiver, startRelayProcess, until, type Child } from "./process.js";
+import { describe, expect, it } from "vitest";
+import { BUILT, createImage, processesPerTest, simulatorStats, succeededTasks, until } from "./process.js";
 
 /**
  * A frozen leader on PostgreSQL (docs/contract.md, "A frozen instance loses its roles"; issue #30
@@ -23,23 +18,13 @@ import { DIST, startNode, startReceiver, startRelayProcess, until, type Child } 
  * request it is and can hold one answer. `FROZEN_LEADER_LEASE=default` runs it with the default
  * lease (to measure the takeover time; the test then waits longer).
  */
-const built = existsSync(join(DIST, "main.js")) && existsSync(join(DIST, "simulator", "main.js"));
-const children: Child[] = [];
-const cleanups: Array<() => Promise<void>> = [];
+const run = processesPerTest();
 /** Short, for a short test, yet a loaded 2-core machine's scheduling stalls (a second or two) do not cost a live leader its lease. */
 const LEASE = process.env.FROZEN_LEADER_LEASE ?? "5s";
 const LEASE_MS = LEASE === "default" ? 20_000 : Number(/^(\d+)s$/.exec(LEASE)?.[1] ?? "5") * 1000;
 /** A non-leader looks at an account again this often (submitter.ts LEADER_RECHECK_MS), plus a loaded machine's slack. */
 const RECHECK_MS = 2_000;
 const SLACK_MS = 3_000;
-
-afterEach(async () => {
-  for (const c of children.splice(0)) {
-    c.proc.kill("SIGCONT");
-    await c.kill("SIGKILL");
-  }
-  for (const c of cleanups.splice(0).reverse()) await c();
-});
 
 interface Proxy {
   url: string;
@@ -93,71 +78,22 @@ async function proxyTo(target: string): Promise<Proxy> {
   };
 }
 
-async function startRelay(env: Record<string, string>): Promise<{ child: Child; url: string }> {
-  const relay = await startRelayProcess(env);
-  children.push(relay.child);
-  return relay;
-}
-
-describe.skipIf(!built)("a frozen leader on PostgreSQL", () => {
+describe.skipIf(!BUILT)("a frozen leader on PostgreSQL", () => {
   it("the leader of the upstream account is stopped (SIGSTOP) mid-submission: another takes over within the lease and finishes every task; resumed, its late write changes nothing", async () => {
-    const db = await freshPgDatabase();
-    cleanups.push(db.drop);
-    const simulator = startNode("simulator/main.js", {
-      SIM_PORT: "0",
-      SIM_API_KEYS: "frozen-upstream-key",
-      SIM_READS_PER_MINUTE: "120",
-      SIM_MAX_CONCURRENT: "1000",
-      SIM_IMAGE_QUEUED_MS: "300",
-      SIM_IMAGE_PROCESSING_MS: "1500",
-    });
-    children.push(simulator);
-    const simUrl = (await simulator.waitForLine(/listening on (http:\/\/\S+)/))[1]!;
+    const { simUrl, relayEnv, apiKey, secret } = await run.pgSetup("frozen");
     const proxies = [await proxyTo(simUrl), await proxyTo(simUrl), await proxyTo(simUrl)];
-    for (const p of proxies) cleanups.push(() => p.close());
+    for (const p of proxies) run.cleanups.push(() => p.close());
     const env = (i: number) => ({
-      PORT: "0",
-      DATABASE_URL: db.url,
-      UPSTREAM_BASE_URL: proxies[i]!.url,
-      UPSTREAM_API_KEY: "frozen-upstream-key",
-      UPSTREAM_READS_PER_MINUTE: "100",
-      UPSTREAM_TIMEOUT_MS: "2000",
-      WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
-      WEBHOOK_TIMEOUT_MS: "2000",
-      WEBHOOK_RETRY_SCHEDULE: "0s,1s,2s,5s,10s",
-      LOG_LEVEL: "info",
+      ...relayEnv(proxies[i]!.url),
       ...(LEASE === "default" ? {} : { LEADER_LEASE: LEASE }),
     });
-    const created = JSON.parse(
-      execFileSync(process.execPath, [join(DIST, "cli.js"), "clients", "create", "--name", "frozen-e2e", "--json"], {
-        env: { PATH: process.env.PATH ?? "", DATABASE_URL: db.url },
-        encoding: "utf8",
-      }),
-    ) as { api_key: string; webhook_secret: string };
-    const relays = [await startRelay(env(0)), await startRelay(env(1)), await startRelay(env(2))];
-    const receiver = await startReceiver();
-    cleanups.push(() => receiver.close());
+    const relays = [await run.startRelay(env(0)), await run.startRelay(env(1)), await run.startRelay(env(2))];
+    const receiver = await run.startReceiver();
 
     const ids = new Set<string>();
     const create = async (n: number, via = relays[n % 3]!) => {
-      const res = await fetch(`${via.url}/openapi/v1/images/generations`, {
-        method: "POST",
-        headers: {
-          Authorization: `Bearer ${created.api_key}`,
-          "Content-Type": "application/json",
-          "Idempotency-Key": `frozen-e2e-${n}`,
-        },
-        signal: AbortSignal.timeout(LEASE_MS + 15_000),
-        body: JSON.stringify({
-          model: "p-image",
-          mode: "generate",
-          prompt: `frozen e2e ${n}`,
-          count: 1,
-          callback_url: receiver.url,
-        }),
-      });
-      expect(res.status).toBe(201);
-      ids.add(((await res.json()) as { data: { id: string } }).data.id);
+      const body = { idempotencyKey: `frozen-e2e-${n}`, prompt: `frozen e2e ${n}`, callbackUrl: receiver.url };
+      ids.add(await createImage(via.url, apiKey, body, AbortSignal.timeout(LEASE_MS + 15_000)));
     };
     for (let n = 0; n < 6; n++) await create(n);
 
@@ -226,19 +162,7 @@ describe.skipIf(!built)("a frozen leader on PostgreSQL", () => {
     expect(takeoverMs).toBeLessThan(LEASE_MS + RECHECK_MS + SLACK_MS);
 
     // Every task ends and is delivered, the held one included (submitted again under its key), while the old leader is still stopped.
-    const wh = new Webhook(created.webhook_secret);
-    const succeeded = () => {
-      const seen = new Set<string>();
-      for (const hook of receiver.hooks) {
-        const event = wh.verify(hook.body, {
-          "webhook-id": String(hook.headers["webhook-id"]),
-          "webhook-timestamp": String(hook.headers["webhook-timestamp"]),
-          "webhook-signature": String(hook.headers["webhook-signature"]),
-        }) as { type: string; data: { id: string } };
-        if (event.type === "task.succeeded") seen.add(event.data.id);
-      }
-      return seen;
-    };
+    const succeeded = () => succeededTasks(receiver.hooks, secret);
     await until(
       () => [...ids].every((id) => succeeded().has(id)),
       receiver.onHook,
@@ -266,7 +190,7 @@ describe.skipIf(!built)("a frozen leader on PostgreSQL", () => {
     for (const id of ids) {
       const task = (await (
         await fetch(`${others[0]!.url}/openapi/v1/tasks/${id}`, {
-          headers: { Authorization: `Bearer ${created.api_key}` },
+          headers: { Authorization: `Bearer ${apiKey}` },
         })
       ).json()) as {
         data: { status: string };
@@ -274,11 +198,7 @@ describe.skipIf(!built)("a frozen leader on PostgreSQL", () => {
       expect(task.data.status, id).toBe("succeeded");
     }
 
-    const stats = (await (await fetch(`${simUrl}/_sim/stats`)).json()) as {
-      tasks_created: number;
-      creations_per_key_max: number;
-      rate_limited: number;
-    };
+    const stats = await simulatorStats(simUrl);
     expect(stats.tasks_created).toBe(ids.size);
     expect(stats.creations_per_key_max).toBe(1);
     expect(stats.rate_limited).toBe(0);
