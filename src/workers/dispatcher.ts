@@ -252,6 +252,11 @@ export class Dispatcher extends PooledWorker<Claim> {
     return claim.refilled ?? this.refills.ask(claim.event);
   }
 
+  /** A refill asked as the attempt's record was queued (withSlot): the loop waits for it, draining or not. */
+  refillAsked(claim: Claim): boolean {
+    return claim.refilled !== undefined;
+  }
+
   /**
    * Starts one claimed event: an attempt under its key's cap and breaker (a trial under the permit
    * it was claimed with), or, for an event that cannot be sent, what it gets instead (the trial's

@@ -24,6 +24,8 @@ export interface PooledPort<T> {
    * dispatcher's refill, inside `exclusive`). True when the loop need not be woken at once for it.
    */
   refill?(item: T): Promise<boolean>;
+  /** Whether the item's refill was already asked before it settled (then it is awaited even while draining). */
+  refillAsked?(item: T): boolean;
 }
 
 /** What one claim started. */
@@ -43,6 +45,11 @@ export class PooledLoop<T> {
   /** Told when an item settles (a slot is free), so the worker loop claims again (set by the relay). */
   onSettled: () => void = () => {};
   private readonly inFlight = new Set<Promise<void>>();
+  /**
+   * Settled items whose refill has not answered yet: a refill asked as a record was queued claims
+   * in a later turn (workers/delivery/refills.ts), and may start work, so drain waits for it too.
+   */
+  private readonly settling = new Set<Promise<void>>();
   private claiming: Promise<unknown> | null = null;
   /** Whether a settled item may claim again for its slot (the production loop; off while draining). */
   private refilling = false;
@@ -83,9 +90,9 @@ export class PooledLoop<T> {
   /** Waits for a running claim and the work in flight (graceful shutdown); a settling item no longer refills. */
   async drain(): Promise<void> {
     this.refilling = false;
-    while (this.claiming || this.inFlight.size > 0) {
+    while (this.claiming || this.inFlight.size > 0 || this.settling.size > 0) {
       await this.claiming?.catch(() => null);
-      await Promise.all([...this.inFlight]);
+      await Promise.all([...this.inFlight, ...this.settling]);
     }
   }
 
@@ -133,12 +140,17 @@ export class PooledLoop<T> {
   private track(item: T, work: Promise<void>): Promise<void> {
     const promise = work.catch((err: unknown) => this.port.failed(item, err));
     this.inFlight.add(promise);
-    void promise.finally(async () => {
+    const settled = promise.then(async () => {
       this.inFlight.delete(promise);
+      // A refill asked early (as the record was queued) answers here even if the loop stopped accepting since.
+      const refill =
+        this.port.refill && (this.accepting || this.port.refillAsked?.(item)) ? this.port.refill(item) : null;
       // A refill that throws has logged it (the port's own): the loop claims for the slot instead.
-      const quiet = this.accepting && this.port.refill ? await this.port.refill(item).catch(() => false) : false;
+      const quiet = refill ? await refill.catch(() => false) : false;
+      this.settling.delete(settled);
       if (!quiet) this.onSettled();
     });
+    this.settling.add(settled);
     return promise;
   }
 }

@@ -59,10 +59,10 @@ describe("tracing on: spans", () => {
     expect(res.status).toBe(201);
     const id = ((await res.json()) as { data: { id: string } }).data.id;
     await runToWebhook(t, up, id);
-    // Two retries (500, then 503, then 200). A settled attempt's record may still be in its group
-    // commit when runOnce returns, so a turn may find nothing due yet: turn until the third arrives.
-    for (let i = 0; i < 10 && r.requests.length < 3; i++) {
-      t.clock.advance(70_000);
+    // Two retries (500, then 503, then 200), one turn each: the second is due 1 m ±20% after the
+    // 503 (WEBHOOK_RETRY_SCHEDULE 0s,5s,1m), so each turn moves the clock past the longest, 72 s.
+    for (let i = 0; i < 2; i++) {
+      t.clock.advance(75_000);
       await t.relay.dispatcher.runOnce();
     }
 

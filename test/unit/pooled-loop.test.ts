@@ -70,6 +70,7 @@ function heldPort(opts: { size: number; refills?: boolean }) {
   port.loop = loop;
   return {
     loop,
+    port,
     due,
     seen,
     running,
@@ -160,6 +161,28 @@ describe("PooledLoop: one claim at a time, drain, close", () => {
     await flush();
     h.releaseClaim();
     await h.loop.drain();
+  });
+
+  it("a drain waits for a refill asked before its item settled (as its record was queued), draining or not", async () => {
+    const h = heldPort({ size: 2 });
+    const asked = deferred<boolean>();
+    h.port.refill = () => asked.promise;
+    h.port.refillAsked = (n) => n === 1;
+    h.due.push(1);
+    const tick = h.loop.tick();
+    await flush();
+    h.releaseClaim();
+    await tick;
+    h.settle(1);
+    await flush();
+    expect(h.loop.activeCount).toBe(0);
+    let drained = false;
+    const drain = h.loop.drain().then(() => (drained = true));
+    await flush();
+    expect(drained).toBe(false);
+    asked.resolve(true);
+    await drain;
+    expect(drained).toBe(true);
   });
 
   it("stress: random ticks, runOnces, settles, drains and a close never overlap claims nor overfill the pool", async () => {
