@@ -70,6 +70,18 @@ async function expectError(res: Response, status: number, code: string, details?
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
+/** A task's data as the simulator shows it, created at T0 and last changed at `updated`. */
+const taskData = (
+  task: { id: string; status: string; type: "image" | "video"; model: string },
+  updated: number,
+  completed: number | null,
+) => ({
+  ...task,
+  created_at: iso(T0),
+  updated_at: iso(updated),
+  completed_at: completed === null ? null : iso(completed),
+});
+
 describe("authentication", () => {
   const routes: [string, string][] = [
     ["GET", "/openapi/v1/models"],
@@ -106,7 +118,24 @@ describe("authentication", () => {
 });
 
 describe("request validation", () => {
-  const invalidKey = (message: string) => [{ field: "Idempotency-Key", message }];
+  /** The whole verdict on a request whose Idempotency-Key is missing or malformed. */
+  const invalidKey = (message: string) => ({
+    status: 400,
+    code: "invalid_request",
+    details: [{ field: "Idempotency-Key", message }],
+  });
+  /** The whole verdict on a body with one invalid field. */
+  const invalidField = (field: string, message: string) => ({
+    status: 422,
+    code: "validation_error",
+    details: [{ field, message }],
+  });
+  /** The whole verdict on a media URL that is not public https. */
+  const notPublicHttps = (field: string) => ({
+    status: 400,
+    code: "invalid_media_url",
+    details: [{ field, message: "must be a public https URL" }],
+  });
   const keyRule = "must be 8 to 128 characters of A-Z a-z 0-9 . _ : -";
   type Case = {
     name: string;
@@ -119,139 +148,61 @@ describe("request validation", () => {
     details?: unknown[];
   };
   const cases: Case[] = [
-    {
-      name: "missing Idempotency-Key",
-      idem: null,
-      status: 400,
-      code: "invalid_request",
-      details: invalidKey("is required"),
-    },
-    {
-      name: "Idempotency-Key too short",
-      idem: "short",
-      status: 400,
-      code: "invalid_request",
-      details: invalidKey(keyRule),
-    },
-    {
-      name: "Idempotency-Key too long",
-      idem: "k".repeat(129),
-      status: 400,
-      code: "invalid_request",
-      details: invalidKey(keyRule),
-    },
-    {
-      name: "Idempotency-Key with a space",
-      idem: "abc def ghi",
-      status: 400,
-      code: "invalid_request",
-      details: invalidKey(keyRule),
-    },
-    {
-      name: "Idempotency-Key with a slash",
-      idem: "abc/def/ghi",
-      status: 400,
-      code: "invalid_request",
-      details: invalidKey(keyRule),
-    },
+    { name: "missing Idempotency-Key", idem: null, ...invalidKey("is required") },
+    { name: "Idempotency-Key too short", idem: "short", ...invalidKey(keyRule) },
+    { name: "Idempotency-Key too long", idem: "k".repeat(129), ...invalidKey(keyRule) },
+    { name: "Idempotency-Key with a space", idem: "abc def ghi", ...invalidKey(keyRule) },
+    { name: "Idempotency-Key with a slash", idem: "abc/def/ghi", ...invalidKey(keyRule) },
     { name: "malformed JSON", body: '{"model":', status: 400, code: "invalid_request" },
     { name: "empty body", body: "", status: 400, code: "invalid_request" },
     { name: "JSON array body", body: "[]", status: 400, code: "invalid_request" },
     { name: "JSON null body", body: "null", status: 400, code: "invalid_request" },
     { name: "JSON string body", body: '"hello"', status: 400, code: "invalid_request" },
     { name: "non-JSON content type", headers: { "content-type": "text/plain" }, status: 400, code: "invalid_request" },
-    {
-      name: "missing model",
-      body: imageBody({ model: undefined }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "model", message: "is required" }],
-    },
+    { name: "missing model", body: imageBody({ model: undefined }), ...invalidField("model", "is required") },
     {
       name: "unknown model",
       body: imageBody({ model: "dall-x" }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "model", message: "is not an image model of the catalog" }],
+      ...invalidField("model", "is not an image model of the catalog"),
     },
     {
       name: "video model on the image endpoint",
       body: imageBody({ model: "v-video" }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "model", message: "is not an image model of the catalog" }],
+      ...invalidField("model", "is not an image model of the catalog"),
     },
-    {
-      name: "numeric model",
-      body: imageBody({ model: 7 }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "model", message: "must be a non-empty string" }],
-    },
+    { name: "numeric model", body: imageBody({ model: 7 }), ...invalidField("model", "must be a non-empty string") },
     {
       name: "unknown mode",
       body: imageBody({ mode: "paint" }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "mode", message: "is not supported by this model; one of generate, edit" }],
+      ...invalidField("mode", "is not supported by this model; one of generate, edit"),
     },
     {
       name: "prompt of 2 visible characters",
       body: imageBody({ prompt: " a \n b " }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "prompt", message: "must contain at least 3 non-whitespace characters" }],
+      ...invalidField("prompt", "must contain at least 3 non-whitespace characters"),
     },
-    {
-      name: "missing prompt",
-      body: imageBody({ prompt: undefined }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "prompt", message: "is required" }],
-    },
-    {
-      name: "count 2",
-      body: imageBody({ count: 2 }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "count", message: "must be 1" }],
-    },
-    {
-      name: "count missing",
-      body: imageBody({ count: undefined }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "count", message: "is required" }],
-    },
+    { name: "missing prompt", body: imageBody({ prompt: undefined }), ...invalidField("prompt", "is required") },
+    { name: "count 2", body: imageBody({ count: 2 }), ...invalidField("count", "must be 1") },
+    { name: "count missing", body: imageBody({ count: undefined }), ...invalidField("count", "is required") },
     {
       name: "edit without image_urls",
       body: imageBody({ mode: "edit" }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "image_urls", message: "is required when mode is edit (at least one URL)" }],
+      ...invalidField("image_urls", "is required when mode is edit (at least one URL)"),
     },
     {
       name: "image_urls not an array",
       body: imageBody({ mode: "edit", image_urls: "https://x.test/a.png" }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "image_urls", message: "must be an array of URL strings" }],
+      ...invalidField("image_urls", "must be an array of URL strings"),
     },
     {
       name: "size not offered",
       body: imageBody({ size: "8K" }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "size", message: "is not a size of this model; one of 1K, 2K, 4K" }],
+      ...invalidField("size", "is not a size of this model; one of 1K, 2K, 4K"),
     },
     {
       name: "unknown quality",
       body: imageBody({ quality: "ultra" }),
-      status: 422,
-      code: "validation_error",
-      details: [
-        { field: "quality", message: "is not a quality of this model; one of low, medium, high, xhigh, max, auto" },
-      ],
+      ...invalidField("quality", "is not a quality of this model; one of low, medium, high, xhigh, max, auto"),
     },
     {
       name: "several bad fields at once",
@@ -266,102 +217,71 @@ describe("request validation", () => {
     {
       name: "http image URL",
       body: imageBody({ mode: "edit", image_urls: ["https://ok.test/a.png", "http://x.test/a.png"] }),
-      status: 400,
-      code: "invalid_media_url",
-      details: [{ field: "image_urls[1]", message: "must be a public https URL" }],
+      ...notPublicHttps("image_urls[1]"),
     },
     {
       name: "unparsable image URL",
       body: imageBody({ mode: "edit", image_urls: ["not a url"] }),
-      status: 400,
-      code: "invalid_media_url",
-      details: [{ field: "image_urls[0]", message: "must be a public https URL" }],
+      ...notPublicHttps("image_urls[0]"),
     },
-    {
-      name: "video: missing video_mode",
-      path: VIDEO,
-      body: videoBody({ video_mode: undefined }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "video_mode", message: "is required" }],
-    },
-    {
-      name: "video: mode the model lacks",
-      path: VIDEO,
-      body: videoBody({ video_mode: "v2v_edit" }),
-      status: 422,
-      code: "validation_error",
-      details: [
+    // The video endpoint's own checks.
+    ...(
+      [
         {
-          field: "video_mode",
-          message: "is not supported by this model; one of t2v, i2v_first, i2v_last, multimodal_ref",
+          name: "video: missing video_mode",
+          body: videoBody({ video_mode: undefined }),
+          ...invalidField("video_mode", "is required"),
         },
-      ],
-    },
-    {
-      name: "video: unsupported duration",
-      path: VIDEO,
-      body: videoBody({ duration: 7 }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "duration", message: "is not a duration of this model; one of 5, 10" }],
-    },
-    {
-      name: "video: duration as string",
-      path: VIDEO,
-      body: videoBody({ duration: "5" }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "duration", message: "must be a number of seconds" }],
-    },
-    {
-      name: "video: resolution the model lacks",
-      path: VIDEO,
-      body: videoBody({ resolution: "1080p" }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "resolution", message: "is not a resolution of this model; one of 480p, 720p" }],
-    },
-    {
-      name: "video: image model",
-      path: VIDEO,
-      body: videoBody({ model: "p-image" }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "model", message: "is not a video model of the catalog" }],
-    },
-    {
-      name: "video: i2v_first without images",
-      path: VIDEO,
-      body: videoBody({ video_mode: "i2v_first" }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "image_urls", message: "is required when video_mode is i2v_first (at least one URL)" }],
-    },
-    {
-      name: "video: v2v_edit without source",
-      path: VIDEO,
-      body: videoBody({ model: "v-video-pro", video_mode: "v2v_edit" }),
-      status: 422,
-      code: "validation_error",
-      details: [{ field: "source_video_url", message: "is required when video_mode is v2v_edit" }],
-    },
-    {
-      name: "video: ftp source video",
-      path: VIDEO,
-      body: videoBody({ model: "v-video-pro", video_mode: "v2v_edit", source_video_url: "ftp://x.test/v.mp4" }),
-      status: 400,
-      code: "invalid_media_url",
-      details: [{ field: "source_video_url", message: "must be a public https URL" }],
-    },
-    {
-      name: "video: http first frame",
-      path: VIDEO,
-      body: videoBody({ video_mode: "i2v_first", image_urls: ["http://x.test/a.png"] }),
-      status: 400,
-      code: "invalid_media_url",
-      details: [{ field: "image_urls[0]", message: "must be a public https URL" }],
-    },
+        {
+          name: "video: mode the model lacks",
+          body: videoBody({ video_mode: "v2v_edit" }),
+          ...invalidField(
+            "video_mode",
+            "is not supported by this model; one of t2v, i2v_first, i2v_last, multimodal_ref",
+          ),
+        },
+        {
+          name: "video: unsupported duration",
+          body: videoBody({ duration: 7 }),
+          ...invalidField("duration", "is not a duration of this model; one of 5, 10"),
+        },
+        {
+          name: "video: duration as string",
+          body: videoBody({ duration: "5" }),
+          ...invalidField("duration", "must be a number of seconds"),
+        },
+        {
+          name: "video: resolution the model lacks",
+          body: videoBody({ resolution: "1080p" }),
+          ...invalidField("resolution", "is not a resolution of this model; one of 480p, 720p"),
+        },
+        {
+          name: "video: image model",
+          body: videoBody({ model: "p-image" }),
+          ...invalidField("model", "is not a video model of the catalog"),
+        },
+        {
+          name: "video: i2v_first without images",
+          body: videoBody({ video_mode: "i2v_first" }),
+          ...invalidField("image_urls", "is required when video_mode is i2v_first (at least one URL)"),
+        },
+        {
+          name: "video: v2v_edit without source",
+          body: videoBody({ model: "v-video-pro", video_mode: "v2v_edit" }),
+          ...invalidField("source_video_url", "is required when video_mode is v2v_edit"),
+        },
+        {
+          name: "video: ftp source video",
+          body: videoBody({ model: "v-video-pro", video_mode: "v2v_edit", source_video_url: "ftp://x.test/v.mp4" }),
+          ...notPublicHttps("source_video_url"),
+        },
+        {
+          name: "video: http first frame",
+          body: videoBody({ video_mode: "i2v_first", image_urls: ["http://x.test/a.png"] }),
+          ...notPublicHttps("image_urls[0]"),
+        },
+      ] satisfies Case[]
+    ).map((c) => ({ ...c, path: VIDEO })),
   ];
   for (const c of cases) {
     it(`${c.name} → ${c.status} ${c.code}`, async () => {
@@ -513,44 +433,41 @@ describe("charging", () => {
     expect(balance()).toBe(19);
   });
 
-  const imageCases: [Record<string, unknown>, number][] = [
-    [{}, 40],
-    [{ quality: "low" }, 20],
-    [{ quality: "low", size: "4K" }, 50],
-    [{ quality: "medium", size: "2K" }, 70],
-    [{ quality: "high", size: "4K" }, 450],
-    [{ quality: "xhigh", size: "2K" }, 480],
-    [{ quality: "max", size: "4K" }, 1780],
-    [{ quality: "auto", size: "1K" }, 530],
-    [{ model: "flux-lite" }, 20],
-    [{ model: "flux-lite", size: "2K", quality: "ignored-here" }, 20],
-  ];
-  for (const [extra, price] of imageCases) {
-    it(`image ${JSON.stringify(extra)} costs ${price}`, async () => {
-      const { post, balance } = setup();
-      const res = await post(IMAGE, imageBody(extra));
-      expect(res.status).toBe(201);
-      expect(((await res.json()) as { usage: unknown }).usage).toEqual({ points_charged: price, points_refunded: 0 });
-      expect(balance()).toBe(1_000_000 - price);
-    });
-  }
-
-  const videoCases: [Record<string, unknown>, number][] = [
-    [{}, 500],
-    [{ resolution: "720p" }, 750],
-    [{ resolution: "720p", duration: 10 }, 1500],
-    [{ resolution: "480p", duration: 10 }, 1000],
-    [{ model: "v-video-pro" }, 750],
-    [{ model: "v-video-pro", resolution: "1080p", duration: 5 }, 1000],
-  ];
-  for (const [extra, price] of videoCases) {
-    it(`video ${JSON.stringify(extra)} costs ${price}`, async () => {
-      const { post, balance } = setup();
-      const res = await post(VIDEO, videoBody(extra));
-      expect(res.status).toBe(201);
-      expect(((await res.json()) as { usage: unknown }).usage).toEqual({ points_charged: price, points_refunded: 0 });
-      expect(balance()).toBe(1_000_000 - price);
-    });
+  const prices: Record<"image" | "video", [Record<string, unknown>, number][]> = {
+    image: [
+      [{}, 40],
+      [{ quality: "low" }, 20],
+      [{ quality: "low", size: "4K" }, 50],
+      [{ quality: "medium", size: "2K" }, 70],
+      [{ quality: "high", size: "4K" }, 450],
+      [{ quality: "xhigh", size: "2K" }, 480],
+      [{ quality: "max", size: "4K" }, 1780],
+      [{ quality: "auto", size: "1K" }, 530],
+      [{ model: "flux-lite" }, 20],
+      [{ model: "flux-lite", size: "2K", quality: "ignored-here" }, 20],
+    ],
+    video: [
+      [{}, 500],
+      [{ resolution: "720p" }, 750],
+      [{ resolution: "720p", duration: 10 }, 1500],
+      [{ resolution: "480p", duration: 10 }, 1000],
+      [{ model: "v-video-pro" }, 750],
+      [{ model: "v-video-pro", resolution: "1080p", duration: 5 }, 1000],
+    ],
+  };
+  for (const kind of ["image", "video"] as const) {
+    for (const [extra, price] of prices[kind]) {
+      it(`${kind} ${JSON.stringify(extra)} costs ${price}`, async () => {
+        const { post, balance } = setup();
+        const res = await post(
+          kind === "image" ? IMAGE : VIDEO,
+          kind === "image" ? imageBody(extra) : videoBody(extra),
+        );
+        expect(res.status).toBe(201);
+        expect(((await res.json()) as { usage: unknown }).usage).toEqual({ points_charged: price, points_refunded: 0 });
+        expect(balance()).toBe(1_000_000 - price);
+      });
+    }
   }
 });
 
@@ -623,15 +540,8 @@ describe("task progression", () => {
     const { get, clock, createImage } = setup();
     const id = await createImage({ size: "2K", aspect_ratio: "9:16" });
     const read = async () => (await get(`/openapi/v1/tasks/${id}`)).json();
-    const data = (status: string, updated: number, completed: number | null) => ({
-      id,
-      status,
-      type: "image",
-      model: "p-image",
-      created_at: iso(T0),
-      updated_at: iso(updated),
-      completed_at: completed === null ? null : iso(completed),
-    });
+    const data = (status: string, updated: number, completed: number | null) =>
+      taskData({ id, status, type: "image", model: "p-image" }, updated, completed);
     const usage = { points_charged: 70, points_refunded: 0 };
     expect(await read()).toEqual({ data: data("queued", T0, null), usage });
     clock.advance(999);
@@ -680,13 +590,7 @@ describe("task progression", () => {
     clock.advance(1);
     const failed = {
       data: {
-        id,
-        status: "failed",
-        type: "video",
-        model: "v-video",
-        created_at: iso(T0),
-        updated_at: iso(T0 + 12_000),
-        completed_at: iso(T0 + 12_000),
+        ...taskData({ id, status: "failed", type: "video", model: "v-video" }, T0 + 12_000, T0 + 12_000),
         error: { code: "generation_failed", message: expect.any(String) },
       },
       usage: { points_charged: 750, points_refunded: 750 },
@@ -760,13 +664,7 @@ describe("task list", () => {
     expect(succeeded.data.map((t) => t.id)).toEqual([ids[2], ids[0]]);
     const first = succeeded.data[1]!;
     expect(first).toEqual({
-      id: ids[0],
-      status: "succeeded",
-      type: "image",
-      model: "p-image",
-      created_at: iso(T0),
-      updated_at: iso(T0 + 4000),
-      completed_at: iso(T0 + 4000),
+      ...taskData({ id: ids[0]!, status: "succeeded", type: "image", model: "p-image" }, T0 + 4000, T0 + 4000),
       output: { images: [{ url: `${BASE}/files/${ids[0]}-0.png`, width: 1024, height: 1024 }] },
       usage: { points_charged: 40, points_refunded: 0 },
     });
@@ -851,76 +749,45 @@ describe("admin endpoints", () => {
     await post(IMAGE, imageBody(), { idem: "admin-key-1" });
     await post(IMAGE, imageBody(), { idem: "admin-key-1" });
     const stats = await (await app.request("/_sim/stats")).json();
-    expect(stats).toEqual({
+    // One account: the totals are its counts.
+    const counts = {
       tasks_created: 2,
       create_requests: 3,
       replays: 1,
       task_reads: 0,
       rate_limited: 0,
       concurrent_limited: 0,
+    };
+    expect(stats).toEqual({
+      ...counts,
       per_account: {
         sandbox: {
-          tasks_created: 2,
-          create_requests: 3,
-          replays: 1,
-          task_reads: 0,
-          rate_limited: 0,
-          concurrent_limited: 0,
+          ...counts,
           running: 2,
           balance: 1_000_000 - 80,
         },
       },
       creations_per_key_max: 1,
     });
-    const json = { "content-type": "application/json" };
-    const setBal = await app.request("/_sim/balance", {
-      method: "POST",
-      headers: json,
-      body: JSON.stringify({ api_key: "sandbox", balance: 5 }),
-    });
+    const admin = (path: string, body: unknown) =>
+      app.request(path, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    const setBal = await admin("/_sim/balance", { api_key: "sandbox", balance: 5 });
     expect(await setBal.json()).toEqual({ data: { balance: 5 } });
     expect((await post(IMAGE, imageBody())).status).toBe(402);
-    await expectError(
-      await app.request("/_sim/balance", {
-        method: "POST",
-        headers: json,
-        body: JSON.stringify({ api_key: "nobody", balance: 5 }),
-      }),
-      404,
-      "not_found",
-    );
-    await expectError(
-      await app.request("/_sim/balance", {
-        method: "POST",
-        headers: json,
-        body: JSON.stringify({ api_key: "sandbox", balance: -1 }),
-      }),
-      400,
-      "invalid_request",
-      [{ field: "balance", message: expect.any(String) }],
-    );
-    const timings = await app.request("/_sim/timings", {
-      method: "POST",
-      headers: json,
-      body: JSON.stringify({ imageQueuedMs: 5 }),
-    });
+    await expectError(await admin("/_sim/balance", { api_key: "nobody", balance: 5 }), 404, "not_found");
+    await expectError(await admin("/_sim/balance", { api_key: "sandbox", balance: -1 }), 400, "invalid_request", [
+      { field: "balance", message: expect.any(String) },
+    ]);
+    const timings = await admin("/_sim/timings", { imageQueuedMs: 5 });
     expect(await timings.json()).toEqual({
       data: { imageQueuedMs: 5, imageProcessingMs: 3000, videoQueuedMs: 2000, videoProcessingMs: 10000 },
     });
-    expect(
-      (
-        await app.request("/_sim/timings", {
-          method: "POST",
-          headers: json,
-          body: JSON.stringify({ imageQueuedMS: 5 }),
-        })
-      ).status,
-    ).toBe(400);
-    const added = await app.request("/_sim/accounts", {
-      method: "POST",
-      headers: json,
-      body: JSON.stringify({ api_key: "new-one", balance: 7 }),
-    });
+    expect((await admin("/_sim/timings", { imageQueuedMS: 5 })).status).toBe(400);
+    const added = await admin("/_sim/accounts", { api_key: "new-one", balance: 7 });
     expect(added.status).toBe(201);
     expect((await app.request("/openapi/v1/models", { headers: { authorization: "Bearer new-one" } })).status).toBe(
       200,
