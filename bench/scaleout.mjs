@@ -17,7 +17,8 @@
 // BENCH_SCALEOUT_OLD_DIST=<dist of another build> runs every measurement on that build too, side by side
 // (alternating which goes first), so one run gives before and after. Sizes: BENCH_SCALEOUT_EVENTS,
 // BENCH_SCALEOUT_TASKS, BENCH_DURATION (s of intake), BENCH_ROUNDS, BENCH_SCALEOUT_INSTANCES (e.g. 1,3),
-// BENCH_SCALEOUT_KINDS (e.g. intake,end_to_end).
+// BENCH_SCALEOUT_KINDS (e.g. intake,end_to_end); BENCH_SCALEOUT_TOP (statements listed per cell, by
+// execution time: 10; 100 lists every statement a task runs, for counting them).
 import pg from "pg";
 import { join, resolve } from "node:path";
 import { DIST } from "./lib/dist.mjs";
@@ -144,7 +145,7 @@ async function window(server, admin, dbName, relays, excludePids) {
       const ms = rows.reduce((s, r) => s + r.ms, 0);
       out.statements_per_unit = per(calls);
       out.statement_ms_per_unit = per(ms);
-      out.top_statements = rows.slice(0, 10).map((r) => ({
+      out.top_statements = rows.slice(0, Number(process.env.BENCH_SCALEOUT_TOP ?? 10)).map((r) => ({
         query: r.query.replace(/\s+/g, " ").slice(0, 160),
         calls_per_unit: per(r.calls),
         ms_per_unit: per(r.ms),

@@ -5,12 +5,13 @@ import { CHANNEL } from "../../src/db/pg/mapping.js";
 import { pgStore } from "../../src/open-store.js";
 import type { NudgeTarget } from "../../src/store/store.js";
 import { freshPgDatabase } from "../helpers/pg.js";
-import { contractClient, contractTask } from "../helpers/store-dialects.js";
+import { CONTRACT_NOW, contractClient, contractTask } from "../helpers/store-dialects.js";
 
 /**
  * NOTIFY only where someone listens (issue #43): a creation wakes the submitter of its account. On
  * the instance that leads the account (and listens) that is a local nudge, no NOTIFY (whose queue
- * lock every committing instance takes); elsewhere it is a NOTIFY, which the leader hears.
+ * lock every committing instance takes); elsewhere it is a NOTIFY, which the leader hears. So does a
+ * change that writes an event wake the dispatcher, and it writes its parts in one statement.
  */
 const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -42,19 +43,25 @@ async function overhear(url: string) {
   return { upTo, hears };
 }
 
+/** A fresh database and two stores of it: two instances. */
+async function twoInstances() {
+  const db = await freshPgDatabase();
+  cleanups.push(() => db.drop());
+  const open = async () => {
+    const s = (await pgStore(db.url, { migrate: false, max: 4 })) as PgStore;
+    cleanups.push(() => s.close());
+    return s;
+  };
+  return { db, stores: [await open(), await open()] as const };
+}
+
 describe("a creation wakes its account's submitter on PostgreSQL", () => {
   it.each([
     ["batched", false],
     ["per request", true],
   ])("%s: the leading, listening instance nudges itself; another instance sends NOTIFY", async (_path, capped) => {
-    const db = await freshPgDatabase();
-    cleanups.push(() => db.drop());
-    const open = async () => {
-      const s = (await pgStore(db.url, { migrate: false, max: 4 })) as PgStore;
-      cleanups.push(() => s.close());
-      return s;
-    };
-    const [leader, other] = [await open(), await open()];
+    const { db, stores } = await twoInstances();
+    const [leader, other] = stores;
     const nudges: NudgeTarget[] = [];
     await leader.listen((t) => nudges.push(t));
     await other.listen(() => {});
@@ -73,5 +80,88 @@ describe("a creation wakes its account's submitter on PostgreSQL", () => {
     await other.tasks.create(req("on-other"));
     // Heard on the channel (by the leader's session too, which nudges its submitter then).
     await hears("submitter");
+  });
+});
+
+describe("a change that writes an event on PostgreSQL", () => {
+  const opts = (now: number) => ({ now, token: null, firstAttemptDelayMs: 0 });
+  const setup = async () => {
+    const { db, stores } = await twoInstances();
+    return { db, here: stores[0], elsewhere: stores[1] };
+  };
+
+  it("wakes this instance's own dispatcher once committed, no NOTIFY, when its loops listen here; else NOTIFY", async () => {
+    const { db, here, elsewhere } = await setup();
+    // What a nudge of the dispatcher finds committed (read on another pool, as its claim would).
+    let ending = "";
+    const foundAtNudge: Array<Promise<number>> = [];
+    await here.listen((t) => {
+      if (t === "dispatcher")
+        foundAtNudge.push(
+          elsewhere.pool
+            .query("SELECT count(*)::int AS n FROM events WHERE task_id = $1", [ending])
+            .then((r) => r.rows[0].n as number),
+        );
+    });
+    const { upTo } = await overhear(db.url);
+    const c = await contractClient(here);
+    const { task: t } = await here.tasks.create(contractTask(c.id, "ends-here"));
+    await upTo(here, "marker-0");
+
+    ending = t.id;
+    await here.tasks.transition(t, { status: "succeeded", phase: "done" }, opts(CONTRACT_NOW + 1));
+    expect(await Promise.all(foundAtNudge)).toEqual([1]);
+    expect(await upTo(here, "marker-1")).toEqual([]);
+
+    // An instance whose loops do not run here (a CLI, a store of its own) tells the others.
+    const { task: u } = await elsewhere.tasks.create(contractTask(c.id, "ends-elsewhere"));
+    await upTo(elsewhere, "marker-2");
+    await elsewhere.tasks.transition(u, { status: "succeeded", phase: "done" }, opts(CONTRACT_NOW + 2));
+    expect(await upTo(elsewhere, "marker-3")).toEqual(["dispatcher"]);
+  });
+
+  it("writes the task, its charge, the tasks it wakes, the price it taught and its event in one statement", async () => {
+    const { here } = await setup();
+    await here.listen(() => {});
+    const c = await contractClient(here, { creditLimit: 100 });
+    const req = contractTask(c.id, "charged", { reserve: 30 });
+    req.row = { ...req.row, priceKey: "p-image:1" };
+    const { task: t } = await here.tasks.create(req);
+    const later = contractTask(c.id, "held");
+    later.row = { ...later.row, nextRunAt: CONTRACT_NOW + 3_600_000 };
+    const { task: held } = await here.tasks.create(later);
+
+    // Every statement the pool's connections run from now on, by its first words.
+    const ran: string[] = [];
+    const watched = new WeakSet<object>();
+    here.pool.on("acquire", (conn) => {
+      if (watched.has(conn)) return;
+      watched.add(conn);
+      const query = conn.query.bind(conn) as (...args: unknown[]) => unknown;
+      (conn as { query: unknown }).query = (...args: unknown[]) => {
+        const text = typeof args[0] === "string" ? args[0] : (args[0] as { text: string }).text;
+        ran.push(text.replace(/\s+/g, " ").split(" ").slice(0, 3).join(" "));
+        return query(...args);
+      };
+    });
+    const done = await here.tasks.transition(
+      t,
+      { status: "succeeded", phase: "done", pointsCharged: 25 },
+      opts(CONTRACT_NOW + 5),
+    );
+    expect(ran).toEqual([
+      "BEGIN",
+      "SELECT t.* FROM", // the task row locked (watch-barrier.ts)
+      "SELECT * FROM", // the client's endpoints
+      "WITH s0 AS", // the row, the charge, the woken tasks, the learned price, the event
+      "COMMIT",
+    ]);
+    expect(done).toMatchObject({ status: "succeeded", pointsCharged: 25, pointsReserved: 0 });
+    expect((await here.clients.creditPosition(c.id))!.charged).toBe(25);
+    expect((await here.tasks.find(held.id))!.nextRunAt).toBe(CONTRACT_NOW + 5);
+    const events = (await here.pool.query("SELECT type FROM events WHERE task_id = $1", [t.id])).rows;
+    expect(events).toEqual([{ type: "task.succeeded" }]);
+    const learned = (await here.pool.query("SELECT points FROM learned_prices WHERE price_key = 'p-image:1'")).rows;
+    expect(learned).toEqual([{ points: 25 }]);
   });
 });

@@ -117,9 +117,23 @@ export async function recordCharge(
   change: { charged: number; refunded: number },
   at: number,
 ): Promise<void> {
-  if (change.charged === 0 && change.refunded === 0) return;
-  await c.query(
-    "INSERT INTO credit_ledger (client_id, task_id, charged, refunded, at, rolled_up) VALUES ($1, $2, $3, $4, $5, false)",
-    [clientId, taskId, change.charged, change.refunded, at],
-  );
+  const values: unknown[] = [];
+  const sql = chargeInsert(clientId, taskId, change, at, (v) => `$${values.push(v)}`);
+  if (sql) await c.query(sql, values);
+}
+
+/**
+ * recordCharge's ledger row as an INSERT whose values `bind` places (a step of a transition's one
+ * statement: store.ts); null when there is neither a charge nor a refund.
+ */
+export function chargeInsert(
+  clientId: string,
+  taskId: string,
+  change: { charged: number; refunded: number },
+  at: number,
+  bind: (value: unknown) => string,
+): string | null {
+  if (change.charged === 0 && change.refunded === 0) return null;
+  return `INSERT INTO credit_ledger (client_id, task_id, charged, refunded, at, rolled_up)
+    VALUES (${bind(clientId)}, ${bind(taskId)}, ${bind(change.charged)}, ${bind(change.refunded)}, ${bind(at)}, false)`;
 }

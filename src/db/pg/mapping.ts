@@ -52,7 +52,8 @@ export class Mapper<T> {
     }
     return { sql: parts.join(", "), values };
   }
-  insert(table: string, row: Row): { sql: string; values: unknown[] } {
+  /** `INSERT INTO table (…) VALUES ($from, …)` for a row, numbering from `from` (1 unless it joins a statement). */
+  insert(table: string, row: Row, from = 1): { sql: string; values: unknown[] } {
     const names: string[] = [];
     const values: unknown[] = [];
     for (const [key, value] of Object.entries(row)) {
@@ -63,7 +64,7 @@ export class Mapper<T> {
       values.push(value);
     }
     return {
-      sql: `INSERT INTO ${table} (${names.join(", ")}) VALUES (${values.map((_, i) => `$${i + 1}`).join(", ")})`,
+      sql: `INSERT INTO ${table} (${names.join(", ")}) VALUES (${values.map((_, i) => `$${from + i}`).join(", ")})`,
       values,
     };
   }

@@ -41,7 +41,7 @@ import { pgRateLimits } from "./rate-limits.js";
 import { pgSessions } from "./sessions.js";
 import { pgTasks } from "./tasks.js";
 import { deliveryAttempts } from "./schema.js";
-import { lockCredit, readCredit, recordCharge } from "./credit-books.js";
+import { chargeInsert, lockCredit, readCredit, recordCharge } from "./credit-books.js";
 import type { PendingAttempt, PgContext } from "./context.js";
 import { foldStoredBytesLog } from "./stored-bytes-log.js";
 import { returnGrants, StoredBytesGrants } from "./stored-bytes-grants.js";
@@ -76,7 +76,8 @@ export interface PgStoreOptions extends PgLimits {
  *   under the account row's lock, so it holds even while two leaders briefly overlap;
  * - per-key delivery caps count leased events in the database, so they hold across instances;
  * - writes that wake workers send NOTIFY; every instance LISTENs (its idle timer stays the fallback).
- *   A creation on the instance that leads its account nudges its own submitter instead (wakeSubmitter).
+ *   A creation on the instance that leads its account nudges its own submitter instead (wakeSubmitter),
+ *   and a change that writes an event its own dispatcher, once committed (transitionIn, tx).
  *
  * The pull feed needs no lock here either: an event is written without a feed position, and the
  * feed's reader places committed events after every position handed out before (feed-positions.ts),
@@ -218,15 +219,17 @@ export class PgStore implements Store, PgContext {
     );
   }
 
-  /** Runs `work` in one transaction on one pooled connection. */
+  /** Runs `work` in one transaction on one pooled connection; then the nudges it asked for (nudgeOnCommit). */
   async tx<R>(work: (c: pg.PoolClient) => Promise<R>): Promise<R> {
     const c = await this.pool.connect();
     let broken: Error | undefined;
+    let committed: Set<NudgeTarget> | undefined;
     try {
       await c.query("BEGIN");
       const result = await work(c);
       // Bounded (CheckedClient): a commit that does not return is a lost connection, never a 201.
       await c.query({ text: "COMMIT", query_timeout: COMMIT_TIMEOUT_MS } as pg.QueryConfig);
+      committed = this.onCommit.get(c);
       return result;
     } catch (err) {
       // A connection that cannot even roll back (lost, timed out) is thrown away, not pooled again;
@@ -237,8 +240,25 @@ export class PgStore implements Store, PgContext {
       });
       throw err;
     } finally {
+      this.onCommit.delete(c);
       c.release(broken);
+      // After the commit, so a loop woken here sees what it wrote.
+      if (committed) for (const target of committed) this.localNudge?.(target);
     }
+  }
+
+  /** Loops of this process to nudge once the transaction on `c` commits (tx), nothing if it rolls back. */
+  private readonly onCommit = new WeakMap<pg.PoolClient, Set<NudgeTarget>>();
+
+  private nudgeOnCommit(c: pg.PoolClient, target: NudgeTarget): void {
+    const targets = this.onCommit.get(c);
+    if (targets) targets.add(target);
+    else this.onCommit.set(c, new Set([target]));
+  }
+
+  /** Whether this process's loops run and listen: a wake-up for them is a local nudge, not a NOTIFY. */
+  private wakesHere(): boolean {
+    return this.localNudge !== undefined && this.listener !== null;
   }
 
   /** The state change of TaskStore.transition inside `c`'s transaction; `locked`: the row as already read FOR UPDATE. */
@@ -259,46 +279,62 @@ export class PgStore implements Store, PgContext {
         : undefined;
     const plan = planTransition(this.rules, before, patch, o, subscribedTypes(endpoints ?? []));
     const { clientId } = plan.after;
-    // Delivered at commit: requests held by Prefer: wait and event streams on other instances read
-    // the task again (streams of its client and of its account's queue too); only when one may be
-    // held, with no wake-up lost (watch-barrier.ts).
-    // One statement with the row's update (its snapshot taken after the watch locks: watch-barrier.ts).
+    // One statement for the whole plan, in its order: the task row, its charge, the client's woken
+    // tasks, the price it taught, its outbox event (data-modifying CTEs, each run once; none reads
+    // another's rows). Its snapshot is taken after TASK_FOR_CHANGE's watch locks (watch-barrier.ts).
+    // Requests held by Prefer: wait and event streams on other instances read the task again
+    // (streams of its client and of its account's queue too): told at commit, only when one may be
+    // held, with no wake-up lost (NOTIFY_IF_WATCHED; its $1–$3).
     const notify = plan.after.status !== before.status || plan.after.phase !== before.phase;
-    const told = notify ? [CHANNEL, taskChangedPayload(plan.after), clientId] : [];
-    const set = T.set(plan.patch, told.length + 2);
+    const values: unknown[] = notify ? [CHANNEL, taskChangedPayload(plan.after), clientId] : [];
+    /** A value's parameter number in `values`. */
+    const bind = (v: unknown) => values.push(v);
+    const steps: string[] = [];
+    const set = T.set(plan.patch, values.length + 2);
     if (set.sql) {
-      const update = `UPDATE tasks SET ${set.sql} WHERE id = $${told.length + 1}`;
-      await c.query(notify ? `WITH changed AS (${update}) ${NOTIFY_IF_WATCHED}` : update, [...told, id, ...set.values]);
-    } else if (notify) await c.query(NOTIFY_IF_WATCHED, told);
-    if (plan.credit) await this.applyCredits(c, clientId, id, plan.credit, o.now);
+      const idAt = bind(id);
+      values.push(...set.values);
+      steps.push(`UPDATE tasks SET ${set.sql} WHERE id = $${idAt}`);
+    }
+    const charge = plan.credit && chargeInsert(clientId, id, plan.credit, o.now, (v) => `$${bind(v)}`);
+    if (charge) steps.push(charge);
     if (plan.wake) {
-      // Rows another transaction holds are being changed by it anyway: skipped, never waited on (no deadlock).
-      await c.query(
-        `UPDATE tasks SET next_run_at = $2 WHERE id IN (SELECT id FROM tasks WHERE client_id = $1 AND phase = 'waiting' AND submit_attempts = 0
-           AND next_run_at > $2 AND ${unclaimed(2)} FOR UPDATE SKIP LOCKED)`,
-        [clientId, o.now],
-      );
+      // Rows another transaction holds are being changed by it anyway: skipped, never waited on (no
+      // deadlock). This task is left out: one statement must not change a row twice.
+      const now = bind(o.now);
+      steps.push(`UPDATE tasks SET next_run_at = $${now} WHERE id IN (SELECT id FROM tasks WHERE client_id = $${bind(clientId)}
+        AND phase = 'waiting' AND submit_attempts = 0 AND next_run_at > $${now} AND id <> $${bind(id)}
+        AND ${unclaimed(now)} FOR UPDATE SKIP LOCKED)`);
     }
     if (plan.learn) {
+      // Written only when the price changes: a model's completions all teach the same price, and an
+      // upsert of it by each would take the row's lock to commit, one completion after another.
+      const [key, points] = [bind(plan.learn.priceKey), bind(plan.learn.points)];
+      steps.push(`INSERT INTO learned_prices (price_key, points, updated_at)
+          SELECT $${key}::text, $${points}::bigint, $${bind(o.now)}::bigint
+          WHERE NOT EXISTS (SELECT 1 FROM learned_prices WHERE price_key = $${key} AND points = $${points})
+        ON CONFLICT (price_key) DO UPDATE SET points = EXCLUDED.points, updated_at = EXCLUDED.updated_at`);
+    }
+    const told: string[] = notify ? [`(${NOTIFY_IF_WATCHED})`] : [];
+    if (plan.event) {
+      // No feed position yet (client_seq 0): the feed's reader hands it out (feed-positions.ts), so
+      // the event takes no lock on its client.
+      const ins = E.insert("events", { ...plan.event, clientSeq: 0 }, values.length + 1);
+      values.push(...ins.values);
+      steps.push(ins.sql);
+      // The dispatchers' wake-up: this process's own after the commit when its loops run here,
+      // no NOTIFY (whose queue lock every committing instance takes); else NOTIFY at commit.
+      if (this.wakesHere()) this.nudgeOnCommit(c, "dispatcher");
+      else told.push(`pg_notify($${bind(CHANNEL)}, 'dispatcher')`);
+    }
+    if (steps.length > 0 || told.length > 0) {
+      const main = `SELECT ${told.length > 0 ? told.join(", ") : "1"}`;
       await c.query(
-        // Written only when the price changes: a model's completions all teach the same price, and an
-        // upsert of it by each would take the row's lock to commit, one completion after another.
-        `INSERT INTO learned_prices (price_key, points, updated_at)
-           SELECT $1::text, $2::bigint, $3::bigint WHERE NOT EXISTS (SELECT 1 FROM learned_prices WHERE price_key = $1 AND points = $2)
-         ON CONFLICT (price_key) DO UPDATE SET points = EXCLUDED.points, updated_at = EXCLUDED.updated_at`,
-        [plan.learn.priceKey, plan.learn.points, o.now],
+        steps.length > 0 ? `WITH ${steps.map((step, i) => `s${i} AS (${step})`).join(", ")} ${main}` : main,
+        values,
       );
     }
-    if (!plan.event) return plan.after;
-    // No feed position yet (client_seq 0): the feed's reader hands it out (feed-positions.ts), so the
-    // event takes no lock on its client.
-    // The dispatchers' wake-up in the insert's statement (delivered at commit, like every NOTIFY).
-    const ins = E.insert("events", { ...plan.event, clientSeq: 0 });
-    await c.query(`WITH written AS (${ins.sql}) SELECT pg_notify($${ins.values.length + 1}, 'dispatcher')`, [
-      ...ins.values,
-      CHANNEL,
-    ]);
-    await fanOutEvent(c, this.q, plan.event, endpoints);
+    if (plan.event) await fanOutEvent(c, this.q, plan.event, endpoints);
     return plan.after;
   }
 
@@ -389,10 +425,9 @@ export class PgStore implements Store, PgContext {
   private localNudge: ((target: NudgeTarget) => void) | undefined;
 
   async wakeSubmitter(accounts: Iterable<string>): Promise<void> {
-    const nudge = this.localNudge;
-    let local = nudge !== undefined && this.listener !== null;
+    let local = this.wakesHere();
     for (const account of accounts) if (local && !this.leadership.holds(account)) local = false;
-    if (local) nudge!("submitter");
+    if (local) this.localNudge!("submitter");
     else await this.pool.query("SELECT pg_notify($1, 'submitter')", [CHANNEL]);
   }
 
