@@ -8,7 +8,7 @@ import { createDashboard } from "./dashboard/index.js";
 import type { HostHealth } from "./dashboard/views-webhooks.js";
 import { registerDocs } from "./docs.js";
 import { onError, validationFailure } from "./errors.js";
-import { bearerAuth, boundedBodies, requestIds, requestLog, tokenAuth, traceRequests } from "./middleware.js";
+import { bearerAuth, boundedBodies, requestLog, tokenAuth, traceRequests } from "./middleware.js";
 import {
   AddressLimiter,
   PUBLIC_LIMIT_EXEMPT,
@@ -67,7 +67,6 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   // Tracing on: every request is a SERVER span, the others' work inside it (tracing off: not installed).
   const tracing = telemetry();
   if (tracing.on) app.use(traceRequests(tracing));
-  app.use(requestIds());
   app.use(requestLog(deps.logger, deps.metrics));
   // Sandbox mode (no UPSTREAM_BASE_URL): every answer says its results are simulated (docs/contract.md, "Intake").
   if (!deps.config.upstreamBaseUrl) {

@@ -1,11 +1,8 @@
-import { serve } from "@hono/node-server";
-import type { Server } from "node:http";
-import type { AddressInfo } from "node:net";
 import { Readable } from "node:stream";
 import { Agent, request } from "undici";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { MAX_BODY_BYTES, MAX_JSON_DEPTH } from "../../src/http/middleware.js";
-import { createTestRelay, type TestRelay } from "../helpers/relay.js";
+import { servedRelayPerFile } from "../helpers/served.js";
 
 /**
  * Request bounds by default (issue #38 item 1; docs/contract.md, "Isolation"): every operation
@@ -14,36 +11,19 @@ import { createTestRelay, type TestRelay } from "../helpers/relay.js";
  * served document, so a route added tomorrow is probed the day it is added; a route registered
  * here outside the document stands for one someone forgot to document.
  */
-let t: TestRelay;
-let server: Server;
-let origin: string;
-let apiKey: string;
-const agent = new Agent({ connections: 4 });
-
 const UNLISTED = "/openapi/v1/a-route-added-tomorrow";
 
-beforeAll(async () => {
-  t = createTestRelay({ RELAY_ENCRYPTION_KEY: Buffer.alloc(32, 7).toString("base64") });
-  // Registered before the first request (the router is built then): no list names it.
-  t.relay.app.post(UNLISTED, (c) => c.json({ reached: true }));
-  apiKey = t.client("bounds").apiKey;
-  server = await new Promise<Server>((resolve) => {
-    const s = serve({ fetch: t.relay.app.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve(s as Server));
-  });
-  origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-});
-
-afterAll(async () => {
-  await agent.close();
-  server.closeAllConnections();
-  await new Promise((resolve) => server.close(resolve));
-  await t.close();
-});
+// Registered before the first request (the router is built then): no list names it.
+const served = servedRelayPerFile({ RELAY_ENCRYPTION_KEY: Buffer.alloc(32, 7).toString("base64") }, "bounds", (t) =>
+  t.relay.app.post(UNLISTED, (c) => c.json({ reached: true })),
+);
+const agent = new Agent({ connections: 4 });
+afterAll(() => agent.close());
 
 type Doc = { paths: Record<string, Record<string, { requestBody?: unknown; responses: Record<string, unknown> }>> };
 
 async function bodyOperations(): Promise<{ method: string; path: string; documented: string[] }[]> {
-  const doc = (await (await t.relay.app.request("/openapi.json")).json()) as Doc;
+  const doc = (await (await served.t.relay.app.request("/openapi.json")).json()) as Doc;
   return Object.entries(doc.paths).flatMap(([path, item]) =>
     ["post", "put", "patch"]
       .filter((m) => item[m])
@@ -68,11 +48,11 @@ function oneByteTooMany(chunked: boolean): Buffer | Readable {
 }
 
 async function send(method: string, path: string, body: Buffer | Readable | string) {
-  const res = await request(`${origin}${path}`, {
+  const res = await request(`${served.origin}${path}`, {
     method: method as "POST",
     dispatcher: agent,
     headers: {
-      authorization: `Bearer ${apiKey}`,
+      authorization: `Bearer ${served.apiKey}`,
       "content-type": "application/json",
       "idempotency-key": "bounds-key-0001",
     },

@@ -10,6 +10,7 @@ import { viewOf } from "../../services/tasks.js";
 import type { AppEnv } from "../context.js";
 import { validationFailure } from "../errors.js";
 import { jsonAnswer } from "../json-answer.js";
+import { answerHeader } from "../middleware.js";
 import { apiRoute, headerRefs } from "../schema-rules.js";
 import {
   apiKeySecurity,
@@ -150,8 +151,11 @@ async function create(
   const task = hold
     ? await waitForTask(deps, hold, client.id, created.task.id, hasEnded, c.req.raw.signal)
     : created.task;
-  c.header("Location", absoluteUrl(deps.config, c.req.url, `/openapi/v1/tasks/${task.id}`));
-  c.header("Idempotent-Replayed", String(replayed));
-  if (hold) c.header("Preference-Applied", `wait=${wait}`);
-  return jsonAnswer(c, await viewOf(deps, task, { withQueuePosition: hold !== null }), replayed ? 200 : 201);
+  const view = await viewOf(deps, task, { withQueuePosition: hold !== null });
+  // Set last, once nothing can fail (answerHeader's cannot be taken back); with the answer's one
+  // Content-Type header, no web `Headers` is built for this answer.
+  answerHeader(c, "Location", absoluteUrl(deps.config, c.req.url, `/openapi/v1/tasks/${task.id}`));
+  answerHeader(c, "Idempotent-Replayed", String(replayed));
+  if (hold) answerHeader(c, "Preference-Applied", `wait=${wait}`);
+  return jsonAnswer(c, view, replayed ? 200 : 201);
 }
