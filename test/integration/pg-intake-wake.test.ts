@@ -1,5 +1,5 @@
 import pg from "pg";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import type { PgStore } from "../../src/db/pg/store.js";
 import { CHANNEL } from "../../src/db/pg/mapping.js";
 import { pgStore } from "../../src/open-store.js";
@@ -55,6 +55,23 @@ async function twoInstances() {
   return { db, stores: [await open(), await open()] as const };
 }
 
+/** Every statement the store's pool runs from now on, by its first three words. */
+function statementsOf(store: PgStore): string[] {
+  const ran: string[] = [];
+  const watched = new WeakSet<object>();
+  store.pool.on("acquire", (conn) => {
+    if (watched.has(conn)) return;
+    watched.add(conn);
+    const query = conn.query.bind(conn) as (...args: unknown[]) => unknown;
+    (conn as { query: unknown }).query = (...args: unknown[]) => {
+      const text = typeof args[0] === "string" ? args[0] : (args[0] as { text: string }).text;
+      ran.push(text.replace(/\s+/g, " ").trim().split(" ").slice(0, 3).join(" "));
+      return query(...args);
+    };
+  });
+  return ran;
+}
+
 describe("a creation wakes its account's submitter on PostgreSQL", () => {
   it.each([
     ["batched", false],
@@ -80,6 +97,41 @@ describe("a creation wakes its account's submitter on PostgreSQL", () => {
     await other.tasks.create(req("on-other"));
     // Heard on the channel (by the leader's session too, which nudges its submitter then).
     await hears("submitter");
+  });
+});
+
+describe("group commits of creations on PostgreSQL", () => {
+  it("creations arriving while a batch commits go together in the next, its NOTIFY in the same statement", async () => {
+    const { db, stores } = await twoInstances();
+    const [leader, other] = stores;
+    await leader.listen(() => {});
+    await other.listen(() => {});
+    expect(await leader.ops.leads("default", { holder: "leader", leaseMs: 60_000 })).not.toBeNull();
+    const { hears } = await overhear(db.url);
+    const c = await contractClient(other);
+    const req = (key: string) => ({ ...contractTask(c.id, key), needs: { waiting: false, credit: false } });
+    // The first batch's INSERT waits behind a session holding the tasks table against writes.
+    const blocker = new pg.Client({ connectionString: db.url });
+    await blocker.connect();
+    cleanups.push(() => blocker.end());
+    await blocker.query("BEGIN");
+    await blocker.query("LOCK TABLE tasks IN SHARE MODE");
+    const ran = statementsOf(other);
+    const first = other.tasks.create(req("first"));
+    await vi.waitFor(() => expect(ran).toEqual(["WITH ins AS"]), { timeout: 5_000, interval: 5 });
+    // Nine more, each in a turn of its own, while the first batch is held.
+    const rest: Array<Promise<unknown>> = [];
+    for (let i = 0; i < 9; i++) {
+      rest.push(other.tasks.create(req(`next-${i}`)));
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    expect(ran).toEqual(["WITH ins AS"]);
+    await blocker.query("ROLLBACK");
+    const created = await Promise.all([first, ...rest]);
+    expect(created.map((r) => (r as { replayed: boolean }).replayed)).toEqual(Array(10).fill(false));
+    // Two statements for ten creations; the leader elsewhere woken by a NOTIFY of theirs.
+    await hears("submitter");
+    expect(ran).toEqual(["WITH ins AS", "WITH ins AS"]);
   });
 });
 
@@ -131,19 +183,7 @@ describe("a change that writes an event on PostgreSQL", () => {
     later.row = { ...later.row, nextRunAt: CONTRACT_NOW + 3_600_000 };
     const { task: held } = await here.tasks.create(later);
 
-    // Every statement the pool's connections run from now on, by its first words.
-    const ran: string[] = [];
-    const watched = new WeakSet<object>();
-    here.pool.on("acquire", (conn) => {
-      if (watched.has(conn)) return;
-      watched.add(conn);
-      const query = conn.query.bind(conn) as (...args: unknown[]) => unknown;
-      (conn as { query: unknown }).query = (...args: unknown[]) => {
-        const text = typeof args[0] === "string" ? args[0] : (args[0] as { text: string }).text;
-        ran.push(text.replace(/\s+/g, " ").split(" ").slice(0, 3).join(" "));
-        return query(...args);
-      };
-    });
+    const ran = statementsOf(here);
     const done = await here.tasks.transition(
       t,
       { status: "succeeded", phase: "done", pointsCharged: 25 },

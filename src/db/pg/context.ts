@@ -70,5 +70,7 @@ export interface PgContext {
    * else the leaders elsewhere through NOTIFY.
    */
   wakeSubmitter(accounts: Iterable<string>): Promise<void>;
+  /** Whether wakeSubmitter of these accounts is a nudge of this process's own submitter (no NOTIFY). */
+  submitterHere(accounts: Iterable<string>): boolean;
   listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged, resynced?: () => void): Promise<void>;
 }

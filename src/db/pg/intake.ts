@@ -13,6 +13,10 @@ export interface IntakePort {
   grants: StoredBytesGrants;
   /** Wakes the submitter of these accounts (PgContext.wakeSubmitter). */
   wake(accounts: Iterable<string>): Promise<void>;
+  /** Whether that wake-up is a nudge of this process's own submitter (else a NOTIFY: PgContext.submitterHere). */
+  wakesHere(accounts: Iterable<string>): boolean;
+  /** The channel a NOTIFY wakes the other instances' submitters on. */
+  channel: string;
 }
 
 interface Pending {
@@ -30,12 +34,19 @@ const DEFAULTS: Record<string, unknown> = Object.fromEntries(
 );
 /** Rows per statement: 256 rows of every column stay far below PostgreSQL's 65,535 parameters. */
 const MAX_BATCH = 256;
+/**
+ * Batches written at once by an instance. While one commits, the creations that arrive wait and go
+ * together in the next, so a batch fills with what came during a commit (a creation waits at most
+ * one commit more); with one batch a turn, each instance of several wrote batches of one or two.
+ */
+const MAX_IN_FLIGHT = 1;
 
 /**
  * Group commit for PostgreSQL intake: creations that need no decision against the client's other
- * tasks (no waiting cap, no credit limit) and arrive in the same turn of the event loop are written
- * by one multi-row `INSERT … ON CONFLICT DO NOTHING` (one round trip and one durable commit for the
- * batch, where a creation of its own takes a transaction of several). A row the insert skipped is
+ * tasks (no waiting cap, no credit limit) and arrive in the same turn of the event loop, or while
+ * the batch before commits (MAX_IN_FLIGHT), are written by one multi-row `INSERT … ON CONFLICT DO
+ * NOTHING` (one round trip and one durable commit for the batch, where a creation of its own takes
+ * a transaction of several). A row the insert skipped is
  * an idempotent replay, answered with the original. If the statement fails (a hostile value in one
  * row refuses the whole statement), each creation of the batch is tried alone, so it fails alone.
  * Creations with a cap or a credit limit take the per-request path, under the client's credit lock (credit-books.ts).
@@ -50,6 +61,8 @@ const MAX_BATCH = 256;
  */
 export class PgIntakeBatches {
   private queue: Pending[] = [];
+  private inFlight = 0;
+  private scheduled = false;
 
   constructor(private readonly port: IntakePort) {}
 
@@ -57,14 +70,27 @@ export class PgIntakeBatches {
     if (req.needs.waiting || req.needs.credit) return this.port.single(req);
     return new Promise((resolve, reject) => {
       this.queue.push({ req, resolve, reject });
-      if (this.queue.length >= MAX_BATCH) void this.flush();
-      else if (this.queue.length === 1) setImmediate(() => void this.flush());
+      this.schedule();
     });
   }
 
-  private async flush(): Promise<void> {
-    const batch = this.queue.splice(0, MAX_BATCH);
-    if (batch.length === 0) return;
+  /** A flush at the end of this turn, unless batches in flight take the queue when they end. */
+  private schedule(): void {
+    if (this.scheduled || this.queue.length === 0 || this.inFlight >= MAX_IN_FLIGHT) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      while (this.queue.length > 0 && this.inFlight < MAX_IN_FLIGHT) {
+        this.inFlight++;
+        void this.flush(this.queue.splice(0, MAX_BATCH)).finally(() => {
+          this.inFlight--;
+          this.schedule();
+        });
+      }
+    });
+  }
+
+  private async flush(batch: Pending[]): Promise<void> {
     const admitted: Pending[] = [];
     for (const item of batch) {
       try {
@@ -93,9 +119,16 @@ export class PgIntakeBatches {
     for (const item of admitted)
       if (item.req.storedBytesLimit == null || roomOf.has(item.req.row.clientId)) writing.push(item);
     if (writing.length === 0) return;
+    // The submitters of the rows' accounts: this process's own after the commit, or the leaders
+    // elsewhere by a NOTIFY in the insert's statement (no statement nor commit of its own).
+    const accounts = new Set(writing.map((p) => p.req.row.upstreamAccount));
+    const wakesHere = this.port.wakesHere(accounts);
     let inserted: Map<string, Record<string, unknown>>;
     try {
-      inserted = await this.insert(writing.map((p) => p.req));
+      inserted = await this.insert(
+        writing.map((p) => p.req),
+        !wakesHere,
+      );
     } catch {
       for (const room of rooms) {
         this.port.grants.settle(room, 0);
@@ -132,7 +165,7 @@ export class PgIntakeBatches {
         for (const item of replays) item.reject(err);
       }
     }
-    if (inserted.size > 0)
+    if (inserted.size > 0 && wakesHere)
       void this.port.wake(new Set([...inserted.values()].map((r) => r.upstream_account as string))).catch(() => {});
   }
 
@@ -142,9 +175,10 @@ export class PgIntakeBatches {
    * this instance's grant row FOR KEY SHARE, so a take-back of the grants waits for it to end. Throws,
    * having written nothing, when a bounded client's grant is gone, or what it stores already leaves
    * no room for its rows: the statement's last step casts a text that is no number for such a row,
-   * only then (a column of the row, so never folded early).
+   * only then (a column of the row, so never folded early). With `notify`, the statement also sends
+   * the submitters' NOTIFY when it wrote a row (delivered at its commit).
    */
-  private async insert(reqs: NewTaskRequest[]): Promise<Map<string, Record<string, unknown>>> {
+  private async insert(reqs: NewTaskRequest[], notify: boolean): Promise<Map<string, Record<string, unknown>>> {
     const values: unknown[] = [];
     const bounds = new Map<string, number>();
     const tuples = reqs.map((req) => {
@@ -160,6 +194,8 @@ export class PgIntakeBatches {
     });
     values.push([...bounds.keys()], [...bounds.values()], this.port.grants.holder);
     const [clientsParam, limitsParam, holderParam] = [values.length - 2, values.length - 1, values.length];
+    // Evaluated once, and only when the statement returns a row (one it wrote).
+    const woke = notify ? `, (SELECT pg_notify($${values.push(this.port.channel)}, 'submitter')) AS woke` : "";
     const rows = await this.port.q(
       `WITH ins AS (
          INSERT INTO tasks (${COLUMNS.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")}
@@ -180,7 +216,7 @@ export class PgIntakeBatches {
        )
        SELECT ins.*,
               CASE WHEN ins.client_id = ANY($${clientsParam}::text[]) AND per_client.bytes > 0 AND room.client_id IS NULL
-                   THEN ('past the storage grant: ' || ins.client_id)::bigint END AS over_grant
+                   THEN ('past the storage grant: ' || ins.client_id)::bigint END AS over_grant${woke}
        FROM ins JOIN per_client USING (client_id) LEFT JOIN room USING (client_id)`,
       values,
     );

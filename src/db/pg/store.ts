@@ -425,10 +425,14 @@ export class PgStore implements Store, PgContext {
   private localNudge: ((target: NudgeTarget) => void) | undefined;
 
   async wakeSubmitter(accounts: Iterable<string>): Promise<void> {
-    let local = this.wakesHere();
-    for (const account of accounts) if (local && !this.leadership.holds(account)) local = false;
-    if (local) this.localNudge!("submitter");
+    if (this.submitterHere(accounts)) this.localNudge!("submitter");
     else await this.pool.query("SELECT pg_notify($1, 'submitter')", [CHANNEL]);
+  }
+
+  submitterHere(accounts: Iterable<string>): boolean {
+    if (!this.wakesHere()) return false;
+    for (const account of accounts) if (!this.leadership.holds(account)) return false;
+    return true;
   }
 
   /**

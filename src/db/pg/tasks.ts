@@ -1,6 +1,6 @@
 import type { CreateResult, NewTaskRequest, TaskStore } from "../../store/store.js";
 import type { TaskRow } from "../../store/rows.js";
-import { T, unclaimed, NO_RESERVATIONS, opt, columnsOf } from "./mapping.js";
+import { T, unclaimed, NO_RESERVATIONS, opt, columnsOf, CHANNEL } from "./mapping.js";
 import { pgTaskClaims } from "./task-claims.js";
 import { CLIENT_TASK_FOR_CHANGE, TASK_FOR_CHANGE } from "./watch-barrier.js";
 import { tasks } from "./schema.js";
@@ -115,6 +115,8 @@ export function pgTasks(s: PgContext): TaskStore {
     single,
     grants: s.grants,
     wake: (accounts) => s.wakeSubmitter(accounts),
+    wakesHere: (accounts) => s.submitterHere(accounts),
+    channel: CHANNEL,
   });
   return {
     ...pgTaskClaims(s),
