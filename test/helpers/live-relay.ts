@@ -13,6 +13,7 @@ import { insert as insertClient } from "../../src/db/sqlite/clients.js";
 import { sqliteStore } from "../../src/open-store.js";
 import { newClient } from "../../src/services/clients.js";
 import { startSimulator } from "../../src/simulator/server.js";
+import { expect } from "vitest";
 
 export interface LiveRelay {
   url: string;
@@ -68,4 +69,27 @@ export async function startLiveRelay(env: Record<string, string> = {}): Promise<
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Creates an image task (p-image, one image) as the client of `apiKey` on the relay at `baseUrl`,
+ * with the body's other fields (`prompt`, `callback_url`) from `extra`; expects 201 and answers the task.
+ */
+export async function createImageTask(
+  baseUrl: string,
+  apiKey: string,
+  idempotencyKey: string,
+  extra: Record<string, unknown> = {},
+): Promise<{ id: string; status: string } & Record<string, unknown>> {
+  const created = await fetch(`${baseUrl}/openapi/v1/images/generations`, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${apiKey}`,
+      "Content-Type": "application/json",
+      "Idempotency-Key": idempotencyKey,
+    },
+    body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a fox", count: 1, ...extra }),
+  });
+  expect(created.status).toBe(201);
+  return ((await created.json()) as { data: { id: string; status: string } }).data;
 }

@@ -6,7 +6,7 @@ import type { IDataObject, INodeExecutionData, INodePropertyOptions, INodeType }
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { installConnectors } from "../helpers/connectors.js";
-import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
+import { createImageTask, type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
 import { startReceiver } from "../helpers/receiver.js";
 import { newSecret, type StandinRelay, startStandinRelay } from "../helpers/standin-relay.js";
 import { catchTestWebhook, relayCall, v1aOfRotation } from "../helpers/v1a-rotation.js";
@@ -328,17 +328,7 @@ describe("trigger node GenrelayTrigger", () => {
       const staticData: IDataObject = {};
       await methods().create!.call(hooks(staticData));
       try {
-        const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
-          method: "POST",
-          headers: {
-            Authorization: `Bearer ${client.apiKey}`,
-            "Content-Type": "application/json",
-            "Idempotency-Key": "n8n-trigger-endpoint-1",
-          },
-          body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a fox", count: 1 }),
-        });
-        expect(created.status).toBe(201);
-        const task = (await body(created)).data;
+        const task = await createImageTask(live.url, client.apiKey, "n8n-trigger-endpoint-1");
         // Earlier tests' tasks of this client may end meanwhile and reach the endpoint too.
         const ofTask = () => server.emitted.flat().find((i) => (i.json.data as IDataObject)?.id === task.id);
         while (!ofTask()) await server.nextEmission();
@@ -443,23 +433,10 @@ describe("trigger node GenrelayTrigger", () => {
 
     it("emits the relay's own signed webhook of a finished task", async () => {
       const emitted = server.nextEmission();
-      const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
-        method: "POST",
-        headers: {
-          Authorization: `Bearer ${client.apiKey}`,
-          "Content-Type": "application/json",
-          "Idempotency-Key": "n8n-trigger-e2e-1",
-        },
-        body: JSON.stringify({
-          model: "p-image",
-          mode: "generate",
-          prompt: "a red fox in snow",
-          count: 1,
-          callback_url: server.url,
-        }),
+      const task = await createImageTask(live.url, client.apiKey, "n8n-trigger-e2e-1", {
+        prompt: "a red fox in snow",
+        callback_url: server.url,
       });
-      expect(created.status).toBe(201);
-      const task = (await body(created)).data;
       const [item] = await emitted;
       expect(item!.json).toMatchObject({ type: "task.succeeded", data: { id: task.id, status: "succeeded" } });
       expect(String(item!.json.id)).toMatch(/^evt_/);
@@ -491,22 +468,24 @@ describe("trigger node GenrelayTrigger", () => {
       edServer = await startWebhookServer(trigger, edOptions());
     });
     afterAll(async () => edServer?.close());
+    /** A webhook caught from the relay, sent to the trigger's endpoint as it came, or with another `webhook-signature`. */
+    const replay = (caught: { headers: Record<string, string>; body: string }, signature?: string) =>
+      fetch(edServer.url, {
+        method: "POST",
+        headers: {
+          "Content-Type": "application/json",
+          "webhook-id": caught.headers["webhook-id"]!,
+          "webhook-timestamp": caught.headers["webhook-timestamp"]!,
+          "webhook-signature": signature ?? caught.headers["webhook-signature"]!,
+        },
+        body: caught.body,
+      });
 
     it("the endpoint it registers receives the relay's v1a-signed webhook, which it emits; tampered, it is refused", async () => {
       const staticData: IDataObject = {};
       await methods().create!.call(hookContext({ ...edOptions(), webhookUrl: edServer.url, staticData }) as never);
       try {
-        const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
-          method: "POST",
-          headers: {
-            Authorization: `Bearer ${edClient.apiKey}`,
-            "Content-Type": "application/json",
-            "Idempotency-Key": "n8n-trigger-ed25519-1",
-          },
-          body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a fox", count: 1 }),
-        });
-        expect(created.status).toBe(201);
-        const task = (await body(created)).data;
+        const task = await createImageTask(live.url, edClient.apiKey, "n8n-trigger-ed25519-1");
         const ofTask = () => edServer.emitted.flat().find((i) => (i.json.data as IDataObject)?.id === task.id);
         while (!ofTask()) await edServer.nextEmission();
         expect(ofTask()!.json).toMatchObject({ type: "task.succeeded", data: { id: task.id, status: "succeeded" } });
@@ -517,34 +496,16 @@ describe("trigger node GenrelayTrigger", () => {
       // byte of the body changed it does not (nor with only its v1 HMAC signature left).
       const hook = await startReceiver();
       try {
-        const sent = await fetch(`${live.url}/openapi/v1/webhooks/test`, {
-          method: "POST",
-          headers: { Authorization: `Bearer ${edClient.apiKey}`, "Content-Type": "application/json" },
-          body: JSON.stringify({ url: hook.url("/catch"), type: "task.succeeded", task_type: "image" }),
-        });
-        expect(sent.status).toBe(200);
-        while (hook.requests.length === 0) await hook.next();
-        const caught = hook.requests[0]!;
+        const caught = await catchTestWebhook(relayCall(live.url, edClient.apiKey), hook);
         expect(caught.headers["webhook-signature"]).toMatch(/(^| )v1a,/);
-        const replay = (raw: string, signature = caught.headers["webhook-signature"]!) =>
-          fetch(edServer.url, {
-            method: "POST",
-            headers: {
-              "Content-Type": "application/json",
-              "webhook-id": caught.headers["webhook-id"]!,
-              "webhook-timestamp": caught.headers["webhook-timestamp"]!,
-              "webhook-signature": signature,
-            },
-            body: raw,
-          });
         const before = edServer.emitted.length;
-        expect((await replay(caught.body)).status).toBe(200);
+        expect((await replay(caught)).status).toBe(200);
         expect(edServer.emitted.length).toBe(before + 1);
-        const tampered = await replay(caught.body.replace('"succeeded"', '"failed"'));
+        const tampered = await replay({ ...caught, body: caught.body.replace('"succeeded"', '"failed"') });
         expect(tampered.status).toBe(401);
         expect((await body(tampered)).error.code).toBe("invalid_signature");
         const hmacOnly = caught.headers["webhook-signature"]!.split(" ").filter((e) => e.startsWith("v1,"));
-        expect((await replay(caught.body, hmacOnly.join(" ") || "v1,AAAA")).status).toBe(401);
+        expect((await replay(caught, hmacOnly.join(" ") || "v1,AAAA")).status).toBe(401);
         expect(edServer.emitted.length).toBe(before + 1);
       } finally {
         await hook.close();
@@ -555,17 +516,6 @@ describe("trigger node GenrelayTrigger", () => {
       const hook = await startReceiver();
       try {
         const catchOne = () => catchTestWebhook(call, hook);
-        const replay = (caught: { headers: Record<string, string>; body: string }, signature: string) =>
-          fetch(edServer.url, {
-            method: "POST",
-            headers: {
-              "Content-Type": "application/json",
-              "webhook-id": caught.headers["webhook-id"]!,
-              "webhook-timestamp": caught.headers["webhook-timestamp"]!,
-              "webhook-signature": signature,
-            },
-            body: caught.body,
-          });
         const first = await catchOne();
         expect((await replay(first, first.headers["webhook-signature"]!)).status).toBe(200); // the JWKS is cached
         const rotated = await call("/openapi/v1/webhooks/secret/rotate", "POST");

@@ -4,7 +4,7 @@ import net from "node:net";
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { installConnectors } from "../helpers/connectors.js";
-import { type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
+import { createImageTask, type LiveRelay, startLiveRelay } from "../helpers/live-relay.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
 import { catchTestWebhook, relayCall, v1aOfRotation } from "../helpers/v1a-rotation.js";
 
@@ -290,23 +290,11 @@ describe("trigger Task finished", () => {
 
   it("performList samples the latest finished tasks from /openapi/v1/events, terminal events only", async () => {
     const delivered = receiver.next();
-    const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
-      method: "POST",
-      headers: {
-        Authorization: `Bearer ${client.apiKey}`,
-        "Content-Type": "application/json",
-        "Idempotency-Key": "zapier-sample-1",
-      },
-      body: JSON.stringify({
-        model: "p-image",
-        mode: "generate",
-        prompt: "a red fox in snow",
-        count: 1,
-        callback_url: receiver.url(),
-        callback_events: ["task.processing", "task.succeeded"],
-      }),
+    const task = await createImageTask(live.url, client.apiKey, "zapier-sample-1", {
+      prompt: "a red fox in snow",
+      callback_url: receiver.url(),
+      callback_events: ["task.processing", "task.succeeded"],
     });
-    const task = (await body(created)).data;
     // task.processing is delivered first, then task.succeeded: wait for the terminal one.
     await delivered;
     const finished = () =>
@@ -332,43 +320,61 @@ describe("trigger Task finished", () => {
 });
 
 describe("the REST hook against the relay's deliveries", () => {
+  /** The bundle Zapier hands `perform` for a delivery the endpoint received, its body or signature changed when given. */
+  const bundleOf = (
+    authData: Record<string, string>,
+    r: { headers: Record<string, string>; body: string; json: any },
+    change: { body?: string; signature?: string | undefined } = {},
+  ) => ({
+    authData,
+    inputData: {},
+    cleanedRequest: r.json,
+    rawRequest: {
+      method: "POST",
+      headers: { ...r.headers, "webhook-signature": change.signature ?? r.headers["webhook-signature"] },
+      content: change.body ?? r.body,
+      querystring: "",
+    },
+  });
+  /**
+   * Subscribes an endpoint of `hook` (at `path`) for `authData`'s connection, creates a task as
+   * its client and answers the subscription and the relay's delivery of that task (earlier tests'
+   * tasks of this client may end meanwhile and reach the endpoint too).
+   */
+  const deliveryToSubscription = async (
+    authData: Record<string, string>,
+    hook: Receiver,
+    path: string,
+    idem: string,
+  ) => {
+    const subscribeData = await appTester(taskFinished.performSubscribe, {
+      authData,
+      targetUrl: hook.url(path),
+      inputData: {},
+    });
+    const task = await createImageTask(live.url, authData.api_key!, idem);
+    const ofTask = () => hook.requests.find((r) => r.json.data?.id === task.id);
+    while (!ofTask()) await hook.next();
+    return { subscribeData, task, request: ofTask()! };
+  };
+
   it("the endpoint performSubscribe registers receives the relay's signed webhook, which perform accepts", async () => {
     const hook = await startReceiver();
     try {
-      const subscribeData = await appTester(taskFinished.performSubscribe, {
+      const { subscribeData, task, request } = await deliveryToSubscription(
         authData,
-        targetUrl: hook.url("/zap"),
-        inputData: {},
-      });
-      const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
-        method: "POST",
-        headers: {
-          Authorization: `Bearer ${client.apiKey}`,
-          "Content-Type": "application/json",
-          "Idempotency-Key": "zapier-endpoint-1",
-        },
-        body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a fox", count: 1 }),
-      });
-      expect(created.status).toBe(201);
-      const task = (await body(created)).data;
-      // Earlier tests' tasks of this client may end meanwhile and reach the endpoint too.
-      const ofTask = () => hook.requests.find((r) => r.json.data?.id === task.id);
-      while (!ofTask()) await hook.next();
-      const request = ofTask()!;
+        hook,
+        "/zap",
+        "zapier-endpoint-1",
+      );
       expect(request.json).toMatchObject({ type: "task.succeeded", data: { id: task.id } });
-      const bundle = {
-        authData: { ...authData, webhook_secret: client.secret },
-        inputData: {},
-        cleanedRequest: request.json,
-        rawRequest: { method: "POST", headers: request.headers, content: request.body, querystring: "" },
-      };
-      expect(await appTester(taskFinished.perform, bundle)).toEqual([request.json]);
+      const withSecret = { ...authData, webhook_secret: client.secret };
+      expect(await appTester(taskFinished.perform, bundleOf(withSecret, request))).toEqual([request.json]);
       // The same delivery with its body changed is refused: perform checked the relay's signature.
       const tampered = request.body.replace('"succeeded"', '"failed"');
-      const error = await appTester(taskFinished.perform, {
-        ...bundle,
-        rawRequest: { ...bundle.rawRequest, content: tampered },
-      }).catch((e: Error) => e);
+      const error = await appTester(taskFinished.perform, bundleOf(withSecret, request, { body: tampered })).catch(
+        (e: Error) => e,
+      );
       expect((error as Error).message).toMatch(/signature did not verify/);
       await appTester(taskFinished.performUnsubscribe, { authData, subscribeData });
     } finally {
@@ -388,47 +394,25 @@ describe("the REST hook against the relay's deliveries", () => {
     const edAuth = { base_url: live.url, api_key: edClient.apiKey, client_id: edClient.id };
     const hook = await startReceiver();
     try {
-      const subscribeData = await appTester(taskFinished.performSubscribe, {
-        authData: edAuth,
-        targetUrl: hook.url("/zap-ed25519"),
-        inputData: {},
-      });
-      const created = await fetch(`${live.url}/openapi/v1/images/generations`, {
-        method: "POST",
-        headers: {
-          Authorization: `Bearer ${edClient.apiKey}`,
-          "Content-Type": "application/json",
-          "Idempotency-Key": "zapier-endpoint-ed25519-1",
-        },
-        body: JSON.stringify({ model: "p-image", mode: "generate", prompt: "a fox", count: 1 }),
-      });
-      expect(created.status).toBe(201);
-      const task = (await body(created)).data;
-      const ofTask = () => hook.requests.find((r) => r.json.data?.id === task.id);
-      while (!ofTask()) await hook.next();
-      const request = ofTask()!;
+      const { subscribeData, request } = await deliveryToSubscription(
+        edAuth,
+        hook,
+        "/zap-ed25519",
+        "zapier-endpoint-ed25519-1",
+      );
       expect(request.headers["webhook-signature"]).toMatch(/(^| )v1a,/);
-      const bundle = {
-        authData: edAuth,
-        inputData: {},
-        cleanedRequest: request.json,
-        rawRequest: { method: "POST", headers: request.headers, content: request.body, querystring: "" },
-      };
-      expect(await appTester(taskFinished.perform, bundle)).toEqual([request.json]);
+      expect(await appTester(taskFinished.perform, bundleOf(edAuth, request))).toEqual([request.json]);
       // Changed by one word, or left with its v1 (HMAC) signature only, the same delivery is refused.
-      const tampered = await appTester(taskFinished.perform, {
-        ...bundle,
-        rawRequest: { ...bundle.rawRequest, content: request.body.replace('"succeeded"', '"failed"') },
-      }).catch((e: Error) => e);
+      const tampered = await appTester(
+        taskFinished.perform,
+        bundleOf(edAuth, request, { body: request.body.replace('"succeeded"', '"failed"') }),
+      ).catch((e: Error) => e);
       expect((tampered as Error).message).toMatch(/signature did not verify: no v1a signature matches/);
       const hmacOnly = request.headers["webhook-signature"]!.split(" ").filter((e) => e.startsWith("v1,"));
-      const unsigned = await appTester(taskFinished.perform, {
-        ...bundle,
-        rawRequest: {
-          ...bundle.rawRequest,
-          headers: { ...request.headers, "webhook-signature": hmacOnly.join(" ") || "v1,AAAA" },
-        },
-      }).catch((e: Error) => e);
+      const unsigned = await appTester(
+        taskFinished.perform,
+        bundleOf(edAuth, request, { signature: hmacOnly.join(" ") || "v1,AAAA" }),
+      ).catch((e: Error) => e);
       expect((unsigned as Error).message).toMatch(/signature did not verify/);
       await appTester(taskFinished.performUnsubscribe, { authData: edAuth, subscribeData });
     } finally {
@@ -444,19 +428,10 @@ describe("the REST hook against the relay's deliveries", () => {
     const hook = await startReceiver();
     try {
       const catchOne = () => catchTestWebhook(call, hook);
-      const bundleOf = (r: { headers: Record<string, string>; body: string; json: any }, signature?: string) => ({
-        authData: auth,
-        inputData: {},
-        cleanedRequest: r.json,
-        rawRequest: {
-          method: "POST",
-          headers: { ...r.headers, "webhook-signature": signature ?? r.headers["webhook-signature"] },
-          content: r.body,
-          querystring: "",
-        },
-      });
+      const bundleWith = (r: { headers: Record<string, string>; body: string; json: any }, signature?: string) =>
+        bundleOf(auth, r, { signature });
       const first = await catchOne();
-      expect(await appTester(taskFinished.perform, bundleOf(first))).toEqual([first.json]); // the JWKS, one key, cached
+      expect(await appTester(taskFinished.perform, bundleWith(first))).toEqual([first.json]); // the JWKS, one key, cached
       const rotated = await call("/openapi/v1/webhooks/secret/rotate", "POST");
       expect(rotated.status).toBe(200);
       const publicKey = String((await body(rotated)).data.public_key);
@@ -468,10 +443,10 @@ describe("the REST hook against the relay's deliveries", () => {
         if (!byNew || !byOld) throw new Error("no v1a signature of the new key");
       }
       // As sent, and with the old key's signature alone, the cached key verifies it.
-      expect(await appTester(taskFinished.perform, bundleOf(second))).toEqual([second.json]);
-      expect(await appTester(taskFinished.perform, bundleOf(third, signatures[1]!.byOld))).toEqual([third.json]);
+      expect(await appTester(taskFinished.perform, bundleWith(second))).toEqual([second.json]);
+      expect(await appTester(taskFinished.perform, bundleWith(third, signatures[1]!.byOld))).toEqual([third.json]);
       // The new key's alone: no cached key verifies, and the JWKS was read less than a minute ago.
-      const early = await appTester(taskFinished.perform, bundleOf(fourth, signatures[2]!.byNew)).catch(
+      const early = await appTester(taskFinished.perform, bundleWith(fourth, signatures[2]!.byNew)).catch(
         (e: Error) => e,
       );
       expect((early as Error).message).toMatch(/no v1a signature matches/);
@@ -479,7 +454,7 @@ describe("the REST hook against the relay's deliveries", () => {
       vi.useFakeTimers({ toFake: ["Date"] });
       vi.setSystemTime(Date.now() + 61_000);
       try {
-        expect(await appTester(taskFinished.perform, bundleOf(fourth, signatures[2]!.byNew))).toEqual([fourth.json]);
+        expect(await appTester(taskFinished.perform, bundleWith(fourth, signatures[2]!.byNew))).toEqual([fourth.json]);
       } finally {
         vi.useRealTimers();
       }
