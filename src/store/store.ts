@@ -362,6 +362,14 @@ export interface KeyLimit extends DeliveryKey {
   limit: number;
 }
 
+/** The records' commit window (EventStore.recordWindow; src/db/sqlite/group-commit.ts). */
+export interface RecordWindow {
+  /** A record is on its way: the open commit waits for it (a few ms at most). Call the result once it is queued. */
+  expect(): () => void;
+  /** Runs `join` as the open commit closes, so what it queues shares that commit; false when none is open. */
+  beforeCommit(join: () => void): boolean;
+}
+
 export interface EventStore {
   /** Pending, due, unleased events, each task's in order, per-key room respected; claimed under a lease. */
   claimDue(opts: EventClaimOptions): Promise<EventRow[]>;
@@ -399,6 +407,12 @@ export interface EventStore {
    * goes back once the record is durable, so no claim counts the settled event's lease.
    */
   readonly recordsBeforeClaims?: boolean;
+  /**
+   * Where records share a group commit (SQLite): attempts on the wire announce their records, so a
+   * turn's commit waits a few ms for them and carries every record settled meanwhile, and the
+   * refills' claim joins that commit as it closes (one transaction per turn, not one per settle).
+   */
+  readonly recordWindow?: RecordWindow;
   /** One attempt and the event's new state, only while `token` holds, lease released (group-committed where the store can). */
   recordAttempt(eventId: string, token: string, attempt: NewAttemptRow, patch: Partial<NewEventRow>): Promise<void>;
   /** A patch of a leased event, only while `token` holds, and its lease released. */

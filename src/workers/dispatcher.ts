@@ -296,7 +296,7 @@ export class Dispatcher extends PooledWorker<Claim> {
    * stays held for its key until the refill (see refill) has used it or given it up, so no other
    * claim, nor the loop's next-due probe, sees the key's room in between.
    */
-  private withSlot(claim: Claim, work: (queued?: () => void) => Promise<void>): Promise<void> {
+  private withSlot(claim: Claim, work: (queued: (unchanged: boolean) => void) => Promise<void>): Promise<void> {
     const { event } = claim;
     const slot = this.slots.take(event.clientId, deliveryKey(event.clientId, event.destinationHost));
     let freed = false;
@@ -304,17 +304,22 @@ export class Dispatcher extends PooledWorker<Claim> {
       if (!freed) slot.release({ holdKey: this.loop.accepting });
       freed = true;
     };
+    // The record is on its way: the turn's commit waits for it (EventStore.recordWindow).
+    const expecting = this.opts.store.events.recordWindow?.expect();
     // Where records are written before the claims of their turn (EventStore.recordsBeforeClaims), the
     // slot goes back and the key's refill is asked as the record is queued: the refill's claim shares
     // the record's commit. A crash before that commit loses both, and the lease brings the event back.
-    const early = this.opts.store.events.recordsBeforeClaims
-      ? () => {
-          if (!this.loop.accepting) return;
-          free();
-          claim.refilled = this.refills.ask(event);
-        }
-      : undefined;
-    return work(early).finally(free);
+    const early = this.opts.store.events.recordsBeforeClaims;
+    const queued = (unchanged: boolean) => {
+      expecting?.();
+      if (!early || !unchanged || !this.loop.accepting) return;
+      free();
+      claim.refilled = this.refills.ask(event);
+    };
+    return work(queued).finally(() => {
+      expecting?.();
+      free();
+    });
   }
 
   /**

@@ -77,6 +77,47 @@ describe("GroupCommit", () => {
     expect(transactions).toHaveBeenCalledTimes(1);
   });
 
+  it("holdMs: a batch waits for announced writes and commits once as the last is queued, with what joins it as it closes", async () => {
+    const commits = new GroupCommit(database.db, 256, 0, 60_000);
+    const transactions = vi.spyOn(database.db, "transaction");
+    const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+    const insert = (v: string) => commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES (${v})`));
+    // Nothing open: nothing to join.
+    expect(commits.beforeCommit(() => {})).toBe(false);
+    const [a, b] = [commits.expect(), commits.expect()];
+    a();
+    const written = [insert("a")];
+    const joined: Promise<unknown>[] = [];
+    expect(commits.beforeCommit(() => joined.push(insert("claim")))).toBe(true);
+    for (let i = 0; i < 5; i++) await nextTurn();
+    // b is still on the wire: the batch waits (up to an hour here), nothing is written.
+    expect(count()).toBe(0);
+    b();
+    b(); // idempotent: the count is not taken down twice
+    written.push(insert("b"));
+    await Promise.all([...written, ...joined]);
+    expect(database.sqlite.prepare("SELECT v FROM items ORDER BY rowid").all()).toEqual([
+      { v: "a" },
+      { v: "b" },
+      { v: "claim" },
+    ]);
+    expect(transactions).toHaveBeenCalledTimes(1);
+    // With nothing announced, a lone write commits at the end of its turn.
+    const lone = insert("lone");
+    await nextTurn();
+    await lone;
+    expect(transactions).toHaveBeenCalledTimes(2);
+  });
+
+  it("holdMs bounds the wait: an announced write that never comes holds a batch at most that long", async () => {
+    const commits = new GroupCommit(database.db, 256, 0, 30);
+    commits.expect();
+    const started = performance.now();
+    await commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('x')`));
+    expect(performance.now() - started).toBeGreaterThanOrEqual(29);
+    expect(count()).toBe(1);
+  });
+
   it("a unit that throws is rolled back and rejected alone; the others commit", async () => {
     const commits = new GroupCommit(database.db);
     const ok1 = commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('x')`));

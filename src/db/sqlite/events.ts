@@ -113,6 +113,8 @@ export function sqliteEvents(s: SqliteContext): EventStore {
     nextDueAt: async (o) => nextDueAt(db, o),
     // The turn's records are one unit queued before the claims its settles ask for (AttemptRecords).
     recordsBeforeClaims: true,
+    // Attempts on the wire hold the turn's commit a few ms for their records (GroupCommit.expect).
+    recordWindow: s.attemptCommits,
     recordAttempt: (eventId, token, attempt, patch) => records.add({ eventId, token, attempt, patch }),
     release: async (eventId, token, patch) => {
       updateLeased(db, eventId, token, { ...patch, ...RELEASED });

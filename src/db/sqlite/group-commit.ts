@@ -32,6 +32,13 @@ export class GroupCommit {
   /** The queue's length at the last turn this batch waited, and how many turns it has waited. */
   private seen = 0;
   private waited = 0;
+  /** Writes announced and not yet queued (expect()): a batch waits for them up to holdMs. */
+  private expected = 0;
+  /** When the open batch stops waiting for announced writes (performance.now()), and its timer. */
+  private holdUntil = 0;
+  private holdTimer: NodeJS.Timeout | null = null;
+  /** Work that joins the open batch as it closes (beforeCommit). */
+  private closing: Array<() => void> = [];
 
   /**
    * `fillTurns`: a batch waits up to this many more turns of the event loop while rows keep arriving
@@ -43,7 +50,46 @@ export class GroupCommit {
     private readonly db: Db,
     private readonly maxBatch = 256,
     private readonly fillTurns = 0,
+    /**
+     * How long a batch may wait for writes announced by expect() (0: it never waits). Attempts on the
+     * wire announce their records: the records of attempts settling within a few ms then share one
+     * transaction and one fsync, with the claims they ask for, instead of one commit per settle.
+     */
+    private readonly holdMs = 0,
   ) {}
+
+  /**
+   * Announces a write on its way (an attempt on the wire, its record to come): the open batch waits
+   * for it, at most holdMs from its first write. Returns what to call once it is queued, or will not
+   * be (idempotent); the last of them closes a waiting batch at once.
+   */
+  expect(): () => void {
+    if (this.holdMs <= 0) return () => {};
+    this.expected++;
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      this.expected--;
+      if (this.expected === 0 && this.holdTimer) {
+        clearTimeout(this.holdTimer);
+        this.holdTimer = null;
+        const batchNo = this.batchNo;
+        // A turn later: the write announced is queued right after this call.
+        setImmediate(() => this.turn(batchNo));
+      }
+    };
+  }
+
+  /**
+   * Runs `join` as the open batch closes, before its transaction, so what it queues shares the
+   * batch's commit (the refills' claim for the slots its records freed). False when no batch is open.
+   */
+  beforeCommit(join: () => void): boolean {
+    if (!this.scheduled) return false;
+    this.closing.push(join);
+    return true;
+  }
 
   run<T>(work: (tx: Tx) => T): Promise<T> {
     return this.enqueue(work, false);
@@ -75,6 +121,7 @@ export class GroupCommit {
         this.scheduled = true;
         this.seen = 0;
         this.waited = 0;
+        this.holdUntil = performance.now() + this.holdMs;
         const batchNo = ++this.batchNo;
         setImmediate(() => this.turn(batchNo));
       }
@@ -91,10 +138,31 @@ export class GroupCommit {
       setImmediate(() => this.turn(batchNo));
       return;
     }
+    const wait = this.holdUntil - performance.now();
+    if (this.expected > 0 && wait > 0) {
+      if (!this.holdTimer) {
+        this.holdTimer = setTimeout(() => {
+          this.holdTimer = null;
+          this.turn(batchNo);
+        }, Math.ceil(wait));
+      }
+      return;
+    }
     this.flush();
   }
 
   private flush(): void {
+    if (this.holdTimer) {
+      clearTimeout(this.holdTimer);
+      this.holdTimer = null;
+    }
+    // What joins the batch as it closes queues into it now (scheduled still set: no turn of its own).
+    if (this.closing.length > 0) {
+      const joining = this.closing;
+      this.closing = [];
+      this.scheduled = true;
+      for (const join of joining) join();
+    }
     this.scheduled = false;
     const batch = this.queue;
     this.queue = [];

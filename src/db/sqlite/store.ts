@@ -83,6 +83,13 @@ export function transitionIn(
 export const INTAKE_FILL_TURNS = 2;
 
 /**
+ * How long a workers' commit waits for the records of attempts on the wire (GroupCommit's holdMs):
+ * receivers on loopback or a LAN answer within it, so the records of a key's attempts in flight
+ * share one transaction, one fsync and one refill claim; a slow receiver costs others at most this.
+ */
+export const RECORD_HOLD_MS = 2;
+
+/**
  * The store on one SQLite file (better-sqlite3). Every operation runs synchronously inside and
  * returns a settled promise: a transaction never spans an await, so no other work interleaves
  * with it. Creations and delivery attempts go through group commit (one fsync per batch).
@@ -112,7 +119,8 @@ export class SqliteStore implements Store, SqliteContext {
     const db = database.db;
     // Creations arrive from many connections at once: a commit waits up to 2 turns for more (group-commit.ts).
     this.intakeCommits = new GroupCommit(db, 256, INTAKE_FILL_TURNS);
-    this.attemptCommits = new GroupCommit(db);
+    // Attempts' records: a commit waits up to RECORD_HOLD_MS for the records of attempts on the wire.
+    this.attemptCommits = new GroupCommit(db, 256, 0, RECORD_HOLD_MS);
 
     this.tasks = sqliteTasks(this);
 

@@ -49,10 +49,15 @@ export class Attempts {
   }
 
   /**
-   * `queued`: told just before the record is queued, when the attempt changed no circuit (the
-   * dispatcher then hands its slot back early, so the refill's claim shares the record's commit).
+   * `queued`: told just before the record is queued, and whether the attempt changed no circuit
+   * (then the dispatcher hands its slot back early, so the refill's claim shares the record's commit).
    */
-  async deliver(event: EventRow, client: ClientRow, permit: Permit, queued?: () => void): Promise<void> {
+  async deliver(
+    event: EventRow,
+    client: ClientRow,
+    permit: Permit,
+    queued?: (unchanged: boolean) => void,
+  ): Promise<void> {
     const { clock, breakers } = this.deps;
     const startedAt = clock.now();
     let result: SendResult;
@@ -80,7 +85,7 @@ export class Attempts {
       waitedMs: clock.now() - event.createdAt,
       scheduleSpanMs: this.deps.scheduleSpanMs,
     });
-    if (!transition) queued?.();
+    queued?.(!transition);
     await this.record(event, startedAt, result, pausedUntil, false, ids);
     if (transition) await this.onTransition(transition);
     // Endpoint health counts any answer but a 2xx as failing (a receiver answering 404 to everything is failing too).

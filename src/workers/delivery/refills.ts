@@ -26,7 +26,7 @@ interface RefillAsk {
 
 /** What the refills need: the pool and its loop, the key's room and saturation as the dispatcher sees them, the claim. */
 export interface RefillDeps {
-  store: { events: Pick<EventStore, "claimOfKeys">; clients: Pick<ClientStore, "find"> };
+  store: { events: Pick<EventStore, "claimOfKeys" | "recordWindow">; clients: Pick<ClientStore, "find"> };
   clock: Clock;
   owner: Pick<LeaseOwner, "token">;
   logger: Logger;
@@ -63,7 +63,12 @@ export class Refills {
     return new Promise((resolve) => {
       if (!this.asks) {
         this.asks = new Map();
-        setImmediate(() => void this.turn());
+        // As the records' commit closes (the claim then shares it), else at the end of this turn. A
+        // microtask later: a settle asks just before its record is queued, which opens that commit.
+        const turn = () => void this.turn();
+        queueMicrotask(() => {
+          if (!this.deps.store.events.recordWindow?.beforeCommit(turn)) setImmediate(turn);
+        });
       }
       const ask = this.asks.get(key);
       if (ask) ask.waiters.push(resolve);
