@@ -8,7 +8,7 @@ import { createDashboard } from "./dashboard/index.js";
 import type { HostHealth } from "./dashboard/views-webhooks.js";
 import { registerDocs } from "./docs.js";
 import { onError, validationFailure } from "./errors.js";
-import { bearerAuth, boundedBodies, requestLog, tokenAuth, traceRequests } from "./middleware.js";
+import { bearerAuth, boundedBodies, type Gate, gated, requestLog, tokenAuth, traceRequests } from "./middleware.js";
 import {
   AddressLimiter,
   PUBLIC_LIMIT_EXEMPT,
@@ -55,6 +55,9 @@ export interface AppDeps extends ServiceDeps {
  */
 const OWN_BODY_LIMITS = ["/dashboard/"];
 
+/** The paths hono's "/openapi/v1/*" matches: /openapi/v1 itself and everything under it. */
+const isApiPath = (path: string) => path === "/openapi/v1" || path.startsWith("/openapi/v1/");
+
 /** Builds the HTTP app; opening the database, listening and workers belong to main.ts. */
 export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   const app = new OpenAPIHono<AppEnv>({
@@ -83,11 +86,12 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   // A browser's task stream carries a stream token instead (routes/streams.ts checks it); CORS
   // answers its preflight before any key is asked for.
   streamCors(app, deps.config);
+  // Whatever was not authenticated by then is public, and limited per address (http/public-limit.ts);
+  // then the body's bounds. One layer for the three (middleware.ts, gated).
   const auth = bearerAuth(deps);
-  app.use("/openapi/v1/*", (c, next) => (isPublicKeysRequest(c) || isStreamTokenRequest(c) ? next() : auth(c, next)));
-  // Whatever was not authenticated by now is public, and limited per address (http/public-limit.ts).
-  app.use(publicRateLimit(new AddressLimiter(deps.clock)));
-  app.use(boundedBodies(OWN_BODY_LIMITS));
+  const apiKey: Gate = (c) =>
+    isApiPath(c.req.path) && !isPublicKeysRequest(c) && !isStreamTokenRequest(c) ? auth(c) : undefined;
+  app.use(gated([apiKey, publicRateLimit(new AddressLimiter(deps.clock))], boundedBodies(OWN_BODY_LIMITS)));
 
   registerGenerationRoutes(app, deps);
   registerTaskRoutes(app, deps);

@@ -144,10 +144,32 @@ function boundHttpMetrics(metrics: Metrics): (route: string, method: string, sta
   };
 }
 
-/** The API key's active client, from this process's key cache (services/clients.ts: ApiKeyCache). */
-export function bearerAuth(deps: Pick<ServiceDeps, "store" | "clock">): MiddlewareHandler<AppEnv> {
-  const keys = new ApiKeyCache(deps);
+/**
+ * A check a request passes before its route: a refusal to answer with, or undefined to go on (it
+ * may set the context's variables). Checks run in one middleware (gated), not one layer each.
+ */
+export type Gate = (c: Context<AppEnv>) => Response | undefined | Promise<Response | undefined>;
+
+/**
+ * The checks, then `last` (a middleware: it may wrap what follows), as one layer of hono's chain:
+ * each layer costs a promise and a closure per request, a check only its own call. A check that
+ * answers synchronously is not awaited.
+ */
+export function gated(checks: readonly Gate[], last: MiddlewareHandler<AppEnv>): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
+    for (const check of checks) {
+      const verdict = check(c);
+      const refusal = verdict instanceof Promise ? await verdict : verdict;
+      if (refusal) return refusal;
+    }
+    return last(c, next);
+  };
+}
+
+/** The API key's active client, from this process's key cache (services/clients.ts: ApiKeyCache). */
+export function bearerAuth(deps: Pick<ServiceDeps, "store" | "clock">): Gate {
+  const keys = new ApiKeyCache(deps);
+  return async (c) => {
     const header = c.req.header("authorization") ?? "";
     const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
     const client = match ? await keys.authenticate(match[1]!) : null;
@@ -158,7 +180,7 @@ export function bearerAuth(deps: Pick<ServiceDeps, "store" | "clock">): Middlewa
         "Missing, unknown or revoked API key. Send Authorization: Bearer <key>.",
       );
     c.set("client", client);
-    await next();
+    return undefined;
   };
 }
 

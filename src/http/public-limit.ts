@@ -1,10 +1,9 @@
-import type { MiddlewareHandler } from "hono";
 import { LRUCache } from "lru-cache";
 import type { Clock } from "../clock.js";
 import { slidingVerdict } from "../store/rate-window.js";
 import { addressBucket, socketAddress } from "./client-address.js";
-import type { AppEnv } from "./context.js";
 import { errorResponse } from "./errors.js";
+import type { Gate } from "./middleware.js";
 
 /**
  * Requests one address may make without an API key in any PUBLIC_WINDOW_MS (docs/public-routes.md):
@@ -71,12 +70,12 @@ export class AddressLimiter {
  * request with a valid key is never counted, so a victim behind the flooder's address keeps working.
  * A request made in process (no socket) is not counted.
  */
-export function publicRateLimit(limiter: AddressLimiter): MiddlewareHandler<AppEnv> {
-  return async (c, next) => {
-    if (c.get("client") || isExempt(c.req.path)) return next();
+export function publicRateLimit(limiter: AddressLimiter): Gate {
+  return (c) => {
+    if (c.get("client") || isExempt(c.req.path)) return undefined;
     const address = socketAddress(c);
     const wait = address === undefined ? 0 : limiter.take(address);
-    if (wait === 0) return next();
+    if (wait === 0) return undefined;
     return errorResponse(
       c,
       "rate_limit",
