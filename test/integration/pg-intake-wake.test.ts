@@ -172,6 +172,35 @@ describe("a change that writes an event on PostgreSQL", () => {
     expect(await upTo(elsewhere, "marker-3")).toEqual(["dispatcher"]);
   });
 
+  it("a submission reads the client's books and the learned price in one statement", async () => {
+    const { here } = await setup();
+    const c = await contractClient(here);
+    await here.pool.query("INSERT INTO learned_prices (price_key, points, updated_at) VALUES ('p-image:2', 40, 0)");
+    const req = contractTask(c.id, "priced");
+    req.row = { ...req.row, priceKey: "p-image:2" };
+    const { task: t } = await here.tasks.create(req);
+    const lease = { now: CONTRACT_NOW, leaseMs: 30_000, token: "s:1", limit: 1 };
+    expect(await here.tasks.claimDue("waiting", "default", lease)).toHaveLength(1);
+    const ran = statementsOf(here);
+    let learned: number | null | undefined;
+    const later = { nextRunAt: CONTRACT_NOW + 60_000, claimToken: null, claimedUntil: null };
+    const result = await here.tasks.beginSubmission(
+      t.id,
+      "s:1",
+      (ctx) => ((learned = ctx.learnedPrice), { kind: "wait", transition: false, patch: later }),
+      { ...opts(CONTRACT_NOW), token: "s:1" },
+    );
+    expect(result).toMatchObject({ kind: "wait", task: later });
+    expect(learned).toBe(40);
+    expect(ran).toEqual([
+      "BEGIN",
+      "SELECT t.* FROM",
+      "SELECT c.credit_limit, c.revoked_at,",
+      "UPDATE tasks SET",
+      "COMMIT",
+    ]);
+  });
+
   it("writes the task, its charge, the tasks it wakes, the price it taught and its event in one statement", async () => {
     const { here } = await setup();
     await here.listen(() => {});

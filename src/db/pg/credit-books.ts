@@ -42,25 +42,30 @@ export interface CreditBooks {
   position: CreditPosition;
   /** The client's reservations seen from `around` (left out of every sum); zeros without one. */
   reservations: ReservationsAround;
+  /** The price learned for the `priceKey` asked for, in the same statement (null: none, or none asked). */
+  learnedPrice: number | null;
 }
 
 /**
  * The client's position and, seen from one of its tasks, its reservations, in one statement (one
- * snapshot: a charge committed meanwhile is seen in both or in neither). Rolls the ledger up,
- * beside the read, once enough of it waits.
+ * snapshot: a charge committed meanwhile is seen in both or in neither); with a `priceKey`, the
+ * price learned for it too (a submission's decision reads both). Rolls the ledger up, beside the
+ * read, once enough of it waits.
  */
 export async function readCredit(
   c: Queryable,
   pool: pg.Pool,
   clientId: string,
   around: string | null,
+  priceKey = "",
 ): Promise<CreditBooks | undefined> {
   const r = (
     await c.query(
       `SELECT c.credit_limit, c.revoked_at, c.points_charged + coalesce(l.charged, 0) AS charged,
               c.points_refunded + coalesce(l.refunded, 0) AS refunded, coalesce(l.n, 0) AS unrolled,
               coalesce(t.reserved, 0) AS reserved, coalesce(t.in_flight, 0) AS in_flight,
-              coalesce(t.ahead, 0) AS ahead, coalesce(t.others, 0) AS others
+              coalesce(t.ahead, 0) AS ahead, coalesce(t.others, 0) AS others,
+              (SELECT points FROM learned_prices WHERE price_key = $3 AND $3 <> '') AS learned_price
        FROM clients c
        LEFT JOIN LATERAL (SELECT sum(charged) AS charged, sum(refunded) AS refunded, count(*) AS n
                           FROM credit_ledger WHERE client_id = c.id AND NOT rolled_up) l ON true
@@ -71,7 +76,7 @@ export async function readCredit(
                 sum(points_reserved) FILTER (WHERE id <> $2 AND phase <> 'done') AS others
          FROM tasks WHERE client_id = c.id AND points_reserved <> 0) t ON true
        WHERE c.id = $1`,
-      [clientId, around ?? ""],
+      [clientId, around ?? "", priceKey],
     )
   ).rows[0] as Row | undefined;
   if (!r) return undefined;
@@ -88,6 +93,7 @@ export async function readCredit(
       around === null
         ? { inFlight: 0, ahead: 0, others: 0 }
         : { inFlight: Number(r.in_flight), ahead: Number(r.ahead), others: Number(r.others) },
+    learnedPrice: r.learned_price === null ? null : Number(r.learned_price),
   };
 }
 

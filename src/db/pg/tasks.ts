@@ -143,12 +143,17 @@ export function pgTasks(s: PgContext): TaskStore {
         // after it. Every other submission goes on without waiting for anything of its client.
         const decides = (b: CreditBooks | undefined) =>
           b !== undefined && b.position.limit !== null && !b.position.revoked && current.submitAttempts === 0;
-        let books = await readCredit(c, s.pool, current.clientId, current.id);
+        let books = await readCredit(c, s.pool, current.clientId, current.id, current.priceKey);
         if (decides(books)) {
           await lockCredit(c, current.clientId);
-          books = await readCredit(c, s.pool, current.clientId, current.id);
+          books = await readCredit(c, s.pool, current.clientId, current.id, current.priceKey);
         }
-        const learnedPrice = current.priceKey ? await s.learnedPriceIn(c, current.priceKey) : null;
+        // Read with the books (a client without a row has none: read alone then).
+        const learnedPrice = !current.priceKey
+          ? null
+          : books
+            ? books.learnedPrice
+            : await s.learnedPriceIn(c, current.priceKey);
         const position = books?.position;
         const reservations = decides(books) ? books!.reservations : NO_RESERVATIONS;
         const step = decide({ task: current, position, learnedPrice, reservations });
