@@ -13,6 +13,10 @@ import { Lifecycle } from "../../src/core/lifecycle.js";
 import { noNudges } from "../../src/core/nudges.js";
 import type { Store } from "../../src/store/store.js";
 import type { TaskRow } from "../../src/store/rows.js";
+import { silentLogger } from "../../src/logger.js";
+import type { MirrorOptions } from "../../src/workers/mirror.js";
+import { LeaseOwner } from "../../src/workers/owner.js";
+import { imageTaskRow } from "./store-dialects.js";
 
 /** A real S3-compatible server (s3rver) on loopback, with one bucket, in a temp folder. */
 export async function startS3(bucket = "outputs", others: string[] = []) {
@@ -134,6 +138,24 @@ export const mirroringLifecycle = (store: Store, clock: Clock): Lifecycle =>
   new Lifecycle({ store, clock, nudges: noNudges, firstAttemptDelayMs: 0, mirrors: async () => true });
 
 /**
+ * A mirror's options as the mirror suites set them: silent, its own lease owner, loopback hosts
+ * allowed (the file server and s3rver), files up to 1 MiB; `extra` replaces any of them.
+ */
+export function mirrorOptions(
+  deps: Pick<MirrorOptions, "store" | "clock" | "lifecycle" | "encryptionKey">,
+  extra: Partial<MirrorOptions> = {},
+): MirrorOptions {
+  return {
+    ...deps,
+    logger: silentLogger,
+    owner: new LeaseOwner(),
+    allowPrivateNetworks: true,
+    maxBytes: 1 << 20,
+    ...extra,
+  };
+}
+
+/**
  * A task of `clientId` that the upstream shows succeeded with `output`, recorded the way the poller
  * records it (Lifecycle.recordObservation on a claimed, submitted task).
  */
@@ -147,25 +169,7 @@ export async function succeedTask(
 ): Promise<TaskRow> {
   const id = newId("task", now + seq++);
   const { task } = await store.tasks.create({
-    row: {
-      id,
-      clientId,
-      type: "image",
-      model: "p-image",
-      status: "queued",
-      phase: "waiting",
-      requestJson: "{}",
-      callbackUrl,
-      callbackEvents: JSON.stringify(["task.succeeded", "task.failed", "task.canceled"]),
-      idempotencyKey: `k-${id}`,
-      requestHash: "h",
-      upstreamAccount: "default",
-      upstreamIdempotencyKey: `genrelay-${id}`,
-      priceKey: "",
-      nextRunAt: now,
-      createdAt: now,
-      updatedAt: now,
-    },
+    row: imageTaskRow(id, clientId, now, callbackUrl, ["task.succeeded", "task.failed", "task.canceled"]),
     needs: { waiting: false, credit: false },
     admit: () => 0,
   });

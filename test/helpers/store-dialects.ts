@@ -97,6 +97,35 @@ export async function contractClient(store: Store, limits: { creditLimit?: numbe
   return store.clients.insert(row);
 }
 
+/** A plain image task's row as intake writes it, waiting since `now`, its idempotency key `k-<id>`. */
+export function imageTaskRow(
+  id: string,
+  clientId: string,
+  now: number,
+  callbackUrl: string | null,
+  events: string[],
+): NewTaskRequest["row"] {
+  return {
+    id,
+    clientId,
+    type: "image",
+    model: "p-image",
+    status: "queued",
+    phase: "waiting",
+    requestJson: "{}",
+    callbackUrl,
+    callbackEvents: JSON.stringify(events),
+    idempotencyKey: `k-${id}`,
+    requestHash: "h",
+    upstreamAccount: "default",
+    upstreamIdempotencyKey: `genrelay-${id}`,
+    priceKey: "",
+    nextRunAt: now,
+    createdAt: now,
+    updatedAt: now,
+  };
+}
+
 /**
  * A creation request for a plain image task of the client, reserving `reserve` points (the
  * decision reads the waiting count and the credit position, as intake's does); `overrides` replace
@@ -111,23 +140,13 @@ export function contractTask(
   const id = `task_${String(n++).padStart(6, "0")}_${key}`;
   return {
     row: {
-      id,
-      clientId,
-      type: "image",
-      model: "p-image",
-      status: "queued",
-      phase: "waiting",
-      requestJson: "{}",
-      callbackUrl: opts.callbackUrl ?? "https://hooks.example/x",
-      callbackEvents: JSON.stringify(["task.processing", "task.succeeded", "task.failed", "task.canceled"]),
+      ...imageTaskRow(id, clientId, CONTRACT_NOW, opts.callbackUrl ?? "https://hooks.example/x", [
+        "task.processing",
+        "task.succeeded",
+        "task.failed",
+        "task.canceled",
+      ]),
       idempotencyKey: key,
-      requestHash: "h",
-      upstreamAccount: "default",
-      upstreamIdempotencyKey: `genrelay-${id}`,
-      priceKey: "",
-      nextRunAt: CONTRACT_NOW,
-      createdAt: CONTRACT_NOW,
-      updatedAt: CONTRACT_NOW,
     },
     needs: { waiting: true, credit: true },
     admit: () => opts.reserve ?? 0,

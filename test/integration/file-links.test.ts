@@ -4,7 +4,7 @@ import { loadConfig } from "../../src/config.js";
 import { Writable } from "node:stream";
 import { Hono } from "hono";
 import { requestLog } from "../../src/http/middleware.js";
-import { createLogger, silentLogger } from "../../src/logger.js";
+import { createLogger } from "../../src/logger.js";
 import { linkToken, newLinkKey } from "../../src/mirror/links.js";
 import { newClient, revokeClient } from "../../src/services/clients.js";
 import { fileLinkTarget } from "../../src/services/copies.js";
@@ -12,9 +12,15 @@ import { ApiError } from "../../src/services/errors.js";
 import { FileLinkCache, LINK_URL_MIN_LEFT_MS } from "../../src/services/files.js";
 import { deleteStorage, setStorage } from "../../src/services/storage.js";
 import { Mirror } from "../../src/workers/mirror.js";
-import { LeaseOwner } from "../../src/workers/owner.js";
 import { FakeClock } from "../helpers/fake-clock.js";
-import { mirroringLifecycle, startFileServer, startS3, succeedTask, type TestS3 } from "../helpers/mirror.js";
+import {
+  mirroringLifecycle,
+  mirrorOptions,
+  startFileServer,
+  startS3,
+  succeedTask,
+  type TestS3,
+} from "../helpers/mirror.js";
 import { createTestRelay, type TestRelay } from "../helpers/relay.js";
 import { openDatabase } from "../../src/db/sqlite/open.js";
 import { sqliteStore } from "../../src/open-store.js";
@@ -314,17 +320,12 @@ async function copying(store: Store, clock: FakeClock, name: string) {
   const lifecycle = mirroringLifecycle(store, clock);
   const client = await store.clients.insert(newClient(clock.now(), { name }).row);
   await setStorage({ store, config }, client.id, s3.storageBody());
-  const mirror = new Mirror({
-    store,
-    clock,
-    logger: silentLogger,
-    owner: new LeaseOwner(),
-    lifecycle,
-    encryptionKey: config.encryptionKey,
-    allowPrivateNetworks: true,
-    maxBytes: 1 << 20,
-    publicBaseUrl: config.publicBaseUrl,
-  });
+  const mirror = new Mirror(
+    mirrorOptions(
+      { store, clock, lifecycle, encryptionKey: config.encryptionKey },
+      { publicBaseUrl: config.publicBaseUrl },
+    ),
+  );
   cleanups.push(() => mirror.close());
   return { lifecycle, client, mirror };
 }

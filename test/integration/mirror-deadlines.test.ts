@@ -1,18 +1,17 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.js";
-import { silentLogger } from "../../src/logger.js";
 import { Bucket, type BucketConfig, type BucketDeadlines } from "../../src/mirror/bucket.js";
 import { copyFile, type Copied } from "../../src/mirror/copy.js";
 import { SourceFetcher, type SourceOptions } from "../../src/mirror/source.js";
 import { newClient } from "../../src/services/clients.js";
 import { setStorage } from "../../src/services/storage.js";
 import type { Store } from "../../src/store/store.js";
-import { Mirror, type MirrorOptions } from "../../src/workers/mirror.js";
-import { LeaseOwner } from "../../src/workers/owner.js";
+import { Mirror } from "../../src/workers/mirror.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { startDripServer, startSilentServer, type Hostile } from "../helpers/hostile.js";
 import {
   mirroringLifecycle,
+  mirrorOptions,
   patternSha,
   startFileServer,
   startS3,
@@ -254,21 +253,17 @@ describe.each(dialects)("the mirror on %s: a hostile party's copy frees its slot
       s3.storageBody(hostileEndpoint ? { endpoint: hostileEndpoint } : {}),
     );
     await setStorage({ store, config }, victim!.id, s3.storageBody());
-    const opts: MirrorOptions = {
-      store,
-      clock,
-      logger: silentLogger,
-      owner: new LeaseOwner(),
-      lifecycle,
-      encryptionKey: config.encryptionKey,
-      allowPrivateNetworks: true,
-      maxBytes: 1 << 30,
-      // One slot: while the hostile client's copy holds it, nobody else's copy runs.
-      concurrency: 1,
-      idleTimeoutMs: 500,
-      retryScheduleMs: [1_000],
-      deadlines: { download: DOWNLOAD, bucket: BUCKET },
-    };
+    const opts = mirrorOptions(
+      { store, clock, lifecycle, encryptionKey: config.encryptionKey },
+      {
+        maxBytes: 1 << 30,
+        // One slot: while the hostile client's copy holds it, nobody else's copy runs.
+        concurrency: 1,
+        idleTimeoutMs: 500,
+        retryScheduleMs: [1_000],
+        deadlines: { download: DOWNLOAD, bucket: BUCKET },
+      },
+    );
     const mirror = new Mirror(opts);
     cleanups.push(() => mirror.close());
     return { store, clock, lifecycle, hostile: hostile!, victim: victim!, mirror };

@@ -1,14 +1,19 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { silentLogger } from "../../src/logger.js";
 import { newClient } from "../../src/services/clients.js";
 import { setStorage } from "../../src/services/storage.js";
 import type { Store } from "../../src/store/store.js";
 import { Mirror } from "../../src/workers/mirror.js";
-import { LeaseOwner } from "../../src/workers/owner.js";
 import { loadConfig } from "../../src/config.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { storeDialects } from "../helpers/store-dialects.js";
-import { mirroringLifecycle, startFileServer, startS3, succeedTask, type TestS3 } from "../helpers/mirror.js";
+import {
+  mirroringLifecycle,
+  mirrorOptions,
+  startFileServer,
+  startS3,
+  succeedTask,
+  type TestS3,
+} from "../helpers/mirror.js";
 import { startSilentServer } from "../helpers/hostile.js";
 
 /** The mirror stage's store operations and its whole round, on both dialects. */
@@ -43,13 +48,18 @@ const config = loadConfig({
 });
 
 describe.each(dialects)("mirror stage on %s", (_name, make) => {
-  it("claimAcrossClients: every client's oldest before any client's second, the least busy client first, each task to one claimer", async () => {
+  /** A store of this dialect, a fake clock, the mirroring lifecycle, and a client for each name. */
+  async function stage(...names: string[]) {
     const store = await make();
     const clock = new FakeClock();
     const lifecycle = mirroringLifecycle(store, clock);
-    const [a, b, c] = await Promise.all(
-      ["a", "b", "c"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)),
-    );
+    const clients = await Promise.all(names.map((name) => store.clients.insert(newClient(clock.now(), { name }).row)));
+    return { store, clock, lifecycle, clients };
+  }
+
+  it("claimAcrossClients: every client's oldest before any client's second, the least busy client first, each task to one claimer", async () => {
+    const { store, clock, lifecycle, clients } = await stage("a", "b", "c");
+    const [a, b, c] = clients;
     const tasksOf: Record<string, string[]> = { [a!.id]: [], [b!.id]: [], [c!.id]: [] };
     // A floods first; B and C come later.
     for (let i = 0; i < 5; i++)
@@ -102,12 +112,8 @@ describe.each(dialects)("mirror stage on %s", (_name, make) => {
   });
 
   it("claimAcrossClients with clientRoom: a client with no room is left out, the others take no more than theirs (the copy pool's shares)", async () => {
-    const store = await make();
-    const clock = new FakeClock();
-    const lifecycle = mirroringLifecycle(store, clock);
-    const [a, b, c] = await Promise.all(
-      ["a", "b", "c"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)),
-    );
+    const { store, clock, lifecycle, clients } = await stage("a", "b", "c");
+    const [a, b, c] = clients;
     const tasksOf = new Map<string, string[]>([
       [a!.id, []],
       [b!.id, []],
@@ -137,28 +143,15 @@ describe.each(dialects)("mirror stage on %s", (_name, make) => {
   });
 
   it("the copy pool: a client whose bucket never answers holds its share (3 of 4); another client's task takes the reserve at the next tick; no spinning meanwhile", async () => {
-    const store = await make();
-    const clock = new FakeClock();
-    const lifecycle = mirroringLifecycle(store, clock);
+    const { store, clock, lifecycle, clients } = await stage("hostile", "victim");
+    const [hostile, victim] = clients;
     const silent = await startSilentServer();
     cleanups.push(() => silent.close());
-    const [hostile, victim] = await Promise.all(
-      ["hostile", "victim"].map((name) => store.clients.insert(newClient(clock.now(), { name }).row)),
-    );
     await setStorage({ store, config }, hostile!.id, s3.storageBody({ endpoint: silent.url }));
     await setStorage({ store, config }, victim!.id, s3.storageBody());
     for (let i = 0; i < 5; i++)
       await succeedTask(store, lifecycle, hostile!.id, { u: files.url("/f.png") }, clock.now());
-    const mirror = new Mirror({
-      store,
-      clock,
-      logger: silentLogger,
-      owner: new LeaseOwner(),
-      lifecycle,
-      encryptionKey: config.encryptionKey,
-      allowPrivateNetworks: true,
-      maxBytes: 1 << 20,
-    });
+    const mirror = new Mirror(mirrorOptions({ store, clock, lifecycle, encryptionKey: config.encryptionKey }));
     cleanups.push(() => mirror.close());
 
     expect(await mirror.tick()).toMatchObject({ didWork: true });
@@ -188,16 +181,7 @@ describe.each(dialects)("mirror stage on %s", (_name, make) => {
     );
     expect(task).toMatchObject({ phase: "mirroring", status: "processing", pointsReserved: 0 });
     expect(await store.events.ofTask(task.id)).toEqual([]);
-    const mirror = new Mirror({
-      store,
-      clock,
-      logger: silentLogger,
-      owner: new LeaseOwner(),
-      lifecycle,
-      encryptionKey: config.encryptionKey,
-      allowPrivateNetworks: true,
-      maxBytes: 1 << 20,
-    });
+    const mirror = new Mirror(mirrorOptions({ store, clock, lifecycle, encryptionKey: config.encryptionKey }));
     cleanups.push(() => mirror.close());
     expect(await mirror.runOnce()).toBe(1);
     const done = await store.tasks.find(task.id);

@@ -1,10 +1,9 @@
 import { createHash } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { silentLogger } from "../../src/logger.js";
 import { Mirror, type MirrorOptions } from "../../src/workers/mirror.js";
-import { LeaseOwner } from "../../src/workers/owner.js";
 import { createTestRelay, type TestRelay } from "../helpers/relay.js";
 import {
+  mirrorOptions,
   patternSha,
   startBucketProxy,
   startFileServer,
@@ -100,21 +99,22 @@ function relay(env: Record<string, string> = {}): TestRelay {
   return t;
 }
 
+/** A task of the relay's client `clientId` that the upstream shows succeeded with `output`, now. */
+const succeededOn = (t: TestRelay, clientId: string, output: unknown, callbackUrl?: string) =>
+  succeedTask(t.store, t.relay.lifecycle, clientId, output, t.clock.now(), callbackUrl);
+
 /** A mirror on the relay's store with test timings (a short stall limit, one retry 1 s later). */
 function mirrorOf(t: TestRelay, extra: Partial<MirrorOptions> = {}): Mirror {
-  const m = new Mirror({
-    store: t.store,
-    clock: t.clock,
-    logger: silentLogger,
-    owner: new LeaseOwner(),
-    lifecycle: t.relay.lifecycle,
-    encryptionKey: t.config.encryptionKey,
-    allowPrivateNetworks: t.config.webhookAllowPrivateNetworks,
-    maxBytes: t.config.mirrorMaxBytes,
-    idleTimeoutMs: 500,
-    retryScheduleMs: [1_000],
-    ...extra,
-  });
+  const deps = { store: t.store, clock: t.clock, lifecycle: t.relay.lifecycle, encryptionKey: t.config.encryptionKey };
+  const m = new Mirror(
+    mirrorOptions(deps, {
+      allowPrivateNetworks: t.config.webhookAllowPrivateNetworks,
+      maxBytes: t.config.mirrorMaxBytes,
+      idleTimeoutMs: 500,
+      retryScheduleMs: [1_000],
+      ...extra,
+    }),
+  );
   mirrors.push(m);
   return m;
 }
@@ -205,7 +205,7 @@ describe("mirroring a succeeded task's output", () => {
         video: { url: files.url("/out/clip") },
         note: "not a url",
       };
-      const task = await succeedTask(t.store, t.relay.lifecycle, c.id, output, t.clock.now(), receiver.url("/hook"));
+      const task = await succeededOn(t, c.id, output, receiver.url("/hook"));
       // Upstream says succeeded; the relay holds the event until the copies exist.
       expect(task).toMatchObject({ status: "processing", phase: "mirroring" });
       expect(await eventsOf(t, task.id)).toEqual([]);
@@ -267,19 +267,13 @@ describe("mirroring a succeeded task's output", () => {
   it("a client without a bucket is not held back; public_base_url gives base + key", async () => {
     const t = relay();
     const plain = t.client("plain");
-    const plainTask = await succeedTask(
-      t.store,
-      t.relay.lifecycle,
-      plain.id,
-      { url: files.url("/out/a.png") },
-      t.clock.now(),
-    );
+    const plainTask = await succeededOn(t, plain.id, { url: files.url("/out/a.png") });
     expect(plainTask).toMatchObject({ status: "succeeded", phase: "done" });
     expect((await eventsOf(t, plainTask.id))[0]!.body.data.files).toBeUndefined();
 
     const c = t.client("public");
     await setBucket(t, c.apiKey, { public_base_url: "https://cdn.example.com/media/" });
-    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { url: files.url("/out/a.png") }, t.clock.now());
+    const task = await succeededOn(t, c.id, { url: files.url("/out/a.png") });
     await mirrorOf(t).runOnce();
     const files0 = (await eventsOf(t, task.id))[0]!.body.data.files[0];
     expect(files0.url).toBe(`https://cdn.example.com/media/gen/${task.id}/0.png`);
@@ -323,7 +317,7 @@ describe("bad input ends in a clear files[i].error and an event, never a stuck t
     const c = t.client();
     await setBucket(t, c.apiKey);
     const output = { images: [{ url: files.url(path) }, { url: files.url("/out/a.png") }] };
-    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, output, t.clock.now());
+    const task = await succeededOn(t, c.id, output);
     const data = await mirrorUntilDone(t, mirrorOf(t), task.id);
     expect(data.files).toEqual([
       { source_url: files.url(path), error: expect.stringMatching(error) },
@@ -340,7 +334,7 @@ describe("bad input ends in a clear files[i].error and an event, never a stuck t
       c.id,
       s3.storageBody(),
     );
-    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { url: files.url("/out/a.png") }, t.clock.now());
+    const task = await succeededOn(t, c.id, { url: files.url("/out/a.png") });
     const data = await mirrorUntilDone(t, mirrorOf(t), task.id);
     expect(data.files).toEqual([
       {
@@ -370,7 +364,7 @@ describe("bad input ends in a clear files[i].error and an event, never a stuck t
       const t = relay();
       const c = t.client();
       await setBucket(t, c.apiKey, { endpoint: proxy.endpoint });
-      const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { url: files.url("/out/a.png") }, t.clock.now());
+      const task = await succeededOn(t, c.id, { url: files.url("/out/a.png") });
       const data = await mirrorUntilDone(t, mirrorOf(t), task.id);
       expect(data.files).toEqual([{ source_url: files.url("/out/a.png"), error: expect.stringMatching(error) }]);
     } finally {
@@ -382,7 +376,7 @@ describe("bad input ends in a clear files[i].error and an event, never a stuck t
     const t = relay();
     const c = t.client();
     await setBucket(t, c.apiKey, { access_key_id: "NOT-A-KEY" });
-    const task = await succeedTask(t.store, t.relay.lifecycle, c.id, { url: files.url("/out/a.png") }, t.clock.now());
+    const task = await succeededOn(t, c.id, { url: files.url("/out/a.png") });
     const data = await mirrorUntilDone(t, mirrorOf(t), task.id);
     expect(data.files[0].error).toMatch(
       /^bucket: wrong credentials: the bucket does not know this access key id \(InvalidAccessKeyId\)/,
@@ -393,13 +387,7 @@ describe("bad input ends in a clear files[i].error and an event, never a stuck t
     const t = relay();
     const c = t.client();
     await setBucket(t, c.apiKey, { bucket: "doomed" });
-    const task = await succeedTask(
-      t.store,
-      t.relay.lifecycle,
-      c.id,
-      { url: files.url("/out/gated.bin") },
-      t.clock.now(),
-    );
+    const task = await succeededOn(t, c.id, { url: files.url("/out/gated.bin") });
     const m = mirrorOf(t);
     armGate();
     const first = m.runOnce();
@@ -424,13 +412,7 @@ describe("crash safety", () => {
     const t = relay();
     const c = t.client();
     await setBucket(t, c.apiKey);
-    const task = await succeedTask(
-      t.store,
-      t.relay.lifecycle,
-      c.id,
-      { a: files.url("/out/a.png"), b: files.url("/out/gated.bin") },
-      t.clock.now(),
-    );
+    const task = await succeededOn(t, c.id, { a: files.url("/out/a.png"), b: files.url("/out/gated.bin") });
     const dying = mirrorOf(t, { leaseMs: 30_000 });
     armGate();
     const cut = dying.runOnce();
@@ -490,13 +472,7 @@ describe("dashboard", () => {
     const t = relay();
     const c = t.client();
     await setBucket(t, c.apiKey);
-    const task = await succeedTask(
-      t.store,
-      t.relay.lifecycle,
-      c.id,
-      { images: [{ url: files.url("/out/a.png") }] },
-      t.clock.now(),
-    );
+    const task = await succeededOn(t, c.id, { images: [{ url: files.url("/out/a.png") }] });
     await mirrorOf(t).runOnce();
     const v = await signedIn(t, c.apiKey);
     const res = await v.get(`/dashboard/tasks/${task.id}`);
