@@ -20,7 +20,8 @@ declare module "vitest" {
   }
 }
 
-export const TEMPLATE = "genrelay_template";
+/** GENRELAY_TEST_TEMPLATE names another template: test/e2e/gate.test.ts's fixture runs on this run's server use their own. */
+export const TEMPLATE = process.env.GENRELAY_TEST_TEMPLATE ?? "genrelay_template";
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const external = process.env.GENRELAY_TEST_DATABASE_URL;
