@@ -5,5 +5,10 @@ export interface AppEnv {
   Variables: {
     requestId: string;
     client: ClientRow;
+    /**
+     * The request's JSON body as boundedBodies parsed it (undefined: not parsed there). hono keeps
+     * the body's text, not its value: every c.req.json() parses the text again.
+     */
+    jsonBody: unknown;
   };
 }

@@ -237,7 +237,7 @@ export function boundedBodies(ownLimits: readonly string[]): MiddlewareHandler<A
   // hono's bodyLimit would build a full web Request and stream to ask whether there is a body
   // (a fifth of the intake's CPU), where the lightweight request reads the body directly.
   const counted = bodyLimit({ maxSize: MAX_BODY_BYTES, onError: payloadTooLarge }) as MiddlewareHandler<AppEnv>;
-  // Parsing here (hono caches the result for the validator) turns malformed JSON into our 400.
+  // Parsing here turns malformed JSON into our 400; the value is kept for the route (jsonBody).
   const parse = async (c: Context<AppEnv>, next: () => Promise<void>): Promise<Response | undefined> => {
     let body: unknown;
     try {
@@ -250,6 +250,7 @@ export function boundedBodies(ownLimits: readonly string[]): MiddlewareHandler<A
     if (nestingDepth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
       return errorResponse(c, "invalid_request", `The request body nests deeper than ${MAX_JSON_DEPTH} levels.`);
     }
+    c.set("jsonBody", body);
     await next();
     return undefined;
   };

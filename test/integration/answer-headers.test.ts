@@ -1,5 +1,5 @@
 import { Agent, request } from "undici";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { servedRelayPerFile } from "../helpers/served.js";
 import { imageBody } from "../helpers/relay.js";
 
@@ -108,4 +108,24 @@ describe("answers served over HTTP carry the headers they carry in process", () 
       expect(Object.keys(shape(wire.headers)).sort()).toEqual(["content-type", "x-request-id"]);
     },
   );
+});
+
+describe("a creation's body", () => {
+  it("is parsed once: boundedBodies' value is the one validated (jsonBody), not the text parsed again", async () => {
+    const text = JSON.stringify(imageBody({ prompt: "parsed once" }));
+    const parse = vi.spyOn(JSON, "parse");
+    try {
+      const res = await request(`${served.origin}${CREATE}`, {
+        method: "POST",
+        dispatcher: agent,
+        headers: { ...headersOf({ key: "parse-key-0001" }), "content-type": "application/json" },
+        body: text,
+      });
+      expect(res.statusCode).toBe(201);
+      await res.body.text();
+      expect(parse.mock.calls.filter(([arg]) => arg === text)).toHaveLength(1);
+    } finally {
+      parse.mockRestore();
+    }
+  });
 });

@@ -100,9 +100,9 @@ export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: Service
       const contentType = c.req.header("content-type");
       if (contentType ? !JSON_REQUEST.test(contentType) : await hasRequestBody(c))
         throw new HTTPException(415, { message: "Unsupported Media Type" });
-      // boundedBodies parsed the body already (hono keeps it); another media type validates {}.
+      // boundedBodies parsed the body already (jsonBody); another media type validates {}.
       const json = contentType && JSON_MEDIA_TYPE.test(contentType.split(";")[0]!.trim().toLowerCase());
-      const parsed = bodySchema.safeParse(json ? await c.req.json() : {});
+      const parsed = bodySchema.safeParse(json ? (c.get("jsonBody") ?? (await c.req.json())) : {});
       if (!parsed.success) return validationFailure(c, "json", parsed.error);
       return create(c, deps, type, headers.data, parsed.data as Record<string, unknown>);
     });
