@@ -229,6 +229,27 @@ export const claimEvents = (
   extra: Partial<Parameters<Store["events"]["claimDue"]>[0]> = {},
 ) => store.events.claimDue({ ...lease(token), excludeKeys: [], keyRoom: () => 100, maxPerKey: 100, ...extra });
 
+/**
+ * The fixtures above as one object, so a conformance file takes the ones it uses in one line
+ * (`const { NOW, task, lease } = fixtures;`) instead of an import list of its own.
+ */
+export const fixtures = {
+  NOW,
+  client,
+  task,
+  fresh,
+  seq,
+  lease,
+  opts,
+  clientOn,
+  tasksOf,
+  eventsOf,
+  ownKeyEvents,
+  processedThenSucceeded,
+  attemptOf,
+  claimEvents,
+};
+
 // ---- hostile values -------------------------------------------------------------------------
 
 /** 1 MiB of text that does not compress (an index entry of it cannot shrink below the page). */

@@ -3,19 +3,7 @@ import { newClient } from "../../src/services/clients.js";
 import type { NudgeTarget } from "../../src/store/store.js";
 import { destinationHost } from "../../src/webhooks/destination.js";
 import { memoryStore } from "../helpers/memory-store.js";
-import {
-  claimEvents,
-  client,
-  conformance,
-  eventsOf,
-  fresh,
-  lease,
-  NOW,
-  opts,
-  task,
-  tasksOf,
-  type Probe,
-} from "../helpers/conformance.js";
+import { conformance, fixtures, type Probe } from "../helpers/conformance.js";
 
 /**
  * OpsStore conformance (checklist: store-conformance.md): leadership, nudges, recovery, lease
@@ -23,6 +11,7 @@ import {
  * (one process on SQLite, several on PostgreSQL), each test says what each must do.
  */
 const suite = conformance();
+const { claimEvents, client, eventsOf, fresh, lease, NOW, opts, task, tasksOf } = fixtures;
 
 describe.each(suite.dialects)("OpsStore on %s", (name, h) => {
   it("dialect names the driver", async () => {

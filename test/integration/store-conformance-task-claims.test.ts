@@ -1,24 +1,13 @@
 import { describe, expect, it } from "vitest";
 import type { Store } from "../../src/store/store.js";
-import {
-  attemptOf,
-  claimEvents,
-  clientOn,
-  conformance,
-  fresh,
-  lease,
-  NOW,
-  opts,
-  task,
-  tasksOf,
-  type Probe,
-} from "../helpers/conformance.js";
+import { conformance, fixtures, type Probe } from "../helpers/conformance.js";
 
 /**
  * TaskStore conformance, claims and scheduling (checklist: store-conformance.md): every claim, the
  * due times, the accounts' work and pruning, on both drivers, raced by processes and left by dead ones.
  */
 const suite = conformance();
+const { attemptOf, claimEvents, clientOn, fresh, lease, NOW, opts, task, tasksOf } = fixtures;
 const ids = (rows: Array<{ id: string }>) => rows.map((r) => r.id);
 
 /** `count` tasks of a client that are running upstream (phase submitted). */

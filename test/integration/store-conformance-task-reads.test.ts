@@ -1,21 +1,11 @@
 import { describe, expect, it } from "vitest";
 import type { Store } from "../../src/store/store.js";
 import type { TaskRow } from "../../src/store/rows.js";
-import {
-  client,
-  clientOn,
-  conformance,
-  fresh,
-  lease,
-  NOW,
-  opts,
-  task,
-  tasksOf,
-  type Probe,
-} from "../helpers/conformance.js";
+import { conformance, fixtures, type Probe } from "../helpers/conformance.js";
 
 /** TaskStore conformance, reads (checklist: store-conformance.md): lookups, lists, counts and the dashboard's reads, on both drivers. */
 const suite = conformance();
+const { client, clientOn, fresh, lease, NOW, opts, task, tasksOf } = fixtures;
 const ids = (rows: TaskRow[]) => rows.map((r) => r.id);
 
 /** A new task of the client with `extra` in its row, created at `at`. */
