@@ -4,8 +4,16 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
-import { afterEach, describe, expect, it } from "vitest";
-import { DIST, sqliteSetup, startReceiver, startRelayProcess, until, type Child } from "./process.js";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import {
+  DIST,
+  sqliteSetup,
+  startReceiver,
+  startRelayProcess,
+  startSqliteSimulator,
+  until,
+  type Child,
+} from "./process.js";
 
 /**
  * The built relay with the real OTLP/HTTP exporter, configured only by the standard OTEL_*
@@ -71,6 +79,14 @@ const attr = (s: OtlpSpan, key: string) => {
 describe.skipIf(!built)("OTLP/HTTP export from the built relay, configured by environment", () => {
   const children: Child[] = [];
   const cleanups: Array<() => Promise<void> | void> = [];
+  // One simulator for the file: each test has its own database, client, relay, collector and receiver.
+  let sim: Awaited<ReturnType<typeof startSqliteSimulator>>;
+  beforeAll(async () => {
+    sim = await startSqliteSimulator();
+  });
+  afterAll(async () => {
+    await sim?.simulator.kill("SIGKILL");
+  });
   afterEach(async () => {
     await Promise.all(children.splice(0).map((c) => c.kill("SIGKILL")));
     while (cleanups.length > 0) await cleanups.pop()!();
@@ -79,8 +95,7 @@ describe.skipIf(!built)("OTLP/HTTP export from the built relay, configured by en
   async function run(protocol: "http/json" | "http/protobuf") {
     const dir = mkdtempSync(join(tmpdir(), "genrelay-otlp-"));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
-    const setup = await sqliteSetup(dir, "otlp");
-    children.push(setup.simulator);
+    const setup = await sqliteSetup(dir, "otlp", sim);
     const collector = await startCollector();
     cleanups.push(collector.close);
     const receiver = await startReceiver();

@@ -246,8 +246,9 @@ export interface SqliteSetup {
   secret: string;
 }
 
-export async function sqliteSetup(dir: string, clientName: string): Promise<SqliteSetup> {
-  const { simulator, simUrl } = await startSimulator({
+/** sqliteSetup's simulator: short timings, no read limit. */
+export function startSqliteSimulator(): Promise<{ simulator: Child; simUrl: string }> {
+  return startSimulator({
     SIM_API_KEYS: "e2e-upstream-key",
     SIM_READS_PER_MINUTE: "0",
     SIM_IMAGE_QUEUED_MS: "200",
@@ -255,6 +256,18 @@ export async function sqliteSetup(dir: string, clientName: string): Promise<Sqli
     SIM_VIDEO_QUEUED_MS: "300",
     SIM_VIDEO_PROCESSING_MS: "1500",
   });
+}
+
+/**
+ * `sim`: a startSqliteSimulator() already running, shared by a file's tests where none reads the
+ * simulator's own counts (a process start costs about 1 s of CPU); without it, one of the setup's own.
+ */
+export async function sqliteSetup(
+  dir: string,
+  clientName: string,
+  sim?: { simulator: Child; simUrl: string },
+): Promise<SqliteSetup> {
+  const { simulator, simUrl } = sim ?? (await startSqliteSimulator());
   const database = { DATABASE_PATH: join(dir, "relay.db") };
   const relayEnv = relayEnvFor(database, { url: simUrl, key: "e2e-upstream-key", readsPerMinute: "600" });
   return { simulator, simUrl, relayEnv, ...createClient(database, clientName) };

@@ -6,9 +6,9 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import amqp from "amqplib";
 import { Webhook } from "standardwebhooks";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { sqsClientOf, sqsEndpointBody, startNats, startRabbit, startSqs } from "../helpers/brokers.js";
-import { type Child, DIST, sqliteSetup, startRelayProcess, until } from "./process.js";
+import { type Child, DIST, sqliteSetup, startRelayProcess, startSqliteSimulator, until } from "./process.js";
 
 /**
  * The built relay as a process publishing to a queue endpoint (a real RabbitMQ, NATS JetStream or
@@ -119,6 +119,15 @@ async function startRelay(env: Record<string, string>): Promise<{ child: Child; 
 }
 
 describe.skipIf(!built)("a relay killed while publishing to a queue", () => {
+  // One simulator for the file: each kind has its own broker, database, client and relays.
+  let sim: Awaited<ReturnType<typeof startSqliteSimulator>>;
+  beforeAll(async () => {
+    sim = await startSqliteSimulator();
+  });
+  afterAll(async () => {
+    await sim?.simulator.kill("SIGKILL");
+  });
+
   it.each(["amqp", "nats", "sqs"] as const)(
     "%s: SIGKILL mid-publishing, restart on the same database: every task's task.succeeded is at the broker with its webhook-id",
     async (kind) => {
@@ -126,8 +135,7 @@ describe.skipIf(!built)("a relay killed while publishing to a queue", () => {
       cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
       const broker = await KINDS[kind]();
 
-      const { simulator, relayEnv: env, apiKey, secret } = await sqliteSetup(dir, "queue-crash");
-      children.push(simulator);
+      const { relayEnv: env, apiKey, secret } = await sqliteSetup(dir, "queue-crash", sim);
 
       // Every message the stream stores, verified as a consumer would: task id → the webhook-ids it came with.
       const wh = new Webhook(secret);
