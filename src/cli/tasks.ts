@@ -1,5 +1,6 @@
 import { TASK_STATUSES, type TaskStatus } from "../statuses.js";
 import type { AttemptRow, ClientRow, EventRow, TaskRow } from "../store/rows.js";
+import { outputTextOf } from "../core/stored-output.js";
 import { iso, out, parse, positionalsAtMost, UsageError, wholeNumber } from "./common.js";
 import { cliLifecycle, type CliContext } from "./context.js";
 import { ApiError } from "../services/errors.js";
@@ -216,7 +217,8 @@ async function show(args: string[], ctx: CliContext): Promise<number> {
       `${matches.length} tasks have upstream id ${id} (on different upstream accounts): ${matches.map((t) => t.id).join(", ")}; show one by its relay id`,
     );
   }
-  const task = matches[0]!;
+  // An output kept in pieces (core/stored-output.ts) is shown whole, as one stored in the row.
+  const task = { ...matches[0]!, outputJson: await outputTextOf(matches[0]!, store.outputs) };
   const events = await store.events.ofTask(task.id);
   const attempts = await store.events.attemptsOfTask(task.id);
   const client = await store.clients.find(task.clientId);

@@ -6,6 +6,7 @@ import type { Nudges } from "./nudges.js";
 import { jsonTextOf } from "../upstream/json-text.js";
 import type { UpstreamTask } from "../upstream/types.js";
 import { TERMINAL_STATUSES } from "./transition.js";
+import { keepLongOutputApart } from "./stored-output.js";
 
 /** What a task's `error` says: the upstream's code, message and request id, and its details when it gave any. */
 export interface TaskError {
@@ -132,7 +133,13 @@ export class Lifecycle {
       ...this.options(token),
       expectedDurationMs: starts ? await this.deps.expectedDuration!(task) : null,
     };
-    const updated = await this.deps.store.tasks.transition(task, await this.mirrorFirst(task, patch, opts.now), opts);
+    // A long output is written in pieces before the transition that refers to it (core/stored-output.ts).
+    const planned = await keepLongOutputApart(
+      this.deps.store.outputs,
+      await this.mirrorFirst(task, patch, opts.now),
+      opts.now,
+    );
+    const updated = await this.deps.store.tasks.transition(task, planned, opts);
     if (!updated) return undefined;
     await this.changed(task, updated, opts.now);
     return updated;

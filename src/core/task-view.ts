@@ -1,7 +1,7 @@
 import type { EventRow, TaskRow } from "../store/rows.js";
 import type { TaskStatus } from "../statuses.js";
 import type { FileRecord } from "../mirror/copy.js";
-import { JsonText } from "../upstream/json-text.js";
+import { JsonText, PiecedJsonText } from "../upstream/json-text.js";
 
 export interface DeliverySummary {
   status: "none" | "pending" | "succeeded" | "failed";
@@ -102,24 +102,31 @@ export function taskUsage(task: TaskRow): TaskUsage {
   return { points_charged: task.pointsCharged, points_refunded: task.pointsRefunded };
 }
 
+/** How a view reads an output kept in pieces outside the row (OutputStore.pieces, core/stored-output.ts). */
+export type OutputPieces = (ref: string) => AsyncIterable<string>;
+
 /**
  * The stored output as its text, never parsed here (issue #38 item 7): answers and webhook bodies
  * splice it in as stored (stringifyWithText), so a 7 MB output costs a copy, not a parse and a
- * stringify on the event loop, and the bytes sent are the bytes stored.
+ * stringify on the event loop, and the bytes sent are the bytes stored. An output kept in pieces
+ * is streamed from them into the answer (http/json-answer.ts).
  */
-export function taskOutput(task: TaskRow): JsonText | null {
-  return task.outputJson === null ? null : new JsonText(task.outputJson);
+export function taskOutput(task: TaskRow, pieces: OutputPieces): JsonText | PiecedJsonText | null {
+  if (task.outputJson !== null) return new JsonText(task.outputJson);
+  const ref = task.outputRef;
+  return ref === null ? null : new PiecedJsonText(() => pieces(ref));
 }
 
 export function taskView(
   task: TaskRow,
+  pieces: OutputPieces,
   delivery?: DeliverySummary,
   queuePosition?: number | null,
   estimatedCompletionAt: number | null = null,
 ): TaskView {
   return {
     data: taskData(task, delivery, queuePosition, estimatedCompletionAt),
-    output: taskOutput(task),
+    output: taskOutput(task, pieces),
     usage: taskUsage(task),
   };
 }
@@ -136,8 +143,10 @@ export function flatTask(
   opts: { maxOutputBytes?: number; estimatedCompletionAt?: number | null } = {},
 ): FlatTask {
   const data = taskData(task, delivery, undefined, opts.estimatedCompletionAt ?? null);
-  if (opts.maxOutputBytes !== undefined && task.outputJson !== null && task.outputJson.length > opts.maxOutputBytes) {
-    return { ...data, output: null, usage: taskUsage(task), output_omitted: true };
-  }
-  return { ...data, output: taskOutput(task), usage: taskUsage(task) };
+  // An output kept in pieces is longer than any body this builds (OUTPUT_ROW_MAX_CHARS): never read for one.
+  const tooLong =
+    task.outputRef !== null ||
+    (opts.maxOutputBytes !== undefined && task.outputJson !== null && task.outputJson.length > opts.maxOutputBytes);
+  if (tooLong) return { ...data, output: null, usage: taskUsage(task), output_omitted: true };
+  return { ...data, output: task.outputJson === null ? null : new JsonText(task.outputJson), usage: taskUsage(task) };
 }

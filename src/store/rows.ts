@@ -48,6 +48,8 @@ export type TaskRow = {
   storedBytes: number;
   traceparent: string | null;
   tracestate: string | null;
+  /** A long output's pieces (OutputStore), when output_json is left null for it; null otherwise. */
+  outputRef: string | null;
 };
 
 export type NewTaskRow = {
@@ -89,6 +91,7 @@ export type NewTaskRow = {
   storedBytes?: number | undefined;
   traceparent?: string | null | undefined;
   tracestate?: string | null | undefined;
+  outputRef?: string | null | undefined;
 };
 
 export type EventRow = {

@@ -57,7 +57,33 @@ export interface Store {
   readonly notices: NoticeStore;
   readonly limits: RateLimitStore;
   readonly ops: OpsStore;
+  /** Long task outputs kept out of the task row, in pieces (core/stored-output.ts). */
+  readonly outputs: OutputStore;
   close(): Promise<void>;
+}
+
+/**
+ * A long output in pieces outside the task row (issue #38 item 7): written piece by piece, each
+ * piece one short write of its own (on SQLite one unit of the group commit), before the transition
+ * that puts the ref on the task; read piece by piece. So no single step on the event loop handles
+ * the whole text, and the task row the workers read stays small. A ref no task holds (its writer
+ * died before its transition, or the transition lost its lease) is swept once it is old.
+ */
+export interface OutputStore {
+  /** Writes `pieces` in order under `ref`, a new id (the last one marked). */
+  write(ref: string, pieces: readonly string[], now: number): Promise<void>;
+  /** The pieces of `ref`, in order, each read on its own; throws OutputMissingError if any is missing. */
+  pieces(ref: string): AsyncIterable<string>;
+  /** Deletes the pieces of refs no task holds, written before `before`; at most `batch` refs. Answers how many refs. */
+  sweep(before: number, batch: number): Promise<number>;
+}
+
+/** A stored output that is not (or no longer) whole: pruned while read, or never finished. */
+export class OutputMissingError extends Error {
+  override readonly name = "OutputMissingError";
+  constructor(ref: string, seq: number) {
+    super(`output ${ref} has no piece ${seq}`);
+  }
 }
 
 /** A client's credit position: the ledger's totals, what its open tasks hold, and its limit. */

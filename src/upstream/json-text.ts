@@ -1,10 +1,11 @@
 import { randomUUID } from "node:crypto";
 
 /**
- * Set only while `stringifyWithText` runs (JSON.stringify is synchronous, so nothing else can see
- * it): each JsonText met on the way is collected here and written as a marker.
+ * Set only while `stringifyWithText` or `stringifyInParts` runs (JSON.stringify is synchronous, so
+ * nothing else can see it): each JsonText or PiecedJsonText met on the way is collected here and
+ * written as a marker.
  */
-let splicing: string[] | null = null;
+let splicing: Array<string | PiecedJsonText> | null = null;
 /** A NUL and a random id: no string from outside can pass for a marker. */
 const MARK = `\u0000genrelay-text:${randomUUID()}:`;
 const MARKER = new RegExp(`${JSON.stringify(MARK).slice(0, -1).replaceAll("\\", "\\\\")}(\\d+)"`, "g");
@@ -29,19 +30,65 @@ export function jsonTextOf(value: unknown): string | null {
 }
 
 /**
+ * A JSON value stored in pieces outside its row (a long task output, core/stored-output.ts): an
+ * answer streams the pieces in order (stringifyInParts, http/json-answer.ts), so the whole text is
+ * never one string on the event loop. It has no synchronous JSON form: anything else that meets
+ * one throws, rather than send an answer without the output.
+ */
+export class PiecedJsonText {
+  constructor(readonly pieces: () => AsyncIterable<string>) {}
+  toJSON(): unknown {
+    if (splicing !== null) return `${MARK}${splicing.push(this) - 1}`;
+    throw new TypeError("a stored output in pieces is written only by stringifyInParts");
+  }
+}
+
+/** JSON.stringify(value) with the JsonTexts and PiecedJsonTexts inside written as markers, and what they stand for. */
+function stringifyMarked(value: unknown): { json: string; texts: Array<string | PiecedJsonText> } {
+  const texts: Array<string | PiecedJsonText> = [];
+  splicing = texts;
+  try {
+    return { json: JSON.stringify(value), texts };
+  } finally {
+    splicing = null;
+  }
+}
+
+/**
  * JSON.stringify(value), with every JsonText inside written as its stored text, byte for byte: the
  * rest (small) is serialized, the texts are spliced in, never parsed and written again. So a task
  * answer carries a 7 MB output for the cost of a copy, and says exactly what was stored.
  */
 export function stringifyWithText(value: unknown): string {
-  const texts: string[] = [];
-  splicing = texts;
-  let json: string;
-  try {
-    json = JSON.stringify(value);
-  } finally {
-    splicing = null;
-  }
+  const { json, texts } = stringifyMarked(value);
   if (texts.length === 0) return json;
-  return json.replace(MARKER, (_m, i: string) => texts[Number(i)]!);
+  return json.replace(MARKER, (_m, i: string) => {
+    const text = texts[Number(i)]!;
+    if (typeof text !== "string") throw new TypeError("a stored output in pieces is written only by stringifyInParts");
+    return text;
+  });
+}
+
+/**
+ * As stringifyWithText, in parts: the JSON text around each PiecedJsonText, and the PiecedJsonText
+ * itself where its pieces go. Without one, a single string.
+ */
+export function stringifyInParts(value: unknown): Array<string | PiecedJsonText> {
+  const { json, texts } = stringifyMarked(value);
+  if (texts.length === 0) return [json];
+  const parts: Array<string | PiecedJsonText> = [];
+  let text = "";
+  let from = 0;
+  for (const m of json.matchAll(MARKER)) {
+    const stored = texts[Number(m[1])]!;
+    text += json.slice(from, m.index);
+    from = m.index + m[0].length;
+    if (typeof stored === "string") text += stored;
+    else {
+      parts.push(text, stored);
+      text = "";
+    }
+  }
+  parts.push(text + json.slice(from));
+  return parts;
 }

@@ -1,5 +1,6 @@
 import type { Clock } from "../clock.js";
 import type { Lifecycle } from "../core/lifecycle.js";
+import { outputTextOf } from "../core/stored-output.js";
 import type { Logger } from "../logger.js";
 import { Bucket, type BucketDeadlines } from "../mirror/bucket.js";
 import { copyFile, CopyError, type FileRecord } from "../mirror/copy.js";
@@ -22,7 +23,7 @@ export interface MirrorMetrics {
 }
 
 /** The mirror's port of the Store: the tasks it copies and their clients' buckets. */
-export type MirrorStore = Pick<Store, "tasks" | "clients">;
+export type MirrorStore = Pick<Store, "tasks" | "clients" | "outputs">;
 
 export interface MirrorOptions {
   store: MirrorStore;
@@ -160,7 +161,7 @@ export class Mirror extends PooledWorker<TaskRow> {
 
   private async copyRound(task: TaskRow, token: string, abort: AbortController): Promise<void> {
     const { store, clock, lifecycle, logger } = this.opts;
-    const urls = outputUrls(task.outputJson);
+    const urls = outputUrls(await outputTextOf(task, store.outputs));
     const progress = readProgress(task.filesJson, urls);
     const client = await store.clients.find(task.clientId);
     let bucket: Bucket | null = null;

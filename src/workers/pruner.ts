@@ -1,4 +1,5 @@
 import type { Clock } from "../clock.js";
+import { ORPHAN_OUTPUT_AGE_MS } from "../core/stored-output.js";
 import type { Logger } from "../logger.js";
 import type { Store } from "../store/store.js";
 import type { TickResult } from "./loop.js";
@@ -11,7 +12,7 @@ const PERIOD_MS = 60 * 60 * 1000;
 export class Pruner {
   constructor(
     private readonly opts: {
-      store: Pick<Store, "tasks" | "notices">;
+      store: Pick<Store, "tasks" | "notices" | "outputs">;
       clock: Clock;
       logger: Logger;
       retentionDays: number;
@@ -23,7 +24,9 @@ export class Pruner {
     const before = this.opts.clock.now() - this.opts.retentionDays * DAY_MS;
     const tasks = await this.opts.store.tasks.pruneFinished(before, BATCH);
     const notices = await this.opts.store.notices.prune(before, BATCH);
-    return Math.max(tasks, notices);
+    // Outputs in pieces whose task is gone, or whose transition never came (core/stored-output.ts).
+    const outputs = await this.opts.store.outputs.sweep(this.opts.clock.now() - ORPHAN_OUTPUT_AGE_MS, BATCH);
+    return Math.max(tasks, notices, outputs);
   }
 
   async tick(): Promise<TickResult> {

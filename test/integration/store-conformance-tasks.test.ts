@@ -60,6 +60,7 @@ describe.each(suite.dialects)("TaskStore intake and state changes on %s", (_name
       storedBytes: 0,
       traceparent: null,
       tracestate: null,
+      outputRef: null,
     });
     expect(await store.tasks.find(created.id)).toEqual(created);
     expect((await store.clients.creditPosition(c.id))!.reserved).toBe(25);

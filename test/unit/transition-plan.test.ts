@@ -51,6 +51,7 @@ function task(over: Partial<TaskRow> = {}): TaskRow {
     storedBytes: 0,
     traceparent: null,
     tracestate: null,
+    outputRef: null,
     ...over,
   };
 }

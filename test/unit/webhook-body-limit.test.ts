@@ -57,6 +57,7 @@ function row(over: Partial<TaskRow> = {}): TaskRow {
     storedBytes: 0,
     traceparent: null,
     tracestate: null,
+    outputRef: null,
     ...over,
   };
 }

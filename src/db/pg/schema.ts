@@ -109,6 +109,11 @@ export const tasks = pgTable(
     /** W3C trace context the task carries (docs/operations.md, "Tracing"): every upstream call and delivery attempt continues it. */
     traceparent: text("traceparent"),
     tracestate: text("tracestate"),
+    /**
+     * An output too long for the row (core/stored-output.ts): its pieces in task_output_pieces under
+     * this ref, and output_json null. Reads of the row stay small; answers stream the pieces.
+     */
+    outputRef: text("output_ref"),
   },
   (t) => [
     uniqueIndex("tasks_client_idempotency_uq").on(t.clientId, t.idempotencyKey),
@@ -124,7 +129,29 @@ export const tasks = pgTable(
     index("tasks_client_phase_idx").on(t.clientId, t.phase),
     // A client's reservations summed on read (db/pg/credit-books.ts): only the tasks holding one.
     index("tasks_client_reserved_idx").on(t.clientId, t.pointsReserved).where(sql`points_reserved <> 0`),
+    // The orphan sweep asks whether any task holds a ref.
+    index("tasks_output_ref_idx").on(t.outputRef).where(sql`output_ref IS NOT NULL`),
   ],
+);
+
+/**
+ * A long output in pieces (core/stored-output.ts), written before the transition that puts its ref
+ * on the task, each piece in a short write of its own: no step holds the event loop for the whole
+ * text. A ref no task holds is a writer killed before its transition, swept after an hour.
+ */
+export const taskOutputPieces = pgTable(
+  "task_output_pieces",
+  {
+    ref: text("ref").notNull(),
+    seq: ms("seq").notNull(),
+    /** The last piece is marked, so a reader tells a whole output from one cut short. */
+    last: boolean("last").notNull(),
+    text: text("text").notNull(),
+    /** The piece's UTF-8 bytes: what it adds to its client's stored bytes (a trigger sums them, never reading the text). */
+    bytes: ms("bytes").notNull(),
+    createdAt: ms("created_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.ref, t.seq] }), index("task_output_pieces_created_idx").on(t.createdAt)],
 );
 
 export const events = pgTable(

@@ -12,6 +12,7 @@ import type {
   NoticeStore,
   NudgeTarget,
   OpsStore,
+  OutputStore,
   RateLimitStore,
   SessionStore,
   Store,
@@ -46,6 +47,7 @@ import type { PendingAttempt, PgContext } from "./context.js";
 import { foldStoredBytesLog } from "./stored-bytes-log.js";
 import { returnGrants, StoredBytesGrants } from "./stored-bytes-grants.js";
 import { NOTIFY_IF_WATCHED, TASK_FOR_CHANGE } from "./watch-barrier.js";
+import { pgOutputs } from "./outputs.js";
 
 /**
  * Longest a COMMIT may take before its connection counts as lost (checked-client.ts). A commit
@@ -96,6 +98,7 @@ export class PgStore implements Store, PgContext {
   readonly sessions: SessionStore;
   readonly limits: RateLimitStore;
   readonly ops: OpsStore;
+  readonly outputs: OutputStore;
   /** Account leadership: lease rows with fences (leadership.ts). */
   readonly leadership: PgLeadership;
   /** The connections' limits, and their application_name: this store's own, on every connection it opens. */
@@ -149,6 +152,7 @@ export class PgStore implements Store, PgContext {
     this.sessions = pgSessions(this);
     this.limits = pgRateLimits(this);
     this.ops = pgOps(this);
+    this.outputs = pgOutputs(this);
     // What triggers logged for clients' stored bytes, folded into client_storage (stored-bytes-log.ts),
     // and what this instance spent of its grants, taken off their rows (stored-bytes-grants.ts).
     this.folding = setInterval(() => {

@@ -7,6 +7,7 @@ import type {
   NoticeStore,
   NewTaskRequest,
   OpsStore,
+  OutputStore,
   RateLimitStore,
   SessionStore,
   Store,
@@ -44,6 +45,7 @@ import type { SqliteContext } from "./context.js";
 import { sqliteRateLimits } from "./rate-limits.js";
 import { endpointsOf, fanOutEvent, sqliteWebhookEndpoints } from "./webhook-endpoints.js";
 import { subscribedTypes } from "../../store/endpoint-fanout.js";
+import { sqliteOutputs } from "./outputs.js";
 
 const NO_RESERVATIONS = { inFlight: 0, ahead: 0, others: 0 };
 
@@ -106,6 +108,7 @@ export class SqliteStore implements Store, SqliteContext {
   readonly sessions: SessionStore;
   readonly limits: RateLimitStore;
   readonly ops: OpsStore;
+  readonly outputs: OutputStore;
   readonly intakeCommits: GroupCommit;
   readonly attemptCommits: GroupCommit;
   /** A lease-guarded state change inside `tx` (the areas' shared step). */
@@ -141,6 +144,8 @@ export class SqliteStore implements Store, SqliteContext {
     this.limits = sqliteRateLimits(this);
 
     this.ops = sqliteOps(this);
+
+    this.outputs = sqliteOutputs(this);
   }
 
   async close(): Promise<void> {

@@ -1,4 +1,5 @@
 import { issueStreamToken } from "../../services/stream-tokens.js";
+import { outputTextOf } from "../../core/stored-output.js";
 import type { Context, Hono, MiddlewareHandler } from "hono";
 import { ID_PATTERN } from "../../ids.js";
 import { TASK_STATUSES, type TaskStatus } from "../../statuses.js";
@@ -64,7 +65,7 @@ async function taskPage(
 ) {
   const detail = await dashboardTask(deps, c.get("client").id, id);
   // Copies in the client's bucket, served by the relay, come first: the upstream's URLs expire.
-  const output = shownOutput(detail.task.outputJson);
+  const output = shownOutput(await outputTextOf(detail.task, deps.store.outputs));
   const previews = mirroredPreviews(detail.task) ?? previewsOf(output);
   // Keep refreshing while the task runs or a delivery is still pending.
   const moving = !TERMINAL_STATUSES.has(detail.task.status) || detail.delivery.status === "pending";

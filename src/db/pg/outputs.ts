@@ -1,0 +1,49 @@
+import { OutputMissingError, type OutputStore } from "../../store/store.js";
+import type { PgContext } from "./context.js";
+
+/** No task holds the piece's ref. */
+const UNHELD = "NOT EXISTS (SELECT 1 FROM tasks t WHERE t.output_ref = p.ref)";
+
+/**
+ * The OutputStore on PostgreSQL. The database works apart from the event loop already; what stays
+ * on the loop is each statement's encoding and each answer's decoding, so a piece is one statement
+ * (a few hundred KiB), never the whole text in one message or one result.
+ */
+export function pgOutputs(s: PgContext): OutputStore {
+  const { q, one } = s;
+  return {
+    write: async (ref, pieces, now) => {
+      for (let seq = 0; seq < pieces.length; seq++) {
+        const text = pieces[seq]!;
+        const last = seq === pieces.length - 1;
+        await q(
+          "INSERT INTO task_output_pieces (ref, seq, last, text, bytes, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+          [ref, seq, last, text, Buffer.byteLength(text), now],
+        );
+      }
+    },
+    pieces: async function* (ref) {
+      for (let seq = 0; ; seq++) {
+        const piece = await one("SELECT text, last FROM task_output_pieces WHERE ref = $1 AND seq = $2", [ref, seq]);
+        if (piece === undefined) throw new OutputMissingError(ref, seq);
+        yield piece.text as string;
+        if (piece.last === true) return;
+      }
+    },
+    sweep: async (before, batch) => {
+      // `before` is an hour back: a writer's transition follows its pieces at once, so a ref that old
+      // and on no task is one whose transition never came (or whose task was pruned).
+      const refs = (
+        await q(
+          `SELECT p.ref FROM task_output_pieces p
+            WHERE p.seq = 0 AND p.created_at < $1 AND ${UNHELD}
+            ORDER BY p.created_at LIMIT $2`,
+          [before, batch],
+        )
+      ).map((r) => r.ref as string);
+      // Each ref deleted by a statement of its own (an output's pieces are megabytes), checked again.
+      for (const ref of refs) await q(`DELETE FROM task_output_pieces p WHERE p.ref = $1 AND ${UNHELD}`, [ref]);
+      return refs.length;
+    },
+  };
+}

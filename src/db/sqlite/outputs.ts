@@ -1,0 +1,86 @@
+import { and, asc, eq, lt, sql } from "drizzle-orm";
+import { OutputMissingError, type OutputStore } from "../../store/store.js";
+import type { SqliteContext } from "./context.js";
+import type { Db } from "./open.js";
+import { prepared } from "./prepared.js";
+import { taskOutputPieces, tasks } from "./schema.js";
+
+/**
+ * The OutputStore on SQLite. Each piece is one unit of the workers' group commit, awaited before the
+ * next, so the pieces of one output are written over as many turns of the event loop, each turn
+ * costing one piece (a few hundred KiB) and sharing its fsync with whatever else commits then.
+ * Reads are one statement per piece, with a turn of the loop between them.
+ */
+export function sqliteOutputs(s: SqliteContext): OutputStore {
+  const db = s.database.db;
+  return {
+    write: async (ref, pieces, now) => {
+      for (let seq = 0; seq < pieces.length; seq++) {
+        const text = pieces[seq]!;
+        const row = { ref, seq, last: seq === pieces.length - 1, text, bytes: Buffer.byteLength(text), createdAt: now };
+        await s.attemptCommits.runAtomic(() => insertPiece(db, row));
+      }
+    },
+    pieces: (ref) => readPieces(db, ref),
+    sweep: (before, batch) => sweep(s, before, batch),
+  };
+}
+
+function insertPiece(db: Db, row: typeof taskOutputPieces.$inferInsert): void {
+  prepared(db, "outputs.insert", () =>
+    db
+      .insert(taskOutputPieces)
+      .values({
+        ref: sql.placeholder("ref"),
+        seq: sql.placeholder("seq"),
+        last: sql.placeholder("last"),
+        text: sql.placeholder("text"),
+        bytes: sql.placeholder("bytes"),
+        createdAt: sql.placeholder("createdAt"),
+      })
+      .prepare(),
+  ).run({ ...row, last: row.last ? 1 : 0 });
+}
+
+async function* readPieces(db: Db, ref: string): AsyncGenerator<string> {
+  const statement = prepared(db, "outputs.piece", () =>
+    db
+      .select({ text: taskOutputPieces.text, last: taskOutputPieces.last })
+      .from(taskOutputPieces)
+      .where(and(eq(taskOutputPieces.ref, sql.placeholder("ref")), eq(taskOutputPieces.seq, sql.placeholder("seq"))))
+      .prepare(),
+  );
+  for (let seq = 0; ; seq++) {
+    // better-sqlite3 answers at once: a turn of the loop between pieces lets other requests in.
+    if (seq > 0) await new Promise((resolve) => setImmediate(resolve));
+    const piece = statement.get({ ref, seq });
+    if (piece === undefined) throw new OutputMissingError(ref, seq);
+    yield piece.text;
+    if (piece.last) return;
+  }
+}
+
+/** Refs no task holds, written before `before`; each deleted in a write of its own (an output's pieces are megabytes). */
+async function sweep(s: SqliteContext, before: number, batch: number): Promise<number> {
+  const db = s.database.db;
+  const refs = db
+    .select({ ref: taskOutputPieces.ref })
+    .from(taskOutputPieces)
+    .where(and(eq(taskOutputPieces.seq, 0), lt(taskOutputPieces.createdAt, before), unheld))
+    .orderBy(asc(taskOutputPieces.createdAt))
+    .limit(batch)
+    .all()
+    .map((r) => r.ref);
+  for (const ref of refs) {
+    await s.attemptCommits.runAtomic(() =>
+      db
+        .delete(taskOutputPieces)
+        .where(and(eq(taskOutputPieces.ref, ref), unheld))
+        .run(),
+    );
+  }
+  return refs.length;
+}
+
+/** No task holds the piece's ref (checked again as it is deleted). */
+const unheld = sql`NOT EXISTS (SELECT 1 FROM ${tasks} WHERE ${tasks.outputRef} = ${taskOutputPieces.ref})`;
