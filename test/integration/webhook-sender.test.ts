@@ -70,8 +70,27 @@ function newSender(opts: ConstructorParameters<typeof WebhookSender>[0]): Webhoo
 
 const secret = generateWebhookSecret();
 const body = JSON.stringify({ type: "ping", timestamp: "2026-01-01T12:00:00.000Z", data: { id: "task_1" } });
+/** The signed test body sent to `receiver` by a sender that may reach loopback. */
+const sendTo = (receiver: { url(): string }, timeoutMs = 5_000) =>
+  newSender({ allowPrivateNetworks: true }).send({ url: receiver.url(), headers: headersFor(), body, timeoutMs });
 const headersFor = (payload = body) => webhookHeaders([secret], "evt_01", Math.floor(Date.now() / 1000), payload);
 const toLoopback = async () => [{ address: "127.0.0.1", family: 4 as const }];
+
+/** What a failed send that was not blocked by the address guard answers, with `fields`. */
+const sentAndFailed = (fields: Partial<SendResult>) => ({ ok: false, blocked: false, ...fields });
+
+/** A sender that may reach loopback, its resolver answering with `answer` and recording each name it is asked. */
+function recordingResolver(answer: (hostname: string) => Promise<Array<{ address: string; family: 4 | 6 }>> | []) {
+  const resolved: string[] = [];
+  const sender = newSender({
+    allowPrivateNetworks: true,
+    resolve: async (hostname) => {
+      resolved.push(hostname);
+      return answer(hostname);
+    },
+  });
+  return { sender, resolved };
+}
 
 function expectNothingSent(result: SendResult, error: string): void {
   expect(result).toMatchObject({ ok: false, blocked: true, statusCode: null, error, responseBody: null, gone: false });
@@ -110,16 +129,14 @@ describe("WebhookSender against real loopback receivers", () => {
   it("keeps at most 4 KiB of a 100 KiB answer", async () => {
     const big = Array.from({ length: 100 * 1024 }, (_, i) => String.fromCharCode(97 + (i % 26))).join("");
     const receiver = await startReceiver((_req, res) => res.end(big));
-    const sender = newSender({ allowPrivateNetworks: true });
-    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 5_000 });
+    const result = await sendTo(receiver);
     expect(result.ok).toBe(true);
     expect(result.responseBody).toBe(big.slice(0, 4096));
   });
 
   it("never splits a multi-byte character at the 4 KiB cut", async () => {
     const receiver = await startReceiver((_req, res) => res.end(`x${"é".repeat(5000)}`));
-    const sender = newSender({ allowPrivateNetworks: true });
-    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 5_000 });
+    const result = await sendTo(receiver);
     expect(result.responseBody).toBe(`x${"é".repeat(2047)}`);
     expect(Buffer.byteLength(result.responseBody ?? "")).toBeLessThanOrEqual(4096);
   });
@@ -129,17 +146,16 @@ describe("WebhookSender against real loopback receivers", () => {
       res.statusCode = 500;
       res.end('{"error":"boom"}');
     });
-    const sender = newSender({ allowPrivateNetworks: true });
-    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 5_000 });
-    expect(result).toMatchObject({
-      ok: false,
-      statusCode: 500,
-      error: "HTTP 500",
-      blocked: false,
-      responseBody: '{"error":"boom"}',
-      gone: false,
-      retryAfterMs: null,
-    });
+    const result = await sendTo(receiver);
+    expect(result).toMatchObject(
+      sentAndFailed({
+        statusCode: 500,
+        error: "HTTP 500",
+        responseBody: '{"error":"boom"}',
+        gone: false,
+        retryAfterMs: null,
+      }),
+    );
   });
 
   it("reports 410 as gone", async () => {
@@ -147,8 +163,7 @@ describe("WebhookSender against real loopback receivers", () => {
       res.statusCode = 410;
       res.end();
     });
-    const sender = newSender({ allowPrivateNetworks: true });
-    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 5_000 });
+    const result = await sendTo(receiver);
     expect(result).toMatchObject({ ok: false, statusCode: 410, gone: true, blocked: false, responseBody: "" });
     expect(result.error).toContain("410");
   });
@@ -176,8 +191,7 @@ describe("WebhookSender against real loopback receivers", () => {
       res.writeHead(302, { location: target.url() });
       res.end();
     });
-    const sender = newSender({ allowPrivateNetworks: true });
-    const result = await sender.send({ url: redirector.url(), headers: headersFor(), body, timeoutMs: 5_000 });
+    const result = await sendTo(redirector);
     expect(result).toMatchObject({ ok: false, statusCode: 302, error: "redirect (302) not followed", blocked: false });
     expect(redirector.requests).toHaveLength(1);
     expect(target.connections).toBe(0);
@@ -186,15 +200,10 @@ describe("WebhookSender against real loopback receivers", () => {
 
   it("times out against a receiver that never answers", async () => {
     const receiver = await startReceiver(() => {});
-    const sender = newSender({ allowPrivateNetworks: true });
-    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 300 });
-    expect(result).toMatchObject({
-      ok: false,
-      statusCode: null,
-      error: "timeout after 300 ms",
-      blocked: false,
-      responseBody: null,
-    });
+    const result = await sendTo(receiver, 300);
+    expect(result).toMatchObject(
+      sentAndFailed({ statusCode: null, error: "timeout after 300 ms", responseBody: null }),
+    );
     expect(result.latencyMs).toBeGreaterThanOrEqual(250);
     expect(result.latencyMs).toBeLessThan(3_000);
     expect(receiver.requests).toHaveLength(1);
@@ -205,8 +214,7 @@ describe("WebhookSender against real loopback receivers", () => {
       res.writeHead(200, { "content-type": "text/plain" });
       res.write("partial");
     });
-    const sender = newSender({ allowPrivateNetworks: true });
-    const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 300 });
+    const result = await sendTo(receiver, 300);
     expect(result).toMatchObject({
       ok: false,
       statusCode: 200,
@@ -233,25 +241,12 @@ describe("WebhookSender against real loopback receivers", () => {
       body,
       timeoutMs: 5_000,
     });
-    expect(result).toMatchObject({
-      ok: false,
-      statusCode: null,
-      error: "connection refused",
-      blocked: false,
-      responseBody: null,
-    });
+    expect(result).toMatchObject(sentAndFailed({ statusCode: null, error: "connection refused", responseBody: null }));
   });
 
   it("reaches a hostname through the injected resolver and reuses the pooled connection", async () => {
     const receiver = await startReceiver((_req, res) => res.end("ok"));
-    const resolved: string[] = [];
-    const sender = newSender({
-      allowPrivateNetworks: true,
-      resolve: async (hostname) => {
-        resolved.push(hostname);
-        return hostname === "receiver.test" ? toLoopback() : [];
-      },
-    });
+    const { sender, resolved } = recordingResolver((hostname) => (hostname === "receiver.test" ? toLoopback() : []));
     const url = `http://receiver.test:${receiver.port}/hook`;
     const first = await sender.send({ url, headers: headersFor(), body, timeoutMs: 5_000 });
     // The socket returns to the pool a moment after the response ends; sent at once, the
@@ -270,14 +265,7 @@ describe("WebhookSender against real loopback receivers", () => {
 
   it("never calls lookup for an IP literal (net.connect skips it), which is why literals are checked first", async () => {
     const receiver = await startReceiver((_req, res) => res.end("ok"));
-    const resolved: string[] = [];
-    const sender = newSender({
-      allowPrivateNetworks: true,
-      resolve: async (hostname) => {
-        resolved.push(hostname);
-        return toLoopback();
-      },
-    });
+    const { sender, resolved } = recordingResolver(toLoopback);
     const result = await sender.send({ url: receiver.url(), headers: headersFor(), body, timeoutMs: 5_000 });
     expect(result.ok).toBe(true);
     expect(resolved).toEqual([]);

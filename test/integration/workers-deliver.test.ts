@@ -2,7 +2,7 @@ import { upstreamSuite } from "../helpers/upstream-suite.js";
 import { describe, expect, it } from "vitest";
 import type { FakeUpstream } from "../helpers/fake-upstream.js";
 import { createTask, readTask } from "../helpers/flow.js";
-import { hang, ok, status, verifyAt } from "../helpers/receiver.js";
+import { type Answer, hang, ok, status, verifyAt } from "../helpers/receiver.js";
 import type { DialectRelay } from "../helpers/relay.js";
 
 const { dialects, receiver } = upstreamSuite();
@@ -46,6 +46,26 @@ async function deliveries(t: DialectRelay, apiKey: string, id: string): Promise<
   expect(res.status).toBe(200);
   return ((await res.json()) as { data: any[] }).data;
 }
+
+/**
+ * A relay of this dialect (`env` added), a receiver answering with `answer`, a client, and its
+ * task finished upstream with its callback to the receiver: ready for the dispatcher.
+ */
+async function deliveredTask(
+  setup: (env?: Record<string, string>) => Promise<{ t: DialectRelay; up: FakeUpstream }>,
+  answer?: Answer,
+  env?: Record<string, string>,
+) {
+  const { t, up } = await setup(env);
+  const r = await receiver(answer);
+  const client = await t.client();
+  const id = await finishedTask(t, up, client.apiKey, { callback_url: r.url() });
+  return { t, up, r, client, id };
+}
+
+/** The callback delivery summary of the task's view (GET /openapi/v1/tasks/{id}). */
+const deliveryOf = async (t: Pick<DialectRelay, "request">, apiKey: string, id: string) =>
+  (await readTask(t, apiKey, id)).data.callback.delivery;
 
 describe.each(dialects)("on %s", (_dialect, setup) => {
   describe("dispatcher: one delivery", () => {
@@ -118,7 +138,7 @@ describe.each(dialects)("on %s", (_dialect, setup) => {
 
       await t.relay.dispatcher.runOnce();
       const firstAt = t.clock.now();
-      expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      expect(await deliveryOf(t, client.apiKey, id)).toMatchObject({
         status: "pending",
         attempts: 1,
         last_status_code: 500,
@@ -139,7 +159,7 @@ describe.each(dialects)("on %s", (_dialect, setup) => {
       verifyAt(client.secret, first!, firstAt);
       verifyAt(client.secret, second!, t.clock.now());
 
-      expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      expect(await deliveryOf(t, client.apiKey, id)).toMatchObject({
         status: "succeeded",
         attempts: 2,
         last_status_code: 200,
@@ -176,17 +196,14 @@ describe.each(dialects)("on %s", (_dialect, setup) => {
     });
 
     it("410 Gone stops the retries: delivery failed", async () => {
-      const { t, up } = await setup();
-      const r = await receiver(status(410));
-      const client = await t.client();
-      const id = await finishedTask(t, up, client.apiKey, { callback_url: r.url() });
+      const { t, r, client, id } = await deliveredTask(setup, status(410));
 
       await t.relay.dispatcher.runOnce();
       t.clock.advance(2 * 60 * 60_000);
       await t.relay.dispatcher.runOnce();
 
       expect(r.requests).toHaveLength(1);
-      expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      expect(await deliveryOf(t, client.apiKey, id)).toMatchObject({
         status: "failed",
         attempts: 1,
         last_status_code: 410,
@@ -194,10 +211,7 @@ describe.each(dialects)("on %s", (_dialect, setup) => {
     });
 
     it("a receiver that never answers: the attempt times out (WEBHOOK_TIMEOUT_MS) and is recorded as failed", async () => {
-      const { t, up } = await setup({ WEBHOOK_TIMEOUT_MS: "300" });
-      const r = await receiver(hang);
-      const client = await t.client();
-      const id = await finishedTask(t, up, client.apiKey, { callback_url: r.url() });
+      const { t, r, client, id } = await deliveredTask(setup, hang, { WEBHOOK_TIMEOUT_MS: "300" });
 
       const started = Date.now();
       await t.relay.dispatcher.runOnce();
@@ -212,7 +226,7 @@ describe.each(dialects)("on %s", (_dialect, setup) => {
         response_body: null,
       });
       expect(attempt.latency_ms).toBeGreaterThanOrEqual(250);
-      expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      expect(await deliveryOf(t, client.apiKey, id)).toMatchObject({
         status: "pending",
         attempts: 1,
         last_status_code: null,
@@ -220,10 +234,7 @@ describe.each(dialects)("on %s", (_dialect, setup) => {
     });
 
     it("exhausts the schedule: delivery failed, attempts = schedule length, then silence", async () => {
-      const { t, up } = await setup();
-      const r = await receiver(status(500));
-      const client = await t.client();
-      const id = await finishedTask(t, up, client.apiKey, { callback_url: r.url() });
+      const { t, r, client, id } = await deliveredTask(setup, status(500));
 
       await t.relay.dispatcher.runOnce();
       t.clock.advance(AFTER_5S);
@@ -259,10 +270,7 @@ describe.each(dialects)("on %s", (_dialect, setup) => {
     });
 
     it("redeliver sends the last event again with the same webhook-id", async () => {
-      const { t, up } = await setup();
-      const r = await receiver();
-      const client = await t.client();
-      const id = await finishedTask(t, up, client.apiKey, { callback_url: r.url() });
+      const { t, r, client, id } = await deliveredTask(setup);
       await t.relay.dispatcher.runOnce();
 
       t.clock.advance(60_000);
@@ -277,50 +285,32 @@ describe.each(dialects)("on %s", (_dialect, setup) => {
       expect(r.requests[1]!.headers["webhook-id"]).toBe(r.requests[0]!.headers["webhook-id"]);
       expect(r.requests[1]!.body).toBe(r.requests[0]!.body);
       verifyAt(client.secret, r.requests[1]!, t.clock.now());
-      expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
-        status: "succeeded",
-        attempts: 2,
-      });
+      expect(await deliveryOf(t, client.apiKey, id)).toMatchObject({ status: "succeeded", attempts: 2 });
       expect((await deliveries(t, client.apiKey, id)).map((a) => a.outcome)).toEqual(["succeeded", "succeeded"]);
     });
 
     it("redeliver of an exhausted delivery starts a new round of the schedule", async () => {
-      const { t, up } = await setup({ WEBHOOK_RETRY_SCHEDULE: "0s,5s" });
-      const r = await receiver(status(500));
-      const client = await t.client();
-      const id = await finishedTask(t, up, client.apiKey, { callback_url: r.url() });
+      const { t, r, client, id } = await deliveredTask(setup, status(500), { WEBHOOK_RETRY_SCHEDULE: "0s,5s" });
       await t.relay.dispatcher.runOnce();
       t.clock.advance(AFTER_5S);
       await t.relay.dispatcher.runOnce();
-      expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
-        status: "failed",
-        attempts: 2,
-      });
+      expect(await deliveryOf(t, client.apiKey, id)).toMatchObject({ status: "failed", attempts: 2 });
 
       expect((await t.request(client.apiKey, `/openapi/v1/tasks/${id}/redeliver`, { method: "POST" })).status).toBe(
         202,
       );
       await t.relay.dispatcher.runOnce();
-      expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
-        status: "pending",
-        attempts: 3,
-      });
+      expect(await deliveryOf(t, client.apiKey, id)).toMatchObject({ status: "pending", attempts: 3 });
       r.fallback = ok;
       t.clock.advance(AFTER_5S);
       await t.relay.dispatcher.runOnce();
-      expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
-        status: "succeeded",
-        attempts: 4,
-      });
+      expect(await deliveryOf(t, client.apiKey, id)).toMatchObject({ status: "succeeded", attempts: 4 });
     });
   });
 
   describe("dispatcher: leases", () => {
     it("an event claimed by a worker that died is delivered after its lease expires, same webhook-id", async () => {
-      const { t, up } = await setup();
-      const r = await receiver();
-      const client = await t.client();
-      const id = await finishedTask(t, up, client.apiKey, { callback_url: r.url() });
+      const { t, r, client, id } = await deliveredTask(setup);
       const [claimed] = await t.store.events.claimDue({
         now: t.clock.now(),
         leaseMs: 10_000,
@@ -339,10 +329,7 @@ describe.each(dialects)("on %s", (_dialect, setup) => {
       // The dead worker's late bookkeeping cannot overwrite the delivery.
       await t.store.events.release(claimed!.id, "dead:1", { deliveryStatus: "failed" });
       expect((await t.store.events.find(claimed!.id))!.deliveryStatus).toBe("succeeded");
-      expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
-        status: "succeeded",
-        attempts: 1,
-      });
+      expect(await deliveryOf(t, client.apiKey, id)).toMatchObject({ status: "succeeded", attempts: 1 });
     });
   });
 
@@ -594,10 +581,7 @@ describe.each(dialects)("on %s", (_dialect, setup) => {
       const createdFrom = new Date(t.clock.now()).toISOString();
       const id = await finishedTask(t, up, client.apiKey, { callback_url: r.url() });
       await t.relay.dispatcher.runOnce();
-      expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
-        status: "failed",
-        attempts: 1,
-      });
+      expect(await deliveryOf(t, client.apiKey, id)).toMatchObject({ status: "failed", attempts: 1 });
 
       r.fallback = ok;
       t.clock.advance(60 * 60_000);
@@ -623,7 +607,7 @@ describe.each(dialects)("on %s", (_dialect, setup) => {
 
       expect(r.requests).toHaveLength(2);
       expect(r.requests[1]!.headers["webhook-id"]).toBe(r.requests[0]!.headers["webhook-id"]);
-      expect((await readTask(t, client.apiKey, id)).data.callback.delivery).toMatchObject({
+      expect(await deliveryOf(t, client.apiKey, id)).toMatchObject({
         status: "succeeded",
         attempts: 2,
         last_status_code: 200,
