@@ -1,4 +1,4 @@
-import { setupServer } from "msw/node";
+import { type SetupServer, setupServer } from "msw/node";
 import { afterAll, afterEach, beforeAll } from "vitest";
 import { FakeUpstream } from "./fake-upstream.js";
 import { startReceiver, type Answer, type Receiver } from "./receiver.js";
@@ -14,6 +14,15 @@ export const WORKER_TEST_ENV = {
   WEBHOOK_TIMEOUT_MS: "500",
 };
 
+/** An msw server for the calling test file: listening before its tests, refusing unhandled requests, reset after each test. */
+export function mswServer(): SetupServer {
+  const server = setupServer();
+  beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
+  afterEach(() => server.resetHandlers());
+  afterAll(() => server.close());
+  return server;
+}
+
 /**
  * Installs, for the calling test file, an msw server that refuses unhandled requests, and returns
  * `setup()` (a fresh relay + FakeUpstream per test, closed after it) and `receiver()` (a loopback
@@ -22,10 +31,7 @@ export const WORKER_TEST_ENV = {
  * FakeUpstream on that dialect.
  */
 export function upstreamSuite(defaultEnv: Record<string, string> = WORKER_TEST_ENV) {
-  const server = setupServer();
-  beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
-  afterEach(() => server.resetHandlers());
-  afterAll(() => server.close());
+  const server = mswServer();
 
   const cleanups: Array<() => Promise<void>> = [];
   afterEach(async () => {

@@ -1,6 +1,5 @@
 import { http, HttpResponse } from "msw";
-import { setupServer } from "msw/node";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   imageBody,
   relayDialects,
@@ -10,11 +9,9 @@ import {
   videoBody,
   type DialectRelay,
 } from "../helpers/relay.js";
+import { mswServer } from "../helpers/upstream-suite.js";
 
-const server = setupServer();
-beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
-afterEach(() => server.resetHandlers());
-afterAll(() => server.close());
+const server = mswServer();
 
 let t: DialectRelay;
 let apiKey: string;

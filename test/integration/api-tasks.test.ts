@@ -1,7 +1,6 @@
 import fc from "fast-check";
 import { http, HttpResponse } from "msw";
-import { setupServer } from "msw/node";
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
+import { beforeEach, describe, expect, it, vi } from "vitest";
 import { revokeClient } from "../../src/services/clients.js";
 import {
   imageBody,
@@ -13,11 +12,9 @@ import {
   relayPerBlock,
   relayPerTest,
 } from "../helpers/relay.js";
+import { mswServer } from "../helpers/upstream-suite.js";
 
-const server = setupServer();
-beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
-afterEach(() => server.resetHandlers());
-afterAll(() => server.close());
+const server = mswServer();
 
 /** The relay of the running test (or, in the authorisation matrix, of the matrix), on the dialect its block runs on. */
 let t: DialectRelay;

@@ -1,14 +1,11 @@
-import { setupServer } from "msw/node";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { FakeUpstream } from "../helpers/fake-upstream.js";
 import { createTask } from "../helpers/flow.js";
 import { startReceiver } from "../helpers/receiver.js";
 import { createTestRelay, type TestRelay } from "../helpers/relay.js";
+import { mswServer } from "../helpers/upstream-suite.js";
 
-const server = setupServer();
-beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
-afterEach(() => server.resetHandlers());
-afterAll(() => server.close());
+const server = mswServer();
 
 /** Reads one sample from a Prometheus exposition: the value of `name{labels}` (labels in any order). */
 function sample(text: string, name: string, labels: Record<string, string> = {}): number | undefined {

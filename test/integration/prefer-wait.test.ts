@@ -1,20 +1,17 @@
 import { http } from "msw";
-import { setupServer } from "msw/node";
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { createClient } from "../../src/services/clients.js";
 import { createSimulator } from "../../src/simulator/app.js";
 import { HELD_WAITS_PER_CLIENT, type Relay } from "../../src/relay.js";
 import { callAs, startPair } from "../helpers/pg-relays.js";
 import { createTestRelay, imageBody, UPSTREAM_KEY, UPSTREAM_URL, type TestRelay } from "../helpers/relay.js";
+import { mswServer } from "../helpers/upstream-suite.js";
 
 /**
  * Prefer: wait (docs/contract.md, "Waiting for the result"): held requests are woken by the task's
  * own transition — a cancel here, another instance's on PostgreSQL — and answer as without it.
  */
-const server = setupServer();
-beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
-afterEach(() => server.resetHandlers());
-afterAll(() => server.close());
+const server = mswServer();
 
 const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {

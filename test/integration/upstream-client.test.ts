@@ -1,21 +1,18 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { delay, http, HttpResponse } from "msw";
-import { setupServer } from "msw/node";
 import { fetch as undiciFetch } from "undici";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { UpstreamClient, type UpstreamClientOptions } from "../../src/upstream/client.js";
 import { UpstreamError, isConcurrentLimit, isRateLimit } from "../../src/upstream/errors.js";
 import { FakeClock } from "../helpers/fake-clock.js";
+import { mswServer } from "../helpers/upstream-suite.js";
 
 const BASE = "https://upstream.test";
 const API_KEY = "sk_live_0123456789abcdef_secret";
 const KEY = "task_01JABCDEF:upstream-1";
 
-const server = setupServer();
-beforeAll(() => server.listen({ onUnhandledRequest: "error" }));
-afterEach(() => server.resetHandlers());
-afterAll(() => server.close());
+const server = mswServer();
 
 function client(overrides: Partial<UpstreamClientOptions> = {}): UpstreamClient {
   return new UpstreamClient({ baseUrl: BASE, apiKey: API_KEY, timeoutMs: 2_000, ...overrides });
