@@ -1,11 +1,9 @@
 import pg from "pg";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { redeliverLast } from "../../src/core/delivery.js";
-import type { PgStore } from "../../src/db/pg/store.js";
-import { pgStore } from "../../src/open-store.js";
 import type { Store } from "../../src/store/store.js";
 import { attemptOf, eventsOf, NOW } from "../helpers/conformance.js";
-import { freshPgDatabase } from "../helpers/pg.js";
+import { pgDatabasePerFile } from "../helpers/pg.js";
 
 /**
  * Event claims with no cluster-wide lock (src/db/pg/event-claims.ts): claims of the same delivery
@@ -16,28 +14,8 @@ import { freshPgDatabase } from "../helpers/pg.js";
  */
 
 const HOST = "hooks.example:443";
-let db: { url: string; drop: () => Promise<void> };
-let admin: pg.Client;
-const stores: PgStore[] = [];
-
-beforeAll(async () => {
-  db = await freshPgDatabase();
-  admin = new pg.Client({ connectionString: db.url });
-  await admin.connect();
-});
-afterEach(async () => {
-  for (const s of stores.splice(0)) await s.close();
-});
-afterAll(async () => {
-  await admin.end();
-  await db.drop();
-});
-
-async function store(): Promise<PgStore> {
-  const s = await pgStore(db.url, { migrate: false, max: 4 });
-  stores.push(s);
-  return s;
-}
+const file = pgDatabasePerFile();
+const store = () => file.store();
 
 /** `count` due events of a new client to HOST, and their key. */
 async function keyWith(s: Store, count: number) {
@@ -67,7 +45,7 @@ const claimDue = (s: Store, token: string, limit: number, maxPerKey: number) =>
 
 /** The key's events leased at `now`, whoever holds them (what the cap is about). */
 async function leasedInDb(clientId: string, now = NOW): Promise<number> {
-  const r = await admin.query(
+  const r = await file.admin.query(
     "SELECT count(*)::int AS n FROM events WHERE client_id = $1 AND delivery_status = 'pending' AND claimed_until >= $2",
     [clientId, now],
   );
@@ -76,7 +54,7 @@ async function leasedInDb(clientId: string, now = NOW): Promise<number> {
 
 /** Advisory locks held or waited for in this test's database (other test files run on the same server). */
 async function advisoryLocks(): Promise<number> {
-  const r = await admin.query(
+  const r = await file.admin.query(
     "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
   );
   return (r.rows[0] as { n: number }).n;
@@ -84,7 +62,7 @@ async function advisoryLocks(): Promise<number> {
 
 /** Whether a session of this test's database waits for a lock (a row lock shows as a wait on its holder's transaction). */
 async function lockWaiters(): Promise<boolean> {
-  const r = await admin.query(
+  const r = await file.admin.query(
     "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
   );
   return (r.rows[0] as { n: number }).n > 0;
@@ -162,7 +140,7 @@ describe("PostgreSQL event claims, serialised per key only", () => {
     // One claim of each key writes its delivery_keys row; both leases are handed back.
     for (const k of [held, other])
       for (const e of await claim(a, k.key, "a:0", 1, 8)) await a.events.release(e.id, "a:0", {});
-    const holder = new pg.Client({ connectionString: db.url });
+    const holder = new pg.Client({ connectionString: file.url });
     await holder.connect();
     try {
       await holder.query("BEGIN");
@@ -195,7 +173,7 @@ describe("PostgreSQL event claims, serialised per key only", () => {
     const a = await store();
     const { events, key } = await keyWith(a, 8);
     for (const e of await claim(a, key, "a:0", 1, 8)) await a.events.release(e.id, "a:0", {});
-    const holder = new pg.Client({ connectionString: db.url });
+    const holder = new pg.Client({ connectionString: file.url });
     await holder.connect();
     try {
       // Another instance's claim, as it would run: the key's lock, then three leases.

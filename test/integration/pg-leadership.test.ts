@@ -1,10 +1,8 @@
 import pg from "pg";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { PgStore } from "../../src/db/pg/store.js";
-import { pgStore } from "../../src/open-store.js";
+import { afterEach, describe, expect, it } from "vitest";
 import type { LeaderFence, Store } from "../../src/store/store.js";
 import { eventsOf, fresh, lease as leaseAt, NOW, opts, tasksOf } from "../helpers/conformance.js";
-import { freshPgDatabase } from "../helpers/pg.js";
+import { pgDatabasePerFile } from "../helpers/pg.js";
 
 /**
  * Account leadership on PostgreSQL (src/db/pg/leadership.ts; docs/contract.md, "A frozen instance
@@ -19,30 +17,13 @@ import { freshPgDatabase } from "../helpers/pg.js";
 /** A claim's options once every task of tasksOf is due (the i-th is due at NOW + i). */
 const lease = (token: string, limit = 100) => leaseAt(token, limit, NOW + 10);
 
-let db: { url: string; drop: () => Promise<void> };
-let admin: pg.Client;
-const stores: PgStore[] = [];
+const file = pgDatabasePerFile();
+const store = () => file.store();
 const frozen: pg.Client[] = [];
 
-beforeAll(async () => {
-  db = await freshPgDatabase();
-  admin = new pg.Client({ connectionString: db.url });
-  await admin.connect();
-});
 afterEach(async () => {
-  for (const s of stores.splice(0)) await s.close();
   for (const c of frozen.splice(0)) await c.end().catch(() => {});
 });
-afterAll(async () => {
-  await admin.end();
-  await db.drop();
-});
-
-async function store(): Promise<PgStore> {
-  const s = await pgStore(db.url, { migrate: false, max: 4 });
-  stores.push(s);
-  return s;
-}
 
 /**
  * A leader that stopped: its lease row (fence, `leaseMs` from now on the database's clock) held by
@@ -56,7 +37,7 @@ async function frozenLeader(
   leaseMs: number,
   app = `genrelay-${holder}`,
 ): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: db.url, application_name: app });
+  const c = new pg.Client({ connectionString: file.url, application_name: app });
   c.on("error", () => {});
   await c.connect();
   frozen.push(c);
@@ -95,7 +76,7 @@ describe("account leadership on PostgreSQL: a lease with a fence", () => {
     const LEASE = 1_500;
     await frozenLeader(account, "frozen", 7, LEASE);
     // Another session of the frozen process, stopped inside a transaction that holds a task's row lock.
-    const inTx = new pg.Client({ connectionString: db.url, application_name: "genrelay-frozen" });
+    const inTx = new pg.Client({ connectionString: file.url, application_name: "genrelay-frozen" });
     await inTx.connect();
     inTx.on("error", () => {});
     frozen.push(inTx);
@@ -114,13 +95,13 @@ describe("account leadership on PostgreSQL: a lease with a fence", () => {
     // Its task leases went with it: claimable at once by the new leader, not when each lease ends.
     expect((await b.tasks.find(tasks[0]!.id))!).toMatchObject({ claimToken: null, claimedUntil: null });
     // So did its sessions, and the row lock its transaction held (not after its idle-in-transaction timeout).
-    const sessions = await admin.query(
+    const sessions = await file.admin.query(
       "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'genrelay-frozen'",
     );
     expect(sessions.rows[0].n).toBe(0);
     const unlocked = performance.now();
     await b.tasks.reschedule(tasks[2]!.id, "nobody", {});
-    await admin.query("SELECT id FROM tasks WHERE id = $1 FOR UPDATE NOWAIT", [tasks[2]!.id]);
+    await file.admin.query("SELECT id FROM tasks WHERE id = $1 FOR UPDATE NOWAIT", [tasks[2]!.id]);
     expect(performance.now() - unlocked).toBeLessThan(1_000);
 
     // Resumed, the old leader claims nothing with its fence, and its writes under its leases change nothing.
@@ -185,7 +166,7 @@ describe("account leadership on PostgreSQL: a lease with a fence", () => {
     await tasksOf(b, 2, account);
     const stale = (await a.ops.leads(account, { holder: "a", leaseMs: 900 }))!;
     // As if a had been frozen past its lease on the database's clock while its own clock said otherwise.
-    await admin.query("UPDATE account_leaders SET expires_at = 0 WHERE account = $1", [account]);
+    await file.admin.query("UPDATE account_leaders SET expires_at = 0 WHERE account = $1", [account]);
     const taken = (await b.ops.leads(account, { holder: "b", leaseMs: 20_000 }))!;
     expect(taken.fence).toBe(stale.fence + 1);
     expect(await a.tasks.claimDue("waiting", account, { ...lease("a:1"), fence: stale })).toEqual([]);
@@ -212,7 +193,7 @@ describe("account leadership on PostgreSQL: a lease with a fence", () => {
       { account, fence: 1 },
     ]);
     expect(
-      (await admin.query("SELECT fence::int AS fence FROM account_leaders WHERE account = $1", [account])).rows,
+      (await file.admin.query("SELECT fence::int AS fence FROM account_leaders WHERE account = $1", [account])).rows,
     ).toEqual([{ fence: 1 }]);
   });
 
