@@ -296,7 +296,8 @@ describe.each(dialects)("Store contract on %s", (_name, make) => {
 });
 
 describe("the events feed on PostgreSQL never skips a late commit", () => {
-  it("an event written earlier but committed later is placed after the ones a reader has passed", async () => {
+  /** A store on a database of its own (both gone after the test), a client and one task of it. */
+  async function clientWithTask() {
     const db = await freshPgDatabase();
     const store = await pgStore(db.url, { migrate: false });
     cleanups.push(async () => {
@@ -305,6 +306,11 @@ describe("the events feed on PostgreSQL never skips a late commit", () => {
     });
     const c = await client(store);
     const { task } = await store.tasks.create(request(c.id, "feed-task"));
+    return { db, store, c, task };
+  }
+
+  it("an event written earlier but committed later is placed after the ones a reader has passed", async () => {
+    const { db, store, c, task } = await clientWithTask();
     // Two writers on their own connections, writing an event as a transition does (no feed position yet).
     const writer = async () => {
       const conn = new pg.Client({ connectionString: db.url });
@@ -335,14 +341,7 @@ describe("the events feed on PostgreSQL never skips a late commit", () => {
   });
 
   it("positions continue after the client's last one handed out, also once its events are pruned", async () => {
-    const db = await freshPgDatabase();
-    const store = await pgStore(db.url, { migrate: false });
-    cleanups.push(async () => {
-      await store.close();
-      await db.drop();
-    });
-    const c = await client(store);
-    const { task } = await store.tasks.create(request(c.id, "feed-task"));
+    const { store, c, task } = await clientWithTask();
     // A position handed out before (by an older relay's per-event counter, or a pruned event's).
     await store.pool.query("UPDATE clients SET event_seq = 41 WHERE id = $1", [c.id]);
     await store.tasks.transition(task, { status: "processing", phase: "submitted" }, opts());
