@@ -89,14 +89,20 @@ async function twoInstances() {
   return { a, b, call, create, open };
 }
 
+/** Two instances, a task created on A, and A's stream of that task and of all events, both parked (waiting). */
+async function twoParkedStreams() {
+  const { a, b, call, create, open } = await twoInstances();
+  const id = await create(a);
+  const task = await open(a, `/openapi/v1/tasks/${id}/events`);
+  const all = await open(a, "/openapi/v1/events/stream");
+  expect((await task.next())?.event).toBe("task.progress");
+  await vi.waitFor(() => expect(a.relay.streams.parked).toBe(2));
+  return { a, b, call, id, task, all };
+}
+
 describe("event streams on PostgreSQL", () => {
   it("a stream on one instance sees another's transition within 2 s, and reads nothing while idle", async () => {
-    const { a, b, call, create, open } = await twoInstances();
-    const id = await create(a);
-    const task = await open(a, `/openapi/v1/tasks/${id}/events`);
-    const all = await open(a, "/openapi/v1/events/stream");
-    expect((await task.next())?.event).toBe("task.progress");
-    await vi.waitFor(() => expect(a.relay.streams.parked).toBe(2));
+    const { a, b, call, id, task, all } = await twoParkedStreams();
     // Both streams wait: for 1.5 s, instance A sends not one statement.
     const queries = countQueries(a);
     await new Promise((r) => setTimeout(r, 1_500));
@@ -117,12 +123,7 @@ describe("event streams on PostgreSQL", () => {
   });
 
   it("a lost LISTEN session loses no event: the streams read again once it is back", async () => {
-    const { a, b, call, create, open } = await twoInstances();
-    const id = await create(a);
-    const task = await open(a, `/openapi/v1/tasks/${id}/events`);
-    const all = await open(a, "/openapi/v1/events/stream");
-    expect((await task.next())?.event).toBe("task.progress");
-    await vi.waitFor(() => expect(a.relay.streams.parked).toBe(2));
+    const { a, b, call, id, task, all } = await twoParkedStreams();
     // The LISTEN session dies on the server's side; the transition is recorded while no one listens.
     const listener = a.store.listener!;
     await b.store.q("SELECT pg_terminate_backend($1)", [(listener as unknown as { processID: number }).processID]);
