@@ -65,7 +65,7 @@ import { benchFairness } from "./fairness.mjs";
 import { benchLatency } from "./latency.mjs";
 import { benchPostgres, startPostgres } from "./postgres.mjs";
 import { benchPrototypes } from "./prototypes.mjs";
-import { benchScaleout, SCALEOUT_PG_FLAGS } from "./scaleout.mjs";
+import { benchScaleout } from "./scaleout.mjs";
 import { benchMirror } from "./mirror.mjs";
 import { findProfile, summariseProfile } from "./lib/profile.mjs";
 import { markdown, pct, printTable, tableRows } from "./lib/report.mjs";
@@ -926,9 +926,8 @@ function measuredNow() {
 }
 
 /** 1, 2 and 3 instances on one PostgreSQL (its own server, pg_stat_statements preloaded): bench/scaleout.mjs. */
-async function scaleoutRow(receiver, sims, pgServer) {
+async function scaleoutRow(receiver, sims) {
   const result = await benchScaleout({
-    pgServer,
     QUICK,
     tmp,
     log,
@@ -1104,17 +1103,15 @@ async function main() {
   rmSync(`${db.path}-shm`, { force: true });
   benchmarks.delivery = await delivery(receiver, sims);
   benchmarks.end_to_end = await endToEnd(receiver, sims);
-  // One PostgreSQL server (durable settings) for the PostgreSQL rows and the prototypes' PostgreSQL row;
-  // a quick run (the smoke test's) keeps it for the scale-out row too, started with that row's settings.
-  const pgServer = await startPostgres(QUICK ? { flags: SCALEOUT_PG_FLAGS } : {});
+  // One PostgreSQL server (durable settings) for the PostgreSQL rows and the prototypes' PostgreSQL row.
+  const pgServer = await startPostgres();
   try {
     benchmarks.postgres = await postgresRows(receiver, sims, pgServer);
     benchmarks.prototypes = await prototypesRows(receiver, sims, pgServer);
-    if (QUICK) benchmarks.scaleout = await scaleoutRow(receiver, sims, pgServer);
   } finally {
     await pgServer.stop();
   }
-  if (!QUICK) benchmarks.scaleout = await scaleoutRow(receiver, sims);
+  benchmarks.scaleout = await scaleoutRow(receiver, sims);
   benchmarks.eta = await etaRow();
   benchmarks.public_routes = await publicRow();
   benchmarks.queues = await queuesRow();

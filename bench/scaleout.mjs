@@ -27,12 +27,6 @@ import { count, seedOutbox, startPostgres } from "./postgres.mjs";
 import { median, round } from "./lib/stats.mjs";
 
 export const SCALEOUT_GOAL = 1.15;
-/** The scale-out row's server settings: statement counts, and no checkpoint inside a measured window. */
-export const SCALEOUT_PG_FLAGS = [
-  "shared_preload_libraries=pg_stat_statements",
-  "checkpoint_timeout=1h",
-  "max_wal_size=4GB",
-];
 
 export function scaleoutConfig(QUICK) {
   const env = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
@@ -162,8 +156,7 @@ async function window(server, admin, dbName, relays, excludePids) {
 }
 
 /**
- * @param ctx { QUICK, tmp, log, elapsed, track, sims: { hold, fast }, receiver, load, creationBody, PUBLIC_CALLBACK, logLevel,
- *              pgServer? (a running startPostgres() with SCALEOUT_PG_FLAGS, left running) }
+ * @param ctx { QUICK, tmp, log, elapsed, track, sims: { hold, fast }, receiver, load, creationBody, PUBLIC_CALLBACK, logLevel }
  */
 export async function benchScaleout(ctx) {
   const { QUICK, tmp, log, elapsed, track, sims, receiver, load, creationBody, PUBLIC_CALLBACK, logLevel } = ctx;
@@ -178,9 +171,9 @@ export async function benchScaleout(ctx) {
   log(
     `\n[${elapsed()}] scale-out: ${cfg.instances.join(", ")} instance(s) on one durable PostgreSQL (delivery, intake, end to end)${oldDist ? `, A/B against ${oldDist}` : ""}; ${cfg.rounds} round(s)`,
   );
-  // A quick run hands in the run's one server (started with SCALEOUT_PG_FLAGS): a server's start and
-  // its migrated template cost more CPU than the whole quick row's work.
-  const server = ctx.pgServer ?? (await startPostgres({ flags: SCALEOUT_PG_FLAGS }));
+  const server = await startPostgres({
+    flags: ["shared_preload_libraries=pg_stat_statements", "checkpoint_timeout=1h", "max_wal_size=4GB"],
+  });
   const admin = new pg.Client({ connectionString: server.admin });
   await admin.connect();
   try {
@@ -323,7 +316,7 @@ export async function benchScaleout(ctx) {
     }
   } finally {
     await admin.end().catch(() => {});
-    if (!ctx.pgServer) await server.stop();
+    await server.stop();
   }
 
   // Medians over rounds of every figure; the 3:1 (or largest:1) ratio of total CPU per unit.
