@@ -57,6 +57,7 @@ export function sampleTaskData(
     callbackUrl: opts.url,
     callbackEvents: JSON.stringify(TASK_EVENT_TYPES),
     outputJson: status === "succeeded" ? JSON.stringify(sampleOutput(opts.kind, opts.id)) : null,
+    outputRef: null,
     pointsCharged: status === "succeeded" ? (opts.kind === "image" ? 40 : 500) : status === "failed" ? 0 : null,
     pointsRefunded: status === "succeeded" || status === "failed" ? 0 : null,
     filesJson: null,
