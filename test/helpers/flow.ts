@@ -60,6 +60,19 @@ export async function runToWebhook(t: Pick<TestRelay, "relay" | "clock">, up: Fa
 }
 
 /**
+ * Moves the clock to the next due delivery and runs the dispatcher once: a retry's time is drawn
+ * with jitter (WEBHOOK_RETRY_SCHEDULE ±20 %), so a fixed step can fall short of it; the outbox says
+ * when the next attempt is due. Fails when nothing is due.
+ */
+export async function runNextRetry(t: Pick<TestRelay, "relay" | "clock" | "store">): Promise<void> {
+  const now = t.clock.now();
+  const due = await t.store.events.nextDueAt({ now, excludeKeys: [] });
+  expect(due, "no delivery is due").not.toBeNull();
+  t.clock.advance(Math.max(0, due! - now));
+  await t.relay.dispatcher.runOnce();
+}
+
+/**
  * A task created with `extra`, submitted, and read back `succeeded` from the fake upstream (an image
  * output, 20 points charged): its `task.succeeded` event is written and due.
  */

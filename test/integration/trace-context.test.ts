@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { createTask, runToWebhook, taskRow } from "../helpers/flow.js";
+import { createTask, runNextRetry, runToWebhook, taskRow } from "../helpers/flow.js";
 import { capturedLogger } from "../helpers/log-lines.js";
 import { status, verifyAt } from "../helpers/receiver.js";
 import type { TestRelay } from "../helpers/relay.js";
@@ -109,10 +109,7 @@ describe("trace context, tracing off", () => {
     const client = t.client();
     const id = await createTraced(t, client.apiKey, { callback_url: r.url() }, { traceparent: TRACEPARENT });
     await runToWebhook(t, up, id);
-    for (let i = 0; i < 2; i++) {
-      t.clock.advance(70_000);
-      await t.relay.dispatcher.runOnce();
-    }
+    for (let i = 0; i < 2; i++) await runNextRetry(t);
     expect(r.requests.map((q) => q.headers["webhook-id"] !== undefined)).toEqual([true, true, true]);
     const parsed = r.requests.map((q) => CHILD.exec(q.headers.traceparent ?? "")?.slice(1, 3));
     expect(parsed.map((p) => p?.[0])).toEqual([TRACE_ID, TRACE_ID, TRACE_ID]);
@@ -162,8 +159,7 @@ describe("trace context, tracing off", () => {
     const client = t.client();
     const id = await createTraced(t, client.apiKey, { callback_url: r.url() }, { traceparent: TRACEPARENT });
     await runToWebhook(t, up, id);
-    t.clock.advance(70_000);
-    await t.relay.dispatcher.runOnce();
+    await runNextRetry(t);
     expect(r.requests).toHaveLength(2);
     const sent = r.requests.map((q) => CHILD.exec(q.headers.traceparent ?? "")!.slice(1, 3));
     const attempts = lines.filter((l) => l.msg === "webhook attempt");

@@ -6,7 +6,7 @@ import { createLogger } from "../../src/logger.js";
 import { noTelemetry, type Telemetry, useTelemetry } from "../../src/telemetry/index.js";
 import { sdkTelemetry } from "../../src/telemetry/otel.js";
 import { UpstreamClient } from "../../src/upstream/client.js";
-import { createTask, runToWebhook, taskRow } from "../helpers/flow.js";
+import { createTask, runNextRetry, runToWebhook, taskRow } from "../helpers/flow.js";
 import { capturedLogger } from "../helpers/log-lines.js";
 import { ok, status, verifyAt } from "../helpers/receiver.js";
 import { UPSTREAM_KEY, UPSTREAM_URL } from "../helpers/relay.js";
@@ -59,12 +59,8 @@ describe("tracing on: spans", () => {
     expect(res.status).toBe(201);
     const id = ((await res.json()) as { data: { id: string } }).data.id;
     await runToWebhook(t, up, id);
-    // Two retries (500, then 503, then 200), one turn each: the second is due 1 m ±20% after the
-    // 503 (WEBHOOK_RETRY_SCHEDULE 0s,5s,1m), so each turn moves the clock past the longest, 72 s.
-    for (let i = 0; i < 2; i++) {
-      t.clock.advance(75_000);
-      await t.relay.dispatcher.runOnce();
-    }
+    // Two retries (500, then 503, then 200), one turn each at its jittered due time.
+    for (let i = 0; i < 2; i++) await runNextRetry(t);
 
     const [server] = named(SpanKind.SERVER, "POST /openapi/v1/images/generations");
     expect(server).toBeDefined();
