@@ -70,8 +70,34 @@ export function deliverySummary(task: TaskRow, lastEvent: EventRow | undefined):
   };
 }
 
+/**
+ * The task row's fields a view reads: what `flatTask` needs, so a row built by hand (the test
+ * webhook's sample, services/sample-events.ts) is checked by the compiler for each of them.
+ */
+export type TaskViewRow = Pick<
+  TaskRow,
+  | "id"
+  | "type"
+  | "model"
+  | "status"
+  | "phase"
+  | "createdAt"
+  | "updatedAt"
+  | "completedAt"
+  | "upstreamTaskId"
+  | "errorJson"
+  | "metadataJson"
+  | "callbackUrl"
+  | "callbackEvents"
+  | "outputJson"
+  | "outputRef"
+  | "pointsCharged"
+  | "pointsRefunded"
+  | "filesJson"
+>;
+
 export function taskData(
-  task: TaskRow,
+  task: TaskViewRow,
   delivery?: DeliverySummary,
   queuePosition?: number | null,
   estimatedCompletionAt: number | null = null,
@@ -98,7 +124,7 @@ export function taskData(
   return data;
 }
 
-export function taskUsage(task: TaskRow): TaskUsage {
+export function taskUsage(task: TaskViewRow): TaskUsage {
   return { points_charged: task.pointsCharged, points_refunded: task.pointsRefunded };
 }
 
@@ -138,7 +164,7 @@ export function taskView(
  * `estimatedCompletionAt`: the task's estimate (core/eta.ts), or null when not known.
  */
 export function flatTask(
-  task: TaskRow,
+  task: TaskViewRow,
   delivery?: DeliverySummary,
   opts: { maxOutputBytes?: number; estimatedCompletionAt?: number | null } = {},
 ): FlatTask {

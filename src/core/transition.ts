@@ -80,7 +80,7 @@ export const transitionRules: TransitionRules = {
             ahead: null,
             capacity: Number.POSITIVE_INFINITY,
           });
-    const flat = flatTask({ ...after, eventSequence: sequence }, undefined, {
+    const flat = flatTask(after, undefined, {
       maxOutputBytes: WEBHOOK_BODY_MAX_BYTES,
       estimatedCompletionAt,
     });

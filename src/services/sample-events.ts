@@ -1,8 +1,7 @@
 import { TASK_EVENT_TYPES, type TaskEventType } from "../core/transition.js";
-import type { TaskRow } from "../store/rows.js";
 import type { TaskStatus } from "../statuses.js";
 import { catalogModels } from "./catalog-check.js";
-import { flatTask } from "../core/task-view.js";
+import { flatTask, type TaskViewRow } from "../core/task-view.js";
 import { destinationHost } from "../webhooks/destination.js";
 
 /**
@@ -41,12 +40,13 @@ export function sampleTaskData(
 ): Record<string, unknown> {
   const status = type.slice("task.".length) as TaskStatus;
   const ended = status !== "processing";
-  const row = {
+  const row: TaskViewRow = {
     id: opts.id,
-    clientId: opts.clientId,
     type: opts.kind,
     model: opts.model,
     status,
+    // Its estimate is never known (flatTask's default), so the phase changes nothing in the body.
+    phase: ended ? "done" : "submitted",
     createdAt: opts.now - 30_000,
     updatedAt: opts.now,
     completedAt: ended ? opts.now : null,
@@ -61,7 +61,7 @@ export function sampleTaskData(
     pointsCharged: status === "succeeded" ? (opts.kind === "image" ? 40 : 500) : status === "failed" ? 0 : null,
     pointsRefunded: status === "succeeded" || status === "failed" ? 0 : null,
     filesJson: null,
-  } as unknown as TaskRow;
+  };
   const previous: TaskStatus = status === "processing" || status === "canceled" ? "queued" : "processing";
   return {
     ...flatTask(row),
