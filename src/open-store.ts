@@ -58,5 +58,6 @@ export async function openStore(
         ? { failoverTimeoutMs: config.databaseFailoverTimeoutMs }
         : {}),
     });
-  return sqliteStore(openDatabase(config.databasePath, options));
+  // The server's store: WAL checkpoints on a worker thread, not on the event loop (db/sqlite/checkpointer.ts).
+  return sqliteStore(openDatabase(config.databasePath, { ...options, checkpointOffThread: true }));
 }

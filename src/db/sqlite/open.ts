@@ -6,6 +6,7 @@ import { SQLiteDialect } from "drizzle-orm/sqlite-core";
 import { closeSync, mkdirSync, openSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { Checkpointer } from "./checkpointer.js";
 import * as schema from "./schema.js";
 import { bindSqliteArgs, bindsNothing } from "../kit/bound-values.js";
 import { planOf } from "./bound-values.js";
@@ -15,6 +16,8 @@ export type Db = BetterSQLite3Database<typeof schema>;
 export interface Database_ {
   db: Db;
   sqlite: Database.Database;
+  /** The worker thread that checkpoints the WAL (openDatabase's `checkpointOffThread`), else null. */
+  checkpointer: Checkpointer | null;
   close(): void;
 }
 
@@ -93,7 +96,10 @@ export const MIGRATIONS_FOLDER = join(dirname(fileURLToPath(import.meta.url)), "
  * WAL lets the CLI and readers work beside the server; busy_timeout makes a concurrent
  * writer (the CLI while the server runs) wait instead of failing.
  */
-export function openDatabase(path: string, options: { migrate?: boolean } = {}): Database_ {
+export function openDatabase(
+  path: string,
+  options: { migrate?: boolean; checkpointOffThread?: boolean } = {},
+): Database_ {
   if (path !== ":memory:" && !path.startsWith("file:")) createPrivately(path);
   const sqlite = new Database(path);
   sqlite.pragma("journal_mode = WAL");
@@ -104,9 +110,13 @@ export function openDatabase(path: string, options: { migrate?: boolean } = {}):
   cacheStatements(sqlite);
   const db = drizzle({ client: sqlite, schema });
   if (options.migrate !== false) migrate(db, { migrationsFolder: MIGRATIONS_FOLDER });
+  // The server's connection leaves checkpoints to a worker thread (checkpointer.ts); a file only:
+  // an in-memory database has no WAL and no second connection.
+  const offThread = options.checkpointOffThread === true && path !== ":memory:" && !path.startsWith("file:");
   return {
     db,
     sqlite,
+    checkpointer: offThread ? new Checkpointer(sqlite) : null,
     close: () => {
       if (sqlite.open) sqlite.close();
     },

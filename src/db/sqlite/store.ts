@@ -151,6 +151,8 @@ export class SqliteStore implements Store, SqliteContext {
   async close(): Promise<void> {
     this.intakeCommits.close();
     this.attemptCommits.close();
+    // The checkpointer's connection closes first: the last connection to close checkpoints the WAL.
+    await this.database.checkpointer?.stop();
     this.database.close();
   }
 
