@@ -119,7 +119,9 @@ export function sqliteEvents(s: SqliteContext): EventStore {
     release: async (eventId, token, patch) => {
       updateLeased(db, eventId, token, { ...patch, ...RELEASED });
     },
-    postponeKey: async (clientId, host, until, now) => postponeKey(db, clientId, host, until, now),
+    // A circuit's opening moves the key's events in the turn's commit, with the record that opened it.
+    postponeKey: (clientId, host, until, now) =>
+      s.attemptCommits.runAtomic(() => postponeKey(db, clientId, host, until, now)),
     claimTrial: async (key, o) => claimTrial(db, key, o),
     // As on PostgreSQL: the key's leased events count against maxPerKey (also a CLI or a second process's leases).
     claimOfKey: (key, o) =>

@@ -5,12 +5,16 @@ import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { clients, endpointHealth } from "./schema.js";
 
-/** The KeyHealthStore on SQLite: the health of delivery keys. */
+/**
+ * The KeyHealthStore on SQLite: the health of delivery keys. An attempt's health change is
+ * written in the attempts' group commit (one statement each, so atomic without a savepoint): it
+ * shares the turn's transaction and fsync with the attempt's record, never a commit of its own.
+ */
 export function sqliteKeyHealth(s: SqliteContext): KeyHealthStore {
   const db = s.database.db;
   return {
-    recordFailure: async (key, now, error) => recordFailure(db, key, now, error),
-    recordSuccess: async (key, now) => recordSuccess(db, key, now),
+    recordFailure: (key, now, error) => s.attemptCommits.runAtomic(() => recordFailure(db, key, now, error)),
+    recordSuccess: (key, now) => s.attemptCommits.runAtomic(() => recordSuccess(db, key, now)),
     dueForNotice: async (before, limit) => dueForNotice(db, before, limit),
     markNoticed: async (key, failingSince, at) => markNoticed(db, key, failingSince, at),
     failingOf: async (clientId) => failingOf(db, clientId),
@@ -41,24 +45,26 @@ export function recordFailure(db: Db, key: DeliveryKey, now: number, error: stri
     .run();
 }
 
+/**
+ * Ends the key's failing run, if one is open; what it was. A read, then one UPDATE: run inside a
+ * transaction (the group commit's), nothing can change the row in between.
+ */
 export function recordSuccess(
   db: Db,
   key: DeliveryKey,
   now: number,
 ): { failingSince: number; noticeSentAt: number | null } | null {
-  return db.transaction((tx) => {
-    const open = tx
-      .select({ failingSince: endpointHealth.failingSince, noticeSentAt: endpointHealth.noticeSentAt })
-      .from(endpointHealth)
-      .where(and(ofKey(key), isNotNull(endpointHealth.failingSince)))
-      .all()[0];
-    if (!open) return null;
-    tx.update(endpointHealth)
-      .set({ failingSince: null, failedAttempts: 0, noticeSentAt: null, lastSuccessAt: now, updatedAt: now })
-      .where(ofKey(key))
-      .run();
-    return { failingSince: open.failingSince!, noticeSentAt: open.noticeSentAt };
-  });
+  const open = db
+    .select({ failingSince: endpointHealth.failingSince, noticeSentAt: endpointHealth.noticeSentAt })
+    .from(endpointHealth)
+    .where(and(ofKey(key), isNotNull(endpointHealth.failingSince)))
+    .all()[0];
+  if (!open) return null;
+  db.update(endpointHealth)
+    .set({ failingSince: null, failedAttempts: 0, noticeSentAt: null, lastSuccessAt: now, updatedAt: now })
+    .where(ofKey(key))
+    .run();
+  return { failingSince: open.failingSince!, noticeSentAt: open.noticeSentAt };
 }
 
 /** Only clients with a notification_url: the others have no one to tell (and are never marked). */

@@ -86,10 +86,21 @@ export class Attempts {
       scheduleSpanMs: this.deps.scheduleSpanMs,
     });
     queued?.(!transition);
-    await this.record(event, startedAt, result, pausedUntil, false, ids);
+    const recorded = this.record(event, startedAt, result, pausedUntil, false, ids);
+    // Endpoint health counts any answer but a 2xx as failing (a receiver answering 404 to everything
+    // is failing too). Queued in the same turn as the record, so the key's health change shares the
+    // record's transaction where the store group-commits both (SQLite); observe never throws.
+    const observed = this.observe(
+      event,
+      outcome === "neutral" ? "neutral" : result.ok ? "success" : "failure",
+      result.error,
+    );
+    try {
+      await recorded;
+    } finally {
+      await observed;
+    }
     if (transition) await this.onTransition(transition);
-    // Endpoint health counts any answer but a 2xx as failing (a receiver answering 404 to everything is failing too).
-    await this.observe(event, outcome === "neutral" ? "neutral" : result.ok ? "success" : "failure", result.error);
   }
 
   /** A test ping under the key's breaker permit: its outcome counts like an attempt's, and an opening is said the same way. */
