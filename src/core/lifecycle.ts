@@ -3,10 +3,10 @@ import type { TaskStatus } from "../statuses.js";
 import type { Store, SubmissionContext, SubmissionStep } from "../store/store.js";
 import type { NewTaskRow, TaskRow } from "../store/rows.js";
 import type { Nudges } from "./nudges.js";
-import { jsonTextOf } from "../upstream/json-text.js";
+import { JsonPieces, jsonTextOf } from "../upstream/json-text.js";
 import type { UpstreamTask } from "../upstream/types.js";
 import { TERMINAL_STATUSES } from "./transition.js";
-import { keepLongOutputApart } from "./stored-output.js";
+import { keepLongOutputApart, type OutputPatch } from "./stored-output.js";
 
 /** What a task's `error` says: the upstream's code, message and request id, and its details when it gave any. */
 export interface TaskError {
@@ -85,7 +85,7 @@ export function standingCharge(task: Pick<TaskRow, "pointsCharged" | "pointsRese
  * ended without a charge is not ended by it, a single read must look for the charge first (see
  * awaitsCharge); `final` true (that single read): it ends, its reservation standing as its charge.
  */
-export function observedPatch(task: TaskRow, remote: UpstreamTask, now: number, final = true): Partial<NewTaskRow> {
+export function observedPatch(task: TaskRow, remote: UpstreamTask, now: number, final = true): OutputPatch {
   const waitForCharge = !final && awaitsCharge(task, remote);
   const status: TaskStatus =
     remote.status === null || waitForCharge || (remote.status === "queued" && task.status === "processing")
@@ -93,7 +93,7 @@ export function observedPatch(task: TaskRow, remote: UpstreamTask, now: number, 
       : remote.status;
   const charged = remote.usage.pointsCharged ?? task.pointsCharged;
   const refunded = remote.usage.pointsRefunded ?? task.pointsRefunded;
-  const patch: Partial<NewTaskRow> = {
+  const patch: OutputPatch = {
     status,
     pointsCharged: charged,
     // A refund never exceeds the charge it refunds (credit limits hold whatever the upstream says).
@@ -107,10 +107,12 @@ export function observedPatch(task: TaskRow, remote: UpstreamTask, now: number, 
       completedAt: now,
       updatedAt: now,
       nextRunAt: null,
-      // A large output arrives as its text (upstream/json-offload.ts) and is stored as it is.
-      outputJson: jsonTextOf(remote.output),
+      // A large output arrives as its text (upstream/json-offload.ts) and is stored as it is; a long
+      // one in the pieces it is stored in (core/stored-output.ts).
+      outputJson: remote.output instanceof JsonPieces ? null : jsonTextOf(remote.output),
       errorJson: remote.error ? JSON.stringify(remote.error) : null,
     });
+    if (remote.output instanceof JsonPieces) patch.longOutput = remote.output;
   }
   return patch;
 }
@@ -127,7 +129,7 @@ export class Lifecycle {
     return { now: this.deps.clock.now(), token, firstAttemptDelayMs: this.deps.firstAttemptDelayMs };
   }
 
-  private async apply(task: TaskRow, patch: Partial<NewTaskRow>, token: string | null): Promise<TaskRow | undefined> {
+  private async apply(task: TaskRow, patch: OutputPatch, token: string | null): Promise<TaskRow | undefined> {
     const starts = patch.status === "processing" && task.status !== "processing" && this.deps.expectedDuration;
     const opts = {
       ...this.options(token),
@@ -228,10 +230,10 @@ export class Lifecycle {
    * mirroring (due now for the mirror worker), and no task.succeeded is written yet; finishMirroring
    * writes it with the files. Any other change passes as it is.
    */
-  private async mirrorFirst(task: TaskRow, patch: Partial<NewTaskRow>, now: number): Promise<Partial<NewTaskRow>> {
+  private async mirrorFirst(task: TaskRow, patch: OutputPatch, now: number): Promise<OutputPatch> {
     if (patch.status !== "succeeded" || patch.phase !== "done" || task.phase === "mirroring" || !this.deps.mirrors)
       return patch;
-    if (!(await this.deps.mirrors(task, patch.outputJson ?? task.outputJson))) return patch;
+    if (!(await this.deps.mirrors(task, patch.longOutput?.text ?? patch.outputJson ?? task.outputJson))) return patch;
     return { ...patch, status: "processing", phase: "mirroring", completedAt: null, nextRunAt: now, filesJson: null };
   }
 

@@ -1,6 +1,11 @@
 import { newId } from "../ids.js";
 import type { NewTaskRow } from "../store/rows.js";
 import type { OutputStore } from "../store/store.js";
+import type { JsonPieces } from "../upstream/json-text.js";
+import { OUTPUT_ROW_MAX_CHARS, outputPieces } from "../upstream/output-pieces.js";
+
+// Where the cut is made lives with the parse worker that makes it (upstream/json-offload.ts).
+export { OUTPUT_PIECE_CHARS, OUTPUT_ROW_MAX_CHARS, outputPieces } from "../upstream/output-pieces.js";
 
 /**
  * Where a task's output is kept (issue #38 item 7). An output of up to OUTPUT_ROW_MAX_CHARS stays in
@@ -20,28 +25,11 @@ import type { OutputStore } from "../store/store.js";
  * output anew under another ref, and the pruner sweeps the orphan (OutputStore.sweep).
  */
 
-/** The longest output kept in the task row (UTF-16 units; at least as many UTF-8 bytes). */
-export const OUTPUT_ROW_MAX_CHARS = 256 * 1024;
-
-/** One piece of a longer output: at most 192 KiB of UTF-8, one short write and one short read. */
-export const OUTPUT_PIECE_CHARS = 64 * 1024;
-
 /** How old a ref no task holds must be before the pruner sweeps it: its transition would have followed at once. */
 export const ORPHAN_OUTPUT_AGE_MS = 60 * 60 * 1000;
 
-/** `text` in pieces of at most `size` UTF-16 units, never splitting a surrogate pair (each piece is well-formed on its own). */
-export function outputPieces(text: string, size = OUTPUT_PIECE_CHARS): string[] {
-  const pieces: string[] = [];
-  let start = 0;
-  while (start < text.length) {
-    let end = Math.min(start + size, text.length);
-    const last = text.charCodeAt(end - 1);
-    if (end < text.length && last >= 0xd800 && last <= 0xdbff) end--;
-    pieces.push(text.slice(start, end));
-    start = end;
-  }
-  return pieces;
-}
+/** A task patch whose output may be a long one still in the parse worker's pieces (upstream/json-offload.ts). */
+export type OutputPatch = Partial<NewTaskRow> & { longOutput?: JsonPieces };
 
 /**
  * The patch as a transition writes it: an output longer than OUTPUT_ROW_MAX_CHARS written in pieces
@@ -50,9 +38,15 @@ export function outputPieces(text: string, size = OUTPUT_PIECE_CHARS): string[] 
  */
 export async function keepLongOutputApart(
   outputs: Pick<OutputStore, "write">,
-  patch: Partial<NewTaskRow>,
+  { longOutput, ...patch }: OutputPatch,
   now: number,
 ): Promise<Partial<NewTaskRow>> {
+  if (longOutput !== undefined) {
+    // Cut by the parse worker: stored as it came, one piece at a time, never joined here.
+    const ref = newId("out", now);
+    await outputs.write(ref, longOutput.pieces, now);
+    return { ...patch, outputJson: null, outputRef: ref };
+  }
   const text = patch.outputJson;
   if (text === undefined) return patch;
   if (text === null || text.length <= OUTPUT_ROW_MAX_CHARS) return { ...patch, outputRef: null };

@@ -5,10 +5,25 @@ export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 /** An error answer is read only this far: its code and message are at the start, the rest is noise. */
 export const ERROR_BODY_BYTES = 64 * 1024;
 
-export interface LimitedBody {
-  text: string;
-  /** The body was longer than the limit: `text` holds only its start, the rest was never read. */
-  truncated: boolean;
+/**
+ * A body as read: its bytes as they arrived, decoded only when someone reads `text`. A large task
+ * answer goes to the parse worker as bytes (upstream/json-offload.ts) and is never decoded here.
+ */
+export class LimitedBody {
+  private decoded: string | null = null;
+
+  constructor(
+    readonly chunks: readonly Uint8Array[],
+    /** Bytes in `chunks`. */
+    readonly size: number,
+    /** The body was longer than the limit: `text` holds only its start, the rest was never read. */
+    readonly truncated: boolean,
+  ) {}
+
+  get text(): string {
+    this.decoded ??= Buffer.concat(this.chunks, this.size).toString("utf8");
+    return this.decoded;
+  }
 }
 
 /**
@@ -24,10 +39,10 @@ export async function readLimited(
 ): Promise<LimitedBody> {
   const declared = Number(response.headers.get("content-length") ?? "");
   const body = response.body;
-  if (body === null) return { text: "", truncated: false };
+  if (body === null) return new LimitedBody([], 0, false);
   if (Number.isFinite(declared) && declared > max) {
     void body.cancel().catch(() => undefined);
-    return { text: "", truncated: true };
+    return new LimitedBody([], 0, true);
   }
   const reader = body.getReader();
   const chunks: Uint8Array[] = [];
@@ -56,5 +71,5 @@ export async function readLimited(
     watch?.stop();
     reader.releaseLock();
   }
-  return { text: Buffer.concat(chunks, size).toString("utf8"), truncated };
+  return new LimitedBody(chunks, size, truncated);
 }

@@ -2,7 +2,7 @@ import type { Clock } from "../clock.js";
 import { systemClock } from "../clock.js";
 import { deadlineIn, raceSignal, startDeadline, type MinRate } from "../net/deadline.js";
 import type { TaskStatus } from "../statuses.js";
-import { DEFAULT_MAX_BODY_BYTES, ERROR_BODY_BYTES, readLimited } from "./body.js";
+import { DEFAULT_MAX_BODY_BYTES, ERROR_BODY_BYTES, type LimitedBody, readLimited } from "./body.js";
 import { UpstreamError } from "./errors.js";
 import { type OffThreadJson, offThreadJson, type ParsedJson } from "./json-offload.js";
 import {
@@ -74,9 +74,8 @@ interface RequestSpec {
 interface RawResponse {
   status: number;
   headers: Headers;
-  text: string;
-  /** The body was longer than the limit and was cut off unread. */
-  truncated: boolean;
+  /** The body as read (decoded only where its text is asked for). */
+  body: LimitedBody;
 }
 
 /**
@@ -260,7 +259,7 @@ export class UpstreamClient {
       const body = await raceSignal(readLimited(response, limit, rate), signal, () => {
         response.body?.cancel().catch(() => undefined);
       });
-      res = { status: response.status, headers: response.headers, ...body };
+      res = { status: response.status, headers: response.headers, body };
     } catch (err) {
       const error = this.transportError(err, signal, spec);
       span.fail(error.kind === "timeout" ? "timeout" : error.code, error.message);
@@ -273,17 +272,17 @@ export class UpstreamClient {
       span.fail(String(res.status));
       throw this.httpError(res);
     }
-    if (res.truncated) throw this.tooLarge(res);
+    if (res.body.truncated) throw this.tooLarge(res);
     return res;
   }
 
   private json(res: RawResponse): unknown {
-    return this.parsedOrThrow(res, parseJson(res.text));
+    return this.parsedOrThrow(res, parseJson(res.body.text));
   }
 
   /** A task answer (creation, read, list page): a large one is parsed off the event loop, its outputs kept as text. */
   private async taskJson(res: RawResponse): Promise<unknown> {
-    return this.parsedOrThrow(res, await this.taskJsonParser.parse(res.text));
+    return this.parsedOrThrow(res, await this.taskJsonParser.parse(res.body));
   }
 
   private parsedOrThrow(res: RawResponse, parsed: ParsedJson): unknown {
@@ -292,7 +291,7 @@ export class UpstreamClient {
   }
 
   private httpError(res: RawResponse): UpstreamError {
-    const body = parseErrorBody(res.text);
+    const body = parseErrorBody(res.body.text);
     return new UpstreamError({
       kind: "http",
       status: res.status,

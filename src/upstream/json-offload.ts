@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { Worker } from "node:worker_threads";
-import { JsonText } from "./json-text.js";
+import { JsonPieces, JsonText } from "./json-text.js";
+import { OUTPUT_PIECE_CHARS, OUTPUT_ROW_MAX_CHARS, outputPieces } from "./output-pieces.js";
 import { parseJson } from "./parse.js";
 
 /**
@@ -10,6 +11,12 @@ import { parseJson } from "./parse.js";
  * parsed in a worker thread, which hands back the body without its outputs (small: ids, statuses,
  * usage) and each output as JSON text: the main thread parses only the small part, and an output
  * travels as a `JsonText` to the column that stores it as text, never parsed on the main thread.
+ *
+ * Nor is a long answer decoded or held whole here: its bytes go to the worker (one copy into a
+ * buffer that is moved, not cloned), and an output longer than a task row holds comes back as
+ * `JsonPieces`, one message per piece of the storage's cut (core/stored-output.ts), each written
+ * by a turn of its own. Decoding 7 MB, cloning it both ways and cutting it had cost the event loop
+ * about 20 ms in one turn per answer.
  */
 
 /** Answers shorter than this (UTF-16 units) are parsed inline: a worker hop costs more than the parse. */
@@ -22,22 +29,33 @@ export type ParsedJson = { ok: true; value: unknown } | { ok: false };
 
 /**
  * The worker's whole program. It imports nothing of the relay's (an eval'd CommonJS script runs
- * the same under the build and under the test runner): parse, then write the body back with each
- * output value replaced by a marker and collected as text.
+ * the same under the build and under the test runner; `outputPieces` is handed over as source):
+ * decode, parse, then write the body back with each output value replaced by a marker and
+ * collected as text. An output longer than the task row holds is cut into the pieces it is stored
+ * in, each posted as a message of its own before the answer's last message, so the main thread
+ * receives it one piece per turn and never as one string.
  */
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require("node:worker_threads");
-const { mark, key } = workerData;
+const { mark, key, rowMaxChars, pieceChars } = workerData;
+const outputPieces = ${outputPieces.toString()};
 parentPort.on("message", (job) => {
   let reply;
   try {
+    const text = typeof job.text === "string" ? job.text : Buffer.from(job.bytes).toString("utf8");
     const parts = [];
-    const skeleton = JSON.stringify(JSON.parse(job.text), (k, v) => {
+    const skeleton = JSON.stringify(JSON.parse(text), (k, v) => {
       if (k !== key || v === null) return v;
       parts.push(JSON.stringify(v));
       return mark + (parts.length - 1);
     });
-    reply = { id: job.id, ok: true, skeleton, parts };
+    const cut = parts.map((part) => {
+      if (part.length <= rowMaxChars) return part;
+      const pieces = outputPieces(part, pieceChars);
+      for (const piece of pieces) parentPort.postMessage({ id: job.id, piece });
+      return { pieces: pieces.length };
+    });
+    reply = { id: job.id, ok: true, skeleton, parts: cut };
   } catch {
     reply = { id: job.id, ok: false };
   }
@@ -45,15 +63,23 @@ parentPort.on("message", (job) => {
 });
 `;
 
-interface Reply {
-  id: number;
-  ok: boolean;
-  skeleton?: string;
-  parts?: string[];
+/** One message of the worker: a piece of a long output, or the answer's end. */
+type Reply =
+  | { id: number; piece: string }
+  | { id: number; ok: boolean; skeleton?: string; parts?: Array<string | { pieces: number }> };
+
+/** An answer's bytes as read (upstream/body.ts): handed to the worker undecoded, decoded here only if it fails. */
+export interface AnswerBytes {
+  readonly chunks: readonly Uint8Array[];
+  readonly size: number;
+  readonly text: string;
 }
 
 interface Job {
-  text: string;
+  /** The answer, kept to parse inline if the worker is lost. */
+  text: () => string;
+  /** The long outputs' pieces received so far, in order. */
+  pieces: string[];
   resolve: (parsed: ParsedJson) => void;
 }
 
@@ -71,15 +97,30 @@ export class OffThreadJson {
 
   constructor(private readonly minChars = OFFLOAD_MIN_CHARS) {}
 
-  /** The body parsed, as parseJson would (an empty or broken body is not JSON), outputs as JsonText when large. */
-  parse(text: string): Promise<ParsedJson> {
-    if (text.length < this.minChars) return Promise.resolve(parseJson(text));
+  /**
+   * The body parsed, as parseJson would (an empty or broken body is not JSON), outputs as JsonText
+   * when large, and as JsonPieces when longer than a task row holds. A body given as bytes goes to
+   * the worker as one transferred buffer, undecoded (its chunks stay here for the inline fallback).
+   */
+  parse(body: string | AnswerBytes): Promise<ParsedJson> {
+    const text = typeof body === "string" ? () => body : () => body.text;
+    if ((typeof body === "string" ? body.length : body.size) < this.minChars) return Promise.resolve(parseJson(text()));
     return new Promise((resolve) => {
       const id = this.nextId++;
-      this.pending.set(id, { text, resolve });
+      this.pending.set(id, { text, pieces: [], resolve });
       const worker = this.started();
       if (this.pending.size === 1) worker.ref();
-      worker.postMessage({ id, text });
+      if (typeof body === "string") worker.postMessage({ id, text: body });
+      else {
+        // One copy of the bytes, into a buffer of their own, moved to the worker without another.
+        const bytes = new Uint8Array(body.size);
+        let at = 0;
+        for (const chunk of body.chunks) {
+          bytes.set(chunk, at);
+          at += chunk.byteLength;
+        }
+        worker.postMessage({ id, bytes }, [bytes.buffer]);
+      }
     });
   }
 
@@ -93,7 +134,10 @@ export class OffThreadJson {
 
   private started(): Worker {
     if (this.worker !== null) return this.worker;
-    const worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { mark: this.mark, key: TEXT_KEY } });
+    const worker = new Worker(WORKER_SOURCE, {
+      eval: true,
+      workerData: { mark: this.mark, key: TEXT_KEY, rowMaxChars: OUTPUT_ROW_MAX_CHARS, pieceChars: OUTPUT_PIECE_CHARS },
+    });
     worker.unref();
     worker.on("message", (reply: Reply) => this.settle(reply));
     const lost = () => {
@@ -110,17 +154,26 @@ export class OffThreadJson {
   private settle(reply: Reply): void {
     const job = this.pending.get(reply.id);
     if (job === undefined) return;
+    if ("piece" in reply) {
+      job.pieces.push(reply.piece);
+      return;
+    }
     this.pending.delete(reply.id);
     if (this.pending.size === 0) this.worker?.unref();
     if (!reply.ok) {
       job.resolve({ ok: false });
       return;
     }
-    const parts = reply.parts ?? [];
+    let next = 0;
+    const parts = (reply.parts ?? []).map((part) => {
+      if (typeof part === "string") return new JsonText(part);
+      next += part.pieces;
+      return new JsonPieces(job.pieces.slice(next - part.pieces, next));
+    });
     const mark = this.mark;
     // The skeleton is small: its parse is the only JSON work left on this thread.
     const value = JSON.parse(reply.skeleton ?? "null", (_key, v: unknown) =>
-      typeof v === "string" && v.startsWith(mark) ? new JsonText(parts[Number(v.slice(mark.length))] ?? "null") : v,
+      typeof v === "string" && v.startsWith(mark) ? (parts[Number(v.slice(mark.length))] ?? new JsonText("null")) : v,
     ) as unknown;
     job.resolve({ ok: true, value });
   }
@@ -128,7 +181,7 @@ export class OffThreadJson {
   private failPending(): void {
     const jobs = [...this.pending.values()];
     this.pending.clear();
-    for (const job of jobs) job.resolve(parseJson(job.text));
+    for (const job of jobs) job.resolve(parseJson(job.text()));
   }
 }
 

@@ -16,10 +16,30 @@ const MARKER = new RegExp(`${JSON.stringify(MARK).slice(0, -1).replaceAll("\\", 
  * of a value holding one still writes the right JSON (toJSON parses it: correct, only slower).
  */
 export class JsonText {
-  constructor(readonly text: string) {}
+  constructor(private readonly whole: string) {}
+  get text(): string {
+    return this.whole;
+  }
   toJSON(): unknown {
     if (splicing !== null) return `${MARK}${splicing.push(this.text) - 1}`;
     return JSON.parse(this.text);
+  }
+}
+
+/**
+ * A long JsonText as the parse worker cut it: in the pieces it is stored in (core/stored-output.ts),
+ * so a 7 MB output goes from the worker to its rows one piece at a time and is never one string on
+ * the event loop. `text` joins them, for the few readers that need the whole (the mirror's URL scan).
+ */
+export class JsonPieces extends JsonText {
+  private joined: string | null = null;
+
+  constructor(readonly pieces: readonly string[]) {
+    super("");
+  }
+  override get text(): string {
+    this.joined ??= this.pieces.join("");
+    return this.joined;
   }
 }
 

@@ -2,7 +2,8 @@ import fc from "fast-check";
 import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
 import { UpstreamClient } from "../../src/upstream/client.js";
 import { OffThreadJson } from "../../src/upstream/json-offload.js";
-import { JsonText, jsonTextOf } from "../../src/upstream/json-text.js";
+import { JsonPieces, JsonText, jsonTextOf } from "../../src/upstream/json-text.js";
+import { OUTPUT_PIECE_CHARS, OUTPUT_ROW_MAX_CHARS } from "../../src/upstream/output-pieces.js";
 import { parseJson, parseTask, parseTaskList } from "../../src/upstream/parse.js";
 import type { UpstreamTask } from "../../src/upstream/types.js";
 
@@ -105,6 +106,49 @@ describe("OffThreadJson", () => {
     if (!again.ok) throw new Error("parsed");
     expect(jsonTextOf(parseTask(again.value)?.output)).toBe('{"a":[1,2,3]}');
     await parser.close();
+  });
+
+  it("an answer given as bytes is decoded and parsed in the worker; a long output comes back in its pieces", async () => {
+    // Surrogate pairs straddle every piece boundary ("x" first), as in stored-output-pieces.test.ts.
+    const output = { s: `x${"😀".repeat(3 * OUTPUT_PIECE_CHARS)}`, images: [{ url: "https://cdn.test/a.png" }] };
+    const stored = JSON.stringify(output);
+    expect(stored.length).toBeGreaterThan(OUTPUT_ROW_MAX_CHARS);
+    const encoded = Buffer.from(JSON.stringify({ data: { id: "t4", status: "succeeded", output } }));
+    const chunks = [encoded.subarray(0, 1000), encoded.subarray(1000)];
+    let decodedHere = 0;
+    const bytes = {
+      chunks,
+      size: encoded.length,
+      get text() {
+        decodedHere++;
+        return encoded.toString("utf8");
+      },
+    };
+    const parser = new OffThreadJson();
+    const parsed = await parser.parse(bytes);
+    await parser.close();
+    expect(decodedHere).toBe(0);
+    // The caller's chunks are intact: the worker got a copy of its own, moved without another.
+    expect(Buffer.concat(chunks).equals(encoded)).toBe(true);
+    if (!parsed.ok) throw new Error("parsed");
+    const task = parseTask(parsed.value);
+    if (!(task?.output instanceof JsonPieces)) throw new Error("a long output comes back in pieces");
+    expect(task.output.pieces.length).toBe(Math.ceil(stored.length / OUTPUT_PIECE_CHARS));
+    for (const piece of task.output.pieces) {
+      expect(piece.length).toBeLessThanOrEqual(OUTPUT_PIECE_CHARS);
+      // Well-formed on its own: no lone surrogate, which UTF-8 would turn into U+FFFD.
+      expect(Buffer.from(piece, "utf8").toString("utf8")).toBe(piece);
+    }
+    expect(task.output.pieces.join("")).toBe(stored);
+    expect(jsonTextOf(task.output)).toBe(stored);
+  });
+
+  it("a worker lost with bytes pending parses them inline from the chunks kept here", async () => {
+    const parser = new OffThreadJson(0);
+    const encoded = Buffer.from(JSON.stringify({ id: "t5", output: { a: "é" } }));
+    const pending = parser.parse({ chunks: [encoded], size: encoded.length, text: encoded.toString("utf8") });
+    await parser.close();
+    expect(await pending).toEqual({ ok: true, value: { id: "t5", output: { a: "é" } } });
   });
 
   it("small answers stay on the inline path (no worker hop)", async () => {
