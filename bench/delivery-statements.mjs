@@ -1,7 +1,8 @@
 // SQLite statements per delivered webhook, counted in-process: one build's Dispatcher (wired as
 // bench/dispatcher-micro.mjs wires it, silent logger) drains N pre-written events of one client to
 // one loopback receiver, and every run/get/all/iterate of a prepared better-sqlite3 statement is
-// counted (BEGIN/COMMIT of the group commit are counted apart, as transactions).
+// counted (BEGIN/COMMIT of the group commit are counted apart, as transactions), and timed: the
+// wall time of each statement (COMMIT included, its fsync too) per webhook, the dearest first.
 //   node bench/delivery-statements.mjs DIST [events]
 import http from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -42,13 +43,24 @@ const { LeaseOwner } = await load("workers/owner.js");
 
 const database = openDatabase(db);
 const counts = { statements: 0, transactions: 0 };
+/** Wall time and calls per statement (its first 80 characters). */
+const timed = new Map();
 const proto = Object.getPrototypeOf(database.sqlite.prepare("SELECT 1"));
 for (const m of ["run", "get", "all", "iterate"]) {
   const native = proto[m];
   proto[m] = function (...args) {
     if (/^\s*(BEGIN|COMMIT)/i.test(this.source)) counts.transactions += /^\s*BEGIN/i.test(this.source) ? 1 : 0;
     else counts.statements++;
-    return native.apply(this, args);
+    const t0 = process.hrtime.bigint();
+    try {
+      return native.apply(this, args);
+    } finally {
+      const k = this.source.replace(/\s+/g, " ").slice(0, 80);
+      const e = timed.get(k) ?? { calls: 0, ns: 0n };
+      e.calls++;
+      e.ns += process.hrtime.bigint() - t0;
+      timed.set(k, e);
+    }
   };
 }
 const txn = database.sqlite.transaction;
@@ -87,6 +99,7 @@ const loop = new WorkerLoop({
 });
 dispatcher.onSettled = () => loop.nudge();
 const before = { ...counts };
+timed.clear();
 loop.start();
 await finished;
 await loop.stop();
@@ -95,6 +108,11 @@ const per = (k) => Math.round(((counts[k] - before[k]) / hits) * 100) / 100;
 process.stdout.write(
   `${JSON.stringify({ dist, webhooks: hits, statements_per_webhook: per("statements"), transactions_per_webhook: per("transactions") })}\n`,
 );
+const dearest = [...timed].sort((a, b) => Number(b[1].ns - a[1].ns)).slice(0, 8);
+for (const [source, { calls, ns }] of dearest)
+  process.stdout.write(
+    `${(Number(ns) / 1e3 / hits).toFixed(1).padStart(7)} µs/webhook ${String(calls).padStart(6)} calls  ${source}\n`,
+  );
 await sender.close();
 database.close();
 receiver.close();
