@@ -1,6 +1,7 @@
 import { promises as dns, type LookupAddress } from "node:dns";
 import { isIP, isIPv6 } from "node:net";
 import ipaddr from "ipaddr.js";
+import { LRUCache } from "lru-cache";
 
 /**
  * SSRF guard for webhook delivery (docs/contract.md, "What must never happen": no webhook to a private or
@@ -160,11 +161,34 @@ export function hostnameRefusal(hostname: string): string | null {
   return null;
 }
 
+export type CallbackUrlVerdict = Readonly<{ ok: true; url: string } | { ok: false; reason: string }>;
+
+/** Verdicts kept per setting of allowPrivateNetworks (a text is at most 2 KiB: at most about 1 MiB each). */
+export const CALLBACK_VERDICTS_KEPT = 256;
+/**
+ * Recent verdicts by the URL's exact text, one cache per setting: the verdict depends on nothing
+ * else (no DNS here; that is createGuardedLookup's, at send time), and a client sends the same few
+ * callback URLs with every creation, so parsing each again cost intake about 5% of a creation.
+ */
+const verdicts = {
+  public: new LRUCache<string, CallbackUrlVerdict>({ max: CALLBACK_VERDICTS_KEPT }),
+  private: new LRUCache<string, CallbackUrlVerdict>({ max: CALLBACK_VERDICTS_KEPT }),
+};
+
 /**
  * Intake check of a callback URL (docs/contract.md, "Creating a task"). A fragment is stripped, not
- * refused: it is never sent over HTTP, so dropping it changes nothing on the wire.
+ * refused: it is never sent over HTTP, so dropping it changes nothing on the wire. The verdict of a
+ * text judged recently is the one it got then (frozen: shared between callers).
  */
-export function validateCallbackUrl(
+export function validateCallbackUrl(raw: unknown, opts: { allowPrivateNetworks: boolean }): CallbackUrlVerdict {
+  if (typeof raw !== "string") return judgeCallbackUrl(raw, opts);
+  const cache = opts.allowPrivateNetworks ? verdicts.private : verdicts.public;
+  let verdict = cache.get(raw);
+  if (verdict === undefined) cache.set(raw, (verdict = Object.freeze(judgeCallbackUrl(raw, opts))));
+  return verdict;
+}
+
+function judgeCallbackUrl(
   raw: unknown,
   opts: { allowPrivateNetworks: boolean },
 ): { ok: true; url: string } | { ok: false; reason: string } {

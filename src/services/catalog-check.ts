@@ -71,12 +71,26 @@ function listOf(entry: Record<string, unknown>, keys: string[]): unknown[] | nul
 
 const shown = (values: unknown[]) => values.map(String).join(", ");
 
+/**
+ * The models of a cached catalog that may serve `type`, found once per catalog copy: the cache
+ * hands intake the same parsed body until it refreshes it (a new object), and nothing changes a
+ * body it holds, so walking the catalog for every creation finds the same list each time.
+ */
+const modelsByCatalog = new WeakMap<object, Partial<Record<"image" | "video", CatalogModel[]>>>();
+function modelsFor(catalog: unknown, type: "image" | "video"): CatalogModel[] {
+  const of = (): CatalogModel[] => catalogModels(catalog).filter((m) => m.type === type || m.type === null);
+  if (typeof catalog !== "object" || catalog === null) return of();
+  let byType = modelsByCatalog.get(catalog);
+  if (!byType) modelsByCatalog.set(catalog, (byType = {}));
+  return (byType[type] ??= of());
+}
+
 export function checkAgainstCatalog(
   catalog: unknown,
   type: "image" | "video",
   body: Record<string, unknown>,
 ): FieldProblem[] {
-  const models = catalogModels(catalog).filter((m) => m.type === type || m.type === null);
+  const models = modelsFor(catalog, type);
   // Only a catalog that lists models of this type can say a model is unknown.
   if (!models.some((m) => m.type === type)) return [];
   const model = models.find((m) => m.id === body.model);

@@ -2,7 +2,13 @@ import { promisify } from "node:util";
 import type { LookupAddress } from "node:dns";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { checkAddress, createGuardedLookup, parseHostAsIp, validateCallbackUrl } from "../../src/net/address-guard.js";
+import {
+  CALLBACK_VERDICTS_KEPT,
+  checkAddress,
+  createGuardedLookup,
+  parseHostAsIp,
+  validateCallbackUrl,
+} from "../../src/net/address-guard.js";
 
 const BLOCKED: Array<[ip: string, reason: string]> = [
   // IPv4
@@ -172,6 +178,26 @@ describe("parseHostAsIp", () => {
 describe("validateCallbackUrl", () => {
   const strict = { allowPrivateNetworks: false };
   const lax = { allowPrivateNetworks: true };
+
+  it("judges a text once while it is recent: the same frozen verdict, per setting, a bounded number kept", () => {
+    const first = validateCallbackUrl("https://memo.example.com/hook#a", strict);
+    expect(first).toEqual({ ok: true, url: "https://memo.example.com/hook" });
+    expect(validateCallbackUrl("https://memo.example.com/hook#a", strict)).toBe(first);
+    expect(Object.isFrozen(first)).toBe(true);
+    // The setting is part of the verdict: the same text judged under each.
+    const refused = validateCallbackUrl("https://memo.localhost/hook", strict);
+    expect(refused.ok).toBe(false);
+    expect(validateCallbackUrl("https://memo.localhost/hook", lax)).toEqual({
+      ok: true,
+      url: "https://memo.localhost/hook",
+    });
+    expect(validateCallbackUrl("https://memo.localhost/hook", strict)).toBe(refused);
+    // Past CALLBACK_VERDICTS_KEPT other texts, the first is judged again (an equal, new verdict).
+    for (let i = 0; i < CALLBACK_VERDICTS_KEPT; i++) validateCallbackUrl(`https://memo.example.com/${i}`, strict);
+    const again = validateCallbackUrl("https://memo.example.com/hook#a", strict);
+    expect(again).toEqual(first);
+    expect(again).not.toBe(first);
+  });
 
   it("accepts a public https URL and returns it normalised, fragment stripped", () => {
     expect(validateCallbackUrl("https://hooks.example.com/genrelay?x=1", strict)).toEqual({

@@ -193,12 +193,12 @@ export class SqliteStore implements Store, SqliteContext {
     if (reserved === 0) {
       // Still atomic without a savepoint: the insert is the statement that can refuse a value (and
       // then nothing was written); the count after it binds two values already checked.
-      const task = insertTaskPrepared(db, { ...row, pointsReserved: 0 });
+      const task = insertTaskPrepared(db, row, 0);
       addClientStoredBytes(db, row.clientId, task.storedBytes);
       return { task, replayed: false };
     }
     return tx.transaction((sp) => {
-      const task = insertTaskPrepared(db, { ...row, pointsReserved: reserved });
+      const task = insertTaskPrepared(db, row, reserved);
       addClientStoredBytes(db, row.clientId, task.storedBytes);
       applyCreditChange(sp, row.clientId, row.id, { charged: 0, refunded: 0, reserved }, row.createdAt);
       return { task, replayed: false };

@@ -100,8 +100,9 @@ interface IntakeInsert {
  * bound row is the stored row. Intake's hot path: drizzle builds the INSERT once (the same SQL text,
  * through the connection's value rules), and each call binds its values straight onto the
  * statement, mapped by each column's own encoder, instead of drizzle filling its placeholders.
+ * `pointsReserved` is given apart, so intake's decision needs no copy of the row to carry it.
  */
-export function insertTaskPrepared(db: Db, row: NewTaskRow): TaskRow {
+export function insertTaskPrepared(db: Db, row: NewTaskRow, pointsReserved: number): TaskRow {
   const { columns, defaults, encoders, statement } = prepared<IntakeInsert>(db, "tasks.intakeInsert", () => {
     const all = Object.entries(getTableColumns(tasks));
     const defaults = Object.fromEntries(
@@ -130,7 +131,7 @@ export function insertTaskPrepared(db: Db, row: NewTaskRow): TaskRow {
   const args: unknown[] = new Array(columns.length);
   for (let i = 0; i < columns.length; i++) {
     const c = columns[i]!;
-    const v = (row as Record<string, unknown>)[c] ?? defaults[c] ?? null;
+    const v = c === "pointsReserved" ? pointsReserved : ((row as Record<string, unknown>)[c] ?? defaults[c] ?? null);
     bound[c] = v;
     const encoder = encoders[i];
     args[i] = encoder ? encoder.mapToDriverValue(v) : v;
