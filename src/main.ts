@@ -7,7 +7,7 @@ import { pgConnectProblem } from "./db/pg/connect-errors.js";
 import { takeServerLock } from "./db/sqlite/server-lock.js";
 import { openStore } from "./open-store.js";
 import { gracefulHttp } from "./http/graceful.js";
-import { createLogger } from "./logger.js";
+import { createLogger, writeLogsNow } from "./logger.js";
 import { Relay } from "./relay.js";
 import { startSimulator } from "./simulator/server.js";
 import { startTelemetry } from "./telemetry/index.js";
@@ -90,6 +90,7 @@ async function main(): Promise<void> {
   } catch (err) {
     const problem = config.databaseUrl ? pgConnectProblem(err, config.databaseUrl, process.env) : null;
     if (!problem) throw err;
+    writeLogsNow();
     process.stderr.write(`genrelay: ${problem}\n`);
     process.exit(1);
   }
@@ -122,6 +123,7 @@ async function main(): Promise<void> {
   server.on("error", (err: NodeJS.ErrnoException) => {
     if (err.code === "EADDRINUSE" || err.code === "EACCES") {
       const why = err.code === "EADDRINUSE" ? "is already in use" : "cannot be opened (permission denied)";
+      writeLogsNow();
       process.stderr.write(
         `genrelay: port ${config.port} on ${config.host} ${why}; set PORT to another port or stop what holds it\n`,
       );
@@ -170,6 +172,7 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
+  writeLogsNow();
   process.stderr.write(`genrelay: failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
   process.exit(1);
 });

@@ -1,6 +1,10 @@
+import fs from "node:fs";
+import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Writable } from "node:stream";
-import { describe, expect, it } from "vitest";
-import { createLogger, fixedFieldsLogger, requestLines } from "../../src/logger.js";
+import { describe, expect, it, vi } from "vitest";
+import { createLogger, fixedFieldsLogger, LOG_WRITE_BYTES, logDestination, requestLines } from "../../src/logger.js";
 
 /** The lines a logger wrote, parsed. */
 function capture() {
@@ -94,5 +98,32 @@ describe("createLogger", () => {
     );
     requestLines(warnOnly)("info", hostile);
     expect(quiet).toEqual([]);
+  });
+
+  it("the default destination gathers lines into few writes, and writes a few lines before long all the same", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "genrelay-log-"));
+    const path = join(dir, "out.log");
+    const writes = vi.spyOn(fs, "write");
+    try {
+      const destination = logDestination(openSync(path, "a"));
+      const write = requestLines(createLogger("info", destination));
+      const line = { request_id: "req_x", method: "POST", path: "/openapi/v1/images/generations", status: 201, ms: 1 };
+      const fileLines = () => readFileSync(path, "utf8").split("\n").filter(Boolean);
+      // A few lines: nothing written at once, then all of them in one write (the periodic flush).
+      for (let i = 0; i < 5; i++) write("info", line);
+      expect(writes).not.toHaveBeenCalled();
+      await vi.waitFor(() => expect(fileLines()).toHaveLength(5), { timeout: 2_000, interval: 5 });
+      const firstWrites = writes.mock.calls.filter(([, data]) => String(data) !== "").length;
+      expect(firstWrites).toBe(1);
+      // Past LOG_WRITE_BYTES a write starts without waiting for the flush: one for all those lines.
+      const many = Math.ceil(LOG_WRITE_BYTES / 150) + 1;
+      for (let i = 0; i < many; i++) write("info", line);
+      expect(writes.mock.calls.filter(([, data]) => String(data) !== "").length).toBe(firstWrites + 1);
+      await vi.waitFor(() => expect(fileLines()).toHaveLength(5 + many), { timeout: 2_000, interval: 5 });
+      (destination as unknown as { end(): void }).end();
+    } finally {
+      writes.mockRestore();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
