@@ -45,24 +45,40 @@ export function scaleoutConfig(QUICK) {
           : [1, 2, 3],
         rounds: env("BENCH_ROUNDS", 1),
         delivery: { events: env("BENCH_SCALEOUT_EVENTS", 4_000), windowS: 120, startS: 12 },
-        intake: { connections: 30, duration: env("BENCH_DURATION", 6), warmup: env("BENCH_WARMUP", 2) },
+        // BENCH_SCALEOUT_CONNECTIONS: the intake's connections, split between the instances (30).
+        intake: {
+          connections: env("BENCH_SCALEOUT_CONNECTIONS", 30),
+          duration: env("BENCH_DURATION", 6),
+          warmup: env("BENCH_WARMUP", 2),
+        },
         e2e: { tasks: env("BENCH_SCALEOUT_TASKS", 600), connections: 24, drainS: 180 },
       };
 }
 
-/** pg_locks not granted, every `everyMs`: mean sessions waiting, share of samples with a wait, by lock type. */
-function lockSampler(client, everyMs = 50) {
+/**
+ * pg_locks not granted, every `everyMs`: mean sessions waiting, share of samples with a wait, by lock
+ * type; and what the database's active backends wait on (pg_stat_activity.wait_event: IO:WALSync,
+ * LWLock:WALWrite, Lock:transactionid…; "CPU" when none), mean backends per sample.
+ */
+function lockSampler(client, dbName, everyMs = 50) {
   let samples = 0;
   let withWaits = 0;
   let waiting = 0;
   let peak = 0;
   const byType = {};
+  const byWait = {};
   let stopped = false;
   const loop = (async () => {
     while (!stopped) {
       const { rows } = await client.query(
         "SELECT locktype, mode, count(*)::int AS n FROM pg_locks WHERE NOT granted GROUP BY locktype, mode",
       );
+      const active = await client.query(
+        `SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') AS w, count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = $1 AND state = 'active' AND pid <> pg_backend_pid() GROUP BY 1`,
+        [dbName],
+      );
+      for (const r of active.rows) byWait[r.w] = (byWait[r.w] ?? 0) + r.n;
       samples++;
       let n = 0;
       for (const r of rows) {
@@ -89,6 +105,11 @@ function lockSampler(client, everyMs = 50) {
           .sort((a, b) => b[1] - a[1])
           .map(([k, v]) => [k, round(v / samples, 3)]),
       ),
+      backends_by_wait_event: Object.fromEntries(
+        Object.entries(byWait)
+          .sort((a, b) => b[1] - a[1])
+          .map(([k, v]) => [k, round(v / samples, 3)]),
+      ),
     };
   };
 }
@@ -112,7 +133,7 @@ async function window(server, admin, dbName, relays, excludePids) {
   const commits0 = await xid();
   const db0 = treeCpuSnapshot(server.pid());
   const relay0 = relays.map((r) => cpuMsOf(r.pid));
-  const stopLocks = lockSampler(admin);
+  const stopLocks = lockSampler(admin, dbName);
   const t0 = performance.now();
   return async (units) => {
     const seconds = (performance.now() - t0) / 1000;
@@ -137,7 +158,7 @@ async function window(server, admin, dbName, relays, excludePids) {
     };
     if (statements) {
       const { rows } = await admin.query(
-        `SELECT query, calls::float8 AS calls, total_exec_time AS ms FROM pg_stat_statements
+        `SELECT query, calls::float8 AS calls, total_exec_time AS ms, total_plan_time AS plan_ms FROM pg_stat_statements
           WHERE dbid = $1 ORDER BY total_exec_time DESC`,
         [oid],
       );
@@ -145,10 +166,13 @@ async function window(server, admin, dbName, relays, excludePids) {
       const ms = rows.reduce((s, r) => s + r.ms, 0);
       out.statements_per_unit = per(calls);
       out.statement_ms_per_unit = per(ms);
+      // Zero unless the server tracks planning (pg_stat_statements.track_planning=on).
+      out.plan_ms_per_unit = per(rows.reduce((s, r) => s + r.plan_ms, 0));
       out.top_statements = rows.slice(0, Number(process.env.BENCH_SCALEOUT_TOP ?? 10)).map((r) => ({
         query: r.query.replace(/\s+/g, " ").slice(0, 160),
         calls_per_unit: per(r.calls),
         ms_per_unit: per(r.ms),
+        plan_ms_per_unit: per(r.plan_ms),
       }));
     }
     return out;
@@ -172,7 +196,13 @@ export async function benchScaleout(ctx) {
     `\n[${elapsed()}] scale-out: ${cfg.instances.join(", ")} instance(s) on one durable PostgreSQL (delivery, intake, end to end)${oldDist ? `, A/B against ${oldDist}` : ""}; ${cfg.rounds} round(s)`,
   );
   const server = await startPostgres({
-    flags: ["shared_preload_libraries=pg_stat_statements", "checkpoint_timeout=1h", "max_wal_size=4GB"],
+    // BENCH_SCALEOUT_PG_FLAGS="pg_stat_statements.track_planning=on …": more server flags (planning time per unit).
+    flags: [
+      "shared_preload_libraries=pg_stat_statements",
+      "checkpoint_timeout=1h",
+      "max_wal_size=4GB",
+      ...(process.env.BENCH_SCALEOUT_PG_FLAGS?.split(" ").filter(Boolean) ?? []),
+    ],
   });
   const admin = new pg.Client({ connectionString: server.admin });
   await admin.connect();
@@ -196,10 +226,12 @@ export async function benchScaleout(ctx) {
   const startN = (n, url, upstream, extra, dist, tag) =>
     Promise.all(
       Array.from({ length: n }, (_, i) =>
-        startRelay(env(url, upstream, extra), join(tmp, `relay-scale-${tag}-${i}.log`), { dist }).then(track),
+        startRelay(env(url, upstream, extra), join(tmp, `relay-scale-${tag}-${i}.log`), { dist, execArgv }).then(track),
       ),
     );
   const dbOf = (url) => new URL(url).pathname.slice(1);
+  // BENCH_SCALEOUT_EXEC_ARGV="--cpu-prof --cpu-prof-dir=DIR": node flags of every relay (a profile each).
+  const execArgv = process.env.BENCH_SCALEOUT_EXEC_ARGV?.split(" ").filter(Boolean) ?? [];
 
   const delivery = async (n, dist, tag) => {
     const { url, client } = await server.migrated(`scale_d_${tag}`, { dist });
@@ -307,7 +339,7 @@ export async function benchScaleout(ctx) {
             entry[build][kind] ??= {};
             entry[build][kind][n] = x;
             log(
-              `  round ${r} ${build.padEnd(3)} ${kind.padEnd(10)} ${n} instance(s): ${x.rate}/s, ${x.cpu_ms_per_unit} CPU-ms/unit (relay ${x.relay_cpu_ms_per_unit} + PostgreSQL ${x.pg_cpu_ms_per_unit})${x.statements_per_unit !== undefined ? `, ${x.statements_per_unit} statements/unit` : ""}, ${x.wal_bytes_per_unit} WAL B/unit, ${x.commits_per_unit} commits/unit, ${x.locks.mean_sessions_waiting} sessions waiting on locks${x.complete === false ? " !! incomplete" : ""}`,
+              `  round ${r} ${build.padEnd(3)} ${kind.padEnd(10)} ${n} instance(s): ${x.rate}/s, ${x.cpu_ms_per_unit} CPU-ms/unit (relay ${x.relay_cpu_ms_per_unit} + PostgreSQL ${x.pg_cpu_ms_per_unit})${x.statements_per_unit !== undefined ? `, ${x.statements_per_unit} statements/unit (${x.statement_ms_per_unit} ms executing, ${x.plan_ms_per_unit} planning)` : ""}, ${x.wal_bytes_per_unit} WAL B/unit, ${x.commits_per_unit} commits/unit, ${x.locks.mean_sessions_waiting} sessions waiting on locks; backends by wait ${JSON.stringify(x.locks.backends_by_wait_event)}${x.complete === false ? " !! incomplete" : ""}`,
             );
           }
         }
@@ -339,10 +371,12 @@ export async function benchScaleout(ctx) {
           pg_cpu_ms_per_unit: med((x) => x.pg_cpu_ms_per_unit),
           statements_per_unit: med((x) => x.statements_per_unit),
           statement_ms_per_unit: med((x) => x.statement_ms_per_unit),
+          plan_ms_per_unit: med((x) => x.plan_ms_per_unit),
           wal_bytes_per_unit: med((x) => x.wal_bytes_per_unit),
           commits_per_unit: med((x) => x.commits_per_unit),
           mean_sessions_waiting: med((x) => x.locks.mean_sessions_waiting),
           lock_types: xs[xs.length - 1].locks.by_type,
+          wait_events: xs[xs.length - 1].locks.backends_by_wait_event,
           top_statements: xs[xs.length - 1].top_statements,
           complete: xs.every((x) => x.complete !== false && x.durable !== false),
         };
