@@ -3,7 +3,8 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import type { PgStore } from "../../src/db/pg/store.js";
 import { CHANNEL } from "../../src/db/pg/mapping.js";
 import { pgStore } from "../../src/open-store.js";
-import type { NudgeTarget } from "../../src/store/store.js";
+import type { NewTaskRequest, NudgeTarget } from "../../src/store/store.js";
+import { MAX_KEY_BYTES, StoreValueError } from "../../src/store/values.js";
 import { freshPgDatabase } from "../helpers/pg.js";
 import { CONTRACT_NOW, contractClient, contractTask } from "../helpers/store-dialects.js";
 
@@ -132,6 +133,43 @@ describe("group commits of creations on PostgreSQL", () => {
     // Two statements for ten creations; the leader elsewhere woken by a NOTIFY of theirs.
     await hears("submitter");
     expect(ran).toEqual(["WITH ins AS", "WITH ins AS"]);
+  });
+});
+
+describe("one prepared statement for every batch on PostgreSQL", () => {
+  it("writes batches of any size through one statement text; a row the store refuses fails alone", async () => {
+    const { stores } = await twoInstances();
+    const [one] = stores;
+    const c = await contractClient(one);
+    const req = (key: string, extra: Partial<NewTaskRequest["row"]> = {}) => {
+      const r = contractTask(c.id, key);
+      return { ...r, row: { ...r.row, ...extra }, needs: { waiting: false, credit: false } };
+    };
+    const texts = new Set<string>();
+    one.pool.on("acquire", (conn) => {
+      const query = conn.query.bind(conn) as (...args: unknown[]) => unknown;
+      (conn as { query: unknown }).query = (...args: unknown[]) => {
+        const first = args[0] as string | { name?: string; text: string };
+        if (typeof first !== "string" && first.text.includes("INSERT INTO tasks")) texts.add(first.name ?? "");
+        return query(...args);
+      };
+    });
+    // Batches of 1, 3 and 2 rows (each in a turn of its own).
+    for (const keys of [["a"], ["b", "c", "d"], ["e", "f"]]) {
+      const created = await Promise.all(keys.map((k) => one.tasks.create(req(k))));
+      expect(created.map((r) => r.task.idempotencyKey)).toEqual(keys);
+    }
+    // (With the NOTIFY: this store leads no account here.)
+    expect([...texts]).toEqual(["genrelay_intake_batch_notify"]);
+    // An idempotency key past what an index holds, in a batch with a good one: refused alone.
+    const [good, bad] = await Promise.allSettled([
+      one.tasks.create(req("g")),
+      one.tasks.create(req("k".repeat(MAX_KEY_BYTES + 1))),
+    ]);
+    expect(good).toMatchObject({ status: "fulfilled", value: { replayed: false, task: { idempotencyKey: "g" } } });
+    expect(bad).toMatchObject({ status: "rejected", reason: expect.any(StoreValueError) });
+    const keys = (await one.pool.query("SELECT idempotency_key FROM tasks ORDER BY idempotency_key")).rows;
+    expect(keys.map((r) => r.idempotency_key)).toEqual(["a", "b", "c", "d", "e", "f", "g"]);
   });
 });
 

@@ -112,6 +112,7 @@ export function pgTasks(s: PgContext): TaskStore {
   // Creations without a cap or credit limit are group-committed (one multi-row INSERT per turn).
   const batches = new PgIntakeBatches({
     q: (sql, values) => q(sql, values),
+    run: async (statement, values) => (await s.pool.query({ ...statement, values })).rows as Record<string, unknown>[],
     single,
     grants: s.grants,
     wake: (accounts) => s.wakeSubmitter(accounts),
