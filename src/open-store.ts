@@ -2,9 +2,7 @@ import type { Config } from "./config.js";
 import { transitionRules } from "./core/transition.js";
 import { openDatabase, type Database_ } from "./db/sqlite/open.js";
 import { SqliteStore } from "./db/sqlite/store.js";
-import { migratePostgres } from "./db/pg/open.js";
-import { PgStore } from "./db/pg/store.js";
-import { PgHosts } from "./db/pg/failover.js";
+import type { PgStore } from "./db/pg/store.js";
 import { parsePgUrl } from "./db/pg/hosts.js";
 import type { Store } from "./store/store.js";
 
@@ -22,6 +20,12 @@ export async function pgStore(
   connectionString: string,
   options: { migrate?: boolean; max?: number; failoverTimeoutMs?: number } = {},
 ): Promise<PgStore> {
+  // The driver and the PostgreSQL store load here, not at every start: a SQLite relay never needs them (docs/architecture.md, "Loaded when configured").
+  const [{ migratePostgres }, { PgStore }, { PgHosts }] = await Promise.all([
+    import("./db/pg/open.js"),
+    import("./db/pg/store.js"),
+    import("./db/pg/failover.js"),
+  ]);
   const address = parsePgUrl(connectionString);
   const hosts =
     address.hosts.length > 1

@@ -1,11 +1,12 @@
 import { sendResult } from "../webhooks/sender.js";
+import { lazy } from "../lazy.js";
 import { hostnameRefusal, type Resolver } from "../net/address-guard.js";
-import { AmqpDestination, type AmqpTarget } from "./amqp.js";
+import type { AmqpTarget } from "./amqp.js";
 import type { QueueClientOptions } from "./broker-client.js";
 import type { Destination, DestinationKind, DestinationMessage } from "./index.js";
-import { NatsDestination, type NatsTarget } from "./nats.js";
+import type { NatsTarget } from "./nats.js";
 import type { QueueMessage } from "./queue-message.js";
-import { SqsDestination, type SqsTarget } from "./sqs.js";
+import type { SqsTarget } from "./sqs.js";
 
 /**
  * The queue kinds (docs/destinations.md): `amqp`, `nats` and `sqs`, each a Destination over its
@@ -62,9 +63,10 @@ export function queueKinds(opts: QueueKindsOptions): {
   kinds: Record<QueueKind, DestinationKind>;
   close: () => Promise<void>;
 } {
-  const amqp = new AmqpDestination(opts);
-  const nats = new NatsDestination(opts);
-  const sqs = new SqsDestination(opts);
+  // Each kind's client library is loaded at its first message: a relay without queue endpoints never loads them.
+  const amqp = lazy(async () => new (await import("./amqp.js")).AmqpDestination(opts));
+  const nats = lazy(async () => new (await import("./nats.js")).NatsDestination(opts));
+  const sqs = lazy(async () => new (await import("./sqs.js")).SqsDestination(opts));
   const refuse = (address: string): string | null => {
     if (opts.allowPrivateNetworks) return null;
     try {
@@ -81,9 +83,9 @@ export function queueKinds(opts: QueueKindsOptions): {
       if (!target || target.kind !== kind)
         return sendResult({ error: `the ${kind} endpoint's settings could not be read (endpoint removed?)` });
       const queued = queueMessage(message);
-      if (target.kind === "amqp") return amqp.publish(target.amqp, queued, deadline.timeoutMs);
-      if (target.kind === "nats") return nats.publish(target.nats, queued, deadline.timeoutMs);
-      return sqs.publish(target.sqs, queued, deadline.timeoutMs);
+      if (target.kind === "amqp") return (await amqp.get()).publish(target.amqp, queued, deadline.timeoutMs);
+      if (target.kind === "nats") return (await nats.get()).publish(target.nats, queued, deadline.timeoutMs);
+      return (await sqs.get()).publish(target.sqs, queued, deadline.timeoutMs);
     },
   });
   return {
@@ -93,7 +95,7 @@ export function queueKinds(opts: QueueKindsOptions): {
       sqs: { refuse, destination: destination("sqs") },
     },
     close: async () => {
-      await Promise.all([amqp.close(), nats.close(), sqs.close()]);
+      await Promise.all([amqp.peek()?.close(), nats.peek()?.close(), sqs.peek()?.close()]);
     },
   };
 }

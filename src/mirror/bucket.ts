@@ -1,9 +1,7 @@
 import { Agent as HttpAgent } from "node:http";
 import { Agent as HttpsAgent } from "node:https";
 import { pipeline, type Readable } from "node:stream";
-import { GetObjectCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
-import { Upload } from "@aws-sdk/lib-storage";
-import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
+import type { S3ClientConfig } from "@aws-sdk/client-s3";
 import {
   deadlineIn,
   raceSignal,
@@ -13,6 +11,7 @@ import {
   type MinRate,
   type Timers,
 } from "../net/deadline.js";
+import { lazy } from "../lazy.js";
 import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../net/address-guard.js";
 
 /** A client's bucket, opened (the secret in plain text: only ever in memory). */
@@ -86,8 +85,26 @@ export const BUCKET_DEADLINES: BucketDeadlines = {
 /** A logger for the AWS SDK that says nothing: see the S3Client's construction below. */
 const QUIET_SDK_LOGGER = { trace() {}, debug() {}, info() {}, warn() {}, error() {} };
 
+/**
+ * The AWS SDK's S3 client, uploads and presigner: about a third of a second of CPU to load, so
+ * loaded at a bucket's first use, not by every relay's start (src/lazy.ts).
+ */
+const s3Sdk = lazy(async () => {
+  const [s3, storage, presigner] = await Promise.all([
+    import("@aws-sdk/client-s3"),
+    import("@aws-sdk/lib-storage"),
+    import("@aws-sdk/s3-request-presigner"),
+  ]);
+  return { ...s3, Upload: storage.Upload, getSignedUrl: presigner.getSignedUrl };
+});
+
 export class Bucket {
-  readonly client: S3Client;
+  /** The S3 client, made at the first request (the SDK is loaded then). */
+  private readonly s3 = lazy(async () => {
+    const sdk = await s3Sdk.get();
+    return { sdk, client: new sdk.S3Client(this.clientConfig) };
+  });
+  private readonly clientConfig: S3ClientConfig;
   readonly deadlines: BucketDeadlines;
   private readonly agents: Array<HttpAgent | HttpsAgent>;
   private readonly timers: { timers?: Timers };
@@ -108,7 +125,7 @@ export class Bucket {
     this.deadlines = { ...BUCKET_DEADLINES, ...opts.deadlines };
     this.timers = opts.timers ? { timers: opts.timers } : {};
     const { connectTimeoutMs, idleTimeoutMs, requestTimeoutMs } = this.deadlines;
-    this.client = new S3Client({
+    this.clientConfig = {
       endpoint: config.endpoint,
       region: config.region,
       forcePathStyle: config.forcePathStyle,
@@ -132,7 +149,7 @@ export class Bucket {
         throwOnRequestTimeout: true,
         socketTimeout: idleTimeoutMs,
       },
-    });
+    };
   }
 
   /**
@@ -157,6 +174,7 @@ export class Bucket {
     body.once("error", abort);
     let taken: RateGuard | null = null;
     try {
+      const { sdk, client } = await this.s3.get();
       if (contentLength !== null && contentLength <= MAX_PUT_BYTES) {
         // The answer comes after the last byte: the request lasts as long as the upload may.
         taken = new RateGuard(this.deadlines.minRate, {
@@ -169,8 +187,8 @@ export class Bucket {
         // back to the source as its own.
         taken.on("error", () => {});
         body.pipe(taken);
-        await this.client.send(
-          new PutObjectCommand({
+        await client.send(
+          new sdk.PutObjectCommand({
             Bucket: this.config.bucket,
             Key: key,
             Body: taken,
@@ -184,8 +202,8 @@ export class Bucket {
         );
         return;
       }
-      const upload = new Upload({
-        client: this.client,
+      const upload = new sdk.Upload({
+        client,
         params: { Bucket: this.config.bucket, Key: key, Body: body, ContentType: contentType },
         partSize: PART_SIZE,
         queueSize: QUEUE_SIZE,
@@ -215,13 +233,14 @@ export class Bucket {
     // (region, credentials), which could be slow: it is held to one request's deadline too.
     const deadline = this.deadline("presigning a URL of the bucket", undefined, this.deadlines.requestTimeoutMs);
     try {
-      return await raceSignal(
-        getSignedUrl(this.client, new GetObjectCommand({ Bucket: bucket, Key: key }), {
+      const sign = async () => {
+        const { sdk, client } = await this.s3.get();
+        return sdk.getSignedUrl(client, new sdk.GetObjectCommand({ Bucket: bucket, Key: key }), {
           expiresIn: Math.min(opts.expiresIn ?? urlExpiresIn, MAX_URL_EXPIRES_IN),
           ...(opts.signingDate ? { signingDate: opts.signingDate } : {}),
-        }),
-        deadline.signal,
-      );
+        });
+      };
+      return await raceSignal(sign(), deadline.signal);
     } catch (err) {
       throw describeBucketError(err);
     } finally {
@@ -240,7 +259,8 @@ export class Bucket {
     const answer = this.deadline("the bucket's answer to a read", deadline.signal, this.deadlines.answerTimeoutMs);
     let res;
     try {
-      res = await this.client.send(new GetObjectCommand({ Bucket: this.config.bucket, Key: key }), {
+      const { sdk, client } = await this.s3.get();
+      res = await client.send(new sdk.GetObjectCommand({ Bucket: this.config.bucket, Key: key }), {
         abortSignal: answer.signal,
       });
     } catch (err) {
@@ -266,7 +286,7 @@ export class Bucket {
   }
 
   close(): void {
-    this.client.destroy();
+    this.s3.peek()?.client.destroy();
     for (const agent of this.agents) agent.destroy();
   }
 }

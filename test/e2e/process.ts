@@ -23,8 +23,8 @@ export interface Child {
   kill(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-export function startNode(script: string, env: Record<string, string>): Child {
-  const proc = spawn(process.execPath, [join(DIST, script)], {
+export function startNode(script: string, env: Record<string, string>, execArgv: string[] = []): Child {
+  const proc = spawn(process.execPath, [...execArgv, join(DIST, script)], {
     env: { PATH: process.env.PATH ?? "", ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
