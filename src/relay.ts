@@ -138,8 +138,8 @@ export class Relay {
       onSucceeded: (task, ms) => durations.record(task.type, task.model, ms),
       expectedDuration: (task) => durations.expected(task.type, task.model),
       // A client with a bucket gets copies of the output's files before task.succeeded (docs/contract.md, "Outputs").
-      mirrors: (task, outputJson) =>
-        mirrorsOutput(outputJson, async () => (await store.clients.find(task.clientId))?.storageConfig),
+      mirrors: (task, output) =>
+        mirrorsOutput(output, async () => (await store.clients.find(task.clientId))?.storageConfig),
       onTransition: (task) => {
         this.watchers.wake({ taskId: task.id, clientId: task.clientId, account: task.upstreamAccount });
       },

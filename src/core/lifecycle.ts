@@ -27,8 +27,9 @@ export interface LifecycleDeps {
   /**
    * Whether a success's output is to be copied into the client's bucket first (docs/contract.md, "Outputs"): then the
    * task stays processing in phase `mirroring`, and task.succeeded is written when the copies are made.
+   * `output`: its text, or a long output's pieces as the parse worker cut them (never joined whole here).
    */
-  mirrors?: (task: TaskRow, outputJson: string | null) => Promise<boolean>;
+  mirrors?: (task: TaskRow, output: string | readonly string[] | null) => Promise<boolean>;
   /**
    * Told of every recorded transition, after its commit: requests held by Prefer: wait on this task
    * are woken by it (core/task-waiters.ts). Other instances learn of it through the store's notification.
@@ -233,7 +234,9 @@ export class Lifecycle {
   private async mirrorFirst(task: TaskRow, patch: OutputPatch, now: number): Promise<OutputPatch> {
     if (patch.status !== "succeeded" || patch.phase !== "done" || task.phase === "mirroring" || !this.deps.mirrors)
       return patch;
-    if (!(await this.deps.mirrors(task, patch.longOutput?.text ?? patch.outputJson ?? task.outputJson))) return patch;
+    // A long output is handed over in its pieces: the scan joins only the first ones it needs.
+    const output = patch.longOutput?.pieces ?? patch.outputJson ?? task.outputJson;
+    if (!(await this.deps.mirrors(task, output))) return patch;
     return { ...patch, status: "processing", phase: "mirroring", completedAt: null, nextRunAt: now, filesJson: null };
   }
 

@@ -1,4 +1,4 @@
-import { outputUrls } from "../mirror/output-urls.js";
+import { outputUrls, outputUrlsOfPieces } from "../mirror/output-urls.js";
 
 /**
  * Whether a task that succeeded upstream waits in phase mirroring for copies of its output's
@@ -7,8 +7,9 @@ import { outputUrls } from "../mirror/output-urls.js";
  * task without any costs no read.
  */
 export async function mirrorsOutput(
-  outputJson: string | null,
+  output: string | readonly string[] | null,
   bucketOfClient: () => Promise<string | null | undefined>,
 ): Promise<boolean> {
-  return outputUrls(outputJson).length > 0 && ((await bucketOfClient()) ?? null) !== null;
+  const urls = typeof output === "string" || output === null ? outputUrls(output) : outputUrlsOfPieces(output);
+  return urls.length > 0 && ((await bucketOfClient()) ?? null) !== null;
 }

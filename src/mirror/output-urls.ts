@@ -17,21 +17,43 @@ const MAX_VALUES = 10_000;
  * column always holds JSON.stringify's text (upstream/json-text.ts), so the scan meets valid JSON.
  */
 export function outputUrls(outputJson: string | null): string[] {
-  if (outputJson === null) return [];
-  const s = outputJson;
+  return outputJson === null ? [] : scanUrls(outputJson).found;
+}
+
+/**
+ * outputUrls of the text of `pieces` joined (a long output as stored, core/stored-output.ts),
+ * joining only as many pieces as the scan needs: it stops at its limits, in the first piece or two
+ * of a 7 MB output, so the whole text is not built on the event loop to read its start.
+ */
+export function outputUrlsOfPieces(pieces: readonly string[]): string[] {
+  for (let n = 1; ; n *= 2) {
+    const text = pieces.slice(0, n).join("");
+    const scan = scanUrls(text);
+    // Stopped by a limit before the end of what was joined: the rest could not change the answer.
+    if (n >= pieces.length || (scan.limited && scan.read < text.length)) return scan.found;
+  }
+}
+
+/** The scan: what it found, whether a limit stopped it, and how far it read (an index past what it looked at). */
+function scanUrls(s: string): { found: string[]; limited: boolean; read: number } {
   const found: string[] = [];
   const seen = new Set<string>();
   let visited = 0;
+  let read = 0;
   let i = 0;
-  while (i < s.length && found.length < MAX_URLS) {
+  while (i < s.length) {
+    if (found.length >= MAX_URLS) return { found, limited: true, read };
     const c = s.charCodeAt(i);
     if (c === QUOTE) {
       const end = stringEnd(s, i);
+      // Only a prefix of pieces ends inside a string: nothing more can be read from it.
+      if (end === -1) return { found, limited: false, read: s.length + 1 };
       let next = end;
       while (isSpace(s.charCodeAt(next))) next++;
+      read = Math.max(read, next + 1);
       // A string followed by a colon is a key, not a value.
       if (s.charCodeAt(next) !== COLON) {
-        if (visited++ >= MAX_VALUES) break;
+        if (visited++ >= MAX_VALUES) return { found, limited: true, read };
         const raw = s.slice(i, end);
         const value = raw.includes("\\") ? (JSON.parse(raw) as string) : raw.slice(1, -1);
         if (/^https?:\/\//i.test(value) && value.length <= MAX_URL_LENGTH && !seen.has(value) && URL.canParse(value)) {
@@ -41,12 +63,13 @@ export function outputUrls(outputJson: string | null): string[] {
       }
       i = end;
     } else if (c === BRACE || c === BRACKET || isScalarStart(c)) {
-      if (visited++ >= MAX_VALUES) break;
+      if (visited++ >= MAX_VALUES) return { found, limited: true, read: Math.max(read, i + 1) };
       i++;
       if (c !== BRACE && c !== BRACKET) while (i < s.length && !isDelimiter(s.charCodeAt(i))) i++;
+      read = Math.max(read, i + 1);
     } else i++;
   }
-  return found;
+  return { found, limited: found.length >= MAX_URLS, read: Math.max(read, s.length) };
 }
 
 const QUOTE = 0x22;
@@ -55,7 +78,7 @@ const COLON = 0x3a;
 const BRACE = 0x7b;
 const BRACKET = 0x5b;
 
-/** The index just after the string literal that opens at `start`. */
+/** The index just after the string literal that opens at `start`; -1 when the text ends inside it. */
 function stringEnd(s: string, start: number): number {
   let i = start + 1;
   while (i < s.length) {
@@ -64,7 +87,7 @@ function stringEnd(s: string, start: number): number {
     else if (c === QUOTE) return i + 1;
     else i++;
   }
-  return s.length;
+  return -1;
 }
 
 const isSpace = (c: number) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;

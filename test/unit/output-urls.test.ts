@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { outputUrls } from "../../src/mirror/output-urls.js";
+import { outputUrls, outputUrlsOfPieces } from "../../src/mirror/output-urls.js";
 
 /** The rule as it was written before the scan: parse, then walk the values in document order (the oracle). */
 function byParsing(outputJson: string | null): string[] {
@@ -74,5 +74,46 @@ describe("outputUrls scans the stored text", () => {
   it("no output, no URLs", () => {
     expect(outputUrls(null)).toEqual([]);
     expect(outputUrls("null")).toEqual([]);
+  });
+});
+
+/** `text` cut every `size` characters (the scan must not care where: a cut may fall inside anything). */
+const cut = (text: string, size: number) =>
+  Array.from({ length: Math.ceil(text.length / size) }, (_, i) => text.slice(i * size, (i + 1) * size));
+
+describe("outputUrlsOfPieces: a long output's URLs from its stored pieces (issue #38 item 7)", () => {
+  it("finds what the whole text's scan finds, wherever the cuts fall, at and around the caps", () => {
+    fc.assert(
+      fc.property(value, fc.nat(80), fc.nat(10_050), fc.integer({ min: 1, max: 400 }), (v, urls, pad, size) => {
+        const text = JSON.stringify({
+          urls: Array.from({ length: urls }, (_, i) => `https://cdn.test/${i}.png`),
+          pad: Array.from({ length: pad % 3 === 0 ? pad : 0 }, (_, i) => i),
+          v,
+        });
+        expect(outputUrlsOfPieces(cut(text, size))).toEqual(outputUrls(text));
+      }),
+      { numRuns: 300 },
+    );
+    for (const text of ["null", '"https://a.test/x"', '{"https://key.test/" : "https://v.test/"}'])
+      for (const size of [1, 2, 3, 7]) expect(outputUrlsOfPieces(cut(text, size))).toEqual(outputUrls(text));
+    // A cut right after a key that looks like the 64th URL: the first piece alone would take it for a value.
+    const urls = Array.from({ length: 63 }, (_, i) => `https://cdn.test/${i}.png`);
+    const head = `[${urls.map((u) => JSON.stringify(u)).join(",")},{"https://key.test/"`;
+    const pieces = [head, ':1},"https://cdn.test/last.png"]'];
+    expect(outputUrlsOfPieces(pieces)).toEqual([...urls, "https://cdn.test/last.png"]);
+    expect(outputUrlsOfPieces(pieces)).toEqual(outputUrls(pieces.join("")));
+  });
+
+  it("joins only the pieces the scan needs: 64 URLs in the first piece leave the others unread", () => {
+    const head = JSON.stringify(Array.from({ length: 100 }, (_, i) => `https://cdn.test/${i}.png`));
+    const pieces = [head, ...Array.from({ length: 99 }, () => "x")];
+    // Every piece after the first throws when read.
+    const guarded = new Proxy(pieces, {
+      get: (target, key, receiver) => {
+        if (typeof key === "string" && /^\d+$/.test(key) && Number(key) > 0) throw new Error(`piece ${key} was read`);
+        return Reflect.get(target, key, receiver);
+      },
+    });
+    expect(outputUrlsOfPieces(guarded)).toHaveLength(64);
   });
 });
