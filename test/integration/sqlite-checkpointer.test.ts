@@ -49,7 +49,7 @@ describe("WAL checkpoints off the event loop (SQLite server store)", () => {
       expect(report!.checkpointed).toBe(report!.log);
     }
     // One output's frames (4 MiB of text, 64 commits' pages of index: 5.4 MiB) and no more: the WAL
-    // was started over after each checkpoint, not grown to the 43 MiB the eight outputs write.
+    // was started over after each checkpoint, not grown to the 41 MiB the eight outputs write.
     expect(largest).toBeGreaterThan(4 * 1024 * 1024);
     expect(largest).toBeLessThan(8 * 1024 * 1024);
     await store.close();
