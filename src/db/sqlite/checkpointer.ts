@@ -93,6 +93,9 @@ export class Checkpointer {
   async stop(): Promise<void> {
     if (!this.stopping) {
       this.stopping = true;
+      // Held until it exits: an unreferenced thread alone would let the process end mid-shutdown,
+      // before whatever the caller does after close().
+      this.worker.ref();
       this.worker.postMessage("stop");
     }
     await this.exited;
