@@ -1,7 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { bindSqliteArgs, bindValues } from "../../src/db/kit/bound-values.js";
 import { planOf } from "../../src/db/sqlite/bound-values.js";
-import { planOf as pgPlanOf } from "../../src/db/pg/bound-values.js";
 import { MAX_KEY_BYTES, StoreValueError } from "../../src/store/values.js";
 
 /** Each placeholder's use as planOf reads it, in order (`-` for none). */
@@ -63,20 +62,6 @@ describe("planOf: where each bound value goes", () => {
     expect(
       uses("INSERT INTO tasks (id, client_id) VALUES ($1, $2), ($3, $4) ON CONFLICT DO NOTHING", "postgres"),
     ).toEqual(["write:id*", "write:client_id*", "write:id*", "write:client_id*"]);
-    // SELECT * FROM unnest(…): one array per written column, in order (each element held to its column).
-    expect(
-      uses(
-        "WITH ins AS (INSERT INTO tasks (id, error_json, created_at) SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) ON CONFLICT (client_id, idempotency_key) DO NOTHING RETURNING *) SELECT * FROM ins WHERE client_id = ANY($4::text[])",
-        "postgres",
-      ),
-    ).toEqual(["write:id*", "write:error_json", "write:created_at", "compare"]);
-    // Any other select list over unnest: written, no column known.
-    expect(
-      uses(
-        "INSERT INTO tasks (id, error_json) SELECT u.a, u.b FROM unnest($1::text[], $2::text[]) AS u(a, b)",
-        "postgres",
-      ),
-    ).toEqual(["write", "write"]);
   });
 });
 
@@ -119,42 +104,6 @@ describe("bindValues: the rules", () => {
   it("holds an indexed column to MAX_KEY_BYTES of UTF-8, any other to nothing", () => {
     expect(bindValues(insert, ["k".repeat(MAX_KEY_BYTES), "e".repeat(MAX_KEY_BYTES * 4)], "sqlite")).toHaveLength(2);
     refused(() => bindValues(insert, ["é".repeat(MAX_KEY_BYTES / 2 + 1), "x"], "sqlite"));
-    // The same for each element of an unnested column.
-    const columns = pgPlanOf("INSERT INTO tasks (id, error_json) SELECT * FROM unnest($1::text[], $2::text[])");
-    const long = "k".repeat(MAX_KEY_BYTES + 1);
-    expect(
-      bindValues(
-        columns,
-        [
-          ["a", "b"],
-          [long, null],
-        ],
-        "postgres",
-      ),
-    ).toEqual([
-      ["a", "b"],
-      [long, null],
-    ]);
-    refused(() =>
-      bindValues(
-        columns,
-        [
-          ["a", long],
-          ["x", "y"],
-        ],
-        "postgres",
-      ),
-    );
-    refused(() =>
-      bindValues(
-        columns,
-        [
-          ["a", "b"],
-          ["x", "y\u0000"],
-        ],
-        "postgres",
-      ),
-    );
   });
 
   it("binds better-sqlite3's arrays and named objects under the same rules", () => {

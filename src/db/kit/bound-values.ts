@@ -80,8 +80,6 @@ interface Frame {
   tuple?: { columns: string[] | undefined; index: number };
   valuesNext?: boolean;
   selectList?: boolean;
-  /** INSERT … SELECT * FROM unnest(…): the unnest's arrays are the written columns, in order. */
-  selectAll?: boolean;
   column?: string;
   /** In an UPDATE's or ON CONFLICT's SET list (this frame's, not a nested function's). */
   setList?: boolean;
@@ -164,7 +162,7 @@ export function planOf(sql: string, dialect: "sqlite" | "postgres", keys: KeyCol
         aligned: f.aligned || lastWord === "unnest",
       };
       if (f.kind === "insert" && f.table && !f.columns && !f.valuesNext && !f.selectList) child.collectColumns = [];
-      else if (f.valuesNext || (f.selectAll && lastWord === "unnest")) child.tuple = { columns: f.columns, index: 0 };
+      else if (f.valuesNext) child.tuple = { columns: f.columns, index: 0 };
       else if (f.tuple) child.column = f.tuple.columns?.[f.tuple.index];
       f.inNext = false;
       f.awaitingTable = 0;
@@ -178,8 +176,6 @@ export function planOf(sql: string, dialect: "sqlite" | "postgres", keys: KeyCol
       else if (f.setList) f.setColumnNext = true;
     } else if (punct === "." && f.awaitingTable === 2) {
       f.awaitingTable = 1; // schema.table: the name after the dot is the table
-    } else if (punct === "*" && f.selectList && f.tuple?.index === 0) {
-      f.selectAll = true;
     } else {
       f.awaitingTable = 0;
       f.inNext = false;
@@ -231,8 +227,7 @@ function keyword(f: Frame, w: string): void {
       f.setColumnNext = true;
       return;
     case "from":
-      // INSERT … SELECT … FROM unnest(…): still the rows written, but no longer one column per value
-      // (with SELECT *, one column per array: see "(").
+      // INSERT … SELECT … FROM unnest(…): still the rows written, but no longer one column per value.
       if (f.kind === "insert") f.tuple = undefined;
       else end(f);
       return;
@@ -258,7 +253,6 @@ function end(f: Frame): void {
   f.tuple = undefined;
   f.valuesNext = false;
   f.selectList = false;
-  f.selectAll = false;
   f.column = undefined;
   f.setList = false;
   f.setColumnNext = false;
