@@ -177,6 +177,53 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
     ]);
   });
 
+  it("failures recorded in the turn of their attempts' records: counted once each per key, the first opening the run, the last error kept; on PostgreSQL in the records' statement", async () => {
+    const { store } = await make();
+    const { clientId, events } = await eventsOf(store, 3, "https://a.example/x");
+    const other = await eventsOf(store, 1, "https://b.example/x", clientId);
+    const claimed = await claimEvents(store, "f:1");
+    expect(claimed).toHaveLength(4);
+    // Every statement the PostgreSQL store sends from here on (none on SQLite, whose test is delivery-turn-commit).
+    const sent: string[] = [];
+    const pool = (store as unknown as { pool?: { query: (...a: unknown[]) => unknown } }).pool;
+    if (pool) {
+      const query = pool.query.bind(pool);
+      pool.query = (...a: unknown[]) => {
+        const q = a[0] as string | { text: string };
+        sent.push(typeof q === "string" ? q : q.text);
+        return query(...a);
+      };
+      cleanups.push(async () => {
+        pool.query = query;
+      });
+    }
+    const lifecycle = new DeliveryLifecycle({ store, clock: new FakeClock(NOW), retryScheduleMs: [0, 60_000] });
+    // As an attempt settles (workers/delivery/attempt.ts): its record, then its key's health, in one turn.
+    await Promise.all(
+      claimed.flatMap((e, i) => [
+        lifecycle.recordAttempt(e, NOW, sendResult({ ok: false, statusCode: 500 + i, error: `HTTP 50${i}` })),
+        store.keyHealth.recordFailure({ clientId, host: e.destinationHost }, NOW + i, `HTTP 50${i}`),
+      ]),
+    );
+    const [a, b] = [events[0]!.destinationHost, other.events[0]!.destinationHost];
+    const iOf = (host: string) => claimed.map((e, i) => (e.destinationHost === host ? i : -1)).filter((i) => i >= 0);
+    const failing = await store.keyHealth.failingOf(clientId);
+    expect(failing.map((r) => [r.host, r.failingSince, r.failedAttempts, r.lastError]).sort()).toEqual(
+      [
+        [a, NOW + iOf(a)[0]!, 3, `HTTP 50${iOf(a).at(-1)}`],
+        [b, NOW + iOf(b)[0]!, 1, `HTTP 50${iOf(b)[0]}`],
+      ].sort(),
+    );
+    if (pool) {
+      // One statement wrote the attempts, the events' next states and the keys' health.
+      const health = sent.filter(
+        (q) => q.includes("endpoint_health") && !q.startsWith("SELECT * FROM endpoint_health"),
+      );
+      expect(health.filter((q) => !q.includes("INSERT INTO delivery_attempts"))).toEqual([]);
+      expect(health.length).toBeGreaterThanOrEqual(1);
+    }
+  });
+
   it("notices: an outbox of their own, claimed by one claimer, recorded under the lease", async () => {
     const { store, another } = await make();
     const { clientId } = await eventsOf(store, 1);

@@ -21,6 +21,16 @@ export interface PendingAttempt {
   reject: (err: unknown) => void;
 }
 
+/** A key's failed attempt whose health change waits for the turn's attempts' statement (PgContext.flushAttempts). */
+export interface PendingFailure {
+  clientId: string;
+  host: string;
+  now: number;
+  error: string | null;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+
 /**
  * What the PostgreSQL area files (tasks.ts, events.ts, ...) use of their store: the pool, its
  * transactions and the steps several areas share. PgStore (store.ts) implements it; the area files
@@ -35,6 +45,8 @@ export interface PgContext {
   /** One statement's first row. */
   readonly one: (sql: string, values?: unknown[], on?: Queryable) => Promise<Row | undefined>;
   attempts: PendingAttempt[];
+  /** Health changes of attempts queued in the same turn: written by the attempts' statement. */
+  failures: PendingFailure[];
   flushAttempts(): Promise<void>;
   tx<R>(work: (c: pg.PoolClient) => Promise<R>): Promise<R>;
   transitionIn(

@@ -11,6 +11,14 @@ export function pgKeyHealth(s: PgContext): KeyHealthStore {
   const { q, pool } = s;
   return {
     recordFailure: async (key, now, error) => {
+      // An attempt's failure, queued in the turn its record was: written by the records' statement
+      // (PgStore.flushAttempts), in its transaction, not by a commit of its own.
+      if (s.attempts.length > 0) {
+        await new Promise<void>((resolve, reject) =>
+          s.failures.push({ clientId: key.clientId, host: key.host, now, error, resolve, reject }),
+        );
+        return;
+      }
       await q(
         `INSERT INTO endpoint_health (client_id, host, failing_since, failed_attempts, last_error, updated_at) VALUES ($1, $2, $3, 1, $4, $3)
          ON CONFLICT (client_id, host) DO UPDATE SET failing_since = coalesce(endpoint_health.failing_since, $3),

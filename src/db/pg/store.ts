@@ -43,7 +43,7 @@ import { pgSessions } from "./sessions.js";
 import { pgTasks } from "./tasks.js";
 import { deliveryAttempts } from "./schema.js";
 import { chargeInsert, lockCredit, readCredit, recordCharge } from "./credit-books.js";
-import type { PendingAttempt, PgContext } from "./context.js";
+import type { PendingAttempt, PendingFailure, PgContext } from "./context.js";
 import { foldStoredBytesLog } from "./stored-bytes-log.js";
 import { returnGrants, StoredBytesGrants } from "./stored-bytes-grants.js";
 import { NOTIFY_IF_WATCHED, TASK_FOR_CHANGE } from "./watch-barrier.js";
@@ -176,6 +176,7 @@ export class PgStore implements Store, PgContext {
 
   /** Attempts settling in the same turn of the event loop, written together by flushAttempts. */
   attempts: PendingAttempt[] = [];
+  failures: PendingFailure[] = [];
 
   /**
    * Group commit for delivery attempts: every attempt that settled in the same turn is written by
@@ -188,24 +189,38 @@ export class PgStore implements Store, PgContext {
   async flushAttempts(): Promise<void> {
     const batch = this.attempts;
     this.attempts = [];
+    // The keys' health changes queued in the same turn ride with the first statement.
+    let failures = this.failures;
+    this.failures = [];
     for (const group of eachEventOnce(batch)) {
+      const riding = failures;
+      failures = [];
       try {
-        await this.writeAttempts(this.pool, group);
+        await this.writeAttempts(this.pool, group, riding);
         for (const b of group) b.resolve();
+        for (const f of riding) f.resolve();
       } catch (err) {
-        if (group.length === 1) {
+        if (group.length === 1 && riding.length === 0) {
           group[0]!.reject(err);
           continue;
         }
         for (const b of group) await this.writeAttempts(this.pool, [b]).then(b.resolve, b.reject);
+        for (const f of riding) await this.writeAttempts(this.pool, [], [f]).then(f.resolve, f.reject);
       }
     }
+    // No statement to ride (no attempt in the batch): written on their own.
+    for (const f of failures) await this.writeAttempts(this.pool, [], [f]).then(f.resolve, f.reject);
   }
 
-  /** One statement: the attempts' rows, and each event's patch with its lease released while its token holds. */
+  /**
+   * One statement: the attempts' rows, each event's patch with its lease released while its token
+   * holds, and the keys' failed attempts counted in endpoint_health (one row per key: a statement
+   * may not update a row twice, so a key's failures are summed first, in the order they came).
+   */
   async writeAttempts(
     c: Queryable,
     batch: Array<{ eventId: string; token: string; attempt: Row; patch: Row }>,
+    failures: readonly PendingFailure[] = [],
   ): Promise<void> {
     const values: unknown[] = [];
     const tuples = batch.map(
@@ -215,12 +230,18 @@ export class PgStore implements Store, PgContext {
       const at = values.length;
       const set = E.set({ ...b.patch, ...RELEASED }, at + 3);
       values.push(b.eventId, b.token, ...set.values);
-      return `, e${i} AS (UPDATE events SET ${set.sql} WHERE id = $${at + 1} AND claim_token = $${at + 2})`;
+      return `e${i} AS (UPDATE events SET ${set.sql} WHERE id = $${at + 1} AND claim_token = $${at + 2})`;
     });
-    await c.query(
-      `WITH a AS (INSERT INTO delivery_attempts (${ATTEMPT_COLUMNS.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")})${updates.join("")} SELECT 1`,
-      values,
-    );
+    const parts = [
+      ...(tuples.length > 0
+        ? [
+            `a AS (INSERT INTO delivery_attempts (${ATTEMPT_COLUMNS.map(([, name]) => name).join(", ")}) VALUES ${tuples.join(", ")})`,
+          ]
+        : []),
+      ...updates,
+      ...(failures.length > 0 ? [healthPart(failures, values)] : []),
+    ];
+    await c.query(`WITH ${parts.join(", ")} SELECT 1`, values);
   }
 
   /** Runs `work` in one transaction on one pooled connection; then the nudges it asked for (nudgeOnCommit). */
@@ -521,6 +542,30 @@ const LISTEN_RETRY_MS = 1_000;
 const TASK_CHANGED = "task:";
 const taskChangedPayload = (t: TaskRow) =>
   `${TASK_CHANGED}${t.id} ${t.clientId} ${encodeURIComponent(t.upstreamAccount)}`;
+
+/**
+ * The CTE that counts failed attempts in endpoint_health, one row per key (summed here in the order
+ * they came: the first failure's time opens a run, the last one's error and time are kept); its
+ * values are pushed on `values`.
+ */
+function healthPart(failures: readonly PendingFailure[], values: unknown[]): string {
+  type Sum = { clientId: string; host: string; since: number; n: number; error: string | null; at: number };
+  const byKey = new Map<string, Sum>();
+  for (const f of failures) {
+    const key = `${f.clientId}|${f.host}`;
+    const k = byKey.get(key);
+    if (k) Object.assign(k, { n: k.n + 1, error: f.error, at: f.now });
+    else byKey.set(key, { clientId: f.clientId, host: f.host, since: f.now, n: 1, error: f.error, at: f.now });
+  }
+  const rows = [...byKey.values()];
+  const p = (column: (r: Sum) => unknown, type: string) => `$${values.push(rows.map(column))}::${type}[]`;
+  return `h AS (INSERT INTO endpoint_health (client_id, host, failing_since, failed_attempts, last_error, updated_at)
+      SELECT * FROM unnest(${p((r) => r.clientId, "text")}, ${p((r) => r.host, "text")}, ${p((r) => r.since, "bigint")},
+        ${p((r) => r.n, "bigint")}, ${p((r) => r.error, "text")}, ${p((r) => r.at, "bigint")})
+      ON CONFLICT (client_id, host) DO UPDATE SET failing_since = coalesce(endpoint_health.failing_since, excluded.failing_since),
+        failed_attempts = endpoint_health.failed_attempts + excluded.failed_attempts, last_error = excluded.last_error,
+        updated_at = excluded.updated_at)`;
+}
 
 /** A batch in runs where no event appears twice, in order (an event's records keep their order). */
 function eachEventOnce<B extends { eventId: string }>(batch: B[]): B[][] {
