@@ -56,20 +56,26 @@ async function twoInstances() {
   return { db, stores: [await open(), await open()] as const };
 }
 
-/** Every statement the store's pool runs from now on, by its first three words. */
-function statementsOf(store: PgStore): string[] {
-  const ran: string[] = [];
+/** Calls `seen` with every statement the store's pool runs from now on: its text, and its name when it has one. */
+function watchStatements(store: PgStore, seen: (text: string, name: string | undefined) => void): void {
   const watched = new WeakSet<object>();
   store.pool.on("acquire", (conn) => {
     if (watched.has(conn)) return;
     watched.add(conn);
     const query = conn.query.bind(conn) as (...args: unknown[]) => unknown;
     (conn as { query: unknown }).query = (...args: unknown[]) => {
-      const text = typeof args[0] === "string" ? args[0] : (args[0] as { text: string }).text;
-      ran.push(text.replace(/\s+/g, " ").trim().split(" ").slice(0, 3).join(" "));
+      const first = args[0] as string | { name?: string; text: string };
+      if (typeof first === "string") seen(first, undefined);
+      else seen(first.text, first.name);
       return query(...args);
     };
   });
+}
+
+/** Every statement the store's pool runs from now on, by its first three words. */
+function statementsOf(store: PgStore): string[] {
+  const ran: string[] = [];
+  watchStatements(store, (text) => ran.push(text.replace(/\s+/g, " ").trim().split(" ").slice(0, 3).join(" ")));
   return ran;
 }
 
@@ -146,13 +152,8 @@ describe("one prepared statement for every batch on PostgreSQL", () => {
       return { ...r, row: { ...r.row, ...extra }, needs: { waiting: false, credit: false } };
     };
     const texts = new Set<string>();
-    one.pool.on("acquire", (conn) => {
-      const query = conn.query.bind(conn) as (...args: unknown[]) => unknown;
-      (conn as { query: unknown }).query = (...args: unknown[]) => {
-        const first = args[0] as string | { name?: string; text: string };
-        if (typeof first !== "string" && first.text.includes("INSERT INTO tasks")) texts.add(first.name ?? "");
-        return query(...args);
-      };
+    watchStatements(one, (text, name) => {
+      if (text.includes("INSERT INTO tasks")) texts.add(name ?? "");
     });
     // Batches of 1, 3 and 2 rows (each in a turn of its own).
     for (const keys of [["a"], ["b", "c", "d"], ["e", "f"]]) {
@@ -170,6 +171,21 @@ describe("one prepared statement for every batch on PostgreSQL", () => {
     expect(bad).toMatchObject({ status: "rejected", reason: expect.any(StoreValueError) });
     const keys = (await one.pool.query("SELECT idempotency_key FROM tasks ORDER BY idempotency_key")).rows;
     expect(keys.map((r) => r.idempotency_key)).toEqual(["a", "b", "c", "d", "e", "f", "g"]);
+  });
+});
+
+describe("a creation's estimate on PostgreSQL", () => {
+  it("reads its model's duration samples through a named statement, prepared once per connection", async () => {
+    const { stores } = await twoInstances();
+    const [one] = stores;
+    const reads: Array<string | undefined> = [];
+    watchStatements(one, (text, name) => {
+      if (text.startsWith("SELECT samples_json")) reads.push(name);
+    });
+    await one.accounts.saveDurationSamples("image", "m-1", [4_000, 6_000], CONTRACT_NOW);
+    expect(await one.accounts.durationSamples("image", "m-1")).toEqual([4_000, 6_000]);
+    expect(await one.accounts.durationSamples("image", "m-2")).toEqual([]);
+    expect(reads).toEqual(["genrelay_duration_samples", "genrelay_duration_samples"]);
   });
 });
 
