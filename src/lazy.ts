@@ -10,6 +10,11 @@ export interface Lazy<T> {
   get(): Promise<T>;
   /** The value if a load has finished, else undefined (nothing is loaded): for a close that must not load. */
   peek(): T | undefined;
+  /**
+   * The value once a load under way has finished (undefined when none was started, or it failed),
+   * starting none: for a close that must also reach a value whose load was still running.
+   */
+  loaded(): Promise<T | undefined>;
 }
 
 export function lazy<T>(load: () => Promise<T>): Lazy<T> {
@@ -31,5 +36,6 @@ export function lazy<T>(load: () => Promise<T>): Lazy<T> {
       return pending;
     },
     peek: () => value?.v,
+    loaded: () => (pending ?? Promise.resolve(undefined)).catch(() => undefined),
   };
 }

@@ -95,7 +95,8 @@ export function queueKinds(opts: QueueKindsOptions): {
       sqs: { refuse, destination: destination("sqs") },
     },
     close: async () => {
-      await Promise.all([amqp.peek()?.close(), nats.peek()?.close(), sqs.peek()?.close()]);
+      // A client whose library was still loading is closed too, once made: nothing outlives the close.
+      await Promise.all([amqp, nats, sqs].map(async (client) => (await client.loaded())?.close()));
     },
   };
 }
