@@ -286,12 +286,15 @@ describe("a settled attempt refills its own key (#24: no scan of every due event
       { WEBHOOK_MAX_IN_FLIGHT: "8", WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "8", WEBHOOK_RETRY_SCHEDULE: "0s,1h" },
       { clock: new SystemClock() },
     );
+    const a = t.client("busy");
+    const b = t.client("other");
+    // A's counted slots as each of its attempts arrives (its own slot is counted by then).
+    let aCountedMax = 0;
     const slowish = await receiver((_req, res) => {
+      aCountedMax = Math.max(aCountedMax, t.relay.dispatcher.inFlightOf(a.id));
       setTimeout(() => res.end("ok"), 20);
     });
     const fast = await receiver(ok);
-    const a = t.client("busy");
-    const b = t.client("other");
     const aEvents = await succeededTasks(t, a.apiKey, slowish.url(), 40);
     startDispatcherLoop(t);
     await waitFor(
@@ -304,8 +307,11 @@ describe("a settled attempt refills its own key (#24: no scan of every due event
     await waitFor("A's webhooks", () => aEvents.every((e) => slowish.arrivals.has(e.id)), 10_000);
     await t.relay.loops.find((l) => l.name === "dispatcher")!.stop();
     await t.relay.dispatcher.drain();
-    // A's share of a pool of 8 (less the reserve of 1) never grew past 7 through its refills.
-    expect(slowish.maxOpen()).toBeLessThanOrEqual(7);
+    // A's share of a pool of 8 (less the reserve of 1) never grew past 7 through its refills. What
+    // the receiver holds open may pass 7 for a moment: when B finds the pool full it takes a slot
+    // back from A, whose attempt runs on uncounted (core/fair-pool.ts, "Taken back"), and A, alone
+    // again once B is done, fills its share beside it. So the bound is on A's counted slots.
+    expect(aCountedMax).toBe(7);
   });
 });
 
