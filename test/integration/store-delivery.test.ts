@@ -5,6 +5,7 @@ import { KeyHealth } from "../../src/core/key-health.js";
 import { sendResult } from "../../src/webhooks/sender.js";
 import { attemptOf, claimEvents, eventsOf, opts } from "../helpers/conformance.js";
 import { FakeClock } from "../helpers/fake-clock.js";
+import { MAX_KEY_BYTES, StoreValueError } from "../../src/store/values.js";
 import { contractClient, contractTask, CONTRACT_NOW as NOW, storeDialects } from "../helpers/store-dialects.js";
 
 /**
@@ -222,6 +223,22 @@ describe.each(storeDialects((fn) => cleanups.push(fn)))("Store delivery operatio
       expect(health.filter((q) => !q.includes("INSERT INTO delivery_attempts"))).toEqual([]);
       expect(health.length).toBeGreaterThanOrEqual(1);
     }
+  });
+
+  it("a failure whose values the store refuses, queued in its attempt's turn, is refused as it would be alone; the attempt lands", async () => {
+    const { store } = await make();
+    const { clientId } = await eventsOf(store, 1, "https://a.example/x");
+    const [claimed] = await claimEvents(store, "f:2");
+    const lifecycle = new DeliveryLifecycle({ store, clock: new FakeClock(NOW), retryScheduleMs: [0, 60_000] });
+    const [recorded, failed] = await Promise.allSettled([
+      lifecycle.recordAttempt(claimed!, NOW, sendResult({ ok: false, statusCode: 500, error: "HTTP 500" })),
+      store.keyHealth.recordFailure({ clientId, host: "h".repeat(MAX_KEY_BYTES + 1) }, NOW, "HTTP 500"),
+    ]);
+    expect(recorded.status).toBe("fulfilled");
+    expect(failed).toMatchObject({ status: "rejected", reason: expect.any(StoreValueError) });
+    expect((failed as PromiseRejectedResult).reason.message).toBe(`host is longer than ${MAX_KEY_BYTES} bytes`);
+    expect((await store.events.attemptsOfTask(claimed!.taskId)).length).toBe(1);
+    expect(await store.keyHealth.failingOf(clientId)).toEqual([]);
   });
 
   it("notices: an outbox of their own, claimed by one claimer, recorded under the lease", async () => {

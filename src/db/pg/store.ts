@@ -44,6 +44,7 @@ import { pgTasks } from "./tasks.js";
 import { deliveryAttempts } from "./schema.js";
 import { chargeInsert, lockCredit, readCredit, recordCharge } from "./credit-books.js";
 import type { PendingAttempt, PendingFailure, PgContext } from "./context.js";
+import { checkNumber, checkWrittenText } from "../../store/values.js";
 import { foldStoredBytesLog } from "./stored-bytes-log.js";
 import { returnGrants, StoredBytesGrants } from "./stored-bytes-grants.js";
 import { NOTIFY_IF_WATCHED, TASK_FOR_CHANGE } from "./watch-barrier.js";
@@ -551,7 +552,15 @@ const taskChangedPayload = (t: TaskRow) =>
 function healthPart(failures: readonly PendingFailure[], values: unknown[]): string {
   type Sum = { clientId: string; host: string; since: number; n: number; error: string | null; at: number };
   const byKey = new Map<string, Sum>();
-  for (const f of failures) {
+  for (const raw of failures) {
+    // The store's value rules, as a bound parameter of each column would get them (unnest's arrays
+    // hide the elements from them): a NUL, a key past MAX_KEY_BYTES or an unsafe number throws.
+    const f = {
+      clientId: checkWrittenText(raw.clientId, "client_id", true),
+      host: checkWrittenText(raw.host, "host", true),
+      now: checkNumber(raw.now, "write"),
+      error: raw.error === null ? null : checkWrittenText(raw.error, "last_error"),
+    };
     const key = `${f.clientId}|${f.host}`;
     const k = byKey.get(key);
     if (k) Object.assign(k, { n: k.n + 1, error: f.error, at: f.now });
