@@ -1,6 +1,7 @@
 import type { DeliveryKey, KeyHealthStore } from "../../store/store.js";
 import type { KeyHealthRow } from "../../store/rows.js";
-import type { PgContext } from "./context.js";
+import type { PendingFailure, PgContext } from "./context.js";
+import { checkNumber, checkWrittenText } from "../../store/values.js";
 import { mapRow } from "./mapping.js";
 
 /**
@@ -19,11 +20,10 @@ export function pgKeyHealth(s: PgContext): KeyHealthStore {
         );
         return;
       }
+      const values: unknown[] = [];
       await q(
-        `INSERT INTO endpoint_health (client_id, host, failing_since, failed_attempts, last_error, updated_at) VALUES ($1, $2, $3, 1, $4, $3)
-         ON CONFLICT (client_id, host) DO UPDATE SET failing_since = coalesce(endpoint_health.failing_since, $3),
-           failed_attempts = endpoint_health.failed_attempts + 1, last_error = $4, updated_at = $3`,
-        [key.clientId, key.host, now, error],
+        `WITH ${failuresUpsert([{ clientId: key.clientId, host: key.host, now, error }], values)} SELECT 1`,
+        values,
       );
     },
     recordSuccess: async (key, now) => {
@@ -67,4 +67,40 @@ export function pgKeyHealth(s: PgContext): KeyHealthStore {
         )
       ).map((r) => mapRow<KeyHealthRow>(r)),
   };
+}
+
+/** What the upsert needs of a failed attempt. */
+type FailedAttempt = Pick<PendingFailure, "clientId" | "host" | "now" | "error">;
+
+/**
+ * The CTE that counts failed attempts in endpoint_health, one row per key (summed here in the order
+ * they came: the first failure's time opens a run, the last one's error and time are kept); its
+ * values are pushed on `values`. The one statement that counts a failure, written alone
+ * (recordFailure) or riding the turn's attempts' statement (PgStore.writeAttempts).
+ */
+export function failuresUpsert(failures: readonly FailedAttempt[], values: unknown[]): string {
+  type Sum = { clientId: string; host: string; since: number; n: number; error: string | null; at: number };
+  const byKey = new Map<string, Sum>();
+  for (const raw of failures) {
+    // The store's value rules, as a bound parameter of each column would get them (unnest's arrays
+    // hide the elements from them): a NUL, a key past MAX_KEY_BYTES or an unsafe number throws.
+    const f = {
+      clientId: checkWrittenText(raw.clientId, "client_id", true),
+      host: checkWrittenText(raw.host, "host", true),
+      now: checkNumber(raw.now, "write"),
+      error: raw.error === null ? null : checkWrittenText(raw.error, "last_error"),
+    };
+    const key = `${f.clientId}|${f.host}`;
+    const k = byKey.get(key);
+    if (k) Object.assign(k, { n: k.n + 1, error: f.error, at: f.now });
+    else byKey.set(key, { clientId: f.clientId, host: f.host, since: f.now, n: 1, error: f.error, at: f.now });
+  }
+  const rows = [...byKey.values()];
+  const p = (column: (r: Sum) => unknown, type: string) => `$${values.push(rows.map(column))}::${type}[]`;
+  return `h AS (INSERT INTO endpoint_health (client_id, host, failing_since, failed_attempts, last_error, updated_at)
+      SELECT * FROM unnest(${p((r) => r.clientId, "text")}, ${p((r) => r.host, "text")}, ${p((r) => r.since, "bigint")},
+        ${p((r) => r.n, "bigint")}, ${p((r) => r.error, "text")}, ${p((r) => r.at, "bigint")})
+      ON CONFLICT (client_id, host) DO UPDATE SET failing_since = coalesce(endpoint_health.failing_since, excluded.failing_since),
+        failed_attempts = endpoint_health.failed_attempts + excluded.failed_attempts, last_error = excluded.last_error,
+        updated_at = excluded.updated_at)`;
 }

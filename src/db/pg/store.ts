@@ -44,7 +44,7 @@ import { pgTasks } from "./tasks.js";
 import { deliveryAttempts } from "./schema.js";
 import { chargeInsert, lockCredit, readCredit, recordCharge } from "./credit-books.js";
 import type { PendingAttempt, PendingFailure, PgContext } from "./context.js";
-import { checkNumber, checkWrittenText } from "../../store/values.js";
+import { failuresUpsert } from "./key-health.js";
 import { foldStoredBytesLog } from "./stored-bytes-log.js";
 import { returnGrants, StoredBytesGrants } from "./stored-bytes-grants.js";
 import { NOTIFY_IF_WATCHED, TASK_FOR_CHANGE } from "./watch-barrier.js";
@@ -240,7 +240,7 @@ export class PgStore implements Store, PgContext {
           ]
         : []),
       ...updates,
-      ...(failures.length > 0 ? [healthPart(failures, values)] : []),
+      ...(failures.length > 0 ? [failuresUpsert(failures, values)] : []),
     ];
     await c.query(`WITH ${parts.join(", ")} SELECT 1`, values);
   }
@@ -543,38 +543,6 @@ const LISTEN_RETRY_MS = 1_000;
 const TASK_CHANGED = "task:";
 const taskChangedPayload = (t: TaskRow) =>
   `${TASK_CHANGED}${t.id} ${t.clientId} ${encodeURIComponent(t.upstreamAccount)}`;
-
-/**
- * The CTE that counts failed attempts in endpoint_health, one row per key (summed here in the order
- * they came: the first failure's time opens a run, the last one's error and time are kept); its
- * values are pushed on `values`.
- */
-function healthPart(failures: readonly PendingFailure[], values: unknown[]): string {
-  type Sum = { clientId: string; host: string; since: number; n: number; error: string | null; at: number };
-  const byKey = new Map<string, Sum>();
-  for (const raw of failures) {
-    // The store's value rules, as a bound parameter of each column would get them (unnest's arrays
-    // hide the elements from them): a NUL, a key past MAX_KEY_BYTES or an unsafe number throws.
-    const f = {
-      clientId: checkWrittenText(raw.clientId, "client_id", true),
-      host: checkWrittenText(raw.host, "host", true),
-      now: checkNumber(raw.now, "write"),
-      error: raw.error === null ? null : checkWrittenText(raw.error, "last_error"),
-    };
-    const key = `${f.clientId}|${f.host}`;
-    const k = byKey.get(key);
-    if (k) Object.assign(k, { n: k.n + 1, error: f.error, at: f.now });
-    else byKey.set(key, { clientId: f.clientId, host: f.host, since: f.now, n: 1, error: f.error, at: f.now });
-  }
-  const rows = [...byKey.values()];
-  const p = (column: (r: Sum) => unknown, type: string) => `$${values.push(rows.map(column))}::${type}[]`;
-  return `h AS (INSERT INTO endpoint_health (client_id, host, failing_since, failed_attempts, last_error, updated_at)
-      SELECT * FROM unnest(${p((r) => r.clientId, "text")}, ${p((r) => r.host, "text")}, ${p((r) => r.since, "bigint")},
-        ${p((r) => r.n, "bigint")}, ${p((r) => r.error, "text")}, ${p((r) => r.at, "bigint")})
-      ON CONFLICT (client_id, host) DO UPDATE SET failing_since = coalesce(endpoint_health.failing_since, excluded.failing_since),
-        failed_attempts = endpoint_health.failed_attempts + excluded.failed_attempts, last_error = excluded.last_error,
-        updated_at = excluded.updated_at)`;
-}
 
 /** A batch in runs where no event appears twice, in order (an event's records keep their order). */
 function eachEventOnce<B extends { eventId: string }>(batch: B[]): B[][] {
