@@ -4,7 +4,8 @@
 //
 //   node bench/big-outputs.mjs        (BENCH_QUICK=1: a small run; BENCH_BIG_OLD_DIST=<dist>, default
 //                                      /work/start/dist, else /work/base/dist, when it exists: the old build; BENCH_ROUNDS;
-//                                      BENCH_BIG_READS=0: no reads of the big tasks)
+//                                      BENCH_BIG_READS=0: no reads of the big tasks; BENCH_BIG_NICE=1: this
+//                                      process at nice 10, the relay not)
 //
 // A fake upstream in this process answers every read of a "BIG" task with a 7 MB output (60,000
 // small objects: the costly shape to parse and write) and every other task with a small one. Per
@@ -17,7 +18,7 @@
 // each scrape). Medians over the rounds; the load average at the start and end; per build, `reached`:
 // whether its loop max stayed within 50 ms and its p99 within twice the victim's p99 alone.
 import { createServer } from "node:http";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -199,6 +200,43 @@ async function readBack(relay, apiKey, ids, until) {
   return count;
 }
 
+/** The loop probe (bench/lib/loop-probe.mjs), loaded into every relay of this bench: what each late turn was. */
+const PROBE_URL = new URL("./lib/loop-probe.mjs", import.meta.url).href;
+/**
+ * BENCH_BIG_NICE=1: the bench process (fake upstream, receiver, victim load generator) runs at nice 10,
+ * so the relay gets the CPU a production deployment would (its clients and upstream are elsewhere).
+ */
+const NICE = process.env.BENCH_BIG_NICE === "1";
+
+/** The relay main thread's CPU time and runqueue wait so far (ms), from /proc/<pid>/task/<pid>/schedstat. */
+function schedOf(pid) {
+  const [cpu, wait] = readFileSync(`/proc/${pid}/task/${pid}/schedstat`, "utf8").split(" ");
+  return { cpu: Number(cpu) / 1e6, wait: Number(wait) / 1e6 };
+}
+
+/**
+ * One phase of the relay's main thread: its CPU and runqueue wait over the phase (from schedstat), and
+ * from the probe's late turns (a 5 ms timer tick more than 20 ms late) the largest one split into
+ * on-CPU / runqueue wait / off-CPU, the largest on-CPU time within one turn (the relay's own work),
+ * the largest runqueue wait within one, and the largest GC pause.
+ */
+function phaseOf(probeLines, from, to, before, after) {
+  const turns = probeLines.filter((l) => l.turn && l.t >= from && l.t <= to);
+  const gcs = probeLines.filter((l) => l.gc !== undefined && l.t >= from && l.t <= to + 1_000);
+  const worst = turns.reduce((a, b) => (a === null || b.gap_ms > a.gap_ms ? b : a), null);
+  const maxOf = (xs, f) => (xs.length === 0 ? 0 : Math.max(...xs.map(f)));
+  return {
+    cpu_ms: round(after.cpu - before.cpu, 0),
+    runq_ms: round(after.wait - before.wait, 0),
+    late_turns: turns.length,
+    worst_turn: worst && { gap_ms: worst.gap_ms, cpu_ms: worst.cpu_ms, runq_ms: worst.runq_ms, off_ms: worst.off_ms },
+    turn_cpu_max_ms: maxOf(turns, (l) => l.cpu_ms),
+    turn_runq_max_ms: maxOf(turns, (l) => l.runq_ms),
+    turn_off_max_ms: maxOf(turns, (l) => l.off_ms),
+    gc_max_ms: maxOf(gcs, (l) => l.ms),
+  };
+}
+
 /** The relay's largest event-loop delay since the last scrape, in ms. */
 async function loopMaxMs(relay) {
   const text = await (await fetch(`${relay.url}/metrics`)).text();
@@ -207,6 +245,7 @@ async function loopMaxMs(relay) {
 }
 
 async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
+  const probeFile = join(tmp, `probe-${name}.jsonl`);
   const {
     relay,
     clients: { hostile, victim },
@@ -216,14 +255,19 @@ async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
     name,
     upstreamUrl: upstream.url,
     clients: ["hostile", "victim"],
-    execArgv: PROFILE_DIR ? ["--cpu-prof", "--cpu-prof-dir", PROFILE_DIR] : [],
+    env: { LOOP_PROBE_FILE: probeFile },
+    execArgv: ["--import", PROBE_URL, ...(PROFILE_DIR ? ["--cpu-prof", "--cpu-prof-dir", PROFILE_DIR] : [])],
   });
+  const windows = {};
+  let result;
   try {
     // Unmeasured warm-up (JIT, first statements), then the victim alone for a baseline.
     await victimLoad(relay, victim.api_key, receiver.url, () => true, 100);
     await loopMaxMs(relay);
     const aloneStart = Date.now();
+    const aloneSched = schedOf(relay.pid);
     const alone = await victimLoad(relay, victim.api_key, receiver.url, () => Date.now() - aloneStart > 3_000, 50);
+    windows.alone = [aloneStart, Date.now(), aloneSched, schedOf(relay.pid)];
     const aloneLoop = await loopMaxMs(relay);
     receiver.reset();
     const bigIds = [];
@@ -246,12 +290,15 @@ async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
       done = true;
       return n;
     });
+    const loadedStart = Date.now();
+    const loadedSched = schedOf(relay.pid);
     const reads = BIG_READS ? readBack(relay, hostile.api_key, bigIds, () => done) : Promise.resolve(null);
     const loaded = await victimLoad(relay, victim.api_key, receiver.url, () => done, 50);
     const bigDelivered = await landed;
     const bigReads = await reads;
+    windows.loaded = [loadedStart, Date.now(), loadedSched, schedOf(relay.pid)];
     const loadedLoop = await loopMaxMs(relay);
-    return {
+    result = {
       alone: { ...summary(alone), loop_max_ms: aloneLoop },
       loaded: { ...summary(loaded), loop_max_ms: loadedLoop },
       big_delivered: bigDelivered,
@@ -260,6 +307,15 @@ async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
   } finally {
     await relay.stop();
   }
+  // The probe's last lines are written when the relay exits.
+  const probeLines = existsSync(probeFile)
+    ? readFileSync(probeFile, "utf8")
+        .split("\n")
+        .filter(Boolean)
+        .map((l) => JSON.parse(l))
+    : [];
+  for (const phase of ["alone", "loaded"]) result[phase].main_thread = phaseOf(probeLines, ...windows[phase]);
+  return result;
 }
 
 export async function benchBigOutputs({
@@ -273,6 +329,7 @@ export async function benchBigOutputs({
   const builds = [{ name: "new", dist: DIST }, ...(oldDist ? [{ name: "old", dist: oldDist }] : [])];
   const bigTasks = QUICK ? 2 : 8;
   const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-big-"));
+  if (NICE) os.setPriority(10);
   const upstream = await startUpstream();
   const receiver = await startReceiver();
   const load_start = loadNow();
@@ -293,6 +350,7 @@ export async function benchBigOutputs({
   }
   const med = (rows, f) => round(median(rows.map(f).filter((x) => x !== null)), 1);
   const out = {
+    nice: NICE ? "bench process at nice 10 (BENCH_BIG_NICE=1)" : "bench process and relay at the same priority",
     method: `fake upstream on loopback, ${bigTasks} tasks with a 7 MB output (60,000 objects) per round while a victim creates tasks from 4 connections${BIG_READS ? " and the hostile client reads its big tasks back on one connection" : ""}; victim alone first for 3 s; relay event-loop max from its /metrics; medians of ${rounds} round(s), builds' order rotated`,
     load_start,
     builds: {},
@@ -307,6 +365,14 @@ export async function benchBigOutputs({
       loaded_p99_ms: med(rows, (x) => x.loaded.p99_ms),
       loaded_max_ms: med(rows, (x) => x.loaded.max_ms),
       loaded_loop_max_ms: med(rows, (x) => x.loaded.loop_max_ms),
+      // Whether a stall was the relay's or the machine's: the largest on-CPU time and runqueue wait of
+      // the relay main thread within one late turn, and the largest GC pause, per phase.
+      alone_turn_cpu_max_ms: med(rows, (x) => x.alone.main_thread.turn_cpu_max_ms),
+      alone_turn_runq_max_ms: med(rows, (x) => x.alone.main_thread.turn_runq_max_ms),
+      loaded_turn_cpu_max_ms: med(rows, (x) => x.loaded.main_thread.turn_cpu_max_ms),
+      loaded_turn_runq_max_ms: med(rows, (x) => x.loaded.main_thread.turn_runq_max_ms),
+      loaded_turn_off_max_ms: med(rows, (x) => x.loaded.main_thread.turn_off_max_ms),
+      loaded_gc_max_ms: med(rows, (x) => x.loaded.main_thread.gc_max_ms),
       rounds: rows,
     };
     const build = out.builds[b.name];
