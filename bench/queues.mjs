@@ -1,7 +1,9 @@
 // Queue destinations (docs/destinations.md, docs/performance.md "Queue destinations"): for each kind
 // (amqp, nats, sqs), messages/s and CPU-ms per message of the built relay against the broker's own
 // client publishing the same bodies to the same broker in the same run (bench/raw-queue.mjs), order
-// rotated per round, medians of the rounds; and the time from `task.succeeded` (the event's
+// rotated per round, medians of the rounds; for amqp and nats also the durable prototype
+// (bench/proto/queue-delivery.mjs: the relay's claim, signature and attempt records around the same
+// publish), the floor any durable relay pays, so relay ÷ prototype and prototype ÷ raw; and the time from `task.succeeded` (the event's
 // creation) to a consumer receiving the message, p50/p95.
 //
 // Standalone: `node bench/queues.mjs` (after `npm run build`); in the suite: BENCH_ONLY=queues
@@ -27,6 +29,7 @@ import {
   ipcChild,
   sleep,
   startRelay,
+  startNode,
   startSimulator,
   treeCpuDelta,
   treeCpuSnapshot,
@@ -36,6 +39,8 @@ import { queuesRows } from "./lib/report.mjs";
 import { distribution, median, round } from "./lib/stats.mjs";
 
 const KINDS = ["amqp", "nats", "sqs"];
+/** The kinds with a durable prototype (bench/proto/queue-delivery.mjs): the floor of any relay. */
+const PROTO_KINDS = ["amqp", "nats"];
 /** The relay's publishes in flight per delivery key (WEBHOOK_MAX_IN_FLIGHT_PER_HOST default): the raw client's too. */
 const IN_FLIGHT = 8;
 /** Seeded events fall due this long after the relay starts, so its start-up CPU stays out of the figure. */
@@ -151,7 +156,7 @@ export async function benchQueues({
     for (const kind of kinds) perRound[kind] = [];
     for (let r = 1; r <= rounds; r++) {
       for (const kind of kinds) {
-        const sides = ["raw", ...builds.map((b) => b.name)];
+        const sides = ["raw", ...(PROTO_KINDS.includes(kind) ? ["proto"] : []), ...builds.map((b) => b.name)];
         // Rotated per round: slow drifts of a shared machine fall on each side in turn.
         const order = sides.map((_, i) => sides[(i + r - 1) % sides.length]);
         const entry = { round: r, order };
@@ -164,6 +169,19 @@ export async function benchQueues({
               target: targets("raw")[kind].raw,
               body: admin.sampleBody,
               events,
+            });
+          } else if (side === "proto") {
+            // The prototype drains a copy of the new build's database (same client, rows and endpoint).
+            entry.proto = await measureRelay({
+              kind,
+              build: { ...builds[0], name: "proto" },
+              db: dbs[kind].relay,
+              simUrl: sim.url,
+              events,
+              tmp,
+              r,
+              admin,
+              start: (env, logFile) => startProto(kind, targets("raw")[kind].raw, env, logFile),
             });
           } else {
             const b = builds.find((x) => x.name === side);
@@ -193,7 +211,7 @@ export async function benchQueues({
     }
 
     const result = {
-      method: `Per kind, ${events} task.succeeded events (real webhook bodies, ${Buffer.byteLength(admin.sampleBody)} bytes) written to the outbox of the built relay's SQLite database for one endpoint of that kind, due ${DUE_AFTER_MS / 1000} s after the relay starts (so start-up is not measured). Rate: events / (first attempt → last confirmed delivery, from the database). CPU: user + system of the relay process and its descendants (/proc/<pid>/stat) from just before the due time to the last delivery, per message. Raw: bench/raw-queue.mjs, the broker's own client (amqplib confirm channel with mandatory and persistent; @nats-io/jetstream publish awaiting the PubAck with Nats-Msg-Id; @aws-sdk/client-sqs SendMessage with the attributes) publishing the same body with headers of the same names and sizes, ${IN_FLIGHT} in flight (the relay's WEBHOOK_MAX_IN_FLIGHT_PER_HOST), connection opened before the clock starts; its CPU from /proc. The sides' order rotates per round; figures are medians of ${rounds} round(s), the ratio the median of per-round ratios. Latency: ${latencyTasks} tasks created through the API at 20/s against the simulator (0 ms), each task.succeeded from its event's created_at to a consumer receiving the message (amqplib consume; JetStream ordered consumer; SQS ReceiveMessage long poll, 10 per call), one message per kind verified with standardwebhooks. Brokers on loopback: Debian's rabbitmq-server and nats-server -js, local-aws-sqs in its own process.`,
+      method: `Per kind, ${events} task.succeeded events (real webhook bodies, ${Buffer.byteLength(admin.sampleBody)} bytes) written to the outbox of the built relay's SQLite database for one endpoint of that kind, due ${DUE_AFTER_MS / 1000} s after the relay starts (so start-up is not measured). Rate: events / (first attempt → last confirmed delivery, from the database). CPU: user + system of the relay process and its descendants (/proc/<pid>/stat) from just before the due time to the last delivery, per message. Raw: bench/raw-queue.mjs, the broker's own client (amqplib confirm channel with mandatory and persistent; @nats-io/jetstream publish awaiting the PubAck with Nats-Msg-Id; @aws-sdk/client-sqs SendMessage with the attributes) publishing the same body with headers of the same names and sizes, ${IN_FLIGHT} in flight (the relay's WEBHOOK_MAX_IN_FLIGHT_PER_HOST), connection opened before the clock starts; its CPU from /proc. Prototype (amqp, nats): bench/proto/queue-delivery.mjs on a copy of the relay's database, the claim / HMAC / batched attempt records of bench/proto/delivery.mjs (64 per claim, records every 20 ms or 64, WAL + synchronous=FULL) publishing through the raw client's code, ${IN_FLIGHT} in flight; its CPU measured as the relay's. The sides' order rotates per round; figures are medians of ${rounds} round(s), the ratio the median of per-round ratios. Latency: ${latencyTasks} tasks created through the API at 20/s against the simulator (0 ms), each task.succeeded from its event's created_at to a consumer receiving the message (amqplib consume; JetStream ordered consumer; SQS ReceiveMessage long poll, 10 per call), one message per kind verified with standardwebhooks. Brokers on loopback: Debian's rabbitmq-server and nats-server -js, local-aws-sqs in its own process.`,
       in_flight: IN_FLIGHT,
       events,
       load_average_at_start: loadAtStart,
@@ -208,6 +226,11 @@ export async function benchQueues({
         cpu_ms_per_message: round(median(rs.map((e) => e[side].cpu_ms_per_message)), 3),
       });
       const k = { raw: summary("raw"), rounds: rs, latency_ms: latency[kind] };
+      if (PROTO_KINDS.includes(kind)) {
+        k.proto = summary("proto");
+        k.proto.cpu_over_raw = round(median(rs.map((e) => e.proto.cpu_ms_per_message / e.raw.cpu_ms_per_message)), 2);
+        k.proto.complete = rs.every((e) => e.proto.delivered === events);
+      }
       for (const b of builds) {
         k[b.name] = summary(b.name);
         k[b.name].raw_over_relay = round(median(rs.map((e) => e.raw.rate / e[b.name].rate)), 2);
@@ -215,6 +238,11 @@ export async function benchQueues({
           median(rs.map((e) => e[b.name].cpu_ms_per_message / e.raw.cpu_ms_per_message)),
           2,
         );
+        if (k.proto)
+          k[b.name].cpu_over_proto = round(
+            median(rs.map((e) => e[b.name].cpu_ms_per_message / e.proto.cpu_ms_per_message)),
+            2,
+          );
         k[b.name].complete = rs.every((e) => e[b.name].delivered === events);
         k[b.name].verified = rs.every((e) => e[b.name].verified);
       }
@@ -425,18 +453,21 @@ async function measureRaw({ raw, kind, target, body, events }) {
 }
 
 /** The built relay delivering `events` seeded events to the kind's endpoint. */
-async function measureRelay({ kind, build, db, simUrl, events, tmp, r, admin }) {
+async function measureRelay({ kind, build, db, simUrl, events, tmp, r, admin, start }) {
   const path = join(tmp, `${kind}-${build.name}-r${r}.db`);
   copyDb(db.path, path);
   const seededAt = seedEndpointEvents(path, build.client.id, db.endpointId, events);
   // BENCH_QUEUE_PROFILE=<dir>: a CPU profile of each relay measured (node --cpu-prof), for finding the cost.
   const profile = process.env.BENCH_QUEUE_PROFILE;
-  const relay = await startRelay(relayEnv(path, simUrl), join(tmp, `relay-${kind}-${build.name}-r${r}.log`), {
-    dist: build.dist,
-    execArgv: profile
-      ? ["--cpu-prof", "--cpu-prof-dir", resolve(profile), `--cpu-prof-name=${kind}-${build.name}-r${r}.cpuprofile`]
-      : [],
-  });
+  const logFile = join(tmp, `relay-${kind}-${build.name}-r${r}.log`);
+  const relay = start
+    ? await start(relayEnv(path, simUrl), logFile)
+    : await startRelay(relayEnv(path, simUrl), logFile, {
+        dist: build.dist,
+        execArgv: profile
+          ? ["--cpu-prof", "--cpu-prof-dir", resolve(profile), `--cpu-prof-name=${kind}-${build.name}-r${r}.cpuprofile`]
+          : [],
+      });
   const reader = new Database(path, { readonly: true });
   try {
     const dueAt = seededAt.dueAt;
@@ -475,6 +506,16 @@ async function measureRelay({ kind, build, db, simUrl, events, tmp, r, admin }) 
     await relay.stop();
     for (const f of [path, `${path}-wal`, `${path}-shm`]) rmSync(f, { force: true });
   }
+}
+
+/** bench/proto/queue-delivery.mjs on the database `env` names, publishing to the raw client's target. */
+async function startProto(kind, target, env, logFile) {
+  const child = startNode(`proto-queue-${kind}`, join(BENCH, "proto", "queue-delivery.mjs"), {
+    env: { DATABASE_PATH: env.DATABASE_PATH, QUEUE_KIND: kind, QUEUE_TARGET: JSON.stringify(target) },
+    logFile,
+  });
+  await child.waitFor(/proto-queue ready/);
+  return child;
 }
 
 /** `count` due task.succeeded deliveries for one endpoint, as the relay's fan-out writes them. */

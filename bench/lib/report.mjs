@@ -424,7 +424,7 @@ export function queuesRows(q) {
     rows.push([
       `Queue destination ${kind} (messages/s confirmed by the broker, ${q.in_flight} in flight)`,
       `${Math.round(k.relay.rate)}/s, ${k.relay.cpu_ms_per_message} CPU-ms/msg (${k.relay.cpu_over_raw}× raw); task.succeeded→consumer p50 ${k.latency_ms.relay.p50} / p95 ${k.latency_ms.relay.p95} ms${old}`,
-      `raw client ${Math.round(k.raw.rate)}/s, ${k.raw.cpu_ms_per_message} CPU-ms/msg`,
+      `raw client ${Math.round(k.raw.rate)}/s, ${k.raw.cpu_ms_per_message} CPU-ms/msg${k.proto ? `; durable prototype ${Math.round(k.proto.rate)}/s, ${k.proto.cpu_ms_per_message} CPU-ms/msg (${k.proto.cpu_over_raw}× raw, relay ${k.relay.cpu_over_proto}× prototype)` : ""}`,
       `${k.relay.raw_over_relay}× slower`,
       "≤ 2×",
       k.relay.raw_over_relay <= 2 && k.relay.complete ? "✅ met" : "❌ not met",

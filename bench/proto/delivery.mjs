@@ -9,6 +9,8 @@
 //
 //   DATABASE_PATH=... [PER_HOST=8] [BATCH=64] [RECORD_DELAY_MS=20] node bench/proto/delivery.mjs
 // prints "proto-delivery ready" once its statements are prepared, then drains what is due.
+// The claim, signing and recording are shared with the queue prototype (bench/proto/queue-delivery.mjs),
+// which passes its own `transport` (a broker publish in place of the POST).
 import { fileURLToPath } from "node:url";
 import { Pool } from "undici";
 import { alarm, newId, onStop, openSqlite, perTurn, webhookSigner } from "./common.mjs";
@@ -17,12 +19,60 @@ import { alarm, newId, onStop, openSqlite, perTurn, webhookSigner } from "./comm
 const RETRY_MS = [5_000, 30_000, 120_000, 600_000];
 
 /**
+ * The HTTP transport: one undici Pool per receiver origin, `perHost` connections. A transport keys
+ * each claimed row (at most `perHost` in flight per key), sends it with the signed headers and
+ * settles as { ok, code, error }; `close()` on stop.
+ */
+export function httpTransport({ perHost = 8, timeoutMs = 10_000 } = {}) {
+  const pools = new Map();
+  const poolOf = (origin) => {
+    let p = pools.get(origin);
+    if (!p)
+      pools.set(origin, (p = new Pool(origin, { connections: perHost, pipelining: 1, keepAliveTimeout: 60_000 })));
+    return p;
+  };
+  return {
+    route(row) {
+      const url = new URL(row.callback_url);
+      return { key: url.origin, path: `${url.pathname}${url.search}` };
+    },
+    send(item, headers) {
+      return poolOf(item.key)
+        .request({
+          path: item.path,
+          method: "POST",
+          headers: { "content-type": "application/json", "user-agent": "genrelay-proto", ...headers },
+          body: item.event.payload,
+          headersTimeout: timeoutMs,
+          bodyTimeout: timeoutMs,
+        })
+        .then(
+          async (res) => {
+            await res.body.dump();
+            return { ok: res.statusCode >= 200 && res.statusCode < 300, code: res.statusCode, error: null };
+          },
+          (err) => ({ ok: false, code: null, error: String(err?.code ?? err?.message ?? err) }),
+        );
+    },
+    close: () => Promise.all([...pools.values()].map((p) => p.close())),
+  };
+}
+
+/**
  * `recordDelayMs`: settled attempts wait up to this long (or until `batch` of them) to be recorded
  * together; 0 records once per event-loop turn.
  */
 export function sqliteDelivery(
   db,
-  { perHost = 8, batch = 64, recordDelayMs = 20, leaseMs = 60_000, timeoutMs = 10_000, onIdle = () => {} } = {},
+  {
+    perHost = 8,
+    batch = 64,
+    recordDelayMs = 20,
+    leaseMs = 60_000,
+    timeoutMs = 10_000,
+    onIdle = () => {},
+    transport = httpTransport({ perHost, timeoutMs }),
+  } = {},
 ) {
   const token = newId("own");
   const claim = db.prepare(
@@ -57,14 +107,6 @@ export function sqliteDelivery(
     if (!s) signers.set(clientId, (s = webhookSigner(secretOf.get(clientId).webhook_secret)));
     return s;
   };
-  const pools = new Map();
-  const poolOf = (origin) => {
-    let p = pools.get(origin);
-    if (!p)
-      pools.set(origin, (p = new Pool(origin, { connections: perHost, pipelining: 1, keepAliveTimeout: 60_000 })));
-    return p;
-  };
-
   const queue = [];
   const busy = new Map();
   let inFlight = 0;
@@ -78,7 +120,7 @@ export function sqliteDelivery(
   const writeResults = db.transaction((results) => {
     const now = Date.now();
     for (const r of results) {
-      const ok = r.code !== null && r.code >= 200 && r.code < 300;
+      const { ok } = r;
       const params = { seq: r.event.seq, token, at: r.at, code: r.code, now };
       if (ok) succeeded.run(params);
       else
@@ -107,10 +149,7 @@ export function sqliteDelivery(
   function claimMore() {
     const now = Date.now();
     const rows = claim.all({ now, until: now + leaseMs, token, limit: batch }).sort((a, b) => a.seq - b.seq);
-    for (const row of rows) {
-      const url = new URL(row.callback_url);
-      queue.push({ event: row, origin: url.origin, path: `${url.pathname}${url.search}` });
-    }
+    for (const row of rows) queue.push({ event: row, ...transport.route(row) });
     dry = rows.length < batch;
   }
 
@@ -119,34 +158,16 @@ export function sqliteDelivery(
     const ts = Math.floor(at / 1000);
     const { event } = item;
     const headers = {
-      "content-type": "application/json",
-      "user-agent": "genrelay-proto",
       "webhook-id": event.id,
       "webhook-timestamp": String(ts),
       "webhook-signature": signerOf(event.client_id)(event.id, ts, event.payload),
     };
-    poolOf(item.origin)
-      .request({
-        path: item.path,
-        method: "POST",
-        headers,
-        body: event.payload,
-        headersTimeout: timeoutMs,
-        bodyTimeout: timeoutMs,
-      })
-      .then(
-        async (res) => {
-          await res.body.dump();
-          return { code: res.statusCode, error: null };
-        },
-        (err) => ({ code: null, error: String(err?.code ?? err?.message ?? err) }),
-      )
-      .then(({ code, error }) => {
-        inFlight--;
-        busy.set(item.origin, busy.get(item.origin) - 1);
-        record({ event, at, code, error, latency: Date.now() - at });
-        pump();
-      });
+    transport.send(item, headers).then(({ ok, code, error }) => {
+      inFlight--;
+      busy.set(item.key, busy.get(item.key) - 1);
+      record({ event, at, ok, code, error, latency: Date.now() - at });
+      pump();
+    });
   }
 
   /** Starts what has room, claims more when the local queue runs low, sleeps until the next due row when dry. */
@@ -155,13 +176,13 @@ export function sqliteDelivery(
     if (queue.length < batch / 2 && !dry) claimMore();
     for (let i = 0; i < queue.length; ) {
       const item = queue[i];
-      const n = busy.get(item.origin) ?? 0;
+      const n = busy.get(item.key) ?? 0;
       if (n >= perHost) {
         i++;
         continue;
       }
       queue.splice(i, 1);
-      busy.set(item.origin, n + 1);
+      busy.set(item.key, n + 1);
       inFlight++;
       send(item);
     }
@@ -181,27 +202,35 @@ export function sqliteDelivery(
     async stop() {
       stopped = true;
       sleep.cancel();
-      await Promise.all([...pools.values()].map((p) => p.close()));
+      await transport.close();
     },
   };
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
+/**
+ * Runs a prototype process: drains DATABASE_PATH's due events through `transport` (PER_HOST,
+ * BATCH, RECORD_DELAY_MS from the environment), printing "<name> ready" then "<name> idle".
+ */
+export function runDeliveryProcess(name, transport) {
   const db = openSqlite(process.env.DATABASE_PATH);
   let idle = false;
+  const perHost = Number(process.env.PER_HOST ?? 8);
   const delivery = sqliteDelivery(db, {
-    perHost: Number(process.env.PER_HOST ?? 8),
+    perHost,
     batch: Number(process.env.BATCH ?? 64),
     recordDelayMs: Number(process.env.RECORD_DELAY_MS ?? 20),
+    transport: transport ?? httpTransport({ perHost }),
     onIdle: () => {
-      if (!idle) process.stdout.write("proto-delivery idle\n");
+      if (!idle) process.stdout.write(`${name} idle\n`);
       idle = true;
     },
   });
-  process.stdout.write("proto-delivery ready\n");
+  process.stdout.write(`${name} ready\n`);
   delivery.start();
   onStop(async () => {
     await delivery.stop();
     db.close();
   });
 }
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) runDeliveryProcess("proto-delivery");
