@@ -982,7 +982,7 @@ async function queuesRow() {
   const { benchQueues } = await import("./queues.mjs");
   const result = await benchQueues({
     rounds: CFG.rounds,
-    ...(QUICK ? { events: 200, latencyTasks: 10 } : {}),
+    ...(QUICK ? { events: 60, latencyTasks: 4 } : {}),
     log: (...args) => log(...args),
   });
   result.measured = measuredNow();

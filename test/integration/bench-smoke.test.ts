@@ -8,8 +8,9 @@ import { afterAll, describe, expect, it } from "vitest";
 // The benchmarks run against the build; `npm test` builds before running vitest. This only checks
 // that every benchmark script still starts and reports (BENCH_QUICK: a handful of requests, one
 // round); no figures are checked and no real benchmark runs in the test suite. The quick run costs
-// about 30 s of CPU but waits on real time (latency, fairness, mirror rows): about 80 s on a quiet
-// 2-core machine, more than twice that under load, hence a bound of 6 minutes (docs/testing.md).
+// about 106 s of CPU (PostgreSQL relays, three brokers) and waits on real time (latency, fairness,
+// mirror rows): about 175 s on a quiet 2-core machine, 245 s at load 7, hence a bound of 6 minutes
+// (docs/testing.md, "Time").
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const RUN = join(ROOT, "bench", "run.mjs");
 const MAIN = join(ROOT, "dist", "main.js");
@@ -127,11 +128,16 @@ describe.skipIf(!existsSync(MAIN))("npm run bench (BENCH_QUICK smoke run)", () =
       durable: true,
     });
     expect(b.postgres.settings).toEqual({ fsync: "on", synchronous_commit: "on" });
-    // Scale-out on one PostgreSQL (1 and 3 instances in the quick run): relay + server CPU per unit.
+    // Scale-out on one PostgreSQL (1 and 2 instances in the quick run; 1, 2 and 3 in the full one, whose
+    // ratio_3_to_1 is the goal's figure): relay + server CPU per unit, each count complete.
     expect(b.scaleout.settings).toEqual({ fsync: "on", synchronous_commit: "on" });
     for (const kind of ["delivery", "intake", "end_to_end"]) {
-      expect(b.scaleout.new[kind].instances[1]).toMatchObject({ cpu_ms_per_unit: expect.any(Number), complete: true });
-      expect(b.scaleout.new[kind].ratio_3_to_1).toEqual(expect.any(Number));
+      for (const n of [1, 2])
+        expect(b.scaleout.new[kind].instances[n]).toMatchObject({
+          cpu_ms_per_unit: expect.any(Number),
+          complete: true,
+        });
+      expect(b.scaleout.new[kind].ratio_2_to_1).toEqual(expect.any(Number));
     }
     // estimated_completion_at against the real end on the simulator.
     expect(b.eta.rows.map((r: { estimates: string }) => r.estimates)).toEqual(["waiting", "running", "all"]);
