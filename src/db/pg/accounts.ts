@@ -36,8 +36,9 @@ export function pgAccounts(s: PgContext): AccountStore {
         await q("SELECT id FROM upstream_accounts WHERE id = $1 FOR UPDATE", [account], c);
         const used = Number(
           (await one(
-            "SELECT count(*) AS n FROM upstream_reads WHERE account = $1 AND at > $2",
-            [account, at - windowMs],
+            // Bounded by the limit: the window can hold a minute of reads with a large budget.
+            "SELECT count(*) AS n FROM (SELECT 1 FROM upstream_reads WHERE account = $1 AND at > $2 LIMIT $3) AS w",
+            [account, at - windowMs, limit],
             c,
           ))!.n,
         );

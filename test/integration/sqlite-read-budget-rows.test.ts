@@ -1,0 +1,55 @@
+import Database from "better-sqlite3";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { memoryStore } from "../helpers/memory-store.js";
+
+const NOW = 1_800_000_000_000;
+const MINUTE = 60_000;
+
+/**
+ * Issue #38 item 7: a statement over many rows on the main thread. The read budget's window can hold a
+ * minute of reads (100,000 with a large budget); takeRead used to read every one of them into JS to
+ * count them (25-35 ms of one turn in bench/big-outputs.mjs). It counts in SQLite, bounded by the limit.
+ */
+describe("takeRead on SQLite", () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  /** Rows better-sqlite3 hands to JS from every statement prepared from now on (all/get). */
+  function rowsToJs(): { count: number } {
+    const seen = { count: 0 };
+    const probe = new Database(":memory:");
+    const proto = Object.getPrototypeOf(probe.prepare("SELECT 1")) as Record<string, (...a: unknown[]) => unknown>;
+    probe.close();
+    const all = proto.all!;
+    const get = proto.get!;
+    vi.spyOn(proto, "all").mockImplementation(function (this: unknown, ...args: unknown[]) {
+      const rows = all.apply(this, args) as unknown[];
+      seen.count += rows.length;
+      return rows;
+    });
+    vi.spyOn(proto, "get").mockImplementation(function (this: unknown, ...args: unknown[]) {
+      const row = get.apply(this, args);
+      if (row !== undefined) seen.count++;
+      return row;
+    });
+    return seen;
+  }
+
+  it("hands SQLite's count to JS, not the window's reads, however many it holds", async () => {
+    // Before the store opens: the driver wraps each statement's methods when it is prepared.
+    const seen = rowsToJs();
+    const store = memoryStore();
+    try {
+      for (let i = 0; i < 3_000; i++) await store.accounts.takeRead("acct", NOW + i, 100_000, MINUTE);
+      seen.count = 0;
+      expect(await store.accounts.takeRead("acct", NOW + 3_000, 100_000, MINUTE)).toBe(true);
+      expect(seen.count).toBe(1);
+      // The bound still holds at the limit, counted the same way.
+      expect(await store.accounts.takeRead("acct", NOW + 3_001, 3_001, MINUTE)).toBe(false);
+      expect(await store.accounts.takeRead("acct", NOW + 3_001, 3_002, MINUTE)).toBe(true);
+      expect(await store.accounts.takeRead("acct", NOW + MINUTE + 1_000, 3_001, MINUTE)).toBe(true);
+      expect(seen.count).toBe(4);
+    } finally {
+      await store.close();
+    }
+  });
+});
