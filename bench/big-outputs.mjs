@@ -234,6 +234,17 @@ function phaseOf(probeLines, from, to, before, after) {
     turn_runq_max_ms: maxOf(turns, (l) => l.runq_ms),
     turn_off_max_ms: maxOf(turns, (l) => l.off_ms),
     gc_max_ms: maxOf(gcs, (l) => l.ms),
+    // The three turns with the most on-CPU time, each with the GC pauses that started within it.
+    top_cpu_turns: [...turns]
+      .sort((a, b) => b.cpu_ms - a.cpu_ms)
+      .slice(0, 3)
+      .map((l) => ({
+        gap_ms: l.gap_ms,
+        cpu_ms: l.cpu_ms,
+        runq_ms: l.runq_ms,
+        off_ms: l.off_ms,
+        gc_ms: gcs.filter((g) => g.start >= l.start && g.start <= l.start + l.gap_ms).map((g) => g.ms),
+      })),
   };
 }
 
