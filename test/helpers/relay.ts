@@ -1,8 +1,9 @@
-import { copyFileSync, existsSync, mkdtempSync, rmSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadConfig, type Config } from "../../src/config.js";
-import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
+import { MIGRATIONS_FOLDER, openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
 import { silentLogger, type Logger } from "../../src/logger.js";
 import { Relay } from "../../src/relay.js";
 import { insert as insertClient } from "../../src/db/sqlite/clients.js";
@@ -118,21 +119,43 @@ function testConfig(dir: string, env: Record<string, string>): Config {
 let template: string | undefined;
 
 /**
- * Puts a migrated, empty SQLite database at `path` (unless a file is there): a copy of one made
- * once per process. Migrating a new file costs about 30 ms of CPU, a copy about 2 ms, and
- * openDatabase still checks the copy's migrations against migrations/.
+ * A migrated, empty SQLite database, made once per set of migrations and kept in the temp folder
+ * under their hash: a cache, as a vitest worker is ended without running its exit listeners, so a
+ * file made per process would stay behind anyway. Made in a folder of its own and renamed into
+ * place, so a run beside this one never copies half a file.
+ */
+function migratedTemplate(): string {
+  if (template) return template;
+  const hash = createHash("sha256");
+  for (const file of [
+    ...readdirSync(MIGRATIONS_FOLDER)
+      .filter((f) => f.endsWith(".sql"))
+      .sort(),
+    "meta/_journal.json",
+  ])
+    hash.update(file).update(readFileSync(join(MIGRATIONS_FOLDER, file)));
+  const path = join(tmpdir(), `genrelay-migrated-${hash.digest("hex").slice(0, 16)}.db`);
+  if (!existsSync(path)) {
+    const dir = mkdtempSync(join(tmpdir(), "genrelay-template-"));
+    try {
+      // Closing the only connection checkpoints the WAL into the file: the file is the whole database.
+      openDatabase(join(dir, "relay.db")).close();
+      renameSync(join(dir, "relay.db"), path);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+  template = path;
+  return path;
+}
+
+/**
+ * Puts a migrated, empty SQLite database at `path` (unless a file is there): a copy of the template.
+ * Migrating a new file costs about 30 ms of CPU, a copy about 2 ms, and openDatabase still checks
+ * the copy's migrations against migrations/.
  */
 function migratedCopy(path: string): void {
-  if (existsSync(path)) return;
-  if (!template) {
-    const dir = mkdtempSync(join(tmpdir(), "genrelay-template-"));
-    process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
-    const file = join(dir, "relay.db");
-    // Closing the only connection checkpoints the WAL into the file: the copy is the whole database.
-    openDatabase(file).close();
-    template = file;
-  }
-  copyFileSync(template, path);
+  if (!existsSync(path)) copyFileSync(migratedTemplate(), path);
 }
 
 /**
