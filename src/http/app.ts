@@ -213,24 +213,28 @@ function registerOpenApiDocument(app: OpenAPIHono<AppEnv>, deps: AppDeps): void 
       },
     }),
     (c) => {
-      document ??= app.getOpenAPI31Document({
-        openapi: "3.1.0",
-        info: {
-          title: "genrelay",
-          version: "1.0.0",
-          license: { name: "MIT", url: "https://opensource.org/license/mit" },
-          description:
-            "Webhooks for an asynchronous image and video generation API. Mirrors the upstream's /openapi/v1 paths, adds callback_url, and sends Standard Webhooks-signed callbacks.",
-        },
-        servers: [
-          {
-            url: deps.config.publicBaseUrl ?? "/",
-            description: deps.config.publicBaseUrl ? "This relay (PUBLIC_BASE_URL)" : "This relay",
+      if (!document) {
+        const built = app.getOpenAPI31Document({
+          openapi: "3.1.0",
+          info: {
+            title: "genrelay",
+            version: "1.0.0",
+            license: { name: "MIT", url: "https://opensource.org/license/mit" },
+            description:
+              "Webhooks for an asynchronous image and video generation API. Mirrors the upstream's /openapi/v1 paths, adds callback_url, and sends Standard Webhooks-signed callbacks.",
           },
-        ],
-        tags: TAGS,
-      });
-      if (deps.config.webhookAllowPrivateNetworks) document = developmentDocument(document);
+          servers: [
+            {
+              url: deps.config.publicBaseUrl ?? "/",
+              description: deps.config.publicBaseUrl ? "This relay (PUBLIC_BASE_URL)" : "This relay",
+            },
+          ],
+          tags: TAGS,
+        });
+        // Relaxed once, when built: the development form is derived from the strict one (its
+        // description grows by a sentence), so the cached document must not pass through it again.
+        document = deps.config.webhookAllowPrivateNetworks ? developmentDocument(built) : built;
+      }
       return c.json(document, 200);
     },
   );

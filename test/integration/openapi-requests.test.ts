@@ -674,6 +674,8 @@ describe("bodies generated from the documented schemas are accepted (Schemathesi
     const dev = suite.setup({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }).t;
     const devDoc = await served(dev);
     expect((devDoc as unknown as { info: Record<string, unknown> }).info["x-genrelay-development-mode"]).toBe(true);
+    // Served from its cache the same each time: the development form is derived once, not per request.
+    expect(await served(dev)).toEqual(devDoc);
     expect(bodyValidator(devDoc, IMAGES, "post")(loopback)).toBe(true);
     const created = await dev.request(dev.client().apiKey, IMAGES, {
       method: "POST",
