@@ -1,7 +1,7 @@
 import type { Clock } from "../clock.js";
 import { newId } from "../ids.js";
 import type { Store } from "../store/store.js";
-import type { EventRow, NewEventRow } from "../store/rows.js";
+import type { ClaimedEvent, EventRow, NewEventRow } from "../store/rows.js";
 import { retryDelayMs } from "../webhooks/schedule.js";
 import type { SendResult } from "../webhooks/sender.js";
 import { ANSWER_BYTES, ERROR_BYTES, storableText } from "./stored-text.js";
@@ -25,7 +25,7 @@ export function attemptVerdict(result: Pick<SendResult, "ok" | "blocked">): "suc
  * failed once the schedule is spent.
  */
 export function attemptOutcome(
-  event: EventRow,
+  event: ClaimedEvent,
   result: SendResult,
   now: number,
   scheduleMs: number[],
@@ -102,7 +102,7 @@ export class DeliveryLifecycle {
 
   /** One attempt made (or refused without sending): its row, and the event's next state, together. */
   async recordAttempt(
-    event: EventRow,
+    event: ClaimedEvent,
     startedAt: number,
     result: SendResult,
     decided?: AttemptOutcome,
@@ -143,7 +143,12 @@ export class DeliveryLifecycle {
    * The trial of a paused host failed: the attempt is recorded, but the event keeps its place in
    * the retry schedule and waits for the host's next trial (`until`), like the host's other events.
    */
-  recordPausedTrial(event: EventRow, startedAt: number, result: SendResult, until: number): Promise<AttemptOutcome> {
+  recordPausedTrial(
+    event: ClaimedEvent,
+    startedAt: number,
+    result: SendResult,
+    until: number,
+  ): Promise<AttemptOutcome> {
     return this.recordAttempt(event, startedAt, result, {
       outcome: "paused",
       patch: { nextAttemptAt: until },
@@ -152,7 +157,7 @@ export class DeliveryLifecycle {
   }
 
   /** An attempt refused before the wire for good (a body over the size limit would be refused every time): recorded, and the event failed. */
-  refuse(event: EventRow, result: SendResult): Promise<AttemptOutcome> {
+  refuse(event: ClaimedEvent, result: SendResult): Promise<AttemptOutcome> {
     const now = this.deps.clock.now();
     return this.recordAttempt(event, now, result, {
       outcome: "too_large",
@@ -161,7 +166,7 @@ export class DeliveryLifecycle {
   }
 
   /** Ends an event without an attempt on the wire (nothing to send it to). */
-  fail(event: EventRow, reason: string): Promise<void> {
+  fail(event: ClaimedEvent, reason: string): Promise<void> {
     return this.deps.store.events.release(event.id, event.claimToken!, {
       deliveryStatus: "failed",
       failedAt: this.deps.clock.now(),
@@ -170,7 +175,7 @@ export class DeliveryLifecycle {
   }
 
   /** Hands a claimed event back untouched, or moved to `until` (its key's breaker trial). */
-  release(event: EventRow, until: number | null): Promise<void> {
+  release(event: ClaimedEvent, until: number | null): Promise<void> {
     return this.deps.store.events.release(event.id, event.claimToken!, until !== null ? { nextAttemptAt: until } : {});
   }
 }

@@ -4,7 +4,7 @@ import { ERROR_BYTES, storableText } from "./stored-text.js";
 import { newId } from "../ids.js";
 import { deliveryKey } from "../store/delivery-key.js";
 import type { DeliveryKey, Store } from "../store/store.js";
-import type { ClientRow, EventRow } from "../store/rows.js";
+import type { ClaimedEvent, ClientRow } from "../store/rows.js";
 import type { BreakerOutcome } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
 
@@ -104,7 +104,7 @@ export class KeyHealth {
   }
 
   /** An event's last scheduled attempt failed: delivery.exhausted. */
-  async exhausted(event: EventRow, attempts: number, lastError: string | null): Promise<void> {
+  async exhausted(event: ClaimedEvent, attempts: number, lastError: string | null): Promise<void> {
     const client = await this.deps.store.clients.find(event.clientId);
     if (!client) return;
     await writeNotice(this.deps, client, "delivery.exhausted", event.destinationHost, {

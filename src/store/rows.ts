@@ -124,6 +124,23 @@ export type EventRow = {
   createdAt: number;
 };
 
+/**
+ * An event as a delivery claim returns it: what an attempt reads (its message, destination, lease
+ * token and retry counts), without the delivery record's own columns. The claims' RETURNING names
+ * only these, so a claim builds small rows (the whole row cost the refill claim three times as much).
+ */
+export type ClaimedEvent = Omit<
+  EventRow,
+  | "clientSeq"
+  | "sequence"
+  | "deliveryStatus"
+  | "lastAttemptAt"
+  | "lastStatusCode"
+  | "lastError"
+  | "deliveredAt"
+  | "failedAt"
+>;
+
 export type NewEventRow = {
   seq?: number | undefined;
   id: string;

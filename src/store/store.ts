@@ -4,6 +4,7 @@ import type {
   AttemptRow,
   ClientRow,
   KeyHealthRow,
+  ClaimedEvent,
   EventRow,
   HourlyCount,
   NewAttemptRow,
@@ -398,19 +399,19 @@ export interface RecordWindow {
 
 export interface EventStore {
   /** Pending, due, unleased events, each task's in order, per-key room respected; claimed under a lease. */
-  claimDue(opts: EventClaimOptions): Promise<EventRow[]>;
+  claimDue(opts: EventClaimOptions): Promise<ClaimedEvent[]>;
   nextDueAt(opts: { now: number; excludeKeys: string[]; excludeClients?: string[] }): Promise<number | null>;
   /**
    * The half-open trial of a paused key: one of its pending, unleased events, preferring one already
    * attempted (a receiver that fails every first attempt but takes retries is not dead), claimed under a lease.
    */
-  claimTrial(key: DeliveryKey, opts: Omit<ClaimOptions, "limit">): Promise<EventRow | undefined>;
+  claimTrial(key: DeliveryKey, opts: Omit<ClaimOptions, "limit">): Promise<ClaimedEvent | undefined>;
   /**
    * Up to `limit` of one key's due events, oldest due first, each task's in order (the refill of a
    * key whose attempt just settled: one indexed probe instead of a scan of every due event). A store
    * shared by several instances claims no more than `maxPerKey` less the key's leased events.
    */
-  claimOfKey(key: DeliveryKey, opts: ClaimOptions & { maxPerKey: number }): Promise<EventRow[]>;
+  claimOfKey(key: DeliveryKey, opts: ClaimOptions & { maxPerKey: number }): Promise<ClaimedEvent[]>;
   /**
    * claimOfKey for several keys in one statement (the refills of every attempt settled in one
    * turn): each key's `limit` of its due events (core/delivery-plan.ts, refillPlan, decides the
@@ -420,7 +421,7 @@ export interface EventStore {
   claimOfKeys(
     keys: readonly KeyLimit[],
     opts: Omit<ClaimOptions, "limit"> & { maxPerKey: number },
-  ): Promise<EventRow[]>;
+  ): Promise<ClaimedEvent[]>;
   /** The key's pending, unleased events made due now (retry-now); returns how many. */
   retryKeyNow(key: DeliveryKey, now: number): Promise<number>;
   /** How many of the key's events are pending. */

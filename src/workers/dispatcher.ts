@@ -16,7 +16,7 @@ import type { DestinationMessage, Destinations } from "../destinations/index.js"
 import { webhookDestinations } from "../destinations/http.js";
 import { deliveryKey, splitDeliveryKey } from "../store/delivery-key.js";
 import type { Store } from "../store/store.js";
-import type { ClientRow, EventRow } from "../store/rows.js";
+import type { ClientRow, ClaimedEvent } from "../store/rows.js";
 import { CircuitBreakers, type BreakerOptions } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
 import type { SendResult, WebhookSender } from "../webhooks/sender.js";
@@ -48,7 +48,7 @@ export interface DispatcherOptions {
   /** Follows each key's health for failure notices (endpoint.failing / recovered, delivery.exhausted); none in some tests. */
   health?: KeyHealth;
   random?: () => number;
-  onAttempt?: (event: EventRow, result: SendResult) => void;
+  onAttempt?: (event: ClaimedEvent, result: SendResult) => void;
 }
 
 /**
@@ -284,7 +284,11 @@ export class Dispatcher extends PooledWorker<Claim> {
   }
 
   /** What an event that cannot be sent gets instead of an attempt (no client or URL, a body over the limit), or null. */
-  private unsendable(event: EventRow, client: ClientRow | undefined, noClient: string): (() => Promise<void>) | null {
+  private unsendable(
+    event: ClaimedEvent,
+    client: ClientRow | undefined,
+    noClient: string,
+  ): (() => Promise<void>) | null {
     if (!client || !event.callbackUrl) return () => this.events.fail(event, client ? "no callback_url" : noClient);
     const size = Buffer.byteLength(event.payload, "utf8");
     if (size > MAX_PAYLOAD_BYTES) return () => this.attempts.refuseOversized(event, size, MAX_PAYLOAD_BYTES);

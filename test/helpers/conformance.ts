@@ -3,7 +3,7 @@ import { isDeepStrictEqual } from "node:util";
 import { afterAll, afterEach, expect, it } from "vitest";
 import { newClient } from "../../src/services/clients.js";
 import type { Store, TransitionRules } from "../../src/store/store.js";
-import type { EventRow, NewAttemptRow, TaskRow } from "../../src/store/rows.js";
+import type { ClaimedEvent, EventRow, NewAttemptRow, TaskRow } from "../../src/store/rows.js";
 import { PgStore } from "../../src/db/pg/store.js";
 import { SqliteStore } from "../../src/db/sqlite/store.js";
 import { pgStore } from "../../src/open-store.js";
@@ -203,7 +203,11 @@ export async function processedThenSucceeded(store: Store) {
 }
 
 /** A delivery attempt of `e` as the dispatcher records it. */
-export function attemptOf(e: EventRow, statusCode: number | null, extra: Partial<NewAttemptRow> = {}): NewAttemptRow {
+export function attemptOf(
+  e: ClaimedEvent,
+  statusCode: number | null,
+  extra: Partial<NewAttemptRow> = {},
+): NewAttemptRow {
   const ok = statusCode !== null && statusCode < 300;
   return {
     id: `att_${e.id}_${unique++}`,

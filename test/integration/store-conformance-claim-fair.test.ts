@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { FairPool } from "../../src/core/fair-pool.js";
 import { EVENT_SCAN_FACTOR } from "../../src/db/kit/claim-window.js";
 import { deliveryKey } from "../../src/store/delivery-key.js";
-import type { EventRow } from "../../src/store/rows.js";
+import type { ClaimedEvent, EventRow } from "../../src/store/rows.js";
 import { claimEvents, client, conformance, NOW, ownKeyEvents } from "../helpers/conformance.js";
 
 /**
@@ -21,7 +21,7 @@ import { claimEvents, client, conformance, NOW, ownKeyEvents } from "../helpers/
  */
 const suite = conformance();
 
-const countBy = (rows: EventRow[], of: (e: EventRow) => string) => {
+const countBy = (rows: ClaimedEvent[], of: (e: ClaimedEvent) => string) => {
   const n = new Map<string, number>();
   for (const e of rows) n.set(of(e), (n.get(of(e)) ?? 0) + 1);
   return n;

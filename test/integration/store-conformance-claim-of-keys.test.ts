@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { KeyLimit, Store } from "../../src/store/store.js";
-import type { EventRow } from "../../src/store/rows.js";
+import type { ClaimedEvent } from "../../src/store/rows.js";
 import { client, conformance, NOW, ownKeyEvents, processedThenSucceeded } from "../helpers/conformance.js";
 
 /**
@@ -13,8 +13,8 @@ const suite = conformance();
 const claimKeys = (store: Store, keys: KeyLimit[], token: string, maxPerKey = 100, now = NOW) =>
   store.events.claimOfKeys(keys, { now, leaseMs: 30_000, token, maxPerKey });
 
-const ids = (rows: EventRow[]) => rows.map((e) => e.id);
-const ofKey = (rows: EventRow[], key: { clientId: string; host: string }) =>
+const ids = (rows: ClaimedEvent[]) => rows.map((e) => e.id);
+const ofKey = (rows: ClaimedEvent[], key: { clientId: string; host: string }) =>
   rows.filter((e) => e.clientId === key.clientId && e.destinationHost === key.host);
 
 describe.each(suite.dialects)("EventStore.claimOfKeys on %s", (_name, h) => {

@@ -6,7 +6,7 @@ import type { KeyHealth } from "../../core/key-health.js";
 import type { DestinationMessage, Destinations } from "../../destinations/index.js";
 import { splitDeliveryKey } from "../../store/delivery-key.js";
 import type { EventStore } from "../../store/store.js";
-import type { ClientRow, EventRow } from "../../store/rows.js";
+import type { ClientRow, ClaimedEvent } from "../../store/rows.js";
 import {
   breakerOutcome,
   type BreakerTransition,
@@ -32,7 +32,7 @@ export interface AttemptDeps {
   /** The whole retry schedule's time: how long an event may wait for a paused host without spending retries on trials. */
   scheduleSpanMs: number;
   health?: KeyHealth | undefined;
-  onAttempt?: ((event: EventRow, result: SendResult) => void) | undefined;
+  onAttempt?: ((event: ClaimedEvent, result: SendResult) => void) | undefined;
 }
 
 /**
@@ -53,7 +53,7 @@ export class Attempts {
    * (then the dispatcher hands its slot back early, so the refill's claim shares the record's commit).
    */
   async deliver(
-    event: EventRow,
+    event: ClaimedEvent,
     client: ClientRow,
     permit: Permit,
     queued?: (unchanged: boolean) => void,
@@ -113,7 +113,7 @@ export class Attempts {
   }
 
   /** Records a failed attempt without sending: the body is over `limit` and would be every time. */
-  async refuseOversized(event: EventRow, size: number, limit: number): Promise<void> {
+  async refuseOversized(event: ClaimedEvent, size: number, limit: number): Promise<void> {
     const result = sendResult({ error: `payload too large: ${size} bytes, the limit is ${limit}; not sent` });
     await this.record(event, this.deps.clock.now(), result, null, true);
   }
@@ -146,7 +146,7 @@ export class Attempts {
 
   /** The key's health for failure notices; never fails the delivery it follows. */
   private async observe(
-    event: EventRow,
+    event: ClaimedEvent,
     outcome: ReturnType<typeof breakerOutcome>,
     error: string | null,
   ): Promise<void> {
@@ -159,7 +159,7 @@ export class Attempts {
 
   /** Writes the attempt and the event's new state together (DeliveryLifecycle.recordAttempt); one log line per attempt. */
   private async record(
-    event: EventRow,
+    event: ClaimedEvent,
     startedAt: number,
     result: SendResult,
     pausedUntil: number | null = null,

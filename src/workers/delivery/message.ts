@@ -1,7 +1,7 @@
 import type { DestinationMessage } from "../../destinations/index.js";
 import { WEBHOOK_KIND } from "../../destinations/http.js";
 import { kindOfAddress } from "../../destinations/queues.js";
-import type { ClientRow, EventRow } from "../../store/rows.js";
+import type { ClientRow, ClaimedEvent } from "../../store/rows.js";
 import { signedMessage } from "../../webhooks/outgoing.js";
 
 /**
@@ -10,7 +10,7 @@ import { signedMessage } from "../../webhooks/outgoing.js";
  * row is sent under its event's id: every destination of one event gets the same webhook-id.
  */
 export function deliveryMessage(
-  event: EventRow,
+  event: ClaimedEvent,
   client: ClientRow,
   at: number,
   encryptionKey: Buffer | null,

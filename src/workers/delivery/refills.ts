@@ -11,7 +11,7 @@ import type { FairPool } from "../../core/fair-pool.js";
 import type { Logger } from "../../logger.js";
 import { deliveryKey } from "../../store/delivery-key.js";
 import type { ClientStore, EventStore } from "../../store/store.js";
-import type { ClientRow, EventRow } from "../../store/rows.js";
+import type { ClientRow, ClaimedEvent } from "../../store/rows.js";
 import type { LeaseOwner } from "../owner.js";
 import type { PooledLoop } from "../pooled-loop.js";
 import type { Claim } from "./trials.js";
@@ -58,7 +58,7 @@ export class Refills {
   constructor(private readonly deps: RefillDeps) {}
 
   /** Asks for the refill of a settled event's key; answers whether the loop need not be woken for it. */
-  ask(event: EventRow): Promise<boolean> {
+  ask(event: ClaimedEvent): Promise<boolean> {
     const key = deliveryKey(event.clientId, event.destinationHost);
     return new Promise((resolve) => {
       if (!this.asks) {

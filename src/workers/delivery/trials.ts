@@ -3,7 +3,7 @@ import type { DeliveryLifecycle } from "../../core/delivery.js";
 import type { Logger } from "../../logger.js";
 import { splitDeliveryKey } from "../../store/delivery-key.js";
 import type { EventStore } from "../../store/store.js";
-import type { ClientRow, EventRow } from "../../store/rows.js";
+import type { ClientRow, ClaimedEvent } from "../../store/rows.js";
 import type { CircuitBreakers, Permit } from "../../webhooks/circuit-breaker.js";
 import type { LeaseOwner } from "../owner.js";
 
@@ -12,7 +12,7 @@ import type { LeaseOwner } from "../owner.js";
  * taken). `client` is the event's client as the claim found it.
  */
 export interface Claim {
-  event: EventRow;
+  event: ClaimedEvent;
   client: ClientRow | undefined;
   trial?: Permit;
   /** Its key's refill, when it was asked as the attempt's record was queued (Dispatcher.withSlot). */
@@ -46,7 +46,7 @@ export async function claimTrial(
   const [clientId, host] = splitDeliveryKey(key);
   const permit = breakers.acquire(key);
   if (!permit) return null;
-  let event: EventRow | undefined;
+  let event: ClaimedEvent | undefined;
   try {
     event = await store.events.claimTrial({ clientId, host }, { now: clock.now(), leaseMs, token: owner.token() });
     if (!event) {
