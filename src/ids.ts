@@ -6,16 +6,20 @@ const ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz";
 let lastTime = -1;
 let lastRandom: number[] = [];
 
-/** CSPRNG bytes drawn 4 KiB at a time: one call into it per 256 new milliseconds, not one per id. */
+/**
+ * `n` CSPRNG bytes (n ≤ 4096) from a pool drawn 4 KiB at a time: one call into it per 256 new
+ * milliseconds of ids, or per 512 attempts' span ids, not one per id. The bytes are a view of the
+ * pool: read them before the next call.
+ */
 let pool = Buffer.alloc(0);
 let poolAt = 0;
-function random16(): Buffer {
-  if (poolAt + 16 > pool.length) {
+export function pooledRandomBytes(n: number): Buffer {
+  if (poolAt + n > pool.length) {
     pool = randomBytes(4096);
     poolAt = 0;
   }
-  poolAt += 16;
-  return pool.subarray(poolAt - 16, poolAt);
+  poolAt += n;
+  return pool.subarray(poolAt - n, poolAt);
 }
 
 /**
@@ -30,7 +34,7 @@ export function newId(prefix: string, nowMs: number = Date.now()): string {
     while (i >= 0 && lastRandom[i] === 31) lastRandom[i--] = 0;
     if (i >= 0) lastRandom[i]! += 1;
   } else {
-    const bytes = random16();
+    const bytes = pooledRandomBytes(16);
     // Top digit kept below 16 so 2^80 increments can never overflow the 16 digits.
     lastRandom = Array.from(bytes, (b, i) => (i === 0 ? b % 16 : b % 32));
     lastTime = ms;

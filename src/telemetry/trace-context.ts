@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { pooledRandomBytes } from "../ids.js";
 
 /**
  * W3C Trace Context (https://www.w3.org/TR/trace-context/), the parts the relay handles without the
@@ -72,8 +72,9 @@ export function formatTraceparent(p: ParsedTraceparent): string {
 }
 
 export function randomSpanId(): string {
-  let id = randomBytes(8).toString("hex");
-  while (id === ZERO_SPAN) id = randomBytes(8).toString("hex");
+  // A span id per delivery attempt: drawn from the ids' pool, not a CSPRNG call each (7 µs a webhook).
+  let id = pooledRandomBytes(8).toString("hex");
+  while (id === ZERO_SPAN) id = pooledRandomBytes(8).toString("hex");
   return id;
 }
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { ID_PATTERN, newId } from "../../src/ids.js";
+import { ID_PATTERN, newId, pooledRandomBytes } from "../../src/ids.js";
+import { randomSpanId } from "../../src/telemetry/trace-context.js";
 
 describe("newId", () => {
   it("is prefixed and matches the id pattern", () => {
@@ -20,5 +21,18 @@ describe("newId", () => {
   it("orders by time first", () => {
     expect(newId("task", 2_000) < newId("task", 1_000_000)).toBe(true);
     expect(newId("task", 1_000_000) < newId("task", 2_000)).toBe(false);
+  });
+});
+
+describe("pooledRandomBytes and the span ids drawn from it", () => {
+  it("hands out fresh bytes across the pool's refills: 3,000 span ids (several 4 KiB pools), all valid and distinct", () => {
+    const ids = Array.from({ length: 3_000 }, () => randomSpanId());
+    expect(ids.filter((id) => !/^[0-9a-f]{16}$/.test(id) || id === "0000000000000000")).toEqual([]);
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+
+  it("gives the length asked, also when the pool's rest is shorter", () => {
+    const lengths = [4093, 8, 16, 4096, 1].map((n) => pooledRandomBytes(n).length);
+    expect(lengths).toEqual([4093, 8, 16, 4096, 1]);
   });
 });
