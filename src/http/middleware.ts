@@ -2,7 +2,8 @@ import type { Context, MiddlewareHandler } from "hono";
 import type { HttpBindings } from "@hono/node-server";
 import { bodyLimit } from "hono/body-limit";
 import { routePath } from "hono/route";
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { createHash, timingSafeEqual } from "node:crypto";
+import { pooledRandomBytes } from "../ids.js";
 import { type Logger, requestLines } from "../logger.js";
 import type { Metrics } from "../metrics.js";
 import { ApiKeyCache } from "../services/clients.js";
@@ -31,18 +32,8 @@ export function nestingDepth(value: unknown, limit: number): number {
   return deepest;
 }
 
-/** Random bytes for request ids, drawn in batches: one call into the CSPRNG per 256 requests. */
-const ID_BYTES = 12;
-let idPool = Buffer.alloc(0);
-let idAt = 0;
-export const newRequestId = (): string => {
-  if (idAt >= idPool.length) {
-    idPool = randomBytes(ID_BYTES * 256);
-    idAt = 0;
-  }
-  idAt += ID_BYTES;
-  return `req_${idPool.toString("base64url", idAt - ID_BYTES, idAt)}`;
-};
+/** A request id: 12 bytes of the process's batched CSPRNG pool (ids.ts), no CSPRNG call per request. */
+export const newRequestId = (): string => `req_${pooledRandomBytes(12).toString("base64url")}`;
 
 /**
  * A SERVER span per API request (tracing on; app.ts installs this only then), a child of the

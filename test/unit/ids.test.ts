@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { ID_PATTERN, newId, pooledRandomBytes } from "../../src/ids.js";
+import { newRequestId } from "../../src/http/middleware.js";
 import { randomSpanId } from "../../src/telemetry/trace-context.js";
 
 describe("newId", () => {
@@ -28,6 +29,12 @@ describe("pooledRandomBytes and the span ids drawn from it", () => {
   it("hands out fresh bytes across the pool's refills: 3,000 span ids (several 4 KiB pools), all valid and distinct", () => {
     const ids = Array.from({ length: 3_000 }, () => randomSpanId());
     expect(ids.filter((id) => !/^[0-9a-f]{16}$/.test(id) || id === "0000000000000000")).toEqual([]);
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+
+  it("hands request ids fresh bytes too: 3,000 (several pools), all of the answer header's form and distinct", () => {
+    const ids = Array.from({ length: 3_000 }, () => newRequestId());
+    expect(ids.filter((id) => !/^req_[\w-]{16}$/.test(id))).toEqual([]);
     expect(new Set(ids).size).toBe(ids.length);
   });
 
