@@ -1,4 +1,4 @@
-import { createHmac, createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, sign } from "node:crypto";
+import { createHmac, createPrivateKey, createPublicKey, randomBytes, sign } from "node:crypto";
 
 /**
  * Standard Webhooks v1 signing (https://www.standardwebhooks.com/).
@@ -32,13 +32,24 @@ function secretKey(secret: string): Buffer {
 const SIGNING_KEY_PREFIX = "whsk_";
 const PUBLIC_KEY_PREFIX = "whpk_";
 
+/** PKCS#8 DER of an Ed25519 private key, up to its 32-byte seed (RFC 8410). */
+const ED25519_PKCS8_PREFIX = Buffer.from("302e020100300506032b657004220420", "hex");
+
+/**
+ * A new signing key from a random seed. Not through `generateKeyPairSync`: Node 20 can deadlock
+ * when a GC during the export of a freshly generated key pair finalizes its key-generation job,
+ * whose destructor takes the lock the export holds (seen as a test process hung in
+ * `KeyGenJob::~KeyGenJob` under `ExportJWK`). A key made from the seed has no such job.
+ */
 export function generateSigningKey(): string {
-  const { privateKey } = generateKeyPairSync("ed25519");
-  const jwk = privateKey.export({ format: "jwk" });
-  return (
-    SIGNING_KEY_PREFIX +
-    Buffer.concat([Buffer.from(jwk.d!, "base64url"), Buffer.from(jwk.x!, "base64url")]).toString("base64")
-  );
+  const seed = randomBytes(32);
+  const privateKey = createPrivateKey({
+    key: Buffer.concat([ED25519_PKCS8_PREFIX, seed]),
+    format: "der",
+    type: "pkcs8",
+  });
+  const spki = createPublicKey(privateKey).export({ format: "der", type: "spki" });
+  return SIGNING_KEY_PREFIX + Buffer.concat([seed, spki.subarray(spki.length - 32)]).toString("base64");
 }
 
 function signingKeyBytes(key: string): Buffer {

@@ -1,7 +1,13 @@
-import { createHmac } from "node:crypto";
+import { createHmac, createPublicKey, verify } from "node:crypto";
 import { Webhook } from "standardwebhooks";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { generateWebhookSecret, signatureHeader, webhookHeaders } from "../../src/webhooks/sign.js";
+import {
+  generateSigningKey,
+  generateWebhookSecret,
+  publicKeyOf,
+  signatureHeader,
+  webhookHeaders,
+} from "../../src/webhooks/sign.js";
 
 // Standard Webhooks specification test vector.
 const VECTOR = {
@@ -114,5 +120,24 @@ describe("webhookHeaders verified by the standardwebhooks package", () => {
     expect(() => hook.verify(body, { ...headers, "webhook-id": "evt_other" })).toThrow();
     expect(() => hook.verify(body, { ...headers, "webhook-timestamp": String(ts - 1) })).toThrow();
     expect(hook.verify(body, headers)).toEqual(JSON.parse(body));
+  });
+});
+
+describe("generateSigningKey", () => {
+  it("makes seed then public key, distinct each time, whose v1a signatures verify with the public key", () => {
+    const keys = Array.from({ length: 50 }, () => generateSigningKey());
+    expect(new Set(keys).size).toBe(keys.length);
+    for (const key of keys) {
+      const raw = Buffer.from(key.slice("whsk_".length), "base64");
+      expect(raw.length).toBe(64);
+      expect(publicKeyOf(key)).toBe(`whpk_${raw.subarray(32).toString("base64")}`);
+      const header = signatureHeader([key], "msg_1", 1_700_000_000, "{}");
+      const publicKey = createPublicKey({
+        key: { kty: "OKP", crv: "Ed25519", x: raw.subarray(32).toString("base64url") },
+        format: "jwk",
+      });
+      const signature = Buffer.from(header.slice("v1a,".length), "base64");
+      expect(verify(null, Buffer.from("msg_1.1700000000.{}"), publicKey, signature)).toBe(true);
+    }
   });
 });
