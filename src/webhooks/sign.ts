@@ -1,4 +1,4 @@
-import { createHmac, createPrivateKey, createPublicKey, randomBytes, sign } from "node:crypto";
+import { createHmac, createPrivateKey, createPublicKey, type KeyObject, randomBytes, sign } from "node:crypto";
 
 /**
  * Standard Webhooks v1 signing (https://www.standardwebhooks.com/).
@@ -48,8 +48,13 @@ export function generateSigningKey(): string {
     format: "der",
     type: "pkcs8",
   });
+  return SIGNING_KEY_PREFIX + Buffer.concat([seed, rawPublicKey(privateKey)]).toString("base64");
+}
+
+/** The raw 32-byte Ed25519 public key of a private key: the end of its SPKI DER (RFC 8410). */
+function rawPublicKey(privateKey: KeyObject): Buffer {
   const spki = createPublicKey(privateKey).export({ format: "der", type: "spki" });
-  return SIGNING_KEY_PREFIX + Buffer.concat([seed, spki.subarray(spki.length - 32)]).toString("base64");
+  return spki.subarray(spki.length - 32);
 }
 
 function signingKeyBytes(key: string): Buffer {
@@ -74,8 +79,7 @@ function privateKeyOf(key: string) {
 
 /** `whpk_<base64 of the raw 32-byte public key>`, derived from the seed (not trusted from the stored half). */
 export function publicKeyOf(signingKey: string): string {
-  const jwk = createPublicKey(privateKeyOf(signingKey)).export({ format: "jwk" });
-  return PUBLIC_KEY_PREFIX + Buffer.from(jwk.x!, "base64url").toString("base64");
+  return PUBLIC_KEY_PREFIX + rawPublicKey(privateKeyOf(signingKey)).toString("base64");
 }
 
 /**
