@@ -52,4 +52,18 @@ describe("takeRead on SQLite", () => {
       await store.close();
     }
   });
+
+  it("takes made in one turn share one commit, each counting the takes queued before it", async () => {
+    const store = memoryStore();
+    try {
+      const transactions = vi.spyOn(store.database.db, "transaction");
+      // A sweep's reads: one transaction and one WAL sync for all, not one each on the main thread.
+      const takes = [0, 1, 2, 3, 4].map((i) => store.accounts.takeRead("acct", NOW + i, 3, MINUTE));
+      expect(await Promise.all(takes)).toEqual([true, true, true, false, false]);
+      expect(transactions).toHaveBeenCalledTimes(1);
+      expect(await store.accounts.readsSince("acct", 0)).toEqual([NOW, NOW + 1, NOW + 2]);
+    } finally {
+      await store.close();
+    }
+  });
 });

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { GroupCommit, StoreClosedError } from "../../src/db/sqlite/group-commit.js";
 import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
+import { FakeClock } from "../helpers/fake-clock.js";
 
 describe("GroupCommit", () => {
   let dir: string;
@@ -173,5 +174,84 @@ describe("GroupCommit", () => {
     await expect(fatal).rejects.toThrow();
     await expect(later).rejects.toThrow();
     expect(count()).toBe(0);
+  });
+
+  describe("the work of one turn is bounded (issue #38 item 7)", () => {
+    const rows = () => database.sqlite.prepare("SELECT v FROM items ORDER BY rowid").pluck().all();
+    /** A unit that writes `v` and costs `ms` on the fake clock. */
+    const costly =
+      (clock: FakeClock, v: string, ms: number) => (tx: Parameters<Parameters<GroupCommit["run"]>[0]>[0]) => {
+        tx.run(sql`INSERT INTO items (v) VALUES (${v})`);
+        clock.advance(ms);
+        return v;
+      };
+
+    it("a flush over its budget commits what ran, yields the turn, then commits the rest first, in order", async () => {
+      const clock = new FakeClock();
+      const commits = new GroupCommit(database.db, 256, 0, 0, 10, () => clock.now());
+      const transactions = vi.spyOn(database.db, "transaction");
+      // What another request does between the two commits (a macrotask queued while the first runs).
+      let seenBetween: unknown[] | undefined;
+      const first = commits.run((tx) => {
+        setImmediate(() => {
+          seenBetween = rows();
+        });
+        return costly(clock, "a", 4)(tx);
+      });
+      const rest = ["b", "c", "d", "e"].map((v) => commits.run(costly(clock, v, 4)));
+      let late: Promise<unknown> | undefined;
+      const settled: string[] = [];
+      for (const [i, p] of [first, ...rest].entries()) void p.then(() => settled.push(`${i}:${rows().length}`));
+      // Queued once the first part has committed: it must come after the part left over.
+      void first.then(() => {
+        late = commits.run(costly(clock, "late", 0));
+      });
+      expect(await Promise.all([first, ...rest])).toEqual(["a", "b", "c", "d", "e"]);
+      await late;
+      // 4 ms a unit, 10 ms a turn: a, b and c ran (12 ms), then the rest and what came meanwhile, in one commit.
+      expect(seenBetween).toEqual(["a", "b", "c"]);
+      expect(transactions).toHaveBeenCalledTimes(2);
+      expect(rows()).toEqual(["a", "b", "c", "d", "e", "late"]);
+      // Each unit settled only after the commit that holds it.
+      expect(settled).toEqual(["0:3", "1:3", "2:3", "3:6", "4:6"]);
+    });
+
+    it("a unit longer than the budget still runs, one a turn; a batch within it stays one commit", async () => {
+      const clock = new FakeClock();
+      const commits = new GroupCommit(database.db, 256, 0, 0, 10, () => clock.now());
+      const transactions = vi.spyOn(database.db, "transaction");
+      await Promise.all(["x", "y"].map((v) => commits.run(costly(clock, v, 50))));
+      expect(transactions).toHaveBeenCalledTimes(2);
+      transactions.mockClear();
+      await Promise.all(["p", "q", "r"].map((v) => commits.run(costly(clock, v, 3))));
+      expect(transactions).toHaveBeenCalledTimes(1);
+      expect(rows()).toEqual(["x", "y", "p", "q", "r"]);
+    });
+
+    it("close() commits everything queued at once, whatever the budget", async () => {
+      const clock = new FakeClock();
+      const commits = new GroupCommit(database.db, 256, 0, 0, 10, () => clock.now());
+      const queued = ["a", "b", "c"].map((v) => commits.run(costly(clock, v, 50)));
+      commits.close();
+      expect(rows()).toEqual(["a", "b", "c"]);
+      expect(await Promise.all(queued)).toEqual(["a", "b", "c"]);
+    });
+
+    it("a commit that fails rejects only the part that ran; the part left over commits in its own turn", async () => {
+      const clock = new FakeClock();
+      const commits = new GroupCommit(database.db, 256, 0, 0, 10, () => clock.now());
+      database.sqlite.exec(
+        "CREATE TABLE parent (id TEXT PRIMARY KEY); CREATE TABLE child (p TEXT REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)",
+      );
+      const a = commits.runAtomic((tx) => {
+        // Checked at COMMIT only: this part's commit fails, after the budget cut the batch.
+        tx.run(sql`INSERT INTO child (p) VALUES ('missing')`);
+        return costly(clock, "a", 20)(tx);
+      });
+      const b = commits.run(costly(clock, "b", 1));
+      await expect(a).rejects.toThrow("FOREIGN KEY constraint failed");
+      await expect(b).resolves.toBe("b");
+      expect(rows()).toEqual(["b"]);
+    });
   });
 });

@@ -22,7 +22,10 @@ export function sqliteAccounts(s: SqliteContext): AccountStore {
           .prepare("SELECT count(*) FROM (SELECT 1 FROM upstream_reads WHERE account = ? AND at > ? LIMIT ?)")
           .pluck(),
       );
-      return db.transaction((tx) => {
+      // A unit of the group commit, not a transaction (and a WAL sync) of its own per read: a sweep's
+      // takes share one commit, and each take yields the turn until it (issue #38 item 7). Atomic: the
+      // count writes nothing, the insert is one statement; takes queued before it count in its window.
+      return s.intakeCommits.runAtomic((tx) => {
         if ((used.get(account, at - windowMs, limit) as number) >= limit) return false;
         recordRead(tx, account, at);
         return true;

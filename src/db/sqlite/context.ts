@@ -11,7 +11,7 @@ import type { DbOrTx } from "./tx.js";
  */
 export interface SqliteContext {
   readonly database: Database_;
-  /** Creations, one fsync per batch. */
+  /** Creations and the read budget's takes, one fsync per batch. */
   readonly intakeCommits: GroupCommit;
   /** Transitions, submissions, claims and attempt records, one fsync per batch. */
   readonly attemptCommits: GroupCommit;

@@ -9,6 +9,13 @@ interface Pending<T> {
   reject: (err: unknown) => void;
 }
 
+/**
+ * How long one flush may run units before it commits what it ran and yields the rest to a later
+ * turn: a flush of hundreds of units (one turn of creations, records and takes) ran 20-39 ms of one
+ * turn in bench/big-outputs.mjs, and every other request waited behind it (issue #38 item 7).
+ */
+export const TURN_BUDGET_MS = 10;
+
 /** A write queued after its store closed. */
 export class StoreClosedError extends Error {
   override readonly name = "StoreClosedError";
@@ -21,7 +28,8 @@ export class StoreClosedError extends Error {
  * Group commit: writes queued in the same turn of the event loop share one transaction, so one
  * fsync makes a whole batch durable instead of one per request. Each unit of work runs in its own
  * savepoint: one that throws (a 409, say) is rolled back alone and rejects alone. Every promise
- * settles only after the outer COMMIT, so a caller never answers before its row is on disk.
+ * settles only after the outer COMMIT, so a caller never answers before its row is on disk. One
+ * turn runs units for at most turnBudgetMs: a longer batch commits in parts, a turn each, in order.
  */
 export class GroupCommit {
   private queue: Pending<unknown>[] = [];
@@ -56,6 +64,13 @@ export class GroupCommit {
      * transaction and one fsync, with the claims they ask for, instead of one commit per settle.
      */
     private readonly holdMs = 0,
+    /**
+     * The work one turn may do: once a flush has run units this long it commits them (they settle
+     * then) and runs the rest in a later turn, ahead of what was queued since, so other requests
+     * are served in between. At least one unit runs per turn, whatever it costs.
+     */
+    private readonly turnBudgetMs = TURN_BUDGET_MS,
+    private readonly now: () => number = () => performance.now(),
   ) {}
 
   /**
@@ -108,7 +123,7 @@ export class GroupCommit {
    * database, so no write queued before close() is lost or left to fail on a closed connection.
    */
   close(): void {
-    this.flush();
+    this.flush(Number.POSITIVE_INFINITY);
     this.closed = true;
   }
 
@@ -116,7 +131,7 @@ export class GroupCommit {
     if (this.closed) return Promise.reject(new StoreClosedError());
     return new Promise<T>((resolve, reject) => {
       this.queue.push({ work, atomic, resolve, reject } as Pending<unknown>);
-      if (this.queue.length >= this.maxBatch) this.flush();
+      if (this.queue.length >= this.maxBatch) this.flush(this.turnBudgetMs);
       else if (!this.scheduled) {
         this.scheduled = true;
         this.seen = 0;
@@ -148,10 +163,15 @@ export class GroupCommit {
       }
       return;
     }
-    this.flush();
+    this.flush(this.turnBudgetMs);
   }
 
-  private flush(): void {
+  /**
+   * Runs the queued units in one transaction, for at most `budgetMs` (then commits what ran and
+   * leaves the rest at the head of the queue for the next turn: order, savepoints and "settled only
+   * after its commit" hold across the cut).
+   */
+  private flush(budgetMs: number): void {
     if (this.holdTimer) {
       clearTimeout(this.holdTimer);
       this.holdTimer = null;
@@ -164,9 +184,11 @@ export class GroupCommit {
       for (const join of joining) join();
     }
     this.scheduled = false;
-    const batch = this.queue;
+    const queued = this.queue;
     this.queue = [];
-    if (batch.length === 0) return;
+    if (queued.length === 0) return;
+    const started = this.now();
+    let batch = queued;
     const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = [];
     const sqlite = (this.db as unknown as { $client: { inTransaction: boolean } }).$client;
     try {
@@ -174,7 +196,11 @@ export class GroupCommit {
       // when a read-first transaction must upgrade while another process writes.
       this.db.transaction(
         (tx) => {
-          for (const item of batch) {
+          for (const [i, item] of queued.entries()) {
+            if (i > 0 && this.now() - started >= budgetMs) {
+              batch = queued.slice(0, i);
+              break;
+            }
             try {
               outcomes.push({ ok: true, value: item.atomic ? item.work(tx) : tx.transaction((sp) => item.work(sp)) });
             } catch (error) {
@@ -191,12 +217,28 @@ export class GroupCommit {
     } catch (error) {
       // The commit itself failed (disk full, I/O error): nothing in the batch is durable.
       for (const item of batch) item.reject(error);
+      this.carryOver(queued.slice(batch.length));
       return;
     }
+    this.carryOver(queued.slice(batch.length));
     batch.forEach((item, i) => {
       const outcome = outcomes[i]!;
       if (outcome.ok) item.resolve(outcome.value);
       else item.reject(outcome.error);
+    });
+  }
+
+  /** The units a flush left over its budget: first in the queue, committed in a turn of their own. */
+  private carryOver(rest: Pending<unknown>[]): void {
+    if (rest.length === 0) return;
+    this.queue = rest.concat(this.queue);
+    // A fresh batch number: a turn already scheduled for units queued meanwhile does nothing, this one takes them all.
+    this.scheduled = true;
+    this.seen = 0;
+    this.waited = 0;
+    const batchNo = ++this.batchNo;
+    setImmediate(() => {
+      if (this.scheduled && batchNo === this.batchNo) this.flush(this.turnBudgetMs);
     });
   }
 }
