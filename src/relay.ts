@@ -108,7 +108,16 @@ export class Relay {
     const { config, store, clock, logger } = opts;
     // Looked up when a nudge comes: the loops are built last, from the workers below.
     const nudges = nudgesByName((name) => this.loopsByName?.[name]);
-    const accounts = new UpstreamAccounts(store, config, opts.upstream.baseUrl, opts.upstream.apiKey, opts.fetch);
+    // On SQLite the parse worker writes a long output's pieces itself (its own connection), so they
+    // never reach this heap; PostgreSQL's driver writes them from here, as they come.
+    const accounts = new UpstreamAccounts(
+      store,
+      config,
+      opts.upstream.baseUrl,
+      opts.upstream.apiKey,
+      opts.fetch,
+      store.dialect === "sqlite",
+    );
     this.budget = new ReadBudget(store, clock, config.upstreamReadsPerMinute);
     const metrics = new Metrics({ store, reads: () => this.budget.snapshot() });
     this.metrics = metrics;

@@ -3,7 +3,7 @@ import type { TaskStatus } from "../statuses.js";
 import type { Store, SubmissionContext, SubmissionStep } from "../store/store.js";
 import type { NewTaskRow, TaskRow } from "../store/rows.js";
 import type { Nudges } from "./nudges.js";
-import { JsonPieces, jsonTextOf } from "../upstream/json-text.js";
+import { type HeldPieces, jsonTextOf, longPiecesOf } from "../upstream/json-text.js";
 import type { UpstreamTask } from "../upstream/types.js";
 import { TERMINAL_STATUSES } from "./transition.js";
 import { keepLongOutputApart, type OutputPatch } from "./stored-output.js";
@@ -29,7 +29,7 @@ export interface LifecycleDeps {
    * task stays processing in phase `mirroring`, and task.succeeded is written when the copies are made.
    * `output`: its text, or a long output's pieces as the parse worker cut them (never joined whole here).
    */
-  mirrors?: (task: TaskRow, output: string | readonly string[] | null) => Promise<boolean>;
+  mirrors?: (task: TaskRow, output: string | readonly string[] | HeldPieces | null) => Promise<boolean>;
   /**
    * Told of every recorded transition, after its commit: requests held by Prefer: wait on this task
    * are woken by it (core/task-waiters.ts). Other instances learn of it through the store's notification.
@@ -102,6 +102,7 @@ export function observedPatch(task: TaskRow, remote: UpstreamTask, now: number, 
     updatedAt: status !== task.status ? now : task.updatedAt,
   };
   if (TERMINAL_STATUSES.has(status)) {
+    const longOutput = longPiecesOf(remote.output);
     if (charged === null) Object.assign(patch, standingCharge(task));
     Object.assign(patch, {
       phase: "done",
@@ -110,10 +111,10 @@ export function observedPatch(task: TaskRow, remote: UpstreamTask, now: number, 
       nextRunAt: null,
       // A large output arrives as its text (upstream/json-offload.ts) and is stored as it is; a long
       // one in the pieces it is stored in (core/stored-output.ts).
-      outputJson: remote.output instanceof JsonPieces ? null : jsonTextOf(remote.output),
+      outputJson: longOutput ? null : jsonTextOf(remote.output),
       errorJson: remote.error ? JSON.stringify(remote.error) : null,
     });
-    if (remote.output instanceof JsonPieces) patch.longOutput = remote.output;
+    if (longOutput) patch.longOutput = longOutput;
   }
   return patch;
 }
@@ -235,7 +236,7 @@ export class Lifecycle {
     if (patch.status !== "succeeded" || patch.phase !== "done" || task.phase === "mirroring" || !this.deps.mirrors)
       return patch;
     // A long output is handed over in its pieces: the scan joins only the first ones it needs.
-    const output = patch.longOutput?.pieces ?? patch.outputJson ?? task.outputJson;
+    const output = patch.longOutput ?? patch.outputJson ?? task.outputJson;
     if (!(await this.deps.mirrors(task, output))) return patch;
     return { ...patch, status: "processing", phase: "mirroring", completedAt: null, nextRunAt: now, filesJson: null };
   }

@@ -1,7 +1,7 @@
 import { newId } from "../ids.js";
 import type { NewTaskRow } from "../store/rows.js";
 import type { OutputStore } from "../store/store.js";
-import type { JsonPieces } from "../upstream/json-text.js";
+import type { HeldPieces } from "../upstream/json-text.js";
 import { OUTPUT_ROW_MAX_CHARS, outputPieces } from "../upstream/output-pieces.js";
 
 // Where the cut is made lives with the parse worker that makes it (upstream/json-offload.ts).
@@ -29,7 +29,7 @@ export { OUTPUT_PIECE_CHARS, OUTPUT_ROW_MAX_CHARS, outputPieces } from "../upstr
 export const ORPHAN_OUTPUT_AGE_MS = 60 * 60 * 1000;
 
 /** A task patch whose output may be a long one still in the parse worker's pieces (upstream/json-offload.ts). */
-export type OutputPatch = Partial<NewTaskRow> & { longOutput?: JsonPieces };
+export type OutputPatch = Partial<NewTaskRow> & { longOutput?: readonly string[] | HeldPieces };
 
 /**
  * The patch as a transition writes it: an output longer than OUTPUT_ROW_MAX_CHARS written in pieces
@@ -42,9 +42,10 @@ export async function keepLongOutputApart(
   now: number,
 ): Promise<Partial<NewTaskRow>> {
   if (longOutput !== undefined) {
-    // Cut by the parse worker: stored as it came, one piece at a time, never joined here.
+    // Cut by the parse worker: stored as it came, one piece at a time, never joined here (and, held
+    // by the worker, written by it where the store can).
     const ref = newId("out", now);
-    await outputs.write(ref, longOutput.pieces, now);
+    await outputs.write(ref, longOutput, now);
     return { ...patch, outputJson: null, outputRef: ref };
   }
   const text = patch.outputJson;

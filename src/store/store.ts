@@ -1,5 +1,6 @@
 import type { TaskPhase, TaskStatus } from "../statuses.js";
 import type { ClientRoom } from "./fairness.js";
+import type { HeldPieces } from "../upstream/json-text.js";
 import type {
   AttemptRow,
   ClientRow,
@@ -71,8 +72,11 @@ export interface Store {
  * died before its transition, or the transition lost its lease) is swept once it is old.
  */
 export interface OutputStore {
-  /** Writes `pieces` in order under `ref`, a new id (the last one marked). */
-  write(ref: string, pieces: readonly string[], now: number): Promise<void>;
+  /**
+   * Writes `pieces` in order under `ref`, a new id (the last one marked). Pieces still held by the
+   * parse worker are written by it where the store can (a SQLite file), else fetched one at a time.
+   */
+  write(ref: string, pieces: readonly string[] | HeldPieces, now: number): Promise<void>;
   /** The pieces of `ref`, in order, each read on its own; throws OutputMissingError if any is missing. */
   pieces(ref: string): AsyncIterable<string>;
   /** Deletes the pieces of refs no task holds, written before `before`; at most `batch` refs. Answers how many refs. */

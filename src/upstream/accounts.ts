@@ -23,6 +23,8 @@ export class UpstreamAccounts {
     private readonly defaultKey: string,
     // Resolved at call time, so a fetch patched later (msw in tests) is the one used.
     private readonly fetchImpl: typeof fetch = (input, init) => globalThis.fetch(input, init),
+    /** Long outputs stay in the parse worker for the store to write from there (UpstreamClientOptions). */
+    private readonly holdLongOutputs = false,
   ) {}
 
   async get(account: string): Promise<UpstreamClient> {
@@ -37,6 +39,7 @@ export class UpstreamAccounts {
           fetch: this.fetchImpl,
           timeoutMs: this.config.upstreamTimeoutMs,
           maxBodyBytes: this.config.upstreamMaxBodyBytes,
+          holdLongOutputs: this.holdLongOutputs,
         });
       this.clients.set(account, client);
     }

@@ -37,6 +37,11 @@ export interface UpstreamClientOptions {
   minBodyRate?: MinRate;
   /** Parses task answers, large ones off the event loop (json-offload.ts). Default: the process's one worker. */
   taskJson?: Pick<OffThreadJson, "parse">;
+  /**
+   * A long output's pieces stay in the parse worker (HeldJsonPieces) for the store to write from
+   * there (SQLite), never reaching this heap. Default false: they come here as they are cut.
+   */
+  holdLongOutputs?: boolean;
 }
 
 export const DEFAULT_TIMEOUT_MS = 30_000;
@@ -94,6 +99,7 @@ export class UpstreamClient {
   private readonly maxBodyBytes: number;
   private readonly minBodyRate: MinRate;
   private readonly taskJsonParser: Pick<OffThreadJson, "parse">;
+  private readonly holdLongOutputs: boolean;
 
   constructor(options: UpstreamClientOptions) {
     if (options.baseUrl.trim() === "") throw new TypeError("UpstreamClient: baseUrl is required");
@@ -112,6 +118,7 @@ export class UpstreamClient {
     this.maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
     this.minBodyRate = options.minBodyRate ?? DEFAULT_MIN_BODY_RATE;
     this.taskJsonParser = options.taskJson ?? offThreadJson;
+    this.holdLongOutputs = options.holdLongOutputs ?? false;
   }
 
   /**
@@ -282,7 +289,10 @@ export class UpstreamClient {
 
   /** A task answer (creation, read, list page): a large one is parsed off the event loop, its outputs kept as text. */
   private async taskJson(res: RawResponse): Promise<unknown> {
-    return this.parsedOrThrow(res, await this.taskJsonParser.parse(res.body));
+    return this.parsedOrThrow(
+      res,
+      await this.taskJsonParser.parse(res.body, { holdLongOutputs: this.holdLongOutputs }),
+    );
   }
 
   private parsedOrThrow(res: RawResponse, parsed: ParsedJson): unknown {

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { Worker } from "node:worker_threads";
-import { JsonPieces, JsonText } from "./json-text.js";
+import { createRequire } from "node:module";
+import { HeldJsonPieces, JsonPieces, JsonText } from "./json-text.js";
 import { OUTPUT_PIECE_CHARS, OUTPUT_ROW_MAX_CHARS, outputPieces } from "./output-pieces.js";
 import { parseJson } from "./parse.js";
 
@@ -37,9 +38,48 @@ export type ParsedJson = { ok: true; value: unknown } | { ok: false };
  */
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require("node:worker_threads");
-const { mark, key, rowMaxChars, pieceChars } = workerData;
+const { mark, key, rowMaxChars, pieceChars, driver } = workerData;
 const outputPieces = ${outputPieces.toString()};
+/** Long outputs' pieces kept here (hold mode), by key, until written or dropped. */
+const held = new Map();
+let nextKey = 0;
+/** Connections to the SQLite files pieces are written to, each with its insert. */
+const files = new Map();
+function fileOf(path) {
+  let file = files.get(path);
+  if (file === undefined) {
+    const db = new (require(driver))(path);
+    db.pragma("busy_timeout = 5000");
+    db.pragma("synchronous = FULL");
+    const insert = db.prepare(
+      "INSERT INTO task_output_pieces (ref, seq, last, text, bytes, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+    );
+    file = { db, insert };
+    files.set(path, file);
+  }
+  return file;
+}
+function request(job) {
+  const pieces = held.get(job.key);
+  if (job.op === "drop") return void held.delete(job.key);
+  if (pieces === undefined) return parentPort.postMessage({ rid: job.rid, error: "pieces no longer held" });
+  if (job.op === "piece") return parentPort.postMessage({ rid: job.rid, piece: pieces[job.seq] });
+  const last = job.seq === pieces.length - 1;
+  try {
+    const text = pieces[job.seq];
+    fileOf(job.file).insert.run(job.ref, job.seq, last ? 1 : 0, text, Buffer.byteLength(text), job.now);
+  } catch (error) {
+    return parentPort.postMessage({ rid: job.rid, error: String(error && error.message) });
+  }
+  if (last) {
+    held.delete(job.key);
+    files.get(job.file)?.db.close();
+    files.delete(job.file);
+  }
+  parentPort.postMessage({ rid: job.rid });
+}
 parentPort.on("message", (job) => {
+  if (job.op !== undefined) return request(job);
   let reply;
   try {
     const text = typeof job.text === "string" ? job.text : Buffer.from(job.bytes).toString("utf8");
@@ -52,6 +92,10 @@ parentPort.on("message", (job) => {
     const cut = parts.map((part) => {
       if (part.length <= rowMaxChars) return part;
       const pieces = outputPieces(part, pieceChars);
+      if (job.hold) {
+        held.set(nextKey, pieces);
+        return { pieces: pieces.length, key: nextKey++ };
+      }
       for (const piece of pieces) parentPort.postMessage({ id: job.id, piece });
       return { pieces: pieces.length };
     });
@@ -63,10 +107,24 @@ parentPort.on("message", (job) => {
 });
 `;
 
-/** One message of the worker: a piece of a long output, or the answer's end. */
+export interface ParseOptions {
+  /**
+   * A long output's pieces stay in the worker (HeldJsonPieces), to be written by it to a SQLite
+   * file or fetched one at a time, rather than posted here as they are cut.
+   */
+  holdLongOutputs?: boolean;
+}
+
+/** One message of the worker: a piece of a long output, the answer's end, or the answer to a request about held pieces. */
 type Reply =
   | { id: number; piece: string }
-  | { id: number; ok: boolean; skeleton?: string; parts?: Array<string | { pieces: number }> };
+  | { id: number; ok: boolean; skeleton?: string; parts?: Array<string | { pieces: number; key?: number }> }
+  | { rid: number; piece?: string; error?: string };
+
+/** A request about pieces the worker holds: one piece, one piece written to a SQLite file, or forget them. */
+type HeldRequest =
+  | { op: "piece"; key: number; seq: number }
+  | { op: "write"; key: number; seq: number; file: string; ref: string; now: number };
 
 /** An answer's bytes as read (upstream/body.ts): handed to the worker undecoded, decoded here only if it fails. */
 export interface AnswerBytes {
@@ -92,6 +150,16 @@ export class OffThreadJson {
   private worker: Worker | null = null;
   private readonly pending = new Map<number, Job>();
   private nextId = 0;
+  /** Requests about held pieces awaiting the worker's answer, by request id. */
+  private readonly requests = new Map<
+    number,
+    { resolve: (piece: string | undefined) => void; reject: (e: Error) => void }
+  >();
+  private nextRid = 0;
+  /** Held pieces no longer referenced here are dropped in the worker (a transition that never came). */
+  private readonly unreferenced = new FinalizationRegistry<{ worker: Worker; key: number }>(({ worker, key }) => {
+    if (worker === this.worker) worker.postMessage({ op: "drop", key });
+  });
   /** Prefix of the worker's markers: a NUL and a random id, so no upstream string can pass for one. */
   private readonly mark = `\u0000genrelay-json:${randomUUID()}:`;
 
@@ -102,15 +170,16 @@ export class OffThreadJson {
    * when large, and as JsonPieces when longer than a task row holds. A body given as bytes goes to
    * the worker as one transferred buffer, undecoded (its chunks stay here for the inline fallback).
    */
-  parse(body: string | AnswerBytes): Promise<ParsedJson> {
+  parse(body: string | AnswerBytes, options: ParseOptions = {}): Promise<ParsedJson> {
     const text = typeof body === "string" ? () => body : () => body.text;
     if ((typeof body === "string" ? body.length : body.size) < this.minChars) return Promise.resolve(parseJson(text()));
     return new Promise((resolve) => {
       const id = this.nextId++;
       this.pending.set(id, { text, pieces: [], resolve });
       const worker = this.started();
-      if (this.pending.size === 1) worker.ref();
-      if (typeof body === "string") worker.postMessage({ id, text: body });
+      this.referenced();
+      const hold = options.holdLongOutputs === true;
+      if (typeof body === "string") worker.postMessage({ id, text: body, hold });
       else {
         // One copy of the bytes, into a buffer of their own, moved to the worker without another.
         const bytes = new Uint8Array(body.size);
@@ -119,7 +188,7 @@ export class OffThreadJson {
           bytes.set(chunk, at);
           at += chunk.byteLength;
         }
-        worker.postMessage({ id, bytes }, [bytes.buffer]);
+        worker.postMessage({ id, bytes, hold }, [bytes.buffer]);
       }
     });
   }
@@ -136,7 +205,13 @@ export class OffThreadJson {
     if (this.worker !== null) return this.worker;
     const worker = new Worker(WORKER_SOURCE, {
       eval: true,
-      workerData: { mark: this.mark, key: TEXT_KEY, rowMaxChars: OUTPUT_ROW_MAX_CHARS, pieceChars: OUTPUT_PIECE_CHARS },
+      workerData: {
+        mark: this.mark,
+        key: TEXT_KEY,
+        rowMaxChars: OUTPUT_ROW_MAX_CHARS,
+        pieceChars: OUTPUT_PIECE_CHARS,
+        driver: createRequire(import.meta.url).resolve("better-sqlite3"),
+      },
     });
     worker.unref();
     worker.on("message", (reply: Reply) => this.settle(reply));
@@ -151,7 +226,53 @@ export class OffThreadJson {
     return worker;
   }
 
+  /** Referenced only while it has work: never the reason the process stays up. */
+  private referenced(): void {
+    if (this.pending.size + this.requests.size > 0) this.worker?.ref();
+    else this.worker?.unref();
+  }
+
+  /** Asks `worker` about pieces it holds; refused if that worker is gone (the pieces went with it). */
+  private ask(worker: Worker, request: HeldRequest): Promise<string | undefined> {
+    if (worker !== this.worker) return Promise.reject(new Error("the parse worker holding the pieces has ended"));
+    return new Promise((resolve, reject) => {
+      const rid = this.nextRid++;
+      this.requests.set(rid, { resolve, reject });
+      this.referenced();
+      worker.postMessage({ ...request, rid });
+    });
+  }
+
+  /** A long output's pieces held by `worker` under `key`. */
+  private held(worker: Worker, key: number, count: number): HeldJsonPieces {
+    const ask = (request: HeldRequest) => this.ask(worker, request);
+    const pieces = new HeldJsonPieces({
+      count,
+      read: async function* () {
+        for (let seq = 0; seq < count; seq++) {
+          const piece = await ask({ op: "piece", key, seq });
+          if (piece === undefined) throw new Error(`the parse worker has no piece ${seq}`);
+          yield piece;
+        }
+      },
+      // One piece a request: between two, the server's connection can take the write lock.
+      writeToSqlite: async (file, ref, now) => {
+        for (let seq = 0; seq < count; seq++) await ask({ op: "write", key, seq, file, ref, now });
+      },
+    });
+    this.unreferenced.register(pieces, { worker, key });
+    return pieces;
+  }
+
   private settle(reply: Reply): void {
+    if ("rid" in reply) {
+      const request = this.requests.get(reply.rid);
+      this.requests.delete(reply.rid);
+      this.referenced();
+      if (reply.error !== undefined) request?.reject(new Error(`the parse worker: ${reply.error}`));
+      else request?.resolve(reply.piece);
+      return;
+    }
     const job = this.pending.get(reply.id);
     if (job === undefined) return;
     if ("piece" in reply) {
@@ -159,14 +280,16 @@ export class OffThreadJson {
       return;
     }
     this.pending.delete(reply.id);
-    if (this.pending.size === 0) this.worker?.unref();
+    this.referenced();
     if (!reply.ok) {
       job.resolve({ ok: false });
       return;
     }
     let next = 0;
+    const worker = this.worker;
     const parts = (reply.parts ?? []).map((part) => {
       if (typeof part === "string") return new JsonText(part);
+      if (part.key !== undefined && worker !== null) return this.held(worker, part.key, part.pieces);
       next += part.pieces;
       return new JsonPieces(job.pieces.slice(next - part.pieces, next));
     });
@@ -179,6 +302,9 @@ export class OffThreadJson {
   }
 
   private failPending(): void {
+    const requests = [...this.requests.values()];
+    this.requests.clear();
+    for (const request of requests) request.reject(new Error("the parse worker holding the pieces has ended"));
     const jobs = [...this.pending.values()];
     this.pending.clear();
     for (const job of jobs) job.resolve(parseJson(job.text()));

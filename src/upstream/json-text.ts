@@ -43,6 +43,45 @@ export class JsonPieces extends JsonText {
   }
 }
 
+/**
+ * A long output's pieces still where the parse worker cut them, not on this heap (issue #38 item 7):
+ * a SQLite store has the worker write them through its own connection, so a 7 MB output never
+ * reaches the event loop; any other reader takes them one piece at a time.
+ */
+export interface HeldPieces {
+  readonly count: number;
+  /** The pieces in order, each fetched from the holder on its own. */
+  read(): AsyncIterable<string>;
+  /**
+   * Inserts them into `file`'s task_output_pieces under `ref`, the last one marked, one piece per
+   * transaction of the holder's own connection (the server's connection waits at most one piece's
+   * write for the lock); the holder forgets them once the last is written.
+   */
+  writeToSqlite(file: string, ref: string, now: number): Promise<void>;
+}
+
+/** A long output as the parse worker keeps it (HeldPieces): no text on this thread, sync or otherwise. */
+export class HeldJsonPieces extends JsonText {
+  constructor(readonly held: HeldPieces) {
+    super("");
+  }
+  override get text(): string {
+    throw new TypeError("a long output held by the parse worker is read or written in pieces, never whole");
+  }
+}
+
+/** The stored pieces of a long output (JsonPieces or HeldJsonPieces); undefined for any other value. */
+export function longPiecesOf(value: unknown): readonly string[] | HeldPieces | undefined {
+  if (value instanceof JsonPieces) return value.pieces;
+  if (value instanceof HeldJsonPieces) return value.held;
+  return undefined;
+}
+
+/** Pieces still held by the parse worker, rather than here. */
+export function isHeld(pieces: readonly string[] | HeldPieces): pieces is HeldPieces {
+  return !Array.isArray(pieces);
+}
+
 /** The JSON text of a value (null for null/undefined); a JsonText is returned as it is, unparsed. */
 export function jsonTextOf(value: unknown): string | null {
   if (value === null || value === undefined) return null;

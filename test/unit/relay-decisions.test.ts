@@ -23,6 +23,21 @@ describe("mirrorsOutput", () => {
   it("files and a bucket: the task waits for its copies", async () => {
     expect(await mirrorsOutput(withFiles, async () => "sealed-config")).toBe(true);
   });
+
+  it("a long output still held by the parse worker is fetched only for a client with a bucket", async () => {
+    const held = (text: string) => {
+      const pieces = [text.slice(0, 10), text.slice(10)];
+      const read = vi.fn(async function* () {
+        yield* pieces;
+      });
+      return { count: pieces.length, read, writeToSqlite: vi.fn() };
+    };
+    const noBucket = held(withFiles);
+    expect(await mirrorsOutput(noBucket, async () => null)).toBe(false);
+    expect(noBucket.read).not.toHaveBeenCalled();
+    expect(await mirrorsOutput(held(withFiles), async () => "sealed-config")).toBe(true);
+    expect(await mirrorsOutput(held(JSON.stringify({ text: "no files" })), async () => "sealed-config")).toBe(false);
+  });
 });
 
 describe("creationWakesSubmitter", () => {

@@ -1,4 +1,5 @@
 import { OutputMissingError, type OutputStore } from "../../store/store.js";
+import { isHeld } from "../../upstream/json-text.js";
 import type { PgContext } from "./context.js";
 
 /** No task holds the piece's ref. */
@@ -13,13 +14,15 @@ export function pgOutputs(s: PgContext): OutputStore {
   const { q, one } = s;
   return {
     write: async (ref, pieces, now) => {
-      for (let seq = 0; seq < pieces.length; seq++) {
-        const text = pieces[seq]!;
-        const last = seq === pieces.length - 1;
+      // Pieces the parse worker still holds come here one at a time (PostgreSQL has no worker path).
+      const count = isHeld(pieces) ? pieces.count : pieces.length;
+      let seq = 0;
+      for await (const text of isHeld(pieces) ? pieces.read() : pieces) {
         await q(
           "INSERT INTO task_output_pieces (ref, seq, last, text, bytes, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
-          [ref, seq, last, text, Buffer.byteLength(text), now],
+          [ref, seq, seq === count - 1, text, Buffer.byteLength(text), now],
         );
+        seq++;
       }
     },
     pieces: async function* (ref) {

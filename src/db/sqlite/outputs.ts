@@ -1,13 +1,15 @@
 import { and, asc, eq, lt, sql } from "drizzle-orm";
 import { OutputMissingError, type OutputStore } from "../../store/store.js";
+import { isHeld } from "../../upstream/json-text.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { prepared } from "./prepared.js";
 import { taskOutputPieces, tasks } from "./schema.js";
 
 /**
- * The OutputStore on SQLite. Each piece is one unit of the workers' group commit, awaited before the
- * next, so the pieces of one output are written over as many turns of the event loop, each turn
+ * The OutputStore on SQLite. Pieces the parse worker still holds it writes itself, from its own
+ * connection (upstream/json-offload.ts). Otherwise each piece is one unit of the workers' group
+ * commit, awaited before the next, so the pieces of one output are written over as many turns of the event loop, each turn
  * costing one piece (a few hundred KiB) and sharing its fsync with whatever else commits then.
  * Reads are one statement per piece, with a turn of the loop between them.
  */
@@ -15,10 +17,16 @@ export function sqliteOutputs(s: SqliteContext): OutputStore {
   const db = s.database.db;
   return {
     write: async (ref, pieces, now) => {
-      for (let seq = 0; seq < pieces.length; seq++) {
-        const text = pieces[seq]!;
-        const row = { ref, seq, last: seq === pieces.length - 1, text, bytes: Buffer.byteLength(text), createdAt: now };
+      const { sqlite } = s.database;
+      // Held by the parse worker: it writes them through its own connection, so they never reach this heap.
+      if (isHeld(pieces) && !sqlite.memory) return pieces.writeToSqlite(sqlite.name, ref, now);
+      const texts = isHeld(pieces) ? pieces.read() : pieces;
+      const count = isHeld(pieces) ? pieces.count : pieces.length;
+      let seq = 0;
+      for await (const text of texts) {
+        const row = { ref, seq, last: seq === count - 1, text, bytes: Buffer.byteLength(text), createdAt: now };
         await s.attemptCommits.runAtomic(() => insertPiece(db, row));
+        seq++;
       }
     },
     pieces: (ref) => readPieces(db, ref),
