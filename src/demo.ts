@@ -52,7 +52,7 @@ async function main(): Promise<number> {
     upstream: { baseUrl: simulator.url, apiKey: "sandbox" },
   });
   await relay.start();
-  const server = serve({ fetch: relay.app.fetch, port: 0, hostname: "127.0.0.1" });
+  const server = serve({ fetch: relay.app.fetch, createServer: relay.createServer, port: 0, hostname: "127.0.0.1" });
   await new Promise<void>((resolve) => server.once("listening", () => resolve()));
   const relayUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 

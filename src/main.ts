@@ -108,18 +108,21 @@ async function main(): Promise<void> {
 
   const relay = new Relay({ config, store, clock: systemClock, logger, upstream });
   await relay.start();
-  const server = serve({ fetch: relay.app.fetch, port: config.port, hostname: config.host }, (info) => {
-    logger.info(
-      {
-        host: config.host,
-        port: info.port,
-        database: databaseName(config),
-        sandbox: simulator !== null,
-        tracing: tracing !== null,
-      },
-      "genrelay listening",
-    );
-  });
+  const server = serve(
+    { fetch: relay.app.fetch, createServer: relay.createServer, port: config.port, hostname: config.host },
+    (info) => {
+      logger.info(
+        {
+          host: config.host,
+          port: info.port,
+          database: databaseName(config),
+          sandbox: simulator !== null,
+          tracing: tracing !== null,
+        },
+        "genrelay listening",
+      );
+    },
+  );
   server.on("error", (err: NodeJS.ErrnoException) => {
     if (err.code === "EADDRINUSE" || err.code === "EACCES") {
       const why = err.code === "EADDRINUSE" ? "is already in use" : "cannot be opened (permission denied)";

@@ -5,6 +5,7 @@ import { deliveryKey } from "./store/delivery-key.js";
 import { sealPlainSecrets } from "./services/clients.js";
 import { destinationHost } from "./webhooks/destination.js";
 import { createApp } from "./http/app.js";
+import { serverWithDirectCreations } from "./http/direct-creations.js";
 import type { Logger } from "./logger.js";
 import { Metrics } from "./metrics.js";
 import { CatalogCache } from "./services/catalog.js";
@@ -68,6 +69,8 @@ export interface RelayOptions {
  */
 export class Relay {
   readonly app: ReturnType<typeof createApp>;
+  /** The server to serve `app` with (@hono/node-server's `createServer`): creations on their direct path. */
+  readonly createServer: ReturnType<typeof serverWithDirectCreations>;
   readonly submitter: Submitter;
   readonly poller: Poller;
   readonly dispatcher: Dispatcher;
@@ -269,6 +272,7 @@ export class Relay {
     this.dispatcher.onSettled = () => nudges.dispatcher();
     this.notifier.onSettled = () => this.loopsByName.notifier.nudge();
     const deliveries = new DeliveryService(this.deps, this.dispatcher);
+    this.createServer = serverWithDirectCreations({ ...this.deps, metrics });
     this.app = createApp({
       ...this.deps,
       catalog: this.catalog,

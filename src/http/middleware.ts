@@ -74,25 +74,38 @@ export function traceRequests(tracing: Telemetry): MiddlewareHandler<AppEnv> {
  * (they carry keys).
  */
 export function requestLog(logger: Logger, metrics?: Metrics): MiddlewareHandler<AppEnv> {
-  const write = requestLines(logger);
-  const count = metrics ? boundHttpMetrics(metrics) : null;
+  const record = requestRecorder(logger, metrics);
   return async (c, next) => {
     const started = performance.now();
     const id = newRequestId();
     c.set("requestId", id);
     answerHeader(c, "X-Request-Id", id);
     await next();
-    const status = c.res.status;
-    const ms = performance.now() - started;
     // The matched route pattern, not the path: ids in paths would explode the label set.
-    count?.(routePath(c, -1) || "unmatched", c.req.method, status, ms / 1000);
+    const route = routePath(c, -1) || "unmatched";
+    record(id, c.req.method, c.req.path, route, c.res.status, performance.now() - started, c.get("client")?.id);
+  };
+}
+
+/**
+ * A request's line and metrics once it is answered: requestLog's, and the creations' direct path's
+ * (direct-creations.ts), so both write the same line and count under the same labels.
+ */
+export function requestRecorder(
+  logger: Logger,
+  metrics?: Metrics,
+): (id: string, method: string, path: string, route: string, status: number, ms: number, clientId?: string) => void {
+  const write = requestLines(logger);
+  const count = metrics ? boundHttpMetrics(metrics) : null;
+  return (id, method, path, route, status, ms, clientId) => {
+    count?.(route, method, status, ms / 1000);
     const line = {
       request_id: id,
-      method: c.req.method,
-      path: loggedPath(c.req.path),
+      method,
+      path: loggedPath(path),
       status,
       ms: Math.round(ms * 10) / 10,
-      client_id: c.get("client")?.id,
+      client_id: clientId,
     };
     // 503s are the relay saying "not now" (storage, upstream): their cause is logged once, rate-limited.
     write(status >= 500 && status !== 503 ? "error" : status === 503 ? "warn" : "info", line);
@@ -157,12 +170,14 @@ export function gated(checks: readonly Gate[], last: MiddlewareHandler<AppEnv>):
   };
 }
 
+/** `Authorization: Bearer <key>`: the key. */
+export const BEARER = /^Bearer\s+(\S+)\s*$/i;
+
 /** The API key's active client, from this process's key cache (services/clients.ts: ApiKeyCache). */
 export function bearerAuth(deps: Pick<ServiceDeps, "store" | "clock">): Gate {
   const keys = new ApiKeyCache(deps);
   return async (c) => {
-    const header = c.req.header("authorization") ?? "";
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    const match = BEARER.exec(c.req.header("authorization") ?? "");
     const client = match ? await keys.authenticate(match[1]!) : null;
     if (!client)
       return errorResponse(

@@ -50,7 +50,9 @@ export async function startLiveRelay(env: Record<string, string> = {}): Promise<
   });
   await relay.start();
   const server = await new Promise<Server>((resolve) => {
-    const s = serve({ fetch: relay.app.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve(s as Server)) as Server;
+    const s = serve({ fetch: relay.app.fetch, createServer: relay.createServer, port: 0, hostname: "127.0.0.1" }, () =>
+      resolve(s as Server),
+    ) as Server;
   });
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,

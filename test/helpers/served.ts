@@ -29,7 +29,10 @@ export function servedRelayPerFile(
     prepare(served.t);
     served.apiKey = served.t.client(clientName).apiKey;
     server = await new Promise<Server>((resolve) => {
-      const s = serve({ fetch: served.t.relay.app.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve(s as Server));
+      const s = serve(
+        { fetch: served.t.relay.app.fetch, createServer: served.t.relay.createServer, port: 0, hostname: "127.0.0.1" },
+        () => resolve(s as Server),
+      );
     });
     served.origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   });

@@ -86,9 +86,7 @@ export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: Service
   for (const type of ["image", "video"] as const) {
     const route = generationRoute(type);
     app.openAPIRegistry.registerPath(route);
-    const headerSchema = idempotencyHeaders(type);
-    const headerNames = Object.keys(headerSchema.shape);
-    const bodySchema = type === "image" ? ImageGenerationBody : VideoGenerationBody;
+    const { headerSchema, headerNames, bodySchema } = creationSchemas(type);
     app.post(route.path, async (c) => {
       const given: Record<string, string> = {};
       for (const name of headerNames) {
@@ -107,6 +105,16 @@ export function registerGenerationRoutes(app: OpenAPIHono<AppEnv>, deps: Service
       return create(c, deps, type, headers.data, parsed.data as Record<string, unknown>);
     });
   }
+}
+
+/** A creation route's header schema, the names it reads, and its body schema (the direct path's too: direct-creations.ts). */
+export function creationSchemas(type: "image" | "video") {
+  const headerSchema = idempotencyHeaders(type);
+  return {
+    headerSchema,
+    headerNames: Object.keys(headerSchema.shape),
+    bodySchema: type === "image" ? ImageGenerationBody : VideoGenerationBody,
+  };
 }
 
 /** zod-openapi's media-type gate for a JSON body (a type outside it: 415). */
