@@ -10,7 +10,8 @@
 // Both builds are copied under bench/.ab/ first (bench/lib/dist.mjs, stageDist), so they run on this
 // checkout's node_modules and a rebuild during the run changes nothing.
 // --profile: afterwards, each build once more under `node --cpu-prof` on the same fixed number of
-// requests, and where its CPU went per request (bench/lib/profile.mjs), old beside new.
+// requests (with --only=delivery: webhooks of a 10,000-event outbox), and where its CPU went per
+// unit (bench/lib/profile.mjs), old beside new.
 import autocannon from "autocannon";
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -101,7 +102,7 @@ async function intake(dist, tag) {
   return { rate: accepted / r.duration, cpu: accepted > 0 ? cpuMs / accepted : Number.NaN };
 }
 
-async function delivery(dist, tag, events = 3000) {
+async function delivery(dist, tag, events = 3000, execArgv = []) {
   const db = join(tmp, `${tag}.db`);
   const { id } = await createClient(db, "ab", dist);
   seedPendingEvents(db, id, events, hook);
@@ -114,18 +115,20 @@ async function delivery(dist, tag, events = 3000) {
       WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
     },
     join(tmp, `${tag}.log`),
-    { dist },
+    { dist, execArgv },
   );
   // CPU from readiness on, per webhook that arrived after it.
   const cpu0 = treeCpuSnapshot(relay.pid);
   const before = seen.hits;
-  const deadline = Date.now() + 15_000;
+  const deadline = Date.now() + (execArgv.length > 0 ? 60_000 : 15_000);
   while (seen.hits < events && Date.now() < deadline) await sleep(100);
   const cpuMs = treeCpuDelta(cpu0, treeCpuSnapshot(relay.pid));
   await relay.stop();
   return {
     rate: seen.hits > 1 ? ((seen.hits - 1) * 1000) / (seen.last - seen.first) : 0,
     cpu: seen.hits > before ? cpuMs / (seen.hits - before) : Number.NaN,
+    hits: seen.hits - before,
+    cpuMs,
   };
 }
 
@@ -133,6 +136,22 @@ async function delivery(dist, tag, events = 3000) {
  * One build under --cpu-prof on a fixed number of creations: where its CPU goes. The profile covers
  * the whole process (its start-up too, a few µs per request at this count).
  */
+/**
+ * One build under --cpu-prof draining a fixed outbox of pre-written events: where a webhook's CPU
+ * goes. The profile covers the whole process (its start-up too, a few µs per webhook at this count).
+ */
+async function profileDelivery(name, events = 10_000) {
+  const dir = join(tmp, `profile-d-${name}`);
+  mkdirSync(dir, { recursive: true });
+  const r = await delivery(builds[name], `pd-${name}`, events, ["--cpu-prof", `--cpu-prof-dir=${dir}`]);
+  const file = findProfile(dir);
+  if (!file) return { accepted: r.hits, cpu_ms: r.cpuMs, summary: null };
+  const keep = join(BENCH, "profiles", `ab-delivery-${name}.cpuprofile`);
+  mkdirSync(dirname(keep), { recursive: true });
+  copyFileSync(file, keep);
+  return { accepted: r.hits, cpu_ms: r.cpuMs, summary: summariseProfile(file, 25), file: keep };
+}
+
 async function profileIntake(name, requests = 20_000) {
   const dir = join(tmp, `profile-${name}`);
   mkdirSync(dir, { recursive: true });
@@ -203,12 +222,16 @@ const summary = Object.fromEntries(
 log(JSON.stringify(summary));
 
 if (PROFILE) {
+  // Intake's profile unless only delivery is measured (--only=delivery --profile: the delivery's).
+  const row = ONLY === "delivery" ? "delivery" : "intake";
+  const unit = row === "delivery" ? "webhook" : "201";
   const profiles = {};
-  for (const name of ["old", "new"]) profiles[name] = await profileIntake(name);
-  // µs of CPU per accepted creation, by package and by function (self time), old beside new.
+  for (const name of ["old", "new"])
+    profiles[name] = row === "delivery" ? await profileDelivery(name) : await profileIntake(name);
+  // µs of CPU per accepted creation or delivered webhook, by package and by function (self time), old beside new.
   const perRequest = (p, ms) => r3((ms * 1000) / Math.max(1, p.accepted));
   for (const part of ["by_package", "top_functions"]) {
-    log(`\nprofile of intake, ${part} (self µs per 201):`);
+    log(`\nprofile of ${row}, ${part} (self µs per ${unit}):`);
     const names = new Set(["old", "new"].flatMap((n) => profiles[n].summary?.[part].map((x) => x.name) ?? []));
     const cost = (n, name) => {
       const hit = profiles[n].summary?.[part].find((x) => x.name === name);
@@ -220,7 +243,7 @@ if (PROFILE) {
   }
   for (const name of ["old", "new"])
     log(
-      `${name}: ${profiles[name].accepted} 201s, ${r3(profiles[name].cpu_ms / Math.max(1, profiles[name].accepted))} CPU-ms each under the profiler (${profiles[name].file})`,
+      `${name}: ${profiles[name].accepted} ${unit}s, ${r3(profiles[name].cpu_ms / Math.max(1, profiles[name].accepted))} CPU-ms each under the profiler (${profiles[name].file})`,
     );
 }
 await sim.stop();
