@@ -45,6 +45,8 @@ const PROTO_KINDS = ["amqp", "nats"];
 const IN_FLIGHT = 8;
 /** Seeded events fall due this long after the relay starts, so its start-up CPU stays out of the figure. */
 const DUE_AFTER_MS = 6_000;
+/** The same in a quick run, for the prototype (its start is a fraction of the relay's; no figure is kept). */
+const QUICK_DUE_AFTER_MS = 1_500;
 
 const envInt = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
 
@@ -63,6 +65,9 @@ export async function benchQueues({
   latencyTasks = envInt("BENCH_QUEUE_TASKS", 100),
   kinds = (process.env.BENCH_QUEUE_KINDS ?? KINDS.join(",")).split(",").filter(Boolean),
   oldDist = process.env.BENCH_QUEUES_OLD_DIST ? resolve(process.env.BENCH_QUEUES_OLD_DIST) : null,
+  // The smoke run's (BENCH_QUICK): each build's relay measures the latency and then drains its outbox
+  // in the same process, one start per kind instead of two; the events fall due when it is up.
+  quick = false,
   log = (...a) => process.stdout.write(`${a.join(" ")}\n`),
 } = {}) {
   const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-bench-queues-"));
@@ -123,6 +128,8 @@ export async function benchQueues({
         const relay = await startRelay(relayEnv(path, sim.url), join(tmp, `relay-${kind}-${b.name}-latency.log`), {
           dist: b.dist,
         });
+        // Quick: the relay stays up for its kind's delivery measurement (stopped with the run's processes).
+        if (quick) stops.push(() => relay.stop());
         try {
           const ep = await post(
             relay.url,
@@ -141,8 +148,9 @@ export async function benchQueues({
             admin,
             tasks: latencyTasks,
           });
+          if (quick) dbs[kind][b.name].relay = relay;
         } finally {
-          await relay.stop();
+          if (!quick) await relay.stop();
         }
         await admin.purge(kind);
         const l = latency[kind][b.name];
@@ -181,6 +189,7 @@ export async function benchQueues({
               tmp,
               r,
               admin,
+              quick,
               start: (env, logFile) => startProto(kind, targets("raw")[kind].raw, env, logFile),
             });
           } else {
@@ -194,6 +203,7 @@ export async function benchQueues({
               tmp,
               r,
               admin,
+              quick,
             });
           }
         }
@@ -453,27 +463,47 @@ async function measureRaw({ raw, kind, target, body, events }) {
 }
 
 /** The built relay delivering `events` seeded events to the kind's endpoint. */
-async function measureRelay({ kind, build, db, simUrl, events, tmp, r, admin, start }) {
-  const path = join(tmp, `${kind}-${build.name}-r${r}.db`);
-  copyDb(db.path, path);
-  const seededAt = seedEndpointEvents(path, build.client.id, db.endpointId, events);
+async function measureRelay({ kind, build, db, simUrl, events, tmp, r, admin, start, quick }) {
+  // Quick: the relay of the latency measurement, still up on its database, drains events due at once;
+  // a task created through its API nudges its dispatcher (an outside write does not).
+  const live = quick && !start ? db.relay : null;
+  const path = live ? db.path : join(tmp, `${kind}-${build.name}-r${r}.db`);
+  if (!live) copyDb(db.path, path);
+  const dueAfterMs = live ? 0 : quick ? QUICK_DUE_AFTER_MS : DUE_AFTER_MS;
+  const seededAt = seedEndpointEvents(path, build.client.id, db.endpointId, events, dueAfterMs);
   // BENCH_QUEUE_PROFILE=<dir>: a CPU profile of each relay measured (node --cpu-prof), for finding the cost.
   const profile = process.env.BENCH_QUEUE_PROFILE;
   const logFile = join(tmp, `relay-${kind}-${build.name}-r${r}.log`);
-  const relay = start
-    ? await start(relayEnv(path, simUrl), logFile)
-    : await startRelay(relayEnv(path, simUrl), logFile, {
-        dist: build.dist,
-        execArgv: profile
-          ? ["--cpu-prof", "--cpu-prof-dir", resolve(profile), `--cpu-prof-name=${kind}-${build.name}-r${r}.cpuprofile`]
-          : [],
-      });
+  const relay =
+    live ??
+    (start
+      ? await start(relayEnv(path, simUrl), logFile)
+      : await startRelay(relayEnv(path, simUrl), logFile, {
+          dist: build.dist,
+          execArgv: profile
+            ? [
+                "--cpu-prof",
+                "--cpu-prof-dir",
+                resolve(profile),
+                `--cpu-prof-name=${kind}-${build.name}-r${r}.cpuprofile`,
+              ]
+            : [],
+        }));
   const reader = new Database(path, { readonly: true });
   try {
     const dueAt = seededAt.dueAt;
-    if (Date.now() > dueAt - 300) process.stdout.write(`  !! the relay took longer than ${DUE_AFTER_MS} ms to start\n`);
+    if (!live && Date.now() > dueAt - 300)
+      process.stdout.write(`  !! the relay took longer than ${dueAfterMs} ms to start\n`);
     await sleep(Math.max(0, dueAt - 300 - Date.now()));
     const before = treeCpuSnapshot(relay.pid);
+    if (live)
+      await post(
+        relay.url,
+        build.client.api_key,
+        "/openapi/v1/images/generations",
+        { model: "p-image", mode: "generate", prompt: "nudge", count: 1 },
+        `nudge-${kind}-r${r}`,
+      );
     const delivered = reader.prepare(
       "SELECT count(*) AS n FROM events WHERE created_at = ? AND delivery_status = 'succeeded'",
     );
@@ -503,8 +533,10 @@ async function measureRelay({ kind, build, db, simUrl, events, tmp, r, admin, st
     };
   } finally {
     reader.close();
-    await relay.stop();
-    for (const f of [path, `${path}-wal`, `${path}-shm`]) rmSync(f, { force: true });
+    if (!live) {
+      await relay.stop();
+      for (const f of [path, `${path}-wal`, `${path}-shm`]) rmSync(f, { force: true });
+    }
   }
 }
 
@@ -519,12 +551,12 @@ async function startProto(kind, target, env, logFile) {
 }
 
 /** `count` due task.succeeded deliveries for one endpoint, as the relay's fan-out writes them. */
-function seedEndpointEvents(path, clientId, endpointId, count) {
+function seedEndpointEvents(path, clientId, endpointId, count, dueAfterMs) {
   const db = new Database(path);
   db.pragma("journal_mode = WAL");
   const ep = db.prepare("SELECT url, destination_host FROM webhook_endpoints WHERE id = ?").get(endpointId);
   const { rows, TASK_COLUMNS, EVENT_COLUMNS } = pendingEventRows(clientId, count, ep.url, ep.destination_host);
-  const dueAt = Date.now() + DUE_AFTER_MS;
+  const dueAt = Date.now() + dueAfterMs;
   const columns = [...EVENT_COLUMNS, "client_seq", "destination_host", "endpoint_id", "webhook_id"];
   const insert = (table, cols) =>
     db.prepare(`INSERT INTO ${table} (${cols.join(", ")}) VALUES (${cols.map((c) => `@${c}`).join(", ")})`);
