@@ -38,7 +38,11 @@ export function scaleoutConfig(QUICK) {
         // measured window opened (0 CPU-ms per unit, a ratio of null).
         instances: [1, 2],
         rounds: env("BENCH_ROUNDS", 1),
-        delivery: { events: 60, windowS: 60, startS: 8 },
+        // heldS: the events are written due an hour ahead and released (UPDATE + the relays' NOTIFY)
+        // once the window is open, so no start-up, however slow, falls into it or delays it.
+        // shareRelays: delivery and intake run on the same instances (one start of each, not two).
+        delivery: { events: 60, windowS: 60, heldS: 3600 },
+        shareRelays: true,
         intake: { connections: 6, amount: 30, warmup: 0 },
         e2e: { tasks: 18, connections: 6, drainS: 60 },
       }
@@ -57,6 +61,32 @@ export function scaleoutConfig(QUICK) {
         },
         e2e: { tasks: env("BENCH_SCALEOUT_TASKS", 600), connections: 24, drainS: 180 },
       };
+}
+
+/** The scale-out row's server flags: statement counts, and no checkpoint inside a measured window. */
+export function scaleoutPgFlags() {
+  return [
+    "shared_preload_libraries=pg_stat_statements",
+    "checkpoint_timeout=1h",
+    "max_wal_size=4GB",
+    // BENCH_SCALEOUT_PG_FLAGS="pg_stat_statements.track_planning=on …": more server flags (planning time per unit).
+    ...(process.env.BENCH_SCALEOUT_PG_FLAGS?.split(" ").filter(Boolean) ?? []),
+  ];
+}
+
+/** Held events (due at `heldAt`) due now, and every instance's dispatcher told through NOTIFY. */
+async function releaseHeld(url, heldAt) {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    await c.query("UPDATE events SET next_attempt_at = $1 WHERE next_attempt_at = $2 AND delivery_status = 'pending'", [
+      Date.now(),
+      heldAt,
+    ]);
+    await c.query("SELECT pg_notify('genrelay', 'dispatcher')");
+  } finally {
+    await c.end();
+  }
 }
 
 /**
@@ -187,7 +217,8 @@ async function window(server, admin, dbName, relays, excludePids) {
  * @param ctx { QUICK, tmp, log, elapsed, track, sims: { hold, fast }, receiver, load, creationBody, PUBLIC_CALLBACK, logLevel }
  */
 export async function benchScaleout(ctx) {
-  const { QUICK, tmp, log, elapsed, track, sims, receiver, load, creationBody, PUBLIC_CALLBACK, logLevel } = ctx;
+  const { QUICK, tmp, log, elapsed, track, sims, receiver, load, creationBody, PUBLIC_CALLBACK, logLevel, pgServer } =
+    ctx;
   const cfg = scaleoutConfig(QUICK);
   const oldDist = process.env.BENCH_SCALEOUT_OLD_DIST ? resolve(process.env.BENCH_SCALEOUT_OLD_DIST) : null;
   const builds = oldDist
@@ -199,15 +230,8 @@ export async function benchScaleout(ctx) {
   log(
     `\n[${elapsed()}] scale-out: ${cfg.instances.join(", ")} instance(s) on one durable PostgreSQL (delivery, intake, end to end)${oldDist ? `, A/B against ${oldDist}` : ""}; ${cfg.rounds} round(s)`,
   );
-  const server = await startPostgres({
-    // BENCH_SCALEOUT_PG_FLAGS="pg_stat_statements.track_planning=on …": more server flags (planning time per unit).
-    flags: [
-      "shared_preload_libraries=pg_stat_statements",
-      "checkpoint_timeout=1h",
-      "max_wal_size=4GB",
-      ...(process.env.BENCH_SCALEOUT_PG_FLAGS?.split(" ").filter(Boolean) ?? []),
-    ],
-  });
+  // ctx.pgServer (a quick run's): a server started with scaleoutPgFlags() by the caller, who stops it.
+  const server = pgServer ?? (await startPostgres({ flags: scaleoutPgFlags() }));
   const admin = new pg.Client({ connectionString: server.admin });
   await admin.connect();
   try {
@@ -237,32 +261,58 @@ export async function benchScaleout(ctx) {
   // BENCH_SCALEOUT_EXEC_ARGV="--cpu-prof --cpu-prof-dir=DIR": node flags of every relay (a profile each).
   const execArgv = process.env.BENCH_SCALEOUT_EXEC_ARGV?.split(" ").filter(Boolean) ?? [];
 
+  // Instances on the held upstream, on a database of their own: one set per measurement, or (quick)
+  // one set per count and build for delivery and intake, with both measurements' settings.
+  const shared = new Map();
+  const heldInstances = async (n, dist, tag, kind) => {
+    const start = async (dbTag, extra) => {
+      const { url, client } = await server.migrated(dbTag, { dist });
+      return { url, client, relays: await startN(n, url, sims.hold.url, extra, dist, dbTag) };
+    };
+    if (!cfg.shareRelays) {
+      const extra = kind === "d" ? { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" } : { UPSTREAM_MAX_CONCURRENT: 1 };
+      const set = await start(`scale_${kind}_${tag}`, extra);
+      return { ...set, release: () => Promise.all(set.relays.map((r) => r.stop())) };
+    }
+    const key = `${n} ${dist}`;
+    if (!shared.has(key))
+      shared.set(key, start(`scale_h_${tag}`, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", UPSTREAM_MAX_CONCURRENT: 1 }));
+    return { ...(await shared.get(key)), release: async () => {} };
+  };
+  const stopShared = async () => {
+    const sets = await Promise.allSettled(shared.values());
+    shared.clear();
+    await Promise.all(sets.flatMap((x) => (x.status === "fulfilled" ? x.value.relays.map((r) => r.stop()) : [])));
+  };
+
   const delivery = async (n, dist, tag) => {
-    const { url, client } = await server.migrated(`scale_d_${tag}`, { dist });
+    const { url, client, relays, release } = await heldInstances(n, dist, tag, "d");
     const events = cfg.delivery.events;
     // Due a few seconds from now: every instance is up and idle by then, and each wakes for the due
     // time on its own (an UPDATE releasing them would cost the server as much as a small share of the work).
-    const dueAt = Date.now() + cfg.delivery.startS * 1000;
+    // Held (quick): released by that UPDATE and a NOTIFY once the window is open.
+    const dueAt = Date.now() + (cfg.delivery.heldS ?? cfg.delivery.startS) * 1000;
     await seedOutbox(url, client.id, events, hookUrl, { dueAt });
-    const relays = await startN(n, url, sims.hold.url, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }, dist, `d-${tag}`);
     await receiver.call("reset");
     try {
       await checkpoint(admin);
-      if (Date.now() > dueAt - 300) log(`  !! ${n} instance(s) took longer than ${cfg.delivery.startS} s to start`);
-      await sleep(Math.max(0, dueAt - 300 - Date.now()));
+      if (!cfg.delivery.heldS) {
+        if (Date.now() > dueAt - 300) log(`  !! ${n} instance(s) took longer than ${cfg.delivery.startS} s to start`);
+        await sleep(Math.max(0, dueAt - 300 - Date.now()));
+      }
       const end = await window(server, admin, dbOf(url), relays, [adminPid]);
+      if (cfg.delivery.heldS) await releaseHeld(url, dueAt);
       const complete = await receiver.call("waitFor", { count: events, timeoutMs: cfg.delivery.windowS * 1000 });
       const stats = await receiver.call("stats");
       // The rate between the first and the last arrival (the window's CPU includes the wait for the due time).
       return { ...(await end(stats.count)), rate: round(stats.rate ?? 0, 1), complete, unique: stats.unique };
     } finally {
-      await Promise.all(relays.map((r) => r.stop()));
+      await release();
     }
   };
 
   const intake = async (n, dist, tag) => {
-    const { url, client } = await server.migrated(`scale_i_${tag}`, { dist });
-    const relays = await startN(n, url, sims.hold.url, { UPSTREAM_MAX_CONCURRENT: 1 }, dist, `i-${tag}`);
+    const { url, client, relays, release } = await heldInstances(n, dist, tag, "i");
     const per = Math.max(1, Math.floor(cfg.intake.connections / n));
     const opts = (prefix) =>
       relays.map((relay, i) => ({
@@ -284,7 +334,7 @@ export async function benchScaleout(ctx) {
       const committed = await count(url, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE 'bench-%'", []);
       return { ...out, durable: committed >= accepted, p99_ms: Math.max(...results.map((r) => r.p99_ms)) };
     } finally {
-      await Promise.all(relays.map((r) => r.stop()));
+      await release();
     }
   };
 
@@ -329,12 +379,17 @@ export async function benchScaleout(ctx) {
   const kinds = Object.fromEntries(
     Object.entries({ delivery, intake, end_to_end: endToEnd }).filter(([k]) => !only || only.includes(k)),
   );
+  // Shared instances (quick): every kind of one count before the next count, so one set is up at a time.
+  const cells = cfg.shareRelays
+    ? cfg.instances.flatMap((n) => Object.entries(kinds).map(([kind, fn]) => [kind, fn, n]))
+    : Object.entries(kinds).flatMap(([kind, fn]) => cfg.instances.map((n) => [kind, fn, n]));
   const rounds = [];
   try {
     for (let r = 1; r <= cfg.rounds; r++) {
       const entry = { round: r };
-      for (const [kind, fn] of Object.entries(kinds)) {
-        for (const n of cfg.instances) {
+      for (const [i, [kind, fn, n]] of cells.entries()) {
+        if (cfg.shareRelays && i > 0 && n !== cells[i - 1][2]) await stopShared();
+        {
           // Alternating which build goes first cancels slow drifts of the machine's load.
           const order = (r + n) % 2 === 0 ? builds : [...builds].reverse();
           for (const [build, dist] of order) {
@@ -348,11 +403,13 @@ export async function benchScaleout(ctx) {
           }
         }
       }
+      await stopShared();
       rounds.push(entry);
     }
   } finally {
+    await stopShared();
     await admin.end().catch(() => {});
-    await server.stop();
+    if (!pgServer) await server.stop();
   }
 
   // Medians over rounds of every figure; the 3:1 (or largest:1) ratio of total CPU per unit.
@@ -398,7 +455,7 @@ export async function benchScaleout(ctx) {
       .map((n) => `, ${n}`)
       .join(
         "",
-      )} instances of the built relay on one embedded PostgreSQL 18 (loopback, fsync=on, synchronous_commit=on, pg_stat_statements preloaded), a fresh database per measurement. Per unit: relay CPU (user + system of every instance, /proc/<pid>/stat) + PostgreSQL CPU (the postmaster and all its children, the bench's own backends left out) over the measured window; statements and their execution time from pg_stat_statements (this database only); WAL bytes from pg_current_wal_lsn() before and after (each window starts with a CHECKPOINT and none comes during it: checkpoint_timeout=1h, max_wal_size=4GB); write transactions (commits) from txid_current() before and after; pg_locks sampled every 50 ms for locks not granted (mean sessions waiting, by lock type and mode). Delivery: ${cfg.delivery.events} task.succeeded events written before the instances start, due ${cfg.delivery.startS} s after the writing (every instance up and idle by then), CPU from just before the due time to the last arrival at the loopback receiver, rate between the first and the last arrival. Intake: autocannon per instance, ${cfg.intake.connections} connections split between them, ${cfg.intake.duration ? `${cfg.intake.duration} s after ${cfg.intake.warmup} s of warm-up` : `${cfg.intake.amount} requests`}, upstream held at one running task; every 201 checked to be a committed row. End to end: ${cfg.e2e.tasks} creations spread over the instances, simulator at 0 ms, from the first creation to the last webhook. ${cfg.rounds} round(s), medians; the ratio is ${top} instances' CPU per unit over one instance's (goal ≤ ${SCALEOUT_GOAL}).${oldDist ? ` "old" is ${oldDist}, measured side by side in the same run.` : ""}`,
+      )} instances of the built relay on one embedded PostgreSQL 18 (loopback, fsync=on, synchronous_commit=on, pg_stat_statements preloaded), a fresh database per measurement. Per unit: relay CPU (user + system of every instance, /proc/<pid>/stat) + PostgreSQL CPU (the postmaster and all its children, the bench's own backends left out) over the measured window; statements and their execution time from pg_stat_statements (this database only); WAL bytes from pg_current_wal_lsn() before and after (each window starts with a CHECKPOINT and none comes during it: checkpoint_timeout=1h, max_wal_size=4GB); write transactions (commits) from txid_current() before and after; pg_locks sampled every 50 ms for locks not granted (mean sessions waiting, by lock type and mode). Delivery: ${cfg.delivery.events} task.succeeded events written before the instances start, ${cfg.delivery.heldS ? "held until the window is open, then released by one UPDATE and a NOTIFY" : `due ${cfg.delivery.startS} s after the writing (every instance up and idle by then)`}${cfg.shareRelays ? " (delivery and intake on the same instances and database)" : ""}, CPU from just before the due time to the last arrival at the loopback receiver, rate between the first and the last arrival. Intake: autocannon per instance, ${cfg.intake.connections} connections split between them, ${cfg.intake.duration ? `${cfg.intake.duration} s after ${cfg.intake.warmup} s of warm-up` : `${cfg.intake.amount} requests`}, upstream held at one running task; every 201 checked to be a committed row. End to end: ${cfg.e2e.tasks} creations spread over the instances, simulator at 0 ms, from the first creation to the last webhook. ${cfg.rounds} round(s), medians; the ratio is ${top} instances' CPU per unit over one instance's (goal ≤ ${SCALEOUT_GOAL}).${oldDist ? ` "old" is ${oldDist}, measured side by side in the same run.` : ""}`,
     settings,
     statements: server.statements,
     goal: SCALEOUT_GOAL,
