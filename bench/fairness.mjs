@@ -22,7 +22,7 @@
 // `node bench/fairness.mjs` runs it alone (BENCH_QUICK=1: the small variant) and prints the result.
 import Database from "better-sqlite3";
 import { createServer } from "node:http";
-import { mkdtempSync, rmSync } from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -243,22 +243,15 @@ export async function benchFairness({
   const builds = [{ name: "current", dist: DIST }];
   if (oldDist) builds.push({ name: "old", dist: oldDist });
 
-  /** One simulator, one database, one relay of `build`; `body` gets them and returns the figures. */
-  async function withRelay(build, label, extraEnv, body) {
-    run++;
-    const tag = `fairness-${run}-${build.name}-${label}`;
+  /** One simulator, one database, one relay of `build`, started with `env` (the clients made once per build). */
+  async function startPair(build, tag, env) {
     const sim = track(
       await startSimulator({ SIM_API_KEYS: "sandbox", ...FAST_SIMULATOR_ENV }, join(tmp, `${tag}-sim.log`)),
     );
     const databasePath = join(tmp, `${tag}.db`);
-    let relay = null;
-    let result = null;
     try {
-      const clients = {
-        a: await createClient(databasePath, "fairness-a", build.dist),
-        b: await createClient(databasePath, "fairness-b", build.dist),
-      };
-      relay = track(
+      const clients = await clientsOf(build, databasePath);
+      const relay = track(
         await startRelay(
           {
             DATABASE_PATH: databasePath,
@@ -268,16 +261,55 @@ export async function benchFairness({
             UPSTREAM_MAX_CONCURRENT: 10_000,
             WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
             LOG_LEVEL: logLevel,
-            ...extraEnv,
+            ...env,
           },
           join(tmp, `${tag}-relay.log`),
           { dist: build.dist },
         ),
       );
-      result = await body({ relay, sim, clients });
-    } finally {
-      if (relay) await relay.stop();
+      return { sim, relay, clients, databasePath, stop: () => relay.stop().finally(() => sim.stop()) };
+    } catch (err) {
       await sim.stop();
+      throw err;
+    }
+  }
+
+  /** Clients a and b, made by the build's CLI once (a template file) and copied into each database. */
+  const templates = new Map();
+  async function clientsOf(build, databasePath) {
+    if (!templates.has(build.name))
+      templates.set(
+        build.name,
+        (async () => {
+          const path = join(tmp, `fairness-template-${build.name}.db`);
+          const a = await createClient(path, "fairness-a", build.dist);
+          const b = await createClient(path, "fairness-b", build.dist);
+          return { path, clients: { a, b } };
+        })(),
+      );
+    const t = await templates.get(build.name);
+    copyFileSync(t.path, databasePath);
+    if (existsSync(`${t.path}-wal`)) copyFileSync(`${t.path}-wal`, `${databasePath}-wal`);
+    return t.clients;
+  }
+
+  // Quick (the smoke run): one pair per build for every scenario, with all of their settings (the
+  // slow receivers' timeout, the partly working ones' retry schedule); stopped at the end.
+  const shared = new Map();
+  const quickEnv = { WEBHOOK_TIMEOUT_MS: cfg.slow.timeoutMs, WEBHOOK_RETRY_SCHEDULE: cfg.partly.schedule };
+
+  /** One simulator, one database, one relay of `build`; `body` gets them and returns the figures. */
+  async function withRelay(build, label, extraEnv, body) {
+    run++;
+    const tag = `fairness-${run}-${build.name}-${label}`;
+    if (quick && !shared.has(build.name)) shared.set(build.name, startPair(build, `fairness-${build.name}`, quickEnv));
+    const pair = quick ? await shared.get(build.name) : await startPair(build, tag, extraEnv);
+    const { databasePath } = pair;
+    let result = null;
+    try {
+      result = await body(pair);
+    } finally {
+      if (!quick) await pair.stop();
     }
     if (!result.complete) {
       result.outbox_at_end = outboxState(databasePath);
@@ -431,21 +463,30 @@ export async function benchFairness({
     }
   }
 
-  const out = { slow_receivers: {}, partly_working: {} };
-  for (const attack of cfg.slow.attacks) {
-    log(
-      `  slow receivers: ${attack} tasks of client A to ${cfg.slow.hosts} host:ports answering 200 after ${cfg.slow.delayMs / 1000} s; client B one task every ${cfg.slow.victimEveryMs / 1000} s × ${cfg.slow.victimTasks}`,
-    );
-    for (const build of builds) (out.slow_receivers[build.name] ??= []).push(await slowReceivers(build, attack));
+  async function scenarios(out) {
+    for (const attack of cfg.slow.attacks) {
+      log(
+        `  slow receivers: ${attack} tasks of client A to ${cfg.slow.hosts} host:ports answering 200 after ${cfg.slow.delayMs / 1000} s; client B one task every ${cfg.slow.victimEveryMs / 1000} s × ${cfg.slow.victimTasks}`,
+      );
+      for (const build of builds) (out.slow_receivers[build.name] ??= []).push(await slowReceivers(build, attack));
+    }
+    for (const mode of ["first", "random"]) {
+      log(
+        `  partly working receiver (${mode}), ${cfg.partly.tasks} tasks, WEBHOOK_RETRY_SCHEDULE=${cfg.partly.schedule}, watched up to ${cfg.partly.capS} s`,
+      );
+      for (const build of builds) (out.partly_working[build.name] ??= {})[mode] = await partlyWorking(build, mode);
+    }
   }
-  for (const mode of ["first", "random"]) {
-    log(
-      `  partly working receiver (${mode}), ${cfg.partly.tasks} tasks, WEBHOOK_RETRY_SCHEDULE=${cfg.partly.schedule}, watched up to ${cfg.partly.capS} s`,
-    );
-    for (const build of builds) (out.partly_working[build.name] ??= {})[mode] = await partlyWorking(build, mode);
+
+  const out = { slow_receivers: {}, partly_working: {} };
+  try {
+    await scenarios(out);
+  } finally {
+    for (const pair of await Promise.allSettled(shared.values()))
+      if (pair.status === "fulfilled") await pair.value.stop();
   }
   return {
-    method: `Real time, on loopback: the simulator (dist/simulator/main.js, 0 ms queued and processing, no read limit) and the relay (dist/main.js; temp SQLite, UPSTREAM_READS_PER_MINUTE=100000, WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, defaults otherwise: WEBHOOK_MAX_IN_FLIGHT 64, WEBHOOK_MAX_IN_FLIGHT_PER_HOST 8) as their own processes, a fresh pair per run; receivers are node:http servers in the bench process. Slow receivers: client A's ${cfg.slow.attacks.join(" and then ")} image tasks call back round-robin to ${cfg.slow.hosts} servers that answer 200 after ${cfg.slow.delayMs} ms (WEBHOOK_TIMEOUT_MS=${cfg.slow.timeoutMs}); 1 s after A's first attempt arrives, client B creates ${cfg.slow.victimTasks} tasks ${cfg.slow.victimEveryMs} ms apart to a receiver answering at once. B's delivery delay = arrival − data.completed_at (the relay's end instant, when the event is due; equal to the event's timestamp); from upstream completion = arrival − completed_at in the simulator (adds the poller's ~2 s first read). A's attempts in flight are counted at A's servers. Partly working: ${cfg.partly.tasks} tasks of one client, WEBHOOK_RETRY_SCHEDULE=${cfg.partly.schedule}; (first) 503 to the first request of each webhook-id, 200 after; (random) 503 to each request with probability 0.5 (mulberry32, seed ${cfg.partly.seed}). Times from the last task's completion in the simulator; pending = tasks without a 2xx'd webhook at that instant (null: not watched that long).${oldDist ? " 'old' is the build of another commit (BENCH_FAIRNESS_OLD_DIST), run right after 'current' in each scenario, with its own database and the same simulator build." : ""}`,
+    method: `Real time, on loopback: the simulator (dist/simulator/main.js, 0 ms queued and processing, no read limit) and the relay (dist/main.js; temp SQLite, UPSTREAM_READS_PER_MINUTE=100000, WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, defaults otherwise: WEBHOOK_MAX_IN_FLIGHT 64, WEBHOOK_MAX_IN_FLIGHT_PER_HOST 8) as their own processes, a fresh pair per run${quick ? " (quick: one pair for every scenario, WEBHOOK_TIMEOUT_MS and WEBHOOK_RETRY_SCHEDULE both set)" : ""}; receivers are node:http servers in the bench process. Slow receivers: client A's ${cfg.slow.attacks.join(" and then ")} image tasks call back round-robin to ${cfg.slow.hosts} servers that answer 200 after ${cfg.slow.delayMs} ms (WEBHOOK_TIMEOUT_MS=${cfg.slow.timeoutMs}); 1 s after A's first attempt arrives, client B creates ${cfg.slow.victimTasks} tasks ${cfg.slow.victimEveryMs} ms apart to a receiver answering at once. B's delivery delay = arrival − data.completed_at (the relay's end instant, when the event is due; equal to the event's timestamp); from upstream completion = arrival − completed_at in the simulator (adds the poller's ~2 s first read). A's attempts in flight are counted at A's servers. Partly working: ${cfg.partly.tasks} tasks of one client, WEBHOOK_RETRY_SCHEDULE=${cfg.partly.schedule}; (first) 503 to the first request of each webhook-id, 200 after; (random) 503 to each request with probability 0.5 (mulberry32, seed ${cfg.partly.seed}). Times from the last task's completion in the simulator; pending = tasks without a 2xx'd webhook at that instant (null: not watched that long).${oldDist ? " 'old' is the build of another commit (BENCH_FAIRNESS_OLD_DIST), run right after 'current' in each scenario, with its own database and the same simulator build." : ""}`,
     config: cfg,
     builds: Object.fromEntries(
       builds.map((b) => [b.name, b.name === "current" ? "this commit (the run's dist snapshot)" : b.dist]),
