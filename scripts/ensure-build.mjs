@@ -25,6 +25,9 @@ const stale =
 
 if (stale) {
   process.stderr.write("genrelay: building dist/ ...\n");
-  const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
-  execFileSync(process.execPath, [tsc, "-p", join(root, "tsconfig.build.json")], { stdio: "inherit", cwd: root });
+  const tsc = join(root, "node_modules", "typescript-7", "bin", "tsc");
+  execFileSync(process.execPath, [tsc, "-p", join(root, "tsconfig.build.json"), "--singleThreaded"], {
+    stdio: "inherit",
+    cwd: root,
+  });
 }
