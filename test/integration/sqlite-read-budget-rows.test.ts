@@ -66,4 +66,25 @@ describe("takeRead on SQLite", () => {
       await store.close();
     }
   });
+
+  it("pruning a window of thousands of reads deletes them a chunk per commit, not in one turn", async () => {
+    const store = memoryStore();
+    try {
+      const insert = store.database.sqlite.prepare("INSERT INTO upstream_reads (account, at) VALUES (?, ?)");
+      store.database.sqlite.transaction(() => {
+        for (let i = 0; i < 5_000; i++) insert.run("acct", NOW + i);
+        insert.run("other", NOW);
+      })();
+      const transactions = vi.spyOn(store.database.db, "transaction");
+      await store.accounts.pruneReads("acct", NOW + 4_500);
+      // 2,000 + 2,000 + 500: three commits, the last short, and nothing else touched.
+      expect(transactions).toHaveBeenCalledTimes(3);
+      expect(await store.accounts.readsSince("acct", 0)).toEqual(
+        Array.from({ length: 500 }, (_, i) => NOW + 4_500 + i),
+      );
+      expect(await store.accounts.readsSince("other", 0)).toEqual([NOW]);
+    } finally {
+      await store.close();
+    }
+  });
 });

@@ -2,11 +2,12 @@ import type { AccountStore } from "../../store/store.js";
 import type { UpstreamAccountRow } from "../../store/rows.js";
 import { finiteNumbers } from "../../store/values.js";
 import { durationStats, upstreamAccounts, upstreamReads } from "./schema.js";
-import type { Db } from "./open.js";
+import type { Database_, Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
-import { and, eq, gt, lt, sql } from "drizzle-orm";
+import { and, eq, gt, sql } from "drizzle-orm";
 import { prepared } from "./prepared.js";
 import type { SqliteContext } from "./context.js";
+import { sweepInChunks } from "./group-commit.js";
 
 /** The AccountStore on SQLite: upstream accounts, learned limits, the read budget, duration samples. */
 export function sqliteAccounts(s: SqliteContext): AccountStore {
@@ -32,7 +33,12 @@ export function sqliteAccounts(s: SqliteContext): AccountStore {
       });
     },
     readsSince: async (account, since) => readsSince(db, account, since),
-    pruneReads: async (account, before) => pruneReads(db, account, before),
+    // A minute of reads can be 100,000 rows: deleted a chunk per unit of the group commit, not in one turn.
+    pruneReads: async (account, before) => {
+      await sweepInChunks(s.intakeCommits, Number.POSITIVE_INFINITY, PRUNE_CHUNK_READS, (_tx, rows) =>
+        pruneReads(s.database, account, before, rows),
+      );
+    },
     // Every creation's answer reads it (its estimate, services/tasks.ts): prepared once, since
     // building the select cost intake more than running it (80 µs a request).
     durationSamples: async (type, model) => {
@@ -87,8 +93,15 @@ export function readsSince(db: DbOrTx, account: string, since: number): number[]
     .map((r) => r.at);
 }
 
-export function pruneReads(db: Db, account: string, before: number): void {
-  db.delete(upstreamReads)
-    .where(and(eq(upstreamReads.account, account), lt(upstreamReads.at, before)))
-    .run();
+/** Reads deleted per unit of the group commit when a window is pruned. */
+const PRUNE_CHUNK_READS = 2_000;
+
+/** Deletes up to `limit` of an account's reads made before `before`; answers how many. */
+export function pruneReads(database: Database_, account: string, before: number, limit: number): number {
+  // The driver's own statement, as takeRead's count: a value the store refuses is refused as such.
+  return prepared(database.db, "accounts.pruneReads", () =>
+    database.sqlite.prepare(
+      "DELETE FROM upstream_reads WHERE rowid IN (SELECT rowid FROM upstream_reads WHERE account = ? AND at < ? LIMIT ?)",
+    ),
+  ).run(account, before, limit).changes;
 }

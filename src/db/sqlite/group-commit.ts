@@ -242,3 +242,24 @@ export class GroupCommit {
     });
   }
 }
+
+/**
+ * A sweep over many rows as units of `commits`, at most `chunk` rows a unit, until a unit does
+ * fewer than it was given or `limit` rows are done. Each unit commits in a turn of its own (the
+ * next is queued only once it settles), so no turn deletes thousands of rows at once.
+ */
+export async function sweepInChunks(
+  commits: Pick<GroupCommit, "run">,
+  limit: number,
+  chunk: number,
+  unit: (tx: Tx, rows: number) => number,
+): Promise<number> {
+  let done = 0;
+  while (done < limit) {
+    const rows = Math.min(chunk, limit - done);
+    const swept = await commits.run((tx) => unit(tx, rows));
+    done += swept;
+    if (swept < rows) break;
+  }
+  return done;
+}

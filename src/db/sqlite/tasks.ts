@@ -4,6 +4,7 @@ import type { HourlyCount, NewTaskRow, TaskRow } from "../../store/rows.js";
 import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
 import { storedBytesOfClient } from "./stored-bytes.js";
 import type { SqliteContext } from "./context.js";
+import { sweepInChunks } from "./group-commit.js";
 import type { Db } from "./open.js";
 import { patchShape, prepared } from "./prepared.js";
 import { tasks } from "./schema.js";
@@ -68,7 +69,10 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
     countsOfClient: async (clientId) => countsOfClient(db, clientId),
     hourlyCounts: async (clientId, since) => hourlyCounts(db, clientId, since),
     recentCallbackUrls: async (clientId) => recentCallbackUrls(db, clientId),
-    pruneFinished: async (before, batch) => pruneFinished(db, before, batch),
+    // In chunks, each a unit of the workers' commit: a batch of 500 tasks with their events and
+    // attempts was one synchronous transaction of the event loop (issue #38 item 7).
+    pruneFinished: (before, batch) =>
+      sweepInChunks(s.attemptCommits, batch, PRUNE_CHUNK_TASKS, (tx, rows) => pruneFinished(tx, before, rows)),
   };
 }
 
@@ -400,29 +404,31 @@ export function countsOfClient(db: DbOrTx, clientId: string): Record<string, num
   return counts;
 }
 
+/** Finished tasks pruned per unit of the workers' commit (each with its events and attempts). */
+const PRUNE_CHUNK_TASKS = 50;
+
 /**
  * Deletes up to `batch` finished tasks completed before `before` whose events are all settled
  * (none still pending), with their events and delivery attempts (ON DELETE CASCADE); the deletes'
  * triggers take what those rows held off their clients' stored bytes (migrations/0011_stored_bytes_triggers.sql).
- * Small batches keep each write transaction short beside the live workers.
+ * Runs inside the caller's transaction: the store runs it PRUNE_CHUNK_TASKS at a time, each a
+ * unit of the workers' group commit, so each write stays short beside the live workers.
  */
-export function pruneFinished(db: Db, before: number, batch: number): number {
-  return db.transaction((tx) => {
-    const ids = tx
-      .all<{ id: string }>(sql`
+export function pruneFinished(tx: DbOrTx, before: number, batch: number): number {
+  const ids = tx
+    .all<{ id: string }>(sql`
         SELECT t.id FROM tasks t
         WHERE t.phase = 'done' AND t.completed_at < ${before}
           AND NOT EXISTS (SELECT 1 FROM events e WHERE e.task_id = t.id AND e.delivery_status = 'pending')
         LIMIT ${batch}`)
-      .map((r) => r.id);
-    if (ids.length === 0) return 0;
-    const list = sql.join(
-      ids.map((id) => sql`${id}`),
-      sql`, `,
-    );
-    tx.run(sql`DELETE FROM delivery_attempts WHERE event_id IN (SELECT id FROM events WHERE task_id IN (${list}))`);
-    tx.run(sql`DELETE FROM events WHERE task_id IN (${list})`);
-    tx.run(sql`DELETE FROM tasks WHERE id IN (${list})`);
-    return ids.length;
-  });
+    .map((r) => r.id);
+  if (ids.length === 0) return 0;
+  const list = sql.join(
+    ids.map((id) => sql`${id}`),
+    sql`, `,
+  );
+  tx.run(sql`DELETE FROM delivery_attempts WHERE event_id IN (SELECT id FROM events WHERE task_id IN (${list}))`);
+  tx.run(sql`DELETE FROM events WHERE task_id IN (${list})`);
+  tx.run(sql`DELETE FROM tasks WHERE id IN (${list})`);
+  return ids.length;
 }
