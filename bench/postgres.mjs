@@ -132,8 +132,11 @@ export async function count(url, sql, params) {
   }
 }
 
-/** `n` finished tasks with a pending task.succeeded event each; `dueAt` (ms) holds them back until then. */
-export async function seedOutbox(url, clientId, n, hookUrl, { dueAt } = {}) {
+/**
+ * `n` finished tasks with a pending task.succeeded event each; `dueAt` (ms) holds them back until then;
+ * `keyTag` sets the tasks' idempotency keys apart from an earlier seeding of the same database.
+ */
+export async function seedOutbox(url, clientId, n, hookUrl, { dueAt, keyTag } = {}) {
   const host = new URL(hookUrl);
   const { rows, sample, TASK_COLUMNS, EVENT_COLUMNS } = pendingEventRows(
     clientId,
@@ -147,6 +150,7 @@ export async function seedOutbox(url, clientId, n, hookUrl, { dueAt } = {}) {
   try {
     await c.query("BEGIN");
     if (dueAt !== undefined) for (const r of rows) r.event.next_attempt_at = dueAt;
+    if (keyTag !== undefined) for (const r of rows) r.task.idempotency_key = `${r.task.idempotency_key}-${keyTag}`;
     for (let i = 0; i < rows.length; i += 500) {
       const chunk = rows.slice(i, i + 500);
       for (const [table, cols, pick] of [

@@ -40,7 +40,8 @@ export function scaleoutConfig(QUICK) {
         rounds: env("BENCH_ROUNDS", 1),
         // heldS: the events are written due an hour ahead and released (UPDATE + the relays' NOTIFY)
         // once the window is open, so no start-up, however slow, falls into it or delays it.
-        // shareRelays: delivery and intake run on the same instances (one start of each, not two).
+        // shareRelays: one set of instances per upstream that grows with the count (2 = 1's and one
+        // more, on its database), delivery and intake on the same set: 4 relay starts, not 9.
         delivery: { events: 60, windowS: 60, heldS: 3600 },
         shareRelays: true,
         intake: { connections: 6, amount: 30, warmup: 0 },
@@ -246,38 +247,57 @@ export async function benchScaleout(ctx) {
   // BENCH_SCALEOUT_EXEC_ARGV="--cpu-prof --cpu-prof-dir=DIR": node flags of every relay (a profile each).
   const execArgv = process.env.BENCH_SCALEOUT_EXEC_ARGV?.split(" ").filter(Boolean) ?? [];
 
-  // Instances on the held upstream, on a database of their own: one set per measurement, or (quick)
-  // one set per count and build for delivery and intake, with both measurements' settings.
+  // A measurement's instances, on a database of their own: a fresh set per measurement, or (quick) one
+  // set per build and upstream that grows with the count (n = 2 is n = 1's instance and one more, on
+  // its database), delivery and intake on the held upstream with both measurements' settings.
+  const envOf = {
+    d: { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" },
+    i: { UPSTREAM_MAX_CONCURRENT: 1 },
+    e: { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", UPSTREAM_READS_PER_MINUTE: 100_000 },
+  };
   const shared = new Map();
-  const heldInstances = async (n, dist, tag, kind) => {
-    const start = async (dbTag, extra) => {
-      const { url, client } = await server.migrated(dbTag, { dist });
-      return { url, client, relays: await startN(n, url, sims.hold.url, extra, dist, dbTag) };
-    };
+  const instances = async (n, dist, tag, kind) => {
+    const upstream = kind === "e" ? sims.fast.url : sims.hold.url;
     if (!cfg.shareRelays) {
-      const extra = kind === "d" ? { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" } : { UPSTREAM_MAX_CONCURRENT: 1 };
-      const set = await start(`scale_${kind}_${tag}`, extra);
-      return { ...set, release: () => Promise.all(set.relays.map((r) => r.stop())) };
+      const { url, client } = await server.migrated(`scale_${kind}_${tag}`, { dist });
+      const relays = await startN(n, url, upstream, envOf[kind], dist, `${kind}-${tag}`);
+      return { url, client, relays, release: () => Promise.all(relays.map((r) => r.stop())) };
     }
-    const key = `${n} ${dist}`;
+    const group = kind === "e" ? "e" : "h";
+    const key = `${group} ${dist}`;
     if (!shared.has(key))
-      shared.set(key, start(`scale_h_${tag}`, { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", UPSTREAM_MAX_CONCURRENT: 1 }));
-    return { ...(await shared.get(key)), release: async () => {} };
+      shared.set(
+        key,
+        server
+          .migrated(`scale_${group}_${tag}`, { dist })
+          .then((db) => ({ ...db, relays: [], grow: Promise.resolve() })),
+      );
+    const set = await shared.get(key);
+    const env = group === "e" ? envOf.e : { ...envOf.d, ...envOf.i };
+    set.grow = set.grow.then(async () => {
+      if (set.relays.length < n)
+        set.relays.push(...(await startN(n - set.relays.length, set.url, upstream, env, dist, `${group}-${tag}`)));
+    });
+    await set.grow;
+    return { url: set.url, client: set.client, relays: set.relays.slice(0, n), release: async () => {} };
   };
   const stopShared = async () => {
     const sets = await Promise.allSettled(shared.values());
     shared.clear();
     await Promise.all(sets.flatMap((x) => (x.status === "fulfilled" ? x.value.relays.map((r) => r.stop()) : [])));
   };
+  /** Tasks of one measurement committed (its creations' keys start with bench-<tag>-). */
+  const committedOf = (url, tag) =>
+    count(url, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE $1", [`bench-${tag}-%`]);
 
   const delivery = async (n, dist, tag) => {
-    const { url, client, relays, release } = await heldInstances(n, dist, tag, "d");
+    const { url, client, relays, release } = await instances(n, dist, tag, "d");
     const events = cfg.delivery.events;
     // Due a few seconds from now: every instance is up and idle by then, and each wakes for the due
     // time on its own (an UPDATE releasing them would cost the server as much as a small share of the work).
     // Held (quick): released by that UPDATE and a NOTIFY once the window is open.
     const dueAt = Date.now() + (cfg.delivery.heldS ?? cfg.delivery.startS) * 1000;
-    await seedOutbox(url, client.id, events, hookUrl, { dueAt });
+    await seedOutbox(url, client.id, events, hookUrl, { dueAt, ...(cfg.shareRelays ? { keyTag: tag } : {}) });
     await receiver.call("reset");
     try {
       await checkpoint(admin);
@@ -297,7 +317,7 @@ export async function benchScaleout(ctx) {
   };
 
   const intake = async (n, dist, tag) => {
-    const { url, client, relays, release } = await heldInstances(n, dist, tag, "i");
+    const { url, client, relays, release } = await instances(n, dist, tag, "i");
     const per = Math.max(1, Math.floor(cfg.intake.connections / n));
     const opts = (prefix) =>
       relays.map((relay, i) => ({
@@ -316,7 +336,7 @@ export async function benchScaleout(ctx) {
       const results = await Promise.all(opts("bench").map((o) => load(o)));
       const accepted = results.reduce((s, r) => s + r.accepted, 0);
       const out = await end(accepted);
-      const committed = await count(url, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE 'bench-%'", []);
+      const committed = await committedOf(url, tag);
       return { ...out, durable: committed >= accepted, p99_ms: Math.max(...results.map((r) => r.p99_ms)) };
     } finally {
       await release();
@@ -324,15 +344,7 @@ export async function benchScaleout(ctx) {
   };
 
   const endToEnd = async (n, dist, tag) => {
-    const { url, client } = await server.migrated(`scale_e_${tag}`, { dist });
-    const relays = await startN(
-      n,
-      url,
-      sims.fast.url,
-      { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", UPSTREAM_READS_PER_MINUTE: 100_000 },
-      dist,
-      `e-${tag}`,
-    );
+    const { url, client, relays, release } = await instances(n, dist, tag, "e");
     await receiver.call("reset");
     try {
       await checkpoint(admin);
@@ -350,12 +362,12 @@ export async function benchScaleout(ctx) {
           }),
         ),
       );
-      const committed = await count(url, "SELECT count(*) AS n FROM tasks WHERE idempotency_key LIKE 'bench-%'", []);
+      const committed = await committedOf(url, tag);
       const complete = await receiver.call("waitFor", { count: committed, timeoutMs: cfg.e2e.drainS * 1000 });
       const stats = await receiver.call("stats");
       return { ...(await end(stats.count)), committed, complete };
     } finally {
-      await Promise.all(relays.map((r) => r.stop()));
+      await release();
     }
   };
 
@@ -364,17 +376,12 @@ export async function benchScaleout(ctx) {
   const kinds = Object.fromEntries(
     Object.entries({ delivery, intake, end_to_end: endToEnd }).filter(([k]) => !only || only.includes(k)),
   );
-  // Shared instances (quick): every kind of one count before the next count, so one set is up at a time.
-  const cells = cfg.shareRelays
-    ? cfg.instances.flatMap((n) => Object.entries(kinds).map(([kind, fn]) => [kind, fn, n]))
-    : Object.entries(kinds).flatMap(([kind, fn]) => cfg.instances.map((n) => [kind, fn, n]));
   const rounds = [];
   try {
     for (let r = 1; r <= cfg.rounds; r++) {
       const entry = { round: r };
-      for (const [i, [kind, fn, n]] of cells.entries()) {
-        if (cfg.shareRelays && i > 0 && n !== cells[i - 1][2]) await stopShared();
-        {
+      for (const [kind, fn] of Object.entries(kinds)) {
+        for (const n of cfg.instances) {
           // Alternating which build goes first cancels slow drifts of the machine's load.
           const order = (r + n) % 2 === 0 ? builds : [...builds].reverse();
           for (const [build, dist] of order) {
@@ -440,7 +447,7 @@ export async function benchScaleout(ctx) {
       .map((n) => `, ${n}`)
       .join(
         "",
-      )} instances of the built relay on one embedded PostgreSQL 18 (loopback, fsync=on, synchronous_commit=on, pg_stat_statements preloaded), a fresh database per measurement. Per unit: relay CPU (user + system of every instance, /proc/<pid>/stat) + PostgreSQL CPU (the postmaster and all its children, the bench's own backends left out) over the measured window; statements and their execution time from pg_stat_statements (this database only); WAL bytes from pg_current_wal_lsn() before and after (each window starts with a CHECKPOINT and none comes during it: checkpoint_timeout=1h, max_wal_size=4GB); write transactions (commits) from txid_current() before and after; pg_locks sampled every 50 ms for locks not granted (mean sessions waiting, by lock type and mode). Delivery: ${cfg.delivery.events} task.succeeded events written before the instances start, ${cfg.delivery.heldS ? "held until the window is open, then released by one UPDATE and a NOTIFY" : `due ${cfg.delivery.startS} s after the writing (every instance up and idle by then)`}${cfg.shareRelays ? " (delivery and intake on the same instances and database)" : ""}, CPU from just before the due time to the last arrival at the loopback receiver, rate between the first and the last arrival. Intake: autocannon per instance, ${cfg.intake.connections} connections split between them, ${cfg.intake.duration ? `${cfg.intake.duration} s after ${cfg.intake.warmup} s of warm-up` : `${cfg.intake.amount} requests`}, upstream held at one running task; every 201 checked to be a committed row. End to end: ${cfg.e2e.tasks} creations spread over the instances, simulator at 0 ms, from the first creation to the last webhook. ${cfg.rounds} round(s), medians; the ratio is ${top} instances' CPU per unit over one instance's (goal ≤ ${SCALEOUT_GOAL}).${oldDist ? ` "old" is ${oldDist}, measured side by side in the same run.` : ""}`,
+      )} instances of the built relay on one embedded PostgreSQL 18 (loopback, fsync=on, synchronous_commit=on, pg_stat_statements preloaded), a fresh database per measurement. Per unit: relay CPU (user + system of every instance measured, /proc/<pid>/stat) + PostgreSQL CPU (the postmaster and all its children, the bench's own backends left out) over the measured window; statements and their execution time from pg_stat_statements (this database only); WAL bytes from pg_current_wal_lsn() before and after (each window starts with a CHECKPOINT and none comes during it: checkpoint_timeout=1h, max_wal_size=4GB); write transactions (commits) from txid_current() before and after; pg_locks sampled every 50 ms for locks not granted (mean sessions waiting, by lock type and mode). Delivery: ${cfg.delivery.events} task.succeeded events written before the instances start, ${cfg.delivery.heldS ? "held until the window is open, then released by one UPDATE and a NOTIFY" : `due ${cfg.delivery.startS} s after the writing (every instance up and idle by then)`}${cfg.shareRelays ? " (quick: one database and set of instances per upstream, growing with the count; delivery and intake on the same set)" : ""}, CPU from just before the due time to the last arrival at the loopback receiver, rate between the first and the last arrival. Intake: autocannon per instance, ${cfg.intake.connections} connections split between them, ${cfg.intake.duration ? `${cfg.intake.duration} s after ${cfg.intake.warmup} s of warm-up` : `${cfg.intake.amount} requests`}, upstream held at one running task; every 201 checked to be a committed row. End to end: ${cfg.e2e.tasks} creations spread over the instances, simulator at 0 ms, from the first creation to the last webhook. ${cfg.rounds} round(s), medians; the ratio is ${top} instances' CPU per unit over one instance's (goal ≤ ${SCALEOUT_GOAL}).${oldDist ? ` "old" is ${oldDist}, measured side by side in the same run.` : ""}`,
     settings,
     statements: server.statements,
     goal: SCALEOUT_GOAL,
