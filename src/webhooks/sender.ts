@@ -34,6 +34,15 @@ export interface SendResult {
 
 export const RESPONSE_BODY_LIMIT = 4096;
 
+/** Where a POST goes, as undici's request takes it. */
+interface RequestTarget {
+  origin: string;
+  path: string;
+}
+
+/** URLs whose parsed target the sender keeps. */
+const TARGETS_KEPT = 1_000;
+
 class AttemptTimeout extends Error {
   constructor(timeoutMs: number) {
     super(`timeout after ${timeoutMs} ms`);
@@ -86,6 +95,7 @@ export class WebhookSender {
   private readonly allowPrivateNetworks: boolean;
   private readonly now: () => number;
   private readonly inFlight = new Set<Promise<SendResult>>();
+  private readonly targets = new Map<string, RequestTarget>();
   private closing: Promise<void> | null = null;
 
   constructor(opts: SenderOptions) {
@@ -152,7 +162,7 @@ export class WebhookSender {
       );
     });
     const exchange = this.agents.use(req.tenant ?? "", (agent) =>
-      this.exchange(agent, new URL(checked.url), req, controller.signal, progress),
+      this.exchange(agent, this.target(checked.url), req, controller.signal, progress),
     );
     exchange.catch(() => {}); // when the timeout wins, the aborted exchange rejects later; nobody awaits it
     try {
@@ -182,16 +192,31 @@ export class WebhookSender {
     });
   }
 
+  /**
+   * The origin and path of a checked URL: parsed once per URL, not once per attempt (a receiver
+   * gets thousands of attempts at one URL). Bounded: emptied when it reaches TARGETS_KEPT URLs.
+   */
+  private target(url: string): RequestTarget {
+    let target = this.targets.get(url);
+    if (target === undefined) {
+      if (this.targets.size >= TARGETS_KEPT) this.targets.clear();
+      const parsed = new URL(url);
+      target = { origin: parsed.origin, path: `${parsed.pathname}${parsed.search}` };
+      this.targets.set(url, target);
+    }
+    return target;
+  }
+
   private async exchange(
     agent: Agent,
-    url: URL,
+    url: RequestTarget,
     req: SendRequest,
     signal: AbortSignal,
     progress: Progress,
   ): Promise<void> {
     const response = await agent.request({
       origin: url.origin,
-      path: `${url.pathname}${url.search}`,
+      path: url.path,
       method: "POST",
       headers: req.headers,
       body: req.body,

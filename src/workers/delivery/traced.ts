@@ -25,31 +25,46 @@ export function tracedSend(
   attempt: { trace: TraceContext | null; resendCount: number },
 ): Promise<TracedOutcome> {
   const http = message.target.kind === WEBHOOK_KIND;
-  return telemetry().outgoing(
+  const tracing = telemetry();
+  return tracing.outgoing(
     {
       name: http ? "POST" : `publish ${message.type}`,
       kind: http ? "client" : "producer",
       parent: attempt.trace,
-      attributes: {
-        ...(http
-          ? httpClientAttributes("POST", message.target.address)
-          : {
-              [ATTR.messagingSystem]: message.target.kind,
-              [ATTR.messagingOperationType]: "send",
-              [ATTR.messagingMessageId]: message.eventId,
-            }),
-        // The semantic conventions count resends from 1 and leave the first attempt without one.
-        ...(attempt.resendCount > 0 ? { [ATTR.httpRequestResendCount]: attempt.resendCount } : {}),
-      },
+      // Only a span reads them: with tracing off they would cost two URL parses an attempt for nothing.
+      attributes: tracing.on ? spanAttributes(message, http, attempt.resendCount) : NO_ATTRIBUTES,
     },
     async (headers, span) => {
       const outcome = await destinations.send({ ...message, ...headers }, deadline);
-      span.setAttributes({ [ATTR.httpResponseStatusCode]: outcome.statusCode ?? undefined });
-      if (!outcome.ok) span.fail(errorType(outcome), outcome.error ?? undefined);
+      if (tracing.on) {
+        span.setAttributes({ [ATTR.httpResponseStatusCode]: outcome.statusCode ?? undefined });
+        if (!outcome.ok) span.fail(errorType(outcome), outcome.error ?? undefined);
+      }
       const sent = parseTraceparent(headers.traceparent);
       return { outcome, ids: sent ? { trace_id: sent.traceId, span_id: sent.spanId } : {} };
     },
   );
+}
+
+const NO_ATTRIBUTES: Readonly<Record<string, string | number>> = Object.freeze({});
+
+/** The attempt span's attributes known before it is sent (semantic conventions for HTTP clients or messaging producers). */
+function spanAttributes(
+  message: DestinationMessage,
+  http: boolean,
+  resendCount: number,
+): Record<string, string | number> {
+  return {
+    ...(http
+      ? httpClientAttributes("POST", message.target.address)
+      : {
+          [ATTR.messagingSystem]: message.target.kind,
+          [ATTR.messagingOperationType]: "send",
+          [ATTR.messagingMessageId]: message.eventId,
+        }),
+    // The semantic conventions count resends from 1 and leave the first attempt without one.
+    ...(resendCount > 0 ? { [ATTR.httpRequestResendCount]: resendCount } : {}),
+  };
 }
 
 /** `error.type` of a failed attempt: the HTTP status when there was one, else what stopped it. */
