@@ -34,11 +34,14 @@ export class AmqpDestination extends BrokerClient<AmqpConnection> {
   }
 
   publish(target: AmqpTarget, message: QueueMessage, timeoutMs: number): Promise<SendResult> {
-    const url = new URL(target.url);
+    const { url, broker } = this.address(
+      target.url,
+      (u) => `RabbitMQ at ${brokerHostOf(u, u.protocol === "amqps:" ? "5671" : "5672")}`,
+    );
     const key = `${message.tenant}|${target.url}`;
     return this.publishWith({
       key,
-      broker: `RabbitMQ at ${brokerHostOf(url, url.protocol === "amqps:" ? "5671" : "5672")}`,
+      broker,
       timeoutMs,
       open: (signal) => this.open(key, url, signal),
       send: (conn) => this.send(conn, target, message),

@@ -33,6 +33,8 @@ export abstract class BrokerClient<C> {
   protected readonly connections: ConnectionCache<C>;
   protected readonly resolve: (hostname: string) => Promise<string>;
   protected readonly connectTimeoutMs: number;
+  /** Parsed endpoint URLs and the broker each names: parsed once per URL, not once per publish. */
+  private readonly addresses = new Map<string, BrokerAddress>();
 
   constructor(opts: QueueClientOptions, close: (conn: C) => unknown) {
     this.resolve = brokerResolver(opts);
@@ -47,6 +49,22 @@ export abstract class BrokerClient<C> {
 
   close(): Promise<void> {
     return this.connections.closeAll();
+  }
+
+  /**
+   * An endpoint URL parsed, with `describe`'s name of its broker (`RabbitMQ at host:port`), kept
+   * per URL: a publish reads them, and a stream of publishes goes to a handful of URLs. Bounded:
+   * emptied when it reaches ADDRESSES_KEPT URLs. The URL is shared: read it, never change it.
+   */
+  protected address(raw: string, describe: (url: URL) => string): BrokerAddress {
+    let known = this.addresses.get(raw);
+    if (known === undefined) {
+      if (this.addresses.size >= ADDRESSES_KEPT) this.addresses.clear();
+      const url = new URL(raw);
+      known = { url, broker: describe(url) };
+      this.addresses.set(raw, known);
+    }
+    return known;
   }
 
   protected async publishWith(p: Publish<C>): Promise<SendResult> {
@@ -68,6 +86,15 @@ export abstract class BrokerClient<C> {
     }
   }
 }
+
+/** A parsed endpoint URL and the broker it names in errors. */
+export interface BrokerAddress {
+  readonly url: URL;
+  readonly broker: string;
+}
+
+/** Endpoint URLs a queue client keeps parsed. */
+const ADDRESSES_KEPT = 1_000;
 
 /** `host:port` of a broker URL, the scheme's default port filled in. */
 export function brokerHostOf(url: URL, defaultPort: string): string {

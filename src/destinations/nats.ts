@@ -30,6 +30,9 @@ export interface NatsTarget {
 export const natsSubject = (target: Pick<NatsTarget, "subject">, type: string): string =>
   target.subject ?? `genrelay.${type}`;
 
+/** One encoder for every publish: it holds no state between calls. */
+const utf8 = new TextEncoder();
+
 interface NatsClient {
   nc: NatsConnection;
   js: JetStreamClient;
@@ -41,12 +44,12 @@ export class NatsDestination extends BrokerClient<NatsClient> {
   }
 
   async publish(target: NatsTarget, message: QueueMessage, timeoutMs: number): Promise<SendResult> {
-    const url = new URL(target.url);
+    const { url, broker } = this.address(target.url, (u) => `NATS at ${brokerHostOf(u, "4222")}`);
     const subject = natsSubject(target, message.type);
     const key = `${message.tenant}|${target.url}|${target.token ?? ""}|${target.creds ?? ""}`;
     return this.publishWith({
       key,
-      broker: `NATS at ${brokerHostOf(url, "4222")}`,
+      broker,
       timeoutMs,
       open: (signal) => this.open(key, url, target, signal),
       send: async (client) => {
@@ -79,7 +82,7 @@ export class NatsDestination extends BrokerClient<NatsClient> {
       ...(tls ? { tls: tlsOptions } : {}),
       ...(url.username ? { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) } : {}),
       ...(target.token ? { token: target.token } : {}),
-      ...(target.creds ? { authenticator: credsAuthenticator(new TextEncoder().encode(target.creds)) } : {}),
+      ...(target.creds ? { authenticator: credsAuthenticator(utf8.encode(target.creds)) } : {}),
     });
     if (signal.aborted) {
       await nc.close().catch(() => {});
@@ -94,7 +97,7 @@ export class NatsDestination extends BrokerClient<NatsClient> {
     const h = headers();
     for (const [name, value] of Object.entries(message.headers)) h.set(name, value);
     try {
-      return await client.js.publish(subject, new TextEncoder().encode(message.body), {
+      return await client.js.publish(subject, utf8.encode(message.body), {
         msgID: message.id,
         headers: h,
         timeout: timeoutMs,
