@@ -41,7 +41,7 @@ export default defineConfig({
             : ["test/integration/**/*.test.ts", "test/e2e/**/*.test.ts"],
           globalSetup: gate
             ? ["test/setup/postgres.ts", "test/gate-fixtures/exit-zero-hook.ts"]
-            : ["test/setup/postgres.ts"],
+            : ["test/setup/postgres.ts", "test/setup/rabbitmq.ts"],
           // One process and one module graph for all the files, as for the unit tests: a fork and a fresh
           // import of the sources cost about 1 s of CPU per file, more than most files' tests. What a file
           // changes outside its modules (fetch globals, process.env, timers) test/setup/shared-process.ts

@@ -7,7 +7,7 @@ import { connect } from "@nats-io/transport-node";
 import amqp from "amqplib";
 import { Webhook } from "standardwebhooks";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { sqsClientOf, sqsEndpointBody, startNats, startRabbit, startSqs } from "../helpers/brokers.js";
+import { sqsClientOf, sqsEndpointBody, sharedRabbit, startNats, startSqs } from "../helpers/brokers.js";
 import { type Child, DIST, sqliteSetup, startRelayProcess, startSqliteSimulator, until } from "./process.js";
 
 /**
@@ -36,7 +36,7 @@ const KINDS: Record<
   () => Promise<{ endpoint: Record<string, unknown>; consume: (on: OnMessage) => Promise<void> }>
 > = {
   amqp: async () => {
-    const rabbit = await startRabbit();
+    const rabbit = await sharedRabbit();
     cleanups.push(() => rabbit.close());
     const conn = await amqp.connect(rabbit.url);
     cleanups.push(() => conn.close());

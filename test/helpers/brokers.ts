@@ -1,14 +1,15 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { randomUUID } from "node:crypto";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { createHash, randomBytes, randomUUID } from "node:crypto";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer as createHttpServer, type Server } from "node:http";
-import { createServer, type Socket } from "node:net";
+import { connect as netConnect, createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SQSClient } from "@aws-sdk/client-sqs";
 import { createRequestHandler } from "local-aws-sqs";
 import { type QueueMessage, queueHeaders } from "../../src/destinations/queue-message.js";
 import { webhookHeaders } from "../../src/webhooks/sign.js";
+import { inject } from "vitest";
 import { freePort } from "./ports.js";
 
 /**
@@ -186,10 +187,31 @@ function processBroker(spec: ProcessBrokerSpec): ProcessBroker & { started: Prom
  * A RabbitMQ node of its own (Debian's rabbitmq-server, run directly: the /usr/sbin wrapper
  * switches to the rabbitmq user): its own node name, mnesia and log directories, Erlang cookie
  * (HOME), AMQP and distribution ports, no plugins. The default `guest` user connects from loopback.
+ * `vhosts` are created at boot (a definitions file), each open to `guest`, beside the default `/`.
  */
-export async function startRabbit(): Promise<ProcessBroker> {
+export async function startRabbit(vhosts: readonly string[] = []): Promise<ProcessBroker> {
   if (!existsSync(RABBITMQ_SERVER)) throw missing(`RabbitMQ (${RABBITMQ_SERVER})`);
   const dir = mkdtempSync(join(tmpdir(), "genrelay-rabbit-"));
+  if (vhosts.length > 0) {
+    // Definitions loaded at boot replace the default user, so `guest` is defined again (its SHA-256 hash).
+    const salt = randomBytes(4);
+    const hash = Buffer.concat([salt, createHash("sha256").update(salt).update("guest").digest()]).toString("base64");
+    const all = ["/", ...vhosts];
+    const definitions = {
+      users: [
+        {
+          name: "guest",
+          password_hash: hash,
+          hashing_algorithm: "rabbit_password_hashing_sha256",
+          tags: ["administrator"],
+        },
+      ],
+      vhosts: all.map((name) => ({ name })),
+      permissions: all.map((vhost) => ({ user: "guest", vhost, configure: ".*", write: ".*", read: ".*" })),
+    };
+    writeFileSync(join(dir, "definitions.json"), JSON.stringify(definitions));
+    writeFileSync(join(dir, "rabbitmq.conf"), `load_definitions = ${join(dir, "definitions.json")}\n`);
+  }
   const port = await freePort();
   const distPort = await freePort();
   const broker = processBroker({
@@ -353,4 +375,143 @@ export function signedMessage(secret: string, fields: Partial<QueueMessage> = {}
     headers: queueHeaders(webhookHeaders([secret], id, Math.floor(Date.now() / 1000), body)),
     ...fields,
   };
+}
+
+/** The run's RabbitMQ as one file sees it: its virtual host, through a door of its own (`sharedRabbit`). */
+export interface SharedBroker extends ProcessBroker {
+  readonly vhost: string;
+}
+
+/**
+ * What a stopping RabbitMQ sends each client before it closes the socket: `connection.close`
+ * (channel 0, class 10 method 50) with 320 CONNECTION_FORCED, as a node that shuts down says it.
+ */
+function amqpShutdownFrame(): Buffer {
+  const text = Buffer.from("CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'");
+  const args = Buffer.alloc(2 + 2 + 1 + text.length + 4);
+  args.writeUInt16BE(10, 0);
+  args.writeUInt16BE(50, 2);
+  args.writeUInt16BE(320, 4);
+  args.writeUInt8(text.length, 6);
+  text.copy(args, 7);
+  // class-id and method-id of the cause: 0, 0.
+  const frame = Buffer.alloc(7 + args.length + 1);
+  frame.writeUInt8(1, 0);
+  frame.writeUInt16BE(0, 1);
+  frame.writeUInt32BE(args.length, 3);
+  args.copy(frame, 7);
+  frame.writeUInt8(0xce, 7 + args.length);
+  return frame;
+}
+
+/**
+ * A loopback port of the test's own in front of a broker it shares: each connection is passed
+ * through to the broker, and the port acts as the broker's own would when it goes away (stop:
+ * `farewell` to each client, its connections cut, new ones refused until start) or stalls
+ * (freeze: connections stay open and nothing passes either way, new ones included, until thaw).
+ */
+async function brokerDoor(target: number, farewell: Buffer | null): Promise<Omit<ProcessBroker, "url">> {
+  const pairs = new Set<{ client: Socket; upstream: Socket | null }>();
+  let frozen = false;
+  let held: Array<() => void> = [];
+  const pass = (from: Socket, to: () => Socket | null) =>
+    from.on("data", (chunk: Buffer) => {
+      const send = () => to()?.write(chunk);
+      if (frozen) held.push(send);
+      else send();
+    });
+  const open = (pair: { client: Socket; upstream: Socket | null }) => {
+    const upstream = netConnect(target, "127.0.0.1");
+    pair.upstream = upstream;
+    const end = () => {
+      pair.client.destroy();
+      upstream.destroy();
+      pairs.delete(pair);
+    };
+    upstream.on("error", end).on("close", end);
+    pair.client.on("close", end);
+    pass(upstream, () => pair.client);
+  };
+  const server = createServer((client) => {
+    const pair = { client, upstream: null as Socket | null };
+    pairs.add(pair);
+    client.on("error", () => client.destroy());
+    pass(client, () => pair.upstream);
+    if (frozen) held.push(() => open(pair));
+    else open(pair);
+  });
+  const listen = (port: number) =>
+    new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(port, "127.0.0.1", () => {
+        server.off("error", reject);
+        resolve();
+      });
+    });
+  await listen(0);
+  const port = (server.address() as { port: number }).port;
+  const stop = async () => {
+    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+    frozen = false;
+    held = [];
+    for (const { client, upstream } of pairs) {
+      upstream?.destroy();
+      if (!farewell) client.destroy();
+      else {
+        // The client answers close-ok and hangs up; one that does not is cut a moment later.
+        client.end(farewell);
+        setTimeout(() => client.destroy(), 1_000).unref();
+      }
+    }
+    pairs.clear();
+    await closed;
+  };
+  return {
+    port,
+    stop,
+    start: () => listen(port),
+    close: stop,
+    freeze: async () => {
+      frozen = true;
+    },
+    thaw: () => {
+      frozen = false;
+      for (const send of held.splice(0)) send();
+    },
+  };
+}
+
+/**
+ * The run's RabbitMQ (test/setup/rabbitmq.ts starts one node when a file first asks, with a
+ * virtual host for each file that does), behind a door of this file's own: stop, start, freeze
+ * and thaw act on this file's connections as they would on a node of its own, and close shuts the
+ * door only. A node's boot costs about 4.6 s of CPU (Erlang), more than most of these files' tests.
+ */
+export async function sharedRabbit(): Promise<SharedBroker> {
+  const { port, vhost } = await askRabbitSetup();
+  const door = await brokerDoor(port, amqpShutdownFrame());
+  return { ...door, vhost, url: `amqp://guest:guest@127.0.0.1:${door.port}/${encodeURIComponent(vhost)}` };
+}
+
+/** One line to the global setup's loopback control port, one JSON line back (a socket, so msw never sees it). */
+function askRabbitSetup(): Promise<{ port: number; vhost: string }> {
+  return new Promise((resolve, reject) => {
+    const socket = netConnect(inject("rabbitControlPort"), "127.0.0.1");
+    let answer = "";
+    socket.setEncoding("utf8");
+    socket.on("data", (chunk: string) => {
+      answer += chunk;
+    });
+    socket.on("error", reject);
+    socket.on("end", () => {
+      try {
+        const parsed = JSON.parse(answer) as { port: number; vhost: string } | { error: string };
+        if ("error" in parsed) reject(new Error(parsed.error));
+        else resolve(parsed);
+      } catch {
+        reject(new Error(`test/setup/rabbitmq.ts answered ${JSON.stringify(answer)}`));
+      }
+    });
+    socket.end("vhost\n");
+  });
 }

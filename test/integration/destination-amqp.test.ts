@@ -3,16 +3,16 @@ import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AmqpDestination } from "../../src/destinations/amqp.js";
 import { generateWebhookSecret } from "../../src/webhooks/sign.js";
-import { blackHole, type ProcessBroker, signedMessage, startRabbit } from "../helpers/brokers.js";
+import { blackHole, type SharedBroker, sharedRabbit, signedMessage } from "../helpers/brokers.js";
 
 /** The RabbitMQ client against a real broker (docs/destinations.md, "Delivered means confirmed"). */
 describe("AmqpDestination", () => {
-  let rabbit: ProcessBroker;
+  let rabbit: SharedBroker;
   let admin: ChannelModel;
   const secret = generateWebhookSecret();
 
   beforeAll(async () => {
-    rabbit = await startRabbit();
+    rabbit = await sharedRabbit();
     admin = await amqp.connect(rabbit.url);
     const ch = await admin.createChannel();
     await ch.assertExchange("events", "topic", { durable: true });
@@ -80,7 +80,9 @@ describe("AmqpDestination", () => {
       5_000,
     );
     expect(result.ok).toBe(false);
-    expect(result.error).toMatch(/^unknown exchange "nope": .*NOT_FOUND - no exchange 'nope' in vhost '\/'/);
+    expect(result.error).toBe(
+      `unknown exchange "nope": Channel closed by server: 404 (NOT-FOUND) with message "NOT_FOUND - no exchange 'nope' in vhost '${rabbit.vhost}'"`,
+    );
     const again = await dest.publish(
       { url: rabbit.url, exchange: "events", routingKey: null },
       signedMessage(secret),

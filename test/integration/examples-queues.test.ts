@@ -15,7 +15,7 @@ import {
   sqsClientOf,
   sqsEndpointBody,
   startNats,
-  startRabbit,
+  sharedRabbit,
   startSqs,
 } from "../helpers/brokers.js";
 import { ROOT } from "../helpers/doc-blocks.js";
@@ -43,7 +43,7 @@ let queueUrl: string;
 const running: ConsumerProcess[] = [];
 
 beforeAll(async () => {
-  [live, rabbit, nats, sqs] = await Promise.all([startLiveRelay(), startRabbit(), startNats(), startSqs()]);
+  [live, rabbit, nats, sqs] = await Promise.all([startLiveRelay(), sharedRabbit(), startNats(), startSqs()]);
   amqpAdmin = await amqp.connect(rabbit.url);
   amqpChannel = await amqpAdmin.createChannel();
   await amqpChannel.assertExchange("genrelay", "topic", { durable: true });

@@ -10,7 +10,7 @@ import {
   sqsClientOf,
   sqsEndpointBody,
   startNats,
-  startRabbit,
+  sharedRabbit,
   startSqs,
 } from "../helpers/brokers.js";
 import { startInstances } from "../helpers/pg-relays.js";
@@ -29,7 +29,7 @@ let sqsAdmin: SQSClient;
 let queueUrl: string;
 
 beforeAll(async () => {
-  [rabbit, nats, sqs] = await Promise.all([startRabbit(), startNats(), startSqs()]);
+  [rabbit, nats, sqs] = await Promise.all([sharedRabbit(), startNats(), startSqs()]);
   sqsAdmin = sqsClientOf(sqs);
   queueUrl = (await sqsAdmin.send(new CreateQueueCommand({ QueueName: "pg-app" }))).QueueUrl!;
   const admin = await amqp.connect(rabbit.url);

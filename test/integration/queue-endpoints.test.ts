@@ -9,10 +9,11 @@ import { succeededTask } from "../helpers/flow.js";
 import {
   blackHole,
   type ProcessBroker,
+  type SharedBroker,
   type SqsBroker,
   sqsClientOf,
   startNats,
-  startRabbit,
+  sharedRabbit,
   startSqs,
 } from "../helpers/brokers.js";
 import { type Received, verifyAt } from "../helpers/receiver.js";
@@ -30,7 +31,7 @@ const suite = upstreamSuite({ ...WORKER_TEST_ENV, WEBHOOK_TIMEOUT_MS: "5000" });
 const PATH = "/openapi/v1/webhooks/endpoints";
 const PAST_SCHEDULE = 2 * 60 * 60_000;
 
-let rabbit: ProcessBroker;
+let rabbit: SharedBroker;
 let nats: ProcessBroker;
 let sqs: SqsBroker;
 let admin: ChannelModel;
@@ -47,7 +48,7 @@ async function adminConnection(): Promise<ChannelModel> {
 }
 
 beforeAll(async () => {
-  [rabbit, nats, sqs] = await Promise.all([startRabbit(), startNats(), startSqs()]);
+  [rabbit, nats, sqs] = await Promise.all([sharedRabbit(), startNats(), startSqs()]);
   suite.server.use(sqsPassthrough());
   admin = await adminConnection();
   const ch = await admin.createChannel();
@@ -215,7 +216,7 @@ describe("queue endpoints: the API", () => {
     expect(a).toEqual({
       id: a.id,
       type: "amqp",
-      url: `amqp://127.0.0.1:${rabbit.port}`,
+      url: `amqp://127.0.0.1:${rabbit.port}/${rabbit.vhost}`,
       exchange: "genrelay",
       routing_key: null,
       events: ["task.succeeded", "task.failed", "task.canceled"],
