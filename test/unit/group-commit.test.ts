@@ -188,7 +188,7 @@ describe("GroupCommit", () => {
 
     it("a flush over its budget commits what ran, yields the turn, then commits the rest first, in order", async () => {
       const clock = new FakeClock();
-      const commits = new GroupCommit(database.db, 256, 0, 0, 10, () => clock.now());
+      const commits = new GroupCommit(database.db, 256, 0, 0, { budgetMs: 10, minUnits: 1, now: () => clock.now() });
       const transactions = vi.spyOn(database.db, "transaction");
       // What another request does between the two commits (a macrotask queued while the first runs).
       let seenBetween: unknown[] | undefined;
@@ -218,7 +218,7 @@ describe("GroupCommit", () => {
 
     it("a unit longer than the budget still runs, one a turn; a batch within it stays one commit", async () => {
       const clock = new FakeClock();
-      const commits = new GroupCommit(database.db, 256, 0, 0, 10, () => clock.now());
+      const commits = new GroupCommit(database.db, 256, 0, 0, { budgetMs: 10, minUnits: 1, now: () => clock.now() });
       const transactions = vi.spyOn(database.db, "transaction");
       await Promise.all(["x", "y"].map((v) => commits.run(costly(clock, v, 50))));
       expect(transactions).toHaveBeenCalledTimes(2);
@@ -228,9 +228,19 @@ describe("GroupCommit", () => {
       expect(rows()).toEqual(["x", "y", "p", "q", "r"]);
     });
 
+    it("a batch of fewer than minUnits is never cut, however long it takes (a descheduled thread)", async () => {
+      const clock = new FakeClock();
+      const commits = new GroupCommit(database.db, 256, 0, 0, { budgetMs: 10, minUnits: 3, now: () => clock.now() });
+      const transactions = vi.spyOn(database.db, "transaction");
+      await Promise.all(["a", "b", "c", "d"].map((v) => commits.run(costly(clock, v, 50))));
+      // a, b and c run whatever the clock says; d, past the budget, is cut to the next turn.
+      expect(transactions).toHaveBeenCalledTimes(2);
+      expect(rows()).toEqual(["a", "b", "c", "d"]);
+    });
+
     it("close() commits everything queued at once, whatever the budget", async () => {
       const clock = new FakeClock();
-      const commits = new GroupCommit(database.db, 256, 0, 0, 10, () => clock.now());
+      const commits = new GroupCommit(database.db, 256, 0, 0, { budgetMs: 10, minUnits: 1, now: () => clock.now() });
       const queued = ["a", "b", "c"].map((v) => commits.run(costly(clock, v, 50)));
       commits.close();
       expect(rows()).toEqual(["a", "b", "c"]);
@@ -239,7 +249,7 @@ describe("GroupCommit", () => {
 
     it("a commit that fails rejects only the part that ran; the part left over commits in its own turn", async () => {
       const clock = new FakeClock();
-      const commits = new GroupCommit(database.db, 256, 0, 0, 10, () => clock.now());
+      const commits = new GroupCommit(database.db, 256, 0, 0, { budgetMs: 10, minUnits: 1, now: () => clock.now() });
       database.sqlite.exec(
         "CREATE TABLE parent (id TEXT PRIMARY KEY); CREATE TABLE child (p TEXT REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)",
       );

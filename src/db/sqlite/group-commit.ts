@@ -16,6 +16,20 @@ interface Pending<T> {
  */
 export const TURN_BUDGET_MS = 10;
 
+/**
+ * Units a flush always runs before the budget may cut it: so few cost a few ms at most, and a cut
+ * there would mostly measure the thread being descheduled on a busy machine, not its work, while
+ * splitting what a turn means to commit together (an attempt's record and its key's health).
+ */
+export const MIN_UNITS_PER_TURN = 32;
+
+/** The bound on one turn's flush (TURN_BUDGET_MS, MIN_UNITS_PER_TURN), and its clock. */
+export interface TurnBound {
+  budgetMs?: number;
+  minUnits?: number;
+  now?: () => number;
+}
+
 /** A write queued after its store closed. */
 export class StoreClosedError extends Error {
   override readonly name = "StoreClosedError";
@@ -29,7 +43,8 @@ export class StoreClosedError extends Error {
  * fsync makes a whole batch durable instead of one per request. Each unit of work runs in its own
  * savepoint: one that throws (a 409, say) is rolled back alone and rejects alone. Every promise
  * settles only after the outer COMMIT, so a caller never answers before its row is on disk. One
- * turn runs units for at most turnBudgetMs: a longer batch commits in parts, a turn each, in order.
+ * turn runs units for at most TURN_BUDGET_MS (past its first MIN_UNITS_PER_TURN): a longer batch
+ * commits in parts, a turn each, in order.
  */
 export class GroupCommit {
   private queue: Pending<unknown>[] = [];
@@ -65,13 +80,20 @@ export class GroupCommit {
      */
     private readonly holdMs = 0,
     /**
-     * The work one turn may do: once a flush has run units this long it commits them (they settle
-     * then) and runs the rest in a later turn, ahead of what was queued since, so other requests
-     * are served in between. At least one unit runs per turn, whatever it costs.
+     * The work one turn may do: once a flush has run at least `minUnits` units and for `budgetMs`,
+     * it commits them (they settle then) and runs the rest in a later turn, ahead of what was
+     * queued since, so other requests are served in between.
      */
-    private readonly turnBudgetMs = TURN_BUDGET_MS,
-    private readonly now: () => number = () => performance.now(),
-  ) {}
+    bound: TurnBound = {},
+  ) {
+    this.turnBudgetMs = bound.budgetMs ?? TURN_BUDGET_MS;
+    this.minUnits = Math.max(1, bound.minUnits ?? MIN_UNITS_PER_TURN);
+    this.now = bound.now ?? (() => performance.now());
+  }
+
+  private readonly turnBudgetMs: number;
+  private readonly minUnits: number;
+  private readonly now: () => number;
 
   /**
    * Announces a write on its way (an attempt on the wire, its record to come): the open batch waits
@@ -197,7 +219,7 @@ export class GroupCommit {
       this.db.transaction(
         (tx) => {
           for (const [i, item] of queued.entries()) {
-            if (i > 0 && this.now() - started >= budgetMs) {
+            if (i >= this.minUnits && this.now() - started >= budgetMs) {
               batch = queued.slice(0, i);
               break;
             }
