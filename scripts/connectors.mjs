@@ -26,7 +26,9 @@ export function ensureConnector(relative) {
   if (complete && existsSync(stamp) && readFileSync(stamp, "utf8") === sha) return false;
   process.stderr.write(`connectors: installing ${relative}'s dependencies (npm ci, once per lock)…\n`);
   const npm = process.platform === "win32" ? "npm.cmd" : "npm";
-  execFileSync(npm, ["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"], {
+  // --prefer-offline: the lock pins each package's URL and integrity, so a cached tarball is the one
+  // to install; asking the registry whether each of ~250 is fresh cost ~7 s of CPU, 40 % of the install.
+  execFileSync(npm, ["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error"], {
     cwd: dir,
     stdio: ["ignore", "ignore", "inherit"],
   });
