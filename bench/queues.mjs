@@ -65,8 +65,8 @@ export async function benchQueues({
   latencyTasks = envInt("BENCH_QUEUE_TASKS", 100),
   kinds = (process.env.BENCH_QUEUE_KINDS ?? KINDS.join(",")).split(",").filter(Boolean),
   oldDist = process.env.BENCH_QUEUES_OLD_DIST ? resolve(process.env.BENCH_QUEUES_OLD_DIST) : null,
-  // The smoke run's (BENCH_QUICK): each build's relay measures the latency and then drains its outbox
-  // in the same process, one start per kind instead of two; the events fall due when it is up.
+  // The smoke run's (BENCH_QUICK): one relay per build measures every kind's latency and then drains
+  // each kind's outbox, one start instead of six; the events fall due when it is up.
   quick = false,
   log = (...a) => process.stdout.write(`${a.join(" ")}\n`),
 } = {}) {
@@ -119,17 +119,28 @@ export async function benchQueues({
     // Per kind and build: a database holding the client and the kind's endpoint, and the latency.
     const latency = {};
     const dbs = {};
+    // Quick: one relay per build for every kind, on one database that gains each kind's endpoint as
+    // its latency is measured (a kind's consumer sees only the tasks of its own measurement: the
+    // later kinds' endpoints do not exist yet); it stays up for the delivery measurements and stops
+    // with the run's processes.
+    const quickRelays = new Map();
     for (const kind of kinds) {
       latency[kind] = {};
       dbs[kind] = {};
       for (const b of builds) {
-        const path = join(tmp, `${kind}-${b.name}.db`);
-        copyDb(b.template, path);
-        const relay = await startRelay(relayEnv(path, sim.url), join(tmp, `relay-${kind}-${b.name}-latency.log`), {
-          dist: b.dist,
-        });
-        // Quick: the relay stays up for its kind's delivery measurement (stopped with the run's processes).
-        if (quick) stops.push(() => relay.stop());
+        let path = join(tmp, `${kind}-${b.name}.db`);
+        let relay = quickRelays.get(b.name)?.relay;
+        if (relay) path = quickRelays.get(b.name).path;
+        else {
+          copyDb(b.template, path);
+          relay = await startRelay(relayEnv(path, sim.url), join(tmp, `relay-${kind}-${b.name}-latency.log`), {
+            dist: b.dist,
+          });
+          if (quick) {
+            stops.push(() => relay.stop());
+            quickRelays.set(b.name, { path, relay });
+          }
+        }
         try {
           const ep = await post(
             relay.url,
@@ -464,13 +475,15 @@ async function measureRaw({ raw, kind, target, body, events }) {
 
 /** The built relay delivering `events` seeded events to the kind's endpoint. */
 async function measureRelay({ kind, build, db, simUrl, events, tmp, r, admin, start, quick }) {
-  // Quick: the relay of the latency measurement, still up on its database, drains events due at once;
+  // Quick: the relay of the latency measurements, still up on its database, drains events due at once;
   // a task created through its API nudges its dispatcher (an outside write does not).
   const live = quick && !start ? db.relay : null;
   const path = live ? db.path : join(tmp, `${kind}-${build.name}-r${r}.db`);
   if (!live) copyDb(db.path, path);
   const dueAfterMs = live ? 0 : quick ? QUICK_DUE_AFTER_MS : DUE_AFTER_MS;
-  const seededAt = seedEndpointEvents(path, build.client.id, db.endpointId, events, dueAfterMs);
+  // Quick: the kinds share a database, so each seeding's task keys carry its endpoint and side.
+  const keyTag = quick ? `${db.endpointId}-${build.name}-r${r}` : null;
+  const seededAt = seedEndpointEvents(path, build.client.id, db.endpointId, events, dueAfterMs, keyTag);
   // BENCH_QUEUE_PROFILE=<dir>: a CPU profile of each relay measured (node --cpu-prof), for finding the cost.
   const profile = process.env.BENCH_QUEUE_PROFILE;
   const logFile = join(tmp, `relay-${kind}-${build.name}-r${r}.log`);
@@ -551,7 +564,7 @@ async function startProto(kind, target, env, logFile) {
 }
 
 /** `count` due task.succeeded deliveries for one endpoint, as the relay's fan-out writes them. */
-function seedEndpointEvents(path, clientId, endpointId, count, dueAfterMs) {
+function seedEndpointEvents(path, clientId, endpointId, count, dueAfterMs, keyTag = null) {
   const db = new Database(path);
   db.pragma("journal_mode = WAL");
   const ep = db.prepare("SELECT url, destination_host FROM webhook_endpoints WHERE id = ?").get(endpointId);
@@ -564,7 +577,7 @@ function seedEndpointEvents(path, clientId, endpointId, count, dueAfterMs) {
   const insertEvent = insert("events", columns);
   db.transaction(() => {
     for (const { task, event } of rows) {
-      insertTask.run(task);
+      insertTask.run(keyTag ? { ...task, idempotency_key: `${task.idempotency_key}-${keyTag}` } : task);
       insertEvent.run({
         ...event,
         id: `${event.id}_${endpointId}`,
