@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { GroupCommit, StoreClosedError } from "../../src/db/sqlite/group-commit.js";
+import { GroupCommit, StoreClosedError, TurnBudget } from "../../src/db/sqlite/group-commit.js";
 import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 
@@ -214,6 +214,36 @@ describe("GroupCommit", () => {
       expect(rows()).toEqual(["a", "b", "c", "d", "e", "late"]);
       // Each unit settled only after the commit that holds it.
       expect(settled).toEqual(["0:3", "1:3", "2:3", "3:6", "4:6"]);
+    });
+
+    it("two commits sharing a turn's budget: the second yields once the first spent it, in order", async () => {
+      const clock = new FakeClock();
+      const turn = new TurnBudget();
+      const bound = { budgetMs: 10, minUnits: 1, now: () => clock.now(), shared: turn };
+      const intake = new GroupCommit(database.db, 256, 0, 0, bound);
+      const attempts = new GroupCommit(database.db, 256, 0, 0, bound);
+      const transactions = vi.spyOn(database.db, "transaction");
+      const settled: string[] = [];
+      const a = intake.run(costly(clock, "a", 12));
+      const b = ["b1", "b2", "b3"].map((v) => attempts.run(costly(clock, v, 1)));
+      for (const [i, p] of [a, ...b].entries()) void p.then(() => settled.push(`${i}:${rows().length}`));
+      expect(await Promise.all([a, ...b])).toEqual(["a", "b1", "b2", "b3"]);
+      // a spent the turn's 10 ms: b1 runs (the floor), b2 and b3 wait for the next turn's budget.
+      expect(transactions).toHaveBeenCalledTimes(3);
+      expect(rows()).toEqual(["a", "b1", "b2", "b3"]);
+      expect(settled).toEqual(["0:1", "1:2", "2:4", "3:4"]);
+    });
+
+    it("close() commits everything queued on commits sharing a budget", async () => {
+      const clock = new FakeClock();
+      const bound = { budgetMs: 10, minUnits: 1, now: () => clock.now(), shared: new TurnBudget() };
+      const intake = new GroupCommit(database.db, 256, 0, 0, bound);
+      const attempts = new GroupCommit(database.db, 256, 0, 0, bound);
+      const queued = [intake.run(costly(clock, "a", 20)), attempts.run(costly(clock, "b", 20))];
+      intake.close();
+      attempts.close();
+      expect(await Promise.all(queued)).toEqual(["a", "b"]);
+      expect(rows()).toEqual(["a", "b"]);
     });
 
     it("a unit longer than the budget still runs, one a turn; a batch within it stays one commit", async () => {

@@ -28,6 +28,33 @@ export interface TurnBound {
   budgetMs?: number;
   minUnits?: number;
   now?: () => number;
+  /** The turn's budget shared with the store's other group commits (intake and attempts). */
+  shared?: TurnBudget;
+}
+
+/**
+ * One turn's budget shared by a store's group commits: the intake and the attempts commits could
+ * each flush 10 ms in the same turn (issue #38 item 7). A flush spends what it ran; what is left
+ * bounds the next flush of the same turn, which keeps its MIN_UNITS_PER_TURN floor and yields the
+ * rest. The spend resets at the next check phase (a setImmediate scheduled at first spend).
+ */
+export class TurnBudget {
+  private spentMs = 0;
+  private resetting = false;
+
+  left(budgetMs: number): number {
+    return budgetMs - this.spentMs;
+  }
+
+  spend(ms: number): void {
+    this.spentMs += ms;
+    if (this.resetting) return;
+    this.resetting = true;
+    setImmediate(() => {
+      this.spentMs = 0;
+      this.resetting = false;
+    });
+  }
 }
 
 /** A write queued after its store closed. */
@@ -89,7 +116,10 @@ export class GroupCommit {
     this.turnBudgetMs = bound.budgetMs ?? TURN_BUDGET_MS;
     this.minUnits = Math.max(1, bound.minUnits ?? MIN_UNITS_PER_TURN);
     this.now = bound.now ?? (() => performance.now());
+    this.shared = bound.shared;
   }
+
+  private readonly shared: TurnBudget | undefined;
 
   private readonly turnBudgetMs: number;
   private readonly minUnits: number;
@@ -210,6 +240,7 @@ export class GroupCommit {
     this.queue = [];
     if (queued.length === 0) return;
     const started = this.now();
+    if (this.shared) budgetMs = Math.min(budgetMs, this.shared.left(this.turnBudgetMs));
     let batch = queued;
     const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = [];
     const sqlite = (this.db as unknown as { $client: { inTransaction: boolean } }).$client;
@@ -237,11 +268,13 @@ export class GroupCommit {
         { behavior: "immediate" },
       );
     } catch (error) {
+      this.shared?.spend(this.now() - started);
       // The commit itself failed (disk full, I/O error): nothing in the batch is durable.
       for (const item of batch) item.reject(error);
       this.carryOver(queued.slice(batch.length));
       return;
     }
+    this.shared?.spend(this.now() - started);
     this.carryOver(queued.slice(batch.length));
     batch.forEach((item, i) => {
       const outcome = outcomes[i]!;

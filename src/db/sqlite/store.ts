@@ -20,7 +20,7 @@ import type {
 import type { NewTaskRow, TaskRow } from "../../store/rows.js";
 import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reservationsAround } from "./clients.js";
 import { insertPrepared as insertEventPrepared } from "./events.js";
-import { GroupCommit } from "./group-commit.js";
+import { GroupCommit, TurnBudget } from "./group-commit.js";
 import type { Database_, Db } from "./open.js";
 import {
   countByPhaseForClient,
@@ -121,9 +121,11 @@ export class SqliteStore implements Store, SqliteContext {
   ) {
     const db = database.db;
     // Creations arrive from many connections at once: a commit waits up to 2 turns for more (group-commit.ts).
-    this.intakeCommits = new GroupCommit(db, 256, INTAKE_FILL_TURNS);
+    // One turn budget for both: their flushes in one turn together run at most TURN_BUDGET_MS.
+    const turn = new TurnBudget();
+    this.intakeCommits = new GroupCommit(db, 256, INTAKE_FILL_TURNS, 0, { shared: turn });
     // Attempts' records: a commit waits up to RECORD_HOLD_MS for the records of attempts on the wire.
-    this.attemptCommits = new GroupCommit(db, 256, 0, RECORD_HOLD_MS);
+    this.attemptCommits = new GroupCommit(db, 256, 0, RECORD_HOLD_MS, { shared: turn });
 
     this.tasks = sqliteTasks(this);
 
