@@ -35,7 +35,7 @@ export function sqliteAccounts(s: SqliteContext): AccountStore {
     readsSince: async (account, since) => readsSince(db, account, since),
     // A minute of reads can be 100,000 rows: deleted a chunk per unit of the group commit, not in one turn.
     pruneReads: async (account, before) => {
-      await sweepInChunks(s.intakeCommits, Number.POSITIVE_INFINITY, PRUNE_CHUNK_READS, (_tx, rows) =>
+      await sweepInChunks(s.intakeCommits, "all", PRUNE_CHUNK_READS, (_tx, rows) =>
         pruneReads(s.database, account, before, rows),
       );
     },

@@ -1,3 +1,4 @@
+import { checkNumber } from "../../store/values.js";
 import type { Db } from "./open.js";
 import type { Tx } from "./tx.js";
 
@@ -301,17 +302,20 @@ export class GroupCommit {
 /**
  * A sweep over many rows as units of `commits`, at most `chunk` rows a unit, until a unit does
  * fewer than it was given or `limit` rows are done. Each unit commits in a turn of its own (the
- * next is queued only once it settles), so no turn deletes thousands of rows at once.
+ * next is queued only once it settles), so no turn deletes thousands of rows at once. A caller's
+ * `limit` is checked as the row limit it stands for (the store's value rules: a non-integer is
+ * refused as on PostgreSQL, where it is bound); "all" is the sweep's own "no limit".
  */
 export async function sweepInChunks(
   commits: Pick<GroupCommit, "run">,
-  limit: number,
+  limit: number | "all",
   chunk: number,
   unit: (tx: Tx, rows: number) => number,
 ): Promise<number> {
+  const max = limit === "all" ? Number.POSITIVE_INFINITY : checkNumber(limit, "limit");
   let done = 0;
-  while (done < limit) {
-    const rows = Math.min(chunk, limit - done);
+  while (done < max) {
+    const rows = Math.min(chunk, max - done);
     const swept = await commits.run((tx) => unit(tx, rows));
     done += swept;
     if (swept < rows) break;
