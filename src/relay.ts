@@ -2,7 +2,7 @@ import type { Clock } from "./clock.js";
 import type { Config } from "./config.js";
 import type { Store } from "./store/store.js";
 import { deliveryKey } from "./store/delivery-key.js";
-import { sealPlainSecrets } from "./services/clients.js";
+import { ApiKeyCache, sealPlainSecrets } from "./services/clients.js";
 import { destinationHost } from "./webhooks/destination.js";
 import { createApp } from "./http/app.js";
 import { serverWithDirectCreations } from "./http/direct-creations.js";
@@ -272,9 +272,12 @@ export class Relay {
     this.dispatcher.onSettled = () => nudges.dispatcher();
     this.notifier.onSettled = () => this.loopsByName.notifier.nudge();
     const deliveries = new DeliveryService(this.deps, this.dispatcher);
-    this.createServer = serverWithDirectCreations({ ...this.deps, metrics });
+    // One key cache for both ways in: a creation's key is looked up once, whichever path answers it.
+    const apiKeys = new ApiKeyCache(this.deps);
+    this.createServer = serverWithDirectCreations({ ...this.deps, metrics, apiKeys });
     this.app = createApp({
       ...this.deps,
+      apiKeys,
       catalog: this.catalog,
       readiness: { check: () => this.problems() },
       deliveries,

@@ -1,5 +1,6 @@
 import { OpenAPIHono, z } from "@hono/zod-openapi";
 import type { CatalogCache } from "../services/catalog.js";
+import type { ApiKeyCache } from "../services/clients.js";
 import type { ServiceDeps } from "../services/deps.js";
 import type { DeliveryService } from "../services/deliveries.js";
 import type { Metrics } from "../metrics.js";
@@ -47,6 +48,8 @@ export interface AppDeps extends ServiceDeps {
   deliveries: DeliveryService;
   metrics?: Metrics;
   hostHealth?: HostHealth;
+  /** The process's API key cache, shared with the direct creation path (a new one when not given). */
+  apiKeys?: ApiKeyCache;
 }
 
 /**

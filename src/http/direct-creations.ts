@@ -11,10 +11,13 @@ import type { ServiceDeps } from "../services/deps.js";
 import { createTask } from "../services/intake.js";
 import { viewOf } from "../services/tasks.js";
 import { telemetry } from "../telemetry/index.js";
-import { type PiecedJsonText, stringifyInParts } from "../upstream/json-text.js";
+import { type PiecedJsonText, stringifyInParts, textOfParts } from "../upstream/json-text.js";
 import type { Metrics } from "../metrics.js";
 import { BEARER, MAX_BODY_BYTES, MAX_JSON_DEPTH, nestingDepth, newRequestId, requestRecorder } from "./middleware.js";
 import { absoluteUrl, creationSchemas } from "./routes/generations.js";
+
+/** What the direct path takes: the services, the app's metrics and its API key cache (the app's own, when given). */
+type DirectDeps = ServiceDeps & { metrics?: Metrics | undefined; apiKeys?: ApiKeyCache | undefined };
 
 /** The creation routes this path serves, by their exact request target (a query string goes to the app). */
 const ROUTES: Record<string, "image" | "video"> = {
@@ -40,11 +43,8 @@ const PLAIN_HOST = /^[a-z0-9._-]+(?::(?:[1-5]\d{3,4}|[6-9]\d{3}))?$/;
  * Content-Type and Content-Length (Genrelay-Sandbox in sandbox mode), its request line and metrics
  * (test/integration/direct-creations.test.ts compares the two paths).
  */
-export function directCreations(
-  deps: ServiceDeps & { metrics?: Metrics | undefined },
-  app: RequestListener,
-): RequestListener {
-  const keys = new ApiKeyCache(deps);
+export function directCreations(deps: DirectDeps, app: RequestListener): RequestListener {
+  const keys = deps.apiKeys ?? new ApiKeyCache(deps);
   const record = requestRecorder(deps.logger, deps.metrics);
   const sandbox = !deps.config.upstreamBaseUrl;
   const schemas = { image: creationSchemas("image"), video: creationSchemas("video") };
@@ -145,10 +145,8 @@ async function writeAnswer(res: ServerResponse, status: number, parts: Array<str
     return;
   }
   res.writeHead(status, { "Content-Type": "application/json" });
-  for (const part of parts) {
-    for await (const piece of typeof part === "string" ? [part] : part.pieces()) {
-      if (piece.length > 0 && !res.write(piece)) await new Promise((resolve) => res.once("drain", resolve));
-    }
+  for await (const text of textOfParts(parts)) {
+    if (!res.write(text)) await new Promise((resolve) => res.once("drain", resolve));
   }
   res.end();
 }
@@ -157,7 +155,7 @@ async function writeAnswer(res: ServerResponse, status: number, parts: Array<str
  * @hono/node-server's `createServer` option: node:http's server, with the creation routes answered
  * on the direct path before the app's listener (main.ts, and the tests' served relays).
  */
-export function serverWithDirectCreations(deps: ServiceDeps & { metrics?: Metrics | undefined }): typeof createServer {
+export function serverWithDirectCreations(deps: DirectDeps): typeof createServer {
   return ((options: ServerOptions, app: RequestListener) =>
     createServer(options, directCreations(deps, app))) as typeof createServer;
 }

@@ -1,7 +1,7 @@
 import type { Context, TypedResponse } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { JSONParsed, JSONValue } from "hono/utils/types";
-import { type PiecedJsonText, stringifyInParts } from "../upstream/json-text.js";
+import { type PiecedJsonText, stringifyInParts, textOfParts } from "../upstream/json-text.js";
 
 /**
  * `c.json(value, status)` for answers that carry stored JSON (a task's output as a JsonText): the
@@ -28,13 +28,7 @@ export function jsonAnswer<T extends JSONValue | object, S extends ContentfulSta
 function streamOf(parts: Array<string | PiecedJsonText>): ReadableStream<Uint8Array> {
   const encoder = new TextEncoder();
   async function* chunks(): AsyncGenerator<Uint8Array> {
-    for (const part of parts) {
-      if (typeof part === "string") {
-        if (part.length > 0) yield encoder.encode(part);
-      } else {
-        for await (const piece of part.pieces()) yield encoder.encode(piece);
-      }
-    }
+    for await (const text of textOfParts(parts)) yield encoder.encode(text);
   }
   const iterator = chunks();
   return new ReadableStream<Uint8Array>({

@@ -174,8 +174,8 @@ export function gated(checks: readonly Gate[], last: MiddlewareHandler<AppEnv>):
 export const BEARER = /^Bearer\s+(\S+)\s*$/i;
 
 /** The API key's active client, from this process's key cache (services/clients.ts: ApiKeyCache). */
-export function bearerAuth(deps: Pick<ServiceDeps, "store" | "clock">): Gate {
-  const keys = new ApiKeyCache(deps);
+export function bearerAuth(deps: Pick<ServiceDeps, "store" | "clock"> & { apiKeys?: ApiKeyCache | undefined }): Gate {
+  const keys = deps.apiKeys ?? new ApiKeyCache(deps);
   return async (c) => {
     const match = BEARER.exec(c.req.header("authorization") ?? "");
     const client = match ? await keys.authenticate(match[1]!) : null;

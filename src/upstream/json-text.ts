@@ -151,3 +151,10 @@ export function stringifyInParts(value: unknown): Array<string | PiecedJsonText>
   parts.push(text + json.slice(from));
   return parts;
 }
+
+/** The text of stringifyInParts' parts in order, empty texts left out: each piece as it is read. */
+export async function* textOfParts(parts: ReadonlyArray<string | PiecedJsonText>): AsyncGenerator<string> {
+  for (const part of parts) {
+    for await (const text of typeof part === "string" ? [part] : part.pieces()) if (text.length > 0) yield text;
+  }
+}
