@@ -1,3 +1,4 @@
+import { LRUCache } from "lru-cache";
 import { raceSignal, startDeadline } from "../net/deadline.js";
 import type { SendResult } from "../webhooks/sender.js";
 import { BrokerAddressBlocked, type BrokerGuardOptions, brokerResolver } from "./broker-address.js";
@@ -34,7 +35,7 @@ export abstract class BrokerClient<C> {
   protected readonly resolve: (hostname: string) => Promise<string>;
   protected readonly connectTimeoutMs: number;
   /** Parsed endpoint URLs and the broker each names: parsed once per URL, not once per publish. */
-  private readonly addresses = new Map<string, BrokerAddress>();
+  private readonly addresses = new LRUCache<string, BrokerAddress>({ max: ADDRESSES_KEPT });
 
   constructor(opts: QueueClientOptions, close: (conn: C) => unknown) {
     this.resolve = brokerResolver(opts);
@@ -54,12 +55,11 @@ export abstract class BrokerClient<C> {
   /**
    * An endpoint URL parsed, with `describe`'s name of its broker (`RabbitMQ at host:port`), kept
    * per URL: a publish reads them, and a stream of publishes goes to a handful of URLs. Bounded:
-   * emptied when it reaches ADDRESSES_KEPT URLs. The URL is shared: read it, never change it.
+   * the last ADDRESSES_KEPT URLs used. The URL is shared: read it, never change it.
    */
   protected address(raw: string, describe: (url: URL) => string): BrokerAddress {
     let known = this.addresses.get(raw);
     if (known === undefined) {
-      if (this.addresses.size >= ADDRESSES_KEPT) this.addresses.clear();
       const url = new URL(raw);
       known = { url, broker: describe(url) };
       this.addresses.set(raw, known);

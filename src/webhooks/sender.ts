@@ -1,4 +1,5 @@
 import { StringDecoder } from "node:string_decoder";
+import { LRUCache } from "lru-cache";
 import { Agent } from "undici";
 import { parseRetryAfter } from "./schedule.js";
 import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../net/address-guard.js";
@@ -95,7 +96,7 @@ export class WebhookSender {
   private readonly allowPrivateNetworks: boolean;
   private readonly now: () => number;
   private readonly inFlight = new Set<Promise<SendResult>>();
-  private readonly targets = new Map<string, RequestTarget>();
+  private readonly targets = new LRUCache<string, RequestTarget>({ max: TARGETS_KEPT });
   private closing: Promise<void> | null = null;
 
   constructor(opts: SenderOptions) {
@@ -194,12 +195,11 @@ export class WebhookSender {
 
   /**
    * The origin and path of a checked URL: parsed once per URL, not once per attempt (a receiver
-   * gets thousands of attempts at one URL). Bounded: emptied when it reaches TARGETS_KEPT URLs.
+   * gets thousands of attempts at one URL). Bounded: the last TARGETS_KEPT URLs used.
    */
   private target(url: string): RequestTarget {
     let target = this.targets.get(url);
     if (target === undefined) {
-      if (this.targets.size >= TARGETS_KEPT) this.targets.clear();
       const parsed = new URL(url);
       target = { origin: parsed.origin, path: `${parsed.pathname}${parsed.search}` };
       this.targets.set(url, target);
