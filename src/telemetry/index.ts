@@ -42,7 +42,11 @@ export interface OutgoingSpec {
   kind: "client" | "producer";
   /** The task's trace (the span's parent); null for calls made for no task. */
   parent: TraceContext | null;
-  attributes: Record<string, string | number>;
+  /**
+   * The span's attributes known before the call, built only when a span is made: with tracing off
+   * no one reads them, and they cost URL parses on every upstream read and delivery attempt.
+   */
+  attributes: () => Record<string, string | number>;
 }
 
 /** What a call says about itself once it knows (semantic-convention attributes, links to other tasks' traces). */

@@ -64,7 +64,7 @@ export function sdkTelemetry(opts: SdkOptions = {}): Telemetry {
     outgoing: (spec, call) => {
       const parent = spec.parent ? remoteContext(spec.parent) : context.active();
       const kind = spec.kind === "producer" ? SpanKind.PRODUCER : SpanKind.CLIENT;
-      const span = tracer.startSpan(spec.name, { kind, attributes: spec.attributes }, parent);
+      const span = tracer.startSpan(spec.name, { kind, attributes: spec.attributes() }, parent);
       const sc = span.spanContext();
       const headers: TraceHeaders = { traceparent: traceparentOf(sc) };
       const state = sc.traceState?.serialize();

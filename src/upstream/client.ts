@@ -218,7 +218,7 @@ export class UpstreamClient {
         name: `${spec.method} ${spec.route}`,
         kind: "client",
         parent: spec.trace ?? null,
-        attributes: httpClientAttributes(spec.method, `${this.baseUrl}${spec.path}`),
+        attributes: () => httpClientAttributes(spec.method, `${this.baseUrl}${spec.path}`),
       },
       async (trace, span) => read(await this.request(spec, trace, span), span),
     );

@@ -172,7 +172,7 @@ describe("tracing on: spans", () => {
     const logger = createLogger("info", sink);
     logger.info("outside");
     let ids: Record<string, string> = {};
-    await tracing.outgoing({ name: "op", kind: "client", parent: null, attributes: {} }, async () => {
+    await tracing.outgoing({ name: "op", kind: "client", parent: null, attributes: () => ({}) }, async () => {
       ids = tracing.logFields();
       logger.info("inside");
     });

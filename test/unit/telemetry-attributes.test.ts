@@ -2,6 +2,7 @@ import * as stable from "@opentelemetry/semantic-conventions";
 import * as incubating from "@opentelemetry/semantic-conventions/incubating";
 import { describe, expect, it } from "vitest";
 import { ATTR, httpClientAttributes, serverOf, urlWithoutQuery } from "../../src/telemetry/attributes.js";
+import { noTelemetry } from "../../src/telemetry/index.js";
 
 /**
  * src/telemetry/attributes.ts spells the semantic-convention names itself (so that tracing off never
@@ -40,5 +41,23 @@ describe("span attribute names", () => {
       "server.address": "h.example",
       "server.port": 80,
     });
+  });
+});
+
+describe("an outgoing call's attributes with tracing off", () => {
+  it("are never built: no span reads them", async () => {
+    let built = 0;
+    const spec = {
+      name: "GET /x",
+      kind: "client" as const,
+      parent: null,
+      attributes: () => {
+        built++;
+        return httpClientAttributes("GET", "https://api.example.com/x");
+      },
+    };
+    const headers = await noTelemetry.outgoing(spec, async (h) => h);
+    expect(headers.traceparent).toBeUndefined();
+    expect(built).toBe(0);
   });
 });

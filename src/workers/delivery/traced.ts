@@ -31,8 +31,7 @@ export function tracedSend(
       name: http ? "POST" : `publish ${message.type}`,
       kind: http ? "client" : "producer",
       parent: attempt.trace,
-      // Only a span reads them: with tracing off they would cost two URL parses an attempt for nothing.
-      attributes: tracing.on ? spanAttributes(message, http, attempt.resendCount) : NO_ATTRIBUTES,
+      attributes: () => spanAttributes(message, http, attempt.resendCount),
     },
     async (headers, span) => {
       const outcome = await destinations.send({ ...message, ...headers }, deadline);
@@ -45,8 +44,6 @@ export function tracedSend(
     },
   );
 }
-
-const NO_ATTRIBUTES: Readonly<Record<string, string | number>> = Object.freeze({});
 
 /** The attempt span's attributes known before it is sent (semantic conventions for HTTP clients or messaging producers). */
 function spanAttributes(
