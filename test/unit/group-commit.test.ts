@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { GroupCommit, StoreClosedError, TurnBudget } from "../../src/db/sqlite/group-commit.js";
+import { type Gatherer, GroupCommit, StoreClosedError, TurnBudget } from "../../src/db/sqlite/group-commit.js";
 import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 
@@ -174,6 +174,83 @@ describe("GroupCommit", () => {
     await expect(fatal).rejects.toThrow();
     await expect(later).rejects.toThrow();
     expect(count()).toBe(0);
+  });
+
+  describe("gathered: what a transaction's units add up is written once, before its COMMIT", () => {
+    /** Each unit adds its value to the transaction's tally; the seal writes the sum as one row. */
+    const sums: Gatherer<{ sum: string[] }> = {
+      open: () => ({ sum: [] }),
+      seal: (tx, tally) => void tx.run(sql`INSERT INTO items (v) VALUES (${`sum:${tally.sum.join("+")}`})`),
+    };
+    const rows = () => database.sqlite.prepare("SELECT v FROM items ORDER BY rowid").pluck().all();
+
+    it("units of one transaction share one tally, sealed once inside the transaction after the last unit", async () => {
+      const commits = new GroupCommit(database.db);
+      const transactions = vi.spyOn(database.db, "transaction");
+      const units = ["a", "b", "c"].map((v) =>
+        commits.runAtomic((tx) => {
+          tx.run(sql`INSERT INTO items (v) VALUES (${v})`);
+          commits.gathered(sums).sum.push(v);
+          return v;
+        }),
+      );
+      expect(await Promise.all(units)).toEqual(["a", "b", "c"]);
+      expect(rows()).toEqual(["a", "b", "c", "sum:a+b+c"]);
+      expect(transactions).toHaveBeenCalledTimes(1);
+      // Outside a unit there is no open transaction to gather into.
+      expect(() => commits.gathered(sums)).toThrow("GroupCommit.gathered: called outside a unit of this commit");
+    });
+
+    it("a flush cut by its budget seals each part in its own commit", async () => {
+      const clock = new FakeClock();
+      const commits = new GroupCommit(database.db, 256, 0, 0, { budgetMs: 10, minUnits: 1, now: () => clock.now() });
+      const units = ["a", "b", "c"].map((v) =>
+        commits.run((tx) => {
+          tx.run(sql`INSERT INTO items (v) VALUES (${v})`);
+          commits.gathered(sums).sum.push(v);
+          clock.advance(6);
+          return v;
+        }),
+      );
+      expect(await Promise.all(units)).toEqual(["a", "b", "c"]);
+      expect(rows()).toEqual(["a", "b", "sum:a+b", "c", "sum:c"]);
+    });
+
+    it("a transaction that fails drops its tally: the next one starts afresh", async () => {
+      const commits = new GroupCommit(database.db);
+      const first = commits.run((tx) => {
+        tx.run(sql`INSERT INTO items (v) VALUES ('lost')`);
+        commits.gathered(sums).sum.push("lost");
+      });
+      const fatal = commits.run(() => {
+        database.sqlite.exec("ROLLBACK");
+        throw new Error("disk I/O error");
+      });
+      await expect(first).rejects.toThrow();
+      await expect(fatal).rejects.toThrow();
+      const next = commits.run((tx) => {
+        tx.run(sql`INSERT INTO items (v) VALUES ('kept')`);
+        commits.gathered(sums).sum.push("kept");
+      });
+      await next;
+      expect(rows()).toEqual(["kept", "sum:kept"]);
+    });
+
+    it("a seal that throws fails the whole batch: nothing of it is committed", async () => {
+      const commits = new GroupCommit(database.db);
+      const failing: Gatherer<null> = {
+        open: () => null,
+        seal: () => {
+          throw new Error("seal failed");
+        },
+      };
+      const unit = commits.run((tx) => {
+        tx.run(sql`INSERT INTO items (v) VALUES ('a')`);
+        commits.gathered(failing);
+      });
+      await expect(unit).rejects.toThrow("seal failed");
+      expect(rows()).toEqual([]);
+    });
   });
 
   describe("the work of one turn is bounded (issue #38 item 7)", () => {

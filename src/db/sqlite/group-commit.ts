@@ -58,6 +58,16 @@ export class TurnBudget {
   }
 }
 
+/**
+ * What the units of one transaction add up and write once, before its COMMIT (GroupCommit.gathered):
+ * `open` makes the transaction's tally at the first unit that asks, `seal` writes it after the
+ * transaction's last unit (intake's stored bytes: one upsert per client per commit, not per row).
+ */
+export interface Gatherer<T> {
+  open(): T;
+  seal(tx: Tx, tally: T): void;
+}
+
 /** A write queued after its store closed. */
 export class StoreClosedError extends Error {
   override readonly name = "StoreClosedError";
@@ -90,6 +100,8 @@ export class GroupCommit {
   private holdTimer: NodeJS.Timeout | null = null;
   /** Work that joins the open batch as it closes (beforeCommit). */
   private closing: Array<() => void> = [];
+  /** The open transaction's tallies (gathered()), null outside a flush's transaction. */
+  private tallies: Map<Gatherer<unknown>, unknown> | null = null;
 
   /**
    * `fillTurns`: a batch waits up to this many more turns of the event loop while rows keep arriving
@@ -157,6 +169,21 @@ export class GroupCommit {
     if (!this.scheduled) return false;
     this.closing.push(join);
     return true;
+  }
+
+  /**
+   * From inside a unit: the open transaction's tally of `gatherer`, opened at the first unit that
+   * asks; its seal runs once after the transaction's last unit and before its COMMIT, so what it
+   * writes commits with the units (a flush cut by its budget seals the part it ran). A transaction
+   * that fails drops its tallies unsealed, as it drops the units' writes.
+   */
+  gathered<T>(gatherer: Gatherer<T>): T {
+    const tallies = this.tallies;
+    if (!tallies) throw new Error("GroupCommit.gathered: called outside a unit of this commit");
+    if (tallies.has(gatherer)) return tallies.get(gatherer) as T;
+    const tally = gatherer.open();
+    tallies.set(gatherer, tally);
+    return tally;
   }
 
   run<T>(work: (tx: Tx) => T): Promise<T> {
@@ -250,6 +277,8 @@ export class GroupCommit {
       // when a read-first transaction must upgrade while another process writes.
       this.db.transaction(
         (tx) => {
+          const tallies = new Map<Gatherer<unknown>, unknown>();
+          this.tallies = tallies;
           for (const [i, item] of queued.entries()) {
             if (i >= this.minUnits && this.now() - started >= budgetMs) {
               batch = queued.slice(0, i);
@@ -265,10 +294,13 @@ export class GroupCommit {
             }
           }
           if (!sqlite.inTransaction) throw new Error("transaction ended early");
+          this.tallies = null;
+          for (const [gatherer, tally] of tallies) gatherer.seal(tx, tally);
         },
         { behavior: "immediate" },
       );
     } catch (error) {
+      this.tallies = null;
       this.shared?.spend(this.now() - started);
       // The commit itself failed (disk full, I/O error): nothing in the batch is durable.
       for (const item of batch) item.reject(error);
