@@ -1,5 +1,5 @@
 import { LRUCache } from "lru-cache";
-import { raceSignal, startDeadline } from "../net/deadline.js";
+import { Cancel, DeadlineError, DeadlineTimer } from "../net/deadline.js";
 import type { SendResult } from "../webhooks/sender.js";
 import { BrokerAddressBlocked, type BrokerGuardOptions, brokerResolver } from "./broker-address.js";
 import { ConnectionCache } from "./connections.js";
@@ -20,8 +20,8 @@ export interface Publish<C> {
   broker: string;
   timeoutMs: number;
   open: (signal: AbortSignal) => Promise<C>;
-  /** Sends and resolves with the broker's confirmation, as the attempt log shows it. */
-  send: (conn: C, signal: AbortSignal) => Promise<string>;
+  /** Sends and resolves with the broker's confirmation, as the attempt log shows it; `cancel` aborts at the deadline. */
+  send: (conn: C, cancel: Cancel) => Promise<string>;
 }
 
 /**
@@ -36,6 +36,8 @@ export abstract class BrokerClient<C> {
   protected readonly connectTimeoutMs: number;
   /** Parsed endpoint URLs and the broker each names: parsed once per URL, not once per publish. */
   private readonly addresses = new LRUCache<string, BrokerAddress>({ max: ADDRESSES_KEPT });
+  /** Every publish's deadline, on one timer. */
+  private readonly deadlines = new DeadlineTimer();
 
   constructor(opts: QueueClientOptions, close: (conn: C) => unknown) {
     this.resolve = brokerResolver(opts);
@@ -69,20 +71,26 @@ export abstract class BrokerClient<C> {
 
   protected async publishWith(p: Publish<C>): Promise<SendResult> {
     const startedAt = Date.now();
-    const deadline = startDeadline(p.timeoutMs, { what: `publishing to ${p.broker}` });
+    const expired = () =>
+      new DeadlineError(`publishing to ${p.broker} took longer than its deadline of ${p.timeoutMs} ms`, "total");
     try {
+      // The connect has its own deadline, never past the publish's; the send gets what is left.
+      // A send that misses it rejects here, so `use` drops the connection (a stalled broker's).
       const answer = await this.connections.use(
         p.key,
         p.broker,
         Math.min(this.connectTimeoutMs, p.timeoutMs),
         p.open,
-        (conn) => raceSignal(p.send(conn, deadline.signal), deadline.signal),
+        (conn) => {
+          const cancel = new Cancel();
+          return this.deadlines.race(p.timeoutMs - (Date.now() - startedAt), expired, cancel, () =>
+            p.send(conn, cancel),
+          );
+        },
       );
       return confirmed(startedAt, Date.now(), answer);
     } catch (err) {
       return publishFailed(startedAt, Date.now(), err, err instanceof BrokerAddressBlocked);
-    } finally {
-      deadline.dispose();
     }
   }
 }

@@ -47,7 +47,7 @@ export class SqsDestination extends BrokerClient<SQSClient> {
         await this.resolve(origin.hostname);
         return this.client(target, origin);
       },
-      send: (client, signal) => this.send(client, target, message, signal),
+      send: (client, cancel) => this.send(client, target, message, cancel.signal),
     });
   }
 

@@ -1,3 +1,4 @@
+import { EventEmitter } from "node:events";
 import { Transform, type TransformCallback } from "node:stream";
 
 /**
@@ -287,5 +288,130 @@ export class RateGuard extends Transform {
   /** The reader is holding things up: what the writer sent waits for it. */
   private dataWaits(): boolean {
     return this.readableLength > 0 || this.writableLength > 0;
+  }
+}
+
+/**
+ * A cancel signal for one call, as undici takes one (an EventEmitter with `aborted` and `reason`):
+ * a fraction of an AbortController's cost, which matters on a path that makes one per attempt. A
+ * library that wants a real AbortSignal gets one from `signal`, made only when asked for.
+ */
+export class Cancel extends EventEmitter {
+  aborted = false;
+  reason: unknown = undefined;
+  private controller: AbortController | null = null;
+
+  /** An AbortSignal that aborts with this (made on first use). */
+  get signal(): AbortSignal {
+    if (this.controller === null) {
+      this.controller = new AbortController();
+      if (this.aborted) this.controller.abort(this.reason);
+    }
+    return this.controller.signal;
+  }
+
+  abort(reason: unknown): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.reason = reason;
+    this.controller?.abort(reason);
+    this.emit("abort");
+  }
+}
+
+/** One call's place on a DeadlineTimer: `cancel` when the call is over. */
+export interface PendingDeadline {
+  /** When it expires (the timers' clock, ms). */
+  readonly at: number;
+  cancel(): void;
+}
+
+class Pending implements PendingDeadline {
+  constructor(
+    readonly at: number,
+    readonly expire: () => void,
+    private readonly owner: Set<Pending>,
+  ) {}
+
+  cancel(): void {
+    this.owner.delete(this);
+  }
+}
+
+/**
+ * The deadlines of many concurrent calls on ONE timer (a sender's, a broker client's), armed for the
+ * earliest of them: starting and ending a call's deadline is a set insert and delete, not a timer and
+ * an AbortController of its own (about 7 µs a call, most of the per-attempt cost around a send).
+ * When the timer fires, every deadline passed by then expires, never one before its time, and the
+ * timer is armed again for the earliest left; with none left, no timer runs. With one timeout for
+ * all (the common case) each new deadline is later than the armed one, so the timer is left alone.
+ */
+export class DeadlineTimer {
+  private readonly pending = new Set<Pending>();
+  private handle: unknown = null;
+  private armedFor = Number.POSITIVE_INFINITY;
+
+  constructor(private readonly timers: Timers = systemTimers) {}
+
+  /** Deadlines not yet passed nor cancelled. */
+  get size(): number {
+    return this.pending.size;
+  }
+
+  /** `expire` runs once `ms` have passed, unless the deadline is cancelled first. */
+  start(ms: number, expire: () => void): PendingDeadline {
+    const entry = new Pending(this.timers.now() + Math.max(0, ms), expire, this.pending);
+    this.pending.add(entry);
+    if (entry.at < this.armedFor) this.arm(entry.at);
+    return entry;
+  }
+
+  /**
+   * Starts `work` under a deadline of `ms`: settles like it, or rejects with `expired()` once `ms`
+   * have passed (aborting `cancel` with it first, so the call lets go of what it holds). Work that
+   * fails at or past its deadline failed of it (a library's own timeout of the same length, say),
+   * so that too is `expired()`. Work that ends after its deadline is ignored.
+   */
+  race<T>(ms: number, expired: () => Error, cancel: Cancel | null, work: () => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const expire = () => {
+        const err = expired();
+        cancel?.abort(err);
+        reject(err);
+      };
+      const deadline = this.start(ms, expire);
+      work().then(
+        (value) => {
+          deadline.cancel();
+          resolve(value);
+        },
+        (err: unknown) => {
+          deadline.cancel();
+          if (this.timers.now() >= deadline.at) expire();
+          else reject(err);
+        },
+      );
+    });
+  }
+
+  private arm(at: number): void {
+    if (this.handle !== null) this.timers.clearTimeout(this.handle);
+    this.armedFor = at;
+    this.handle = this.timers.setTimeout(() => this.fire(), Math.max(0, at - this.timers.now()));
+  }
+
+  private fire(): void {
+    this.handle = null;
+    this.armedFor = Number.POSITIVE_INFINITY;
+    const now = this.timers.now();
+    const due: Pending[] = [];
+    let next = Number.POSITIVE_INFINITY;
+    for (const entry of this.pending) {
+      if (entry.at <= now) due.push(entry);
+      else if (entry.at < next) next = entry.at;
+    }
+    for (const entry of due) this.pending.delete(entry);
+    if (next < this.armedFor) this.arm(next);
+    for (const entry of due) entry.expire();
   }
 }

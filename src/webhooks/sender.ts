@@ -3,6 +3,7 @@ import { LRUCache } from "lru-cache";
 import { Agent } from "undici";
 import { parseRetryAfter } from "./schedule.js";
 import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../net/address-guard.js";
+import { Cancel, DeadlineTimer } from "../net/deadline.js";
 
 export interface SendRequest {
   url: string;
@@ -97,6 +98,8 @@ export class WebhookSender {
   private readonly now: () => number;
   private readonly inFlight = new Set<Promise<SendResult>>();
   private readonly targets = new LRUCache<string, RequestTarget>({ max: TARGETS_KEPT });
+  /** Every attempt's deadline, on one timer. */
+  private readonly deadlines = new DeadlineTimer();
   private closing: Promise<void> | null = null;
 
   constructor(opts: SenderOptions) {
@@ -150,24 +153,20 @@ export class WebhookSender {
     if (!checked.ok) return result({ blocked: true, error: `blocked: ${checked.reason}` });
 
     const progress: Progress = { statusCode: null, retryAfter: null, delivery: null, responseBody: null };
-    const controller = new AbortController();
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => {
-          const err = new AttemptTimeout(req.timeoutMs);
-          controller.abort(err);
-          reject(err);
-        },
-        Math.max(0, req.timeoutMs),
-      );
-    });
-    const exchange = this.agents.use(req.tenant ?? "", (agent) =>
-      this.exchange(agent, this.target(checked.url), req, controller.signal, progress),
-    );
-    exchange.catch(() => {}); // when the timeout wins, the aborted exchange rejects later; nobody awaits it
+    // The sender's one deadline timer, not a timer, AbortController and Promise.race per attempt.
+    // The race is still needed: undici only aborts a request once it is on a socket, so an attempt
+    // still connecting (a stalled lookup, a black-holed SYN) would otherwise outlive its deadline.
+    const cancel = new Cancel();
     try {
-      await Promise.race([exchange, timeout]);
+      await this.deadlines.race(
+        req.timeoutMs,
+        () => new AttemptTimeout(req.timeoutMs),
+        cancel,
+        () =>
+          this.agents.use(req.tenant ?? "", (agent) =>
+            this.exchange(agent, this.target(checked.url), req, cancel, progress),
+          ),
+      );
     } catch (err) {
       const { message, blocked } = describeError(err, req.timeoutMs);
       return result({
@@ -178,8 +177,6 @@ export class WebhookSender {
         retryAfterMs: parseRetryAfter(progress.retryAfter, this.now()),
         gone: endedByReceiver(progress.statusCode, progress.delivery),
       });
-    } finally {
-      clearTimeout(timer);
     }
 
     const status = progress.statusCode ?? 0;
@@ -211,7 +208,7 @@ export class WebhookSender {
     agent: Agent,
     url: RequestTarget,
     req: SendRequest,
-    signal: AbortSignal,
+    cancel: Cancel,
     progress: Progress,
   ): Promise<void> {
     const response = await agent.request({
@@ -220,7 +217,7 @@ export class WebhookSender {
       method: "POST",
       headers: req.headers,
       body: req.body,
-      signal,
+      signal: cancel,
       // Backstops only: the race with the attempt timer is what bounds the attempt.
       headersTimeout: Math.max(1, req.timeoutMs),
       bodyTimeout: Math.max(1, req.timeoutMs),

@@ -1,6 +1,15 @@
 import { PassThrough, Readable, Writable } from "node:stream";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { DeadlineError, RateGuard, RateWatch, deadlineIn, raceSignal, startDeadline } from "../../src/net/deadline.js";
+import {
+  Cancel,
+  DeadlineError,
+  DeadlineTimer,
+  RateGuard,
+  RateWatch,
+  deadlineIn,
+  raceSignal,
+  startDeadline,
+} from "../../src/net/deadline.js";
 
 /** The deadline unit (docs/contract.md, "Deadlines everywhere"), on fake timers: nothing here waits for real time. */
 beforeEach(() => {
@@ -297,5 +306,94 @@ describe("RateGuard", () => {
     expect(Buffer.concat(chunks).toString()).toBe("hello");
     await vi.advanceTimersByTimeAsync(0);
     expect(vi.getTimerCount()).toBe(0);
+  });
+});
+
+describe("DeadlineTimer: many calls' deadlines on one timer", () => {
+  const late = () => new DeadlineError("the call took longer than its deadline of 1000 ms", "total");
+
+  it("expires each deadline at its time, not a moment before, on one timer however many are pending", () => {
+    const timer = new DeadlineTimer();
+    const expired: string[] = [];
+    timer.start(1_000, () => expired.push("a"));
+    vi.advanceTimersByTime(300);
+    timer.start(1_000, () => expired.push("b"));
+    timer.start(1_000, () => expired.push("c"));
+    expect(vi.getTimerCount()).toBe(1);
+    vi.advanceTimersByTime(699);
+    expect(expired).toEqual([]);
+    vi.advanceTimersByTime(1);
+    expect(expired).toEqual(["a"]);
+    vi.advanceTimersByTime(299);
+    expect(expired).toEqual(["a"]);
+    vi.advanceTimersByTime(1);
+    expect(expired).toEqual(["a", "b", "c"]);
+    expect(timer.size).toBe(0);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it("an earlier deadline started after a later one still expires at its own time", () => {
+    const timer = new DeadlineTimer();
+    const expired: string[] = [];
+    timer.start(5_000, () => expired.push("long"));
+    timer.start(1_000, () => expired.push("short"));
+    vi.advanceTimersByTime(1_000);
+    expect(expired).toEqual(["short"]);
+    vi.advanceTimersByTime(4_000);
+    expect(expired).toEqual(["short", "long"]);
+  });
+
+  it("a cancelled deadline never expires, and with none pending no timer is left armed once it fires", () => {
+    const timer = new DeadlineTimer();
+    const expired: string[] = [];
+    timer.start(1_000, () => expired.push("a")).cancel();
+    expect(timer.size).toBe(0);
+    vi.advanceTimersByTime(5_000);
+    expect(expired).toEqual([]);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it("race: settles like the work when it ends in time, and leaves nothing pending", async () => {
+    const timer = new DeadlineTimer();
+    await expect(timer.race(1_000, late, null, () => Promise.resolve("done"))).resolves.toBe("done");
+    await expect(timer.race(1_000, late, null, () => Promise.reject(new Error("refused")))).rejects.toThrow("refused");
+    expect(timer.size).toBe(0);
+  });
+
+  it("race: work that stalls rejects at the deadline with the error, and its Cancel (and AbortSignal) abort with it", async () => {
+    const timer = new DeadlineTimer();
+    const cancel = new Cancel();
+    const heard: unknown[] = [];
+    cancel.once("abort", () => heard.push(cancel.reason));
+    const raced = timer.race(1_000, late, cancel, () => new Promise<never>(() => {}));
+    const outcome = raced.then(
+      () => "resolved",
+      (err: unknown) => err,
+    );
+    vi.advanceTimersByTime(999);
+    expect(cancel.aborted).toBe(false);
+    vi.advanceTimersByTime(1);
+    const err = await outcome;
+    expect(err).toBeInstanceOf(DeadlineError);
+    expect(err).toMatchObject({ kind: "total", message: "the call took longer than its deadline of 1000 ms" });
+    expect(cancel.aborted).toBe(true);
+    expect(heard).toEqual([err]);
+    expect(cancel.signal.aborted).toBe(true);
+    expect(cancel.signal.reason).toBe(err);
+  });
+});
+
+describe("DeadlineTimer.race: a failure at the deadline is the deadline's", () => {
+  it("work that fails of its own timeout at the same moment is reported as the deadline", async () => {
+    const timer = new DeadlineTimer();
+    const late = () => new DeadlineError("publishing took longer than its deadline of 1000 ms", "total");
+    // A library's own timer of the same length, set after ours, may still fire first: the clock
+    // reads the deadline, ours has not run yet.
+    const raced = timer.race(1_000, late, null, () => {
+      vi.setSystemTime(Date.now() + 1_000);
+      return Promise.reject(new Error("timeout"));
+    });
+    await expect(raced).rejects.toThrow("publishing took longer than its deadline of 1000 ms");
+    await expect(timer.race(1_000, late, null, () => Promise.reject(new Error("refused")))).rejects.toThrow("refused");
   });
 });
