@@ -1,4 +1,5 @@
-import { openSecret } from "../crypto.js";
+import { LRUCache } from "lru-cache";
+import { isSealed, openSecret } from "../crypto.js";
 import type { ClientRow } from "../store/rows.js";
 
 /** Where a client's signing keys are kept: a `whsec_` secret (v1) and a `whsk_` key (v1a), each current and previous. */
@@ -30,7 +31,28 @@ export function signingSlots(client: ClientRow, now: number): KeySlot[] {
 
 /** The keys that sign a client's messages now (signingSlots), opened. */
 export function activeSigningKeys(client: ClientRow, now: number, encryptionKey: Buffer | null = null): string[] {
-  return signingSlots(client, now).map((slot) => openSecret(client[slot]!, encryptionKey));
+  return signingSlots(client, now).map((slot) => openedKey(client[slot]!, encryptionKey));
+}
+
+/**
+ * Sealed keys opened, per encryption key: a client's key signs every one of its messages, and
+ * opening it (AES-GCM) once rather than once per message. Bounded: the last 1,000 keys used.
+ */
+const opened = new WeakMap<Buffer, LRUCache<string, string>>();
+
+function openedKey(stored: string, encryptionKey: Buffer | null): string {
+  if (encryptionKey === null || !isSealed(stored)) return openSecret(stored, encryptionKey);
+  let keys = opened.get(encryptionKey);
+  if (keys === undefined) {
+    keys = new LRUCache<string, string>({ max: 1_000 });
+    opened.set(encryptionKey, keys);
+  }
+  let key = keys.get(stored);
+  if (key === undefined) {
+    key = openSecret(stored, encryptionKey);
+    keys.set(stored, key);
+  }
+  return key;
 }
 
 /** Whether the 24-hour overlap after a switch of signature scheme is still running. */
