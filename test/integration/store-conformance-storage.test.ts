@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import type { SqliteStore } from "../../src/db/sqlite/store.js";
 import type { NewTaskRequest, Store } from "../../src/store/store.js";
 import { client, conformance, fresh, NOW, opts, task } from "../helpers/conformance.js";
 
@@ -153,5 +154,42 @@ describe.each(suite.dialects)("TaskStore stored bytes on %s", (_name, h) => {
     expect((await store.tasks.list({ clientId: c.id, limit: 10 })).map((t) => t.outputJson).sort()).toEqual(
       [big, small].sort(),
     );
+  });
+});
+
+describe("SQLite intake writes a client's stored bytes once per commit (issue #43)", () => {
+  const [, sqlite] = suite.dialects.find(([name]) => name === "sqlite")!;
+
+  it("a burst of two clients' creations in one commit: one write of client_storage per client, each with the burst's sum, the bound exact", async () => {
+    const { store } = await sqlite.fresh();
+    const db = (store as SqliteStore).database.sqlite;
+    const a = await client(store);
+    const b = await client(store);
+    await store.tasks.create(sized(a.id, fresh("before"), 500, null, true));
+    // Every write of client_storage (the upsert's insert or update), counted by SQLite itself.
+    db.exec(`CREATE TEMP TABLE storage_writes (client_id TEXT, stored_bytes INTEGER);
+      CREATE TEMP TRIGGER storage_inserted AFTER INSERT ON main.client_storage
+        BEGIN INSERT INTO storage_writes VALUES (new.client_id, new.stored_bytes); END;
+      CREATE TEMP TRIGGER storage_updated AFTER UPDATE ON main.client_storage
+        BEGIN INSERT INTO storage_writes VALUES (new.client_id, new.stored_bytes); END;`);
+    try {
+      const limit = 500 + 10 * 1_000;
+      const results = await Promise.allSettled([
+        ...Array.from({ length: 30 }, (_, i) => store.tasks.create(sized(a.id, `a-${i}`, 1_000, limit, true))),
+        ...Array.from({ length: 5 }, (_, i) => store.tasks.create(sized(b.id, `b-${i}`, 7, null, true))),
+      ]);
+      expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(15);
+      expect(
+        db.prepare("SELECT client_id, stored_bytes FROM storage_writes ORDER BY stored_bytes").raw().all(),
+      ).toEqual([
+        [b.id, 35],
+        [a.id, limit],
+      ]);
+      expect(await store.tasks.storedBytesOfClient(a.id)).toBe(limit);
+      expect(await storedOfRows(store, a.id)).toBe(limit);
+      expect(await store.tasks.storedBytesOfClient(b.id)).toBe(35);
+    } finally {
+      db.exec("DROP TRIGGER temp.storage_inserted; DROP TRIGGER temp.storage_updated; DROP TABLE temp.storage_writes");
+    }
   });
 });

@@ -33,7 +33,7 @@ import {
 import { planTransition } from "../../store/transition-plan.js";
 import type { DbOrTx } from "./tx.js";
 import { sqliteTasks } from "./tasks.js";
-import { addClientStoredBytes, storedBytesOfClient } from "./stored-bytes.js";
+import { storedBytesTally } from "./stored-bytes.js";
 import { sqliteEvents } from "./events.js";
 import { sqliteClients } from "./clients.js";
 import { sqliteAccounts } from "./accounts.js";
@@ -111,6 +111,8 @@ export class SqliteStore implements Store, SqliteContext {
   readonly outputs: OutputStore;
   readonly intakeCommits: GroupCommit;
   readonly attemptCommits: GroupCommit;
+  /** Intake's stored bytes, counted up in memory per transaction and written once per client before its COMMIT. */
+  private readonly storedBytes: ReturnType<typeof storedBytesTally>;
   /** A lease-guarded state change inside `tx` (the areas' shared step). */
   readonly transition = (tx: DbOrTx, task: TaskRow, patch: Partial<NewTaskRow>, opts: TransitionOptions) =>
     this.transitionIn(tx, task.id, patch, opts);
@@ -126,6 +128,7 @@ export class SqliteStore implements Store, SqliteContext {
     this.intakeCommits = new GroupCommit(db, 256, INTAKE_FILL_TURNS, 0, { shared: turn });
     // Attempts' records: a commit waits up to RECORD_HOLD_MS for the records of attempts on the wire.
     this.attemptCommits = new GroupCommit(db, 256, 0, RECORD_HOLD_MS, { shared: turn });
+    this.storedBytes = storedBytesTally(db);
 
     this.tasks = sqliteTasks(this);
 
@@ -179,31 +182,35 @@ export class SqliteStore implements Store, SqliteContext {
   /**
    * Intake, in the group commit's transaction: the caller's idempotency, the caps and the budget
    * (which throw before anything is written), the insert. Atomic by itself: a reservation's two
-   * writes get their own savepoint, a plain creation is one statement.
+   * writes get their own savepoint, a plain creation is one statement. The client's stored bytes
+   * are the transaction's tally (StoredBytesTally), added to only once the unit's writes are done
+   * and written once per client before COMMIT.
    */
   createIn(db: Db, tx: DbOrTx, req: NewTaskRequest): CreateResult {
     const { row } = req;
     // Prepared statements run on the one connection, inside the transaction `tx` has open.
     const existing = findTaskByIdempotencyKeyPrepared(db, row.clientId, row.idempotencyKey);
     if (existing) return { task: existing, replayed: true };
+    const storedBytes = this.intakeCommits.gathered(this.storedBytes);
     const reserved = req.admit({
       waiting: req.needs.waiting ? countByPhaseForClient(tx, row.clientId, "waiting") : 0,
       position: req.needs.credit ? creditPosition(tx, row.clientId) : undefined,
       learnedPrice: req.needs.credit && row.priceKey ? findLearnedPrice(tx, row.priceKey) : null,
-      storedBytes: req.storedBytesLimit != null ? storedBytesOfClient(db, row.clientId) : undefined,
+      storedBytes: req.storedBytesLimit != null ? storedBytes.of(row.clientId) : undefined,
     });
     if (reserved === 0) {
-      // Still atomic without a savepoint: the insert is the statement that can refuse a value (and
-      // then nothing was written); the count after it binds two values already checked.
+      // Still atomic without a savepoint: the insert is the one statement, and it can refuse a value
+      // (then nothing was written and nothing counted).
       const task = insertTaskPrepared(db, row, 0);
-      addClientStoredBytes(db, row.clientId, task.storedBytes);
+      storedBytes.add(row.clientId, task.storedBytes);
       return { task, replayed: false };
     }
-    return tx.transaction((sp) => {
+    const task = tx.transaction((sp) => {
       const task = insertTaskPrepared(db, row, reserved);
-      addClientStoredBytes(db, row.clientId, task.storedBytes);
       applyCreditChange(sp, row.clientId, row.id, { charged: 0, refunded: 0, reserved }, row.createdAt);
-      return { task, replayed: false };
+      return task;
     });
+    storedBytes.add(row.clientId, task.storedBytes);
+    return { task, replayed: false };
   }
 }

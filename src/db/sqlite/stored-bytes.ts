@@ -1,4 +1,5 @@
 import { eq, sql } from "drizzle-orm";
+import type { Gatherer } from "./group-commit.js";
 import type { Db } from "./open.js";
 import { prepared } from "./prepared.js";
 import { clientStorage } from "./schema.js";
@@ -33,4 +34,44 @@ export function addClientStoredBytes(db: Db, clientId: string, bytes: number): v
       })
       .prepare(),
   ).run({ clientId, bytes });
+}
+
+/**
+ * Intake's stored bytes in one transaction of the intake commit: each client's count read at its
+ * first creation of the transaction, what its creations add kept here, and written by one upsert
+ * per client as the transaction closes (storedBytesTally's seal, before COMMIT). One connection
+ * writes and the transaction holds the write lock, so what a creation reads (`of`) is the count
+ * plus every creation before it, exactly as when each wrote its own upsert; the sum commits or
+ * rolls back with the rows it counts.
+ */
+export class StoredBytesTally {
+  private readonly read = new Map<string, number>();
+  private readonly added = new Map<string, number>();
+
+  constructor(private readonly db: Db) {}
+
+  /** The client's stored bytes as they stand in this transaction. */
+  of(clientId: string): number {
+    let base = this.read.get(clientId);
+    if (base === undefined) {
+      base = storedBytesOfClient(this.db, clientId);
+      this.read.set(clientId, base);
+    }
+    return base + (this.added.get(clientId) ?? 0);
+  }
+
+  /** A created task's bytes: call once its rows are written (a unit that throws after it would leave them counted). */
+  add(clientId: string, bytes: number): void {
+    this.added.set(clientId, (this.added.get(clientId) ?? 0) + bytes);
+  }
+
+  /** One upsert per client with bytes added (the row is made with the client's first task). */
+  write(): void {
+    for (const [clientId, bytes] of this.added) addClientStoredBytes(this.db, clientId, bytes);
+  }
+}
+
+/** The intake commit's gatherer of StoredBytesTally (GroupCommit.gathered): one per transaction, written before its COMMIT. */
+export function storedBytesTally(db: Db): Gatherer<StoredBytesTally> {
+  return { open: () => new StoredBytesTally(db), seal: (_tx, tally) => tally.write() };
 }
