@@ -4,7 +4,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { describe, expect, it, vi } from "vitest";
-import { createLogger, fixedFieldsLogger, LOG_WRITE_BYTES, logDestination, requestLines } from "../../src/logger.js";
+import {
+  attemptLines,
+  createLogger,
+  fixedFieldsLogger,
+  LOG_WRITE_BYTES,
+  logDestination,
+  requestLines,
+} from "../../src/logger.js";
 
 /** The lines a logger wrote, parsed. */
 function capture() {
@@ -97,6 +104,81 @@ describe("createLogger", () => {
       }),
     );
     requestLines(warnOnly)("info", hostile);
+    expect(quiet).toEqual([]);
+  });
+
+  it("attemptLines writes the attempt line pino writes, byte for byte but the time, nulls and all", () => {
+    const raw: string[] = [];
+    const stream = new Writable({
+      write(chunk, _encoding, done) {
+        raw.push(String(chunk));
+        done();
+      },
+    });
+    const logger = createLogger("info", stream);
+    const write = attemptLines(logger);
+    const failed = {
+      event_id: "evt_1",
+      destination: "callback",
+      task_id: "task_1",
+      client_id: "cli_1",
+      type: "task.succeeded",
+      attempt: 2,
+      status_code: null,
+      latency_ms: 5_000,
+      outcome: "retrying",
+      error: 'timeout after 5000 ms: "quoted"\n\u0000é',
+    };
+    const lines = [
+      failed,
+      {
+        ...failed,
+        task_id: null,
+        status_code: 200,
+        latency_ms: 12,
+        outcome: "delivered",
+        error: undefined,
+        trace_id: "0af7651916cd43dd8448eb211c80319c",
+        span_id: "b7ad6b7169203331",
+      },
+      { ...failed, latency_ms: Number.NaN },
+    ];
+    for (const line of lines) {
+      write("info", line);
+      logger.child({}, { redact: [] }).info(line, "webhook attempt");
+    }
+    const withoutTime = raw.map((l) => l.replace(/"time":"[^"]+"/, '"time":"T"'));
+    expect(withoutTime[0]).toBe(withoutTime[1]);
+    expect(withoutTime[2]).toBe(withoutTime[3]);
+    expect(withoutTime[4]).toBe(withoutTime[5]);
+    expect(JSON.parse(raw[2]!)).toEqual({
+      level: "info",
+      time: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+      service: "genrelay",
+      event_id: "evt_1",
+      destination: "callback",
+      task_id: null,
+      client_id: "cli_1",
+      type: "task.succeeded",
+      attempt: 2,
+      status_code: 200,
+      latency_ms: 12,
+      outcome: "delivered",
+      trace_id: "0af7651916cd43dd8448eb211c80319c",
+      span_id: "b7ad6b7169203331",
+      msg: "webhook attempt",
+    });
+    const quiet: string[] = [];
+    const warnOnly = createLogger(
+      "warn",
+      new Writable({
+        write(chunk, _encoding, done) {
+          quiet.push(String(chunk));
+          done();
+        },
+      }),
+    );
+    attemptLines(warnOnly)("info", failed);
     expect(quiet).toEqual([]);
   });
 

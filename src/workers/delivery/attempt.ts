@@ -1,5 +1,5 @@
 import type { Clock } from "../../clock.js";
-import { fixedFieldsLogger, type Logger } from "../../logger.js";
+import { type AttemptLine, attemptLines, type Logger } from "../../logger.js";
 import type { DeliveryLifecycle } from "../../core/delivery.js";
 import { pausedTrialUntil } from "../../core/delivery-plan.js";
 import type { KeyHealth } from "../../core/key-health.js";
@@ -41,11 +41,11 @@ export interface AttemptDeps {
  * the event's next state, say what a circuit's opening or closing means, and follow the key's health.
  */
 export class Attempts {
-  /** The attempt's line: fixed fields, none a secret, so without the redaction pass (logger.ts). */
-  private readonly attemptLog: Logger;
+  /** The attempt's line: fixed fields, none a secret, written by hand (logger.ts). */
+  private readonly attemptLog: (level: "info", line: AttemptLine) => void;
 
   constructor(private readonly deps: AttemptDeps) {
-    this.attemptLog = fixedFieldsLogger(deps.logger);
+    this.attemptLog = attemptLines(deps.logger);
   }
 
   /**
@@ -180,23 +180,20 @@ export class Attempts {
         logger.error({ err, event_id: event.id }, "writing the delivery.exhausted notice failed");
       });
     }
-    this.attemptLog.info(
-      {
-        event_id: event.webhookId ?? event.id,
-        destination: event.endpointId ?? "callback",
-        task_id: event.taskId,
-        client_id: event.clientId,
-        type: event.type,
-        attempt: attempts,
-        status_code: result.statusCode,
-        latency_ms: Math.round(result.latencyMs),
-        outcome,
-        error: result.error ?? undefined,
-        // The ids of the traceparent the attempt carried: the receiver's trace finds this line (the
-        // attempt's span has ended by now, so the logger's own trace fields would be missing).
-        ...ids,
-      },
-      "webhook attempt",
-    );
+    this.attemptLog("info", {
+      event_id: event.webhookId ?? event.id,
+      destination: event.endpointId ?? "callback",
+      task_id: event.taskId,
+      client_id: event.clientId,
+      type: event.type,
+      attempt: attempts,
+      status_code: result.statusCode,
+      latency_ms: Math.round(result.latencyMs),
+      outcome,
+      error: result.error ?? undefined,
+      // The ids of the traceparent the attempt carried: the receiver's trace finds this line (the
+      // attempt's span has ended by now, so the logger's own trace fields would be missing).
+      ...ids,
+    });
   }
 }
