@@ -142,15 +142,19 @@ describe("group commits of creations on PostgreSQL", () => {
   });
 });
 
+/** A creation of that client the store batches (no cap, no credit limit), with changes to its row. */
+const batchable =
+  (clientId: string) =>
+  (key: string, extra: Partial<NewTaskRequest["row"]> = {}): NewTaskRequest => {
+    const r = contractTask(clientId, key);
+    return { ...r, row: { ...r.row, ...extra }, needs: { waiting: false, credit: false } };
+  };
+
 describe("one prepared statement for every batch on PostgreSQL", () => {
   it("writes batches of any size through one statement text; a row the store refuses fails alone", async () => {
     const { stores } = await twoInstances();
     const [one] = stores;
-    const c = await contractClient(one);
-    const req = (key: string, extra: Partial<NewTaskRequest["row"]> = {}) => {
-      const r = contractTask(c.id, key);
-      return { ...r, row: { ...r.row, ...extra }, needs: { waiting: false, credit: false } };
-    };
+    const req = batchable((await contractClient(one)).id);
     const texts = new Set<string>();
     watchStatements(one, (text, name) => {
       if (text.includes("INSERT INTO tasks")) texts.add(name ?? "");
@@ -172,6 +176,19 @@ describe("one prepared statement for every batch on PostgreSQL", () => {
     const keys = (await one.pool.query("SELECT idempotency_key FROM tasks ORDER BY idempotency_key")).rows;
     expect(keys.map((r) => r.idempotency_key)).toEqual(["a", "b", "c", "d", "e", "f", "g"]);
   });
+
+  it("answers each creation of a batch with the row as it is stored, without reading it back", async () => {
+    const { stores } = await twoInstances();
+    const [one] = stores;
+    const req = batchable((await contractClient(one)).id);
+    // Values the store rewrites (a lone surrogate) or fills in (absent columns with defaults).
+    const created = await Promise.all([
+      one.tasks.create(req("a", { requestJson: '{"prompt":"\ud800 x"}', priceKey: undefined })),
+      one.tasks.create(req("b", { metadataJson: null, storedBytes: 123 })),
+    ]);
+    for (const { task } of created) expect(task).toStrictEqual(await one.tasks.find(task.id));
+    expect(created[0]!.task.requestJson).toBe('{"prompt":"\ufffd x"}');
+  });
 });
 
 describe("a creation's estimate on PostgreSQL", () => {
@@ -186,6 +203,27 @@ describe("a creation's estimate on PostgreSQL", () => {
     expect(await one.accounts.durationSamples("image", "m-1")).toEqual([4_000, 6_000]);
     expect(await one.accounts.durationSamples("image", "m-2")).toEqual([]);
     expect(reads).toEqual(["genrelay_duration_samples", "genrelay_duration_samples"]);
+  });
+
+  it("shares one read of a model's samples among the creations that follow; a save here is read at once", async () => {
+    const { stores } = await twoInstances();
+    const [one, two] = stores;
+    let reads = 0;
+    watchStatements(one, (text) => {
+      if (text.startsWith("SELECT samples_json")) reads++;
+    });
+    await one.accounts.saveDurationSamples("image", "m-1", [4_000, 6_000], CONTRACT_NOW);
+    const got = await Promise.all(Array.from({ length: 5 }, () => one.accounts.durationSamples("image", "m-1")));
+    expect(got).toEqual(Array(5).fill([4_000, 6_000]));
+    expect(await one.accounts.durationSamples("image", "m-1")).toEqual([4_000, 6_000]);
+    expect(reads).toBe(1);
+    // Each caller gets an array of its own (DurationStats adds to the one it gets).
+    expect(got[0]).not.toBe(got[1]);
+    await one.accounts.saveDurationSamples("image", "m-1", [5_000], CONTRACT_NOW);
+    expect(await one.accounts.durationSamples("image", "m-1")).toEqual([5_000]);
+    expect(reads).toBe(2);
+    // Another instance reads the store's figure.
+    expect(await two.accounts.durationSamples("image", "m-1")).toEqual([5_000]);
   });
 });
 
