@@ -1,6 +1,7 @@
 import { checkNumber } from "../../store/values.js";
 import type { Db } from "./open.js";
 import type { Tx } from "./tx.js";
+import type { WalSync } from "./wal-sync.js";
 
 interface Pending<T> {
   work: (tx: Tx) => T;
@@ -31,6 +32,12 @@ export interface TurnBound {
   now?: () => number;
   /** The turn's budget shared with the store's other group commits (intake and attempts). */
   shared?: TurnBudget;
+  /**
+   * The WAL's fsync off the event loop (wal-sync.ts): a flush commits without syncing and its units
+   * settle once a sync of the WAL started after the commit has returned. Without it (an in-memory
+   * database, the CLI) every COMMIT syncs on this thread (`synchronous = FULL`).
+   */
+  walSync?: WalSync;
 }
 
 /**
@@ -130,7 +137,10 @@ export class GroupCommit {
     this.minUnits = Math.max(1, bound.minUnits ?? MIN_UNITS_PER_TURN);
     this.now = bound.now ?? (() => performance.now());
     this.shared = bound.shared;
+    this.walSync = bound.walSync;
   }
+
+  private readonly walSync: WalSync | undefined;
 
   private readonly shared: TurnBudget | undefined;
 
@@ -204,6 +214,8 @@ export class GroupCommit {
    */
   close(): void {
     this.flush(Number.POSITIVE_INFINITY);
+    // Units of earlier commits still waiting for their sync settle now, before the database closes.
+    this.walSync?.drain();
     this.closed = true;
   }
 
@@ -271,7 +283,11 @@ export class GroupCommit {
     if (this.shared) budgetMs = Math.min(budgetMs, this.shared.left(this.turnBudgetMs));
     let batch = queued;
     const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = [];
-    const sqlite = (this.db as unknown as { $client: { inTransaction: boolean } }).$client;
+    const sqlite = (this.db as unknown as { $client: { inTransaction: boolean; pragma(sql: string): unknown } })
+      .$client;
+    // close() commits with its own sync: the database closes right after.
+    const walSync = budgetMs === Number.POSITIVE_INFINITY ? undefined : this.walSync;
+    if (walSync) sqlite.pragma("synchronous = NORMAL");
     try {
       // IMMEDIATE: take the write lock up front (waiting out busy_timeout), rather than failing
       // when a read-first transaction must upgrade while another process writes.
@@ -301,19 +317,26 @@ export class GroupCommit {
       );
     } catch (error) {
       this.tallies = null;
+      if (walSync) sqlite.pragma("synchronous = FULL");
       this.shared?.spend(this.now() - started);
       // The commit itself failed (disk full, I/O error): nothing in the batch is durable.
       for (const item of batch) item.reject(error);
       this.carryOver(queued.slice(batch.length));
       return;
     }
+    if (walSync) sqlite.pragma("synchronous = FULL");
     this.shared?.spend(this.now() - started);
     this.carryOver(queued.slice(batch.length));
-    batch.forEach((item, i) => {
-      const outcome = outcomes[i]!;
-      if (outcome.ok) item.resolve(outcome.value);
-      else item.reject(outcome.error);
-    });
+    const settle = (syncError: Error | null) =>
+      batch.forEach((item, i) => {
+        const outcome = outcomes[i]!;
+        // Committed but not known to be on disk: as a COMMIT whose fsync failed, the unit fails.
+        if (syncError !== null) item.reject(syncError);
+        else if (outcome.ok) item.resolve(outcome.value);
+        else item.reject(outcome.error);
+      });
+    if (walSync) walSync.afterSync(settle);
+    else settle(null);
   }
 
   /** The units a flush left over its budget: first in the queue, committed in a turn of their own. */

@@ -21,6 +21,7 @@ import type { NewTaskRow, TaskRow } from "../../store/rows.js";
 import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reservationsAround } from "./clients.js";
 import { insertPrepared as insertEventPrepared } from "./events.js";
 import { GroupCommit, TurnBudget } from "./group-commit.js";
+import { WalSync } from "./wal-sync.js";
 import type { Database_, Db } from "./open.js";
 import {
   countByPhaseForClient,
@@ -125,9 +126,12 @@ export class SqliteStore implements Store, SqliteContext {
     // Creations arrive from many connections at once: a commit waits up to 2 turns for more (group-commit.ts).
     // One turn budget for both: their flushes in one turn together run at most TURN_BUDGET_MS.
     const turn = new TurnBudget();
-    this.intakeCommits = new GroupCommit(db, 256, INTAKE_FILL_TURNS, 0, { shared: turn });
+    // A file's WAL is synced off the event loop, one sync for both commits (wal-sync.ts).
+    const { sqlite } = database;
+    const walSync = sqlite.memory || sqlite.name.startsWith("file:") ? undefined : new WalSync(`${sqlite.name}-wal`);
+    this.intakeCommits = new GroupCommit(db, 256, INTAKE_FILL_TURNS, 0, { shared: turn, walSync });
     // Attempts' records: a commit waits up to RECORD_HOLD_MS for the records of attempts on the wire.
-    this.attemptCommits = new GroupCommit(db, 256, 0, RECORD_HOLD_MS, { shared: turn });
+    this.attemptCommits = new GroupCommit(db, 256, 0, RECORD_HOLD_MS, { shared: turn, walSync });
     this.storedBytes = storedBytesTally(db);
 
     this.tasks = sqliteTasks(this);

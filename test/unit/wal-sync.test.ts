@@ -1,0 +1,119 @@
+import { sql } from "drizzle-orm";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { GroupCommit } from "../../src/db/sqlite/group-commit.js";
+import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
+import { WalSync } from "../../src/db/sqlite/wal-sync.js";
+
+/** A WalSync whose fdatasync calls wait until the test lets them return. */
+function heldSync(walPath: string) {
+  const calls: Array<(err: Error | null) => void> = [];
+  const sync = new WalSync(walPath, (_fd, done) => void calls.push(done));
+  return { sync, calls };
+}
+
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+describe("GroupCommit with the WAL synced off the event loop (issue #38 item 7)", () => {
+  let dir: string;
+  let database: Database_;
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), "genrelay-walsync-"));
+    database = openDatabase(join(dir, "db.sqlite"));
+    database.sqlite.exec("CREATE TABLE items (v TEXT NOT NULL UNIQUE)");
+  });
+  afterEach(() => {
+    database.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const walPath = () => `${database.sqlite.name}-wal`;
+  const count = () => (database.sqlite.prepare("SELECT count(*) AS n FROM items").get() as { n: number }).n;
+  const synchronous = () => database.sqlite.pragma("synchronous", { simple: true });
+
+  it("commits without an fsync on this thread and settles its units only once the WAL's sync returns", async () => {
+    const { sync, calls } = heldSync(walPath());
+    const commits = new GroupCommit(database.db, 256, 0, 0, { walSync: sync });
+    let modeInside: unknown;
+    const settled: string[] = [];
+    const units = ["a", "b"].map((v) =>
+      commits
+        .run((tx) => {
+          modeInside = synchronous();
+          tx.run(sql`INSERT INTO items (v) VALUES (${v})`);
+          return v;
+        })
+        .then((x) => settled.push(x)),
+    );
+    await nextTurn();
+    await nextTurn();
+    // Committed (visible), NORMAL inside the commit (1: no fsync), FULL again for every other write (2).
+    expect(count()).toBe(2);
+    expect(modeInside).toBe(1);
+    expect(synchronous()).toBe(2);
+    // Not settled: the sync has not returned, and the loop went on meanwhile.
+    expect(calls).toHaveLength(1);
+    expect(settled).toEqual([]);
+    calls[0]!(null);
+    await Promise.all(units);
+    expect(settled).toEqual(["a", "b"]);
+  });
+
+  it("commits made while a sync runs share the next one, and settle in order after it", async () => {
+    const { sync, calls } = heldSync(walPath());
+    const commits = new GroupCommit(database.db, 256, 0, 0, { walSync: sync });
+    const settled: string[] = [];
+    const insert = (v: string) =>
+      commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES (${v})`)).then(() => settled.push(v));
+    const first = insert("a");
+    await nextTurn();
+    const second = insert("b");
+    await nextTurn();
+    const third = insert("c");
+    await nextTurn();
+    // Three commits, one sync running (for "a"); "b" and "c" wait for the next.
+    expect(count()).toBe(3);
+    expect(calls).toHaveLength(1);
+    calls[0]!(null);
+    await first;
+    expect(settled).toEqual(["a"]);
+    expect(calls).toHaveLength(2);
+    calls[1]!(null);
+    await Promise.all([second, third]);
+    expect(settled).toEqual(["a", "b", "c"]);
+  });
+
+  it("a failed sync fails the units it was to make durable, as a failed COMMIT would", async () => {
+    const { sync, calls } = heldSync(walPath());
+    const commits = new GroupCommit(database.db, 256, 0, 0, { walSync: sync });
+    const unit = commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('a')`));
+    await nextTurn();
+    await nextTurn();
+    calls[0]!(new Error("EIO: i/o error, fdatasync"));
+    await expect(unit).rejects.toThrow("EIO: i/o error, fdatasync");
+  });
+
+  it("close() settles units still waiting for their sync, syncing in place", async () => {
+    const { sync, calls } = heldSync(walPath());
+    const commits = new GroupCommit(database.db, 256, 0, 0, { walSync: sync });
+    const early = commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('early')`));
+    await nextTurn();
+    await nextTurn();
+    expect(calls).toHaveLength(1);
+    const late = commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('late')`));
+    commits.close();
+    await expect(Promise.all([early, late])).resolves.toHaveLength(2);
+    expect(count()).toBe(2);
+    // The held sync returning afterwards settles nothing twice.
+    calls[0]!(null);
+  });
+
+  it("with the real fdatasync, units settle after the sync on the thread pool", async () => {
+    const commits = new GroupCommit(database.db, 256, 0, 0, { walSync: new WalSync(walPath()) });
+    const values = await Promise.all(["a", "b", "c"].map((v) => commits.run(() => v)));
+    expect(values).toEqual(["a", "b", "c"]);
+    commits.close();
+  });
+});
