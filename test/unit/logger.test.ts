@@ -188,13 +188,23 @@ describe("createLogger", () => {
     const writes = vi.spyOn(fs, "write");
     try {
       const destination = logDestination(openSync(path, "a"));
+      // Writes finished (their callbacks run): the file may show a write's lines before it has.
+      let finished = 0;
+      (destination as unknown as NodeJS.EventEmitter).on("write", () => finished++);
       const write = requestLines(createLogger("info", destination));
       const line = { request_id: "req_x", method: "POST", path: "/openapi/v1/images/generations", status: 201, ms: 1 };
       const fileLines = () => readFileSync(path, "utf8").split("\n").filter(Boolean);
       // A few lines: nothing written at once, then all of them in one write (the periodic flush).
       for (let i = 0; i < 5; i++) write("info", line);
       expect(writes).not.toHaveBeenCalled();
-      await vi.waitFor(() => expect(fileLines()).toHaveLength(5), { timeout: 2_000, interval: 5 });
+      await vi.waitFor(
+        () => {
+          expect(fileLines()).toHaveLength(5);
+          // Until the first write is over, sonic-boom gathers lines past LOG_WRITE_BYTES without writing.
+          expect(finished).toBe(1);
+        },
+        { timeout: 2_000, interval: 5 },
+      );
       const firstWrites = writes.mock.calls.filter(([, data]) => String(data) !== "").length;
       expect(firstWrites).toBe(1);
       // Past LOG_WRITE_BYTES a write starts without waiting for the flush: one for all those lines.
