@@ -7,6 +7,9 @@
  */
 import { cappedBackoff } from "./backoff.js";
 
+// The stores apply the lease-ahead rule inside their claims (db/ imports no core): it lives in store/.
+export { leaseRoom } from "../store/lease-ahead.js";
+
 /**
  * A key a claim found at its cap across instances is left out of the loop's claims for this long
  * at first, doubling each time it is found so again, up to the max.
@@ -240,4 +243,79 @@ export function quietAfterRefill(
   now: number,
 ): boolean {
   return outcome !== undefined && (outcome.started > 0 || outcome.full || saturatedNow(saturated, now));
+}
+
+/**
+ * Leases ahead of the in-flight cap (docs/performance.md, eighth round). A key's refill may lease
+ * up to this many of its events at once, while at most its cap of them are in flight: the rest
+ * wait in memory and start as the key's own slots free, with no claim between one attempt's end
+ * and the next one's start, and their records commit together.
+ */
+export const LEASE_AHEAD_MAX = 64;
+
+/**
+ * A leased-ahead event starts only while its lease outlasts an attempt by this much: a lease that
+ * ran out while the event waited could have been claimed by another instance (the fence would
+ * drop our record, but the receiver would get the webhook twice and the key's cap would not hold).
+ */
+export const AHEAD_START_MARGIN_MS = 1_000;
+
+/**
+ * How many of a key's events this instance may hold leased at once (in flight and waiting): the
+ * cap until the key's attempt time is known, then as many as its cap of slots get through, at
+ * half the speed last seen, in the time a leased event may wait (its lease less an attempt's
+ * timeout and the margin), up to LEASE_AHEAD_MAX.
+ */
+export function leaseAheadLimit(a: { cap: number; waitMs: number; attemptMs: number | undefined }): number {
+  if (a.attemptMs === undefined || a.waitMs <= 0) return a.cap;
+  const fits = Math.floor((a.cap * a.waitMs) / Math.max(1, 2 * a.attemptMs));
+  return Math.max(a.cap, Math.min(LEASE_AHEAD_MAX, fits));
+}
+
+/**
+ * How many more of a key's events its refill leases ahead: none while more than a cap's worth
+ * still waits (a refill every few dozen webhooks, not every one), else up to the key's limit less
+ * what it has in flight and waiting.
+ */
+export function leaseAheadWant(k: { cap: number; limit: number; inFlight: number; waiting: number }): number {
+  if (k.waiting > k.cap) return 0;
+  return Math.max(0, k.limit - k.inFlight - k.waiting);
+}
+
+/** Whether a leased-ahead event may still start: its lease outlasts an attempt's timeout and the margin. */
+export function mayStartAhead(claimedUntil: number | null, now: number, timeoutMs: number): boolean {
+  return claimedUntil !== null && claimedUntil - now >= timeoutMs + AHEAD_START_MARGIN_MS;
+}
+
+/** A batched refill's claim of one key: `limit` events in all, of which the first `starts` start now, the rest wait leased ahead. */
+export interface RefillClaim {
+  key: string;
+  limit: number;
+  starts: number;
+  index: number;
+}
+
+/**
+ * refillClaims with leases ahead: each key's claim also takes `ahead(index)` more events to wait
+ * in memory, and a key given no room to start now (full again, or its client at its share) is
+ * still claimed for those. Leased-ahead events hold no slot of the pool, so the fair share, which
+ * counts slots in flight, is unchanged.
+ */
+export function refillClaimsAhead(
+  plan: readonly RefillLimit[],
+  ahead: (index: number) => number,
+): { claims: RefillClaim[]; settled: Map<string, RefillOutcome> } {
+  const { claims, settled } = refillClaims(plan);
+  const byIndex = new Map(claims.map((c) => [c.index, c]));
+  const out: RefillClaim[] = [];
+  plan.forEach((p, index) => {
+    const extra = Math.max(0, ahead(index));
+    const c = byIndex.get(index);
+    if (c) out.push({ ...c, starts: c.limit, limit: c.limit + extra });
+    else if (extra > 0) {
+      settled.delete(p.key);
+      out.push({ key: p.key, limit: extra, starts: 0, index });
+    }
+  });
+  return { claims: out, settled };
 }

@@ -391,6 +391,12 @@ export interface DeliveryKey {
 /** A delivery key and how many of its due events one claim may take. */
 export interface KeyLimit extends DeliveryKey {
   limit: number;
+  /**
+   * Leases ahead of the cap: how many of the key's events the claimer may hold leased at once
+   * while no other claimer holds any (core/delivery-plan.ts, leaseRoom); within the cap otherwise.
+   * Absent or at most the cap: no lease ahead. SQLite applies it; PostgreSQL claims within the cap.
+   */
+  leaseAhead?: number;
 }
 
 /** The records' commit window (EventStore.recordWindow; src/db/sqlite/group-commit.ts). */

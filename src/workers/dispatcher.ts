@@ -20,6 +20,7 @@ import type { ClientRow, ClaimedEvent } from "../store/rows.js";
 import { CircuitBreakers, type BreakerOptions } from "../webhooks/circuit-breaker.js";
 import { destinationHost } from "../webhooks/destination.js";
 import type { SendResult, WebhookSender } from "../webhooks/sender.js";
+import { LeasedAhead } from "./delivery/ahead.js";
 import { Attempts } from "./delivery/attempt.js";
 import { Refills } from "./delivery/refills.js";
 import { type Claim, claimTrial } from "./delivery/trials.js";
@@ -92,6 +93,8 @@ export class Dispatcher extends PooledWorker<Claim> {
   private readonly events: DeliveryLifecycle;
   private readonly attempts: Attempts;
   private readonly refills: Refills;
+  /** Events refills leased ahead of their key's cap, waiting for its slots (workers/delivery/ahead.ts). */
+  private readonly ahead: LeasedAhead;
 
   constructor(private readonly opts: DispatcherOptions) {
     // The pool's slots: each client's share, the reserve, the per-key cap, slots held for a key's refill (see withSlot).
@@ -124,13 +127,24 @@ export class Dispatcher extends PooledWorker<Claim> {
       health: opts.health,
       onAttempt: opts.onAttempt,
     });
+    const leaseMs = config.webhookTimeoutMs + 5_000;
+    this.ahead = new LeasedAhead({
+      clock: opts.clock,
+      logger: opts.logger,
+      lifecycle: this.events,
+      cap: maxPerHost,
+      leaseMs,
+      timeoutMs: config.webhookTimeoutMs,
+    });
     this.refills = new Refills({
       ...opts,
+      ahead: this.ahead,
+      startWaiting: (key) => void this.startAhead(key),
       slots: this.slots,
       loop: this.loop,
       keyRoom: (key) => this.keyRoom(key),
       saturated: () => this.saturated,
-      leaseMs: config.webhookTimeoutMs + 5_000,
+      leaseMs,
       maxPerKey: maxPerHost,
     });
   }
@@ -249,7 +263,55 @@ export class Dispatcher extends PooledWorker<Claim> {
 
   /** A delivery settled: its slot goes first to the same key's next due events (workers/delivery/refills.ts). */
   refill(claim: Claim): Promise<boolean> {
-    return claim.refilled ?? this.refills.ask(claim.event);
+    return claim.refilled ?? this.settled(claim.event);
+  }
+
+  /**
+   * A delivery settled and its slot is held for its key (withSlot): the key's leased-ahead events
+   * take it first, with no claim in between; the key's refill is asked when none waits, or to
+   * lease more ahead once few wait (core/delivery-plan.ts, leaseAheadWant). Answers whether the
+   * loop need not be woken for it.
+   */
+  private settled(event: ClaimedEvent): Promise<boolean> {
+    const key = deliveryKey(event.clientId, event.destinationHost);
+    let started = 0;
+    if (this.ahead.waiting(key) > 0) {
+      this.slots.releaseHold(key, 1);
+      started = this.startAhead(key);
+    }
+    if (started > 0 && this.ahead.want(key, this.slots.inFlightTo(key)) === 0) return Promise.resolve(true);
+    const asked = this.refills.ask(event);
+    const answer = started > 0 ? asked.then(() => true) : asked;
+    return answer.finally(() => {
+      if (this.slots.inFlightTo(key) === 0) this.ahead.forget(key);
+    });
+  }
+
+  /**
+   * Starts the key's leased-ahead events while it and its client have room (and the loop accepts
+   * work); when none could start and nothing of the key runs to start them later (its circuit
+   * opened, its client is at its share), they are given back: due again when the circuit's
+   * trial is, or as they were. Returns how many started.
+   */
+  private startAhead(key: string): number {
+    let started = 0;
+    while (this.loop.accepting && this.hasRoom(key)) {
+      const next = this.ahead.next(key);
+      if (!next) break;
+      if (this.loop.start(next)) started += 1;
+    }
+    if (started === 0 && this.ahead.waiting(key) > 0) {
+      const idle = this.slots.inFlightTo(key) === 0;
+      if (idle || this.breakers.allowance(key) <= 0 || !this.loop.accepting)
+        void this.ahead.giveBack(key, this.breakers.openUntil(key), idle);
+    }
+    return started;
+  }
+
+  /** Waits for the work in flight (graceful shutdown), then gives the events leased ahead back. */
+  override async drain(): Promise<void> {
+    await super.drain();
+    await this.ahead.giveBackAll();
   }
 
   /** A refill asked as the attempt's record was queued (withSlot): the loop waits for it, draining or not. */
@@ -314,11 +376,13 @@ export class Dispatcher extends PooledWorker<Claim> {
     // slot goes back and the key's refill is asked as the record is queued: the refill's claim shares
     // the record's commit. A crash before that commit loses both, and the lease brings the event back.
     const early = this.opts.store.events.recordsBeforeClaims;
+    const startedAt = this.opts.clock.now();
     const queued = (unchanged: boolean) => {
       expecting?.();
+      this.ahead.timed(slot.key, this.opts.clock.now() - startedAt);
       if (!early || !unchanged || !this.loop.accepting) return;
       free();
-      claim.refilled = this.refills.ask(event);
+      claim.refilled = this.settled(event);
     };
     return work(queued).finally(() => {
       expecting?.();

@@ -74,6 +74,65 @@ describe.each(suite.dialects)("EventStore.claimOfKeys on %s", (_name, h) => {
     expect(ofKey(got, b.key)).toHaveLength(3);
   });
 
+  it("leaseAhead: a claimer holding every lease of a key leases past the cap up to it (SQLite; PostgreSQL stays within the cap); with another claimer's leases out, only the cap's rest", async () => {
+    const { store, another } = await h.fresh();
+    const c = await client(store);
+    const a = await ownKeyEvents(store, 30, c.id);
+    const other = await another();
+    const ahead = (s: Store, token: string, limit: number) =>
+      s.events.claimOfKeys([{ ...a.key, limit, leaseAhead: 12 }], { now: NOW, leaseMs: 30_000, token, maxPerKey: 3 });
+    const first = await ahead(store, "a:1", 20);
+    expect(ids(first)).toEqual(ids(a.events.slice(0, _name === "sqlite" ? 12 : 3)));
+    // The key is leased past (or at) the cap by a:1: another claimer takes nothing, a:1 nothing past its limit.
+    expect(await ahead(other, "b:1", 20)).toEqual([]);
+    expect(await ahead(store, "a:1", 20)).toEqual([]);
+    // Once a:1's leases are back, b:1 holds the key alone and may lease ahead in turn.
+    for (const e of first) await store.events.release(e.id, "a:1", {});
+    await store.events.claimOfKey(a.key, { now: NOW, leaseMs: 30_000, token: "c:1", limit: 1, maxPerKey: 3 });
+    // With c:1's one lease out, b:1 gets the cap's rest only.
+    expect(await ahead(other, "b:1", 20)).toHaveLength(2);
+  });
+
+  it("property: two processes leasing ahead at once: a key's leases are one claimer's, or all of them together within the cap", async () => {
+    const { store, another } = await h.fresh();
+    const other = await another();
+    await fc.assert(
+      fc.asyncProperty(
+        fc.nat(3),
+        fc.integer({ min: 1, max: 20 }),
+        fc.integer({ min: 1, max: 20 }),
+        fc.integer({ min: 1, max: 4 }),
+        async (leased, limitA, limitB, maxPerKey) => {
+          const c = await client(store);
+          const k = await ownKeyEvents(store, 24, c.id);
+          const held = await store.events.claimOfKey(k.key, {
+            now: NOW,
+            leaseMs: 30_000,
+            token: "elsewhere:1",
+            limit: Math.min(leased, maxPerKey),
+            maxPerKey,
+          });
+          const claim = (s: Store, token: string, limit: number) =>
+            s.events.claimOfKeys([{ ...k.key, limit, leaseAhead: 16 }], {
+              now: NOW,
+              leaseMs: 30_000,
+              token,
+              maxPerKey,
+            });
+          const [a, b] = await Promise.all([claim(store, "a:1", limitA), claim(other, "b:1", limitB)]);
+          const taken = [...ids(a), ...ids(b), ...ids(held)];
+          expect(new Set(taken).size).toBe(taken.length);
+          const holders = [a, b, held].filter((rows) => rows.length > 0).length;
+          if (holders > 1) expect(taken.length).toBeLessThanOrEqual(maxPerKey);
+          // Alone on a fresh key, a claim leases up to its lease-ahead limit (SQLite) or the cap (PostgreSQL).
+          if (held.length === 0 && b.length === 0)
+            expect(a).toHaveLength(Math.min(limitA, _name === "sqlite" ? 16 : maxPerKey));
+        },
+      ),
+      { numRuns: 15 },
+    );
+  });
+
   it("a claimer that dies: the keys' events come back once the lease ends", async () => {
     const { store } = await h.fresh();
     const c = await client(store);

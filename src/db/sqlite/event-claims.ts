@@ -7,6 +7,7 @@ import { jsonList, prepared } from "./prepared.js";
 import { events } from "./schema.js";
 import { eventsInDueOrder } from "../kit/claim-order.js";
 import { EVENT_SCAN_FACTOR } from "../kit/claim-window.js";
+import { leaseRoom } from "../../store/lease-ahead.js";
 
 /**
  * The EventStore's claims on SQLite: claimDue, claimOfKey(s) and claimTrial, and the leases they take.
@@ -104,19 +105,38 @@ export function leasedOfKey(db: Db, key: DeliveryKey, now: number): number {
   );
 }
 
+/**
+ * A key's leases now, and how many of them are the claimer's own (a claim that leases ahead:
+ * core/delivery-plan.ts, leaseRoom). The token is not in events_key_leased_idx: each leased row
+ * is looked up, at most the key's lease-ahead limit of them.
+ */
+function leasesOfKey(db: Db, key: DeliveryKey, opts: { now: number; token: string }): { leased: number; mine: number } {
+  const row = prepared(db, "events.leasesOfKey", () =>
+    db
+      .select({
+        leased: sql<number>`count(*)`,
+        mine: sql<number>`coalesce(sum(${events.claimToken} = ${sql.placeholder("token")}), 0)`,
+      })
+      .from(events)
+      .where(leasedOfKeyWhere())
+      .prepare(),
+  ).get({ clientId: key.clientId, host: key.host, now: opts.now, token: opts.token });
+  return { leased: row?.leased ?? 0, mine: row?.mine ?? 0 };
+}
+
+/** A key's leased events now: a range of events_key_leased_idx (its literal `'pending'`, see leasedOfKey). */
+function leasedOfKeyWhere(): SQL {
+  return and(
+    eq(events.clientId, sql.placeholder("clientId")),
+    eq(events.destinationHost, sql.placeholder("host")),
+    sql`${events.deliveryStatus} = 'pending'`,
+    gte(events.claimedUntil, sql.placeholder("now")),
+  )!;
+}
+
 /** leasedOfKey's statement, before it is prepared (test/unit/sqlite-event-claims.test.ts reads its plan). */
 export function leasedOfKeyQuery(db: Db) {
-  return db
-    .select({ n: sql<number>`count(*)` })
-    .from(events)
-    .where(
-      and(
-        eq(events.clientId, sql.placeholder("clientId")),
-        eq(events.destinationHost, sql.placeholder("host")),
-        sql`${events.deliveryStatus} = 'pending'`,
-        gte(events.claimedUntil, sql.placeholder("now")),
-      ),
-    );
+  return db.select({ n: sql<number>`count(*)` }).from(events).where(leasedOfKeyWhere());
 }
 
 /**
@@ -243,7 +263,10 @@ export function claimOfKeys(
   const picked: number[] = [];
   for (const key of keys) {
     if (key.limit <= 0) continue;
-    const room = Math.min(key.limit, opts.maxPerKey - leasedOfKey(db, key, opts.now));
+    const room =
+      (key.leaseAhead ?? 0) > opts.maxPerKey
+        ? leaseRoom({ ...leasesOfKey(db, key, opts), cap: opts.maxPerKey, ahead: key.leaseAhead!, limit: key.limit })
+        : Math.min(key.limit, opts.maxPerKey - leasedOfKey(db, key, opts.now));
     if (room > 0) picked.push(...keyPicks(db, key, opts.now, room, false));
   }
   if (picked.length === 0) return [];

@@ -1,7 +1,7 @@
 import type { Clock } from "../../clock.js";
 import {
   quietAfterRefill,
-  refillClaims,
+  refillClaimsAhead,
   refillOutcomes,
   refillPlan,
   type RefillOutcome,
@@ -14,6 +14,7 @@ import type { ClientStore, EventStore } from "../../store/store.js";
 import type { ClientRow, ClaimedEvent } from "../../store/rows.js";
 import type { LeaseOwner } from "../owner.js";
 import type { PooledLoop } from "../pooled-loop.js";
+import type { LeasedAhead } from "./ahead.js";
 import type { Claim } from "./trials.js";
 
 /** A key asking for its refill: the client and host its settled attempt went to, and the settles waiting for the answer. */
@@ -36,6 +37,10 @@ export interface RefillDeps {
   saturated: () => ReadonlyMap<string, SaturationNote>;
   leaseMs: number;
   maxPerKey: number;
+  /** Events leased ahead of the keys' cap: how many more a key may lease, and where those wait. */
+  ahead: Pick<LeasedAhead, "want" | "limit" | "add">;
+  /** After a claim left events of the key waiting: starts what has room, gives them back if nothing of the key runs to start them. */
+  startWaiting: (key: string) => void;
 }
 
 /** How soon after a refill the loop claims for everyone else (a new client's events wait at most this long for it). */
@@ -133,25 +138,37 @@ export class Refills {
         (clientId, picked) => slots.room(clientId, picked),
         slots.claimable,
       );
-      const { claims, settled } = refillClaims(plan);
+      const { claims, settled } = refillClaimsAhead(plan, (i) =>
+        this.deps.ahead.want(asks[i]!.key, slots.inFlightTo(asks[i]!.key)),
+      );
       for (const [key, o] of settled) outcome.set(key, o);
       if (claims.length === 0) return { full: false };
       const claimed = await store.events.claimOfKeys(
-        claims.map(({ index, limit }) => ({ clientId: asks[index]!.clientId, host: asks[index]!.host, limit })),
+        claims.map(({ index, limit, key }) => ({
+          clientId: asks[index]!.clientId,
+          host: asks[index]!.host,
+          limit,
+          leaseAhead: this.deps.ahead.limit(key),
+        })),
         { now: clock.now(), leaseMs: this.deps.leaseMs, token: owner.token(), maxPerKey: this.deps.maxPerKey },
       );
       const clients = new Map<string, ClientRow | undefined>();
       for (const event of claimed)
         if (!clients.has(event.clientId)) clients.set(event.clientId, await store.clients.find(event.clientId));
       release();
+      const starts = new Map(claims.map((c) => [c.key, c.starts]));
       const got = new Map<string, { claimed: number; started: number }>();
       for (const event of claimed) {
         const key = deliveryKey(event.clientId, event.destinationHost);
         const n = got.get(key) ?? { claimed: 0, started: 0 };
         n.claimed += 1;
-        if (start({ event, client: clients.get(event.clientId) })) n.started += 1;
+        const claim = { event, client: clients.get(event.clientId) };
+        // The key's room to start now first; the rest wait leased ahead for its slots to free.
+        if (n.claimed > (starts.get(key) ?? 0)) this.deps.ahead.add(key, claim);
+        else if (start(claim)) n.started += 1;
         got.set(key, n);
       }
+      for (const [key, n] of got) if (n.claimed > (starts.get(key) ?? 0)) this.deps.startWaiting(key);
       for (const [key, o] of refillOutcomes(claims, got)) outcome.set(key, o);
       return { full: claimed.length >= claims.reduce((sum, c) => sum + c.limit, 0) };
     } finally {

@@ -1,0 +1,117 @@
+import type { Clock } from "../../clock.js";
+import { AHEAD_START_MARGIN_MS, leaseAheadLimit, leaseAheadWant, mayStartAhead } from "../../core/delivery-plan.js";
+import type { DeliveryLifecycle } from "../../core/delivery.js";
+import type { Logger } from "../../logger.js";
+import type { Claim } from "./trials.js";
+
+/** One key's leased-ahead events, in due order, and its recent attempt time (ms, smoothed). */
+interface KeyAhead {
+  waiting: Claim[];
+  attemptMs: number | undefined;
+}
+
+export interface LeasedAheadDeps {
+  clock: Clock;
+  logger: Logger;
+  lifecycle: Pick<DeliveryLifecycle, "release">;
+  /** The per-key in-flight cap. */
+  cap: number;
+  /** A claim's lease, and an attempt's timeout: a leased-ahead event may wait their difference less the margin. */
+  leaseMs: number;
+  timeoutMs: number;
+}
+
+/**
+ * Events a key's refill leased ahead of its in-flight cap (core/delivery-plan.ts, leaseRoom): they
+ * hold no slot of the pool and wait here, per key in due order, until the key's own attempts
+ * settle and free a slot (Dispatcher.settled starts them, no claim in between). One whose lease
+ * no longer outlasts an attempt is given back instead of started, and a key's waiting events are
+ * given back when nothing of the key is left to start them (its circuit opened, its client has
+ * no room) and on shutdown; a kill -9 leaves them to their lease's end, like any claimed event.
+ */
+export class LeasedAhead {
+  private readonly keys = new Map<string, KeyAhead>();
+
+  constructor(private readonly deps: LeasedAheadDeps) {}
+
+  /** How many of the key's events wait leased ahead. */
+  waiting(key: string): number {
+    return this.keys.get(key)?.waiting.length ?? 0;
+  }
+
+  /** How many more of the key's events its refill may lease ahead now. */
+  want(key: string, inFlight: number): number {
+    const k = this.keys.get(key);
+    const { cap, leaseMs, timeoutMs } = this.deps;
+    const limit = leaseAheadLimit({
+      cap,
+      waitMs: leaseMs - timeoutMs - AHEAD_START_MARGIN_MS,
+      attemptMs: k?.attemptMs,
+    });
+    return leaseAheadWant({ cap, limit, inFlight, waiting: k?.waiting.length ?? 0 });
+  }
+
+  /** The most of the key's events this instance may hold leased at once (what the claim's store is told). */
+  limit(key: string): number {
+    const { cap, leaseMs, timeoutMs } = this.deps;
+    const attemptMs = this.keys.get(key)?.attemptMs;
+    return leaseAheadLimit({ cap, waitMs: leaseMs - timeoutMs - AHEAD_START_MARGIN_MS, attemptMs });
+  }
+
+  /** An attempt of the key took `ms` (start to its record queued): the key's attempt time, smoothed. */
+  timed(key: string, ms: number): void {
+    const k = this.keyOf(key);
+    k.attemptMs = k.attemptMs === undefined ? ms : (k.attemptMs + ms) / 2;
+  }
+
+  /** A claimed event to wait for a slot of its key. */
+  add(key: string, claim: Claim): void {
+    this.keyOf(key).waiting.push(claim);
+  }
+
+  /** The key's next waiting event that may still start; those whose lease ran too short on the way are given back. */
+  next(key: string): Claim | undefined {
+    const k = this.keys.get(key);
+    if (!k) return undefined;
+    const now = this.deps.clock.now();
+    for (let claim = k.waiting.shift(); claim; claim = k.waiting.shift()) {
+      if (mayStartAhead(claim.event.claimedUntil, now, this.deps.timeoutMs)) return claim;
+      void this.giveBackOne(claim, null);
+    }
+    return undefined;
+  }
+
+  /** Hands the key's waiting events back (due again at `until`, or as they were), and forgets the key when it is idle. */
+  giveBack(key: string, until: number | null, idle: boolean): Promise<void> {
+    const k = this.keys.get(key);
+    if (!k) return Promise.resolve();
+    const claims = k.waiting.splice(0);
+    if (idle) this.keys.delete(key);
+    return Promise.all(claims.map((c) => this.giveBackOne(c, until))).then(() => undefined);
+  }
+
+  /** Forgets a key with nothing waiting (its attempt time goes too: a key's next burst measures it again). */
+  forget(key: string): void {
+    if (this.waiting(key) === 0) this.keys.delete(key);
+  }
+
+  /** Every key's waiting events back (shutdown, after the attempts in flight settled). */
+  async giveBackAll(): Promise<void> {
+    await Promise.all([...this.keys.keys()].map((key) => this.giveBack(key, null, true)));
+  }
+
+  private keyOf(key: string): KeyAhead {
+    let k = this.keys.get(key);
+    if (!k) this.keys.set(key, (k = { waiting: [], attemptMs: undefined }));
+    return k;
+  }
+
+  private giveBackOne(claim: Claim, until: number | null): Promise<void> {
+    return this.deps.lifecycle.release(claim.event, until).catch((err: unknown) => {
+      this.deps.logger.error(
+        { err, event_id: claim.event.id },
+        "giving back a leased-ahead event failed; its lease expires on its own",
+      );
+    });
+  }
+}
