@@ -1,3 +1,4 @@
+import { LRUCache } from "lru-cache";
 import { sendResult } from "../webhooks/sender.js";
 import { lazy } from "../lazy.js";
 import { hostnameRefusal, type Resolver } from "../net/address-guard.js";
@@ -52,6 +53,16 @@ export function queueMessage(message: DestinationMessage): QueueMessage {
   };
 }
 
+/** Why a broker address may not be used on a relay that refuses private networks, or null. */
+function brokerRefusal(address: string): string | null {
+  try {
+    const host = new URL(address).hostname;
+    return host === "" ? "the broker address has no host" : hostnameRefusal(host);
+  } catch {
+    return "the broker address does not parse";
+  }
+}
+
 export interface QueueKindsOptions extends QueueClientOptions {
   /** The endpoint's settings and credentials, opened, by client and endpoint id; null when it is gone. */
   targets: (tenant: string, endpointId: string) => Promise<QueueTarget | null>;
@@ -67,14 +78,16 @@ export function queueKinds(opts: QueueKindsOptions): {
   const amqp = lazy(async () => new (await import("./amqp.js")).AmqpDestination(opts));
   const nats = lazy(async () => new (await import("./nats.js")).NatsDestination(opts));
   const sqs = lazy(async () => new (await import("./sqs.js")).SqsDestination(opts));
+  // Asked before every publish, of a handful of addresses under one configuration: judged once each.
+  const refusals = new LRUCache<string, { refusal: string | null }>({ max: 1_000 });
   const refuse = (address: string): string | null => {
     if (opts.allowPrivateNetworks) return null;
-    try {
-      const host = new URL(address).hostname;
-      return host === "" ? "the broker address has no host" : hostnameRefusal(host);
-    } catch {
-      return "the broker address does not parse";
+    let known = refusals.get(address);
+    if (known === undefined) {
+      known = { refusal: brokerRefusal(address) };
+      refusals.set(address, known);
     }
+    return known.refusal;
   };
   const destination = (kind: QueueKind): Destination => ({
     send: async (message, deadline) => {

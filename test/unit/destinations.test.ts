@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { Webhook } from "standardwebhooks";
 import { describe, expect, it } from "vitest";
 import { httpDestination, WEBHOOK_KIND } from "../../src/destinations/http.js";
+import { queueKinds } from "../../src/destinations/queues.js";
 import {
   Destinations,
   type DestinationMessage,
@@ -183,5 +184,21 @@ describe("Destinations: the registry", () => {
     const kind = { refuse: () => null, destination: { send: async () => sendResult({}) } };
     const registry = new Destinations().register("webhook", kind);
     expect(() => registry.register("webhook", kind)).toThrow(new Error("destination kind webhook is registered twice"));
+  });
+});
+
+describe("the queue kinds' address guard", () => {
+  it("refuses a private broker, an address without a host and one that does not parse, each time it is asked", async () => {
+    const { kinds, close } = queueKinds({ allowPrivateNetworks: false, targets: async () => null });
+    for (let i = 0; i < 2; i++) {
+      expect(kinds.amqp.refuse("amqp://127.0.0.1:5672/")).toBe("127.0.0.1 is loopback");
+      expect(kinds.nats.refuse("nats://10.1.2.3:4222")).toBe("10.1.2.3 is private (RFC 1918)");
+      expect(kinds.sqs.refuse("sqs+https://sqs.eu-west-1.amazonaws.com/123/q")).toBeNull();
+      expect(kinds.amqp.refuse("amqp://")).toBe("the broker address has no host");
+      expect(kinds.amqp.refuse("not a url")).toBe("the broker address does not parse");
+    }
+    const open = queueKinds({ allowPrivateNetworks: true, targets: async () => null });
+    expect(open.kinds.amqp.refuse("amqp://127.0.0.1:5672/")).toBeNull();
+    await Promise.all([close(), open.close()]);
   });
 });
