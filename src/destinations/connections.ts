@@ -56,8 +56,6 @@ export class ConnectionCache<C> {
   ): Promise<T> {
     const entry = this.entries.get(key) ?? this.openEntry(key, what, connectMs, open);
     entry.users += 1;
-    if (entry.idleTimer !== null) this.timers.clearTimeout(entry.idleTimer);
-    entry.idleTimer = null;
     try {
       const conn = await entry.opening;
       return await work(conn);
@@ -67,7 +65,9 @@ export class ConnectionCache<C> {
     } finally {
       entry.users -= 1;
       entry.lastUsed = this.timers.now();
-      if (entry.users === 0 && this.entries.get(key) === entry)
+      // One idle timer per connection, armed when it falls idle and left running while it is used
+      // again (closeIdle looks at its last use): not a timer cleared and set again per publish.
+      if (entry.users === 0 && entry.idleTimer === null && this.entries.get(key) === entry)
         entry.idleTimer = this.timers.setTimeout(() => this.closeIdle(key, entry), this.idleMs);
     }
   }
@@ -124,9 +124,14 @@ export class ConnectionCache<C> {
     return entry;
   }
 
+  /** Closes a connection unused for idleMs; one used since its timer was armed gets the rest of its idle time. */
   private closeIdle(key: string, entry: Entry<C>): void {
     entry.idleTimer = null;
-    if (entry.users === 0) this.drop(key, entry);
+    // In use: the last user to finish arms the timer again.
+    if (entry.users > 0 || this.entries.get(key) !== entry) return;
+    const idleFor = this.timers.now() - entry.lastUsed;
+    if (idleFor >= this.idleMs) this.drop(key, entry);
+    else entry.idleTimer = this.timers.setTimeout(() => this.closeIdle(key, entry), this.idleMs - idleFor);
   }
 
   private evictIdlest(): void {
