@@ -5,6 +5,7 @@ import { ClientChanges } from "../kit/client-changes.js";
 import { ADMITTED_GRANULARITY_MS } from "../kit/task-claims.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
+import { prepared } from "./prepared.js";
 import { clients, creditLedger, learnedPrices, tasks } from "./schema.js";
 import type { DbOrTx } from "./tx.js";
 
@@ -111,15 +112,21 @@ export function update(db: DbOrTx, id: string, patch: Partial<NewClientRow>): Cl
 
 /** Round-robin admission: the client's task was just submitted (written at most once per ADMITTED_GRANULARITY_MS). */
 export function markAdmitted(db: Db, id: string, at: number): void {
-  db.update(clients)
-    .set({ lastAdmittedAt: at })
-    .where(
-      and(
-        eq(clients.id, id),
-        or(gt(clients.lastAdmittedAt, at), lte(clients.lastAdmittedAt, sql`${at} - ${ADMITTED_GRANULARITY_MS}`)),
-      ),
-    )
-    .run();
+  prepared(db, "clients.markAdmitted", () =>
+    db
+      .update(clients)
+      .set({ lastAdmittedAt: sql`${sql.placeholder("at")}` })
+      .where(
+        and(
+          eq(clients.id, sql.placeholder("id")),
+          or(
+            gt(clients.lastAdmittedAt, sql.placeholder("at")),
+            lte(clients.lastAdmittedAt, sql`${sql.placeholder("at")} - ${ADMITTED_GRANULARITY_MS}`),
+          ),
+        ),
+      )
+      .prepare(),
+  ).run({ id, at });
 }
 
 export function ledger(db: DbOrTx, clientId: string): LedgerEntry[] {
@@ -136,18 +143,20 @@ export function ledger(db: DbOrTx, clientId: string): LedgerEntry[] {
     .all();
 }
 
-export function creditPosition(db: DbOrTx, clientId: string): CreditPosition | undefined {
-  const row = db
-    .select({
-      charged: clients.pointsCharged,
-      refunded: clients.pointsRefunded,
-      reserved: clients.pointsReserved,
-      limit: clients.creditLimit,
-      revokedAt: clients.revokedAt,
-    })
-    .from(clients)
-    .where(eq(clients.id, clientId))
-    .get();
+export function creditPosition(db: Db, clientId: string): CreditPosition | undefined {
+  const row = prepared(db, "clients.creditPosition", () =>
+    db
+      .select({
+        charged: clients.pointsCharged,
+        refunded: clients.pointsRefunded,
+        reserved: clients.pointsReserved,
+        limit: clients.creditLimit,
+        revokedAt: clients.revokedAt,
+      })
+      .from(clients)
+      .where(eq(clients.id, sql.placeholder("clientId")))
+      .prepare(),
+  ).get({ clientId });
   if (!row) return undefined;
   return {
     charged: row.charged,
@@ -162,41 +171,61 @@ export function creditPosition(db: DbOrTx, clientId: string): CreditPosition | u
  * Applies a task's change of charge, refund and reservation to its client's totals, and appends
  * charges and refunds to the ledger. Runs in the transaction that changes the task.
  */
-export function applyCreditChange(
-  db: DbOrTx,
-  clientId: string,
-  taskId: string,
-  change: CreditChange,
-  at: number,
-): void {
+export function applyCreditChange(db: Db, clientId: string, taskId: string, change: CreditChange, at: number): void {
   if (change.charged === 0 && change.refunded === 0 && change.reserved === 0) return;
-  db.update(clients)
-    .set({
-      pointsCharged: sql`${clients.pointsCharged} + ${change.charged}`,
-      pointsRefunded: sql`${clients.pointsRefunded} + ${change.refunded}`,
-      pointsReserved: sql`max(0, ${clients.pointsReserved} + ${change.reserved})`,
-    })
-    .where(eq(clients.id, clientId))
-    .run();
+  prepared(db, "clients.creditChange", () =>
+    db
+      .update(clients)
+      .set({
+        pointsCharged: sql`${clients.pointsCharged} + ${sql.placeholder("charged")}`,
+        pointsRefunded: sql`${clients.pointsRefunded} + ${sql.placeholder("refunded")}`,
+        pointsReserved: sql`max(0, ${clients.pointsReserved} + ${sql.placeholder("reserved")})`,
+      })
+      .where(eq(clients.id, sql.placeholder("clientId")))
+      .prepare(),
+  ).run({ clientId, charged: change.charged, refunded: change.refunded, reserved: change.reserved });
   if (change.charged !== 0 || change.refunded !== 0) {
-    db.insert(creditLedger).values({ clientId, taskId, charged: change.charged, refunded: change.refunded, at }).run();
+    prepared(db, "clients.ledgerEntry", () =>
+      db
+        .insert(creditLedger)
+        .values({
+          clientId: sql.placeholder("clientId"),
+          taskId: sql.placeholder("taskId"),
+          charged: sql.placeholder("charged"),
+          refunded: sql.placeholder("refunded"),
+          at: sql.placeholder("at"),
+        })
+        .prepare(),
+    ).run({ clientId, taskId, charged: change.charged, refunded: change.refunded, at });
   }
 }
 
-export function findLearnedPrice(db: DbOrTx, priceKey: string): number | null {
-  const row = db
-    .select({ points: learnedPrices.points })
-    .from(learnedPrices)
-    .where(eq(learnedPrices.priceKey, priceKey))
-    .get();
+export function findLearnedPrice(db: Db, priceKey: string): number | null {
+  const row = prepared(db, "learnedPrices.find", () =>
+    db
+      .select({ points: learnedPrices.points })
+      .from(learnedPrices)
+      .where(eq(learnedPrices.priceKey, sql.placeholder("priceKey")))
+      .prepare(),
+  ).get({ priceKey });
   return row?.points ?? null;
 }
 
-export function learnPrice(db: DbOrTx, priceKey: string, points: number, at: number): void {
-  db.insert(learnedPrices)
-    .values({ priceKey, points, updatedAt: at })
-    .onConflictDoUpdate({ target: learnedPrices.priceKey, set: { points, updatedAt: at } })
-    .run();
+export function learnPrice(db: Db, priceKey: string, points: number, at: number): void {
+  prepared(db, "learnedPrices.learn", () =>
+    db
+      .insert(learnedPrices)
+      .values({
+        priceKey: sql.placeholder("priceKey"),
+        points: sql.placeholder("points"),
+        updatedAt: sql.placeholder("at"),
+      })
+      .onConflictDoUpdate({
+        target: learnedPrices.priceKey,
+        set: { points: sql`excluded.points`, updatedAt: sql`excluded.updated_at` },
+      })
+      .prepare(),
+  ).run({ priceKey, points, at });
 }
 
 /** SubmissionContext.reservations (see ReservationsAround). */

@@ -173,8 +173,10 @@ export class SqliteStore implements Store, SqliteContext {
   }
 
   submissionContext(tx: DbOrTx, task: TaskRow): SubmissionContext {
-    const position = creditPosition(tx, task.clientId);
-    const learnedPrice = task.priceKey ? findLearnedPrice(tx, task.priceKey) : null;
+    // The database's prepared statements, inside the transaction `tx` has open (one connection).
+    const db = this.database.db;
+    const position = creditPosition(db, task.clientId);
+    const learnedPrice = task.priceKey ? findLearnedPrice(db, task.priceKey) : null;
     const needsAround =
       position !== undefined && position.limit !== null && !position.revoked && task.submitAttempts === 0;
     return {
@@ -200,8 +202,8 @@ export class SqliteStore implements Store, SqliteContext {
     const storedBytes = this.intakeCommits.gathered(this.storedBytes);
     const reserved = req.admit({
       waiting: req.needs.waiting ? countByPhaseForClient(tx, row.clientId, "waiting") : 0,
-      position: req.needs.credit ? creditPosition(tx, row.clientId) : undefined,
-      learnedPrice: req.needs.credit && row.priceKey ? findLearnedPrice(tx, row.priceKey) : null,
+      position: req.needs.credit ? creditPosition(db, row.clientId) : undefined,
+      learnedPrice: req.needs.credit && row.priceKey ? findLearnedPrice(db, row.priceKey) : null,
       storedBytes: req.storedBytesLimit != null ? storedBytes.of(row.clientId) : undefined,
     });
     if (reserved === 0) {
@@ -211,9 +213,9 @@ export class SqliteStore implements Store, SqliteContext {
       storedBytes.add(row.clientId, task.storedBytes);
       return { task, replayed: false };
     }
-    const task = tx.transaction((sp) => {
+    const task = tx.transaction(() => {
       const task = insertTaskPrepared(db, row, reserved);
-      applyCreditChange(sp, row.clientId, row.id, { charged: 0, refunded: 0, reserved }, row.createdAt);
+      applyCreditChange(db, row.clientId, row.id, { charged: 0, refunded: 0, reserved }, row.createdAt);
       return task;
     });
     storedBytes.add(row.clientId, task.storedBytes);

@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, gte, inArray, isNull, lt, lte, or, sql, type SQL } from "drizzle-orm";
+import { and, asc, eq, gt, gte, inArray, isNull, lt, lte, or, type Placeholder, sql, type SQL } from "drizzle-orm";
 import { interleave, pickWithinRoom, type ClientRoom } from "../../store/fairness.js";
 import type { InFlightTask } from "../../store/store.js";
 import type { TaskRow } from "../../store/rows.js";
@@ -30,7 +30,7 @@ export function sqliteTaskClaims(s: SqliteContext): TaskClaimOperations {
 }
 
 /** Not under a live lease at `now`. */
-export function unclaimed(now: number): SQL {
+export function unclaimed(now: number | Placeholder): SQL {
   return or(isNull(tasks.claimedUntil), lt(tasks.claimedUntil, now))!;
 }
 

@@ -31,7 +31,7 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
       ),
     beginSubmission: (id, token, decide, o) =>
       s.attemptCommits.run((tx) => {
-        const current = find(tx, id);
+        const current = find(db, id);
         if (!current || current.claimToken !== token) return null;
         const step = decide(s.submissionContext(tx, current));
         const task = step.transition
@@ -41,7 +41,7 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
       }),
     decideAndTransition: (id, clientId, decide, o) =>
       s.attemptCommits.run((tx) => {
-        const before = clientId === null ? find(tx, id) : findOfClient(tx, clientId, id);
+        const before = clientId === null ? find(db, id) : findOfClient(tx, clientId, id);
         if (!before) return null;
         const patch = decide(before);
         if (patch === null) return { before, after: before };
@@ -144,8 +144,9 @@ export function insertTaskPrepared(db: Db, row: NewTaskRow, pointsReserved: numb
   return bound as TaskRow;
 }
 
-export function find(db: DbOrTx, id: string): TaskRow | undefined {
-  return db.select().from(tasks).where(eq(tasks.id, id)).get();
+/** A task by id, on the statement prepared once (findTaskPrepared): the submitter, polls and transitions read it first, inside their transaction. */
+export function find(db: Db, id: string): TaskRow | undefined {
+  return findTaskPrepared(db, id);
 }
 
 /** A client's task, or undefined for an unknown id or another client's task (the two must look the same). */
@@ -274,19 +275,23 @@ export function unsubmittedOfClient(db: DbOrTx, clientId: string, now: number): 
  * Credits of a client came back (a reservation ended): its waiting tasks held back until later are
  * due again now, so one that waited for room is looked at at once (account pauses and caps still apply).
  */
-export function wakeWaitingOfClient(db: DbOrTx, clientId: string, now: number): void {
-  db.update(tasks)
-    .set({ nextRunAt: now })
-    .where(
-      and(
-        eq(tasks.clientId, clientId),
-        eq(tasks.phase, "waiting"),
-        eq(tasks.submitAttempts, 0),
-        gt(tasks.nextRunAt, now),
-        unclaimed(now),
-      ),
-    )
-    .run();
+export function wakeWaitingOfClient(db: Db, clientId: string, now: number): void {
+  prepared(db, "tasks.wakeWaitingOfClient", () => {
+    const at = sql.placeholder("now");
+    return db
+      .update(tasks)
+      .set({ nextRunAt: sql`${at}` })
+      .where(
+        and(
+          eq(tasks.clientId, sql.placeholder("clientId")),
+          eq(tasks.phase, "waiting"),
+          eq(tasks.submitAttempts, 0),
+          gt(tasks.nextRunAt, at),
+          unclaimed(at),
+        ),
+      )
+      .prepare();
+  }).run({ clientId, now });
 }
 
 /** Releases every task lease (start of a single-process relay: any lease left is a dead process's). */
