@@ -13,8 +13,10 @@
 // is refused when the 1-minute load is above BENCH_MAX_LOAD (bench/lib/load-gate.mjs; never in a
 // BENCH_QUICK run), and a row with a refused round is reported as refused, with the loads.
 // Alone (no results file written):
-//   node bench/prototypes.mjs [intake] [delivery] [end_to_end] [postgres] [--rounds=3] [--dist=DIST]
+//   node bench/prototypes.mjs [intake] [delivery] [end_to_end] [postgres] [--rounds=3] [--dist=DIST] [--profile]
 // --dist: another build's dist (copied under bench/.ab/ to run on this checkout's node_modules).
+// --profile: the end-to-end relay runs under `node --cpu-prof` (bench/profiles/proto-e2e-rN/, read with
+// bench/lib/profile.mjs); its CPU figures are then the profiler's, not figures to quote.
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -243,6 +245,7 @@ async function endToEnd(ctx) {
                 UPSTREAM_READS_PER_MINUTE: 100_000,
               }),
               join(ctx.tmp, `relay-proto-e2e-r${r}.log`),
+              { execArgv: ctx.relayExecArgv?.(`e2e-r${r}`) ?? [] },
             ),
           )
         : await startProto(ctx, `proto-pipeline-r${r}`, "pipeline.mjs", {
@@ -402,6 +405,7 @@ async function main(argv) {
   const flag = (name) => argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
   const rounds = Number(flag("rounds") ?? 3);
   const other = flag("dist");
+  const profiles = argv.includes("--profile") ? join(BENCH, "profiles") : null;
   const dist = other ? stageDist(resolve(other), "proto") : null;
   if (dist) useDist(dist);
   const snapshot = dist ? null : snapshotDist();
@@ -446,6 +450,9 @@ async function main(argv) {
       receiver,
       logLevel: "info",
       rows: needs,
+      relayExecArgv: profiles
+        ? (name) => ["--cpu-prof", `--cpu-prof-dir=${join(profiles, `proto-${name}`)}`]
+        : undefined,
       ...harness({ cfg: CFG, quick: false, tmp, logLevel: "info" }),
     });
     const { method: _method, ...figures } = result;
