@@ -5,6 +5,7 @@ import type { TaskRow } from "../../store/rows.js";
 import { clientRoom, type TaskClaimOperations } from "../kit/task-claims.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
+import { prepared } from "./prepared.js";
 import { clients, tasks } from "./schema.js";
 import type { TaskPhase } from "../../statuses.js";
 import { inPickedOrder } from "../kit/claim-order.js";
@@ -222,31 +223,44 @@ export function claimAcrossClients(
  * the loop's idle wake-up. Walks the (phase, next_run_at) index, so it costs the same at any backlog.
  */
 export function nextDueAt(db: Db, phase: TaskPhase, now: number): number | null {
-  const row = db
-    .select({ at: tasks.nextRunAt })
-    .from(tasks)
-    .where(and(eq(tasks.phase, phase), sql`${tasks.nextRunAt} IS NOT NULL`, unclaimed(now)))
-    .orderBy(asc(tasks.nextRunAt))
-    .limit(1)
-    .get();
+  // Prepared once: each loop asks after every turn it works (the submitter and the poller).
+  const row = prepared(db, "tasks.nextDueAt", () =>
+    db
+      .select({ at: tasks.nextRunAt })
+      .from(tasks)
+      .where(
+        and(
+          eq(tasks.phase, sql.placeholder("phase")),
+          sql`${tasks.nextRunAt} IS NOT NULL`,
+          unclaimed(sql.placeholder("now")),
+        ),
+      )
+      .orderBy(asc(tasks.nextRunAt))
+      .limit(1)
+      .prepare(),
+  ).get({ phase, now });
   // A lease that runs out (its holder died) makes its row due again then: wake for it, not at the idle timer.
-  const lease = db
-    .select({ at: sql<number | null>`min(${tasks.claimedUntil})` })
-    .from(tasks)
-    .where(and(eq(tasks.phase, phase), gte(tasks.claimedUntil, now)))
-    .get();
+  const lease = prepared(db, "tasks.nextLeaseEnd", () =>
+    db
+      .select({ at: sql<number | null>`min(${tasks.claimedUntil})` })
+      .from(tasks)
+      .where(and(eq(tasks.phase, sql.placeholder("phase")), gte(tasks.claimedUntil, sql.placeholder("now"))))
+      .prepare(),
+  ).get({ phase, now });
   return wakeAt(row?.at ?? null, lease?.at ?? null);
 }
 
 /** Earliest expiry among waiting tasks that can still expire, for the submitter to wake at. */
 export function nextExpiryAt(db: Db): number | null {
-  const row = db
-    .select({ at: tasks.expiresAt })
-    .from(tasks)
-    .where(and(eq(tasks.phase, "waiting"), sql`${tasks.expiresAt} IS NOT NULL`, eq(tasks.submitAttempts, 0)))
-    .orderBy(asc(tasks.expiresAt))
-    .limit(1)
-    .get();
+  const row = prepared(db, "tasks.nextExpiryAt", () =>
+    db
+      .select({ at: tasks.expiresAt })
+      .from(tasks)
+      .where(and(eq(tasks.phase, "waiting"), sql`${tasks.expiresAt} IS NOT NULL`, eq(tasks.submitAttempts, 0)))
+      .orderBy(asc(tasks.expiresAt))
+      .limit(1)
+      .prepare(),
+  ).get();
   return row?.at ?? null;
 }
 
@@ -269,21 +283,22 @@ export function accountsWithDue(db: Db, phase: TaskPhase, now: number): string[]
 
 /** Accounts with tasks in flight upstream. */
 export function accountsInFlight(db: Db): string[] {
-  return db
-    .selectDistinct({ account: tasks.upstreamAccount })
-    .from(tasks)
-    .where(eq(tasks.phase, "submitted"))
+  return prepared(db, "tasks.accountsInFlight", () =>
+    db.selectDistinct({ account: tasks.upstreamAccount }).from(tasks).where(eq(tasks.phase, "submitted")).prepare(),
+  )
     .all()
     .map((r) => r.account);
 }
 
 /** Tasks submitted upstream and not yet terminal: they occupy the account's concurrency. */
 export function countRunning(db: Db, account: string): number {
-  const row = db
-    .select({ n: sql<number>`count(*)` })
-    .from(tasks)
-    .where(and(eq(tasks.phase, "submitted"), eq(tasks.upstreamAccount, account)))
-    .get();
+  const row = prepared(db, "tasks.countRunning", () =>
+    db
+      .select({ n: sql<number>`count(*)` })
+      .from(tasks)
+      .where(and(eq(tasks.phase, "submitted"), eq(tasks.upstreamAccount, sql.placeholder("account"))))
+      .prepare(),
+  ).get({ account });
   return row?.n ?? 0;
 }
 
