@@ -177,6 +177,22 @@ describe("one prepared statement for every batch on PostgreSQL", () => {
     expect(keys.map((r) => r.idempotency_key)).toEqual(["a", "b", "c", "d", "e", "f", "g"]);
   });
 
+  it("a batch waits a turn more while creations keep arriving, so they go in one statement", async () => {
+    const { stores } = await twoInstances();
+    const [one] = stores;
+    const req = batchable((await contractClient(one)).id);
+    let batches = 0;
+    watchStatements(one, (text) => {
+      if (text.startsWith("WITH ins AS")) batches++;
+    });
+    // Two in this turn, a third in the next: without the wait the first two go alone.
+    const first = [one.tasks.create(req("a")), one.tasks.create(req("b"))];
+    const third = new Promise((resolve) => setImmediate(() => resolve(one.tasks.create(req("c")))));
+    const created = (await Promise.all([...first, third])) as Array<{ replayed: boolean }>;
+    expect(created.map((r) => r.replayed)).toEqual([false, false, false]);
+    expect(batches).toBe(1);
+  });
+
   it("answers each creation of a batch with the row as it is stored, without reading it back", async () => {
     const { stores } = await twoInstances();
     const [one] = stores;

@@ -90,6 +90,14 @@ const INSERT_BATCH_NOTIFY = insertBatch(true);
  * one commit more); with one batch a turn, each instance of several wrote batches of one or two.
  */
 const MAX_IN_FLIGHT = 1;
+/**
+ * Turns of the event loop a batch waits for more while creations keep arriving (the queue grew in
+ * the last turn), as SQLite's intake does (INTAKE_FILL_TURNS): the requests of the connections the
+ * last commit answered come back a turn or two later, and without the wait they made a batch of
+ * their own. At three instances each serves a third of the connections, and its batches were a
+ * third the size (about 4 rows against 13 at one), so a creation cost 1.4× as much as at one.
+ */
+const PG_INTAKE_FILL_TURNS = 2;
 
 /**
  * Group commit for PostgreSQL intake: creations that need no decision against the client's other
@@ -113,6 +121,9 @@ export class PgIntakeBatches {
   private queue: Pending[] = [];
   private inFlight = 0;
   private scheduled = false;
+  /** The queue's length when the scheduled flush last looked, and the turns it has waited. */
+  private seen = 0;
+  private waited = 0;
 
   constructor(private readonly port: IntakePort) {}
 
@@ -128,16 +139,28 @@ export class PgIntakeBatches {
   private schedule(): void {
     if (this.scheduled || this.queue.length === 0 || this.inFlight >= MAX_IN_FLIGHT) return;
     this.scheduled = true;
-    setImmediate(() => {
-      this.scheduled = false;
-      while (this.queue.length > 0 && this.inFlight < MAX_IN_FLIGHT) {
-        this.inFlight++;
-        void this.flush(this.queue.splice(0, MAX_BATCH)).finally(() => {
-          this.inFlight--;
-          this.schedule();
-        });
-      }
-    });
+    this.seen = this.queue.length;
+    this.waited = 0;
+    setImmediate(() => this.turn());
+  }
+
+  /** At the end of a turn: one more turn while creations are still arriving (at most PG_INTAKE_FILL_TURNS), else the flush. */
+  private turn(): void {
+    const arriving = this.queue.length > this.seen && this.queue.length < MAX_BATCH;
+    if (arriving && this.waited < PG_INTAKE_FILL_TURNS) {
+      this.seen = this.queue.length;
+      this.waited++;
+      setImmediate(() => this.turn());
+      return;
+    }
+    this.scheduled = false;
+    while (this.queue.length > 0 && this.inFlight < MAX_IN_FLIGHT) {
+      this.inFlight++;
+      void this.flush(this.queue.splice(0, MAX_BATCH)).finally(() => {
+        this.inFlight--;
+        this.schedule();
+      });
+    }
   }
 
   private async flush(batch: Pending[]): Promise<void> {
