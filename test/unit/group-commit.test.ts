@@ -52,6 +52,28 @@ describe("GroupCommit", () => {
     );
   });
 
+  it("settles at most settlesPerTurn units a turn: their callers' continuations do not all run in one turn", async () => {
+    const commits = new GroupCommit(database.db, 256, 0, 0, { settlesPerTurn: 4 });
+    const settled: number[] = [];
+    let settledATurnLater = -1;
+    const units = Array.from({ length: 10 }, (_, i) =>
+      commits
+        .run((tx) => tx.run(sql`INSERT INTO items (v) VALUES (${String(i)})`))
+        .then(() => {
+          if (i === 0)
+            setImmediate(() => {
+              settledATurnLater = settled.length;
+            });
+          settled.push(i);
+        }),
+    );
+    await Promise.all(units);
+    // One commit of 10 units, settled 4 a turn: a turn after the first, 8 had (10 all at once before).
+    expect(count()).toBe(10);
+    expect(settledATurnLater).toBe(8);
+    expect(settled).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+  });
+
   it("runs work queued in one turn in a single transaction, and settles only after the commit", async () => {
     const commits = new GroupCommit(database.db);
     const seenInside: number[] = [];

@@ -25,11 +25,19 @@ export const TURN_BUDGET_MS = 10;
  */
 export const MIN_UNITS_PER_TURN = 32;
 
+/**
+ * Committed units settled in one turn (their callers' continuations, an answer each, run in its
+ * microtasks); the rest settle in the next turns, in order.
+ */
+export const SETTLES_PER_TURN = 32;
+
 /** The bound on one turn's flush (TURN_BUDGET_MS, MIN_UNITS_PER_TURN), and its clock. */
 export interface TurnBound {
   budgetMs?: number;
   minUnits?: number;
   now?: () => number;
+  /** Committed units settled per turn (SETTLES_PER_TURN). */
+  settlesPerTurn?: number;
   /** The turn's budget shared with the store's other group commits (intake and attempts). */
   shared?: TurnBudget;
   /**
@@ -181,10 +189,12 @@ export class GroupCommit {
     this.now = bound.now ?? (() => performance.now());
     this.shared = bound.shared;
     this.walSync = bound.walSync;
+    this.settlesPerTurn = Math.max(1, bound.settlesPerTurn ?? SETTLES_PER_TURN);
     this.writers = bound.writers;
   }
 
   private readonly writers: WriterGate | undefined;
+  private readonly settlesPerTurn: number;
 
   private readonly walSync: WalSync | undefined;
 
@@ -262,6 +272,7 @@ export class GroupCommit {
     this.flush(Number.POSITIVE_INFINITY);
     // Units of earlier commits still waiting for their sync settle now, before the database closes.
     this.walSync?.drain();
+    for (const settle of this.settling.splice(0)) settle();
     this.closed = true;
   }
 
@@ -378,16 +389,37 @@ export class GroupCommit {
     this.shared?.spend(this.now() - started);
     this.carryOver(queued.slice(batch.length));
     const settle = (syncError: Error | null) =>
-      batch.forEach((item, i) => {
-        const outcome = outcomes[i]!;
-        // Committed but not known to be on disk: as a COMMIT whose fsync failed, the unit fails.
-        if (syncError !== null) item.reject(syncError);
-        else if (outcome.ok) item.resolve(outcome.value);
-        else item.reject(outcome.error);
-      });
+      this.settleInTurns(
+        batch.map((item, i) => () => {
+          const outcome = outcomes[i]!;
+          // Committed but not known to be on disk: as a COMMIT whose fsync failed, the unit fails.
+          if (syncError !== null) item.reject(syncError);
+          else if (outcome.ok) item.resolve(outcome.value);
+          else item.reject(outcome.error);
+        }),
+      );
     if (walSync) walSync.afterSync(settle);
     else settle(null);
   }
+
+  /**
+   * Settles committed units, at most settlesPerTurn a turn, in commit order. What a settled unit's caller
+   * does next (serializing and writing its answer, say) runs in the microtasks of the turn that
+   * settles it, uncounted by the flush's budget: 256 answers in one turn were a stall of their own
+   * (issue #38 item 7). The rest settle in later turns, other I/O served in between.
+   */
+  private settleInTurns(settles: Array<() => void>): void {
+    const idle = this.settling.length === 0;
+    for (const settle of settles) this.settling.push(settle);
+    if (idle) this.settleSome();
+  }
+
+  private settling: Array<() => void> = [];
+
+  private readonly settleSome = (): void => {
+    for (const settle of this.settling.splice(0, this.settlesPerTurn)) settle();
+    if (this.settling.length > 0) setImmediate(this.settleSome);
+  };
 
   /** The units a flush left over its budget: first in the queue, committed in a turn of their own. */
   private carryOver(rest: Pending<unknown>[]): void {
