@@ -279,7 +279,11 @@ export class Dispatcher extends PooledWorker<Claim> {
       this.slots.releaseHold(key, 1);
       started = this.startAhead(key);
     }
-    if (started > 0 && this.ahead.want(key, this.slots.inFlightTo(key)) === 0) return Promise.resolve(true);
+    if (started > 0 && this.ahead.want(key, this.slots.inFlightTo(key)) === 0) {
+      // Quiet like a refill that started something: the loop's claim for everyone else runs soon.
+      this.refills.sweepSoon();
+      return Promise.resolve(true);
+    }
     const asked = this.refills.ask(event);
     const answer = started > 0 ? asked.then(() => true) : asked;
     return answer.finally(() => {

@@ -100,8 +100,8 @@ export class Refills {
     }
   }
 
-  /** Wakes the loop within SWEEP_AFTER_REFILL_MS, once for any number of refills meanwhile. */
-  private sweepSoon(): void {
+  /** Wakes the loop within SWEEP_AFTER_REFILL_MS, once for any number of refills meanwhile (also after a leased-ahead start). */
+  sweepSoon(): void {
     if (this.sweepTimer) return;
     this.sweepTimer = setTimeout(() => {
       this.sweepTimer = null;
