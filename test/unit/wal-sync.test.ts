@@ -61,7 +61,7 @@ describe("GroupCommit with the WAL synced off the event loop (issue #38 item 7)"
     expect(settled).toEqual(["a", "b"]);
   });
 
-  it("commits made while a sync runs share the next one, and settle in order after it", async () => {
+  it("two syncs run at once; a third commit shares the next; a later sync ending first settles the earlier commits too", async () => {
     const { sync, calls } = heldSync(walPath());
     const commits = new GroupCommit(database.db, 256, 0, 0, { walSync: sync });
     const settled: string[] = [];
@@ -73,15 +73,18 @@ describe("GroupCommit with the WAL synced off the event loop (issue #38 item 7)"
     await nextTurn();
     const third = insert("c");
     await nextTurn();
-    // Three commits, one sync running (for "a"); "b" and "c" wait for the next.
+    // Three commits; a sync each for "a" and "b" at once, "c" waits for one of them to end.
     expect(count()).toBe(3);
-    expect(calls).toHaveLength(1);
-    calls[0]!(null);
-    await first;
-    expect(settled).toEqual(["a"]);
     expect(calls).toHaveLength(2);
+    // The second sync began after both commits: its end settles "a" and "b", in order, and starts "c"'s.
     calls[1]!(null);
-    await Promise.all([second, third]);
+    await Promise.all([first, second]);
+    expect(settled).toEqual(["a", "b"]);
+    expect(calls).toHaveLength(3);
+    // The first sync ending late settles nothing twice.
+    calls[0]!(null);
+    calls[2]!(null);
+    await third;
     expect(settled).toEqual(["a", "b", "c"]);
   });
 

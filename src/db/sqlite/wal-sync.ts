@@ -4,6 +4,13 @@ import { closeSync, fdatasync, fdatasyncSync, openSync } from "node:fs";
 type Settle = (err: Error | null) => void;
 
 /**
+ * Syncs in flight at once. A commit's sync starts at once while fewer run (a commit made just after
+ * one started does not wait for it to end, then for its own: two fsyncs' time); past that, commits
+ * share the next sync that starts (a group fsync).
+ */
+const MAX_IN_FLIGHT = 2;
+
+/**
  * The WAL's fsync off the event loop. With `synchronous = FULL` every COMMIT fsyncs the WAL on the
  * thread that commits: 10-32 ms per group commit on a busy machine (bench/big-outputs.mjs, issue #38
  * item 7), during which the whole event loop waits. A group commit instead commits with
@@ -11,14 +18,15 @@ type Settle = (err: Error | null) => void;
  * of the WAL file, started after that COMMIT, has returned on the libuv thread pool: a caller is still
  * answered only after its rows are on disk, and the loop serves other requests meanwhile.
  *
- * One fdatasync in flight at a time: commits made while it runs share the next one (a group fsync).
- * Waiters settle in the order they were queued, each only after a sync that began after its commit.
+ * Waiters settle in the order they were queued, each only after a sync that began after its commit
+ * returned (a sync covers every write made before it began, so one ending settles all earlier waiters).
  */
 export class WalSync {
   private fd: number | null = null;
-  /** Waiters whose commit a running sync covers, and those that wait for the next one. */
-  private running: Settle[] | null = null;
-  private next: Settle[] = [];
+  /** Waiters not settled yet, in order; `covered` of them (a prefix) have a sync running for them. */
+  private waiting: Settle[] = [];
+  private covered = 0;
+  private inFlight = 0;
 
   constructor(
     private readonly walPath: string,
@@ -27,22 +35,22 @@ export class WalSync {
 
   /** Runs `settle` once the WAL as written now is on disk (or the sync failed: `settle(err)`). */
   afterSync(settle: Settle): void {
-    this.next.push(settle);
-    if (this.running === null) this.start();
+    this.waiting.push(settle);
+    if (this.inFlight < MAX_IN_FLIGHT) this.start();
   }
 
   /** Syncs here and settles every waiter now: the store is closing. */
   drain(): void {
-    const waiting = [...(this.running ?? []), ...this.next];
-    this.running = null;
-    this.next = [];
+    const waiting = this.waiting;
+    this.waiting = [];
+    this.covered = 0;
     let error: Error | null = null;
     try {
       if (waiting.length > 0) fdatasyncSync(this.open());
     } catch (err) {
       error = err as Error;
     }
-    this.settle(waiting, error);
+    for (const settle of waiting) settle(error);
     if (this.fd !== null) closeSync(this.fd);
     this.fd = null;
   }
@@ -54,27 +62,33 @@ export class WalSync {
   }
 
   private start(): void {
-    const batch = this.next;
-    this.next = [];
-    this.running = batch;
+    // This sync covers every waiter queued so far: their commits returned before it begins.
+    const upTo = this.waiting.length;
+    const batch = this.waiting.slice(0, upTo);
+    this.covered = upTo;
     let fd: number;
     try {
       fd = this.open();
     } catch (err) {
-      this.running = null;
-      this.settle(batch, err as Error);
+      this.done(batch, err as Error);
       return;
     }
+    this.inFlight++;
     this.sync(fd, (err) => {
-      // drain() settled them meanwhile.
-      if (this.running !== batch) return;
-      this.running = null;
-      this.settle(batch, err);
-      if (this.next.length > 0) this.start();
+      this.inFlight--;
+      this.done(batch, err);
+      if (this.waiting.length > this.covered && this.inFlight < MAX_IN_FLIGHT) this.start();
     });
   }
 
-  private settle(waiters: Settle[], err: Error | null): void {
-    for (const settle of waiters) settle(err);
+  /** Settles, in order, the waiters up to the last of `batch` still waiting (earlier ones are covered too). */
+  private done(batch: Settle[], err: Error | null): void {
+    const last = batch[batch.length - 1];
+    const end = last === undefined ? -1 : this.waiting.indexOf(last);
+    // drain() or a later sync settled them meanwhile.
+    if (end < 0) return;
+    const settled = this.waiting.splice(0, end + 1);
+    this.covered = Math.max(0, this.covered - settled.length);
+    for (const settle of settled) settle(err);
   }
 }
