@@ -260,8 +260,8 @@ export class OffThreadJson {
         }
       },
       // One piece a request: between two, the server's connection can take the write lock.
-      writeToSqlite: async (file, ref, now, exclusive = (write) => write()) => {
-        for (let seq = 0; seq < count; seq++) await exclusive(() => ask({ op: "write", key, seq, file, ref, now }));
+      writeToSqlite: async (file, ref, now) => {
+        for (let seq = 0; seq < count; seq++) await ask({ op: "write", key, seq, file, ref, now });
       },
     });
     this.unreferenced.register(pieces, { worker, key });

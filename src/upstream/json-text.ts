@@ -55,15 +55,9 @@ export interface HeldPieces {
   /**
    * Inserts them into `file`'s task_output_pieces under `ref`, the last one marked, one piece per
    * transaction of the holder's own connection (the server's connection waits at most one piece's
-   * write for the lock); the holder forgets them once the last is written. Each piece's write runs
-   * inside `exclusive` (the store's gate keeping its own commits apart from it).
+   * write for the lock); the holder forgets them once the last is written.
    */
-  writeToSqlite(
-    file: string,
-    ref: string,
-    now: number,
-    exclusive?: (write: () => Promise<unknown>) => Promise<unknown>,
-  ): Promise<void>;
+  writeToSqlite(file: string, ref: string, now: number): Promise<void>;
 }
 
 /** A long output as the parse worker keeps it (HeldPieces): no text on this thread, sync or otherwise. */

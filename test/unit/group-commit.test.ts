@@ -3,26 +3,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import {
-  type Gatherer,
-  GroupCommit,
-  StoreClosedError,
-  TurnBudget,
-  WriterGate,
-} from "../../src/db/sqlite/group-commit.js";
+import { type Gatherer, GroupCommit, StoreClosedError, TurnBudget } from "../../src/db/sqlite/group-commit.js";
 import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
 import { FakeClock } from "../helpers/fake-clock.js";
-
-const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
-
-/** A write of another connection that lasts until the test ends it. */
-function heldWrite() {
-  let end!: () => void;
-  const done = new Promise<void>((resolve) => {
-    end = resolve;
-  });
-  return { run: () => done, end };
-}
 
 describe("GroupCommit", () => {
   let dir: string;
@@ -408,53 +391,6 @@ describe("GroupCommit", () => {
       await expect(a).rejects.toThrow("FOREIGN KEY constraint failed");
       await expect(b).resolves.toBe("b");
       expect(rows()).toEqual(["b"]);
-    });
-  });
-
-  describe("WriterGate: another connection's writes kept apart from the flushes (issue #38 item 7)", () => {
-    it("no flush begins while a write is in flight; the flushes that waited run as it ends, before the next write", async () => {
-      const writers = new WriterGate();
-      const commits = new GroupCommit(database.db, 256, 0, 0, { writers });
-      const order: string[] = [];
-      const first = heldWrite();
-      const writing = writers.exclusive(() => first.run().then(() => order.push("write 1 ended")));
-      const unit = commits.run((tx) => {
-        order.push("flush");
-        return tx.run(sql`INSERT INTO items (v) VALUES ('a')`);
-      });
-      for (let i = 0; i < 5; i++) await nextTurn();
-      // Five turns later the unit is still queued: its BEGIN IMMEDIATE would have waited for the write's lock.
-      expect(count()).toBe(0);
-      // A second write asked for now waits for the flush that is waiting.
-      const second = writers.exclusive(async () => {
-        order.push("write 2 began");
-      });
-      first.end();
-      await Promise.all([writing, unit, second]);
-      expect(order).toEqual(["write 1 ended", "flush", "write 2 began"]);
-      expect(count()).toBe(1);
-    });
-
-    it("a full batch queued during a write waits for it too, and nothing is lost or reordered", async () => {
-      const writers = new WriterGate();
-      const commits = new GroupCommit(database.db, 4, 0, 0, { writers });
-      const write = heldWrite();
-      const writing = writers.exclusive(write.run);
-      const units = ["a", "b", "c", "d", "e", "f"].map((v) =>
-        commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES (${v})`)),
-      );
-      await nextTurn();
-      expect(count()).toBe(0);
-      write.end();
-      await Promise.all([writing, ...units]);
-      expect(database.sqlite.prepare("SELECT v FROM items ORDER BY rowid").pluck().all()).toEqual([
-        "a",
-        "b",
-        "c",
-        "d",
-        "e",
-        "f",
-      ]);
     });
   });
 });

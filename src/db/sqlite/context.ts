@@ -1,6 +1,6 @@
 import type { CreateResult, NewTaskRequest, SubmissionContext, TransitionOptions } from "../../store/store.js";
 import type { NewTaskRow, TaskRow } from "../../store/rows.js";
-import type { GroupCommit, WriterGate } from "./group-commit.js";
+import type { GroupCommit } from "./group-commit.js";
 import type { Database_, Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
 
@@ -15,8 +15,6 @@ export interface SqliteContext {
   readonly intakeCommits: GroupCommit;
   /** Transitions, submissions, claims and attempt records, one fsync per batch. */
   readonly attemptCommits: GroupCommit;
-  /** Writes of another connection of this process (the parse worker's pieces), held apart from both commits' flushes. */
-  readonly otherWriters: WriterGate;
   /** A lease-guarded state change inside `tx` (the areas' shared step). */
   readonly transition: (
     tx: DbOrTx,

@@ -46,49 +46,6 @@ export interface TurnBound {
    * database, the CLI) every COMMIT syncs on this thread (`synchronous = FULL`).
    */
   walSync?: WalSync;
-  /** Writes through another connection to the same file (the parse worker's pieces): no flush runs during one. */
-  writers?: WriterGate;
-}
-
-/**
- * Writes through another connection of this process to the same file (the parse worker inserting
- * an output's pieces), coordinated with the group commits instead of through SQLite's lock: a flush's
- * BEGIN IMMEDIATE behind such a write waited out busy_timeout on the event loop, and SQLite's busy
- * handler sleeps in steps (1, 2, 5, 10, 15, 20, 25 ms, ...), so a 3 ms write could cost a 10 ms stall
- * (issue #38 item 7). During a write the commits' flushes wait (off the loop); as it ends, the flushes
- * that waited run first, and a new write waits for them, so neither side starves the other.
- */
-export class WriterGate {
-  private writing = 0;
-  /** Flushes waiting for the writes to end. */
-  private flushes: Array<() => void> = [];
-  /** Writes waiting for those flushes. */
-  private writes: Array<() => void> = [];
-
-  get free(): boolean {
-    return this.writing === 0;
-  }
-
-  /** Runs `flush` once no write is in flight (now, when none is). */
-  whenFree(flush: () => void): void {
-    if (this.writing === 0) flush();
-    else this.flushes.push(flush);
-  }
-
-  /** Runs `write` (another connection's write) with the flushes held off until it has ended. */
-  async exclusive<T>(write: () => Promise<T>): Promise<T> {
-    if (this.flushes.length > 0) await new Promise<void>((resolve) => this.writes.push(resolve));
-    this.writing++;
-    try {
-      return await write();
-    } finally {
-      this.writing--;
-      if (this.writing === 0) {
-        for (const flush of this.flushes.splice(0)) flush();
-        for (const resume of this.writes.splice(0)) resume();
-      }
-    }
-  }
 }
 
 /**
@@ -190,10 +147,8 @@ export class GroupCommit {
     this.shared = bound.shared;
     this.walSync = bound.walSync;
     this.settlesPerTurn = Math.max(1, bound.settlesPerTurn ?? SETTLES_PER_TURN);
-    this.writers = bound.writers;
   }
 
-  private readonly writers: WriterGate | undefined;
   private readonly settlesPerTurn: number;
 
   private readonly walSync: WalSync | undefined;
@@ -280,7 +235,7 @@ export class GroupCommit {
     if (this.closed) return Promise.reject(new StoreClosedError());
     return new Promise<T>((resolve, reject) => {
       this.queue.push({ work, atomic, resolve, reject } as Pending<unknown>);
-      if (this.queue.length >= this.maxBatch && (this.writers?.free ?? true)) this.flush(this.turnBudgetMs);
+      if (this.queue.length >= this.maxBatch) this.flush(this.turnBudgetMs);
       else if (!this.scheduled) {
         this.scheduled = true;
         this.seen = 0;
@@ -310,10 +265,6 @@ export class GroupCommit {
           this.turn(batchNo);
         }, Math.ceil(wait));
       }
-      return;
-    }
-    if (this.writers && !this.writers.free) {
-      this.writers.whenFree(() => this.turn(batchNo));
       return;
     }
     this.flush(this.turnBudgetMs);
@@ -431,10 +382,7 @@ export class GroupCommit {
     this.waited = 0;
     const batchNo = ++this.batchNo;
     setImmediate(() => {
-      if (!this.scheduled || batchNo !== this.batchNo) return;
-      if (this.writers)
-        this.writers.whenFree(() => this.scheduled && batchNo === this.batchNo && this.flush(this.turnBudgetMs));
-      else this.flush(this.turnBudgetMs);
+      if (this.scheduled && batchNo === this.batchNo) this.flush(this.turnBudgetMs);
     });
   }
 }

@@ -19,8 +19,7 @@ export function sqliteOutputs(s: SqliteContext): OutputStore {
     write: async (ref, pieces, now) => {
       const { sqlite } = s.database;
       // Held by the parse worker: it writes them through its own connection, so they never reach this heap.
-      if (isHeld(pieces) && !sqlite.memory)
-        return pieces.writeToSqlite(sqlite.name, ref, now, (write) => s.otherWriters.exclusive(write));
+      if (isHeld(pieces) && !sqlite.memory) return pieces.writeToSqlite(sqlite.name, ref, now);
       const texts = isHeld(pieces) ? pieces.read() : pieces;
       const count = isHeld(pieces) ? pieces.count : pieces.length;
       let seq = 0;

@@ -20,7 +20,7 @@ import type {
 import type { NewTaskRow, TaskRow } from "../../store/rows.js";
 import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reservationsAround } from "./clients.js";
 import { insertPrepared as insertEventPrepared } from "./events.js";
-import { GroupCommit, TurnBudget, WriterGate } from "./group-commit.js";
+import { GroupCommit, TurnBudget } from "./group-commit.js";
 import { WalSync } from "./wal-sync.js";
 import type { Database_, Db } from "./open.js";
 import {
@@ -112,7 +112,6 @@ export class SqliteStore implements Store, SqliteContext {
   readonly outputs: OutputStore;
   readonly intakeCommits: GroupCommit;
   readonly attemptCommits: GroupCommit;
-  readonly otherWriters = new WriterGate();
   /** Intake's stored bytes, counted up in memory per transaction and written once per client before its COMMIT. */
   private readonly storedBytes: ReturnType<typeof storedBytesTally>;
   /** A lease-guarded state change inside `tx` (the areas' shared step). */
@@ -130,10 +129,9 @@ export class SqliteStore implements Store, SqliteContext {
     // A file's WAL is synced off the event loop, one sync for both commits (wal-sync.ts).
     const { sqlite } = database;
     const walSync = sqlite.memory || sqlite.name.startsWith("file:") ? undefined : new WalSync(`${sqlite.name}-wal`);
-    const writers = this.otherWriters;
-    this.intakeCommits = new GroupCommit(db, 256, INTAKE_FILL_TURNS, 0, { shared: turn, walSync, writers });
+    this.intakeCommits = new GroupCommit(db, 256, INTAKE_FILL_TURNS, 0, { shared: turn, walSync });
     // Attempts' records: a commit waits up to RECORD_HOLD_MS for the records of attempts on the wire.
-    this.attemptCommits = new GroupCommit(db, 256, 0, RECORD_HOLD_MS, { shared: turn, walSync, writers });
+    this.attemptCommits = new GroupCommit(db, 256, 0, RECORD_HOLD_MS, { shared: turn, walSync });
     this.storedBytes = storedBytesTally(db);
 
     this.tasks = sqliteTasks(this);
