@@ -227,6 +227,7 @@ export class Relay {
         if (result.ok) metrics.deliveryLatency.observe(Math.max(0, clock.now() - event.createdAt) / 1000);
       },
     });
+    nudges.endpointRemoved = (clientId) => this.dispatcher.letGoOfClient(clientId);
     this.notifier = new Notifier(outbound);
     this.pruner = new Pruner({ store, clock, logger, retentionDays: config.taskRetentionDays });
     this.mirror = new Mirror({

@@ -11,6 +11,13 @@ export interface Nudges {
    * Without it, intake nudges the submitter.
    */
   created?(account: string, expiresAt: number | null): void;
+  /**
+   * One of the client's endpoints was removed (its pending deliveries ended in the store): what a
+   * worker holds in memory for the client's deliveries is let go, so nothing of the removed
+   * endpoint is sent after its removal (the dispatcher's leased-ahead events). Without it, such
+   * events could still go out until their lease's end.
+   */
+  endpointRemoved?(clientId: string): void;
 }
 
 export const noNudges: Nudges = { submitter() {}, poller() {}, dispatcher() {} };

@@ -137,8 +137,16 @@ export async function getEndpoint(deps: Pick<Deps, "store">, clientId: string, i
   return endpointView(row);
 }
 
-/** Removes the client's endpoint; its pending deliveries end (delivered ones stay in the attempt log). */
-export async function deleteEndpoint(deps: Pick<Deps, "store" | "clock">, clientId: string, id: string): Promise<void> {
+/**
+ * Removes the client's endpoint; its pending deliveries end (delivered ones stay in the attempt log),
+ * and the workers let go of what they hold for them (Nudges.endpointRemoved).
+ */
+export async function deleteEndpoint(
+  deps: Pick<ServiceDeps, "store" | "clock" | "nudges">,
+  clientId: string,
+  id: string,
+): Promise<void> {
   if (!(await deps.store.webhookEndpoints.remove(clientId, id, deps.clock.now())))
     throw new ApiError("not_found", "No such endpoint.");
+  deps.nudges.endpointRemoved?.(clientId);
 }

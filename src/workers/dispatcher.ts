@@ -312,6 +312,15 @@ export class Dispatcher extends PooledWorker<Claim> {
     return started;
   }
 
+  /**
+   * Gives back the client's events leased ahead (one of its endpoints was removed): none of them
+   * starts after the removal; those of the removed endpoint were ended by it (their give-back
+   * changes nothing), the others are due again as they were and claimed anew.
+   */
+  letGoOfClient(clientId: string): void {
+    void this.ahead.giveBackOfClient(clientId);
+  }
+
   /** Waits for the work in flight (graceful shutdown), then gives the events leased ahead back. */
   override async drain(): Promise<void> {
     await super.drain();

@@ -542,6 +542,35 @@ describe("leases ahead of the per-key cap", () => {
     expect(statuses(t, events).every((e) => e.deliveryStatus === "succeeded" && e.attempts === 1)).toBe(true);
   });
 
+  it("an endpoint removed while its events wait leased ahead: none of them is sent after the removal", async () => {
+    const { t } = suite.setup(
+      { WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "2", WEBHOOK_RETRY_SCHEDULE: "0s,1h" },
+      { clock: new SystemClock() },
+    );
+    const hooks = await receiver(delayed(10));
+    const callbacks = await receiver(delayed(10));
+    const c = t.client("removing");
+    const created = await t.request(c.apiKey, "/openapi/v1/webhooks/endpoints", {
+      method: "POST",
+      json: { url: hooks.url() },
+    });
+    expect(created.status).toBe(201);
+    const endpoint = ((await created.json()) as { data: { id: string } }).data.id;
+    await succeededTasks(t, c.apiKey, callbacks.url(), 60);
+    startDispatcherLoop(t);
+    await waitFor("a few webhooks to the endpoint", () => hooks.arrivals.size >= 6, 10_000);
+    const removed = await t.request(c.apiKey, `/openapi/v1/webhooks/endpoints/${endpoint}`, { method: "DELETE" });
+    expect(removed.status).toBe(204);
+    const atRemoval = hooks.arrivals.size;
+    // The client's callbacks go on (their leased-ahead events given back are claimed anew), each once.
+    await waitFor("every callback", () => callbacks.arrivals.size === 60, 10_000);
+    await stopLoop(t);
+    await t.relay.dispatcher.drain();
+    // At most the cap's attempts were on their way when it was removed; nothing leased ahead followed.
+    expect(hooks.arrivals.size).toBeLessThanOrEqual(atRemoval + 2);
+    expect(hooks.arrivals.size).toBeLessThan(60);
+  });
+
   it("a key whose circuit opens gives its leased-ahead events back, due at the trial: none stays leased", async () => {
     // The host fails (5xx): after a few attempts its circuit opens.
     const { t, events } = await capOfTwoBacklog("breaking", delayed(5, status(500)), 80);

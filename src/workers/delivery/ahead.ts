@@ -95,6 +95,18 @@ export class LeasedAhead {
     if (this.waiting(key) === 0) this.keys.delete(key);
   }
 
+  /** The client's waiting events back, as they were (one of its endpoints was removed). */
+  giveBackOfClient(clientId: string): Promise<void> {
+    const given: Promise<void>[] = [];
+    for (const k of this.keys.values()) {
+      const theirs = k.waiting.filter((c) => c.event.clientId === clientId);
+      if (theirs.length === 0) continue;
+      k.waiting = k.waiting.filter((c) => c.event.clientId !== clientId);
+      for (const claim of theirs) given.push(this.giveBackOne(claim, null));
+    }
+    return Promise.all(given).then(() => undefined);
+  }
+
   /** Every key's waiting events back (shutdown, after the attempts in flight settled). */
   async giveBackAll(): Promise<void> {
     await Promise.all([...this.keys.keys()].map((key) => this.giveBack(key, null, true)));
