@@ -113,6 +113,13 @@ describe("GroupCommit with the WAL synced off the event loop (issue #38 item 7)"
     calls[0]!(null);
   });
 
+  it("a flush on a connection closed meanwhile rejects its units; nothing is thrown out of its turn", async () => {
+    const commits = new GroupCommit(database.db, 256, 0, 0, { walSync: new WalSync(walPath()) });
+    const unit = commits.run(() => "x");
+    database.close();
+    await expect(unit).rejects.toThrow("The database connection is not open");
+  });
+
   it("with the real fdatasync, units settle after the sync on the thread pool", async () => {
     const commits = new GroupCommit(database.db, 256, 0, 0, { walSync: new WalSync(walPath()) });
     const values = await Promise.all(["a", "b", "c"].map((v) => commits.run(() => v)));

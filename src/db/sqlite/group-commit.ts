@@ -295,12 +295,13 @@ export class GroupCommit {
     if (this.shared) budgetMs = Math.min(budgetMs, this.shared.left(this.turnBudgetMs));
     let batch = queued;
     const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = [];
-    const sqlite = (this.db as unknown as { $client: { inTransaction: boolean; pragma(sql: string): unknown } })
-      .$client;
+    const sqlite = (
+      this.db as unknown as { $client: { inTransaction: boolean; open: boolean; pragma(sql: string): unknown } }
+    ).$client;
     // close() commits with its own sync: the database closes right after.
     const walSync = budgetMs === Number.POSITIVE_INFINITY ? undefined : this.walSync;
-    if (walSync) sqlite.pragma("synchronous = NORMAL");
     try {
+      if (walSync) sqlite.pragma("synchronous = NORMAL");
       // IMMEDIATE: take the write lock up front (waiting out busy_timeout), rather than failing
       // when a read-first transaction must upgrade while another process writes.
       this.db.transaction(
@@ -329,7 +330,8 @@ export class GroupCommit {
       );
     } catch (error) {
       this.tallies = null;
-      if (walSync) sqlite.pragma("synchronous = FULL");
+      // A closed connection failed the flush: nothing to restore, and the units still reject.
+      if (walSync && sqlite.open) sqlite.pragma("synchronous = FULL");
       this.shared?.spend(this.now() - started);
       // The commit itself failed (disk full, I/O error): nothing in the batch is durable.
       for (const item of batch) item.reject(error);
