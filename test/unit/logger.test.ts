@@ -25,6 +25,18 @@ function capture() {
   return { lines, stream };
 }
 
+/** What a logger wrote, chunk by chunk, as text. */
+function rawText() {
+  const raw: string[] = [];
+  const stream = new Writable({
+    write(chunk, _encoding, done) {
+      raw.push(String(chunk));
+      done();
+    },
+  });
+  return { raw, stream };
+}
+
 describe("createLogger", () => {
   it("writes a line's own fields with tracing off, line after line (the mixin's object is never shared)", () => {
     const { lines, stream } = capture();
@@ -56,13 +68,7 @@ describe("createLogger", () => {
   });
 
   it("requestLines writes the request line pino writes, byte for byte but the time, at the logger's level", () => {
-    const raw: string[] = [];
-    const stream = new Writable({
-      write(chunk, _encoding, done) {
-        raw.push(String(chunk));
-        done();
-      },
-    });
+    const { raw, stream } = rawText();
     const logger = createLogger("info", stream);
     const write = requestLines(logger);
     const hostile = { request_id: "req_x", method: 'P"O\\ST', path: "/a\n\u0000é", status: 201, ms: 1.5 };
@@ -93,28 +99,14 @@ describe("createLogger", () => {
       msg: "request",
     });
     // Below the logger's level: nothing written.
-    const quiet: string[] = [];
-    const warnOnly = createLogger(
-      "warn",
-      new Writable({
-        write(chunk, _encoding, done) {
-          quiet.push(String(chunk));
-          done();
-        },
-      }),
-    );
+    const { raw: quiet, stream: quietStream } = rawText();
+    const warnOnly = createLogger("warn", quietStream);
     requestLines(warnOnly)("info", hostile);
     expect(quiet).toEqual([]);
   });
 
   it("attemptLines writes the attempt line pino writes, byte for byte but the time, nulls and all", () => {
-    const raw: string[] = [];
-    const stream = new Writable({
-      write(chunk, _encoding, done) {
-        raw.push(String(chunk));
-        done();
-      },
-    });
+    const { raw, stream } = rawText();
     const logger = createLogger("info", stream);
     const write = attemptLines(logger);
     const failed = {
@@ -168,16 +160,8 @@ describe("createLogger", () => {
       span_id: "b7ad6b7169203331",
       msg: "webhook attempt",
     });
-    const quiet: string[] = [];
-    const warnOnly = createLogger(
-      "warn",
-      new Writable({
-        write(chunk, _encoding, done) {
-          quiet.push(String(chunk));
-          done();
-        },
-      }),
-    );
+    const { raw: quiet, stream: quietStream } = rawText();
+    const warnOnly = createLogger("warn", quietStream);
     attemptLines(warnOnly)("info", failed);
     expect(quiet).toEqual([]);
   });
