@@ -165,7 +165,7 @@ function fixedLines<T extends object>(
   msg: string,
   fields: (line: T) => string,
 ): (level: LineLevel, line: T) => void {
-  const viaPino = logger.child({}, { redact: [] });
+  const viaPino = fixedFieldsLogger(logger);
   const symbols = pino.symbols as unknown as { streamSym: symbol; chindingsSym: symbol };
   const target = logger as unknown as Record<symbol, unknown>;
   const stream = target[symbols.streamSym] as { write(line: string): unknown };
