@@ -41,14 +41,7 @@ export class LeasedAhead {
 
   /** How many more of the key's events its refill may lease ahead now. */
   want(key: string, inFlight: number): number {
-    const k = this.keys.get(key);
-    const { cap, leaseMs, timeoutMs } = this.deps;
-    const limit = leaseAheadLimit({
-      cap,
-      waitMs: leaseMs - timeoutMs - AHEAD_START_MARGIN_MS,
-      attemptMs: k?.attemptMs,
-    });
-    return leaseAheadWant({ cap, limit, inFlight, waiting: k?.waiting.length ?? 0 });
+    return leaseAheadWant({ cap: this.deps.cap, limit: this.limit(key), inFlight, waiting: this.waiting(key) });
   }
 
   /** The most of the key's events this instance may hold leased at once (what the claim's store is told). */
