@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import type { SqliteStore } from "../../src/db/sqlite/store.js";
 import type { NewTaskRequest, Store } from "../../src/store/store.js";
 import { client, conformance, fresh, NOW, opts, task } from "../helpers/conformance.js";
@@ -174,11 +174,14 @@ describe("SQLite intake writes a client's stored bytes once per commit (issue #4
         BEGIN INSERT INTO storage_writes VALUES (new.client_id, new.stored_bytes); END;`);
     try {
       const limit = 500 + 10 * 1_000;
-      // 30 units: fewer than MIN_UNITS_PER_TURN, so no turn budget cuts the batch on a busy machine.
+      // The group commit's clock stands still during the burst, so no turn budget cuts the batch
+      // on a busy machine: the 30 units are one commit.
+      const now = performance.now();
+      const clock = vi.spyOn(performance, "now").mockReturnValue(now);
       const results = await Promise.allSettled([
         ...Array.from({ length: 25 }, (_, i) => store.tasks.create(sized(a.id, `a-${i}`, 1_000, limit, true))),
         ...Array.from({ length: 5 }, (_, i) => store.tasks.create(sized(b.id, `b-${i}`, 7, null, true))),
-      ]);
+      ]).finally(() => clock.mockRestore());
       expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(15);
       expect(
         db.prepare("SELECT client_id, stored_bytes FROM storage_writes ORDER BY stored_bytes").raw().all(),

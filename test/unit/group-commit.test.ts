@@ -51,10 +51,41 @@ describe("GroupCommit", () => {
         }),
     );
     await Promise.all(units);
-    // One commit of 10 units, settled 4 a turn: a turn after the first, 8 had (10 all at once before).
+    // One commit of 10 units, settled 4 a turn: in the turn after the first, only those 4 had (10 all
+    // at once before).
     expect(count()).toBe(10);
-    expect(settledATurnLater).toBe(8);
+    expect(settledATurnLater).toBe(4);
     expect(settled).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+  });
+
+  it("settles for settleBudgetMs a turn: each unit's continuation runs, and is timed, before the next settles", async () => {
+    const clock = new FakeClock();
+    const commits = new GroupCommit(database.db, 256, 0, 0, { settleBudgetMs: 5, now: () => clock.now() });
+    const turns: number[][] = [[]];
+    let turn = 0;
+    const units = Array.from({ length: 6 }, (_, i) =>
+      commits
+        .run((tx) => tx.run(sql`INSERT INTO items (v) VALUES (${String(i)})`))
+        .then(() => {
+          // The caller's next step: 3 ms of answering on the turn's clock.
+          if (i === 0) {
+            const mark = () => {
+              turns[++turn] = [];
+              if (turn < 6) setImmediate(mark);
+            };
+            setImmediate(mark);
+          }
+          turns[turn]!.push(i);
+          clock.advance(3);
+        }),
+    );
+    await Promise.all(units);
+    // 3 ms each against a 5 ms budget: two continuations a turn (the second crosses it), never all six.
+    expect(turns.filter((t) => t.length > 0)).toEqual([
+      [0, 1],
+      [2, 3],
+      [4, 5],
+    ]);
   });
 
   it("runs work queued in one turn in a single transaction, and settles only after the commit", async () => {
@@ -365,6 +396,23 @@ describe("GroupCommit", () => {
       // a, b and c run whatever the clock says; d, past the budget, is cut to the next turn.
       expect(transactions).toHaveBeenCalledTimes(2);
       expect(rows()).toEqual(["a", "b", "c", "d"]);
+    });
+
+    it("a unit queued withPrevious is never cut from the one before it: the cut falls after both", async () => {
+      const clock = new FakeClock();
+      const commits = new GroupCommit(database.db, 256, 0, 0, { budgetMs: 10, minUnits: 1, now: () => clock.now() });
+      const transactions = vi.spyOn(database.db, "transaction");
+      // record + health pairs, as a delivery attempt queues them; each record costs 6 ms.
+      const record = (v: string) => commits.run(costly(clock, v, 6));
+      const health = (v: string) => commits.runAtomic(costly(clock, v, 0), { withPrevious: true });
+      const queued = [record("r1"), health("h1"), record("r2"), health("h2"), record("r3"), health("h3")];
+      const committed: string[][] = [];
+      for (const p of queued) void p.then(() => committed.push(rows() as string[]));
+      await Promise.all(queued);
+      // Without the option the 10 ms budget cuts between r2 and h2 (12 ms spent); with it, after h2.
+      expect(transactions).toHaveBeenCalledTimes(2);
+      expect(committed.map((r) => r.length)).toEqual([4, 4, 4, 4, 6, 6]);
+      expect(rows()).toEqual(["r1", "h1", "r2", "h2", "r3", "h3"]);
     });
 
     it("close() commits everything queued at once, whatever the budget", async () => {

@@ -7,6 +7,8 @@ interface Pending<T> {
   work: (tx: Tx) => T;
   /** The unit leaves nothing written when it throws (one statement, or its own savepoint): no savepoint around it. */
   atomic: boolean;
+  /** UnitOptions.withPrevious: no budget cut between this unit and the one queued before it. */
+  withPrevious: boolean;
   resolve: (value: T) => void;
   reject: (err: unknown) => void;
 }
@@ -19,25 +21,47 @@ interface Pending<T> {
 export const TURN_BUDGET_MS = 10;
 
 /**
- * Units a flush always runs before the budget may cut it: so few cost a few ms at most, and a cut
- * there would mostly measure the thread being descheduled on a busy machine, not its work, while
- * splitting what a turn means to commit together (an attempt's record and its key's health).
+ * Units a flush always runs before the budget may cut it, so that a thread descheduled on a busy
+ * machine still commits something each turn. Kept small: the workers' units (a transition with its
+ * events, an attempt's record) cost up to about 1 ms each under load, and a floor of 32 let one
+ * flush run 20-31 ms of a turn past its budget (bench/big-outputs.mjs, bench/lib/late-turns.mjs,
+ * issue #38 item 7). What must commit together says so itself (UnitOptions.withPrevious).
  */
-export const MIN_UNITS_PER_TURN = 32;
+export const MIN_UNITS_PER_TURN = 4;
+
+/** How a unit is queued. */
+export interface UnitOptions {
+  /**
+   * A budget cut never falls between this unit and the one queued right before it: a write that
+   * follows another in the same turn and must share its transaction (an attempt's record and its
+   * key's health change) asks for it. It only ever keeps a cut from falling there.
+   */
+  withPrevious?: boolean;
+}
 
 /**
- * Committed units settled in one turn (their callers' continuations, an answer each, run in its
- * microtasks); the rest settle in the next turns, in order.
+ * Committed units settled in one turn at most (their callers' continuations, an answer each, run in
+ * its microtasks); the rest settle in the next turns, in order.
  */
 export const SETTLES_PER_TURN = 32;
+
+/**
+ * How long one turn settles committed units: each unit's continuation runs before the next unit
+ * settles, and once they have taken this long the rest wait for a later turn. 32 answers of a
+ * creation, or 32 poll results each starting its next step, were 10-25 ms of one turn under load
+ * (issue #38 item 7).
+ */
+export const SETTLE_BUDGET_MS = 4;
 
 /** The bound on one turn's flush (TURN_BUDGET_MS, MIN_UNITS_PER_TURN), and its clock. */
 export interface TurnBound {
   budgetMs?: number;
   minUnits?: number;
   now?: () => number;
-  /** Committed units settled per turn (SETTLES_PER_TURN). */
+  /** Committed units settled per turn, at most (SETTLES_PER_TURN). */
   settlesPerTurn?: number;
+  /** How long a turn settles committed units (SETTLE_BUDGET_MS). */
+  settleBudgetMs?: number;
   /** The turn's budget shared with the store's other group commits (intake and attempts). */
   shared?: TurnBudget;
   /**
@@ -147,9 +171,11 @@ export class GroupCommit {
     this.shared = bound.shared;
     this.walSync = bound.walSync;
     this.settlesPerTurn = Math.max(1, bound.settlesPerTurn ?? SETTLES_PER_TURN);
+    this.settleBudgetMs = bound.settleBudgetMs ?? SETTLE_BUDGET_MS;
   }
 
   private readonly settlesPerTurn: number;
+  private readonly settleBudgetMs: number;
 
   private readonly walSync: WalSync | undefined;
 
@@ -207,16 +233,16 @@ export class GroupCommit {
     return tally;
   }
 
-  run<T>(work: (tx: Tx) => T): Promise<T> {
-    return this.enqueue(work, false);
+  run<T>(work: (tx: Tx) => T, options?: UnitOptions): Promise<T> {
+    return this.enqueue(work, false, options);
   }
 
   /**
    * As run(), for a unit that is atomic by itself: it throws before it writes, writes one statement,
    * or opens its own savepoint around several. A savepoint costs as much as a small insert.
    */
-  runAtomic<T>(work: (tx: Tx) => T): Promise<T> {
-    return this.enqueue(work, true);
+  runAtomic<T>(work: (tx: Tx) => T, options?: UnitOptions): Promise<T> {
+    return this.enqueue(work, true, options);
   }
 
   /**
@@ -231,10 +257,11 @@ export class GroupCommit {
     this.closed = true;
   }
 
-  private enqueue<T>(work: (tx: Tx) => T, atomic: boolean): Promise<T> {
+  private enqueue<T>(work: (tx: Tx) => T, atomic: boolean, options: UnitOptions | undefined): Promise<T> {
     if (this.closed) return Promise.reject(new StoreClosedError());
+    const withPrevious = options?.withPrevious === true;
     return new Promise<T>((resolve, reject) => {
-      this.queue.push({ work, atomic, resolve, reject } as Pending<unknown>);
+      this.queue.push({ work, atomic, withPrevious, resolve, reject } as Pending<unknown>);
       if (this.queue.length >= this.maxBatch) this.flush(this.turnBudgetMs);
       else if (!this.scheduled) {
         this.scheduled = true;
@@ -309,7 +336,7 @@ export class GroupCommit {
           const tallies = new Map<Gatherer<unknown>, unknown>();
           this.tallies = tallies;
           for (const [i, item] of queued.entries()) {
-            if (i >= this.minUnits && this.now() - started >= budgetMs) {
+            if (i >= this.minUnits && !item.withPrevious && this.now() - started >= budgetMs) {
               batch = queued.slice(0, i);
               break;
             }
@@ -356,22 +383,40 @@ export class GroupCommit {
   }
 
   /**
-   * Settles committed units, at most settlesPerTurn a turn, in commit order. What a settled unit's caller
-   * does next (serializing and writing its answer, say) runs in the microtasks of the turn that
-   * settles it, uncounted by the flush's budget: 256 answers in one turn were a stall of their own
-   * (issue #38 item 7). The rest settle in later turns, other I/O served in between.
+   * Settles committed units in commit order, one at a time: what a settled unit's caller does next
+   * (serializing and writing its answer, say) runs in the microtasks after it, before the next unit
+   * settles, so the turn's clock counts it. A turn settles for settleBudgetMs (and at most
+   * settlesPerTurn units): 256 answers in one turn were a stall of their own (issue #38 item 7). The
+   * rest settle in later turns, other I/O served in between.
    */
   private settleInTurns(settles: Array<() => void>): void {
-    const idle = this.settling.length === 0;
     for (const settle of settles) this.settling.push(settle);
-    if (idle) this.settleSome();
+    if (!this.settlingRuns) this.settleSome();
   }
 
   private settling: Array<() => void> = [];
+  /** A turn is settling, or one is scheduled to: units committed meanwhile join its queue. */
+  private settlingRuns = false;
 
   private readonly settleSome = (): void => {
-    for (const settle of this.settling.splice(0, this.settlesPerTurn)) settle();
-    if (this.settling.length > 0) setImmediate(this.settleSome);
+    this.settlingRuns = true;
+    const started = this.now();
+    let settled = 0;
+    const next = (): void => {
+      if (this.settling.length === 0) {
+        this.settlingRuns = false;
+        return;
+      }
+      if (settled >= this.settlesPerTurn || (settled > 0 && this.now() - started >= this.settleBudgetMs)) {
+        setImmediate(this.settleSome);
+        return;
+      }
+      this.settling.shift()!();
+      settled++;
+      // Queued after the settled unit's own reaction: its caller's next step runs, and is timed, first.
+      queueMicrotask(next);
+    };
+    next();
   };
 
   /** The units a flush left over its budget: first in the queue, committed in a turn of their own. */

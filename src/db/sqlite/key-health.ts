@@ -7,14 +7,17 @@ import { clients, endpointHealth } from "./schema.js";
 
 /**
  * The KeyHealthStore on SQLite: the health of delivery keys. An attempt's health change is
- * written in the attempts' group commit (one statement each, so atomic without a savepoint): it
- * shares the turn's transaction and fsync with the attempt's record, never a commit of its own.
+ * written in the attempts' group commit (one statement each, so atomic without a savepoint),
+ * queued right after the attempt's record and kept with it (withPrevious): it shares the record's
+ * transaction and fsync, never a commit of its own, whatever the turn's budget cuts.
  */
 export function sqliteKeyHealth(s: SqliteContext): KeyHealthStore {
   const db = s.database.db;
+  const withRecord = { withPrevious: true };
   return {
-    recordFailure: (key, now, error) => s.attemptCommits.runAtomic(() => recordFailure(db, key, now, error)),
-    recordSuccess: (key, now) => s.attemptCommits.runAtomic(() => recordSuccess(db, key, now)),
+    recordFailure: (key, now, error) =>
+      s.attemptCommits.runAtomic(() => recordFailure(db, key, now, error), withRecord),
+    recordSuccess: (key, now) => s.attemptCommits.runAtomic(() => recordSuccess(db, key, now), withRecord),
     dueForNotice: async (before, limit) => dueForNotice(db, before, limit),
     markNoticed: async (key, failingSince, at) => markNoticed(db, key, failingSince, at),
     failingOf: async (clientId) => failingOf(db, clientId),
