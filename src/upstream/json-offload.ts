@@ -4,6 +4,7 @@ import { createRequire } from "node:module";
 import { HeldJsonPieces, JsonPieces, JsonText } from "./json-text.js";
 import { OUTPUT_PIECE_CHARS, OUTPUT_ROW_MAX_CHARS, outputPieces } from "./output-pieces.js";
 import { parseJson } from "./parse.js";
+import { BYTES_PER_TURN, nextTurn } from "../next-turn.js";
 
 /**
  * Large upstream answers parsed off the event loop (docs/contract.md, "Upstream answers"; issue
@@ -184,17 +185,30 @@ export class OffThreadJson {
       this.referenced();
       const hold = options.holdLongOutputs === true;
       if (typeof body === "string") worker.postMessage({ id, text: body, hold });
-      else {
-        // One copy of the bytes, into a buffer of their own, moved to the worker without another.
-        const bytes = new Uint8Array(body.size);
-        let at = 0;
-        for (const chunk of body.chunks) {
-          bytes.set(chunk, at);
-          at += chunk.byteLength;
-        }
-        worker.postMessage({ id, bytes, hold }, [bytes.buffer]);
-      }
+      else void this.sendBytes(worker, id, body, hold);
     });
+  }
+
+  /**
+   * One copy of the bytes, into a buffer of their own, BYTES_PER_TURN a turn (7 MB in one go was
+   * 5-20 ms of a turn), then moved to the worker without another. A worker lost meanwhile has had
+   * the job parsed inline (failPending).
+   */
+  private async sendBytes(worker: Worker, id: number, body: AnswerBytes, hold: boolean): Promise<void> {
+    const bytes = new Uint8Array(body.size);
+    let at = 0;
+    let sinceTurn = 0;
+    for (const chunk of body.chunks) {
+      bytes.set(chunk, at);
+      at += chunk.byteLength;
+      sinceTurn += chunk.byteLength;
+      if (sinceTurn >= BYTES_PER_TURN && at < body.size) {
+        sinceTurn = 0;
+        await nextTurn();
+        if (this.worker !== worker || !this.pending.has(id)) return;
+      }
+    }
+    worker.postMessage({ id, bytes, hold }, [bytes.buffer]);
   }
 
   /** Ends the worker; pending answers are parsed inline. */

@@ -1,6 +1,8 @@
 import fc from "fast-check";
 import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
 import { UpstreamClient } from "../../src/upstream/client.js";
+import { Worker } from "node:worker_threads";
+import { BYTES_PER_TURN } from "../../src/next-turn.js";
 import { OffThreadJson } from "../../src/upstream/json-offload.js";
 import { JsonPieces, JsonText, jsonTextOf } from "../../src/upstream/json-text.js";
 import { OUTPUT_PIECE_CHARS, OUTPUT_ROW_MAX_CHARS } from "../../src/upstream/output-pieces.js";
@@ -141,6 +143,37 @@ describe("OffThreadJson", () => {
     }
     expect(task.output.pieces.join("")).toBe(stored);
     expect(jsonTextOf(task.output)).toBe(stored);
+  });
+
+  it("a large answer's bytes are copied for the worker over several turns, not in one (issue #38 item 7)", async () => {
+    const output = {
+      images: Array.from({ length: 60_000 }, (_, i) => ({ url: `https://cdn.test/${i}.png`, seed: i })),
+    };
+    const encoded = Buffer.from(JSON.stringify({ data: { id: "t6", status: "succeeded", output } }));
+    expect(encoded.length).toBeGreaterThan(2 * BYTES_PER_TURN);
+    const chunks: Uint8Array[] = [];
+    for (let at = 0; at < encoded.length; at += 64 * 1024) chunks.push(encoded.subarray(at, at + 64 * 1024));
+    const parser = new OffThreadJson();
+    // What another request does meanwhile: macrotasks counted until the bytes are handed over.
+    let turns = 0;
+    let handedOverAfter = -1;
+    const tick = () => {
+      turns++;
+      if (handedOverAfter < 0) setImmediate(tick);
+    };
+    setImmediate(tick);
+    const post = vi.spyOn(Worker.prototype, "postMessage").mockImplementation(function (this: Worker, ...args) {
+      handedOverAfter = turns;
+      post.mockRestore();
+      return this.postMessage(...args);
+    });
+    const parsed = await parser.parse({ chunks, size: encoded.length, text: encoded.toString("utf8") });
+    await parser.close();
+    // Over 2 MiB at BYTES_PER_TURN a turn: other turns ran before the handover (none did when it was one copy).
+    expect(handedOverAfter).toBeGreaterThanOrEqual(2);
+    expect(parsed.ok && jsonTextOf((parsed.value as { data: { output: JsonText } }).data.output)).toBe(
+      JSON.stringify(output),
+    );
   });
 
   it("a worker lost with bytes pending parses them inline from the chunks kept here", async () => {

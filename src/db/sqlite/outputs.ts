@@ -5,6 +5,7 @@ import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { prepared } from "./prepared.js";
 import { taskOutputPieces, tasks } from "./schema.js";
+import { nextTurn } from "../../next-turn.js";
 
 /**
  * The OutputStore on SQLite. Pieces the parse worker still holds it writes itself, from its own
@@ -60,7 +61,7 @@ async function* readPieces(db: Db, ref: string): AsyncGenerator<string> {
   );
   for (let seq = 0; ; seq++) {
     // better-sqlite3 answers at once: a turn of the loop between pieces lets other requests in.
-    if (seq > 0) await new Promise((resolve) => setImmediate(resolve));
+    if (seq > 0) await nextTurn();
     const piece = statement.get({ ref, seq });
     if (piece === undefined) throw new OutputMissingError(ref, seq);
     yield piece.text;
