@@ -5,7 +5,8 @@
 //   node bench/big-outputs.mjs        (BENCH_QUICK=1: a small run; BENCH_BIG_OLD_DIST=<dist>, default
 //                                      /work/start/dist, else /work/base/dist, when it exists: the old build; BENCH_ROUNDS;
 //                                      BENCH_BIG_READS=0: no reads of the big tasks; BENCH_BIG_NICE=1: this
-//                                      process at nice 10, the relay not)
+//                                      process at nice 10, the relay not; BENCH_BIG_RATE=<n>: the victim
+//                                      creates n a second instead of back to back)
 //
 // A fake upstream in this process answers every read of a "BIG" task with a 7 MB output (60,000
 // small objects: the costly shape to parse and write) and every other task with a small one. Per
@@ -28,7 +29,11 @@ import { DIST } from "./lib/dist.mjs";
 import { median, round } from "./lib/stats.mjs";
 
 const QUICK = process.env.BENCH_QUICK === "1";
-/** BENCH_BIG_PROFILE=<dir>: the relays write V8 CPU profiles there (node --cpu-prof). */
+/**
+ * BENCH_BIG_PROFILE=<dir>: the relays write V8 CPU profiles there (node --cpu-prof; sampling every
+ * BENCH_BIG_PROFILE_INTERVAL µs, default 1000), with each relay's probe lines beside them;
+ * `node bench/lib/late-turns.mjs <profile> <probe.jsonl>` shows what the late turns were made of.
+ */
 const PROFILE_DIR = process.env.BENCH_BIG_PROFILE ?? null;
 const loadNow = () => os.loadavg().map((x) => round(x, 2));
 /** Whether the hostile client reads its BIG tasks back while they land (each answer holds the 7 MB output). */
@@ -139,16 +144,34 @@ const body = (callback, kind, prompt) =>
     metadata: { kind },
   });
 
-/** Creations back to back from 4 connections until `until()` says stop; each one's latency in ms. */
+/**
+ * BENCH_BIG_RATE=<creations a second>: the victim creates at that rate (an open loop: a creation
+ * starts at its time whatever the others wait for, at most 4 in flight) instead of back to back, so
+ * the relay is not saturated by the victim's own tasks and a stall is what the big outputs add.
+ */
+const RATE = Number(process.env.BENCH_BIG_RATE ?? 0);
+
+/**
+ * Creations from 4 connections until `until()` says stop, back to back (or at RATE a second); each
+ * one's latency in ms, from its scheduled start when paced (a creation that could not start on time
+ * because all 4 were busy counts its wait too).
+ */
 async function victimLoad(relay, apiKey, callback, until, minCount) {
   const samples = [];
   samples.failures = [];
   const failures = samples.failures;
   let n = 0;
+  const paceStart = performance.now();
+  let slot = 0;
   await Promise.all(
     Array.from({ length: 4 }, async () => {
       while (!until() || samples.length < minCount) {
-        const t0 = performance.now();
+        let t0 = performance.now();
+        if (RATE > 0) {
+          const at = paceStart + (slot++ * 1000) / RATE;
+          if (at > t0) await new Promise((r) => setTimeout(r, at - t0));
+          t0 = at;
+        }
         try {
           const res = await fetch(`${relay.url}/openapi/v1/images/generations`, {
             method: "POST",
@@ -263,7 +286,8 @@ async function loopMaxMs(relay) {
 }
 
 async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
-  const probeFile = join(tmp, `probe-${name}.jsonl`);
+  // With a profile, the probe's lines are kept beside it (their hr_start/hr_end cut late turns out of it).
+  const probeFile = join(PROFILE_DIR ?? tmp, `probe-${name}.jsonl`);
   const {
     relay,
     clients: { hostile, victim },
@@ -274,7 +298,14 @@ async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
     upstreamUrl: upstream.url,
     clients: ["hostile", "victim"],
     env: { LOOP_PROBE_FILE: probeFile },
-    execArgv: ["--import", PROBE_URL, ...(PROFILE_DIR ? ["--cpu-prof", "--cpu-prof-dir", PROFILE_DIR] : [])],
+    execArgv: [
+      "--import",
+      PROBE_URL,
+      ...(PROFILE_DIR ? ["--cpu-prof", "--cpu-prof-dir", PROFILE_DIR] : []),
+      ...(PROFILE_DIR && process.env.BENCH_BIG_PROFILE_INTERVAL
+        ? ["--cpu-prof-interval", process.env.BENCH_BIG_PROFILE_INTERVAL]
+        : []),
+    ],
   });
   const windows = {};
   // This process's own loop delay per phase: the victim's latencies are timed here, so a stall of this
@@ -383,6 +414,7 @@ export async function benchBigOutputs({
   const med = (rows, f) => round(median(rows.map(f).filter((x) => x !== null)), 1);
   const out = {
     nice: NICE ? "bench process at nice 10 (BENCH_BIG_NICE=1)" : "bench process and relay at the same priority",
+    victim: RATE > 0 ? `${RATE} creations a second (BENCH_BIG_RATE), open loop` : "back to back from 4 connections",
     method: `fake upstream on loopback, ${bigTasks} tasks with a 7 MB output (60,000 objects) per round while a victim creates tasks from 4 connections${BIG_READS ? " and the hostile client reads its big tasks back on one connection" : ""}; victim alone first for 3 s; relay event-loop max from its /metrics; medians of ${rounds} round(s), builds' order rotated`,
     load_start,
     builds: {},
