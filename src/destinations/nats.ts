@@ -78,6 +78,10 @@ export class NatsDestination extends BrokerClient<NatsClient> {
       timeout: this.connectTimeoutMs,
       reconnect: false,
       ignoreClusterUpdates: true,
+      // No stack captured per request: the client otherwise makes a RequestError and a TimeoutError
+      // for every publish to point a failure at its caller (about 30 µs a publish, measured), and an
+      // attempt's failure keeps only its message.
+      noAsyncTraces: true,
       noRandomize: true,
       ...(tls ? { tls: tlsOptions } : {}),
       ...(url.username ? { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) } : {}),
@@ -95,7 +99,8 @@ export class NatsDestination extends BrokerClient<NatsClient> {
 
   private async send(client: NatsClient, subject: string, message: QueueMessage, timeoutMs: number) {
     const h = headers();
-    for (const [name, value] of Object.entries(message.headers)) h.set(name, value);
+    // A fresh set of distinct names: appended, without set's search for the name first.
+    for (const name in message.headers) h.append(name, message.headers[name]!);
     try {
       return await client.js.publish(subject, utf8.encode(message.body), {
         msgID: message.id,
