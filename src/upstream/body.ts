@@ -1,5 +1,5 @@
 import { RateWatch, type DeadlineError, type MinRate } from "../net/deadline.js";
-import { BYTES_PER_TURN, nextTurn } from "../next-turn.js";
+import { BYTES_PER_SLICE, turnBytes } from "../next-turn.js";
 
 /** Default for UPSTREAM_MAX_BODY_BYTES (docs/contract.md, "Upstream answers"). */
 export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
@@ -32,8 +32,9 @@ export class LimitedBody {
  * the upstream sends: a declared Content-Length over the limit is refused before a byte is read,
  * and a body that streams past it is cancelled (the connection closed) as soon as it does. With
  * `rate`, a body that arrives below it is reported to `onSlow` (the caller ends the call). A large
- * body is read BYTES_PER_TURN at a time, other work served in between: a 7 MB answer already in the
- * socket's buffers is otherwise pulled through the stream in one turn.
+ * body is read a slice (BYTES_PER_SLICE) at a time within the process's bytes a turn (turnBytes),
+ * other work served in between: a 7 MB answer already in the socket's buffers is otherwise pulled
+ * through the stream in one turn.
  */
 export async function readLimited(
   response: Response,
@@ -71,9 +72,9 @@ export async function readLimited(
       chunks.push(value);
       size += value.byteLength;
       sinceTurn += value.byteLength;
-      if (sinceTurn >= BYTES_PER_TURN) {
+      if (sinceTurn >= BYTES_PER_SLICE) {
         sinceTurn = 0;
-        await nextTurn();
+        await turnBytes.take(BYTES_PER_SLICE);
       }
     }
   } finally {

@@ -4,7 +4,7 @@ import { createRequire } from "node:module";
 import { HeldJsonPieces, JsonPieces, JsonText } from "./json-text.js";
 import { OUTPUT_PIECE_CHARS, OUTPUT_ROW_MAX_CHARS, outputPieces } from "./output-pieces.js";
 import { parseJson } from "./parse.js";
-import { BYTES_PER_TURN, nextTurn } from "../next-turn.js";
+import { BYTES_PER_SLICE, turnBytes } from "../next-turn.js";
 
 /**
  * Large upstream answers parsed off the event loop (docs/contract.md, "Upstream answers"; issue
@@ -190,9 +190,9 @@ export class OffThreadJson {
   }
 
   /**
-   * One copy of the bytes, into a buffer of their own, BYTES_PER_TURN a turn (7 MB in one go was
-   * 5-20 ms of a turn), then moved to the worker without another. A worker lost meanwhile has had
-   * the job parsed inline (failPending).
+   * One copy of the bytes, into a buffer of their own, a slice at a time within the process's bytes
+   * a turn (turnBytes; 7 MB in one go was 5-20 ms of a turn), then moved to the worker without
+   * another. A worker lost meanwhile has had the job parsed inline (failPending).
    */
   private async sendBytes(worker: Worker, id: number, body: AnswerBytes, hold: boolean): Promise<void> {
     const bytes = new Uint8Array(body.size);
@@ -202,9 +202,9 @@ export class OffThreadJson {
       bytes.set(chunk, at);
       at += chunk.byteLength;
       sinceTurn += chunk.byteLength;
-      if (sinceTurn >= BYTES_PER_TURN && at < body.size) {
+      if (sinceTurn >= BYTES_PER_SLICE && at < body.size) {
         sinceTurn = 0;
-        await nextTurn();
+        await turnBytes.take(BYTES_PER_SLICE);
         if (this.worker !== worker || !this.pending.has(id)) return;
       }
     }

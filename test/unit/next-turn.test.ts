@@ -1,0 +1,55 @@
+import { describe, expect, it } from "vitest";
+import { TurnBytes } from "../../src/next-turn.js";
+
+describe("TurnBytes: one budget of bytes a turn for every large body in flight (issue #38 item 7)", () => {
+  it("eight bodies copying together get at most the turn's bytes per turn, in the order they asked", async () => {
+    const budget = new TurnBytes(1_000);
+    let turn = 0;
+    let running = true;
+    const tick = () => {
+      turn++;
+      if (running) setImmediate(tick);
+    };
+    setImmediate(tick);
+    const work: Array<{ body: number; slice: number; turn: number }> = [];
+    await Promise.all(
+      Array.from({ length: 8 }, async (_, body) => {
+        for (let slice = 0; slice < 4; slice++) {
+          await budget.take(300);
+          work.push({ body, slice, turn });
+        }
+      }),
+    );
+    running = false;
+    const perTurn = new Map<number, number>();
+    for (const w of work) perTurn.set(w.turn, (perTurn.get(w.turn) ?? 0) + 300);
+    // 3 slices of 300 fit in 1,000 bytes, a 4th does not: 32 slices take 11 turns at least.
+    expect(Math.max(...perTurn.values())).toBe(900);
+    expect(perTurn.size).toBeGreaterThanOrEqual(11);
+    // First come, first served: every body's first slice before any body's second.
+    expect(work.slice(0, 8).map((w) => w.slice)).toEqual([0, 0, 0, 0, 0, 0, 0, 0]);
+  });
+
+  it("a slice larger than the turn's budget still runs, alone in its turn", async () => {
+    const budget = new TurnBytes(1_000);
+    let turn = 0;
+    let running = true;
+    const tick = () => {
+      turn++;
+      if (running) setImmediate(tick);
+    };
+    setImmediate(tick);
+    const turns: Record<string, number> = {};
+    await Promise.all([
+      budget.take(5_000).then(() => {
+        turns.big = turn;
+      }),
+      budget.take(10).then(() => {
+        turns.small = turn;
+      }),
+    ]);
+    running = false;
+    // Granted in order, the small one only in a later turn than the big one.
+    expect(turns.small).toBeGreaterThan(turns.big!);
+  });
+});
