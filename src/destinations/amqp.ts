@@ -1,3 +1,4 @@
+import { Writable } from "node:stream";
 import amqp, { type ChannelModel, type ConfirmChannel, type Message } from "amqplib";
 import type { SendResult } from "../webhooks/sender.js";
 import { BrokerClient, brokerHostOf, type QueueClientOptions } from "./broker-client.js";
@@ -76,7 +77,13 @@ export class AmqpDestination extends BrokerClient<AmqpConnection> {
       signal.throwIfAborted();
     }
     const channel = await model.createConfirmChannel();
-    const conn: AmqpConnection = { model, channel, returned: new Map(), closedBecause: null };
+    const conn: AmqpConnection = {
+      model,
+      channel,
+      returned: new Map(),
+      closedBecause: null,
+    };
+    writeTogether(model);
     channel.on("return", (msg: Message) => {
       const id = msg.properties.messageId as string | undefined;
       if (id)
@@ -134,4 +141,28 @@ export class AmqpDestination extends BrokerClient<AmqpConnection> {
       }
     });
   }
+}
+
+/**
+ * Each flush of amqplib's writes goes to the socket as one write. amqplib queues a publish's frames on
+ * its channel and writes them from a setImmediate (its `Mux`), each publish a write of its own: one
+ * system call a message, which on loopback also pays the broker side's TCP work. The publishes
+ * queued by then (those of one turn of the event loop) now leave corked together, as one `writev`,
+ * in that same flush: nothing waits for a later turn, unlike Nagle's algorithm (off: `noDelay`).
+ * Left as it is if amqplib's internals are not as expected (`connection.stream`, `muxer`).
+ */
+function writeTogether(model: ChannelModel): void {
+  const connection = model.connection as unknown as { stream?: unknown; muxer?: { _readIncoming?: unknown } };
+  const socket = connection.stream;
+  const mux = connection.muxer;
+  if (!(socket instanceof Writable) || typeof mux?._readIncoming !== "function") return;
+  const flush = mux._readIncoming as () => void;
+  mux._readIncoming = () => {
+    socket.cork();
+    try {
+      flush.call(mux);
+    } finally {
+      socket.uncork();
+    }
+  };
 }

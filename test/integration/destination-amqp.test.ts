@@ -1,6 +1,7 @@
+import { Socket } from "node:net";
 import amqp, { type ChannelModel } from "amqplib";
 import { Webhook } from "standardwebhooks";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { AmqpDestination } from "../../src/destinations/amqp.js";
 import { generateWebhookSecret } from "../../src/webhooks/sign.js";
 import { blackHole, type SharedBroker, sharedRabbit, signedMessage } from "../helpers/brokers.js";
@@ -56,6 +57,47 @@ describe("AmqpDestination", () => {
     );
     expect(dest.openConnections).toBe(1);
     await dest.close();
+  });
+
+  it("publishes made in one turn leave in one write, each confirmed and queued", async () => {
+    const dest = client();
+    const target = { url: rabbit.url, exchange: "events", routingKey: "task.turn" };
+    const ch = await admin.createChannel();
+    await ch.assertQueue("turn", { durable: true });
+    await ch.bindQueue("turn", "events", "task.turn");
+    // The connection first, so the turn's writes are its publishes only.
+    expect((await dest.publish(target, signedMessage(secret), 5_000)).ok).toBe(true);
+    await ch.purgeQueue("turn");
+    const writev = vi.spyOn(Socket.prototype, "_writev");
+    const write = vi.spyOn(Socket.prototype, "_write");
+    try {
+      const messages = Array.from({ length: 5 }, () => signedMessage(secret));
+      const results = await Promise.all(messages.map((m) => dest.publish(target, m, 5_000)));
+      expect(results.map((r) => r.ok)).toEqual([true, true, true, true, true]);
+      // The client's socket's writes (not the broker door's, nor the admin connection's): amqplib
+      // alone writes each publish's frames with a write of its own, five system calls.
+      const port = Number(new URL(rabbit.url).port);
+      const adminSocket = (admin.connection as unknown as { stream: Socket }).stream;
+      const clients = (spy: { mock: { contexts: unknown[]; calls: unknown[][] } }) =>
+        spy.mock.calls.filter((_, i) => {
+          const socket = spy.mock.contexts[i] as Socket;
+          return socket !== adminSocket && socket.remotePort === port;
+        });
+      expect(clients(write)).toHaveLength(0);
+      expect(clients(writev)).toHaveLength(1);
+      expect(clients(writev)[0]![0]).toHaveLength(5);
+      writev.mockRestore();
+      write.mockRestore();
+      const ids: string[] = [];
+      for (let got = await ch.get("turn", { noAck: true }); got; got = await ch.get("turn", { noAck: true }))
+        ids.push(got.properties.messageId as string);
+      expect(ids.sort()).toEqual(messages.map((m) => m.id).sort());
+    } finally {
+      writev.mockRestore();
+      write.mockRestore();
+      await ch.close();
+      await dest.close();
+    }
   });
 
   it("an unroutable message is a failed attempt naming 'no queue bound'", async () => {
