@@ -1,7 +1,10 @@
 // What an attempt costs around its send, piece by piece (issues #41 and #43, eighth round): the
 // signature of a message (a sealed HMAC secret, as a relay with RELAY_ENCRYPTION_KEY stores it, and
 // an Ed25519 key), its HTTP headers, the attempt's log line, and a send's deadline (made and ended
-// around work that settles at once). Each piece of each build runs in a process of its own, 50,000
+// around work that settles at once), and a queue attempt's whole send path (`send-amqp`, `send-nats`:
+// the message signed, traced, through the destination port, the queue kind and the broker client's
+// connection and deadline, with the library's publish replaced by one that confirms at once, so
+// what is left is the relay's own cost around the library). Each piece of each build runs in a process of its own, 50,000
 // calls after 5,000 of warm-up; CPU is the process's user + system time over the calls. The builds'
 // order rotates per round; medians of the rounds, and the load before and after.
 //   node bench/attempt-pieces.mjs OLD_DIST NEW_DIST [rounds=5]
@@ -13,7 +16,7 @@ import { median } from "./lib/stats.mjs";
 
 const CALLS = 50_000;
 const WARM = 5_000;
-const PIECES = ["sign-hmac", "sign-ed25519", "http-headers", "log-line", "deadline"];
+const PIECES = ["sign-hmac", "sign-ed25519", "http-headers", "log-line", "deadline", "send-amqp", "send-nats"];
 
 async function child(dist, piece) {
   const load = (m) => import(pathToFileURL(resolve(dist, m)).href);
@@ -72,6 +75,8 @@ async function child(dist, piece) {
         outcome: "delivered",
         error: undefined,
       });
+  } else if (piece === "send-amqp" || piece === "send-nats") {
+    call = await sendPath(load, piece.slice(5), client(false), key, body);
   } else {
     // The deadline of one send as each build makes it: one timer for all (DeadlineTimer) where
     // there is one, else a timer and an AbortController per send (startDeadline and raceSignal).
@@ -101,6 +106,59 @@ async function child(dist, piece) {
   await run(WARM, CALLS);
   const used = process.cpuUsage(before);
   process.stdout.write(JSON.stringify({ us: (used.user + used.system) / CALLS }));
+}
+
+/**
+ * One queue attempt's send from its claimed event to the broker client's publish, as attempt.ts
+ * makes it (deliveryMessage, tracedSend, Destinations, queueKinds, the kind's client), the library's
+ * publish stubbed: an AMQP confirm channel whose publish confirms in a microtask, a JetStream client
+ * whose publish answers a PubAck at once (the NATS headers object is still filled: the relay's part).
+ */
+async function sendPath(load, kind, client, key, body) {
+  const { Destinations } = await load("destinations/index.js");
+  const { queueKinds } = await load("destinations/queues.js");
+  const { deliveryMessage } = await load("workers/delivery/message.js");
+  const { tracedSend } = await load("workers/delivery/traced.js");
+  const target =
+    kind === "amqp"
+      ? { kind, amqp: { url: "amqp://127.0.0.1:5672/", exchange: "bench", routingKey: null } }
+      : { kind, nats: { url: "nats://127.0.0.1:4222", subject: null } };
+  const fakeConn =
+    kind === "amqp"
+      ? {
+          model: { close: async () => {} },
+          channel: { publish: (_e, _r, _b, _o, cb) => queueMicrotask(() => cb(null)) },
+          returned: new Map(),
+          closedBecause: null,
+        }
+      : { nc: { close: async () => {} }, js: { publish: async () => ({ stream: "S", seq: 1, duplicate: false }) } };
+  const { AmqpDestination } = await load("destinations/amqp.js");
+  const { NatsDestination } = await load("destinations/nats.js");
+  for (const C of [AmqpDestination, NatsDestination]) C.prototype.open = async () => fakeConn;
+  const queues = queueKinds({ allowPrivateNetworks: true, targets: async () => target });
+  const destinations = new Destinations().register(kind, queues.kinds[kind]);
+  const url = kind === "amqp" ? target.amqp.url : target.nats.url;
+  const event = (i) => ({
+    id: `evt_${i}`,
+    webhookId: `evt_${i}`,
+    clientId: client.id,
+    taskId: "task_01jf3y8k2m9q7r5t3v1w0x6z4a",
+    type: "task.succeeded",
+    payload: body,
+    callbackUrl: url,
+    endpointId: "ep_01jf3y8k2m9q7r5t3v1w0x6z4a",
+    callbackHeaders: null,
+    traceparent: null,
+    tracestate: null,
+    attempts: 0,
+    createdAt: 1_790_000_000_000,
+  });
+  return async (i) => {
+    const e = event(i);
+    const message = deliveryMessage(e, client, 1_790_000_000_000 + i, key);
+    const { outcome } = await tracedSend(destinations, message, { timeoutMs: 5_000 }, { trace: null, resendCount: 0 });
+    if (!outcome.ok) throw new Error(outcome.error);
+  };
 }
 
 async function main() {

@@ -92,13 +92,21 @@ export function queueKinds(opts: QueueKindsOptions): {
   const destination = (kind: QueueKind): Destination => ({
     send: async (message, deadline) => {
       const endpoint = message.target.endpoint;
-      const target = endpoint ? await opts.targets(message.target.tenant, endpoint).catch(() => null) : null;
+      let target: QueueTarget | null = null;
+      try {
+        if (endpoint) target = await opts.targets(message.target.tenant, endpoint);
+      } catch {
+        target = null;
+      }
       if (!target || target.kind !== kind)
         return sendResult({ error: `the ${kind} endpoint's settings could not be read (endpoint removed?)` });
       const queued = queueMessage(message);
-      if (target.kind === "amqp") return (await amqp.get()).publish(target.amqp, queued, deadline.timeoutMs);
-      if (target.kind === "nats") return (await nats.get()).publish(target.nats, queued, deadline.timeoutMs);
-      return (await sqs.get()).publish(target.sqs, queued, deadline.timeoutMs);
+      // The client once loaded, taken as it is: no promise and no wait for it per publish.
+      if (target.kind === "amqp")
+        return (amqp.peek() ?? (await amqp.get())).publish(target.amqp, queued, deadline.timeoutMs);
+      if (target.kind === "nats")
+        return (nats.peek() ?? (await nats.get())).publish(target.nats, queued, deadline.timeoutMs);
+      return (sqs.peek() ?? (await sqs.get())).publish(target.sqs, queued, deadline.timeoutMs);
     },
   });
   return {

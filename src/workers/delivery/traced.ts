@@ -12,6 +12,9 @@ export interface TracedOutcome {
   ids: { trace_id?: string; span_id?: string };
 }
 
+/** The ids of an attempt sent without a trace: none, one object for all of them (read, never changed). */
+const NO_IDS: TracedOutcome["ids"] = Object.freeze({});
+
 /**
  * One attempt through the destination port under its task's trace (docs/operations.md, "Tracing"):
  * the message carries a `traceparent` of the task's trace id and this attempt's own span id, outside
@@ -34,13 +37,15 @@ export function tracedSend(
       attributes: () => spanAttributes(message, http, attempt.resendCount),
     },
     async (headers, span) => {
-      const outcome = await destinations.send({ ...message, ...headers }, deadline);
+      // A task without a trace (most) sends the message as it is: no copy of it per attempt.
+      const traced = headers.traceparent !== undefined || headers.tracestate !== undefined;
+      const outcome = await destinations.send(traced ? { ...message, ...headers } : message, deadline);
       if (tracing.on) {
         span.setAttributes({ [ATTR.httpResponseStatusCode]: outcome.statusCode ?? undefined });
         if (!outcome.ok) span.fail(errorType(outcome), outcome.error ?? undefined);
       }
-      const sent = parseTraceparent(headers.traceparent);
-      return { outcome, ids: sent ? { trace_id: sent.traceId, span_id: sent.spanId } : {} };
+      const sent = traced ? parseTraceparent(headers.traceparent) : null;
+      return { outcome, ids: sent ? { trace_id: sent.traceId, span_id: sent.spanId } : NO_IDS };
     },
   );
 }
