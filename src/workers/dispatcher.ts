@@ -147,6 +147,8 @@ export class Dispatcher extends PooledWorker<Claim> {
       leaseMs,
       maxPerKey: maxPerHost,
     });
+    // A changed client's leased-ahead events go back (letGoOfClient); watched for as long as the store lives.
+    opts.store.clients.watch((clientId) => this.letGoOfClient(clientId));
   }
 
   /** Attempts in flight for one delivery key (`clientId|host`) now. */
@@ -275,6 +277,9 @@ export class Dispatcher extends PooledWorker<Claim> {
   private settled(event: ClaimedEvent): Promise<boolean> {
     const key = deliveryKey(event.clientId, event.destinationHost);
     let started = 0;
+    // Another process's change of a client row (the CLI beside the server) is seen before any of
+    // the key's leased-ahead events starts: at most one read of PRAGMA data_version per 2 ms.
+    this.opts.store.clients.pollChanges();
     if (this.ahead.waiting(key) > 0) {
       this.slots.releaseHold(key, 1);
       started = this.startAhead(key);
@@ -313,11 +318,14 @@ export class Dispatcher extends PooledWorker<Claim> {
   }
 
   /**
-   * Gives back the client's events leased ahead (one of its endpoints was removed): none of them
-   * starts after the removal; those of the removed endpoint were ended by it (their give-back
-   * changes nothing), the others are due again as they were and claimed anew.
+   * Gives back the client's events leased ahead (every client's for null): one of its endpoints was
+   * removed (Nudges.endpointRemoved), or its row changed (ClientStore.watch: a secret rotated, a key
+   * revoked, its signing settings; here, on another instance, or by the CLI). None of them starts
+   * after that with the row read at its claim: those of a removed endpoint were ended by the
+   * removal (their give-back changes nothing), the others are due again as they were and claimed
+   * anew with the row read then.
    */
-  letGoOfClient(clientId: string): void {
+  letGoOfClient(clientId: string | null): void {
     void this.ahead.giveBackOfClient(clientId);
   }
 

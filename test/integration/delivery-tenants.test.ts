@@ -571,6 +571,38 @@ describe("leases ahead of the per-key cap", () => {
     expect(hooks.arrivals.size).toBeLessThan(60);
   });
 
+  it("a secret rotated while events wait leased ahead: every later attempt signs with the new secret", async () => {
+    const { t } = suite.setup(
+      { WEBHOOK_MAX_IN_FLIGHT_PER_HOST: "2", WEBHOOK_RETRY_SCHEDULE: "0s,1h" },
+      { clock: new SystemClock() },
+    );
+    const r = await receiver(delayed(10));
+    const c = t.client("rotating");
+    await succeededTasks(t, c.apiKey, r.url(), 60);
+    startDispatcherLoop(t);
+    await waitFor("a few webhooks", () => r.arrivals.size >= 6, 10_000);
+    const res = await t.request(c.apiKey, "/openapi/v1/webhooks/secret/rotate", { method: "POST" });
+    expect(res.status).toBe(200);
+    const atRotation = r.requests.length;
+    const fresh = ((await res.json()) as { data: { webhook_secret: string } }).data.webhook_secret;
+    await waitFor("every webhook", () => r.arrivals.size === 60, 10_000);
+    await stopLoop(t);
+    await t.relay.dispatcher.drain();
+    // At most the cap's attempts were on their way at the rotation; every one started after it was
+    // signed with the row read after it (both secrets: the new one verifies), none with the old row.
+    const verifies = (req: Received) => {
+      try {
+        new Webhook(fresh).verify(req.body, req.headers);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    const later = r.requests.slice(atRotation + 2);
+    expect(later.length).toBeGreaterThan(0);
+    expect(later.filter((req) => !verifies(req))).toHaveLength(0);
+  });
+
   it("a key whose circuit opens gives its leased-ahead events back, due at the trial: none stays leased", async () => {
     // The host fails (5xx): after a few attempts its circuit opens.
     const { t, events } = await capOfTwoBacklog("breaking", delayed(5, status(500)), 80);

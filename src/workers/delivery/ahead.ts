@@ -57,9 +57,13 @@ export class LeasedAhead {
     k.attemptMs = k.attemptMs === undefined ? ms : (k.attemptMs + ms) / 2;
   }
 
-  /** A claimed event to wait for a slot of its key. */
-  add(key: string, claim: Claim): void {
-    this.keyOf(key).waiting.push(claim);
+  /**
+   * A claimed event to wait for a slot of its key; `read`: rowsRead() when its client's row was
+   * read. A client row changed since is not trusted: the event goes back to be claimed anew.
+   */
+  add(key: string, claim: Claim, read: number): void {
+    if (read !== this.generation) void this.giveBackOne(claim, null);
+    else this.keyOf(key).waiting.push(claim);
   }
 
   /** The key's next waiting event that may still start; those whose lease ran too short on the way are given back. */
@@ -88,13 +92,30 @@ export class LeasedAhead {
     if (this.waiting(key) === 0) this.keys.delete(key);
   }
 
-  /** The client's waiting events back, as they were (one of its endpoints was removed). */
-  giveBackOfClient(clientId: string): Promise<void> {
+  /**
+   * A generation of the client rows the waiting events were started with: bumped by every
+   * giveBackOfClient. A refill reads its clients' rows before its events are added (add's `read`):
+   * one whose rows were read before a change is given back, not kept with a row that may be stale.
+   */
+  private generation = 0;
+
+  /** The generation to pass to add for a client row read now. */
+  rowsRead(): number {
+    return this.generation;
+  }
+
+  /**
+   * The client's waiting events back, as they were (every client's for null): one of its endpoints
+   * was removed, or its row changed (a secret rotated, a key revoked, its settings): they are
+   * claimed anew and start with the row read then, never with the one read at their claim.
+   */
+  giveBackOfClient(clientId: string | null): Promise<void> {
+    this.generation++;
     const given: Promise<void>[] = [];
     for (const k of this.keys.values()) {
-      const theirs = k.waiting.filter((c) => c.event.clientId === clientId);
+      const theirs = clientId === null ? k.waiting : k.waiting.filter((c) => c.event.clientId === clientId);
       if (theirs.length === 0) continue;
-      k.waiting = k.waiting.filter((c) => c.event.clientId !== clientId);
+      k.waiting = clientId === null ? [] : k.waiting.filter((c) => c.event.clientId !== clientId);
       for (const claim of theirs) given.push(this.giveBackOne(claim, null));
     }
     return Promise.all(given).then(() => undefined);

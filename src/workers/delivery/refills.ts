@@ -38,7 +38,7 @@ export interface RefillDeps {
   leaseMs: number;
   maxPerKey: number;
   /** Events leased ahead of the keys' cap: how many more a key may lease, and where those wait. */
-  ahead: Pick<LeasedAhead, "want" | "limit" | "add">;
+  ahead: Pick<LeasedAhead, "want" | "limit" | "add" | "rowsRead">;
   /** After a claim left events of the key waiting: starts what has room, gives them back if nothing of the key runs to start them. */
   startWaiting: (key: string) => void;
 }
@@ -153,6 +153,7 @@ export class Refills {
         { now: clock.now(), leaseMs: this.deps.leaseMs, token: owner.token(), maxPerKey: this.deps.maxPerKey },
       );
       const clients = new Map<string, ClientRow | undefined>();
+      const read = this.deps.ahead.rowsRead();
       for (const event of claimed)
         if (!clients.has(event.clientId)) clients.set(event.clientId, await store.clients.find(event.clientId));
       release();
@@ -164,7 +165,7 @@ export class Refills {
         n.claimed += 1;
         const claim = { event, client: clients.get(event.clientId) };
         // The key's room to start now first; the rest wait leased ahead for its slots to free.
-        if (n.claimed > (starts.get(key) ?? 0)) this.deps.ahead.add(key, claim);
+        if (n.claimed > (starts.get(key) ?? 0)) this.deps.ahead.add(key, claim, read);
         else if (start(claim)) n.started += 1;
         got.set(key, n);
       }
