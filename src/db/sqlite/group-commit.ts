@@ -1,3 +1,4 @@
+import type Database from "better-sqlite3";
 import { checkNumber } from "../../store/values.js";
 import type { Db } from "./open.js";
 import type { Tx } from "./tx.js";
@@ -341,7 +342,7 @@ export class GroupCommit {
               break;
             }
             try {
-              outcomes.push({ ok: true, value: item.atomic ? item.work(tx) : tx.transaction((sp) => item.work(sp)) });
+              outcomes.push({ ok: true, value: item.atomic ? item.work(tx) : this.inSavepoint(tx, item.work) });
             } catch (error) {
               // Some errors (disk full, I/O) roll back the whole transaction, not just the savepoint:
               // then nothing before is durable either, and the batch must fail as one.
@@ -380,6 +381,37 @@ export class GroupCommit {
       );
     if (walSync) walSync.afterSync(settle);
     else settle(null);
+  }
+
+  /** The unit savepoint's three statements, prepared once on the connection (see inSavepoint). */
+  private savepoints: Record<"open" | "release" | "rollback", Database.Statement> | null = null;
+
+  /**
+   * A unit in a savepoint of its own: what drizzle's `tx.transaction()` does, on three statements
+   * prepared once instead of a transaction object and three raw statements built per unit (issue
+   * #43: 79 µs a task end to end under the profiler). The unit gets the transaction itself; one
+   * that opens a savepoint of its own (drizzle's `sp0`) nests inside this one, as before.
+   */
+  private inSavepoint<T>(tx: Tx, work: (tx: Tx) => T): T {
+    const client = (this.db as unknown as { $client: Database.Database }).$client;
+    const sp = (this.savepoints ??= {
+      open: client.prepare("SAVEPOINT group_commit_unit"),
+      release: client.prepare("RELEASE SAVEPOINT group_commit_unit"),
+      rollback: client.prepare("ROLLBACK TO SAVEPOINT group_commit_unit"),
+    });
+    sp.open.run();
+    try {
+      const result = work(tx);
+      sp.release.run();
+      return result;
+    } catch (error) {
+      // An error that ended the whole transaction (disk full, I/O) left no savepoint to roll back to.
+      if (client.inTransaction) {
+        sp.rollback.run();
+        sp.release.run();
+      }
+      throw error;
+    }
   }
 
   /**
