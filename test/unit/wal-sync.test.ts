@@ -120,6 +120,24 @@ describe("GroupCommit with the WAL synced off the event loop (issue #38 item 7)"
     await expect(unit).rejects.toThrow("The database connection is not open");
   });
 
+  it("a flush commits at synchronous = NORMAL; every other write, after it or after a failed one, at FULL", async () => {
+    const level = () => database.sqlite.pragma("synchronous", { simple: true });
+    const commits = new GroupCommit(database.db, 256, 0, 0, { walSync: new WalSync(walPath()) });
+    expect(level()).toBe(2);
+    await expect(commits.run(() => level())).resolves.toBe(1);
+    expect(level()).toBe(2);
+    // A flush whose transaction ends early (as a disk-full error rolls it all back): its units
+    // reject, and the connection is back at FULL.
+    const failing = commits.run(() => {
+      database.sqlite.exec("ROLLBACK");
+      throw new Error("rolled back");
+    });
+    await expect(failing).rejects.toThrow();
+    expect(database.sqlite.inTransaction).toBe(false);
+    expect(level()).toBe(2);
+    commits.close();
+  });
+
   it("with the real fdatasync, units settle after the sync on the thread pool", async () => {
     const commits = new GroupCommit(database.db, 256, 0, 0, { walSync: new WalSync(walPath()) });
     const values = await Promise.all(["a", "b", "c"].map((v) => commits.run(() => v)));
