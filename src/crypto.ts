@@ -37,15 +37,23 @@ export function decryptSecret(sealed: string, key: Buffer): string {
 
 /** Stable JSON: object keys sorted, so two bodies that differ only in key order hash the same. */
 export function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
-  if (value !== null && typeof value === "object") {
-    const entries = Object.keys(value as Record<string, unknown>)
-      .sort()
-      .filter((k) => (value as Record<string, unknown>)[k] !== undefined)
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`);
-    return `{${entries.join(",")}}`;
+  // One string built in place (no filter/map arrays per object): twice a creation (issue #43).
+  if (value === null || typeof value !== "object") return JSON.stringify(value);
+  if (Array.isArray(value)) {
+    let out = "[";
+    for (let i = 0; i < value.length; i++) {
+      // As join() writes an element that has no JSON (undefined): nothing.
+      out += `${i === 0 ? "" : ","}${canonicalJson(value[i]) ?? ""}`;
+    }
+    return `${out}]`;
   }
-  return JSON.stringify(value);
+  const record = value as Record<string, unknown>;
+  let out = "";
+  for (const k of Object.keys(record).sort()) {
+    const v = record[k];
+    if (v !== undefined) out += `${out === "" ? "" : ","}${JSON.stringify(k)}:${canonicalJson(v)}`;
+  }
+  return `{${out}}`;
 }
 
 export function sha256Hex(text: string): string {

@@ -38,14 +38,23 @@ export function newId(prefix: string, nowMs: number = Date.now()): string {
     // Top digit kept below 16 so 2^80 increments can never overflow the 16 digits.
     lastRandom = Array.from(bytes, (b, i) => (i === 0 ? b % 16 : b % 32));
     lastTime = ms;
+    lastTimeText = timeText(ms);
   }
+  let random = "";
+  for (const d of lastRandom) random += ALPHABET[d];
+  return `${prefix}_${lastTimeText}${random}`;
+}
+
+/** The id's 10 time digits, made once per millisecond (ids of one batch share them). */
+let lastTimeText = "";
+function timeText(ms: number): string {
   let time = "";
   let t = ms;
   for (let i = 0; i < 10; i++) {
     time = ALPHABET[t % 32] + time;
     t = Math.floor(t / 32);
   }
-  return `${prefix}_${time}${lastRandom.map((d) => ALPHABET[d]).join("")}`;
+  return time;
 }
 
 export const ID_PATTERN = /^[a-z]{2,5}_[0-9a-hjkmnp-tv-z]{26}$/;

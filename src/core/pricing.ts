@@ -24,7 +24,28 @@ export function priceKey(type: "image" | "video", body: Record<string, unknown>)
     else if (field === "source_video_url") relevant[field] = value ? 1 : 0;
     else relevant[field] = value;
   }
-  return `${type}:${String(body.model)}:${sha256Hex(canonicalJson(relevant)).slice(0, 32)}`;
+  return `${type}:${String(body.model)}:${digestOf(canonicalJson(relevant))}`;
+}
+
+/**
+ * The key's digest by its canonical text, the last few hundred kept: requests of one client mostly
+ * repeat their parameters, so a creation's price key costs a map read instead of a SHA-256 (issue #43).
+ */
+const digests = new Map<string, string>();
+const DIGESTS_KEPT = 512;
+/** Longer texts are hashed every time (not kept: the map stays small). */
+const DIGEST_TEXT_KEPT = 1024;
+
+function digestOf(text: string): string {
+  let digest = digests.get(text);
+  if (digest === undefined) {
+    digest = sha256Hex(text).slice(0, 32);
+    if (text.length <= DIGEST_TEXT_KEPT) {
+      if (digests.size >= DIGESTS_KEPT) digests.delete(digests.keys().next().value!);
+      digests.set(text, digest);
+    }
+  }
+  return digest;
 }
 
 const IMAGE_FIELDS = new Set([
