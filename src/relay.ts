@@ -311,7 +311,12 @@ export class Relay {
    */
   async listen(): Promise<void> {
     await this.opts.store.ops.listen(
-      (target) => this.deps.nudges[target](),
+      // A submitter's nudge by creations without a deadline passes for accounts it found full (Nudges.created).
+      (target, created) => {
+        const onCreated = this.deps.nudges.created;
+        if (target === "submitter" && created && onCreated) for (const account of created) onCreated(account, null);
+        else this.deps.nudges[target]();
+      },
       (taskId, clientId, account) => {
         this.watchers.wake({ taskId, clientId, account });
       },

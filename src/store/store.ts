@@ -652,8 +652,14 @@ export interface OpsStore {
    * of a task another process transitioned (requests held by Prefer: wait, event streams). A no-op on SQLite.
    * `resynced` is called each time the listening session is open again after it was lost: whatever
    * was notified in between was not heard, so every watcher reads its state once more.
+   * `created`, with a submitter's nudge: it comes from creations of these accounts, none with a
+   * deadline, so the submitter may let it pass for an account it found full (Nudges.created).
    */
-  listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged, resynced?: () => void): Promise<void>;
+  listen(
+    nudge: (target: NudgeTarget, created?: readonly string[]) => void,
+    taskChanged?: TaskChanged,
+    resynced?: () => void,
+  ): Promise<void>;
   /**
    * What a dead process left: on a single-process store every lease is released (no one else can
    * hold one); a shared store leaves leases to expire. Events from before destination_host get theirs.

@@ -145,7 +145,10 @@ export async function createVia(
  * Two instances on a fresh database with the simulated upstream, for a test that `cleanups` ends
  * (the instances as a crash leaves them, then the database dropped).
  */
-export async function startPair(cleanups: Array<() => Promise<void>>): Promise<{
+export async function startPair(
+  cleanups: Array<() => Promise<void>>,
+  env: Record<string, string> = {},
+): Promise<{
   a: Instance;
   b: Instance;
   clock: FakeClock;
@@ -158,7 +161,7 @@ export async function startPair(cleanups: Array<() => Promise<void>>): Promise<{
     for (const i of instances) if (i.alive) await crash(i);
     await db.drop();
   });
-  for (let n = 0; n < 2; n++) instances.push(await startInstance(db.url, clock, upstream.fetch));
+  for (let n = 0; n < 2; n++) instances.push(await startInstance(db.url, clock, upstream.fetch, env));
   const [a, b] = instances as [Instance, Instance];
   return { a, b, clock };
 }

@@ -1,7 +1,7 @@
 import pg from "pg";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { PgStore } from "../../src/db/pg/store.js";
-import { CHANNEL } from "../../src/db/pg/mapping.js";
+import { CHANNEL, createdAccounts, submitterPayload } from "../../src/db/pg/mapping.js";
 import { pgStore } from "../../src/open-store.js";
 import type { NewTaskRequest, NudgeTarget } from "../../src/store/store.js";
 import { MAX_KEY_BYTES, StoreValueError } from "../../src/store/values.js";
@@ -79,31 +79,63 @@ function statementsOf(store: PgStore): string[] {
   return ran;
 }
 
+/**
+ * Two listening instances, the first leading the account, the nudges it is given, the channel
+ * overheard, and creations of a client (capped: the per-request path) with a row's changes.
+ */
+async function leaderAndOther(capped: boolean, row: Partial<NewTaskRequest["row"]> = {}) {
+  const { db, stores } = await twoInstances();
+  const [leader, other] = stores;
+  const nudges: Array<[NudgeTarget, readonly string[] | undefined]> = [];
+  await leader.listen((t, created) => nudges.push([t, created]));
+  await other.listen(() => {});
+  expect(await leader.ops.leads("default", { holder: "leader", leaseMs: 60_000 })).not.toBeNull();
+  const c = await contractClient(leader, capped ? { maxWaiting: 100 } : {});
+  const req = (key: string): NewTaskRequest => {
+    const r = contractTask(c.id, key);
+    return { ...r, row: { ...r.row, ...row }, needs: { waiting: capped, credit: false } };
+  };
+  return { leader, other, nudges, req, ...(await overhear(db.url)) };
+}
+
 describe("a creation wakes its account's submitter on PostgreSQL", () => {
   it.each([
     ["batched", false],
     ["per request", true],
   ])("%s: the leading, listening instance nudges itself; another instance sends NOTIFY", async (_path, capped) => {
-    const { db, stores } = await twoInstances();
-    const [leader, other] = stores;
-    const nudges: NudgeTarget[] = [];
-    await leader.listen((t) => nudges.push(t));
-    await other.listen(() => {});
-    expect(await leader.ops.leads("default", { holder: "leader", leaseMs: 60_000 })).not.toBeNull();
-    const { upTo, hears } = await overhear(db.url);
-    const c = await contractClient(leader, capped ? { maxWaiting: 100 } : {});
-    const req = (key: string) => {
-      const r = contractTask(c.id, key);
-      return { ...r, needs: { waiting: capped, credit: false } };
-    };
+    const { leader, other, nudges, req, upTo, hears } = await leaderAndOther(capped);
 
     await leader.tasks.create(req("on-leader"));
-    expect(nudges).toEqual(["submitter"]);
+    // Named as creations of the account without a deadline: a submitter that found it full lets them pass.
+    expect(nudges).toEqual([["submitter", ["default"]]]);
     expect(await upTo(leader, "marker-1")).toEqual([]);
 
     await other.tasks.create(req("on-other"));
-    // Heard on the channel (by the leader's session too, which nudges its submitter then).
+    // Heard on the channel (by the leader's session too, which nudges its submitter then, naming the account).
+    await hears("created:default");
+    await vi.waitFor(() =>
+      expect(nudges).toEqual([
+        ["submitter", ["default"]],
+        ["submitter", ["default"]],
+      ]),
+    );
+  });
+
+  it.each([
+    ["batched", false],
+    ["per request", true],
+  ])("%s: a creation with a deadline wakes the submitter whatever it found (its expiry)", async (_path, capped) => {
+    const { leader, other, nudges, req, hears } = await leaderAndOther(capped, { expiresAt: CONTRACT_NOW + 60_000 });
+    await leader.tasks.create(req("on-leader"));
+    expect(nudges).toEqual([["submitter", undefined]]);
+    await other.tasks.create(req("on-other"));
     await hears("submitter");
+    await vi.waitFor(() =>
+      expect(nudges).toEqual([
+        ["submitter", undefined],
+        ["submitter", undefined],
+      ]),
+    );
   });
 });
 
@@ -137,7 +169,7 @@ describe("group commits of creations on PostgreSQL", () => {
     const created = await Promise.all([first, ...rest]);
     expect(created.map((r) => (r as { replayed: boolean }).replayed)).toEqual(Array(10).fill(false));
     // Two statements for ten creations; the leader elsewhere woken by a NOTIFY of theirs.
-    await hears("submitter");
+    await hears("created:default");
     expect(ran).toEqual(["WITH ins AS", "WITH ins AS"]);
   });
 });
@@ -340,5 +372,19 @@ describe("a change that writes an event on PostgreSQL", () => {
     expect(events).toEqual([{ type: "task.succeeded" }]);
     const learned = (await here.pool.query("SELECT points FROM learned_prices WHERE price_key = 'p-image:1'")).rows;
     expect(learned).toEqual([{ points: 25 }]);
+  });
+});
+
+describe("the submitter's NOTIFY payload on PostgreSQL", () => {
+  it("names the accounts of creations without a deadline, and nothing else", () => {
+    const accounts = ["default", "a b%c", "ü"];
+    const payload = submitterPayload(accounts, true);
+    expect(payload).toBe("created:default a%20b%25c %C3%BC");
+    expect(createdAccounts(payload)).toEqual(accounts);
+    // With a deadline, too long for a payload that names, or naming none: a plain wake-up, heard whatever the submitter found.
+    expect(submitterPayload(accounts, false)).toBe("submitter");
+    expect(submitterPayload(["x".repeat(1_000)], true)).toBe("submitter");
+    expect(createdAccounts("created:")).toBeNull();
+    expect(createdAccounts("submitter")).toBeNull();
   });
 });

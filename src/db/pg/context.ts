@@ -79,10 +79,15 @@ export interface PgContext {
   /**
    * Wakes the submitter of the accounts of tasks just committed: this process's own when it leads
    * every one of them and listens (no NOTIFY, whose queue lock every committing instance takes),
-   * else the leaders elsewhere through NOTIFY.
+   * else the leaders elsewhere through NOTIFY. `created`: the tasks are creations without a
+   * deadline, a wake-up the submitter may let pass for an account it found full (submitterPayload).
    */
-  wakeSubmitter(accounts: Iterable<string>): Promise<void>;
+  wakeSubmitter(accounts: Iterable<string>, created?: boolean): Promise<void>;
   /** Whether wakeSubmitter of these accounts is a nudge of this process's own submitter (no NOTIFY). */
   submitterHere(accounts: Iterable<string>): boolean;
-  listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged, resynced?: () => void): Promise<void>;
+  listen(
+    nudge: (target: NudgeTarget, created?: readonly string[]) => void,
+    taskChanged?: TaskChanged,
+    resynced?: () => void,
+  ): Promise<void>;
 }

@@ -2,7 +2,7 @@ import { getTableColumns } from "drizzle-orm";
 import type { CreateResult, NewTaskRequest } from "../../store/store.js";
 import type { TaskRow } from "../../store/rows.js";
 import { tasks } from "./schema.js";
-import { T, columnsOf } from "./mapping.js";
+import { T, columnsOf, submitterPayload } from "./mapping.js";
 import { loggedBytesOf } from "./stored-bytes-log.js";
 import { checkNumber, checkWrittenText } from "../../store/values.js";
 import { KEY_COLUMNS } from "./bound-values.js";
@@ -16,8 +16,8 @@ export interface IntakePort {
   single(req: NewTaskRequest): Promise<CreateResult>;
   /** This instance's room under its clients' stored-bytes bounds. */
   grants: StoredBytesGrants;
-  /** Wakes the submitter of these accounts (PgContext.wakeSubmitter). */
-  wake(accounts: Iterable<string>): Promise<void>;
+  /** Wakes the submitter of these accounts (PgContext.wakeSubmitter; `created`: creations without a deadline). */
+  wake(accounts: Iterable<string>, created: boolean): Promise<void>;
   /** Whether that wake-up is a nudge of this process's own submitter (else a NOTIFY: PgContext.submitterHere). */
   wakesHere(accounts: Iterable<string>): boolean;
   /** The channel a NOTIFY wakes the other instances' submitters on. */
@@ -44,7 +44,7 @@ const MAX_BATCH = 256;
  * The batch's statement: one text whatever the batch's size. $1 is the rows as one JSON array of
  * objects keyed by column name (rowsJson), read by json_populate_recordset; $2 the bounded clients,
  * $3 their bounds, $4 this instance's grant holder and, with `notify`, $5 the channel of the
- * submitters' NOTIFY. Prepared once per connection: a batch of VALUES tuples was a new text for
+ * submitters' NOTIFY and $6 its payload (submitterPayload). Prepared once per connection: a batch of VALUES tuples was a new text for
  * every size, parsed and planned again for each batch (about 1.3 ms of the server's CPU a batch,
  * a third of what it spent per creation at three instances). One JSON text rather than an array
  * per column: node-postgres escapes every element of an array in JavaScript (28 µs a row with a
@@ -53,9 +53,9 @@ const MAX_BATCH = 256;
  * (as SQLite's insert is), where `RETURNING *` sent every column back to be parsed again.
  */
 function insertBatch(notify: boolean): { name: string; text: string } {
-  const [clients, limits, holder, channel] = [2, 3, 4, 5];
+  const [clients, limits, holder, channel, payload] = [2, 3, 4, 5, 6];
   // Evaluated once, and only when the statement returns a row (one it wrote).
-  const woke = notify ? `, (SELECT pg_notify($${channel}, 'submitter')) AS woke` : "";
+  const woke = notify ? `, (SELECT pg_notify($${channel}, $${payload}::text)) AS woke` : "";
   return {
     name: notify ? "genrelay_intake_batch_notify" : "genrelay_intake_batch",
     text: `WITH ins AS (
@@ -194,13 +194,15 @@ export class PgIntakeBatches {
     if (writing.length === 0) return;
     // The submitters of the rows' accounts: this process's own after the commit, or the leaders
     // elsewhere by a NOTIFY in the insert's statement (no statement nor commit of its own).
+    // Creations without a deadline: a submitter that found their account full lets the wake-up pass.
     const accounts = new Set(writing.map((p) => p.req.row.upstreamAccount));
+    const created = writing.every((p) => p.req.row.expiresAt == null);
     const wakesHere = this.port.wakesHere(accounts);
     let inserted: Map<string, TaskRow>;
     try {
       inserted = await this.insert(
         writing.map((p) => p.req),
-        !wakesHere,
+        wakesHere ? null : submitterPayload(accounts, created),
       );
     } catch {
       for (const room of rooms) {
@@ -239,7 +241,7 @@ export class PgIntakeBatches {
       }
     }
     if (inserted.size > 0 && wakesHere)
-      void this.port.wake(new Set([...inserted.values()].map((r) => r.upstreamAccount))).catch(() => {});
+      void this.port.wake(new Set([...inserted.values()].map((r) => r.upstreamAccount)), created).catch(() => {});
   }
 
   /**
@@ -248,10 +250,10 @@ export class PgIntakeBatches {
    * this instance's grant row FOR KEY SHARE, so a take-back of the grants waits for it to end. Throws,
    * having written nothing, when a bounded client's grant is gone, or what it stores already leaves
    * no room for its rows: the statement's last step casts a text that is no number for such a row,
-   * only then (a column of the row, so never folded early). With `notify`, the statement also sends
-   * the submitters' NOTIFY when it wrote a row (delivered at its commit).
+   * only then (a column of the row, so never folded early). With a `notify` payload, the statement
+   * also sends the submitters' NOTIFY when it wrote a row (delivered at its commit).
    */
-  private async insert(reqs: NewTaskRequest[], notify: boolean): Promise<Map<string, TaskRow>> {
+  private async insert(reqs: NewTaskRequest[], notify: string | null): Promise<Map<string, TaskRow>> {
     const bounds = new Map<string, number>();
     for (const req of reqs) {
       const limit = req.storedBytesLimit;
@@ -260,8 +262,8 @@ export class PgIntakeBatches {
     }
     const { json, rows } = writtenRows(reqs);
     const values: unknown[] = [json, [...bounds.keys()], [...bounds.values()], this.port.grants.holder];
-    if (notify) values.push(this.port.channel);
-    const ids = await this.port.run(notify ? INSERT_BATCH_NOTIFY : INSERT_BATCH, values);
+    if (notify !== null) values.push(this.port.channel, notify);
+    const ids = await this.port.run(notify !== null ? INSERT_BATCH_NOTIFY : INSERT_BATCH, values);
     const byId = new Map(rows.map((row) => [row.id, row]));
     return new Map(ids.map((r) => [r.id as string, byId.get(r.id as string)!]));
   }

@@ -82,6 +82,29 @@ export const unclaimed = (param: number) => UNCLAIMED.replace("$NOW", `$${param}
 export const RELEASED = { claimToken: null, claimedUntil: null } as const;
 export const NO_RESERVATIONS: ReservationsAround = { inFlight: 0, ahead: 0, others: 0 };
 export const CHANNEL = "genrelay";
+/** A submitter's wake-up by creations without a deadline: `created:` and their accounts (submitterPayload). */
+const CREATED = "created:";
+/** A NOTIFY payload this long at most names its accounts; a longer one is a plain wake-up. */
+const CREATED_MAX = 1_000;
+
+/**
+ * The NOTIFY payload that wakes the leaders' submitters for tasks of `accounts`: `created:` and the
+ * accounts (URI-encoded, space-separated) when `created` (creations without a deadline, which a
+ * submitter may let pass for an account it found full: a creation cannot free a slot, and a task
+ * ending wakes it anyway), else `submitter` (always heard, as is any payload not this short).
+ */
+export function submitterPayload(accounts: Iterable<string>, created: boolean): string {
+  if (!created) return "submitter";
+  const payload = CREATED + [...accounts].map(encodeURIComponent).join(" ");
+  return payload.length <= CREATED_MAX ? payload : "submitter";
+}
+
+/** The accounts of a `created:` payload (submitterPayload), else null. */
+export function createdAccounts(payload: string): string[] | null {
+  if (!payload.startsWith(CREATED)) return null;
+  const accounts = payload.slice(CREATED.length).split(" ").filter(Boolean).map(decodeURIComponent);
+  return accounts.length > 0 ? accounts : null;
+}
 /** Advisory lock namespace of rate limits (the second key is hashtext of the client and action, see rate-limits.ts). */
 export const RATE_LIMIT_LOCK_SPACE = 0x67_72_72; // "grr"
 

@@ -26,7 +26,19 @@ import { pgKeyHealth } from "./key-health.js";
 import { endpointsOf, fanOutEvent, pgWebhookEndpoints } from "./webhook-endpoints.js";
 import { subscribedTypes } from "../../store/endpoint-fanout.js";
 import { pgNoticeStore } from "./notices.js";
-import { columnsOf, T, E, unclaimed, RELEASED, CHANNEL, types, type Row, type Queryable } from "./mapping.js";
+import {
+  columnsOf,
+  T,
+  E,
+  unclaimed,
+  RELEASED,
+  CHANNEL,
+  createdAccounts,
+  submitterPayload,
+  types,
+  type Row,
+  type Queryable,
+} from "./mapping.js";
 import { planTransition } from "../../store/transition-plan.js";
 import { INSTANCE_PREFIX, newPgPool, pgClientConfig, type PgLimits } from "./open.js";
 import { CheckedClient, checkPoolQueries } from "./checked-client.js";
@@ -448,11 +460,12 @@ export class PgStore implements Store, PgContext {
   }
 
   /** The nudge of this process's workers, once they listen (wakeSubmitter). */
-  private localNudge: ((target: NudgeTarget) => void) | undefined;
+  private localNudge: ((target: NudgeTarget, created?: readonly string[]) => void) | undefined;
 
-  async wakeSubmitter(accounts: Iterable<string>): Promise<void> {
-    if (this.submitterHere(accounts)) this.localNudge!("submitter");
-    else await this.pool.query("SELECT pg_notify($1, 'submitter')", [CHANNEL]);
+  async wakeSubmitter(accounts: Iterable<string>, created = false): Promise<void> {
+    const list = [...accounts];
+    if (this.submitterHere(list)) this.localNudge!("submitter", created ? list : undefined);
+    else await this.pool.query("SELECT pg_notify($1, $2)", [CHANNEL, submitterPayload(list, created)]);
   }
 
   submitterHere(accounts: Iterable<string>): boolean {
@@ -467,7 +480,11 @@ export class PgStore implements Store, PgContext {
    * is back, every loop is nudged, every client's cached key is dropped and `resynced` tells every
    * watcher (held waits, event streams) to read its state once more, so no wake-up is lost.
    */
-  async listen(nudge: (target: NudgeTarget) => void, taskChanged?: TaskChanged, resynced?: () => void): Promise<void> {
+  async listen(
+    nudge: (target: NudgeTarget, created?: readonly string[]) => void,
+    taskChanged?: TaskChanged,
+    resynced?: () => void,
+  ): Promise<void> {
     this.localNudge = nudge;
     if (this.listener || this.closed) return;
     const reopening = this.listenedBefore;
@@ -484,7 +501,9 @@ export class PgStore implements Store, PgContext {
     client.on("error", reconnect);
     client.on("end", reconnect);
     client.on("notification", (n) => {
-      if (n.payload === "submitter" || n.payload === "poller" || n.payload === "dispatcher") nudge(n.payload);
+      const created = n.payload ? createdAccounts(n.payload) : null;
+      if (created) nudge("submitter", created);
+      else if (n.payload === "submitter" || n.payload === "poller" || n.payload === "dispatcher") nudge(n.payload);
       else if (n.payload?.startsWith(TASK_CHANGED)) {
         const [taskId = "", clientId, account] = n.payload.slice(TASK_CHANGED.length).split(" ");
         taskChanged?.(taskId, clientId, account === undefined ? undefined : decodeURIComponent(account));

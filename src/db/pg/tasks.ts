@@ -106,7 +106,8 @@ export function pgTasks(s: PgContext): TaskStore {
       if (room) s.grants.settle(room, kept);
     }
     // After the commit, so a submitter woken here sees the task.
-    if (!created.replayed) await s.wakeSubmitter([created.task.upstreamAccount]).catch(() => {});
+    if (!created.replayed)
+      await s.wakeSubmitter([created.task.upstreamAccount], created.task.expiresAt == null).catch(() => {});
     return created;
   };
   // Creations without a cap or credit limit are group-committed (one multi-row INSERT per turn).
@@ -115,7 +116,7 @@ export function pgTasks(s: PgContext): TaskStore {
     run: async (statement, values) => (await s.pool.query({ ...statement, values })).rows as Record<string, unknown>[],
     single,
     grants: s.grants,
-    wake: (accounts) => s.wakeSubmitter(accounts),
+    wake: (accounts, created) => s.wakeSubmitter(accounts, created),
     wakesHere: (accounts) => s.submitterHere(accounts),
     channel: CHANNEL,
   });
