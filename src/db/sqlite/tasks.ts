@@ -213,25 +213,30 @@ export function findByUpstreamId(db: Db, account: string, upstreamTaskId: string
   ).get({ account, upstreamTaskId });
 }
 
+/** Every column of `tasks`, in the order TASK_ROW's keys read them. */
+const TASK_COLUMNS = Object.entries(getTableColumns(tasks));
 /**
- * Every column of `tasks` under its row key (`client_id AS "clientId"`, …): SQLite hands back the
- * TaskRow itself. Each column is a plain text or integer (no mode to decode), so nothing is left for
- * drizzle's per-column row mapping to do.
+ * A TaskRow from one row read in array mode: an object literal of every key, one shape for every row
+ * (each column is plain text or integer: nothing to decode). Made once from the schema.
  */
-const TASK_ROW_COLUMNS = Object.entries(getTableColumns(tasks))
-  .map(([key, column]) => `"${column.name}" AS "${key}"`)
-  .join(", ");
+const taskRowOf = new Function(
+  "r",
+  `return {${TASK_COLUMNS.map(([key], i) => `${JSON.stringify(key)}: r[${i}]`).join(", ")}};`,
+) as (values: unknown[]) => TaskRow;
 
 /**
  * find on a statement prepared once (transitions, submissions and polls read the row first), on the
- * connection itself with the row's keys as column aliases (issue #43: drizzle's row mapping was 167
- * µs a task end to end under the profiler).
+ * connection itself in array mode, mapped by taskRowOf (issue #43: drizzle's generic row mapping was
+ * 167 µs a task end to end under the profiler).
  */
 export function findTaskPrepared(db: Db, id: string): TaskRow | undefined {
-  const client = (db as unknown as { $client: { prepare(source: string): { get(id: string): unknown } } }).$client;
-  return prepared(db, "tasks.find", () => client.prepare(`SELECT ${TASK_ROW_COLUMNS} FROM tasks WHERE id = ?`)).get(
-    id,
-  ) as TaskRow | undefined;
+  const client = (
+    db as unknown as { $client: { prepare(source: string): { raw(on: boolean): { get(id: string): unknown } } } }
+  ).$client;
+  const values = prepared(db, "tasks.find", () =>
+    client.prepare(`SELECT ${TASK_COLUMNS.map(([, c]) => `"${c.name}"`).join(", ")} FROM tasks WHERE id = ?`).raw(true),
+  ).get(id) as unknown[] | undefined;
+  return values === undefined ? undefined : taskRowOf(values);
 }
 
 export function countByPhaseForClient(db: Db, clientId: string, phase: TaskPhase): number {

@@ -1,0 +1,59 @@
+// The task side's store pieces of issue #43 in isolation, old build beside new, in one process, each
+// on its own in-memory database migrated by its own build: a group-commit unit in its savepoint, the
+// task read by id, and claimDue with and without an id list (CPU µs per call, medians of rounds).
+//   node bench/task-store-micro.mjs OLD_DIST [NEW_DIST=dist] [rounds=5]
+import { resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { median } from "./lib/stats.mjs";
+
+const [oldDist, newDist = "dist", roundsArg = "5"] = process.argv.slice(2);
+const load = async (dist, file) => import(pathToFileURL(resolve(dist, file)).href);
+
+async function side(dist) {
+  const { openDatabase } = await load(dist, "db/sqlite/open.js");
+  const { GroupCommit } = await load(dist, "db/sqlite/group-commit.js");
+  const { findTaskPrepared } = await load(dist, "db/sqlite/tasks.js");
+  const { claimDue } = await load(dist, "db/sqlite/task-claims.js");
+  const database = openDatabase(":memory:");
+  const { db, sqlite } = database;
+  sqlite.pragma("foreign_keys = OFF");
+  const insert = sqlite.prepare(`INSERT INTO tasks (id, client_id, type, model, status, phase, request_json,
+    callback_events, idempotency_key, request_hash, upstream_account, upstream_idempotency_key, next_run_at,
+    created_at, updated_at, poll_count) VALUES (?, 'cli_1', 'image', 'p-image', 'running', 'submitted', '{"prompt":"x"}',
+    '[]', ?, 'h', 'default', ?, 0, 1, 1, 1)`);
+  const ids = Array.from({ length: 64 }, (_, i) => `task_${String(i).padStart(26, "0")}`);
+  for (const id of ids) insert.run(id, id, `g-${id}`);
+  const noop = sqlite.prepare("SELECT 1");
+  const commits = new GroupCommit(db, 256);
+  let now = 10;
+  const lease = { account: "default", leaseMs: 5, token: "t", limit: 8 };
+  return {
+    // 32 units a commit, each in its own savepoint (GroupCommit.run): per unit.
+    unit: { per: 32, fn: () => Promise.all(Array.from({ length: 32 }, () => commits.run(() => noop.get()))) },
+    find: { per: 1, fn: () => findTaskPrepared(db, ids[7]) },
+    claim_due: { per: 1, fn: () => claimDue(db, { phase: "submitted", ...lease, now: (now += 10) }) },
+    claim_listed: {
+      per: 1,
+      fn: () => claimDue(db, { phase: "submitted", ...lease, now: (now += 10), ids: ids.slice(0, 8) }),
+    },
+  };
+}
+
+const sides = { old: await side(oldDist), new: await side(newDist) };
+const N = 4_000;
+for (const piece of process.env.PIECES ? process.env.PIECES.split(",") : Object.keys(sides.new)) {
+  const out = { old: [], new: [] };
+  for (let r = 0; r < Number(roundsArg); r++) {
+    for (const name of r % 2 === 0 ? ["old", "new"] : ["new", "old"]) {
+      const { fn, per } = sides[name][piece];
+      for (let i = 0; i < 500; i++) await fn();
+      const started = process.cpuUsage();
+      for (let i = 0; i < N; i++) await fn();
+      const used = process.cpuUsage(started);
+      out[name].push((used.user + used.system) / N / per);
+    }
+  }
+  const o = median(out.old);
+  const n = median(out.new);
+  console.log(`${piece.padEnd(13)} old ${o.toFixed(2)} µs  new ${n.toFixed(2)} µs  ×${(n / o).toFixed(2)}`);
+}
