@@ -286,21 +286,27 @@ export function nextExpiryAt(db: Db): number | null {
   return row?.at ?? null;
 }
 
-/** Accounts that have tasks in a phase due now: one index probe per account (accounts are few). */
+/** Accounts that have tasks in a phase due now: one index probe per account (accounts are few), both statements prepared once. */
 export function accountsWithDue(db: Db, phase: TaskPhase, now: number): string[] {
-  const accounts = db.selectDistinct({ account: clients.upstreamAccount }).from(clients).all();
-  return accounts
-    .map((r) => r.account)
-    .filter((account) =>
-      db
-        .select({ one: sql<number>`1` })
-        .from(tasks)
-        .where(
-          and(eq(tasks.phase, phase), eq(tasks.upstreamAccount, account), lte(tasks.nextRunAt, now), unclaimed(now)),
-        )
-        .limit(1)
-        .get(),
-    );
+  const accounts = prepared(db, "clients.accounts", () =>
+    db.selectDistinct({ account: clients.upstreamAccount }).from(clients).prepare(),
+  ).all();
+  const due = prepared(db, "tasks.dueOfAccount", () =>
+    db
+      .select({ one: sql<number>`1` })
+      .from(tasks)
+      .where(
+        and(
+          eq(tasks.phase, sql.placeholder("phase")),
+          eq(tasks.upstreamAccount, sql.placeholder("account")),
+          lte(tasks.nextRunAt, sql.placeholder("now")),
+          unclaimed(sql.placeholder("now")),
+        ),
+      )
+      .limit(1)
+      .prepare(),
+  );
+  return accounts.map((r) => r.account).filter((account) => due.get({ phase, account, now }) !== undefined);
 }
 
 /** Accounts with tasks in flight upstream. */
