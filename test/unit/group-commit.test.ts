@@ -36,7 +36,9 @@ describe("GroupCommit", () => {
   });
 
   it("settles at most settlesPerTurn units a turn: their callers' continuations do not all run in one turn", async () => {
-    const commits = new GroupCommit(database.db, 256, 0, 0, { settlesPerTurn: 4 });
+    // A clock that stands still: only the count bounds the turn, not the real clock of a busy machine.
+    const clock = new FakeClock();
+    const commits = new GroupCommit(database.db, 256, 0, 0, { settlesPerTurn: 4, now: () => clock.now() });
     const settled: number[] = [];
     let settledATurnLater = -1;
     const units = Array.from({ length: 10 }, (_, i) =>
