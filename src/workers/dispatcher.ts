@@ -318,15 +318,23 @@ export class Dispatcher extends PooledWorker<Claim> {
   }
 
   /**
-   * Gives back the client's events leased ahead (every client's for null): one of its endpoints was
-   * removed (Nudges.endpointRemoved), or its row changed (ClientStore.watch: a secret rotated, a key
-   * revoked, its signing settings; here, on another instance, or by the CLI). None of them starts
-   * after that with the row read at its claim: those of a removed endpoint were ended by the
-   * removal (their give-back changes nothing), the others are due again as they were and claimed
-   * anew with the row read then.
+   * Gives back the client's events leased ahead: one of its endpoints was removed
+   * (Nudges.endpointRemoved), or its row changed (ClientStore.watch: a secret rotated, a key
+   * revoked, its signing settings; here or on another instance). None of them starts after that
+   * with the row read at its claim: those of a removed endpoint were ended by the removal (their
+   * give-back changes nothing), the others are due again as they were and claimed anew with the
+   * row read then. For null (any client may have changed: another process's commit), the waiting
+   * clients' rows are read again and only the events of those that changed go back (LeasedAhead.recheck).
    */
   letGoOfClient(clientId: string | null): void {
-    void this.ahead.giveBackOfClient(clientId);
+    if (clientId !== null) void this.ahead.giveBackOfClient(clientId);
+    else
+      void this.ahead
+        .recheck((id) => this.opts.store.clients.find(id))
+        .catch((err: unknown) => {
+          this.opts.logger.error({ err }, "reading clients again failed; their leased-ahead events go back");
+          return this.ahead.giveBackOfClient(null);
+        });
   }
 
   /** Waits for the work in flight (graceful shutdown), then gives the events leased ahead back. */

@@ -1,6 +1,9 @@
 import { Webhook } from "standardwebhooks";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { find as findEvent } from "../../src/db/sqlite/events.js";
+import { openDatabase } from "../../src/db/sqlite/open.js";
+import { sqliteStore } from "../../src/open-store.js";
+import { rotateSecret } from "../../src/services/clients.js";
 import type { EventRow } from "../../src/store/rows.js";
 import { silentLogger } from "../../src/logger.js";
 import { destinationHost } from "../../src/webhooks/destination.js";
@@ -503,6 +506,20 @@ async function capOfTwoBacklog(name: string, answer: Answer, count: number) {
   return { t, r, events };
 }
 
+/** Some requests arrived, and every one verifies with `secret` (it may carry other signatures beside). */
+function expectSignedWith(secret: string, requests: Received[]): void {
+  const verifies = (req: Received) => {
+    try {
+      new Webhook(secret).verify(req.body, req.headers);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  expect(requests.length).toBeGreaterThan(0);
+  expect(requests.filter((req) => !verifies(req))).toHaveLength(0);
+}
+
 const stopLoop = (t: TestRelay) => t.relay.loops.find((l) => l.name === "dispatcher")!.stop();
 
 /**
@@ -590,17 +607,24 @@ describe("leases ahead of the per-key cap", () => {
     await t.relay.dispatcher.drain();
     // At most the cap's attempts were on their way at the rotation; every one started after it was
     // signed with the row read after it (both secrets: the new one verifies), none with the old row.
-    const verifies = (req: Received) => {
-      try {
-        new Webhook(fresh).verify(req.body, req.headers);
-        return true;
-      } catch {
-        return false;
-      }
-    };
-    const later = r.requests.slice(atRotation + 2);
-    expect(later.length).toBeGreaterThan(0);
-    expect(later.filter((req) => !verifies(req))).toHaveLength(0);
+    expectSignedWith(fresh, r.requests.slice(atRotation + 2));
+  });
+
+  it("another process rotates the secret while events wait leased ahead (the CLI beside the server): later attempts sign with it", async () => {
+    const { t, r } = await capOfTwoBacklog("rotated-elsewhere", delayed(10), 60);
+    const c = (await t.store.clients.list()).find((x) => x.name === "rotated-elsewhere");
+    // Another connection to the same file, as the CLI opens: its commits reach the server only
+    // through PRAGMA data_version (ClientStore.pollChanges).
+    const other = sqliteStore(openDatabase(t.config.databasePath, { migrate: false }));
+    suite.cleanup(async () => other.close());
+    startDispatcherLoop(t);
+    await waitFor("a few webhooks", () => r.arrivals.size >= 6, 10_000);
+    const rotated = (await rotateSecret({ store: other, clock: t.clock }, c!.id, t.config.encryptionKey))!;
+    const atRotation = r.requests.length;
+    await waitFor("every webhook", () => r.arrivals.size === 60, 10_000);
+    await stopLoop(t);
+    await t.relay.dispatcher.drain();
+    expectSignedWith(rotated.secret, r.requests.slice(atRotation + 2));
   });
 
   it("a key whose circuit opens gives its leased-ahead events back, due at the trial: none stays leased", async () => {

@@ -2,6 +2,7 @@ import type { Clock } from "../../clock.js";
 import { AHEAD_START_MARGIN_MS, leaseAheadLimit, leaseAheadWant, mayStartAhead } from "../../core/delivery-plan.js";
 import type { DeliveryLifecycle } from "../../core/delivery.js";
 import type { Logger } from "../../logger.js";
+import type { ClientRow } from "../../store/rows.js";
 import type { Claim } from "./trials.js";
 
 /** One key's leased-ahead events, in due order, and its recent attempt time (ms, smoothed). */
@@ -121,6 +122,29 @@ export class LeasedAhead {
     return Promise.all(given).then(() => undefined);
   }
 
+  /**
+   * Any client's row may have changed (ClientStore.watch's null: another process committed, such as
+   * the CLI or the parse worker's connection, or a PostgreSQL listener reconnected): each waiting
+   * client's row is read again, and the events that started from a row that differs in anything but
+   * its running counters go back to be claimed anew. Most such signals change no client: nothing
+   * goes back then.
+   */
+  async recheck(find: (clientId: string) => Promise<ClientRow | undefined>): Promise<void> {
+    this.generation++;
+    const fresh = new Map<string, ClientRow | undefined>();
+    for (const k of this.keys.values()) for (const c of k.waiting) fresh.set(c.event.clientId, undefined);
+    for (const id of fresh.keys()) fresh.set(id, await find(id));
+    const given: Promise<void>[] = [];
+    for (const k of this.keys.values()) {
+      const stale = (c: Claim) =>
+        fresh.has(c.event.clientId) && !sameForAttempts(c.client, fresh.get(c.event.clientId));
+      if (!k.waiting.some(stale)) continue;
+      for (const claim of k.waiting.filter(stale)) given.push(this.giveBackOne(claim, null));
+      k.waiting = k.waiting.filter((c) => !stale(c));
+    }
+    await Promise.all(given);
+  }
+
   /** Every key's waiting events back (shutdown, after the attempts in flight settled). */
   async giveBackAll(): Promise<void> {
     await Promise.all([...this.keys.keys()].map((key) => this.giveBack(key, null, true)));
@@ -140,4 +164,24 @@ export class LeasedAhead {
       );
     });
   }
+}
+
+/** A client's columns that change with its tasks (credits, admission, the event sequence): not what an attempt is sent with. */
+const RUNNING_COUNTERS: ReadonlySet<string> = new Set([
+  "pointsCharged",
+  "pointsRefunded",
+  "pointsReserved",
+  "eventSeq",
+  "lastAdmittedAt",
+]);
+
+/** Whether two reads of a client's row agree on everything but its running counters. */
+export function sameForAttempts(a: ClientRow | undefined, b: ClientRow | undefined): boolean {
+  if (a === b) return true;
+  if (!a || !b) return false;
+  const x = a as unknown as Record<string, unknown>;
+  const y = b as unknown as Record<string, unknown>;
+  for (const key of new Set([...Object.keys(x), ...Object.keys(y)]))
+    if (!RUNNING_COUNTERS.has(key) && x[key] !== y[key]) return false;
+  return true;
 }
