@@ -9,6 +9,7 @@ import { placeInFeed } from "./feed-positions.js";
 import type { Database_, Db } from "./open.js";
 import type { Statement } from "better-sqlite3";
 import { insertEveryColumn, patchShape, prepared } from "./prepared.js";
+import { addClientStoredBytes } from "./stored-bytes.js";
 import { deliveryAttempts, events } from "./schema.js";
 import type { DbOrTx } from "./tx.js";
 
@@ -75,13 +76,16 @@ class AttemptRecords {
   /** Writes the records; per record, the error that kept it out (undefined: written). */
   private write(batch: AttemptRecord[]): unknown[] {
     const { db, sqlite } = this.s.database;
-    const one = (r: AttemptRecord) => {
-      insertAttempt(db, r.attempt);
+    const one = (r: AttemptRecord, bytes: Map<string, number>) => {
+      insertAttemptRow(db, r.attempt);
       updateLeased(db, r.eventId, r.token, { ...r.patch, ...RELEASED });
+      countAttemptBytes(bytes, r.attempt);
     };
     try {
       inSavepoint(sqlite, () => {
-        for (const r of batch) one(r);
+        const bytes = new Map<string, number>();
+        for (const r of batch) one(r, bytes);
+        addStoredBytes(db, bytes);
       });
       return batch.map(() => undefined);
     } catch (error) {
@@ -90,7 +94,11 @@ class AttemptRecords {
     }
     return batch.map((r) => {
       try {
-        inSavepoint(sqlite, () => one(r));
+        inSavepoint(sqlite, () => {
+          const bytes = new Map<string, number>();
+          one(r, bytes);
+          addStoredBytes(db, bytes);
+        });
         return undefined;
       } catch (error) {
         return error;
@@ -312,9 +320,37 @@ export function update(db: DbOrTx, id: string, patch: Partial<NewEventRow>): Eve
   return db.update(events).set(patch).where(eq(events.id, id)).returning().all()[0];
 }
 
-/** Records an attempt (prepared once; every column bound, absent ones as NULL). */
+/** Records an attempt and counts its bytes to its client (prepared once; every column bound, absent ones as NULL). */
 export function insertAttempt(db: Db, row: NewAttemptRow): void {
+  insertAttemptRow(db, row);
+  addClientStoredBytes(db, row.clientId, attemptBytes(row));
+}
+
+/**
+ * An attempt row alone: its bytes are the caller's to count (client_storage; the insert trigger
+ * was one upsert per row, migrations/0015_attempt_bytes_by_commit.sql). The delete trigger takes
+ * them off again, so the count must be what SQLite's length(CAST(x AS BLOB)) gives: UTF-8 bytes.
+ */
+function insertAttemptRow(db: Db, row: NewAttemptRow): void {
   insertEveryColumn(db, deliveryAttempts, row);
+}
+
+/** An attempt's stored bytes: its URL, error and stored answer, as UTF-8. */
+function attemptBytes(row: NewAttemptRow): number {
+  return (
+    Buffer.byteLength(row.url, "utf8") +
+    (row.error == null ? 0 : Buffer.byteLength(row.error, "utf8")) +
+    (row.responseBody == null ? 0 : Buffer.byteLength(row.responseBody, "utf8"))
+  );
+}
+
+function countAttemptBytes(bytes: Map<string, number>, row: NewAttemptRow): void {
+  bytes.set(row.clientId, (bytes.get(row.clientId) ?? 0) + attemptBytes(row));
+}
+
+/** One upsert per client of what a unit's attempt rows hold. */
+function addStoredBytes(db: Db, bytes: Map<string, number>): void {
+  for (const [clientId, n] of bytes) addClientStoredBytes(db, clientId, n);
 }
 
 export function attemptsOfTask(db: DbOrTx, taskId: string): AttemptRow[] {
