@@ -610,15 +610,30 @@ describe("leases ahead of the per-key cap", () => {
     expectSignedWith(fresh, r.requests.slice(atRotation + 2));
   });
 
-  it("another process rotates the secret while events wait leased ahead (the CLI beside the server): later attempts sign with it", async () => {
+  it("another process rotates the secret while events wait leased ahead (the CLI beside the server): later attempts sign with it; its other commits give nothing back", async () => {
     const { t, r } = await capOfTwoBacklog("rotated-elsewhere", delayed(10), 60);
     const c = (await t.store.clients.list()).find((x) => x.name === "rotated-elsewhere");
     // Another connection to the same file, as the CLI opens: its commits reach the server only
     // through PRAGMA data_version (ClientStore.pollChanges).
     const other = sqliteStore(openDatabase(t.config.databasePath, { migrate: false }));
     suite.cleanup(async () => other.close());
+    let seenElsewhere = 0;
+    t.store.clients.watch((id) => {
+      if (id === null) seenElsewhere += 1;
+    });
+    // What the dispatcher gives back is handed to its lifecycle's release (workers/delivery/ahead.ts).
+    const ahead = (t.relay.dispatcher as unknown as { ahead: { deps: { lifecycle: { release: () => unknown } } } })
+      .ahead;
+    const released = vi.spyOn(ahead.deps.lifecycle, "release");
     startDispatcherLoop(t);
     await waitFor("a few webhooks", () => r.arrivals.size >= 6, 10_000);
+    // A commit of the other process that changes none of what an attempt reads (a running counter):
+    // seen (PRAGMA data_version), the rows read again, nothing waiting handed back.
+    await other.clients.update(c!.id, { pointsCharged: c!.pointsCharged + 1 });
+    const seen = r.arrivals.size;
+    await waitFor("more webhooks", () => r.arrivals.size >= seen + 6, 10_000);
+    expect(seenElsewhere).toBeGreaterThan(0);
+    expect(released).not.toHaveBeenCalled();
     const rotated = (await rotateSecret({ store: other, clock: t.clock }, c!.id, t.config.encryptionKey))!;
     const atRotation = r.requests.length;
     await waitFor("every webhook", () => r.arrivals.size === 60, 10_000);
