@@ -6,7 +6,8 @@
 //                                      /work/start/dist, else /work/base/dist, when it exists: the old build; BENCH_ROUNDS;
 //                                      BENCH_BIG_READS=0: no reads of the big tasks; BENCH_BIG_NICE=1: this
 //                                      process at nice 10, the relay not; BENCH_BIG_RATE=<n>: the victim
-//                                      creates n a second instead of back to back)
+//                                      creates n a second instead of back to back; BENCH_BIG_VICTIM=process:
+//                                      the victim in a process of its own)
 //
 // A fake upstream in this process answers every read of a "BIG" task with a 7 MB output (60,000
 // small objects: the costly shape to parse and write) and every other task with a small one. Per
@@ -27,6 +28,7 @@ import { pathToFileURL } from "node:url";
 import { startLoopbackRelay } from "./lib/proc.mjs";
 import { DIST } from "./lib/dist.mjs";
 import { median, round } from "./lib/stats.mjs";
+import { body, victimInProcess, victimLoad } from "./lib/victim.mjs";
 
 const QUICK = process.env.BENCH_QUICK === "1";
 /**
@@ -134,65 +136,22 @@ async function startReceiver() {
   };
 }
 
-const body = (callback, kind, prompt) =>
-  JSON.stringify({
-    model: "p-image",
-    mode: "generate",
-    prompt,
-    count: 1,
-    callback_url: callback,
-    metadata: { kind },
-  });
-
 /**
  * BENCH_BIG_RATE=<creations a second>: the victim creates at that rate (an open loop: a creation
  * starts at its time whatever the others wait for, at most 4 in flight) instead of back to back, so
  * the relay is not saturated by the victim's own tasks and a stall is what the big outputs add.
  */
 const RATE = Number(process.env.BENCH_BIG_RATE ?? 0);
-
 /**
- * Creations from 4 connections until `until()` says stop, back to back (or at RATE a second); each
- * one's latency in ms, from its scheduled start when paced (a creation that could not start on time
- * because all 4 were busy counts its wait too).
+ * BENCH_BIG_VICTIM=process: the victim runs in a process of its own (bench/lib/victim.mjs), so this
+ * process's stalls (the fake upstream sending 7 MB answers, the receiver) are not in its latencies.
  */
-async function victimLoad(relay, apiKey, callback, until, minCount) {
-  const samples = [];
-  samples.failures = [];
-  const failures = samples.failures;
-  let n = 0;
-  const paceStart = performance.now();
-  let slot = 0;
-  await Promise.all(
-    Array.from({ length: 4 }, async () => {
-      while (!until() || samples.length < minCount) {
-        let t0 = performance.now();
-        if (RATE > 0) {
-          const at = paceStart + (slot++ * 1000) / RATE;
-          if (at > t0) await new Promise((r) => setTimeout(r, at - t0));
-          t0 = at;
-        }
-        try {
-          const res = await fetch(`${relay.url}/openapi/v1/images/generations`, {
-            method: "POST",
-            headers: {
-              authorization: `Bearer ${apiKey}`,
-              "content-type": "application/json",
-              "idempotency-key": `victim-${process.pid}-${Date.now()}-${n++}`,
-            },
-            body: body(callback, "small", "a lighthouse at dawn"),
-          });
-          await res.arrayBuffer();
-          if (res.status !== 201) throw new Error(`HTTP ${res.status}`);
-          samples.push(performance.now() - t0);
-        } catch (err) {
-          // A creation without its 201 (a reset connection, say) is counted, not hidden.
-          failures.push(String(err.cause?.code ?? err.message));
-        }
-      }
-    }),
-  );
-  return samples;
+const VICTIM_PROCESS = process.env.BENCH_BIG_VICTIM === "process";
+
+/** The victim's creations (bench/lib/victim.mjs) until `until()`; each one's latency in ms. */
+function victimRun(relay, apiKey, callback, until, minCount) {
+  const options = { url: relay.url, apiKey, callback, until, minCount, rate: RATE };
+  return VICTIM_PROCESS ? victimInProcess(options) : victimLoad(options);
 }
 
 const pct = (xs, p) => {
@@ -320,12 +279,12 @@ async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
   let result;
   try {
     // Unmeasured warm-up (JIT, first statements), then the victim alone for a baseline.
-    await victimLoad(relay, victim.api_key, receiver.url, () => true, 100);
+    await victimRun(relay, victim.api_key, receiver.url, () => true, 100);
     await loopMaxMs(relay);
     benchLoopMax();
     const aloneStart = Date.now();
     const aloneSched = schedOf(relay.pid);
-    const alone = await victimLoad(relay, victim.api_key, receiver.url, () => Date.now() - aloneStart > 3_000, 50);
+    const alone = await victimRun(relay, victim.api_key, receiver.url, () => Date.now() - aloneStart > 3_000, 50);
     windows.alone = [aloneStart, Date.now(), aloneSched, schedOf(relay.pid)];
     const aloneBenchLoop = benchLoopMax();
     const aloneLoop = await loopMaxMs(relay);
@@ -354,7 +313,7 @@ async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
     const loadedStart = Date.now();
     const loadedSched = schedOf(relay.pid);
     const reads = BIG_READS ? readBack(relay, hostile.api_key, bigIds, () => done) : Promise.resolve(null);
-    const loaded = await victimLoad(relay, victim.api_key, receiver.url, () => done, 50);
+    const loaded = await victimRun(relay, victim.api_key, receiver.url, () => done, 50);
     const bigDelivered = await landed;
     const bigReads = await reads;
     windows.loaded = [loadedStart, Date.now(), loadedSched, schedOf(relay.pid)];
@@ -414,7 +373,7 @@ export async function benchBigOutputs({
   const med = (rows, f) => round(median(rows.map(f).filter((x) => x !== null)), 1);
   const out = {
     nice: NICE ? "bench process at nice 10 (BENCH_BIG_NICE=1)" : "bench process and relay at the same priority",
-    victim: RATE > 0 ? `${RATE} creations a second (BENCH_BIG_RATE), open loop` : "back to back from 4 connections",
+    victim: `${RATE > 0 ? `${RATE} creations a second (BENCH_BIG_RATE), open loop` : "back to back from 4 connections"}${VICTIM_PROCESS ? ", in a process of its own" : ", in the bench's process"}`,
     method: `fake upstream on loopback, ${bigTasks} tasks with a 7 MB output (60,000 objects) per round while a victim creates tasks from 4 connections${BIG_READS ? " and the hostile client reads its big tasks back on one connection" : ""}; victim alone first for 3 s; relay event-loop max from its /metrics; medians of ${rounds} round(s), builds' order rotated`,
     load_start,
     builds: {},
