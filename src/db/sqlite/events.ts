@@ -6,9 +6,9 @@ import { retryingEvent } from "../kit/delivery-failing.js";
 import type { SqliteContext } from "./context.js";
 import { claimDue, claimOfKey, claimOfKeys, claimTrial, leasedOfKey } from "./event-claims.js";
 import { placeInFeed } from "./feed-positions.js";
-import type { Database_, Db } from "./open.js";
-import type { Statement } from "better-sqlite3";
+import type { Db } from "./open.js";
 import { insertEveryColumn, patchShape, prepared } from "./prepared.js";
+import { inSavepoint } from "./savepoint.js";
 import { addClientStoredBytes } from "./stored-bytes.js";
 import { deliveryAttempts, events } from "./schema.js";
 import type { DbOrTx } from "./tx.js";
@@ -265,39 +265,6 @@ export function postponeKey(db: Db, clientId: string, host: string, until: numbe
       ),
     )
     .run().changes;
-}
-
-const savepoints = new WeakMap<Database_["sqlite"], Record<"open" | "undo" | "close", Statement>>();
-
-/**
- * Runs `work` (several writes) inside the open transaction as one unit: what it wrote is rolled
- * back when it throws, the rest of the transaction kept. Its three statements are prepared once per
- * database, where drizzle's nested transaction builds and looks up its savepoint's SQL every time.
- */
-function inSavepoint<T>(sqlite: Database_["sqlite"], work: () => T): T {
-  let sp = savepoints.get(sqlite);
-  if (!sp) {
-    sp = {
-      open: sqlite.prepare("SAVEPOINT event_attempt"),
-      undo: sqlite.prepare("ROLLBACK TO SAVEPOINT event_attempt"),
-      close: sqlite.prepare("RELEASE SAVEPOINT event_attempt"),
-    };
-    savepoints.set(sqlite, sp);
-  }
-  sp.open.run();
-  let value: T;
-  try {
-    value = work();
-  } catch (error) {
-    // An error that ended the whole transaction (I/O, disk full) left no savepoint to roll back to.
-    if (sqlite.inTransaction) {
-      sp.undo.run();
-      sp.close.run();
-    }
-    throw error;
-  }
-  sp.close.run();
-  return value;
 }
 
 /**

@@ -1,6 +1,6 @@
-import type Database from "better-sqlite3";
 import { checkNumber } from "../../store/values.js";
-import type { Db } from "./open.js";
+import type { Database_, Db } from "./open.js";
+import { inSavepoint } from "./savepoint.js";
 import type { Tx } from "./tx.js";
 import type { WalSync } from "./wal-sync.js";
 
@@ -327,9 +327,7 @@ export class GroupCommit {
     if (this.shared) budgetMs = Math.min(budgetMs, this.shared.left(this.turnBudgetMs));
     let batch = queued;
     const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = [];
-    const sqlite = (
-      this.db as unknown as { $client: { inTransaction: boolean; open: boolean; exec(sql: string): unknown } }
-    ).$client;
+    const sqlite = (this.db as unknown as { $client: Database_["sqlite"] }).$client;
     // close() commits with its own sync: the database closes right after.
     const walSync = budgetMs === Number.POSITIVE_INFINITY ? undefined : this.walSync;
     try {
@@ -348,7 +346,10 @@ export class GroupCommit {
               break;
             }
             try {
-              outcomes.push({ ok: true, value: item.atomic ? item.work(tx) : this.inSavepoint(tx, item.work) });
+              outcomes.push({
+                ok: true,
+                value: item.atomic ? item.work(tx) : inSavepoint(sqlite, () => item.work(tx)),
+              });
             } catch (error) {
               // Some errors (disk full, I/O) roll back the whole transaction, not just the savepoint:
               // then nothing before is durable either, and the batch must fail as one.
@@ -387,37 +388,6 @@ export class GroupCommit {
       );
     if (walSync) walSync.afterSync(settle);
     else settle(null);
-  }
-
-  /** The unit savepoint's three statements, prepared once on the connection (see inSavepoint). */
-  private savepoints: Record<"open" | "release" | "rollback", Database.Statement> | null = null;
-
-  /**
-   * A unit in a savepoint of its own: what drizzle's `tx.transaction()` does, on three statements
-   * prepared once instead of a transaction object and three raw statements built per unit (issue
-   * #43: 79 µs a task end to end under the profiler). The unit gets the transaction itself; one
-   * that opens a savepoint of its own (drizzle's `sp0`) nests inside this one, as before.
-   */
-  private inSavepoint<T>(tx: Tx, work: (tx: Tx) => T): T {
-    const client = (this.db as unknown as { $client: Database.Database }).$client;
-    const sp = (this.savepoints ??= {
-      open: client.prepare("SAVEPOINT group_commit_unit"),
-      release: client.prepare("RELEASE SAVEPOINT group_commit_unit"),
-      rollback: client.prepare("ROLLBACK TO SAVEPOINT group_commit_unit"),
-    });
-    sp.open.run();
-    try {
-      const result = work(tx);
-      sp.release.run();
-      return result;
-    } catch (error) {
-      // An error that ended the whole transaction (disk full, I/O) left no savepoint to roll back to.
-      if (client.inTransaction) {
-        sp.rollback.run();
-        sp.release.run();
-      }
-      throw error;
-    }
   }
 
   /**
