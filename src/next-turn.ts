@@ -1,3 +1,6 @@
+import { performance } from "node:perf_hooks";
+import { setImmediate as realImmediate } from "node:timers";
+
 /**
  * A later turn of the event loop (after the I/O already waiting): for work over many bytes or rows
  * that must not hold one turn for long (issue #38 item 7: a 7 MB upstream answer read, copied or
@@ -53,3 +56,75 @@ export class TurnBytes {
 
 /** The process's one budget (TurnBytes): the upstream bodies' reads and the parse worker's copies share it. */
 export const turnBytes = new TurnBytes();
+
+/** How long one turn of the event loop runs gated background work before the rest waits (TurnTime). */
+export const TURN_WORK_MS = 10;
+
+/**
+ * One clock a turn for the relay's background work (the workers' upstream calls: submissions,
+ * reads, list reads), so any number of them cannot hold one turn of the event loop and keep
+ * requests waiting (issue #38 item 7: a turn that started 30 submissions, handled a dozen reads'
+ * answers and recorded them ran 40-57 ms of CPU). A piece of background work runs through run():
+ * it runs at once while the turn has run for less than TURN_WORK_MS since
+ * its first gated piece, else it waits for a later turn, first come first served. The clock resets
+ * at the next check phase, which grants waiting pieces one at a time while its own turn has time
+ * (at least one a turn, so every piece runs); what is not granted waits for the turn after, with the
+ * requests that arrived meanwhile served in between.
+ */
+export class TurnTime {
+  private startedAt: number | null = null;
+  private ending = false;
+  private readonly waiting: Array<() => void> = [];
+
+  constructor(
+    private readonly budgetMs = TURN_WORK_MS,
+    // The real loop's clock and check phase even where a test fakes the globals: a turn is the event
+    // loop's, and a waiting piece must not hang on a fake clock nobody advances.
+    private readonly now: () => number = () => performance.now(),
+  ) {}
+
+  /**
+   * Runs `work` now when the turn has time left, so its synchronous part is on the clock before the
+   * next piece asks; else in a later turn that has. Its answer, or its error, either way.
+   */
+  run<T>(work: () => T | Promise<T>): Promise<T> {
+    if (this.waiting.length === 0 && this.elapsed() < this.budgetMs) {
+      try {
+        return Promise.resolve(work());
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    }
+    this.elapsed();
+    return new Promise<void>((go) => this.waiting.push(go)).then(work);
+  }
+
+  /** How long this turn has run since its first gated piece (starting its clock if none has yet). */
+  private elapsed(): number {
+    const now = this.now();
+    if (this.startedAt === null) {
+      this.startedAt = now;
+      if (!this.ending) {
+        this.ending = true;
+        realImmediate(this.endTurn);
+      }
+    }
+    return now - this.startedAt;
+  }
+
+  private readonly endTurn = (): void => {
+    this.ending = false;
+    this.startedAt = null;
+    if (this.waiting.length > 0) this.grant();
+  };
+
+  /** In the check phase: waiting pieces in order, each run (as a microtask) before the clock is read again. */
+  private readonly grant = (): void => {
+    if (this.waiting.length === 0 || this.elapsed() >= this.budgetMs) return;
+    this.waiting.shift()!();
+    queueMicrotask(this.grant);
+  };
+}
+
+/** The process's one clock for gated background work (TurnTime). */
+export const turnTime = new TurnTime();

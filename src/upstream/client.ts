@@ -4,6 +4,7 @@ import { deadlineIn, raceSignal, startDeadline, type MinRate } from "../net/dead
 import type { TaskStatus } from "../statuses.js";
 import { DEFAULT_MAX_BODY_BYTES, ERROR_BODY_BYTES, type LimitedBody, readLimited } from "./body.js";
 import { UpstreamError } from "./errors.js";
+import { turnTime } from "../next-turn.js";
 import { type OffThreadJson, offThreadJson, type ParsedJson } from "./json-offload.js";
 import {
   MAX_UPSTREAM_ID_LENGTH,
@@ -220,7 +221,13 @@ export class UpstreamClient {
         parent: spec.trace ?? null,
         attributes: () => httpClientAttributes(spec.method, `${this.baseUrl}${spec.path}`),
       },
-      async (trace, span) => read(await this.request(spec, trace, span), span),
+      // Background work shares each turn of the event loop (next-turn.ts, TurnTime): a tick that
+      // starts dozens of calls, or dozens of answers that land together, take their turns here.
+      (trace, span) =>
+        turnTime.run(async () => {
+          const res = await this.request(spec, trace, span);
+          return turnTime.run(() => read(res, span));
+        }),
     );
   }
 

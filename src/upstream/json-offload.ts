@@ -5,6 +5,7 @@ import { HeldJsonPieces, JsonPieces, JsonText } from "./json-text.js";
 import { OUTPUT_PIECE_CHARS, OUTPUT_ROW_MAX_CHARS, outputPieces } from "./output-pieces.js";
 import { parseJson } from "./parse.js";
 import { BYTES_PER_SLICE, turnBytes } from "../next-turn.js";
+import { LOWER_THREAD_PRIORITY } from "../background-thread.js";
 
 /**
  * Large upstream answers parsed off the event loop (docs/contract.md, "Upstream answers"; issue
@@ -37,7 +38,7 @@ export type ParsedJson = { ok: true; value: unknown } | { ok: false };
  * in, each posted as a message of its own before the answer's last message, so the main thread
  * receives it one piece per turn and never as one string.
  */
-const WORKER_SOURCE = `
+const WORKER_SOURCE = `${LOWER_THREAD_PRIORITY}
 const { parentPort, workerData } = require("node:worker_threads");
 const { mark, key, rowMaxChars, pieceChars, driver } = workerData;
 const outputPieces = ${outputPieces.toString()};

@@ -924,3 +924,35 @@ describe('UPSTREAM_MAX_BODY_BYTES: a body over the limit is refused while it str
     expect(task.status).toBe("succeeded");
   });
 });
+
+describe("calls share each turn of the event loop (issue #38 item 7: next-turn.ts, TurnTime)", () => {
+  it("forty calls started together start at most a turn's worth of work a turn, and all answer", async () => {
+    let turn = 0;
+    let counting = true;
+    const tick = () => {
+      turn++;
+      if (counting) setImmediate(tick);
+    };
+    setImmediate(tick);
+    const startedIn: number[] = [];
+    // Each call's start costs 1 ms of this thread (a stand-in for building and sending a request).
+    const busyFetch: typeof fetch = async () => {
+      startedIn.push(turn);
+      const until = performance.now() + 1;
+      while (performance.now() < until) {}
+      return Response.json({ data: { id: "t-1", status: "SUCCEEDED" } });
+    };
+    const c = client({ fetch: busyFetch });
+    try {
+      const tasks = await Promise.all(Array.from({ length: 40 }, () => c.getTask("t-1")));
+      expect(tasks.map((t) => t.status)).toEqual(Array(40).fill("succeeded"));
+    } finally {
+      counting = false;
+    }
+    const perTurn = new Map<number, number>();
+    for (const t of startedIn) perTurn.set(t, (perTurn.get(t) ?? 0) + 1);
+    // 40 ms of starts in 10 ms turns: never all in one turn, at most about 10 in any.
+    expect(Math.max(...perTurn.values())).toBeLessThanOrEqual(12);
+    expect(perTurn.size).toBeGreaterThanOrEqual(4);
+  });
+});

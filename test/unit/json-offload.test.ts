@@ -1,7 +1,9 @@
 import fc from "fast-check";
 import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
 import { UpstreamClient } from "../../src/upstream/client.js";
+import { readdirSync, readFileSync } from "node:fs";
 import { Worker } from "node:worker_threads";
+import { BACKGROUND_NICE } from "../../src/background-thread.js";
 import { BYTES_PER_TURN } from "../../src/next-turn.js";
 import { OffThreadJson } from "../../src/upstream/json-offload.js";
 import { JsonPieces, JsonText, jsonTextOf } from "../../src/upstream/json-text.js";
@@ -217,5 +219,29 @@ describe("UpstreamClient reads large task answers off the event loop", () => {
       code: "malformed_response",
       message: "malformed upstream response (HTTP 200): response body is not JSON",
     });
+  });
+});
+
+describe("the parse worker's thread", () => {
+  /** Threads of this process at the background nice value (/proc, field 19 of each thread's stat). */
+  function nicedThreads(): number {
+    if (process.platform !== "linux") return 0;
+    return readdirSync("/proc/self/task").filter((tid) => {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, "utf8");
+      return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[16]) === BACKGROUND_NICE;
+    }).length;
+  }
+
+  it.runIf(process.platform === "linux")("runs below the event loop's priority (issue #38 item 7)", async () => {
+    const parser = new OffThreadJson(0);
+    try {
+      const before = nicedThreads();
+      expect(await parser.parse('{"id":"t","output":[1]}')).toMatchObject({
+        ok: true,
+      });
+      expect(nicedThreads()).toBe(before + 1);
+    } finally {
+      await parser.close();
+    }
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { TurnBytes } from "../../src/next-turn.js";
+import { TurnBytes, TurnTime } from "../../src/next-turn.js";
 
 /** Counts the turns of the event loop from now on (a setImmediate each turn) until stopped. */
 function turnCounter(): { now: () => number; stop: () => void } {
@@ -56,5 +56,55 @@ describe("TurnBytes: one budget of bytes a turn for every large body in flight (
     loop.stop();
     // Granted in order, the small one only in a later turn than the big one.
     expect(turns.small).toBeGreaterThan(turns.big!);
+  });
+});
+
+describe("TurnTime: one clock a turn for background work (issue #38 item 7)", () => {
+  /** Pieces that each run `ms` of work (on a clock moved by hand) once enter() lets them. */
+  async function runPieces(count: number, ms: number, budgetMs: number) {
+    let clock = 0;
+    const gate = new TurnTime(budgetMs, () => clock);
+    const loop = turnCounter();
+    const ran: Array<{ piece: number; turn: number }> = [];
+    await Promise.all(
+      Array.from({ length: count }, async (_, piece) => {
+        await gate.run(() => {
+          ran.push({ piece, turn: loop.now() });
+          clock += ms;
+        });
+      }),
+    );
+    loop.stop();
+    const perTurn = new Map<number, number>();
+    for (const r of ran) perTurn.set(r.turn, (perTurn.get(r.turn) ?? 0) + 1);
+    return { ran, perTurn };
+  }
+
+  it("thirty pieces of 3 ms started together run at most a budget's worth a turn, in order", async () => {
+    const { ran, perTurn } = await runPieces(30, 3, 10);
+    // 10 ms lets 4 pieces of 3 ms start (at 0, 3, 6, 9): never more in one turn, and every piece runs.
+    expect(ran).toHaveLength(30);
+    expect(Math.max(...perTurn.values())).toBe(4);
+    expect(perTurn.size).toBeGreaterThanOrEqual(8);
+    expect(ran.map((r) => r.piece)).toEqual(Array.from({ length: 30 }, (_, i) => i));
+  });
+
+  it("a piece longer than the budget still runs, one a turn", async () => {
+    const { ran, perTurn } = await runPieces(5, 25, 10);
+    expect(ran).toHaveLength(5);
+    expect(Math.max(...perTurn.values())).toBe(1);
+  });
+
+  it("pieces within the budget run at once, without waiting for a turn; errors reach their caller", async () => {
+    const gate = new TurnTime(10, () => 0);
+    const ran: number[] = [];
+    const both = [gate.run(() => ran.push(1)), gate.run(() => ran.push(2))];
+    expect(ran).toEqual([1, 2]);
+    await Promise.all(both);
+    await expect(
+      gate.run(() => {
+        throw new Error("boom");
+      }),
+    ).rejects.toThrow("boom");
   });
 });

@@ -1,6 +1,7 @@
 import type Database from "better-sqlite3";
 import { createRequire } from "node:module";
 import { Worker } from "node:worker_threads";
+import { LOWER_THREAD_PRIORITY } from "../../background-thread.js";
 
 /**
  * WAL checkpoints off the event loop (issue #38 item 7). SQLite runs an automatic checkpoint on the
@@ -29,7 +30,7 @@ const JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024;
  * runner). It opens the file without migrating, checkpoints on each tick and on each "now" message,
  * and closes its connection when asked to stop.
  */
-const WORKER_SOURCE = `
+const WORKER_SOURCE = `${LOWER_THREAD_PRIORITY}
 const { parentPort, workerData } = require("node:worker_threads");
 const Database = require(workerData.driver);
 const db = new Database(workerData.path);

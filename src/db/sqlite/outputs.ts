@@ -5,14 +5,15 @@ import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { prepared } from "./prepared.js";
 import { taskOutputPieces, tasks } from "./schema.js";
-import { nextTurn } from "../../next-turn.js";
+import { turnBytes } from "../../next-turn.js";
+import { OUTPUT_PIECE_CHARS } from "../../upstream/output-pieces.js";
 
 /**
  * The OutputStore on SQLite. Pieces the parse worker still holds it writes itself, from its own
  * connection (upstream/json-offload.ts). Otherwise each piece is one unit of the workers' group
  * commit, awaited before the next, so the pieces of one output are written over as many turns of the event loop, each turn
  * costing one piece (a few hundred KiB) and sharing its fsync with whatever else commits then.
- * Reads are one statement per piece, with a turn of the loop between them.
+ * Reads are one statement per piece, each in a later turn within the process's bytes a turn.
  */
 export function sqliteOutputs(s: SqliteContext): OutputStore {
   const db = s.database.db;
@@ -60,8 +61,9 @@ async function* readPieces(db: Db, ref: string): AsyncGenerator<string> {
       .prepare(),
   );
   for (let seq = 0; ; seq++) {
-    // better-sqlite3 answers at once: a turn of the loop between pieces lets other requests in.
-    if (seq > 0) await nextTurn();
+    // better-sqlite3 answers at once: each piece waits for a later turn with room for it in the
+    // process's bytes a turn (next-turn.ts, TurnBytes), which eight readers of 7 MB outputs share.
+    if (seq > 0) await turnBytes.take(OUTPUT_PIECE_CHARS);
     const piece = statement.get({ ref, seq });
     if (piece === undefined) throw new OutputMissingError(ref, seq);
     yield piece.text;
