@@ -1,6 +1,8 @@
 // The task side's store pieces of issue #43 in isolation, old build beside new, in one process, each
 // on its own in-memory database migrated by its own build: a group-commit unit in its savepoint, the
-// task read by id, and claimDue with and without an id list (CPU µs per call, medians of rounds).
+// task read by id, claimDue with and without an id list; the tenth round's: a new task's waitingAhead
+// behind 1,000 waiting, the account state read, a transition's write and the in-flight list of 64
+// (CPU µs per call, medians of rounds).
 //   node bench/task-store-micro.mjs OLD_DIST [NEW_DIST=dist] [rounds=5]
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -13,7 +15,9 @@ async function side(dist) {
   const { openDatabase } = await load(dist, "db/sqlite/open.js");
   const { GroupCommit } = await load(dist, "db/sqlite/group-commit.js");
   const { findTaskPrepared } = await load(dist, "db/sqlite/tasks.js");
-  const { claimDue } = await load(dist, "db/sqlite/task-claims.js");
+  const { claimDue, listInFlight } = await load(dist, "db/sqlite/task-claims.js");
+  const { waitingAhead, writeTask } = await load(dist, "db/sqlite/tasks.js");
+  const { state } = await load(dist, "db/sqlite/accounts.js");
   const database = openDatabase(":memory:");
   const { db, sqlite } = database;
   sqlite.pragma("foreign_keys = OFF");
@@ -23,6 +27,12 @@ async function side(dist) {
     '[]', ?, 'h', 'default', ?, 0, 1, 1, 1)`);
   const ids = Array.from({ length: 64 }, (_, i) => `task_${String(i).padStart(26, "0")}`);
   for (const id of ids) insert.run(id, id, `g-${id}`);
+  const queued = Array.from({ length: 1000 }, (_, i) => `task_q${String(i).padStart(25, "0")}`);
+  for (const id of queued) insert.run(id, id, `g-${id}`);
+  sqlite.prepare("UPDATE tasks SET phase = 'waiting', upstream_account = 'q' WHERE id LIKE 'task_q%'").run();
+  sqlite
+    .prepare("INSERT INTO upstream_accounts (id, learned_max_concurrent, updated_at) VALUES ('default', 8, 1)")
+    .run();
   const noop = sqlite.prepare("SELECT 1");
   const commits = new GroupCommit(db, 256);
   let now = 10;
@@ -31,6 +41,10 @@ async function side(dist) {
     // 32 units a commit, each in its own savepoint (GroupCommit.run): per unit.
     unit: { per: 32, fn: () => Promise.all(Array.from({ length: 32 }, () => commits.run(() => noop.get()))) },
     find: { per: 1, fn: () => findTaskPrepared(db, ids[7]) },
+    waiting_ahead: { per: 1, fn: () => waitingAhead(db, "q", queued[999]) },
+    account_state: { per: 1, fn: () => state(db, "default") },
+    write_task: { per: 1, fn: () => writeTask(db, ids[9], null, { pollCount: now++, updatedAt: now }) },
+    in_flight: { per: 1, fn: () => listInFlight(db, "default") },
     claim_due: { per: 1, fn: () => claimDue(db, { phase: "submitted", ...lease, now: (now += 10) }) },
     claim_listed: {
       per: 1,

@@ -99,6 +99,25 @@ describe.each(suite.dialects)("TaskStore reads on %s", (_name, h) => {
     );
   });
 
+  it("waitingAhead counts alike with few tasks after the id and with hundreds (the two ways SQLite counts)", async () => {
+    const store = await h.shared();
+    const account = fresh("acct");
+    const early = (await tasksOf(store, 3, account)).tasks;
+    await store.tasks.transition(early[1]!, { status: "processing", phase: "submitted" }, opts());
+    const mid = (await tasksOf(store, 1, account)).tasks[0]!;
+    // Few after `mid`: its waiting tasks of the account before it (early[0], early[2]).
+    expect(await store.tasks.waitingAhead(account, mid.id)).toBe(2);
+    // Hundreds after it: of other accounts, of this one (waiting and not), past SQLite's scan of newer tasks.
+    await tasksOf(store, 300, fresh("acct"));
+    const late = (await tasksOf(store, 4, account)).tasks;
+    await store.tasks.transition(late[0]!, { status: "canceled", phase: "done" }, opts());
+    expect(await store.tasks.waitingAhead(account, early[0]!.id)).toBe(0);
+    expect(await store.tasks.waitingAhead(account, mid.id)).toBe(2);
+    expect(await store.tasks.waitingAhead(account, late[3]!.id)).toBe(5);
+    expect(await store.tasks.waitingAhead(account, "task_zzz")).toBe(6);
+    expect(await store.tasks.waitingAhead(account, "task_")).toBe(0);
+  });
+
   it("countsOfClient, hourlyCounts and recentCallbackUrls", async () => {
     const store = await h.shared();
     const c = await client(store);

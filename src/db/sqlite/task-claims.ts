@@ -4,7 +4,7 @@ import type { InFlightTask } from "../../store/store.js";
 import type { TaskRow } from "../../store/rows.js";
 import { clientRoom, type TaskClaimOperations } from "../kit/task-claims.js";
 import type { SqliteContext } from "./context.js";
-import type { Db } from "./open.js";
+import type { Database_, Db } from "./open.js";
 import { jsonList, prepared } from "./prepared.js";
 import { clients, tasks } from "./schema.js";
 import type { TaskPhase } from "../../statuses.js";
@@ -332,18 +332,33 @@ export function countRunning(db: Db, account: string): number {
 
 /** The in-flight tasks of an account, narrow rows (a list sweep compares them with what it read). */
 export function listInFlight(db: Db, account: string): InFlightTask[] {
-  return db
-    .select({
-      id: tasks.id,
-      upstreamTaskId: tasks.upstreamTaskId,
-      status: tasks.status,
-      submittedAt: tasks.submittedAt,
-      type: tasks.type,
-      model: tasks.model,
-      traceparent: tasks.traceparent,
-      tracestate: tasks.tracestate,
-    })
-    .from(tasks)
-    .where(and(eq(tasks.phase, "submitted"), eq(tasks.upstreamAccount, account)))
-    .all();
+  // Every poll sweep reads it: prepared once on the connection, each row mapped by one object
+  // literal (issue #43: drizzle building the select and mapping its rows was about 50 µs a task end
+  // to end under the profiler).
+  const rows = prepared(db, "tasks.listInFlight", () =>
+    (db as unknown as { $client: Database_["sqlite"] }).$client
+      .prepare(
+        "SELECT id, upstream_task_id, status, submitted_at, type, model, traceparent, tracestate FROM tasks WHERE phase = 'submitted' AND upstream_account = ?",
+      )
+      .raw(true),
+  ).all(account) as [
+    string,
+    string | null,
+    InFlightTask["status"],
+    number | null,
+    InFlightTask["type"],
+    string,
+    string | null,
+    string | null,
+  ][];
+  return rows.map((r) => ({
+    id: r[0],
+    upstreamTaskId: r[1],
+    status: r[2],
+    submittedAt: r[3],
+    type: r[4],
+    model: r[5],
+    traceparent: r[6],
+    tracestate: r[7],
+  }));
 }
