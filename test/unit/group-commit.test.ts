@@ -174,6 +174,33 @@ describe("GroupCommit", () => {
     expect(count()).toBe(1);
   });
 
+  it("lingerMs: lingering units alone wait past holdMs; a unit without linger ends the wait; closeSoon commits at the next turn", async () => {
+    const commits = new GroupCommit(database.db, 256, 0, 1, { lingerMs: 60_000 });
+    const transactions = vi.spyOn(database.db, "transaction");
+    const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+    const insert = (v: string, linger: boolean) =>
+      commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES (${v})`), { linger });
+    commits.expect(); // on the wire for the whole test
+    const records = [insert("r1", true)];
+    // Well past holdMs (1 ms): records alone still wait for the announced write.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(count()).toBe(0);
+    records.push(insert("r2", true));
+    // A claim: the batch is older than holdMs, so it commits at the next turn, the records with it.
+    await insert("claim", false);
+    await Promise.all(records);
+    expect(count()).toBe(3);
+    expect(transactions).toHaveBeenCalledTimes(1);
+    // closeSoon: a lingering batch commits at the next turn.
+    const r3 = insert("r3", true);
+    for (let i = 0; i < 5; i++) await nextTurn();
+    expect(count()).toBe(3);
+    commits.closeSoon();
+    await r3;
+    expect(count()).toBe(4);
+    expect(transactions).toHaveBeenCalledTimes(2);
+  });
+
   it("a unit that throws is rolled back and rejected alone; the others commit", async () => {
     const commits = new GroupCommit(database.db);
     const ok1 = commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('x')`));

@@ -31,6 +31,19 @@ interface Queued {
 }
 
 /**
+ * Records one unit of the group commit writes at most: a unit is never cut by the turn's budget,
+ * and a record cost up to about 1 ms under load (issue #38's bound on a turn).
+ */
+export const RECORDS_PER_UNIT = 16;
+
+/**
+ * Records queued for one commit at which it stops lingering for more (GroupCommit.closeSoon): past
+ * about 30 a commit, a record's share of the COMMIT, its WAL frames and its sync is small
+ * (docs/performance.md, delivery's tenth round), and the flush stays within two units.
+ */
+export const RECORDS_PER_COMMIT = 32;
+
+/**
  * The attempt records of one turn as ONE unit of the group commit: one savepoint around all of
  * them (not one per attempt: a savepoint costs as much as a small insert), so they share the
  * transaction, and the fsync, of the claims and transitions queued in the same turn. Should the
@@ -38,25 +51,36 @@ interface Queued {
  * record written again under a savepoint of its own, so one bad record never loses another.
  */
 class AttemptRecords {
-  /** The records of the unit queued and not yet run (null: none queued). */
+  /** The records of the unit queued and not yet run (null: none queued, or it is full). */
   private open: Queued[] | null = null;
+  /** Records queued in units not yet run. */
+  private queued = 0;
 
   constructor(private readonly s: SqliteContext) {}
 
   add(record: AttemptRecord): Promise<void> {
     return new Promise((resolve, reject) => {
+      if (++this.queued >= RECORDS_PER_COMMIT) this.s.attemptCommits.closeSoon();
       if (this.open) {
         this.open.push({ record, resolve, reject });
+        if (this.open.length >= RECORDS_PER_UNIT) this.open = null;
         return;
       }
-      // The first record of a turn queues the unit; it takes every record added until the commit runs it.
+      // The first record queues the unit; it takes the records added until the commit runs it, RECORDS_PER_UNIT at most.
       const batch: Queued[] = [{ record, resolve, reject }];
       this.open = batch;
+      let ran = false;
       this.s.attemptCommits
-        .runAtomic(() => {
-          this.open = null;
-          return this.write(batch.map((q) => q.record));
-        })
+        .runAtomic(
+          () => {
+            ran = true;
+            if (this.open === batch) this.open = null;
+            this.queued -= batch.length;
+            return this.write(batch.map((q) => q.record));
+          },
+          // The commit waits for more records (GroupCommit's lingerMs) while attempts are on the wire.
+          { linger: true },
+        )
         .then(
           (errors) => {
             for (const [i, q] of batch.entries()) {
@@ -67,6 +91,7 @@ class AttemptRecords {
           // The transaction itself failed (disk full, I/O), or the store closed: nothing of the turn is durable.
           (error: unknown) => {
             if (this.open === batch) this.open = null;
+            if (!ran) this.queued -= batch.length;
             for (const q of batch) q.reject(error);
           },
         );

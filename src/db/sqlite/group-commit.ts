@@ -38,6 +38,13 @@ export interface UnitOptions {
    * key's health change) asks for it. It only ever keeps a cut from falling there.
    */
   withPrevious?: boolean;
+  /**
+   * The unit may wait in its batch for announced writes (expect()) up to the commit's `lingerMs`,
+   * not just its holdMs: attempts' records, so that a commit carries tens of them rather than a
+   * few (one COMMIT, its WAL frames and its sync per batch). A unit queued without it (a claim)
+   * ends the wait at most holdMs after the batch's first write, as before.
+   */
+  linger?: boolean;
 }
 
 /**
@@ -69,6 +76,11 @@ export interface TurnBound {
   settleBudgetMs?: number;
   /** The turn's budget shared with the store's other group commits (intake and attempts). */
   shared?: TurnBudget;
+  /**
+   * How long a batch of lingering units only (UnitOptions.linger) waits for announced writes;
+   * the hold (holdMs) when absent or shorter.
+   */
+  lingerMs?: number;
   /**
    * The WAL's fsync off the event loop (wal-sync.ts): a flush commits without syncing and its units
    * settle once a sync of the WAL started after the commit has returned. Without it (an in-memory
@@ -141,6 +153,8 @@ export class GroupCommit {
   private expected = 0;
   /** When the open batch stops waiting for announced writes (performance.now()), and its timer. */
   private holdUntil = 0;
+  /** When the open batch's first unit was queued (performance.now()). */
+  private batchAt = 0;
   private holdTimer: NodeJS.Timeout | null = null;
   /** Work that joins the open batch as it closes (beforeCommit). */
   private closing: Array<() => void> = [];
@@ -177,7 +191,10 @@ export class GroupCommit {
     this.walSync = bound.walSync;
     this.settlesPerTurn = Math.max(1, bound.settlesPerTurn ?? SETTLES_PER_TURN);
     this.settleBudgetMs = bound.settleBudgetMs ?? SETTLE_BUDGET_MS;
+    this.lingerMs = Math.max(holdMs, bound.lingerMs ?? 0);
   }
+
+  private readonly lingerMs: number;
 
   private readonly settlesPerTurn: number;
   private readonly settleBudgetMs: number;
@@ -211,6 +228,26 @@ export class GroupCommit {
         setImmediate(() => this.turn(batchNo));
       }
     };
+  }
+
+  /**
+   * The open batch stops waiting for announced writes and commits at the next turn (a caller that
+   * queued enough into it: the attempts' records at RECORDS_PER_COMMIT). Nothing when no batch waits.
+   */
+  closeSoon(): void {
+    if (this.scheduled) this.holdAtMost(0);
+  }
+
+  /** The open batch waits for announced writes until `until` at the latest (performance.now()). */
+  private holdAtMost(until: number): void {
+    if (until >= this.holdUntil) return;
+    this.holdUntil = until;
+    if (!this.holdTimer) return;
+    // The timer set for the later end: a turn now waits what is left, or commits.
+    clearTimeout(this.holdTimer);
+    this.holdTimer = null;
+    const batchNo = this.batchNo;
+    setImmediate(() => this.turn(batchNo));
   }
 
   /**
@@ -265,6 +302,7 @@ export class GroupCommit {
   private enqueue<T>(work: (tx: Tx) => T, atomic: boolean, options: UnitOptions | undefined): Promise<T> {
     if (this.closed) return Promise.reject(new StoreClosedError());
     const withPrevious = options?.withPrevious === true;
+    const linger = options?.linger === true;
     return new Promise<T>((resolve, reject) => {
       this.queue.push({ work, atomic, withPrevious, resolve, reject } as Pending<unknown>);
       if (this.queue.length >= this.maxBatch) this.flush(this.turnBudgetMs);
@@ -272,10 +310,11 @@ export class GroupCommit {
         this.scheduled = true;
         this.seen = 0;
         this.waited = 0;
-        this.holdUntil = performance.now() + this.holdMs;
+        this.batchAt = performance.now();
+        this.holdUntil = this.batchAt + (linger ? this.lingerMs : this.holdMs);
         const batchNo = ++this.batchNo;
         setImmediate(() => this.turn(batchNo));
-      }
+      } else if (!linger) this.holdAtMost(this.batchAt + this.holdMs);
     });
   }
 

@@ -93,6 +93,15 @@ export const INTAKE_FILL_TURNS = 2;
 export const RECORD_HOLD_MS = 2;
 
 /**
+ * How long a workers' commit holding only attempts' records waits for more of them (GroupCommit's
+ * lingerMs; a claim queued into it ends the wait at RECORD_HOLD_MS, and RECORDS_PER_COMMIT records
+ * at once): a record's commit is then shared by tens of attempts, as the prototype's batched
+ * completion (20 ms or 64 records) does. A record settles, and its webhook shows delivered, up to
+ * this much later; the attempts themselves never wait for it (their slots are freed as it is queued).
+ */
+export const RECORD_LINGER_MS = 20;
+
+/**
  * The store on one SQLite file (better-sqlite3). Every operation runs synchronously inside and
  * returns a settled promise: a transaction never spans an await, so no other work interleaves
  * with it. Creations and delivery attempts go through group commit (one fsync per batch).
@@ -130,8 +139,13 @@ export class SqliteStore implements Store, SqliteContext {
     const { sqlite } = database;
     const walSync = sqlite.memory || sqlite.name.startsWith("file:") ? undefined : new WalSync(`${sqlite.name}-wal`);
     this.intakeCommits = new GroupCommit(db, 256, INTAKE_FILL_TURNS, 0, { shared: turn, walSync });
-    // Attempts' records: a commit waits up to RECORD_HOLD_MS for the records of attempts on the wire.
-    this.attemptCommits = new GroupCommit(db, 256, 0, RECORD_HOLD_MS, { shared: turn, walSync });
+    // Attempts' records: a commit waits up to RECORD_HOLD_MS for the records of attempts on the wire,
+    // RECORD_LINGER_MS while it holds records only.
+    this.attemptCommits = new GroupCommit(db, 256, 0, RECORD_HOLD_MS, {
+      shared: turn,
+      walSync,
+      lingerMs: RECORD_LINGER_MS,
+    });
     this.storedBytes = storedBytesTally(db);
 
     this.tasks = sqliteTasks(this);
