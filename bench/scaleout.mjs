@@ -186,6 +186,8 @@ async function window(server, admin, dbName, relays, excludePids) {
       const ms = rows.reduce((s, r) => s + r.ms, 0);
       out.statements_per_unit = per(calls);
       out.statement_ms_per_unit = per(ms);
+      // Statements that send a NOTIFY (each wakes every instance's LISTEN session and its backend).
+      out.notifies_per_unit = per(rows.filter((r) => r.query.includes("pg_notify")).reduce((s, r) => s + r.calls, 0));
       // Zero unless the server tracks planning (pg_stat_statements.track_planning=on).
       out.plan_ms_per_unit = per(rows.reduce((s, r) => s + r.plan_ms, 0));
       out.top_statements = rows.slice(0, Number(process.env.BENCH_SCALEOUT_TOP ?? 10)).map((r) => ({
@@ -336,6 +338,14 @@ export async function benchScaleout(ctx) {
       const results = await Promise.all(opts("bench").map((o) => load(o)));
       const accepted = results.reduce((s, r) => s + r.accepted, 0);
       const out = await end(accepted);
+      // BENCH_SCALEOUT_IDLE_S: the relays' own CPU for that long after the load stops, the accepted
+      // tasks waiting (what an instance costs per second whatever the creations: loops, wake-ups).
+      const idleS = Number(process.env.BENCH_SCALEOUT_IDLE_S ?? 0);
+      if (idleS > 0) {
+        const cpu0 = relays.map((r) => cpuMsOf(r.pid));
+        await sleep(idleS * 1000);
+        out.idle_relay_cpu_ms_per_s = round(relays.reduce((s, r, i) => s + cpuMsOf(r.pid) - cpu0[i], 0) / idleS, 2);
+      }
       const committed = await committedOf(url, tag);
       return { ...out, durable: committed >= accepted, p99_ms: Math.max(...results.map((r) => r.p99_ms)) };
     } finally {
@@ -390,7 +400,7 @@ export async function benchScaleout(ctx) {
             entry[build][kind] ??= {};
             entry[build][kind][n] = x;
             log(
-              `  round ${r} ${build.padEnd(3)} ${kind.padEnd(10)} ${n} instance(s): ${x.rate}/s, ${x.cpu_ms_per_unit} CPU-ms/unit (relay ${x.relay_cpu_ms_per_unit} + PostgreSQL ${x.pg_cpu_ms_per_unit})${x.statements_per_unit !== undefined ? `, ${x.statements_per_unit} statements/unit (${x.statement_ms_per_unit} ms executing, ${x.plan_ms_per_unit} planning)` : ""}, ${x.wal_bytes_per_unit} WAL B/unit, ${x.commits_per_unit} commits/unit, ${x.locks.mean_sessions_waiting} sessions waiting on locks; backends by wait ${JSON.stringify(x.locks.backends_by_wait_event)}${x.complete === false ? " !! incomplete" : ""}`,
+              `  round ${r} ${build.padEnd(3)} ${kind.padEnd(10)} ${n} instance(s): ${x.rate}/s, ${x.cpu_ms_per_unit} CPU-ms/unit (relay ${x.relay_cpu_ms_per_unit} + PostgreSQL ${x.pg_cpu_ms_per_unit})${x.statements_per_unit !== undefined ? `, ${x.statements_per_unit} statements/unit (${x.statement_ms_per_unit} ms executing, ${x.plan_ms_per_unit} planning)` : ""}, ${x.notifies_per_unit !== undefined ? `${x.notifies_per_unit} NOTIFYs/unit, ` : ""}${x.wal_bytes_per_unit} WAL B/unit, ${x.commits_per_unit} commits/unit, ${x.locks.mean_sessions_waiting} sessions waiting on locks; backends by wait ${JSON.stringify(x.locks.backends_by_wait_event)}${x.idle_relay_cpu_ms_per_s !== undefined ? `; relays idle after: ${x.idle_relay_cpu_ms_per_s} CPU-ms/s` : ""}${x.complete === false ? " !! incomplete" : ""}`,
             );
           }
         }

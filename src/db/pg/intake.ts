@@ -98,6 +98,16 @@ const MAX_IN_FLIGHT = 1;
  * third the size (about 4 rows against 13 at one), so a creation cost 1.4× as much as at one.
  */
 const PG_INTAKE_FILL_TURNS = 2;
+/**
+ * How often at most an instance's batches send the leaders elsewhere a `created:` NOTIFY (creations
+ * without a deadline). Every such NOTIFY wakes every instance's LISTEN session and its server
+ * backend, and a leader whose account is full lets it pass (Nudges.created): at three instances,
+ * two thirds of the batches carried one, three sessions woken by each. Creations committed within
+ * this long of the last one are owed: the next batch's NOTIFY names their accounts, or, if none
+ * comes by then, a NOTIFY of their own (sent after their commit, so the woken submitter sees them).
+ * A creation with a deadline is told at once, with whatever is owed.
+ */
+export const CREATED_NOTIFY_EVERY_MS = 100;
 
 /**
  * Group commit for PostgreSQL intake: creations that need no decision against the client's other
@@ -124,6 +134,11 @@ export class PgIntakeBatches {
   /** The queue's length when the scheduled flush last looked, and the turns it has waited. */
   private seen = 0;
   private waited = 0;
+  /** When (performance.now()) this instance's batches last sent the submitters' NOTIFY. */
+  private notifiedAt = Number.NEGATIVE_INFINITY;
+  /** Accounts of committed creations no NOTIFY has named yet (CREATED_NOTIFY_EVERY_MS), and the timer that names them. */
+  private readonly owed = new Set<string>();
+  private owedTimer: NodeJS.Timeout | null = null;
 
   constructor(private readonly port: IntakePort) {}
 
@@ -198,13 +213,25 @@ export class PgIntakeBatches {
     const accounts = new Set(writing.map((p) => p.req.row.upstreamAccount));
     const created = writing.every((p) => p.req.row.expiresAt == null);
     const wakesHere = this.port.wakesHere(accounts);
+    // Elsewhere, at most one `created:` NOTIFY each CREATED_NOTIFY_EVERY_MS, naming what is owed too.
+    let payload: string | null = null;
+    let told: string[] = [];
+    const now = performance.now();
+    if (!wakesHere && (!created || now - this.notifiedAt >= CREATED_NOTIFY_EVERY_MS)) {
+      told = [...this.owed];
+      this.owed.clear();
+      payload = submitterPayload(new Set([...accounts, ...told]), created);
+      this.notifiedAt = now;
+    }
     let inserted: Map<string, TaskRow>;
     try {
       inserted = await this.insert(
         writing.map((p) => p.req),
-        wakesHere ? null : submitterPayload(accounts, created),
+        payload,
       );
     } catch {
+      // Nothing written, nothing sent: what this NOTIFY was to name is owed again.
+      this.owe(told);
       for (const room of rooms) {
         this.port.grants.settle(room, 0);
         this.port.grants.drop(room.clientId);
@@ -212,6 +239,9 @@ export class PgIntakeBatches {
       for (const item of writing) this.port.single(item.req).then(item.resolve, item.reject);
       return;
     }
+    // The statement sends its NOTIFY only when it wrote a row.
+    if (inserted.size === 0) this.owe(told);
+    else if (!wakesHere && payload === null) this.owe([...inserted.values()].map((r) => r.upstreamAccount));
     for (const room of rooms) {
       let kept = 0;
       for (const row of inserted.values()) if (row.clientId === room.clientId) kept += row.storedBytes;
@@ -242,6 +272,27 @@ export class PgIntakeBatches {
     }
     if (inserted.size > 0 && wakesHere)
       void this.port.wake(new Set([...inserted.values()].map((r) => r.upstreamAccount)), created).catch(() => {});
+  }
+
+  /**
+   * Accounts of committed creations that no NOTIFY named yet: the next batch's NOTIFY names them, or
+   * else one of their own once CREATED_NOTIFY_EVERY_MS has passed since the last. A NOTIFY that
+   * fails is not sent again (the server is away: once the LISTEN sessions are back, every loop is
+   * nudged; the submitter's idle tick stays the fallback).
+   */
+  private owe(accounts: Iterable<string>): void {
+    for (const account of accounts) this.owed.add(account);
+    if (this.owed.size === 0 || this.owedTimer) return;
+    const wait = Math.max(0, this.notifiedAt + CREATED_NOTIFY_EVERY_MS - performance.now());
+    this.owedTimer = setTimeout(() => {
+      this.owedTimer = null;
+      if (this.owed.size === 0) return;
+      const accounts = [...this.owed];
+      this.owed.clear();
+      this.notifiedAt = performance.now();
+      void this.port.wake(accounts, true).catch(() => {});
+    }, wait);
+    this.owedTimer.unref();
   }
 
   /**
