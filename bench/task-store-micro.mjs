@@ -1,7 +1,7 @@
 // The task side's store pieces of issue #43 in isolation, old build beside new, in one process, each
 // on its own in-memory database migrated by its own build: a group-commit unit in its savepoint, the
 // task read by id, claimDue with and without an id list; the tenth round's: a new task's waitingAhead
-// behind 1,000 waiting, the account state read, a transition's write and the in-flight list of 64
+// behind 1,000 waiting, the account state read, a model's duration samples, a transition's write and the in-flight list of 64
 // (CPU µs per call, medians of rounds).
 //   node bench/task-store-micro.mjs OLD_DIST [NEW_DIST=dist] [rounds=5]
 import { resolve } from "node:path";
@@ -17,7 +17,7 @@ async function side(dist) {
   const { findTaskPrepared } = await load(dist, "db/sqlite/tasks.js");
   const { claimDue, listInFlight } = await load(dist, "db/sqlite/task-claims.js");
   const { waitingAhead, writeTask } = await load(dist, "db/sqlite/tasks.js");
-  const { state } = await load(dist, "db/sqlite/accounts.js");
+  const { state, sqliteAccounts } = await load(dist, "db/sqlite/accounts.js");
   const database = openDatabase(":memory:");
   const { db, sqlite } = database;
   sqlite.pragma("foreign_keys = OFF");
@@ -33,6 +33,8 @@ async function side(dist) {
   sqlite
     .prepare("INSERT INTO upstream_accounts (id, learned_max_concurrent, updated_at) VALUES ('default', 8, 1)")
     .run();
+  const accounts = sqliteAccounts({ database });
+  await accounts.saveDurationSamples("image", "p-image", [900, 1000, 1100], 1);
   const noop = sqlite.prepare("SELECT 1");
   const commits = new GroupCommit(db, 256);
   let now = 10;
@@ -44,6 +46,7 @@ async function side(dist) {
     waiting_ahead: { per: 1, fn: () => waitingAhead(db, "q", queued[999]) },
     account_state: { per: 1, fn: () => state(db, "default") },
     write_task: { per: 1, fn: () => writeTask(db, ids[9], null, { pollCount: now++, updatedAt: now }) },
+    duration_samples: { per: 1, fn: () => accounts.durationSamples("image", "p-image") },
     in_flight: { per: 1, fn: () => listInFlight(db, "default") },
     claim_due: { per: 1, fn: () => claimDue(db, { phase: "submitted", ...lease, now: (now += 10) }) },
     claim_listed: {

@@ -108,7 +108,12 @@ describe.each(suite.dialects)("TaskStore reads on %s", (_name, h) => {
     // Few after `mid`: its waiting tasks of the account before it (early[0], early[2]).
     expect(await store.tasks.waitingAhead(account, mid.id)).toBe(2);
     // Hundreds after it: of other accounts, of this one (waiting and not), past SQLite's scan of newer tasks.
-    await tasksOf(store, 300, fresh("acct"));
+    const other = await client(store);
+    for (let i = 0; i < 13; i++) {
+      // Made in order (their ids), created 20 at a time.
+      const reqs = Array.from({ length: 20 }, () => task(other.id, fresh("k")));
+      await Promise.all(reqs.map((req) => store.tasks.create(req)));
+    }
     const late = (await tasksOf(store, 4, account)).tasks;
     await store.tasks.transition(late[0]!, { status: "canceled", phase: "done" }, opts());
     expect(await store.tasks.waitingAhead(account, early[0]!.id)).toBe(0);
@@ -116,6 +121,8 @@ describe.each(suite.dialects)("TaskStore reads on %s", (_name, h) => {
     expect(await store.tasks.waitingAhead(account, late[3]!.id)).toBe(5);
     expect(await store.tasks.waitingAhead(account, "task_zzz")).toBe(6);
     expect(await store.tasks.waitingAhead(account, "task_")).toBe(0);
+    // An id with NUL equals and orders against no stored id (the store's value rules): none ahead.
+    expect(await store.tasks.waitingAhead(account, "task_zzz\u0000")).toBe(0);
   });
 
   it("countsOfClient, hourlyCounts and recentCallbackUrls", async () => {

@@ -297,9 +297,12 @@ export function waitingAhead(db: Db, account: string, id: string): number {
       .raw(true),
   ).get(account, id) as [number, number];
   if (newer[0] <= WAITING_AHEAD_NEWER_SCAN) {
+    // `? IS NOT NULL`: an id the value rules bind as NULL (text with NUL) has none ahead, as by `id < ?`.
     const waiting = prepared(db, "tasks.waitingOfAccount", () =>
-      client.prepare("SELECT count(*) FROM tasks WHERE phase = 'waiting' AND upstream_account = ?").pluck(),
-    ).get(account) as number;
+      client
+        .prepare("SELECT count(*) FROM tasks WHERE phase = 'waiting' AND upstream_account = ? AND ? IS NOT NULL")
+        .pluck(),
+    ).get(account, id) as number;
     return waiting - newer[1];
   }
   return prepared(db, "tasks.waitingAhead", () =>
