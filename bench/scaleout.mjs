@@ -186,7 +186,8 @@ async function window(server, admin, dbName, relays, excludePids) {
       const ms = rows.reduce((s, r) => s + r.ms, 0);
       out.statements_per_unit = per(calls);
       out.statement_ms_per_unit = per(ms);
-      // Statements that send a NOTIFY (each wakes every instance's LISTEN session and its backend).
+      // Statements with a pg_notify: a creation batch's sends it whenever it writes a row (each wakes every
+      // instance's LISTEN session and its backend); a task change's only when a watcher may want it (NOTIFY_IF_WATCHED).
       out.notifies_per_unit = per(rows.filter((r) => r.query.includes("pg_notify")).reduce((s, r) => s + r.calls, 0));
       // Zero unless the server tracks planning (pg_stat_statements.track_planning=on).
       out.plan_ms_per_unit = per(rows.reduce((s, r) => s + r.plan_ms, 0));
@@ -400,7 +401,7 @@ export async function benchScaleout(ctx) {
             entry[build][kind] ??= {};
             entry[build][kind][n] = x;
             log(
-              `  round ${r} ${build.padEnd(3)} ${kind.padEnd(10)} ${n} instance(s): ${x.rate}/s, ${x.cpu_ms_per_unit} CPU-ms/unit (relay ${x.relay_cpu_ms_per_unit} + PostgreSQL ${x.pg_cpu_ms_per_unit})${x.statements_per_unit !== undefined ? `, ${x.statements_per_unit} statements/unit (${x.statement_ms_per_unit} ms executing, ${x.plan_ms_per_unit} planning)` : ""}, ${x.notifies_per_unit !== undefined ? `${x.notifies_per_unit} NOTIFYs/unit, ` : ""}${x.wal_bytes_per_unit} WAL B/unit, ${x.commits_per_unit} commits/unit, ${x.locks.mean_sessions_waiting} sessions waiting on locks; backends by wait ${JSON.stringify(x.locks.backends_by_wait_event)}${x.idle_relay_cpu_ms_per_s !== undefined ? `; relays idle after: ${x.idle_relay_cpu_ms_per_s} CPU-ms/s` : ""}${x.complete === false ? " !! incomplete" : ""}`,
+              `  round ${r} ${build.padEnd(3)} ${kind.padEnd(10)} ${n} instance(s): ${x.rate}/s, ${x.cpu_ms_per_unit} CPU-ms/unit (relay ${x.relay_cpu_ms_per_unit} + PostgreSQL ${x.pg_cpu_ms_per_unit})${x.statements_per_unit !== undefined ? `, ${x.statements_per_unit} statements/unit (${x.statement_ms_per_unit} ms executing, ${x.plan_ms_per_unit} planning)` : ""}, ${x.notifies_per_unit !== undefined ? `${x.notifies_per_unit} pg_notify statements/unit, ` : ""}${x.wal_bytes_per_unit} WAL B/unit, ${x.commits_per_unit} commits/unit, ${x.locks.mean_sessions_waiting} sessions waiting on locks; backends by wait ${JSON.stringify(x.locks.backends_by_wait_event)}${x.idle_relay_cpu_ms_per_s !== undefined ? `; relays idle after: ${x.idle_relay_cpu_ms_per_s} CPU-ms/s` : ""}${x.complete === false ? " !! incomplete" : ""}`,
             );
           }
         }
