@@ -7,7 +7,7 @@ import type { SqliteContext } from "./context.js";
 import { claimDue, claimOfKey, claimOfKeys, claimTrial, leasedOfKey } from "./event-claims.js";
 import { placeInFeed } from "./feed-positions.js";
 import type { Db } from "./open.js";
-import { insertEveryColumn, patchShape, prepared } from "./prepared.js";
+import { insertEveryColumn, prepared, updateWhere } from "./prepared.js";
 import { inSavepoint } from "./savepoint.js";
 import { addClientStoredBytes } from "./stored-bytes.js";
 import { deliveryAttempts, events } from "./schema.js";
@@ -297,15 +297,7 @@ export function postponeKey(db: Db, clientId: string, host: string, until: numbe
  * (its statements, one per shape of patch, are prepared once), also inside its open transaction.
  */
 export function updateLeased(db: Db, id: string, token: string, patch: Partial<NewEventRow>): boolean {
-  const shape = patchShape(patch);
-  const statement = prepared(db, `events.updateLeased:${shape.join(",")}`, () =>
-    db
-      .update(events)
-      .set(Object.fromEntries(shape.map((k) => [k, sql.placeholder(k)])) as Partial<NewEventRow>)
-      .where(and(eq(events.id, sql.placeholder("__id")), eq(events.claimToken, sql.placeholder("__token"))))
-      .prepare(),
-  );
-  return statement.run({ ...patch, __id: id, __token: token }).changes > 0;
+  return updateWhere(db, events, patch, ["id", "claimToken"], [id, token]) > 0;
 }
 
 export function update(db: DbOrTx, id: string, patch: Partial<NewEventRow>): EventRow | undefined {

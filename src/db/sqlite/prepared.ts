@@ -1,4 +1,5 @@
-import { getTableColumns, getTableName, sql } from "drizzle-orm";
+import type Database from "better-sqlite3";
+import { getTableColumns, getTableName } from "drizzle-orm";
 import type { SQLiteTable } from "drizzle-orm/sqlite-core";
 import type { Db } from "./open.js";
 
@@ -34,6 +35,30 @@ export function patchShape(patch: Record<string, unknown>): string[] {
 /** A sequence of ids bound as one JSON parameter: `col IN (SELECT value FROM json_each(?))` prepares once for any count. */
 export const jsonList = (values: readonly (string | number)[]): string => JSON.stringify(values);
 
+/** A column as a statement bound by position needs it: its SQL name and its value mapping. */
+interface BoundColumn {
+  name: string;
+  mapToDriverValue(value: unknown): unknown;
+}
+
+/**
+ * A statement bound by position, on better-sqlite3 itself, prepared once per database: drizzle's
+ * prepared statements fill named placeholders per run (an entity check per parameter), which cost
+ * more than SQLite's own work on an attempt's record (docs/performance.md, delivery's tenth round:
+ * an attempt row and its event's UPDATE 142 against 83 µs CPU through drizzle and by position).
+ * Each value goes through its column's mapping as drizzle's placeholders do, and the connection's
+ * value rules (open.ts) as every statement does.
+ */
+function byPosition(db: Db, name: string, build: () => { text: string; columns: BoundColumn[] }) {
+  return prepared(db, name, () => {
+    const { text, columns } = build();
+    const sqlite = (db as unknown as { $client: Database.Database }).$client;
+    return { columns, statement: sqlite.prepare(text) };
+  });
+}
+
+const quoted = (name: string) => `"${name.replace(/"/g, '""')}"`;
+
 /**
  * Inserts a row binding every column of `table` (a column the row leaves out gets its schema's
  * plain default, else NULL) on an INSERT prepared once, without RETURNING: the bound row is the
@@ -41,23 +66,56 @@ export const jsonList = (values: readonly (string | number)[]): string => JSON.s
  */
 export function insertEveryColumn<R>(db: Db, table: SQLiteTable, row: object, omit: readonly string[] = []): R {
   const name = getTableName(table);
-  const { columns, defaults, statement } = prepared(db, `insert:${name}`, () => {
+  const { keys, defaults } = prepared(db, `insert:${name}:keys`, () => {
     const all = Object.entries(getTableColumns(table)).filter(([key]) => !omit.includes(key));
-    const columns = all.map(([key]) => key);
     const defaults = Object.fromEntries(
       all
         .filter(([, col]) => col.hasDefault && col.default !== undefined && typeof col.default !== "object")
         .map(([key, col]) => [key, col.default]),
     );
-    const statement = (
-      db.insert(table).values(Object.fromEntries(columns.map((c) => [c, sql.placeholder(c)])) as never) as unknown as {
-        prepare(): { run(p: Record<string, unknown>): unknown };
-      }
-    ).prepare();
-    return { columns, defaults: defaults as Record<string, unknown>, statement };
+    return { keys: all.map(([key]) => key), defaults: defaults as Record<string, unknown> };
+  });
+  const { columns, statement } = byPosition(db, `insert:${name}`, () => {
+    const columns = keys.map((key) => getTableColumns(table)[key] as unknown as BoundColumn);
+    const text = `insert into ${quoted(name)} (${columns.map((c) => quoted(c.name)).join(", ")}) values (${columns.map(() => "?").join(", ")})`;
+    return { text, columns };
   });
   const bound: Record<string, unknown> = {};
-  for (const c of columns) bound[c] = (row as Record<string, unknown>)[c] ?? defaults[c] ?? null;
-  statement.run(bound);
+  const values: unknown[] = new Array(keys.length);
+  for (const [i, key] of keys.entries()) {
+    const value = (row as Record<string, unknown>)[key] ?? defaults[key] ?? null;
+    bound[key] = value;
+    values[i] = columns[i]!.mapToDriverValue(value);
+  }
+  statement.run(...values);
   return bound as R;
+}
+
+/**
+ * Sets the patch's columns (its keys that set something: patchShape) on the rows of `table` whose
+ * `where` columns equal the values given, in that order; one statement prepared per shape of patch.
+ * Returns how many rows changed.
+ */
+export function updateWhere(
+  db: Db,
+  table: SQLiteTable,
+  patch: Record<string, unknown>,
+  where: readonly string[],
+  whereValues: readonly unknown[],
+): number {
+  const shape = patchShape(patch);
+  const name = getTableName(table);
+  const { columns, statement } = byPosition(db, `update:${name}:${shape.join(",")}:${where.join(",")}`, () => {
+    const all = getTableColumns(table) as unknown as Record<string, BoundColumn>;
+    const set = shape.map((key) => all[key]!);
+    const text = `update ${quoted(name)} set ${set.map((c) => `${quoted(c.name)} = ?`).join(", ")} where ${where
+      .map((key) => `${quoted(all[key]!.name)} = ?`)
+      .join(" and ")}`;
+    return { text, columns: [...set, ...where.map((key) => all[key]!)] };
+  });
+  const values: unknown[] = new Array(columns.length);
+  for (const [i, key] of shape.entries()) values[i] = columns[i]!.mapToDriverValue(patch[key]);
+  for (const [j, value] of whereValues.entries())
+    values[shape.length + j] = columns[shape.length + j]!.mapToDriverValue(value);
+  return statement.run(...values).changes;
 }
