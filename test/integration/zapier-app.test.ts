@@ -172,10 +172,13 @@ describe("trigger Task finished", () => {
   });
   afterAll(async () => receiver?.close());
 
-  const endpoint = (id: string) =>
-    fetch(`${live.url}/openapi/v1/webhooks/endpoints/${id}`, { headers: { Authorization: `Bearer ${client.apiKey}` } });
-
   it("subscribes the Zap's hook URL through the endpoints API and unsubscribes it", async () => {
+    // A client of its own, which never has a task: an endpoint at Zapier's real host must never get
+    // an event (another test's task ending while it is subscribed would send one off loopback).
+    const own = live.client("zapier-subscribe");
+    const authData = { base_url: live.url, api_key: own.apiKey, webhook_secret: own.secret };
+    const endpoint = (id: string) =>
+      fetch(`${live.url}/openapi/v1/webhooks/endpoints/${id}`, { headers: { Authorization: `Bearer ${own.apiKey}` } });
     const targetUrl = "https://hooks.zapier.com/hooks/standard/123456/abcdef/";
     const subscribeData = await appTester(taskFinished.performSubscribe, {
       authData,
