@@ -112,7 +112,13 @@ const RULES: Rule[] = [
 ];
 
 /** Leaf utilities a driver may import beside db/kit/, store/ and its own folder (they import nothing of the relay). */
-const DRIVER_LEAVES = ["statuses.ts", "upstream/json-text.ts", "next-turn.ts"];
+const DRIVER_LEAVES = [
+  "statuses.ts",
+  "upstream/json-text.ts",
+  "upstream/output-pieces.ts",
+  "next-turn.ts",
+  "background-thread.ts",
+];
 const driverMayImport = (own: string, target: string) => oneOf(own, "db/kit", "store", ...DRIVER_LEAVES)(target);
 
 /** The import circles among `files` (each as its files in order), found by a depth-first walk. */
