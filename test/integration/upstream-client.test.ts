@@ -7,6 +7,7 @@ import { UpstreamClient, type UpstreamClientOptions } from "../../src/upstream/c
 import { UpstreamError, isConcurrentLimit, isRateLimit } from "../../src/upstream/errors.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { mswServer } from "../helpers/upstream-suite.js";
+import { turnCounter } from "../helpers/turn-counter.js";
 
 const BASE = "https://upstream.test";
 const API_KEY = "sk_live_0123456789abcdef_secret";
@@ -927,17 +928,11 @@ describe('UPSTREAM_MAX_BODY_BYTES: a body over the limit is refused while it str
 
 describe("calls share each turn of the event loop (issue #38 item 7: next-turn.ts, TurnTime)", () => {
   it("forty calls started together start at most a turn's worth of work a turn, and all answer", async () => {
-    let turn = 0;
-    let counting = true;
-    const tick = () => {
-      turn++;
-      if (counting) setImmediate(tick);
-    };
-    setImmediate(tick);
+    const loop = turnCounter();
     const startedIn: number[] = [];
     // Each call's start costs 1 ms of this thread (a stand-in for building and sending a request).
     const busyFetch: typeof fetch = async () => {
-      startedIn.push(turn);
+      startedIn.push(loop.now());
       const until = performance.now() + 1;
       while (performance.now() < until) {}
       return Response.json({ data: { id: "t-1", status: "SUCCEEDED" } });
@@ -947,7 +942,7 @@ describe("calls share each turn of the event loop (issue #38 item 7: next-turn.t
       const tasks = await Promise.all(Array.from({ length: 40 }, () => c.getTask("t-1")));
       expect(tasks.map((t) => t.status)).toEqual(Array(40).fill("succeeded"));
     } finally {
-      counting = false;
+      loop.stop();
     }
     const perTurn = new Map<number, number>();
     for (const t of startedIn) perTurn.set(t, (perTurn.get(t) ?? 0) + 1);

@@ -1,22 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { TurnBytes, TurnTime } from "../../src/next-turn.js";
-
-/** Counts the turns of the event loop from now on (a setImmediate each turn) until stopped. */
-function turnCounter(): { now: () => number; stop: () => void } {
-  let turn = 0;
-  let running = true;
-  const tick = () => {
-    turn++;
-    if (running) setImmediate(tick);
-  };
-  setImmediate(tick);
-  return {
-    now: () => turn,
-    stop: () => {
-      running = false;
-    },
-  };
-}
+import { turnCounter } from "../helpers/turn-counter.js";
 
 describe("TurnBytes: one budget of bytes a turn for every large body in flight (issue #38 item 7)", () => {
   it("eight bodies copying together get at most the turn's bytes per turn, in the order they asked", async () => {
