@@ -174,31 +174,47 @@ describe("GroupCommit", () => {
     expect(count()).toBe(1);
   });
 
-  it("lingerMs: lingering units alone wait past holdMs; a unit without linger ends the wait; closeSoon commits at the next turn", async () => {
-    const commits = new GroupCommit(database.db, 256, 0, 1, { lingerMs: 60_000 });
+  it("lingerMs: lingering units wait while they keep coming, past holdMs; a unit without linger, a join or closeSoon ends the wait", async () => {
+    const commits = new GroupCommit(database.db, 256, 0, 40, { lingerMs: 60_000 });
     const transactions = vi.spyOn(database.db, "transaction");
     const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+    const after = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
     const insert = (v: string, linger: boolean) =>
       commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES (${v})`), { linger });
     commits.expect(); // on the wire for the whole test
+    // Each record within holdMs (40) of the one before: the batch waits on, past holdMs from its first.
     const records = [insert("r1", true)];
-    // Well past holdMs (1 ms): records alone still wait for the announced write.
-    await new Promise((resolve) => setTimeout(resolve, 20));
-    expect(count()).toBe(0);
+    await after(25);
     records.push(insert("r2", true));
+    commits.lingerOn();
+    await after(25);
+    expect(count()).toBe(0);
     // A claim: the batch is older than holdMs, so it commits at the next turn, the records with it.
     await insert("claim", false);
     await Promise.all(records);
     expect(count()).toBe(3);
     expect(transactions).toHaveBeenCalledTimes(1);
-    // closeSoon: a lingering batch commits at the next turn.
-    const r3 = insert("r3", true);
-    for (let i = 0; i < 5; i++) await nextTurn();
-    expect(count()).toBe(3);
-    commits.closeSoon();
-    await r3;
+    // A lone record: committed holdMs after it, the announced write still out.
+    await insert("lone", true);
     expect(count()).toBe(4);
     expect(transactions).toHaveBeenCalledTimes(2);
+    // closeSoon: a lingering batch commits at the next turn.
+    const r3 = insert("r3", true);
+    await nextTurn();
+    commits.closeSoon();
+    await r3;
+    expect(transactions).toHaveBeenCalledTimes(3);
+    // A claim joining as the batch closes (a key's refill) ends the wait as a claim queued into it does.
+    const r4 = insert("r4", true);
+    await after(25);
+    commits.lingerOn();
+    await after(25);
+    const joined: Promise<unknown>[] = [];
+    expect(commits.beforeCommit(() => joined.push(insert("refill", false)))).toBe(true);
+    await r4;
+    await Promise.all(joined);
+    expect(count()).toBe(7);
+    expect(transactions).toHaveBeenCalledTimes(4);
   });
 
   it("a unit that throws is rolled back and rejected alone; the others commit", async () => {

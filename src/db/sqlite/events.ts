@@ -63,6 +63,7 @@ class AttemptRecords {
       if (++this.queued >= RECORDS_PER_COMMIT) this.s.attemptCommits.closeSoon();
       if (this.open) {
         this.open.push({ record, resolve, reject });
+        this.s.attemptCommits.lingerOn();
         if (this.open.length >= RECORDS_PER_UNIT) this.open = null;
         return;
       }

@@ -39,10 +39,11 @@ export interface UnitOptions {
    */
   withPrevious?: boolean;
   /**
-   * The unit may wait in its batch for announced writes (expect()) up to the commit's `lingerMs`,
-   * not just its holdMs: attempts' records, so that a commit carries tens of them rather than a
-   * few (one COMMIT, its WAL frames and its sync per batch). A unit queued without it (a claim)
-   * ends the wait at most holdMs after the batch's first write, as before.
+   * The unit may wait in its batch for announced writes (expect()) up to the commit's `lingerMs`
+   * while they keep coming (holdMs after the last, GroupCommit.lingerOn), not just holdMs:
+   * attempts' records, so that a commit carries tens of them rather than a few (one COMMIT, its
+   * WAL frames and its sync per batch). A unit queued without it (a claim) ends the wait at most
+   * holdMs after the batch's first write, as before.
    */
   linger?: boolean;
 }
@@ -153,8 +154,9 @@ export class GroupCommit {
   private expected = 0;
   /** When the open batch stops waiting for announced writes (performance.now()), and its timer. */
   private holdUntil = 0;
-  /** When the open batch's first unit was queued (performance.now()). */
+  /** When the open batch's first unit was queued (performance.now()), and whether all its units linger. */
   private batchAt = 0;
+  private lingering = false;
   private holdTimer: NodeJS.Timeout | null = null;
   /** Work that joins the open batch as it closes (beforeCommit). */
   private closing: Array<() => void> = [];
@@ -235,7 +237,20 @@ export class GroupCommit {
    * queued enough into it: the attempts' records at RECORDS_PER_COMMIT). Nothing when no batch waits.
    */
   closeSoon(): void {
-    if (this.scheduled) this.holdAtMost(0);
+    if (!this.scheduled) return;
+    this.lingering = false;
+    this.holdAtMost(0);
+  }
+
+  /**
+   * A lingering unit of the open batch took one more write (an attempt's record): while every unit
+   * of the batch lingers, it waits holdMs more for the next, within lingerMs of its first write. So
+   * records arriving steadily fill one commit, and a lone one waits no longer than a hold.
+   */
+  lingerOn(): void {
+    if (!this.scheduled || !this.lingering) return;
+    // A timer already set for an earlier end runs turn(), which waits out the rest.
+    this.holdUntil = Math.max(this.holdUntil, Math.min(this.batchAt + this.lingerMs, performance.now() + this.holdMs));
   }
 
   /** The open batch waits for announced writes until `until` at the latest (performance.now()). */
@@ -257,6 +272,9 @@ export class GroupCommit {
   beforeCommit(join: () => void): boolean {
     if (!this.scheduled) return false;
     this.closing.push(join);
+    // What joins is a claim someone waits on (a key's refill): the batch lingers no longer than a hold.
+    this.lingering = false;
+    this.holdAtMost(this.batchAt + this.holdMs);
     return true;
   }
 
@@ -311,10 +329,15 @@ export class GroupCommit {
         this.seen = 0;
         this.waited = 0;
         this.batchAt = performance.now();
-        this.holdUntil = this.batchAt + (linger ? this.lingerMs : this.holdMs);
+        this.holdUntil = this.batchAt + this.holdMs;
+        this.lingering = linger;
         const batchNo = ++this.batchNo;
         setImmediate(() => this.turn(batchNo));
-      } else if (!linger) this.holdAtMost(this.batchAt + this.holdMs);
+      } else if (linger) this.lingerOn();
+      else {
+        this.lingering = false;
+        this.holdAtMost(this.batchAt + this.holdMs);
+      }
     });
   }
 
