@@ -178,16 +178,16 @@ describe("GroupCommit", () => {
     const commits = new GroupCommit(database.db, 256, 0, 40, { lingerMs: 60_000 });
     const transactions = vi.spyOn(database.db, "transaction");
     const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
-    const after = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    const waitMs = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
     const insert = (v: string, linger: boolean) =>
       commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES (${v})`), { linger });
     commits.expect(); // on the wire for the whole test
     // Each record within holdMs (40) of the one before: the batch waits on, past holdMs from its first.
     const records = [insert("r1", true)];
-    await after(25);
+    await waitMs(25);
     records.push(insert("r2", true));
     commits.lingerOn();
-    await after(25);
+    await waitMs(25);
     expect(count()).toBe(0);
     // A claim: the batch is older than holdMs, so it commits at the next turn, the records with it.
     await insert("claim", false);
@@ -206,9 +206,9 @@ describe("GroupCommit", () => {
     expect(transactions).toHaveBeenCalledTimes(3);
     // A claim joining as the batch closes (a key's refill) ends the wait as a claim queued into it does.
     const r4 = insert("r4", true);
-    await after(25);
+    await waitMs(25);
     commits.lingerOn();
-    await after(25);
+    await waitMs(25);
     const joined: Promise<unknown>[] = [];
     expect(commits.beforeCommit(() => joined.push(insert("refill", false)))).toBe(true);
     await r4;
