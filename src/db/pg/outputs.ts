@@ -1,6 +1,8 @@
 import { OutputMissingError, type OutputStore } from "../../store/store.js";
 import { isHeld } from "../../upstream/json-text.js";
 import type { PgContext } from "./context.js";
+import { turnBytes } from "../../next-turn.js";
+import { OUTPUT_PIECE_CHARS } from "../../upstream/output-pieces.js";
 
 /** No task holds the piece's ref. */
 const UNHELD = "NOT EXISTS (SELECT 1 FROM tasks t WHERE t.output_ref = p.ref)";
@@ -27,6 +29,9 @@ export function pgOutputs(s: PgContext): OutputStore {
     },
     pieces: async function* (ref) {
       for (let seq = 0; ; seq++) {
+        // Each answer is decoded on the event loop: eight readers of 7 MB outputs share the process's
+        // bytes a turn (next-turn.ts, TurnBytes), as on SQLite (db/sqlite/outputs.ts).
+        if (seq > 0) await turnBytes.take(OUTPUT_PIECE_CHARS);
         const piece = await one("SELECT text, last FROM task_output_pieces WHERE ref = $1 AND seq = $2", [ref, seq]);
         if (piece === undefined) throw new OutputMissingError(ref, seq);
         yield piece.text as string;
