@@ -65,11 +65,12 @@ export const TURN_WORK_MS = 10;
  * reads, list reads), so any number of them cannot hold one turn of the event loop and keep
  * requests waiting (issue #38 item 7: a turn that started 30 submissions, handled a dozen reads'
  * answers and recorded them ran 40-57 ms of CPU). A piece of background work runs through run():
- * it runs at once while the turn has run for less than TURN_WORK_MS since
- * its first gated piece, else it waits for a later turn, first come first served. The clock resets
- * at the next check phase, which grants waiting pieces one at a time while its own turn has time
- * (at least one a turn, so every piece runs); what is not granted waits for the turn after, with the
- * requests that arrived meanwhile served in between.
+ * it runs at once while the turn has run for less than TURN_WORK_MS since its first gated piece,
+ * else it waits for a later turn, first come first served. A turn's clock runs from its first gated
+ * piece through the next check phase, which grants waiting pieces one at a time from what is left of
+ * that clock (at least one a turn, so every piece runs) and then resets it: what is not granted waits,
+ * with the requests that arrive meanwhile served first. So one pass of the loop, whichever of its
+ * phases the pieces run in, runs at most TURN_WORK_MS of gated work plus one piece.
  */
 export class TurnTime {
   private startedAt: number | null = null;
@@ -104,25 +105,41 @@ export class TurnTime {
     const now = this.now();
     if (this.startedAt === null) {
       this.startedAt = now;
-      if (!this.ending) {
-        this.ending = true;
-        realImmediate(this.endTurn);
-      }
+      this.endLater();
     }
     return now - this.startedAt;
   }
 
+  private endLater(): void {
+    if (this.ending) return;
+    this.ending = true;
+    realImmediate(this.endTurn);
+  }
+
+  /** In the check phase: at least one waiting piece, whatever the clock says, then grant() goes on. */
   private readonly endTurn = (): void => {
     this.ending = false;
-    this.startedAt = null;
-    if (this.waiting.length > 0) this.grant();
-  };
-
-  /** In the check phase: waiting pieces in order, each run (as a microtask) before the clock is read again. */
-  private readonly grant = (): void => {
-    if (this.waiting.length === 0 || this.elapsed() >= this.budgetMs) return;
+    if (this.waiting.length === 0) {
+      this.startedAt = null;
+      return;
+    }
+    this.elapsed();
     this.waiting.shift()!();
     queueMicrotask(this.grant);
+  };
+
+  /**
+   * Waiting pieces in order, each run (as a microtask) before the clock is read again, while the
+   * turn's clock has time; then the clock resets, and a later check phase grants what still waits.
+   */
+  private readonly grant = (): void => {
+    if (this.waiting.length > 0 && this.elapsed() < this.budgetMs) {
+      this.waiting.shift()!();
+      queueMicrotask(this.grant);
+      return;
+    }
+    this.startedAt = null;
+    if (this.waiting.length > 0) this.endLater();
   };
 }
 

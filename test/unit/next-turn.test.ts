@@ -79,6 +79,25 @@ describe("TurnTime: one clock a turn for background work (issue #38 item 7)", ()
     expect(Math.max(...perTurn.values())).toBe(1);
   });
 
+  it("the check phase grants only what is left of the clock its turn started, so one pass runs one budget", async () => {
+    let clock = 0;
+    const gate = new TurnTime(10, () => clock);
+    const ran: number[] = [];
+    const pieces = Array.from({ length: 8 }, (_, piece) =>
+      gate.run(() => {
+        ran.push(piece);
+        clock += 4;
+      }),
+    );
+    // Three ran at once (at 0, 4 and 8 ms); registered after them, this runs after the check phase's grant.
+    expect(ran).toEqual([0, 1, 2]);
+    const afterCheck = await new Promise<number[]>((resolve) => setImmediate(() => resolve([...ran])));
+    // The clock already read 12 ms: the check phase grants its one piece, not another 10 ms of them.
+    expect(afterCheck).toEqual([0, 1, 2, 3]);
+    await Promise.all(pieces);
+    expect(ran).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+  });
+
   it("pieces within the budget run at once, without waiting for a turn; errors reach their caller", async () => {
     const gate = new TurnTime(10, () => 0);
     const ran: number[] = [];
