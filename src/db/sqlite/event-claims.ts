@@ -1,3 +1,4 @@
+import type Database from "better-sqlite3";
 import { and, asc, eq, gte, inArray, isNull, lt, notInArray, or, sql, type Placeholder, type SQL } from "drizzle-orm";
 import type { ClaimOptions, DeliveryKey, EventClaimOptions, KeyLimit } from "../../store/store.js";
 import type { ClaimedEvent, NewEventRow } from "../../store/rows.js";
@@ -48,7 +49,7 @@ function notOfClients(ids: string[] | undefined): SQL | undefined {
  */
 export function claimDue(
   db: Db,
-  opts: ClaimOptions & Partial<Omit<EventClaimOptions, keyof ClaimOptions>>,
+  opts: ClaimOptions & Partial<Omit<EventClaimOptions, keyof ClaimOptions>> & { scan?: number },
 ): ClaimedEvent[] {
   if (opts.limit <= 0) return [];
   if (!opts.keyRoom) {
@@ -64,30 +65,88 @@ export function claimDue(
   }
   // Pick per host in code, then claim with the conditions checked again in the UPDATE: another
   // process may have claimed a candidate in between, and it then simply is not returned.
-  const candidates = prepared(db, "events.claimCandidates", () =>
-    db
-      .select({ seq: events.seq, clientId: events.clientId, host: events.destinationHost })
-      .from(events)
-      .where(
-        and(
-          claimable(sql.placeholder("now")),
-          sql`${deliveryKeySql} NOT IN (SELECT value FROM json_each(${sql.placeholder("keys")}))`,
-          sql`${events.clientId} NOT IN (SELECT value FROM json_each(${sql.placeholder("clients")}))`,
-        ),
-      )
-      .orderBy(asc(events.nextAttemptAt), asc(events.seq))
-      .limit(sql.placeholder("limit"))
-      .prepare(),
-  ).all({
+  const wanted = opts.limit * EVENT_SCAN_FACTOR;
+  const scan = opts.scan ?? wanted * 2;
+  const bound = {
     now: opts.now,
     keys: jsonList(opts.excludeKeys ?? []),
     clients: jsonList(opts.excludeClients ?? []),
-    limit: opts.limit * EVENT_SCAN_FACTOR,
-  });
+    limit: wanted,
+  };
+  let candidates = statement(db, "events.claimCandidates", CANDIDATES_SQL).all({ ...bound, scan }) as Candidate[];
+  // The first `scan` due events held too few others' (the excluded keys' backlog, due earlier): each
+  // other key's own first events instead, through events_key_due_idx, so the claim never walks that backlog.
+  if (candidates.length < wanted && statement(db, "events.dueBeyond", DUE_BEYOND_SQL).get({ now: opts.now, scan }))
+    candidates = statement(db, "events.claimCandidatesByKey", CANDIDATES_BY_KEY_SQL).all({
+      ...bound,
+      perKey: Math.min(opts.limit, opts.maxPerKey ?? opts.limit),
+    }) as Candidate[];
   const picked = pickWithinRoom(candidates, opts.limit, opts.keyRoom, opts.clientRoom).map((c) => c.seq);
   if (picked.length === 0) return [];
   return eventsInDueOrder(lease(db, picked, opts));
 }
+
+/** A due event the loop's claim may pick: its key, in due order. */
+interface Candidate {
+  seq: number;
+  clientId: string;
+  host: string;
+}
+
+/** A statement of this file's own SQL on better-sqlite3, prepared once per database (values bound by name). */
+function statement(db: Db, name: string, text: string): Database.Statement {
+  return prepared(db, name, () => (db as unknown as { $client: Database.Database }).$client.prepare(text));
+}
+
+/** claimable() on `e`, for this file's own SQL: each task's events to an endpoint in order. */
+const CLAIMABLE_E = `(e.claimed_until IS NULL OR e.claimed_until < @now)
+  AND NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = e.task_id AND e2.sequence < e.sequence
+                  AND e2.endpoint_id IS e.endpoint_id AND e2.delivery_status = 'pending')`;
+
+/** Not at an excluded key nor of an excluded client (each list one JSON parameter). */
+const NOT_EXCLUDED = (client: string, host: string) =>
+  `(${client} || '|' || ${host}) NOT IN (SELECT value FROM json_each(@keys))
+  AND ${client} NOT IN (SELECT value FROM json_each(@clients))`;
+
+/**
+ * The loop's candidates: claimable events in due order among the first `scan` due events only
+ * (events_due_idx), so a capped key's backlog due earlier costs at most `scan` rows a claim.
+ */
+const CANDIDATES_SQL = `SELECT e.seq AS seq, e.client_id AS clientId, e.destination_host AS host
+FROM (SELECT seq, client_id, destination_host, next_attempt_at, claimed_until, task_id, sequence, endpoint_id
+        FROM events WHERE delivery_status = 'pending' AND next_attempt_at <= @now
+       ORDER BY next_attempt_at, seq LIMIT @scan) AS e
+WHERE ${NOT_EXCLUDED("e.client_id", "e.destination_host")} AND ${CLAIMABLE_E}
+ORDER BY e.next_attempt_at, e.seq LIMIT @limit`;
+
+/** Whether more than `scan` events are due (the candidates' scan stopped before the end). */
+const DUE_BEYOND_SQL = `SELECT 1 AS beyond FROM events WHERE delivery_status = 'pending' AND next_attempt_at <= @now
+ORDER BY next_attempt_at, seq LIMIT 1 OFFSET @scan`;
+
+/**
+ * The candidates key by key: the keys of the events table one index seek each (events_key_due_idx,
+ * a loose scan), each key not excluded its first `perKey` claimable events in due order (more than
+ * that of one key no claim picks: the per-key cap), the first `limit` of them all in due order. The
+ * same picks as the due index walked to the end, at the cost of the table's keys, not its backlog.
+ */
+const CANDIDATES_BY_KEY_SQL = `WITH RECURSIVE k(c, h) AS (
+  SELECT * FROM (SELECT client_id, destination_host FROM events INDEXED BY events_key_due_idx
+                  ORDER BY client_id, destination_host LIMIT 1)
+  UNION ALL
+  SELECT n.client_id, n.destination_host FROM k JOIN events n ON n.seq = coalesce(
+    (SELECT x.seq FROM events x INDEXED BY events_key_due_idx WHERE x.client_id = k.c AND x.destination_host > k.h
+      ORDER BY x.destination_host LIMIT 1),
+    (SELECT x.seq FROM events x INDEXED BY events_key_due_idx WHERE x.client_id > k.c
+      ORDER BY x.client_id, x.destination_host LIMIT 1))
+)
+SELECT e.seq AS seq, e.client_id AS clientId, e.destination_host AS host
+FROM k JOIN events e ON e.seq IN (
+  SELECT e.seq FROM events e INDEXED BY events_key_due_idx
+   WHERE e.client_id = k.c AND e.destination_host = k.h AND e.delivery_status = 'pending' AND e.next_attempt_at <= @now
+     AND ${CLAIMABLE_E}
+   ORDER BY e.next_attempt_at, e.seq LIMIT @perKey)
+WHERE ${NOT_EXCLUDED("k.c", "k.h")}
+ORDER BY e.next_attempt_at, e.seq LIMIT @limit`;
 
 /**
  * How many of a key's pending events are leased now (the per-key cap's count): a range of
