@@ -6,10 +6,12 @@ import { closeSync, openSync, readdirSync, readFileSync } from "node:fs";
 import { createServer as createHttpServer } from "node:http";
 import { createServer } from "node:net";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { DIST, ROOT } from "./dist.mjs";
 
 export { ROOT };
 export const BENCH = join(ROOT, "bench");
+const TETHER = pathToFileURL(join(BENCH, "lib", "tether.mjs")).href;
 
 /** A clean environment: nothing from the caller's shell (PORT, DATABASE_PATH, ...) leaks into a child. */
 export function baseEnv(extra = {}) {
@@ -29,11 +31,15 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
  */
 export function startNode(name, script, { env = {}, logFile, execArgv = [], ipc = false } = {}) {
   const fd = openSync(logFile, "a");
-  const stdio = ipc ? ["ignore", fd, fd, "ipc"] : ["ignore", fd, fd];
+  // fd 4: the tether (bench/lib/tether.mjs, preloaded), a pipe whose end tells the child this process is gone.
+  const stdio = ["ignore", fd, fd, ipc ? "ipc" : "ignore", "pipe"];
+  const args = ["--import", TETHER, ...execArgv];
   const proc = ipc
-    ? fork(script, [], { env: baseEnv(env), stdio, execArgv })
-    : spawn(process.execPath, [...execArgv, script], { env: baseEnv(env), stdio });
+    ? fork(script, [], { env: baseEnv(env), stdio, execArgv: args })
+    : spawn(process.execPath, [...args, script], { env: baseEnv(env), stdio });
   closeSync(fd);
+  // Kept open and never written; it holds nothing open here either.
+  proc.stdio[4]?.unref?.();
   let exitCode;
   const exited = new Promise((resolve) =>
     proc.once("exit", (code, signal) => {
