@@ -66,31 +66,68 @@ export function claimDue(
   // Pick per host in code, then claim with the conditions checked again in the UPDATE: another
   // process may have claimed a candidate in between, and it then simply is not returned.
   const wanted = opts.limit * EVENT_SCAN_FACTOR;
-  const scan = opts.scan ?? wanted * 2;
-  const bound = {
+  const scan = opts.scan ?? wanted;
+  const perKey = Math.min(opts.limit, opts.maxPerKey ?? opts.limit);
+  const excluded = { keys: jsonList(opts.excludeKeys ?? []), clients: jsonList(opts.excludeClients ?? []) };
+  let candidates = statement(db, "events.claimCandidates", CANDIDATES_SQL).all({
+    ...excluded,
     now: opts.now,
-    keys: jsonList(opts.excludeKeys ?? []),
-    clients: jsonList(opts.excludeClients ?? []),
+    scan,
     limit: wanted,
-  };
-  let candidates = statement(db, "events.claimCandidates", CANDIDATES_SQL).all({ ...bound, scan }) as Candidate[];
-  // The first `scan` due events held too few others' (the excluded keys' backlog, due earlier): each
-  // other key's own first events instead, through events_key_due_idx, so the claim never walks that backlog.
-  if (candidates.length < wanted && statement(db, "events.dueBeyond", DUE_BEYOND_SQL).get({ now: opts.now, scan }))
-    candidates = statement(db, "events.claimCandidatesByKey", CANDIDATES_BY_KEY_SQL).all({
-      ...bound,
-      perKey: Math.min(opts.limit, opts.maxPerKey ?? opts.limit),
-    }) as Candidate[];
+  }) as Candidate[];
+  // The first `scan` due events hold fewer than the claim may take, even with every key's cap (a
+  // capped key's backlog, due earlier, fills them), and more are due: each other key's own first
+  // events instead, so the claim never walks that backlog. Decided on the rows alone: the rooms are
+  // asked once, by the one pick (asking a client's room is not a pure read: core/fair-pool.ts).
+  if (
+    withinCaps(candidates, perKey) < opts.limit &&
+    statement(db, "events.dueBeyond", DUE_BEYOND_SQL).get({ now: opts.now, scan })
+  )
+    candidates = byKey(db, opts.now, excluded, perKey, wanted);
   const picked = pickWithinRoom(candidates, opts.limit, opts.keyRoom, opts.clientRoom).map((c) => c.seq);
   if (picked.length === 0) return [];
   return eventsInDueOrder(lease(db, picked, opts));
 }
 
-/** A due event the loop's claim may pick: its key, in due order. */
+/** How many of the candidates a claim could take with no key past `perKey`. */
+function withinCaps(candidates: readonly Candidate[], perKey: number): number {
+  const byKey = new Map<string, number>();
+  let n = 0;
+  for (const c of candidates) {
+    const key = `${c.clientId}|${c.host}`;
+    const k = byKey.get(key) ?? 0;
+    if (k < perKey) n += 1;
+    byKey.set(key, k + 1);
+  }
+  return n;
+}
+
+/** A due event the loop's claim may pick, and its key. */
 interface Candidate {
   seq: number;
   clientId: string;
   host: string;
+}
+
+/**
+ * The candidates key by key: the keys of the events table one index seek each (events_key_due_idx,
+ * a loose scan) less the excluded ones, each its first `perKey` claimable events in due order (more
+ * of one key no claim picks: the per-key cap), and the first `limit` of them all in due order: what
+ * walking the due index to the end finds, at the cost of the table's keys, not of its backlog.
+ */
+function byKey(
+  db: Db,
+  now: number,
+  excluded: { keys: string; clients: string },
+  perKey: number,
+  limit: number,
+): Candidate[] {
+  type Due = Candidate & { at: number };
+  const keys = statement(db, "events.claimKeys", KEYS_SQL).all({ ...excluded, now }) as Array<{ c: string; h: string }>;
+  const ofKey = statement(db, "events.claimCandidatesOfKey", CANDIDATES_OF_KEY_SQL);
+  const all: Due[] = [];
+  for (const { c, h } of keys) all.push(...(ofKey.all({ c, h, now, perKey }) as Due[]));
+  return all.sort((a, b) => a.at - b.at || a.seq - b.seq).slice(0, limit);
 }
 
 /** A statement of this file's own SQL on better-sqlite3, prepared once per database (values bound by name). */
@@ -98,7 +135,7 @@ function statement(db: Db, name: string, text: string): Database.Statement {
   return prepared(db, name, () => (db as unknown as { $client: Database.Database }).$client.prepare(text));
 }
 
-/** claimable() on `e`, for this file's own SQL: each task's events to an endpoint in order. */
+/** claimable() on `e`, for this file's own SQL: not leased, and each task's events to an endpoint in order. */
 const CLAIMABLE_E = `(e.claimed_until IS NULL OR e.claimed_until < @now)
   AND NOT EXISTS (SELECT 1 FROM events e2 WHERE e2.task_id = e.task_id AND e2.sequence < e.sequence
                   AND e2.endpoint_id IS e.endpoint_id AND e2.delivery_status = 'pending')`;
@@ -124,12 +161,10 @@ const DUE_BEYOND_SQL = `SELECT 1 AS beyond FROM events WHERE delivery_status = '
 ORDER BY next_attempt_at, seq LIMIT 1 OFFSET @scan`;
 
 /**
- * The candidates key by key: the keys of the events table one index seek each (events_key_due_idx,
- * a loose scan), each key not excluded its first `perKey` claimable events in due order (more than
- * that of one key no claim picks: the per-key cap), the first `limit` of them all in due order. The
- * same picks as the due index walked to the end, at the cost of the table's keys, not its backlog.
+ * The keys with due events, not excluded: a loose scan of events_key_due_idx, one seek to the next
+ * key (the client's next host, else the next client), one to see whether the key has any due.
  */
-const CANDIDATES_BY_KEY_SQL = `WITH RECURSIVE k(c, h) AS (
+const KEYS_SQL = `WITH RECURSIVE k(c, h) AS (
   SELECT * FROM (SELECT client_id, destination_host FROM events INDEXED BY events_key_due_idx
                   ORDER BY client_id, destination_host LIMIT 1)
   UNION ALL
@@ -139,14 +174,16 @@ const CANDIDATES_BY_KEY_SQL = `WITH RECURSIVE k(c, h) AS (
     (SELECT x.seq FROM events x INDEXED BY events_key_due_idx WHERE x.client_id > k.c
       ORDER BY x.client_id, x.destination_host LIMIT 1))
 )
-SELECT e.seq AS seq, e.client_id AS clientId, e.destination_host AS host
-FROM k JOIN events e ON e.seq IN (
-  SELECT e.seq FROM events e INDEXED BY events_key_due_idx
-   WHERE e.client_id = k.c AND e.destination_host = k.h AND e.delivery_status = 'pending' AND e.next_attempt_at <= @now
-     AND ${CLAIMABLE_E}
-   ORDER BY e.next_attempt_at, e.seq LIMIT @perKey)
-WHERE ${NOT_EXCLUDED("k.c", "k.h")}
-ORDER BY e.next_attempt_at, e.seq LIMIT @limit`;
+SELECT c, h FROM k WHERE ${NOT_EXCLUDED("c", "h")}
+  AND EXISTS (SELECT 1 FROM events d INDEXED BY events_key_due_idx WHERE d.client_id = k.c AND d.destination_host = k.h
+              AND d.delivery_status = 'pending' AND d.next_attempt_at <= @now)`;
+
+/** One key's first `perKey` claimable events in due order (events_key_due_idx). */
+const CANDIDATES_OF_KEY_SQL = `SELECT e.seq AS seq, e.client_id AS clientId, e.destination_host AS host, e.next_attempt_at AS at
+FROM events e INDEXED BY events_key_due_idx
+WHERE e.client_id = @c AND e.destination_host = @h AND e.delivery_status = 'pending' AND e.next_attempt_at <= @now
+  AND ${CLAIMABLE_E}
+ORDER BY e.next_attempt_at, e.seq LIMIT @perKey`;
 
 /**
  * How many of a key's pending events are leased now (the per-key cap's count): a range of
