@@ -4,6 +4,7 @@ import { getTableConfig as sqliteTableConfig } from "drizzle-orm/sqlite-core";
 import { describe, expect, expectTypeOf, it } from "vitest";
 import * as pg from "../../src/db/pg/schema.js";
 import * as sqlite from "../../src/db/sqlite/schema.js";
+import { openDatabase } from "../../src/db/sqlite/open.js";
 import type * as rows from "../../src/store/rows.js";
 
 /**
@@ -14,11 +15,12 @@ import type * as rows from "../../src/store/rows.js";
  * (see src/db/pg/schema.ts): account_leaders, the account leases of several processes (SQLite has one),
  * and delivery_keys, the per-key lock of several processes' event claims (SQLite's claims are one process's).
  * client_storage_log and client_storage_grants: stored bytes counted and decided without one row every
- * instance's writes wait on (SQLite has one writer).
+ * instance's writes wait on (SQLite has one writer). tasks_client_reserved_idx: PostgreSQL keeps it;
+ * SQLite dropped it (migrations/0016), since no statement of its store implies the index's condition.
  */
 const PG_ONLY_TABLES: string[] = ["account_leaders", "delivery_keys", "client_storage_log", "client_storage_grants"];
 const PG_ONLY_COLUMNS: Record<string, string[]> = {};
-const PG_ONLY_INDEXES: Record<string, string[]> = {};
+const PG_ONLY_INDEXES: Record<string, string[]> = { tasks: ["tasks_client_reserved_idx"] };
 type PgOnlyTableKey = "accountLeaders" | "deliveryKeys" | "clientStorageLog" | "clientStorageGrants";
 
 /** The exported tables of a schema module, each as its select or insert row type. */
@@ -123,6 +125,23 @@ describe("schema parity: SQLite and Postgres", () => {
         .sort();
       expect(pgIndexes, `indexes of ${name}`).toEqual(lite.indexes.map((i) => i.config.name).sort());
       expect(foreignKeysOf(post), `foreign keys of ${name}`).toEqual(foreignKeysOf(lite));
+    }
+  });
+
+  it("a migrated SQLite database has the indexes of the SQLite schema, no more", () => {
+    const database = openDatabase(":memory:");
+    try {
+      for (const table of tablesOf(sqlite)) {
+        const name = getTableName(table);
+        const declared = sqliteTableConfig(table as never).indexes.map((i) => i.config.name);
+        const built = database.sqlite
+          .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL")
+          .pluck()
+          .all(name);
+        expect(built.sort(), `indexes of ${name}`).toEqual(declared.sort());
+      }
+    } finally {
+      database.close();
     }
   });
 });

@@ -134,7 +134,6 @@ export const tasks = sqliteTable(
     index("tasks_done_completed_idx").on(t.phase, t.completedAt),
     index("tasks_phase_lease_idx").on(t.phase, t.claimedUntil),
     index("tasks_client_phase_idx").on(t.clientId, t.phase),
-    index("tasks_client_reserved_idx").on(t.clientId, t.pointsReserved).where(sql`points_reserved <> 0`),
     // The orphan sweep asks whether any task holds a ref.
     index("tasks_output_ref_idx").on(t.outputRef).where(sql`output_ref IS NOT NULL`),
   ],
