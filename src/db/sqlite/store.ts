@@ -70,7 +70,7 @@ export function transitionIn(
   const endpoints =
     patch.status !== undefined && patch.status !== before.status ? endpointsOf(db, before.clientId) : undefined;
   const plan = planTransition(rules, before, patch, opts, subscribedTypes(endpoints ?? []));
-  if (Object.keys(plan.patch).length > 0 && !writeTask(db, id, token, plan.patch)) return undefined;
+  if (Object.keys(plan.patch).length > 0 && !writeTask(db, id, token, plan.patch, before)) return undefined;
   const { clientId } = plan.after;
   if (plan.credit) applyCreditChange(db, clientId, id, plan.credit, now);
   if (plan.wake) wakeWaitingOfClient(db, clientId, now);

@@ -191,9 +191,22 @@ export function updateLeasedTask(
  * Writes a non-empty patch (while the lease `token` holds, when given) without reading the row
  * back; true when it did. One statement per shape of patch, prepared once on the database (also
  * inside a transaction open on it).
+ *
+ * `before`: the row as read in this same transaction, under the same lease. A column the patch sets
+ * to the value it already holds is left out of the SET: SQLite rewrites the entries of every index
+ * (and runs every `UPDATE OF` trigger) on a column the SET names, changed or not (issue #43: a
+ * transition names status, points and output columns it leaves as they are). When nothing is left,
+ * the row already is what the patch says and nothing is written.
  */
-export function writeTask(db: Db, id: string, token: string | null, patch: Partial<NewTaskRow>): boolean {
-  const shape = patchShape(patch);
+export function writeTask(
+  db: Db,
+  id: string,
+  token: string | null,
+  patch: Partial<NewTaskRow>,
+  before?: TaskRow,
+): boolean {
+  const shape = before === undefined ? patchShape(patch) : changedShape(patch, before);
+  if (shape.length === 0) return true;
   const { names, encoders, statement } = prepared(
     db,
     `tasks.write:${token === null ? "any" : "leased"}:${shape.join(",")}`,
@@ -221,6 +234,13 @@ export function writeTask(db: Db, id: string, token: string | null, patch: Parti
     args[i] = encoder ? encoder.mapToDriverValue(v) : v;
   }
   return statement.run(...args).changes > 0;
+}
+
+/** patchShape's keys whose value differs from the row's (both plain text, integers or null). */
+function changedShape(patch: Partial<NewTaskRow>, before: TaskRow): string[] {
+  const p = patch as Record<string, unknown>;
+  const b = before as unknown as Record<string, unknown>;
+  return patchShape(patch).filter((k) => p[k] !== b[k]);
 }
 
 /** The task bound to an upstream id on an account, through tasks_upstream_task_uq (prepared once). */

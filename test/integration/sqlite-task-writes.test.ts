@@ -1,0 +1,92 @@
+import { afterEach, describe, expect, it } from "vitest";
+import type { SqliteStore } from "../../src/db/sqlite/store.js";
+import { contractClient, contractTask, CONTRACT_NOW } from "../helpers/store-dialects.js";
+import { memoryStore } from "../helpers/memory-store.js";
+
+const opts = (token: string | null, now: number) => ({ now, token, firstAttemptDelayMs: 0 });
+
+/**
+ * Issue #43: SQLite rewrites the entries of every index on a column an UPDATE's SET names, and runs
+ * its `UPDATE OF` triggers, whether the value changes or not. A transition names columns it leaves as
+ * they are (a poll's status, the points, a done task's error and output ref): those stay out of its
+ * UPDATE. Observed with a temporary `UPDATE OF` trigger per column, which fires only when the SET
+ * names the column.
+ */
+describe("a transition's write on SQLite", () => {
+  let store: SqliteStore | undefined;
+  afterEach(() => store?.database.close());
+
+  /** How often an UPDATE of tasks named each of `columns` from now on. */
+  function named(s: SqliteStore, columns: string[]): () => Record<string, number> {
+    const { sqlite } = s.database;
+    sqlite.exec("CREATE TEMP TABLE named (col TEXT NOT NULL)");
+    for (const col of columns)
+      sqlite.exec(
+        `CREATE TEMP TRIGGER named_${col} AFTER UPDATE OF ${col} ON main.tasks BEGIN INSERT INTO named VALUES ('${col}'); END`,
+      );
+    return () =>
+      Object.fromEntries(
+        columns.map((col) => [
+          col,
+          sqlite.prepare("SELECT count(*) FROM named WHERE col = ?").pluck().get(col) as number,
+        ]),
+      );
+  }
+
+  it("names only the columns whose value changes; a patch that changes nothing writes nothing", async () => {
+    store = memoryStore();
+    const c = await contractClient(store);
+    const { task: t } = await store.tasks.create(contractTask(c.id, "k", { reserve: 20 }));
+    const counts = named(store, ["status", "phase", "points_reserved", "poll_count", "error_json", "output_ref"]);
+
+    const running = await store.tasks.transition(
+      t,
+      { status: "processing", phase: "submitted", upstreamTaskId: "up-1" },
+      opts(null, CONTRACT_NOW + 1),
+    );
+    expect(running).toMatchObject({ status: "processing", phase: "submitted", pointsReserved: 20 });
+    expect(counts()).toMatchObject({ status: 1, phase: 1, points_reserved: 0 });
+
+    // A poll that sees it still running: status, phase, error and output ref as they are.
+    const polled = await store.tasks.transition(
+      running!,
+      { status: "processing", phase: "submitted", pollCount: 1, errorJson: null, outputRef: null },
+      opts(null, CONTRACT_NOW + 2),
+    );
+    expect(polled).toMatchObject({ status: "processing", pollCount: 1, eventSequence: 1 });
+    expect(counts()).toEqual({ status: 1, phase: 1, points_reserved: 0, poll_count: 1, error_json: 0, output_ref: 0 });
+
+    // Nothing changes: the row is already what the patch says, and the transition still answers it.
+    const again = await store.tasks.transition(
+      polled!,
+      { status: "processing", pollCount: 1 },
+      opts(null, CONTRACT_NOW + 3),
+    );
+    expect(again).toMatchObject({ status: "processing", pollCount: 1 });
+    expect(counts()).toEqual({ status: 1, phase: 1, points_reserved: 0, poll_count: 1, error_json: 0, output_ref: 0 });
+
+    const done = await store.tasks.transition(
+      again!,
+      { status: "succeeded", phase: "done", pointsCharged: 15, completedAt: CONTRACT_NOW + 4, errorJson: null },
+      opts(null, CONTRACT_NOW + 4),
+    );
+    expect(done).toMatchObject({ status: "succeeded", phase: "done", pointsReserved: 0, pointsCharged: 15 });
+    expect(await store.tasks.find(t.id)).toEqual(done);
+    expect(counts()).toEqual({ status: 2, phase: 2, points_reserved: 1, poll_count: 1, error_json: 0, output_ref: 0 });
+  });
+
+  it("a lease lost before the write still writes nothing, whatever the patch", async () => {
+    store = memoryStore();
+    const c = await contractClient(store);
+    const { task: t } = await store.tasks.create(contractTask(c.id, "k"));
+    const [mine] = await store.tasks.claimIds([t.id], "waiting", { now: CONTRACT_NOW, leaseMs: 30_000, token: "w:1" });
+    expect(mine).toBeDefined();
+    expect(
+      await store.tasks.transition(mine!, { status: mine!.status }, opts("w:2", CONTRACT_NOW + 1)),
+    ).toBeUndefined();
+    expect(await store.tasks.transition(mine!, { status: mine!.status }, opts("w:1", CONTRACT_NOW + 1))).toMatchObject({
+      id: t.id,
+      claimToken: "w:1",
+    });
+  });
+});
