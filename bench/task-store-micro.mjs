@@ -2,7 +2,8 @@
 // on its own in-memory database migrated by its own build: a group-commit unit in its savepoint, the
 // task read by id, claimDue with and without an id list; the tenth round's: a new task's waitingAhead
 // behind 1,000 waiting, the account state read, a model's duration samples, a transition's write and the in-flight list of 64
-// (CPU µs per call, medians of rounds).
+// (CPU µs per call, medians of rounds); the eleventh round's: a task's life (its row and its three
+// transitions as the end-to-end run writes them, in one transaction), PIECES=task_life.
 //   node bench/task-store-micro.mjs OLD_DIST [NEW_DIST=dist] [rounds=5]
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -18,6 +19,10 @@ async function side(dist) {
   const { claimDue, listInFlight } = await load(dist, "db/sqlite/task-claims.js");
   const { waitingAhead, writeTask } = await load(dist, "db/sqlite/tasks.js");
   const { state, sqliteAccounts } = await load(dist, "db/sqlite/accounts.js");
+  const { transitionIn } = await load(dist, "db/sqlite/store.js");
+  const { sqliteStore } = await load(dist, "open-store.js");
+  const { transitionRules } = await load(dist, "core/transition.js");
+  const { newClient } = await load(dist, "services/clients.js");
   const database = openDatabase(":memory:");
   const { db, sqlite } = database;
   sqlite.pragma("foreign_keys = OFF");
@@ -36,6 +41,64 @@ async function side(dist) {
   const accounts = sqliteAccounts({ database });
   await accounts.saveDurationSamples("image", "p-image", [900, 1000, 1100], 1);
   const noop = sqlite.prepare("SELECT 1");
+  // A task's life as the end-to-end run writes it (eleventh round): intake's row, then the three
+  // transitions (the submission's reservation, the upstream's acceptance, the poll that ends it),
+  // with the patches the workers pass (each names columns it leaves as they are), on a store of its own.
+  const life = sqliteStore(openDatabase(":memory:"));
+  const lifeClient = await life.clients.insert(newClient(1, { name: "life" }).row);
+  const lifeInsert = life.database.sqlite.prepare(`INSERT INTO tasks (id, client_id, type, model, status, phase,
+    request_json, callback_url, callback_events, idempotency_key, request_hash, upstream_account, upstream_idempotency_key,
+    next_run_at, created_at, updated_at) VALUES (?, ?, 'image', 'p-image', 'queued', 'waiting', '{"prompt":"x"}',
+    'https://hooks.example/x', '["task.processing","task.succeeded","task.failed"]', ?, 'h', 'default', ?, 1, 1, 1)`);
+  let lived = 0;
+  const lifeOf = () => {
+    const id = `task_l${String(lived++).padStart(25, "0")}`;
+    const at = 100 + lived;
+    const o = { now: at, token: null, firstAttemptDelayMs: 0 };
+    const released = { claimedUntil: null, claimToken: null };
+    life.database.sqlite.transaction(() => {
+      lifeInsert.run(id, lifeClient.id, id, `g-${id}`);
+      transitionIn(life.database.db, transitionRules, id, { submitAttempts: 1, pointsReserved: 7 }, o);
+      transitionIn(
+        life.database.db,
+        transitionRules,
+        id,
+        {
+          status: "queued",
+          pointsCharged: null,
+          pointsRefunded: null,
+          updatedAt: at,
+          upstreamTaskId: `up-${id}`,
+          phase: "submitted",
+          submittedAt: at,
+          nextRunAt: at + 1000,
+          conflictSince: null,
+          pointsReserved: 0,
+          ...released,
+        },
+        o,
+      );
+      transitionIn(
+        life.database.db,
+        transitionRules,
+        id,
+        {
+          status: "succeeded",
+          pointsCharged: null,
+          pointsRefunded: null,
+          updatedAt: at,
+          phase: "done",
+          completedAt: at,
+          nextRunAt: null,
+          outputJson: '{"images":[{"url":"https://cdn.example/a.png"}]}',
+          errorJson: null,
+          pollCount: 1,
+          ...released,
+        },
+        o,
+      );
+    })();
+  };
   const commits = new GroupCommit(db, 256);
   let now = 10;
   const lease = { account: "default", leaseMs: 5, token: "t", limit: 8 };
@@ -48,6 +111,7 @@ async function side(dist) {
     write_task: { per: 1, fn: () => writeTask(db, ids[9], null, { pollCount: now++, updatedAt: now }) },
     duration_samples: { per: 1, fn: () => accounts.durationSamples("image", "p-image") },
     in_flight: { per: 1, fn: () => listInFlight(db, "default") },
+    task_life: { per: 1, fn: lifeOf },
     claim_due: { per: 1, fn: () => claimDue(db, { phase: "submitted", ...lease, now: (now += 10) }) },
     claim_listed: {
       per: 1,
