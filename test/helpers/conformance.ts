@@ -170,21 +170,28 @@ export async function eventsOf(
   count: number,
   callbackUrl = "https://hooks.example/x",
   clientId?: string,
+  { together = false }: { together?: boolean } = {},
 ): Promise<{ clientId: string; events: EventRow[] }> {
   const id = clientId ?? (await client(store)).id;
-  const events: EventRow[] = [];
-  for (let i = 0; i < count; i++) {
+  const one = async () => {
     const { task: t } = await store.tasks.create(task(id, fresh("e"), { callbackUrl }));
     await store.tasks.transition(t, { status: "succeeded", phase: "done", completedAt: NOW }, opts());
-    events.push((await store.events.lastOfTask(t.id))!);
-  }
+    return (await store.events.lastOfTask(t.id))!;
+  };
+  // Together: all at once, sharing the store's commits (a property's run makes tens of them), in no set due order.
+  if (together) return { clientId: id, events: await Promise.all(Array.from({ length: count }, one)) };
+  const events: EventRow[] = [];
+  for (let i = 0; i < count; i++) events.push(await one());
   return { clientId: id, events };
 }
 
-/** `count` pending events to a host of their own (of `clientId`, else of a new client), in due order, and that delivery key. */
-export async function ownKeyEvents(store: Store, count: number, clientId?: string) {
+/**
+ * `count` pending events to a host of their own (of `clientId`, else of a new client), in due order
+ * (`together`: made at once, in no set order), and that delivery key.
+ */
+export async function ownKeyEvents(store: Store, count: number, clientId?: string, options?: { together?: boolean }) {
   const host = fresh("k");
-  const made = await eventsOf(store, count, `https://${host}.example/x`, clientId);
+  const made = await eventsOf(store, count, `https://${host}.example/x`, clientId, options);
   return { events: made.events, key: { clientId: made.clientId, host: `${host}.example:443` } };
 }
 
