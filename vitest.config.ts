@@ -1,4 +1,5 @@
 import { configDefaults, defineConfig } from "vitest/config";
+import LongestFirst from "./test/setup/sequencer.js";
 
 /**
  * Unit tests (pure code, no database server) run without PostgreSQL; integration and end-to-end
@@ -66,6 +67,8 @@ export default defineConfig({
     // in every test process (and every relay a test starts) on this project's Node 20.
     env: { AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true" },
     reporters: ["default", "./test/setup/exit-guard.ts"],
+    // The longest integration files first within their project (test/setup/sequencer.ts).
+    sequence: { sequencer: LongestFirst },
     projects: [
       {
         extends: true,
