@@ -3,7 +3,8 @@
 // task read by id, claimDue with and without an id list; the tenth round's: a new task's waitingAhead
 // behind 1,000 waiting, the account state read, a model's duration samples, a transition's write and the in-flight list of 64
 // (CPU µs per call, medians of rounds); the eleventh round's: a task's life (its row and its three
-// transitions as the end-to-end run writes them, in one transaction), PIECES=task_life.
+// transitions as the end-to-end run writes them, in one transaction), PIECES=task_life; claims of 8
+// listed tasks among 1,000 due waiting ones (claimDue with ids, claimIds), PIECES=claim_picked,claim_ids.
 //   node bench/task-store-micro.mjs OLD_DIST [NEW_DIST=dist] [rounds=5]
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -16,7 +17,7 @@ async function side(dist) {
   const { openDatabase } = await load(dist, "db/sqlite/open.js");
   const { GroupCommit } = await load(dist, "db/sqlite/group-commit.js");
   const { findTaskPrepared } = await load(dist, "db/sqlite/tasks.js");
-  const { claimDue, listInFlight } = await load(dist, "db/sqlite/task-claims.js");
+  const { claimDue, claimIds, listInFlight } = await load(dist, "db/sqlite/task-claims.js");
   const { waitingAhead, writeTask } = await load(dist, "db/sqlite/tasks.js");
   const { state, sqliteAccounts } = await load(dist, "db/sqlite/accounts.js");
   const { transitionIn } = await load(dist, "db/sqlite/store.js");
@@ -112,6 +113,15 @@ async function side(dist) {
     duration_samples: { per: 1, fn: () => accounts.durationSamples("image", "p-image") },
     in_flight: { per: 1, fn: () => listInFlight(db, "default") },
     task_life: { per: 1, fn: lifeOf },
+    // The fair submitter's picks and a list sweep's ids, 8 listed among 1,000 due waiting tasks.
+    claim_picked: {
+      per: 1,
+      fn: () => claimDue(db, { phase: "waiting", ...lease, account: "q", now: (now += 10), ids: queued.slice(0, 8) }),
+    },
+    claim_ids: {
+      per: 1,
+      fn: () => claimIds(db, { ids: queued.slice(8, 16), phase: "waiting", now: (now += 10), leaseMs: 5, token: "t" }),
+    },
     claim_due: { per: 1, fn: () => claimDue(db, { phase: "submitted", ...lease, now: (now += 10) }) },
     claim_listed: {
       per: 1,

@@ -90,3 +90,53 @@ describe("a transition's write on SQLite", () => {
     });
   });
 });
+
+/**
+ * Issue #43: a claim of listed tasks (the fair submitter's picks, a list sweep's ids) reaches them by
+ * their ids. It walked the (phase, …) index's range instead, every due task of the account or every
+ * task of the phase, ahead of a bloom filter of the ids: a cost that grew with the backlog. Checked on
+ * SQLite's plan of each claim statement the store prepared.
+ */
+describe("a claim of listed tasks on SQLite", () => {
+  let store: SqliteStore | undefined;
+  afterEach(() => store?.database.close());
+
+  it("reaches the listed rows by their ids, not through an index range of the phase", async () => {
+    store = memoryStore();
+    const { sqlite } = store.database;
+    const texts: string[] = [];
+    const prepare = sqlite.prepare.bind(sqlite);
+    sqlite.prepare = ((source: string) => {
+      texts.push(source);
+      return prepare(source);
+    }) as typeof sqlite.prepare;
+    const c = await contractClient(store);
+    const created = [];
+    for (let i = 0; i < 6; i++) created.push((await store.tasks.create(contractTask(c.id, `k${i}`))).task);
+    const now = CONTRACT_NOW + 10;
+    const fair = await store.tasks.claimFairly("default", { now, leaseMs: 30_000, token: "w:1", limit: 2 });
+    expect(fair).toHaveLength(2);
+    const listed = await store.tasks.claimIds([created[5]!.id, created[4]!.id], "waiting", {
+      now,
+      leaseMs: 30_000,
+      token: "w:2",
+    });
+    expect(listed.map((t) => t.id).sort()).toEqual([created[4]!.id, created[5]!.id].sort());
+
+    const claims = [...new Set(texts)].filter(
+      (t) => /^update "tasks" set "claimed_until"/.test(t) && /json_each/.test(t),
+    );
+    expect(claims).toHaveLength(2);
+    for (const text of claims) {
+      const params = text.split("?").length - 1;
+      const plan = sqlite.prepare(`EXPLAIN QUERY PLAN ${text}`).all(...Array.from({ length: params }, () => null)) as {
+        detail: string;
+      }[];
+      const details = plan.map((r) => r.detail);
+      expect(
+        details.filter((d) => /^SEARCH tasks /.test(d)),
+        text,
+      ).not.toContainEqual(expect.stringMatching(/USING (COVERING )?INDEX tasks_/));
+    }
+  });
+});
