@@ -214,11 +214,12 @@ describe("WebhookSender against real loopback receivers", () => {
       res.writeHead(200, { "content-type": "text/plain" });
       res.write("partial");
     });
-    const result = await sendTo(receiver, 300);
+    // Long enough for the status line to arrive first on a loaded machine (300 ms was not, at load 14).
+    const result = await sendTo(receiver, 1_000);
     expect(result).toMatchObject({
       ok: false,
       statusCode: 200,
-      error: "timeout after 300 ms",
+      error: "timeout after 1000 ms",
       responseBody: "partial",
     });
     expect(result.latencyMs).toBeLessThan(3_000);
