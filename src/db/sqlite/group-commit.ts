@@ -1,5 +1,6 @@
 import { checkNumber } from "../../store/values.js";
 import type { Database_, Db } from "./open.js";
+import { PacedSettles, SETTLE_BUDGET_MS, SETTLES_PER_TURN } from "./paced-settles.js";
 import { inSavepoint } from "./savepoint.js";
 import type { Tx } from "./tx.js";
 import type { WalSync } from "./wal-sync.js";
@@ -47,20 +48,6 @@ export interface UnitOptions {
    */
   linger?: boolean;
 }
-
-/**
- * Committed units settled in one turn at most (their callers' continuations, an answer each, run in
- * its microtasks); the rest settle in the next turns, in order.
- */
-export const SETTLES_PER_TURN = 32;
-
-/**
- * How long one turn settles committed units: each unit's continuation runs before the next unit
- * settles, and once they have taken this long the rest wait for a later turn. 32 answers of a
- * creation, or 32 poll results each starting its next step, were 10-25 ms of one turn under load
- * (issue #38 item 7).
- */
-export const SETTLE_BUDGET_MS = 4;
 
 /** A flush's COMMIT writes the WAL without syncing it (WalSync syncs it off the loop); every other write syncs at its COMMIT. */
 const SYNC_NORMAL = "PRAGMA synchronous = NORMAL";
@@ -191,15 +178,18 @@ export class GroupCommit {
     this.now = bound.now ?? (() => performance.now());
     this.shared = bound.shared;
     this.walSync = bound.walSync;
-    this.settlesPerTurn = Math.max(1, bound.settlesPerTurn ?? SETTLES_PER_TURN);
-    this.settleBudgetMs = bound.settleBudgetMs ?? SETTLE_BUDGET_MS;
+    this.settles = new PacedSettles(
+      Math.max(1, bound.settlesPerTurn ?? SETTLES_PER_TURN),
+      bound.settleBudgetMs ?? SETTLE_BUDGET_MS,
+      this.now,
+    );
     this.lingerMs = Math.max(holdMs, bound.lingerMs ?? 0);
   }
 
   private readonly lingerMs: number;
 
-  private readonly settlesPerTurn: number;
-  private readonly settleBudgetMs: number;
+  /** Committed units' settles, paced a turn at a time (paced-settles.ts). */
+  private readonly settles: PacedSettles;
 
   private readonly walSync: WalSync | undefined;
 
@@ -313,7 +303,7 @@ export class GroupCommit {
     this.flush(Number.POSITIVE_INFINITY);
     // Units of earlier commits still waiting for their sync settle now, before the database closes.
     this.walSync?.drain();
-    for (const settle of this.settling.splice(0)) settle();
+    this.settles.drain();
     this.closed = true;
   }
 
@@ -439,7 +429,7 @@ export class GroupCommit {
     this.shared?.spend(this.now() - started);
     this.carryOver(queued.slice(batch.length));
     const settle = (syncError: Error | null) =>
-      this.settleInTurns(
+      this.settles.add(
         batch.map((item, i) => () => {
           const outcome = outcomes[i]!;
           // Committed but not known to be on disk: as a COMMIT whose fsync failed, the unit fails.
@@ -451,43 +441,6 @@ export class GroupCommit {
     if (walSync) walSync.afterSync(settle);
     else settle(null);
   }
-
-  /**
-   * Settles committed units in commit order, one at a time: what a settled unit's caller does next
-   * (serializing and writing its answer, say) runs in the microtasks after it, before the next unit
-   * settles, so the turn's clock counts it. A turn settles for settleBudgetMs (and at most
-   * settlesPerTurn units): 256 answers in one turn were a stall of their own (issue #38 item 7). The
-   * rest settle in later turns, other I/O served in between.
-   */
-  private settleInTurns(settles: Array<() => void>): void {
-    for (const settle of settles) this.settling.push(settle);
-    if (!this.settlingRuns) this.settleSome();
-  }
-
-  private settling: Array<() => void> = [];
-  /** A turn is settling, or one is scheduled to: units committed meanwhile join its queue. */
-  private settlingRuns = false;
-
-  private readonly settleSome = (): void => {
-    this.settlingRuns = true;
-    const started = this.now();
-    let settled = 0;
-    const next = (): void => {
-      if (this.settling.length === 0) {
-        this.settlingRuns = false;
-        return;
-      }
-      if (settled >= this.settlesPerTurn || (settled > 0 && this.now() - started >= this.settleBudgetMs)) {
-        setImmediate(this.settleSome);
-        return;
-      }
-      this.settling.shift()!();
-      settled++;
-      // Queued after the settled unit's own reaction: its caller's next step runs, and is timed, first.
-      queueMicrotask(next);
-    };
-    next();
-  };
 
   /** The units a flush left over its budget: first in the queue, committed in a turn of their own. */
   private carryOver(rest: Pending<unknown>[]): void {
