@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { claimDue, leasedOfKey, leasedOfKeyQuery } from "../../src/db/sqlite/event-claims.js";
+import { nextDueAt } from "../../src/db/sqlite/events.js";
 import { deliveryKey } from "../../src/store/delivery-key.js";
 import { eventsOf, NOW } from "../helpers/conformance.js";
 import { memoryStore } from "../helpers/memory-store.js";
@@ -103,6 +104,27 @@ describe("SQLite: the loop's claim does not walk a capped key's backlog", () => 
       const whole = ids(10_000);
       expect(whole.length).toBe(4);
       for (const scan of [1, 4, 8, 31]) expect(ids(scan)).toEqual(whole);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("the loop's next due time past the capped key's backlog is the other keys' first, exactly", async () => {
+    const store = memoryStore();
+    try {
+      const capped = await eventsOf(store, 1, "https://capped.example/x");
+      backlog(store, capped.events[0]!.id, 40);
+      const excludeKeys = [deliveryKey(capped.clientId, "capped.example:443")];
+      const db = store.database.db;
+      // Nothing else pending: none, not "look again in a second".
+      expect(nextDueAt(db, { now: NOW, excludeKeys, scan: 8 })).toBeNull();
+      const other = await eventsOf(store, 2, "https://other.example/x");
+      const later = store.database.sqlite.prepare("UPDATE events SET next_attempt_at = ? WHERE id = ?");
+      later.run(NOW + 7_000, other.events[0]!.id);
+      later.run(NOW + 5_000, other.events[1]!.id);
+      expect(nextDueAt(db, { now: NOW, excludeKeys, scan: 8 })).toBe(NOW + 5_000);
+      // Its client left out too: none again.
+      expect(nextDueAt(db, { now: NOW, excludeKeys, excludeClients: [other.clientId], scan: 8 })).toBeNull();
     } finally {
       await store.close();
     }

@@ -130,6 +130,27 @@ function byKey(
   return all.sort((a, b) => a.at - b.at || a.seq - b.seq).slice(0, limit);
 }
 
+/**
+ * The earliest due time of an unleased pending event of any key but the excluded ones (and not of
+ * an excluded client), key by key: the keys with pending events (KEYS_SQL), each its first unleased
+ * one through events_key_due_idx. Null when there is none.
+ */
+export function firstDueOfKeys(db: Db, now: number, excludeKeys: string[], excludeClients: string[]): number | null {
+  // Every pending event is due by the end of time: KEYS_SQL's "has due events" becomes "has pending".
+  const keys = statement(db, "events.claimKeys", KEYS_SQL).all({
+    keys: jsonList(excludeKeys),
+    clients: jsonList(excludeClients),
+    now: Number.MAX_SAFE_INTEGER,
+  }) as Array<{ c: string; h: string }>;
+  const firstOf = statement(db, "events.firstUnleasedOfKey", FIRST_UNLEASED_OF_KEY_SQL);
+  let first: number | null = null;
+  for (const { c, h } of keys) {
+    const at = (firstOf.get({ c, h, now }) as { at: number } | undefined)?.at;
+    if (at !== undefined && at !== null && (first === null || at < first)) first = at;
+  }
+  return first;
+}
+
 /** A statement of this file's own SQL on better-sqlite3, prepared once per database (values bound by name). */
 function statement(db: Db, name: string, text: string): Database.Statement {
   return prepared(db, name, () => (db as unknown as { $client: Database.Database }).$client.prepare(text));
@@ -184,6 +205,12 @@ FROM events e INDEXED BY events_key_due_idx
 WHERE e.client_id = @c AND e.destination_host = @h AND e.delivery_status = 'pending' AND e.next_attempt_at <= @now
   AND ${CLAIMABLE_E}
 ORDER BY e.next_attempt_at, e.seq LIMIT @perKey`;
+
+/** One key's first unleased pending event's due time (events_key_due_idx, past the key's leased ones). */
+const FIRST_UNLEASED_OF_KEY_SQL = `SELECT e.next_attempt_at AS at FROM events e INDEXED BY events_key_due_idx
+WHERE e.client_id = @c AND e.destination_host = @h AND e.delivery_status = 'pending'
+  AND (e.claimed_until IS NULL OR e.claimed_until < @now)
+ORDER BY e.next_attempt_at LIMIT 1`;
 
 /**
  * How many of a key's pending events are leased now (the per-key cap's count): a range of

@@ -4,7 +4,7 @@ import type { AttemptRow, EventRow, NewAttemptRow, NewEventRow } from "../../sto
 import { deliveryKey } from "../../store/delivery-key.js";
 import { retryingEvent } from "../kit/delivery-failing.js";
 import type { SqliteContext } from "./context.js";
-import { claimDue, claimOfKey, claimOfKeys, claimTrial, leasedOfKey } from "./event-claims.js";
+import { claimDue, claimOfKey, claimOfKeys, claimTrial, firstDueOfKeys, leasedOfKey } from "./event-claims.js";
 import { placeInFeed } from "./feed-positions.js";
 import type { Db } from "./open.js";
 import { insertEveryColumn, prepared, updateWhere } from "./prepared.js";
@@ -242,14 +242,15 @@ export function lastOfTasks(db: DbOrTx, taskIds: string[]): Map<string, EventRow
 
 /**
  * When the next unleased pending event is due, leaving out the given destination hosts. Walks the
- * (delivery_status, next_attempt_at) index and looks at most `scan` rows deep, so a backlog queued
- * behind a saturated host costs the same as none: past the scan it answers "recheck in a second"
- * (leased events and saturated hosts wake the loop themselves when an attempt settles).
+ * (delivery_status, next_attempt_at) index at most `scan` rows deep; past them (a backlog queued
+ * behind a saturated host), the other keys' first unleased events one seek each (firstDueOfKeys),
+ * so a backlog costs the table's keys, not its length, and the answer is exact either way.
  */
 export function nextDueAt(
   db: Db,
   opts: { now: number; excludeKeys?: string[]; excludeClients?: string[]; scan?: number },
 ): number | null {
+  const scan = opts.scan ?? NEXT_DUE_SCAN;
   const rows = prepared(db, "events.nextDue", () =>
     db
       .select({ at: events.nextAttemptAt, clientId: events.clientId, host: events.destinationHost })
@@ -263,14 +264,17 @@ export function nextDueAt(
       .orderBy(asc(events.nextAttemptAt))
       .limit(sql.placeholder("scan"))
       .prepare(),
-  ).all({ now: opts.now, scan: opts.scan ?? 200 });
+  ).all({ now: opts.now, scan });
   if (rows.length === 0) return null;
   const excluded = new Set(opts.excludeKeys ?? []);
   const clientsOut = new Set(opts.excludeClients ?? []);
   for (const row of rows)
     if (!excluded.has(deliveryKey(row.clientId, row.host)) && !clientsOut.has(row.clientId)) return row.at;
-  return rows.length < (opts.scan ?? 200) ? null : opts.now + 1_000;
+  return rows.length < scan ? null : firstDueOfKeys(db, opts.now, opts.excludeKeys ?? [], opts.excludeClients ?? []);
 }
+
+/** How deep nextDueAt walks the due index before it asks key by key. */
+const NEXT_DUE_SCAN = 32;
 
 /**
  * Moves a delivery key's due, unleased pending events to `until` (the end of its circuit's
