@@ -140,3 +140,44 @@ describe("a claim of listed tasks on SQLite", () => {
     }
   });
 });
+
+/**
+ * Retention's prune asks, for each finished task, whether any of its events is still pending. SQLite
+ * planned that through events_due_idx (every pending event of every client, for each candidate task)
+ * rather than the task's own events (events_task_seq_idx).
+ */
+describe("pruning finished tasks on SQLite", () => {
+  let store: SqliteStore | undefined;
+  afterEach(() => store?.database.close());
+
+  it("looks up a task's pending events by its id, not among every pending event", async () => {
+    store = memoryStore();
+    const { sqlite } = store.database;
+    const texts: string[] = [];
+    const prepare = sqlite.prepare.bind(sqlite);
+    sqlite.prepare = ((source: string) => {
+      texts.push(source);
+      return prepare(source);
+    }) as typeof sqlite.prepare;
+    const c = await contractClient(store);
+    const { task: t } = await store.tasks.create(contractTask(c.id, "k"));
+    await store.tasks.transition(
+      t,
+      { status: "canceled", phase: "done", completedAt: CONTRACT_NOW },
+      opts(null, CONTRACT_NOW),
+    );
+    // Its event is still pending: nothing to prune yet.
+    expect(await store.tasks.pruneFinished(CONTRACT_NOW + 1, 100)).toBe(0);
+
+    const [text] = [...new Set(texts)].filter((s) => /NOT EXISTS \(SELECT 1 FROM events e/.test(s));
+    expect(text).toBeDefined();
+    const params = text!.split("?").length - 1;
+    const details = (
+      sqlite.prepare(`EXPLAIN QUERY PLAN ${text}`).all(...Array.from({ length: params }, () => null)) as {
+        detail: string;
+      }[]
+    ).map((r) => r.detail);
+    expect(details).toContainEqual(expect.stringMatching(/^SEARCH e USING (COVERING )?INDEX events_task_seq_idx/));
+    expect(details).not.toContainEqual(expect.stringMatching(/events_due_idx/));
+  });
+});

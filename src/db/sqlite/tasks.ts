@@ -504,14 +504,16 @@ const PRUNE_CHUNK_TASKS = 50;
  * (none still pending), with their events and delivery attempts (ON DELETE CASCADE); the deletes'
  * triggers take what those rows held off their clients' stored bytes (migrations/0011_stored_bytes_triggers.sql).
  * Runs inside the caller's transaction: the store runs it PRUNE_CHUNK_TASKS at a time, each a
- * unit of the workers' group commit, so each write stays short beside the live workers.
+ * unit of the workers' group commit, so each write stays short beside the live workers. A task's
+ * pending events are looked up by its id (events_task_seq_idx); the `+` keeps the planner off
+ * events_due_idx, which would walk every pending event of every client for each candidate task.
  */
 export function pruneFinished(tx: DbOrTx, before: number, batch: number): number {
   const ids = tx
     .all<{ id: string }>(sql`
         SELECT t.id FROM tasks t
         WHERE t.phase = 'done' AND t.completed_at < ${before}
-          AND NOT EXISTS (SELECT 1 FROM events e WHERE e.task_id = t.id AND e.delivery_status = 'pending')
+          AND NOT EXISTS (SELECT 1 FROM events e WHERE e.task_id = t.id AND +e.delivery_status = 'pending')
         LIMIT ${batch}`)
     .map((r) => r.id);
   if (ids.length === 0) return 0;
