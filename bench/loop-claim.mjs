@@ -1,7 +1,8 @@
 // The dispatcher loop's claim alone (src/db/sqlite/event-claims.ts claimDue, as the loop calls it:
 // keyRoom, the pool's room) on an outbox of N due events of one delivery key at its cap, so left
 // out: CPU µs a claim (process.cpuUsage, median of 9, each claim rolled back so every one sees the
-// same outbox). Before the eleventh round the claim walked the whole backlog (docs/performance.md).
+// same outbox), and the loop's next-due probe after it (events.ts nextDueAt, the key left out).
+// Before the eleventh round the claim walked the whole backlog (docs/performance.md).
 //   node bench/loop-claim.mjs DIST [events=3000]
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -22,6 +23,7 @@ seedPendingEvents(path, id, N, "http://127.0.0.1:9/hook");
 const { openDatabase } = await load("db/sqlite/open.js");
 const { sqliteStore } = await load("open-store.js");
 const { claimDue } = await load("db/sqlite/event-claims.js");
+const { nextDueAt } = await load("db/sqlite/events.js");
 const store = sqliteStore(openDatabase(path));
 const sqlite = store.database.sqlite;
 const host = sqlite.prepare("SELECT destination_host AS h FROM events LIMIT 1").get().h;
@@ -43,15 +45,31 @@ const claim = () => {
     sqlite.exec("ROLLBACK TO probe; RELEASE probe");
   }
 };
-claim();
-const times = [];
-for (let i = 0; i < 9; i++) {
-  const c0 = process.cpuUsage();
-  claim();
-  const c = process.cpuUsage(c0);
-  times.push(c.user + c.system);
-}
-times.sort((a, b) => a - b);
-console.log(JSON.stringify({ dist, events: N, claim_cpu_us_median: times[4], claim_cpu_us: times }));
+const probe = () => nextDueAt(store.database.db, { now, excludeKeys: [`${id}|${host}`] });
+/** CPU µs of `fn` a call, 9 calls after a first, sorted. */
+const cpuOf = (fn) => {
+  fn();
+  const times = [];
+  for (let i = 0; i < 9; i++) {
+    const c0 = process.cpuUsage();
+    fn();
+    const c = process.cpuUsage(c0);
+    times.push(c.user + c.system);
+  }
+  return times.sort((a, b) => a - b);
+};
+const claims = cpuOf(claim);
+const probes = cpuOf(probe);
+console.log(
+  JSON.stringify({
+    dist,
+    events: N,
+    claim_cpu_us_median: claims[4],
+    next_due_cpu_us_median: probes[4],
+    next_due: probe() === null ? null : probe() - now,
+    claim_cpu_us: claims,
+    next_due_cpu_us: probes,
+  }),
+);
 await store.close();
 rmSync(tmp, { recursive: true, force: true });
