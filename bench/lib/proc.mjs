@@ -62,15 +62,27 @@ export function startNode(name, script, { env = {}, logFile, execArgv = [], ipc 
         return "";
       }
     },
-    /** Polls the log file until a line matches; fails when the process exits first or on timeout. */
+    /**
+     * Polls the log file until a line matches; fails when the process exits first, or when it has
+     * used no CPU for `timeoutMs`. A start still loading its modules on a loaded machine (a relay's
+     * second of CPU took over 20 s at load 16) is waited for, up to ten times `timeoutMs` in all.
+     */
     async waitFor(re, timeoutMs = 20_000) {
-      const deadline = Date.now() + timeoutMs;
+      const last = Date.now() + 10 * timeoutMs;
+      let deadline = Date.now() + timeoutMs;
+      let cpu = 0;
       for (;;) {
         const m = re.exec(child.log());
         if (m) return m;
         if (exitCode !== undefined)
           throw new Error(`${name} exited (${exitCode}) before printing ${re}:\n${tail(child.log())}`);
-        if (Date.now() > deadline) throw new Error(`timed out waiting for ${re} from ${name}:\n${tail(child.log())}`);
+        if (Date.now() > deadline) {
+          const used = cpuMsOfQuietly(proc.pid);
+          if (used <= cpu || Date.now() > last)
+            throw new Error(`timed out waiting for ${re} from ${name}:\n${tail(child.log())}`);
+          cpu = used;
+          deadline = Date.now() + timeoutMs;
+        }
         await sleep(25);
       }
     },
@@ -233,6 +245,15 @@ export function cpuMsOf(pid) {
   // The command name (field 2) may contain spaces: count fields after its closing parenthesis.
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / clockTicks;
+}
+
+/** cpuMsOf, or -1 when the process is gone. */
+function cpuMsOfQuietly(pid) {
+  try {
+    return cpuMsOf(pid);
+  } catch {
+    return -1;
+  }
 }
 
 /**
