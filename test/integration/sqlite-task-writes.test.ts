@@ -181,3 +181,44 @@ describe("pruning finished tasks on SQLite", () => {
     expect(details).not.toContainEqual(expect.stringMatching(/events_due_idx/));
   });
 });
+
+/**
+ * A submission's step reads its task once: beginSubmission reads the row under the caller's lease,
+ * decides, and its transition starts from that row (the same transaction), where it read it again.
+ */
+describe("a submission's step on SQLite", () => {
+  let store: SqliteStore | undefined;
+  afterEach(() => store?.database.close());
+
+  it("reads the task's row once, and the transition still starts from the row as stored", async () => {
+    store = memoryStore();
+    const { sqlite } = store.database;
+    let reads = 0;
+    const prepare = sqlite.prepare.bind(sqlite);
+    sqlite.prepare = ((source: string) => {
+      const stmt = prepare(source);
+      if (/^SELECT "id", .* FROM tasks WHERE id = \?$/.test(source)) {
+        const get = stmt.get.bind(stmt);
+        stmt.get = ((...args: unknown[]) => {
+          reads++;
+          return get(...args);
+        }) as typeof stmt.get;
+      }
+      return stmt;
+    }) as typeof sqlite.prepare;
+    const c = await contractClient(store);
+    const { task: t } = await store.tasks.create(contractTask(c.id, "k", { reserve: 20 }));
+    const [mine] = await store.tasks.claimIds([t.id], "waiting", { now: CONTRACT_NOW, leaseMs: 30_000, token: "w:1" });
+    reads = 0;
+    const step = await store.tasks.beginSubmission(
+      t.id,
+      "w:1",
+      () => ({ kind: "go", transition: true, patch: { submitAttempts: mine!.submitAttempts + 1, pointsReserved: 25 } }),
+      opts("w:1", CONTRACT_NOW + 1),
+    );
+    expect(step).toMatchObject({ kind: "go", task: { submitAttempts: 1, pointsReserved: 25, claimToken: "w:1" } });
+    expect(reads).toBe(1);
+    expect(await store.tasks.find(t.id)).toEqual(step!.task);
+    expect(await store.clients.creditPosition(c.id)).toMatchObject({ reserved: 25 });
+  });
+});

@@ -15,12 +15,16 @@ export interface SqliteContext {
   readonly intakeCommits: GroupCommit;
   /** Transitions, submissions, claims and attempt records, one fsync per batch. */
   readonly attemptCommits: GroupCommit;
-  /** A lease-guarded state change inside `tx` (the areas' shared step). */
+  /**
+   * A lease-guarded state change inside `tx` (the areas' shared step). `current`: `task` was read in
+   * this same transaction (the row as stored), so the change starts from it instead of reading it again.
+   */
   readonly transition: (
     tx: DbOrTx,
     task: TaskRow,
     patch: Partial<NewTaskRow>,
     opts: TransitionOptions,
+    current?: boolean,
   ) => TaskRow | undefined;
   submissionContext(tx: DbOrTx, task: TaskRow): SubmissionContext;
   createIn(db: Db, tx: DbOrTx, req: NewTaskRequest): CreateResult;

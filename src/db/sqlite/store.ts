@@ -60,10 +60,12 @@ export function transitionIn(
   id: string,
   patch: Partial<NewTaskRow>,
   opts: TransitionOptions,
+  /** The row as read earlier in the same transaction, if the caller has it (else read here). */
+  current?: TaskRow,
 ): TaskRow | undefined {
   const { now, token } = opts;
   // The database itself, not a drizzle tx: its prepared statements run inside the caller's open transaction.
-  const before = findTaskPrepared(db, id);
+  const before = current ?? findTaskPrepared(db, id);
   if (!before || (token && before.claimToken !== token)) return undefined;
   // Planned once (store/transition-plan.ts), applied here: one write of the row, then the books and the outbox.
   // A change of status writes an event: the client's endpoints decide which types are written and who gets them.
@@ -124,8 +126,13 @@ export class SqliteStore implements Store, SqliteContext {
   /** Intake's stored bytes, counted up in memory per transaction and written once per client before its COMMIT. */
   private readonly storedBytes: ReturnType<typeof storedBytesTally>;
   /** A lease-guarded state change inside `tx` (the areas' shared step). */
-  readonly transition = (tx: DbOrTx, task: TaskRow, patch: Partial<NewTaskRow>, opts: TransitionOptions) =>
-    this.transitionIn(tx, task.id, patch, opts);
+  readonly transition = (
+    tx: DbOrTx,
+    task: TaskRow,
+    patch: Partial<NewTaskRow>,
+    opts: TransitionOptions,
+    current = false,
+  ) => this.transitionIn(tx, task.id, patch, opts, current ? task : undefined);
 
   constructor(
     readonly database: Database_,
@@ -179,9 +186,15 @@ export class SqliteStore implements Store, SqliteContext {
     this.database.close();
   }
 
-  transitionIn(_tx: DbOrTx, id: string, patch: Partial<NewTaskRow>, opts: TransitionOptions): TaskRow | undefined {
+  transitionIn(
+    _tx: DbOrTx,
+    id: string,
+    patch: Partial<NewTaskRow>,
+    opts: TransitionOptions,
+    current?: TaskRow,
+  ): TaskRow | undefined {
     // One connection: the database's prepared statements run inside the transaction `_tx` has open.
-    return transitionIn(this.database.db, this.rules, id, patch, opts);
+    return transitionIn(this.database.db, this.rules, id, patch, opts, current);
   }
 
   submissionContext(tx: DbOrTx, task: TaskRow): SubmissionContext {

@@ -34,8 +34,9 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
         const current = find(db, id);
         if (!current || current.claimToken !== token) return null;
         const step = decide(s.submissionContext(tx, current));
+        // `current` was read above in this transaction, and deciding writes nothing of the task: no second read.
         const task = step.transition
-          ? transition(tx, current, step.patch, { ...o, token })
+          ? transition(tx, current, step.patch, { ...o, token }, true)
           : updateLeasedTask(tx, id, token, step.patch);
         return task ? { kind: step.kind, task } : null;
       }),
@@ -45,7 +46,7 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
         if (!before) return null;
         const patch = decide(before);
         if (patch === null) return { before, after: before };
-        const after = transition(tx, before, patch, o);
+        const after = transition(tx, before, patch, o, true);
         return after ? { before, after } : null;
       }),
     find: async (id) => find(db, id),
