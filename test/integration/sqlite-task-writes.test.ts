@@ -5,6 +5,26 @@ import { memoryStore } from "../helpers/memory-store.js";
 
 const opts = (token: string | null, now: number) => ({ now, token, firstAttemptDelayMs: 0 });
 
+type Connection = SqliteStore["database"]["sqlite"];
+
+/** Every SQL text the connection prepares from now on (each once: the store keeps its statements). */
+function preparedTexts(sqlite: Connection): string[] {
+  const texts: string[] = [];
+  const prepare = sqlite.prepare.bind(sqlite);
+  sqlite.prepare = ((source: string) => {
+    texts.push(source);
+    return prepare(source);
+  }) as typeof sqlite.prepare;
+  return texts;
+}
+
+/** SQLite's plan of a statement, its `?` bound as NULL (the plan does not depend on the values). */
+function planOf(sqlite: Connection, text: string): string[] {
+  const params = Array.from({ length: text.split("?").length - 1 }, () => null);
+  const rows = sqlite.prepare(`EXPLAIN QUERY PLAN ${text}`).all(...params) as { detail: string }[];
+  return rows.map((r) => r.detail);
+}
+
 /**
  * Issue #43: SQLite rewrites the entries of every index on a column an UPDATE's SET names, and runs
  * its `UPDATE OF` triggers, whether the value changes or not. A transition names columns it leaves as
@@ -104,12 +124,7 @@ describe("a claim of listed tasks on SQLite", () => {
   it("reaches the listed rows by their ids, not through an index range of the phase", async () => {
     store = memoryStore();
     const { sqlite } = store.database;
-    const texts: string[] = [];
-    const prepare = sqlite.prepare.bind(sqlite);
-    sqlite.prepare = ((source: string) => {
-      texts.push(source);
-      return prepare(source);
-    }) as typeof sqlite.prepare;
+    const texts = preparedTexts(sqlite);
     const c = await contractClient(store);
     const created = [];
     for (let i = 0; i < 6; i++) created.push((await store.tasks.create(contractTask(c.id, `k${i}`))).task);
@@ -128,11 +143,7 @@ describe("a claim of listed tasks on SQLite", () => {
     );
     expect(claims).toHaveLength(2);
     for (const text of claims) {
-      const params = text.split("?").length - 1;
-      const plan = sqlite.prepare(`EXPLAIN QUERY PLAN ${text}`).all(...Array.from({ length: params }, () => null)) as {
-        detail: string;
-      }[];
-      const details = plan.map((r) => r.detail);
+      const details = planOf(sqlite, text);
       expect(
         details.filter((d) => /^SEARCH tasks /.test(d)),
         text,
@@ -153,12 +164,7 @@ describe("pruning finished tasks on SQLite", () => {
   it("looks up a task's pending events by its id, not among every pending event", async () => {
     store = memoryStore();
     const { sqlite } = store.database;
-    const texts: string[] = [];
-    const prepare = sqlite.prepare.bind(sqlite);
-    sqlite.prepare = ((source: string) => {
-      texts.push(source);
-      return prepare(source);
-    }) as typeof sqlite.prepare;
+    const texts = preparedTexts(sqlite);
     const c = await contractClient(store);
     const { task: t } = await store.tasks.create(contractTask(c.id, "k"));
     await store.tasks.transition(
@@ -171,12 +177,7 @@ describe("pruning finished tasks on SQLite", () => {
 
     const [text] = [...new Set(texts)].filter((s) => /NOT EXISTS \(SELECT 1 FROM events e/.test(s));
     expect(text).toBeDefined();
-    const params = text!.split("?").length - 1;
-    const details = (
-      sqlite.prepare(`EXPLAIN QUERY PLAN ${text}`).all(...Array.from({ length: params }, () => null)) as {
-        detail: string;
-      }[]
-    ).map((r) => r.detail);
+    const details = planOf(sqlite, text!);
     expect(details).toContainEqual(expect.stringMatching(/^SEARCH e USING (COVERING )?INDEX events_task_seq_idx/));
     expect(details).not.toContainEqual(expect.stringMatching(/events_due_idx/));
   });
