@@ -64,7 +64,8 @@ export const TURN_WORK_MS = 10;
  * One clock a turn for the relay's background work (the workers' upstream calls: submissions,
  * reads, list reads), so any number of them cannot hold one turn of the event loop and keep
  * requests waiting (issue #38 item 7: a turn that started 30 submissions, handled a dozen reads'
- * answers and recorded them ran 40-57 ms of CPU). A piece of background work runs through run():
+ * answers and recorded them ran 40-57 ms of CPU; a group-commit flush ran 10 ms more on a budget of its
+ * own). A piece of background work runs through run(), or cuts itself to what left() allows (a flush):
  * it runs at once while the turn has run for less than TURN_WORK_MS since its first gated piece,
  * else it waits for a later turn, first come first served. A turn's clock runs from its first gated
  * piece through the next check phase, which grants waiting pieces one at a time from what is left of
@@ -98,6 +99,16 @@ export class TurnTime {
     }
     this.elapsed();
     return new Promise<void>((go) => this.waiting.push(go)).then(work);
+  }
+
+  /**
+   * What is left of this turn's budget (negative once spent), starting its clock if none runs yet:
+   * for work that cuts itself to fit rather than waiting whole for a later turn (the SQLite group
+   * commit's flush). Its time counts as it runs: the clock is the wall clock since the turn's first
+   * gated piece.
+   */
+  left(): number {
+    return this.budgetMs - this.elapsed();
   }
 
   /** How long this turn has run since its first gated piece (starting its clock if none has yet). */

@@ -3,7 +3,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { type Gatherer, GroupCommit, StoreClosedError, TurnBudget } from "../../src/db/sqlite/group-commit.js";
+import { type Gatherer, GroupCommit, StoreClosedError } from "../../src/db/sqlite/group-commit.js";
+import { TurnTime } from "../../src/next-turn.js";
 import { openDatabase, type Database_ } from "../../src/db/sqlite/open.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 
@@ -391,9 +392,9 @@ describe("GroupCommit", () => {
       expect(settled).toEqual(["0:3", "1:3", "2:3", "3:6", "4:6"]);
     });
 
-    it("two commits sharing a turn's budget: the second yields once the first spent it, in order", async () => {
+    it("two commits sharing a turn's clock: the second yields once the first spent it, in order", async () => {
       const clock = new FakeClock();
-      const turn = new TurnBudget();
+      const turn = new TurnTime(10, () => clock.now());
       const bound = { budgetMs: 10, minUnits: 1, now: () => clock.now(), shared: turn };
       const intake = new GroupCommit(database.db, 256, 0, 0, bound);
       const attempts = new GroupCommit(database.db, 256, 0, 0, bound);
@@ -409,9 +410,28 @@ describe("GroupCommit", () => {
       expect(settled).toEqual(["0:1", "1:2", "2:4", "3:4"]);
     });
 
+    it("a turn whose upstream calls spent the clock flushes only its floor: one clock for all background work", async () => {
+      const clock = new FakeClock();
+      const turn = new TurnTime(10, () => clock.now());
+      const commits = new GroupCommit(database.db, 256, 0, 0, {
+        budgetMs: 10,
+        minUnits: 1,
+        now: () => clock.now(),
+        shared: turn,
+      });
+      const transactions = vi.spyOn(database.db, "transaction");
+      const units = ["a", "b", "c"].map((v) => commits.run(costly(clock, v, 1)));
+      // Before the flush, in the same turn, a gated piece (an upstream call's start) takes the turn's 10 ms.
+      await turn.run(() => clock.advance(12));
+      expect(await Promise.all(units)).toEqual(["a", "b", "c"]);
+      // The flush's floor in this turn (a), the rest in the next turn, on a fresh clock (b and c in one commit).
+      expect(transactions).toHaveBeenCalledTimes(2);
+      expect(rows()).toEqual(["a", "b", "c"]);
+    });
+
     it("close() commits everything queued on commits sharing a budget", async () => {
       const clock = new FakeClock();
-      const bound = { budgetMs: 10, minUnits: 1, now: () => clock.now(), shared: new TurnBudget() };
+      const bound = { budgetMs: 10, minUnits: 1, now: () => clock.now(), shared: new TurnTime(10, () => clock.now()) };
       const intake = new GroupCommit(database.db, 256, 0, 0, bound);
       const attempts = new GroupCommit(database.db, 256, 0, 0, bound);
       const queued = [intake.run(costly(clock, "a", 20)), attempts.run(costly(clock, "b", 20))];

@@ -62,8 +62,12 @@ export interface TurnBound {
   settlesPerTurn?: number;
   /** How long a turn settles committed units (SETTLE_BUDGET_MS). */
   settleBudgetMs?: number;
-  /** The turn's budget shared with the store's other group commits (intake and attempts). */
-  shared?: TurnBudget;
+  /**
+   * The clock of the turn shared with the process's other background work (next-turn.ts, turnTime):
+   * a flush runs at most what is left of it, past its floor, so the store's two group commits and
+   * the workers' upstream calls together run about one budget a turn (issue #38 item 7).
+   */
+  shared?: TurnClock;
   /**
    * How long a batch of lingering units only (UnitOptions.linger) waits for announced writes;
    * the hold (holdMs) when absent or shorter.
@@ -77,29 +81,9 @@ export interface TurnBound {
   walSync?: WalSync;
 }
 
-/**
- * One turn's budget shared by a store's group commits: the intake and the attempts commits could
- * each flush 10 ms in the same turn (issue #38 item 7). A flush spends what it ran; what is left
- * bounds the next flush of the same turn, which keeps its MIN_UNITS_PER_TURN floor and yields the
- * rest. The spend resets at the next check phase (a setImmediate scheduled at first spend).
- */
-export class TurnBudget {
-  private spentMs = 0;
-  private resetting = false;
-
-  left(budgetMs: number): number {
-    return budgetMs - this.spentMs;
-  }
-
-  spend(ms: number): void {
-    this.spentMs += ms;
-    if (this.resetting) return;
-    this.resetting = true;
-    setImmediate(() => {
-      this.spentMs = 0;
-      this.resetting = false;
-    });
-  }
+/** What a flush asks of the turn's shared clock: its budget left, negative once spent (TurnTime.left). */
+export interface TurnClock {
+  left(): number;
 }
 
 /**
@@ -193,7 +177,7 @@ export class GroupCommit {
 
   private readonly walSync: WalSync | undefined;
 
-  private readonly shared: TurnBudget | undefined;
+  private readonly shared: TurnClock | undefined;
 
   private readonly turnBudgetMs: number;
   private readonly minUnits: number;
@@ -376,7 +360,7 @@ export class GroupCommit {
     this.queue = [];
     if (queued.length === 0) return;
     const started = this.now();
-    if (this.shared) budgetMs = Math.min(budgetMs, this.shared.left(this.turnBudgetMs));
+    if (this.shared) budgetMs = Math.min(budgetMs, this.shared.left());
     let batch = queued;
     const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = [];
     const sqlite = (this.db as unknown as { $client: Database_["sqlite"] }).$client;
@@ -419,14 +403,12 @@ export class GroupCommit {
       this.tallies = null;
       // A closed connection failed the flush: nothing to restore, and the units still reject.
       if (walSync && sqlite.open) sqlite.exec(SYNC_FULL);
-      this.shared?.spend(this.now() - started);
       // The commit itself failed (disk full, I/O error): nothing in the batch is durable.
       for (const item of batch) item.reject(error);
       this.carryOver(queued.slice(batch.length));
       return;
     }
     if (walSync) sqlite.exec(SYNC_FULL);
-    this.shared?.spend(this.now() - started);
     this.carryOver(queued.slice(batch.length));
     const settle = (syncError: Error | null) =>
       this.settles.add(

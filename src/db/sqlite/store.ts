@@ -20,7 +20,8 @@ import type {
 import type { NewTaskRow, TaskRow } from "../../store/rows.js";
 import { applyCreditChange, creditPosition, findLearnedPrice, learnPrice, reservationsAround } from "./clients.js";
 import { insertPrepared as insertEventPrepared } from "./events.js";
-import { GroupCommit, TurnBudget } from "./group-commit.js";
+import { turnTime } from "../../next-turn.js";
+import { GroupCommit } from "./group-commit.js";
 import { WalSync } from "./wal-sync.js";
 import type { Database_, Db } from "./open.js";
 import {
@@ -140,8 +141,9 @@ export class SqliteStore implements Store, SqliteContext {
   ) {
     const db = database.db;
     // Creations arrive from many connections at once: a commit waits up to 2 turns for more (group-commit.ts).
-    // One turn budget for both: their flushes in one turn together run at most TURN_BUDGET_MS.
-    const turn = new TurnBudget();
+    // Both flush within the turn's one clock for background work (next-turn.ts), which the upstream
+    // calls share: together they run about TURN_WORK_MS of a turn, not 10 ms each.
+    const turn = turnTime;
     // A file's WAL is synced off the event loop, one sync for both commits (wal-sync.ts).
     const { sqlite } = database;
     const walSync = sqlite.memory || sqlite.name.startsWith("file:") ? undefined : new WalSync(`${sqlite.name}-wal`);
