@@ -75,13 +75,11 @@ export function claimDue(
     scan,
     limit: wanted,
   }) as Candidate[];
-  // Something is left out, the first `scan` due events hold fewer than the claim may take even
-  // with every key's cap (a capped key's backlog, due earlier, fills them), and more are due: each
-  // other key's own first events instead, so the claim never walks that backlog. With nothing left
-  // out the window is the whole answer, as it always was. Decided on the rows alone: the rooms are
+  // The first `scan` due events hold fewer than the claim may take, even with every key's cap (a
+  // capped key's backlog, due earlier, fills them), and more are due: each other key's own first
+  // events instead, so the claim never walks that backlog. Decided on the rows alone: the rooms are
   // asked once, by the one pick (asking a client's room is not a pure read: core/fair-pool.ts).
   if (
-    ((opts.excludeKeys?.length ?? 0) > 0 || (opts.excludeClients?.length ?? 0) > 0) &&
     withinCaps(candidates, perKey) < opts.limit &&
     statement(db, "events.dueBeyond", DUE_BEYOND_SQL).get({ now: opts.now, scan })
   )
