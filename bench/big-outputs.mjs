@@ -7,7 +7,8 @@
 //                                      BENCH_BIG_READS=0: no reads of the big tasks; BENCH_BIG_NICE=1: this
 //                                      process at nice 10, the relay not; BENCH_BIG_RATE=<n>: the victim
 //                                      creates n a second instead of back to back; BENCH_BIG_VICTIM=process:
-//                                      the victim in a process of its own)
+//                                      the victim in a process of its own; BENCH_BIG_PIN=1: the relay on
+//                                      CPU 0, this process and its other children on the others)
 //
 // A fake upstream in this process answers every read of a "BIG" task with a 7 MB output (60,000
 // small objects: the costly shape to parse and write) and every other task with a small one. Per
@@ -19,6 +20,7 @@
 // in the phase is read from its /metrics (prom-client's nodejs_eventloop_lag_max_seconds, reset at
 // each scrape). Medians over the rounds; the load average at the start and end; per build, `reached`:
 // whether its loop max stayed within 50 ms and its p99 within twice the victim's p99 alone.
+import { spawnSync } from "node:child_process";
 import { createServer } from "node:http";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -197,6 +199,21 @@ const PROBE_URL = new URL("./lib/loop-probe.mjs", import.meta.url).href;
  */
 const NICE = process.env.BENCH_BIG_NICE === "1";
 
+/**
+ * BENCH_BIG_PIN=1: the relay (every thread of it, and those it starts later) runs on CPU 0, this
+ * process and the children it starts after (the victim's process) on the other CPUs: the load
+ * generators and the fake upstream stop taking the relay's core, so a stall left is the relay's own
+ * (its main thread, its niced worker threads, its GC), as in a deployment whose clients and upstream
+ * are other machines. Linux's `taskset`; refused with fewer than 2 CPUs.
+ */
+const PIN = process.env.BENCH_BIG_PIN === "1";
+
+/** `taskset -a -p -c <cpus> <pid>`: every thread of `pid` on those CPUs; throws with its stderr. */
+function pin(pid, cpus) {
+  const r = spawnSync("taskset", ["-a", "-p", "-c", cpus, String(pid)], { encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`taskset -a -p -c ${cpus} ${pid}: ${r.error?.message ?? r.stderr.trim()}`);
+}
+
 /** The relay main thread's CPU time and runqueue wait so far (ms), from /proc/<pid>/task/<pid>/schedstat. */
 function schedOf(pid) {
   const [cpu, wait] = readFileSync(`/proc/${pid}/task/${pid}/schedstat`, "utf8").split(" ");
@@ -266,6 +283,7 @@ async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
         : []),
     ],
   });
+  if (PIN) pin(relay.pid, "0");
   const windows = {};
   // This process's own loop delay per phase: the victim's latencies are timed here, so a stall of this
   // process (the fake upstream, the read-backs) shows in them though the relay did not cause it.
@@ -352,6 +370,11 @@ export async function benchBigOutputs({
   const bigTasks = QUICK ? 2 : 8;
   const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-big-"));
   if (NICE) os.setPriority(10);
+  if (PIN) {
+    const cpus = os.availableParallelism();
+    if (cpus < 2) throw new Error(`BENCH_BIG_PIN=1 needs 2 CPUs or more; this machine has ${cpus}`);
+    pin(process.pid, `1-${cpus - 1}`);
+  }
   const upstream = await startUpstream();
   const receiver = await startReceiver();
   const load_start = loadNow();
@@ -373,6 +396,9 @@ export async function benchBigOutputs({
   const med = (rows, f) => round(median(rows.map(f).filter((x) => x !== null)), 1);
   const out = {
     nice: NICE ? "bench process at nice 10 (BENCH_BIG_NICE=1)" : "bench process and relay at the same priority",
+    cpus: PIN
+      ? "relay pinned to CPU 0, bench and victim to the others (BENCH_BIG_PIN=1)"
+      : "relay and bench share every CPU",
     victim: `${RATE > 0 ? `${RATE} creations a second (BENCH_BIG_RATE), open loop` : "back to back from 4 connections"}${VICTIM_PROCESS ? ", in a process of its own" : ", in the bench's process"}`,
     method: `fake upstream on loopback, ${bigTasks} tasks with a 7 MB output (60,000 objects) per round while a victim creates tasks from 4 connections${BIG_READS ? " and the hostile client reads its big tasks back on one connection" : ""}; victim alone first for 3 s; relay event-loop max from its /metrics; medians of ${rounds} round(s), builds' order rotated`,
     load_start,
