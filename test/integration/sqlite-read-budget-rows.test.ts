@@ -57,6 +57,11 @@ describe("takeRead on SQLite", () => {
     const store = memoryStore();
     try {
       const transactions = vi.spyOn(store.database.db, "transaction");
+      // The turn's clock stands still: a flush past its floor of 4 units stops when the turn's budget
+      // is spent (group-commit.test.ts tests that cut), and on a busy machine a preemption between two
+      // takes could spend it. What this test pins is the batching, so no wall time passes.
+      const frozen = performance.now();
+      vi.spyOn(performance, "now").mockReturnValue(frozen);
       // A sweep's reads: one transaction and one WAL sync for all, not one each on the main thread.
       const takes = [0, 1, 2, 3, 4].map((i) => store.accounts.takeRead("acct", NOW + i, 3, MINUTE));
       expect(await Promise.all(takes)).toEqual([true, true, true, false, false]);
