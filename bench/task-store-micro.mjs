@@ -4,7 +4,8 @@
 // behind 1,000 waiting, the account state read, a model's duration samples, a transition's write and the in-flight list of 64
 // (CPU µs per call, medians of rounds); the eleventh round's: a task's life (its row and its three
 // transitions as the end-to-end run writes them, in one transaction), PIECES=task_life; claims of 8
-// listed tasks among 1,000 due waiting ones (claimDue with ids, claimIds), PIECES=claim_picked,claim_ids.
+// listed tasks among 1,000 due waiting ones (claimDue with ids, claimIds), PIECES=claim_picked,claim_ids;
+// a completion teaching the price its key holds, PIECES=learn_price.
 //   node bench/task-store-micro.mjs OLD_DIST [NEW_DIST=dist] [rounds=5]
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -23,6 +24,7 @@ async function side(dist) {
   const { transitionIn } = await load(dist, "db/sqlite/store.js");
   const { sqliteStore } = await load(dist, "open-store.js");
   const { transitionRules } = await load(dist, "core/transition.js");
+  const { learnPrice } = await load(dist, "db/sqlite/clients.js");
   const { newClient } = await load(dist, "services/clients.js");
   const database = openDatabase(":memory:");
   const { db, sqlite } = database;
@@ -113,6 +115,14 @@ async function side(dist) {
     duration_samples: { per: 1, fn: () => accounts.durationSamples("image", "p-image") },
     in_flight: { per: 1, fn: () => listInFlight(db, "default") },
     task_life: { per: 1, fn: lifeOf },
+    // A completion teaching the price its key already holds (twelfth round): 32 in one transaction.
+    learn_price: {
+      per: 32,
+      fn: () =>
+        sqlite.transaction(() => {
+          for (let i = 0; i < 32; i++) learnPrice(db, "pk-micro", 5, now++);
+        })(),
+    },
     // The fair submitter's picks and a list sweep's ids, 8 listed among 1,000 due waiting tasks.
     claim_picked: {
       per: 1,

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { SqliteStore } from "../../src/db/sqlite/store.js";
 import { contractClient, contractTask, CONTRACT_NOW } from "../helpers/store-dialects.js";
 import { memoryStore } from "../helpers/memory-store.js";
+import { findLearnedPrice } from "../../src/db/sqlite/clients.js";
 
 const opts = (token: string | null, now: number) => ({ now, token, firstAttemptDelayMs: 0 });
 
@@ -221,5 +222,39 @@ describe("a submission's step on SQLite", () => {
     expect(reads).toBe(1);
     expect(await store.tasks.find(t.id)).toEqual(step!.task);
     expect(await store.clients.creditPosition(c.id)).toMatchObject({ reserved: 25 });
+  });
+});
+
+/**
+ * A first charge teaches its price key's price (learned_prices). A model's completions all teach the
+ * same price: the row is written only when the price changes, as on PostgreSQL (pg-credits.test.ts).
+ */
+describe("a learned price on SQLite", () => {
+  let store: SqliteStore | undefined;
+  afterEach(() => store?.database.close());
+
+  it("is written when it changes, not when a completion teaches the price it holds", async () => {
+    store = memoryStore();
+    const s = store;
+    const c = await contractClient(s);
+    const complete = async (key: string, charged: number, at: number) => {
+      const req = contractTask(c.id, key);
+      const { task } = await s.tasks.create({ ...req, row: { ...req.row, priceKey: "pk-same" } });
+      await s.tasks.transition(
+        task,
+        { status: "succeeded", phase: "done", pointsCharged: charged, completedAt: at },
+        opts(null, at),
+      );
+    };
+    const learned = () =>
+      s.database.sqlite.prepare("SELECT points, updated_at FROM learned_prices WHERE price_key = 'pk-same'").get();
+    await complete("first", 12, CONTRACT_NOW + 1);
+    expect(learned()).toEqual({ points: 12, updated_at: CONTRACT_NOW + 1 });
+    await complete("second", 12, CONTRACT_NOW + 2);
+    expect(learned()).toEqual({ points: 12, updated_at: CONTRACT_NOW + 1 });
+    await complete("third", 14, CONTRACT_NOW + 3);
+    expect(learned()).toEqual({ points: 14, updated_at: CONTRACT_NOW + 3 });
+    // The price a submission reads is the last one taught.
+    expect(findLearnedPrice(s.database.db, "pk-same")).toBe(14);
   });
 });
