@@ -249,9 +249,11 @@ export function quietAfterRefill(
  * Leases ahead of the in-flight cap (docs/performance.md, eighth round). A key's refill may lease
  * up to this many of its events at once, while at most its cap of them are in flight: the rest
  * wait in memory and start as the key's own slots free, with no claim between one attempt's end
- * and the next one's start, and their records commit together.
+ * and the next one's start, and their records commit together. 128 since the twelfth round: a
+ * refill asked at half of it (leaseAheadWant) still claims about 64, as before, while the key
+ * keeps enough waiting to outlast the records' linger its claim joins.
  */
-export const LEASE_AHEAD_MAX = 64;
+export const LEASE_AHEAD_MAX = 128;
 
 /**
  * A leased-ahead event starts only while its lease outlasts an attempt by this much: a lease that
@@ -273,12 +275,23 @@ export function leaseAheadLimit(a: { cap: number; waitMs: number; attemptMs: num
 }
 
 /**
- * How many more of a key's events its refill leases ahead: none while more than a cap's worth
- * still waits (a refill every few dozen webhooks, not every one), else up to the key's limit less
- * what it has in flight and waiting.
+ * How many more of a key's events its refill leases ahead: none while more than half its limit
+ * (and more than a cap's worth) still waits, so a refill every few dozen webhooks, not every one;
+ * else up to the key's limit less what it has in flight and waiting. Half, not a cap's worth: a
+ * refill that is not urgent joins the records' commit and waits for its linger (up to
+ * RECORD_LINGER_MS, workers/delivery/refills.ts), then for the commit's sync; with only a cap's
+ * worth left the key ran out first, and its next settle ended the linger (a commit of a few records).
+ * `dry`: the key's last refill found fewer events than it asked for (its backlog is all leased):
+ * then only once no more than a cap's worth waits, so a short backlog is not asked again at every settle.
  */
-export function leaseAheadWant(k: { cap: number; limit: number; inFlight: number; waiting: number }): number {
-  if (k.waiting > k.cap) return 0;
+export function leaseAheadWant(k: {
+  cap: number;
+  limit: number;
+  inFlight: number;
+  waiting: number;
+  dry?: boolean;
+}): number {
+  if (k.waiting > (k.dry === true ? k.cap : Math.max(k.cap, Math.floor(k.limit / 2)))) return 0;
   return Math.max(0, k.limit - k.inFlight - k.waiting);
 }
 

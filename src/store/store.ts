@@ -403,8 +403,14 @@ export interface KeyLimit extends DeliveryKey {
 export interface RecordWindow {
   /** A record is on its way: the open commit waits for it (a few ms at most). Call the result once it is queued. */
   expect(): () => void;
-  /** Runs `join` as the open commit closes, so what it queues shares that commit; false when none is open. */
-  beforeCommit(join: () => void): boolean;
+  /**
+   * Runs `join` as the open commit closes, so what it queues shares that commit; false when none is
+   * open. The commit then closes within a few ms, unless `linger`: what joins may wait for the
+   * records' fuller commit (a refill of keys with leased-ahead events still to start).
+   */
+  beforeCommit(join: () => void, options?: { linger?: boolean }): boolean;
+  /** What joined with `linger` can wait no longer: the open commit closes within a few ms. */
+  hurry(): void;
 }
 
 export interface EventStore {
@@ -430,7 +436,14 @@ export interface EventStore {
    */
   claimOfKeys(
     keys: readonly KeyLimit[],
-    opts: Omit<ClaimOptions, "limit"> & { maxPerKey: number },
+    opts: Omit<ClaimOptions, "limit"> & {
+      maxPerKey: number;
+      /**
+       * No one waits on the claim at once (its keys still have leased-ahead events to start): where
+       * it shares the records' group commit (SQLite), it may wait for that commit's linger.
+       */
+      linger?: boolean;
+    },
   ): Promise<ClaimedEvent[]>;
   /** The key's pending, unleased events made due now (retry-now); returns how many. */
   retryKeyNow(key: DeliveryKey, now: number): Promise<number>;

@@ -528,19 +528,39 @@ const stopLoop = (t: TestRelay) => t.relay.loops.find((l) => l.name === "dispatc
  * in between, and never more than the cap in flight; they go back when the key's circuit opens and
  * on shutdown.
  */
+/** Runs the loop until every event arrived, then stops and drains it: never more than 2 open, each once. */
+async function deliverAllOnceAtCapOfTwo(t: TestRelay, r: CountingReceiver, events: EventRow[]): Promise<void> {
+  startDispatcherLoop(t);
+  await waitFor("every webhook", () => events.every((e) => r.arrivals.has(e.id)), 10_000);
+  await stopLoop(t);
+  await t.relay.dispatcher.drain();
+  expect(r.maxOpen()).toBeLessThanOrEqual(2);
+  expect(r.arrivals.size).toBe(events.length);
+  expect(statuses(t, events).every((e) => e.deliveryStatus === "succeeded" && e.attempts === 1)).toBe(true);
+}
+
 describe("leases ahead of the per-key cap", () => {
   it("60 webhooks to one receiver at a cap of 2: a few claims of the key, not one per webhook; never more than 2 open; each arrives once", async () => {
     const { t, r, events } = await capOfTwoBacklog("steady", delayed(2), 60);
     const claimOfKeys = vi.spyOn(t.store.events, "claimOfKeys");
-    startDispatcherLoop(t);
-    await waitFor("every webhook", () => events.every((e) => r.arrivals.has(e.id)), 10_000);
-    await stopLoop(t);
-    await t.relay.dispatcher.drain();
-    expect(r.maxOpen()).toBeLessThanOrEqual(2);
-    expect(r.arrivals.size).toBe(60);
-    expect(statuses(t, events).every((e) => e.deliveryStatus === "succeeded" && e.attempts === 1)).toBe(true);
+    await deliverAllOnceAtCapOfTwo(t, r, events);
     // Before: every settled attempt's refill claimed the key's next event (about 58 claims).
     expect(claimOfKeys.mock.calls.length).toBeLessThanOrEqual(12);
+  });
+
+  it("a refill while the key's leased-ahead events still wait lingers with the records' commit; every webhook arrives once (SQLite)", async () => {
+    // More than a refill leases ahead (LEASE_AHEAD_MAX): a later refill is asked while the key's events still wait.
+    const { t, r, events } = await capOfTwoBacklog("lingering", delayed(1), 140);
+    const joins: boolean[] = [];
+    const window = t.store.attemptCommits;
+    const beforeCommit = window.beforeCommit.bind(window);
+    vi.spyOn(window, "beforeCommit").mockImplementation((join, options) => {
+      joins.push(options?.linger === true);
+      return beforeCommit(join, options);
+    });
+    await deliverAllOnceAtCapOfTwo(t, r, events);
+    // Before: every refill ended the records' linger as it joined (a commit of a few records each time).
+    expect(joins.filter(Boolean).length).toBeGreaterThanOrEqual(1);
   });
 
   it("draining (SIGTERM) gives the events leased ahead back: none stays leased, and the next run sends them", async () => {

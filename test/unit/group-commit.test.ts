@@ -218,6 +218,39 @@ describe("GroupCommit", () => {
     expect(transactions).toHaveBeenCalledTimes(4);
   });
 
+  it("beforeCommit with linger: what joins waits out the records' linger, until hurry() ends it", async () => {
+    const commits = new GroupCommit(database.db, 256, 0, 20, { lingerMs: 60_000 });
+    const transactions = vi.spyOn(database.db, "transaction");
+    const waitMs = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    const insert = (v: string, linger: boolean) =>
+      commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES (${v})`), { linger });
+    commits.expect(); // on the wire for the whole test
+    // Records of a burst, then one more well past holdMs (20) after the last: still one commit.
+    const records = [insert("r1", true), insert("r2", true)];
+    commits.lingerOn();
+    await waitMs(60);
+    records.push(insert("r3", true));
+    // A refill that may wait (its keys still have events to start) joins without ending the linger.
+    const joined: Promise<unknown>[] = [];
+    expect(commits.beforeCommit(() => joined.push(insert("refill", true)), { linger: true })).toBe(true);
+    await waitMs(60);
+    expect(count()).toBe(0);
+    // Its keys ran out: the batch commits at once (it is older than a hold), the refill in it.
+    commits.hurry();
+    await Promise.all(records);
+    await Promise.all(joined);
+    expect(database.sqlite.prepare("SELECT v FROM items ORDER BY rowid").all()).toEqual([
+      { v: "r1" },
+      { v: "r2" },
+      { v: "r3" },
+      { v: "refill" },
+    ]);
+    expect(transactions).toHaveBeenCalledTimes(1);
+    // No batch open: hurry() does nothing, and nothing is left to join.
+    commits.hurry();
+    expect(commits.beforeCommit(() => {}, { linger: true })).toBe(false);
+  });
+
   it("a unit that throws is rolled back and rejected alone; the others commit", async () => {
     const commits = new GroupCommit(database.db);
     const ok1 = commits.run((tx) => tx.run(sql`INSERT INTO items (v) VALUES ('x')`));

@@ -86,11 +86,19 @@ describe("how far ahead a key leases", () => {
     expect(leaseAheadLimit({ cap: 8, waitMs: 0, attemptMs: 1 })).toBe(8);
   });
 
-  it("a refill leases more only once no more than a cap's worth waits", () => {
-    expect(leaseAheadWant({ cap: 8, limit: 64, inFlight: 8, waiting: 9 })).toBe(0);
-    expect(leaseAheadWant({ cap: 8, limit: 64, inFlight: 8, waiting: 8 })).toBe(48);
+  it("a refill leases more only once no more than half the key's limit (at least a cap's worth) waits", () => {
+    expect(leaseAheadWant({ cap: 8, limit: 128, inFlight: 8, waiting: 65 })).toBe(0);
+    expect(leaseAheadWant({ cap: 8, limit: 128, inFlight: 8, waiting: 64 })).toBe(56);
+    expect(leaseAheadWant({ cap: 8, limit: 12, inFlight: 8, waiting: 9 })).toBe(0);
+    expect(leaseAheadWant({ cap: 8, limit: 12, inFlight: 2, waiting: 8 })).toBe(2);
     expect(leaseAheadWant({ cap: 8, limit: 8, inFlight: 3, waiting: 0 })).toBe(5);
     expect(leaseAheadWant({ cap: 8, limit: 8, inFlight: 8, waiting: 0 })).toBe(0);
+  });
+
+  it("a key whose last refill found fewer than it asked for (its backlog all leased) leases more only once a cap's worth waits", () => {
+    expect(leaseAheadWant({ cap: 8, limit: 128, inFlight: 8, waiting: 40, dry: true })).toBe(0);
+    expect(leaseAheadWant({ cap: 8, limit: 128, inFlight: 8, waiting: 8, dry: true })).toBe(112);
+    expect(leaseAheadWant({ cap: 8, limit: 128, inFlight: 8, waiting: 40, dry: false })).toBe(80);
   });
 
   it("a leased-ahead event starts only while its lease outlasts an attempt's timeout and the margin", () => {

@@ -162,7 +162,8 @@ export function sqliteEvents(s: SqliteContext): EventStore {
       s.attemptCommits.runAtomic(() =>
         claimOfKey(db, key, { ...o, limit: Math.min(o.limit, o.maxPerKey - leasedOfKey(db, key, o.now)) }),
       ),
-    claimOfKeys: (keys, o) => s.attemptCommits.runAtomic(() => claimOfKeys(db, keys, o)),
+    // A refill nobody waits on at once (its keys' leased-ahead events still start) lingers with the records.
+    claimOfKeys: (keys, o) => s.attemptCommits.runAtomic(() => claimOfKeys(db, keys, o), { linger: o.linger === true }),
     retryKeyNow: async (key, now) => retryKeyNow(db, key, now),
     pendingOfKey: async (key) => pendingOfKey(db, key),
     requeueLastOfTask: async (taskId, round) =>

@@ -43,10 +43,10 @@ export interface UnitOptions {
   withPrevious?: boolean;
   /**
    * The unit may wait in its batch for announced writes (expect()) up to the commit's `lingerMs`
-   * while they keep coming (holdMs after the last, GroupCommit.lingerOn), not just holdMs:
-   * attempts' records, so that a commit carries tens of them rather than a few (one COMMIT, its
-   * WAL frames and its sync per batch). A unit queued without it (a claim) ends the wait at most
-   * holdMs after the batch's first write, as before.
+   * once a second one has come (GroupCommit.lingerOn), not just holdMs: attempts' records, so that
+   * a commit carries tens of them rather than a few (one COMMIT, its WAL frames and its sync per
+   * batch). A unit queued without it (a claim) ends the wait at most holdMs after the batch's
+   * first write, as before.
    */
   linger?: boolean;
 }
@@ -220,13 +220,16 @@ export class GroupCommit {
 
   /**
    * A lingering unit of the open batch took one more write (an attempt's record): while every unit
-   * of the batch lingers, it waits holdMs more for the next, within lingerMs of its first write. So
-   * records arriving steadily fill one commit, and a lone one waits no longer than a hold.
+   * of the batch lingers, it waits for more up to lingerMs from its first write (or until no write
+   * is announced, closeSoon, or what waits on it hurries). So records of attempts on the wire fill
+   * one commit, and a lone one waits no longer than a hold. Records arrive in bursts a few ms apart
+   * (the answers of a turn's sends): a batch that waited only holdMs after the last one closed in
+   * the gaps between them, with about 8 records (docs/performance.md, delivery's twelfth round).
    */
   lingerOn(): void {
     if (!this.scheduled || !this.lingering) return;
     // A timer already set for an earlier end runs turn(), which waits out the rest.
-    this.holdUntil = Math.max(this.holdUntil, Math.min(this.batchAt + this.lingerMs, performance.now() + this.holdMs));
+    this.holdUntil = Math.max(this.holdUntil, this.batchAt + this.lingerMs);
   }
 
   /** The open batch waits for announced writes until `until` at the latest (performance.now()). */
@@ -244,14 +247,26 @@ export class GroupCommit {
   /**
    * Runs `join` as the open batch closes, before its transaction, so what it queues shares the
    * batch's commit (the refills' claim for the slots its records freed). False when no batch is open.
+   * What joins is a claim someone waits on: the batch lingers no longer than a hold, unless
+   * `linger` says it may wait (a refill of keys that still have leased-ahead events to start:
+   * hurry() ends the wait once it no longer may).
    */
-  beforeCommit(join: () => void): boolean {
+  beforeCommit(join: () => void, options?: { linger?: boolean }): boolean {
     if (!this.scheduled) return false;
     this.closing.push(join);
-    // What joins is a claim someone waits on (a key's refill): the batch lingers no longer than a hold.
+    if (options?.linger !== true) this.hurry();
+    return true;
+  }
+
+  /**
+   * What waits on the open batch cannot wait for its linger any more (a refill joined with linger
+   * whose keys ran out of events to start): it commits a hold after its first write at the latest,
+   * as if a unit without linger had been queued into it. Nothing when no batch is open.
+   */
+  hurry(): void {
+    if (!this.scheduled) return;
     this.lingering = false;
     this.holdAtMost(this.batchAt + this.holdMs);
-    return true;
   }
 
   /**
@@ -310,10 +325,7 @@ export class GroupCommit {
         const batchNo = ++this.batchNo;
         setImmediate(() => this.turn(batchNo));
       } else if (linger) this.lingerOn();
-      else {
-        this.lingering = false;
-        this.holdAtMost(this.batchAt + this.holdMs);
-      }
+      else this.hurry();
     });
   }
 

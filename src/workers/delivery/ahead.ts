@@ -9,6 +9,8 @@ import type { Claim } from "./trials.js";
 interface KeyAhead {
   waiting: Claim[];
   attemptMs: number | undefined;
+  /** The key's last refill found fewer events than it asked for (leaseAheadWant's `dry`). */
+  dry: boolean;
 }
 
 export interface LeasedAheadDeps {
@@ -42,7 +44,13 @@ export class LeasedAhead {
 
   /** How many more of the key's events its refill may lease ahead now. */
   want(key: string, inFlight: number): number {
-    return leaseAheadWant({ cap: this.deps.cap, limit: this.limit(key), inFlight, waiting: this.waiting(key) });
+    const dry = this.keys.get(key)?.dry === true;
+    return leaseAheadWant({ cap: this.deps.cap, limit: this.limit(key), inFlight, waiting: this.waiting(key), dry });
+  }
+
+  /** The key's refill asked for `asked` events and got `got`: fewer, and its next refill waits until few are left. */
+  refilled(key: string, asked: number, got: number): void {
+    this.keyOf(key).dry = got < asked;
   }
 
   /** The most of the key's events this instance may hold leased at once (what the claim's store is told). */
@@ -152,7 +160,7 @@ export class LeasedAhead {
 
   private keyOf(key: string): KeyAhead {
     let k = this.keys.get(key);
-    if (!k) this.keys.set(key, (k = { waiting: [], attemptMs: undefined }));
+    if (!k) this.keys.set(key, (k = { waiting: [], attemptMs: undefined, dry: false }));
     return k;
   }
 

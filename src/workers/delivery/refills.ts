@@ -38,7 +38,7 @@ export interface RefillDeps {
   leaseMs: number;
   maxPerKey: number;
   /** Events leased ahead of the keys' cap: how many more a key may lease, and where those wait. */
-  ahead: Pick<LeasedAhead, "want" | "limit" | "add" | "rowsRead">;
+  ahead: Pick<LeasedAhead, "want" | "limit" | "add" | "rowsRead" | "refilled">;
   /** After a claim left events of the key waiting: starts what has room, gives them back if nothing of the key runs to start them. */
   startWaiting: (key: string) => void;
 }
@@ -58,22 +58,36 @@ const SWEEP_AFTER_REFILL_MS = 200;
 export class Refills {
   /** Keys whose attempts settled in this turn, refilled together at its end. */
   private asks: Map<string, RefillAsk> | null = null;
+  /** Whether every key of `asks` may wait for the records' commit to linger (see ask). */
+  private lingering = false;
+  /** Keys whose refill's claim is under way (asked, not yet answered), with how many such refills. */
+  private readonly claiming = new Map<string, number>();
   private sweepTimer: NodeJS.Timeout | null = null;
 
   constructor(private readonly deps: RefillDeps) {}
 
-  /** Asks for the refill of a settled event's key; answers whether the loop need not be woken for it. */
-  ask(event: ClaimedEvent): Promise<boolean> {
+  /**
+   * Asks for the refill of a settled event's key; answers whether the loop need not be woken for it.
+   * `linger`: the key still has leased-ahead events to start, so its refill is not urgent and may
+   * wait for the records' commit to fill (up to RECORD_LINGER_MS) rather than end it within a
+   * hold: the turn's claim then shares a commit of tens of records, not of a few. An ask without it
+   * (a key with nothing left to start) ends the wait for every key of the turn (RecordWindow.hurry).
+   */
+  ask(event: ClaimedEvent, linger = false): Promise<boolean> {
     const key = deliveryKey(event.clientId, event.destinationHost);
     return new Promise((resolve) => {
       if (!this.asks) {
         this.asks = new Map();
+        this.lingering = linger;
         // As the records' commit closes (the claim then shares it), else at the end of this turn. A
         // microtask later: a settle asks just before its record is queued, which opens that commit.
         const turn = () => void this.turn();
         queueMicrotask(() => {
-          if (!this.deps.store.events.recordWindow?.beforeCommit(turn)) setImmediate(turn);
+          if (!this.deps.store.events.recordWindow?.beforeCommit(turn, { linger: this.lingering })) setImmediate(turn);
         });
+      } else if (this.lingering && !linger) {
+        this.lingering = false;
+        this.deps.store.events.recordWindow?.hurry();
       }
       const ask = this.asks.get(key);
       if (ask) ask.waiters.push(resolve);
@@ -81,15 +95,31 @@ export class Refills {
     });
   }
 
+  /**
+   * Whether a refill of the key is under way: its claim runs, or waits for the commit it joined.
+   * A settle of the key then need not hurry a commit for it: events are on their way.
+   */
+  underWay(key: string): boolean {
+    return this.claiming.has(key);
+  }
+
   /** The refills asked for in one turn, claimed together; each settle learns whether the loop need not be woken for it. */
   private async turn(): Promise<void> {
     const asks = [...(this.asks?.values() ?? [])];
+    const linger = this.lingering;
     this.asks = null;
     const outcome = new Map<string, RefillOutcome>();
+    for (const ask of asks) this.claiming.set(ask.key, (this.claiming.get(ask.key) ?? 0) + 1);
     try {
-      await this.deps.loop.claimAndStart((start) => this.claimOfKeys(asks, start, outcome));
+      await this.deps.loop.claimAndStart((start) => this.claimOfKeys(asks, linger, start, outcome));
     } catch (err) {
       this.deps.logger.error({ err, keys: asks.length }, "claiming keys' next events failed; the loop claims them");
+    } finally {
+      for (const ask of asks) {
+        const n = this.claiming.get(ask.key) ?? 1;
+        if (n <= 1) this.claiming.delete(ask.key);
+        else this.claiming.set(ask.key, n - 1);
+      }
     }
     const now = this.deps.clock.now();
     const saturated = this.deps.saturated();
@@ -117,6 +147,7 @@ export class Refills {
    */
   private async claimOfKeys(
     asks: readonly RefillAsk[],
+    linger: boolean,
     start: (claim: Claim) => boolean,
     outcome: Map<string, RefillOutcome>,
   ): Promise<{ full: boolean }> {
@@ -150,7 +181,7 @@ export class Refills {
           limit,
           leaseAhead: this.deps.ahead.limit(key),
         })),
-        { now: clock.now(), leaseMs: this.deps.leaseMs, token: owner.token(), maxPerKey: this.deps.maxPerKey },
+        { now: clock.now(), leaseMs: this.deps.leaseMs, token: owner.token(), maxPerKey: this.deps.maxPerKey, linger },
       );
       const clients = new Map<string, ClientRow | undefined>();
       const read = this.deps.ahead.rowsRead();
@@ -170,6 +201,7 @@ export class Refills {
         got.set(key, n);
       }
       for (const [key, n] of got) if (n.claimed > (starts.get(key) ?? 0)) this.deps.startWaiting(key);
+      for (const c of claims) this.deps.ahead.refilled(c.key, c.limit, got.get(c.key)?.claimed ?? 0);
       for (const [key, o] of refillOutcomes(claims, got)) outcome.set(key, o);
       return { full: claimed.length >= claims.reduce((sum, c) => sum + c.limit, 0) };
     } finally {
