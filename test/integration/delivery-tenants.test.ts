@@ -544,8 +544,10 @@ describe("leases ahead of the per-key cap", () => {
     const { t, r, events } = await capOfTwoBacklog("steady", delayed(2), 60);
     const claimOfKeys = vi.spyOn(t.store.events, "claimOfKeys");
     await deliverAllOnceAtCapOfTwo(t, r, events);
-    // Before: every settled attempt's refill claimed the key's next event (about 58 claims).
-    expect(claimOfKeys.mock.calls.length).toBeLessThanOrEqual(12);
+    // Before: every settled attempt's refill claimed the key's next event (about 58 claims). Now 3 on
+    // a quiet machine; with two CPU hogs beside, up to 13 were seen (refills asked as the key's last
+    // leased-ahead events ran, each finding none left): a third of one a webhook is the bound.
+    expect(claimOfKeys.mock.calls.length).toBeLessThanOrEqual(20);
   });
 
   it("a refill while the key's leased-ahead events still wait lingers with the records' commit; every webhook arrives once (SQLite)", async () => {
