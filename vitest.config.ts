@@ -7,20 +7,19 @@ import LongestFirst from "./test/setup/sequencer.js";
  * them runs. `npm test` runs them all; `npx vitest run --project unit` runs the unit tests alone,
  * `--project 'integration*'` the integration and end-to-end tests.
  *
- * vitest's default on two cores is one worker: the integration files run one at a time, in one
- * process. GENRELAY_TEST_WORKERS=2 (opt-in, not the default: see docs/testing.md, "Time") runs two
- * integration files at once, in two processes, and moves the files in TIMED to a project of their
- * own, `integration-timed`, which runs alone, one file at a time, after the others
+ * Two workers by default (GENRELAY_TEST_WORKERS, 1 for the old layout): two integration files run at
+ * once, in two processes, and the files in TIMED move to a project of their own,
+ * `integration-timed`, which runs alone, one file at a time, after the others
  * (`sequence.groupOrder`): they assert a wall-clock bound (a victim's latency, a takeover within its
  * lease, a deadline held) or are known to be sensitive to load. A new file that bounds a duration in
- * real time goes in TIMED.
+ * real time goes in TIMED. docs/testing.md, "Time", has both layouts' figures.
  *
  * test/setup/exit-guard.ts keeps a failed run's exit status non-zero. GENRELAY_GATE_FIXTURES=1 is
  * for test/e2e/gate.test.ts only: each project then runs the deliberately failing fixtures under
  * test/gate-fixtures/ instead of the suite, with a dependency-like hook that calls process.exit(0).
  */
 const gate = process.env.GENRELAY_GATE_FIXTURES === "1";
-const workers = gate ? 1 : Math.max(1, Number(process.env.GENRELAY_TEST_WORKERS) || 1);
+const workers = gate ? 1 : Math.max(1, Number(process.env.GENRELAY_TEST_WORKERS) || 2);
 
 const TIMED = [
   "test/integration/delivery-tenants.test.ts",
