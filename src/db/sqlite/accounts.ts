@@ -5,7 +5,7 @@ import { durationStats, upstreamAccounts, upstreamReads } from "./schema.js";
 import type { Database_, Db } from "./open.js";
 import type { DbOrTx } from "./tx.js";
 import { and, eq, gt } from "drizzle-orm";
-import { prepared } from "./prepared.js";
+import { clientOf, prepared } from "./prepared.js";
 import type { SqliteContext } from "./context.js";
 import { sweepInChunks } from "./group-commit.js";
 
@@ -65,7 +65,7 @@ export function sqliteAccounts(s: SqliteContext): AccountStore {
  */
 export function state(db: Db, id: string): UpstreamAccountRow | undefined {
   const r = prepared(db, "accounts.state", () =>
-    (db as unknown as { $client: Database_["sqlite"] }).$client
+    clientOf(db)
       .prepare(
         "SELECT id, learned_max_concurrent, learned_at, reads_paused_until, submit_paused_until, updated_at FROM upstream_accounts WHERE id = ?",
       )

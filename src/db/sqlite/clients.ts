@@ -4,8 +4,8 @@ import type { ClientRow, NewClientRow } from "../../store/rows.js";
 import { ClientChanges } from "../kit/client-changes.js";
 import { ADMITTED_GRANULARITY_MS } from "../kit/task-claims.js";
 import type { SqliteContext } from "./context.js";
-import type { Database_, Db } from "./open.js";
-import { prepared } from "./prepared.js";
+import type { Db } from "./open.js";
+import { prepared, statement } from "./prepared.js";
 import { clients, creditLedger, learnedPrices, tasks } from "./schema.js";
 import type { DbOrTx } from "./tx.js";
 
@@ -218,12 +218,12 @@ export function findLearnedPrice(db: Db, priceKey: string): number | null {
  * bench/task-store-micro.mjs`; 13 against 3 µs on a WAL file).
  */
 export function learnPrice(db: Db, priceKey: string, points: number, at: number): void {
-  prepared(db, "learnedPrices.learn", () =>
-    (db as unknown as { $client: Database_["sqlite"] }).$client.prepare(
-      `INSERT INTO learned_prices (price_key, points, updated_at) VALUES (?, ?, ?)
-         ON CONFLICT (price_key) DO UPDATE SET points = excluded.points, updated_at = excluded.updated_at
-         WHERE points <> excluded.points`,
-    ),
+  statement(
+    db,
+    "learnedPrices.learn",
+    `INSERT INTO learned_prices (price_key, points, updated_at) VALUES (?, ?, ?)
+       ON CONFLICT (price_key) DO UPDATE SET points = excluded.points, updated_at = excluded.updated_at
+       WHERE points <> excluded.points`,
   ).run(priceKey, points, at);
 }
 

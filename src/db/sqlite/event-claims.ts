@@ -1,10 +1,9 @@
-import type Database from "better-sqlite3";
 import { and, asc, eq, gte, inArray, isNull, lt, notInArray, or, sql, type Placeholder, type SQL } from "drizzle-orm";
 import type { ClaimOptions, DeliveryKey, EventClaimOptions, KeyLimit } from "../../store/store.js";
 import type { ClaimedEvent, NewEventRow } from "../../store/rows.js";
 import { pickWithinRoom } from "../../store/fairness.js";
 import type { Db } from "./open.js";
-import { jsonList, prepared } from "./prepared.js";
+import { jsonList, prepared, statement } from "./prepared.js";
 import { events } from "./schema.js";
 import { eventsInDueOrder } from "../kit/claim-order.js";
 import { EVENT_SCAN_FACTOR } from "../kit/claim-window.js";
@@ -149,11 +148,6 @@ export function firstDueOfKeys(db: Db, now: number, excludeKeys: string[], exclu
     if (at !== undefined && at !== null && (first === null || at < first)) first = at;
   }
   return first;
-}
-
-/** A statement of this file's own SQL on better-sqlite3, prepared once per database (values bound by name). */
-function statement(db: Db, name: string, text: string): Database.Statement {
-  return prepared(db, name, () => (db as unknown as { $client: Database.Database }).$client.prepare(text));
 }
 
 /** claimable() on `e`, for this file's own SQL: not leased, and each task's events to an endpoint in order. */

@@ -1,6 +1,7 @@
 import { TURN_WORK_MS } from "../../next-turn.js";
 import { checkNumber } from "../../store/values.js";
-import type { Database_, Db } from "./open.js";
+import type { Db } from "./open.js";
+import { clientOf } from "./prepared.js";
 import { PacedSettles, SETTLE_BUDGET_MS, SETTLES_PER_TURN } from "./paced-settles.js";
 import { inSavepoint } from "./savepoint.js";
 import type { Tx } from "./tx.js";
@@ -377,7 +378,7 @@ export class GroupCommit {
     if (this.shared) budgetMs = Math.min(budgetMs, this.shared.left());
     let batch = queued;
     const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = [];
-    const sqlite = (this.db as unknown as { $client: Database_["sqlite"] }).$client;
+    const sqlite = clientOf(this.db);
     // close() commits with its own sync: the database closes right after.
     const walSync = budgetMs === Number.POSITIVE_INFINITY ? undefined : this.walSync;
     try {

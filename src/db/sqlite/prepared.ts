@@ -11,6 +11,14 @@ import type { Db } from "./open.js";
  */
 const cache = new WeakMap<Db, Map<string, unknown>>();
 
+/**
+ * The better-sqlite3 connection under a drizzle database. Everything runs on this one connection,
+ * so a statement prepared on it also runs inside a transaction drizzle has open.
+ */
+export function clientOf(db: Db): Database.Database {
+  return (db as unknown as { $client: Database.Database }).$client;
+}
+
 export function prepared<T>(db: Db, name: string, build: () => T): T {
   let statements = cache.get(db);
   if (!statements) cache.set(db, (statements = new Map()));
@@ -20,6 +28,11 @@ export function prepared<T>(db: Db, name: string, build: () => T): T {
     statements.set(name, statement);
   }
   return statement;
+}
+
+/** A statement of a module's own SQL on better-sqlite3, prepared once per database (values bound by name or position). */
+export function statement(db: Db, name: string, text: string): Database.Statement {
+  return prepared(db, name, () => clientOf(db).prepare(text));
 }
 
 /**
@@ -52,8 +65,7 @@ interface BoundColumn {
 function byPosition(db: Db, name: string, build: () => { text: string; columns: BoundColumn[] }) {
   return prepared(db, name, () => {
     const { text, columns } = build();
-    const sqlite = (db as unknown as { $client: Database.Database }).$client;
-    return { columns, statement: sqlite.prepare(text) };
+    return { columns, statement: clientOf(db).prepare(text) };
   });
 }
 

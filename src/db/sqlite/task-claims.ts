@@ -4,8 +4,8 @@ import type { InFlightTask } from "../../store/store.js";
 import type { TaskRow } from "../../store/rows.js";
 import { clientRoom, type TaskClaimOperations } from "../kit/task-claims.js";
 import type { SqliteContext } from "./context.js";
-import type { Database_, Db } from "./open.js";
-import { jsonList, prepared } from "./prepared.js";
+import type { Db } from "./open.js";
+import { clientOf, jsonList, prepared } from "./prepared.js";
 import { clients, tasks } from "./schema.js";
 import type { TaskPhase } from "../../statuses.js";
 import { inPickedOrder } from "../kit/claim-order.js";
@@ -351,7 +351,7 @@ export function listInFlight(db: Db, account: string): InFlightTask[] {
   // literal (issue #43: drizzle building the select and mapping its rows was about 50 µs a task end
   // to end under the profiler).
   const rows = prepared(db, "tasks.listInFlight", () =>
-    (db as unknown as { $client: Database_["sqlite"] }).$client
+    clientOf(db)
       .prepare(
         "SELECT id, upstream_task_id, status, submitted_at, type, model, traceparent, tracestate FROM tasks WHERE phase = 'submitted' AND upstream_account = ?",
       )

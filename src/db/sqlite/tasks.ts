@@ -5,8 +5,8 @@ import { DELIVERY_FAILING_TASK } from "../kit/delivery-failing.js";
 import { storedBytesOfClient } from "./stored-bytes.js";
 import type { SqliteContext } from "./context.js";
 import { sweepInChunks } from "./group-commit.js";
-import type { Database_, Db } from "./open.js";
-import { patchShape, prepared } from "./prepared.js";
+import type { Db } from "./open.js";
+import { clientOf, patchShape, prepared } from "./prepared.js";
 import { tasks } from "./schema.js";
 import type { TaskPhase } from "../../statuses.js";
 import { sqliteTaskClaims, unclaimed } from "./task-claims.js";
@@ -261,7 +261,6 @@ export function findByUpstreamId(db: Db, account: string, upstreamTaskId: string
 }
 
 /** The connection under drizzle: statements prepared on it bind and read without drizzle's per-call work. */
-const rawClient = (db: Db): Database_["sqlite"] => (db as unknown as { $client: Database_["sqlite"] }).$client;
 
 /** Every column of `tasks`, in the order TASK_ROW's keys read them. */
 const TASK_COLUMNS = Object.entries(getTableColumns(tasks));
@@ -280,7 +279,7 @@ const taskRowOf = new Function(
  * 167 µs a task end to end under the profiler).
  */
 export function findTaskPrepared(db: Db, id: string): TaskRow | undefined {
-  const client = rawClient(db);
+  const client = clientOf(db);
   const values = prepared(db, "tasks.find", () =>
     client.prepare(`SELECT ${TASK_COLUMNS.map(([, c]) => `"${c.name}"`).join(", ")} FROM tasks WHERE id = ?`).raw(true),
   ).get(id) as unknown[] | undefined;
@@ -309,7 +308,7 @@ const WAITING_AHEAD_NEWER_SCAN = 256;
  * Both reads are synchronous on the one connection: no commit falls between them.
  */
 export function waitingAhead(db: Db, account: string, id: string): number {
-  const client = rawClient(db);
+  const client = clientOf(db);
   const newer = prepared(db, "tasks.waitingNewer", () =>
     client
       .prepare(
