@@ -1,10 +1,10 @@
 // Where intake's CPU goes by thread: the relay and bench/proto/intake-sqlite.mjs, each on a fresh
-// database, 32 connections for 2 s of warm-up and then SECONDS s; CPU (user + system) of every thread
+// database, 32 connections for WARM s of warm-up (2) and then SECONDS s; CPU (user + system) of every thread
 // of the process from /proc/<pid>/task over the measured window, per 201: the main thread apart from
 // the others (V8's platform workers, which run TurboFan's optimizing compiles and GC helpers, the
 // libuv thread pool, worker threads). Sides alternate, ROUNDS rounds. `perf record -p <pid>` (or
 // `perf report --sort pid`) names what a thread does; the thread ids are printed with PER=1.
-//   [ROUNDS=3] [SECONDS=6] [PER=1] [XARGS="--v8-flag …"] node bench/intake-threads.mjs [DIST=dist]
+//   [ROUNDS=3] [SECONDS=6] [WARM=2] [PER=1] [KEEP=1: keep the databases and the relay log] [XARGS="--v8-flag …"] node bench/intake-threads.mjs [DIST=dist]
 import autocannon from "autocannon";
 import { spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
@@ -88,7 +88,7 @@ async function side(kind, round) {
         },
       ],
     });
-  await load(2);
+  await load(Number(process.env.WARM ?? 2));
   const before = threads(child.pid);
   const r = await load(seconds);
   const after = threads(child.pid);
@@ -108,5 +108,5 @@ try {
     for (const kind of round % 2 === 0 ? ["relay", "prototype"] : ["prototype", "relay"]) await side(kind, round);
 } finally {
   await sim.stop();
-  rmSync(tmp, { recursive: true, force: true });
+  if (!process.env.KEEP) rmSync(tmp, { recursive: true, force: true });
 }

@@ -421,7 +421,12 @@ async function main(argv) {
   // npm run bench's full-size settings (bench/run.mjs), and issue #24's goals against the prototypes.
   const CFG = {
     rounds,
-    intake: { connections: 32, duration: 10, warmup: 2 },
+    // BENCH_WARMUP / BENCH_DURATION as in bench/run.mjs: a longer warm-up measures the JIT-compiled steady state.
+    intake: {
+      connections: 32,
+      duration: Number(process.env.BENCH_DURATION ?? 10),
+      warmup: Number(process.env.BENCH_WARMUP ?? 2),
+    },
     delivery: { events: 5_000, windowS: 10 },
     e2e: { connections: 32 },
     prototypes: { e2eTasks: 1_500, e2eDrainS: 90 },
