@@ -6,7 +6,7 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BENCH, freePort, startNode } from "./proc.mjs";
+import { BENCH, freePort, ROOT, startNode } from "./proc.mjs";
 
 const RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server";
 const INSTALL = "apt-get install -y --no-install-recommends rabbitmq-server nats-server";
@@ -17,6 +17,15 @@ function processGroup(what, command, args, env, ready, timeoutMs, dir) {
     stdio: ["ignore", "pipe", "pipe"],
     detached: true,
   });
+  // Ends the group if this bench is killed before stop() (scripts/watch-group.cjs).
+  const watcher = spawn(process.execPath, [join(ROOT, "scripts", "watch-group.cjs"), String(child.pid), dir], {
+    stdio: ["pipe", "ignore", "ignore"],
+    detached: true,
+  });
+  watcher.on("error", () => {});
+  watcher.stdin.on("error", () => {});
+  watcher.stdin.unref();
+  watcher.unref();
   const exited = new Promise((resolve) => child.once("exit", resolve));
   const stop = async () => {
     try {

@@ -5,6 +5,7 @@ import { createServer as createHttpServer, type Server } from "node:http";
 import { connect as netConnect, createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { SQSClient } from "@aws-sdk/client-sqs";
 import { createRequestHandler } from "local-aws-sqs";
 import { type QueueMessage, queueHeaders } from "../../src/destinations/queue-message.js";
@@ -132,39 +133,14 @@ async function groupStopped(pgid: number): Promise<void> {
   throw new Error(`process group ${pgid} did not stop`);
 }
 
-/**
- * A broker outlives the run that started it when that run ends without its teardown (Ctrl-C or
- * SIGTERM to vitest, which skips globalSetup's teardown and the files' afterAll; SIGKILL; a crash):
- * its process group is detached, so no signal to the run reaches it. So each start also starts this
- * watcher, in a group of its own, reading a pipe whose other end only the starting process holds; the
- * kernel closes that end when the process exits, however it exits, and the watcher then ends the
- * broker's group (SIGTERM, SIGKILL after 10 s) and removes its directory. It exits by itself once the
- * group is gone (a broker stopped on purpose), and holds nothing open in the starting process.
- */
-const WATCH = `
-const pgid = Number(process.argv[1]);
-const dir = process.argv[2];
-const gone = () => { try { process.kill(-pgid, 0); return false; } catch { return true; } };
-const poll = setInterval(() => { if (gone()) process.exit(0); }, 1000);
-let ending = false;
-const end = () => {
-  if (ending) return;
-  ending = true;
-  clearInterval(poll);
-  const done = () => {
-    require("node:fs").rmSync(dir, { recursive: true, force: true });
-    process.exit(0);
-  };
-  try { process.kill(-pgid, "SIGCONT"); process.kill(-pgid, "SIGTERM"); } catch {}
-  setTimeout(() => { try { process.kill(-pgid, "SIGKILL"); } catch {} }, 10000);
-  setTimeout(done, 12000);
-  setInterval(() => { if (gone()) done(); }, 100);
-};
-process.stdin.on("end", end).on("error", end).resume();
-`;
+const WATCH_GROUP = fileURLToPath(new URL("../../scripts/watch-group.cjs", import.meta.url));
 
+/**
+ * Starts scripts/watch-group.cjs for a broker's group: it ends the group and removes `dir` when this
+ * process exits without stopping the broker (an interrupted or killed run), and holds nothing open here.
+ */
 function watchGroup(pgid: number, dir: string): ChildProcess {
-  const watcher = spawn(process.execPath, ["-e", WATCH, String(pgid), dir], {
+  const watcher = spawn(process.execPath, [WATCH_GROUP, String(pgid), dir], {
     stdio: ["pipe", "ignore", "ignore"],
     detached: true,
   });
