@@ -3,11 +3,22 @@
 // through its web stream), the same without a deadline signal, undici's own fetch on an Agent, and
 // undici's Pool.request (what bench/proto/pipeline.mjs calls). A creation's POST and its small JSON
 // answer, 16 in flight, 3,000 calls a round after 500 of warm-up; this process's CPU only (the server
-// is a child process); the order rotated, medians of ROUNDS rounds.
-//   [ROUNDS=5] node bench/upstream-call-cost.mjs
+// is a child process); the order rotated, medians of ROUNDS rounds. Then the relay's own client
+// (UpstreamClient.createTask: the deadline, the span, the body read within the turn's bytes, the parse)
+// from the built `dist` on its default transport (an undici pool since the thirteenth round), and
+// from OLD_DIST when given (the old build: the global fetch before).
+//   [ROUNDS=5] [OLD_DIST=/work/old13/dist] node bench/upstream-call-cost.mjs
 import { spawn } from "node:child_process";
+import { resolve } from "node:path";
+import { pathToFileURL } from "node:url";
 import { Agent, Pool, fetch as undiciFetch } from "undici";
 import { median } from "./lib/stats.mjs";
+
+/** The built UpstreamClient of `dist`, calling `base`. */
+async function relayClient(dist, base) {
+  const { UpstreamClient } = await import(pathToFileURL(resolve(dist, "upstream/client.js")).href);
+  return new UpstreamClient({ baseUrl: base, apiKey: "x" });
+}
 
 const rounds = Number(process.env.ROUNDS ?? 5);
 const server = spawn(
@@ -53,6 +64,12 @@ const clients = {
       await pool.request({ method: "POST", path, headers, body, headersTimeout: 30_000, bodyTimeout: 30_000 })
     ).body.json(),
 };
+const relayClients = [["relay_client", await relayClient("dist", base)]];
+if (process.env.OLD_DIST) relayClients.push(["relay_client_old", await relayClient(process.env.OLD_DIST, base)]);
+let keys = 0;
+const task = { model: "p-image", mode: "generate", prompt: "a lighthouse", count: 1 };
+for (const [name, client] of relayClients)
+  clients[name] = async () => client.createTask("image", task, `bench-key-${keys++}`);
 
 async function calls(fn, n) {
   let started = 0;
@@ -83,4 +100,5 @@ try {
   server.kill();
   await pool.close();
   await agent.close();
+  for (const [, client] of relayClients) await client.close?.();
 }

@@ -56,6 +56,7 @@ export interface RelayOptions {
   logger: Logger;
   /** Where the upstream lives and the default account's key (the sandbox simulator's in sandbox mode). */
   upstream: { baseUrl: string; apiKey: string };
+  /** Upstream calls go through this fetch when given (msw intercepts only the global one); else an undici pool. */
   fetch?: typeof fetch;
   resolve?: Resolver;
   /** Poll scheduling; "round-robin" is the naive baseline the benchmarks compare against. */
@@ -84,6 +85,8 @@ export class Relay {
   readonly sender: WebhookSender;
   /** Where deliveries go, by the endpoint's kind: a new kind registers here (docs/architecture.md, "Destinations"). */
   readonly destinations: Destinations;
+  /** Closes the upstream's connections (stop()). */
+  private readonly closeUpstream: () => Promise<void>;
   /** Closes the queue kinds' broker connections (stop()). */
   private readonly closeQueues: () => Promise<void>;
   readonly owner = new LeaseOwner();
@@ -121,6 +124,7 @@ export class Relay {
       opts.fetch,
       store.dialect === "sqlite",
     );
+    this.closeUpstream = () => accounts.close();
     this.budget = new ReadBudget(store, clock, config.upstreamReadsPerMinute);
     const metrics = new Metrics({ store, reads: () => this.budget.snapshot() });
     this.metrics = metrics;
@@ -363,5 +367,6 @@ export class Relay {
     await this.opts.store.ops.releaseLeases(this.owner.id);
     await this.sender.close();
     await this.closeQueues();
+    await this.closeUpstream();
   }
 }

@@ -1,6 +1,7 @@
 import type { Config } from "../config.js";
 import { decryptSecret } from "../crypto.js";
 import { UpstreamClient } from "./client.js";
+import { fetchTransport, type UpstreamTransport, undiciTransport } from "./transport.js";
 
 export const DEFAULT_ACCOUNT = "default";
 
@@ -15,17 +16,31 @@ export interface UpstreamKeys {
  */
 export class UpstreamAccounts {
   private readonly clients = new Map<string, UpstreamClient>();
+  /** One transport for every account's calls (they share the upstream): an undici pool unless a fetch was given. */
+  private readonly transport: UpstreamTransport;
 
   constructor(
     private readonly store: UpstreamKeys,
     private readonly config: Config,
     private readonly baseUrl: string,
     private readonly defaultKey: string,
-    // Resolved at call time, so a fetch patched later (msw in tests) is the one used.
-    private readonly fetchImpl: typeof fetch = (input, init) => globalThis.fetch(input, init),
+    /**
+     * Calls go through this fetch when given (tests pass the global one, resolved at call time, for
+     * msw to intercept); otherwise through an undici pool (transport.ts).
+     */
+    fetchImpl: typeof fetch | undefined = undefined,
     /** Long outputs stay in the parse worker for the store to write from there (UpstreamClientOptions). */
     private readonly holdLongOutputs = false,
-  ) {}
+  ) {
+    this.transport = fetchImpl
+      ? fetchTransport(baseUrl, fetchImpl)
+      : undiciTransport(baseUrl, config.upstreamTimeoutMs);
+  }
+
+  /** Closes the pool's connections (the relay's stop). */
+  close(): Promise<void> {
+    return this.transport.close();
+  }
 
   async get(account: string): Promise<UpstreamClient> {
     let client = this.clients.get(account);
@@ -36,7 +51,7 @@ export class UpstreamAccounts {
         new UpstreamClient({
           baseUrl: this.baseUrl,
           apiKey,
-          fetch: this.fetchImpl,
+          transport: this.transport,
           timeoutMs: this.config.upstreamTimeoutMs,
           maxBodyBytes: this.config.upstreamMaxBodyBytes,
           holdLongOutputs: this.holdLongOutputs,

@@ -1,5 +1,6 @@
 import { RateWatch, type DeadlineError, type MinRate } from "../net/deadline.js";
 import { BYTES_PER_SLICE, turnBytes } from "../next-turn.js";
+import type { TransportResponse } from "./transport.js";
 
 /** Default for UPSTREAM_MAX_BODY_BYTES (docs/contract.md, "Upstream answers"). */
 export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
@@ -28,8 +29,8 @@ export class LimitedBody {
 }
 
 /**
- * Reads a response body as text, at most `max` bytes of it. Memory stays bounded by `max` whatever
- * the upstream sends: a declared Content-Length over the limit is refused before a byte is read,
+ * Reads a response body through the transport (transport.ts), at most `max` bytes of it. Memory
+ * stays bounded by `max` whatever the upstream sends: a declared Content-Length over the limit is refused before a byte is read,
  * and a body that streams past it is cancelled (the connection closed) as soon as it does. With
  * `rate`, a body that arrives below it is reported to `onSlow` (the caller ends the call). A large
  * body is read a slice (BYTES_PER_SLICE) at a time within the process's bytes a turn (turnBytes),
@@ -37,18 +38,15 @@ export class LimitedBody {
  * through the stream in one turn.
  */
 export async function readLimited(
-  response: Response,
+  response: TransportResponse,
   max: number,
   rate?: { rate: MinRate; what: string; onSlow: (err: DeadlineError) => void },
 ): Promise<LimitedBody> {
   const declared = Number(response.headers.get("content-length") ?? "");
-  const body = response.body;
-  if (body === null) return new LimitedBody([], 0, false);
   if (Number.isFinite(declared) && declared > max) {
-    void body.cancel().catch(() => undefined);
+    response.cancel();
     return new LimitedBody([], 0, true);
   }
-  const reader = body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
   let truncated = false;
@@ -57,16 +55,14 @@ export async function readLimited(
   const watch = rate ? new RateWatch(rate.rate, { what: rate.what, onSlow: rate.onSlow }) : null;
   try {
     for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
+      const value = await response.read();
+      if (value === null) break;
       watch?.add(value.byteLength);
       if (size + value.byteLength > max) {
         chunks.push(value.subarray(0, max - size));
         size = max;
         truncated = true;
-        // Not awaited: a teed body (a fetch wrapper that clones responses) settles its cancel only
-        // once every branch is cancelled, and the reading is over either way.
-        void reader.cancel().catch(() => undefined);
+        response.cancel();
         break;
       }
       chunks.push(value);
@@ -79,7 +75,6 @@ export async function readLimited(
     }
   } finally {
     watch?.stop();
-    reader.releaseLock();
   }
   return new LimitedBody(chunks, size, truncated);
 }

@@ -4,6 +4,7 @@ import { deadlineIn, raceSignal, startDeadline, type MinRate } from "../net/dead
 import type { TaskStatus } from "../statuses.js";
 import { DEFAULT_MAX_BODY_BYTES, ERROR_BODY_BYTES, type LimitedBody, readLimited } from "./body.js";
 import { UpstreamError } from "./errors.js";
+import { fetchTransport, type HeaderGetter, type UpstreamTransport, undiciTransport } from "./transport.js";
 import { turnTime } from "../next-turn.js";
 import { type OffThreadJson, offThreadJson, type ParsedJson } from "./json-offload.js";
 import {
@@ -25,8 +26,16 @@ export interface UpstreamClientOptions {
   /** No trailing slash; paths /openapi/v1/... are appended. */
   baseUrl: string;
   apiKey: string;
-  /** Defaults to the global fetch (which msw intercepts in tests). */
+  /**
+   * Calls go through this fetch when given (msw, which tests mock the upstream with, intercepts only
+   * the global one: pass `(i, init) => globalThis.fetch(i, init)`); otherwise through `transport`.
+   */
   fetch?: typeof fetch;
+  /**
+   * How requests go out (transport.ts) when no `fetch` is given: shared by the clients of one upstream
+   * (UpstreamAccounts), closed by its owner. Default: an undici pool of this client's own (`close()`).
+   */
+  transport?: UpstreamTransport;
   /** Per request, covering the response body too. Default 30 000. */
   timeoutMs?: number;
   userAgent?: string;
@@ -79,7 +88,7 @@ interface RequestSpec {
 
 interface RawResponse {
   status: number;
-  headers: Headers;
+  headers: HeaderGetter;
   /** The body as read (decoded only where its text is asked for). */
   body: LimitedBody;
 }
@@ -93,7 +102,9 @@ interface RawResponse {
 export class UpstreamClient {
   private readonly baseUrl: string;
   private readonly apiKey: string;
-  private readonly fetchImpl: typeof fetch;
+  private readonly transport: UpstreamTransport;
+  /** The transport was made here: close() closes it. */
+  private readonly ownsTransport: boolean;
   private readonly timeoutMs: number;
   private readonly userAgent: string;
   private readonly clock: Clock;
@@ -111,8 +122,10 @@ export class UpstreamClient {
     }
     this.baseUrl = options.baseUrl.replace(/\/+$/, "");
     this.apiKey = options.apiKey;
-    // Resolved per call so a fetch stubbed or intercepted after construction is still used.
-    this.fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this.ownsTransport = options.fetch === undefined && options.transport === undefined;
+    this.transport = options.fetch
+      ? fetchTransport(this.baseUrl, options.fetch)
+      : (options.transport ?? undiciTransport(this.baseUrl, timeoutMs));
     this.timeoutMs = timeoutMs;
     this.userAgent = options.userAgent ?? DEFAULT_USER_AGENT;
     this.clock = options.clock ?? systemClock;
@@ -120,6 +133,11 @@ export class UpstreamClient {
     this.minBodyRate = options.minBodyRate ?? DEFAULT_MIN_BODY_RATE;
     this.taskJsonParser = options.taskJson ?? offThreadJson;
     this.holdLongOutputs = options.holdLongOutputs ?? false;
+  }
+
+  /** Closes the connections of a transport this client made itself (none when one was given). */
+  async close(): Promise<void> {
+    if (this.ownsTransport) await this.transport.close();
   }
 
   /**
@@ -234,7 +252,7 @@ export class UpstreamClient {
   /** One HTTP exchange. Resolves only for 2xx; everything else throws an UpstreamError. */
   private async request(spec: RequestSpec, trace: TraceHeaders, span: CallSpan): Promise<RawResponse> {
     const qs = spec.query?.toString() ?? "";
-    const url = `${this.baseUrl}${spec.path}${qs === "" ? "" : `?${qs}`}`;
+    const path = qs === "" ? spec.path : `${spec.path}?${qs}`;
     const headers: Record<string, string> = {
       Authorization: `Bearer ${this.apiKey}`,
       Accept: "application/json",
@@ -253,8 +271,9 @@ export class UpstreamClient {
     let res: RawResponse;
     try {
       const response = await raceSignal(
-        this.fetchImpl(url, {
+        this.transport.send({
           method: spec.method,
+          path,
           headers,
           body: spec.body === undefined ? undefined : JSON.stringify(spec.body),
           signal,
@@ -270,9 +289,7 @@ export class UpstreamClient {
         what: `the answer to ${spec.method} ${spec.path}`,
         onSlow: (err: Error) => deadline.abort(err),
       };
-      const body = await raceSignal(readLimited(response, limit, rate), signal, () => {
-        response.body?.cancel().catch(() => undefined);
-      });
+      const body = await raceSignal(readLimited(response, limit, rate), signal, () => response.cancel());
       res = { status: response.status, headers: response.headers, body };
     } catch (err) {
       const error = this.transportError(err, signal, spec);
@@ -347,7 +364,7 @@ export class UpstreamClient {
   }
 
   private transportError(err: unknown, signal: AbortSignal, spec: RequestSpec): UpstreamError {
-    const timedOut = signal.aborted || (err instanceof Error && err.name === "TimeoutError");
+    const timedOut = signal.aborted || isTimeout(err);
     if (timedOut) {
       const slow = deadlineIn(signal.reason);
       return new UpstreamError({
@@ -375,6 +392,17 @@ export class UpstreamClient {
   }
 }
 
+/**
+ * A timeout that is not the call's own deadline: fetch's `TimeoutError`, or undici's header and body
+ * timeouts (the transport's backstop, transport.ts).
+ */
+function isTimeout(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err.name === "TimeoutError") return true;
+  const code = (err as { code?: unknown }).code;
+  return code === "UND_ERR_HEADERS_TIMEOUT" || code === "UND_ERR_BODY_TIMEOUT";
+}
+
 /** undici hides the useful part (ECONNREFUSED, ENOTFOUND…) in err.cause. */
 function describeCause(err: Error): string {
   const cause = err.cause;
@@ -384,7 +412,7 @@ function describeCause(err: Error): string {
   return err.message;
 }
 
-function requestIdOf(headers: Headers, body: unknown): string | null {
+function requestIdOf(headers: HeaderGetter, body: unknown): string | null {
   const header = headers.get("x-request-id");
   if (header !== null && header !== "") return header;
   if (typeof body === "object" && body !== null && !Array.isArray(body)) {

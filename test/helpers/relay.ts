@@ -21,6 +21,11 @@ import { emptyStore, type Dialect } from "./store-dialects.js";
 
 export const UPSTREAM_URL = "https://upstream.test";
 export const UPSTREAM_KEY = "upstream-test-key";
+/**
+ * The global fetch, resolved at each call: msw (the fake upstream) patches it and intercepts nothing
+ * else, so in-process relays and clients mocked with msw are given it instead of the undici pool.
+ */
+export const viaGlobalFetch: typeof fetch = (input, init) => globalThis.fetch(input, init);
 
 /** A client's credentials, as the test relays' `client()` returns them. */
 export interface TestClient {
@@ -78,6 +83,7 @@ function relayOver(store: Store, config: Config, dir: string, opts: TestRelayOpt
     clock,
     logger: opts.logger ?? silentLogger,
     upstream: opts.upstream ?? { baseUrl: UPSTREAM_URL, apiKey: UPSTREAM_KEY },
+    fetch: viaGlobalFetch,
     ...(opts.resolve ? { resolve: opts.resolve } : {}),
   });
   const base: TestRelayBase = {

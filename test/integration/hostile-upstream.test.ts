@@ -15,7 +15,7 @@ import type { TaskRow } from "../../src/store/rows.js";
 import { FakeClock } from "../helpers/fake-clock.js";
 import { FakeUpstream } from "../helpers/fake-upstream.js";
 import { freshPgDatabase } from "../helpers/pg.js";
-import { UPSTREAM_KEY, UPSTREAM_URL } from "../helpers/relay.js";
+import { UPSTREAM_KEY, UPSTREAM_URL, viaGlobalFetch } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
 /**
@@ -78,6 +78,7 @@ async function harness(dialect: "sqlite" | "postgres", env: Record<string, strin
     clock,
     logger: pino({ level: "info" }, sink),
     upstream: { baseUrl: UPSTREAM_URL, apiKey: UPSTREAM_KEY },
+    fetch: viaGlobalFetch,
   });
   cleanups.push(async () => {
     await relay.stop(1_000);

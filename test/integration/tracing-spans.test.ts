@@ -9,7 +9,7 @@ import { UpstreamClient } from "../../src/upstream/client.js";
 import { createTask, runNextRetry, runToWebhook, taskRow } from "../helpers/flow.js";
 import { capturedLogger } from "../helpers/log-lines.js";
 import { ok, status, verifyAt } from "../helpers/receiver.js";
-import { UPSTREAM_KEY, UPSTREAM_URL } from "../helpers/relay.js";
+import { UPSTREAM_KEY, UPSTREAM_URL, viaGlobalFetch } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
 /**
@@ -151,7 +151,7 @@ describe("tracing on: spans", () => {
     up.seed({ id: "up-1", key: "k-1", type: "image", status: "processing" });
     up.seed({ id: "up-2", key: "k-2", type: "image", status: "processing" });
     const contexts = new Map([["up-1", { traceparent: `00-${TRACE_ID}-${CALLER_SPAN}-01`, tracestate: null }]]);
-    const upstream = new UpstreamClient({ baseUrl: UPSTREAM_URL, apiKey: UPSTREAM_KEY });
+    const upstream = new UpstreamClient({ baseUrl: UPSTREAM_URL, apiKey: UPSTREAM_KEY, fetch: viaGlobalFetch });
     const page = await upstream.listTasks({ status: "processing" }, (upId) => contexts.get(upId) ?? null);
     expect(page?.tasks.map((x) => x.id).sort()).toEqual(["up-1", "up-2"]);
     const [list] = named(SpanKind.CLIENT, "GET /openapi/v1/tasks");

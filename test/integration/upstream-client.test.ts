@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { UpstreamClient, type UpstreamClientOptions } from "../../src/upstream/client.js";
 import { UpstreamError, isConcurrentLimit, isRateLimit } from "../../src/upstream/errors.js";
 import { FakeClock } from "../helpers/fake-clock.js";
+import { viaGlobalFetch } from "../helpers/relay.js";
 import { mswServer } from "../helpers/upstream-suite.js";
 import { turnCounter } from "../helpers/turn-counter.js";
 
@@ -16,7 +17,7 @@ const KEY = "task_01JABCDEF:upstream-1";
 const server = mswServer();
 
 function client(overrides: Partial<UpstreamClientOptions> = {}): UpstreamClient {
-  return new UpstreamClient({ baseUrl: BASE, apiKey: API_KEY, timeoutMs: 2_000, ...overrides });
+  return new UpstreamClient({ baseUrl: BASE, apiKey: API_KEY, fetch: viaGlobalFetch, timeoutMs: 2_000, ...overrides });
 }
 
 async function failure(promise: Promise<unknown>): Promise<UpstreamError> {

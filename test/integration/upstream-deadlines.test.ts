@@ -1,7 +1,7 @@
 import { fetch as undiciFetch } from "undici";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { UpstreamClient } from "../../src/upstream/client.js";
-import { UpstreamError } from "../../src/upstream/errors.js";
+import { upstreamFailure as failure } from "../helpers/upstream-failure.js";
 import { startDripServer } from "../helpers/hostile.js";
 
 /**
@@ -11,16 +11,6 @@ import { startDripServer } from "../helpers/hostile.js";
  */
 // msw patches the global fetch; undici's own goes to the loopback server for real.
 const realFetch = undiciFetch as unknown as typeof fetch;
-
-async function failure(p: Promise<unknown>): Promise<UpstreamError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(UpstreamError);
-    return err as UpstreamError;
-  }
-  throw new Error("expected the call to fail");
-}
 
 describe("an upstream that answers, then drips its body", () => {
   let drip: Awaited<ReturnType<typeof startDripServer>>;

@@ -1,16 +1,17 @@
 import { describe, expect, it } from "vitest";
 import { BYTES_PER_TURN } from "../../src/next-turn.js";
 import { readLimited } from "../../src/upstream/body.js";
+import { fetchResponse, type TransportResponse } from "../../src/upstream/transport.js";
 
 /** A response whose whole body is already buffered: `count` chunks of `size` bytes. */
-function buffered(count: number, size: number): Response {
+function buffered(count: number, size: number): TransportResponse {
   const stream = new ReadableStream<Uint8Array>({
     start(controller) {
       for (let i = 0; i < count; i++) controller.enqueue(new Uint8Array(size).fill(97 + (i % 26)));
       controller.close();
     },
   });
-  return new Response(stream);
+  return fetchResponse(new Response(stream));
 }
 
 describe("readLimited (issue #38 item 7)", () => {
