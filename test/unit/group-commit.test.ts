@@ -1,5 +1,5 @@
 import { sql } from "drizzle-orm";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
@@ -22,6 +22,38 @@ describe("GroupCommit", () => {
   });
 
   const count = () => (database.sqlite.prepare("SELECT count(*) AS n FROM items").get() as { n: number }).n;
+
+  /** SQLite's temp files this process has open (unlinked at once, so seen only through its descriptors). */
+  const tempFiles = () =>
+    readdirSync("/proc/self/fd").flatMap((fd) => {
+      try {
+        const target = readlinkSync(`/proc/self/fd/${fd}`);
+        return target.includes("etilqs_") ? [target] : [];
+      } catch {
+        return [];
+      }
+    });
+
+  it.runIf(existsSync("/proc/self/fd"))(
+    "a unit's savepoint journal stays in memory: no temp file, however many pages the unit changes",
+    async () => {
+      // Pages committed before the unit: its savepoint journals each one it changes, and past 64 KiB
+      // of them SQLite spilled that journal to a file of its temp directory (temp_store = MEMORY).
+      database.sqlite.exec("CREATE TABLE pages (k INTEGER PRIMARY KEY, v TEXT NOT NULL)");
+      const insert = database.sqlite.prepare("INSERT INTO pages (k, v) VALUES (?, ?)");
+      database.sqlite.transaction(() => {
+        for (let k = 0; k < 200; k++) insert.run(k, "x".repeat(2000));
+      })();
+      const commits = new GroupCommit(database.db);
+      let open: string[] | null = null;
+      await commits.run(() => {
+        database.sqlite.prepare("UPDATE pages SET v = ?").run("y".repeat(2000));
+        open = tempFiles();
+      });
+      expect(open).toEqual([]);
+      expect(database.sqlite.prepare("SELECT count(*) AS n FROM pages WHERE v LIKE 'y%'").get()).toEqual({ n: 200 });
+    },
+  );
 
   it("close() commits the work already queued, then refuses more without touching the database", async () => {
     const commits = new GroupCommit(database.db);

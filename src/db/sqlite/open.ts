@@ -107,6 +107,12 @@ export function openDatabase(
   sqlite.pragma("synchronous = FULL");
   sqlite.pragma("busy_timeout = 5000");
   sqlite.pragma("foreign_keys = ON");
+  // A savepoint's journal in memory, not a file of the temp directory: past 64 KiB (a records unit's
+  // pages) SQLite spilled it to a temp file, so most group commits created, wrote page by page and
+  // unlinked one (docs/performance.md, delivery's thirteenth round). Whatever else SQLite would put
+  // in a temp file (a sort past its cache, a transient index) stays in memory too: the relay makes
+  // no TEMP tables and runs no VACUUM.
+  sqlite.pragma("temp_store = MEMORY");
   cacheStatements(sqlite);
   const db = drizzle({ client: sqlite, schema });
   if (options.migrate !== false) migrate(db, { migrationsFolder: MIGRATIONS_FOLDER });
