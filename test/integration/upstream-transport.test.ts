@@ -2,6 +2,8 @@ import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { errors, fetch as undiciFetch } from "undici";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { loadConfig } from "../../src/config.js";
+import { DEFAULT_ACCOUNT, UpstreamAccounts } from "../../src/upstream/accounts.js";
 import { UpstreamClient, type UpstreamClientOptions } from "../../src/upstream/client.js";
 import type { UpstreamTransport } from "../../src/upstream/transport.js";
 import { upstreamFailure as failure } from "../helpers/upstream-failure.js";
@@ -284,6 +286,28 @@ describe("the default transport", () => {
         }).getModels(),
       );
       expect(e).toMatchObject({ kind: "timeout", code: "timeout", retryable: true });
+    }
+  });
+
+  it("is one pool for every account of the relay's upstream, closed with them (the relay's stop)", async () => {
+    const up = await upstream((_seen, res) => {
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.end(JSON.stringify({ data: { id: "up-1", status: "running" } }));
+    });
+    const config = loadConfig({ UPSTREAM_BASE_URL: up.url, UPSTREAM_API_KEY: "k", DATABASE_PATH: ":memory:" });
+    const accounts = new UpstreamAccounts({ clients: { find: async () => undefined } }, config, up.url, "k");
+    try {
+      const client = await accounts.get(DEFAULT_ACCOUNT);
+      await Promise.all([client.getTask("up-1"), client.getTask("up-1")]);
+      expect(up.open()).toBe(2);
+      // A client's close() leaves a pool it was given to its owner.
+      await client.close();
+      await client.getTask("up-1");
+      expect(up.accepted()).toBe(2);
+      await accounts.close();
+      await expect.poll(() => up.open()).toBe(0);
+    } finally {
+      await up.close();
     }
   });
 });
