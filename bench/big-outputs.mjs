@@ -8,7 +8,9 @@
 //                                      process at nice 10, the relay not; BENCH_BIG_RATE=<n>: the victim
 //                                      creates n a second instead of back to back; BENCH_BIG_VICTIM=process:
 //                                      the victim in a process of its own; BENCH_BIG_PIN=1: the relay on
-//                                      CPU 0, this process and its other children on the others)
+//                                      CPU 0, this process and its other children on the others;
+//                                      BENCH_BIG_FLAGS_NEW / BENCH_BIG_FLAGS_OLD="<node flags>": extra flags
+//                                      for that build's relay, e.g. the same dist twice with a V8 flag on one)
 //
 // A fake upstream in this process answers every read of a "BIG" task with a 7 MB output (60,000
 // small objects: the costly shape to parse and write) and every other task with a small one. Per
@@ -22,7 +24,7 @@
 // whether its loop max stayed within 50 ms and its p99 within twice the victim's p99 alone.
 import { spawnSync } from "node:child_process";
 import { createServer } from "node:http";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
@@ -261,7 +263,10 @@ async function loopMaxMs(relay) {
   return m ? round(Number(m[1]) * 1000, 1) : null;
 }
 
-async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
+/** BENCH_BIG_FLAGS_NEW / BENCH_BIG_FLAGS_OLD: extra node flags for one build's relay (split on spaces). */
+const flagsOf = (build) => (process.env[`BENCH_BIG_FLAGS_${build.toUpperCase()}`] ?? "").split(" ").filter(Boolean);
+
+async function oneRound(dist, tmp, upstream, receiver, name, bigTasks, flags = []) {
   // With a profile, the probe's lines are kept beside it (their hr_start/hr_end cut late turns out of it).
   const probeFile = join(PROFILE_DIR ?? tmp, `probe-${name}.jsonl`);
   const {
@@ -281,6 +286,7 @@ async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
       ...(PROFILE_DIR && process.env.BENCH_BIG_PROFILE_INTERVAL
         ? ["--cpu-prof-interval", process.env.BENCH_BIG_PROFILE_INTERVAL]
         : []),
+      ...flags,
     ],
   });
   if (PIN) pin(relay.pid, "0");
@@ -346,6 +352,8 @@ async function oneRound(dist, tmp, upstream, receiver, name, bigTasks) {
   } finally {
     benchLoop.disable();
     await relay.stop();
+    // With a profile, the relay's log is kept beside it too (--trace-gc lines in BENCH_BIG_FLAGS_* land there).
+    if (PROFILE_DIR) copyFileSync(relay.logFile, join(PROFILE_DIR, `relay-${name}.log`));
   }
   // The probe's last lines are written when the relay exits.
   const probeLines = existsSync(probeFile)
@@ -383,7 +391,7 @@ export async function benchBigOutputs({
     for (let r = 0; r < rounds; r++) {
       const order = r % 2 === 0 ? builds : [...builds].reverse();
       for (const b of order) {
-        const result = await oneRound(b.dist, tmp, upstream, receiver, `${b.name}-r${r}`, bigTasks);
+        const result = await oneRound(b.dist, tmp, upstream, receiver, `${b.name}-r${r}`, bigTasks, flagsOf(b.name));
         log(`  round ${r + 1} ${b.name}: ${JSON.stringify(result)}`);
         perBuild[b.name].push(result);
       }
