@@ -1,6 +1,5 @@
 import { randomUUID } from "node:crypto";
 import { Worker } from "node:worker_threads";
-import { createRequire } from "node:module";
 import { HeldJsonPieces, JsonPieces, JsonText } from "./json-text.js";
 import { OUTPUT_PIECE_CHARS, OUTPUT_ROW_MAX_CHARS, outputPieces } from "./output-pieces.js";
 import { parseJson } from "./parse.js";
@@ -40,49 +39,21 @@ export type ParsedJson = { ok: true; value: unknown } | { ok: false };
  */
 const WORKER_SOURCE = `${LOWER_THREAD_PRIORITY}
 const { parentPort, workerData } = require("node:worker_threads");
-const { mark, key, rowMaxChars, pieceChars, driver } = workerData;
+const { mark, key, rowMaxChars, pieceChars } = workerData;
 const outputPieces = ${outputPieces.toString()};
-/** Long outputs' pieces kept here (hold mode), by key, until written or dropped. */
+/** Long outputs' pieces kept here (hold mode), by key, until moved out as bytes or dropped. */
 const held = new Map();
 let nextKey = 0;
-/** Connections to the SQLite files pieces are written to, each with its insert. */
-const files = new Map();
-function fileOf(path) {
-  let file = files.get(path);
-  if (file === undefined) {
-    const db = new (require(driver))(path);
-    db.pragma("busy_timeout = 5000");
-    // No fsync per piece: the server's connection waits behind this one's write lock, so it must be
-    // short. Still durable before the task says so: the transition that sets the ref commits later
-    // with synchronous = FULL on the server's connection, and its fsync of the WAL covers every frame
-    // before it, these pieces' too.
-    db.pragma("synchronous = NORMAL");
-    const insert = db.prepare(
-      "INSERT INTO task_output_pieces (ref, seq, last, text, bytes, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-    );
-    file = { db, insert };
-    files.set(path, file);
-  }
-  return file;
-}
+const encoder = new TextEncoder();
 function request(job) {
   const pieces = held.get(job.key);
   if (job.op === "drop") return void held.delete(job.key);
   if (pieces === undefined) return parentPort.postMessage({ rid: job.rid, error: "pieces no longer held" });
   if (job.op === "piece") return parentPort.postMessage({ rid: job.rid, piece: pieces[job.seq] });
-  const last = job.seq === pieces.length - 1;
-  try {
-    const text = pieces[job.seq];
-    fileOf(job.file).insert.run(job.ref, job.seq, last ? 1 : 0, text, Buffer.byteLength(text), job.now);
-  } catch (error) {
-    return parentPort.postMessage({ rid: job.rid, error: String(error && error.message) });
-  }
-  if (last) {
-    held.delete(job.key);
-    files.get(job.file)?.db.close();
-    files.delete(job.file);
-  }
-  parentPort.postMessage({ rid: job.rid });
+  // A buffer of its own (TextEncoder never pools), moved to the main thread, not copied.
+  const bytes = encoder.encode(pieces[job.seq]);
+  if (job.seq === pieces.length - 1) held.delete(job.key);
+  parentPort.postMessage({ rid: job.rid, bytes }, [bytes.buffer]);
 }
 parentPort.on("message", (job) => {
   if (job.op !== undefined) return request(job);
@@ -115,8 +86,8 @@ parentPort.on("message", (job) => {
 
 export interface ParseOptions {
   /**
-   * A long output's pieces stay in the worker (HeldJsonPieces), to be written by it to a SQLite
-   * file or fetched one at a time, rather than posted here as they are cut.
+   * A long output's pieces stay in the worker (HeldJsonPieces), each fetched when it is stored (as
+   * UTF-8 bytes moved here, or as text), rather than posted here as they are cut.
    */
   holdLongOutputs?: boolean;
 }
@@ -125,12 +96,10 @@ export interface ParseOptions {
 type Reply =
   | { id: number; piece: string }
   | { id: number; ok: boolean; skeleton?: string; parts?: Array<string | { pieces: number; key?: number }> }
-  | { rid: number; piece?: string; error?: string };
+  | { rid: number; piece?: string; bytes?: Uint8Array; error?: string };
 
-/** A request about pieces the worker holds: one piece, one piece written to a SQLite file, or forget them. */
-type HeldRequest =
-  | { op: "piece"; key: number; seq: number }
-  | { op: "write"; key: number; seq: number; file: string; ref: string; now: number };
+/** A request about pieces the worker holds: one piece as text, or as UTF-8 bytes moved here (the last forgets them). */
+type HeldRequest = { op: "piece" | "bytes"; key: number; seq: number };
 
 /** An answer's bytes as read (upstream/body.ts): handed to the worker undecoded, decoded here only if it fails. */
 export interface AnswerBytes {
@@ -159,7 +128,7 @@ export class OffThreadJson {
   /** Requests about held pieces awaiting the worker's answer, by request id. */
   private readonly requests = new Map<
     number,
-    { resolve: (piece: string | undefined) => void; reject: (e: Error) => void }
+    { resolve: (reply: { piece?: string; bytes?: Uint8Array }) => void; reject: (e: Error) => void }
   >();
   private nextRid = 0;
   /** Held pieces no longer referenced here are dropped in the worker (a transition that never came). */
@@ -229,7 +198,6 @@ export class OffThreadJson {
         key: TEXT_KEY,
         rowMaxChars: OUTPUT_ROW_MAX_CHARS,
         pieceChars: OUTPUT_PIECE_CHARS,
-        driver: createRequire(import.meta.url).resolve("better-sqlite3"),
       },
     });
     worker.unref();
@@ -252,7 +220,7 @@ export class OffThreadJson {
   }
 
   /** Asks `worker` about pieces it holds; refused if that worker is gone (the pieces went with it). */
-  private ask(worker: Worker, request: HeldRequest): Promise<string | undefined> {
+  private ask(worker: Worker, request: HeldRequest): Promise<{ piece?: string; bytes?: Uint8Array }> {
     if (worker !== this.worker) return Promise.reject(new Error("the parse worker holding the pieces has ended"));
     return new Promise((resolve, reject) => {
       const rid = this.nextRid++;
@@ -269,14 +237,17 @@ export class OffThreadJson {
       count,
       read: async function* () {
         for (let seq = 0; seq < count; seq++) {
-          const piece = await ask({ op: "piece", key, seq });
+          const { piece } = await ask({ op: "piece", key, seq });
           if (piece === undefined) throw new Error(`the parse worker has no piece ${seq}`);
           yield piece;
         }
       },
-      // One piece a request: between two, the server's connection can take the write lock.
-      writeToSqlite: async (file, ref, now) => {
-        for (let seq = 0; seq < count; seq++) await ask({ op: "write", key, seq, file, ref, now });
+      bytes: async function* () {
+        for (let seq = 0; seq < count; seq++) {
+          const { bytes } = await ask({ op: "bytes", key, seq });
+          if (bytes === undefined) throw new Error(`the parse worker has no piece ${seq}`);
+          yield bytes;
+        }
       },
     });
     this.unreferenced.register(pieces, { worker, key });
@@ -289,7 +260,7 @@ export class OffThreadJson {
       this.requests.delete(reply.rid);
       this.referenced();
       if (reply.error !== undefined) request?.reject(new Error(`the parse worker: ${reply.error}`));
-      else request?.resolve(reply.piece);
+      else request?.resolve(reply);
       return;
     }
     const job = this.pending.get(reply.id);

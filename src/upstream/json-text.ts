@@ -45,19 +45,18 @@ export class JsonPieces extends JsonText {
 
 /**
  * A long output's pieces still where the parse worker cut them, not on this heap (issue #38 item 7):
- * a SQLite store has the worker write them through its own connection, so a 7 MB output never
- * reaches the event loop; any other reader takes them one piece at a time.
+ * a SQLite store takes them as UTF-8 bytes moved from the worker and inserts them as text, so a
+ * 7 MB output is never a string on the event loop; any other reader takes them one piece at a time.
  */
 export interface HeldPieces {
   readonly count: number;
   /** The pieces in order, each fetched from the holder on its own. */
   read(): AsyncIterable<string>;
   /**
-   * Inserts them into `file`'s task_output_pieces under `ref`, the last one marked, one piece per
-   * transaction of the holder's own connection (the server's connection waits at most one piece's
-   * write for the lock); the holder forgets them once the last is written.
+   * The pieces in order as UTF-8 bytes, each a buffer moved here from the holder (outside this
+   * heap: no string of the output is made here); the holder forgets them once the last is taken.
    */
-  writeToSqlite(file: string, ref: string, now: number): Promise<void>;
+  bytes(): AsyncIterable<Uint8Array>;
 }
 
 /** A long output as the parse worker keeps it (HeldPieces): no text on this thread, sync or otherwise. */

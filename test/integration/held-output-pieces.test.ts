@@ -13,8 +13,10 @@ import { memoryStore } from "../helpers/memory-store.js";
 
 /**
  * Issue #38 item 7: a 7 MB output's pieces reached the main heap as 64 Ki-char messages from the
- * parse worker (GC pauses of 16-23 ms while they landed). Held, they stay in the worker, which
- * writes them to the SQLite file through its own connection: the main thread gets a key and a count.
+ * parse worker (GC pauses of 16-23 ms while they landed). Held, they stay in the worker: the main
+ * thread gets a key and a count, and a SQLite store takes each piece as UTF-8 bytes moved from the
+ * worker (no string of the output here), inserted by the server's own connection in its group
+ * commit: the worker's own inserts had held the write lock while a group commit slept behind them.
  */
 describe("long outputs held by the parse worker", () => {
   const NOW = 1_800_000_000_000;
@@ -30,15 +32,17 @@ describe("long outputs held by the parse worker", () => {
   const stored = JSON.stringify(output);
   const answer = Buffer.from(JSON.stringify({ data: { id: "t1", status: "succeeded", output } }));
 
-  /** Parses the answer holding its long output; counts the characters of every message the worker sent here. */
+  /** Parses the answer holding its long output; counts the characters of every message the worker sent here, and the bytes moved. */
   async function parsedHeld(parser: OffThreadJson) {
-    const received = { chars: 0 };
+    const received = { chars: 0, bytes: 0 };
     const settle = (OffThreadJson.prototype as unknown as Record<string, (reply: unknown) => void>).settle!;
     vi.spyOn(
       OffThreadJson.prototype as unknown as Record<string, (reply: unknown) => void>,
       "settle",
     ).mockImplementation(function (this: unknown, reply: unknown) {
-      received.chars += JSON.stringify(reply).length;
+      const bytes = (reply as { bytes?: Uint8Array }).bytes;
+      if (bytes !== undefined) received.bytes += bytes.byteLength;
+      received.chars += JSON.stringify({ ...(reply as object), bytes: undefined }).length;
       return settle.call(this, reply);
     });
     const parsed = await parser.parse(
@@ -62,16 +66,20 @@ describe("long outputs held by the parse worker", () => {
     return text;
   }
 
-  it("the worker writes the pieces to the SQLite file; only a key and a count reach this thread", async () => {
+  it("pieces come as bytes, written by the server's connection in its group commit; no output text reaches this thread", async () => {
     expect(stored.length).toBeGreaterThan(OUTPUT_ROW_MAX_CHARS);
     const parser = new OffThreadJson();
     const store = await fileStore();
     try {
       const { held, received } = await parsedHeld(parser);
       expect(held.count).toBe(Math.ceil(stored.length / OUTPUT_PIECE_CHARS));
+      const units = vi.spyOn(store.attemptCommits, "runAtomic");
       await store.outputs.write("out_held", held, NOW);
-      // The answer's small rest and one short reply per piece written: not the 0.8 M characters of the output.
+      // The answer's small rest and one short reply per piece: not the 0.8 M characters of the output,
+      // which came as bytes, one unit of the group commit each (no other connection wrote the file).
       expect(received.chars).toBeLessThan(20_000);
+      expect(received.bytes).toBe(Buffer.byteLength(stored));
+      expect(units).toHaveBeenCalledTimes(held.count);
       expect(await storedText(store, "out_held")).toBe(stored);
       const rows = store.database.sqlite
         .prepare("SELECT seq, last, bytes, created_at AS at FROM task_output_pieces WHERE ref = ? ORDER BY seq")
@@ -80,8 +88,8 @@ describe("long outputs held by the parse worker", () => {
       expect(rows.map((r) => r.last)).toEqual([...Array(held.count - 1).fill(0), 1]);
       expect(rows.reduce((n, r) => n + r.bytes, 0)).toBe(Buffer.byteLength(stored));
       expect(new Set(rows.map((r) => r.at))).toEqual(new Set([NOW]));
-      // Written once: the worker has forgotten them.
-      await expect(held.writeToSqlite(store.database.sqlite.name, "out_again", NOW)).rejects.toThrow(
+      // Taken once: the worker has forgotten them.
+      await expect(store.outputs.write("out_again", held, NOW)).rejects.toThrow(
         "the parse worker: pieces no longer held",
       );
     } finally {

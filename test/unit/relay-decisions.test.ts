@@ -30,7 +30,7 @@ describe("mirrorsOutput", () => {
       const read = vi.fn(async function* () {
         yield* pieces;
       });
-      return { count: pieces.length, read, writeToSqlite: vi.fn() };
+      return { count: pieces.length, read, bytes: vi.fn() };
     };
     const noBucket = held(withFiles);
     expect(await mirrorsOutput(noBucket, async () => null)).toBe(false);

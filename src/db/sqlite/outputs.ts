@@ -3,29 +3,37 @@ import { OutputMissingError, type OutputStore } from "../../store/store.js";
 import { isHeld } from "../../upstream/json-text.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
-import { prepared } from "./prepared.js";
+import { prepared, statement } from "./prepared.js";
 import { taskOutputPieces, tasks } from "./schema.js";
 import { turnBytes } from "../../next-turn.js";
 import { OUTPUT_PIECE_CHARS } from "../../upstream/output-pieces.js";
 
 /**
- * The OutputStore on SQLite. Pieces the parse worker still holds it writes itself, from its own
- * connection (upstream/json-offload.ts). Otherwise each piece is one unit of the workers' group
- * commit, awaited before the next, so the pieces of one output are written over as many turns of the event loop, each turn
+ * The OutputStore on SQLite. Each piece is one unit of the workers' group commit, awaited before
+ * the next, so the pieces of one output are written over as many turns of the event loop, each turn
  * costing one piece (a few hundred KiB) and sharing its fsync with whatever else commits then.
+ * Pieces the parse worker still holds (upstream/json-offload.ts) come one at a time as UTF-8 bytes
+ * moved from it, inserted as text: no string of the output on this heap, and no second connection
+ * writing the file (the parse worker's own inserts held the write lock while a group commit slept
+ * behind them in SQLite's busy handler: issue #38 item 7, thirteenth round).
  * Reads are one statement per piece, each in a later turn within the process's bytes a turn.
  */
 export function sqliteOutputs(s: SqliteContext): OutputStore {
   const db = s.database.db;
   return {
     write: async (ref, pieces, now) => {
-      const { sqlite } = s.database;
-      // Held by the parse worker: it writes them through its own connection, so they never reach this heap.
-      if (isHeld(pieces) && !sqlite.memory) return pieces.writeToSqlite(sqlite.name, ref, now);
-      const texts = isHeld(pieces) ? pieces.read() : pieces;
-      const count = isHeld(pieces) ? pieces.count : pieces.length;
+      if (isHeld(pieces)) {
+        let seq = 0;
+        for await (const bytes of pieces.bytes()) {
+          const row = { ref, seq, last: seq === pieces.count - 1, bytes, createdAt: now };
+          await s.attemptCommits.runAtomic(() => insertBytes(db, row));
+          seq++;
+        }
+        return;
+      }
+      const count = pieces.length;
       let seq = 0;
-      for await (const text of texts) {
+      for (const text of pieces) {
         const row = { ref, seq, last: seq === count - 1, text, bytes: Buffer.byteLength(text), createdAt: now };
         await s.attemptCommits.runAtomic(() => insertPiece(db, row));
         seq++;
@@ -51,6 +59,21 @@ function insertPiece(db: Db, row: typeof taskOutputPieces.$inferInsert): void {
       .prepare(),
   ).run({ ...row, last: row.last ? 1 : 0 });
 }
+
+/** A piece given as its UTF-8 bytes, stored as the same text (CAST: SQLite reads the bytes in the database's UTF-8). */
+function insertBytes(
+  db: Db,
+  row: { ref: string; seq: number; last: boolean; bytes: Uint8Array; createdAt: number },
+): void {
+  statement(
+    db,
+    "outputs.insertBytes",
+    "INSERT INTO task_output_pieces (ref, seq, last, text, bytes, created_at) VALUES (?, ?, ?, CAST(? AS TEXT), ?, ?)",
+  ).run(row.ref, row.seq, row.last ? 1 : 0, asBuffer(row.bytes), row.bytes.byteLength, row.createdAt);
+}
+
+/** The same bytes as a Buffer (better-sqlite3 binds a Buffer as a blob), not copied. */
+const asBuffer = (bytes: Uint8Array) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 
 async function* readPieces(db: Db, ref: string): AsyncGenerator<string> {
   const statement = prepared(db, "outputs.piece", () =>
