@@ -74,7 +74,7 @@ export interface Store {
 export interface OutputStore {
   /**
    * Writes `pieces` in order under `ref`, a new id (the last one marked). Pieces still held by the
-   * parse worker are written by it where the store can (a SQLite file), else fetched one at a time.
+   * parse worker are fetched one at a time (on SQLite as UTF-8 bytes moved from it).
    */
   write(ref: string, pieces: readonly string[] | HeldPieces, now: number): Promise<void>;
   /** The pieces of `ref`, in order, each read on its own; throws OutputMissingError if any is missing. */
