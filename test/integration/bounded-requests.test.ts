@@ -15,7 +15,7 @@ import { FakeClock } from "../helpers/fake-clock.js";
 import { FakeUpstream } from "../helpers/fake-upstream.js";
 import { freshPgDatabase } from "../helpers/pg.js";
 import { startReceiver } from "../helpers/receiver.js";
-import { UPSTREAM_KEY, UPSTREAM_URL } from "../helpers/relay.js";
+import { UPSTREAM_KEY, UPSTREAM_URL, viaGlobalFetch } from "../helpers/relay.js";
 import { upstreamSuite } from "../helpers/upstream-suite.js";
 
 /**
@@ -54,6 +54,7 @@ async function harness(dialect: "sqlite" | "postgres", env: Record<string, strin
     clock,
     logger: silentLogger,
     upstream: { baseUrl: UPSTREAM_URL, apiKey: UPSTREAM_KEY },
+    fetch: viaGlobalFetch,
   });
   suite.cleanup(async () => {
     await relay.stop(1_000);
