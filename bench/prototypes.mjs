@@ -17,6 +17,10 @@
 // --dist: another build's dist (copied under bench/.ab/ to run on this checkout's node_modules).
 // --profile: the end-to-end relay runs under `node --cpu-prof` (bench/profiles/proto-e2e-rN/, read with
 // bench/lib/profile.mjs); its CPU figures are then the profiler's, not figures to quote.
+// Sizes (defaults: a fresh process's first seconds, JIT warm-up included): BENCH_WARMUP (2 s) and
+// BENCH_DURATION (10 s) for intake; BENCH_DELIVERY_EVENTS (5000), BENCH_DELIVERY_WARM (0 webhooks
+// before the CPU window) and BENCH_DELIVERY_WINDOW_S (10) for delivery. A long-running relay's steady
+// state: e.g. BENCH_WARMUP=30, or BENCH_DELIVERY_EVENTS=15000 BENCH_DELIVERY_WARM=5000 BENCH_DELIVERY_WINDOW_S=40.
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -171,7 +175,7 @@ async function intake(ctx) {
 
 async function delivery(ctx) {
   const { CFG, log, sims, receiver } = ctx;
-  const { events: n, windowS } = CFG.delivery;
+  const { events: n, windowS, warm } = CFG.delivery;
   log(`  [${ctx.elapsed()}] delivery: ${n} due events, relay vs bench/proto/delivery.mjs (8 in flight per host)`);
   const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
   const side = async (kind, r) => {
@@ -193,7 +197,9 @@ async function delivery(ctx) {
             { DATABASE_PATH: db.path },
             /proto-delivery ready()/,
           );
-    // Webhooks that arrived before the process was ready are not in its CPU window either.
+    // With BENCH_DELIVERY_WARM, the first webhooks are a warm-up (the JIT compiling the hot path) outside
+    // the CPU window; webhooks that arrived before the process was ready are not in it either.
+    if (warm > 0) await receiver.call("waitFor", { count: warm, timeoutMs: windowS * 1000 });
     const before = (await receiver.call("stats")).count;
     const cpu0 = treeCpuSnapshot(child.pid);
     const complete = await receiver.call("waitFor", { count: n, timeoutMs: windowS * 1000 });
@@ -386,7 +392,7 @@ export async function benchPrototypes(ctx) {
     `\n[${elapsed()}] the relay against minimal prototypes of the same durable work (bench/proto/), ${CFG.rounds} round(s)`,
   );
   const out = {
-    method: `Each figure is measured in the same round as its prototype, alternating which goes first; medians of ${CFG.rounds} round(s), a ratio is the median of the per-round ratios. CPU-ms = user + system time of every process of the measured side (the relay or prototype, all threads and any child) from /proc over the measured window only, divided by the units done in it; on PostgreSQL the server's processes (the postmaster and all its children) are counted too, given apart and in the ratio (relay + server against prototype + server). The load generator, receiver and simulator are other processes. The 1-minute load average is recorded before and after every round; a round is refused when it is above BENCH_MAX_LOAD (default 1.5 on 2 cores, after waiting up to BENCH_LOAD_WAIT_S for it to fall), and a row with a refused round is reported as refused. Intake: as the intake row (autocannon, ${CFG.intake.connections} connections, ${CFG.intake.duration ? `${CFG.intake.duration} s` : `${CFG.intake.amount} requests`} after ${CFG.intake.warmup} s of warm-up, fresh Idempotency-Key, only 201s count, every 201 checked to be a committed row); relay with the upstream held at one running task. Prototype bench/proto/intake-sqlite.mjs: node:http, JSON.parse, the same fields validated with zod, Bearer key SHA-256 looked up in an in-memory cache, one prepared INSERT … ON CONFLICT DO NOTHING into the relay's tasks table (migrated by the relay's CLI: every index), the inserts of one event-loop turn in one transaction, WAL + synchronous=FULL, 201 with the task's JSON. Delivery: ${CFG.delivery.events} due task.succeeded events seeded into the outbox (bench/lib/seed.mjs) before the process starts, arrivals per second at the loopback receiver; prototype bench/proto/delivery.mjs: claims due events 64 at a time under a lease (one UPDATE … RETURNING, per-task order kept), Standard Webhooks HMAC with node:crypto, undici Pool with 8 connections per origin (8 in flight), the event's new state and its delivery_attempts row recorded in batched transactions (up to 64 attempts or 20 ms), WAL + synchronous=FULL. End to end: ${CFG.prototypes.e2eTasks} creations (autocannon, ${CFG.e2e.connections} connections) with a loopback callback_url against the simulator at 0 ms; CPU from readiness to the last webhook, per webhook received; prototype bench/proto/pipeline.mjs: the intake above plus claim -> act -> record loops for submission and single-task reads (no read budget, credits or upstream limits) and the delivery above. PostgreSQL: embedded PostgreSQL with fsync=on and synchronous_commit=on (durable), the relay's migrations/pg applied by its CLI; prototype bench/proto/intake-pg.mjs (node:http, the same validation, pg Pool): batch = one multi-row INSERT … ON CONFLICT DO NOTHING per event-loop turn (up to 4 statements in flight), conflict = one prepared INSERT … ON CONFLICT DO NOTHING per request (pool of 16); the ratio is the relay against batch.`,
+    method: `Each figure is measured in the same round as its prototype, alternating which goes first; medians of ${CFG.rounds} round(s), a ratio is the median of the per-round ratios. CPU-ms = user + system time of every process of the measured side (the relay or prototype, all threads and any child) from /proc over the measured window only, divided by the units done in it; on PostgreSQL the server's processes (the postmaster and all its children) are counted too, given apart and in the ratio (relay + server against prototype + server). The load generator, receiver and simulator are other processes. The 1-minute load average is recorded before and after every round; a round is refused when it is above BENCH_MAX_LOAD (default 1.5 on 2 cores, after waiting up to BENCH_LOAD_WAIT_S for it to fall), and a row with a refused round is reported as refused. Intake: as the intake row (autocannon, ${CFG.intake.connections} connections, ${CFG.intake.duration ? `${CFG.intake.duration} s` : `${CFG.intake.amount} requests`} after ${CFG.intake.warmup} s of warm-up, fresh Idempotency-Key, only 201s count, every 201 checked to be a committed row); relay with the upstream held at one running task. Prototype bench/proto/intake-sqlite.mjs: node:http, JSON.parse, the same fields validated with zod, Bearer key SHA-256 looked up in an in-memory cache, one prepared INSERT … ON CONFLICT DO NOTHING into the relay's tasks table (migrated by the relay's CLI: every index), the inserts of one event-loop turn in one transaction, WAL + synchronous=FULL, 201 with the task's JSON. Delivery: ${CFG.delivery.events} due task.succeeded events seeded into the outbox (bench/lib/seed.mjs) before the process starts${CFG.delivery.warm > 0 ? `, the first ${CFG.delivery.warm} delivered before the CPU window opens (warm-up)` : ""}, arrivals per second at the loopback receiver; prototype bench/proto/delivery.mjs: claims due events 64 at a time under a lease (one UPDATE … RETURNING, per-task order kept), Standard Webhooks HMAC with node:crypto, undici Pool with 8 connections per origin (8 in flight), the event's new state and its delivery_attempts row recorded in batched transactions (up to 64 attempts or 20 ms), WAL + synchronous=FULL. End to end: ${CFG.prototypes.e2eTasks} creations (autocannon, ${CFG.e2e.connections} connections) with a loopback callback_url against the simulator at 0 ms; CPU from readiness to the last webhook, per webhook received; prototype bench/proto/pipeline.mjs: the intake above plus claim -> act -> record loops for submission and single-task reads (no read budget, credits or upstream limits) and the delivery above. PostgreSQL: embedded PostgreSQL with fsync=on and synchronous_commit=on (durable), the relay's migrations/pg applied by its CLI; prototype bench/proto/intake-pg.mjs (node:http, the same validation, pg Pool): batch = one multi-row INSERT … ON CONFLICT DO NOTHING per event-loop turn (up to 4 statements in flight), conflict = one prepared INSERT … ON CONFLICT DO NOTHING per request (pool of 16); the ratio is the relay against batch.`,
   };
   const rows = ctx.rows ?? ROWS;
   if (rows.includes("intake")) out.intake = await intake(ctx);
@@ -427,7 +433,13 @@ async function main(argv) {
       duration: Number(process.env.BENCH_DURATION ?? 10),
       warmup: Number(process.env.BENCH_WARMUP ?? 2),
     },
-    delivery: { events: 5_000, windowS: 10 },
+    // BENCH_DELIVERY_EVENTS seeded, the first BENCH_DELIVERY_WARM of them outside the CPU window, each
+    // side given BENCH_DELIVERY_WINDOW_S to deliver them all.
+    delivery: {
+      events: Number(process.env.BENCH_DELIVERY_EVENTS ?? 5_000),
+      warm: Number(process.env.BENCH_DELIVERY_WARM ?? 0),
+      windowS: Number(process.env.BENCH_DELIVERY_WINDOW_S ?? 10),
+    },
     e2e: { connections: 32 },
     prototypes: { e2eTasks: 1_500, e2eDrainS: 90 },
   };
