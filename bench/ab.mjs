@@ -43,7 +43,14 @@ const ONLY = flags.find((f) => f.startsWith("--only="))?.slice("--only=".length)
 const ROWS = ["intake", "delivery"].filter((row) => !ONLY || row === ONLY);
 const PROFILE = flags.includes("--profile");
 const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-ab-"));
-const builds = { old: stageDist(resolve(oldArg), "old"), new: stageDist(resolve(newArg), "new") };
+const builds = {};
+// On every exit, a failed run's too: the staged builds and the databases.
+process.on("exit", () => {
+  for (const dist of Object.values(builds)) removeSnapshot(dirname(dist));
+  rmSync(tmp, { recursive: true, force: true });
+});
+builds.old = stageDist(resolve(oldArg), "old");
+builds.new = stageDist(resolve(newArg), "new");
 const log = (line) => process.stdout.write(`${line}\n`);
 
 const sim = await startSimulator(HELD_SIMULATOR_ENV, join(tmp, "sim.log"), { dist: builds.new });
@@ -248,5 +255,3 @@ if (PROFILE) {
 }
 await sim.stop();
 receiver.close();
-for (const dist of Object.values(builds)) removeSnapshot(dirname(dist));
-rmSync(tmp, { recursive: true, force: true });

@@ -18,6 +18,8 @@ const N = Number(process.argv[3] ?? 1000);
 process.env.BENCH_DIST = dist;
 const load = (rel) => import(pathToFileURL(join(dist, rel)).href);
 const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-stmts-"));
+// On every exit, a failed run's too.
+process.on("exit", () => rmSync(tmp, { recursive: true, force: true }));
 let hits = 0;
 const receiver = http.createServer((req, res) => {
   req.resume();
@@ -105,5 +107,4 @@ for (const [source, { calls, ns }] of dearest)
 await sender.close();
 database.close();
 receiver.close();
-rmSync(tmp, { recursive: true, force: true });
 process.exit(0);
