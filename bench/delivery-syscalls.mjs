@@ -6,8 +6,8 @@
 // /proc/<pid>/task/<tid>/stat (the main thread, then the others: V8's platform workers, the libuv
 // pool, worker threads). strace slows both sides: the CPU figures are not ones to quote, the counts are.
 //   node bench/delivery-syscalls.mjs DIST [events=5000]
-import { execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join, resolve } from "node:path";
 import { loadAverage } from "./lib/load-gate.mjs";
@@ -20,6 +20,7 @@ import {
   startNode,
   startRelay,
   startSimulator,
+  threadCpuMs,
 } from "./lib/proc.mjs";
 import { prepareSeeding, seedPendingEvents } from "./lib/seed.mjs";
 
@@ -40,24 +41,8 @@ const SHOWN = [
   "epoll_pwait",
 ];
 const tmp = mkdtempSync(join(os.tmpdir(), "genrelay-syscalls-"));
-const tickMs = 1000 / (Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100);
 const sim = await startSimulator(HELD_SIMULATOR_ENV, join(tmp, "sim.log"), { dist });
 const { hook, seen, reset, close } = await countingReceiver();
-
-/** CPU ms by thread id (user + system). */
-function threads(pid) {
-  const out = new Map();
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
-      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      out.set(tid, (Number(f[11]) + Number(f[12])) * tickMs);
-    } catch {
-      // The thread ended meanwhile.
-    }
-  }
-  return out;
-}
 
 /** `strace -c` output as { name: calls }. */
 function counts(file) {
@@ -93,11 +78,11 @@ async function side(kind) {
   const out = join(tmp, `${kind}.strace`);
   const tracer = spawn("strace", ["-c", "-f", "-p", String(child.pid), "-o", out], { stdio: "ignore" });
   await sleep(500);
-  const cpu0 = threads(child.pid);
+  const cpu0 = threadCpuMs(child.pid);
   const before = seen.hits;
   const deadline = Date.now() + 120_000;
   while (seen.hits < EVENTS && Date.now() < deadline) await sleep(50);
-  const cpu1 = threads(child.pid);
+  const cpu1 = threadCpuMs(child.pid);
   tracer.kill("SIGINT");
   await new Promise((r) => tracer.once("exit", r));
   await child.stop();

@@ -7,10 +7,10 @@
 //   [ROUNDS=3] [SECONDS=6] [WARM=2] [PER=1] [KEEP=1: keep the databases and the relay log] [XARGS="--v8-flag …"] node bench/intake-threads.mjs [DIST=dist]
 import autocannon from "autocannon";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join, resolve } from "node:path";
-import { BENCH, createClient, HELD_SIMULATOR_ENV, startRelay, startSimulator } from "./lib/proc.mjs";
+import { BENCH, createClient, HELD_SIMULATOR_ENV, startRelay, startSimulator, threadCpuMs } from "./lib/proc.mjs";
 
 const dist = resolve(process.argv[2] ?? "dist");
 const rounds = Number(process.env.ROUNDS ?? 3);
@@ -25,21 +25,6 @@ const body = JSON.stringify({
   count: 1,
   callback_url: "https://hooks.example.com/x",
 });
-
-/** CPU ms of each thread of `pid`, by thread id. */
-function threads(pid) {
-  const cpu = new Map();
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
-      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      cpu.set(tid, (Number(f[11]) + Number(f[12])) * (1000 / 100));
-    } catch {
-      // ended meanwhile
-    }
-  }
-  return cpu;
-}
 
 async function start(kind, db) {
   if (kind === "relay") {
@@ -89,9 +74,9 @@ async function side(kind, round) {
       ],
     });
   await load(Number(process.env.WARM ?? 2));
-  const before = threads(child.pid);
+  const before = threadCpuMs(child.pid);
   const r = await load(seconds);
-  const after = threads(child.pid);
+  const after = threadCpuMs(child.pid);
   await child.stop();
   const ok = r.statusCodeStats?.["201"]?.count ?? 0;
   const per = [...after].map(([tid, ms]) => [tid, (1000 * (ms - (before.get(tid) ?? 0))) / ok]);

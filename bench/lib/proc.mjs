@@ -229,11 +229,8 @@ export function memoryOf(pid) {
 }
 
 let clockTicks = null;
-/**
- * CPU time (user + system, all threads) a process has used so far, in ms, from /proc/<pid>/stat
- * (utime and stime, fields 14 and 15, in clock ticks: `getconf CLK_TCK`, 100 on Linux).
- */
-export function cpuMsOf(pid) {
+/** CPU time (user + system) in ms from a /proc stat file: utime and stime, fields 14 and 15, in clock ticks. */
+function statCpuMs(path) {
   if (clockTicks === null) {
     try {
       clockTicks = Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
@@ -241,10 +238,31 @@ export function cpuMsOf(pid) {
       clockTicks = 100;
     }
   }
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const stat = readFileSync(path, "utf8");
   // The command name (field 2) may contain spaces: count fields after its closing parenthesis.
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / clockTicks;
+}
+
+/**
+ * CPU time (user + system, all threads) a process has used so far, in ms, from /proc/<pid>/stat
+ * (`getconf CLK_TCK` ticks, 100 on Linux).
+ */
+export function cpuMsOf(pid) {
+  return statCpuMs(`/proc/${pid}/stat`);
+}
+
+/** CPU ms of each thread of `pid` so far, by thread id (/proc/<pid>/task/<tid>/stat); a thread that ended meanwhile is left out. */
+export function threadCpuMs(pid) {
+  const out = new Map();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      out.set(tid, statCpuMs(`/proc/${pid}/task/${tid}/stat`));
+    } catch {
+      // The thread ended meanwhile.
+    }
+  }
+  return out;
 }
 
 /** cpuMsOf, or -1 when the process is gone. */
