@@ -146,3 +146,47 @@ function hostile(
     },
   };
 }
+
+/**
+ * An upstream that answers with `total` bytes of one JSON task (status 200 unless `status`), written chunk
+ * by chunk as the socket drains, so how far a reader let it get shows in `written()`; `closedEarly()` says
+ * the connection closed before the end (a reader that stopped at its limit). With `contentLength`, the
+ * size is declared up front.
+ */
+export async function startStreamingUpstream(total: number, opts: { contentLength?: boolean; status?: number } = {}) {
+  let written = 0;
+  let closedEarly = false;
+  const chunk = Buffer.alloc(64 * 1024, "a");
+  const server = createHttpServer((_req, res) => {
+    res.writeHead(opts.status ?? 200, {
+      "Content-Type": "application/json",
+      ...(opts.contentLength ? { "Content-Length": String(total) } : {}),
+    });
+    const head = Buffer.from('{"data":{"id":"big","status":"succeeded"},"output":{"text":"');
+    const tail = Buffer.from('"}}');
+    res.write(head);
+    written = head.length;
+    res.on("close", () => {
+      if (written < total) closedEarly = true;
+    });
+    const pump = () => {
+      while (written + chunk.length + tail.length <= total) {
+        written += chunk.length;
+        if (!res.write(chunk)) return void res.once("drain", pump);
+      }
+      written += tail.length;
+      res.end(tail);
+    };
+    pump();
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    written: () => written,
+    closedEarly: () => closedEarly,
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { UpstreamClient, type UpstreamClientOptions } from "../../src/upstream/client.js";
 import { UpstreamError, isConcurrentLimit, isRateLimit } from "../../src/upstream/errors.js";
 import { FakeClock } from "../helpers/fake-clock.js";
+import { startStreamingUpstream } from "../helpers/hostile.js";
 import { viaGlobalFetch } from "../helpers/relay.js";
 import { mswServer } from "../helpers/upstream-suite.js";
 import { turnCounter } from "../helpers/turn-counter.js";
@@ -799,47 +800,8 @@ describe('UPSTREAM_MAX_BODY_BYTES: a body over the limit is refused while it str
   const realFetch = undiciFetch as unknown as typeof fetch;
   const MiB = 1024 * 1024;
 
-  /** A loopback upstream that streams `total` bytes of one JSON task, chunk by chunk as the socket drains. */
-  async function streamingUpstream(total: number, opts: { contentLength?: boolean; status?: number } = {}) {
-    let written = 0;
-    let closedEarly = false;
-    const chunk = Buffer.alloc(64 * 1024, "a");
-    const srv = createServer((_req, res) => {
-      res.writeHead(opts.status ?? 200, {
-        "Content-Type": "application/json",
-        ...(opts.contentLength ? { "Content-Length": String(total) } : {}),
-      });
-      const head = Buffer.from('{"data":{"id":"big","status":"succeeded"},"output":{"text":"');
-      const tail = Buffer.from('"}}');
-      res.write(head);
-      written = head.length;
-      res.on("close", () => {
-        if (written < total) closedEarly = true;
-      });
-      const pump = () => {
-        while (written + chunk.length + tail.length <= total) {
-          written += chunk.length;
-          if (!res.write(chunk)) return void res.once("drain", pump);
-        }
-        written += tail.length;
-        res.end(tail);
-      };
-      pump();
-    });
-    await new Promise<void>((resolve) => srv.listen(0, "127.0.0.1", resolve));
-    return {
-      url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`,
-      written: () => written,
-      closedEarly: () => closedEarly,
-      async close() {
-        srv.closeAllConnections();
-        await new Promise<void>((resolve) => srv.close(() => resolve()));
-      },
-    };
-  }
-
   it("a 50 MB task read is cut off at the limit over a real socket, memory bounded, not retryable", async () => {
-    const up = await streamingUpstream(50 * MiB);
+    const up = await startStreamingUpstream(50 * MiB);
     try {
       const before = process.memoryUsage();
       const e = await failure(
@@ -867,7 +829,7 @@ describe('UPSTREAM_MAX_BODY_BYTES: a body over the limit is refused while it str
   });
 
   it("a declared Content-Length over the limit is refused before the body is read", async () => {
-    const up = await streamingUpstream(50 * MiB, { contentLength: true });
+    const up = await startStreamingUpstream(50 * MiB, { contentLength: true });
     try {
       const e = await failure(
         client({ baseUrl: up.url, fetch: realFetch, timeoutMs: 10_000, maxBodyBytes: 1 * MiB }).getTask("big"),
@@ -881,7 +843,7 @@ describe('UPSTREAM_MAX_BODY_BYTES: a body over the limit is refused while it str
   });
 
   it("an error answer is read only as far as its message: a 50 MB 502 stays a retryable http error", async () => {
-    const up = await streamingUpstream(50 * MiB, { status: 502 });
+    const up = await startStreamingUpstream(50 * MiB, { status: 502 });
     try {
       const e = await failure(client({ baseUrl: up.url, fetch: realFetch, timeoutMs: 10_000 }).getTask("big"));
       expect(e.kind).toBe("http");

@@ -7,7 +7,7 @@ import { DEFAULT_ACCOUNT, UpstreamAccounts } from "../../src/upstream/accounts.j
 import { UpstreamClient, type UpstreamClientOptions } from "../../src/upstream/client.js";
 import type { UpstreamTransport } from "../../src/upstream/transport.js";
 import { upstreamFailure as failure } from "../helpers/upstream-failure.js";
-import { startDripServer, startSilentServer } from "../helpers/hostile.js";
+import { startDripServer, startSilentServer, startStreamingUpstream } from "../helpers/hostile.js";
 
 /**
  * The upstream client's transports (src/upstream/transport.ts, issue #43) against real loopback
@@ -63,31 +63,6 @@ async function upstream(answer: (seen: Seen, res: import("node:http").ServerResp
       await new Promise<void>((r) => server.close(() => r()));
     },
   };
-}
-
-/** Streams `total` bytes of one JSON task as the socket drains; says whether it was cut off. */
-async function streaming(total: number, opts: { contentLength?: boolean; status?: number } = {}) {
-  let written = 0;
-  let closedEarly = false;
-  const chunk = Buffer.alloc(64 * 1024, "a");
-  const up = await upstream((_seen, res) => {
-    res.writeHead(opts.status ?? 200, {
-      "Content-Type": "application/json",
-      ...(opts.contentLength ? { "Content-Length": String(total) } : {}),
-    });
-    res.on("close", () => {
-      if (written < total) closedEarly = true;
-    });
-    const pump = () => {
-      while (written + chunk.length <= total) {
-        written += chunk.length;
-        if (!res.write(chunk)) return void res.once("drain", pump);
-      }
-      res.end();
-    };
-    pump();
-  });
-  return Object.assign(up, { written: () => written, closedEarly: () => closedEarly });
 }
 
 describe.each(transports)("the upstream client over %s", (_name, transport) => {
@@ -200,7 +175,7 @@ describe.each(transports)("the upstream client over %s", (_name, transport) => {
   });
 
   it("a declared Content-Length over the limit is refused before the body is read", async () => {
-    const up = await streaming(50 * MiB, { contentLength: true });
+    const up = await startStreamingUpstream(50 * MiB, { contentLength: true });
     try {
       const e = await failure(client({ baseUrl: up.url, maxBodyBytes: MiB }).getTask("big"));
       expect(e).toMatchObject({ kind: "malformed", code: "response_too_large", retryable: false });
@@ -212,7 +187,7 @@ describe.each(transports)("the upstream client over %s", (_name, transport) => {
   });
 
   it("a body that streams past the limit is cancelled there, memory bounded", async () => {
-    const up = await streaming(50 * MiB);
+    const up = await startStreamingUpstream(50 * MiB);
     try {
       const before = process.memoryUsage();
       const e = await failure(client({ baseUrl: up.url, maxBodyBytes: MiB }).getTask("big"));
@@ -231,7 +206,7 @@ describe.each(transports)("the upstream client over %s", (_name, transport) => {
       res.writeHead(429, { "Content-Type": "application/json", "Retry-After": "7", "X-Request-Id": "req-429" });
       res.end(JSON.stringify({ error: { code: "rate_limit", message: "slow down sk_test_key" } }));
     });
-    const big = await streaming(50 * MiB, { status: 502 });
+    const big = await startStreamingUpstream(50 * MiB, { status: 502 });
     try {
       const e = await failure(client({ baseUrl: up.url }).getTask("limited"));
       expect(e).toMatchObject({ kind: "http", status: 429, code: "rate_limit", retryAfterMs: 7_000 });
