@@ -128,8 +128,8 @@ export function taskUsage(task: TaskViewRow): TaskUsage {
   return { points_charged: task.pointsCharged, points_refunded: task.pointsRefunded };
 }
 
-/** How a view reads an output kept in pieces outside the row (OutputStore.pieces, core/stored-output.ts). */
-export type OutputPieces = (ref: string) => AsyncIterable<string>;
+/** How a view reads an output kept in pieces outside the row: as UTF-8 bytes (OutputStore.bytes, core/stored-output.ts). */
+export type OutputPieces = (ref: string) => AsyncIterable<Uint8Array>;
 
 /**
  * The stored output as its text, never parsed here (issue #38 item 7): answers and webhook bodies

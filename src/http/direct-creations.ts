@@ -11,7 +11,7 @@ import type { ServiceDeps } from "../services/deps.js";
 import { createTask } from "../services/intake.js";
 import { viewOf } from "../services/tasks.js";
 import { telemetry } from "../telemetry/index.js";
-import { type PiecedJsonText, stringifyInParts, textOfParts } from "../upstream/json-text.js";
+import { type PiecedJsonText, chunksOfParts, stringifyInParts } from "../upstream/json-text.js";
 import type { Metrics } from "../metrics.js";
 import { BEARER, MAX_BODY_BYTES, MAX_JSON_DEPTH, nestingDepth, newRequestId, requestRecorder } from "./middleware.js";
 import { absoluteUrl, creationSchemas } from "./routes/generations.js";
@@ -145,8 +145,8 @@ async function writeAnswer(res: ServerResponse, status: number, parts: Array<str
     return;
   }
   res.writeHead(status, { "Content-Type": "application/json" });
-  for await (const text of textOfParts(parts)) {
-    if (!res.write(text)) await new Promise((resolve) => res.once("drain", resolve));
+  for await (const chunk of chunksOfParts(parts)) {
+    if (!res.write(chunk)) await new Promise((resolve) => res.once("drain", resolve));
   }
   res.end();
 }

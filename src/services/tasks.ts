@@ -92,7 +92,7 @@ export async function viewOf(deps: Deps, task: TaskRow, opts: { withQueuePositio
   const counted = opts.withQueuePosition !== false || medians?.get(medianKey(task)) != null;
   const position = counted ? await queuePositionOf(deps, task) : null;
   const eta = await estimateOf(deps, task, position === null ? null : position - 1, medians);
-  return taskView(task, (ref) => deps.store.outputs.pieces(ref), deliverySummary(task, last), position, eta);
+  return taskView(task, (ref) => deps.store.outputs.bytes(ref), deliverySummary(task, last), position, eta);
 }
 
 /** A list item is held to a webhook body's size: a page of 100 builds at most 25 MiB, whatever the outputs. */

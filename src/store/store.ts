@@ -79,6 +79,12 @@ export interface OutputStore {
   write(ref: string, pieces: readonly string[] | HeldPieces, now: number): Promise<void>;
   /** The pieces of `ref`, in order, each read on its own; throws OutputMissingError if any is missing. */
   pieces(ref: string): AsyncIterable<string>;
+  /**
+   * The same pieces as UTF-8 bytes, as an answer sends them (http/json-answer.ts). On SQLite each
+   * is read as a blob, never a string on the V8 heap: a 7 MB output read as text made 7 MB of young
+   * strings per read, two or three scavenges each, and its encoding again (issue #38 item 7).
+   */
+  bytes(ref: string): AsyncIterable<Uint8Array>;
   /** Deletes the pieces of refs no task holds, written before `before`; at most `batch` refs. Answers how many refs. */
   sweep(before: number, batch: number): Promise<number>;
 }

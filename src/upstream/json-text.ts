@@ -94,7 +94,8 @@ export function jsonTextOf(value: unknown): string | null {
  * one throws, rather than send an answer without the output.
  */
 export class PiecedJsonText {
-  constructor(readonly pieces: () => AsyncIterable<string>) {}
+  /** `pieces`: the stored pieces in order, as UTF-8 bytes (sent as they are: never a string here). */
+  constructor(readonly pieces: () => AsyncIterable<Uint8Array>) {}
   toJSON(): unknown {
     if (splicing !== null) return `${MARK}${splicing.push(this) - 1}`;
     throw new TypeError("a stored output in pieces is written only by stringifyInParts");
@@ -151,9 +152,18 @@ export function stringifyInParts(value: unknown): Array<string | PiecedJsonText>
   return parts;
 }
 
-/** The text of stringifyInParts' parts in order, empty texts left out: each piece as it is read. */
-export async function* textOfParts(parts: ReadonlyArray<string | PiecedJsonText>): AsyncGenerator<string> {
+/**
+ * stringifyInParts' parts in order, empty ones left out: the JSON around as text, each stored piece
+ * as the bytes it was read as (the answer writes them as they are, never decoded and encoded again).
+ */
+export async function* chunksOfParts(
+  parts: ReadonlyArray<string | PiecedJsonText>,
+): AsyncGenerator<string | Uint8Array> {
   for (const part of parts) {
-    for await (const text of typeof part === "string" ? [part] : part.pieces()) if (text.length > 0) yield text;
+    if (typeof part === "string") {
+      if (part.length > 0) yield part;
+      continue;
+    }
+    for await (const bytes of part.pieces()) if (bytes.byteLength > 0) yield bytes;
   }
 }

@@ -28,6 +28,20 @@ describe.each(suite.dialects)("OutputStore on %s", (_name, h) => {
     for (const piece of back) expect(/^[\uDC00-\uDFFF]|[\uD800-\uDBFF]$/.test(piece)).toBe(false);
   });
 
+  it("bytes: each piece as its UTF-8 bytes, in order (what an answer sends); a missing ref throws", async () => {
+    const store = await h.shared();
+    const ref = fresh("out");
+    const pieces = outputPieces(text);
+    await store.outputs.write(ref, pieces, NOW);
+    const back: Uint8Array[] = [];
+    for await (const bytes of store.outputs.bytes(ref)) back.push(bytes);
+    // Decoded, each piece's bytes give the piece back (whole surrogate pairs in each: UTF-8 of it is exact).
+    expect(back.map((b) => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString("utf8"))).toEqual(pieces);
+    expect(Buffer.concat(back).toString("utf8")).toBe(text);
+    const missing = store.outputs.bytes(fresh("out"))[Symbol.asyncIterator]().next();
+    await expect(missing).rejects.toThrow(OutputMissingError);
+  });
+
   it("pieces of a ref never written (or swept) throw OutputMissingError; a single piece is its own last", async () => {
     const store = await h.shared();
     await expect(readAll(store, fresh("out"))).rejects.toThrow(OutputMissingError);

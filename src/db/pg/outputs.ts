@@ -14,6 +14,17 @@ const UNHELD = "NOT EXISTS (SELECT 1 FROM tasks t WHERE t.output_ref = p.ref)";
  */
 export function pgOutputs(s: PgContext): OutputStore {
   const { q, one } = s;
+  async function* readPieces(ref: string): AsyncGenerator<string> {
+    for (let seq = 0; ; seq++) {
+      // Each answer is decoded on the event loop: eight readers of 7 MB outputs share the process's
+      // bytes a turn (next-turn.ts, TurnBytes), as on SQLite (db/sqlite/outputs.ts).
+      if (seq > 0) await turnBytes.take(OUTPUT_PIECE_CHARS);
+      const piece = await one("SELECT text, last FROM task_output_pieces WHERE ref = $1 AND seq = $2", [ref, seq]);
+      if (piece === undefined) throw new OutputMissingError(ref, seq);
+      yield piece.text as string;
+      if (piece.last === true) return;
+    }
+  }
   return {
     write: async (ref, pieces, now) => {
       // Pieces the parse worker still holds come here one at a time (PostgreSQL has no worker path).
@@ -27,16 +38,11 @@ export function pgOutputs(s: PgContext): OutputStore {
         seq++;
       }
     },
-    pieces: async function* (ref) {
-      for (let seq = 0; ; seq++) {
-        // Each answer is decoded on the event loop: eight readers of 7 MB outputs share the process's
-        // bytes a turn (next-turn.ts, TurnBytes), as on SQLite (db/sqlite/outputs.ts).
-        if (seq > 0) await turnBytes.take(OUTPUT_PIECE_CHARS);
-        const piece = await one("SELECT text, last FROM task_output_pieces WHERE ref = $1 AND seq = $2", [ref, seq]);
-        if (piece === undefined) throw new OutputMissingError(ref, seq);
-        yield piece.text as string;
-        if (piece.last === true) return;
-      }
+    pieces: readPieces,
+    // pg decodes each answer to a string (a bytea would come as hex, twice the text): encoded here,
+    // one piece at a time, as the answer sends it.
+    bytes: async function* (ref) {
+      for await (const text of readPieces(ref)) yield Buffer.from(text);
     },
     sweep: async (before, batch) => {
       // `before` is an hour back: a writer's transition follows its pieces at once, so a ref that old
