@@ -4,7 +4,14 @@ import { deadlineIn, raceSignal, startDeadline, type MinRate } from "../net/dead
 import type { TaskStatus } from "../statuses.js";
 import { DEFAULT_MAX_BODY_BYTES, ERROR_BODY_BYTES, type LimitedBody, readLimited } from "./body.js";
 import { UpstreamError } from "./errors.js";
-import { fetchTransport, type HeaderGetter, type UpstreamTransport, undiciTransport } from "./transport.js";
+import {
+  describeTransportError,
+  fetchTransport,
+  type HeaderGetter,
+  isTransportTimeout,
+  type UpstreamTransport,
+  undiciTransport,
+} from "./transport.js";
 import { turnTime } from "../next-turn.js";
 import { type OffThreadJson, offThreadJson, type ParsedJson } from "./json-offload.js";
 import {
@@ -364,7 +371,7 @@ export class UpstreamClient {
   }
 
   private transportError(err: unknown, signal: AbortSignal, spec: RequestSpec): UpstreamError {
-    const timedOut = signal.aborted || isTimeout(err);
+    const timedOut = signal.aborted || isTransportTimeout(err);
     if (timedOut) {
       const slow = deadlineIn(signal.reason);
       return new UpstreamError({
@@ -377,7 +384,7 @@ export class UpstreamClient {
         cause: err,
       });
     }
-    const reason = err instanceof Error ? describeCause(err) : String(err);
+    const reason = describeTransportError(err);
     return new UpstreamError({
       kind: "network",
       code: "network_error",
@@ -390,26 +397,6 @@ export class UpstreamClient {
   private redact(text: string): string {
     return text.split(this.apiKey).join("[redacted]");
   }
-}
-
-/**
- * A timeout that is not the call's own deadline: fetch's `TimeoutError`, or undici's header and body
- * timeouts (the transport's backstop, transport.ts).
- */
-function isTimeout(err: unknown): boolean {
-  if (!(err instanceof Error)) return false;
-  if (err.name === "TimeoutError") return true;
-  const code = (err as { code?: unknown }).code;
-  return code === "UND_ERR_HEADERS_TIMEOUT" || code === "UND_ERR_BODY_TIMEOUT";
-}
-
-/** undici hides the useful part (ECONNREFUSED, ENOTFOUND…) in err.cause. */
-function describeCause(err: Error): string {
-  const cause = err.cause;
-  if (cause instanceof Error && cause.message !== "" && cause.message !== err.message) {
-    return `${err.message} (${cause.message})`;
-  }
-  return err.message;
 }
 
 function requestIdOf(headers: HeaderGetter, body: unknown): string | null {

@@ -37,6 +37,27 @@ export interface TransportResponse {
   cancel(): void;
 }
 
+/**
+ * Whether a send failed on a timeout that is not the call's own deadline: fetch's `TimeoutError`, or
+ * undici's header and body timeouts (the pool's backstop, undiciTransport).
+ */
+export function isTransportTimeout(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err.name === "TimeoutError") return true;
+  const code = (err as { code?: unknown }).code;
+  return code === "UND_ERR_HEADERS_TIMEOUT" || code === "UND_ERR_BODY_TIMEOUT";
+}
+
+/** Why a send failed, in one line: fetch hides the useful part (ECONNREFUSED, ENOTFOUND…) in err.cause. */
+export function describeTransportError(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const cause = err.cause;
+  if (cause instanceof Error && cause.message !== "" && cause.message !== err.message) {
+    return `${err.message} (${cause.message})`;
+  }
+  return err.message;
+}
+
 const ignore = () => undefined;
 
 /** A fetch answer seen through the port: its body read through a web stream reader. */
