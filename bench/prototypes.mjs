@@ -13,15 +13,18 @@
 // is refused when the 1-minute load is above BENCH_MAX_LOAD (bench/lib/load-gate.mjs; never in a
 // BENCH_QUICK run), and a row with a refused round is reported as refused, with the loads.
 // Alone (no results file written):
-//   node bench/prototypes.mjs [intake] [delivery] [end_to_end] [postgres] [--rounds=3] [--dist=DIST] [--profile]
+//   node bench/prototypes.mjs [intake] [delivery] [end_to_end] [postgres] [--rounds=3] [--dist=DIST] [--profile] [--statements]
 // --dist: another build's dist (copied under bench/.ab/ to run on this checkout's node_modules).
-// --profile: the end-to-end relay runs under `node --cpu-prof` (bench/profiles/proto-e2e-rN/, read with
-// bench/lib/profile.mjs); its CPU figures are then the profiler's, not figures to quote.
+// --profile: the end-to-end relay and prototype run under `node --cpu-prof` (bench/profiles/proto-e2e-rN/
+// and proto-pipeline-e2e-rN/, read with bench/lib/profile.mjs); their CPU figures are then the
+// profiler's, not figures to quote.
+// --statements: end to end, each side counts the SQLite statements it runs in the measured window
+// (bench/lib/count-statements.cjs, preloaded) and prints them a task, the most run first.
 // Sizes (defaults: a fresh process's first seconds, JIT warm-up included): BENCH_WARMUP (2 s) and
 // BENCH_DURATION (10 s) for intake; BENCH_DELIVERY_EVENTS (5000), BENCH_DELIVERY_WARM (0 webhooks
 // before the CPU window) and BENCH_DELIVERY_WINDOW_S (10) for delivery. A long-running relay's steady
 // state: e.g. BENCH_WARMUP=30, or BENCH_DELIVERY_EVENTS=15000 BENCH_DELIVERY_WARM=5000 BENCH_DELIVERY_WINDOW_S=40.
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -49,8 +52,10 @@ const PROTO = join(BENCH, "proto");
 const LISTENING = /listening on (http:\/\/[\d.]+:\d+)/;
 
 /** A prototype as its own process (like the relay): resolves once it printed `ready`. */
-async function startProto(ctx, name, script, env, ready = LISTENING) {
-  const child = ctx.track(startNode(name, join(PROTO, script), { env, logFile: join(ctx.tmp, `${name}.log`) }));
+async function startProto(ctx, name, script, env, ready = LISTENING, execArgv = []) {
+  const child = ctx.track(
+    startNode(name, join(PROTO, script), { env, execArgv, logFile: join(ctx.tmp, `${name}.log`) }),
+  );
   const m = await child.waitFor(ready);
   return Object.assign(child, { url: m[1] });
 }
@@ -242,6 +247,9 @@ async function endToEnd(ctx) {
   const hookUrl = `${await receiver.call("address")}/hooks/genrelay`;
   const side = async (kind, r) => {
     const db = await ctx.newDatabase(`proto-e2e-${kind}-r${r}`);
+    // --statements: both sides count their statements (bench/lib/count-statements.cjs) over the window.
+    const counted = ctx.countStatements ? join(ctx.tmp, `statements-${kind}-r${r}.json`) : undefined;
+    const countArgv = counted ? ["--require", COUNT_STATEMENTS] : [];
     const child =
       kind === "relay"
         ? ctx.track(
@@ -249,19 +257,30 @@ async function endToEnd(ctx) {
               ctx.relayEnv(db.path, sims.fast.url, {
                 WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
                 UPSTREAM_READS_PER_MINUTE: 100_000,
+                BENCH_STATEMENTS_FILE: counted,
+                BENCH_STATEMENTS_CALLERS: counted && process.env.BENCH_STATEMENTS_CALLERS,
               }),
               join(ctx.tmp, `relay-proto-e2e-r${r}.log`),
-              { execArgv: ctx.relayExecArgv?.(`e2e-r${r}`) ?? [] },
+              { execArgv: [...countArgv, ...(ctx.relayExecArgv?.(`e2e-r${r}`) ?? [])] },
             ),
           )
-        : await startProto(ctx, `proto-pipeline-r${r}`, "pipeline.mjs", {
-            DATABASE_PATH: db.path,
-            UPSTREAM_BASE_URL: sims.fast.url,
-            UPSTREAM_API_KEY: "sandbox",
-          });
+        : await startProto(
+            ctx,
+            `proto-pipeline-r${r}`,
+            "pipeline.mjs",
+            {
+              DATABASE_PATH: db.path,
+              UPSTREAM_BASE_URL: sims.fast.url,
+              UPSTREAM_API_KEY: "sandbox",
+              BENCH_STATEMENTS_FILE: counted,
+            },
+            LISTENING,
+            [...countArgv, ...(ctx.protoExecArgv?.(`e2e-r${r}`) ?? [])],
+          );
     await receiver.call("reset");
     const keyPrefix = `bench-e2e-${kind}-r${r}-`;
     const t0 = Date.now();
+    if (counted) process.kill(child.pid, "SIGUSR2");
     const cpu0 = treeCpuSnapshot(child.pid);
     const made = await ctx.load({
       url: child.url,
@@ -277,7 +296,12 @@ async function endToEnd(ctx) {
     const cpuMs = treeCpuDelta(cpu0, treeCpuSnapshot(child.pid));
     const stats = await receiver.call("stats");
     await child.stop();
+    const statements = counted ? statementsPerTask(counted, stats.count) : undefined;
+    if (statements) log(`    ${kind}, round ${r}: ${statementsText(statements)}`);
     return {
+      ...(statements
+        ? { statements_per_task: statements.statements, transactions_per_task: statements.transactions }
+        : {}),
       accepted: made.accepted,
       committed,
       delivered: stats.count,
@@ -304,6 +328,26 @@ async function endToEnd(ctx) {
     rounds,
   };
 }
+
+const COUNT_STATEMENTS = join(BENCH, "lib", "count-statements.cjs");
+
+/** A side's counted statements a task: all, transactions (BEGIN), and each text's, the most run first. */
+function statementsPerTask(file, tasks) {
+  const counts = Object.entries(JSON.parse(readFileSync(file, "utf8")));
+  const per = (n) => round(n / Math.max(1, tasks), 2);
+  const isBegin = (text) => /^BEGIN/i.test(text);
+  return {
+    statements: per(counts.reduce((a, [text, n]) => a + (isBegin(text) ? 0 : n), 0)),
+    transactions: per(counts.reduce((a, [text, n]) => a + (isBegin(text) ? n : 0), 0)),
+    each: counts.sort((a, b) => b[1] - a[1]).map(([text, n]) => [per(n), text]),
+  };
+}
+
+const statementsText = (s) =>
+  `${s.statements} statements and ${s.transactions} transactions a task:\n${s.each
+    .filter(([n]) => n >= 0.01)
+    .map(([n, text]) => `      ${String(n).padStart(6)}  ${text}`)
+    .join("\n")}`;
 
 async function postgres(ctx) {
   const { log, sims } = ctx;
@@ -412,6 +456,7 @@ async function main(argv) {
   const rounds = Number(flag("rounds") ?? 3);
   const other = flag("dist");
   const profiles = argv.includes("--profile") ? join(BENCH, "profiles") : null;
+  const countStatements = argv.includes("--statements");
   const dist = other ? stageDist(resolve(other), "proto") : null;
   if (dist) useDist(dist);
   const snapshot = dist ? null : snapshotDist();
@@ -470,6 +515,10 @@ async function main(argv) {
       relayExecArgv: profiles
         ? (name) => ["--cpu-prof", `--cpu-prof-dir=${join(profiles, `proto-${name}`)}`]
         : undefined,
+      protoExecArgv: profiles
+        ? (name) => ["--cpu-prof", `--cpu-prof-dir=${join(profiles, `proto-pipeline-${name}`)}`]
+        : undefined,
+      countStatements,
       ...harness({ cfg: CFG, quick: false, tmp, logLevel: "info" }),
     });
     const { method: _method, ...figures } = result;
