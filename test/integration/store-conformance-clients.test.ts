@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { newClient } from "../../src/services/clients.js";
 import { client, conformance, fresh, NOW, opts, task, type Probe } from "../helpers/conformance.js";
+import { ADMITTED_GRANULARITY_MS } from "../../src/db/kit/task-claims.js";
 
 /** ClientStore conformance (checklist: store-conformance.md): clients and their credit books, on both drivers. */
 const suite = conformance();
@@ -119,6 +120,18 @@ describe.each(suite.dialects)("ClientStore on %s", (_name, h) => {
     await store.clients.markAdmitted(c.id, NOW + 42);
     expect((await store.clients.find(c.id))!.lastAdmittedAt).toBe(NOW + 42);
     await store.clients.markAdmitted("cli_nobody", NOW);
+  });
+
+  it("markAdmitted within ADMITTED_GRANULARITY_MS of this store's last mark of the client writes nothing", async () => {
+    const store = await h.shared();
+    const c = await client(store);
+    await store.clients.markAdmitted(c.id, NOW);
+    // Another writer's value: the statement's own condition would overwrite it; the memo does not ask.
+    await store.clients.update(c.id, { lastAdmittedAt: 5 });
+    await store.clients.markAdmitted(c.id, NOW + ADMITTED_GRANULARITY_MS - 1);
+    expect((await store.clients.find(c.id))!.lastAdmittedAt).toBe(5);
+    await store.clients.markAdmitted(c.id, NOW + ADMITTED_GRANULARITY_MS);
+    expect((await store.clients.find(c.id))!.lastAdmittedAt).toBe(NOW + ADMITTED_GRANULARITY_MS);
   });
 
   it("creditPosition and ledger follow reservations, charges and refunds", async () => {

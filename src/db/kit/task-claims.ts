@@ -1,3 +1,4 @@
+import { LRUCache } from "lru-cache";
 import type { TaskStore } from "../../store/store.js";
 
 /** The claim side of the TaskStore, one file of its own on each driver (db/sqlite/task-claims.ts, db/pg/task-claims.ts). */
@@ -31,3 +32,18 @@ export function clientRoom(maxRunning: number | null, running: number, limit: nu
  * span count as one: the order between two clients admitted within it may be stale by this much.
  */
 export const ADMITTED_GRANULARITY_MS = 1_000;
+
+/**
+ * ClientStore.markAdmitted's memo, one per store: whether an admission at `at` must be written, by
+ * what this process last wrote (or found no need to) for the client. Within ADMITTED_GRANULARITY_MS
+ * of it the process does not even ask; the statement's own condition holds across processes.
+ */
+export function admissionMarks(): (clientId: string, at: number) => boolean {
+  const admitted = new LRUCache<string, number>({ max: 10_000 });
+  return (clientId, at) => {
+    const last = admitted.get(clientId);
+    if (last !== undefined && at >= last && at - last < ADMITTED_GRANULARITY_MS) return false;
+    admitted.set(clientId, at);
+    return true;
+  };
+}

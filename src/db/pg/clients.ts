@@ -2,8 +2,7 @@ import type { ClientStore } from "../../store/store.js";
 import { CLIENT_CHANGED, ClientChanges } from "../kit/client-changes.js";
 import { C, CHANNEL, opt, type Queryable } from "./mapping.js";
 import type { PgContext } from "./context.js";
-import { ADMITTED_GRANULARITY_MS } from "../kit/task-claims.js";
-import { LRUCache } from "lru-cache";
+import { ADMITTED_GRANULARITY_MS, admissionMarks } from "../kit/task-claims.js";
 
 /** The ClientStore on PostgreSQL: clients and their credit books. */
 export function pgClients(s: PgContext, changes = new ClientChanges()): ClientStore {
@@ -11,8 +10,7 @@ export function pgClients(s: PgContext, changes = new ClientChanges()): ClientSt
   // Other processes hear of a change at commit (their listener: PgStore.listen), this one at once.
   const notify = (id: string, on: Queryable = s.pool) =>
     q("SELECT pg_notify($1, $2)", [CHANNEL, `${CLIENT_CHANGED}${id}`], on);
-  /** When this process last wrote (or found written) each client's last_admitted_at. */
-  const admitted = new LRUCache<string, number>({ max: 10_000 });
+  const mustMark = admissionMarks();
   return {
     insert: async (row) => {
       const ins = C.insert("clients", row);
@@ -55,9 +53,7 @@ export function pgClients(s: PgContext, changes = new ClientChanges()): ClientSt
     // At most one write per client per ADMITTED_GRANULARITY_MS (db/kit/task-claims.ts), not one per
     // admission; within one, this process does not even ask (the statement's condition holds across processes).
     markAdmitted: async (id, at) => {
-      const last = admitted.get(id);
-      if (last !== undefined && at >= last && at - last < ADMITTED_GRANULARITY_MS) return;
-      admitted.set(id, at);
+      if (!mustMark(id, at)) return;
       await s.pool.query(
         "UPDATE clients SET last_admitted_at = $2 WHERE id = $1 AND (last_admitted_at > $2 OR last_admitted_at <= $2 - $3)",
         [id, at, ADMITTED_GRANULARITY_MS],

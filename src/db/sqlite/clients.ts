@@ -2,7 +2,7 @@ import { and, asc, eq, gt, lte, or, sql } from "drizzle-orm";
 import type { ClientStore, CreditChange, CreditPosition, LedgerEntry, ReservationsAround } from "../../store/store.js";
 import type { ClientRow, NewClientRow } from "../../store/rows.js";
 import { ClientChanges } from "../kit/client-changes.js";
-import { ADMITTED_GRANULARITY_MS } from "../kit/task-claims.js";
+import { ADMITTED_GRANULARITY_MS, admissionMarks } from "../kit/task-claims.js";
 import type { SqliteContext } from "./context.js";
 import type { Db } from "./open.js";
 import { prepared, statement } from "./prepared.js";
@@ -16,6 +16,7 @@ const POLL_MS = 2;
 export function sqliteClients(s: SqliteContext): ClientStore {
   const db = s.database.db;
   const changes = new ClientChanges();
+  const mustMark = admissionMarks();
   // Changes by other connections (the CLI beside the server): SQLite bumps this number for each of
   // their commits, never for this connection's own. Reading it costs 5-8 µs, so it is read at most
   // once per POLL_MS: far less than any other process takes to open the file and commit.
@@ -54,8 +55,12 @@ export function sqliteClients(s: SqliteContext): ClientStore {
       seen = now;
       changes.emit(null);
     },
-    // Once per submission: in the workers' group commit (one statement).
-    markAdmitted: (id, at) => s.attemptCommits.runAtomic(() => markAdmitted(db, id, at)),
+    // At most one write per client per ADMITTED_GRANULARITY_MS (db/kit/task-claims.ts), as on
+    // PostgreSQL: within one, this process does not even ask (the statement's condition holds across
+    // processes). Then in the workers' group commit (one statement).
+    markAdmitted: async (id, at) => {
+      if (mustMark(id, at)) await s.attemptCommits.runAtomic(() => markAdmitted(db, id, at));
+    },
     creditPosition: async (id) => creditPosition(db, id),
     ledger: async (id) => ledger(db, id),
   };
