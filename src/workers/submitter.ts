@@ -215,11 +215,7 @@ export class Submitter {
     const { store, clock, logger, lifecycle } = this.opts;
     const remoteId = result.task.id;
     try {
-      const bound = await lifecycle.boundElsewhere(task, remoteId);
-      if (bound) {
-        await this.conflict(task, token, remoteId, bound.id, log);
-        return;
-      }
+      // No read of the id's binding first: the write refuses an id bound to another task (below).
       const at = clock.now();
       await lifecycle.recordSubmission(task, token, result.task, at + firstPollDelay(task.type));
       await store.clients.markAdmitted(task.clientId, at);
@@ -228,9 +224,11 @@ export class Submitter {
         "submission",
       );
     } catch (err) {
-      // Bound by a concurrent transaction between the check and the write: the unique index says so.
+      // Bound to another task (an upstream defect): the unique index on the account's upstream ids
+      // refused the write, and nothing of it was kept; the other task is looked up for the log only.
       if (isUpstreamIdTaken(err)) {
-        await this.conflict(task, token, remoteId, null, log);
+        const bound = await lifecycle.boundElsewhere(task, remoteId);
+        await this.conflict(task, token, remoteId, bound?.id ?? null, log);
         return;
       }
       // The database is down: nothing can be recorded now. The lease runs out and the task is

@@ -248,7 +248,9 @@ describe.each(["sqlite", "postgres"] as const)("a hostile upstream on %s (issue 
     expect(aliceView.status).toBe("succeeded");
     expect(JSON.stringify(aliceView)).toContain("alice private prompt.png");
     // Logged as an upstream defect, at error level.
-    expect(h.logs.some((l) => l.code === "upstream_conflict" && (l.level as number) >= 50)).toBe(true);
+    expect(h.logs.some((l) => l.code === "upstream_conflict" && (l.level as number) >= 50 && l.bound_to === a)).toBe(
+      true,
+    );
   });
 
   it("a NUL in the upstream task id: the task ends failed at once, never re-submitted, never stuck", async () => {

@@ -21,8 +21,11 @@ describe.each(dialects)("on %s", (_dialect, setup) => {
         metadata: { order: "42" },
         style: "noir",
       });
+      const lookups = vi.spyOn(t.store.tasks, "findByUpstreamId");
 
       await t.relay.submitter.runOnce();
+      // The upstream id is bound by the write alone (its unique index refuses another task's id): no read first.
+      expect(lookups).not.toHaveBeenCalled();
 
       expect(up.creates).toEqual([
         // Relay fields stay in the relay; unknown upstream fields pass through.
