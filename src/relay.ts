@@ -9,6 +9,7 @@ import { serverWithDirectCreations } from "./http/direct-creations.js";
 import type { Logger } from "./logger.js";
 import { Metrics } from "./metrics.js";
 import { CatalogCache } from "./services/catalog.js";
+import { ClientRows } from "./services/client-rows.js";
 import { DeliveryService } from "./services/deliveries.js";
 import type { ServiceDeps } from "./services/deps.js";
 import { creationWakesSubmitter, nudgesByName } from "./core/nudges.js";
@@ -82,6 +83,8 @@ export class Relay {
   readonly budget: ReadBudget;
   /** Learned durations, written behind: flushed on stop(). */
   private readonly durations: DurationStats;
+  /** Client rows for the bucket decision of each success (kept until the client changes). */
+  private readonly bucketRows: ClientRows;
   readonly sender: WebhookSender;
   /** Where deliveries go, by the endpoint's kind: a new kind registers here (docs/architecture.md, "Destinations"). */
   readonly destinations: Destinations;
@@ -146,6 +149,8 @@ export class Relay {
     for (const [kind, entry] of Object.entries(queues.kinds)) this.destinations.register(kind, entry);
     const durations = new DurationStats(store, clock);
     this.durations = durations;
+    const bucketRows = new ClientRows({ store });
+    this.bucketRows = bucketRows;
     this.lifecycle = new Lifecycle({
       store,
       clock,
@@ -155,7 +160,7 @@ export class Relay {
       expectedDuration: (task) => durations.expected(task.type, task.model),
       // A client with a bucket gets copies of the output's files before task.succeeded (docs/contract.md, "Outputs").
       mirrors: (task, output) =>
-        mirrorsOutput(output, async () => (await store.clients.find(task.clientId))?.storageConfig),
+        mirrorsOutput(output, async () => (await bucketRows.find(task.clientId))?.storageConfig),
       onTransition: (task) => {
         this.watchers.wake({ taskId: task.id, clientId: task.clientId, account: task.upstreamAccount });
       },
@@ -363,6 +368,7 @@ export class Relay {
     // Copies still running stop here (a large file may take minutes); whoever claims them next starts again.
     await this.mirror.close();
     await this.durations.flush().catch(() => {});
+    this.bucketRows.stop();
     this.leadership.close();
     await this.opts.store.ops.releaseLeases(this.owner.id);
     await this.sender.close();

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { Mirror, type MirrorOptions } from "../../src/workers/mirror.js";
 import { createTestRelay, type TestRelay } from "../helpers/relay.js";
 import {
@@ -277,6 +277,17 @@ describe("mirroring a succeeded task's output", () => {
     await mirrorOf(t).runOnce();
     const files0 = (await eventsOf(t, task.id))[0]!.body.data.files[0];
     expect(files0.url).toBe(`https://cdn.example.com/media/gen/${task.id}/0.png`);
+  });
+
+  it("a client's row is read once for the bucket decisions of its successes, again once its bucket changes", async () => {
+    const t = relay();
+    const c = t.client("later");
+    const reads = vi.spyOn(t.store.clients, "find");
+    for (let i = 0; i < 3; i++)
+      expect(await succeededOn(t, c.id, { url: files.url("/out/a.png") })).toMatchObject({ phase: "done" });
+    expect(reads.mock.calls.filter(([id]) => id === c.id)).toHaveLength(1);
+    await setBucket(t, c.apiKey, { public_base_url: "https://cdn.example.com/media/" });
+    expect(await succeededOn(t, c.id, { url: files.url("/out/a.png") })).toMatchObject({ phase: "mirroring" });
   });
 });
 
