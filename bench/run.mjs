@@ -40,6 +40,7 @@
 //   BENCH_ROUNDS, BENCH_DURATION (s per intake measurement), BENCH_SCALE_ROWS, BENCH_PROFILE=0|1,
 //   BENCH_SCALEOUT_EVENTS, BENCH_SCALEOUT_TASKS (the scale-out row's outbox and end-to-end sizes),
 //   BENCH_SCALEOUT_OLD_DIST=<dist> (the scale-out row measures that build too, side by side),
+//   BENCH_SCALEOUT_PROTO=1 (its intake cells measure bench/proto/intake-pg.mjs at 1 and 3 processes too),
 //   BENCH_RELAY_LOG_LEVEL (default info, the relay's default), BENCH_KEEP=1 (keep the temp folder)
 //   BENCH_ONLY=latency[,scheduling,postgres,profiles,fairness,prototypes,scaleout,eta,public,queues]  run only these benchmarks and merge them into the existing results
 //                          file (the other rows keep their figures; the entry records its own date and commit)

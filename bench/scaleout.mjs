@@ -15,18 +15,24 @@
 //                webhook; CPU from the first creation to the last webhook (tasks/s)
 //
 // BENCH_SCALEOUT_OLD_DIST=<dist of another build> runs every measurement on that build too, side by side
-// (alternating which goes first), so one run gives before and after. Sizes: BENCH_SCALEOUT_EVENTS,
+// (alternating which goes first), so one run gives before and after. BENCH_SCALEOUT_PROTO=1 measures
+// intake on bench/proto/intake-pg.mjs (MODE=batch) too, 1 and 3 processes in the same rounds: what
+// splitting the same connections between instances costs a minimal durable intake (the floor of the
+// ratio on this machine). Sizes: BENCH_SCALEOUT_EVENTS,
 // BENCH_SCALEOUT_TASKS, BENCH_DURATION (s of intake), BENCH_ROUNDS, BENCH_SCALEOUT_INSTANCES (e.g. 1,3),
 // BENCH_SCALEOUT_KINDS (e.g. intake,end_to_end); BENCH_SCALEOUT_TOP (statements listed per cell, by
 // execution time: 10; 100 lists every statement a task runs, for counting them).
 import pg from "pg";
 import { join, resolve } from "node:path";
 import { DIST } from "./lib/dist.mjs";
-import { cpuMsOf, sleep, startRelay, treeCpuSnapshot } from "./lib/proc.mjs";
+import { BENCH, cpuMsOf, sleep, startNode, startRelay, treeCpuSnapshot } from "./lib/proc.mjs";
 import { count, releaseHeld, seedOutbox, startPostgres } from "./postgres.mjs";
 import { median, round } from "./lib/stats.mjs";
 
 export const SCALEOUT_GOAL = 1.15;
+
+/** The prototype side's name in `builds` (BENCH_SCALEOUT_PROTO=1): intake only. */
+const PROTO = "proto";
 
 export function scaleoutConfig(QUICK) {
   const env = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
@@ -216,6 +222,7 @@ export async function benchScaleout(ctx) {
         ["old", oldDist],
       ]
     : [["new", DIST]];
+  if (process.env.BENCH_SCALEOUT_PROTO === "1") builds.push([PROTO, PROTO]);
   log(
     `\n[${elapsed()}] scale-out: ${cfg.instances.join(", ")} instance(s) on one durable PostgreSQL (delivery, intake, end to end)${oldDist ? `, A/B against ${oldDist}` : ""}; ${cfg.rounds} round(s)`,
   );
@@ -260,6 +267,23 @@ export async function benchScaleout(ctx) {
   };
   const shared = new Map();
   const instances = async (n, dist, tag, kind) => {
+    if (dist === PROTO) {
+      const { url, client } = await server.migrated(`scale_${kind}_${tag}`);
+      const protos = await Promise.all(
+        Array.from({ length: n }, async (_, i) => {
+          const name = `proto-scale-${tag}-${i}`;
+          const child = track(
+            startNode(name, join(BENCH, "proto", "intake-pg.mjs"), {
+              env: { DATABASE_URL: url, MODE: "batch" },
+              logFile: join(tmp, `${name}.log`),
+            }),
+          );
+          const m = await child.waitFor(/listening on (http:\/\/[\d.]+:\d+)/);
+          return Object.assign(child, { url: m[1] });
+        }),
+      );
+      return { url, client, relays: protos, release: () => Promise.all(protos.map((r) => r.stop())) };
+    }
     const upstream = kind === "e" ? sims.fast.url : sims.hold.url;
     if (!cfg.shareRelays) {
       const { url, client } = await server.migrated(`scale_${kind}_${tag}`, { dist });
@@ -396,6 +420,7 @@ export async function benchScaleout(ctx) {
           // Alternating which build goes first cancels slow drifts of the machine's load.
           const order = (r + n) % 2 === 0 ? builds : [...builds].reverse();
           for (const [build, dist] of order) {
+            if (dist === PROTO && kind !== "intake") continue;
             const x = await fn(n, dist, `${build}_${kind.slice(0, 1)}${n}_r${r}`);
             entry[build] ??= {};
             entry[build][kind] ??= {};
@@ -421,6 +446,7 @@ export async function benchScaleout(ctx) {
   for (const [build] of builds) {
     summary[build] = {};
     for (const kind of Object.keys(kinds)) {
+      if (build === PROTO && kind !== "intake") continue;
       const cells = {};
       for (const n of cfg.instances) {
         const xs = rounds.map((x) => x[build][kind][n]);

@@ -179,7 +179,7 @@ export function tableRows(b) {
   return rows;
 }
 
-/** bench/scaleout.mjs: relay + PostgreSQL CPU per unit at 1, 2, 3 instances; the old build beside it when measured. */
+/** bench/scaleout.mjs: relay + PostgreSQL CPU per unit at 1, 2, 3 instances; the old build and the prototype beside it when measured. */
 function scaleoutRows(x) {
   if (!x?.new) return [];
   const names = { delivery: "webhook", intake: "creation", end_to_end: "task end to end" };
@@ -192,13 +192,17 @@ function scaleoutRows(x) {
     const ratio = k[`ratio_${top}_to_1`];
     const cell = (c) =>
       `${cpu(c.cpu_ms_per_unit)} (${num(c.rate)}/s${c.mean_sessions_waiting ? `, ${c.mean_sessions_waiting} waiting on locks` : ""})`;
-    const old = x.old?.[kind];
+    const beside = (label, b) =>
+      `${label}: ${ns.map((n) => `${n}: ${cpu(b.instances[n]?.cpu_ms_per_unit)}`).join("; ")}, ${times(b[`ratio_${top}_to_1`])}`;
+    // The old build and the prototype (BENCH_SCALEOUT_PROTO=1, intake only), when measured in the same run.
+    const baselines = [
+      x.old?.[kind] && beside("old build", x.old[kind]),
+      x.proto?.[kind] && beside("prototype", x.proto[kind]),
+    ].filter(Boolean);
     rows.push([
       `PostgreSQL scale-out, relay + server CPU per ${unit}, ${ns.join("/")} instances`,
       ns.map((n) => `${n}: ${cell(k.instances[n])}`).join("; "),
-      old
-        ? `old build: ${ns.map((n) => `${n}: ${cpu(old.instances[n]?.cpu_ms_per_unit)}`).join("; ")}, ${times(old[`ratio_${top}_to_1`])}`
-        : "1 instance",
+      baselines.length > 0 ? baselines.join("; ") : "1 instance",
       times(ratio),
       `≤ ${x.goal}×`,
       mark(k.met),
