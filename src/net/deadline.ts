@@ -1,4 +1,3 @@
-import { EventEmitter } from "node:events";
 import { Transform, type TransformCallback } from "node:stream";
 
 /**
@@ -292,13 +291,18 @@ export class RateGuard extends Transform {
 }
 
 /**
- * A cancel signal for one call, as undici takes one (an EventEmitter with `aborted` and `reason`):
- * a fraction of an AbortController's cost, which matters on a path that makes one per attempt. A
+ * A cancel signal for one call, as undici takes one (an object with `aborted`, `reason` and an
+ * EventEmitter's `on`/`once`/`removeListener` for `abort`): a fraction of an AbortController's
+ * cost, which matters on a path that makes one per attempt, and not an EventEmitter either (its
+ * constructor and `once` wrapper cost more than the rest of it; docs/performance.md, delivery's
+ * fourteenth round). Only `abort` is ever emitted, once; a listener hears it at most once. A
  * library that wants a real AbortSignal gets one from `signal`, made only when asked for.
  */
-export class Cancel extends EventEmitter {
+export class Cancel {
   aborted = false;
   reason: unknown = undefined;
+  /** The listeners of `abort` (usually one: undici's), in the order added. */
+  private listeners: Array<() => void> | null = null;
   private controller: AbortController | null = null;
 
   /** An AbortSignal that aborts with this (made on first use). */
@@ -310,12 +314,38 @@ export class Cancel extends EventEmitter {
     return this.controller.signal;
   }
 
+  /** Adds a listener of `abort` (the only event); it runs at most once, as the call is cancelled. */
+  on(event: "abort", listener: () => void): this {
+    if (event === "abort" && !this.aborted) (this.listeners ??= []).push(listener);
+    return this;
+  }
+
+  once(event: "abort", listener: () => void): this {
+    return this.on(event, listener);
+  }
+
+  addListener(event: "abort", listener: () => void): this {
+    return this.on(event, listener);
+  }
+
+  removeListener(event: "abort", listener: () => void): this {
+    const at = event === "abort" && this.listeners ? this.listeners.lastIndexOf(listener) : -1;
+    if (at >= 0) this.listeners!.splice(at, 1);
+    return this;
+  }
+
+  off(event: "abort", listener: () => void): this {
+    return this.removeListener(event, listener);
+  }
+
   abort(reason: unknown): void {
     if (this.aborted) return;
     this.aborted = true;
     this.reason = reason;
     this.controller?.abort(reason);
-    this.emit("abort");
+    const listeners = this.listeners;
+    this.listeners = null;
+    if (listeners) for (const listener of listeners) listener();
   }
 }
 

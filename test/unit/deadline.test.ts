@@ -397,3 +397,22 @@ describe("DeadlineTimer.race: a failure at the deadline is the deadline's", () =
     await expect(timer.race(1_000, late, null, () => Promise.reject(new Error("refused")))).rejects.toThrow("refused");
   });
 });
+
+describe("Cancel: the signal undici takes, without an EventEmitter", () => {
+  it("runs each listener of abort once, never one removed before, and none added after", () => {
+    const cancel = new Cancel();
+    const heard: string[] = [];
+    const a = () => heard.push("a");
+    const b = () => heard.push("b");
+    // As undici's addAbortListener uses it: once(), then removeListener() when the request ends.
+    cancel.once("abort", a).on("abort", b);
+    cancel.once("abort", a);
+    cancel.removeListener("abort", a);
+    cancel.abort(new Error("late"));
+    cancel.abort(new Error("again"));
+    cancel.on("abort", () => heard.push("after"));
+    expect(heard).toEqual(["a", "b"]);
+    expect(cancel.reason).toEqual(new Error("late"));
+    expect(cancel.signal.aborted).toBe(true);
+  });
+});

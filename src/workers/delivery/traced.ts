@@ -27,8 +27,11 @@ export function tracedSend(
   deadline: SendDeadline,
   attempt: { trace: TraceContext | null; resendCount: number },
 ): Promise<TracedOutcome> {
-  const http = message.target.kind === WEBHOOK_KIND;
   const tracing = telemetry();
+  // Tracing off and a task without a trace (most): nothing to carry nor record, so no headers,
+  // span id or closure per attempt; the message goes as it is.
+  if (!tracing.on && attempt.trace === null) return destinations.send(message, deadline).then(untraced);
+  const http = message.target.kind === WEBHOOK_KIND;
   return tracing.outgoing(
     {
       name: http ? "POST" : `publish ${message.type}`,
@@ -67,6 +70,11 @@ function spanAttributes(
     // The semantic conventions count resends from 1 and leave the first attempt without one.
     ...(resendCount > 0 ? { [ATTR.httpRequestResendCount]: resendCount } : {}),
   };
+}
+
+/** An outcome sent without a trace. */
+function untraced(outcome: DeliveryOutcome): TracedOutcome {
+  return { outcome, ids: NO_IDS };
 }
 
 /** `error.type` of a failed attempt: the HTTP status when there was one, else what stopped it. */
