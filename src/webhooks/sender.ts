@@ -1,6 +1,6 @@
 import { StringDecoder } from "node:string_decoder";
 import { LRUCache } from "lru-cache";
-import { Agent } from "undici";
+import { Agent, type Dispatcher } from "undici";
 import { parseRetryAfter } from "./schedule.js";
 import { createGuardedLookup, validateCallbackUrl, type Resolver } from "../net/address-guard.js";
 import { Cancel, DeadlineTimer } from "../net/deadline.js";
@@ -96,7 +96,9 @@ export class WebhookSender {
   private readonly agents: TenantAgents;
   private readonly allowPrivateNetworks: boolean;
   private readonly now: () => number;
-  private readonly inFlight = new Set<Promise<SendResult>>();
+  /** Sends not yet settled; close() waits for them (`idle` is called as the last one settles). */
+  private inFlight = 0;
+  private idle: (() => void) | null = null;
   private readonly targets = new LRUCache<string, RequestTarget>({ max: TARGETS_KEPT });
   /** Every attempt's deadline, on one timer. */
   private readonly deadlines = new DeadlineTimer();
@@ -121,27 +123,24 @@ export class WebhookSender {
     return this.agents.size;
   }
 
-  send(req: SendRequest): Promise<SendResult> {
+  /** Never rejects: an unexpected error is a failed attempt naming it. */
+  async send(req: SendRequest): Promise<SendResult> {
     const started = this.now();
-    const attempt = this.attempt(req).catch(
-      (err: unknown): SendResult => ({
-        ok: false,
-        statusCode: null,
+    this.inFlight += 1;
+    try {
+      return await this.attempt(req, started);
+    } catch (err) {
+      return sendResult({
         latencyMs: Math.max(0, Math.round(this.now() - started)),
         error: `internal error: ${err instanceof Error ? err.message.slice(0, 200) : "unknown"}`,
-        blocked: false,
-        responseBody: null,
-        retryAfterMs: null,
-        gone: false,
-      }),
-    );
-    this.inFlight.add(attempt);
-    void attempt.finally(() => this.inFlight.delete(attempt));
-    return attempt;
+      });
+    } finally {
+      this.inFlight -= 1;
+      if (this.inFlight === 0) this.idle?.();
+    }
   }
 
-  private async attempt(req: SendRequest): Promise<SendResult> {
-    const started = this.now();
+  private async attempt(req: SendRequest, started: number): Promise<SendResult> {
     const result = (fields: Partial<SendResult>): SendResult =>
       sendResult({ latencyMs: Math.max(0, Math.round(this.now() - started)), ...fields });
 
@@ -157,15 +156,13 @@ export class WebhookSender {
     // The race is still needed: undici only aborts a request once it is on a socket, so an attempt
     // still connecting (a stalled lookup, a black-holed SYN) would otherwise outlive its deadline.
     const cancel = new Cancel();
+    const tenant = this.agents.take(req.tenant ?? "");
     try {
       await this.deadlines.race(
         req.timeoutMs,
         () => new AttemptTimeout(req.timeoutMs),
         cancel,
-        () =>
-          this.agents.use(req.tenant ?? "", (agent) =>
-            this.exchange(agent, this.target(checked.url), req, cancel, progress),
-          ),
+        () => exchange(tenant.agent, this.target(checked.url), req, cancel, progress),
       );
     } catch (err) {
       const { message, blocked } = describeError(err, req.timeoutMs);
@@ -177,6 +174,8 @@ export class WebhookSender {
         retryAfterMs: parseRetryAfter(progress.retryAfter, this.now()),
         gone: endedByReceiver(progress.statusCode, progress.delivery),
       });
+    } finally {
+      this.agents.give(tenant);
     }
 
     const status = progress.statusCode ?? 0;
@@ -204,52 +203,6 @@ export class WebhookSender {
     return target;
   }
 
-  private async exchange(
-    agent: Agent,
-    url: RequestTarget,
-    req: SendRequest,
-    cancel: Cancel,
-    progress: Progress,
-  ): Promise<void> {
-    const response = await agent.request({
-      origin: url.origin,
-      path: url.path,
-      method: "POST",
-      headers: req.headers,
-      body: req.body,
-      signal: cancel,
-      // Backstops only: the race with the attempt timer is what bounds the attempt.
-      headersTimeout: Math.max(1, req.timeoutMs),
-      bodyTimeout: Math.max(1, req.timeoutMs),
-    });
-    progress.statusCode = response.statusCode;
-    const retryAfter = response.headers["retry-after"];
-    progress.retryAfter = (Array.isArray(retryAfter) ? retryAfter[0] : retryAfter) ?? null;
-    const delivery = response.headers["webhook-delivery"];
-    progress.delivery = ((Array.isArray(delivery) ? delivery[0] : delivery) ?? "").trim().toLowerCase() || null;
-
-    // Read at most RESPONSE_BODY_LIMIT bytes, then drop the rest (and with it the socket)
-    // rather than download whatever the receiver chooses to send.
-    const decoder = new StringDecoder("utf8");
-    let text = "";
-    let received = 0;
-    try {
-      for await (const chunk of response.body) {
-        const buf = chunk as Buffer;
-        const take = buf.subarray(0, RESPONSE_BODY_LIMIT - received);
-        text += decoder.write(take);
-        received += take.length;
-        progress.responseBody = text;
-        if (received >= RESPONSE_BODY_LIMIT) break;
-      }
-    } finally {
-      // Only an unfinished body is destroyed: destroying a fully read one would also drop the
-      // keep-alive socket. for-await already destroys on break or error; this makes it explicit.
-      if (!response.body.readableEnded && !response.body.destroyed) response.body.destroy();
-    }
-    progress.responseBody = text;
-  }
-
   /**
    * Refuses new sends, waits for the ones in flight (each bounded by its own
    * timeout), then tears the pool down. destroy, not close: undici does not
@@ -259,11 +212,17 @@ export class WebhookSender {
    */
   close(): Promise<void> {
     this.closing ??= (async () => {
-      await Promise.allSettled([...this.inFlight]);
+      if (this.inFlight > 0) await new Promise<void>((resolve) => (this.idle = resolve));
       await this.agents.destroy();
     })();
     return this.closing;
   }
+}
+
+interface TenantAgent {
+  agent: Agent;
+  inFlight: number;
+  lastUsed: number;
 }
 
 /**
@@ -273,7 +232,7 @@ export class WebhookSender {
  */
 class TenantAgents {
   /** In order of last use, least recent first. */
-  private readonly agents = new Map<string, { agent: Agent; inFlight: number; lastUsed: number }>();
+  private readonly agents = new Map<string, TenantAgent>();
 
   constructor(
     private readonly make: () => Agent,
@@ -284,7 +243,8 @@ class TenantAgents {
     return this.agents.size;
   }
 
-  async use<T>(tenant: string, fn: (agent: Agent) => Promise<T>): Promise<T> {
+  /** The tenant's Agent for one request (opened when it has none): give() it back when the request is over. */
+  take(tenant: string): TenantAgent {
     let entry = this.agents.get(tenant);
     if (entry) this.agents.delete(tenant);
     else {
@@ -293,12 +253,12 @@ class TenantAgents {
     }
     this.agents.set(tenant, entry);
     entry.inFlight += 1;
-    try {
-      return await fn(entry.agent);
-    } finally {
-      entry.inFlight -= 1;
-      entry.lastUsed = performance.now();
-    }
+    return entry;
+  }
+
+  give(entry: TenantAgent): void {
+    entry.inFlight -= 1;
+    entry.lastUsed = performance.now();
   }
 
   private evict(): void {
@@ -318,6 +278,121 @@ class TenantAgents {
     const all = [...this.agents.values()];
     this.agents.clear();
     await Promise.all(all.map((e) => e.agent.destroy()));
+  }
+}
+
+/**
+ * One POST on the tenant's Agent, through undici's dispatch with a handler of its own (not
+ * `request()`: its response stream, async iterator, header object and abort-signal listeners cost
+ * more than the rest of an attempt's send; docs/performance.md, delivery's fourteenth round).
+ * Settles once the answer has ended, or once RESPONSE_BODY_LIMIT bytes of it have been read, when
+ * the rest is dropped and the socket with it (rather than download whatever the receiver chooses
+ * to send); rejects with undici's error, or the cancel's reason once `cancel` aborts. `progress`
+ * keeps what was learnt, for an attempt that ends in an error or a timeout.
+ */
+function exchange(
+  agent: Agent,
+  url: RequestTarget,
+  req: SendRequest,
+  cancel: Cancel,
+  progress: Progress,
+): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const handler = new AnswerReader(progress, cancel, resolve, reject);
+    agent.dispatch(
+      {
+        origin: url.origin,
+        path: url.path,
+        method: "POST",
+        headers: req.headers,
+        body: req.body,
+        // Backstops only: the race with the attempt timer is what bounds the attempt.
+        headersTimeout: Math.max(1, req.timeoutMs),
+        bodyTimeout: Math.max(1, req.timeoutMs),
+      },
+      handler,
+    );
+  });
+}
+
+/** A raw header name or value as undici hands it (a Buffer on HTTP/1.1), as latin1 like its own parser. */
+const rawText = (raw: Buffer | string): string => (typeof raw === "string" ? raw : raw.toString("latin1"));
+
+/** undici's dispatch handler of one attempt (its callbacks: onConnect, onHeaders, onData, onComplete, onError). */
+class AnswerReader implements Dispatcher.DispatchHandler {
+  private settled = false;
+  private abort: ((reason: unknown) => void) | null = null;
+  private decoder: StringDecoder | null = null;
+  private received = 0;
+
+  constructor(
+    private readonly progress: Progress,
+    private readonly cancel: Cancel,
+    private readonly resolve: () => void,
+    private readonly reject: (err: unknown) => void,
+  ) {
+    // The deadline aborts the request (its socket too) wherever it is: connecting, sending, reading.
+    cancel.once("abort", () => {
+      this.fail(cancel.reason);
+      this.abort?.(cancel.reason);
+    });
+  }
+
+  onConnect(abort: (reason?: Error) => void): void {
+    if (this.cancel.aborted) abort(this.cancel.reason as Error);
+    else this.abort = abort as (reason: unknown) => void;
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[], _resume: () => void): boolean {
+    // An informational answer (1xx) is not the answer.
+    if (statusCode < 200) return true;
+    const { progress } = this;
+    progress.statusCode = statusCode;
+    // The first of each (a repeated header's first value, as undici's parsed headers give it).
+    for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+      const name = rawHeaders[i]!;
+      if (name.length === 11 && progress.retryAfter === null && rawText(name).toLowerCase() === "retry-after")
+        progress.retryAfter = rawText(rawHeaders[i + 1]!);
+      else if (name.length === 16 && progress.delivery === null && rawText(name).toLowerCase() === "webhook-delivery")
+        progress.delivery =
+          rawText(rawHeaders[i + 1]!)
+            .trim()
+            .toLowerCase() || null;
+    }
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.settled) return false;
+    const take = chunk.subarray(0, RESPONSE_BODY_LIMIT - this.received);
+    this.decoder ??= new StringDecoder("utf8");
+    this.progress.responseBody = (this.progress.responseBody ?? "") + this.decoder.write(take);
+    this.received += take.length;
+    if (this.received >= RESPONSE_BODY_LIMIT) {
+      // Enough read: the rest is dropped, and the socket with it.
+      this.settled = true;
+      this.resolve();
+      this.abort?.(new Error("answer over the read limit: dropped"));
+      return false;
+    }
+    return true;
+  }
+
+  onComplete(): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.progress.responseBody ??= "";
+    this.resolve();
+  }
+
+  onError(err: Error): void {
+    this.fail(err);
+  }
+
+  private fail(err: unknown): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.reject(err);
   }
 }
 
