@@ -4,13 +4,15 @@
 //   sender:  WebhookSender.send of a build (tenant Agent, deadline, cancel signal, answer read),
 //   port:    the whole attempt send of a build: the message signed (deliveryMessage), traced
 //            (tracedSend, tracing off) through the destination port's `webhook` kind,
-// CPU µs a request from process.cpuUsage() over N requests after a warm-up, variants and builds
+// CPU µs a request from process.cpuUsage() over N requests after a warm-up (and the scavenges
+// a 1,000 requests, as the garbage made), variants and builds
 // rotated in each round, medians of the rounds. The receiver's CPU is not counted.
 //   node bench/delivery-send.mjs OLD_DIST NEW_DIST [rounds=5] [requests=10000]
 import { fork } from "node:child_process";
 import { createServer } from "node:http";
 import { resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { constants, PerformanceObserver } from "node:perf_hooks";
 import { loadAverage } from "./lib/load-gate.mjs";
 import { median } from "./lib/stats.mjs";
 
@@ -103,10 +105,17 @@ async function runChild() {
   };
   await drive(Math.min(5_000, total));
   const c0 = process.cpuUsage();
+  let scavenges = 0;
+  const gcs = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) if (e.detail?.kind === constants.NODE_PERFORMANCE_GC_MINOR) scavenges++;
+  });
+  gcs.observe({ entryTypes: ["gc"] });
   await drive(total);
   const c = process.cpuUsage(c0);
+  await new Promise((r) => setImmediate(r));
+  gcs.disconnect();
   await close();
-  process.send({ us: (c.user + c.system) / total });
+  process.send({ us: (c.user + c.system) / total, scav: (1000 * scavenges) / total });
   process.exit(0);
 }
 
@@ -129,6 +138,7 @@ async function main() {
     ["port new", resolve(newArg)],
   ];
   const out = Object.fromEntries(runs.map(([name]) => [name, []]));
+  const scav = Object.fromEntries(runs.map(([name]) => [name, []]));
   const load0 = loadAverage();
   for (let r = 0; r < rounds; r++) {
     const order = runs.map((_, i) => runs[(i + r) % runs.length]);
@@ -139,12 +149,15 @@ async function main() {
         new Promise((res) => child.once("exit", res)),
       ]);
       out[name].push(msg.us);
+      scav[name].push(msg.scav);
     }
   }
   receiver.close();
   console.log(`CPU µs a request, ${n} requests a run, ${rounds} rounds (load ${load0} → ${loadAverage()})`);
   for (const [name, v] of Object.entries(out))
-    console.log(`${name.padEnd(12)} ${median(v).toFixed(1).padStart(7)}   (${v.map((x) => x.toFixed(1)).join(" / ")})`);
+    console.log(
+      `${name.padEnd(12)} ${median(v).toFixed(1).padStart(7)} µs   (${v.map((x) => x.toFixed(1)).join(" / ")})   ${median(scav[name])?.toFixed(2)} scavenges a 1,000`,
+    );
 }
 
 if (process.argv[2] === "--child") await runChild();
