@@ -131,11 +131,18 @@ export class Lifecycle {
     return { now: this.deps.clock.now(), token, firstAttemptDelayMs: this.deps.firstAttemptDelayMs };
   }
 
-  private async apply(task: TaskRow, patch: OutputPatch, token: string | null): Promise<TaskRow | undefined> {
+  /** `asLeased`: `task` is the row as `token` claimed or last wrote it (TransitionOptions.asLeased). */
+  private async apply(
+    task: TaskRow,
+    patch: OutputPatch,
+    token: string | null,
+    asLeased = false,
+  ): Promise<TaskRow | undefined> {
     const starts = patch.status === "processing" && task.status !== "processing" && this.deps.expectedDuration;
     const opts = {
       ...this.options(token),
       expectedDurationMs: starts ? await this.deps.expectedDuration!(task) : null,
+      asLeased,
     };
     // A long output is written in pieces before the transition that refers to it (core/stored-output.ts).
     const planned = await keepLongOutputApart(
@@ -166,7 +173,10 @@ export class Lifecycle {
     }
   }
 
-  /** The upstream accepted the submission (or replayed it): the task is in flight, or already ended. */
+  /**
+   * The upstream accepted the submission (or replayed it): the task is in flight, or already ended.
+   * `task`: the row as beginSubmission left it under `token` (the store starts from it, no read).
+   */
   async recordSubmission(
     task: TaskRow,
     token: string,
@@ -189,6 +199,7 @@ export class Lifecycle {
         ...released,
       },
       token,
+      true,
     );
     if (updated) this.deps.nudges.poller();
     return updated;
@@ -197,6 +208,7 @@ export class Lifecycle {
   /**
    * A read showed the task; `nextRunAt` is when to look again if it goes on. `final`: a single read
    * (see observedPatch); a list item that shows the task ended without a charge does not end it.
+   * `task`: the row as claimed under `token` (the store starts from it, no read).
    */
   recordObservation(
     task: TaskRow,
@@ -211,6 +223,7 @@ export class Lifecycle {
       task,
       { ...patch, pollCount: task.pollCount + 1, ...(patch.phase === "done" ? {} : { nextRunAt }), ...released },
       token,
+      true,
     );
   }
 

@@ -203,6 +203,13 @@ export interface TransitionOptions {
    * that starts running then carries its `estimated_completion_at`.
    */
   expectedDurationMs?: number | null;
+  /**
+   * `task` is the row as the caller's lease (`token`) last claimed or wrote it, and the caller has
+   * written nothing of it since: a store may start from it instead of reading the row again. Every
+   * other writer of a leased row takes the lease over or releases it, which the guarded write sees
+   * (the change then applies nowhere, as when the read shows the lease lost).
+   */
+  asLeased?: boolean;
 }
 
 /** What the submission decision sees, read inside the transaction that acts on it. */

@@ -194,24 +194,11 @@ describe("a submission's step on SQLite", () => {
 
   it("reads the task's row once, and the transition still starts from the row as stored", async () => {
     store = memoryStore();
-    const { sqlite } = store.database;
-    let reads = 0;
-    const prepare = sqlite.prepare.bind(sqlite);
-    sqlite.prepare = ((source: string) => {
-      const stmt = prepare(source);
-      if (/^SELECT "id", .* FROM tasks WHERE id = \?$/.test(source)) {
-        const get = stmt.get.bind(stmt);
-        stmt.get = ((...args: unknown[]) => {
-          reads++;
-          return get(...args);
-        }) as typeof stmt.get;
-      }
-      return stmt;
-    }) as typeof sqlite.prepare;
+    const reads = taskReads(store.database.sqlite);
     const c = await contractClient(store);
     const { task: t } = await store.tasks.create(contractTask(c.id, "k", { reserve: 20 }));
     const [mine] = await store.tasks.claimIds([t.id], "waiting", { now: CONTRACT_NOW, leaseMs: 30_000, token: "w:1" });
-    reads = 0;
+    reads.n = 0;
     const step = await store.tasks.beginSubmission(
       t.id,
       "w:1",
@@ -219,9 +206,59 @@ describe("a submission's step on SQLite", () => {
       opts("w:1", CONTRACT_NOW + 1),
     );
     expect(step).toMatchObject({ kind: "go", task: { submitAttempts: 1, pointsReserved: 25, claimToken: "w:1" } });
-    expect(reads).toBe(1);
+    expect(reads.n).toBe(1);
     expect(await store.tasks.find(t.id)).toEqual(step!.task);
     expect(await store.clients.creditPosition(c.id)).toMatchObject({ reserved: 25 });
+  });
+});
+
+/** Counts the runs of the store's task read by id (findTaskPrepared) from now on. */
+function taskReads(sqlite: Connection): { n: number } {
+  const reads = { n: 0 };
+  const prepare = sqlite.prepare.bind(sqlite);
+  sqlite.prepare = ((source: string) => {
+    const stmt = prepare(source);
+    if (/^SELECT "id", .* FROM tasks WHERE id = \?$/.test(source)) {
+      const get = stmt.get.bind(stmt);
+      stmt.get = ((...args: unknown[]) => {
+        reads.n++;
+        return get(...args);
+      }) as typeof stmt.get;
+    }
+    return stmt;
+  }) as typeof sqlite.prepare;
+  return reads;
+}
+
+/**
+ * Issue #43: a submission's record and a poll's observation start from the row their lease claimed
+ * or last wrote (TransitionOptions.asLeased): no read of it again, the write still guarded by the lease.
+ */
+describe("a transition from the lease's own row on SQLite", () => {
+  let store: SqliteStore | undefined;
+  afterEach(() => store?.database.close());
+
+  it("reads no row, writes what a read would have, and writes nothing once the lease is lost", async () => {
+    store = memoryStore();
+    const reads = taskReads(store.database.sqlite);
+    const c = await contractClient(store);
+    const { task: t } = await store.tasks.create(contractTask(c.id, "k"));
+    const lease = { leaseMs: 30_000, token: "w:1" };
+    const [mine] = await store.tasks.claimIds([t.id], "waiting", { now: CONTRACT_NOW, ...lease });
+    reads.n = 0;
+    const patch = { phase: "submitted" as const, upstreamTaskId: "up-1", submittedAt: CONTRACT_NOW + 1 };
+    const after = await store.tasks.transition(mine!, patch, { ...opts("w:1", CONTRACT_NOW + 1), asLeased: true });
+    expect(reads.n).toBe(0);
+    expect(after).toMatchObject({ ...patch, claimToken: "w:1" });
+    expect(await store.tasks.find(t.id)).toEqual(after);
+
+    // Taken over after the lease ran out: the first holder's change applies nowhere.
+    const later = CONTRACT_NOW + 60_000;
+    const [theirs] = await store.tasks.claimIds([t.id], "submitted", { now: later, leaseMs: 30_000, token: "w:2" });
+    expect(theirs).toMatchObject({ claimToken: "w:2" });
+    const lost = { status: "processing" as const, updatedAt: later };
+    expect(await store.tasks.transition(after!, lost, { ...opts("w:1", later), asLeased: true })).toBeUndefined();
+    expect(await store.tasks.find(t.id)).toEqual(theirs);
   });
 });
 

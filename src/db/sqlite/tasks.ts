@@ -21,7 +21,8 @@ export function sqliteTasks(s: SqliteContext): TaskStore {
     create: (req) => s.intakeCommits.runAtomic((tx) => s.createIn(db, tx, req)),
     // The workers' writes share one group commit (s.attemptCommits): transitions, submissions, claims
     // and attempt records settling in the same turn of the event loop cost one fsync together.
-    transition: (task, patch, o) => s.attemptCommits.run((tx) => transition(tx, task, patch, o)),
+    // `asLeased`: the lease's own row is the start, no read (the write is still guarded by the lease).
+    transition: (task, patch, o) => s.attemptCommits.run((tx) => transition(tx, task, patch, o, o.asLeased === true)),
     // An empty patch changes nothing (drizzle refuses to build its UPDATE): the row while the lease holds.
     reschedule: (id, token, patch) =>
       s.attemptCommits.runAtomic(() =>
