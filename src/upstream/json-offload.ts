@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { Worker } from "node:worker_threads";
-import { HeldJsonPieces, JsonPieces, JsonText } from "./json-text.js";
+import { HeldJsonPieces, type HeldPieces, JsonPieces, JsonText } from "./json-text.js";
 import { OUTPUT_PIECE_CHARS, OUTPUT_ROW_MAX_CHARS, outputPieces } from "./output-pieces.js";
 import { parseJson } from "./parse.js";
 import { BYTES_PER_SLICE, turnBytes } from "../next-turn.js";
@@ -230,28 +230,34 @@ export class OffThreadJson {
     });
   }
 
-  /** A long output's pieces held by `worker` under `key`. */
+  /**
+   * A long output's pieces held by `worker` under `key`. The worker drops them once the object that
+   * reads them is collected: that is the inner HeldPieces, which the transition's patch and the
+   * store's write hold while they read (each read's generator refers to it), not the HeldJsonPieces
+   * around it, which nothing holds once the patch is made: a GC during the write dropped the pieces
+   * under it ("pieces no longer held", the read retried in 2 s; issue #38 item 7, fourteenth round).
+   */
   private held(worker: Worker, key: number, count: number): HeldJsonPieces {
     const ask = (request: HeldRequest) => this.ask(worker, request);
-    const pieces = new HeldJsonPieces({
+    const holder: HeldPieces = {
       count,
       read: async function* () {
-        for (let seq = 0; seq < count; seq++) {
+        for (let seq = 0; seq < holder.count; seq++) {
           const { piece } = await ask({ op: "piece", key, seq });
           if (piece === undefined) throw new Error(`the parse worker has no piece ${seq}`);
           yield piece;
         }
       },
       bytes: async function* () {
-        for (let seq = 0; seq < count; seq++) {
+        for (let seq = 0; seq < holder.count; seq++) {
           const { bytes } = await ask({ op: "bytes", key, seq });
           if (bytes === undefined) throw new Error(`the parse worker has no piece ${seq}`);
           yield bytes;
         }
       },
-    });
-    this.unreferenced.register(pieces, { worker, key });
-    return pieces;
+    };
+    this.unreferenced.register(holder, { worker, key });
+    return new HeldJsonPieces(holder);
   }
 
   private settle(reply: Reply): void {

@@ -1,6 +1,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { OUTPUT_PIECE_CHARS, OUTPUT_ROW_MAX_CHARS } from "../../src/core/stored-output.js";
 import { openDatabase } from "../../src/db/sqlite/open.js";
@@ -105,6 +107,28 @@ describe("long outputs held by the parse worker", () => {
       const { held } = await parsedHeld(parser);
       await store.outputs.write("out_mem", held, NOW);
       expect(await storedText(store, "out_mem")).toBe(stored);
+    } finally {
+      await store.close();
+      await parser.close();
+    }
+  });
+
+  it("a GC after the parse leaves the pieces held while the write still holds them (fourteenth round)", async () => {
+    // The transition's patch keeps only the inner HeldPieces, as parsedHeld returns: the wrapper
+    // around it is garbage at once. Its collection dropped the pieces in the worker before the write.
+    setFlagsFromString("--expose-gc");
+    const gc = runInNewContext("gc") as () => void;
+    const parser = new OffThreadJson();
+    const store = await fileStore();
+    try {
+      const { held } = await parsedHeld(parser);
+      for (let i = 0; i < 3; i++) {
+        gc();
+        // Finalizers run in a task of their own after the GC that found their object gone.
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      await store.outputs.write("out_after_gc", held, NOW);
+      expect(await storedText(store, "out_after_gc")).toBe(stored);
     } finally {
       await store.close();
       await parser.close();
