@@ -188,7 +188,7 @@ describe("pruning finished tasks on SQLite", () => {
  * A submission's step reads its task once: beginSubmission reads the row under the caller's lease,
  * decides, and its transition starts from that row (the same transaction), where it read it again.
  */
-describe("a submission's step on SQLite", () => {
+describe("a submission's step and the transitions after it on SQLite", () => {
   let store: SqliteStore | undefined;
   afterEach(() => store?.database.close());
 
@@ -210,34 +210,9 @@ describe("a submission's step on SQLite", () => {
     expect(await store.tasks.find(t.id)).toEqual(step!.task);
     expect(await store.clients.creditPosition(c.id)).toMatchObject({ reserved: 25 });
   });
-});
 
-/** Counts the runs of the store's task read by id (findTaskPrepared) from now on. */
-function taskReads(sqlite: Connection): { n: number } {
-  const reads = { n: 0 };
-  const prepare = sqlite.prepare.bind(sqlite);
-  sqlite.prepare = ((source: string) => {
-    const stmt = prepare(source);
-    if (/^SELECT "id", .* FROM tasks WHERE id = \?$/.test(source)) {
-      const get = stmt.get.bind(stmt);
-      stmt.get = ((...args: unknown[]) => {
-        reads.n++;
-        return get(...args);
-      }) as typeof stmt.get;
-    }
-    return stmt;
-  }) as typeof sqlite.prepare;
-  return reads;
-}
-
-/**
- * Issue #43: a submission's record and a poll's observation start from the row their lease claimed
- * or last wrote (TransitionOptions.asLeased): no read of it again, the write still guarded by the lease.
- */
-describe("a transition from the lease's own row on SQLite", () => {
-  let store: SqliteStore | undefined;
-  afterEach(() => store?.database.close());
-
+  // A submission's record and a poll's observation start from the row their lease claimed or last
+  // wrote (TransitionOptions.asLeased): no read of it again, the write still guarded by the lease.
   it("reads no row, writes what a read would have, and writes nothing once the lease is lost", async () => {
     store = memoryStore();
     const reads = taskReads(store.database.sqlite);
@@ -261,6 +236,24 @@ describe("a transition from the lease's own row on SQLite", () => {
     expect(await store.tasks.find(t.id)).toEqual(theirs);
   });
 });
+
+/** Counts the runs of the store's task read by id (findTaskPrepared) from now on. */
+function taskReads(sqlite: Connection): { n: number } {
+  const reads = { n: 0 };
+  const prepare = sqlite.prepare.bind(sqlite);
+  sqlite.prepare = ((source: string) => {
+    const stmt = prepare(source);
+    if (/^SELECT "id", .* FROM tasks WHERE id = \?$/.test(source)) {
+      const get = stmt.get.bind(stmt);
+      stmt.get = ((...args: unknown[]) => {
+        reads.n++;
+        return get(...args);
+      }) as typeof stmt.get;
+    }
+    return stmt;
+  }) as typeof sqlite.prepare;
+  return reads;
+}
 
 /**
  * A first charge teaches its price key's price (learned_prices). A model's completions all teach the
