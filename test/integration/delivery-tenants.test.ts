@@ -104,7 +104,9 @@ describe("partly working receivers get every webhook within their retry schedule
     console.info(`receiver failing half at random: settled after ${took} ms of fake time`);
     expect(statuses(t, events).map((e) => e.deliveryStatus)).toEqual(Array(40).fill("succeeded"));
     expect(took).toBeLessThanOrEqual(15_000);
-  });
+    // Bounded in fake time above; in real time each step waits out its records' commit, and which
+    // webhook meets a 500 depends on arrival order: 3–18 s at load 8–11 on 2 shared cores.
+  }, 60_000);
 
   it("a host that refuses connections is paused, and its events wait without using up their retries", async () => {
     // Failed trials spend no retry while an event has waited less than its whole schedule (here an hour).
