@@ -238,22 +238,50 @@ describe("a submission's step and the transitions after it on SQLite", () => {
 });
 
 /** Counts the runs of the store's task read by id (findTaskPrepared) from now on. */
-function taskReads(sqlite: Connection): { n: number } {
-  const reads = { n: 0 };
+const taskReads = (sqlite: Connection) => reads(sqlite, /^SELECT "id", .* FROM tasks WHERE id = \?$/);
+
+/** Counts the `get`s of the statements prepared from now on whose text matches `text`. */
+function reads(sqlite: Connection, text: RegExp): { n: number } {
+  const counted = { n: 0 };
   const prepare = sqlite.prepare.bind(sqlite);
   sqlite.prepare = ((source: string) => {
     const stmt = prepare(source);
-    if (/^SELECT "id", .* FROM tasks WHERE id = \?$/.test(source)) {
+    if (text.test(source)) {
       const get = stmt.get.bind(stmt);
       stmt.get = ((...args: unknown[]) => {
-        reads.n++;
+        counted.n++;
         return get(...args);
       }) as typeof stmt.get;
     }
     return stmt;
   }) as typeof sqlite.prepare;
-  return reads;
+  return counted;
 }
+
+/**
+ * Issue #43: every creation's answer reads its model's duration samples for its estimate; on SQLite,
+ * as on PostgreSQL (pg-intake-wake.test.ts), one read answers the creations of the next
+ * SAMPLES_FRESH_MS, and a save of this store's is read at once.
+ */
+describe("a creation's estimate on SQLite", () => {
+  let store: SqliteStore | undefined;
+  afterEach(() => store?.database.close());
+
+  it("shares one read of a model's samples among the creations that follow; a save here is read at once", async () => {
+    store = memoryStore();
+    const samples = reads(store.database.sqlite, /^SELECT samples_json FROM duration_stats/);
+    await store.accounts.saveDurationSamples("image", "m-1", [4_000, 6_000], CONTRACT_NOW);
+    const got = await Promise.all(Array.from({ length: 5 }, () => store!.accounts.durationSamples("image", "m-1")));
+    expect(got).toEqual(Array(5).fill([4_000, 6_000]));
+    expect(await store.accounts.durationSamples("image", "m-2")).toEqual([]);
+    expect(samples.n).toBe(2);
+    // Each caller gets an array of its own (DurationStats adds to the one it gets).
+    expect(got[0]).not.toBe(got[1]);
+    await store.accounts.saveDurationSamples("image", "m-1", [5_000], CONTRACT_NOW);
+    expect(await store.accounts.durationSamples("image", "m-1")).toEqual([5_000]);
+    expect(samples.n).toBe(3);
+  });
+});
 
 /**
  * A first charge teaches its price key's price (learned_prices). A model's completions all teach the

@@ -2,6 +2,7 @@ import type { AccountStore } from "../../store/store.js";
 import { finiteNumbers } from "../../store/values.js";
 import { U, opt, type Row } from "./mapping.js";
 import type { PgContext } from "./context.js";
+import { recentSamples } from "../kit/recent-samples.js";
 
 /**
  * Every creation's answer reads its model's samples (its estimate): a named statement, prepared once
@@ -13,36 +14,14 @@ const DURATION_SAMPLES = {
   text: "SELECT samples_json FROM duration_stats WHERE type = $1 AND model = $2",
 };
 
-/**
- * How long a model's samples, once read, answer the creations that follow without another read. The
- * samples are written behind (DURATION_SAVE_EVERY_MS, workers/duration-stats.ts), so another
- * instance's are already up to that old; this instance's own writes drop its copy.
- */
-const SAMPLES_FRESH_MS = 1_000;
-
 /** The AccountStore on PostgreSQL: upstream accounts, learned limits, the shared read budget, duration samples. */
 export function pgAccounts(s: PgContext): AccountStore {
   const { q, one } = s;
-  // Each model's last read of its samples (one in flight is shared): a statement per creation was
-  // a third of the server's statements in intake, for a figure that changes every few seconds at most.
-  const recent = new Map<string, { at: number; text: Promise<string | null> }>();
-  const samplesText = (type: string, model: string): Promise<string | null> => {
-    const key = `${type}\u0000${model}`;
-    const now = performance.now();
-    const last = recent.get(key);
-    if (last && now - last.at < SAMPLES_FRESH_MS) return last.text;
-    const read = {
-      at: now,
-      text: s.pool
-        .query({ ...DURATION_SAMPLES, values: [type, model] })
-        .then((r) => ((r.rows[0] as Row | undefined)?.samples_json as string | undefined) ?? null),
-    };
-    recent.set(key, read);
-    read.text.catch(() => {
-      if (recent.get(key) === read) recent.delete(key);
-    });
-    return read.text;
-  };
+  const recent = recentSamples((type, model) =>
+    s.pool
+      .query({ ...DURATION_SAMPLES, values: [type, model] })
+      .then((r) => ((r.rows[0] as Row | undefined)?.samples_json as string | undefined) ?? null),
+  );
   return {
     state: async (account) => opt(U, await one("SELECT * FROM upstream_accounts WHERE id = $1", [account])),
     updateState: async (account, patch, now) => {
@@ -82,7 +61,7 @@ export function pgAccounts(s: PgContext): AccountStore {
     },
     durationSamples: async (type, model) => {
       // Parsed per call: the caller may change the array it gets (DurationStats adds to it).
-      const text = await samplesText(type, model);
+      const text = await recent.text(type, model);
       return text === null ? [] : (JSON.parse(text) as number[]);
     },
     saveDurationSamples: async (type, model, samples, now) => {
@@ -91,8 +70,7 @@ export function pgAccounts(s: PgContext): AccountStore {
          ON CONFLICT (type, model) DO UPDATE SET samples_json = EXCLUDED.samples_json, updated_at = EXCLUDED.updated_at`,
         [type, model, JSON.stringify(finiteNumbers(samples, "duration samples")), now],
       );
-      // After the write: a read that began before it may hold the older samples.
-      recent.delete(`${type}\u0000${model}`);
+      recent.forget(type, model);
     },
   };
 }

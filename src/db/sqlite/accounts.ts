@@ -8,10 +8,18 @@ import { and, eq, gt } from "drizzle-orm";
 import { clientOf, prepared } from "./prepared.js";
 import type { SqliteContext } from "./context.js";
 import { sweepInChunks } from "./group-commit.js";
+import { recentSamples } from "../kit/recent-samples.js";
 
 /** The AccountStore on SQLite: upstream accounts, learned limits, the read budget, duration samples. */
 export function sqliteAccounts(s: SqliteContext): AccountStore {
   const db = s.database.db;
+  // A model's samples read once a SAMPLES_FRESH_MS for the creations that follow, as on PostgreSQL.
+  const recent = recentSamples(async (type, model) => {
+    const text = prepared(db, "accounts.durationSamples", () =>
+      s.database.sqlite.prepare("SELECT samples_json FROM duration_stats WHERE type = ? AND model = ?").pluck(),
+    ).get(type, model) as string | undefined;
+    return text ?? null;
+  });
   return {
     state: async (account) => state(db, account),
     updateState: async (account, patch, now) => updateState(db, account, patch, now),
@@ -43,10 +51,9 @@ export function sqliteAccounts(s: SqliteContext): AccountStore {
     // connection (building the select cost intake more than running it, 80 µs a request; drizzle
     // filling its placeholders and mapping the row, 20-40 µs more under the profiler).
     durationSamples: async (type, model) => {
-      const text = prepared(db, "accounts.durationSamples", () =>
-        s.database.sqlite.prepare("SELECT samples_json FROM duration_stats WHERE type = ? AND model = ?").pluck(),
-      ).get(type, model) as string | undefined;
-      return text === undefined ? [] : (JSON.parse(text) as number[]);
+      // Parsed per call: the caller may change the array it gets (DurationStats adds to it).
+      const text = await recent.text(type, model);
+      return text === null ? [] : (JSON.parse(text) as number[]);
     },
     saveDurationSamples: async (type, model, samples, now) => {
       const samplesJson = JSON.stringify(finiteNumbers(samples, "duration samples"));
@@ -54,6 +61,7 @@ export function sqliteAccounts(s: SqliteContext): AccountStore {
         .values({ type, model, samplesJson, updatedAt: now })
         .onConflictDoUpdate({ target: [durationStats.type, durationStats.model], set: { samplesJson, updatedAt: now } })
         .run();
+      recent.forget(type, model);
     },
   };
 }
