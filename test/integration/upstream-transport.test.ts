@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest
 import { loadConfig } from "../../src/config.js";
 import { DEFAULT_ACCOUNT, UpstreamAccounts } from "../../src/upstream/accounts.js";
 import { UpstreamClient, type UpstreamClientOptions } from "../../src/upstream/client.js";
-import type { UpstreamTransport } from "../../src/upstream/transport.js";
+import { type UpstreamTransport, undiciTransport } from "../../src/upstream/transport.js";
 import { upstreamFailure as failure } from "../helpers/upstream-failure.js";
 import { startDripServer, startSilentServer, startStreamingUpstream } from "../helpers/hostile.js";
 
@@ -261,6 +261,41 @@ describe("the default transport", () => {
         }).getModels(),
       );
       expect(e).toMatchObject({ kind: "timeout", code: "timeout", retryable: true });
+    }
+  });
+
+  it("hands a body that piled up while its reader was away over in the chunks it came in, never joined", async () => {
+    // readLimited yields between slices (turnBytes); what arrives meanwhile must not come back as one
+    // new buffer that the chunks were copied into (every byte of a long output copied once more).
+    let sent: () => void = () => {};
+    const allSent = new Promise<void>((r) => {
+      sent = r;
+    });
+    const piece = Buffer.alloc(16 * 1024, "x");
+    const up = await upstream((_seen, res) => {
+      res.writeHead(200, { "Content-Type": "application/json" });
+      for (let i = 0; i < 64; i++) res.write(piece);
+      res.end(() => sent());
+    });
+    const transport = undiciTransport(up.url, 10_000);
+    try {
+      const answer = await transport.send({
+        method: "GET",
+        path: "/v1/x",
+        headers: {},
+        signal: new AbortController().signal,
+      });
+      await allSent;
+      // Turns for the client's socket to take in what the server wrote, with no one reading the body.
+      for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+      const sizes: number[] = [];
+      for (let chunk = await answer.read(); chunk !== null; chunk = await answer.read()) sizes.push(chunk.byteLength);
+      expect(sizes.reduce((a, b) => a + b, 0)).toBe(MiB);
+      // A socket read is at most 64 KiB (libuv's); a joined buffer is larger.
+      expect(Math.max(...sizes)).toBeLessThanOrEqual(64 * 1024);
+    } finally {
+      await transport.close();
+      await up.close();
     }
   });
 
