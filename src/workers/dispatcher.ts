@@ -285,14 +285,15 @@ export class Dispatcher extends PooledWorker<Claim> {
       started = this.startAhead(key);
     }
     // A refill of the key under way brings its next events: another would only find them leased.
-    if (started > 0 && (this.refills.underWay(key) || this.ahead.want(key, this.slots.inFlightTo(key)) === 0)) {
+    const underWay = this.refills.underWay(key);
+    if (started > 0 && (underWay || this.ahead.want(key, this.slots.inFlightTo(key)) === 0)) {
       // Quiet like a refill that started something: the loop's claim for everyone else runs soon.
       this.refills.sweepSoon();
       return Promise.resolve(true);
     }
     // Not urgent while the key still has leased-ahead events to start, or a refill of it is under
     // way (its events come with that claim's commit): it may wait for a fuller commit.
-    const asked = this.refills.ask(event, this.ahead.waiting(key) > 0 || this.refills.underWay(key));
+    const asked = this.refills.ask(event, this.ahead.waiting(key) > 0 || underWay);
     const answer = started > 0 ? asked.then(() => true) : asked;
     return answer.finally(() => {
       if (this.slots.inFlightTo(key) === 0) this.ahead.forget(key);
