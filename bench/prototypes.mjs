@@ -36,8 +36,9 @@ import {
   FAST_SIMULATOR_ENV,
   HELD_SIMULATOR_ENV,
   ipcChild,
+  PROTO_LISTENING,
   sleep,
-  startNode,
+  startProto,
   startRelay,
   startSimulator,
   treeCpuDelta,
@@ -47,18 +48,6 @@ import { printTable, prototypeRows } from "./lib/report.mjs";
 import { countBenchTasks, prepareSeeding, seedPendingEvents } from "./lib/seed.mjs";
 import { median, round } from "./lib/stats.mjs";
 import { count, startPostgres } from "./postgres.mjs";
-
-const PROTO = join(BENCH, "proto");
-const LISTENING = /listening on (http:\/\/[\d.]+:\d+)/;
-
-/** A prototype as its own process (like the relay): resolves once it printed `ready`. */
-async function startProto(ctx, name, script, env, ready = LISTENING, execArgv = []) {
-  const child = ctx.track(
-    startNode(name, join(PROTO, script), { env, execArgv, logFile: join(ctx.tmp, `${name}.log`) }),
-  );
-  const m = await child.waitFor(ready);
-  return Object.assign(child, { url: m[1] });
-}
 
 /** Rounds that were measured (not refused for the machine's load). */
 const measured = (rounds) => rounds.filter((x) => !x.refused);
@@ -274,7 +263,7 @@ async function endToEnd(ctx) {
               UPSTREAM_API_KEY: "sandbox",
               BENCH_STATEMENTS_FILE: counted,
             },
-            LISTENING,
+            PROTO_LISTENING,
             [...countArgv, ...(ctx.protoExecArgv?.(`e2e-r${r}`) ?? [])],
           );
     await receiver.call("reset");

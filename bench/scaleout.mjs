@@ -25,7 +25,7 @@
 import pg from "pg";
 import { join, resolve } from "node:path";
 import { DIST } from "./lib/dist.mjs";
-import { BENCH, cpuMsOf, sleep, startNode, startRelay, treeCpuSnapshot } from "./lib/proc.mjs";
+import { cpuMsOf, sleep, startProto, startRelay, treeCpuSnapshot } from "./lib/proc.mjs";
 import { count, releaseHeld, seedOutbox, startPostgres } from "./postgres.mjs";
 import { median, round } from "./lib/stats.mjs";
 
@@ -270,17 +270,9 @@ export async function benchScaleout(ctx) {
     if (dist === PROTO) {
       const { url, client } = await server.migrated(`scale_${kind}_${tag}`);
       const protos = await Promise.all(
-        Array.from({ length: n }, async (_, i) => {
-          const name = `proto-scale-${tag}-${i}`;
-          const child = track(
-            startNode(name, join(BENCH, "proto", "intake-pg.mjs"), {
-              env: { DATABASE_URL: url, MODE: "batch" },
-              logFile: join(tmp, `${name}.log`),
-            }),
-          );
-          const m = await child.waitFor(/listening on (http:\/\/[\d.]+:\d+)/);
-          return Object.assign(child, { url: m[1] });
-        }),
+        Array.from({ length: n }, (_, i) =>
+          startProto({ track, tmp }, `proto-scale-${tag}-${i}`, "intake-pg.mjs", { DATABASE_URL: url, MODE: "batch" }),
+        ),
       );
       return { url, client, relays: protos, release: () => Promise.all(protos.map((r) => r.stop())) };
     }

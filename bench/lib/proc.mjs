@@ -177,6 +177,21 @@ export async function startRelay(env, logFile, { execArgv = [], dist = DIST } = 
   return { ...child, url: `http://127.0.0.1:${port}`, port: Number(port) };
 }
 
+/** What a prototype of bench/proto/ prints once it serves: its URL. */
+export const PROTO_LISTENING = /listening on (http:\/\/[\d.]+:\d+)/;
+
+/**
+ * A prototype of bench/proto/ as its own process (like the relay), tracked by `track` (its stop on
+ * the bench's end), its log in `tmp`: resolves once it printed `ready`, its first group as `url`.
+ */
+export async function startProto({ track, tmp }, name, script, env, ready = PROTO_LISTENING, execArgv = []) {
+  const child = track(
+    startNode(name, join(BENCH, "proto", script), { env, execArgv, logFile: join(tmp, `${name}.log`) }),
+  );
+  const m = await child.waitFor(ready);
+  return Object.assign(child, { url: m[1] });
+}
+
 /**
  * A built relay of `dist` on a fresh database `<tmp>/<name>.db` holding the named clients, reading
  * `upstreamUrl` without a read limit and delivering to loopback: the set-up of the rows that measure
