@@ -172,8 +172,9 @@ const HELD_BYTES = 1024 * 1024;
  * while the reader was away (readLimited yields between slices: turnBytes) as one new buffer, the
  * chunks copied into it (up to the stream's high-water mark and a chunk, 80 KiB a read here): every
  * byte of a long answer copied once more on the event loop, in big-outputs' profile the largest part
- * of reading it (126 of 192 ms of late turns). Here the chunks are kept as they came, at most HELD_BYTES of them before the stream is paused. An error or a
- * premature close (the call's signal aborted it) rejects the next read; the chunks still held are dropped.
+ * of reading it (126 of 192 ms of late turns). Here the chunks are kept as they came, at most
+ * HELD_BYTES of them before the stream is paused. An error or a premature close (the call's signal
+ * aborted it) rejects the next read; the chunks still held are dropped.
  */
 function chunkReader(body: Readable): () => Promise<Buffer | null> {
   const queue: Buffer[] = [];
